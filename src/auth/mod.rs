@@ -1,0 +1,383 @@
+//! Accounts and sessions: sign-up, sign-in, sign-out, and the `AuthUser` /
+//! `AdminUser` extractors that check a signed token without touching a store.
+
+pub mod token;
+
+use std::future::{Ready, ready};
+
+use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
+use actix_web::http::{Method, header};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, web};
+use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use serde::{Deserialize, Serialize};
+use sqlx::PgPool;
+
+use crate::domain::{Id, Password, UserId, Username};
+use crate::error::{AppError, is_unique_violation};
+use crate::state::AppState;
+use token::{Claims, TokenError};
+
+pub const SESSION_COOKIE: &str = "stampede_session";
+/// Double-submit CSRF cookie: readable by our own page scripts, echoed back in the
+/// `X-CSRF-Token` header on every state-changing request authenticated by cookie.
+pub const CSRF_COOKIE: &str = "stampede_csrf";
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/auth/signup", web::post().to(signup))
+        .route("/api/auth/signin", web::post().to(signin))
+        .route("/api/auth/signout", web::post().to(signout))
+        .route("/api/me", web::get().to(me));
+}
+
+/// A signed-in caller, taken from `Authorization: Bearer` or the session cookie.
+#[derive(Clone, Copy, Debug)]
+pub struct AuthUser {
+    pub id: UserId,
+    pub admin: bool,
+}
+
+/// A signed-in caller whose token carries the admin flag.
+#[derive(Clone, Copy, Debug)]
+pub struct AdminUser(pub AuthUser);
+
+impl FromRequest for AuthUser {
+    type Error = AppError;
+    type Future = Ready<Result<Self, AppError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(authenticate(req))
+    }
+}
+
+impl FromRequest for AdminUser {
+    type Error = AppError;
+    type Future = Ready<Result<Self, AppError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        ready(authenticate(req).and_then(|user| {
+            if user.admin {
+                Ok(AdminUser(user))
+            } else {
+                Err(AppError::forbidden("this needs an admin account"))
+            }
+        }))
+    }
+}
+
+/// The caller, if any valid token came with the request (pages use this).
+pub fn optional_user(req: &HttpRequest) -> Option<AuthUser> {
+    authenticate(req).ok()
+}
+
+fn authenticate(req: &HttpRequest) -> Result<AuthUser, AppError> {
+    let state = req
+        .app_data::<web::Data<AppState>>()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))?;
+    let (token, from_cookie) = match req.headers().get(header::AUTHORIZATION) {
+        Some(value) => {
+            let value = value
+                .to_str()
+                .map_err(|_| AppError::unauthorized("malformed Authorization header"))?;
+            let token = value
+                .strip_prefix("Bearer ")
+                .ok_or_else(|| AppError::unauthorized("Authorization must be 'Bearer <token>'"))?;
+            (token.trim().to_string(), false)
+        }
+        None => match req.cookie(SESSION_COOKIE) {
+            Some(c) => (c.value().to_string(), true),
+            None => return Err(AppError::unauthorized("sign in first")),
+        },
+    };
+    let claims = state
+        .tokens
+        .verify(&token, chrono::Utc::now().timestamp())
+        .map_err(|e| match e {
+            TokenError::Expired => AppError::new(
+                actix_web::http::StatusCode::UNAUTHORIZED,
+                "token_expired",
+                "your session expired; sign in again",
+            ),
+            _ => AppError::new(
+                actix_web::http::StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "the session token is not valid",
+            ),
+        })?;
+    if from_cookie && !is_safe_method(req.method()) {
+        check_csrf(req)?;
+    }
+    Ok(AuthUser {
+        id: claims.user_id,
+        admin: claims.admin,
+    })
+}
+
+fn is_safe_method(m: &Method) -> bool {
+    matches!(*m, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// A cross-site form or script cannot read our CSRF cookie, so it cannot echo it.
+fn check_csrf(req: &HttpRequest) -> Result<(), AppError> {
+    let cookie = req.cookie(CSRF_COOKIE);
+    let header = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    match (cookie, header) {
+        (Some(c), Some(h)) if !h.is_empty() && constant_time_eq(c.value(), h) => Ok(()),
+        _ => Err(AppError::forbidden(
+            "missing or wrong X-CSRF-Token header for a cookie-authenticated request",
+        )
+        .into_code("csrf_failed")),
+    }
+}
+
+impl AppError {
+    fn into_code(self, new_code: &'static str) -> Self {
+        match self {
+            AppError::Client {
+                status,
+                message,
+                headers,
+                ..
+            } => AppError::Client {
+                status,
+                code: new_code,
+                message,
+                headers,
+            },
+            other => other,
+        }
+    }
+}
+
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+pub fn random_token_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Serialize, sqlx::FromRow)]
+pub struct UserView {
+    pub id: i64,
+    pub username: String,
+    pub is_admin: bool,
+}
+
+#[derive(Serialize)]
+struct SigninResponse {
+    token: String,
+    expires_at: i64,
+    csrf_token: String,
+    user: UserView,
+}
+
+/// Argon2 costs tens of milliseconds of CPU: run it on the blocking pool so the
+/// async workers keep answering buyers.
+pub async fn hash_password(password: Password) -> Result<String, AppError> {
+    web::block(move || {
+        let mut salt_bytes = [0u8; 16];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut salt_bytes);
+        let salt =
+            SaltString::encode_b64(&salt_bytes).map_err(|e| anyhow::anyhow!("argon2 salt: {e}"))?;
+        Argon2::default()
+            .hash_password(password.expose().as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| anyhow::anyhow!("argon2 hash failed: {e}"))
+    })
+    .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking pool: {e}")))?
+    .map_err(AppError::Internal)
+}
+
+async fn verify_password(hash: String, password: String) -> Result<bool, AppError> {
+    web::block(move || {
+        let parsed = PasswordHash::new(&hash).map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
+        Ok::<_, anyhow::Error>(
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok(),
+        )
+    })
+    .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking pool: {e}")))?
+    .map_err(AppError::Internal)
+}
+
+/// A fixed, valid hash to verify against when the user does not exist, so a wrong
+/// username costs as much time as a wrong password (no user enumeration by timing).
+const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$Ww3b3lR3H1mN1bV1c0o8q2mS3M4xYk9q1r0pQ6m5m7E";
+
+pub async fn create_user(
+    db: &PgPool,
+    username: &Username,
+    password: Password,
+    admin: bool,
+) -> Result<UserView, AppError> {
+    let hash = hash_password(password).await?;
+    sqlx::query_as::<_, UserView>(
+        "INSERT INTO users (username, password_hash, is_admin) VALUES ($1, $2, $3)
+         RETURNING id, username, is_admin",
+    )
+    .bind(username.as_str())
+    .bind(hash)
+    .bind(admin)
+    .fetch_one(db)
+    .await
+    .map_err(|e| {
+        if is_unique_violation(&e) {
+            AppError::conflict("username_taken", "that username is taken")
+        } else {
+            e.into()
+        }
+    })
+}
+
+/// Creates the user, or sets its password and admin flag when it exists. Used by the
+/// admin bootstrap and the demo seed, so running them twice changes nothing.
+pub async fn upsert_user(
+    db: &PgPool,
+    username: &Username,
+    password: Password,
+    admin: bool,
+) -> Result<UserView, AppError> {
+    let hash = hash_password(password).await?;
+    Ok(sqlx::query_as::<_, UserView>(
+        "INSERT INTO users (username, password_hash, is_admin) VALUES ($1, $2, $3)
+         ON CONFLICT (username) DO UPDATE
+           SET password_hash = EXCLUDED.password_hash, is_admin = EXCLUDED.is_admin
+         RETURNING id, username, is_admin",
+    )
+    .bind(username.as_str())
+    .bind(hash)
+    .bind(admin)
+    .fetch_one(db)
+    .await?)
+}
+
+async fn signup(
+    state: web::Data<AppState>,
+    body: web::Json<Credentials>,
+) -> Result<HttpResponse, AppError> {
+    let body = body.into_inner();
+    let username = Username::parse(&body.username)?;
+    let password = Password::parse(body.password)?;
+    let user = create_user(&state.db, &username, password, false).await?;
+    tracing::info!(user_id = user.id, "user signed up");
+    Ok(HttpResponse::Created().json(user))
+}
+
+#[tracing::instrument(skip_all)]
+async fn signin(
+    state: web::Data<AppState>,
+    body: web::Json<Credentials>,
+) -> Result<HttpResponse, AppError> {
+    let body = body.into_inner();
+    let wrong =
+        || AppError::unauthorized("wrong username or password").into_code("bad_credentials");
+    // A malformed username cannot exist; still answer the same way as a wrong one.
+    let username = Username::parse(&body.username).map_err(|_| wrong())?;
+    if body.password.len() > 1024 {
+        return Err(wrong());
+    }
+    let row: Option<(i64, String, bool)> =
+        sqlx::query_as("SELECT id, password_hash, is_admin FROM users WHERE username = $1")
+            .bind(username.as_str())
+            .fetch_optional(&state.db)
+            .await?;
+    let (hash, found) = match &row {
+        Some((_, hash, _)) => (hash.clone(), true),
+        None => (DUMMY_HASH.to_string(), false),
+    };
+    let ok = verify_password(hash, body.password).await?;
+    let Some((id, _, is_admin)) = row.filter(|_| ok && found) else {
+        return Err(wrong());
+    };
+    let user_id = Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad user id")))?;
+    let expires_at = chrono::Utc::now().timestamp() + state.config.token_ttl_secs as i64;
+    let token = state.tokens.issue(Claims {
+        user_id,
+        admin: is_admin,
+        expires_at,
+    });
+    let csrf = random_token_hex(16);
+    let max_age = CookieDuration::seconds(state.config.token_ttl_secs as i64);
+    let session = Cookie::build(SESSION_COOKIE, token.clone())
+        .path("/")
+        .http_only(true)
+        .same_site(SameSite::Lax)
+        .secure(state.config.cookie_secure)
+        .max_age(max_age)
+        .finish();
+    let csrf_cookie = Cookie::build(CSRF_COOKIE, csrf.clone())
+        .path("/")
+        .http_only(false)
+        .same_site(SameSite::Strict)
+        .secure(state.config.cookie_secure)
+        .max_age(max_age)
+        .finish();
+    tracing::info!(user_id = id, "user signed in");
+    Ok(HttpResponse::Ok()
+        .cookie(session)
+        .cookie(csrf_cookie)
+        .json(SigninResponse {
+            token,
+            expires_at,
+            csrf_token: csrf,
+            user: UserView {
+                id,
+                username: username.as_str().to_string(),
+                is_admin,
+            },
+        }))
+}
+
+async fn signout() -> HttpResponse {
+    let mut session = Cookie::build(SESSION_COOKIE, "").path("/").finish();
+    session.make_removal();
+    let mut csrf = Cookie::build(CSRF_COOKIE, "").path("/").finish();
+    csrf.make_removal();
+    HttpResponse::NoContent()
+        .cookie(session)
+        .cookie(csrf)
+        .finish()
+}
+
+async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
+    let view =
+        sqlx::query_as::<_, UserView>("SELECT id, username, is_admin FROM users WHERE id = $1")
+            .bind(user.id.get())
+            .fetch_optional(&state.db)
+            .await?
+            .ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+    Ok(HttpResponse::Ok().json(view))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dummy_hash_parses() {
+        assert!(PasswordHash::new(DUMMY_HASH).is_ok());
+    }
+
+    #[test]
+    fn constant_time_eq_works() {
+        assert!(constant_time_eq("abc", "abc"));
+        assert!(!constant_time_eq("abc", "abd"));
+        assert!(!constant_time_eq("abc", "ab"));
+    }
+}

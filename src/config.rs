@@ -1,0 +1,324 @@
+//! Configuration: built-in defaults, then an optional TOML file, then environment
+//! variables (highest priority). Secrets never reach a log: `Debug` redacts them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Everything the server needs to start. Every field has a local default so that
+/// `stampede serve` works against the services `scripts/run` starts.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP server binds to. Port 0 picks a free port (tests do this).
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub redis_url: String,
+    /// Prefix of every Redis key, so tests and deployments can share one server.
+    pub redis_namespace: String,
+    /// HMAC key for session tokens. At least 32 bytes.
+    pub token_secret: String,
+    /// How long a session token stays valid.
+    pub token_ttl_secs: u64,
+    /// Mark cookies `Secure` (set this when serving over HTTPS).
+    pub cookie_secure: bool,
+    /// Largest accepted JSON body.
+    pub max_body_bytes: usize,
+    /// How long this process trusts its own "sold out" flag before asking Redis again.
+    /// Bounds how late another instance notices a top-up.
+    pub sold_out_cache_ms: u64,
+    /// Run the settlement worker inside `serve`.
+    pub settle_in_serve: bool,
+    pub settle: SettleConfig,
+    /// Peers whose `X-Forwarded-For` header is believed.
+    pub trusted_proxies: Vec<IpAddr>,
+    /// Created (or promoted) at startup when both are set.
+    pub admin_username: Option<String>,
+    pub admin_password: Option<String>,
+    /// Password of the demo users that `stampede seed-demo` creates.
+    pub demo_password: Option<String>,
+    /// Postgres pool size.
+    pub database_max_connections: u32,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SettleConfig {
+    /// Most stream entries written to Postgres in one transaction.
+    pub batch_size: usize,
+    /// How long one blocking read waits for new entries.
+    pub block_ms: u64,
+    /// Entries pending longer than this are taken over from a dead consumer.
+    pub claim_idle_ms: u64,
+    /// Consumer name inside the group; defaults to host and process id.
+    pub consumer: Option<String>,
+}
+
+impl Default for SettleConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 500,
+            block_ms: 1000,
+            claim_idle_ms: 30_000,
+            consumer: None,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            database_url: "postgres://stampede@127.0.0.1:5439/stampede".into(),
+            redis_url: "redis://127.0.0.1:6399/".into(),
+            redis_namespace: "stampede".into(),
+            token_secret: String::new(),
+            token_ttl_secs: 24 * 3600,
+            cookie_secure: false,
+            max_body_bytes: 16 * 1024,
+            sold_out_cache_ms: 1000,
+            settle_in_serve: true,
+            settle: SettleConfig::default(),
+            trusted_proxies: Vec::new(),
+            admin_username: None,
+            admin_password: None,
+            demo_password: None,
+            database_max_connections: 20,
+            workers: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &redact_url(&self.database_url))
+            .field("redis_url", &redact_url(&self.redis_url))
+            .field("redis_namespace", &self.redis_namespace)
+            .field("token_secret", &"<redacted>")
+            .field("token_ttl_secs", &self.token_ttl_secs)
+            .field("cookie_secure", &self.cookie_secure)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("sold_out_cache_ms", &self.sold_out_cache_ms)
+            .field("settle_in_serve", &self.settle_in_serve)
+            .field("settle", &self.settle)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("admin_username", &self.admin_username)
+            .field("database_max_connections", &self.database_max_connections)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `postgres://user:secret@host/db` -> `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: String,
+        source: Box<toml::de::Error>,
+    },
+    #[error("invalid value for {var}: {message}")]
+    Env { var: &'static str, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Defaults, then the file (if given), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = match file {
+            Some(path) => Self::from_file(path)?,
+            None => Self::default(),
+        };
+        config.apply_env(|name| std::env::var(name).ok())?;
+        Ok(config)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.display().to_string(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Environment overrides. `DATABASE_URL` and `REDIS_URL` are honoured under their
+    /// customary names; everything else is `STAMPEDE_<FIELD>`.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+                var,
+                message: e.to_string(),
+            })
+        }
+        if let Some(v) = var("STAMPEDE_LISTEN") {
+            self.listen = parse("STAMPEDE_LISTEN", v)?;
+        }
+        if let Some(v) = var("DATABASE_URL") {
+            self.database_url = v;
+        }
+        if let Some(v) = var("REDIS_URL") {
+            self.redis_url = v;
+        }
+        if let Some(v) = var("STAMPEDE_REDIS_NAMESPACE") {
+            self.redis_namespace = v;
+        }
+        if let Some(v) = var("STAMPEDE_TOKEN_SECRET") {
+            self.token_secret = v;
+        }
+        if let Some(v) = var("STAMPEDE_TOKEN_TTL_SECS") {
+            self.token_ttl_secs = parse("STAMPEDE_TOKEN_TTL_SECS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_COOKIE_SECURE") {
+            self.cookie_secure = parse("STAMPEDE_COOKIE_SECURE", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_MAX_BODY_BYTES") {
+            self.max_body_bytes = parse("STAMPEDE_MAX_BODY_BYTES", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_SOLD_OUT_CACHE_MS") {
+            self.sold_out_cache_ms = parse("STAMPEDE_SOLD_OUT_CACHE_MS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_SETTLE_IN_SERVE") {
+            self.settle_in_serve = parse("STAMPEDE_SETTLE_IN_SERVE", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_SETTLE_BATCH_SIZE") {
+            self.settle.batch_size = parse("STAMPEDE_SETTLE_BATCH_SIZE", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_SETTLE_CLAIM_IDLE_MS") {
+            self.settle.claim_idle_ms = parse("STAMPEDE_SETTLE_CLAIM_IDLE_MS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_TRUSTED_PROXIES") {
+            self.trusted_proxies = v
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| parse("STAMPEDE_TRUSTED_PROXIES", s.to_string()))
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = var("STAMPEDE_ADMIN_USERNAME") {
+            self.admin_username = Some(v);
+        }
+        if let Some(v) = var("STAMPEDE_ADMIN_PASSWORD") {
+            self.admin_password = Some(v);
+        }
+        if let Some(v) = var("STAMPEDE_DEMO_PASSWORD") {
+            self.demo_password = Some(v);
+        }
+        if let Some(v) = var("STAMPEDE_DATABASE_MAX_CONNECTIONS") {
+            self.database_max_connections = parse("STAMPEDE_DATABASE_MAX_CONNECTIONS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_WORKERS") {
+            self.workers = parse("STAMPEDE_WORKERS", v)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that only make sense once every source has been applied.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.token_secret.len() < 32 {
+            return Err(ConfigError::Invalid(
+                "token_secret (STAMPEDE_TOKEN_SECRET) must be at least 32 characters; \
+                 scripts/run generates one into .data/env"
+                    .into(),
+            ));
+        }
+        if self.redis_namespace.is_empty()
+            || !self
+                .redis_namespace
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+        {
+            return Err(ConfigError::Invalid(
+                "redis_namespace must be non-empty and use only [A-Za-z0-9_.:-]".into(),
+            ));
+        }
+        if self.settle.batch_size == 0 {
+            return Err(ConfigError::Invalid("settle.batch_size must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn env_overrides_defaults() {
+        let env: HashMap<&str, &str> = HashMap::from([
+            ("STAMPEDE_LISTEN", "127.0.0.1:0"),
+            ("REDIS_URL", "redis://x/"),
+            ("STAMPEDE_TRUSTED_PROXIES", "10.0.0.1, ::1"),
+        ]);
+        let mut c = Config::default();
+        c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.redis_url, "redis://x/");
+        assert_eq!(c.trusted_proxies.len(), 2);
+    }
+
+    #[test]
+    fn bad_env_value_names_the_variable() {
+        let mut c = Config::default();
+        let err = c
+            .apply_env(|k| (k == "STAMPEDE_LISTEN").then(|| "nope".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("STAMPEDE_LISTEN"));
+    }
+
+    #[test]
+    fn debug_never_prints_secrets() {
+        let c = Config {
+            token_secret: "supersecretsupersecretsupersecret".into(),
+            database_url: "postgres://u:hunter2@h/db".into(),
+            ..Config::default()
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("supersecret"));
+        assert!(!shown.contains("hunter2"));
+    }
+
+    #[test]
+    fn short_secret_is_rejected() {
+        let c = Config {
+            token_secret: "short".into(),
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

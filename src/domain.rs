@@ -1,0 +1,202 @@
+//! Input types that validate when parsed. A value of one of these types is known
+//! good, so handlers and Redis key builders never see raw user text.
+
+use std::fmt;
+
+use crate::error::AppError;
+
+/// Positive database id of a sale (or poll, or user). Parsed from the path, never
+/// used as raw text, so it is safe inside a Redis key and its hash tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct Id(i64);
+
+impl Id {
+    pub fn new(raw: i64) -> Option<Self> {
+        (raw > 0).then_some(Id(raw))
+    }
+
+    pub fn get(self) -> i64 {
+        self.0
+    }
+
+    /// Parses a path segment. Only plain decimal digits: no sign, no spaces, no `+`.
+    pub fn parse(what: &'static str, raw: &str) -> Result<Self, AppError> {
+        let invalid = || {
+            AppError::bad_request(
+                "invalid_id",
+                format!(
+                    "{what} id must be a positive integer, got {:?}",
+                    truncate(raw, 40)
+                ),
+            )
+        };
+        if raw.is_empty() || raw.len() > 19 || !raw.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid());
+        }
+        raw.parse::<i64>()
+            .ok()
+            .and_then(Id::new)
+            .ok_or_else(invalid)
+    }
+}
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+pub type SaleId = Id;
+pub type UserId = Id;
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// 3 to 32 characters from `[A-Za-z0-9_.-]`, compared case-insensitively (stored lower-case).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Username(String);
+
+impl Username {
+    pub fn parse(raw: &str) -> Result<Self, AppError> {
+        let name = raw.trim();
+        let ok_len = (3..=32).contains(&name.len());
+        let ok_chars = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !ok_len || !ok_chars {
+            return Err(AppError::unprocessable(
+                "invalid_username",
+                "username must be 3 to 32 characters of letters, digits, '_', '.' or '-'",
+            ));
+        }
+        Ok(Username(name.to_ascii_lowercase()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A password as typed. 8 to 128 characters; never logged (`Debug` hides it).
+pub struct Password(String);
+
+impl Password {
+    pub fn parse(raw: String) -> Result<Self, AppError> {
+        let chars = raw.chars().count();
+        if !(8..=128).contains(&chars) {
+            return Err(AppError::unprocessable(
+                "invalid_password",
+                "password must be 8 to 128 characters",
+            ));
+        }
+        Ok(Password(raw))
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+/// Upper bound on stock of one sale and on one top-up: large enough for any real
+/// flash sale, small enough that a typo like 1e12 is refused.
+pub const MAX_STOCK: i64 = 10_000_000;
+/// Upper bound on a price in cents (one million currency units).
+pub const MAX_PRICE_CENTS: i64 = 100_000_000;
+
+pub fn parse_stock(field: &'static str, value: i64) -> Result<i64, AppError> {
+    if !(0..=MAX_STOCK).contains(&value) {
+        return Err(AppError::unprocessable(
+            "invalid_stock",
+            format!("{field} must be between 0 and {MAX_STOCK}"),
+        ));
+    }
+    Ok(value)
+}
+
+pub fn parse_price(value: i64) -> Result<i64, AppError> {
+    if !(0..=MAX_PRICE_CENTS).contains(&value) {
+        return Err(AppError::unprocessable(
+            "invalid_price",
+            format!("price_cents must be between 0 and {MAX_PRICE_CENTS}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Trimmed, non-empty, at most `max` characters.
+pub fn parse_text(
+    field: &'static str,
+    raw: &str,
+    max: usize,
+    allow_empty: bool,
+) -> Result<String, AppError> {
+    let text = raw.trim();
+    if (!allow_empty && text.is_empty()) || text.chars().count() > max {
+        return Err(AppError::unprocessable(
+            "invalid_text",
+            format!(
+                "{field} must be {} to {max} characters",
+                if allow_empty { 0 } else { 1 }
+            ),
+        ));
+    }
+    Ok(text.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_positive_decimal_only() {
+        assert_eq!(Id::parse("sale", "42").unwrap().get(), 42);
+        for bad in [
+            "0",
+            "-1",
+            "+1",
+            " 1",
+            "1a",
+            "",
+            "{1}",
+            "99999999999999999999",
+            "1.0",
+        ] {
+            assert!(Id::parse("sale", bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn usernames_are_normalised_and_bounded() {
+        assert_eq!(Username::parse(" Alice ").unwrap().as_str(), "alice");
+        for bad in ["ab", "a b c", "x{y}z", &"a".repeat(33), "émile"] {
+            assert!(Username::parse(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+
+    #[test]
+    fn passwords_are_bounded_and_hidden() {
+        assert!(Password::parse("short".into()).is_err());
+        assert!(Password::parse("x".repeat(129)).is_err());
+        let p = Password::parse("correct horse".into()).unwrap();
+        assert!(!format!("{p:?}").contains("horse"));
+    }
+
+    #[test]
+    fn stock_and_price_bounds() {
+        assert!(parse_stock("stock", -1).is_err());
+        assert!(parse_stock("stock", MAX_STOCK + 1).is_err());
+        assert_eq!(parse_stock("stock", 100).unwrap(), 100);
+        assert!(parse_price(-5).is_err());
+    }
+}

@@ -1,0 +1,178 @@
+//! The one application error type. Every failure a handler can meet becomes an
+//! [`AppError`], which answers with a status and a JSON body
+//! `{"error": "<code>", "message": "<text>"}`. Server-side causes are logged with
+//! their chain and never sent to the client.
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A refusal the client caused or can act on (4xx), or a known 503.
+    #[error("{message}")]
+    Client {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+        /// Extra response headers (Retry-After, RateLimit, ...).
+        headers: Vec<(header::HeaderName, String)>,
+    },
+    #[error("redis error")]
+    Redis(#[from] redis::RedisError),
+    #[error("database error")]
+    Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+#[derive(Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: &'a str,
+    pub message: &'a str,
+}
+
+impl AppError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        AppError::Client {
+            status,
+            code,
+            message: message.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with_header(mut self, name: header::HeaderName, value: impl Into<String>) -> Self {
+        if let AppError::Client { headers, .. } = &mut self {
+            headers.push((name, value.into()));
+        }
+        self
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+    }
+
+    /// The machine-readable code sent as `error`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppError::Client { code, .. } => code,
+            AppError::Redis(e) if is_redis_unreachable(e) => "redis_unavailable",
+            AppError::Database(e) if is_db_unreachable(e) => "database_unavailable",
+            _ => "internal",
+        }
+    }
+}
+
+/// Connection-level Redis failures are an outage (503), not a bug (500).
+pub fn is_redis_unreachable(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+}
+
+fn is_db_unreachable(e: &sqlx::Error) -> bool {
+    matches!(
+        e,
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed
+    )
+}
+
+/// The SQLSTATE of a unique-constraint violation.
+pub fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
+impl ResponseError for AppError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            AppError::Client { status, .. } => *status,
+            AppError::Redis(e) if is_redis_unreachable(e) => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Database(e) if is_db_unreachable(e) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        let message = match self {
+            AppError::Client { message, .. } => message.clone(),
+            other => {
+                tracing::error!(error = %error_chain(other), "request failed");
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    "a backing service is unavailable; try again shortly".to_string()
+                } else {
+                    "internal error".to_string()
+                }
+            }
+        };
+        let mut builder = HttpResponse::build(status);
+        if let AppError::Client { headers, .. } = self {
+            for (name, value) in headers {
+                builder.insert_header((name.clone(), value.as_str()));
+            }
+        }
+        builder.json(ErrorBody {
+            error: self.code(),
+            message: &message,
+        })
+    }
+}
+
+/// `outer: inner: innermost`, for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::body::to_bytes;
+
+    #[actix_web::test]
+    async fn client_errors_render_code_and_message() {
+        let resp = AppError::conflict("already_bought", "you already bought this").error_response();
+        assert_eq!(resp.status(), StatusCode::CONFLICT);
+        let body = to_bytes(resp.into_body()).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["error"], "already_bought");
+        assert_eq!(v["message"], "you already bought this");
+    }
+
+    #[actix_web::test]
+    async fn internal_errors_hide_details() {
+        let resp = AppError::Internal(anyhow::anyhow!("secret detail")).error_response();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = to_bytes(resp.into_body()).await.unwrap();
+        assert!(!String::from_utf8_lossy(&body).contains("secret detail"));
+    }
+}

@@ -1,0 +1,66 @@
+//! Redis key naming. Every key starts with the configured namespace; all keys one
+//! script touches share one hash tag (`{sale:42}`), so every script runs unchanged on
+//! Redis Cluster. Only parsed ids reach a key, never user text.
+
+use crate::domain::Id;
+
+#[derive(Clone, Debug)]
+pub struct Keys {
+    ns: String,
+}
+
+/// The keys of one sale, all in the slot of `{sale:<id>}`.
+#[derive(Clone, Debug)]
+pub struct SaleKeys {
+    /// Hash: `starts_ms`, `ends_ms`, `closed`.
+    pub meta: String,
+    /// Integer: units left.
+    pub stock: String,
+    /// Set of user ids that bought.
+    pub buyers: String,
+    /// Stream of accepted order events, read by the settlement worker.
+    pub orders: String,
+    /// Hash order id -> user id of accepted orders not yet in Postgres.
+    pub pending: String,
+}
+
+impl Keys {
+    pub fn new(namespace: &str) -> Self {
+        Keys {
+            ns: namespace.to_string(),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.ns
+    }
+
+    pub fn sale(&self, id: Id) -> SaleKeys {
+        let base = format!("{}:{{sale:{}}}", self.ns, id);
+        SaleKeys {
+            meta: format!("{base}:meta"),
+            stock: format!("{base}:stock"),
+            buyers: format!("{base}:buyers"),
+            orders: format!("{base}:orders"),
+            pending: format!("{base}:pending"),
+        }
+    }
+
+    /// Any other key of this deployment, e.g. `ns:ratelimit:...`.
+    pub fn other(&self, rest: &str) -> String {
+        format!("{}:{rest}", self.ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sale_keys_share_one_hash_tag() {
+        let k = Keys::new("t1").sale(Id::new(42).unwrap());
+        for key in [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending] {
+            assert!(key.starts_with("t1:{sale:42}:"), "{key}");
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! Stampede: a flash-sale (seckill) and voting backend.
+//!
+//! # Layout
+//! - [`startup`]: builds the server (`Application::build` binds and returns the port)
+//!   and runs it with graceful shutdown.
+//! - [`config`]: defaults, TOML file, environment overrides.
+//! - [`state`]: the one `AppState` (config, Redis connection, Postgres pool, keys).
+//! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
+//! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
+//! - [`keys`]: Redis key naming with namespace and hash tags.
+//! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
+//! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
+//! - [`settle`]: the worker that moves accepted orders from Redis streams to Postgres.
+//! - [`web`]: browser pages (askama templates) and static files.
+//! - [`seed`]: the first admin and demo data.
+
+pub mod auth;
+pub mod config;
+pub mod domain;
+pub mod error;
+pub mod keys;
+pub mod sale;
+pub mod seed;
+pub mod settle;
+pub mod startup;
+pub mod state;
+pub mod telemetry;
+pub mod web;

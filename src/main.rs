@@ -1,0 +1,124 @@
+//! The `stampede` command: serve, migrate, settle, seed-demo, create-admin.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use stampede::config::Config;
+use stampede::domain::{Password, Username};
+use stampede::keys::Keys;
+use stampede::startup::{self, Application};
+
+#[derive(Parser)]
+#[command(name = "stampede", version, about = "Flash-sale and voting backend")]
+struct Cli {
+    /// TOML config file; environment variables override it.
+    #[arg(long, global = true, env = "STAMPEDE_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP server (and, unless disabled, the settlement worker).
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Run only the settlement worker.
+    Settle {
+        /// Settle everything pending, then exit.
+        #[arg(long)]
+        drain: bool,
+    },
+    /// Create demo users and demo sales (idempotent).
+    SeedDemo,
+    /// Create an admin, or promote an existing user. The password is read from
+    /// STAMPEDE_ADMIN_PASSWORD or, when that is unset, from the first line of stdin.
+    CreateAdmin {
+        #[arg(long)]
+        username: String,
+    },
+}
+
+#[actix_web::main]
+async fn main() -> std::process::ExitCode {
+    stampede::telemetry::init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(cli.config.as_deref())?;
+    match cli.command {
+        Command::Serve => {
+            let app = Application::build(config.clone()).await?;
+            tracing::info!(url = %format!("http://{}:{}", config.listen.ip(), app.port()), "stampede is serving");
+            app.run_until_signal().await
+        }
+        Command::Migrate => {
+            let db = startup::connect_db(&config).await?;
+            startup::migrate(&db).await?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Settle { drain } => {
+            let db = startup::connect_db(&config).await?;
+            let keys = Keys::new(&config.redis_namespace);
+            let mut settler = stampede::settle::Settler::connect(
+                db,
+                &config.redis_url,
+                keys,
+                config.settle.clone(),
+            )
+            .await?;
+            if drain {
+                let n = settler.drain().await?;
+                println!("settled {n} new orders");
+                return Ok(());
+            }
+            let (tx, rx) = tokio::sync::watch::channel(false);
+            let worker = tokio::spawn(settler.run(rx));
+            tokio::signal::ctrl_c().await?;
+            let _ = tx.send(true);
+            worker.await?;
+            Ok(())
+        }
+        Command::SeedDemo => {
+            config.validate()?;
+            let db = startup::connect_db(&config).await?;
+            startup::migrate(&db).await?;
+            let mut redis = startup::connect_redis(&config).await?;
+            let keys = Keys::new(&config.redis_namespace);
+            stampede::seed::seed_demo(&db, &mut redis, &keys, &config).await?;
+            println!("demo data ready");
+            Ok(())
+        }
+        Command::CreateAdmin { username } => {
+            let username = Username::parse(&username).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let raw = match std::env::var("STAMPEDE_ADMIN_PASSWORD") {
+                Ok(p) => p,
+                Err(_) => {
+                    eprintln!("password (one line on stdin):");
+                    let mut line = String::new();
+                    std::io::stdin().lock().read_line(&mut line)?;
+                    line.trim_end_matches(['\r', '\n']).to_string()
+                }
+            };
+            let password = Password::parse(raw).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let db = startup::connect_db(&config).await?;
+            startup::migrate(&db).await?;
+            let user = stampede::auth::upsert_user(&db, &username, password, true)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            println!("admin {} (id {}) ready", user.username, user.id);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Flash sales: admin set-up, the purchase hot path, and order status.
+//!
+//! Postgres holds each sale's record; Redis holds its live state under the keys of
+//! [`crate::keys::SaleKeys`]. A purchase is decided by one Lua script
+//! (`lua/purchase.lua`); the accepted order travels on the sale's stream to the
+//! settlement worker, which writes it to Postgres.
+
+mod routes;
+pub mod store;
+
+pub use routes::configure;
+pub use store::{PurchaseOutcome, SaleView};
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use crate::domain::SaleId;
+
+/// Process-local memory of sales this process saw sold out, so the stampede after
+/// the last unit is answered without a Redis round trip. An entry is trusted for
+/// `ttl` only: a top-up made through another instance is noticed within that time.
+pub struct SoldOutFlags {
+    ttl: Duration,
+    // A std lock: held for a map lookup only, never across an await.
+    seen: RwLock<HashMap<SaleId, Instant>>,
+}
+
+impl SoldOutFlags {
+    pub fn new(ttl: Duration) -> Self {
+        SoldOutFlags {
+            ttl,
+            seen: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub fn is_sold_out(&self, sale: SaleId) -> bool {
+        if self.ttl.is_zero() {
+            return false;
+        }
+        let seen = self.seen.read().unwrap_or_else(|e| e.into_inner());
+        seen.get(&sale).is_some_and(|at| at.elapsed() < self.ttl)
+    }
+
+    pub fn mark(&self, sale: SaleId) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+        seen.insert(sale, Instant::now());
+    }
+
+    pub fn clear(&self, sale: SaleId) {
+        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
+        seen.remove(&sale);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Id;
+
+    #[test]
+    fn flags_expire_and_clear() {
+        let flags = SoldOutFlags::new(Duration::from_millis(30));
+        let id = Id::new(1).unwrap();
+        assert!(!flags.is_sold_out(id));
+        flags.mark(id);
+        assert!(flags.is_sold_out(id));
+        flags.clear(id);
+        assert!(!flags.is_sold_out(id));
+        flags.mark(id);
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(!flags.is_sold_out(id), "a stale flag must not be trusted");
+    }
+
+    #[test]
+    fn zero_ttl_disables_the_flag() {
+        let flags = SoldOutFlags::new(Duration::ZERO);
+        let id = Id::new(1).unwrap();
+        flags.mark(id);
+        assert!(!flags.is_sold_out(id));
+    }
+}

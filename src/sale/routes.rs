@@ -1,0 +1,424 @@
+//! HTTP routes of sales: public reads, the purchase, order status, admin set-up.
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::store::{self, NewSale, PurchaseOutcome, StockChange};
+use crate::auth::{AdminUser, AuthUser};
+use crate::domain::{self, Id, SaleId};
+use crate::error::AppError;
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/sales", web::get().to(list))
+        .route("/api/sales/{id}", web::get().to(show))
+        .route("/api/sales/{id}/purchase", web::post().to(purchase))
+        .route("/api/orders/{id}", web::get().to(order_status))
+        .route("/api/me/orders", web::get().to(my_orders))
+        .route("/api/admin/sales", web::post().to(admin_create))
+        .route("/api/admin/sales", web::get().to(admin_list))
+        .route("/api/admin/sales/{id}/stock", web::post().to(admin_stock))
+        .route("/api/admin/sales/{id}/open", web::post().to(admin_open))
+        .route("/api/admin/sales/{id}/close", web::post().to(admin_close))
+        .route("/api/admin/sales/{id}/orders", web::get().to(admin_orders));
+}
+
+/// Most sales a list returns.
+const LIST_LIMIT: i64 = 200;
+
+async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+    let rows = store::list_sales(&state.db, LIST_LIMIT).await?;
+    let views = store::views(&mut state.redis.clone(), &state.keys, rows).await?;
+    Ok(HttpResponse::Ok().json(views))
+}
+
+pub async fn load_view(state: &AppState, id: SaleId) -> Result<store::SaleView, AppError> {
+    let row = store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
+    views
+        .pop()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("view lost")))
+}
+
+async fn show(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+#[derive(Serialize)]
+struct Accepted {
+    status: &'static str,
+    order_id: Uuid,
+    sale_id: SaleId,
+}
+
+/// The hot path. Token check (no I/O), the local sold-out flag, then one EVALSHA.
+#[tracing::instrument(skip_all, fields(sale = %path.as_str()))]
+async fn purchase(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let sale = Id::parse("sale", &path)?;
+    if state.sold_out.is_sold_out(sale) {
+        return Err(sold_out());
+    }
+    let outcome = store::purchase(&mut state.redis.clone(), &state.keys, sale, user.id).await?;
+    match outcome {
+        PurchaseOutcome::Accepted { order_id, .. } => Ok(HttpResponse::Accepted().json(Accepted {
+            status: "pending",
+            order_id,
+            sale_id: sale,
+        })),
+        PurchaseOutcome::AlreadyBought => Err(AppError::conflict(
+            "already_bought",
+            "you already bought from this sale (one per customer)",
+        )),
+        PurchaseOutcome::SoldOut => {
+            state.sold_out.mark(sale);
+            Err(sold_out())
+        }
+        PurchaseOutcome::NotStarted { starts_in_ms } => {
+            let secs = (starts_in_ms + 999) / 1000;
+            Err(AppError::conflict(
+                "not_started",
+                format!("this sale has not started; it opens in {secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
+        }
+        PurchaseOutcome::Ended => Err(AppError::new(
+            StatusCode::GONE,
+            "ended",
+            "this sale has ended",
+        )),
+        PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
+    }
+}
+
+fn sold_out() -> AppError {
+    AppError::new(StatusCode::GONE, "sold_out", "sold out")
+}
+
+#[derive(Serialize, sqlx::FromRow)]
+struct OrderRow {
+    id: Uuid,
+    sale_id: i64,
+    user_id: i64,
+    accepted_at: DateTime<Utc>,
+    settled_at: DateTime<Utc>,
+}
+
+#[derive(Serialize)]
+struct OrderStatus {
+    order_id: Uuid,
+    sale_id: i64,
+    user_id: i64,
+    /// `pending` (accepted, on its way to Postgres) or `confirmed` (in Postgres).
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    accepted_at: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    settled_at: Option<DateTime<Utc>>,
+}
+
+async fn order_status(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let order_id = Uuid::parse_str(&path)
+        .map_err(|_| AppError::bad_request("invalid_id", "order id must be a UUID"))?;
+    let not_found = || AppError::not_found("no such order");
+    let row = sqlx::query_as::<_, OrderRow>(
+        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders WHERE id = $1",
+    )
+    .bind(order_id)
+    .fetch_optional(&state.db)
+    .await?;
+    if let Some(o) = row {
+        if o.user_id != user.id.get() && !user.admin {
+            return Err(not_found());
+        }
+        return Ok(HttpResponse::Ok().json(OrderStatus {
+            order_id: o.id,
+            sale_id: o.sale_id,
+            user_id: o.user_id,
+            status: "confirmed",
+            accepted_at: Some(o.accepted_at),
+            settled_at: Some(o.settled_at),
+        }));
+    }
+    let sale = store::sale_of_order(&order_id).ok_or_else(not_found)?;
+    let owner: Option<i64> = redis::cmd("HGET")
+        .arg(&state.keys.sale(sale).pending)
+        .arg(order_id.to_string())
+        .query_async(&mut state.redis.clone())
+        .await?;
+    match owner {
+        Some(owner) if owner == user.id.get() || user.admin => {
+            Ok(HttpResponse::Ok().json(OrderStatus {
+                order_id,
+                sale_id: sale.get(),
+                user_id: owner,
+                status: "pending",
+                accepted_at: None,
+                settled_at: None,
+            }))
+        }
+        _ => Err(not_found()),
+    }
+}
+
+#[derive(Serialize, sqlx::FromRow)]
+struct MyOrder {
+    id: Uuid,
+    sale_id: i64,
+    sale_name: String,
+    price_cents: i64,
+    accepted_at: DateTime<Utc>,
+    settled_at: DateTime<Utc>,
+}
+
+async fn my_orders(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
+    let orders = sqlx::query_as::<_, MyOrder>(
+        "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
+    )
+    .bind(user.id.get())
+    .fetch_all(&state.db)
+    .await?;
+    Ok(HttpResponse::Ok().json(orders))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateSale {
+    name: String,
+    #[serde(default)]
+    description: String,
+    price_cents: i64,
+    stock: i64,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+}
+
+/// Longest sale window accepted; anything longer is almost surely a typo.
+const MAX_SALE_DAYS: i64 = 366;
+
+impl CreateSale {
+    fn validate(self) -> Result<NewSale, AppError> {
+        let name = domain::parse_text("name", &self.name, 200, false)?;
+        let description = domain::parse_text("description", &self.description, 5000, true)?;
+        let price_cents = domain::parse_price(self.price_cents)?;
+        let stock = domain::parse_stock("stock", self.stock)?;
+        if self.ends_at <= self.starts_at {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                "ends_at must be after starts_at",
+            ));
+        }
+        if self.ends_at - self.starts_at > chrono::Duration::days(MAX_SALE_DAYS) {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                format!("a sale may last at most {MAX_SALE_DAYS} days"),
+            ));
+        }
+        if self.ends_at <= Utc::now() {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                "ends_at is in the past",
+            ));
+        }
+        Ok(NewSale {
+            name,
+            description,
+            price_cents,
+            stock,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+        })
+    }
+}
+
+async fn admin_create(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    body: web::Json<CreateSale>,
+) -> Result<HttpResponse, AppError> {
+    let new = body.into_inner().validate()?;
+    let row = store::create_sale(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
+    tracing::info!(sale = row.id, admin = %admin.id, "sale created");
+    let view = load_view(&state, Id::new(row.id).expect("serial ids are positive")).await?;
+    Ok(HttpResponse::Created().json(view))
+}
+
+async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
+    list(state).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StockBody {
+    /// Units left become exactly this.
+    set: Option<i64>,
+    /// Units left grow by this.
+    add: Option<i64>,
+}
+
+async fn admin_stock(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+    body: web::Json<StockBody>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let change = match (body.set, body.add) {
+        (Some(n), None) => StockChange::Set(domain::parse_stock("set", n)?),
+        (None, Some(n)) => StockChange::Add(domain::parse_stock("add", n)?),
+        _ => {
+            return Err(AppError::unprocessable(
+                "invalid_stock",
+                "send exactly one of {\"set\": n} or {\"add\": n}",
+            ));
+        }
+    };
+    let sale = store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let (left, sold) = store::change_stock(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        &sale,
+        change,
+    )
+    .await?;
+    if left > 0 {
+        state.sold_out.clear(id);
+    }
+    tracing::info!(sale = %id, admin = %admin.id, left, sold, "stock changed");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+async fn admin_open(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let sale = store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    if sale.ends_at <= Utc::now() {
+        return Err(AppError::conflict(
+            "ended",
+            "this sale's end time has passed; it cannot be opened",
+        ));
+    }
+    set_window(&state, id, WindowChange::Open).await?;
+    tracing::info!(sale = %id, admin = %admin.id, "sale opened");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+async fn admin_close(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    set_window(&state, id, WindowChange::Close).await?;
+    tracing::info!(sale = %id, admin = %admin.id, "sale closed");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+/// Updates the record and the Redis window in one transaction: a Redis failure rolls
+/// the record back.
+async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Result<(), AppError> {
+    let sql = match change {
+        WindowChange::Open => concat!(
+            "UPDATE sales SET starts_at = LEAST(starts_at, now()), closed = FALSE, updated_at = now()
+             WHERE id = $1 RETURNING ",
+            store::sale_columns!()
+        ),
+        WindowChange::Close => concat!(
+            "UPDATE sales SET closed = TRUE, updated_at = now() WHERE id = $1 RETURNING ",
+            store::sale_columns!()
+        ),
+    };
+    let mut tx = state.db.begin().await?;
+    let row = sqlx::query_as::<_, store::SaleRow>(sql)
+        .bind(id.get())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    // Stock is only written when Redis lost the sale; then rebuild it from the orders.
+    let sold: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
+        .bind(id.get())
+        .fetch_one(&mut *tx)
+        .await?;
+    store::load_into_redis(
+        &mut state.redis.clone(),
+        &state.keys,
+        &row,
+        (row.stock_total - sold).max(0),
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+enum WindowChange {
+    Open,
+    Close,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    limit: Option<i64>,
+}
+
+async fn admin_orders(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+    page: web::Query<Page>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let limit = page.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(AppError::bad_request(
+            "invalid_limit",
+            "limit must be 1 to 10000",
+        ));
+    }
+    store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let orders = sqlx::query_as::<_, OrderRow>(
+        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders
+         WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2",
+    )
+    .bind(id.get())
+    .bind(limit)
+    .fetch_all(&state.db)
+    .await?;
+    let pending: i64 = redis::cmd("HLEN")
+        .arg(&state.keys.sale(id).pending)
+        .query_async(&mut state.redis.clone())
+        .await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "sale_id": id,
+        "confirmed": orders,
+        "pending_count": pending,
+    })))
+}

@@ -1,0 +1,113 @@
+//! The configured first admin and the demo data of `scripts/run`. Both are
+//! idempotent: running them again changes nothing but passwords.
+
+use chrono::{Duration, Utc};
+use sqlx::PgPool;
+
+use crate::auth;
+use crate::config::Config;
+use crate::domain::{Password, Username};
+use crate::keys::Keys;
+use crate::sale::store::{self, NewSale};
+
+/// Creates the admin named in the configuration, or makes sure it is an admin.
+/// An existing admin's password is left alone.
+pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()> {
+    let (Some(name), Some(password)) = (&config.admin_username, &config.admin_password) else {
+        return Ok(());
+    };
+    let username = Username::parse(name).map_err(|e| anyhow::anyhow!("admin_username: {e}"))?;
+    let promoted = sqlx::query("UPDATE users SET is_admin = TRUE WHERE username = $1")
+        .bind(username.as_str())
+        .execute(db)
+        .await?;
+    if promoted.rows_affected() == 0 {
+        let password = Password::parse(password.clone())
+            .map_err(|e| anyhow::anyhow!("admin_password: {e}"))?;
+        auth::upsert_user(db, &username, password, true)
+            .await
+            .map_err(|e| anyhow::anyhow!("creating admin: {e}"))?;
+        tracing::info!(admin = username.as_str(), "created the configured admin");
+    }
+    Ok(())
+}
+
+pub const DEMO_SALE: &str = "Stampede Phone X (demo)";
+pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo, opens soon)";
+
+/// Demo users `alice` and `bob`, the admin `admin`, a live sale and an upcoming one.
+pub async fn seed_demo(
+    db: &PgPool,
+    redis: &mut redis::aio::ConnectionManager,
+    keys: &Keys,
+    config: &Config,
+) -> anyhow::Result<()> {
+    let demo_password = config
+        .demo_password
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("set STAMPEDE_DEMO_PASSWORD (scripts/run does)"))?;
+    for name in ["alice", "bob"] {
+        let username = Username::parse(name).expect("valid demo name");
+        let password = Password::parse(demo_password.clone())
+            .map_err(|e| anyhow::anyhow!("STAMPEDE_DEMO_PASSWORD: {e}"))?;
+        auth::upsert_user(db, &username, password, false)
+            .await
+            .map_err(|e| anyhow::anyhow!("demo user: {e}"))?;
+    }
+    if let Some(admin_password) = &config.admin_password {
+        let username = Username::parse(config.admin_username.as_deref().unwrap_or("admin"))
+            .map_err(|e| anyhow::anyhow!("admin_username: {e}"))?;
+        let password = Password::parse(admin_password.clone())
+            .map_err(|e| anyhow::anyhow!("STAMPEDE_ADMIN_PASSWORD: {e}"))?;
+        auth::upsert_user(db, &username, password, true)
+            .await
+            .map_err(|e| anyhow::anyhow!("admin user: {e}"))?;
+    }
+    let now = Utc::now();
+    let demo_sales = [
+        (
+            DEMO_SALE,
+            "100 phones, one per customer. Sign in and press Buy.",
+            49_900,
+            100,
+            now - Duration::minutes(1),
+            now + Duration::days(7),
+        ),
+        (
+            DEMO_UPCOMING_SALE,
+            "Opens ten minutes after the demo starts: watch the countdown.",
+            5_900,
+            50,
+            now + Duration::minutes(10),
+            now + Duration::days(7),
+        ),
+    ];
+    for (name, description, price_cents, stock, starts_at, ends_at) in demo_sales {
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())",
+        )
+        .bind(name)
+        .fetch_one(db)
+        .await?;
+        if exists {
+            continue;
+        }
+        let sale = store::create_sale(
+            db,
+            redis,
+            keys,
+            NewSale {
+                name: name.into(),
+                description: description.into(),
+                price_cents,
+                stock,
+                starts_at,
+                ends_at,
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
+        tracing::info!(sale = sale.id, name, "created demo sale");
+    }
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The settlement worker: moves accepted orders from the sales' Redis streams into
+//! Postgres, in batches, idempotently, acknowledging only after the commit.
+//!
+//! Each loop: re-read entries already delivered to this consumer but not yet
+//! acknowledged (a failed commit is retried this way); if there are none, block on
+//! new entries. Every `claim_idle_ms / 2` it takes over entries that another
+//! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`. Writes use
+//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user), so an entry that is
+//! delivered twice lands once.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use redis::AsyncCommands;
+use redis::aio::ConnectionManager;
+use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
+use sqlx::PgPool;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::SettleConfig;
+use crate::domain::Id;
+use crate::keys::Keys;
+use crate::sale::store::SETTLE_GROUP;
+
+/// How often the list of sale streams is re-read from Postgres.
+const REFRESH_EVERY: Duration = Duration::from_secs(2);
+/// Streams of sales that ended longer ago than this are no longer read.
+const STREAM_RETENTION_DAYS: i32 = 7;
+
+pub struct Settler {
+    db: PgPool,
+    redis: ConnectionManager,
+    keys: Keys,
+    config: SettleConfig,
+    consumer: String,
+}
+
+/// One order event as read from a stream.
+#[derive(Debug, Clone, PartialEq)]
+struct OrderEvent {
+    stream: String,
+    entry_id: String,
+    order_id: Uuid,
+    sale_id: i64,
+    user_id: i64,
+    accepted_at: DateTime<Utc>,
+}
+
+/// What one settle step did, for logs and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Settled {
+    pub read: usize,
+    pub inserted: u64,
+}
+
+impl Settler {
+    /// Opens the worker's own Redis connection: a blocking `XREADGROUP` must not run
+    /// on the shared connection, whose 500 ms response timeout would cut it off.
+    pub async fn connect(
+        db: PgPool,
+        redis_url: &str,
+        keys: Keys,
+        config: SettleConfig,
+    ) -> anyhow::Result<Self> {
+        let client = redis::Client::open(redis_url)?;
+        let manager_config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+        let redis = ConnectionManager::new_with_config(client, manager_config).await?;
+        let consumer = config
+            .consumer
+            .clone()
+            .unwrap_or_else(default_consumer_name);
+        Ok(Settler {
+            db,
+            redis,
+            keys,
+            config,
+            consumer,
+        })
+    }
+
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Runs until `shutdown` turns true. A batch in progress is committed and
+    /// acknowledged before it returns; the blocking read wakes at least every
+    /// `block_ms`, which bounds how long shutdown waits.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        tracing::info!(consumer = %self.consumer, "settlement worker started");
+        let mut streams: Vec<String> = Vec::new();
+        let mut refreshed_at: Option<Instant> = None;
+        let mut claimed_at = Instant::now();
+        let claim_every = Duration::from_millis((self.config.claim_idle_ms / 2).max(100));
+        let mut backoff = Duration::from_millis(100);
+        // Take over what a dead consumer left at once, not after the first interval.
+        let mut claim_now = true;
+        while !*shutdown.borrow() {
+            if refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                match self.sale_streams().await {
+                    Ok(s) => {
+                        streams = s;
+                        refreshed_at = Some(Instant::now());
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot list sale streams"),
+                }
+            }
+            if streams.is_empty() {
+                wait(&mut shutdown, Duration::from_millis(self.config.block_ms)).await;
+                continue;
+            }
+            if claim_now || claimed_at.elapsed() >= claim_every {
+                claim_now = false;
+                claimed_at = Instant::now();
+                if let Err(e) = self.reclaim(&streams).await {
+                    tracing::warn!(error = %e, "reclaiming pending entries failed");
+                }
+            }
+            match self.step(&streams).await {
+                Ok(done) => {
+                    backoff = Duration::from_millis(100);
+                    if done.read > 0 {
+                        tracing::debug!(
+                            read = done.read,
+                            inserted = done.inserted,
+                            "settled batch"
+                        );
+                    }
+                }
+                Err(e) => {
+                    // Entries stay pending for this consumer and are retried next loop.
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "settlement step failed");
+                    wait(&mut shutdown, backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        tracing::info!(consumer = %self.consumer, "settlement worker stopped");
+    }
+
+    /// One batch: this consumer's unacknowledged entries first, else new ones.
+    pub async fn step(&mut self, streams: &[String]) -> anyhow::Result<Settled> {
+        let mut entries = self.read(streams, "0", None).await?;
+        if entries.is_empty() {
+            entries = self.read(streams, ">", Some(self.config.block_ms)).await?;
+        }
+        self.settle(entries).await
+    }
+
+    /// Reads until every stream is drained; for tests and `stampede settle --drain`.
+    pub async fn drain(&mut self) -> anyhow::Result<u64> {
+        let streams = self.sale_streams().await?;
+        let mut inserted = 0;
+        if streams.is_empty() {
+            return Ok(0);
+        }
+        self.reclaim(&streams).await?;
+        loop {
+            let mut entries = self.read(&streams, "0", None).await?;
+            if entries.is_empty() {
+                entries = self.read(&streams, ">", None).await?;
+            }
+            if entries.is_empty() {
+                return Ok(inserted);
+            }
+            inserted += self.settle(entries).await?.inserted;
+        }
+    }
+
+    async fn sale_streams(&self) -> anyhow::Result<Vec<String>> {
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
+        )
+        .bind(STREAM_RETENTION_DAYS)
+        .fetch_all(&self.db)
+        .await?;
+        Ok(ids
+            .into_iter()
+            .filter_map(Id::new)
+            .map(|id| self.keys.sale(id).orders)
+            .collect())
+    }
+
+    async fn read(
+        &mut self,
+        streams: &[String],
+        from: &str,
+        block_ms: Option<u64>,
+    ) -> anyhow::Result<Vec<OrderEvent>> {
+        let mut opts = StreamReadOptions::default()
+            .group(SETTLE_GROUP, &self.consumer)
+            .count(self.config.batch_size);
+        if let Some(ms) = block_ms {
+            opts = opts.block(ms as usize);
+        }
+        let ids = vec![from; streams.len()];
+        let reply: redis::RedisResult<Option<StreamReadReply>> =
+            self.redis.xread_options(streams, &ids, &opts).await;
+        let reply = match reply {
+            Ok(r) => r,
+            // A stream or group vanished (FLUSHALL, a new Redis): recreate and go on.
+            Err(e) if e.code() == Some("NOGROUP") => {
+                for stream in streams {
+                    crate::sale::store::ensure_group(&mut self.redis, stream).await?;
+                }
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut events = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for entry in key.ids {
+                match parse_event(&key.key, &entry) {
+                    Some(ev) => events.push(ev),
+                    None => {
+                        // Not one of ours: keep it out of the way, but never silently.
+                        tracing::error!(stream = %key.key, entry = %entry.id, "malformed order event; acknowledged without settling");
+                        let _: () = self
+                            .redis
+                            .xack(&key.key, SETTLE_GROUP, &[&entry.id])
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Moves entries idle for longer than `claim_idle_ms` (their reader died) to this
+    /// consumer; the next `read(.., "0")` settles them.
+    async fn reclaim(&mut self, streams: &[String]) -> anyhow::Result<usize> {
+        let mut total = 0;
+        for stream in streams {
+            let mut start = "0-0".to_string();
+            loop {
+                let opts = StreamAutoClaimOptions::default()
+                    .count(self.config.batch_size)
+                    .with_justid();
+                let reply: redis::RedisResult<redis::streams::StreamAutoClaimReply> = self
+                    .redis
+                    .xautoclaim_options(
+                        stream,
+                        SETTLE_GROUP,
+                        &self.consumer,
+                        self.config.claim_idle_ms,
+                        &start,
+                        opts,
+                    )
+                    .await;
+                let reply = match reply {
+                    Ok(r) => r,
+                    Err(e) if e.code() == Some("NOGROUP") => break,
+                    Err(e) => return Err(e.into()),
+                };
+                total += reply.claimed.len();
+                if reply.next_stream_id == "0-0" {
+                    break;
+                }
+                start = reply.next_stream_id;
+            }
+        }
+        if total > 0 {
+            tracing::info!(
+                claimed = total,
+                "took over pending order events from a stopped consumer"
+            );
+        }
+        Ok(total)
+    }
+
+    async fn settle(&mut self, events: Vec<OrderEvent>) -> anyhow::Result<Settled> {
+        if events.is_empty() {
+            return Ok(Settled::default());
+        }
+        let inserted = insert_orders(&self.db, &events).await?;
+        // Only now, with the rows committed, may the entries be acknowledged. If this
+        // fails, they are delivered again and the insert above skips them.
+        let mut by_stream: HashMap<&str, (Vec<&str>, Vec<String>)> = HashMap::new();
+        for ev in &events {
+            let slot = by_stream.entry(ev.stream.as_str()).or_default();
+            slot.0.push(ev.entry_id.as_str());
+            slot.1.push(ev.order_id.to_string());
+        }
+        let mut pipe = redis::pipe();
+        for (stream, (entry_ids, order_ids)) in &by_stream {
+            let pending = stream
+                .strip_suffix(":orders")
+                .map(|base| format!("{base}:pending"))
+                .unwrap_or_default();
+            pipe.xack(*stream, SETTLE_GROUP, entry_ids).ignore();
+            pipe.xdel(*stream, entry_ids).ignore();
+            pipe.hdel(pending, order_ids).ignore();
+        }
+        let _: () = pipe.query_async(&mut self.redis).await?;
+        Ok(Settled {
+            read: events.len(),
+            inserted,
+        })
+    }
+}
+
+async fn insert_orders(db: &PgPool, events: &[OrderEvent]) -> Result<u64, sqlx::Error> {
+    let ids: Vec<Uuid> = events.iter().map(|e| e.order_id).collect();
+    let sales: Vec<i64> = events.iter().map(|e| e.sale_id).collect();
+    let users: Vec<i64> = events.iter().map(|e| e.user_id).collect();
+    let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.accepted_at).collect();
+    let result = sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at)
+         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&sales)
+    .bind(&users)
+    .bind(&times)
+    .execute(db)
+    .await?;
+    Ok(result.rows_affected())
+}
+
+fn parse_event(stream: &str, entry: &StreamId) -> Option<OrderEvent> {
+    let order_id: String = entry.get("order_id")?;
+    let sale_id: i64 = entry.get("sale_id")?;
+    let user_id: i64 = entry.get("user_id")?;
+    let at_ms: i64 = entry.get("at_ms")?;
+    Some(OrderEvent {
+        stream: stream.to_string(),
+        entry_id: entry.id.clone(),
+        order_id: Uuid::parse_str(&order_id).ok()?,
+        sale_id,
+        user_id,
+        accepted_at: DateTime::from_timestamp_millis(at_ms)?,
+    })
+}
+
+fn default_consumer_name() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &crate::auth::random_token_hex(3)
+    )
+}
+
+async fn wait(shutdown: &mut watch::Receiver<bool>, d: Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = shutdown.changed() => {}
+    }
+}

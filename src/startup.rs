@@ -1,0 +1,266 @@
+//! Building and running the server. [`Application::build`] binds the listener
+//! (port 0 picks a free one, which tests use) and returns before serving, so the
+//! caller learns the port first.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::dev::Server;
+use actix_web::{App, HttpResponse, HttpServer, web};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::auth::token::TokenKey;
+use crate::config::Config;
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::sale::SoldOutFlags;
+use crate::settle::Settler;
+use crate::state::AppState;
+
+pub struct Application {
+    port: u16,
+    server: Server,
+    state: web::Data<AppState>,
+    shutdown: watch::Sender<bool>,
+    settler: Option<JoinHandle<()>>,
+}
+
+pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(config.database_max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect(&config.database_url)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to Postgres at {}: {e}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })?;
+    Ok(pool)
+}
+
+pub async fn connect_redis(config: &Config) -> anyhow::Result<ConnectionManager> {
+    let client = redis::Client::open(config.redis_url.as_str())?;
+    let manager_config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_number_of_retries(2);
+    ConnectionManager::new_with_config(client, manager_config)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to Redis at {}: {e}",
+                crate::config::redact_url(&config.redis_url)
+            )
+        })
+}
+
+pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
+    sqlx::migrate!("./migrations").run(db).await?;
+    Ok(())
+}
+
+impl Application {
+    /// Connects to the stores, runs migrations, loads sales into Redis, creates the
+    /// configured admin, binds the listener and (by default) starts settlement.
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        config.validate()?;
+        let db = connect_db(&config).await?;
+        migrate(&db).await?;
+        let mut redis = connect_redis(&config).await?;
+        let keys = Keys::new(&config.redis_namespace);
+        let rebuilt = crate::sale::store::ensure_all_loaded(&db, &mut redis, &keys)
+            .await
+            .map_err(|e| anyhow::anyhow!("loading sales into Redis: {e:?}"))?;
+        if rebuilt > 0 {
+            tracing::warn!(
+                rebuilt,
+                "sales missing from Redis were rebuilt from Postgres"
+            );
+        }
+        crate::seed::bootstrap_admin(&db, &config).await?;
+
+        let state = web::Data::new(AppState {
+            tokens: TokenKey::new(config.token_secret.as_bytes()),
+            sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
+            keys: keys.clone(),
+            redis,
+            db: db.clone(),
+            config: Arc::new(config.clone()),
+        });
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let settler = if config.settle_in_serve {
+            let settler =
+                Settler::connect(db, &config.redis_url, keys, config.settle.clone()).await?;
+            Some(tokio::spawn(settler.run(shutdown_rx)))
+        } else {
+            None
+        };
+
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let port = listener.local_addr()?.port();
+        let server_state = state.clone();
+        let max_body = config.max_body_bytes;
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(tracing_actix_web::TracingLogger::default())
+                .app_data(server_state.clone())
+                .app_data(json_config(max_body))
+                .app_data(path_config())
+                .app_data(query_config())
+                .app_data(web::PayloadConfig::new(max_body))
+                .route("/healthz", web::get().to(healthz))
+                .route("/readyz", web::get().to(readyz))
+                .configure(crate::auth::configure)
+                .configure(crate::sale::configure)
+                .configure(crate::web::configure)
+                .default_service(web::to(not_found))
+        })
+        // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
+        .disable_signals()
+        .shutdown_timeout(10)
+        .backlog(4096)
+        .listen(listener)?;
+        if config.workers > 0 {
+            server = server.workers(config.workers);
+        }
+        let server = server.run();
+        Ok(Application {
+            port,
+            server,
+            state,
+            shutdown,
+            settler,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn state(&self) -> web::Data<AppState> {
+        self.state.clone()
+    }
+
+    /// Serves until SIGINT or SIGTERM, then stops accepting, lets in-flight requests
+    /// finish, and lets the settlement worker commit and acknowledge its batch.
+    pub async fn run_until_signal(self) -> anyhow::Result<()> {
+        let handle = self.server.handle();
+        let server = tokio::spawn(self.server);
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        handle.stop(true).await;
+        let _ = server.await;
+        let _ = self.shutdown.send(true);
+        if let Some(settler) = self.settler {
+            let _ = settler.await;
+        }
+        tracing::info!("shut down cleanly");
+        Ok(())
+    }
+
+    /// Serves until the server stops (tests spawn this).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let result = self.server.await;
+        let _ = self.shutdown.send(true);
+        if let Some(settler) = self.settler {
+            let _ = settler.await;
+        }
+        result
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn json_config(limit: usize) -> web::JsonConfig {
+    web::JsonConfig::default()
+        .limit(limit)
+        .error_handler(move |err, _req| {
+            use actix_web::error::JsonPayloadError as E;
+            let e = match &err {
+                E::OverflowKnownLength { .. } | E::Overflow { .. } => AppError::new(
+                    actix_web::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload_too_large",
+                    format!("request body is larger than {limit} bytes"),
+                ),
+                E::ContentType => AppError::new(
+                    actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    "send the body as application/json",
+                ),
+                E::Deserialize(d) if d.is_data() => {
+                    AppError::unprocessable("invalid_body", d.to_string())
+                }
+                E::Deserialize(d) => AppError::bad_request("invalid_json", d.to_string()),
+                other => AppError::bad_request("invalid_body", other.to_string()),
+            };
+            e.into()
+        })
+}
+
+fn path_config() -> web::PathConfig {
+    web::PathConfig::default()
+        .error_handler(|err, _| AppError::bad_request("invalid_path", err.to_string()).into())
+}
+
+fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default()
+        .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
+}
+
+async fn not_found() -> Result<HttpResponse, AppError> {
+    Err(AppError::not_found("no such route"))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Ready when both stores answer within a second.
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let timeout = Duration::from_secs(1);
+    let mut redis = state.redis.clone();
+    let redis_ok = matches!(
+        tokio::time::timeout(
+            timeout,
+            redis::cmd("PING").query_async::<String>(&mut redis)
+        )
+        .await,
+        Ok(Ok(_))
+    );
+    let db_ok = matches!(
+        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,
+        Ok(Ok(_))
+    );
+    let body = serde_json::json!({
+        "status": if redis_ok && db_ok { "ready" } else { "unavailable" },
+        "redis": if redis_ok { "ok" } else { "down" },
+        "postgres": if db_ok { "ok" } else { "down" },
+    });
+    if redis_ok && db_ok {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

@@ -1,0 +1,22 @@
+//! The one application state, built once at startup and shared by every worker
+//! through `web::Data` (an `Arc`).
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionManager;
+use sqlx::PgPool;
+
+use crate::auth::token::TokenKey;
+use crate::config::Config;
+use crate::keys::Keys;
+use crate::sale::SoldOutFlags;
+
+pub struct AppState {
+    pub config: Arc<Config>,
+    /// One multiplexed connection, cloned per use: no pool, no per-request connect.
+    pub redis: ConnectionManager,
+    pub db: PgPool,
+    pub keys: Keys,
+    pub tokens: TokenKey,
+    pub sold_out: SoldOutFlags,
+}

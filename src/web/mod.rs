@@ -1,0 +1,1 @@
+pub fn configure(_cfg: &mut actix_web::web::ServiceConfig) {}

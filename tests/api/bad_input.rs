@@ -1,0 +1,1 @@
+// tests for bad_input

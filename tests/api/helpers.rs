@@ -1,0 +1,332 @@
+//! `spawn_app`: a real server on a free port, with its own Postgres database and
+//! Redis namespace, both removed again when the `TestApp` is dropped.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use reqwest::{Client, Response, StatusCode};
+use serde_json::{Value, json};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+use stampede::auth::token::{Claims, TokenKey};
+use stampede::config::Config;
+use stampede::domain::Id;
+use stampede::keys::Keys;
+use stampede::startup::Application;
+
+pub struct TestApp {
+    pub address: String,
+    pub port: u16,
+    pub db: PgPool,
+    pub redis: redis::aio::ConnectionManager,
+    pub keys: Keys,
+    pub config: Config,
+    pub tokens: TokenKey,
+    pub client: Client,
+    db_name: String,
+    maintenance_url: String,
+}
+
+pub struct User {
+    pub id: i64,
+    pub token: String,
+}
+
+fn env_url(primary: &str, fallback: &str) -> String {
+    std::env::var(primary)
+        .or_else(|_| std::env::var(fallback))
+        .unwrap_or_else(|_| panic!("set {primary} (scripts/test does): tests need a real server"))
+}
+
+/// A fresh, valid config for one test: own database, own namespace, port 0.
+pub async fn test_config() -> (Config, String, String) {
+    let maintenance_url = env_url("STAMPEDE_TEST_DATABASE_URL", "DATABASE_URL");
+    let redis_url = env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL");
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let db_name = format!("stampede_test_{suffix}");
+    let mut conn = PgConnection::connect(&maintenance_url)
+        .await
+        .expect("connect to the test Postgres");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        r#"CREATE DATABASE "{db_name}""#
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("create test database");
+    let database_url = replace_db(&maintenance_url, &db_name);
+    let config = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        database_url,
+        redis_url,
+        redis_namespace: format!("t{}", &suffix[..12]),
+        token_secret: stampede::auth::random_token_hex(32),
+        workers: 2,
+        database_max_connections: 10,
+        ..Config::default()
+    };
+    (config, db_name, maintenance_url)
+}
+
+fn replace_db(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let slash = base.rfind('/').expect("database url has a path");
+    let mut out = format!("{}/{db}", &base[..slash]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
+    stampede::telemetry::init();
+    let (mut config, db_name, maintenance_url) = test_config().await;
+    tweak(&mut config);
+    spawn_with_config(config, db_name, maintenance_url).await
+}
+
+/// A second server on the same database and namespace as `app` (for multi-instance
+/// tests). It does not own the database: dropping it removes nothing.
+pub async fn spawn_sibling(app: &TestApp, tweak: impl FnOnce(&mut Config)) -> TestApp {
+    let mut config = app.config.clone();
+    tweak(&mut config);
+    let mut sibling = spawn_with_config(config, String::new(), app.maintenance_url.clone()).await;
+    sibling.db_name.clear();
+    sibling
+}
+
+async fn spawn_with_config(config: Config, db_name: String, maintenance_url: String) -> TestApp {
+    let app = Application::build(config.clone())
+        .await
+        .expect("build application");
+    let port = app.port();
+    tokio::spawn(app.run_until_stopped());
+    let db = PgPoolOptions::new()
+        .max_connections(5)
+        .connect(&config.database_url)
+        .await
+        .expect("test pool");
+    let redis = stampede::startup::connect_redis(&config)
+        .await
+        .expect("redis");
+    let client = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(512)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    TestApp {
+        address: format!("http://127.0.0.1:{port}"),
+        port,
+        db,
+        redis,
+        keys: Keys::new(&config.redis_namespace),
+        tokens: TokenKey::new(config.token_secret.as_bytes()),
+        config,
+        client,
+        db_name,
+        maintenance_url,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    /// Inserts `n` users in one statement (no argon2: far too slow for thousands)
+    /// and mints their tokens with the server's key. Sign-in itself is tested apart.
+    pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
+        let prefix = uuid::Uuid::new_v4().simple().to_string();
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO users (username, password_hash, is_admin)
+             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
+             RETURNING id",
+        )
+        .bind(&prefix[..12])
+        .bind(n as i32)
+        .bind(admin)
+        .fetch_all(&self.db)
+        .await
+        .expect("insert users");
+        ids.into_iter()
+            .map(|id| User {
+                id,
+                token: self.token_for(id, admin),
+            })
+            .collect()
+    }
+
+    pub async fn user(&self) -> User {
+        self.create_users(1, false).await.pop().unwrap()
+    }
+
+    pub async fn admin(&self) -> User {
+        self.create_users(1, true).await.pop().unwrap()
+    }
+
+    pub fn token_for(&self, id: i64, admin: bool) -> String {
+        self.tokens.issue(Claims {
+            user_id: Id::new(id).unwrap(),
+            admin,
+            expires_at: chrono::Utc::now().timestamp() + 3600,
+        })
+    }
+
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Response {
+        let mut req = self.client.post(self.url(path)).json(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn post(&self, path: &str, token: Option<&str>) -> Response {
+        let mut req = self.client.post(self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send().await.expect("request")
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
+        let mut req = self.client.get(self.url(path));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send().await.expect("request")
+    }
+
+    /// Creates a sale through the admin API. `starts_in`/`ends_in` are seconds from
+    /// now (negative = in the past).
+    pub async fn create_sale(&self, admin: &User, stock: i64, starts_in: i64, ends_in: i64) -> i64 {
+        let now = chrono::Utc::now();
+        let resp = self
+            .post_json(
+                "/api/admin/sales",
+                Some(&admin.token),
+                &json!({
+                    "name": "Test phone",
+                    "description": "for tests",
+                    "price_cents": 19_900,
+                    "stock": stock,
+                    "starts_at": now + chrono::Duration::seconds(starts_in),
+                    "ends_at": now + chrono::Duration::seconds(ends_in),
+                }),
+            )
+            .await;
+        assert_eq!(
+            resp.status(),
+            StatusCode::CREATED,
+            "{}",
+            resp.text().await.unwrap()
+        );
+        resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
+    }
+
+    pub async fn purchase(&self, sale: i64, token: &str) -> Response {
+        self.post(&format!("/api/sales/{sale}/purchase"), Some(token))
+            .await
+    }
+
+    pub async fn stock_left(&self, sale: i64) -> i64 {
+        let key = self.keys.sale(Id::new(sale).unwrap()).stock;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async::<Option<i64>>(&mut self.redis.clone())
+            .await
+            .unwrap()
+            .unwrap_or(0)
+    }
+
+    pub async fn buyers(&self, sale: i64) -> Vec<i64> {
+        let key = self.keys.sale(Id::new(sale).unwrap()).buyers;
+        redis::cmd("SMEMBERS")
+            .arg(key)
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap()
+    }
+
+    pub async fn orders_in_db(&self, sale: i64) -> Vec<(uuid::Uuid, i64)> {
+        sqlx::query_as("SELECT id, user_id FROM orders WHERE sale_id = $1 ORDER BY user_id")
+            .bind(sale)
+            .fetch_all(&self.db)
+            .await
+            .unwrap()
+    }
+
+    /// Polls Postgres until `expected` orders of the sale are there (or panics).
+    pub async fn wait_for_orders(&self, sale: i64, expected: usize) -> Vec<(uuid::Uuid, i64)> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let orders = self.orders_in_db(sale).await;
+            if orders.len() >= expected || std::time::Instant::now() > deadline {
+                return orders;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Asserts a JSON error body with the given status and code.
+pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Value {
+    assert_eq!(resp.status(), status, "unexpected status");
+    let body: Value = resp.json().await.expect("error body is JSON");
+    assert_eq!(body["error"], code, "body: {body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "body: {body}"
+    );
+    body
+}
+
+impl Drop for TestApp {
+    /// Leave nothing behind: delete this test's Redis keys and database.
+    fn drop(&mut self) {
+        let redis_url = self.config.redis_url.clone();
+        let pattern = format!("{}:*", self.config.redis_namespace);
+        let db_name = std::mem::take(&mut self.db_name);
+        let maintenance_url = self.maintenance_url.clone();
+        let owner = !db_name.is_empty();
+        let _ = std::thread::spawn(move || {
+            if !owner {
+                return;
+            }
+            if let Ok(client) = redis::Client::open(redis_url)
+                && let Ok(mut conn) = client.get_connection()
+            {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(&pattern)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                for chunk in keys.chunks(500) {
+                    let _: redis::RedisResult<()> =
+                        redis::cmd("UNLINK").arg(chunk).query(&mut conn);
+                }
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut conn) = PgConnection::connect(&maintenance_url).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        r#"DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)"#
+                    )))
+                    .execute(&mut conn)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}

@@ -1,0 +1,10 @@
+//! One integration-test binary (one link) with a module per capability. Every test
+//! starts the real server on port 0 against real Redis and Postgres, in its own
+//! database and its own Redis key namespace.
+
+mod auth;
+mod bad_input;
+mod health;
+mod helpers;
+mod purchase;
+mod settle;
