@@ -40,6 +40,10 @@ pub struct Config {
     pub demo_password: Option<String>,
     /// Postgres pool size.
     pub database_max_connections: u32,
+    /// How long one Redis command may take before the request fails with 503. The
+    /// client's 500 ms default is too tight when thousands of requests queue on one
+    /// multiplexed connection during a stampede on a small machine.
+    pub redis_response_timeout_ms: u64,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
 }
@@ -87,6 +91,7 @@ impl Default for Config {
             admin_password: None,
             demo_password: None,
             database_max_connections: 20,
+            redis_response_timeout_ms: 2000,
             workers: 0,
         }
     }
@@ -109,6 +114,7 @@ impl std::fmt::Debug for Config {
             .field("trusted_proxies", &self.trusted_proxies)
             .field("admin_username", &self.admin_username)
             .field("database_max_connections", &self.database_max_connections)
+            .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
             .field("workers", &self.workers)
             .finish_non_exhaustive()
     }
@@ -240,6 +246,9 @@ impl Config {
         }
         if let Some(v) = var("STAMPEDE_DATABASE_MAX_CONNECTIONS") {
             self.database_max_connections = parse("STAMPEDE_DATABASE_MAX_CONNECTIONS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS") {
+            self.redis_response_timeout_ms = parse("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS", v)?;
         }
         if let Some(v) = var("STAMPEDE_WORKERS") {
             self.workers = parse("STAMPEDE_WORKERS", v)?;

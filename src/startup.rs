@@ -49,6 +49,9 @@ pub async fn connect_redis(config: &Config) -> anyhow::Result<ConnectionManager>
     let client = redis::Client::open(config.redis_url.as_str())?;
     let manager_config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(Some(Duration::from_millis(
+            config.redis_response_timeout_ms,
+        )))
         .set_number_of_retries(2);
     ConnectionManager::new_with_config(client, manager_config)
         .await

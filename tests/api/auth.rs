@@ -1,1 +1,114 @@
-// tests for auth
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{assert_error, spawn_app};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signup_signin_and_bearer_token_work() {
+    let app = spawn_app().await;
+    let creds = json!({"username": "Carol_1", "password": "correct horse battery"});
+    let resp = app.post_json("/api/auth/signup", None, &creds).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let user: Value = resp.json().await.unwrap();
+    assert_eq!(user["username"], "carol_1");
+    assert_eq!(user["is_admin"], false);
+
+    let resp = app.post_json("/api/auth/signup", None, &creds).await;
+    assert_error(resp, StatusCode::CONFLICT, "username_taken").await;
+
+    let resp = app.post_json("/api/auth/signin", None, &creds).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cookies: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let session = cookies
+        .iter()
+        .find(|c| c.starts_with("stampede_session="))
+        .unwrap();
+    assert!(session.contains("HttpOnly"));
+    assert!(session.contains("SameSite=Lax"));
+    assert!(cookies.iter().any(|c| c.starts_with("stampede_csrf=")));
+    let body: Value = resp.json().await.unwrap();
+    let token = body["token"].as_str().unwrap();
+
+    let me: Value = app.get("/api/me", Some(token)).await.json().await.unwrap();
+    assert_eq!(me["username"], "carol_1");
+
+    let wrong = json!({"username": "carol_1", "password": "wrong password!"});
+    let resp = app.post_json("/api/auth/signin", None, &wrong).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+    let nobody = json!({"username": "nobody", "password": "wrong password!"});
+    let resp = app.post_json("/api/auth/signin", None, &nobody).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cookie_sessions_need_the_csrf_header_for_changes() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let user = app.user().await;
+    let path = app.url(&format!("/api/sales/{sale}/purchase"));
+    let cookie = format!("stampede_session={}; stampede_csrf=abc123", user.token);
+
+    // Cookie without the header: refused, nothing bought.
+    let resp = app
+        .client
+        .post(&path)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    let resp = app
+        .client
+        .post(&path)
+        .header("cookie", &cookie)
+        .header("x-csrf-token", "wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    assert_eq!(app.stock_left(sale).await, 5);
+
+    let resp = app
+        .client
+        .post(&path)
+        .header("cookie", &cookie)
+        .header("x-csrf-token", "abc123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    // Reads by cookie need no header.
+    let resp = app
+        .client
+        .get(app.url("/api/me/orders"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_routes_need_an_admin() {
+    let app = spawn_app().await;
+    let user = app.user().await;
+    let resp = app.get("/api/admin/sales", None).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    let resp = app.get("/api/admin/sales", Some(&user.token)).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    let resp = app
+        .post_json("/api/admin/sales", Some(&user.token), &json!({"name": "x"}))
+        .await;
+    assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+}

@@ -1,1 +1,272 @@
-// tests for bad_input
+//! Bad input gets a clear 4xx with a JSON body and changes nothing.
+
+use reqwest::StatusCode;
+use serde_json::json;
+use stampede::auth::token::{Claims, TokenKey};
+use stampede::domain::Id;
+
+use crate::helpers::{TestApp, assert_error, spawn_app};
+
+async fn sales_count(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM sales")
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_sale_bodies_are_refused_without_writes() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let url = app.url("/api/admin/sales");
+    let now = chrono::Utc::now();
+    let good = json!({
+        "name": "Phone", "price_cents": 100, "stock": 10,
+        "starts_at": now, "ends_at": now + chrono::Duration::hours(1),
+    });
+
+    // Not JSON at all.
+    let resp = app
+        .client
+        .post(&url)
+        .bearer_auth(&admin.token)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::BAD_REQUEST, "invalid_json").await;
+    // Wrong content type.
+    let resp = app
+        .client
+        .post(&url)
+        .bearer_auth(&admin.token)
+        .header("content-type", "text/plain")
+        .body(good.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_error(
+        resp,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    // Oversized body.
+    let huge = json!({"name": "x".repeat(100_000)});
+    let resp = app
+        .post_json("/api/admin/sales", Some(&admin.token), &huge)
+        .await;
+    assert_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+
+    let cases = [
+        (
+            json!({"stock": "ten"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            json!({"stock": -1}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_stock",
+        ),
+        (
+            json!({"stock": 1_000_000_000_000i64}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_stock",
+        ),
+        (
+            json!({"stock": 1.5}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            json!({"price_cents": -100}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_price",
+        ),
+        (
+            json!({"name": "   "}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_text",
+        ),
+        (
+            json!({"ends_at": now - chrono::Duration::hours(1)}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_window",
+        ),
+        (
+            json!({"starts_at": "yesterday"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            json!({"surprise": true}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+    ];
+    for (patch, status, code) in cases {
+        let mut body = good.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let resp = app
+            .post_json("/api/admin/sales", Some(&admin.token), &body)
+            .await;
+        assert_error(resp, status, code).await;
+    }
+    let mut missing = good.clone();
+    missing.as_object_mut().unwrap().remove("stock");
+    let resp = app
+        .post_json("/api/admin/sales", Some(&admin.token), &missing)
+        .await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
+
+    assert_eq!(sales_count(&app).await, 0, "nothing was written");
+    // The good body itself works.
+    let resp = app
+        .post_json("/api/admin/sales", Some(&admin.token), &good)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_ids_and_unknown_sales() {
+    let app = spawn_app().await;
+    let user = app.user().await;
+    for bad in [
+        "abc",
+        "-1",
+        "0",
+        "1.5",
+        "99999999999999999999999",
+        "%7B1%7D",
+        "1%20",
+    ] {
+        let resp = app.purchase_raw(bad, &user.token).await;
+        assert_error(resp, StatusCode::BAD_REQUEST, "invalid_id").await;
+        let resp = app.get(&format!("/api/sales/{bad}"), None).await;
+        assert_error(resp, StatusCode::BAD_REQUEST, "invalid_id").await;
+    }
+    assert_error(
+        app.purchase(424242, &user.token).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/sales/424242", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/orders/not-a-uuid", Some(&user.token)).await,
+        StatusCode::BAD_REQUEST,
+        "invalid_id",
+    )
+    .await;
+    assert_error(
+        app.get(
+            &format!("/api/orders/{}", uuid::Uuid::new_v4()),
+            Some(&user.token),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/nothing-here", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_expired_and_forged_tokens_are_401() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let user = app.user().await;
+
+    let resp = app.post(&format!("/api/sales/{sale}/purchase"), None).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+
+    let expired = app.tokens.issue(Claims {
+        user_id: Id::new(user.id).unwrap(),
+        admin: false,
+        expires_at: chrono::Utc::now().timestamp() - 1,
+    });
+    assert_error(
+        app.purchase(sale, &expired).await,
+        StatusCode::UNAUTHORIZED,
+        "token_expired",
+    )
+    .await;
+
+    let forged = TokenKey::new(b"not-the-server-secret-not-the-server").issue(Claims {
+        user_id: Id::new(user.id).unwrap(),
+        admin: true,
+        expires_at: chrono::Utc::now().timestamp() + 3600,
+    });
+    assert_error(
+        app.purchase(sale, &forged).await,
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
+    assert_error(
+        app.purchase(sale, "garbage").await,
+        StatusCode::UNAUTHORIZED,
+        "invalid_token",
+    )
+    .await;
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+        .header("authorization", "Basic abc")
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+
+    assert_eq!(app.stock_left(sale).await, 5, "no stock moved");
+    assert!(app.buyers(sale).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_stock_changes_and_credentials() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let path = format!("/api/admin/sales/{sale}/stock");
+    for body in [
+        json!({}),
+        json!({"set": 1, "add": 1}),
+        json!({"add": -3}),
+        json!({"set": "many"}),
+        json!({"set": 1e30}),
+    ] {
+        let resp = app.post_json(&path, Some(&admin.token), &body).await;
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    assert_eq!(app.stock_left(sale).await, 5);
+
+    for body in [
+        json!({"username": "ab", "password": "long enough pw"}),
+        json!({"username": "has space", "password": "long enough pw"}),
+        json!({"username": "x{1}y", "password": "long enough pw"}),
+        json!({"username": "okname", "password": "short"}),
+    ] {
+        let resp = app.post_json("/api/auth/signup", None, &body).await;
+        assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(users, 1, "only the admin exists");
+}

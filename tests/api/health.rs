@@ -1,1 +1,47 @@
-// tests for health
+use reqwest::StatusCode;
+use serde_json::Value;
+use sqlx::Connection;
+
+use crate::helpers::spawn_app;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_and_readyz_answer() {
+    let app = spawn_app().await;
+    let resp = app.get("/healthz", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = app.get("/readyz", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["redis"], "ok");
+    assert_eq!(body["postgres"], "ok");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_is_503_when_postgres_is_gone() {
+    let app = spawn_app().await;
+    // Terminate the server's database connections and forbid new ones.
+    let db_name: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let maintenance = std::env::var("STAMPEDE_TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .unwrap();
+    let mut conn = sqlx::PgConnection::connect(&maintenance).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        r#"ALTER DATABASE "{db_name}" WITH ALLOW_CONNECTIONS false"#
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&db_name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let resp = app.get("/readyz", None).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["postgres"], "down");
+    assert_eq!(body["redis"], "ok");
+}

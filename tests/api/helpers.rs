@@ -237,6 +237,12 @@ impl TestApp {
             .await
     }
 
+    /// A purchase with a raw (possibly invalid) id segment.
+    pub async fn purchase_raw(&self, sale: &str, token: &str) -> Response {
+        self.post(&format!("/api/sales/{sale}/purchase"), Some(token))
+            .await
+    }
+
     pub async fn stock_left(&self, sale: i64) -> i64 {
         let key = self.keys.sale(Id::new(sale).unwrap()).stock;
         redis::cmd("GET")

@@ -1,1 +1,296 @@
-// tests for purchase
+//! The flash sale's invariants under real concurrency: no oversell, one per user,
+//! nothing lost, no undersell.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+use crate::helpers::{assert_error, spawn_app, spawn_app_with};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
+    // The process-local sold-out flag would answer most late requests itself; turn it
+    // off so every request reaches the script and the script alone is tested.
+    let app = spawn_app_with(|c| c.sold_out_cache_ms = 0).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let users = app.create_users(2000, false).await;
+
+    // Give the first 500 users a purchase attempt already "in hand" so that their
+    // repeats race with everyone else: 2,000 first attempts + 500 repeats together.
+    let mut attempts: Vec<(i64, String)> = users.iter().map(|u| (u.id, u.token.clone())).collect();
+    attempts.extend(users[..500].iter().map(|u| (u.id, u.token.clone())));
+
+    let barrier = Arc::new(Barrier::new(attempts.len()));
+    let app = Arc::new(app);
+    let mut tasks = Vec::with_capacity(attempts.len());
+    for (user_id, token) in attempts {
+        let app = app.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let resp = app.purchase(sale, &token).await;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap();
+            (user_id, status, body)
+        }));
+    }
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for t in tasks {
+        let (user_id, status, body) = t.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                accepted.push((user_id, body["order_id"].as_str().unwrap().to_string()))
+            }
+            StatusCode::GONE => {
+                assert_eq!(body["error"], "sold_out");
+                refused += 1;
+            }
+            StatusCode::CONFLICT => {
+                assert_eq!(body["error"], "already_bought");
+                refused += 1;
+            }
+            other => panic!("unexpected answer {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted.len(), 100, "exactly the stock is sold");
+    assert_eq!(refused, 2400);
+    let buyers: HashSet<i64> = accepted.iter().map(|(u, _)| *u).collect();
+    assert_eq!(buyers.len(), 100, "no user bought twice");
+    assert_eq!(app.stock_left(sale).await, 0, "stock ends at exactly 0");
+    let redis_buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
+    assert_eq!(redis_buyers, buyers);
+
+    // After settlement exactly those 100 orders are in Postgres.
+    let orders = app.wait_for_orders(sale, 100).await;
+    assert_eq!(orders.len(), 100);
+    let db_pairs: HashSet<(String, i64)> =
+        orders.iter().map(|(id, u)| (id.to_string(), *u)).collect();
+    let answered: HashSet<(String, i64)> = accepted.into_iter().map(|(u, id)| (id, u)).collect();
+    assert_eq!(
+        db_pairs, answered,
+        "every accepted order id is in Postgres, no other"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accepted_order_is_pending_then_confirmed() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 3, -5, 3600).await;
+    let buyer = app.user().await;
+    let resp = app.purchase(sale, &buyer.token).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let body: Value = resp.json().await.unwrap();
+    let order_id = body["order_id"].as_str().unwrap().to_string();
+    assert_eq!(body["status"], "pending");
+
+    app.wait_for_orders(sale, 1).await;
+    let resp = app
+        .get(&format!("/api/orders/{order_id}"), Some(&buyer.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let status: Value = resp.json().await.unwrap();
+    assert_eq!(status["status"], "confirmed");
+    assert_eq!(status["user_id"], buyer.id);
+
+    // Another user cannot see it; an admin can.
+    let other = app.user().await;
+    let resp = app
+        .get(&format!("/api/orders/{order_id}"), Some(&other.token))
+        .await;
+    assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let resp = app
+        .get(&format!("/api/orders/{order_id}"), Some(&admin.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let mine: Value = app
+        .get("/api/me/orders", Some(&buyer.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+    assert_eq!(mine[0]["id"], order_id.as_str());
+
+    // A second attempt is refused and changes nothing.
+    let resp = app.purchase(sale, &buyer.token).await;
+    assert_error(resp, StatusCode::CONFLICT, "already_bought").await;
+    assert_eq!(app.stock_left(sale).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_order_status_is_read_from_redis_before_settlement() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 3, -5, 3600).await;
+    let buyer = app.user().await;
+    let body: Value = app.purchase(sale, &buyer.token).await.json().await.unwrap();
+    let order_id = body["order_id"].as_str().unwrap();
+    let status: Value = app
+        .get(&format!("/api/orders/{order_id}"), Some(&buyer.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["status"], "pending");
+    let other = app.user().await;
+    let resp = app
+        .get(&format!("/api/orders/{order_id}"), Some(&other.token))
+        .await;
+    assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+
+    let upcoming = app.create_sale(&admin, 10, 3600, 7200).await;
+    let resp = app.purchase(upcoming, &buyer.token).await;
+    assert!(resp.headers().contains_key("retry-after"));
+    assert_error(resp, StatusCode::CONFLICT, "not_started").await;
+    assert_eq!(app.stock_left(upcoming).await, 10);
+    assert!(app.buyers(upcoming).await.is_empty());
+
+    // A sale that ends in one second: buy nothing, wait for the end, try.
+    let ending = app.create_sale(&admin, 10, -5, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let resp = app.purchase(ending, &buyer.token).await;
+    assert_error(resp, StatusCode::GONE, "ended").await;
+    assert_eq!(app.stock_left(ending).await, 10);
+    assert!(app.buyers(ending).await.is_empty());
+
+    // Closed early by an admin.
+    let live = app.create_sale(&admin, 10, -5, 3600).await;
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{live}/close"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = app.purchase(live, &buyer.token).await;
+    assert_error(resp, StatusCode::GONE, "ended").await;
+    assert_eq!(app.stock_left(live).await, 10);
+
+    // Opened early by an admin: the upcoming sale now sells.
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{upcoming}/open"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(
+        app.purchase(upcoming, &buyer.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.stock_left(upcoming).await, 9);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sold_out_flag_is_cleared_by_a_top_up() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    let users = app.create_users(3, false).await;
+    assert_eq!(
+        app.purchase(sale, &users[0].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_error(
+        app.purchase(sale, &users[1].token).await,
+        StatusCode::GONE,
+        "sold_out",
+    )
+    .await;
+
+    let resp = app
+        .post_json(
+            &format!("/api/admin/sales/{sale}/stock"),
+            Some(&admin.token),
+            &json!({"add": 1}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let view: Value = resp.json().await.unwrap();
+    assert_eq!(view["stock_left"], 1);
+    assert_eq!(view["sold"], 1);
+    assert_eq!(view["stock_total"], 2);
+    assert_eq!(
+        app.purchase(sale, &users[1].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+
+    // Setting stock is absolute.
+    let resp = app
+        .post_json(
+            &format!("/api/admin/sales/{sale}/stock"),
+            Some(&admin.token),
+            &json!({"set": 5}),
+        )
+        .await;
+    let view: Value = resp.json().await.unwrap();
+    assert_eq!(view["stock_left"], 5);
+    assert_eq!(view["stock_total"], 7);
+    assert_eq!(
+        app.purchase(sale, &users[2].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.stock_left(sale).await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_are_reloaded_after_script_flush() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let users = app.create_users(2, false).await;
+    assert_eq!(
+        app.purchase(sale, &users[0].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        app.purchase(sale, &users[1].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.stock_left(sale).await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sales_are_listed_with_live_stock() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 7, -5, 3600).await;
+    let buyer = app.user().await;
+    app.purchase(sale, &buyer.token).await;
+    let list: Value = app.get("/api/sales", None).await.json().await.unwrap();
+    let entry = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == sale)
+        .expect("sale listed");
+    assert_eq!(entry["stock_left"], 6);
+    assert_eq!(entry["sold"], 1);
+    assert_eq!(entry["status"], "live");
+    let one: Value = app
+        .get(&format!("/api/sales/{sale}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(one["stock_left"], 6);
+}

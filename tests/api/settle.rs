@@ -1,1 +1,177 @@
-// tests for settle
+//! Nothing lost: a settlement worker that dies mid-batch leaves its entries pending,
+//! and a new worker lands every accepted order exactly once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use stampede::config::SettleConfig;
+use stampede::settle::Settler;
+use tokio::sync::watch;
+
+use crate::helpers::{TestApp, spawn_app_with};
+
+async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
+    let users = app.create_users(n, false).await;
+    let mut accepted = HashSet::new();
+    for u in &users {
+        if app.purchase(sale, &u.token).await.status() == StatusCode::ACCEPTED {
+            accepted.insert(u.id);
+        }
+    }
+    accepted
+}
+
+async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle_ms: u64) -> Settler {
+    Settler::connect(
+        app.db.clone(),
+        &app.config.redis_url,
+        app.keys.clone(),
+        SettleConfig {
+            batch_size: batch,
+            block_ms: 100,
+            claim_idle_ms,
+            consumer: Some(consumer.to_string()),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
+    let key = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    let summary: redis::Value = redis::cmd("XPENDING")
+        .arg(&key)
+        .arg("settle")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    match summary {
+        redis::Value::Array(items) => match &items[0] {
+            redis::Value::Int(n) => *n,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 300, -5, 3600).await;
+    let accepted = buy_all(&app, sale, 300).await;
+    assert_eq!(accepted.len(), 300);
+    assert!(app.orders_in_db(sale).await.is_empty(), "no worker ran yet");
+
+    // Worker A settles in batches of 20 and is killed as soon as something landed:
+    // its current batch was read but not acknowledged.
+    let a = settler(&app, "worker-a", 20, 60_000).await;
+    let (_tx, rx) = watch::channel(false);
+    let task = tokio::spawn(a.run(rx));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while app.orders_in_db(sale).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker A never settled anything"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    task.abort();
+    let _ = task.await;
+    let landed_by_a = app.orders_in_db(sale).await.len();
+    assert!(
+        landed_by_a < 300,
+        "A must die before finishing (landed {landed_by_a})"
+    );
+
+    // Simulate a crash after reading but before acknowledging: read a batch as a
+    // consumer that then vanishes.
+    let key = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("settle")
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(25)
+        .arg("STREAMS")
+        .arg(&key)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert!(
+        pending_in_group(&app, sale).await > 0,
+        "entries are pending for dead consumers"
+    );
+
+    // Worker B takes over everything idle (claim_idle 0 ms here) and drains.
+    let mut b = settler(&app, "worker-b", 50, 0).await;
+    b.drain().await.unwrap();
+
+    let orders = app.orders_in_db(sale).await;
+    assert_eq!(orders.len(), 300, "every accepted order landed");
+    let users: HashSet<i64> = orders.iter().map(|(_, u)| *u).collect();
+    assert_eq!(users, accepted, "exactly the accepted buyers, once each");
+    assert_eq!(
+        pending_in_group(&app, sale).await,
+        0,
+        "nothing left unacknowledged"
+    );
+    let pending_hash: i64 = redis::cmd("HLEN")
+        .arg(
+            app.keys
+                .sale(stampede::domain::Id::new(sale).unwrap())
+                .pending,
+        )
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(pending_hash, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redelivered_entries_are_written_once() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let accepted = buy_all(&app, sale, 10).await;
+
+    // Copy the stream entries, settle, then put the copies back as new entries:
+    // the same order ids arrive twice.
+    let key = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let mut w = settler(&app, "w1", 4, 0).await;
+    w.drain().await.unwrap();
+    assert_eq!(app.orders_in_db(sale).await.len(), 10);
+    for (_, fields) in entries {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(&key).arg("*");
+        for (f, v) in fields {
+            cmd.arg(f).arg(v);
+        }
+        let _: String = cmd.query_async(&mut app.redis.clone()).await.unwrap();
+    }
+    w.drain().await.unwrap();
+    let orders = app.orders_in_db(sale).await;
+    assert_eq!(orders.len(), 10);
+    assert_eq!(
+        orders.iter().map(|(_, u)| *u).collect::<HashSet<_>>(),
+        accepted
+    );
+}
