@@ -49,6 +49,7 @@ impl fmt::Display for Id {
 
 pub type SaleId = Id;
 pub type UserId = Id;
+pub type PollId = Id;
 
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {

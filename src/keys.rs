@@ -24,6 +24,21 @@ pub struct SaleKeys {
     pub pending: String,
 }
 
+/// The keys of one poll, all in the slot of `{poll:<id>}`.
+#[derive(Clone, Debug)]
+pub struct PollKeys {
+    /// Hash: `opens_ms`, `closes_ms`, `closed`.
+    pub meta: String,
+    /// Set of the poll's option ids.
+    pub options: String,
+    /// Hash user id -> option id: who voted, and for what.
+    pub voters: String,
+    /// Hash option id -> count.
+    pub tally: String,
+    /// Stream of accepted vote events, read by the settlement worker.
+    pub votes: String,
+}
+
 impl Keys {
     pub fn new(namespace: &str) -> Self {
         Keys {
@@ -43,6 +58,17 @@ impl Keys {
             buyers: format!("{base}:buyers"),
             orders: format!("{base}:orders"),
             pending: format!("{base}:pending"),
+        }
+    }
+
+    pub fn poll(&self, id: Id) -> PollKeys {
+        let base = format!("{}:{{poll:{}}}", self.ns, id);
+        PollKeys {
+            meta: format!("{base}:meta"),
+            options: format!("{base}:options"),
+            voters: format!("{base}:voters"),
+            tally: format!("{base}:tally"),
+            votes: format!("{base}:votes"),
         }
     }
 

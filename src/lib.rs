@@ -10,7 +10,9 @@
 //! - [`keys`]: Redis key naming with namespace and hash tags.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
-//! - [`settle`]: the worker that moves accepted orders from Redis streams to Postgres.
+//! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
+//! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
+//!   to Postgres.
 //! - [`web`]: browser pages (askama templates) and static files.
 //! - [`seed`]: the first admin and demo data.
 
@@ -25,4 +27,5 @@ pub mod settle;
 pub mod startup;
 pub mod state;
 pub mod telemetry;
+pub mod vote;
 pub mod web;

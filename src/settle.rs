@@ -1,12 +1,13 @@
-//! The settlement worker: moves accepted orders from the sales' Redis streams into
-//! Postgres, in batches, idempotently, acknowledging only after the commit.
+//! The settlement worker: moves accepted orders (the sales' streams) and votes (the
+//! polls' streams) from Redis into Postgres, in batches, idempotently,
+//! acknowledging only after the commit.
 //!
 //! Each loop: re-read entries already delivered to this consumer but not yet
 //! acknowledged (a failed commit is retried this way); if there are none, block on
 //! new entries. Every `claim_idle_ms / 2` it takes over entries that another
 //! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`. Writes use
-//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user), so an entry that is
-//! delivered twice lands once.
+//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user), and on (poll, user)
+//! for votes, so an entry that is delivered twice lands once.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -37,15 +38,28 @@ pub struct Settler {
     consumer: String,
 }
 
-/// One order event as read from a stream.
+/// One event as read from a stream.
 #[derive(Debug, Clone, PartialEq)]
-struct OrderEvent {
+struct Event {
     stream: String,
     entry_id: String,
-    order_id: Uuid,
-    sale_id: i64,
-    user_id: i64,
-    accepted_at: DateTime<Utc>,
+    kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum EventKind {
+    Order {
+        order_id: Uuid,
+        sale_id: i64,
+        user_id: i64,
+        accepted_at: DateTime<Utc>,
+    },
+    Vote {
+        poll_id: i64,
+        user_id: i64,
+        option_id: i64,
+        voted_at: DateTime<Utc>,
+    },
 }
 
 /// What one settle step did, for logs and tests.
@@ -168,18 +182,29 @@ impl Settler {
         }
     }
 
+    /// The order streams of sales and vote streams of polls that may still get entries.
     async fn sale_streams(&self) -> anyhow::Result<Vec<String>> {
-        let ids: Vec<i64> = sqlx::query_scalar(
+        let sales: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
         )
         .bind(STREAM_RETENTION_DAYS)
         .fetch_all(&self.db)
         .await?;
-        Ok(ids
+        let polls: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM polls WHERE closes_at > now() - make_interval(days => $1) ORDER BY id",
+        )
+        .bind(STREAM_RETENTION_DAYS)
+        .fetch_all(&self.db)
+        .await?;
+        let sale_streams = sales
             .into_iter()
             .filter_map(Id::new)
-            .map(|id| self.keys.sale(id).orders)
-            .collect())
+            .map(|id| self.keys.sale(id).orders);
+        let poll_streams = polls
+            .into_iter()
+            .filter_map(Id::new)
+            .map(|id| self.keys.poll(id).votes);
+        Ok(sale_streams.chain(poll_streams).collect())
     }
 
     async fn read(
@@ -187,7 +212,7 @@ impl Settler {
         streams: &[String],
         from: &str,
         block_ms: Option<u64>,
-    ) -> anyhow::Result<Vec<OrderEvent>> {
+    ) -> anyhow::Result<Vec<Event>> {
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
             .count(self.config.batch_size);
@@ -215,7 +240,7 @@ impl Settler {
                     Some(ev) => events.push(ev),
                     None => {
                         // Not one of ours: keep it out of the way, but never silently.
-                        tracing::error!(stream = %key.key, entry = %entry.id, "malformed order event; acknowledged without settling");
+                        tracing::error!(stream = %key.key, entry = %entry.id, "malformed event; acknowledged without settling");
                         let _: () = self
                             .redis
                             .xack(&key.key, SETTLE_GROUP, &[&entry.id])
@@ -269,28 +294,30 @@ impl Settler {
         Ok(total)
     }
 
-    async fn settle(&mut self, events: Vec<OrderEvent>) -> anyhow::Result<Settled> {
+    async fn settle(&mut self, events: Vec<Event>) -> anyhow::Result<Settled> {
         if events.is_empty() {
             return Ok(Settled::default());
         }
-        let inserted = insert_orders(&self.db, &events).await?;
+        let inserted = insert_events(&self.db, &events).await?;
         // Only now, with the rows committed, may the entries be acknowledged. If this
         // fails, they are delivered again and the insert above skips them.
         let mut by_stream: HashMap<&str, (Vec<&str>, Vec<String>)> = HashMap::new();
         for ev in &events {
             let slot = by_stream.entry(ev.stream.as_str()).or_default();
             slot.0.push(ev.entry_id.as_str());
-            slot.1.push(ev.order_id.to_string());
+            if let EventKind::Order { order_id, .. } = &ev.kind {
+                slot.1.push(order_id.to_string());
+            }
         }
         let mut pipe = redis::pipe();
         for (stream, (entry_ids, order_ids)) in &by_stream {
-            let pending = stream
-                .strip_suffix(":orders")
-                .map(|base| format!("{base}:pending"))
-                .unwrap_or_default();
             pipe.xack(*stream, SETTLE_GROUP, entry_ids).ignore();
             pipe.xdel(*stream, entry_ids).ignore();
-            pipe.hdel(pending, order_ids).ignore();
+            if let Some(base) = stream.strip_suffix(":orders")
+                && !order_ids.is_empty()
+            {
+                pipe.hdel(format!("{base}:pending"), order_ids).ignore();
+            }
         }
         let _: () = pipe.query_async(&mut self.redis).await?;
         Ok(Settled {
@@ -300,37 +327,99 @@ impl Settler {
     }
 }
 
-async fn insert_orders(db: &PgPool, events: &[OrderEvent]) -> Result<u64, sqlx::Error> {
-    let ids: Vec<Uuid> = events.iter().map(|e| e.order_id).collect();
-    let sales: Vec<i64> = events.iter().map(|e| e.sale_id).collect();
-    let users: Vec<i64> = events.iter().map(|e| e.user_id).collect();
-    let times: Vec<DateTime<Utc>> = events.iter().map(|e| e.accepted_at).collect();
-    let result = sqlx::query(
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at)
-         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&ids)
-    .bind(&sales)
-    .bind(&users)
-    .bind(&times)
-    .execute(db)
-    .await?;
-    Ok(result.rows_affected())
+/// Orders and votes of one batch, written in one transaction.
+async fn insert_events(db: &PgPool, events: &[Event]) -> Result<u64, sqlx::Error> {
+    let mut order_ids = Vec::new();
+    let mut order_sales = Vec::new();
+    let mut order_users = Vec::new();
+    let mut order_times = Vec::new();
+    let mut vote_polls = Vec::new();
+    let mut vote_users = Vec::new();
+    let mut vote_options = Vec::new();
+    let mut vote_times = Vec::new();
+    for ev in events {
+        match &ev.kind {
+            EventKind::Order {
+                order_id,
+                sale_id,
+                user_id,
+                accepted_at,
+            } => {
+                order_ids.push(*order_id);
+                order_sales.push(*sale_id);
+                order_users.push(*user_id);
+                order_times.push(*accepted_at);
+            }
+            EventKind::Vote {
+                poll_id,
+                user_id,
+                option_id,
+                voted_at,
+            } => {
+                vote_polls.push(*poll_id);
+                vote_users.push(*user_id);
+                vote_options.push(*option_id);
+                vote_times.push(*voted_at);
+            }
+        }
+    }
+    let mut tx = db.begin().await?;
+    let mut inserted = 0;
+    if !order_ids.is_empty() {
+        inserted += sqlx::query(
+            "INSERT INTO orders (id, sale_id, user_id, accepted_at)
+             SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&order_ids)
+        .bind(&order_sales)
+        .bind(&order_users)
+        .bind(&order_times)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    }
+    if !vote_polls.is_empty() {
+        inserted += sqlx::query(
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
+             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&vote_polls)
+        .bind(&vote_users)
+        .bind(&vote_options)
+        .bind(&vote_times)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    }
+    tx.commit().await?;
+    Ok(inserted)
 }
 
-fn parse_event(stream: &str, entry: &StreamId) -> Option<OrderEvent> {
-    let order_id: String = entry.get("order_id")?;
-    let sale_id: i64 = entry.get("sale_id")?;
-    let user_id: i64 = entry.get("user_id")?;
+fn parse_event(stream: &str, entry: &StreamId) -> Option<Event> {
     let at_ms: i64 = entry.get("at_ms")?;
-    Some(OrderEvent {
+    let at = DateTime::from_timestamp_millis(at_ms)?;
+    let kind = if stream.ends_with(":votes") {
+        EventKind::Vote {
+            poll_id: entry.get("poll_id")?,
+            user_id: entry.get("user_id")?,
+            option_id: entry.get("option_id")?,
+            voted_at: at,
+        }
+    } else {
+        let order_id: String = entry.get("order_id")?;
+        EventKind::Order {
+            order_id: Uuid::parse_str(&order_id).ok()?,
+            sale_id: entry.get("sale_id")?,
+            user_id: entry.get("user_id")?,
+            accepted_at: at,
+        }
+    };
+    Some(Event {
         stream: stream.to_string(),
         entry_id: entry.id.clone(),
-        order_id: Uuid::parse_str(&order_id).ok()?,
-        sale_id,
-        user_id,
-        accepted_at: DateTime::from_timestamp_millis(at_ms)?,
+        kind,
     })
 }
 

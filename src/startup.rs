@@ -123,6 +123,7 @@ impl Application {
                 .route("/readyz", web::get().to(readyz))
                 .configure(crate::auth::configure)
                 .configure(crate::sale::configure)
+                .configure(crate::vote::configure)
                 .configure(crate::web::configure)
                 .default_service(web::to(not_found))
         })

@@ -8,3 +8,4 @@ mod health;
 mod helpers;
 mod purchase;
 mod settle;
+mod vote;

@@ -1,0 +1,273 @@
+//! HTTP routes of polls: reads, the vote, live results, admin set-up.
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, NewPoll, VoteOutcome};
+use crate::auth::{AdminUser, AuthUser};
+use crate::domain::{self, Id, PollId};
+use crate::error::AppError;
+use crate::state::AppState;
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/polls", web::get().to(list))
+        .route("/api/polls/{id}", web::get().to(show))
+        .route("/api/polls/{id}/results", web::get().to(results))
+        .route("/api/polls/{id}/votes", web::post().to(vote))
+        .route("/api/admin/polls", web::post().to(admin_create))
+        .route("/api/admin/polls/{id}", web::get().to(admin_show))
+        .route("/api/admin/polls/{id}/close", web::post().to(admin_close));
+}
+
+#[derive(Serialize)]
+struct PollSummary {
+    #[serde(flatten)]
+    poll: store::PollRow,
+    status: &'static str,
+}
+
+async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+    let now = Utc::now();
+    let polls: Vec<PollSummary> = store::list_polls(&state.db, 200)
+        .await?
+        .into_iter()
+        .map(|poll| PollSummary {
+            status: store::status(&poll, now),
+            poll,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(polls))
+}
+
+#[derive(Serialize)]
+pub struct PollView {
+    #[serde(flatten)]
+    pub record: store::PollRecord,
+    pub status: &'static str,
+    pub results: store::Results,
+}
+
+/// The poll's record (question, options, window) plus its live results.
+pub async fn load_view(state: &AppState, id: PollId) -> Result<PollView, AppError> {
+    let record = store::fetch_record(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    let results = live_results(state, id).await?;
+    Ok(PollView {
+        status: store::status(&record.poll, Utc::now()),
+        record,
+        results,
+    })
+}
+
+async fn live_results(state: &AppState, id: PollId) -> Result<store::Results, AppError> {
+    store::results(&mut state.redis.clone(), &state.keys, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))
+}
+
+async fn show(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("poll", &path)?;
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+/// Live results for pages that poll: Redis only, no Postgres query per viewer.
+async fn results(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("poll", &path)?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(live_results(&state, id).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VoteBody {
+    option_id: i64,
+}
+
+#[derive(Serialize)]
+struct VoteAccepted {
+    status: &'static str,
+    poll_id: PollId,
+    option_id: i64,
+}
+
+#[tracing::instrument(skip_all, fields(poll = %path.as_str()))]
+async fn vote(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+    body: web::Json<VoteBody>,
+) -> Result<HttpResponse, AppError> {
+    let poll = Id::parse("poll", &path)?;
+    let option_id = body.option_id;
+    if option_id <= 0 {
+        return Err(unknown_option());
+    }
+    match store::vote(
+        &mut state.redis.clone(),
+        &state.keys,
+        poll,
+        user.id,
+        option_id,
+    )
+    .await?
+    {
+        VoteOutcome::Accepted { .. } => Ok(HttpResponse::Accepted().json(VoteAccepted {
+            status: "accepted",
+            poll_id: poll,
+            option_id,
+        })),
+        VoteOutcome::AlreadyVoted => Err(AppError::conflict(
+            "already_voted",
+            "you already voted in this poll (one vote per person)",
+        )),
+        VoteOutcome::UnknownOption => Err(unknown_option()),
+        VoteOutcome::NotOpen { opens_in_ms } => {
+            let secs = (opens_in_ms + 999) / 1000;
+            Err(AppError::conflict(
+                "not_open",
+                format!("this poll is not open yet; it opens in {secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
+        }
+        VoteOutcome::Closed => Err(AppError::new(
+            StatusCode::GONE,
+            "closed",
+            "this poll is closed",
+        )),
+        VoteOutcome::UnknownPoll => Err(AppError::not_found(format!("no poll with id {poll}"))),
+    }
+}
+
+fn unknown_option() -> AppError {
+    AppError::unprocessable("unknown_option", "that option does not belong to this poll")
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreatePoll {
+    question: String,
+    options: Vec<String>,
+    opens_at: DateTime<Utc>,
+    closes_at: DateTime<Utc>,
+}
+
+pub const MIN_OPTIONS: usize = 2;
+pub const MAX_OPTIONS: usize = 20;
+
+impl CreatePoll {
+    fn validate(self) -> Result<NewPoll, AppError> {
+        let question = domain::parse_text("question", &self.question, 300, false)?;
+        if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&self.options.len()) {
+            return Err(AppError::unprocessable(
+                "invalid_options",
+                format!("a poll has {MIN_OPTIONS} to {MAX_OPTIONS} options"),
+            ));
+        }
+        let options = self
+            .options
+            .iter()
+            .map(|o| domain::parse_text("option", o, 200, false))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut seen = std::collections::HashSet::new();
+        if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
+            return Err(AppError::unprocessable(
+                "invalid_options",
+                "options must be distinct",
+            ));
+        }
+        if self.closes_at <= self.opens_at {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                "closes_at must be after opens_at",
+            ));
+        }
+        if self.closes_at <= Utc::now() {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                "closes_at is in the past",
+            ));
+        }
+        if self.closes_at - self.opens_at > chrono::Duration::days(366) {
+            return Err(AppError::unprocessable(
+                "invalid_window",
+                "a poll may stay open at most 366 days",
+            ));
+        }
+        Ok(NewPoll {
+            question,
+            options,
+            opens_at: self.opens_at,
+            closes_at: self.closes_at,
+        })
+    }
+}
+
+async fn admin_create(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    body: web::Json<CreatePoll>,
+) -> Result<HttpResponse, AppError> {
+    let new = body.into_inner().validate()?;
+    let record = store::create_poll(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
+    tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
+    let id = Id::new(record.poll.id).expect("serial ids are positive");
+    Ok(HttpResponse::Created().json(load_view(&state, id).await?))
+}
+
+#[derive(Serialize)]
+struct AdminPollView {
+    #[serde(flatten)]
+    view: PollView,
+    /// Votes already written to Postgres, per option.
+    settled: Vec<store::Tally>,
+    settled_voters: i64,
+}
+
+async fn admin_show(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("poll", &path)?;
+    let view = load_view(&state, id).await?;
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT o.id, count(v.user_id) FROM poll_options o
+         LEFT JOIN votes v ON v.option_id = o.id
+         WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id",
+    )
+    .bind(id.get())
+    .fetch_all(&state.db)
+    .await?;
+    let settled_voters = rows.iter().map(|(_, n)| n).sum();
+    Ok(HttpResponse::Ok().json(AdminPollView {
+        view,
+        settled: rows
+            .into_iter()
+            .map(|(option_id, votes)| store::Tally { option_id, votes })
+            .collect(),
+        settled_voters,
+    }))
+}
+
+async fn admin_close(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("poll", &path)?;
+    store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    tracing::info!(poll = %id, admin = %admin.id, "poll closed");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}

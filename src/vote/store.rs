@@ -1,0 +1,306 @@
+//! The Rust side of the poll scripts and the poll tables.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::domain::{Id, PollId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::sale::store::ensure_group;
+
+static VOTE: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/vote.lua")));
+static LOAD_POLL: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/load_poll.lua")));
+
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+pub struct PollRow {
+    pub id: i64,
+    pub question: String,
+    pub opens_at: DateTime<Utc>,
+    pub closes_at: DateTime<Utc>,
+    pub closed: bool,
+}
+
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+pub struct OptionRow {
+    pub id: i64,
+    pub label: String,
+    pub position: i32,
+}
+
+/// A poll's record: question, window and options (what a cache may hold).
+#[derive(Clone, Debug, Serialize)]
+pub struct PollRecord {
+    #[serde(flatten)]
+    pub poll: PollRow,
+    pub options: Vec<OptionRow>,
+}
+
+/// Live results, from Redis only.
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub poll_id: i64,
+    pub voters: i64,
+    /// Option id -> votes, every option present (0 when none).
+    pub tallies: Vec<Tally>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Tally {
+    pub option_id: i64,
+    pub votes: i64,
+}
+
+pub fn status(poll: &PollRow, now: DateTime<Utc>) -> &'static str {
+    if poll.closed || now >= poll.closes_at {
+        "closed"
+    } else if now < poll.opens_at {
+        "upcoming"
+    } else {
+        "open"
+    }
+}
+
+pub struct NewPoll {
+    pub question: String,
+    pub options: Vec<String>,
+    pub opens_at: DateTime<Utc>,
+    pub closes_at: DateTime<Utc>,
+}
+
+/// Inserts poll and options and loads them into Redis in one transaction: if Redis
+/// refuses, nothing is written.
+pub async fn create_poll<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    new: NewPoll,
+) -> Result<PollRecord, AppError> {
+    let mut tx = db.begin().await?;
+    let poll = sqlx::query_as::<_, PollRow>(
+        "INSERT INTO polls (question, opens_at, closes_at) VALUES ($1, $2, $3)
+         RETURNING id, question, opens_at, closes_at, closed",
+    )
+    .bind(&new.question)
+    .bind(new.opens_at)
+    .bind(new.closes_at)
+    .fetch_one(&mut *tx)
+    .await?;
+    let positions: Vec<i32> = (1..=new.options.len() as i32).collect();
+    let options = sqlx::query_as::<_, OptionRow>(
+        "INSERT INTO poll_options (poll_id, label, position)
+         SELECT $1, label, position FROM UNNEST($2::text[], $3::int4[]) AS t(label, position)
+         RETURNING id, label, position",
+    )
+    .bind(poll.id)
+    .bind(&new.options)
+    .bind(&positions)
+    .fetch_all(&mut *tx)
+    .await?;
+    let record = PollRecord { poll, options };
+    load_into_redis(redis, keys, &record).await?;
+    tx.commit().await?;
+    Ok(record)
+}
+
+pub async fn load_into_redis<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    record: &PollRecord,
+) -> Result<(), AppError> {
+    let id = poll_id(record.poll.id)?;
+    let k = keys.poll(id);
+    let mut inv = LOAD_POLL.prepare_invoke();
+    inv.key(&k.meta)
+        .key(&k.options)
+        .arg(record.poll.opens_at.timestamp_millis())
+        .arg(record.poll.closes_at.timestamp_millis())
+        .arg(u8::from(record.poll.closed));
+    for option in &record.options {
+        inv.arg(option.id);
+    }
+    let _: i64 = inv.invoke_async(redis).await?;
+    ensure_group(redis, &k.votes).await?;
+    Ok(())
+}
+
+fn poll_id(raw: i64) -> Result<PollId, AppError> {
+    Id::new(raw).ok_or_else(|| AppError::Internal(anyhow::anyhow!("poll id {raw} not positive")))
+}
+
+pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>, sqlx::Error> {
+    let Some(poll) = sqlx::query_as::<_, PollRow>(
+        "SELECT id, question, opens_at, closes_at, closed FROM polls WHERE id = $1",
+    )
+    .bind(id.get())
+    .fetch_optional(db)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let options = sqlx::query_as::<_, OptionRow>(
+        "SELECT id, label, position FROM poll_options WHERE poll_id = $1 ORDER BY position",
+    )
+    .bind(id.get())
+    .fetch_all(db)
+    .await?;
+    Ok(Some(PollRecord { poll, options }))
+}
+
+pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::Error> {
+    sqlx::query_as::<_, PollRow>(
+        "SELECT id, question, opens_at, closes_at, closed FROM polls
+         ORDER BY opens_at DESC, id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
+
+/// Makes sure every poll in Postgres is loaded in Redis (window and options). Tallies
+/// of a poll whose keys were lost are rebuilt from the settled votes.
+pub async fn ensure_all_loaded<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+) -> Result<usize, AppError> {
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM polls")
+        .fetch_all(db)
+        .await?;
+    let mut rebuilt = 0;
+    for raw in ids {
+        let id = poll_id(raw)?;
+        let k = keys.poll(id);
+        let present: bool = redis::cmd("EXISTS").arg(&k.meta).query_async(redis).await?;
+        if present {
+            ensure_group(redis, &k.votes).await?;
+            continue;
+        }
+        let Some(record) = fetch_record(db, id).await? else {
+            continue;
+        };
+        let votes: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
+                .bind(raw)
+                .fetch_all(db)
+                .await?;
+        let mut tally: HashMap<i64, i64> = HashMap::new();
+        let mut pipe = redis::pipe();
+        for (user, option) in &votes {
+            *tally.entry(*option).or_default() += 1;
+            pipe.hset(&k.voters, user, option).ignore();
+        }
+        for (option, count) in &tally {
+            pipe.hset(&k.tally, option, count).ignore();
+        }
+        if !votes.is_empty() {
+            let _: () = pipe.query_async(redis).await?;
+        }
+        load_into_redis(redis, keys, &record).await?;
+        rebuilt += 1;
+    }
+    Ok(rebuilt)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoteOutcome {
+    Accepted { count: i64 },
+    AlreadyVoted,
+    NotOpen { opens_in_ms: i64 },
+    Closed,
+    UnknownPoll,
+    UnknownOption,
+}
+
+#[tracing::instrument(skip_all, fields(poll = %poll, user = %user))]
+pub async fn vote<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+    user: UserId,
+    option: i64,
+) -> Result<VoteOutcome, redis::RedisError> {
+    let k = keys.poll(poll);
+    let (code, value): (i64, i64) = VOTE
+        .key(&k.meta)
+        .key(&k.options)
+        .key(&k.voters)
+        .key(&k.tally)
+        .key(&k.votes)
+        .arg(user.get())
+        .arg(option)
+        .arg(poll.get())
+        .invoke_async(redis)
+        .await?;
+    Ok(match code {
+        0 => VoteOutcome::Accepted { count: value },
+        1 => VoteOutcome::AlreadyVoted,
+        2 => VoteOutcome::NotOpen { opens_in_ms: value },
+        3 => VoteOutcome::Closed,
+        4 => VoteOutcome::UnknownPoll,
+        _ => VoteOutcome::UnknownOption,
+    })
+}
+
+/// Tallies and voter count in one pipelined round trip; no Postgres.
+pub async fn results<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+) -> Result<Option<Results>, AppError> {
+    let k = keys.poll(poll);
+    let (exists, options, tally, voters): (bool, Vec<i64>, HashMap<i64, i64>, i64) = redis::pipe()
+        .exists(&k.meta)
+        .smembers(&k.options)
+        .hgetall(&k.tally)
+        .hlen(&k.voters)
+        .query_async(redis)
+        .await?;
+    if !exists {
+        return Ok(None);
+    }
+    let mut options = options;
+    options.sort_unstable();
+    Ok(Some(Results {
+        poll_id: poll.get(),
+        voters,
+        tallies: options
+            .into_iter()
+            .map(|option_id| Tally {
+                option_id,
+                votes: tally.get(&option_id).copied().unwrap_or(0),
+            })
+            .collect(),
+    }))
+}
+
+/// Closes the poll in Postgres and Redis in one transaction.
+pub async fn close<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    id: PollId,
+) -> Result<Option<PollRecord>, AppError> {
+    let mut tx = db.begin().await?;
+    let updated = sqlx::query("UPDATE polls SET closed = TRUE WHERE id = $1")
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
+    if updated.rows_affected() == 0 {
+        return Ok(None);
+    }
+    let _: () = redis::cmd("HSET")
+        .arg(&keys.poll(id).meta)
+        .arg("closed")
+        .arg(1)
+        .query_async(redis)
+        .await?;
+    tx.commit().await?;
+    Ok(fetch_record(db, id).await?)
+}

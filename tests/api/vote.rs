@@ -1,0 +1,347 @@
+//! Voting: one vote per user per poll under concurrency, tallies that match the
+//! accepted choices, and Postgres agreeing with Redis after settlement.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+
+use crate::helpers::{TestApp, User, assert_error, spawn_app};
+
+async fn create_poll(
+    app: &TestApp,
+    admin: &User,
+    options: &[&str],
+    opens_in: i64,
+    closes_in: i64,
+) -> (i64, Vec<i64>) {
+    let now = chrono::Utc::now();
+    let resp = app
+        .post_json(
+            "/api/admin/polls",
+            Some(&admin.token),
+            &json!({
+                "question": "Best phone colour?",
+                "options": options,
+                "opens_at": now + chrono::Duration::seconds(opens_in),
+                "closes_at": now + chrono::Duration::seconds(closes_in),
+            }),
+        )
+        .await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::CREATED,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let body: Value = resp.json().await.unwrap();
+    let options = body["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_i64().unwrap())
+        .collect();
+    (body["id"].as_i64().unwrap(), options)
+}
+
+async fn vote(app: &TestApp, poll: i64, token: &str, option: i64) -> reqwest::Response {
+    app.post_json(
+        &format!("/api/polls/{poll}/votes"),
+        Some(token),
+        &json!({ "option_id": option }),
+    )
+    .await
+}
+
+async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
+    let results: Value = app
+        .get(&format!("/api/polls/{poll}/results"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    results["tallies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["option_id"].as_i64().unwrap(),
+                t["votes"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn db_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT option_id, count(*) FROM votes WHERE poll_id = $1 GROUP BY option_id",
+    )
+    .bind(poll)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thousand_users_voting_five_times_count_once_each() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) =
+        create_poll(&app, &admin, &["red", "green", "blue", "black"], -5, 3600).await;
+    let users = app.create_users(1000, false).await;
+
+    // Each user sends 5 votes: option picks vary, and every fifth user's first two
+    // attempts name an option of no poll (refused, must not use up their vote).
+    let mut attempts = Vec::with_capacity(5000);
+    for (i, u) in users.iter().enumerate() {
+        for round in 0..5 {
+            let option = if i % 5 == 0 && round < 2 {
+                999_999_999
+            } else {
+                options[(i + round) % options.len()]
+            };
+            attempts.push((u.id, u.token.clone(), option));
+        }
+    }
+    let barrier = Arc::new(Barrier::new(attempts.len()));
+    let app = Arc::new(app);
+    let mut tasks = Vec::new();
+    for (user, token, option) in attempts {
+        let (app, barrier) = (app.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let resp = vote(&app, poll, &token, option).await;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap();
+            (user, option, status, body)
+        }));
+    }
+    let mut accepted: HashMap<i64, i64> = HashMap::new();
+    let (mut duplicate, mut invalid) = (0, 0);
+    for t in tasks {
+        let (user, option, status, body) = t.await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                assert!(
+                    accepted.insert(user, option).is_none(),
+                    "user {user} voted twice"
+                );
+            }
+            StatusCode::CONFLICT => {
+                assert_eq!(body["error"], "already_voted");
+                duplicate += 1;
+            }
+            StatusCode::UNPROCESSABLE_ENTITY => {
+                assert_eq!(body["error"], "unknown_option");
+                invalid += 1;
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(accepted.len(), 1000, "every user's vote counted once");
+    assert_eq!(invalid, 400);
+    assert_eq!(duplicate, 5000 - 1000 - 400);
+
+    let mut expected: HashMap<i64, i64> = options.iter().map(|o| (*o, 0)).collect();
+    for option in accepted.values() {
+        *expected.get_mut(option).expect("accepted option is real") += 1;
+    }
+    assert_eq!(
+        redis_tallies(&app, poll).await,
+        expected,
+        "tallies equal the accepted choices"
+    );
+
+    // After settlement Postgres agrees with Redis, vote by vote.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
+            .bind(poll)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+        if n >= 1000 || std::time::Instant::now() > deadline {
+            assert_eq!(n, 1000);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let db: HashMap<i64, i64> = db_tallies(&app, poll).await;
+    let nonzero: HashMap<i64, i64> = expected.into_iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(db, nonzero);
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
+            .bind(poll)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(rows.into_iter().collect::<HashMap<_, _>>(), accepted);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_option_and_closed_poll_change_nothing() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(&app, &admin, &["yes", "no"], -5, 3600).await;
+    let (other_poll, other_options) = create_poll(&app, &admin, &["a", "b"], -5, 3600).await;
+    let voter = app.user().await;
+
+    // An option of another poll, zero, negative, a string: all refused.
+    assert_error(
+        vote(&app, poll, &voter.token, other_options[0]).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_option",
+    )
+    .await;
+    assert_error(
+        vote(&app, poll, &voter.token, 0).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_option",
+    )
+    .await;
+    assert_error(
+        vote(&app, poll, &voter.token, -3).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "unknown_option",
+    )
+    .await;
+    let resp = app
+        .post_json(
+            &format!("/api/polls/{poll}/votes"),
+            Some(&voter.token),
+            &json!({"option_id": "yes"}),
+        )
+        .await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
+    let results: Value = app
+        .get(&format!("/api/polls/{poll}/results"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(results["voters"], 0);
+    assert!(redis_tallies(&app, poll).await.values().all(|n| *n == 0));
+
+    // The refused attempts did not use up the vote.
+    assert_eq!(
+        vote(&app, poll, &voter.token, options[1]).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_error(
+        vote(&app, poll, &voter.token, options[0]).await,
+        StatusCode::CONFLICT,
+        "already_voted",
+    )
+    .await;
+
+    // Closed early: refused, tallies untouched.
+    let resp = app
+        .post(
+            &format!("/api/admin/polls/{other_poll}/close"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_error(
+        vote(&app, other_poll, &voter.token, other_options[0]).await,
+        StatusCode::GONE,
+        "closed",
+    )
+    .await;
+    assert!(
+        redis_tallies(&app, other_poll)
+            .await
+            .values()
+            .all(|n| *n == 0)
+    );
+
+    // Not yet open.
+    let (later, later_options) = create_poll(&app, &admin, &["x", "y"], 3600, 7200).await;
+    assert_error(
+        vote(&app, later, &voter.token, later_options[0]).await,
+        StatusCode::CONFLICT,
+        "not_open",
+    )
+    .await;
+
+    // Unknown and malformed poll ids.
+    assert_error(
+        vote(&app, 987_654, &voter.token, options[0]).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let resp = app
+        .post_json(
+            "/api/polls/abc/votes",
+            Some(&voter.token),
+            &json!({"option_id": 1}),
+        )
+        .await;
+    assert_error(resp, StatusCode::BAD_REQUEST, "invalid_id").await;
+    assert_error(
+        app.get("/api/polls/987654", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    // Not signed in.
+    let resp = app
+        .post_json(
+            &format!("/api/polls/{poll}/votes"),
+            None,
+            &json!({"option_id": options[0]}),
+        )
+        .await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poll_creation_is_validated() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let now = chrono::Utc::now();
+    let base = json!({
+        "question": "Q?", "options": ["a", "b"],
+        "opens_at": now, "closes_at": now + chrono::Duration::hours(1),
+    });
+    let many: Vec<String> = (0..21).map(|i| format!("o{i}")).collect();
+    for (patch, code) in [
+        (json!({"options": ["only one"]}), "invalid_options"),
+        (json!({"options": many}), "invalid_options"),
+        (json!({"options": ["same", "Same"]}), "invalid_options"),
+        (json!({"options": ["ok", ""]}), "invalid_text"),
+        (json!({"question": ""}), "invalid_text"),
+        (
+            json!({"closes_at": now - chrono::Duration::hours(2)}),
+            "invalid_window",
+        ),
+    ] {
+        let mut body = base.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let resp = app
+            .post_json("/api/admin/polls", Some(&admin.token), &body)
+            .await;
+        assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, code).await;
+    }
+    let user = app.user().await;
+    let resp = app
+        .post_json("/api/admin/polls", Some(&user.token), &base)
+        .await;
+    assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    let polls: i64 = sqlx::query_scalar("SELECT count(*) FROM polls")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(polls, 0);
+    let resp = app
+        .post_json("/api/admin/polls", Some(&admin.token), &base)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+}
