@@ -64,7 +64,7 @@ pub struct SettleConfig {
 impl Default for SettleConfig {
     fn default() -> Self {
         Self {
-            batch_size: 500,
+            batch_size: 2000,
             block_ms: 1000,
             claim_idle_ms: 30_000,
             consumer: None,
