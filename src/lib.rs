@@ -8,6 +8,7 @@
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
+//! - [`metrics`]: counters served at `/metrics`.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod metrics;
 pub mod sale;
 pub mod seed;
 pub mod settle;

@@ -10,6 +10,7 @@
 //! for votes, so an entry that is delivered twice lands once.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -23,6 +24,7 @@ use uuid::Uuid;
 use crate::config::SettleConfig;
 use crate::domain::Id;
 use crate::keys::Keys;
+use crate::metrics::Metrics;
 use crate::sale::store::SETTLE_GROUP;
 
 /// How often the list of sale streams is re-read from Postgres.
@@ -36,6 +38,7 @@ pub struct Settler {
     keys: Keys,
     config: SettleConfig,
     consumer: String,
+    metrics: Arc<Metrics>,
 }
 
 /// One event as read from a stream.
@@ -91,7 +94,14 @@ impl Settler {
             keys,
             config,
             consumer,
+            metrics: Arc::new(Metrics::default()),
         })
+    }
+
+    /// Count settled rows and errors in the server's metrics.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     pub fn consumer(&self) -> &str {
@@ -143,6 +153,7 @@ impl Settler {
                     }
                 }
                 Err(e) => {
+                    Metrics::inc(&self.metrics.settle_errors);
                     // Entries stay pending for this consumer and are retried next loop.
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "settlement step failed");
                     wait(&mut shutdown, backoff).await;
@@ -299,6 +310,9 @@ impl Settler {
             return Ok(Settled::default());
         }
         let inserted = insert_events(&self.db, &events).await?;
+        self.metrics
+            .settled_rows
+            .fetch_add(inserted, std::sync::atomic::Ordering::Relaxed);
         // Only now, with the rows committed, may the entries be acknowledged. If this
         // fails, they are delivered again and the insert above skips them.
         let mut by_stream: HashMap<&str, (Vec<&str>, Vec<String>)> = HashMap::new();

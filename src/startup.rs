@@ -88,7 +88,9 @@ impl Application {
         }
         crate::seed::bootstrap_admin(&db, &config).await?;
 
+        let metrics = Arc::new(crate::metrics::Metrics::default());
         let state = web::Data::new(AppState {
+            metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             keys: keys.clone(),
@@ -99,8 +101,9 @@ impl Application {
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let settler = if config.settle_in_serve {
-            let settler =
-                Settler::connect(db, &config.redis_url, keys, config.settle.clone()).await?;
+            let settler = Settler::connect(db, &config.redis_url, keys, config.settle.clone())
+                .await?
+                .with_metrics(metrics);
             Some(tokio::spawn(settler.run(shutdown_rx)))
         } else {
             None
@@ -121,6 +124,7 @@ impl Application {
                 .app_data(web::PayloadConfig::new(max_body))
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
+                .route("/metrics", web::get().to(crate::metrics::endpoint))
                 .configure(crate::auth::configure)
                 .configure(crate::sale::configure)
                 .configure(crate::vote::configure)

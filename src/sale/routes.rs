@@ -10,6 +10,7 @@ use super::store::{self, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::AppError;
+use crate::metrics::Metrics;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -69,9 +70,17 @@ async fn purchase(
 ) -> Result<HttpResponse, AppError> {
     let sale = Id::parse("sale", &path)?;
     if state.sold_out.is_sold_out(sale) {
+        Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Err(sold_out());
     }
     let outcome = store::purchase(&mut state.redis.clone(), &state.keys, sale, user.id).await?;
+    let m = &state.metrics;
+    Metrics::inc(match outcome {
+        PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
+        PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
+        PurchaseOutcome::SoldOut => &m.purchase_sold_out,
+        _ => &m.purchase_not_open,
+    });
     match outcome {
         PurchaseOutcome::Accepted { order_id, .. } => Ok(HttpResponse::Accepted().json(Accepted {
             status: "pending",

@@ -9,6 +9,7 @@ use super::store::{self, NewPoll, VoteOutcome};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::AppError;
+use crate::metrics::Metrics;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -112,15 +113,19 @@ async fn vote(
     if option_id <= 0 {
         return Err(unknown_option());
     }
-    match store::vote(
+    let outcome = store::vote(
         &mut state.redis.clone(),
         &state.keys,
         poll,
         user.id,
         option_id,
     )
-    .await?
-    {
+    .await?;
+    Metrics::inc(match outcome {
+        VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
+        _ => &state.metrics.vote_refused,
+    });
+    match outcome {
         VoteOutcome::Accepted { .. } => Ok(HttpResponse::Accepted().json(VoteAccepted {
             status: "accepted",
             poll_id: poll,

@@ -45,3 +45,29 @@ async fn readyz_is_503_when_postgres_is_gone() {
     assert_eq!(body["postgres"], "down");
     assert_eq!(body["redis"], "ok");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_purchase_outcomes() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    let users = app.create_users(3, false).await;
+    for u in &users {
+        app.purchase(sale, &u.token).await;
+    }
+    app.purchase(sale, &users[0].token).await;
+    let resp = app.get("/metrics", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let text = resp.text().await.unwrap();
+    let value = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("stampede_purchase_accepted_total"), 1);
+    // The second buyer meets the script's sold-out; the rest hit the local flag.
+    assert_eq!(value("stampede_purchase_sold_out_total"), 1);
+    assert_eq!(value("stampede_purchase_sold_out_local_total"), 2);
+}

@@ -1,0 +1,74 @@
+//! Counters for operators, served at `GET /metrics` in the Prometheus text format.
+//! Plain atomics: a counter bump on the hot path costs one relaxed add, and no
+//! exporter crate (with its build weight) is needed for a handful of counters.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use actix_web::{HttpResponse, web};
+
+use crate::state::AppState;
+
+macro_rules! counters {
+    ($($field:ident : $help:literal),* $(,)?) => {
+        #[derive(Default)]
+        pub struct Metrics {
+            $(pub $field: AtomicU64,)*
+        }
+
+        impl Metrics {
+            /// Prometheus exposition text of every counter.
+            pub fn render(&self) -> String {
+                let mut out = String::new();
+                $(
+                    let name = concat!("stampede_", stringify!($field), "_total");
+                    let _ = writeln!(out, "# HELP {name} {}", $help);
+                    let _ = writeln!(out, "# TYPE {name} counter");
+                    let _ = writeln!(out, "{name} {}", self.$field.load(Relaxed));
+                )*
+                out
+            }
+        }
+    };
+}
+
+counters! {
+    purchase_accepted: "Purchases accepted by the purchase script.",
+    purchase_already_bought: "Purchases refused: the user already bought from the sale.",
+    purchase_sold_out: "Purchases refused as sold out by the script.",
+    purchase_sold_out_local: "Purchases refused as sold out from the process-local flag, without Redis.",
+    purchase_not_open: "Purchases refused: sale not started, ended or closed.",
+    vote_accepted: "Votes accepted by the vote script.",
+    vote_refused: "Votes refused (already voted, unknown option, poll not open).",
+    rate_limited: "Requests refused by a rate limit.",
+    settled_rows: "Orders and votes written to Postgres by this process's settlement worker.",
+    settle_errors: "Settlement steps that failed and will be retried.",
+}
+
+impl Metrics {
+    pub fn inc(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
+
+pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(state.metrics.render())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::default();
+        Metrics::inc(&m.purchase_accepted);
+        Metrics::inc(&m.purchase_accepted);
+        let text = m.render();
+        assert!(text.contains("# TYPE stampede_purchase_accepted_total counter"));
+        assert!(text.contains("\nstampede_purchase_accepted_total 2\n"));
+        assert!(text.contains("\nstampede_vote_accepted_total 0\n"));
+    }
+}
