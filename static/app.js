@@ -64,10 +64,13 @@
     if (el && el.textContent !== String(text)) el.textContent = String(text);
   }
 
-  const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: "medium", timeStyle: "short" });
+  const shortDate = { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" };
+  const sameYear = new Intl.DateTimeFormat(undefined, shortDate);
+  const otherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, year: "numeric" });
 
+  /** "Nov 22, 3:09 PM" in the visitor's time zone; the year only when not this one. */
   function localTime(date) {
-    return dateFormat.format(date);
+    return (date.getFullYear() === new Date().getFullYear() ? sameYear : otherYear).format(date);
   }
 
   function showLocalTimes(root) {
@@ -349,7 +352,7 @@
         if (document.hidden) continue;
         const res = await api("GET", `/api/orders/${encodeURIComponent(orderId)}`);
         if (res.ok && res.data.status === "confirmed") {
-          show("success", "Order confirmed. Thank you!", `Order ${orderId}.`, {
+          show("success", "Order confirmed. Thank you!", "", {
             href: "/me/orders",
             text: "See my orders",
           });
@@ -474,7 +477,8 @@
       row.insertCell().append(when);
       const id = row.insertCell();
       id.className = "muted small";
-      id.textContent = String(order.id).slice(0, 8);
+      // The first bytes of an order id carry its sale id; the tail tells orders apart.
+      id.textContent = String(order.id).slice(-12);
       id.title = String(order.id);
     }
   }

@@ -27,10 +27,7 @@ impl Nav {
     /// The caller and their name. One indexed query: fine for pages, which is why
     /// the buy path never calls this. A token whose user was deleted counts as
     /// signed out.
-    pub async fn load(
-        req: &HttpRequest,
-        db: &PgPool,
-    ) -> Result<(Nav, Option<AuthUser>), AppError> {
+    pub async fn load(req: &HttpRequest, db: &PgPool) -> Result<(Nav, Option<AuthUser>), AppError> {
         let Some(user) = auth::optional_user(req) else {
             return Ok((Nav::anonymous(), None));
         };
