@@ -9,7 +9,8 @@
 // - the admin creates a sale through the form (first with a bad window, to see the
 //   API's message), alice watches its countdown, the admin opens it and alice's Buy
 //   button comes alive without a reload, the admin closes it again;
-// - a 404 page, the 403 of /admin for alice, a phone-sized sale page.
+// - a failed sign-in, a 404 page, the 403 of /admin for alice, a phone-sized sale
+//   page, and signing out.
 // Each run leaves one closed sale named "E2E smoke ..." and one user "e2e-..."
 // behind. A browser console error (a CSP violation, say) fails the run.
 // Screenshots go to E2E_OUT.
@@ -124,6 +125,13 @@ try {
   await alice.goto(`${base}/`);
   check((await alice.locator(".sale-card").count()) > 0, "home lists sales");
   await shot(alice, "home-anonymous");
+  await alice.goto(`${base}/signin`);
+  await alice.getByLabel("Username").fill("alice");
+  await alice.getByLabel("Password").fill("not-her-password");
+  await alice.getByRole("button", { name: "Sign in" }).click();
+  await alice.getByText("wrong username or password").waitFor({ timeout: 5000 });
+  check(true, "a failed sign-in shows the API's message");
+  await shot(alice, "signin-error");
   await signIn(alice, "alice", demoPassword);
   await shot(alice, "home");
 
@@ -226,6 +234,9 @@ try {
   await admin.getByText(`“${saleName}” is closed.`).waitFor({ timeout: 5000 });
   await alice.getByRole("button", { name: "Sale closed" }).waitFor({ timeout: 5000 });
   check(true, "closing shows on the shopper's page without a reload");
+
+  await Promise.all([alice.waitForURL(`${base}/`), alice.getByRole("button", { name: "Sign out" }).click()]);
+  check(await alice.getByRole("link", { name: "Sign in" }).isVisible(), "sign out signs out");
 } catch (err) {
   problems.push(`aborted: ${err.message}`);
 } finally {

@@ -51,9 +51,10 @@
     return { status: resp.status, ok: resp.ok, headers: resp.headers, data: data || {} };
   }
 
+  /** The API's `message`, as a sentence ("wrong password" -> "Wrong password"). */
   function messageOf(res, fallback) {
     const m = res.data && res.data.message;
-    return typeof m === "string" && m ? m : fallback;
+    return typeof m === "string" && m ? m[0].toUpperCase() + m.slice(1) : fallback;
   }
 
   function field(root, name) {

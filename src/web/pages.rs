@@ -6,7 +6,7 @@ use askama::Template;
 use askama_web::WebTemplate;
 
 use super::error::PageError;
-use super::view::{Nav, SaleCard};
+use super::view::{self, Nav, SaleCard};
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
 use crate::sale::store;
@@ -28,7 +28,10 @@ pub async fn index(
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, _) = load_nav(&req, &state).await?;
     match list_cards(&state).await {
-        Ok(sales) => Ok(IndexPage { nav, sales }),
+        Ok(mut sales) => {
+            sales.sort_by_key(|sale| view::shop_rank(sale.status));
+            Ok(IndexPage { nav, sales })
+        }
         Err(e) => Err(PageError::from_app(e, nav)),
     }
 }

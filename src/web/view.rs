@@ -102,6 +102,18 @@ impl From<SaleView> for SaleCard {
     }
 }
 
+/// Shoppers see first what they can buy now, then what opens soon, then the rest.
+/// Sorting by this is stable, so the store's order holds within a group.
+pub fn shop_rank(status: &str) -> u8 {
+    match status {
+        "live" => 0,
+        "upcoming" => 1,
+        "sold_out" => 2,
+        "ended" => 3,
+        _ => 4,
+    }
+}
+
 pub fn status_label(status: &str) -> &'static str {
     match status {
         "upcoming" => "Upcoming",
@@ -143,6 +155,20 @@ mod tests {
         assert_eq!(format_price(100_000), "$1,000.00");
         assert_eq!(format_price(123_456_789), "$1,234,567.89");
         assert_eq!(format_price(-150), "-$1.50");
+    }
+
+    #[test]
+    fn buyable_sales_come_first() {
+        let mut statuses = [
+            "closed", "ended", "sold_out", "upcoming", "live", "upcoming",
+        ];
+        statuses.sort_by_key(|s| shop_rank(s));
+        assert_eq!(
+            statuses,
+            [
+                "live", "upcoming", "upcoming", "sold_out", "ended", "closed"
+            ]
+        );
     }
 
     #[test]
