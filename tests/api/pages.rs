@@ -77,6 +77,27 @@ async fn home_lists_sales_with_status_price_and_stock() {
 }
 
 #[tokio::test]
+async fn home_shows_buyable_sales_before_closed_ones() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let live = app.create_sale(&admin, 5, -120, 3600).await;
+    // Starts later, so the store lists it first.
+    let closed = app.create_sale(&admin, 5, -60, 3600).await;
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{closed}/close"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+
+    let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
+    let at = |id: i64| body.find(&format!(r#"href="/sales/{id}""#)).unwrap();
+    assert!(at(live) < at(closed), "live sale listed first");
+    assert!(body.contains(r#"badge-closed">Closed<"#));
+}
+
+#[tokio::test]
 async fn header_names_the_signed_in_user() {
     let app = spawn_app().await;
     let user = app.user().await;
