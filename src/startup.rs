@@ -129,7 +129,7 @@ impl Application {
                 .configure(crate::sale::configure)
                 .configure(crate::vote::configure)
                 .configure(crate::web::configure)
-                .default_service(web::to(not_found))
+                .default_service(web::to(crate::web::fallback))
         })
         // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
         .disable_signals()
@@ -235,10 +235,6 @@ fn path_config() -> web::PathConfig {
 fn query_config() -> web::QueryConfig {
     web::QueryConfig::default()
         .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
-}
-
-async fn not_found() -> Result<HttpResponse, AppError> {
-    Err(AppError::not_found("no such route"))
 }
 
 async fn healthz() -> HttpResponse {

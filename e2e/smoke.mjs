@@ -1,0 +1,250 @@
+// Browser smoke run of the Stampede pages against a running, seeded server, with
+// the system's Chromium (never a downloaded one). Optional, not part of CI: run it
+// through scripts/e2e, which explains the settings.
+//
+// What it does:
+// - alice signs in, opens the live demo sale and presses Buy (a re-run accepts
+//   "already bought");
+// - a fresh shopper signs up (which signs in), buys, and waits for "confirmed";
+// - the admin creates a sale through the form (first with a bad window, to see the
+//   API's message), alice watches its countdown, the admin opens it and alice's Buy
+//   button comes alive without a reload, the admin closes it again;
+// - a failed sign-in, a 404 page, the 403 of /admin for alice, a phone-sized sale
+//   page, and signing out.
+// Each run leaves one closed sale named "E2E smoke ..." and one user "e2e-..."
+// behind. A browser console error (a CSP violation, say) fails the run.
+// Screenshots go to E2E_OUT.
+
+import { chromium } from "playwright-core";
+import { mkdir } from "node:fs/promises";
+import { randomBytes } from "node:crypto";
+
+const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
+const out = process.env.E2E_OUT || "/tmp/stampede-e2e";
+const demoPassword = required("STAMPEDE_DEMO_PASSWORD");
+const adminUser = process.env.STAMPEDE_ADMIN_USERNAME || "admin";
+const adminPassword = required("STAMPEDE_ADMIN_PASSWORD");
+const runId = randomBytes(4).toString("hex");
+
+function required(name) {
+  const value = process.env[name];
+  if (!value) {
+    console.error(`set ${name}`);
+    process.exit(2);
+  }
+  return value;
+}
+
+const problems = [];
+function check(ok, what) {
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+  if (!ok) problems.push(what);
+}
+
+await mkdir(out, { recursive: true });
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+  ],
+});
+
+async function newPage(viewport = { width: 1280, height: 860 }) {
+  const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
+  const page = await context.newPage();
+  page.on("console", (msg) => {
+    // Chrome logs every 4xx answer (error pages, the refusals this run provokes)
+    // as "Failed to load resource"; the steps below check those outcomes. Anything else,
+    // such as a CSP "Refused to ..." message, is a problem.
+    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
+      problems.push(`console error on ${page.url()}: ${msg.text()}`);
+    }
+  });
+  page.on("pageerror", (err) => problems.push(`script error on ${page.url()}: ${err.message}`));
+  page.on("dialog", (dialog) => dialog.accept());
+  return page;
+}
+
+async function shot(page, name) {
+  const path = `${out}/${name}.png`;
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path, fullPage: true });
+  console.log(`     screenshot ${path}`);
+}
+
+async function signIn(page, username, password) {
+  await page.goto(`${base}/signin`);
+  await page.getByLabel("Username").fill(username);
+  await page.getByLabel("Password").fill(password);
+  await Promise.all([
+    page.waitForURL(`${base}/`),
+    page.getByRole("button", { name: "Sign in" }).click(),
+  ]);
+  check(await page.getByText(`Signed in as ${username}`).isVisible(), `${username} is signed in`);
+}
+
+async function liveSaleId() {
+  const resp = await fetch(`${base}/api/sales`);
+  const sales = await resp.json();
+  const live = sales.find((s) => s.status === "live" && s.stock_left > 0 && !s.name.startsWith("E2E smoke"));
+  return live && live.id;
+}
+
+/** Presses Buy and waits for the answer; returns the outcome text. */
+async function buy(page) {
+  const button = page.getByRole("button", { name: "Buy now" });
+  await button.waitFor({ timeout: 5000 });
+  check(await button.isEnabled(), "Buy is enabled on a live sale when signed in");
+  await button.click();
+  const outcome = page.locator('[data-field="outcome"]');
+  await outcome.filter({ hasText: /Order placed|already bought|Sold out|Too many/ }).waitFor({ timeout: 5000 });
+  return outcome.innerText();
+}
+
+/** A datetime-local value `minutes` from now, in the page's own time zone. */
+function localInput(page, minutes) {
+  return page.evaluate((m) => {
+    const d = new Date(Date.now() + m * 60000);
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  }, minutes);
+}
+
+try {
+  const live = await liveSaleId();
+  check(Boolean(live), "a live sale with stock exists (run `stampede seed-demo`)");
+
+  // The list, signed out and signed in as alice.
+  const alice = await newPage();
+  await alice.goto(`${base}/`);
+  check((await alice.locator(".sale-card").count()) > 0, "home lists sales");
+  await shot(alice, "home-anonymous");
+  await alice.goto(`${base}/signin`);
+  await alice.getByLabel("Username").fill("alice");
+  await alice.getByLabel("Password").fill("not-her-password");
+  await alice.getByRole("button", { name: "Sign in" }).click();
+  await alice.getByText("wrong username or password").waitFor({ timeout: 5000 });
+  check(true, "a failed sign-in shows the API's message");
+  await shot(alice, "signin-error");
+  await signIn(alice, "alice", demoPassword);
+  await shot(alice, "home");
+
+  if (live) {
+    await alice.goto(`${base}/sales/${live}`);
+    await alice.locator(".buy-box").waitFor();
+    await shot(alice, "sale-before-buy");
+    if (await alice.getByRole("button", { name: "Purchased" }).isVisible()) {
+      check(true, "alice already bought here (earlier run): Buy shows Purchased");
+    } else {
+      const text = await buy(alice);
+      check(/Order placed|already bought/.test(text), `alice's purchase answered: ${text.split("\n")[0]}`);
+    }
+    await alice.getByText(/Order confirmed|already bought/).waitFor({ timeout: 20000 });
+    await shot(alice, "sale-after-buy-alice");
+
+    // A fresh shopper: sign up (which signs in), then buy and wait for confirmation.
+    const shopper = await newPage();
+    const name = `e2e-${runId}`;
+    await shopper.goto(`${base}/signup?next=${encodeURIComponent(`/sales/${live}`)}`);
+    await shopper.getByLabel("Username").fill(name);
+    await shopper.getByLabel("Password").fill(demoPassword);
+    await Promise.all([
+      shopper.waitForURL(`${base}/sales/${live}`),
+      shopper.getByRole("button", { name: "Sign up" }).click(),
+    ]);
+    check(await shopper.getByText(`Signed in as ${name}`).isVisible(), "sign-up signs in and returns to the sale");
+    const text = await buy(shopper);
+    check(/Order placed/.test(text), `new shopper's purchase placed: ${text.split("\n")[0]}`);
+    await shopper.getByText("Order confirmed").waitFor({ timeout: 20000 });
+    check(true, "order confirmed after settlement");
+    await shot(shopper, "sale-after-buy");
+    await shopper.getByRole("link", { name: "See my orders" }).click();
+    await shopper.locator("table tbody tr td a").first().waitFor();
+    await shot(shopper, "my-orders");
+
+    // The same page on a phone, signed out.
+    const phone = await newPage({ width: 390, height: 844 });
+    await phone.goto(`${base}/sales/${live}`);
+    await phone.locator(".buy-box").waitFor();
+    check(await phone.getByRole("button", { name: "Buy now" }).isDisabled(), "Buy is disabled when signed out");
+    await shot(phone, "sale-phone");
+  }
+
+  await alice.goto(`${base}/sales/not-a-number`);
+  check(await alice.getByRole("heading", { name: "Page not found" }).isVisible(), "bad sale id shows the 404 page");
+  await shot(alice, "not-found");
+  await alice.goto(`${base}/admin`);
+  check(await alice.getByRole("heading", { name: "Not allowed" }).isVisible(), "admin page refuses alice");
+
+  // The admin creates an upcoming sale through the form.
+  const admin = await newPage({ width: 1360, height: 900 });
+  await signIn(admin, adminUser, adminPassword);
+  await admin.goto(`${base}/admin`);
+  check(await admin.getByRole("heading", { name: "Admin", exact: true }).isVisible(), "admin page opens for the admin");
+  const saleName = `E2E smoke ${runId}`;
+  await admin.getByLabel("Name", { exact: true }).fill(saleName);
+  await admin.getByLabel("Description", { exact: true }).fill("Made by scripts/e2e, and closed again.");
+  await admin.getByLabel("Price", { exact: true }).fill("19.99");
+  await admin.getByLabel("Stock", { exact: true }).fill("5");
+  await admin.getByLabel("Opens (your local time)").fill(await localInput(admin, 120));
+  await admin.getByLabel("Ends (your local time)").fill(await localInput(admin, 60));
+  await admin.getByRole("button", { name: "Create sale" }).click();
+  await admin.getByText("ends_at must be after starts_at").waitFor({ timeout: 5000 });
+  check(true, "the API's error message shows on the create form");
+  await admin.getByLabel("Opens (your local time)").fill(await localInput(admin, 90));
+  await admin.getByLabel("Ends (your local time)").fill(await localInput(admin, 600));
+  await admin.getByRole("button", { name: "Create sale" }).click();
+  await admin.getByText(`Created “${saleName}”`).waitFor({ timeout: 5000 });
+  const row = admin.locator("tr", { has: admin.getByRole("link", { name: saleName }) });
+  await row.waitFor();
+  const newId = await row.getAttribute("data-sale-id");
+  check((await row.locator('[data-field="badge"]').innerText()) === "Upcoming", "the new sale is upcoming");
+  check((await row.locator('[data-field="price"]').innerText()) === "$19.99", "price 19.99 became $19.99");
+
+  // Alice watches the countdown; the admin opens the sale; her Buy comes alive.
+  await alice.goto(`${base}/sales/${newId}`);
+  const countdown = alice.locator('[data-field="countdown-time"]');
+  await countdown.waitFor();
+  const first = await countdown.innerText();
+  await alice.waitForTimeout(1300);
+  const second = await countdown.innerText();
+  check(first !== second && /^01:2\d:\d\d$/.test(second), `countdown ticks from 1h30 (${first} -> ${second})`);
+  check(await alice.getByRole("button", { name: "Not open yet" }).isDisabled(), "Buy is disabled before the start");
+  await shot(alice, "sale-upcoming");
+
+  await row.getByRole("button", { name: "Open now" }).click();
+  await admin.getByText(`“${saleName}” is open.`).waitFor({ timeout: 5000 });
+  await alice.getByRole("button", { name: "Buy now" }).waitFor({ timeout: 5000 });
+  check(await alice.getByRole("button", { name: "Buy now" }).isEnabled(), "Buy comes alive without a reload once opened");
+
+  // One admin stock action through the API with the CSRF header.
+  await row.locator('[data-field="units"]').fill("3");
+  await row.getByRole("button", { name: "Top up" }).click();
+  await admin.getByText(`Added 3 to “${saleName}”.`).waitFor({ timeout: 5000 });
+  check((await row.locator('[data-field="stock-left"]').innerText()) === "8", "top-up 5 + 3 = 8 left");
+  await shot(admin, "admin");
+
+  await row.getByRole("button", { name: "Close" }).click();
+  await admin.getByText(`“${saleName}” is closed.`).waitFor({ timeout: 5000 });
+  await alice.getByRole("button", { name: "Sale closed" }).waitFor({ timeout: 5000 });
+  check(true, "closing shows on the shopper's page without a reload");
+
+  await Promise.all([alice.waitForURL(`${base}/`), alice.getByRole("button", { name: "Sign out" }).click()]);
+  check(await alice.getByRole("link", { name: "Sign in" }).isVisible(), "sign out signs out");
+} catch (err) {
+  problems.push(`aborted: ${err.message}`);
+} finally {
+  await browser.close();
+}
+
+if (problems.length) {
+  console.error(`\n${problems.length} problem(s):\n- ${problems.join("\n- ")}`);
+  process.exit(1);
+}
+console.log(`\nsmoke run passed; screenshots in ${out}`);

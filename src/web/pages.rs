@@ -1,0 +1,170 @@
+//! The shopper's pages: the list of sales, one sale, sign-in, sign-up, my orders.
+
+use actix_web::http::header;
+use actix_web::{Either, HttpRequest, HttpResponse, web};
+use askama::Template;
+use askama_web::WebTemplate;
+
+use super::error::PageError;
+use super::view::{self, Nav, SaleCard};
+use crate::domain::{Id, SaleId};
+use crate::error::AppError;
+use crate::sale::store;
+use crate::state::AppState;
+
+/// Most sales the list pages show.
+pub(super) const LIST_LIMIT: i64 = 200;
+
+#[derive(Template, WebTemplate)]
+#[template(path = "index.html")]
+pub struct IndexPage {
+    nav: Nav,
+    sales: Vec<SaleCard>,
+}
+
+pub async fn index(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, _) = load_nav(&req, &state).await?;
+    match list_cards(&state).await {
+        Ok(mut sales) => {
+            sales.sort_by_key(|sale| view::shop_rank(sale.status));
+            Ok(IndexPage { nav, sales })
+        }
+        Err(e) => Err(PageError::from_app(e, nav)),
+    }
+}
+
+/// Sales with their live numbers: one query and one pipelined Redis round trip.
+pub(super) async fn list_cards(state: &AppState) -> Result<Vec<SaleCard>, AppError> {
+    let rows = store::list_sales(&state.db, LIST_LIMIT).await?;
+    let views = store::views(&mut state.redis.clone(), &state.keys, rows).await?;
+    Ok(views.into_iter().map(SaleCard::from).collect())
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "sale.html")]
+pub struct SalePage {
+    nav: Nav,
+    sale: SaleCard,
+    /// The server's clock when rendering, so the countdown can correct for skew.
+    server_now_ms: i64,
+    signed_in: bool,
+    /// The caller already holds an order of this sale.
+    bought: bool,
+    signin_url: String,
+}
+
+pub async fn sale(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, user) = load_nav(&req, &state).await?;
+    let Ok(id) = Id::parse("sale", &path) else {
+        return Err(PageError::not_found(
+            nav,
+            "Sale addresses end in a number, like /sales/1.",
+        ));
+    };
+    let card = match load_card(&state, id).await {
+        Ok(Some(card)) => card,
+        Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    let bought = match user {
+        Some(user) => {
+            let member: redis::RedisResult<bool> = redis::cmd("SISMEMBER")
+                .arg(&state.keys.sale(id).buyers)
+                .arg(user.id.get())
+                .query_async(&mut state.redis.clone())
+                .await;
+            match member {
+                Ok(member) => member,
+                Err(e) => return Err(PageError::from_app(e.into(), nav)),
+            }
+        }
+        None => false,
+    };
+    Ok(SalePage {
+        signed_in: nav.user.is_some(),
+        nav,
+        signin_url: format!("/signin?next=%2Fsales%2F{id}"),
+        sale: card,
+        server_now_ms: chrono::Utc::now().timestamp_millis(),
+        bought,
+    })
+}
+
+async fn load_card(state: &AppState, id: SaleId) -> Result<Option<SaleCard>, AppError> {
+    let Some(row) = store::fetch_sale(&state.db, id).await? else {
+        return Ok(None);
+    };
+    let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
+    Ok(views.pop().map(SaleCard::from))
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "signin.html")]
+pub struct SigninPage {
+    nav: Nav,
+}
+
+pub async fn signin(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, _) = load_nav(&req, &state).await?;
+    Ok(SigninPage { nav })
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "signup.html")]
+pub struct SignupPage {
+    nav: Nav,
+}
+
+pub async fn signup(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, _) = load_nav(&req, &state).await?;
+    Ok(SignupPage { nav })
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "orders.html")]
+pub struct OrdersPage {
+    nav: Nav,
+}
+
+/// The table is filled by the script from `GET /api/me/orders`.
+pub async fn my_orders(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<Either<OrdersPage, HttpResponse>, PageError> {
+    let (nav, user) = load_nav(&req, &state).await?;
+    if user.is_none() {
+        return Ok(Either::Right(to_signin("/me/orders")));
+    }
+    Ok(Either::Left(OrdersPage { nav }))
+}
+
+/// The header's account part; a store failure here is the page's failure.
+pub(super) async fn load_nav(
+    req: &HttpRequest,
+    state: &AppState,
+) -> Result<(Nav, Option<crate::auth::AuthUser>), PageError> {
+    Nav::load(req, &state.db)
+        .await
+        .map_err(|e| PageError::from_app(e, Nav::anonymous()))
+}
+
+/// 303 to the sign-in page, which returns to `back` (a fixed local path) after.
+pub(super) fn to_signin(back: &'static str) -> HttpResponse {
+    let next = back.replace('/', "%2F");
+    HttpResponse::SeeOther()
+        .insert_header((header::LOCATION, format!("/signin?next={next}")))
+        .finish()
+}
