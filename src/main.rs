@@ -31,6 +31,8 @@ enum Command {
         #[arg(long)]
         drain: bool,
     },
+    /// Compare every sale's Redis state with Postgres; exit 1 when one disagrees.
+    Reconcile,
     /// Create demo users and demo sales (idempotent).
     SeedDemo,
     /// Create an admin, or promote an existing user. The password is read from
@@ -88,6 +90,40 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tokio::signal::ctrl_c().await?;
             let _ = tx.send(true);
             worker.await?;
+            Ok(())
+        }
+        Command::Reconcile => {
+            let db = startup::connect_db(&config).await?;
+            let mut redis = startup::connect_redis(&config).await?;
+            let keys = Keys::new(&config.redis_namespace);
+            let mut bad = 0;
+            for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
+                let r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                println!(
+                    "sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
+                    r.sale_id,
+                    if r.consistent { "ok      " } else { "MISMATCH" },
+                    r.redis_sold,
+                    r.pending,
+                    r.postgres_orders,
+                    r.stock_left,
+                    r.stock_total,
+                    if r.consistent {
+                        String::new()
+                    } else {
+                        format!(
+                            "  missing in pg: {:?}  missing in redis: {:?}",
+                            r.missing_in_postgres, r.missing_in_redis
+                        )
+                    }
+                );
+                bad += usize::from(!r.consistent);
+            }
+            if bad > 0 {
+                anyhow::bail!("{bad} sale(s) disagree between Redis and Postgres");
+            }
             Ok(())
         }
         Command::SeedDemo => {

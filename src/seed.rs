@@ -33,7 +33,7 @@ pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()>
 }
 
 pub const DEMO_SALE: &str = "Stampede Phone X (demo)";
-pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo, opens soon)";
+pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo)";
 
 /// Demo users `alice` and `bob`, the admin `admin`, a live sale and an upcoming one.
 pub async fn seed_demo(

@@ -24,7 +24,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/admin/sales/{id}/stock", web::post().to(admin_stock))
         .route("/api/admin/sales/{id}/open", web::post().to(admin_open))
         .route("/api/admin/sales/{id}/close", web::post().to(admin_close))
-        .route("/api/admin/sales/{id}/orders", web::get().to(admin_orders));
+        .route("/api/admin/sales/{id}/orders", web::get().to(admin_orders))
+        .route(
+            "/api/admin/sales/{id}/reconcile",
+            web::get().to(admin_reconcile),
+        );
 }
 
 /// Most sales a list returns.
@@ -430,4 +434,18 @@ async fn admin_orders(
         "confirmed": orders,
         "pending_count": pending,
     })))
+}
+
+/// Redis against Postgres for one sale: who bought, what is pending, what settled.
+async fn admin_reconcile(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let sale = store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let report = store::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    Ok(HttpResponse::Ok().json(report))
 }
