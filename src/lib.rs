@@ -9,6 +9,8 @@
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
+//! - [`limit`]: rate limits in Redis Lua (fixed window, sliding log, sliding
+//!   counter, token bucket), their policies and HTTP headers.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`settle`]: the worker that moves accepted orders from Redis streams to Postgres.
 //! - [`web`]: browser pages (askama templates) and static files.
@@ -19,6 +21,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod limit;
 pub mod sale;
 pub mod seed;
 pub mod settle;

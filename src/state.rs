@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use crate::auth::token::TokenKey;
 use crate::config::Config;
 use crate::keys::Keys;
+use crate::limit::Limits;
 use crate::sale::SoldOutFlags;
 
 pub struct AppState {
@@ -19,4 +20,6 @@ pub struct AppState {
     pub keys: Keys,
     pub tokens: TokenKey,
     pub sold_out: SoldOutFlags,
+    /// Rate-limit policies by route (see [`crate::limit::check`]).
+    pub limits: Limits,
 }
