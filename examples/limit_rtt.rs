@@ -54,7 +54,9 @@ async fn main() -> anyhow::Result<()> {
                     let user_key = keys.rate_limit("user", &format!("u{caller}"));
                     let ip_key = keys.rate_limit("ip", "127.0.0.1");
                     let mut latencies = Vec::new();
+                    let mut errors = 0u64;
                     while Instant::now() < deadline {
+                        let mut ok = true;
                         let id = limit::request_id();
                         let a = Attempt {
                             algorithm: &user,
@@ -69,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
                         let t = Instant::now();
                         match variant {
                             "one policy" => {
-                                limit::take(&mut redis.clone(), &a, None).await.unwrap();
+                                ok &= limit::take(&mut redis.clone(), &a, None).await.is_ok();
                             }
                             "two, concurrent" => {
                                 let (mut r1, mut r2) = (redis.clone(), redis.clone());
@@ -77,8 +79,7 @@ async fn main() -> anyhow::Result<()> {
                                     limit::take(&mut r1, &a, None),
                                     limit::take(&mut r2, &b, None)
                                 );
-                                x.unwrap();
-                                y.unwrap();
+                                ok &= x.is_ok() && y.is_ok();
                             }
                             _ => {
                                 let mut pipe = redis::pipe();
@@ -99,25 +100,31 @@ async fn main() -> anyhow::Result<()> {
                                         .arg(1_000_000)
                                         .arg(10_000),
                                 );
-                                let _: (redis::Value, redis::Value) =
-                                    pipe.query_async(&mut redis.clone()).await.unwrap();
+                                ok &= pipe
+                                    .query_async::<(redis::Value, redis::Value)>(&mut redis.clone())
+                                    .await
+                                    .is_ok();
                             }
                         }
                         latencies.push(t.elapsed().as_micros() as u32);
+                        errors += u64::from(!ok);
                     }
-                    latencies
+                    (latencies, errors)
                 })
             })
             .collect();
         let mut all = Vec::new();
+        let mut errors = 0;
         for t in tasks {
-            all.extend(t.await?);
+            let (latencies, errs) = t.await?;
+            all.extend(latencies);
+            errors += errs;
         }
         let elapsed = started.elapsed().as_secs_f64();
         all.sort_unstable();
         let p = |q: f64| all[((all.len() as f64 * q) as usize).min(all.len() - 1)] as f64 / 1000.0;
         println!(
-            "{variant:<16} {:>8.0} checks/s   p50 {:>5.2} ms   p99 {:>5.2} ms",
+            "{variant:<16} {:>8.0} checks/s   p50 {:>5.2} ms   p99 {:>5.2} ms   errors {errors}",
             all.len() as f64 / elapsed,
             p(0.5),
             p(0.99)

@@ -1,9 +1,10 @@
 //! A small closed-loop load generator for the buy endpoint (used by
 //! `scripts/bench-limits`). It makes its own users straight in Postgres and mints
 //! their tokens with the server's secret (no argon2 sign-ins), creates a live sale
-//! with a large stock through the admin API, then keeps `--connections` requests
-//! in flight until `--seconds` pass or `--requests` are done, and prints
-//! requests per second, latency percentiles and the answers by status.
+//! with a large stock through the admin API, lets every user buy once (warm-up),
+//! then keeps `--connections` requests in flight until `--seconds` pass or
+//! `--requests` are done, and prints requests per second, latency percentiles and
+//! the answers by status.
 //!
 //! Loopback only: it refuses any other host.
 
