@@ -74,17 +74,27 @@ async fn main() -> anyhow::Result<()> {
     let tokens = Arc::new(tokens);
     let post = args.target == "buy";
 
-    // Warm-up: open the connections and let the server's caches settle.
-    drive(
+    // Warm-up: open the connections, and let every user buy once, so the measured
+    // requests all take the same path (auth, limits, the purchase script answering
+    // "already bought") whether limits are on or off.
+    let warm_up = if post { tokens.len() as u64 } else { 20_000 };
+    let warmed = drive(
         &client,
         &url,
         &tokens,
         post,
         args.connections,
-        Duration::from_secs(1),
-        20_000,
+        Duration::from_secs(60),
+        warm_up,
     )
     .await;
+    let mut warm_statuses: BTreeMap<u16, u64> = BTreeMap::new();
+    for (_, statuses) in warmed {
+        for (code, n) in statuses {
+            *warm_statuses.entry(code).or_default() += n;
+        }
+    }
+    eprintln!("{}: warm-up answers {warm_statuses:?}", args.label);
     let started = Instant::now();
     let results = drive(
         &client,
