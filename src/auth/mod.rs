@@ -335,20 +335,20 @@ async fn signin(
         .max_age(max_age)
         .finish();
     tracing::info!(user_id = id, "user signed in");
-    Ok(
-        granted.attach(HttpResponse::Ok().cookie(session).cookie(csrf_cookie).json(
-            SigninResponse {
-                token,
-                expires_at,
-                csrf_token: csrf,
-                user: UserView {
-                    id,
-                    username: username.as_str().to_string(),
-                    is_admin,
-                },
+    let resp = HttpResponse::Ok()
+        .cookie(session)
+        .cookie(csrf_cookie)
+        .json(SigninResponse {
+            token,
+            expires_at,
+            csrf_token: csrf,
+            user: UserView {
+                id,
+                username: username.as_str().to_string(),
+                is_admin,
             },
-        )),
-    )
+        });
+    Ok(granted.attach(resp))
 }
 
 async fn signout() -> HttpResponse {
