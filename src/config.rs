@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+pub use crate::limit::LimitsConfig;
+
 /// Everything the server needs to start. Every field has a local default so that
 /// `stampede serve` works against the services `scripts/run` starts.
 #[derive(Clone, Deserialize)]
@@ -33,6 +35,8 @@ pub struct Config {
     pub settle: SettleConfig,
     /// Peers whose `X-Forwarded-For` header is believed.
     pub trusted_proxies: Vec<IpAddr>,
+    /// Rate-limit policies (`[limits]`, `[[limits.policies]]`); see `docs/rate-limits.md`.
+    pub limits: LimitsConfig,
     /// Created (or promoted) at startup when both are set.
     pub admin_username: Option<String>,
     pub admin_password: Option<String>,
@@ -87,6 +91,7 @@ impl Default for Config {
             settle_in_serve: true,
             settle: SettleConfig::default(),
             trusted_proxies: Vec::new(),
+            limits: LimitsConfig::default(),
             admin_username: None,
             admin_password: None,
             demo_password: None,
@@ -112,6 +117,7 @@ impl std::fmt::Debug for Config {
             .field("settle_in_serve", &self.settle_in_serve)
             .field("settle", &self.settle)
             .field("trusted_proxies", &self.trusted_proxies)
+            .field("limits", &self.limits)
             .field("admin_username", &self.admin_username)
             .field("database_max_connections", &self.database_max_connections)
             .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
@@ -235,6 +241,18 @@ impl Config {
                 .map(|s| parse("STAMPEDE_TRUSTED_PROXIES", s.to_string()))
                 .collect::<Result<_, _>>()?;
         }
+        if let Some(v) = var("STAMPEDE_LIMITS") {
+            self.limits.enabled = match v.trim().to_ascii_lowercase().as_str() {
+                "on" | "true" | "1" => true,
+                "off" | "false" | "0" => false,
+                other => {
+                    return Err(ConfigError::Env {
+                        var: "STAMPEDE_LIMITS",
+                        message: format!("expected on or off, got {other:?}"),
+                    });
+                }
+            };
+        }
         if let Some(v) = var("STAMPEDE_ADMIN_USERNAME") {
             self.admin_username = Some(v);
         }
@@ -278,6 +296,7 @@ impl Config {
         if self.settle.batch_size == 0 {
             return Err(ConfigError::Invalid("settle.batch_size must be > 0".into()));
         }
+        self.limits.policies().map_err(ConfigError::Invalid)?;
         Ok(())
     }
 }
@@ -320,6 +339,60 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(!shown.contains("supersecret"));
         assert!(!shown.contains("hunter2"));
+    }
+
+    #[test]
+    fn limits_can_be_switched_off_from_the_environment() {
+        let mut c = Config::default();
+        assert!(c.limits.enabled);
+        c.apply_env(|k| (k == "STAMPEDE_LIMITS").then(|| "off".to_string()))
+            .unwrap();
+        assert!(!c.limits.enabled);
+        let err = c
+            .apply_env(|k| (k == "STAMPEDE_LIMITS").then(|| "maybe".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("STAMPEDE_LIMITS"));
+    }
+
+    #[test]
+    fn limits_section_parses_and_replaces_the_default_policies() {
+        let c: Config = toml::from_str(
+            r#"
+            trusted_proxies = ["10.0.0.1"]
+            [limits]
+            enabled = true
+            [[limits.policies]]
+            name = "buy-user"
+            route = "buy"
+            subject = "user"
+            algorithm = "token_bucket"
+            capacity = 3
+            refill_per_sec = 1.5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.limits.policies.len(), 1);
+        assert_eq!(c.limits.timeout_ms, 1000, "unset fields keep their default");
+        let c = Config {
+            token_secret: "x".repeat(32),
+            ..c
+        };
+        c.validate().unwrap();
+        let bad: Config = toml::from_str(
+            "[[limits.policies]]\nname = \"p\"\nroute = \"buy\"\nsubject = \"ip\"\nalgorithm = \"fixed_window\"\n",
+        )
+        .unwrap();
+        let bad = Config {
+            token_secret: "x".repeat(32),
+            ..bad
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("window_ms")
+        );
+        assert!(toml::from_str::<Config>("[limits]\nenabeld = false\n").is_err());
     }
 
     #[test]

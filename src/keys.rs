@@ -72,6 +72,13 @@ impl Keys {
         }
     }
 
+    /// The rate-limit state of one policy and subject: `ns:rl:{buy-user:u42}`. The
+    /// whole name is the hash tag, so every key may live on its own shard. Both parts
+    /// are checked text (a policy name, a user id or a parsed IP), never user input.
+    pub fn rate_limit(&self, policy: &str, subject: &str) -> String {
+        format!("{}:rl:{{{policy}:{subject}}}", self.ns)
+    }
+
     /// Any other key of this deployment, e.g. `ns:ratelimit:...`.
     pub fn other(&self, rest: &str) -> String {
         format!("{}:{rest}", self.ns)
@@ -88,5 +95,13 @@ mod tests {
         for key in [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending] {
             assert!(key.starts_with("t1:{sale:42}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn rate_limit_keys_are_one_hash_tag_each() {
+        assert_eq!(
+            Keys::new("t1").rate_limit("buy-ip", "2001:db8::/64"),
+            "t1:rl:{buy-ip:2001:db8::/64}"
+        );
     }
 }

@@ -10,6 +10,8 @@
 //! - [`keys`]: Redis key naming with namespace and hash tags.
 //! - [`metrics`]: counters served at `/metrics`.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
+//! - [`limit`]: rate limits in Redis Lua (fixed window, sliding log, sliding
+//!   counter, token bucket), their policies and HTTP headers.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
 //! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
@@ -22,6 +24,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod limit;
 pub mod metrics;
 pub mod sale;
 pub mod seed;

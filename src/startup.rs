@@ -93,6 +93,8 @@ impl Application {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
+            limits: crate::limit::Limits::from_config(&config.limits)
+                .map_err(crate::config::ConfigError::Invalid)?,
             keys: keys.clone(),
             redis,
             db: db.clone(),

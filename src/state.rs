@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use crate::auth::token::TokenKey;
 use crate::config::Config;
 use crate::keys::Keys;
+use crate::limit::Limits;
 use crate::metrics::Metrics;
 use crate::sale::SoldOutFlags;
 
@@ -21,4 +22,6 @@ pub struct AppState {
     pub tokens: TokenKey,
     pub sold_out: SoldOutFlags,
     pub metrics: Arc<Metrics>,
+    /// Rate-limit policies by route (see [`crate::limit::check`]).
+    pub limits: Limits,
 }

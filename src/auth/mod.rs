@@ -15,6 +15,7 @@ use sqlx::PgPool;
 
 use crate::domain::{Id, Password, UserId, Username};
 use crate::error::{AppError, is_unique_violation};
+use crate::limit::{self, Route};
 use crate::state::AppState;
 use token::{Claims, TokenError};
 
@@ -270,20 +271,25 @@ pub async fn upsert_user(
 async fn signup(
     state: web::Data<AppState>,
     body: web::Json<Credentials>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
+    let granted = limit::check(&state, Route::Signup, None, &req).await?;
     let body = body.into_inner();
     let username = Username::parse(&body.username)?;
     let password = Password::parse(body.password)?;
     let user = create_user(&state.db, &username, password, false).await?;
     tracing::info!(user_id = user.id, "user signed up");
-    Ok(HttpResponse::Created().json(user))
+    Ok(granted.attach(HttpResponse::Created().json(user)))
 }
 
 #[tracing::instrument(skip_all)]
 async fn signin(
     state: web::Data<AppState>,
     body: web::Json<Credentials>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
+    // Every attempt counts, right or wrong: that is what stops password guessing.
+    let granted = limit::check(&state, Route::Signin, None, &req).await?;
     let body = body.into_inner();
     let wrong =
         || AppError::unauthorized("wrong username or password").into_code("bad_credentials");
@@ -329,7 +335,7 @@ async fn signin(
         .max_age(max_age)
         .finish();
     tracing::info!(user_id = id, "user signed in");
-    Ok(HttpResponse::Ok()
+    let resp = HttpResponse::Ok()
         .cookie(session)
         .cookie(csrf_cookie)
         .json(SigninResponse {
@@ -341,7 +347,8 @@ async fn signin(
                 username: username.as_str().to_string(),
                 is_admin,
             },
-        }))
+        });
+    Ok(granted.attach(resp))
 }
 
 async fn signout() -> HttpResponse {

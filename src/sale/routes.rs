@@ -1,7 +1,7 @@
 //! HTTP routes of sales: public reads, the purchase, order status, admin set-up.
 
 use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -10,6 +10,7 @@ use super::store::{self, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::AppError;
+use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::state::AppState;
 
@@ -65,18 +66,21 @@ struct Accepted {
     sale_id: SaleId,
 }
 
-/// The hot path. Token check (no I/O), the local sold-out flag, then one EVALSHA.
+/// The hot path. Token check (no I/O), the local sold-out flag, the rate limits
+/// (one round trip), then one EVALSHA. A limited request touches no sale state.
 #[tracing::instrument(skip_all, fields(sale = %path.as_str()))]
 async fn purchase(
     state: web::Data<AppState>,
     user: AuthUser,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let sale = Id::parse("sale", &path)?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Err(sold_out());
     }
+    let granted = limit::check(&state, Route::Buy, Some(user.id), &req).await?;
     let outcome = store::purchase(&mut state.redis.clone(), &state.keys, sale, user.id).await?;
     let m = &state.metrics;
     Metrics::inc(match outcome {
@@ -86,11 +90,13 @@ async fn purchase(
         _ => &m.purchase_not_open,
     });
     match outcome {
-        PurchaseOutcome::Accepted { order_id, .. } => Ok(HttpResponse::Accepted().json(Accepted {
-            status: "pending",
-            order_id,
-            sale_id: sale,
-        })),
+        PurchaseOutcome::Accepted { order_id, .. } => {
+            Ok(granted.attach(HttpResponse::Accepted().json(Accepted {
+                status: "pending",
+                order_id,
+                sale_id: sale,
+            })))
+        }
         PurchaseOutcome::AlreadyBought => Err(AppError::conflict(
             "already_bought",
             "you already bought from this sale (one per customer)",

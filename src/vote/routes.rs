@@ -1,7 +1,7 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
 
 use actix_web::http::{StatusCode, header};
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +9,7 @@ use super::store::{self, NewPoll, VoteOutcome};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::AppError;
+use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::state::AppState;
 
@@ -107,12 +108,16 @@ async fn vote(
     user: AuthUser,
     path: web::Path<String>,
     body: web::Json<VoteBody>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let poll = Id::parse("poll", &path)?;
     let option_id = body.option_id;
     if option_id <= 0 {
         return Err(unknown_option());
     }
+    // Per-user and per-IP limits against vote stuffing; a refused vote is recorded
+    // by no policy and never reaches the vote script.
+    let granted = limit::check(&state, Route::Vote, Some(user.id), &req).await?;
     let outcome = store::vote(
         &mut state.redis.clone(),
         &state.keys,
@@ -126,11 +131,13 @@ async fn vote(
         _ => &state.metrics.vote_refused,
     });
     match outcome {
-        VoteOutcome::Accepted { .. } => Ok(HttpResponse::Accepted().json(VoteAccepted {
-            status: "accepted",
-            poll_id: poll,
-            option_id,
-        })),
+        VoteOutcome::Accepted { .. } => {
+            Ok(granted.attach(HttpResponse::Accepted().json(VoteAccepted {
+                status: "accepted",
+                poll_id: poll,
+                option_id,
+            })))
+        }
         VoteOutcome::AlreadyVoted => Err(AppError::conflict(
             "already_voted",
             "you already voted in this poll (one vote per person)",

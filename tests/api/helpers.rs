@@ -63,6 +63,9 @@ pub async fn test_config() -> (Config, String, String) {
         token_secret: stampede::auth::random_token_hex(32),
         workers: 2,
         database_max_connections: 10,
+        // Every test client comes from 127.0.0.1: the default per-IP limits would
+        // trip tests of other things. tests/api/limit.rs turns them on.
+        limits: stampede::config::LimitsConfig::off(),
         ..Config::default()
     };
     (config, db_name, maintenance_url)

@@ -6,6 +6,7 @@ mod auth;
 mod bad_input;
 mod health;
 mod helpers;
+mod limit;
 mod pages;
 mod purchase;
 mod settle;

@@ -302,11 +302,19 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
     let sale = app.create_sale(&admin, 10, -5, 3600).await;
     let users = app.create_users(4, false).await;
     for u in &users {
-        assert_eq!(app.purchase(sale, &u.token).await.status(), StatusCode::ACCEPTED);
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
     }
     app.wait_for_orders(sale, 4).await;
     let path = format!("/api/admin/sales/{sale}/reconcile");
-    let report: Value = app.get(&path, Some(&admin.token)).await.json().await.unwrap();
+    let report: Value = app
+        .get(&path, Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(report["consistent"], true, "{report}");
     assert_eq!(report["redis_sold"], 4);
     assert_eq!(report["postgres_orders"], 4);
@@ -319,7 +327,12 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
         .execute(&app.db)
         .await
         .unwrap();
-    let report: Value = app.get(&path, Some(&admin.token)).await.json().await.unwrap();
+    let report: Value = app
+        .get(&path, Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(report["consistent"], false);
     assert_eq!(report["missing_in_postgres"], json!([users[2].id]));
     let resp = app.get(&path, Some(&users[0].token)).await;

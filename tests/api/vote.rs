@@ -345,3 +345,80 @@ async fn poll_creation_is_validated() {
         .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
+    // The vote policies of the shipped defaults, with the per-IP one made a sliding
+    // log so the count is exact (the default sliding counter is approximate across a
+    // window boundary).
+    let app = crate::helpers::spawn_app_with(|c| {
+        let mut limits = stampede::config::LimitsConfig::default();
+        limits.policies = toml::from_str::<stampede::config::LimitsConfig>(
+            r#"
+            [[policies]]
+            name = "vote-user"
+            route = "vote"
+            subject = "user"
+            algorithm = "sliding_log"
+            limit = 5
+            window_ms = 10000
+            [[policies]]
+            name = "vote-ip"
+            route = "vote"
+            subject = "ip"
+            algorithm = "sliding_log"
+            limit = 60
+            window_ms = 10000
+            "#,
+        )
+        .unwrap()
+        .policies;
+        limits.enabled = true;
+        c.limits = limits;
+    })
+    .await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(&app, &admin, &["up", "down"], -5, 3600).await;
+    // A script with 80 accounts behind one address.
+    let users = app.create_users(80, false).await;
+    let mut accepted = 0;
+    let mut limited = Vec::new();
+    for u in &users {
+        let resp = vote(&app, poll, &u.token, options[0]).await;
+        match resp.status() {
+            StatusCode::ACCEPTED => {
+                assert!(resp.headers().contains_key("ratelimit"));
+                accepted += 1;
+            }
+            StatusCode::TOO_MANY_REQUESTS => limited.push(resp),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(accepted, 60, "the per-IP limit lets exactly 60 through");
+    assert_eq!(limited.len(), 20);
+    let resp = limited.pop().unwrap();
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=10).contains(&retry));
+    assert!(
+        resp.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .contains(r#""vote-ip";q=60;w=10"#)
+    );
+    assert!(resp.headers().contains_key("ratelimit"));
+    assert_error(resp, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    // Refused votes changed nothing.
+    let tallies = redis_tallies(&app, poll).await;
+    assert_eq!(tallies[&options[0]], 60);
+    let results: Value = app
+        .get(&format!("/api/polls/{poll}/results"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(results["voters"], 60);
+}

@@ -1,0 +1,220 @@
+//! Rate limits whose state lives in Redis, so they hold across any number of app
+//! instances. Four algorithms, one Lua script each (`lua/limit_*.lua`), behind one
+//! interface: [`take`] counts a request if it fits and returns a [`Decision`];
+//! [`refund`] undoes a take. Every script reads the Redis clock (`TIME`), writes a
+//! TTL with every write, and returns allowed, remaining, and the time until the
+//! next request would be allowed.
+//!
+//! Handlers call [`check`] once, after their cheap local checks and before their
+//! own script. It runs all of a route's policies, concurrently, and answers
+//! `429 rate_limited` (with `Retry-After` and the IETF `RateLimit` headers) or
+//! hands back a [`Granted`] whose headers go onto the success answer:
+//!
+//! ```ignore
+//! let granted = limit::check(&state, Route::Vote, Some(user.id), &req).await?;
+//! // ... the vote script ...
+//! Ok(granted.attach(HttpResponse::Accepted().json(body)))
+//! ```
+//!
+//! Keys: `<namespace>:rl:{<policy>:<subject>}`, one hash tag per key, where the
+//! subject is `u<user id>` or a parsed IP address ([`http::client_ip`]), never raw
+//! header text.
+
+pub mod http;
+pub mod policy;
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+
+pub use http::{Granted, check, client_ip};
+pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
+
+static FIXED_WINDOW: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_fixed_window.lua")));
+static SLIDING_LOG: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_sliding_log.lua")));
+static SLIDING_COUNTER: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_sliding_counter.lua")));
+static TOKEN_BUCKET: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_token_bucket.lua")));
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// The cost exceeds the capacity: no amount of waiting would let it through.
+    Never,
+}
+
+/// What a script decided about one request under one policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// Requests (or tokens) left in the quota after this one.
+    pub remaining: u64,
+    /// Until the next request would be allowed (0 when it would be now).
+    pub retry_after_ms: u64,
+    /// Until the whole quota is available again.
+    pub reset_ms: u64,
+    /// The Redis time the script decided at; a [`refund`] passes it back.
+    pub now_ms: i64,
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        self.verdict == Verdict::Allowed
+    }
+}
+
+/// One request under one policy: the key it counts in and its unique id.
+#[derive(Clone, Debug)]
+pub struct Attempt<'a> {
+    pub algorithm: &'a Algorithm,
+    pub key: &'a str,
+    /// Unique per request: the sliding log's sorted-set member.
+    pub request_id: &'a str,
+}
+
+/// A fresh request id: 64 random bits in hex. Two requests in the same
+/// millisecond get distinct log entries; a clash within one window is 2^-64 likely.
+pub fn request_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// Counts the request if it fits. `now_ms` is for tests only (replaying exact
+/// timings); production passes `None` and the Redis clock decides.
+pub async fn take<C: ConnectionLike>(
+    redis: &mut C,
+    attempt: &Attempt<'_>,
+    now_ms: Option<i64>,
+) -> redis::RedisResult<Decision> {
+    let (allowed, remaining, retry, reset, now): (i64, i64, i64, i64, i64) =
+        run(redis, attempt, "take", now_ms).await?;
+    Ok(Decision {
+        verdict: match allowed {
+            1 => Verdict::Allowed,
+            0 => Verdict::Denied,
+            _ => Verdict::Never,
+        },
+        remaining: remaining.max(0) as u64,
+        retry_after_ms: retry.max(0) as u64,
+        reset_ms: reset.max(0) as u64,
+        now_ms: now,
+    })
+}
+
+/// Undoes an allowed [`take`] (same attempt, its decision's `now_ms`): used when
+/// another policy of the same request denied it. Never creates a key.
+pub async fn refund<C: ConnectionLike>(
+    redis: &mut C,
+    attempt: &Attempt<'_>,
+    taken_at_ms: i64,
+) -> redis::RedisResult<()> {
+    let _: redis::Value = run(redis, attempt, "refund", Some(taken_at_ms)).await?;
+    Ok(())
+}
+
+async fn run<C: ConnectionLike, T: redis::FromRedisValue>(
+    redis: &mut C,
+    attempt: &Attempt<'_>,
+    mode: &str,
+    now_ms: Option<i64>,
+) -> redis::RedisResult<T> {
+    let now = now_ms.map(|n| n.to_string()).unwrap_or_default();
+    match *attempt.algorithm {
+        Algorithm::FixedWindow { limit, window_ms } => {
+            FIXED_WINDOW
+                .key(attempt.key)
+                .arg(mode)
+                .arg(now)
+                .arg(limit)
+                .arg(window_ms)
+                .invoke_async(redis)
+                .await
+        }
+        Algorithm::SlidingLog { limit, window_ms } => {
+            SLIDING_LOG
+                .key(attempt.key)
+                .arg(mode)
+                .arg(now)
+                .arg(limit)
+                .arg(window_ms)
+                .arg(attempt.request_id)
+                .invoke_async(redis)
+                .await
+        }
+        Algorithm::SlidingCounter { limit, window_ms } => {
+            SLIDING_COUNTER
+                .key(attempt.key)
+                .arg(mode)
+                .arg(now)
+                .arg(limit)
+                .arg(window_ms)
+                .invoke_async(redis)
+                .await
+        }
+        Algorithm::TokenBucket {
+            capacity,
+            refill_per_sec,
+            cost,
+        } => {
+            TOKEN_BUCKET
+                .key(attempt.key)
+                .arg(mode)
+                .arg(now)
+                .arg(capacity)
+                .arg(refill_per_sec)
+                .arg(cost)
+                .invoke_async(redis)
+                .await
+        }
+    }
+}
+
+/// The checked policies of a deployment, grouped by route. Built once at startup.
+#[derive(Clone, Debug, Default)]
+pub struct Limits {
+    enabled: bool,
+    timeout: std::time::Duration,
+    buy: Vec<Policy>,
+    vote: Vec<Policy>,
+    signin: Vec<Policy>,
+    signup: Vec<Policy>,
+}
+
+impl Limits {
+    pub fn from_config(config: &LimitsConfig) -> Result<Self, String> {
+        let mut limits = Limits {
+            enabled: config.enabled,
+            timeout: config.timeout(),
+            ..Limits::default()
+        };
+        for policy in config.policies()? {
+            match policy.route {
+                Route::Buy => limits.buy.push(policy),
+                Route::Vote => limits.vote.push(policy),
+                Route::Signin => limits.signin.push(policy),
+                Route::Signup => limits.signup.push(policy),
+            }
+        }
+        Ok(limits)
+    }
+
+    /// The policies guarding a route; none when limits are off.
+    pub fn for_route(&self, route: Route) -> &[Policy] {
+        if !self.enabled {
+            return &[];
+        }
+        match route {
+            Route::Buy => &self.buy,
+            Route::Vote => &self.vote,
+            Route::Signin => &self.signin,
+            Route::Signup => &self.signup,
+        }
+    }
+
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
+    }
+}

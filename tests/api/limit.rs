@@ -1,0 +1,837 @@
+//! Rate limits against real Redis: the four scripts with exact counts (time passed
+//! in as `now_ms` so no test sleeps for a window), then the HTTP behaviour on the
+//! buy, sign-in and sign-up routes, two servers sharing one Redis, and Redis going
+//! away under a running server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use reqwest::StatusCode;
+use serde_json::json;
+use stampede::config::LimitsConfig;
+use stampede::limit::{self, Algorithm, Attempt, Decision, Verdict};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::helpers::{TestApp, assert_error, spawn_app_with, spawn_sibling};
+
+/// A multiple of every window used below, so windows start at `T0` exactly.
+const T0: i64 = 1_700_000_000_000;
+
+/// A Redis key namespace of its own for the script tests; its keys are deleted on drop.
+struct Lab {
+    redis: ConnectionManager,
+    ns: String,
+    url: String,
+}
+
+impl Lab {
+    async fn new() -> Self {
+        let url = std::env::var("STAMPEDE_TEST_REDIS_URL")
+            .or_else(|_| std::env::var("REDIS_URL"))
+            .expect("set STAMPEDE_TEST_REDIS_URL: tests need a real Redis");
+        let client = redis::Client::open(url.as_str()).unwrap();
+        let redis = ConnectionManager::new(client).await.unwrap();
+        let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        Lab { redis, ns, url }
+    }
+
+    fn key(&self, name: &str) -> String {
+        stampede::keys::Keys::new(&self.ns).rate_limit(name, "x")
+    }
+
+    async fn take(&self, algorithm: &Algorithm, key: &str, now: Option<i64>) -> Decision {
+        let id = limit::request_id();
+        let attempt = Attempt {
+            algorithm,
+            key,
+            request_id: &id,
+        };
+        limit::take(&mut self.redis.clone(), &attempt, now)
+            .await
+            .expect("limit script")
+    }
+
+    /// How many of `n` requests at time `now` are allowed.
+    async fn allowed_of(&self, n: usize, algorithm: &Algorithm, key: &str, now: i64) -> usize {
+        let mut allowed = 0;
+        for _ in 0..n {
+            if self.take(algorithm, key, Some(now)).await.allowed() {
+                allowed += 1;
+            }
+        }
+        allowed
+    }
+
+    async fn pttl(&self, key: &str) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap()
+    }
+
+    async fn keys(&self) -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg(format!("{}:*", self.ns))
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let (url, pattern) = (self.url.clone(), format!("{}:*", self.ns));
+        let _ = std::thread::spawn(move || {
+            if let Ok(mut conn) = redis::Client::open(url).and_then(|c| c.get_connection()) {
+                let keys: Vec<String> = redis::cmd("KEYS")
+                    .arg(&pattern)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                if !keys.is_empty() {
+                    let _: redis::RedisResult<()> = redis::cmd("UNLINK").arg(keys).query(&mut conn);
+                }
+            }
+        })
+        .join();
+    }
+}
+
+fn five_per_second() -> [(&'static str, Algorithm); 4] {
+    [
+        (
+            "fixed",
+            Algorithm::FixedWindow {
+                limit: 5,
+                window_ms: 1000,
+            },
+        ),
+        (
+            "log",
+            Algorithm::SlidingLog {
+                limit: 5,
+                window_ms: 1000,
+            },
+        ),
+        (
+            "counter",
+            Algorithm::SlidingCounter {
+                limit: 5,
+                window_ms: 1000,
+            },
+        ),
+        (
+            "bucket",
+            Algorithm::TokenBucket {
+                capacity: 5,
+                refill_per_sec: 5.0,
+                cost: 1,
+            },
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_algorithm_allows_5_per_second_denies_the_6th_and_recovers() {
+    let lab = Lab::new().await;
+    for (name, algorithm) in five_per_second() {
+        let key = lab.key(name);
+        for i in 0..5 {
+            let d = lab.take(&algorithm, &key, Some(T0)).await;
+            assert!(d.allowed(), "{name}: request {i} must be allowed");
+            assert_eq!(d.remaining, 4 - i, "{name}: remaining after request {i}");
+        }
+        let sixth = lab.take(&algorithm, &key, Some(T0)).await;
+        assert_eq!(sixth.verdict, Verdict::Denied, "{name}: the 6th is denied");
+        assert_eq!(sixth.remaining, 0);
+        // When exactly the next request would pass, per algorithm:
+        let expected_retry = match name {
+            // the window (or the oldest entry) ends at T0 + 1 s
+            "fixed" | "log" => 1000,
+            // next window: the previous 5 weigh 0.8 at 200 ms in, leaving room for 1
+            "counter" => 1200,
+            // one token at 5 per second
+            _ => 200,
+        };
+        assert_eq!(sixth.retry_after_ms, expected_retry, "{name}");
+        // Just before that time: still denied. At it: allowed.
+        let early = T0 + expected_retry as i64 - 1;
+        assert!(
+            !lab.take(&algorithm, &key, Some(early)).await.allowed(),
+            "{name}"
+        );
+
+        // Once the window (or the refill) has passed in full: exactly 5 again.
+        // The sliding counter still weighs the previous window for one more window.
+        let later = if name == "counter" {
+            T0 + 2000
+        } else {
+            T0 + 1000
+        };
+        assert_eq!(
+            lab.allowed_of(6, &algorithm, &key, later).await,
+            5,
+            "{name}: exactly 5 allowed after the window"
+        );
+    }
+}
+
+/// Edge: an entry made at t counts while now < t + window, so at t + window exactly
+/// it no longer counts (the window is (now - 1000 ms, now], exclusive at the old end).
+#[tokio::test]
+async fn sliding_log_edge_is_exclusive_at_the_window_end() {
+    let lab = Lab::new().await;
+    let log = Algorithm::SlidingLog {
+        limit: 5,
+        window_ms: 1000,
+    };
+    let key = lab.key("edge");
+    for at in [0, 200, 400, 600, 800] {
+        assert!(
+            lab.take(&log, &key, Some(T0 + at)).await.allowed(),
+            "at {at} ms"
+        );
+    }
+    let d = lab.take(&log, &key, Some(T0 + 900)).await;
+    assert!(!d.allowed(), "at 900 ms: 5 in the last second");
+    assert_eq!(d.retry_after_ms, 100, "the entry at 0 ms leaves at 1000 ms");
+    let d = lab.take(&log, &key, Some(T0 + 999)).await;
+    assert!(!d.allowed(), "at 999 ms the entry at 0 ms still counts");
+    assert_eq!(d.retry_after_ms, 1);
+    assert!(
+        lab.take(&log, &key, Some(T0 + 1000)).await.allowed(),
+        "at 1000 ms the entry at 0 ms no longer counts"
+    );
+    assert!(
+        !lab.take(&log, &key, Some(T0 + 1000)).await.allowed(),
+        "one slot freed, one taken"
+    );
+    assert!(lab.take(&log, &key, Some(T0 + 1200)).await.allowed());
+    // Denied requests were not recorded: 5 live entries, no more.
+    let live: i64 = redis::cmd("ZCARD")
+        .arg(&key)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(live, 5);
+}
+
+#[tokio::test]
+async fn sliding_counter_halfway_weighs_a_full_previous_window_by_half() {
+    let lab = Lab::new().await;
+    let counter = Algorithm::SlidingCounter {
+        limit: 10,
+        window_ms: 1000,
+    };
+    let key = lab.key("half");
+    assert_eq!(lab.allowed_of(10, &counter, &key, T0).await, 10);
+    // Halfway through the next (empty) window: 10 * 0.5 = 5 still count.
+    let halfway = T0 + 1500;
+    assert_eq!(lab.allowed_of(20, &counter, &key, halfway).await, 5);
+    let d = lab.take(&counter, &key, Some(halfway)).await;
+    assert!(!d.allowed());
+    // At 600 ms in, the previous window weighs 4: room for the 6th.
+    assert_eq!(d.retry_after_ms, 100);
+    assert!(
+        lab.take(&counter, &key, Some(halfway + 100))
+            .await
+            .allowed()
+    );
+}
+
+#[tokio::test]
+async fn token_bucket_refills_from_elapsed_time() {
+    let lab = Lab::new().await;
+    let bucket = Algorithm::TokenBucket {
+        capacity: 10,
+        refill_per_sec: 1.0,
+        cost: 1,
+    };
+    let key = lab.key("bucket");
+    assert_eq!(lab.allowed_of(10, &bucket, &key, T0).await, 10);
+    let eleventh = lab.take(&bucket, &key, Some(T0)).await;
+    assert_eq!(eleventh.verdict, Verdict::Denied);
+    assert_eq!(eleventh.retry_after_ms, 1000);
+    assert_eq!(eleventh.reset_ms, 10_000, "10 s to fill an empty bucket");
+    assert_eq!(lab.allowed_of(10, &bucket, &key, T0 + 3000).await, 3);
+
+    // A cost above the capacity can never be paid: refused as such, nothing stored.
+    let greedy = Algorithm::TokenBucket {
+        capacity: 10,
+        refill_per_sec: 1.0,
+        cost: 20,
+    };
+    let greedy_key = lab.key("greedy");
+    let d = lab.take(&greedy, &greedy_key, Some(T0)).await;
+    assert_eq!(d.verdict, Verdict::Never);
+    assert_eq!(d.retry_after_ms, 0, "not a 'retry later'");
+    assert_eq!(
+        lab.pttl(&greedy_key).await,
+        -2,
+        "no key for a refused request"
+    );
+
+    // Capacity 1 at 3 per second fills in 334 ms: the state must live (TTL 668 ms),
+    // not vanish with a TTL rounded down to 0.
+    let small = Algorithm::TokenBucket {
+        capacity: 1,
+        refill_per_sec: 3.0,
+        cost: 1,
+    };
+    let small_key = lab.key("small");
+    assert!(lab.take(&small, &small_key, None).await.allowed());
+    let ttl = lab.pttl(&small_key).await;
+    assert!((600..=668).contains(&ttl), "TTL {ttl} ms");
+    let again = lab.take(&small, &small_key, None).await;
+    assert_eq!(again.verdict, Verdict::Denied, "the empty bucket was kept");
+    assert!((1..=334).contains(&again.retry_after_ms));
+}
+
+#[tokio::test]
+async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries() {
+    let lab = Lab::new().await;
+    let log = Algorithm::SlidingLog {
+        limit: 10,
+        window_ms: 1000,
+    };
+    let key = lab.key("burst");
+    let gate = Arc::new(tokio::sync::Barrier::new(50));
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let (mut redis, key, gate) = (lab.redis.clone(), key.clone(), gate.clone());
+            tokio::spawn(async move {
+                let id = limit::request_id();
+                let attempt = Attempt {
+                    algorithm: &log,
+                    key: &key,
+                    request_id: &id,
+                };
+                gate.wait().await;
+                limit::take(&mut redis, &attempt, Some(T0)).await.unwrap()
+            })
+        })
+        .collect();
+    let mut allowed = 0;
+    for task in tasks {
+        if task.await.unwrap().allowed() {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 10);
+    let live: i64 = redis::cmd("ZCARD")
+        .arg(&key)
+        .query_async(&mut lab.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(live, 10, "same millisecond, distinct members");
+}
+
+/// On the Redis clock, with a real (short) wait: keys carry a TTL from their first
+/// write, refunds and denials leave it alone, and once every window has passed no
+/// limiter key is left at all.
+#[tokio::test]
+async fn no_limiter_key_outlives_its_window_or_lacks_a_ttl() {
+    let lab = Lab::new().await;
+    let algorithms = [
+        Algorithm::FixedWindow {
+            limit: 2,
+            window_ms: 300,
+        },
+        Algorithm::SlidingLog {
+            limit: 2,
+            window_ms: 300,
+        },
+        Algorithm::SlidingCounter {
+            limit: 2,
+            window_ms: 300,
+        },
+        Algorithm::TokenBucket {
+            capacity: 1,
+            refill_per_sec: 3.0,
+            cost: 1,
+        },
+    ];
+    for (i, algorithm) in algorithms.iter().enumerate() {
+        let key = lab.key(&format!("ttl{i}"));
+        let mut last = None;
+        for _ in 0..3 {
+            let id = limit::request_id();
+            let attempt = Attempt {
+                algorithm,
+                key: &key,
+                request_id: &id,
+            };
+            let d = limit::take(&mut lab.redis.clone(), &attempt, None)
+                .await
+                .unwrap();
+            if d.allowed() {
+                last = Some((id, d.now_ms));
+            }
+        }
+        let (id, at) = last.unwrap();
+        let attempt = Attempt {
+            algorithm,
+            key: &key,
+            request_id: &id,
+        };
+        limit::refund(&mut lab.redis.clone(), &attempt, at)
+            .await
+            .unwrap();
+    }
+    for key in lab.keys().await {
+        let ttl = lab.pttl(&key).await;
+        assert!(ttl > 0, "{key} has PTTL {ttl}");
+    }
+    // Longest state: the counter (2 windows = 600 ms) and the bucket (668 ms).
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(lab.keys().await, Vec::<String>::new());
+}
+
+/// The real clock path, with one short wait: a window of 1 s, then 5 again.
+#[tokio::test]
+async fn sliding_log_on_the_redis_clock_recovers_after_the_window() {
+    let lab = Lab::new().await;
+    let log = Algorithm::SlidingLog {
+        limit: 5,
+        window_ms: 1000,
+    };
+    let key = lab.key("clock");
+    let mut allowed = 0;
+    for _ in 0..6 {
+        allowed += usize::from(lab.take(&log, &key, None).await.allowed());
+    }
+    assert_eq!(allowed, 5);
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    let mut allowed = 0;
+    for _ in 0..6 {
+        allowed += usize::from(lab.take(&log, &key, None).await.allowed());
+    }
+    assert_eq!(allowed, 5);
+}
+
+// ---- HTTP ----
+
+/// Limits from a TOML snippet of `[[policies]]` tables.
+fn limits(policies: &str) -> LimitsConfig {
+    let mut config: LimitsConfig = toml::from_str(policies).expect("limits TOML");
+    config.enabled = true;
+    config
+}
+
+fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
+    resp.headers()
+        .get(name)
+        .unwrap_or_else(|| panic!("missing {name}"))
+        .to_str()
+        .unwrap()
+}
+
+async fn live_sale(app: &TestApp, stock: i64) -> i64 {
+    let admin = app.admin().await;
+    app.create_sale(&admin, stock, -60, 3600).await
+}
+
+#[tokio::test]
+async fn answers_carry_ratelimit_headers_and_a_429_carries_retry_after() {
+    let app = spawn_app_with(|c| {
+        c.limits = limits(
+            r#"
+            [[policies]]
+            name = "buy-user"
+            route = "buy"
+            subject = "user"
+            algorithm = "sliding_log"
+            limit = 2
+            window_ms = 10000
+            [[policies]]
+            name = "buy-ip"
+            route = "buy"
+            subject = "ip"
+            algorithm = "fixed_window"
+            limit = 100
+            window_ms = 60000
+            "#,
+        )
+    })
+    .await;
+    let sale = live_sale(&app, 10).await;
+    let user = app.user().await;
+
+    let first = app.purchase(sale, &user.token).await;
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        r#""buy-user";q=2;w=10, "buy-ip";q=100;w=60"#
+    );
+    let state = header(&first, "ratelimit");
+    assert!(
+        state.starts_with(r#""buy-user";r=1;t=10, "buy-ip";r=99;t="#),
+        "{state}"
+    );
+
+    let second = app.purchase(sale, &user.token).await;
+    assert_error(second, StatusCode::CONFLICT, "already_bought").await;
+
+    let third = app.purchase(sale, &user.token).await;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&third, "retry-after").parse().unwrap();
+    assert!((1..=10).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        header(&third, "ratelimit-policy"),
+        r#""buy-user";q=2;w=10, "buy-ip";q=100;w=60"#
+    );
+    let state = header(&third, "ratelimit").to_string();
+    // The IP policy had counted the refused request and gave it back: still 98.
+    assert!(
+        state.starts_with(r#""buy-user";r=0;t=10, "buy-ip";r=98;t="#),
+        "{state}"
+    );
+    assert_error(third, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+}
+
+#[tokio::test]
+async fn a_refused_purchase_consumes_nothing() {
+    let app = spawn_app_with(|c| {
+        c.limits = limits(
+            r#"
+            [[policies]]
+            name = "buy-user"
+            route = "buy"
+            subject = "user"
+            algorithm = "sliding_log"
+            limit = 5
+            window_ms = 60000
+            [[policies]]
+            name = "buy-ip"
+            route = "buy"
+            subject = "ip"
+            algorithm = "fixed_window"
+            limit = 1
+            window_ms = 60000
+            "#,
+        )
+    })
+    .await;
+    let sale = live_sale(&app, 10).await;
+    let users = app.create_users(2, false).await;
+    assert_eq!(
+        app.purchase(sale, &users[0].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // The second user is fine by the per-user policy but the address is spent.
+    let refused = app.purchase(sale, &users[1].token).await;
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    assert_eq!(app.stock_left(sale).await, 9, "no stock taken");
+    assert_eq!(app.buyers(sale).await, vec![users[0].id], "no buyer entry");
+    let user_log = app
+        .keys
+        .rate_limit("buy-user", &format!("u{}", users[1].id));
+    let counted: i64 = redis::cmd("ZCARD")
+        .arg(&user_log)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        counted, 0,
+        "the per-user policy gave the refused request back"
+    );
+}
+
+#[tokio::test]
+async fn two_servers_sharing_redis_allow_exactly_the_limit() {
+    let app = spawn_app_with(|c| {
+        c.limits = limits(
+            r#"
+            [[policies]]
+            name = "buy-user"
+            route = "buy"
+            subject = "user"
+            algorithm = "sliding_log"
+            limit = 100
+            window_ms = 60000
+            [[policies]]
+            name = "buy-ip"
+            route = "buy"
+            subject = "ip"
+            algorithm = "sliding_counter"
+            limit = 100000
+            window_ms = 60000
+            "#,
+        )
+    })
+    .await;
+    let sibling = spawn_sibling(&app, |_| {}).await;
+    let sale = live_sale(&app, 10).await;
+    let user = app.user().await;
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(64));
+    let tasks: Vec<_> = (0..1000)
+        .map(|i| {
+            let url = if i % 2 == 0 { &app } else { &sibling }
+                .url(&format!("/api/sales/{sale}/purchase"));
+            let (client, token, gate) = (app.client.clone(), user.token.clone(), gate.clone());
+            tokio::spawn(async move {
+                let _permit = gate.acquire().await.unwrap();
+                let resp = client.post(url).bearer_auth(token).send().await.unwrap();
+                resp.status()
+            })
+        })
+        .collect();
+    let mut limited = 0;
+    let mut passed = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            StatusCode::TOO_MANY_REQUESTS => limited += 1,
+            StatusCode::ACCEPTED | StatusCode::CONFLICT => passed += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(passed, 100, "exactly the limit got through");
+    assert_eq!(limited, 900);
+    assert_eq!(app.buyers(sale).await, vec![user.id]);
+    // Every limiter key of the run carries a TTL.
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:rl:*", app.config.redis_namespace))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 2);
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{key}: {ttl}");
+    }
+}
+
+#[tokio::test]
+async fn sign_in_and_sign_up_are_limited_per_ip() {
+    let app = spawn_app_with(|c| {
+        c.limits = limits(
+            r#"
+            [[policies]]
+            name = "signin-ip"
+            route = "signin"
+            subject = "ip"
+            algorithm = "sliding_log"
+            limit = 2
+            window_ms = 60000
+            [[policies]]
+            name = "signup-ip"
+            route = "signup"
+            subject = "ip"
+            algorithm = "token_bucket"
+            capacity = 1
+            refill_per_sec = 0.015625
+            "#,
+        )
+    })
+    .await;
+    let creds = json!({"username": "guesser", "password": "not the password"});
+    for _ in 0..2 {
+        let resp = app.post_json("/api/auth/signin", None, &creds).await;
+        assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+    }
+    let third = app.post_json("/api/auth/signin", None, &creds).await;
+    assert!(third.headers().contains_key("retry-after"));
+    assert_error(third, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+
+    let signup = json!({"username": "newcomer", "password": "long enough pw"});
+    let created = app.post_json("/api/auth/signup", None, &signup).await;
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(
+        header(&created, "ratelimit-policy"),
+        r#""signup-ip";q=1;w=64"#
+    );
+    assert_eq!(header(&created, "ratelimit"), r#""signup-ip";r=0;t=64"#);
+    let again = json!({"username": "newcomer2", "password": "long enough pw"});
+    let refused = app.post_json("/api/auth/signup", None, &again).await;
+    assert_eq!(header(&refused, "retry-after"), "64");
+    assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+}
+
+fn one_per_ip_on_buy() -> LimitsConfig {
+    limits(
+        r#"
+        [[policies]]
+        name = "buy-ip"
+        route = "buy"
+        subject = "ip"
+        algorithm = "fixed_window"
+        limit = 1
+        window_ms = 60000
+        "#,
+    )
+}
+
+async fn buy_as(app: &TestApp, sale: i64, forwarded_for: &str) -> StatusCode {
+    let user = app.user().await;
+    app.client
+        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+        .bearer_auth(&user.token)
+        .header("x-forwarded-for", forwarded_for)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test]
+async fn x_forwarded_for_counts_only_from_a_trusted_proxy() {
+    let untrusted = spawn_app_with(|c| c.limits = one_per_ip_on_buy()).await;
+    let sale = live_sale(&untrusted, 10).await;
+    assert_eq!(
+        buy_as(&untrusted, sale, "203.0.113.1").await,
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(
+        buy_as(&untrusted, sale, "203.0.113.2").await,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a client cannot pick its own address"
+    );
+
+    let behind_proxy = spawn_app_with(|c| {
+        c.limits = one_per_ip_on_buy();
+        c.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    let sale = live_sale(&behind_proxy, 10).await;
+    for (xff, expected) in [
+        ("203.0.113.1", StatusCode::ACCEPTED),
+        ("203.0.113.2", StatusCode::ACCEPTED),
+        // The client forged the left hop; the proxy appended the real one.
+        ("198.51.100.7, 203.0.113.1", StatusCode::TOO_MANY_REQUESTS),
+        ("not-an-ip", StatusCode::ACCEPTED), // counted as the proxy itself
+        ("also-garbage", StatusCode::TOO_MANY_REQUESTS),
+    ] {
+        assert_eq!(buy_as(&behind_proxy, sale, xff).await, expected, "{xff}");
+    }
+}
+
+/// A TCP relay to the test Redis that can be cut: while cut it accepts and at once
+/// drops every connection (and has dropped the open ones).
+struct Relay {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    generation: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Self {
+        let target: SocketAddr = {
+            let url = url_host_port(target);
+            tokio::net::lookup_host(url).await.unwrap().next().unwrap()
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let (generation, _) = tokio::sync::watch::channel(0u64);
+        let generation = Arc::new(generation);
+        let (up2, gen2) = (up.clone(), generation.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection close
+                }
+                let mut cut = gen2.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Relay {
+            addr,
+            up,
+            generation,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://{}/", self.addr)
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+fn url_host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap().to_string()
+}
+
+// Multi-threaded: the relay must keep running while `TestApp`'s drop blocks one
+// thread to delete the test's keys through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
+    let real = std::env::var("STAMPEDE_TEST_REDIS_URL")
+        .or_else(|_| std::env::var("REDIS_URL"))
+        .unwrap();
+    let relay = Relay::start(&real).await;
+    let app = spawn_app_with(|c| {
+        c.redis_url = relay.url();
+        c.settle_in_serve = false;
+        c.limits = LimitsConfig {
+            enabled: true,
+            timeout_ms: 300,
+            ..LimitsConfig::default()
+        };
+    })
+    .await;
+    let sale = live_sale(&app, 10).await;
+    let user = app.user().await;
+    assert_eq!(
+        app.purchase(sale, &user.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+
+    relay.cut();
+    let refused = app.purchase(sale, &user.token).await;
+    let body = assert_error(
+        refused,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "rate_limiter_unavailable",
+    )
+    .await;
+    assert!(
+        body["message"].as_str().unwrap().contains("rate limiter"),
+        "{body}"
+    );
+    // Sign-in fails open by default: Postgres answers, the limiter is skipped.
+    let creds = json!({"username": "nobody-here", "password": "whatever123"});
+    let resp = app.post_json("/api/auth/signin", None, &creds).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+
+    // Back up: the key clean-up on drop goes through the relay too.
+    relay.restore();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = app.purchase(sale, &user.token).await.status();
+        if status == StatusCode::CONFLICT || std::time::Instant::now() > deadline {
+            assert_eq!(
+                status,
+                StatusCode::CONFLICT,
+                "Redis is back: already bought"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
