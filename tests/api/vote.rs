@@ -352,8 +352,7 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
     // log so the count is exact (the default sliding counter is approximate across a
     // window boundary).
     let app = crate::helpers::spawn_app_with(|c| {
-        let mut limits = stampede::config::LimitsConfig::default();
-        limits.policies = toml::from_str::<stampede::config::LimitsConfig>(
+        let policies = toml::from_str::<stampede::config::LimitsConfig>(
             r#"
             [[policies]]
             name = "vote-user"
@@ -373,8 +372,11 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
         )
         .unwrap()
         .policies;
-        limits.enabled = true;
-        c.limits = limits;
+        c.limits = stampede::config::LimitsConfig {
+            enabled: true,
+            policies,
+            ..Default::default()
+        };
     })
     .await;
     let admin = app.admin().await;
