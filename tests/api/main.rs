@@ -7,6 +7,7 @@ mod bad_input;
 mod health;
 mod helpers;
 mod pages;
+mod poll_pages;
 mod purchase;
 mod settle;
 mod vote;
