@@ -477,8 +477,10 @@
       badge: field(root, "badge"),
       countdown: field(root, "countdown"),
       countdownTime: field(root, "countdown-time"),
+      hint: field(root, "hint"),
       outcome: field(root, "outcome"),
       voters: field(root, "voters"),
+      resultsHeading: field(root, "results-heading"),
       results: field(root, "results"),
       vote: root.querySelector('[data-action="vote"]'),
     };
@@ -518,6 +520,9 @@
       setBadge(el.badge, status);
       el.countdown.hidden = status !== "upcoming";
       if (status === "upcoming") setText(el.countdownTime, formatDuration(state.opensAt - now()));
+      // Signing in cannot help once the poll is closed.
+      el.hint.hidden = status === "closed";
+      setText(el.resultsHeading, status === "closed" ? "Final results" : "Live results");
       const waitMs = state.retryUntil - Date.now();
       const canChoose = status === "open" && state.signedIn && !state.voted;
       for (const radio of radios) radio.disabled = !canChoose || state.busy;
