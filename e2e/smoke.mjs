@@ -9,10 +9,15 @@
 // - the admin creates a sale through the form (first with a bad window, to see the
 //   API's message), alice watches its countdown, the admin opens it and alice's Buy
 //   button comes alive without a reload, the admin closes it again;
-// - a failed sign-in, a 404 page, the 403 of /admin for alice, a phone-sized sale
-//   page, and signing out.
-// Each run leaves one closed sale named "E2E smoke ..." and one user "e2e-..."
-// behind. A browser console error (a CSP violation, say) fails the run.
+// - the admin creates a poll through the form (first with two equal options, to
+//   see the API's message; adding and removing option rows on the way); alice
+//   votes, her results bar and an anonymous viewer's bars update, the admin's
+//   table counts the voter; bob's page still offers Vote when the admin closes the
+//   poll, and his vote gets "closed";
+// - a failed sign-in, a 404 page, the 403 of /admin for alice, phone-sized sale
+//   and poll pages, and signing out.
+// Each run leaves one closed sale named "E2E smoke ...", one closed poll "E2E
+// poll ..." and one user "e2e-..." behind. A browser console error (a CSP violation, say) fails the run.
 // Screenshots go to E2E_OUT.
 
 import { chromium } from "playwright-core";
@@ -192,13 +197,13 @@ try {
   await admin.getByLabel("Description", { exact: true }).fill("Made by scripts/e2e, and closed again.");
   await admin.getByLabel("Price", { exact: true }).fill("19.99");
   await admin.getByLabel("Stock", { exact: true }).fill("5");
-  await admin.getByLabel("Opens (your local time)").fill(await localInput(admin, 120));
-  await admin.getByLabel("Ends (your local time)").fill(await localInput(admin, 60));
+  await admin.getByLabel("Opens (your local time)", { exact: true }).fill(await localInput(admin, 120));
+  await admin.getByLabel("Ends (your local time)", { exact: true }).fill(await localInput(admin, 60));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText("ends_at must be after starts_at").waitFor({ timeout: 5000 });
   check(true, "the API's error message shows on the create form");
-  await admin.getByLabel("Opens (your local time)").fill(await localInput(admin, 90));
-  await admin.getByLabel("Ends (your local time)").fill(await localInput(admin, 600));
+  await admin.getByLabel("Opens (your local time)", { exact: true }).fill(await localInput(admin, 90));
+  await admin.getByLabel("Ends (your local time)", { exact: true }).fill(await localInput(admin, 600));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText(`Created “${saleName}”`).waitFor({ timeout: 5000 });
   const row = admin.locator("tr", { has: admin.getByRole("link", { name: saleName }) });
@@ -234,6 +239,109 @@ try {
   await admin.getByText(`“${saleName}” is closed.`).waitFor({ timeout: 5000 });
   await alice.getByRole("button", { name: "Sale closed" }).waitFor({ timeout: 5000 });
   check(true, "closing shows on the shopper's page without a reload");
+
+  // ---- polls ----
+  // The admin creates a poll: two equal options first, to see the API's message.
+  const question = `E2E poll ${runId}: which colour?`;
+  await admin.goto(`${base}/admin`);
+  await admin.getByLabel("Question", { exact: true }).fill(question);
+  await admin.getByLabel("Option 1", { exact: true }).fill("Red");
+  await admin.getByLabel("Option 2", { exact: true }).fill("red");
+  check(await admin.getByRole("button", { name: "Remove option 1" }).isDisabled(), "two options cannot be removed");
+  await admin.getByRole("button", { name: "Create poll" }).click();
+  await admin.getByText("options must be distinct", { exact: false }).waitFor({ timeout: 5000 });
+  check(true, "the API's message shows on the poll form");
+  await admin.getByLabel("Option 2", { exact: true }).fill("Green");
+  for (const [n, label] of [
+    [3, "Blue"],
+    [4, "Mauve"],
+  ]) {
+    await admin.getByRole("button", { name: "Add option" }).click();
+    check(await admin.getByLabel(`Option ${n}`, { exact: true }).evaluate((el) => el === document.activeElement), `a new option ${n} takes the focus`);
+    await admin.getByLabel(`Option ${n}`, { exact: true }).fill(label);
+  }
+  await admin.getByRole("button", { name: "Remove option 4" }).click();
+  check((await admin.locator('[data-field="option-list"] input').count()) === 3, "removing an option leaves three");
+  await admin.getByRole("button", { name: "Create poll" }).click();
+  await admin.getByText(`Created poll “${question}”`).waitFor({ timeout: 5000 });
+  const pollRow = admin.locator("tr", { has: admin.getByRole("link", { name: question }) });
+  await pollRow.waitFor();
+  const pollId = await pollRow.getAttribute("data-poll-id");
+  check((await pollRow.locator('[data-field="badge"]').innerText()) === "Open", "the new poll opens at once");
+  check((await pollRow.locator('[data-field="voters"]').innerText()) === "0", "no voters yet");
+  check((await admin.locator('[data-field="option-list"] input').count()) === 2, "the form is reset to two options");
+
+  // The list, through the header's Polls link.
+  await alice.goto(`${base}/`);
+  await Promise.all([alice.waitForURL(`${base}/polls`), alice.getByRole("link", { name: "Polls", exact: true }).click()]);
+  check(await alice.getByRole("link", { name: question }).isVisible(), "the header's Polls link lists the new poll");
+  await shot(alice, "polls");
+
+  // An anonymous viewer watches; bob keeps the page open to vote later.
+  const viewer = await newPage();
+  await viewer.goto(`${base}/polls/${pollId}`);
+  check(await viewer.getByRole("button", { name: "Vote" }).isDisabled(), "Vote is disabled when signed out");
+  check(await viewer.getByRole("link", { name: "Sign in" }).last().isVisible(), "a signed-out viewer is offered to sign in");
+  const bob = await newPage();
+  await signIn(bob, "bob", demoPassword);
+  await bob.goto(`${base}/polls/${pollId}`);
+  const greenOf = (page) => page.locator(".result", { hasText: "Green" });
+
+  // Alice votes for Green.
+  await alice.goto(`${base}/polls/${pollId}`);
+  const voteButton = alice.getByRole("button", { name: "Vote" });
+  await voteButton.click();
+  await alice.getByText("Pick an option first.").waitFor({ timeout: 5000 });
+  check(true, "voting without a choice asks for one");
+  await alice.getByLabel("Green").check();
+  await voteButton.click();
+  await alice.getByText("Thanks, your vote counted").waitFor({ timeout: 5000 });
+  check(true, "alice's vote counted (202)");
+  await greenOf(alice).locator('[data-field="votes"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 5000 });
+  check((await greenOf(alice).locator('[data-field="percent"]').innerText()) === "100%", "her bar shows 1 vote, 100%");
+  check(await greenOf(alice).getByText("Your vote").isVisible(), "her choice is marked");
+  check(await alice.getByRole("button", { name: "Voted" }).isDisabled(), "the button says Voted");
+  await shot(alice, "poll-after-vote");
+
+  // The viewer's bars follow without a reload (polling every 2 s); so does the admin's table.
+  await greenOf(viewer).locator('[data-field="votes"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 6000 });
+  check((await viewer.locator('[data-field="voters"]').innerText()) === "1 voter", "the viewer's results update live");
+  await pollRow.locator('[data-field="voters"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 8000 });
+  check(true, "the admin's table counts the voter");
+  // From the top, so the sticky header stays out of the picture.
+  await admin.evaluate(() => window.scrollTo(0, 0));
+  const sections = await admin.evaluate(() => {
+    const form = document.querySelector('form[data-form="create-poll"]').closest("section");
+    const table = document.getElementById("polls-heading").closest("section");
+    const a = form.getBoundingClientRect();
+    const b = table.getBoundingClientRect();
+    return { x: a.x + scrollX - 8, y: a.y + scrollY - 8, width: a.width + 16, height: b.bottom - a.top + 16 };
+  });
+  await admin.screenshot({ path: `${out}/admin-polls.png`, fullPage: true, clip: sections });
+  console.log(`     screenshot ${out}/admin-polls.png`);
+
+  // A reload knows she voted.
+  await alice.reload();
+  await alice.getByText("You already voted in this poll: “Green”.").waitFor({ timeout: 5000 });
+  check(await alice.getByLabel("Green").isChecked(), "after a reload her choice stays checked");
+
+  // The admin closes the poll; bob, whose page still offers Vote, is told it is closed.
+  await pollRow.getByRole("button", { name: "Close" }).click();
+  await admin.getByText(`Poll “${question}” is closed.`).waitFor({ timeout: 5000 });
+  check((await pollRow.locator('[data-field="badge"]').innerText()) === "Closed", "the row shows Closed");
+  await bob.getByLabel("Blue").check();
+  await bob.getByRole("button", { name: "Vote" }).click();
+  await bob.getByText("This poll is closed.").waitFor({ timeout: 5000 });
+  check(await bob.getByRole("button", { name: "Poll closed" }).isDisabled(), "a vote after closing answers closed (410)");
+  await shot(bob, "poll-closed");
+
+  // The same poll on a phone, and a bad poll address.
+  const phonePoll = await newPage({ width: 390, height: 844 });
+  await phonePoll.goto(`${base}/polls/${pollId}`);
+  await phonePoll.locator(".results-box").waitFor();
+  await shot(phonePoll, "poll-phone");
+  await alice.goto(`${base}/polls/not-a-number`);
+  check(await alice.getByRole("heading", { name: "Page not found" }).isVisible(), "bad poll id shows the 404 page");
 
   await Promise.all([alice.waitForURL(`${base}/`), alice.getByRole("button", { name: "Sign out" }).click()]);
   check(await alice.getByRole("link", { name: "Sign in" }).isVisible(), "sign out signs out");

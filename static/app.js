@@ -7,6 +7,7 @@
 
   const CSRF_COOKIE = "stampede_csrf";
   const SALE_POLL_MS = 2000;
+  const RESULTS_POLL_MS = 2000;
   const ADMIN_POLL_MS = 3000;
 
   // ---- helpers -------------------------------------------------------------
@@ -95,12 +96,48 @@
     sold_out: "Sold out",
     ended: "Ended",
     closed: "Closed",
+    open: "Open",
   };
 
   function setBadge(el, status) {
     if (!el) return;
     el.className = `badge badge-${status}`;
     setText(el, STATUS_LABELS[status] || status);
+  }
+
+  /** A `datetime-local` value: the date's wall time in the visitor's time zone. */
+  function toLocalInput(date) {
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
+  }
+
+  /** The seconds of a 429's `Retry-After`, at least 1. */
+  function retryAfterSeconds(res) {
+    return Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1);
+  }
+
+  /**
+   * Replaces an outcome box with a title, an optional detail and an optional
+   * link ({href, text}). `kind` picks the colour: success, pending, info,
+   * warning or error.
+   */
+  function showOutcome(box, kind, title, detail, link) {
+    box.replaceChildren();
+    box.className = `outcome outcome-${kind}`;
+    const p = document.createElement("p");
+    p.textContent = title;
+    box.append(p);
+    if (detail || link) {
+      const q = document.createElement("p");
+      if (detail) q.append(document.createTextNode(detail + (link ? " " : "")));
+      if (link) {
+        const a = document.createElement("a");
+        a.href = link.href;
+        a.textContent = link.text;
+        q.append(a);
+      }
+      box.append(q);
+    }
   }
 
   /** A local path to return to after signing in, or "/". */
@@ -305,24 +342,8 @@
       }
     }
 
-    /** Replaces the outcome box. `link` is an optional {href, text}. */
     function show(kind, title, detail, link) {
-      el.outcome.replaceChildren();
-      el.outcome.className = `outcome outcome-${kind}`;
-      const p = document.createElement("p");
-      p.textContent = title;
-      el.outcome.append(p);
-      if (detail || link) {
-        const q = document.createElement("p");
-        if (detail) q.append(document.createTextNode(detail + (link ? " " : "")));
-        if (link) {
-          const a = document.createElement("a");
-          a.href = link.href;
-          a.textContent = link.text;
-          q.append(a);
-        }
-        el.outcome.append(q);
-      }
+      showOutcome(el.outcome, kind, title, detail, link);
     }
 
     function applyView(view) {
@@ -419,7 +440,7 @@
           show("error", "This sale no longer exists.");
           break;
         case 429: {
-          const seconds = Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1);
+          const seconds = retryAfterSeconds(res);
           state.retryUntil = Date.now() + seconds * 1000;
           state.rateLimited = true;
           show("warning", `Too many attempts, retry in ${seconds} s.`);
@@ -439,6 +460,186 @@
     render();
     setInterval(render, 250);
     pollWhileVisible(refresh, SALE_POLL_MS);
+  }
+
+  // ---- the poll page -------------------------------------------------------
+
+  function pollPage() {
+    const root = document.getElementById("poll");
+    if (!root) return;
+    const d = root.dataset;
+    const pollId = d.pollId;
+    const offset = clockOffset(Number(d.serverNow));
+    const now = () => Date.now() + offset;
+    const form = root.querySelector('form[data-form="vote"]');
+    const radios = [...form.querySelectorAll('input[name="option"]')];
+    const el = {
+      badge: field(root, "badge"),
+      countdown: field(root, "countdown"),
+      countdownTime: field(root, "countdown-time"),
+      hint: field(root, "hint"),
+      outcome: field(root, "outcome"),
+      voters: field(root, "voters"),
+      resultsHeading: field(root, "results-heading"),
+      results: field(root, "results"),
+      vote: root.querySelector('[data-action="vote"]'),
+    };
+    const choice = Number(d.votedOption) || 0;
+    const state = {
+      status: d.status,
+      opensAt: Number(d.opensAt),
+      closesAt: Number(d.closesAt),
+      signedIn: d.signedIn === "true",
+      voted: choice > 0,
+      choice, // the option voted for; 0 when unknown
+      busy: false,
+      retryUntil: 0, // client clock, after a 429
+      rateLimited: false,
+    };
+
+    /** The server's last word, moved on by the clock. */
+    function currentStatus() {
+      let status = state.status;
+      const t = now();
+      if (status === "upcoming" && t >= state.opensAt) status = "open";
+      if (status !== "closed" && t >= state.closesAt) status = "closed";
+      return status;
+    }
+
+    function buttonLabel(status, waitMs) {
+      if (state.busy) return "Sending your vote…";
+      if (state.voted) return "Voted";
+      if (waitMs > 0) return `Retry in ${Math.ceil(waitMs / 1000)} s`;
+      if (status === "upcoming") return "Not open yet";
+      if (status === "closed") return "Poll closed";
+      return "Vote";
+    }
+
+    function render() {
+      const status = currentStatus();
+      setBadge(el.badge, status);
+      el.countdown.hidden = status !== "upcoming";
+      if (status === "upcoming") setText(el.countdownTime, formatDuration(state.opensAt - now()));
+      // Signing in cannot help once the poll is closed.
+      el.hint.hidden = status === "closed";
+      setText(el.resultsHeading, status === "closed" ? "Final results" : "Live results");
+      const waitMs = state.retryUntil - Date.now();
+      const canChoose = status === "open" && state.signedIn && !state.voted;
+      for (const radio of radios) radio.disabled = !canChoose || state.busy;
+      el.vote.disabled = !canChoose || state.busy || waitMs > 0;
+      setText(el.vote, buttonLabel(status, waitMs));
+      if (state.rateLimited && waitMs <= 0) {
+        state.rateLimited = false;
+        show("info", "You can try again now.");
+      } else if (state.rateLimited) {
+        const first = el.outcome.querySelector("p");
+        if (first) setText(first, `Too many attempts, retry in ${Math.ceil(waitMs / 1000)} s.`);
+      }
+    }
+
+    function show(kind, title, detail, link) {
+      showOutcome(el.outcome, kind, title, detail, link);
+    }
+
+    function markMine() {
+      for (const row of el.results.children) {
+        const mine = state.choice > 0 && row.dataset.optionId === String(state.choice);
+        row.classList.toggle("is-mine", mine);
+        field(row, "mine").hidden = !mine;
+      }
+    }
+
+    /** Bars, counts and percentages from `GET /api/polls/{id}/results`. */
+    function applyResults(results) {
+      if (!results || !Array.isArray(results.tallies)) return;
+      const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
+      const counted = [...votes.values()].reduce((a, b) => a + b, 0);
+      const voters = Math.max(0, Number(results.voters) || 0);
+      const total = Math.max(voters, counted);
+      for (const row of el.results.children) {
+        const n = votes.get(row.dataset.optionId) || 0;
+        setText(field(row, "votes"), n);
+        setText(field(row, "percent"), `${total > 0 ? Math.round((n * 100) / total) : 0}%`);
+        const bar = field(row, "bar");
+        bar.max = Math.max(total, 1);
+        bar.value = n;
+      }
+      setText(el.voters, voters === 1 ? "1 voter" : `${voters} voters`);
+    }
+
+    async function refreshResults() {
+      const res = await api("GET", `/api/polls/${pollId}/results`);
+      if (res.ok) applyResults(res.data);
+    }
+
+    async function vote(event) {
+      event.preventDefault();
+      if (el.vote.disabled) return;
+      const picked = radios.find((r) => r.checked);
+      if (!picked) {
+        show("warning", "Pick an option first.");
+        return;
+      }
+      const optionId = Number(picked.value);
+      state.busy = true;
+      render();
+      const res = await api("POST", `/api/polls/${pollId}/votes`, { option_id: optionId });
+      state.busy = false;
+      const code = res.data.error;
+      const signIn = { href: d.signinUrl, text: "Sign in" };
+      switch (res.status) {
+        case 202:
+          state.voted = true;
+          state.choice = optionId;
+          markMine();
+          show("success", "Thanks, your vote counted.", "The results update live.");
+          refreshResults();
+          break;
+        case 409:
+          if (code === "already_voted") {
+            state.voted = true;
+            show("warning", "You already voted in this poll.", "It is one vote per person.");
+          } else if (code === "not_open") {
+            state.status = "upcoming";
+            show("warning", "This poll is not open yet.", messageOf(res, ""));
+          } else {
+            show("error", messageOf(res, "The vote was refused."));
+          }
+          break;
+        case 422:
+          show("error", "That option is not part of this poll.", "Reload the page to see the current options.");
+          break;
+        case 410:
+          state.status = "closed";
+          show("error", "This poll is closed.", "Votes are no longer counted.");
+          break;
+        case 401:
+          state.signedIn = false;
+          show("warning", "Please sign in to vote.", "Your session has ended.", signIn);
+          break;
+        case 403:
+          show("warning", "Your session is out of date.", "Sign in again, then retry.", signIn);
+          break;
+        case 404:
+          show("error", "This poll no longer exists.");
+          break;
+        case 429: {
+          const seconds = retryAfterSeconds(res);
+          state.retryUntil = Date.now() + seconds * 1000;
+          state.rateLimited = true;
+          show("warning", `Too many attempts, retry in ${seconds} s.`);
+          break;
+        }
+        default:
+          show("error", "Something went wrong.", messageOf(res, "Please try again in a moment."));
+      }
+      render();
+    }
+
+    form.addEventListener("submit", vote);
+    render();
+    setInterval(render, 250);
+    pollWhileVisible(refreshResults, RESULTS_POLL_MS);
   }
 
   // ---- my orders -----------------------------------------------------------
@@ -486,22 +687,25 @@
 
   // ---- admin ---------------------------------------------------------------
 
+  /** A form's message line: green when `ok`, red otherwise. */
+  function say(target, text, ok) {
+    target.className = `form-message ${ok ? "is-ok" : "is-error"}`;
+    setText(target, text);
+  }
+
+  /** Briefly highlights a table row that just changed. */
+  function flash(row) {
+    row.classList.remove("flash");
+    void row.offsetWidth; // restart the animation
+    row.classList.add("flash");
+  }
+
   function adminPage() {
     const form = document.querySelector('form[data-form="create-sale"]');
     const createMessage = field(document, "create-message");
     const adminMessage = field(document, "admin-message");
     const rows = field(document, "admin-rows");
     const rowTemplate = document.getElementById("admin-row");
-
-    function say(target, text, ok) {
-      target.className = `form-message ${ok ? "is-ok" : "is-error"}`;
-      setText(target, text);
-    }
-
-    function toLocalInput(date) {
-      const pad = (n) => String(n).padStart(2, "0");
-      return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
-    }
 
     function defaultWindow() {
       const start = new Date(Date.now() + 5 * 60 * 1000);
@@ -554,12 +758,6 @@
           setText(t, localTime(new Date(value)));
         }
       }
-    }
-
-    function flash(row) {
-      row.classList.remove("flash");
-      void row.offsetWidth; // restart the animation
-      row.classList.add("flash");
     }
 
     function showViews(views) {
@@ -660,12 +858,195 @@
 
     defaultWindow();
     pollWhileVisible(refresh, ADMIN_POLL_MS);
+    adminPolls();
+  }
+
+  /** The admin page's polls: the create form with its option list, and the table. */
+  function adminPolls() {
+    const form = document.querySelector('form[data-form="create-poll"]');
+    if (!form) return;
+    const minOptions = Number(form.dataset.minOptions) || 2;
+    const maxOptions = Number(form.dataset.maxOptions) || 20;
+    const list = field(form, "option-list");
+    const addButton = form.querySelector('[data-action="add-option"]');
+    const optionTemplate = document.getElementById("poll-option-row");
+    const createMessage = field(form, "poll-create-message");
+    const adminMessage = field(document, "poll-admin-message");
+    const rows = field(document, "poll-rows");
+    const rowTemplate = document.getElementById("poll-row");
+
+    /** Numbers the option inputs 1..n and enables add/remove within the bounds. */
+    function renumber() {
+      const items = [...list.children];
+      items.forEach((item, i) => {
+        const n = i + 1;
+        const input = item.querySelector("input");
+        input.id = `poll-option-${n}`;
+        input.placeholder = `Option ${n}`;
+        const label = item.querySelector("label");
+        label.htmlFor = input.id;
+        setText(label, `Option ${n}`);
+        const remove = item.querySelector('[data-action="remove-option"]');
+        remove.setAttribute("aria-label", `Remove option ${n}`);
+        remove.disabled = items.length <= minOptions;
+      });
+      addButton.disabled = items.length >= maxOptions;
+    }
+
+    function addOption() {
+      if (list.children.length >= maxOptions) return null;
+      const item = optionTemplate.content.firstElementChild.cloneNode(true);
+      list.append(item);
+      renumber();
+      return item.querySelector("input");
+    }
+
+    function resetOptions() {
+      while (list.children.length > minOptions) list.lastElementChild.remove();
+      while (list.children.length < minOptions) addOption();
+      for (const input of list.querySelectorAll("input")) input.value = "";
+      renumber();
+    }
+
+    function defaultWindow() {
+      // Open from this minute for a week: most polls start at once.
+      const opens = new Date();
+      opens.setSeconds(0, 0);
+      form.elements.opens_at.value = toLocalInput(opens);
+      form.elements.closes_at.value = toLocalInput(new Date(opens.getTime() + 7 * 86400 * 1000));
+    }
+
+    addButton.addEventListener("click", () => {
+      const input = addOption();
+      if (input) input.focus();
+    });
+
+    list.addEventListener("click", (event) => {
+      const button = event.target.closest('[data-action="remove-option"]');
+      if (!button || list.children.length <= minOptions) return;
+      const item = button.closest("li");
+      const next = item.nextElementSibling || item.previousElementSibling;
+      item.remove();
+      renumber();
+      if (next) next.querySelector("input").focus();
+    });
+
+    function rowOf(id) {
+      return rows.querySelector(`tr[data-poll-id="${CSS.escape(String(id))}"]`);
+    }
+
+    function newRow(view) {
+      const row = rowTemplate.content.firstElementChild.cloneNode(true);
+      const id = String(view.id);
+      row.dataset.pollId = id;
+      field(row, "question").href = `/polls/${encodeURIComponent(id)}`;
+      setText(field(row, "id"), `#${id}`);
+      return row;
+    }
+
+    /** `view` is a row of `GET /api/admin/polls`, or a poll with its `results`. */
+    function fillRow(row, view) {
+      setText(field(row, "question"), view.question);
+      setBadge(field(row, "badge"), view.status);
+      const voters = Number.isFinite(view.voters) ? view.voters : view.results && view.results.voters;
+      if (Number.isFinite(voters)) setText(field(row, "voters"), voters);
+      for (const [name, value] of [
+        ["opens", view.opens_at],
+        ["closes", view.closes_at],
+      ]) {
+        const t = field(row, name);
+        if (t.dateTime !== value) {
+          t.dateTime = value;
+          setText(t, localTime(new Date(value)));
+        }
+      }
+      row.querySelector('[data-action="close-poll"]').disabled = view.status === "closed";
+    }
+
+    function showViews(views) {
+      views.forEach((view, i) => {
+        let row = rowOf(view.id);
+        if (!row) row = newRow(view);
+        fillRow(row, view);
+        if (rows.children[i] !== row) rows.insertBefore(row, rows.children[i] || null);
+      });
+      const empty = field(document, "polls-empty");
+      if (empty) empty.hidden = views.length > 0;
+    }
+
+    async function refresh() {
+      const res = await api("GET", "/api/admin/polls");
+      if (res.ok && Array.isArray(res.data)) showViews(res.data);
+    }
+
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const f = form.elements;
+      const question = f.question.value.trim();
+      const options = [...list.querySelectorAll("input")].map((input) => input.value.trim());
+      const opens = new Date(f.opens_at.value);
+      const closes = new Date(f.closes_at.value);
+      let problem = "";
+      if (!question) problem = "Write the question.";
+      else if (options.some((o) => !o)) problem = "Fill in every option, or remove the empty ones.";
+      else if (Number.isNaN(opens.getTime()) || Number.isNaN(closes.getTime()))
+        problem = "Pick when the poll opens and closes.";
+      if (problem) {
+        say(createMessage, problem, false);
+        return;
+      }
+      const button = form.querySelector('button[type="submit"]');
+      button.disabled = true;
+      const res = await api("POST", "/api/admin/polls", {
+        question,
+        options,
+        // datetime-local is local wall time; the API takes UTC instants.
+        opens_at: opens.toISOString(),
+        closes_at: closes.toISOString(),
+      });
+      button.disabled = false;
+      if (res.status === 201) {
+        say(createMessage, `Created poll “${res.data.question}” (#${res.data.id}).`, true);
+        f.question.value = "";
+        resetOptions();
+        defaultWindow();
+        await refresh();
+        const row = rowOf(res.data.id);
+        if (row) flash(row);
+      } else {
+        say(createMessage, messageOf(res, "Could not create the poll."), false);
+      }
+    });
+
+    rows.addEventListener("click", async (event) => {
+      const button = event.target.closest('button[data-action="close-poll"]');
+      if (!button) return;
+      const row = button.closest("tr");
+      const id = row.dataset.pollId;
+      const question = field(row, "question").textContent;
+      if (!confirm(`Close the poll “${question}”? Voting stops for everyone.`)) return;
+      button.disabled = true;
+      const res = await api("POST", `/api/admin/polls/${encodeURIComponent(id)}/close`);
+      if (res.ok) {
+        fillRow(row, res.data);
+        flash(row);
+        say(adminMessage, `Poll “${question}” is closed.`, true);
+      } else {
+        button.disabled = false;
+        say(adminMessage, `“${question}”: ${messageOf(res, "closing failed.")}`, false);
+      }
+    });
+
+    renumber();
+    defaultWindow();
+    pollWhileVisible(refresh, ADMIN_POLL_MS);
   }
 
   // ---- start ---------------------------------------------------------------
 
   const pages = {
     sale: salePage,
+    poll: pollPage,
     signin: authPage,
     signup: authPage,
     orders: ordersPage,

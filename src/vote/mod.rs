@@ -5,4 +5,4 @@
 mod routes;
 pub mod store;
 
-pub use routes::configure;
+pub use routes::{MAX_OPTIONS, MIN_OPTIONS, configure};

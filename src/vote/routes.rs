@@ -19,6 +19,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route("/api/polls/{id}/results", web::get().to(results))
         .route("/api/polls/{id}/votes", web::post().to(vote))
         .route("/api/admin/polls", web::post().to(admin_create))
+        .route("/api/admin/polls", web::get().to(admin_list))
         .route("/api/admin/polls/{id}", web::get().to(admin_show))
         .route("/api/admin/polls/{id}/close", web::post().to(admin_close));
 }
@@ -234,6 +235,31 @@ async fn admin_create(
     tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
     let id = Id::new(record.poll.id).expect("serial ids are positive");
     Ok(HttpResponse::Created().json(load_view(&state, id).await?))
+}
+
+#[derive(Serialize)]
+struct AdminPollSummary {
+    #[serde(flatten)]
+    poll: store::PollRow,
+    status: &'static str,
+    /// Live, from Redis.
+    voters: i64,
+}
+
+/// Every poll with its status and live voter count, for the admin page's table.
+async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
+    let now = Utc::now();
+    let polls: Vec<AdminPollSummary> =
+        store::list_with_voters(&state.db, &mut state.redis.clone(), &state.keys, 200)
+            .await?
+            .into_iter()
+            .map(|(poll, voters)| AdminPollSummary {
+                status: store::status(&poll, now),
+                poll,
+                voters,
+            })
+            .collect();
+    Ok(HttpResponse::Ok().json(polls))
 }
 
 #[derive(Serialize)]

@@ -280,6 +280,54 @@ pub async fn results<C: ConnectionLike>(
     }))
 }
 
+/// Polls (newest opening first), each with its live voter count: one query and one
+/// pipelined Redis round trip, however many polls there are.
+pub async fn list_with_voters<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    limit: i64,
+) -> Result<Vec<(PollRow, i64)>, AppError> {
+    let rows = list_polls(db, limit).await?;
+    let ids = rows
+        .iter()
+        .map(|poll| poll_id(poll.id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let voters = voter_counts(redis, keys, &ids).await?;
+    Ok(rows.into_iter().zip(voters).collect())
+}
+
+/// Voters of many polls (`HLEN` of each voters hash) in one pipelined round trip,
+/// in the order of `ids`. A poll missing from Redis counts 0.
+async fn voter_counts<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    ids: &[PollId],
+) -> Result<Vec<i64>, redis::RedisError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.hlen(keys.poll(*id).voters);
+    }
+    pipe.query_async(redis).await
+}
+
+/// The option `user` voted for in `poll`, if any: one `HGET`, no Postgres.
+pub async fn voted_option<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+    user: UserId,
+) -> Result<Option<i64>, redis::RedisError> {
+    redis::cmd("HGET")
+        .arg(keys.poll(poll).voters)
+        .arg(user.get())
+        .query_async(redis)
+        .await
+}
+
 /// Closes the poll in Postgres and Redis in one transaction.
 pub async fn close<C: ConnectionLike>(
     db: &PgPool,

@@ -9,6 +9,7 @@
 mod admin;
 mod error;
 mod pages;
+mod polls;
 mod view;
 
 use std::path::PathBuf;
@@ -28,6 +29,8 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
 pub fn configure(cfg: &mut web::ServiceConfig) {
     page(cfg, "/", pages::index);
     page(cfg, "/sales/{id}", pages::sale);
+    page(cfg, "/polls", polls::index);
+    page(cfg, "/polls/{id}", polls::poll);
     page(cfg, "/signin", pages::signin);
     page(cfg, "/signup", pages::signup);
     page(cfg, "/me/orders", pages::my_orders);

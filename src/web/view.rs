@@ -1,5 +1,6 @@
 //! What templates show, computed in Rust so templates stay free of logic:
-//! the header's account links, sales as cards, prices and times as text.
+//! the header's account links, sales and polls as cards, prices, times and vote
+//! shares as text.
 
 use actix_web::HttpRequest;
 use chrono::{DateTime, Utc};
@@ -8,6 +9,7 @@ use sqlx::PgPool;
 use crate::auth::{self, AuthUser};
 use crate::error::AppError;
 use crate::sale::SaleView;
+use crate::vote::store::{PollRow, Results};
 
 /// The account part of the page header.
 pub struct Nav {
@@ -121,7 +123,101 @@ pub fn status_label(status: &str) -> &'static str {
         "sold_out" => "Sold out",
         "ended" => "Ended",
         "closed" => "Closed",
+        "open" => "Open",
         _ => "Unknown",
+    }
+}
+
+/// A poll as the list and the admin table show it.
+pub struct PollCard {
+    pub id: i64,
+    pub question: String,
+    /// `open`, `upcoming` or `closed` (also a CSS class).
+    pub status: &'static str,
+    pub status_label: &'static str,
+    /// Closed by an admin before its time, rather than run out.
+    pub closed_early: bool,
+    pub voters: i64,
+    pub opens_at: Moment,
+    pub closes_at: Moment,
+}
+
+impl PollCard {
+    pub fn new(poll: PollRow, voters: i64, now: DateTime<Utc>) -> Self {
+        let status = crate::vote::store::status(&poll, now);
+        PollCard {
+            id: poll.id,
+            status,
+            status_label: status_label(status),
+            closed_early: poll.closed && now < poll.closes_at,
+            voters,
+            opens_at: poll.opens_at.into(),
+            closes_at: poll.closes_at.into(),
+            question: poll.question,
+        }
+    }
+}
+
+/// Voters see first the polls they can vote in, then the ones that open soon.
+pub fn poll_rank(status: &str) -> u8 {
+    match status {
+        "open" => 0,
+        "upcoming" => 1,
+        _ => 2,
+    }
+}
+
+/// One option of a poll with its live share of the votes.
+pub struct OptionResult {
+    pub id: i64,
+    pub label: String,
+    pub votes: i64,
+    pub percent: i64,
+}
+
+/// The options in the poll's order with their tallies; `total` is what the
+/// percentages are of (never 0, so an empty poll shows 0% bars).
+pub fn option_results(options: Vec<(i64, String)>, results: &Results) -> (Vec<OptionResult>, i64) {
+    let votes_of = |id: i64| {
+        results
+            .tallies
+            .iter()
+            .find(|t| t.option_id == id)
+            .map_or(0, |t| t.votes)
+    };
+    let counted: i64 = options.iter().map(|(id, _)| votes_of(*id)).sum();
+    let total = results.voters.max(counted);
+    let rows = options
+        .into_iter()
+        .map(|(id, label)| {
+            let votes = votes_of(id);
+            OptionResult {
+                id,
+                label,
+                votes,
+                percent: percent(votes, total),
+            }
+        })
+        .collect();
+    (rows, total)
+}
+
+/// `votes` of `total` in whole percent, rounded half up like the script's
+/// `Math.round`, so the first render and the live updates agree.
+pub fn percent(votes: i64, total: i64) -> i64 {
+    if total <= 0 {
+        0
+    } else {
+        (votes.max(0) * 200 + total) / (2 * total)
+    }
+}
+
+/// "1 voter", "2 voters".
+pub fn voters_text(voters: i64) -> String {
+    if voters == 1 {
+        "1 voter".to_string()
+    } else {
+        format!("{voters} voters")
     }
 }
 
@@ -169,6 +265,57 @@ mod tests {
                 "live", "upcoming", "upcoming", "sold_out", "ended", "closed"
             ]
         );
+    }
+
+    #[test]
+    fn percentages_round_half_up_and_survive_no_votes() {
+        assert_eq!(percent(0, 0), 0);
+        assert_eq!(percent(1, 3), 33);
+        assert_eq!(percent(2, 3), 67);
+        assert_eq!(percent(1, 8), 13); // 12.5 rounds up, as Math.round does
+        assert_eq!(percent(5, 5), 100);
+    }
+
+    #[test]
+    fn options_keep_their_order_and_get_their_tallies() {
+        use crate::vote::store::Tally;
+        let results = Results {
+            poll_id: 1,
+            voters: 4,
+            tallies: vec![
+                Tally {
+                    option_id: 10,
+                    votes: 1,
+                },
+                Tally {
+                    option_id: 11,
+                    votes: 3,
+                },
+            ],
+        };
+        let (rows, total) = option_results(
+            vec![
+                (11, "Blue".into()),
+                (10, "Red".into()),
+                (12, "Green".into()),
+            ],
+            &results,
+        );
+        assert_eq!(total, 4);
+        let got: Vec<_> = rows
+            .iter()
+            .map(|r| (r.label.as_str(), r.votes, r.percent))
+            .collect();
+        assert_eq!(got, [("Blue", 3, 75), ("Red", 1, 25), ("Green", 0, 0)]);
+        assert_eq!(voters_text(1), "1 voter");
+        assert_eq!(voters_text(0), "0 voters");
+    }
+
+    #[test]
+    fn open_polls_come_first() {
+        let mut statuses = ["closed", "upcoming", "open", "closed", "open"];
+        statuses.sort_by_key(|s| poll_rank(s));
+        assert_eq!(statuses, ["open", "open", "upcoming", "closed", "closed"]);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod health;
 mod helpers;
 mod limit;
 mod pages;
+mod poll_pages;
 mod purchase;
 mod settle;
 mod vote;

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::helpers::{TestApp, User, spawn_app};
 
 /// A GET as a browser sends it: HTML wanted, the session in a cookie.
-async fn browse(app: &TestApp, path: &str, session: Option<&User>) -> Response {
+pub(crate) async fn browse(app: &TestApp, path: &str, session: Option<&User>) -> Response {
     let mut req = app
         .client
         .get(app.url(path))
@@ -18,7 +18,7 @@ async fn browse(app: &TestApp, path: &str, session: Option<&User>) -> Response {
     req.send().await.expect("request")
 }
 
-async fn html(resp: Response, status: StatusCode) -> String {
+pub(crate) async fn html(resp: Response, status: StatusCode) -> String {
     assert_eq!(resp.status(), status, "unexpected status");
     let content_type = resp.headers()[header::CONTENT_TYPE].to_str().unwrap();
     assert!(
@@ -349,7 +349,7 @@ async fn static_files_are_served_with_nosniff() {
 
 /// Whether `raw` appears HTML-escaped: `<` as `&lt;`, or as `&#60;`, which is what
 /// askama 0.16 writes (numeric references for `"&'<>`).
-fn escaped_in(body: &str, raw: &str) -> bool {
+pub(crate) fn escaped_in(body: &str, raw: &str) -> bool {
     let escape = |table: [(char, &str); 5]| {
         raw.chars().fold(String::new(), |mut out, c| {
             match table.iter().find(|(from, _)| *from == c) {

@@ -1,0 +1,133 @@
+//! The voter's pages: the list of polls and one poll with its live results. Votes
+//! go through the JSON API from `app.js`; results refresh from
+//! `GET /api/polls/{id}/results`, which reads Redis only.
+
+use actix_web::{HttpRequest, web};
+use askama::Template;
+use askama_web::WebTemplate;
+use chrono::Utc;
+
+use super::error::PageError;
+use super::pages::{LIST_LIMIT, load_nav};
+use super::view::{self, Nav, OptionResult, PollCard};
+use crate::domain::{Id, PollId};
+use crate::error::AppError;
+use crate::state::AppState;
+use crate::vote::store::{self, PollRecord, Results};
+
+#[derive(Template, WebTemplate)]
+#[template(path = "polls.html")]
+pub struct PollsPage {
+    nav: Nav,
+    polls: Vec<PollCard>,
+}
+
+pub async fn index(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, _) = load_nav(&req, &state).await?;
+    match list_cards(&state).await {
+        Ok(mut polls) => {
+            polls.sort_by_key(|poll| view::poll_rank(poll.status));
+            Ok(PollsPage { nav, polls })
+        }
+        Err(e) => Err(PageError::from_app(e, nav)),
+    }
+}
+
+/// Polls with their live voter counts: one query and one pipelined Redis round trip.
+pub(super) async fn list_cards(state: &AppState) -> Result<Vec<PollCard>, AppError> {
+    let now = Utc::now();
+    let rows =
+        store::list_with_voters(&state.db, &mut state.redis.clone(), &state.keys, LIST_LIMIT)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(poll, voters)| PollCard::new(poll, voters, now))
+        .collect())
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "poll.html")]
+pub struct PollPage {
+    nav: Nav,
+    poll: PollCard,
+    options: Vec<OptionResult>,
+    /// What the percentages are of (at least the voters).
+    total: i64,
+    voters_text: String,
+    /// The server's clock when rendering, so the countdown can correct for skew.
+    server_now_ms: i64,
+    signed_in: bool,
+    /// The option the caller voted for; 0 when they have not voted.
+    voted_option: i64,
+    voted_label: Option<String>,
+    signin_url: String,
+}
+
+pub async fn poll(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<impl actix_web::Responder, PageError> {
+    let (nav, user) = load_nav(&req, &state).await?;
+    let Ok(id) = Id::parse("poll", &path) else {
+        return Err(PageError::not_found(
+            nav,
+            "Poll addresses end in a number, like /polls/1.",
+        ));
+    };
+    let (record, results) = match load_poll(&state, id).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Err(PageError::not_found(nav, "There is no such poll.")),
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    // One HGET of the voters hash: the page knows without Postgres whether, and
+    // for what, the caller voted.
+    let voted_option = match user {
+        Some(user) => {
+            match store::voted_option(&mut state.redis.clone(), &state.keys, id, user.id).await {
+                Ok(choice) => choice.unwrap_or(0),
+                Err(e) => return Err(PageError::from_app(e.into(), nav)),
+            }
+        }
+        None => 0,
+    };
+    let voted_label = record
+        .options
+        .iter()
+        .find(|o| o.id == voted_option)
+        .map(|o| o.label.clone());
+    let options = record
+        .options
+        .into_iter()
+        .map(|o| (o.id, o.label))
+        .collect();
+    let (options, total) = view::option_results(options, &results);
+    Ok(PollPage {
+        signed_in: nav.user.is_some(),
+        nav,
+        poll: PollCard::new(record.poll, results.voters, Utc::now()),
+        options,
+        total,
+        voters_text: view::voters_text(results.voters),
+        server_now_ms: Utc::now().timestamp_millis(),
+        voted_option,
+        voted_label,
+        signin_url: format!("/signin?next=%2Fpolls%2F{id}"),
+    })
+}
+
+/// The record from Postgres and the live results from Redis. A poll that Redis
+/// does not know is treated as unknown, as the API does.
+async fn load_poll(
+    state: &AppState,
+    id: PollId,
+) -> Result<Option<(PollRecord, Results)>, AppError> {
+    let Some(record) = store::fetch_record(&state.db, id).await? else {
+        return Ok(None);
+    };
+    let results = store::results(&mut state.redis.clone(), &state.keys, id).await?;
+    Ok(results.map(|results| (record, results)))
+}

@@ -1,0 +1,376 @@
+//! The voting pages: the list of polls, one poll with its options and live results,
+//! the admin's polls section, escaping, HTML 404s and the security headers.
+
+use reqwest::{StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, User, assert_error, spawn_app};
+use crate::pages::{browse, escaped_in, html};
+
+/// Creates a poll through the admin API; `opens_in`/`closes_in` are seconds from
+/// now. Returns the poll id and its option ids in order.
+async fn create_poll(
+    app: &TestApp,
+    admin: &User,
+    question: &str,
+    options: &[&str],
+    opens_in: i64,
+    closes_in: i64,
+) -> (i64, Vec<i64>) {
+    let now = chrono::Utc::now();
+    let resp = app
+        .post_json(
+            "/api/admin/polls",
+            Some(&admin.token),
+            &json!({
+                "question": question,
+                "options": options,
+                "opens_at": now + chrono::Duration::seconds(opens_in),
+                "closes_at": now + chrono::Duration::seconds(closes_in),
+            }),
+        )
+        .await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::CREATED,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    let body: Value = resp.json().await.unwrap();
+    let ids = body["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_i64().unwrap())
+        .collect();
+    (body["id"].as_i64().unwrap(), ids)
+}
+
+async fn vote(app: &TestApp, poll: i64, user: &User, option: i64) {
+    let resp = app
+        .post_json(
+            &format!("/api/polls/{poll}/votes"),
+            Some(&user.token),
+            &json!({ "option_id": option }),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn polls_page_lists_polls_with_status_and_voters() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (open, options) =
+        create_poll(&app, &admin, "Best tea?", &["Green", "Black"], -60, 3600).await;
+    let (upcoming, _) = create_poll(&app, &admin, "Best coffee?", &["Yes", "No"], 3600, 7200).await;
+    vote(&app, open, &app.user().await, options[0]).await;
+
+    let body = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    assert!(body.contains("Best tea?"));
+    assert!(body.contains(&format!(r#"href="/polls/{open}""#)));
+    assert!(body.contains(&format!(r#"href="/polls/{upcoming}""#)));
+    assert!(body.contains(r#"badge-open">Open<"#));
+    assert!(body.contains(r#"badge-upcoming">Upcoming<"#));
+    assert!(
+        body.contains("<strong>1</strong> voter<"),
+        "live voter count"
+    );
+    assert!(body.contains("<strong>0</strong> voters<"));
+    let at = |id: i64| body.find(&format!(r#"href="/polls/{id}""#)).unwrap();
+    assert!(at(open) < at(upcoming), "open polls first");
+}
+
+#[tokio::test]
+async fn site_header_links_the_sales_and_the_polls() {
+    let app = spawn_app().await;
+    for path in ["/", "/polls", "/signin"] {
+        let body = html(browse(&app, path, None).await, StatusCode::OK).await;
+        assert!(
+            body.contains(r#"<a href="/polls" data-nav="polls">Polls</a>"#),
+            "{path}"
+        );
+        assert!(
+            body.contains(r#"<a href="/" data-nav="sales">Sales</a>"#),
+            "{path}"
+        );
+    }
+    let body = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    assert!(body.contains("No polls yet"), "an empty list says so");
+}
+
+#[tokio::test]
+async fn poll_page_shows_options_and_live_results() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(
+        &app,
+        &admin,
+        "Pick a colour",
+        &["Red", "Green", "Blue"],
+        -60,
+        3600,
+    )
+    .await;
+    for _ in 0..2 {
+        vote(&app, poll, &app.user().await, options[1]).await;
+    }
+    vote(&app, poll, &app.user().await, options[2]).await;
+
+    let body = html(
+        browse(&app, &format!("/polls/{poll}"), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(body.contains(r#"<h1 id="poll-question">Pick a colour</h1>"#));
+    for (id, label) in options.iter().zip(["Red", "Green", "Blue"]) {
+        assert!(
+            body.contains(&format!(
+                r#"<input type="radio" name="option" value="{id}""#
+            )),
+            "radio for {label}"
+        );
+        assert!(body.contains(&format!(r#"data-option-id="{id}""#)));
+        assert!(body.contains(&format!("<span>{label}</span>")));
+    }
+    assert!(body.contains(&format!(r#"data-poll-id="{poll}""#)));
+    assert!(body.contains(r#"data-status="open""#));
+    assert!(body.contains(r#"data-signed-in="false""#));
+    assert!(body.contains(r#"data-voted-option="0""#));
+    assert!(body.contains(&format!(r#"href="/signin?next=%2Fpolls%2F{poll}""#)));
+    assert!(body.contains(r#"data-action="vote""#));
+    // Results as the first render shows them: 0 / 2 / 1 of 3 voters.
+    assert!(body.contains(r#"data-field="voters">3 voters<"#));
+    assert!(body.contains(
+        r#"<strong data-field="votes">2</strong> · <span data-field="percent">67%</span>"#
+    ));
+    assert!(body.contains(
+        r#"<strong data-field="votes">0</strong> · <span data-field="percent">0%</span>"#
+    ));
+    assert!(body.contains(r#"<progress max="3" value="1""#));
+}
+
+#[tokio::test]
+async fn poll_page_knows_the_voter_already_voted() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(&app, &admin, "Lunch?", &["Soup", "Salad"], -60, 3600).await;
+    let user = app.user().await;
+
+    let before = html(
+        browse(&app, &format!("/polls/{poll}"), Some(&user)).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(before.contains(r#"data-signed-in="true""#));
+    assert!(before.contains(r#"data-voted-option="0""#));
+    assert!(!before.contains("You already voted"));
+
+    vote(&app, poll, &user, options[1]).await;
+    let after = html(
+        browse(&app, &format!("/polls/{poll}"), Some(&user)).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(after.contains(&format!(r#"data-voted-option="{}""#, options[1])));
+    assert!(after.contains("You already voted in this poll: “Salad”."));
+    assert!(after.contains(&format!(r#"value="{}" checked"#, options[1])));
+    assert!(after.contains(r#"class="result is-mine""#));
+}
+
+#[tokio::test]
+async fn upcoming_and_closed_polls_carry_their_window() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (upcoming, _) = create_poll(&app, &admin, "Later?", &["A", "B"], 600, 3600).await;
+    let body = html(
+        browse(&app, &format!("/polls/{upcoming}"), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(body.contains(r#"data-status="upcoming""#));
+    let opens_at: i64 = between(&body, r#"data-opens-at=""#, "\"").parse().unwrap();
+    let server_now: i64 = between(&body, r#"data-server-now=""#, "\"")
+        .parse()
+        .unwrap();
+    let until_open = opens_at - server_now;
+    assert!(
+        (590_000..=600_000).contains(&until_open),
+        "countdown data: {until_open} ms"
+    );
+
+    let resp = app
+        .post(
+            &format!("/api/admin/polls/{upcoming}/close"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = html(
+        browse(&app, &format!("/polls/{upcoming}"), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(body.contains(r#"data-status="closed""#));
+    let list = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    assert!(list.contains("Closed early"));
+}
+
+#[tokio::test]
+async fn poll_text_is_escaped_on_every_page() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let question = "<script>alert(1)</script>";
+    let option = r#""><img src=x onerror=alert(2)>"#;
+    let (poll, _) = create_poll(
+        &app,
+        &admin,
+        question,
+        &[option, "fine & <b>bold</b>"],
+        -60,
+        3600,
+    )
+    .await;
+
+    for path in [
+        "/polls".to_string(),
+        format!("/polls/{poll}"),
+        "/admin".into(),
+    ] {
+        let body = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+        assert!(escaped_in(&body, question), "{path}: question not escaped");
+        assert!(!body.contains("<script>alert"), "{path}: raw script tag");
+        assert!(!body.contains("<img src=x"), "{path}: raw img tag");
+        assert!(!body.contains("<b>bold"), "{path}: raw b tag");
+    }
+    let page = html(
+        browse(&app, &format!("/polls/{poll}"), None).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert!(escaped_in(&page, option), "option label not escaped");
+    assert!(escaped_in(&page, "fine & <b>bold</b>"));
+}
+
+#[tokio::test]
+async fn bad_or_unknown_poll_ids_get_an_html_404() {
+    let app = spawn_app().await;
+    for path in [
+        "/polls/abc",
+        "/polls/0",
+        "/polls/-1",
+        "/polls/1.5",
+        "/polls/%20",
+        "/polls/99999999999999999999999",
+        "/polls/424242",
+    ] {
+        let body = html(browse(&app, path, None).await, StatusCode::NOT_FOUND).await;
+        assert!(body.contains("Page not found"), "{path}");
+        assert!(body.contains(r#"href="/""#), "{path}: a way back");
+    }
+}
+
+#[tokio::test]
+async fn admin_page_has_a_polls_section_for_admins_only() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(&app, &admin, "Ship it?", &["Yes", "No"], -60, 3600).await;
+    vote(&app, poll, &app.user().await, options[0]).await;
+
+    let user = app.user().await;
+    let body = html(
+        browse(&app, "/admin", Some(&user)).await,
+        StatusCode::FORBIDDEN,
+    )
+    .await;
+    assert!(!body.contains("New poll"));
+    assert!(!body.contains("Ship it?"));
+
+    let body = html(browse(&app, "/admin", Some(&admin)).await, StatusCode::OK).await;
+    assert!(body.contains("New poll"));
+    assert!(body.contains(r#"data-form="create-poll""#));
+    assert!(body.contains(r#"data-min-options="2" data-max-options="20""#));
+    assert_eq!(
+        body.matches(r#"data-action="remove-option""#).count(),
+        3,
+        "two option inputs to start with, plus the template's"
+    );
+    assert!(body.contains(r#"data-action="add-option""#));
+    assert!(body.contains(r#"<label for="poll-opens">"#));
+    assert!(body.contains(r#"type="datetime-local""#));
+    assert!(body.contains(&format!(r#"<tr data-poll-id="{poll}">"#)));
+    assert!(body.contains(r#"<td class="num" data-field="voters">1</td>"#));
+    assert!(body.contains(r#"data-action="close-poll">Close<"#));
+}
+
+#[tokio::test]
+async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = create_poll(&app, &admin, "Tabs?", &["Tabs", "Spaces"], -60, 3600).await;
+    for _ in 0..3 {
+        vote(&app, poll, &app.user().await, options[1]).await;
+    }
+
+    assert_error(
+        app.get("/api/admin/polls", None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let user = app.user().await;
+    assert_eq!(
+        app.get("/api/admin/polls", Some(&user.token))
+            .await
+            .status(),
+        StatusCode::FORBIDDEN
+    );
+    let list: Value = app
+        .get("/api/admin/polls", Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let row = &list.as_array().unwrap()[0];
+    assert_eq!(row["id"], poll);
+    assert_eq!(row["question"], "Tabs?");
+    assert_eq!(row["status"], "open");
+    assert_eq!(row["voters"], 3);
+}
+
+#[tokio::test]
+async fn poll_pages_carry_security_headers() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, _) = create_poll(&app, &admin, "Headers?", &["On", "Off"], -60, 3600).await;
+    for (path, status) in [
+        ("/polls".to_string(), StatusCode::OK),
+        (format!("/polls/{poll}"), StatusCode::OK),
+        ("/polls/abc".to_string(), StatusCode::NOT_FOUND),
+        ("/polls/424242".to_string(), StatusCode::NOT_FOUND),
+    ] {
+        let resp = browse(&app, &path, Some(&admin)).await;
+        assert_eq!(resp.status(), status, "{path}");
+        let h = resp.headers();
+        let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+        assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{path}");
+        assert_eq!(h[header::CACHE_CONTROL], "no-store", "{path}");
+        assert!(h.contains_key(header::REFERRER_POLICY), "{path}");
+        let body = resp.text().await.unwrap();
+        assert_eq!(
+            body.matches("<script").count(),
+            body.matches(r#"<script src="/static/"#).count(),
+            "{path}: inline script"
+        );
+        assert!(!body.contains(" style=\""), "{path}: inline style");
+    }
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let from = text.find(start).expect("start marker") + start.len();
+    let len = text[from..].find(end).expect("end marker");
+    &text[from..from + len]
+}
