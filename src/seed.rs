@@ -33,9 +33,11 @@ pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()>
 }
 
 pub const DEMO_SALE: &str = "Stampede Phone X (demo)";
+pub const DEMO_POLL: &str = "Which colour should the next Stampede Phone come in? (demo)";
 pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo)";
 
-/// Demo users `alice` and `bob`, the admin `admin`, a live sale and an upcoming one.
+/// Demo users `alice` and `bob`, the admin `admin`, a live sale, an upcoming one and
+/// an open poll.
 pub async fn seed_demo(
     db: &PgPool,
     redis: &mut redis::aio::ConnectionManager,
@@ -108,6 +110,30 @@ pub async fn seed_demo(
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
         tracing::info!(sale = sale.id, name, "created demo sale");
+    }
+    let poll_exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM polls WHERE question = $1 AND closes_at > now())",
+    )
+    .bind(DEMO_POLL)
+    .fetch_one(db)
+    .await?;
+    if !poll_exists {
+        let record = crate::vote::store::create_poll(
+            db,
+            redis,
+            keys,
+            crate::vote::store::NewPoll {
+                question: DEMO_POLL.into(),
+                options: ["Midnight", "Glacier", "Coral", "Forest"]
+                    .map(String::from)
+                    .to_vec(),
+                opens_at: now - Duration::minutes(1),
+                closes_at: now + Duration::days(7),
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;
+        tracing::info!(poll = record.poll.id, "created demo poll");
     }
     Ok(())
 }
