@@ -8,6 +8,7 @@
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
+//! - [`lock`]: a Redis lock (`SET NX PX` + token; owner-only release and extend; watchdog).
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`settle`]: the worker that moves accepted orders from Redis streams to Postgres.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod domain;
 pub mod error;
 pub mod keys;
+pub mod lock;
 pub mod sale;
 pub mod seed;
 pub mod settle;

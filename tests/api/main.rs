@@ -6,5 +6,6 @@ mod auth;
 mod bad_input;
 mod health;
 mod helpers;
+mod lock;
 mod purchase;
 mod settle;
