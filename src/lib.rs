@@ -9,6 +9,7 @@
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
 //! - [`lock`]: a Redis lock (`SET NX PX` + token; owner-only release and extend; watchdog).
+//! - [`cache`]: views cached in Redis, rebuilt by one caller across all instances.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`settle`]: the worker that moves accepted orders from Redis streams to Postgres.
@@ -16,6 +17,7 @@
 //! - [`seed`]: the first admin and demo data.
 
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod domain;
 pub mod error;

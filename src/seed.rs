@@ -107,6 +107,10 @@ pub async fn seed_demo(
         )
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
+        if let Some(id) = crate::domain::Id::new(sale.id) {
+            // A server may be running: let it see the new sale now, not after the TTL.
+            crate::cache::invalidate_keys(redis, &[keys.sale_view(id), keys.sales_list()]).await?;
+        }
         tracing::info!(sale = sale.id, name, "created demo sale");
     }
     Ok(())

@@ -88,6 +88,7 @@ impl Application {
         let state = web::Data::new(AppState {
             tokens: TokenKey::new(config.token_secret.as_bytes()),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
+            cache: crate::cache::Cache::new(),
             keys: keys.clone(),
             redis,
             db: db.clone(),

@@ -7,6 +7,7 @@ use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::auth::token::TokenKey;
+use crate::cache::Cache;
 use crate::config::Config;
 use crate::keys::Keys;
 use crate::sale::SoldOutFlags;
@@ -19,4 +20,6 @@ pub struct AppState {
     pub keys: Keys,
     pub tokens: TokenKey,
     pub sold_out: SoldOutFlags,
+    /// Cached views: rebuilds in flight in this process, and counters.
+    pub cache: Cache,
 }

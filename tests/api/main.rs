@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod cache;
 mod health;
 mod helpers;
 mod lock;
