@@ -1,4 +1,5 @@
-//! The Redis lock against a real Redis: ownership, expiry, extension, the watchdog.
+//! The Redis lock against a real Redis: ownership, expiry, extension, the watchdog,
+//! and the reclaim pass of the settlement worker that runs under it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -273,4 +274,75 @@ async fn a_dropped_guard_is_released_without_waiting_for_its_lease() {
         assert!(Instant::now() < deadline, "dropped lock still held");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A pending entry of a dead consumer is reclaimed only by the holder of the reclaim
+/// lock: while another instance holds it, a settler skips the pass.
+#[tokio::test]
+async fn reclaim_runs_on_one_instance_at_a_time() {
+    use crate::helpers::spawn_app_with;
+    use reqwest::StatusCode;
+
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let resp = app.purchase(sale, &user.token).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+
+    // A consumer reads the entry and dies without acknowledging it.
+    let stream = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(stampede::sale::store::SETTLE_GROUP)
+        .arg("dead-consumer")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+
+    let settle_config = stampede::config::SettleConfig {
+        claim_idle_ms: 0,
+        block_ms: 10,
+        ..Default::default()
+    };
+    let mut settler = stampede::settle::Settler::connect(
+        app.db.clone(),
+        &app.config.redis_url,
+        app.keys.clone(),
+        settle_config,
+    )
+    .await
+    .unwrap();
+
+    let other_instance = Lock::try_acquire(
+        &app.redis,
+        app.keys.lock(stampede::settle::RECLAIM_LOCK),
+        10_000,
+    )
+    .await
+    .unwrap()
+    .expect("reclaim lock is free");
+    assert_eq!(
+        settler.drain().await.unwrap(),
+        0,
+        "pass skipped under the lock"
+    );
+    assert!(app.orders_in_db(sale).await.is_empty());
+
+    assert_eq!(other_instance.release().await.unwrap(), Released::Released);
+    assert_eq!(settler.drain().await.unwrap(), 1, "reclaimed and settled");
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    assert_eq!(
+        get(&app.redis, &app.keys.lock(stampede::settle::RECLAIM_LOCK)).await,
+        None,
+        "the settler released the reclaim lock"
+    );
 }
