@@ -79,6 +79,34 @@ impl Keys {
         format!("{}:rl:{{{policy}:{subject}}}", self.ns)
     }
 
+    /// A lock for a job named in code (never user text): `ns:lock:{name}`, its own
+    /// hash tag. See [`crate::lock`].
+    pub fn lock(&self, name: &str) -> String {
+        format!("{}:lock:{{{name}}}", self.ns)
+    }
+
+    /// A cached view: `ns:cache:{tag}:what`. Give the view the hash tag of the thing it
+    /// shows (`sale:42`), so its rebuild lock (`<key>:lock`) shares its slot.
+    /// See [`crate::cache`].
+    pub fn cache(&self, tag: &str, what: &str) -> String {
+        format!("{}:cache:{{{tag}}}:{what}", self.ns)
+    }
+
+    /// The cached Postgres record of one sale, in the slot of its live keys.
+    pub fn sale_view(&self, id: Id) -> String {
+        self.cache(&format!("sale:{id}"), "view")
+    }
+
+    /// The cached Postgres record (question, window, options) of one poll.
+    pub fn poll_view(&self, id: Id) -> String {
+        self.cache(&format!("poll:{id}"), "view")
+    }
+
+    /// The cached Postgres records of the public sale list.
+    pub fn sales_list(&self) -> String {
+        self.cache("sales", "list")
+    }
+
     /// Any other key of this deployment, e.g. `ns:ratelimit:...`.
     pub fn other(&self, rest: &str) -> String {
         format!("{}:{rest}", self.ns)
@@ -103,5 +131,16 @@ mod tests {
             Keys::new("t1").rate_limit("buy-ip", "2001:db8::/64"),
             "t1:rl:{buy-ip:2001:db8::/64}"
         );
+    }
+
+    #[test]
+    fn lock_and_cache_keys_are_hash_tagged() {
+        let keys = Keys::new("t1");
+        assert_eq!(keys.lock("settle:reclaim"), "t1:lock:{settle:reclaim}");
+        assert_eq!(
+            keys.sale_view(Id::new(42).unwrap()),
+            "t1:cache:{sale:42}:view"
+        );
+        assert_eq!(keys.sales_list(), "t1:cache:{sales}:list");
     }
 }

@@ -9,6 +9,8 @@
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
 //! - [`metrics`]: counters served at `/metrics`.
+//! - [`lock`]: a Redis lock (`SET NX PX` + token; owner-only release and extend; watchdog).
+//! - [`cache`]: views cached in Redis, rebuilt by one caller across all instances.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`limit`]: rate limits in Redis Lua (fixed window, sliding log, sliding
 //!   counter, token bucket), their policies and HTTP headers.
@@ -20,11 +22,13 @@
 //! - [`seed`]: the first admin and demo data.
 
 pub mod auth;
+pub mod cache;
 pub mod config;
 pub mod domain;
 pub mod error;
 pub mod keys;
 pub mod limit;
+pub mod lock;
 pub mod metrics;
 pub mod sale;
 pub mod seed;

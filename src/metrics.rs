@@ -52,9 +52,38 @@ impl Metrics {
 }
 
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
+    let mut text = state.metrics.render();
+    let cache = state.cache.stats();
+    for (name, help, value) in [
+        ("cache_hits", "Cached views served from Redis.", cache.hits),
+        (
+            "cache_loads",
+            "Cached views rebuilt from Postgres (one query each).",
+            cache.loads,
+        ),
+        (
+            "cache_shared",
+            "Misses served by another caller's rebuild in this process.",
+            cache.shared,
+        ),
+        (
+            "cache_waited",
+            "Misses served by another instance's rebuild.",
+            cache.waited,
+        ),
+        (
+            "cache_fallbacks",
+            "Misses that gave up waiting and loaded without storing.",
+            cache.fallbacks,
+        ),
+    ] {
+        let _ = writeln!(text, "# HELP stampede_{name}_total {help}");
+        let _ = writeln!(text, "# TYPE stampede_{name}_total counter");
+        let _ = writeln!(text, "stampede_{name}_total {value}");
+    }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
-        .body(state.metrics.render())
+        .body(text)
 }
 
 #[cfg(test)]

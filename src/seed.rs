@@ -109,6 +109,10 @@ pub async fn seed_demo(
         )
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
+        if let Some(id) = crate::domain::Id::new(sale.id) {
+            // A server may be running: let it see the new sale now, not after the TTL.
+            crate::cache::invalidate_keys(redis, &[keys.sale_view(id), keys.sales_list()]).await?;
+        }
         tracing::info!(sale = sale.id, name, "created demo sale");
     }
     let poll_exists: bool = sqlx::query_scalar(
@@ -133,6 +137,9 @@ pub async fn seed_demo(
         )
         .await
         .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;
+        if let Some(id) = crate::domain::Id::new(record.poll.id) {
+            crate::cache::invalidate_keys(redis, &[keys.poll_view(id)]).await?;
+        }
         tracing::info!(poll = record.poll.id, "created demo poll");
     }
     Ok(())

@@ -5,7 +5,8 @@
 //! Each loop: re-read entries already delivered to this consumer but not yet
 //! acknowledged (a failed commit is retried this way); if there are none, block on
 //! new entries. Every `claim_idle_ms / 2` it takes over entries that another
-//! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`. Writes use
+//! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`, under a
+//! lock so that one instance at a time scans the streams. Writes use
 //! `ON CONFLICT DO NOTHING` on the order id and on (sale, user), and on (poll, user)
 //! for votes, so an entry that is delivered twice lands once.
 
@@ -24,6 +25,7 @@ use uuid::Uuid;
 use crate::config::SettleConfig;
 use crate::domain::Id;
 use crate::keys::Keys;
+use crate::lock::{Lock, LostSignal};
 use crate::metrics::Metrics;
 use crate::sale::store::SETTLE_GROUP;
 
@@ -31,10 +33,18 @@ use crate::sale::store::SETTLE_GROUP;
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Streams of sales that ended longer ago than this are no longer read.
 const STREAM_RETENTION_DAYS: i32 = 7;
+/// Name of the lock (see [`crate::lock`]) held during a reclaim pass.
+pub const RECLAIM_LOCK: &str = "settle:reclaim";
+/// Lease of the reclaim lock; a watchdog extends it while a pass runs, so this only
+/// bounds how long a crashed worker blocks the next pass.
+const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 
 pub struct Settler {
     db: PgPool,
     redis: ConnectionManager,
+    /// For the reclaim lock: commands with a response timeout, never queued behind
+    /// a blocking read.
+    lock_redis: ConnectionManager,
     keys: Keys,
     config: SettleConfig,
     consumer: String,
@@ -83,7 +93,8 @@ impl Settler {
     ) -> anyhow::Result<Self> {
         let client = redis::Client::open(redis_url)?;
         let manager_config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
-        let redis = ConnectionManager::new_with_config(client, manager_config).await?;
+        let redis = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+        let lock_redis = ConnectionManager::new(client).await?;
         let consumer = config
             .consumer
             .clone()
@@ -91,6 +102,7 @@ impl Settler {
         Ok(Settler {
             db,
             redis,
+            lock_redis,
             keys,
             config,
             consumer,
@@ -264,10 +276,37 @@ impl Settler {
     }
 
     /// Moves entries idle for longer than `claim_idle_ms` (their reader died) to this
-    /// consumer; the next `read(.., "0")` settles them.
+    /// consumer; the next `read(.., "0")` settles them. Skipped while another instance
+    /// holds the reclaim lock: it is doing the same pass. (`XAUTOCLAIM` itself never
+    /// hands one entry to two claimers; the lock saves every instance scanning every
+    /// stream each interval.)
     async fn reclaim(&mut self, streams: &[String]) -> anyhow::Result<usize> {
+        let key = self.keys.lock(RECLAIM_LOCK);
+        let Some(mut guard) = Lock::try_acquire(&self.lock_redis, key, RECLAIM_LOCK_TTL_MS).await?
+        else {
+            tracing::debug!("another instance is reclaiming pending entries; skipped");
+            return Ok(0);
+        };
+        let lost = guard.start_watchdog();
+        let result = self.reclaim_streams(streams, &lost).await;
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "releasing the reclaim lock failed; it expires on its own");
+        }
+        result
+    }
+
+    async fn reclaim_streams(
+        &mut self,
+        streams: &[String],
+        lost: &LostSignal,
+    ) -> anyhow::Result<usize> {
         let mut total = 0;
         for stream in streams {
+            if lost.is_lost() {
+                // Another instance may be reclaiming now; leave the rest to it.
+                tracing::warn!("reclaim lock lost; pass cut short");
+                break;
+            }
             let mut start = "0-0".to_string();
             loop {
                 let opts = StreamAutoClaimOptions::default()

@@ -95,6 +95,7 @@ impl Application {
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             limits: crate::limit::Limits::from_config(&config.limits)
                 .map_err(crate::config::ConfigError::Invalid)?,
+            cache: crate::cache::Cache::new(),
             keys: keys.clone(),
             redis,
             db: db.clone(),

@@ -7,6 +7,7 @@ use redis::aio::ConnectionManager;
 use sqlx::PgPool;
 
 use crate::auth::token::TokenKey;
+use crate::cache::Cache;
 use crate::config::Config;
 use crate::keys::Keys;
 use crate::limit::Limits;
@@ -24,4 +25,6 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Rate-limit policies by route (see [`crate::limit::check`]).
     pub limits: Limits,
+    /// Cached views: rebuilds in flight in this process, and counters.
+    pub cache: Cache,
 }

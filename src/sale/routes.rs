@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::cached;
 use super::store::{self, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
@@ -32,17 +33,19 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// Most sales a list returns.
-const LIST_LIMIT: i64 = 200;
-
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    let rows = store::list_sales(&state.db, LIST_LIMIT).await?;
-    let views = store::views(&mut state.redis.clone(), &state.keys, rows).await?;
-    Ok(HttpResponse::Ok().json(views))
+    Ok(HttpResponse::Ok().json(load_list(&state).await?))
 }
 
+/// The public sale list: cached records, live numbers.
+pub async fn load_list(state: &AppState) -> Result<Vec<store::SaleView>, AppError> {
+    let rows = cached::list_rows(state).await?;
+    store::views(&mut state.redis.clone(), &state.keys, rows).await
+}
+
+/// One sale: its cached record, live numbers.
 pub async fn load_view(state: &AppState, id: SaleId) -> Result<store::SaleView, AppError> {
-    let row = store::fetch_sale(&state.db, id)
+    let row = cached::sale_row(state, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
     let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
@@ -276,7 +279,9 @@ async fn admin_create(
     let new = body.into_inner().validate()?;
     let row = store::create_sale(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
     tracing::info!(sale = row.id, admin = %admin.id, "sale created");
-    let view = load_view(&state, Id::new(row.id).expect("serial ids are positive")).await?;
+    let id = Id::new(row.id).expect("serial ids are positive");
+    cached::invalidate(&state, id).await?;
+    let view = load_view(&state, id).await?;
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -321,6 +326,7 @@ async fn admin_stock(
         change,
     )
     .await?;
+    cached::invalidate(&state, id).await?;
     if left > 0 {
         state.sold_out.clear(id);
     }
@@ -392,6 +398,7 @@ async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Resul
     )
     .await?;
     tx.commit().await?;
+    cached::invalidate(state, id).await?;
     Ok(())
 }
 

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -22,8 +22,8 @@ static LOAD_SALE: LazyLock<redis::Script> =
 /// Name of the consumer group the settlement worker reads order streams with.
 pub const SETTLE_GROUP: &str = "settle";
 
-/// A sale as stored in Postgres.
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+/// A sale as stored in Postgres (and, as JSON, in the view cache).
+#[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow)]
 pub struct SaleRow {
     pub id: i64,
     pub name: String,

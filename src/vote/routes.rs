@@ -54,7 +54,7 @@ pub struct PollView {
 
 /// The poll's record (question, options, window) plus its live results.
 pub async fn load_view(state: &AppState, id: PollId) -> Result<PollView, AppError> {
-    let record = store::fetch_record(&state.db, id)
+    let record = store::cached_record(state, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
     let results = live_results(state, id).await?;
@@ -234,6 +234,8 @@ async fn admin_create(
     let record = store::create_poll(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
     tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
     let id = Id::new(record.poll.id).expect("serial ids are positive");
+    // A read of this id before it existed may have cached "no such poll".
+    store::invalidate_record(&state, id).await?;
     Ok(HttpResponse::Created().json(load_view(&state, id).await?))
 }
 
@@ -306,6 +308,7 @@ async fn admin_close(
     store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    store::invalidate_record(&state, id).await?;
     tracing::info!(poll = %id, admin = %admin.id, "poll closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }

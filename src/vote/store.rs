@@ -18,7 +18,7 @@ static VOTE: LazyLock<redis::Script> =
 static LOAD_POLL: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/load_poll.lua")));
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow)]
 pub struct PollRow {
     pub id: i64,
     pub question: String,
@@ -27,7 +27,7 @@ pub struct PollRow {
     pub closed: bool,
 }
 
-#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow)]
 pub struct OptionRow {
     pub id: i64,
     pub label: String,
@@ -35,7 +35,7 @@ pub struct OptionRow {
 }
 
 /// A poll's record: question, window and options (what a cache may hold).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct PollRecord {
     #[serde(flatten)]
     pub poll: PollRow,
@@ -151,6 +151,27 @@ pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>,
     .fetch_all(db)
     .await?;
     Ok(Some(PollRecord { poll, options }))
+}
+
+/// The poll's record through the Redis cache: one Postgres query per miss across all
+/// instances; `None` (cached too) when there is no such poll. Live tallies are never
+/// part of it. Poll creation and closing call [`invalidate_record`].
+pub async fn cached_record(
+    state: &crate::state::AppState,
+    id: PollId,
+) -> Result<Option<PollRecord>, AppError> {
+    let db = &state.db;
+    crate::cache::get_or_rebuild(
+        state,
+        &state.keys.poll_view(id),
+        crate::sale::cached::VIEW_TTL,
+        || async move { Ok(fetch_record(db, id).await?) },
+    )
+    .await
+}
+
+pub async fn invalidate_record(state: &crate::state::AppState, id: PollId) -> Result<(), AppError> {
+    crate::cache::invalidate(state, &[state.keys.poll_view(id)]).await
 }
 
 pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::Error> {

@@ -36,9 +36,10 @@ pub async fn index(
     }
 }
 
-/// Sales with their live numbers: one query and one pipelined Redis round trip.
+/// Sales with their live numbers: the cached records and one pipelined Redis round
+/// trip for stock.
 pub(super) async fn list_cards(state: &AppState) -> Result<Vec<SaleCard>, AppError> {
-    let rows = store::list_sales(&state.db, LIST_LIMIT).await?;
+    let rows = crate::sale::cached::list_rows(state).await?;
     let views = store::views(&mut state.redis.clone(), &state.keys, rows).await?;
     Ok(views.into_iter().map(SaleCard::from).collect())
 }
@@ -98,7 +99,7 @@ pub async fn sale(
 }
 
 async fn load_card(state: &AppState, id: SaleId) -> Result<Option<SaleCard>, AppError> {
-    let Some(row) = store::fetch_sale(&state.db, id).await? else {
+    let Some(row) = crate::sale::cached::sale_row(state, id).await? else {
         return Ok(None);
     };
     let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;

@@ -125,7 +125,7 @@ async fn load_poll(
     state: &AppState,
     id: PollId,
 ) -> Result<Option<(PollRecord, Results)>, AppError> {
-    let Some(record) = store::fetch_record(&state.db, id).await? else {
+    let Some(record) = store::cached_record(state, id).await? else {
         return Ok(None);
     };
     let results = store::results(&mut state.redis.clone(), &state.keys, id).await?;

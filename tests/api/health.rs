@@ -71,3 +71,17 @@ async fn metrics_count_purchase_outcomes() {
     assert_eq!(value("stampede_purchase_sold_out_total"), 1);
     assert_eq!(value("stampede_purchase_sold_out_local_total"), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_cache_loads() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    for _ in 0..3 {
+        assert_eq!(app.get(&format!("/api/sales/{sale}"), None).await.status(), StatusCode::OK);
+    }
+    let text = app.get("/metrics", None).await.text().await.unwrap();
+    assert!(text.contains("\nstampede_cache_loads_total 1\n"), "{text}");
+    // The create answer built the view; the three reads were hits.
+    assert!(text.contains("\nstampede_cache_hits_total 3\n"), "{text}");
+}

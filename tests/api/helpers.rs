@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use actix_web::web;
 use reqwest::{Client, Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
@@ -14,6 +15,7 @@ use stampede::config::Config;
 use stampede::domain::Id;
 use stampede::keys::Keys;
 use stampede::startup::Application;
+use stampede::state::AppState;
 
 pub struct TestApp {
     pub address: String,
@@ -24,6 +26,8 @@ pub struct TestApp {
     pub config: Config,
     pub tokens: TokenKey,
     pub client: Client,
+    /// The server's own state (counters, cache), for white-box assertions.
+    pub state: web::Data<AppState>,
     db_name: String,
     maintenance_url: String,
 }
@@ -111,6 +115,7 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
         .await
         .expect("build application");
     let port = app.port();
+    let state = app.state();
     tokio::spawn(app.run_until_stopped());
     let db = PgPoolOptions::new()
         .max_connections(5)
@@ -135,6 +140,7 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
         tokens: TokenKey::new(config.token_secret.as_bytes()),
         config,
         client,
+        state,
         db_name,
         maintenance_url,
     }

@@ -4,9 +4,11 @@
 
 mod auth;
 mod bad_input;
+mod cache;
 mod health;
 mod helpers;
 mod limit;
+mod lock;
 mod pages;
 mod poll_pages;
 mod purchase;

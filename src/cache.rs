@@ -1,0 +1,496 @@
+//! Views cached in Redis, rebuilt from Postgres by one caller at a time.
+//!
+//! [`get_or_rebuild`] reads a JSON value from Redis. On a miss:
+//! 1. **Inside this process**, the first caller for a key leads a *flight*; every other
+//!    caller for that key waits for the leader's result instead of doing the same work.
+//! 2. **Across instances**, the leader takes the key's rebuild lock (`<key>:lock`, see
+//!    [`crate::lock`]). The holder re-reads the key (someone may have just stored it),
+//!    runs the loader (the one Postgres query), and stores the result with a jittered
+//!    TTL. Leaders that do not get the lock poll the key for up to
+//!    [`WAIT_FOR_REBUILD`]; a holder that is slower than that does not fail them:
+//!    they run the loader themselves and serve that request without storing it.
+//!
+//! So a cold page read by 1,000 callers on any number of instances costs one query.
+//!
+//! Cache only what Postgres says. Live numbers (stock, tallies) come from Redis on
+//! every read and are merged after the cached part; see `sale::cached`.
+//!
+//! # Using it for another view (the poll page, say)
+//! ```ignore
+//! let key = state.keys.cache(&format!("poll:{id}"), "view"); // same tag as the poll's live keys
+//! let poll: Option<PollRow> =
+//!     cache::get_or_rebuild(state, &key, Duration::from_secs(30), || async {
+//!         Ok(fetch_poll(&state.db, id).await?) // the only Postgres read
+//!     })
+//!     .await?;
+//! // then read the live tallies from Redis and merge them into the page
+//! ```
+//! and call [`invalidate`] with that key after every admin change to the poll.
+//! `None` results are cached too (an unknown id costs one query per TTL, not one per
+//! request), which is why creating a record must invalidate its view as well.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use actix_web::ResponseError;
+use actix_web::http::{StatusCode, header};
+use rand::Rng;
+use redis::aio::ConnectionLike;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::error::AppError;
+use crate::lock::{Lock, LockGuard, Released};
+use crate::state::AppState;
+
+static FILL: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../lua/cache_fill.lua")));
+
+/// Each stored view lives `ttl` ± this fraction, so views cached together (a restart,
+/// a flush) do not all expire in the same second and stampede together.
+pub const TTL_JITTER: f64 = 0.2;
+/// Lease of a rebuild lock. A rebuild is one query; this only matters when the
+/// holder died, and then it is how long others fall back to loading on their own.
+pub const REBUILD_LOCK_TTL_MS: u64 = 5_000;
+/// How long a caller waits for another instance's rebuild before loading itself.
+pub const WAIT_FOR_REBUILD: Duration = Duration::from_secs(2);
+/// Pause between polls while waiting: short next to a query, random so that the
+/// waiting instances do not poll in step.
+const POLL_MS: std::ops::RangeInclusive<u64> = 10..=20;
+
+/// Per-process state of the cache: rebuilds in flight and counters.
+#[derive(Default)]
+pub struct Cache {
+    // A std mutex: held for one map operation, never across an await.
+    flights: Mutex<HashMap<String, (u64, FlightRx)>>,
+    next_flight: AtomicU64,
+    hits: AtomicU64,
+    loads: AtomicU64,
+    shared: AtomicU64,
+    waited: AtomicU64,
+    fallbacks: AtomicU64,
+}
+
+/// Counters since start, for tests and `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Served straight from Redis.
+    pub hits: u64,
+    /// Loader runs, i.e. Postgres queries for views (includes `fallbacks`).
+    pub loads: u64,
+    /// Served by another caller's rebuild in this process.
+    pub shared: u64,
+    /// Found the view stored by another rebuild after missing it at first.
+    pub waited: u64,
+    /// Gave up waiting for the lock holder and loaded without storing.
+    pub fallbacks: u64,
+}
+
+/// What a flight's leader hands its followers: the JSON it served, or its error.
+type Outcome = Result<Arc<str>, SharedError>;
+
+impl Cache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CacheStats {
+            hits: get(&self.hits),
+            loads: get(&self.loads),
+            shared: get(&self.shared),
+            waited: get(&self.waited),
+            fallbacks: get(&self.fallbacks),
+        }
+    }
+
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, FlightRx)>> {
+        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn join(&self, key: &str) -> Join<'_> {
+        let mut flights = self.flights();
+        if let Some((_, rx)) = flights.get(key) {
+            return Join::Follow(rx.clone());
+        }
+        let id = self.next_flight.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = watch::channel(None);
+        flights.insert(key.to_string(), (id, rx));
+        Join::Lead(Flight {
+            cache: self,
+            key: key.to_string(),
+            id,
+            tx,
+        })
+    }
+
+    /// Later callers start new rebuilds instead of joining ones that may have read
+    /// Postgres before a change.
+    fn forget(&self, keys: &[String]) {
+        let mut flights = self.flights();
+        for key in keys {
+            flights.remove(key);
+        }
+    }
+}
+
+type FlightRx = watch::Receiver<Option<Outcome>>;
+
+enum Join<'a> {
+    Lead(Flight<'a>),
+    Follow(FlightRx),
+}
+
+/// The leader's side of a flight. Dropping it (finished, failed or cancelled) takes
+/// it out of the map; followers of a cancelled leader see the channel close and retry.
+struct Flight<'a> {
+    cache: &'a Cache,
+    key: String,
+    id: u64,
+    tx: watch::Sender<Option<Outcome>>,
+}
+
+impl Flight<'_> {
+    fn finish(self, outcome: Outcome) {
+        self.tx.send_replace(Some(outcome));
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut flights = self.cache.flights();
+        // Only our own entry: `invalidate` may have replaced it with a newer flight.
+        if flights.get(&self.key).is_some_and(|(id, _)| *id == self.id) {
+            flights.remove(&self.key);
+        }
+    }
+}
+
+/// An error handed to followers: the same status, code and client message as the
+/// leader's (whose response logs the cause).
+#[derive(Clone, Debug)]
+struct SharedError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    headers: Vec<(header::HeaderName, String)>,
+}
+
+impl From<&AppError> for SharedError {
+    fn from(e: &AppError) -> Self {
+        let status = e.status_code();
+        let (message, headers) = match e {
+            AppError::Client {
+                message, headers, ..
+            } => (message.clone(), headers.clone()),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => (
+                "a backing service is unavailable; try again shortly".to_string(),
+                Vec::new(),
+            ),
+            _ => ("internal error".to_string(), Vec::new()),
+        };
+        SharedError {
+            status,
+            code: e.code(),
+            message,
+            headers,
+        }
+    }
+}
+
+impl From<SharedError> for AppError {
+    fn from(e: SharedError) -> Self {
+        AppError::Client {
+            status: e.status,
+            code: e.code,
+            message: e.message,
+            headers: e.headers,
+        }
+    }
+}
+
+/// The cached value of `key`, or the loader's result stored under it for about `ttl`
+/// (± [`TTL_JITTER`]). Across all instances, one caller runs the loader per miss.
+pub async fn get_or_rebuild<T, F, Fut>(
+    state: &AppState,
+    key: &str,
+    ttl: Duration,
+    loader: F,
+) -> Result<T, AppError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, AppError>>,
+{
+    debug_assert!(
+        key.contains('{'),
+        "cache keys need a hash tag (Keys::cache): the fill script also touches <key>:lock"
+    );
+    let cache = &state.cache;
+    if let Some((value, _)) = read::<T, _>(&mut state.redis.clone(), key).await? {
+        Cache::count(&cache.hits);
+        return Ok(value);
+    }
+    loop {
+        match cache.join(key) {
+            Join::Follow(mut rx) => {
+                let outcome = match rx.wait_for(Option::is_some).await {
+                    Ok(done) => (*done).clone(),
+                    // The leader was cancelled (its client went away): start over.
+                    Err(_) => continue,
+                };
+                let Some(outcome) = outcome else {
+                    continue; // not reached: wait_for waited for Some
+                };
+                Cache::count(&cache.shared);
+                return match outcome {
+                    Ok(json) => decode(&json),
+                    Err(e) => Err(e.into()),
+                };
+            }
+            Join::Lead(flight) => {
+                let result = rebuild(state, key, ttl, loader).await;
+                flight.finish(match &result {
+                    Ok((_, json)) => Ok(json.clone()),
+                    Err(e) => Err(SharedError::from(e)),
+                });
+                return result.map(|(value, _)| value);
+            }
+        }
+    }
+}
+
+/// The cross-instance part: take the rebuild lock and load, or wait for the holder.
+async fn rebuild<T, F, Fut>(
+    state: &AppState,
+    key: &str,
+    ttl: Duration,
+    loader: F,
+) -> Result<(T, Arc<str>), AppError>
+where
+    T: Serialize + DeserializeOwned,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, AppError>>,
+{
+    let cache = &state.cache;
+    let mut redis = state.redis.clone();
+    let lock_key = rebuild_lock_key(key);
+    let deadline = Instant::now() + WAIT_FOR_REBUILD;
+    loop {
+        if let Some(guard) =
+            Lock::try_acquire(&state.redis, lock_key.as_str(), REBUILD_LOCK_TTL_MS).await?
+        {
+            // The previous holder may have stored it between our miss and our lock.
+            if let Some(found) = read(&mut redis, key).await? {
+                Cache::count(&cache.waited);
+                release_quietly(guard).await;
+                return Ok(found);
+            }
+            Cache::count(&cache.loads);
+            let loaded = loader().await.and_then(encode);
+            if let Ok((_, json)) = &loaded {
+                fill(&mut redis, key, json, ttl, &guard).await;
+            }
+            release_quietly(guard).await;
+            return loaded;
+        }
+        if let Some(found) = read(&mut redis, key).await? {
+            Cache::count(&cache.waited);
+            return Ok(found);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            // Never fail a read because the holder is slow. Without the lock we may
+            // not store: we cannot tell whether what we read is still current.
+            tracing::warn!(key, "cache rebuild lock held too long; loading without it");
+            Cache::count(&cache.loads);
+            Cache::count(&cache.fallbacks);
+            return encode(loader().await?);
+        }
+        let pause = Duration::from_millis(rand::rng().random_range(POLL_MS));
+        tokio::time::sleep(pause.min(deadline - now)).await;
+    }
+}
+
+/// The rebuild lock of a cached view: same hash tag, so the fill script can check it.
+fn rebuild_lock_key(key: &str) -> String {
+    format!("{key}:lock")
+}
+
+/// Stores the rebuilt value if the rebuild lock is still ours. A failure here costs a
+/// later miss, not this response, so it is logged and not returned.
+async fn fill(
+    redis: &mut impl ConnectionLike,
+    key: &str,
+    json: &str,
+    ttl: Duration,
+    guard: &LockGuard,
+) {
+    let ttl_ms = (jittered(ttl).as_millis() as u64).max(1);
+    let stored: redis::RedisResult<i64> = FILL
+        .key(key)
+        .key(guard.key())
+        .arg(json)
+        .arg(ttl_ms)
+        .arg(guard.token())
+        .invoke_async(redis)
+        .await;
+    match stored {
+        Ok(1) => {}
+        Ok(_) => tracing::debug!(key, "view changed during its rebuild; not stored"),
+        Err(e) => tracing::warn!(key, error = %e, "storing a rebuilt view failed"),
+    }
+}
+
+async fn release_quietly(guard: LockGuard) {
+    let key = guard.key().to_string();
+    match guard.release().await {
+        Ok(Released::Released) => {}
+        // Invalidated meanwhile (or the lease ran out): the next holder's lock stays.
+        Ok(Released::NotOwner) => tracing::debug!(lock = %key, "rebuild lock was no longer ours"),
+        Err(e) => tracing::warn!(lock = %key, error = %e, "releasing a rebuild lock failed"),
+    }
+}
+
+/// `ttl` scaled by a random factor in `1 ± TTL_JITTER`.
+pub fn jittered(ttl: Duration) -> Duration {
+    ttl.mul_f64(rand::rng().random_range((1.0 - TTL_JITTER)..=(1.0 + TTL_JITTER)))
+}
+
+/// The value under `key`, with its JSON. A value that no longer parses (written by an
+/// older version, say) counts as a miss and is overwritten by the rebuild.
+async fn read<T: DeserializeOwned, C: ConnectionLike>(
+    redis: &mut C,
+    key: &str,
+) -> Result<Option<(T, Arc<str>)>, AppError> {
+    let raw: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await?;
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    match serde_json::from_str(&raw) {
+        Ok(value) => Ok(Some((value, raw.into()))),
+        Err(e) => {
+            tracing::warn!(key, error = %e, "cached view does not parse; rebuilding it");
+            Ok(None)
+        }
+    }
+}
+
+fn encode<T: Serialize>(value: T) -> Result<(T, Arc<str>), AppError> {
+    let json = serde_json::to_string(&value)
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("encoding a view: {e}")))?;
+    Ok((value, json.into()))
+}
+
+fn decode<T: DeserializeOwned>(json: &str) -> Result<T, AppError> {
+    serde_json::from_str(json)
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("decoding a shared view: {e}")))
+}
+
+/// After a change in Postgres: deletes the cached views and their rebuild locks (so a
+/// rebuild that read Postgres before the change cannot store what it read), and lets
+/// this process's later callers start fresh rebuilds. Call it after the commit.
+pub async fn invalidate(state: &AppState, keys: &[String]) -> Result<(), AppError> {
+    invalidate_keys(&mut state.redis.clone(), keys).await?;
+    state.cache.forget(keys);
+    Ok(())
+}
+
+/// The Redis half of [`invalidate`], for code without an `AppState` (`seed-demo`).
+pub async fn invalidate_keys<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &[String],
+) -> redis::RedisResult<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for key in keys {
+        // One DEL per view: the view and its lock share a slot.
+        pipe.del(&[key.clone(), rebuild_lock_key(key)]).ignore();
+    }
+    pipe.query_async(redis).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_bounds() {
+        let base = Duration::from_secs(30);
+        for _ in 0..1000 {
+            let t = jittered(base);
+            assert!(
+                t >= Duration::from_secs(24) && t <= Duration::from_secs(36),
+                "{t:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn followers_get_the_leaders_client_error() {
+        let shared = SharedError::from(&AppError::not_found("no sale with id 9"));
+        let e: AppError = shared.into();
+        assert_eq!(e.status_code(), StatusCode::NOT_FOUND);
+        assert_eq!(e.code(), "not_found");
+    }
+
+    #[test]
+    fn followers_never_see_internal_details() {
+        let shared = SharedError::from(&AppError::Internal(anyhow::anyhow!("secret")));
+        let e: AppError = shared.into();
+        assert_eq!(e.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!e.to_string().contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn a_flight_has_one_leader_until_it_ends() {
+        let cache = Cache::new();
+        let Join::Lead(flight) = cache.join("k") else {
+            panic!("first caller leads")
+        };
+        let Join::Follow(mut rx) = cache.join("k") else {
+            panic!("second caller follows")
+        };
+        flight.finish(Ok(Arc::from("1")));
+        let got = rx.wait_for(Option::is_some).await.unwrap().clone();
+        assert!(matches!(got, Some(Ok(json)) if &*json == "1"));
+        assert!(
+            matches!(cache.join("k"), Join::Lead(_)),
+            "a finished flight is gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn followers_of_a_cancelled_leader_are_woken() {
+        let cache = Cache::new();
+        let lead = cache.join("k");
+        let Join::Follow(mut rx) = cache.join("k") else {
+            panic!("second caller follows")
+        };
+        drop(lead);
+        assert!(rx.wait_for(Option::is_some).await.is_err());
+    }
+
+    #[test]
+    fn forget_lets_the_next_caller_lead_and_the_old_leader_keeps_its_hands_off() {
+        let cache = Cache::new();
+        let old = cache.join("k");
+        cache.forget(&["k".to_string()]);
+        let new = cache.join("k");
+        assert!(matches!(new, Join::Lead(_)));
+        drop(old); // must not remove the new flight
+        assert!(matches!(cache.join("k"), Join::Follow(_)));
+        drop(new);
+    }
+}

@@ -1,0 +1,43 @@
+//! Sale records read through the Redis cache ([`crate::cache`]). Only the Postgres
+//! record ([`SaleRow`]) is cached; units left and sold are read from Redis on every
+//! request and merged by [`store::views`], so a cached view never shows old stock.
+//!
+//! Anything that changes a `sales` row calls [`invalidate`] after its commit.
+
+use std::time::Duration;
+
+use super::store::{self, SaleRow};
+use crate::cache;
+use crate::domain::SaleId;
+use crate::error::AppError;
+use crate::state::AppState;
+
+/// Records change only through admin actions, which invalidate; the TTL bounds how
+/// long a change made behind the app's back (SQL by hand) stays invisible.
+pub const VIEW_TTL: Duration = Duration::from_secs(30);
+
+/// Most sales the public list returns.
+pub const LIST_LIMIT: i64 = 200;
+
+/// One sale's record; `None` (cached too) when there is no such sale.
+pub async fn sale_row(state: &AppState, id: SaleId) -> Result<Option<SaleRow>, AppError> {
+    let db = &state.db;
+    cache::get_or_rebuild(state, &state.keys.sale_view(id), VIEW_TTL, || async move {
+        Ok(store::fetch_sale(db, id).await?)
+    })
+    .await
+}
+
+/// The records of the public list (newest first, at most [`LIST_LIMIT`]).
+pub async fn list_rows(state: &AppState) -> Result<Vec<SaleRow>, AppError> {
+    let db = &state.db;
+    cache::get_or_rebuild(state, &state.keys.sales_list(), VIEW_TTL, || async move {
+        Ok(store::list_sales(db, LIST_LIMIT).await?)
+    })
+    .await
+}
+
+/// Drops the cached record of `id` and the cached list.
+pub async fn invalidate(state: &AppState, id: SaleId) -> Result<(), AppError> {
+    cache::invalidate(state, &[state.keys.sale_view(id), state.keys.sales_list()]).await
+}

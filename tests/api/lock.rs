@@ -1,0 +1,348 @@
+//! The Redis lock against a real Redis: ownership, expiry, extension, the watchdog,
+//! and the reclaim pass of the settlement worker that runs under it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use stampede::keys::Keys;
+use stampede::lock::{self, Lock, Released};
+
+/// Lock tests need Redis only. Each gets its own namespace; every lock key has a TTL,
+/// so even a failed test leaves nothing that lasts.
+async fn redis() -> (ConnectionManager, Keys) {
+    let url = std::env::var("STAMPEDE_TEST_REDIS_URL")
+        .or_else(|_| std::env::var("REDIS_URL"))
+        .expect("set STAMPEDE_TEST_REDIS_URL (scripts/test does)");
+    let client = redis::Client::open(url).unwrap();
+    let conn = ConnectionManager::new(client).await.expect("redis");
+    let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    (conn, Keys::new(&ns))
+}
+
+async fn get(redis: &ConnectionManager, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap()
+}
+
+async fn pttl(redis: &ConnectionManager, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_owner_releases_and_the_lock_is_exclusive_until_then() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("job");
+    let guard = Lock::try_acquire(&redis, key.as_str(), 10_000)
+        .await
+        .unwrap()
+        .expect("free lock is taken");
+    assert_eq!(guard.token().len(), 32, "128-bit hex token");
+    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    let ttl = pttl(&redis, &key).await;
+    assert!(ttl > 9_000 && ttl <= 10_000, "lease set with PX: {ttl}");
+    assert!(
+        Lock::try_acquire(&redis, key.as_str(), 10_000)
+            .await
+            .unwrap()
+            .is_none(),
+        "held lock cannot be taken twice"
+    );
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(get(&redis, &key).await, None);
+    let again = Lock::try_acquire(&redis, key.as_str(), 10_000)
+        .await
+        .unwrap();
+    assert!(again.is_some(), "a released lock can be taken again");
+    again.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_one_of_many_concurrent_callers_gets_the_lock() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("contended");
+    let barrier = Arc::new(tokio::sync::Barrier::new(100));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let (redis, key, barrier) = (redis.clone(), key.clone(), barrier.clone());
+        tasks.spawn(async move {
+            barrier.wait().await;
+            Lock::try_acquire(&redis, key, 10_000).await.unwrap()
+        });
+    }
+    let winners: Vec<_> = tasks.join_all().await.into_iter().flatten().collect();
+    assert_eq!(winners.len(), 1);
+    for w in winners {
+        w.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_release_with_a_wrong_token_is_not_owner_and_the_key_survives() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("job");
+    let guard = Lock::try_acquire(&redis, key.as_str(), 10_000)
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = lock::release(&mut redis.clone(), &key, "not-the-token")
+        .await
+        .unwrap();
+    assert_eq!(answer, Released::NotOwner);
+    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+}
+
+#[tokio::test]
+async fn an_expired_holder_cannot_release_the_next_holders_lock() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("job");
+    let a = Lock::try_acquire(&redis, key.as_str(), 100)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = Lock::try_acquire(&redis, key.as_str(), 10_000)
+        .await
+        .unwrap()
+        .expect("A's lease ran out, so B gets the lock");
+    assert_eq!(a.release().await.unwrap(), Released::NotOwner);
+    assert_eq!(
+        get(&redis, &key).await.as_deref(),
+        Some(b.token()),
+        "B's lock must survive A's late release"
+    );
+    assert_eq!(b.release().await.unwrap(), Released::Released);
+}
+
+#[tokio::test]
+async fn extend_with_a_wrong_token_or_after_expiry_fails_and_creates_nothing() {
+    let (redis, keys) = redis().await;
+
+    // Wrong token: refused, and the holder's lease is untouched.
+    let key = keys.lock("held");
+    let guard = Lock::try_acquire(&redis, key.as_str(), 5_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !lock::extend(&mut redis.clone(), &key, "not-the-token", 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(pttl(&redis, &key).await <= 5_000);
+    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    // The owner may extend.
+    assert!(guard.extend(60_000).await.unwrap());
+    assert!(pttl(&redis, &key).await > 5_000);
+    guard.release().await.unwrap();
+
+    // After expiry: refused, and the key is not brought back.
+    let key = keys.lock("expired");
+    let guard = Lock::try_acquire(&redis, key.as_str(), 100)
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!guard.extend(60_000).await.unwrap());
+    assert_eq!(
+        get(&redis, &key).await,
+        None,
+        "extend must not recreate the key"
+    );
+
+    // After expiry and a new holder: refused, and the new holder's lease is untouched.
+    let b = Lock::try_acquire(&redis, key.as_str(), 5_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!guard.extend(60_000).await.unwrap());
+    assert!(pttl(&redis, &key).await <= 5_000);
+    assert_eq!(get(&redis, &key).await.as_deref(), Some(b.token()));
+    b.release().await.unwrap();
+    assert_eq!(guard.release().await.unwrap(), Released::NotOwner);
+}
+
+#[tokio::test]
+async fn a_watchdog_keeps_a_300ms_lease_alive_through_1s_of_work() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("long-job");
+    let mut guard = Lock::try_acquire(&redis, key.as_str(), 300)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lost = guard.start_watchdog();
+    let work = tokio::time::sleep(Duration::from_secs(1));
+    tokio::select! {
+        _ = work => {}
+        _ = lost.lost() => panic!("the watchdog let the lease run out"),
+    }
+    assert!(!lost.is_lost());
+    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    assert!(pttl(&redis, &key).await > 0);
+    assert_eq!(guard.release().await.unwrap(), Released::Released);
+    assert_eq!(get(&redis, &key).await, None);
+    // Stopped on release: no extension recreates anything, no loss is reported.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(get(&redis, &key).await, None);
+    assert!(!lost.is_lost());
+}
+
+#[tokio::test]
+async fn the_watchdog_tells_the_holder_when_the_lock_was_lost() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("stolen");
+    let mut guard = Lock::try_acquire(&redis, key.as_str(), 300)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lost = guard.start_watchdog();
+    // Someone else now holds it (as after a pause longer than the lease).
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("someone-else")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), lost.lost())
+        .await
+        .expect("loss reported within about a third of the lease");
+    assert!(lost.is_lost());
+    assert_eq!(guard.release().await.unwrap(), Released::NotOwner);
+    assert_eq!(get(&redis, &key).await.as_deref(), Some("someone-else"));
+    let _: () = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn acquire_waits_for_a_release_but_only_as_long_as_asked() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("queue");
+    let first = Lock::try_acquire(&redis, key.as_str(), 10_000)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let started = Instant::now();
+    let none = Lock::acquire(&redis, key.as_str(), 10_000, Duration::from_millis(150))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(none.is_none());
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+
+    let releaser = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        first.release().await.unwrap()
+    });
+    let started = Instant::now();
+    let second = Lock::acquire(&redis, key.as_str(), 10_000, Duration::from_secs(3))
+        .await
+        .unwrap()
+        .expect("taken once the first holder released");
+    assert!(started.elapsed() >= Duration::from_millis(150));
+    assert_eq!(releaser.await.unwrap(), Released::Released);
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_guard_is_released_without_waiting_for_its_lease() {
+    let (redis, keys) = redis().await;
+    let key = keys.lock("dropped");
+    let guard = Lock::try_acquire(&redis, key.as_str(), 60_000)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(guard);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while get(&redis, &key).await.is_some() {
+        assert!(Instant::now() < deadline, "dropped lock still held");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A pending entry of a dead consumer is reclaimed only by the holder of the reclaim
+/// lock: while another instance holds it, a settler skips the pass.
+#[tokio::test]
+async fn reclaim_runs_on_one_instance_at_a_time() {
+    use crate::helpers::spawn_app_with;
+    use reqwest::StatusCode;
+
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let resp = app.purchase(sale, &user.token).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+
+    // A consumer reads the entry and dies without acknowledging it.
+    let stream = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(stampede::sale::store::SETTLE_GROUP)
+        .arg("dead-consumer")
+        .arg("COUNT")
+        .arg(10)
+        .arg("STREAMS")
+        .arg(&stream)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+
+    let settle_config = stampede::config::SettleConfig {
+        claim_idle_ms: 0,
+        block_ms: 10,
+        ..Default::default()
+    };
+    let mut settler = stampede::settle::Settler::connect(
+        app.db.clone(),
+        &app.config.redis_url,
+        app.keys.clone(),
+        settle_config,
+    )
+    .await
+    .unwrap();
+
+    let other_instance = Lock::try_acquire(
+        &app.redis,
+        app.keys.lock(stampede::settle::RECLAIM_LOCK),
+        10_000,
+    )
+    .await
+    .unwrap()
+    .expect("reclaim lock is free");
+    assert_eq!(
+        settler.drain().await.unwrap(),
+        0,
+        "pass skipped under the lock"
+    );
+    assert!(app.orders_in_db(sale).await.is_empty());
+
+    assert_eq!(other_instance.release().await.unwrap(), Released::Released);
+    assert_eq!(settler.drain().await.unwrap(), 1, "reclaimed and settled");
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    assert_eq!(
+        get(&app.redis, &app.keys.lock(stampede::settle::RECLAIM_LOCK)).await,
+        None,
+        "the settler released the reclaim lock"
+    );
+}
