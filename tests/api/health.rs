@@ -78,7 +78,10 @@ async fn metrics_show_cache_loads() {
     let admin = app.admin().await;
     let sale = app.create_sale(&admin, 1, -5, 3600).await;
     for _ in 0..3 {
-        assert_eq!(app.get(&format!("/api/sales/{sale}"), None).await.status(), StatusCode::OK);
+        assert_eq!(
+            app.get(&format!("/api/sales/{sale}"), None).await.status(),
+            StatusCode::OK
+        );
     }
     let text = app.get("/metrics", None).await.text().await.unwrap();
     assert!(text.contains("\nstampede_cache_loads_total 1\n"), "{text}");
