@@ -61,7 +61,7 @@ impl Granted {
 /// `503 rate_limiter_unavailable` when Redis cannot be reached and a policy fails
 /// closed, `422 rate_limit_unsatisfiable` when a request costs more than a token
 /// bucket can ever hold. A refused request is counted by no policy.
-#[tracing::instrument(skip_all, fields(route = %route))]
+#[tracing::instrument(level = "debug", skip_all, fields(route = %route))]
 pub async fn check(
     state: &AppState,
     route: Route,

@@ -71,7 +71,7 @@ struct Accepted {
 
 /// The hot path. Token check (no I/O), the local sold-out flag, the rate limits
 /// (one round trip), then one EVALSHA. A limited request touches no sale state.
-#[tracing::instrument(skip_all, fields(sale = %path.as_str()))]
+#[tracing::instrument(level = "debug", skip_all, fields(sale = %path.as_str()))]
 async fn purchase(
     state: web::Data<AppState>,
     user: AuthUser,

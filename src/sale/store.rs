@@ -289,7 +289,7 @@ pub fn sale_of_order(order: &Uuid) -> Option<SaleId> {
 /// Largest sale id an order id can carry (48 bits).
 pub const MAX_ORDERABLE_SALE_ID: i64 = (1 << 48) - 1;
 
-#[tracing::instrument(skip_all, fields(sale = %sale, user = %user))]
+#[tracing::instrument(level = "debug", skip_all, fields(sale = %sale, user = %user))]
 pub async fn purchase<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,

@@ -103,7 +103,7 @@ struct VoteAccepted {
     option_id: i64,
 }
 
-#[tracing::instrument(skip_all, fields(poll = %path.as_str()))]
+#[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
 async fn vote(
     state: web::Data<AppState>,
     user: AuthUser,

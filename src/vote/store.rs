@@ -239,7 +239,7 @@ pub enum VoteOutcome {
     UnknownOption,
 }
 
-#[tracing::instrument(skip_all, fields(poll = %poll, user = %user))]
+#[tracing::instrument(level = "debug", skip_all, fields(poll = %poll, user = %user))]
 pub async fn vote<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
