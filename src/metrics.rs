@@ -43,6 +43,7 @@ counters! {
     rate_limited: "Requests refused by a rate limit.",
     settled_rows: "Orders and votes written to Postgres by this process's settlement worker.",
     settle_errors: "Settlement steps that failed and will be retried.",
+    settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user): Redis and Postgres disagree.",
 }
 
 impl Metrics {

@@ -348,7 +348,23 @@ impl Settler {
         if events.is_empty() {
             return Ok(Settled::default());
         }
-        let inserted = insert_events(&self.db, &events).await?;
+        let (inserted, conflicting) = insert_events(&self.db, &events).await?;
+        if !conflicting.is_empty() {
+            // Redis accepted these, but Postgres already holds another order of the
+            // same user for the same sale: the two stores disagree (Redis lost its
+            // buyers set, or two deployments share one database). Nothing to retry;
+            // say so loudly and leave the repair to `stampede reconcile`.
+            self.metrics.settle_conflicts.fetch_add(
+                conflicting.len() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            tracing::error!(
+                count = conflicting.len(),
+                orders = ?conflicting,
+                "accepted orders conflict with settled orders of the same user and sale; \
+                 Redis and Postgres disagree: run `stampede reconcile`"
+            );
+        }
         self.metrics
             .settled_rows
             .fetch_add(inserted, std::sync::atomic::Ordering::Relaxed);
@@ -381,7 +397,9 @@ impl Settler {
 }
 
 /// Orders and votes of one batch, written in one transaction.
-async fn insert_events(db: &PgPool, events: &[Event]) -> Result<u64, sqlx::Error> {
+/// Writes a batch; returns the rows inserted and the order ids that were neither
+/// inserted nor already there (a different order holds their (sale, user)).
+async fn insert_events(db: &PgPool, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
     let mut order_ids = Vec::new();
     let mut order_sales = Vec::new();
     let mut order_users = Vec::new();
@@ -418,8 +436,9 @@ async fn insert_events(db: &PgPool, events: &[Event]) -> Result<u64, sqlx::Error
     }
     let mut tx = db.begin().await?;
     let mut inserted = 0;
+    let mut conflicting = Vec::new();
     if !order_ids.is_empty() {
-        inserted += sqlx::query(
+        let orders = sqlx::query(
             "INSERT INTO orders (id, sale_id, user_id, accepted_at)
              SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
              ON CONFLICT DO NOTHING",
@@ -431,6 +450,17 @@ async fn insert_events(db: &PgPool, events: &[Event]) -> Result<u64, sqlx::Error
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        inserted += orders;
+        if (orders as usize) < order_ids.len() {
+            // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
+            conflicting = sqlx::query_scalar(
+                "SELECT u FROM UNNEST($1::uuid[]) AS u
+                 WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
+            )
+            .bind(&order_ids)
+            .fetch_all(&mut *tx)
+            .await?;
+        }
     }
     if !vote_polls.is_empty() {
         inserted += sqlx::query(
@@ -447,7 +477,7 @@ async fn insert_events(db: &PgPool, events: &[Event]) -> Result<u64, sqlx::Error
         .rows_affected();
     }
     tx.commit().await?;
-    Ok(inserted)
+    Ok((inserted, conflicting))
 }
 
 fn parse_event(stream: &str, entry: &StreamId) -> Option<Event> {

@@ -175,3 +175,59 @@ async fn redelivered_entries_are_written_once() {
         accepted
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let buyer = app.user().await;
+    assert_eq!(
+        app.purchase(sale, &buyer.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
+    let mut w = settler(&app, "w1", 10, 0)
+        .await
+        .with_metrics(metrics.clone());
+    w.drain().await.unwrap();
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+
+    // Redis forgets the buyer (lost state): the script accepts a second order.
+    let _: () = redis::cmd("SREM")
+        .arg(
+            app.keys
+                .sale(stampede::domain::Id::new(sale).unwrap())
+                .buyers,
+        )
+        .arg(buyer.id)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        app.purchase(sale, &buyer.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    w.drain().await.unwrap();
+
+    // Postgres keeps one order per (sale, user); the conflict is counted, the entry is
+    // not left to be retried forever, and reconcile sees the stores disagree.
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    assert_eq!(
+        metrics
+            .settle_conflicts
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(pending_in_group(&app, sale).await, 0);
+    let report: serde_json::Value = app
+        .get(
+            &format!("/api/admin/sales/{sale}/reconcile"),
+            Some(&admin.token),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["consistent"], false, "{report}");
+}
