@@ -32,7 +32,12 @@ enum Command {
         drain: bool,
     },
     /// Compare every sale's Redis state with Postgres; exit 1 when one disagrees.
-    Reconcile,
+    Reconcile {
+        /// Make Redis agree with Postgres for every sale that disagrees: settled
+        /// buyers join the buyers set, units left become total minus buyers.
+        #[arg(long)]
+        repair: bool,
+    },
     /// Create demo users and demo sales (idempotent).
     SeedDemo,
     /// Create an admin, or promote an existing user. The password is read from
@@ -92,15 +97,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             worker.await?;
             Ok(())
         }
-        Command::Reconcile => {
+        Command::Reconcile { repair } => {
             let db = startup::connect_db(&config).await?;
             let mut redis = startup::connect_redis(&config).await?;
             let keys = Keys::new(&config.redis_namespace);
             let mut bad = 0;
             for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
-                let r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
+                let mut r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                if repair && !r.consistent {
+                    r = stampede::sale::store::repair(&db, &mut redis, &keys, &sale)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                    print!("repaired: ");
+                }
                 println!(
                     "sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
                     r.sale_id,

@@ -30,6 +30,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .route(
             "/api/admin/sales/{id}/reconcile",
             web::get().to(admin_reconcile),
+        )
+        .route(
+            "/api/admin/sales/{id}/reconcile",
+            web::post().to(admin_repair),
         );
 }
 
@@ -460,5 +464,21 @@ async fn admin_reconcile(
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
     let report = store::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Makes Redis agree with Postgres for one sale (see [`store::repair`]).
+async fn admin_repair(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let sale = store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let report = store::repair(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    state.sold_out.clear(id);
+    tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
 }

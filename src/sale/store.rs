@@ -16,6 +16,8 @@ static PURCHASE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/purchase.lua")));
 static STOCK: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/stock.lua")));
+static REPAIR_STOCK: LazyLock<redis::Script> =
+    LazyLock::new(|| redis::Script::new(include_str!("../../lua/repair_stock.lua")));
 static LOAD_SALE: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../../lua/load_sale.lua")));
 
@@ -445,6 +447,38 @@ pub async fn reconcile<C: ConnectionLike>(
         stock_left,
         stock_total: sale.stock_total,
     })
+}
+
+/// Makes Redis agree with Postgres again: every buyer with a settled order joins the
+/// buyers set (so no one buys twice), then units left become `stock_total - buyers`.
+/// Buyers whose orders are still pending stay. Meant for a quiet sale; it is safe
+/// during one (each step is atomic), but the report may be stale by the time it ends.
+pub async fn repair<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: &SaleRow,
+) -> Result<Reconciliation, AppError> {
+    let k = keys.sale(sale_id(sale)?);
+    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
+        .bind(sale.id)
+        .fetch_all(db)
+        .await?;
+    // In chunks: a script never loops over unbounded data.
+    for chunk in settled.chunks(1000) {
+        let _: i64 = redis::cmd("SADD")
+            .arg(&k.buyers)
+            .arg(chunk)
+            .query_async(redis)
+            .await?;
+    }
+    let _: i64 = REPAIR_STOCK
+        .key(&k.stock)
+        .key(&k.buyers)
+        .arg(sale.stock_total)
+        .invoke_async(redis)
+        .await?;
+    reconcile(db, redis, keys, sale).await
 }
 
 #[cfg(test)]

@@ -338,3 +338,62 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
     let resp = app.get(&path, Some(&users[0].token)).await;
     assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn repair_restores_lost_buyers_and_stock_from_postgres() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let users = app.create_users(3, false).await;
+    for u in &users {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    app.wait_for_orders(sale, 3).await;
+    // Redis loses a buyer and its stock count drifts.
+    let k = app.keys.sale(stampede::domain::Id::new(sale).unwrap());
+    let mut redis = app.redis.clone();
+    let _: () = redis::cmd("SREM")
+        .arg(&k.buyers)
+        .arg(users[1].id)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&k.stock)
+        .arg(10)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let path = format!("/api/admin/sales/{sale}/reconcile");
+    let report: Value = app
+        .get(&path, Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["consistent"], false);
+    assert_eq!(report["missing_in_redis"], json!([users[1].id]));
+
+    let resp = app.post(&path, Some(&users[0].token)).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    let report: Value = app
+        .post(&path, Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["consistent"], true, "{report}");
+    assert_eq!(report["stock_left"], 7);
+    // The restored buyer cannot buy a second unit.
+    assert_error(
+        app.purchase(sale, &users[1].token).await,
+        StatusCode::CONFLICT,
+        "already_bought",
+    )
+    .await;
+    assert_eq!(app.stock_left(sale).await, 7);
+}
