@@ -319,9 +319,7 @@ async fn admin_stock(
             ));
         }
     };
-    let sale = store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let sale = sale_or_404(&state, id).await?;
     let (left, sold) = store::change_stock(
         &state.db,
         &mut state.redis.clone(),
@@ -344,9 +342,7 @@ async fn admin_open(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
-    let sale = store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let sale = sale_or_404(&state, id).await?;
     if sale.ends_at <= Utc::now() {
         return Err(AppError::conflict(
             "ended",
@@ -431,9 +427,7 @@ async fn admin_orders(
             "limit must be 1 to 10000",
         ));
     }
-    store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    sale_or_404(&state, id).await?;
     let orders = sqlx::query_as::<_, OrderRow>(
         "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders
          WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2",
@@ -460,9 +454,7 @@ async fn admin_reconcile(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
-    let sale = store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let sale = sale_or_404(&state, id).await?;
     let report = store::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
     Ok(HttpResponse::Ok().json(report))
 }
@@ -474,11 +466,16 @@ async fn admin_repair(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
-    let sale = store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+    let sale = sale_or_404(&state, id).await?;
     let report = store::repair(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
     state.sold_out.clear(id);
     tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
+}
+
+/// The sale's record from Postgres (admin paths: always fresh, never the cache).
+async fn sale_or_404(state: &AppState, id: SaleId) -> Result<store::SaleRow, AppError> {
+    store::fetch_sale(&state.db, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
 }

@@ -241,6 +241,45 @@ impl TestApp {
         resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
     }
 
+    /// Creates a poll through the admin API; `opens_in`/`closes_in` are seconds from
+    /// now. Returns the poll id and its option ids in order.
+    pub async fn create_poll(
+        &self,
+        admin: &User,
+        question: &str,
+        options: &[&str],
+        opens_in: i64,
+        closes_in: i64,
+    ) -> (i64, Vec<i64>) {
+        let now = chrono::Utc::now();
+        let resp = self
+            .post_json(
+                "/api/admin/polls",
+                Some(&admin.token),
+                &json!({
+                    "question": question,
+                    "options": options,
+                    "opens_at": now + chrono::Duration::seconds(opens_in),
+                    "closes_at": now + chrono::Duration::seconds(closes_in),
+                }),
+            )
+            .await;
+        assert_eq!(
+            resp.status(),
+            StatusCode::CREATED,
+            "{}",
+            resp.text().await.unwrap()
+        );
+        let body: Value = resp.json().await.unwrap();
+        let ids = body["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_i64().unwrap())
+            .collect();
+        (body["id"].as_i64().unwrap(), ids)
+    }
+
     pub async fn purchase(&self, sale: i64, token: &str) -> Response {
         self.post(&format!("/api/sales/{sale}/purchase"), Some(token))
             .await

@@ -7,45 +7,6 @@ use serde_json::{Value, json};
 use crate::helpers::{TestApp, User, assert_error, spawn_app};
 use crate::pages::{browse, escaped_in, html};
 
-/// Creates a poll through the admin API; `opens_in`/`closes_in` are seconds from
-/// now. Returns the poll id and its option ids in order.
-async fn create_poll(
-    app: &TestApp,
-    admin: &User,
-    question: &str,
-    options: &[&str],
-    opens_in: i64,
-    closes_in: i64,
-) -> (i64, Vec<i64>) {
-    let now = chrono::Utc::now();
-    let resp = app
-        .post_json(
-            "/api/admin/polls",
-            Some(&admin.token),
-            &json!({
-                "question": question,
-                "options": options,
-                "opens_at": now + chrono::Duration::seconds(opens_in),
-                "closes_at": now + chrono::Duration::seconds(closes_in),
-            }),
-        )
-        .await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::CREATED,
-        "{}",
-        resp.text().await.unwrap()
-    );
-    let body: Value = resp.json().await.unwrap();
-    let ids = body["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_i64().unwrap())
-        .collect();
-    (body["id"].as_i64().unwrap(), ids)
-}
-
 async fn vote(app: &TestApp, poll: i64, user: &User, option: i64) {
     let resp = app
         .post_json(
@@ -61,9 +22,12 @@ async fn vote(app: &TestApp, poll: i64, user: &User, option: i64) {
 async fn polls_page_lists_polls_with_status_and_voters() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (open, options) =
-        create_poll(&app, &admin, "Best tea?", &["Green", "Black"], -60, 3600).await;
-    let (upcoming, _) = create_poll(&app, &admin, "Best coffee?", &["Yes", "No"], 3600, 7200).await;
+    let (open, options) = app
+        .create_poll(&admin, "Best tea?", &["Green", "Black"], -60, 3600)
+        .await;
+    let (upcoming, _) = app
+        .create_poll(&admin, "Best coffee?", &["Yes", "No"], 3600, 7200)
+        .await;
     vote(&app, open, &app.user().await, options[0]).await;
 
     let body = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
@@ -103,15 +67,15 @@ async fn site_header_links_the_sales_and_the_polls() {
 async fn poll_page_shows_options_and_live_results() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(
-        &app,
-        &admin,
-        "Pick a colour",
-        &["Red", "Green", "Blue"],
-        -60,
-        3600,
-    )
-    .await;
+    let (poll, options) = app
+        .create_poll(
+            &admin,
+            "Pick a colour",
+            &["Red", "Green", "Blue"],
+            -60,
+            3600,
+        )
+        .await;
     for _ in 0..2 {
         vote(&app, poll, &app.user().await, options[1]).await;
     }
@@ -154,7 +118,9 @@ async fn poll_page_shows_options_and_live_results() {
 async fn poll_page_knows_the_voter_already_voted() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(&app, &admin, "Lunch?", &["Soup", "Salad"], -60, 3600).await;
+    let (poll, options) = app
+        .create_poll(&admin, "Lunch?", &["Soup", "Salad"], -60, 3600)
+        .await;
     let user = app.user().await;
 
     let before = html(
@@ -182,7 +148,9 @@ async fn poll_page_knows_the_voter_already_voted() {
 async fn upcoming_and_closed_polls_carry_their_window() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (upcoming, _) = create_poll(&app, &admin, "Later?", &["A", "B"], 600, 3600).await;
+    let (upcoming, _) = app
+        .create_poll(&admin, "Later?", &["A", "B"], 600, 3600)
+        .await;
     let body = html(
         browse(&app, &format!("/polls/{upcoming}"), None).await,
         StatusCode::OK,
@@ -222,15 +190,9 @@ async fn poll_text_is_escaped_on_every_page() {
     let admin = app.admin().await;
     let question = "<script>alert(1)</script>";
     let option = r#""><img src=x onerror=alert(2)>"#;
-    let (poll, _) = create_poll(
-        &app,
-        &admin,
-        question,
-        &[option, "fine & <b>bold</b>"],
-        -60,
-        3600,
-    )
-    .await;
+    let (poll, _) = app
+        .create_poll(&admin, question, &[option, "fine & <b>bold</b>"], -60, 3600)
+        .await;
 
     for path in [
         "/polls".to_string(),
@@ -274,7 +236,9 @@ async fn bad_or_unknown_poll_ids_get_an_html_404() {
 async fn admin_page_has_a_polls_section_for_admins_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(&app, &admin, "Ship it?", &["Yes", "No"], -60, 3600).await;
+    let (poll, options) = app
+        .create_poll(&admin, "Ship it?", &["Yes", "No"], -60, 3600)
+        .await;
     vote(&app, poll, &app.user().await, options[0]).await;
 
     let user = app.user().await;
@@ -307,7 +271,9 @@ async fn admin_page_has_a_polls_section_for_admins_only() {
 async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(&app, &admin, "Tabs?", &["Tabs", "Spaces"], -60, 3600).await;
+    let (poll, options) = app
+        .create_poll(&admin, "Tabs?", &["Tabs", "Spaces"], -60, 3600)
+        .await;
     for _ in 0..3 {
         vote(&app, poll, &app.user().await, options[1]).await;
     }
@@ -342,7 +308,9 @@ async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
 async fn poll_pages_carry_security_headers() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, _) = create_poll(&app, &admin, "Headers?", &["On", "Off"], -60, 3600).await;
+    let (poll, _) = app
+        .create_poll(&admin, "Headers?", &["On", "Off"], -60, 3600)
+        .await;
     for (path, status) in [
         ("/polls".to_string(), StatusCode::OK),
         (format!("/polls/{poll}"), StatusCode::OK),

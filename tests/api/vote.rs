@@ -17,33 +17,8 @@ async fn create_poll(
     opens_in: i64,
     closes_in: i64,
 ) -> (i64, Vec<i64>) {
-    let now = chrono::Utc::now();
-    let resp = app
-        .post_json(
-            "/api/admin/polls",
-            Some(&admin.token),
-            &json!({
-                "question": "Best phone colour?",
-                "options": options,
-                "opens_at": now + chrono::Duration::seconds(opens_in),
-                "closes_at": now + chrono::Duration::seconds(closes_in),
-            }),
-        )
-        .await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::CREATED,
-        "{}",
-        resp.text().await.unwrap()
-    );
-    let body: Value = resp.json().await.unwrap();
-    let options = body["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_i64().unwrap())
-        .collect();
-    (body["id"].as_i64().unwrap(), options)
+    app.create_poll(admin, "Best phone colour?", options, opens_in, closes_in)
+        .await
 }
 
 async fn vote(app: &TestApp, poll: i64, token: &str, option: i64) -> reqwest::Response {
