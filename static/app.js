@@ -552,6 +552,11 @@
     /** Bars, counts and percentages from `GET /api/polls/{id}/results`. */
     function applyResults(results) {
       if (!results || !Array.isArray(results.tallies)) return;
+      // Closed early by an admin: stop offering the vote without a reload.
+      if (results.closed === true && state.status !== "closed") {
+        state.status = "closed";
+        render();
+      }
       const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
       const counted = [...votes.values()].reduce((a, b) => a + b, 0);
       const voters = Math.max(0, Number(results.voters) || 0);

@@ -46,6 +46,9 @@ pub struct PollRecord {
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
     pub poll_id: i64,
+    /// Closed early by an admin (a poll past its `closes_at` is closed too; pages
+    /// compare that time with their clock).
+    pub closed: bool,
     pub voters: i64,
     /// Option id -> votes, every option present (0 when none).
     pub tallies: Vec<Tally>,
@@ -276,20 +279,23 @@ pub async fn results<C: ConnectionLike>(
     poll: PollId,
 ) -> Result<Option<Results>, AppError> {
     let k = keys.poll(poll);
-    let (exists, options, tally, voters): (bool, Vec<i64>, HashMap<i64, i64>, i64) = redis::pipe()
-        .exists(&k.meta)
-        .smembers(&k.options)
-        .hgetall(&k.tally)
-        .hlen(&k.voters)
-        .query_async(redis)
-        .await?;
-    if !exists {
+    let (closed, options, tally, voters): (Option<String>, Vec<i64>, HashMap<i64, i64>, i64) =
+        redis::pipe()
+            .hget(&k.meta, "closed")
+            .smembers(&k.options)
+            .hgetall(&k.tally)
+            .hlen(&k.voters)
+            .query_async(redis)
+            .await?;
+    // Every loaded poll has the field; its absence means Redis does not know the poll.
+    let Some(closed) = closed else {
         return Ok(None);
-    }
+    };
     let mut options = options;
     options.sort_unstable();
     Ok(Some(Results {
         poll_id: poll.get(),
+        closed: closed == "1",
         voters,
         tallies: options
             .into_iter()

@@ -281,6 +281,7 @@ mod tests {
         use crate::vote::store::Tally;
         let results = Results {
             poll_id: 1,
+            closed: false,
             voters: 4,
             tallies: vec![
                 Tally {

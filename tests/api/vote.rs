@@ -221,6 +221,13 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         )
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
+    let results: Value = app
+        .get(&format!("/api/polls/{other_poll}/results"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(results["closed"], true);
     assert_error(
         vote(&app, other_poll, &voter.token, other_options[0]).await,
         StatusCode::GONE,
