@@ -13,4 +13,5 @@ mod pages;
 mod poll_pages;
 mod purchase;
 mod settle;
+mod shutdown;
 mod vote;

@@ -1,0 +1,91 @@
+//! The real binary: `stampede serve` answers, and SIGTERM stops it cleanly after the
+//! settlement worker has written what was accepted.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+use crate::helpers::spawn_app_with;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_stops_serve_after_settling_what_it_accepted() {
+    // A test app only for its database, namespace and helpers; its own server runs
+    // without settlement so that only the binary's worker can settle.
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let buyer = app.user().await;
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stampede"))
+        .arg("serve")
+        .env("STAMPEDE_LISTEN", format!("127.0.0.1:{port}"))
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        .env("STAMPEDE_TOKEN_SECRET", &app.config.token_secret)
+        .env("STAMPEDE_LIMITS", "off")
+        // No other worker could take over its entries within the test.
+        .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "600000")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start stampede serve");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = app.client.get(format!("{base}/readyz")).send().await
+            && r.status() == StatusCode::OK
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "serve never became ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let resp = app
+        .client
+        .post(format!("{base}/api/sales/{sale}/purchase"))
+        .bearer_auth(&buyer.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop within 20 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "serve exited with {status}");
+    assert_eq!(
+        app.orders_in_db(sale).await.len(),
+        1,
+        "the accepted order was settled before exit"
+    );
+    assert!(
+        app.client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_err(),
+        "the port is closed"
+    );
+}
