@@ -351,15 +351,20 @@ async fn signin(
     Ok(granted.attach(resp))
 }
 
-async fn signout() -> HttpResponse {
+/// Clears the session. A browser session must echo its CSRF cookie, so another site
+/// cannot sign people out.
+async fn signout(req: HttpRequest) -> Result<HttpResponse, AppError> {
+    if req.cookie(SESSION_COOKIE).is_some() {
+        check_csrf(&req)?;
+    }
     let mut session = Cookie::build(SESSION_COOKIE, "").path("/").finish();
     session.make_removal();
     let mut csrf = Cookie::build(CSRF_COOKIE, "").path("/").finish();
     csrf.make_removal();
-    HttpResponse::NoContent()
+    Ok(HttpResponse::NoContent()
         .cookie(session)
         .cookie(csrf)
-        .finish()
+        .finish())
 }
 
 async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {

@@ -112,3 +112,34 @@ async fn admin_routes_need_an_admin() {
         .unwrap();
     assert_eq!(count, 0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signout_of_a_browser_session_needs_the_csrf_header() {
+    let app = spawn_app().await;
+    let user = app.user().await;
+    let cookie = format!("stampede_session={}; stampede_csrf=tok123", user.token);
+    let url = app.url("/api/auth/signout");
+    let resp = app
+        .client
+        .post(&url)
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    let resp = app
+        .client
+        .post(&url)
+        .header("cookie", &cookie)
+        .header("x-csrf-token", "tok123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    let cleared = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .any(|c| c.to_str().unwrap().starts_with("stampede_session=;"));
+    assert!(cleared, "the session cookie is removed");
+}
