@@ -29,7 +29,7 @@ use crate::lock::{Lock, LostSignal};
 use crate::metrics::Metrics;
 use crate::sale::store::SETTLE_GROUP;
 
-/// How often the list of sale streams is re-read from Postgres.
+/// How often the list of sale and poll streams is re-read from Postgres.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Streams of sales that ended longer ago than this are no longer read.
 const STREAM_RETENTION_DAYS: i32 = 7;
@@ -134,7 +134,7 @@ impl Settler {
         let mut claim_now = true;
         while !*shutdown.borrow() {
             if refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
-                match self.sale_streams().await {
+                match self.streams().await {
                     Ok(s) => {
                         streams = s;
                         refreshed_at = Some(Instant::now());
@@ -187,7 +187,7 @@ impl Settler {
 
     /// Reads until every stream is drained; for tests and `stampede settle --drain`.
     pub async fn drain(&mut self) -> anyhow::Result<u64> {
-        let streams = self.sale_streams().await?;
+        let streams = self.streams().await?;
         let mut inserted = 0;
         if streams.is_empty() {
             return Ok(0);
@@ -206,7 +206,7 @@ impl Settler {
     }
 
     /// The order streams of sales and vote streams of polls that may still get entries.
-    async fn sale_streams(&self) -> anyhow::Result<Vec<String>> {
+    async fn streams(&self) -> anyhow::Result<Vec<String>> {
         let sales: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
         )
@@ -219,7 +219,7 @@ impl Settler {
         .bind(STREAM_RETENTION_DAYS)
         .fetch_all(&self.db)
         .await?;
-        let sale_streams = sales
+        let streams = sales
             .into_iter()
             .filter_map(Id::new)
             .map(|id| self.keys.sale(id).orders);
@@ -227,7 +227,7 @@ impl Settler {
             .into_iter()
             .filter_map(Id::new)
             .map(|id| self.keys.poll(id).votes);
-        Ok(sale_streams.chain(poll_streams).collect())
+        Ok(streams.chain(poll_streams).collect())
     }
 
     async fn read(

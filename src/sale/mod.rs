@@ -9,7 +9,7 @@ pub mod cached;
 mod routes;
 pub mod store;
 
-pub use routes::configure;
+pub use routes::{configure, find_view, load_list};
 pub use store::{PurchaseOutcome, SaleView};
 
 use std::collections::HashMap;

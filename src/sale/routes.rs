@@ -47,15 +47,20 @@ pub async fn load_list(state: &AppState) -> Result<Vec<store::SaleView>, AppErro
     store::views(&mut state.redis.clone(), &state.keys, rows).await
 }
 
-/// One sale: its cached record, live numbers.
+/// One sale: its cached record, live numbers; 404 when there is no such sale.
 pub async fn load_view(state: &AppState, id: SaleId) -> Result<store::SaleView, AppError> {
-    let row = cached::sale_row(state, id)
+    find_view(state, id)
         .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
+}
+
+/// One sale: its cached record, live numbers; `None` when there is no such sale.
+pub async fn find_view(state: &AppState, id: SaleId) -> Result<Option<store::SaleView>, AppError> {
+    let Some(row) = cached::sale_row(state, id).await? else {
+        return Ok(None);
+    };
     let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
-    views
-        .pop()
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("view lost")))
+    Ok(views.pop())
 }
 
 async fn show(

@@ -33,7 +33,7 @@ struct PollSummary {
 
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let now = Utc::now();
-    let polls: Vec<PollSummary> = store::list_polls(&state.db, 200)
+    let polls: Vec<PollSummary> = store::list_polls(&state.db, store::LIST_LIMIT)
         .await?
         .into_iter()
         .map(|poll| PollSummary {
@@ -251,16 +251,20 @@ struct AdminPollSummary {
 /// Every poll with its status and live voter count, for the admin page's table.
 async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
     let now = Utc::now();
-    let polls: Vec<AdminPollSummary> =
-        store::list_with_voters(&state.db, &mut state.redis.clone(), &state.keys, 200)
-            .await?
-            .into_iter()
-            .map(|(poll, voters)| AdminPollSummary {
-                status: store::status(&poll, now),
-                poll,
-                voters,
-            })
-            .collect();
+    let polls: Vec<AdminPollSummary> = store::list_with_voters(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        store::LIST_LIMIT,
+    )
+    .await?
+    .into_iter()
+    .map(|(poll, voters)| AdminPollSummary {
+        status: store::status(&poll, now),
+        poll,
+        voters,
+    })
+    .collect();
     Ok(HttpResponse::Ok().json(polls))
 }
 

@@ -177,6 +177,9 @@ pub async fn invalidate_record(state: &crate::state::AppState, id: PollId) -> Re
     crate::cache::invalidate(state, &[state.keys.poll_view(id)]).await
 }
 
+/// Most polls a list returns.
+pub const LIST_LIMIT: i64 = 200;
+
 pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::Error> {
     sqlx::query_as::<_, PollRow>(
         "SELECT id, question, opens_at, closes_at, closed FROM polls

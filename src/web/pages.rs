@@ -9,11 +9,7 @@ use super::error::PageError;
 use super::view::{self, Nav, SaleCard};
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
-use crate::sale::store;
 use crate::state::AppState;
-
-/// Most sales the list pages show.
-pub(super) const LIST_LIMIT: i64 = 200;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "index.html")]
@@ -36,11 +32,9 @@ pub async fn index(
     }
 }
 
-/// Sales with their live numbers: the cached records and one pipelined Redis round
-/// trip for stock.
+/// Sales with their live numbers, as the API lists them.
 pub(super) async fn list_cards(state: &AppState) -> Result<Vec<SaleCard>, AppError> {
-    let rows = crate::sale::cached::list_rows(state).await?;
-    let views = store::views(&mut state.redis.clone(), &state.keys, rows).await?;
+    let views = crate::sale::load_list(state).await?;
     Ok(views.into_iter().map(SaleCard::from).collect())
 }
 
@@ -99,11 +93,7 @@ pub async fn sale(
 }
 
 async fn load_card(state: &AppState, id: SaleId) -> Result<Option<SaleCard>, AppError> {
-    let Some(row) = crate::sale::cached::sale_row(state, id).await? else {
-        return Ok(None);
-    };
-    let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
-    Ok(views.pop().map(SaleCard::from))
+    Ok(crate::sale::find_view(state, id).await?.map(SaleCard::from))
 }
 
 #[derive(Template, WebTemplate)]

@@ -8,7 +8,7 @@ use askama_web::WebTemplate;
 use chrono::Utc;
 
 use super::error::PageError;
-use super::pages::{LIST_LIMIT, load_nav};
+use super::pages::load_nav;
 use super::view::{self, Nav, OptionResult, PollCard};
 use crate::domain::{Id, PollId};
 use crate::error::AppError;
@@ -39,9 +39,13 @@ pub async fn index(
 /// Polls with their live voter counts: one query and one pipelined Redis round trip.
 pub(super) async fn list_cards(state: &AppState) -> Result<Vec<PollCard>, AppError> {
     let now = Utc::now();
-    let rows =
-        store::list_with_voters(&state.db, &mut state.redis.clone(), &state.keys, LIST_LIMIT)
-            .await?;
+    let rows = store::list_with_voters(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        store::LIST_LIMIT,
+    )
+    .await?;
     Ok(rows
         .into_iter()
         .map(|(poll, voters)| PollCard::new(poll, voters, now))
