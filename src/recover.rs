@@ -319,9 +319,8 @@ impl Recovery {
             .invoke_async(&mut redis)
             .await?;
         if left < 0 {
-            return Err(AppError::Internal(anyhow::anyhow!(
-                "sale {id}: Redis lost the rebuild token (wiped or restarted again); start over"
-            )));
+            tracing::warn!(sale = %id, "Redis lost the rebuild token (wiped or restarted again)");
+            return Err(interrupted());
         }
         if sold > sale.stock_total {
             // Only possible when writes were lost before this rebuild existed.
@@ -419,9 +418,8 @@ impl Recovery {
         }
         let written: i64 = restore.invoke_async(&mut redis).await?;
         if written < 0 {
-            return Err(AppError::Internal(anyhow::anyhow!(
-                "poll {id}: Redis lost the rebuild token (wiped or restarted again); start over"
-            )));
+            tracing::warn!(poll = %id, "Redis lost the rebuild token (wiped or restarted again)");
+            return Err(interrupted());
         }
         ensure_group(&mut redis, &k.votes).await?;
         tx.commit().await?;
@@ -432,6 +430,15 @@ impl Recovery {
             stock_left: None,
         }))
     }
+}
+
+/// A rebuild cut short because Redis lost its state again meanwhile: not a bug, an
+/// outage; the next rebuild starts over.
+fn interrupted() -> AppError {
+    AppError::unavailable(
+        "recovering",
+        "Redis lost its data again while it was being restored; try again in a moment",
+    )
 }
 
 /// `(user_id, <field>)` of every entry of a stream, read in chunks.

@@ -341,7 +341,17 @@ async fn admin_stock(
     };
     sale_or_404(&state, id).await?;
     let change_id = store::record_stock_change(&state.db, id, change, admin.id).await?;
-    match apply_stock_change(&state, id, change_id).await? {
+    // From here on the change is recorded: whatever fails, it is applied later (by
+    // the sweep or the next change), so the answer is 202, never an error that
+    // invites a second, duplicate change.
+    let result = match apply_stock_change(&state, id, change_id).await {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::warn!(sale = %id, change = change_id, error = ?e, "stock change recorded; applying it later");
+            ChangeResult::Deferred
+        }
+    };
+    match result {
         ChangeResult::Applied { delta, left, sold } => {
             cached::invalidate(&state, id).await?;
             if left > 0 {
@@ -361,8 +371,8 @@ async fn admin_stock(
             "status": "pending",
             "change_id": change_id,
             "sale_id": id,
-            "message": "the change is recorded and will be applied once the sale is restored \
-                        in Redis; do not send it again",
+            "message": "the change is recorded and will be applied as soon as Redis holds the \
+                        sale again; do not send it again",
         }))),
     }
 }
