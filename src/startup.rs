@@ -139,9 +139,14 @@ impl Application {
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
                 .route("/metrics", web::get().to(crate::metrics::endpoint))
-                .configure(crate::auth::configure)
-                .configure(crate::sale::configure)
-                .configure(crate::vote::configure)
+                // The JSON API in one scope: a page or static request never runs
+                // through the API's patterns, and the other way round.
+                .service(
+                    web::scope("/api")
+                        .configure(crate::sale::configure)
+                        .configure(crate::vote::configure)
+                        .configure(crate::auth::configure),
+                )
                 .configure(crate::web::configure)
                 .default_service(web::to(crate::web::fallback))
         })

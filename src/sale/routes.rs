@@ -16,26 +16,25 @@ use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::AppState;
 
+/// Routes under `/api` (see `startup`): the purchase first, so the hot path matches
+/// the first pattern the router tries.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/sales", web::get().to(list))
-        .route("/api/sales/{id}", web::get().to(show))
-        .route("/api/sales/{id}/purchase", web::post().to(purchase))
-        .route("/api/orders/{id}", web::get().to(order_status))
-        .route("/api/me/orders", web::get().to(my_orders))
-        .route("/api/admin/sales", web::post().to(admin_create))
-        .route("/api/admin/sales", web::get().to(admin_list))
-        .route("/api/admin/sales/{id}/stock", web::post().to(admin_stock))
-        .route("/api/admin/sales/{id}/open", web::post().to(admin_open))
-        .route("/api/admin/sales/{id}/close", web::post().to(admin_close))
-        .route("/api/admin/sales/{id}/orders", web::get().to(admin_orders))
+    cfg.route("/sales/{id}/purchase", web::post().to(purchase))
+        .route("/sales", web::get().to(list))
+        .route("/sales/{id}", web::get().to(show))
+        .route("/orders/{id}", web::get().to(order_status))
+        .route("/me/orders", web::get().to(my_orders))
+        .route("/admin/sales", web::post().to(admin_create))
+        .route("/admin/sales", web::get().to(admin_list))
+        .route("/admin/sales/{id}/stock", web::post().to(admin_stock))
+        .route("/admin/sales/{id}/open", web::post().to(admin_open))
+        .route("/admin/sales/{id}/close", web::post().to(admin_close))
+        .route("/admin/sales/{id}/orders", web::get().to(admin_orders))
         .route(
-            "/api/admin/sales/{id}/reconcile",
+            "/admin/sales/{id}/reconcile",
             web::get().to(admin_reconcile),
         )
-        .route(
-            "/api/admin/sales/{id}/reconcile",
-            web::post().to(admin_repair),
-        );
+        .route("/admin/sales/{id}/reconcile", web::post().to(admin_repair));
 }
 
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {

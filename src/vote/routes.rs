@@ -14,15 +14,16 @@ use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::AppState;
 
+/// Routes under `/api` (see `startup`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/polls", web::get().to(list))
-        .route("/api/polls/{id}", web::get().to(show))
-        .route("/api/polls/{id}/results", web::get().to(results))
-        .route("/api/polls/{id}/votes", web::post().to(vote))
-        .route("/api/admin/polls", web::post().to(admin_create))
-        .route("/api/admin/polls", web::get().to(admin_list))
-        .route("/api/admin/polls/{id}", web::get().to(admin_show))
-        .route("/api/admin/polls/{id}/close", web::post().to(admin_close));
+    cfg.route("/polls", web::get().to(list))
+        .route("/polls/{id}", web::get().to(show))
+        .route("/polls/{id}/results", web::get().to(results))
+        .route("/polls/{id}/votes", web::post().to(vote))
+        .route("/admin/polls", web::post().to(admin_create))
+        .route("/admin/polls", web::get().to(admin_list))
+        .route("/admin/polls/{id}", web::get().to(admin_show))
+        .route("/admin/polls/{id}/close", web::post().to(admin_close));
 }
 
 #[derive(Serialize)]
