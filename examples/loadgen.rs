@@ -1,10 +1,12 @@
-//! A small closed-loop load generator for the buy endpoint (used by
-//! `scripts/bench-limits`). It makes its own users straight in Postgres and mints
-//! their tokens with the server's secret (no argon2 sign-ins), creates a live sale
-//! with a large stock through the admin API, lets every user buy once (warm-up),
-//! then keeps `--connections` requests in flight until `--seconds` pass or
-//! `--requests` are done, and prints requests per second, latency percentiles and
-//! the answers by status.
+//! A small closed-loop load generator for the buy and vote endpoints. It makes its
+//! own users straight in Postgres and mints their tokens with the server's secret
+//! (no argon2 sign-ins), creates a live sale with a large stock (or an open poll)
+//! through the admin API, lets every user buy (or vote) once (warm-up), then keeps
+//! `--connections` requests in flight until `--seconds` pass or `--requests` are
+//! done, and prints requests per second, latency percentiles and the answers by
+//! status.
+//!
+//! `scripts/bench` uses only its `--prepare-only` mode and measures with `wrk`.
 //!
 //! Loopback only: it refuses any other host.
 
@@ -29,7 +31,8 @@ struct Args {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
     /// What to drive: `buy` (POST the purchase), `soldout` (POST the purchase of a
-    /// sale with no stock) or `healthz` (a trivial route).
+    /// sale with no stock), `vote` (POST a vote in an open poll) or `healthz` (a
+    /// trivial route).
     #[arg(long, default_value = "buy")]
     target: String,
     #[arg(long, default_value_t = 10_000)]
@@ -43,10 +46,24 @@ struct Args {
     /// Label printed with the figures.
     #[arg(long, default_value = "run")]
     label: String,
-    /// Only prepare: write the request path, then one user token per line, to this
-    /// file and exit, for an outside load generator (`wrk`, in scripts/bench-durability).
+    /// Only prepare: write the request path (and, after one space, the JSON body if
+    /// the request has one), then one user token per line, to this file and exit, for
+    /// an outside load generator (`wrk` with scripts/wrk/post_rotating.lua).
     #[arg(long)]
     prepare_only: Option<std::path::PathBuf>,
+    /// With `--prepare-only`: first let every user make one request, and fail unless
+    /// every answer is a success, so that every later request is a repeat.
+    #[arg(long, requires = "prepare_only")]
+    warm_up: bool,
+}
+
+/// What every request of a run sends: a POST with the next user's token (and the
+/// body, if any), or a plain GET.
+struct Plan {
+    url: String,
+    post: bool,
+    body: Option<String>,
+    tokens: Vec<String>,
 }
 
 #[tokio::main]
@@ -67,60 +84,76 @@ async fn main() -> anyhow::Result<()> {
         .timeout(Duration::from_secs(10))
         .build()?;
 
-    let (path, tokens) = match args.target.as_str() {
+    let (path, body, tokens) = match args.target.as_str() {
         "buy" => {
             let (sale, tokens) = set_up_sale(&args, &client, stampede::domain::MAX_STOCK).await?;
-            (format!("/api/sales/{sale}/purchase"), tokens)
+            (format!("/api/sales/{sale}/purchase"), None, tokens)
         }
         // A sale with no stock: after the first answer the process's sold-out flag
-        // answers without Redis (DESIGN.md: at least 80% of a trivial route).
+        // answers without Redis (DESIGN.md: at least 90% of a trivial route).
         "soldout" => {
             let (sale, tokens) = set_up_sale(&args, &client, 0).await?;
-            (format!("/api/sales/{sale}/purchase"), tokens)
+            (format!("/api/sales/{sale}/purchase"), None, tokens)
         }
-        "healthz" => ("/healthz".to_string(), vec![String::new()]),
+        "vote" => {
+            let (poll, option, tokens) = set_up_poll(&args, &client).await?;
+            let body = serde_json::json!({ "option_id": option }).to_string();
+            (format!("/api/polls/{poll}/votes"), Some(body), tokens)
+        }
+        "healthz" => ("/healthz".to_string(), None, vec![String::new()]),
         other => anyhow::bail!("unknown --target {other}"),
     };
+    let post = args.target != "healthz";
+    let plan = Arc::new(Plan {
+        url: format!("{}{path}", args.url),
+        post,
+        body,
+        tokens,
+    });
+
+    // Warm-up: open the connections, and let every user buy (or vote) once, so the
+    // measured requests all take the same path (auth, limits, the script answering
+    // "already bought") whether limits are on or off.
+    if args.prepare_only.is_none() || args.warm_up {
+        let warm_up = if post {
+            plan.tokens.len() as u64
+        } else {
+            20_000
+        };
+        let warmed = drive(
+            &client,
+            &plan,
+            args.connections,
+            Duration::from_secs(60),
+            warm_up,
+        )
+        .await;
+        let warm_statuses = by_status(&warmed);
+        eprintln!("{}: warm-up answers {warm_statuses:?}", args.label);
+        let succeeded: u64 = warm_statuses.range(200..300).map(|(_, n)| n).sum();
+        anyhow::ensure!(
+            !args.warm_up || succeeded == warm_up,
+            "warm-up: each of the {warm_up} users' first request must succeed, got {warm_statuses:?}"
+        );
+    }
     if let Some(file) = &args.prepare_only {
-        let mut text = format!("{path}\n");
-        for token in &tokens {
+        let mut text = path;
+        if let Some(body) = &plan.body {
+            text.push(' ');
+            text.push_str(body);
+        }
+        text.push('\n');
+        for token in &plan.tokens {
             text.push_str(token);
             text.push('\n');
         }
         std::fs::write(file, text)?;
         return Ok(());
     }
-    let url = Arc::new(format!("{}{path}", args.url));
-    let tokens = Arc::new(tokens);
-    let post = args.target != "healthz";
-
-    // Warm-up: open the connections, and let every user buy once, so the measured
-    // requests all take the same path (auth, limits, the purchase script answering
-    // "already bought") whether limits are on or off.
-    let warm_up = if post { tokens.len() as u64 } else { 20_000 };
-    let warmed = drive(
-        &client,
-        &url,
-        &tokens,
-        post,
-        args.connections,
-        Duration::from_secs(60),
-        warm_up,
-    )
-    .await;
-    let mut warm_statuses: BTreeMap<u16, u64> = BTreeMap::new();
-    for (_, statuses) in warmed {
-        for (code, n) in statuses {
-            *warm_statuses.entry(code).or_default() += n;
-        }
-    }
-    eprintln!("{}: warm-up answers {warm_statuses:?}", args.label);
     let started = Instant::now();
     let results = drive(
         &client,
-        &url,
-        &tokens,
-        post,
+        &plan,
         args.connections,
         Duration::from_secs(args.seconds),
         args.requests,
@@ -128,14 +161,8 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let elapsed = started.elapsed().as_secs_f64();
 
-    let mut latencies: Vec<u32> = Vec::new();
-    let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
-    for (lat, st) in results {
-        latencies.extend(lat);
-        for (code, n) in st {
-            *statuses.entry(code).or_default() += n;
-        }
-    }
+    let statuses = by_status(&results);
+    let mut latencies: Vec<u32> = results.into_iter().flat_map(|(lat, _)| lat).collect();
     latencies.sort_unstable();
     let pct = |p: f64| {
         latencies
@@ -158,11 +185,17 @@ async fn main() -> anyhow::Result<()> {
 
 type Partial = (Vec<u32>, BTreeMap<u16, u64>);
 
+fn by_status(partials: &[Partial]) -> BTreeMap<u16, u64> {
+    let mut total = BTreeMap::new();
+    for (code, n) in partials.iter().flat_map(|(_, statuses)| statuses) {
+        *total.entry(*code).or_default() += n;
+    }
+    total
+}
+
 async fn drive(
     client: &reqwest::Client,
-    url: &Arc<String>,
-    tokens: &Arc<Vec<String>>,
-    post: bool,
+    plan: &Arc<Plan>,
     connections: usize,
     duration: Duration,
     max_requests: u64,
@@ -171,8 +204,7 @@ async fn drive(
     let issued = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..connections)
         .map(|_| {
-            let (client, url, tokens, issued) =
-                (client.clone(), url.clone(), tokens.clone(), issued.clone());
+            let (client, plan, issued) = (client.clone(), plan.clone(), issued.clone());
             tokio::spawn(async move {
                 let mut lat = Vec::new();
                 let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
@@ -181,11 +213,17 @@ async fn drive(
                     if i >= max_requests {
                         break;
                     }
-                    let req = if post {
-                        let token = &tokens[i as usize % tokens.len()];
-                        client.post(url.as_str()).bearer_auth(token)
+                    let req = if plan.post {
+                        let token = &plan.tokens[i as usize % plan.tokens.len()];
+                        let req = client.post(&plan.url).bearer_auth(token);
+                        match &plan.body {
+                            Some(body) => req
+                                .header("content-type", "application/json")
+                                .body(body.clone()),
+                            None => req,
+                        }
                     } else {
-                        client.get(url.as_str())
+                        client.get(&plan.url)
                     };
                     let t = Instant::now();
                     let code = match req.send().await {
@@ -212,12 +250,9 @@ async fn drive(
     out
 }
 
-/// Users in one INSERT, tokens minted locally, one live sale with a large stock.
-async fn set_up_sale(
-    args: &Args,
-    client: &reqwest::Client,
-    stock: i64,
-) -> anyhow::Result<(i64, Vec<String>)> {
+/// Users in one INSERT and their tokens minted locally: an admin's token, then one
+/// token per `--users`.
+async fn make_users(args: &Args) -> anyhow::Result<(String, Vec<String>)> {
     let db = sqlx::PgPool::connect(&args.database_url).await?;
     let prefix = format!("load{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let ids: Vec<i64> = sqlx::query_scalar(
@@ -240,27 +275,83 @@ async fn set_up_sale(
     };
     let admin = token(ids[0], true);
     let tokens = ids[1..].iter().map(|&id| token(id, false)).collect();
-    let now = chrono::Utc::now();
+    Ok((admin, tokens))
+}
+
+/// POST an admin creation and return the created object's JSON.
+async fn admin_create(
+    args: &Args,
+    client: &reqwest::Client,
+    admin: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
     let resp = client
-        .post(format!("{}/api/admin/sales", args.url))
+        .post(format!("{}{path}", args.url))
         .bearer_auth(admin)
-        .json(&serde_json::json!({
+        .json(&body)
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "POST {path}: {}",
+        resp.text().await?
+    );
+    Ok(resp.json().await?)
+}
+
+/// The users and one live sale.
+async fn set_up_sale(
+    args: &Args,
+    client: &reqwest::Client,
+    stock: i64,
+) -> anyhow::Result<(i64, Vec<String>)> {
+    let (admin, tokens) = make_users(args).await?;
+    let now = chrono::Utc::now();
+    let sale = admin_create(
+        args,
+        client,
+        &admin,
+        "/api/admin/sales",
+        serde_json::json!({
             "name": "load test",
             "price_cents": 100,
             "stock": stock,
             "starts_at": now - chrono::Duration::minutes(1),
             "ends_at": now + chrono::Duration::hours(1),
-        }))
-        .send()
-        .await?;
-    anyhow::ensure!(
-        resp.status().is_success(),
-        "creating the sale: {}",
-        resp.text().await?
-    );
-    let sale: serde_json::Value = resp.json().await?;
+        }),
+    )
+    .await?;
     let sale = sale["id"]
         .as_i64()
         .ok_or_else(|| anyhow::anyhow!("no sale id"))?;
     Ok((sale, tokens))
+}
+
+/// The users and one open poll: its id and its first option's id.
+async fn set_up_poll(
+    args: &Args,
+    client: &reqwest::Client,
+) -> anyhow::Result<(i64, i64, Vec<String>)> {
+    let (admin, tokens) = make_users(args).await?;
+    let now = chrono::Utc::now();
+    let poll = admin_create(
+        args,
+        client,
+        &admin,
+        "/api/admin/polls",
+        serde_json::json!({
+            "question": "load test",
+            "options": ["yes", "no"],
+            "opens_at": now - chrono::Duration::minutes(1),
+            "closes_at": now + chrono::Duration::hours(1),
+        }),
+    )
+    .await?;
+    let id = poll["id"].as_i64();
+    let option = poll["options"][0]["id"].as_i64();
+    let (Some(id), Some(option)) = (id, option) else {
+        anyhow::bail!("no poll or option id in {poll}");
+    };
+    Ok((id, option, tokens))
 }
