@@ -1,6 +1,8 @@
 //! How to send a route's two limit scripts (per user and per IP): measured straight
-//! against Redis, without HTTP. `scripts/bench-limits` runs it. Prints, for 64
-//! concurrent callers over one multiplexed connection:
+//! against Redis, without HTTP
+//! (`REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example limit_rtt -- 3`,
+//! the number being seconds per figure). Prints, for 64 concurrent callers over one
+//! multiplexed connection:
 //!   one policy        one EVALSHA per check
 //!   two, concurrent   two EVALSHAs joined (what `limit::check` does)
 //!   two, pipelined    one explicit pipeline of the two EVALSHAs
