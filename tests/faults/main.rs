@@ -10,8 +10,10 @@ mod harness;
 mod invariants;
 mod storm;
 
+mod aof_loss;
 mod app_kill;
 mod postgres_outage;
+mod redis_restart;
 
 /// Units of the sales of a standard storm: the small ones sell out early, the
 /// large ones keep accepting while the fault happens.
