@@ -14,6 +14,8 @@ mod aof_loss;
 mod app_kill;
 mod postgres_outage;
 mod redis_restart;
+mod redis_wipe;
+mod stock_changes;
 
 /// Units of the sales of a standard storm: the small ones sell out early, the
 /// large ones keep accepting while the fault happens.
