@@ -1,11 +1,51 @@
-//! Scenario 1: a server killed with SIGKILL mid-storm, restarted or not.
+//! Scenario 1: a server killed with SIGKILL mid-storm, restarted or not. It is
+//! killed while its settlement worker holds delivered, unacknowledged order
+//! entries (Postgres is held down for a moment so that the worker cannot commit
+//! them), so only a takeover (`XAUTOCLAIM` by another consumer after
+//! `STAMPEDE_SETTLE_CLAIM_IDLE_MS`) can bring those orders to Postgres.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::STOCKS;
-use crate::harness::{Options, Stack};
+use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Plan, Storm, purchases};
+
+/// Stops Postgres and waits until the settlement worker of server `index` holds
+/// order entries it read but cannot commit; returns how many. Postgres stays
+/// down: the caller starts it again.
+async fn hold_entries_in_worker(stack: &mut Stack, index: usize, sales: &[i64]) -> usize {
+    stack.wait_settling(sales).await;
+    stack.pg.stop(PgStop::Fast);
+    // Consumer names are `<host>-<pid>-<random>`.
+    let tag = format!("-{}-", stack.servers[index].pid().expect("server runs"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let held: usize = stack
+            .pending_by_consumer(sales)
+            .await
+            .into_iter()
+            .filter(|(name, _)| name.contains(&tag))
+            .map(|(_, n)| n)
+            .sum();
+        if held > 0 {
+            return held;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server #{index}'s settlement worker never held an entry"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
+    let left = stack.pending_by_consumer(sales).await;
+    assert!(
+        left.values().all(|&n| n == 0),
+        "entries left unacknowledged: {left:?}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
@@ -19,9 +59,13 @@ async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
         Plan::default(),
     );
     storm.wait_accepted(400, Duration::from_secs(20)).await;
+    let held = hold_entries_in_worker(&mut stack, 0, &sales).await;
     stack.servers[0].kill9();
-    println!("server killed at {:.1?}", storm.elapsed());
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!(
+        "server killed at {:.1?} holding {held} unacknowledged entries",
+        storm.elapsed()
+    );
+    stack.pg.start();
     stack.restart_server(0).await;
     println!("server back at {:.1?}", storm.elapsed());
     assert!(
@@ -30,6 +74,7 @@ async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     );
     let records = storm.finish().await;
     assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+    assert_nothing_left_unacknowledged(&stack, &sales).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -51,21 +96,18 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
         Plan::default(),
     );
     storm.wait_accepted(400, Duration::from_secs(20)).await;
-    let before = stack.pending_by_consumer(&sales).await;
+    let held = hold_entries_in_worker(&mut stack, 1, &sales).await;
     stack.servers[1].kill9();
     println!(
-        "server #1 killed for good at {:.1?}; unacknowledged entries per consumer just before: {before:?}",
+        "server #1 killed for good at {:.1?} holding {held} unacknowledged entries",
         storm.elapsed()
     );
+    stack.pg.start();
     assert!(
         storm.wait_decided(200, Duration::from_secs(20)).await,
         "the survivor decides purchases"
     );
     let records = storm.finish().await;
     assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    let after = stack.pending_by_consumer(&sales).await;
-    assert!(
-        after.values().all(|&n| n == 0),
-        "entries left unacknowledged: {after:?}"
-    );
+    assert_nothing_left_unacknowledged(&stack, &sales).await;
 }

@@ -615,6 +615,10 @@ impl Server {
         self.child.is_some()
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     fn spawn(&mut self, env: &ServerEnv, run_dir: &RunDir) {
         assert!(self.child.is_none(), "server {} is running", self.index);
         let (out, err) = log_file(&self.log);
@@ -629,7 +633,8 @@ impl Server {
             // A killed server's unacknowledged entries are taken over quickly.
             .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "2000")
             .env("STAMPEDE_WORKERS", "2")
-            .env("RUST_LOG", "warn")
+            // Every 4xx is a warning of tracing-actix-web: too loud for a storm.
+            .env("RUST_LOG", "warn,tracing_actix_web=error")
             .env_remove("STAMPEDE_CONFIG")
             .stdin(Stdio::null())
             .stdout(out)
@@ -854,6 +859,30 @@ impl Stack {
             .await
             .expect("HLEN pending");
         counts.iter().sum()
+    }
+
+    /// Waits until every one of these sales has an order in Postgres: then the
+    /// settlement workers know their streams (they re-read the list every 2 s).
+    pub async fn wait_settling(&self, sales: &[i64]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let settled: i64 = sqlx::query_scalar(
+                "SELECT count(DISTINCT sale_id) FROM orders WHERE sale_id = ANY($1)",
+            )
+            .bind(sales)
+            .fetch_one(&self.db)
+            .await
+            .expect("count settled sales");
+            if settled == sales.len() as i64 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {settled} of {} sales have a settled order after 20 s",
+                sales.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Unacknowledged order entries per settlement consumer, over these sales.
