@@ -43,6 +43,10 @@ struct Args {
     /// Label printed with the figures.
     #[arg(long, default_value = "run")]
     label: String,
+    /// Only prepare: write the request path, then one user token per line, to this
+    /// file and exit, for an outside load generator (`wrk`, in scripts/bench-durability).
+    #[arg(long)]
+    prepare_only: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -77,6 +81,15 @@ async fn main() -> anyhow::Result<()> {
         "healthz" => ("/healthz".to_string(), vec![String::new()]),
         other => anyhow::bail!("unknown --target {other}"),
     };
+    if let Some(file) = &args.prepare_only {
+        let mut text = format!("{path}\n");
+        for token in &tokens {
+            text.push_str(token);
+            text.push('\n');
+        }
+        std::fs::write(file, text)?;
+        return Ok(());
+    }
     let url = Arc::new(format!("{}{path}", args.url));
     let tokens = Arc::new(tokens);
     let post = args.target != "healthz";

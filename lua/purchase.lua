@@ -1,13 +1,17 @@
 -- Decide one purchase atomically.
--- KEYS[1] meta hash (starts_ms, ends_ms, closed)   KEYS[2] stock counter
+-- KEYS[1] meta hash (starts_ms, ends_ms, closed, run)   KEYS[2] stock counter
 -- KEYS[3] buyers set   KEYS[4] orders stream   KEYS[5] pending hash (order id -> user id)
 -- ARGV[1] user id   ARGV[2] order id   ARGV[3] sale id
 -- Returns {code, value}:
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms to start)
---   3 ended or closed   4 unknown sale   5 sold out
-local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed')
+--   3 ended or closed   4 not loaded (this Redis has no such sale)   5 sold out
+--   6 recovering (the state is not trusted by this Redis run: rebuild it from Postgres)
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run')
 if not meta[1] then
   return {4, 0}
+end
+if not same_run(meta[4]) then
+  return {6, 0}
 end
 -- The Redis server clock decides, so app servers with skewed clocks cannot disagree.
 local t = redis.call('TIME')
@@ -22,8 +26,12 @@ end
 if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then
   return {1, 0}
 end
-local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
-if stock <= 0 then
+local stock = redis.call('GET', KEYS[2])
+if not stock then
+  -- Meta without stock: part of the state was lost (eviction?). Never guess.
+  return {6, 0}
+end
+if tonumber(stock) <= 0 then
   return {5, 0}
 end
 redis.call('SADD', KEYS[3], ARGV[1])

@@ -1,14 +1,18 @@
 -- Decide one vote atomically.
--- KEYS[1] meta hash (opens_ms, closes_ms, closed)   KEYS[2] options set
+-- KEYS[1] meta hash (opens_ms, closes_ms, closed, run)   KEYS[2] options set
 -- KEYS[3] voters hash (user id -> option id)   KEYS[4] tally hash (option id -> count)
 -- KEYS[5] votes stream
 -- ARGV[1] user id   ARGV[2] option id   ARGV[3] poll id
 -- Returns {code, value}:
 --   0 accepted (value = the option's new count)   1 already voted   2 not open yet
---   (value = ms to opening)   3 closed   4 unknown poll   5 unknown option
-local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed')
+--   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
+--   5 unknown option   6 recovering (state not trusted by this Redis run)
+local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run')
 if not meta[1] then
   return {4, 0}
+end
+if not same_run(meta[4]) then
+  return {6, 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

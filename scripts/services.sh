@@ -205,12 +205,17 @@ _stampede_redis() {
     [[ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -1)" == "$dir" ]] ||
       _die "port $port is used by another Redis: set STAMPEDE_REDIS_PORT to a free port"
     _say "Redis already running on 127.0.0.1:$port"
+    # A server started by an older version of this script may still fsync once a
+    # second: a 202 is only durable with every write on disk before the answer.
+    redis-cli -p "$port" config set appendfsync always >/dev/null
     return 0
   fi
   _say "starting Redis on 127.0.0.1:$port (data in .data/redis)"
+  # appendfsync always: Redis writes every decision to disk before it answers, so a
+  # 202 survives a crash of Redis or of the machine (see README, "What a 202 means").
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
     --pidfile "$STAMPEDE_DATA/redis.pid" --logfile "$STAMPEDE_DATA/redis.log" \
-    --appendonly yes --appendfsync everysec --save "" --maxclients 10000
+    --appendonly yes --appendfsync always --save "" --maxclients 10000
   for _ in $(seq 50); do
     [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
     sleep 0.2

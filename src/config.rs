@@ -50,6 +50,10 @@ pub struct Config {
     pub redis_response_timeout_ms: u64,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
+    /// How often `serve` checks that Redis holds every active sale and poll, trusted
+    /// by the running Redis, and rebuilds what a wipe or restart left (0: only on
+    /// startup and when a request meets such state).
+    pub sweep_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -98,6 +102,7 @@ impl Default for Config {
             database_max_connections: 20,
             redis_response_timeout_ms: 2000,
             workers: 0,
+            sweep_ms: 2000,
         }
     }
 }
@@ -122,6 +127,7 @@ impl std::fmt::Debug for Config {
             .field("database_max_connections", &self.database_max_connections)
             .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
             .field("workers", &self.workers)
+            .field("sweep_ms", &self.sweep_ms)
             .finish_non_exhaustive()
     }
 }
@@ -270,6 +276,9 @@ impl Config {
         }
         if let Some(v) = var("STAMPEDE_WORKERS") {
             self.workers = parse("STAMPEDE_WORKERS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_SWEEP_MS") {
+            self.sweep_ms = parse("STAMPEDE_SWEEP_MS", v)?;
         }
         Ok(())
     }

@@ -88,16 +88,51 @@ impl AppError {
     }
 }
 
-/// Connection-level Redis failures are an outage (503), not a bug (500).
+/// Redis answers that mean "not now" rather than "you sent something wrong": the
+/// server is loading its dataset after a restart, a failover is in progress, a
+/// replica refuses writes, persistence is failing, memory is full, a script is busy.
+/// Each is an outage (503 with `Retry-After`), never a bug (500).
+const REDIS_NOT_READY: &[&str] = &[
+    "LOADING",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "READONLY",
+    "NOREPLICAS",
+    "MISCONF",
+    "OOM",
+    "BUSY",
+];
+
+/// Connection-level Redis failures, and a Redis that is up but not ready, are an
+/// outage (503), not a bug (500).
 pub fn is_redis_unreachable(e: &redis::RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout()
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_timeout()
+        || is_redis_not_ready(e)
 }
 
+/// Redis answered, but with a "not now" error (see [`REDIS_NOT_READY`]).
+pub fn is_redis_not_ready(e: &redis::RedisError) -> bool {
+    e.code().is_some_and(|code| REDIS_NOT_READY.contains(&code))
+}
+
+/// Seconds a client should wait before retrying after an outage answer.
+pub const RETRY_AFTER_OUTAGE_SECS: u32 = 1;
+
+/// Postgres down, restarting, shutting down or out of connections: an outage (503).
+/// SQLSTATE class 08 is a connection exception, 57P01 to 57P05 are "the server is
+/// shutting down / starting up", 53300 is too many connections.
 fn is_db_unreachable(e: &sqlx::Error) -> bool {
-    matches!(
-        e,
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed
-    )
+    match e {
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300"),
+        _ => false,
+    }
 }
 
 /// The SQLSTATE of a unique-constraint violation.
@@ -134,6 +169,13 @@ impl ResponseError for AppError {
                 builder.insert_header((name.clone(), value.as_str()));
             }
         }
+        // Every 503 tells the client when to come back, whichever store was down.
+        if status == StatusCode::SERVICE_UNAVAILABLE
+            && !matches!(self, AppError::Client { headers, .. }
+                if headers.iter().any(|(n, _)| n == header::RETRY_AFTER))
+        {
+            builder.insert_header((header::RETRY_AFTER, RETRY_AFTER_OUTAGE_SECS.to_string()));
+        }
         builder.json(ErrorBody {
             error: self.code(),
             message: &message,
@@ -166,6 +208,34 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["error"], "already_bought");
         assert_eq!(v["message"], "you already bought this");
+    }
+
+    #[test]
+    fn redis_not_ready_answers_are_outages() {
+        for code in [
+            "LOADING",
+            "MASTERDOWN",
+            "TRYAGAIN",
+            "CLUSTERDOWN",
+            "READONLY",
+            "MISCONF",
+        ] {
+            let parsed = parse_server_error(code);
+            assert!(is_redis_unreachable(&parsed), "{code}: {parsed:?}");
+            let resp = AppError::Redis(parsed).error_response();
+            assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "{code}");
+            assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        }
+        assert!(!is_redis_unreachable(&parse_server_error("WRONGTYPE")));
+        assert!(!is_redis_unreachable(&parse_server_error("ERR")));
+    }
+
+    /// A server error as redis-rs parses it off the wire.
+    fn parse_server_error(code: &str) -> redis::RedisError {
+        let wire = format!("-{code} something is not ready\r\n");
+        redis::parse_redis_value(wire.as_bytes())
+            .and_then(|v| v.extract_error())
+            .expect_err("an error reply")
     }
 
     #[actix_web::test]

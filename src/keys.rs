@@ -22,6 +22,11 @@ pub struct SaleKeys {
     pub orders: String,
     /// Hash order id -> user id of accepted orders not yet in Postgres.
     pub pending: String,
+    /// Hash stock change id -> applied delta: what `lua/stock_change.lua` applied, so
+    /// a change is applied once however often it is retried.
+    pub changes: String,
+    /// Token of the rebuild in progress (see [`crate::recover`]).
+    pub rebuild: String,
 }
 
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
@@ -37,6 +42,8 @@ pub struct PollKeys {
     pub tally: String,
     /// Stream of accepted vote events, read by the settlement worker.
     pub votes: String,
+    /// Token of the rebuild in progress (see [`crate::recover`]).
+    pub rebuild: String,
 }
 
 impl Keys {
@@ -58,6 +65,8 @@ impl Keys {
             buyers: format!("{base}:buyers"),
             orders: format!("{base}:orders"),
             pending: format!("{base}:pending"),
+            changes: format!("{base}:changes"),
+            rebuild: format!("{base}:rebuild"),
         }
     }
 
@@ -69,6 +78,7 @@ impl Keys {
             voters: format!("{base}:voters"),
             tally: format!("{base}:tally"),
             votes: format!("{base}:votes"),
+            rebuild: format!("{base}:rebuild"),
         }
     }
 
@@ -120,7 +130,9 @@ mod tests {
     #[test]
     fn sale_keys_share_one_hash_tag() {
         let k = Keys::new("t1").sale(Id::new(42).unwrap());
-        for key in [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending] {
+        for key in [
+            &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.changes, &k.rebuild,
+        ] {
             assert!(key.starts_with("t1:{sale:42}:"), "{key}");
         }
     }

@@ -16,6 +16,9 @@
 //!   counter, token bucket), their policies and HTTP headers.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
+//! - [`lua`]: how the Lua scripts of `lua/` are assembled (shared prelude + script).
+//! - [`recover`]: rebuilding a sale's or poll's Redis state from Postgres after a
+//!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile.
 //! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
 //!   to Postgres.
 //! - [`web`]: browser pages (askama templates) and static files.
@@ -29,7 +32,9 @@ pub mod error;
 pub mod keys;
 pub mod limit;
 pub mod lock;
+pub mod lua;
 pub mod metrics;
+pub mod recover;
 pub mod sale;
 pub mod seed;
 pub mod settle;

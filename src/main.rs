@@ -101,13 +101,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let db = startup::connect_db(&config).await?;
             let mut redis = startup::connect_redis(&config).await?;
             let keys = Keys::new(&config.redis_namespace);
+            let recovery = stampede::recover::Recovery::new(
+                db.clone(),
+                redis.clone(),
+                keys.clone(),
+                Default::default(),
+            );
             let mut bad = 0;
             for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
                 let mut r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 if repair && !r.consistent {
-                    r = stampede::sale::store::repair(&db, &mut redis, &keys, &sale)
+                    let id = stampede::domain::Id::new(sale.id)
+                        .ok_or_else(|| anyhow::anyhow!("bad sale id {}", sale.id))?;
+                    recovery
+                        .rebuild(
+                            stampede::recover::Target::Sale(id),
+                            std::time::Duration::from_secs(30),
+                        )
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("sale {id}: another rebuild holds the lock")
+                        })?;
+                    let sale = stampede::sale::store::fetch_sale(&db, id)
+                        .await?
+                        .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
+                    r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
                         .await
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     print!("repaired: ");

@@ -38,6 +38,8 @@ counters! {
     purchase_sold_out: "Purchases refused as sold out by the script.",
     purchase_sold_out_local: "Purchases refused as sold out from the process-local flag, without Redis.",
     purchase_not_open: "Purchases refused: sale not started, ended or closed.",
+    purchase_unavailable: "Purchases answered 503 because the sale's Redis state was missing or untrusted (being rebuilt).",
+    rebuilds: "Sales and polls rebuilt in Redis from Postgres by this process.",
     vote_accepted: "Votes accepted by the vote script.",
     vote_refused: "Votes refused (already voted, unknown option, poll not open).",
     rate_limited: "Requests refused by a rate limit.",

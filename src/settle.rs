@@ -40,6 +40,10 @@ pub const RECLAIM_LOCK: &str = "settle:reclaim";
 const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 
 pub struct Settler {
+    /// Streams that gave entries in the last read: the next read asks each of them
+    /// for `batch_size / busy_streams`, so one transaction stays near `batch_size`
+    /// rows however many streams have a backlog.
+    busy_streams: usize,
     db: PgPool,
     redis: ConnectionManager,
     /// For the reclaim lock: commands with a response timeout, never queued behind
@@ -100,6 +104,7 @@ impl Settler {
             .clone()
             .unwrap_or_else(default_consumer_name);
         Ok(Settler {
+            busy_streams: 1,
             db,
             redis,
             lock_redis,
@@ -128,7 +133,9 @@ impl Settler {
         let mut streams: Vec<String> = Vec::new();
         let mut refreshed_at: Option<Instant> = None;
         let mut claimed_at = Instant::now();
-        let claim_every = Duration::from_millis((self.config.claim_idle_ms / 2).max(100));
+        // A dead consumer's entry is taken over at most `claim_every` after it has been
+        // idle for `claim_idle_ms`: about 1.1 times the configured idle time.
+        let claim_every = Duration::from_millis((self.config.claim_idle_ms / 10).max(100));
         let mut backoff = Duration::from_millis(100);
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
@@ -236,9 +243,12 @@ impl Settler {
         from: &str,
         block_ms: Option<u64>,
     ) -> anyhow::Result<Vec<Event>> {
+        // COUNT applies per stream: spread the batch over the streams that are busy.
+        let per_stream =
+            (self.config.batch_size / self.busy_streams.clamp(1, streams.len().max(1))).max(1);
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
-            .count(self.config.batch_size);
+            .count(per_stream);
         if let Some(ms) = block_ms {
             opts = opts.block(ms as usize);
         }
@@ -257,7 +267,12 @@ impl Settler {
             Err(e) => return Err(e.into()),
         };
         let mut events = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
+        let keys = reply.map(|r| r.keys).unwrap_or_default();
+        let busy = keys.iter().filter(|k| !k.ids.is_empty()).count();
+        if busy > 0 {
+            self.busy_streams = busy;
+        }
+        for key in keys {
             for entry in key.ids {
                 match parse_event(&key.key, &entry) {
                     Some(ev) => events.push(ev),
@@ -272,6 +287,9 @@ impl Settler {
                 }
             }
         }
+        // At most one batch per transaction. What is left stays delivered to this
+        // consumer and comes back with the next read of its pending entries ("0").
+        events.truncate(self.config.batch_size.max(1));
         Ok(events)
     }
 
@@ -334,6 +352,7 @@ impl Settler {
                 }
                 start = reply.next_stream_id;
             }
+            self.forget_dead_consumers(stream).await?;
         }
         if total > 0 {
             tracing::info!(
@@ -342,6 +361,36 @@ impl Settler {
             );
         }
         Ok(total)
+    }
+
+    /// Removes consumers of the group that have nothing pending and have been idle
+    /// longer than `claim_idle_ms` (workers that died or stopped): without this the
+    /// group lists every worker that ever ran. A consumer with pending entries is
+    /// kept until the claim above has taken them over.
+    async fn forget_dead_consumers(&mut self, stream: &str) -> anyhow::Result<()> {
+        let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
+            self.redis.xinfo_consumers(stream, SETTLE_GROUP).await;
+        let consumers = match reply {
+            Ok(r) => r.consumers,
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        for c in consumers {
+            if c.name != self.consumer
+                && c.pending == 0
+                && c.idle as u64 > self.config.claim_idle_ms
+            {
+                let _: i64 = redis::cmd("XGROUP")
+                    .arg("DELCONSUMER")
+                    .arg(stream)
+                    .arg(SETTLE_GROUP)
+                    .arg(&c.name)
+                    .query_async(&mut self.redis)
+                    .await?;
+                tracing::info!(stream, consumer = %c.name, "removed a dead settlement consumer");
+            }
+        }
+        Ok(())
     }
 
     async fn settle(&mut self, events: Vec<Event>) -> anyhow::Result<Settled> {

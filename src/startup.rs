@@ -18,6 +18,7 @@ use crate::auth::token::TokenKey;
 use crate::config::Config;
 use crate::error::AppError;
 use crate::keys::Keys;
+use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
 use crate::settle::Settler;
 use crate::state::AppState;
@@ -28,6 +29,7 @@ pub struct Application {
     state: web::Data<AppState>,
     shutdown: watch::Sender<bool>,
     settler: Option<JoinHandle<()>>,
+    sweeper: JoinHandle<()>,
 }
 
 pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
@@ -76,19 +78,22 @@ impl Application {
         let db = connect_db(&config).await?;
         migrate(&db).await?;
         let mut redis = connect_redis(&config).await?;
+        warn_unless_durable(&mut redis).await;
         let keys = Keys::new(&config.redis_namespace);
-        let rebuilt = crate::sale::store::ensure_all_loaded(&db, &mut redis, &keys)
-            .await
-            .map_err(|e| anyhow::anyhow!("loading sales into Redis: {e:?}"))?;
-        if rebuilt > 0 {
-            tracing::warn!(
-                rebuilt,
-                "sales missing from Redis were rebuilt from Postgres"
-            );
-        }
         crate::seed::bootstrap_admin(&db, &config).await?;
 
         let metrics = Arc::new(crate::metrics::Metrics::default());
+        let recovery = Recovery::new(db.clone(), redis.clone(), keys.clone(), metrics.clone());
+        // Every sale and poll Redis lost, or holds from before a restart, is rebuilt
+        // now; a failure here is not fatal, the sweep below and the first decision
+        // on each one retry.
+        match recovery.sweep(true).await {
+            Ok(0) => {}
+            Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+            Err(e) => {
+                tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
+            }
+        }
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
@@ -96,6 +101,7 @@ impl Application {
             limits: crate::limit::Limits::from_config(&config.limits)
                 .map_err(crate::config::ConfigError::Invalid)?,
             cache: crate::cache::Cache::new(),
+            recovery: recovery.clone(),
             keys: keys.clone(),
             redis,
             db: db.clone(),
@@ -103,6 +109,11 @@ impl Application {
         });
 
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let sweeper = tokio::spawn(sweep_forever(
+            recovery,
+            Duration::from_millis(config.sweep_ms),
+            shutdown_rx.clone(),
+        ));
         let settler = if config.settle_in_serve {
             let settler = Settler::connect(db, &config.redis_url, keys, config.settle.clone())
                 .await?
@@ -149,6 +160,7 @@ impl Application {
             state,
             shutdown,
             settler,
+            sweeper,
         })
     }
 
@@ -173,6 +185,7 @@ impl Application {
         if let Some(settler) = self.settler {
             let _ = settler.await;
         }
+        let _ = self.sweeper.await;
         tracing::info!("shut down cleanly");
         Ok(())
     }
@@ -184,7 +197,71 @@ impl Application {
         if let Some(settler) = self.settler {
             let _ = settler.await;
         }
+        let _ = self.sweeper.await;
         result
+    }
+}
+
+/// Checks every `every` that Redis still holds every active sale and poll, trusted
+/// by the running Redis: a wipe or a restart is repaired within that time even when
+/// no request comes. Zero: never (startup and requests still trigger rebuilds).
+async fn sweep_forever(
+    recovery: Arc<Recovery>,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if every.is_zero() {
+        return;
+    }
+    while !*shutdown.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => break,
+        }
+        if let Err(e) = recovery.sweep(false).await {
+            tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
+        }
+    }
+}
+
+/// A 202 is only as durable as Redis's persistence: say so at startup when the
+/// Redis we talk to can lose acknowledged decisions in a crash.
+async fn warn_unless_durable(redis: &mut ConnectionManager) {
+    let config = |name: &'static str| {
+        let mut redis = redis.clone();
+        async move {
+            let pair: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async(&mut redis)
+                .await;
+            pair.ok().and_then(|p| p.get(1).cloned())
+        }
+    };
+    let appendonly = config("appendonly").await;
+    let fsync = config("appendfsync").await;
+    let eviction = config("maxmemory-policy").await;
+    match (appendonly.as_deref(), fsync.as_deref()) {
+        (Some("yes"), Some("always")) => {
+            tracing::info!("Redis persistence: AOF with appendfsync always (a 202 is on disk)")
+        }
+        (Some(aof), Some(fsync)) => tracing::warn!(
+            appendonly = aof,
+            appendfsync = fsync,
+            "Redis may lose acknowledged purchases and votes in a crash: run it with \
+             appendonly yes and appendfsync always. Sales it forgets are rebuilt from \
+             Postgres, but 202s not yet settled there are lost"
+        ),
+        _ => tracing::warn!(
+            "cannot read Redis persistence settings (CONFIG GET refused): a 202 is only \
+             durable with appendonly yes and appendfsync always"
+        ),
+    }
+    if let Some(policy) = eviction.filter(|p| p != "noeviction") {
+        tracing::warn!(
+            maxmemory_policy = %policy,
+            "Redis may evict keys: a sale's buyers set could vanish; use noeviction"
+        );
     }
 }
 

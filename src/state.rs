@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::keys::Keys;
 use crate::limit::Limits;
 use crate::metrics::Metrics;
+use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
 
 pub struct AppState {
@@ -27,4 +28,6 @@ pub struct AppState {
     pub limits: Limits,
     /// Cached views: rebuilds in flight in this process, and counters.
     pub cache: Cache,
+    /// Rebuilds of sales and polls whose Redis state was lost or is untrusted.
+    pub recovery: Arc<Recovery>,
 }

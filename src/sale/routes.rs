@@ -7,12 +7,13 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::cached;
-use super::store::{self, NewSale, PurchaseOutcome, StockChange};
+use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::AppError;
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
+use crate::recover::Target;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -99,6 +100,7 @@ async fn purchase(
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
         PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
         PurchaseOutcome::SoldOut => &m.purchase_sold_out,
+        PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
         _ => &m.purchase_not_open,
     });
     match outcome {
@@ -131,6 +133,19 @@ async fn purchase(
             "this sale has ended",
         )),
         PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
+        PurchaseOutcome::NotLoaded => Err(missing_from_redis(&state, sale).await),
+        PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
+    }
+}
+
+/// Redis has no state for this sale: 404 when Postgres has none either (the cached
+/// answer, so unknown ids cost no query each), else the sale was lost (wiped):
+/// rebuild it and answer 503 meanwhile.
+async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
+    match cached::sale_row(state, sale).await {
+        Ok(Some(_)) => state.recovery.recovering(Target::Sale(sale)),
+        Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
+        Err(e) => e,
     }
 }
 
@@ -324,21 +339,91 @@ async fn admin_stock(
             ));
         }
     };
-    let sale = sale_or_404(&state, id).await?;
-    let (left, sold) = store::change_stock(
+    sale_or_404(&state, id).await?;
+    let change_id = store::record_stock_change(&state.db, id, change, admin.id).await?;
+    // From here on the change is recorded: whatever fails, it is applied later (by
+    // the sweep or the next change), so the answer is 202, never an error that
+    // invites a second, duplicate change.
+    let result = match apply_stock_change(&state, id, change_id).await {
+        Ok(result) => result,
+        Err(e) => {
+            tracing::warn!(sale = %id, change = change_id, error = ?e, "stock change recorded; applying it later");
+            ChangeResult::Deferred
+        }
+    };
+    match result {
+        ChangeResult::Applied { delta, left, sold } => {
+            cached::invalidate(&state, id).await?;
+            if left > 0 {
+                state.sold_out.clear(id);
+            }
+            tracing::info!(sale = %id, admin = %admin.id, change = change_id, delta, left, sold, "stock changed");
+            Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+        }
+        ChangeResult::Refused { left, sold } => Err(AppError::unprocessable(
+            "stock_too_large",
+            format!(
+                "a sale may offer at most {} units in all; it has {sold} sold and {left} left",
+                domain::MAX_STOCK
+            ),
+        )),
+        ChangeResult::Deferred => Ok(HttpResponse::Accepted().json(serde_json::json!({
+            "status": "pending",
+            "change_id": change_id,
+            "sale_id": id,
+            "message": "the change is recorded and will be applied as soon as Redis holds the \
+                        sale again; do not send it again",
+        }))),
+    }
+}
+
+/// How long an admin's stock change waits for a rebuild of its sale before it
+/// answers 202 (recorded, applied later by the rebuild or the sweep).
+const STOCK_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Applies the recorded change (and any older one still pending). When the sale's
+/// Redis state is missing or untrusted, rebuilds it first (the rebuild applies the
+/// pending changes too) and reads the outcome back.
+async fn apply_stock_change(
+    state: &AppState,
+    id: SaleId,
+    change_id: i64,
+) -> Result<ChangeResult, AppError> {
+    let outcome = |results: &[(i64, ChangeResult)]| {
+        results
+            .iter()
+            .find(|(c, _)| *c == change_id)
+            .map(|(_, r)| *r)
+    };
+    let results =
+        store::apply_pending(&state.db, &mut state.redis.clone(), &state.keys, id).await?;
+    match outcome(&results) {
+        Some(ChangeResult::Deferred) => {}
+        Some(done) => return Ok(done),
+        // Another request applied it between our insert and our turn at the lock.
+        None => {
+            return store::change_result(
+                &state.db,
+                &mut state.redis.clone(),
+                &state.keys,
+                id,
+                change_id,
+            )
+            .await;
+        }
+    }
+    state
+        .recovery
+        .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
+        .await?;
+    store::change_result(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
-        &sale,
-        change,
+        id,
+        change_id,
     )
-    .await?;
-    cached::invalidate(&state, id).await?;
-    if left > 0 {
-        state.sold_out.clear(id);
-    }
-    tracing::info!(sale = %id, admin = %admin.id, left, sold, "stock changed");
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    .await
 }
 
 async fn admin_open(
@@ -370,8 +455,10 @@ async fn admin_close(
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
 
-/// Updates the record and the Redis window in one transaction: a Redis failure rolls
-/// the record back.
+/// Updates the record, then the Redis window when Redis holds the sale. In this
+/// order a rebuild running meanwhile cannot undo the change: it reads the row after
+/// the commit, or its restore runs before this update. A sale Redis lost is rebuilt
+/// (with the new window) before the answer.
 async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Result<(), AppError> {
     let sql = match change {
         WindowChange::Open => concat!(
@@ -384,26 +471,19 @@ async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Resul
             store::sale_columns!()
         ),
     };
-    let mut tx = state.db.begin().await?;
     let row = sqlx::query_as::<_, store::SaleRow>(sql)
         .bind(id.get())
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&state.db)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
-    // Stock is only written when Redis lost the sale; then rebuild it from the orders.
-    let sold: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
-        .bind(id.get())
-        .fetch_one(&mut *tx)
-        .await?;
-    store::load_into_redis(
-        &mut state.redis.clone(),
-        &state.keys,
-        &row,
-        (row.stock_total - sold).max(0),
-    )
-    .await?;
-    tx.commit().await?;
+    let in_redis = store::update_window(&mut state.redis.clone(), &state.keys, &row).await?;
     cached::invalidate(state, id).await?;
+    if !in_redis {
+        state
+            .recovery
+            .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
+            .await?;
+    }
     Ok(())
 }
 
@@ -464,16 +544,31 @@ async fn admin_reconcile(
     Ok(HttpResponse::Ok().json(report))
 }
 
-/// Makes Redis agree with Postgres for one sale (see [`store::repair`]).
+/// Makes Redis agree with Postgres for one sale: the rebuild of [`crate::recover`].
 async fn admin_repair(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
-    let sale = sale_or_404(&state, id).await?;
-    let report = store::repair(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    sale_or_404(&state, id).await?;
+    state
+        .recovery
+        .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
+        .await?
+        .ok_or_else(|| {
+            AppError::unavailable("busy", "another rebuild of this sale is running; try again")
+                .with_header(header::RETRY_AFTER, "1")
+        })?;
     state.sold_out.clear(id);
+    cached::invalidate(&state, id).await?;
+    let report = store::reconcile(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        &sale_or_404(&state, id).await?,
+    )
+    .await?;
     tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
 }

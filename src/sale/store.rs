@@ -8,18 +8,15 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::domain::{Id, SaleId, UserId};
+use crate::domain::{Id, MAX_STOCK, SaleId, UserId};
 use crate::error::AppError;
-use crate::keys::{Keys, SaleKeys};
+use crate::keys::Keys;
+use crate::lua::{lua_script, unexpected_reply};
 
-static PURCHASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/purchase.lua")));
-static STOCK: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/stock.lua")));
-static REPAIR_STOCK: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/repair_stock.lua")));
-static LOAD_SALE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/load_sale.lua")));
+static PURCHASE: LazyLock<redis::Script> = lua_script!("purchase.lua");
+static NEW_SALE: LazyLock<redis::Script> = lua_script!("new_sale.lua");
+static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
+static STOCK_CHANGE: LazyLock<redis::Script> = lua_script!("stock_change.lua");
 
 /// Name of the consumer group the settlement worker reads order streams with.
 pub const SETTLE_GROUP: &str = "settle";
@@ -109,7 +106,7 @@ pub struct NewSale {
     pub ends_at: DateTime<Utc>,
 }
 
-/// Inserts the sale and loads it into Redis inside one transaction: if Redis refuses,
+/// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
 /// the row is rolled back, so no sale exists that buyers cannot reach.
 pub async fn create_sale<C: ConnectionLike>(
     db: &PgPool,
@@ -131,32 +128,41 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.ends_at)
     .fetch_one(&mut *tx)
     .await?;
-    load_into_redis(redis, keys, &row, new.stock).await?;
+    let k = keys.sale(sale_id(&row)?);
+    let _: i64 = NEW_SALE
+        .key(&k.meta)
+        .key(&k.stock)
+        .arg(row.starts_at.timestamp_millis())
+        .arg(row.ends_at.timestamp_millis())
+        .arg(u8::from(row.closed))
+        .arg(new.stock)
+        .invoke_async(redis)
+        .await?;
+    ensure_group(redis, &k.orders).await?;
     tx.commit().await?;
     Ok(row)
 }
 
-/// Writes a sale's window into Redis and, when the stock key is absent, its stock.
-/// Also creates the settlement consumer group on its order stream.
-pub async fn load_into_redis<C: ConnectionLike>(
+/// Writes a sale's window (as Postgres has it now) into its Redis meta hash, when
+/// Redis holds the sale. Returns false when it does not: then the sale needs a
+/// rebuild (see [`crate::recover`]), which writes the window from Postgres.
+pub async fn update_window<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     sale: &SaleRow,
-    stock_if_absent: i64,
-) -> Result<(), AppError> {
-    let id = sale_id(sale)?;
-    let k = keys.sale(id);
-    let _: i64 = LOAD_SALE
+) -> Result<bool, AppError> {
+    let k = keys.sale(sale_id(sale)?);
+    let written: i64 = UPDATE_META
         .key(&k.meta)
-        .key(&k.stock)
+        .arg("starts_ms")
         .arg(sale.starts_at.timestamp_millis())
+        .arg("ends_ms")
         .arg(sale.ends_at.timestamp_millis())
+        .arg("closed")
         .arg(u8::from(sale.closed))
-        .arg(stock_if_absent)
         .invoke_async(redis)
         .await?;
-    ensure_group(redis, &k.orders).await?;
-    Ok(())
+    Ok(written == 1)
 }
 
 /// `XGROUP CREATE ... MKSTREAM`, tolerating an existing group.
@@ -178,44 +184,7 @@ pub async fn ensure_group<C: ConnectionLike>(
     }
 }
 
-/// Makes sure every sale in Postgres has its state in Redis (after a Redis restart
-/// without persistence, say). Units left are rebuilt as `stock_total - orders`, and
-/// the buyers set from the orders table, only for sales whose keys are missing.
-pub async fn ensure_all_loaded<C: ConnectionLike>(
-    db: &PgPool,
-    redis: &mut C,
-    keys: &Keys,
-) -> Result<usize, AppError> {
-    let sales = sqlx::query_as::<_, SaleRow>(concat!("SELECT ", sale_columns!(), " FROM sales"))
-        .fetch_all(db)
-        .await?;
-    let mut rebuilt = 0;
-    for sale in &sales {
-        let k = keys.sale(sale_id(sale)?);
-        let present: bool = redis::cmd("EXISTS").arg(&k.meta).query_async(redis).await?;
-        if present {
-            ensure_group(redis, &k.orders).await?;
-            continue;
-        }
-        let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-            .bind(sale.id)
-            .fetch_all(db)
-            .await?;
-        if !buyers.is_empty() {
-            let _: () = redis::cmd("SADD")
-                .arg(&k.buyers)
-                .arg(&buyers)
-                .query_async(redis)
-                .await?;
-        }
-        let left = (sale.stock_total - buyers.len() as i64).max(0);
-        load_into_redis(redis, keys, sale, left).await?;
-        rebuilt += 1;
-    }
-    Ok(rebuilt)
-}
-
-fn sale_id(sale: &SaleRow) -> Result<SaleId, AppError> {
+pub(crate) fn sale_id(sale: &SaleRow) -> Result<SaleId, AppError> {
     Id::new(sale.id)
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("sale id {} not positive", sale.id)))
 }
@@ -259,12 +228,22 @@ pub async fn views<C: ConnectionLike>(
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PurchaseOutcome {
-    Accepted { order_id: Uuid, stock_left: i64 },
+    Accepted {
+        order_id: Uuid,
+        stock_left: i64,
+    },
     AlreadyBought,
-    NotStarted { starts_in_ms: i64 },
+    NotStarted {
+        starts_in_ms: i64,
+    },
     Ended,
     UnknownSale,
     SoldOut,
+    /// Redis does not hold this sale: unknown, or lost (wiped). Postgres decides which.
+    NotLoaded,
+    /// Redis holds the sale but this Redis run has not verified it (a restart may have
+    /// lost writes), or a rebuild is in progress: rebuild before deciding.
+    Recovering,
 }
 
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's
@@ -297,7 +276,7 @@ pub async fn purchase<C: ConnectionLike>(
     keys: &Keys,
     sale: SaleId,
     user: UserId,
-) -> Result<PurchaseOutcome, redis::RedisError> {
+) -> Result<PurchaseOutcome, AppError> {
     if sale.get() > MAX_ORDERABLE_SALE_ID {
         return Ok(PurchaseOutcome::UnknownSale);
     }
@@ -324,62 +303,202 @@ pub async fn purchase<C: ConnectionLike>(
             starts_in_ms: value,
         },
         3 => PurchaseOutcome::Ended,
-        4 => PurchaseOutcome::UnknownSale,
-        _ => PurchaseOutcome::SoldOut,
+        4 => PurchaseOutcome::NotLoaded,
+        5 => PurchaseOutcome::SoldOut,
+        6 => PurchaseOutcome::Recovering,
+        other => return Err(unexpected_reply("purchase.lua", (other, value))),
     })
 }
 
-async fn run_stock<C: ConnectionLike>(
-    redis: &mut C,
-    k: &SaleKeys,
-    mode: &str,
-    amount: i64,
-) -> redis::RedisResult<(i64, i64)> {
-    STOCK
-        .key(&k.stock)
-        .key(&k.buyers)
-        .key(&k.meta)
-        .arg(mode)
-        .arg(amount)
-        .invoke_async(redis)
-        .await
-}
-
+/// An admin's stock change, as the API takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StockChange {
+    /// Units left become exactly this.
     Set(i64),
+    /// Units left grow by this.
     Add(i64),
 }
 
-/// Applies a stock change in Redis, then records the new total in Postgres.
-/// Returns (units left, units sold).
-pub async fn change_stock<C: ConnectionLike>(
+impl StockChange {
+    fn kind(self) -> &'static str {
+        match self {
+            StockChange::Set(_) => "set",
+            StockChange::Add(_) => "add",
+        }
+    }
+
+    fn amount(self) -> i64 {
+        match self {
+            StockChange::Set(n) | StockChange::Add(n) => n,
+        }
+    }
+}
+
+/// What became of one recorded stock change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeResult {
+    /// Units left moved by `delta` in Redis, and `stock_total` by the same delta in
+    /// Postgres, once.
+    Applied { delta: i64, left: i64, sold: i64 },
+    /// Units ever offered would pass [`MAX_STOCK`]: nothing changed.
+    Refused { left: i64, sold: i64 },
+    /// Not applied yet: Redis does not hold the sale, or holds state this Redis run has
+    /// not verified. The change stays recorded and is applied after the rebuild.
+    Deferred,
+}
+
+/// Records a stock change in Postgres; [`apply_pending`] applies it. Never
+/// read-modify-write across the two stores: Redis computes the delta, Postgres adds it.
+pub async fn record_stock_change(
+    db: &PgPool,
+    sale: SaleId,
+    change: StockChange,
+    admin: UserId,
+) -> Result<i64, AppError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO stock_changes (sale_id, kind, amount, admin_id) VALUES ($1, $2, $3, $4)
+         RETURNING id",
+    )
+    .bind(sale.get())
+    .bind(change.kind())
+    .bind(change.amount())
+    .bind(admin.get())
+    .fetch_one(db)
+    .await?)
+}
+
+/// Applies every recorded, not yet applied stock change of the sale, oldest first,
+/// holding the sale's row lock, so that concurrent changes on any number of instances
+/// (and a rebuild, which takes the same lock) take turns. Returns each change's result.
+pub async fn apply_pending<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
     keys: &Keys,
-    sale: &SaleRow,
-    change: StockChange,
-) -> Result<(i64, i64), AppError> {
-    let k = keys.sale(sale_id(sale)?);
-    let (mode, amount) = match change {
-        StockChange::Set(n) => ("set", n),
-        StockChange::Add(n) => ("add", n),
-    };
-    let (mut left, mut sold) = run_stock(redis, &k, mode, amount).await?;
-    if left < 0 {
-        // Not in Redis (flushed?): load it from the record, then apply the change.
-        let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
-            .bind(sale.id)
+    sale: SaleId,
+) -> Result<Vec<(i64, ChangeResult)>, AppError> {
+    let mut tx = db.begin().await?;
+    let exists: Option<i64> = sqlx::query_scalar("SELECT id FROM sales WHERE id = $1 FOR UPDATE")
+        .bind(sale.get())
+        .fetch_optional(&mut *tx)
+        .await?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    let results = apply_pending_locked(&mut tx, redis, keys, sale).await?;
+    tx.commit().await?;
+    Ok(results)
+}
+
+/// [`apply_pending`] for a caller that already holds the sale's row lock in `tx`.
+///
+/// Crash safety: Redis applies a change once and remembers its delta under the
+/// change id; the row turns `applied` (and `stock_total` moves) in `tx`. If `tx` never
+/// commits, the row stays `pending` and the next call gets the remembered delta back
+/// from Redis instead of applying it again.
+pub async fn apply_pending_locked<C: ConnectionLike>(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+) -> Result<Vec<(i64, ChangeResult)>, AppError> {
+    let pending: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, kind, amount FROM stock_changes
+         WHERE sale_id = $1 AND status = 'pending' ORDER BY id",
+    )
+    .bind(sale.get())
+    .fetch_all(&mut *tx)
+    .await?;
+    let k = keys.sale(sale);
+    let mut results = Vec::with_capacity(pending.len());
+    for (id, kind, amount) in pending {
+        let (code, delta, left, sold): (i64, i64, i64, i64) = STOCK_CHANGE
+            .key(&k.meta)
+            .key(&k.stock)
+            .key(&k.buyers)
+            .key(&k.changes)
+            .arg(id)
+            .arg(&kind)
+            .arg(amount)
+            .arg(MAX_STOCK)
+            .invoke_async(redis)
+            .await?;
+        let result = match code {
+            0 => ChangeResult::Applied { delta, left, sold },
+            1 => ChangeResult::Refused { left, sold },
+            4 | 6 => {
+                // This and every later change wait for the rebuild.
+                results.push((id, ChangeResult::Deferred));
+                break;
+            }
+            other => return Err(unexpected_reply("stock_change.lua", (other, delta))),
+        };
+        let (status, applied_delta) = match result {
+            ChangeResult::Applied { delta, .. } => ("applied", delta),
+            _ => ("refused", 0),
+        };
+        let done = sqlx::query(
+            "UPDATE stock_changes SET status = $2, delta = $3, applied_at = now()
+             WHERE id = $1 AND status = 'pending'",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(applied_delta)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 && applied_delta != 0 {
+            sqlx::query(
+                "UPDATE sales SET stock_total = stock_total + $2, updated_at = now() WHERE id = $1",
+            )
+            .bind(sale.get())
+            .bind(applied_delta)
+            .execute(&mut *tx)
+            .await?;
+        }
+        results.push((id, result));
+    }
+    Ok(results)
+}
+
+/// The outcome of a change as Postgres records it now, with live numbers from Redis.
+pub async fn change_result<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    change_id: i64,
+) -> Result<ChangeResult, AppError> {
+    let (status, delta): (String, Option<i64>) =
+        sqlx::query_as("SELECT status, delta FROM stock_changes WHERE id = $1")
+            .bind(change_id)
             .fetch_one(db)
             .await?;
-        load_into_redis(redis, keys, sale, (sale.stock_total - orders).max(0)).await?;
-        (left, sold) = run_stock(redis, &k, mode, amount).await?;
-    }
-    sqlx::query("UPDATE sales SET stock_total = $2, updated_at = now() WHERE id = $1")
-        .bind(sale.id)
-        .bind(left + sold)
-        .execute(db)
-        .await?;
-    Ok((left, sold))
+    let numbers = live_numbers(redis, keys, &[sale.get()]).await?;
+    let (left, sold) = numbers.first().copied().unwrap_or((0, 0));
+    Ok(match status.as_str() {
+        "applied" => ChangeResult::Applied {
+            delta: delta.unwrap_or(0),
+            left,
+            sold,
+        },
+        "refused" => ChangeResult::Refused { left, sold },
+        _ => ChangeResult::Deferred,
+    })
+}
+
+/// Sales with stock changes recorded more than `older_than_ms` ago and still not
+/// applied (their admin request died, or the sale was being rebuilt).
+pub async fn sales_with_pending_changes(
+    db: &PgPool,
+    older_than_ms: i64,
+) -> Result<Vec<SaleId>, sqlx::Error> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT sale_id FROM stock_changes
+         WHERE status = 'pending' AND created_at < now() - make_interval(secs => $1::float8 / 1000)",
+    )
+    .bind(older_than_ms)
+    .fetch_all(db)
+    .await?;
+    Ok(ids.into_iter().filter_map(Id::new).collect())
 }
 
 /// How Redis and Postgres agree on one sale.
@@ -447,38 +566,6 @@ pub async fn reconcile<C: ConnectionLike>(
         stock_left,
         stock_total: sale.stock_total,
     })
-}
-
-/// Makes Redis agree with Postgres again: every buyer with a settled order joins the
-/// buyers set (so no one buys twice), then units left become `stock_total - buyers`.
-/// Buyers whose orders are still pending stay. Meant for a quiet sale; it is safe
-/// during one (each step is atomic), but the report may be stale by the time it ends.
-pub async fn repair<C: ConnectionLike>(
-    db: &PgPool,
-    redis: &mut C,
-    keys: &Keys,
-    sale: &SaleRow,
-) -> Result<Reconciliation, AppError> {
-    let k = keys.sale(sale_id(sale)?);
-    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-        .bind(sale.id)
-        .fetch_all(db)
-        .await?;
-    // In chunks: a script never loops over unbounded data.
-    for chunk in settled.chunks(1000) {
-        let _: i64 = redis::cmd("SADD")
-            .arg(&k.buyers)
-            .arg(chunk)
-            .query_async(redis)
-            .await?;
-    }
-    let _: i64 = REPAIR_STOCK
-        .key(&k.stock)
-        .key(&k.buyers)
-        .arg(sale.stock_total)
-        .invoke_async(redis)
-        .await?;
-    reconcile(db, redis, keys, sale).await
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use crate::domain::{self, Id, PollId};
 use crate::error::AppError;
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
+use crate::recover::Target;
 use crate::state::AppState;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -66,9 +67,10 @@ pub async fn load_view(state: &AppState, id: PollId) -> Result<PollView, AppErro
 }
 
 async fn live_results(state: &AppState, id: PollId) -> Result<store::Results, AppError> {
-    store::results(&mut state.redis.clone(), &state.keys, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))
+    match store::results(&mut state.redis.clone(), &state.keys, id).await? {
+        Some(results) => Ok(results),
+        None => Err(missing_from_redis(state, id).await),
+    }
 }
 
 async fn show(
@@ -157,7 +159,18 @@ async fn vote(
             "closed",
             "this poll is closed",
         )),
-        VoteOutcome::UnknownPoll => Err(AppError::not_found(format!("no poll with id {poll}"))),
+        VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
+        VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
+    }
+}
+
+/// Redis has no state for this poll: 404 when Postgres has none either, else the
+/// poll was lost (wiped): rebuild it and answer 503 meanwhile.
+async fn missing_from_redis(state: &AppState, poll: PollId) -> AppError {
+    match store::cached_record(state, poll).await {
+        Ok(Some(_)) => state.recovery.recovering(Target::Poll(poll)),
+        Ok(None) => AppError::not_found(format!("no poll with id {poll}")),
+        Err(e) => e,
     }
 }
 
@@ -309,10 +322,14 @@ async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("poll", &path)?;
-    store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
+    let (_, in_redis) = store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
     store::invalidate_record(&state, id).await?;
+    if !in_redis {
+        // Lost from Redis: the rebuild writes the closed window from Postgres.
+        return Err(state.recovery.recovering(Target::Poll(id)));
+    }
     tracing::info!(poll = %id, admin = %admin.id, "poll closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }

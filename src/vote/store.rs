@@ -11,12 +11,12 @@ use sqlx::PgPool;
 use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
+use crate::lua::{lua_script, unexpected_reply};
 use crate::sale::store::ensure_group;
 
-static VOTE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/vote.lua")));
-static LOAD_POLL: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/load_poll.lua")));
+static VOTE: LazyLock<redis::Script> = lua_script!("vote.lua");
+static NEW_POLL: LazyLock<redis::Script> = lua_script!("new_poll.lua");
+static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow)]
 pub struct PollRow {
@@ -107,19 +107,8 @@ pub async fn create_poll<C: ConnectionLike>(
     .fetch_all(&mut *tx)
     .await?;
     let record = PollRecord { poll, options };
-    load_into_redis(redis, keys, &record).await?;
-    tx.commit().await?;
-    Ok(record)
-}
-
-pub async fn load_into_redis<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    record: &PollRecord,
-) -> Result<(), AppError> {
-    let id = poll_id(record.poll.id)?;
-    let k = keys.poll(id);
-    let mut inv = LOAD_POLL.prepare_invoke();
+    let k = keys.poll(poll_id(record.poll.id)?);
+    let mut inv = NEW_POLL.prepare_invoke();
     inv.key(&k.meta)
         .key(&k.options)
         .arg(record.poll.opens_at.timestamp_millis())
@@ -130,7 +119,8 @@ pub async fn load_into_redis<C: ConnectionLike>(
     }
     let _: i64 = inv.invoke_async(redis).await?;
     ensure_group(redis, &k.votes).await?;
-    Ok(())
+    tx.commit().await?;
+    Ok(record)
 }
 
 fn poll_id(raw: i64) -> Result<PollId, AppError> {
@@ -190,59 +180,21 @@ pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::E
     .await
 }
 
-/// Makes sure every poll in Postgres is loaded in Redis (window and options). Tallies
-/// of a poll whose keys were lost are rebuilt from the settled votes.
-pub async fn ensure_all_loaded<C: ConnectionLike>(
-    db: &PgPool,
-    redis: &mut C,
-    keys: &Keys,
-) -> Result<usize, AppError> {
-    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM polls")
-        .fetch_all(db)
-        .await?;
-    let mut rebuilt = 0;
-    for raw in ids {
-        let id = poll_id(raw)?;
-        let k = keys.poll(id);
-        let present: bool = redis::cmd("EXISTS").arg(&k.meta).query_async(redis).await?;
-        if present {
-            ensure_group(redis, &k.votes).await?;
-            continue;
-        }
-        let Some(record) = fetch_record(db, id).await? else {
-            continue;
-        };
-        let votes: Vec<(i64, i64)> =
-            sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
-                .bind(raw)
-                .fetch_all(db)
-                .await?;
-        let mut tally: HashMap<i64, i64> = HashMap::new();
-        let mut pipe = redis::pipe();
-        for (user, option) in &votes {
-            *tally.entry(*option).or_default() += 1;
-            pipe.hset(&k.voters, user, option).ignore();
-        }
-        for (option, count) in &tally {
-            pipe.hset(&k.tally, option, count).ignore();
-        }
-        if !votes.is_empty() {
-            let _: () = pipe.query_async(redis).await?;
-        }
-        load_into_redis(redis, keys, &record).await?;
-        rebuilt += 1;
-    }
-    Ok(rebuilt)
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VoteOutcome {
-    Accepted { count: i64 },
+    Accepted {
+        count: i64,
+    },
     AlreadyVoted,
-    NotOpen { opens_in_ms: i64 },
+    NotOpen {
+        opens_in_ms: i64,
+    },
     Closed,
-    UnknownPoll,
     UnknownOption,
+    /// Redis does not hold this poll: unknown, or lost (wiped). Postgres decides which.
+    NotLoaded,
+    /// Redis holds the poll but this Redis run has not verified it: rebuild first.
+    Recovering,
 }
 
 #[tracing::instrument(level = "debug", skip_all, fields(poll = %poll, user = %user))]
@@ -252,7 +204,7 @@ pub async fn vote<C: ConnectionLike>(
     poll: PollId,
     user: UserId,
     option: i64,
-) -> Result<VoteOutcome, redis::RedisError> {
+) -> Result<VoteOutcome, AppError> {
     let k = keys.poll(poll);
     let (code, value): (i64, i64) = VOTE
         .key(&k.meta)
@@ -270,8 +222,10 @@ pub async fn vote<C: ConnectionLike>(
         1 => VoteOutcome::AlreadyVoted,
         2 => VoteOutcome::NotOpen { opens_in_ms: value },
         3 => VoteOutcome::Closed,
-        4 => VoteOutcome::UnknownPoll,
-        _ => VoteOutcome::UnknownOption,
+        4 => VoteOutcome::NotLoaded,
+        5 => VoteOutcome::UnknownOption,
+        6 => VoteOutcome::Recovering,
+        other => return Err(unexpected_reply("vote.lua", (other, value))),
     })
 }
 
@@ -358,27 +312,28 @@ pub async fn voted_option<C: ConnectionLike>(
         .await
 }
 
-/// Closes the poll in Postgres and Redis in one transaction.
+/// Closes the poll: Postgres first, then Redis when it holds the poll. In this
+/// order a rebuild running meanwhile cannot undo the close: it reads the row after
+/// it committed, or its restore comes before this update. Returns the record and
+/// whether Redis held the poll (when not, it needs a rebuild).
 pub async fn close<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
     keys: &Keys,
     id: PollId,
-) -> Result<Option<PollRecord>, AppError> {
-    let mut tx = db.begin().await?;
+) -> Result<Option<(PollRecord, bool)>, AppError> {
     let updated = sqlx::query("UPDATE polls SET closed = TRUE WHERE id = $1")
         .bind(id.get())
-        .execute(&mut *tx)
+        .execute(db)
         .await?;
     if updated.rows_affected() == 0 {
         return Ok(None);
     }
-    let _: () = redis::cmd("HSET")
-        .arg(&keys.poll(id).meta)
+    let written: i64 = UPDATE_META
+        .key(&keys.poll(id).meta)
         .arg("closed")
         .arg(1)
-        .query_async(redis)
+        .invoke_async(redis)
         .await?;
-    tx.commit().await?;
-    Ok(fetch_record(db, id).await?)
+    Ok(fetch_record(db, id).await?.map(|r| (r, written == 1)))
 }

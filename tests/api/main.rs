@@ -12,6 +12,7 @@ mod lock;
 mod pages;
 mod poll_pages;
 mod purchase;
+mod recover;
 mod settle;
 mod shutdown;
 mod vote;

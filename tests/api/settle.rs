@@ -231,3 +231,90 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
         .unwrap();
     assert_eq!(report["consistent"], false, "{report}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let mut streams = Vec::new();
+    let mut total = 0;
+    for _ in 0..5 {
+        let sale = app.create_sale(&admin, 30, -5, 3600).await;
+        total += buy_all(&app, sale, 30).await.len();
+        streams.push(
+            app.keys
+                .sale(stampede::domain::Id::new(sale).unwrap())
+                .orders,
+        );
+    }
+    assert_eq!(total, 150);
+    let mut worker = settler(&app, "batcher", 20, 60_000).await;
+    let mut inserted = 0;
+    for _ in 0..100 {
+        let done = worker.step(&streams).await.unwrap();
+        assert!(
+            done.read <= 20,
+            "a batch of {} rows across streams",
+            done.read
+        );
+        inserted += done.inserted;
+        if done.read == 0 {
+            break;
+        }
+    }
+    assert_eq!(inserted, 150, "everything settled, 20 at a time at most");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    buy_all(&app, sale, 10).await;
+    let key = app
+        .keys
+        .sale(stampede::domain::Id::new(sale).unwrap())
+        .orders;
+    // A worker that read entries and died, and one that never read anything.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("settle")
+        .arg("ghost-with-entries")
+        .arg("COUNT")
+        .arg(4)
+        .arg("STREAMS")
+        .arg(&key)
+        .arg(">")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(&key)
+        .arg("settle")
+        .arg("ghost-idle")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut worker = settler(&app, "survivor", 100, 200).await;
+    worker.drain().await.unwrap();
+    assert_eq!(
+        app.orders_in_db(sale).await.len(),
+        10,
+        "the ghost's entries were taken over"
+    );
+    // The ghost that held entries is idle too once they were claimed; the next pass
+    // removes it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    worker.drain().await.unwrap();
+    let consumers: Vec<String> = {
+        let reply: redis::streams::StreamInfoConsumersReply =
+            redis::AsyncCommands::xinfo_consumers(&mut app.redis.clone(), &key, "settle")
+                .await
+                .unwrap();
+        reply.consumers.into_iter().map(|c| c.name).collect()
+    };
+    assert_eq!(consumers, vec!["survivor".to_string()]);
+}

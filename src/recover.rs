@@ -1,0 +1,522 @@
+//! Rebuilding a sale's or a poll's Redis state from Postgres, the record.
+//!
+//! Redis state can be missing (a wipe, a new empty server) or untrusted: every state
+//! is stamped with the run id of the Redis process that created or last rebuilt it
+//! (`lua/lib/run.lua`), and a restart, a failover or a restore changes that run id.
+//! With `appendfsync everysec` a restart may have lost the last second of writes:
+//! 202s that Redis forgot, some of them already settled into Postgres. Deciding on
+//! such state would sell a second unit to a buyer Redis forgot, or more units than
+//! the sale has. So the decision scripts answer "not loaded" or "recovering" for
+//! such state, the HTTP layer answers 503 `recovering` with `Retry-After`, and this
+//! module rebuilds:
+//!
+//! 1. take the sale's lock (one instance at a time; the others keep answering 503)
+//!    and its Postgres row lock (stock changes and other rebuilds wait);
+//! 2. fence it in Redis (`lua/fence.lua`): decisions stop, a token marks the rebuild;
+//! 3. read what Redis still has (unsettled stream entries, pending orders, the
+//!    buyers set), then what Postgres has (settled orders). In this order: an entry
+//!    the settlement worker moves meanwhile is still seen in one of the two, because
+//!    it deletes a stream entry only after the commit;
+//! 4. add every buyer to the buyers set, then `lua/restore_sale.lua` sets units left
+//!    to `stock_total - buyers`, writes the window and stamps this run, atomically
+//!    and only if the token survived (a second wipe mid-way means: start over);
+//! 5. apply the stock changes still pending in Postgres.
+//!
+//! A poll is rebuilt the same way: voters from the stream, the voters hash and the
+//! `votes` table; tallies counted from that union.
+//!
+//! Triggers: a decision that meets such state ([`Recovery::trigger`], in the
+//! background), the sweep that `serve` runs every couple of seconds over the active
+//! sales and polls (so a wiped Redis is restored before anyone asks), startup, and
+//! `reconcile --repair`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::domain::{Id, PollId, SaleId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::lock::Lock;
+use crate::lua::{lua_script, unexpected_reply};
+use crate::metrics::Metrics;
+use crate::sale::store::{self as sales, ChangeResult, SaleRow, ensure_group};
+
+static FENCE: LazyLock<redis::Script> = lua_script!("fence.lua");
+static RESTORE_SALE: LazyLock<redis::Script> = lua_script!("restore_sale.lua");
+static RESTORE_POLL: LazyLock<redis::Script> = lua_script!("restore_poll.lua");
+static CHECK_STATE: LazyLock<redis::Script> = lua_script!("check_state.lua");
+
+/// Lease of a rebuild's lock; a watchdog extends it while the rebuild runs.
+const LOCK_TTL_MS: u64 = 10_000;
+/// Lifetime of the fence token: a rebuild that died leaves the sale fenced at most
+/// this long before the token is gone and any rebuild may start over.
+const TOKEN_TTL_MS: u64 = 120_000;
+/// Items per Redis command when reading or writing large sets.
+const CHUNK: usize = 1000;
+/// Sales and polls that ended longer ago than this are left out of the periodic
+/// sweep (startup and `reconcile --repair` still cover them).
+const SWEEP_RECENT_DAYS: i32 = 7;
+/// Stock changes still pending after this long are finished by the sweep.
+const STALE_CHANGE_MS: i64 = 2_000;
+
+/// What can be rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    Sale(SaleId),
+    Poll(PollId),
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Sale(id) => write!(f, "sale:{id}"),
+            Target::Poll(id) => write!(f, "poll:{id}"),
+        }
+    }
+}
+
+/// What one rebuild found and wrote.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Buyers or voters settled in Postgres.
+    pub settled: usize,
+    /// Accepted orders or votes still on their way (in the stream).
+    pub unsettled: usize,
+    /// Buyers or voters after the rebuild (the union of everything seen).
+    pub total: usize,
+    /// Units left after the rebuild (sales only).
+    pub stock_left: Option<i64>,
+}
+
+/// The rebuilder, shared by the HTTP handlers, the sweep and the CLI.
+pub struct Recovery {
+    metrics: Arc<Metrics>,
+    db: PgPool,
+    redis: ConnectionManager,
+    keys: Keys,
+    /// Rebuilds started by this process and not finished: a storm of requests on a
+    /// fenced sale starts one task, not thousands. A std mutex: held for a set
+    /// insert or remove, never across an await.
+    in_flight: Mutex<HashSet<Target>>,
+}
+
+/// How a sale's or poll's Redis state stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateCheck {
+    Trusted,
+    NotLoaded,
+    Untrusted,
+}
+
+impl Recovery {
+    pub fn new(
+        db: PgPool,
+        redis: ConnectionManager,
+        keys: Keys,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(Recovery {
+            metrics,
+            db,
+            redis,
+            keys,
+            in_flight: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Starts a rebuild in the background unless this process already runs one for
+    /// the target. Another instance holding the lock means it is rebuilding: this
+    /// one then does nothing, and its callers keep answering 503 until it is done.
+    pub fn trigger(self: &Arc<Self>, target: Target) {
+        {
+            let mut in_flight = self
+                .in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !in_flight.insert(target) {
+                return;
+            }
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.rebuild(target, Duration::ZERO).await {
+                Ok(Some(done)) => {
+                    tracing::warn!(%target, ?done, "rebuilt from Postgres")
+                }
+                Ok(None) => tracing::debug!(%target, "another instance is rebuilding"),
+                Err(e) => tracing::warn!(%target, error = ?e, "rebuild failed; will retry"),
+            }
+            this.in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&target);
+        });
+    }
+
+    /// Rebuilds now, waiting up to `wait` for another instance's rebuild to finish.
+    /// `Ok(None)` when the lock stayed taken, or when Postgres has no such target.
+    pub async fn rebuild(
+        &self,
+        target: Target,
+        wait: Duration,
+    ) -> Result<Option<Rebuilt>, AppError> {
+        let key = self.keys.lock(&format!("rebuild:{target}"));
+        let Some(mut guard) = Lock::acquire(&self.redis, key, LOCK_TTL_MS, wait).await? else {
+            return Ok(None);
+        };
+        let lost = guard.start_watchdog();
+        let result = match target {
+            Target::Sale(id) => self.rebuild_sale(id).await,
+            Target::Poll(id) => self.rebuild_poll(id).await,
+        };
+        if matches!(result, Ok(Some(_))) {
+            Metrics::inc(&self.metrics.rebuilds);
+        }
+        if lost.is_lost() {
+            tracing::warn!(%target, "rebuild lock lost while rebuilding; the fence token decides");
+        }
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "releasing the rebuild lock failed; it expires on its own");
+        }
+        result
+    }
+
+    /// Whether Redis holds the target's state, trusted by the running Redis.
+    pub async fn check(&self, target: Target) -> Result<StateCheck, AppError> {
+        let (meta, must_have) = match target {
+            Target::Sale(id) => {
+                let k = self.keys.sale(id);
+                (k.meta, k.stock)
+            }
+            Target::Poll(id) => {
+                let k = self.keys.poll(id);
+                (k.meta, k.options)
+            }
+        };
+        let code: i64 = CHECK_STATE
+            .key(meta)
+            .key(must_have)
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        match code {
+            0 => Ok(StateCheck::Trusted),
+            4 => Ok(StateCheck::NotLoaded),
+            6 => Ok(StateCheck::Untrusted),
+            other => Err(unexpected_reply("check_state.lua", other)),
+        }
+    }
+
+    /// Checks every sale and poll (only those of the last days unless `all`),
+    /// rebuilds what is missing or untrusted, and finishes stock changes left
+    /// pending. Returns how many targets were rebuilt.
+    pub async fn sweep(&self, all: bool) -> Result<usize, AppError> {
+        let days = if all { i32::MAX / 2 } else { SWEEP_RECENT_DAYS };
+        let sales: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
+        )
+        .bind(days)
+        .fetch_all(&self.db)
+        .await?;
+        let polls: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM polls WHERE closes_at > now() - make_interval(days => $1) ORDER BY id",
+        )
+        .bind(days)
+        .fetch_all(&self.db)
+        .await?;
+        let targets = sales
+            .into_iter()
+            .filter_map(Id::new)
+            .map(Target::Sale)
+            .chain(polls.into_iter().filter_map(Id::new).map(Target::Poll));
+        let mut rebuilt = 0;
+        for target in targets {
+            if self.check(target).await? == StateCheck::Trusted {
+                continue;
+            }
+            // One target's failure must not keep the others waiting.
+            match self.rebuild(target, Duration::ZERO).await {
+                Ok(Some(done)) => {
+                    rebuilt += 1;
+                    tracing::warn!(%target, ?done, "rebuilt from Postgres");
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(%target, error = ?e, "rebuild failed; will retry"),
+            }
+        }
+        for sale in sales::sales_with_pending_changes(&self.db, STALE_CHANGE_MS).await? {
+            let results =
+                sales::apply_pending(&self.db, &mut self.redis.clone(), &self.keys, sale).await?;
+            if results.iter().any(|(_, r)| *r == ChangeResult::Deferred) {
+                self.rebuild(Target::Sale(sale), Duration::ZERO).await?;
+            }
+        }
+        Ok(rebuilt)
+    }
+
+    async fn rebuild_sale(&self, id: SaleId) -> Result<Option<Rebuilt>, AppError> {
+        let mut redis = self.redis.clone();
+        let k = self.keys.sale(id);
+        let mut tx = self.db.begin().await?;
+        // The row lock: stock changes and window changes of this sale wait for us.
+        let Some(sale) = sqlx::query_as::<_, SaleRow>(concat!(
+            "SELECT ",
+            sales::sale_columns!(),
+            " FROM sales WHERE id = $1 FOR UPDATE"
+        ))
+        .bind(id.get())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let token = crate::auth::random_token_hex(16);
+        let _: i64 = FENCE
+            .key(&k.meta)
+            .key(&k.rebuild)
+            .arg(&token)
+            .arg(TOKEN_TTL_MS)
+            .invoke_async(&mut redis)
+            .await?;
+
+        // Redis first, Postgres second (see the module doc).
+        let unsettled = stream_field(&mut redis, &k.orders, "user_id").await?;
+        let mut buyers: HashSet<i64> = unsettled.iter().map(|(user, _)| *user).collect();
+        let pending: Vec<(String, i64)> = scan_all(&mut redis, "HSCAN", &k.pending).await?;
+        buyers.extend(pending.into_iter().map(|(_order, user)| user));
+        let known: HashSet<i64> = scan_all(&mut redis, "SSCAN", &k.buyers)
+            .await?
+            .into_iter()
+            .collect();
+        let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
+            .bind(id.get())
+            .fetch_all(&mut *tx)
+            .await?;
+        buyers.extend(settled.iter().copied());
+        let missing: Vec<i64> = buyers.difference(&known).copied().collect();
+        for chunk in missing.chunks(CHUNK) {
+            let _: i64 = redis::cmd("SADD")
+                .arg(&k.buyers)
+                .arg(chunk)
+                .query_async(&mut redis)
+                .await?;
+        }
+        let (left, sold): (i64, i64) = RESTORE_SALE
+            .key(&k.meta)
+            .key(&k.stock)
+            .key(&k.buyers)
+            .key(&k.changes)
+            .key(&k.rebuild)
+            .arg(&token)
+            .arg(sale.starts_at.timestamp_millis())
+            .arg(sale.ends_at.timestamp_millis())
+            .arg(u8::from(sale.closed))
+            .arg(sale.stock_total)
+            .invoke_async(&mut redis)
+            .await?;
+        if left < 0 {
+            tracing::warn!(sale = %id, "Redis lost the rebuild token (wiped or restarted again)");
+            return Err(interrupted());
+        }
+        if sold > sale.stock_total {
+            // Only possible when writes were lost before this rebuild existed.
+            tracing::error!(sale = %id, sold, stock_total = sale.stock_total, "more buyers than units");
+        }
+        ensure_group(&mut redis, &k.orders).await?;
+        sales::apply_pending_locked(&mut tx, &mut redis, &self.keys, id).await?;
+        let stock_left: Option<i64> = redis::cmd("GET")
+            .arg(&k.stock)
+            .query_async(&mut redis)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(Rebuilt {
+            settled: settled.len(),
+            unsettled: unsettled.len(),
+            total: sold as usize,
+            stock_left,
+        }))
+    }
+
+    async fn rebuild_poll(&self, id: PollId) -> Result<Option<Rebuilt>, AppError> {
+        let mut redis = self.redis.clone();
+        let k = self.keys.poll(id);
+        let mut tx = self.db.begin().await?;
+        let Some((opens_at, closes_at, closed)) =
+            sqlx::query_as::<
+                _,
+                (
+                    chrono::DateTime<chrono::Utc>,
+                    chrono::DateTime<chrono::Utc>,
+                    bool,
+                ),
+            >("SELECT opens_at, closes_at, closed FROM polls WHERE id = $1 FOR UPDATE")
+            .bind(id.get())
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let options: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM poll_options WHERE poll_id = $1 ORDER BY position")
+                .bind(id.get())
+                .fetch_all(&mut *tx)
+                .await?;
+        let token = crate::auth::random_token_hex(16);
+        let _: i64 = FENCE
+            .key(&k.meta)
+            .key(&k.rebuild)
+            .arg(&token)
+            .arg(TOKEN_TTL_MS)
+            .invoke_async(&mut redis)
+            .await?;
+
+        // Later sources win: what Redis knew, then the stream, then the record.
+        let mut voters: HashMap<i64, i64> = scan_all(&mut redis, "HSCAN", &k.voters)
+            .await?
+            .into_iter()
+            .collect();
+        let unsettled = stream_field(&mut redis, &k.votes, "option_id").await?;
+        voters.extend(unsettled.iter().copied());
+        let settled: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
+                .bind(id.get())
+                .fetch_all(&mut *tx)
+                .await?;
+        voters.extend(settled.iter().copied());
+        let pairs: Vec<(i64, i64)> = voters.iter().map(|(u, o)| (*u, *o)).collect();
+        for chunk in pairs.chunks(CHUNK) {
+            let _: i64 = redis::cmd("HSET")
+                .arg(&k.voters)
+                .arg(chunk)
+                .query_async(&mut redis)
+                .await?;
+        }
+        let mut counts: HashMap<i64, i64> = HashMap::new();
+        for option in voters.values() {
+            *counts.entry(*option).or_default() += 1;
+        }
+        let mut restore = RESTORE_POLL.prepare_invoke();
+        restore
+            .key(&k.meta)
+            .key(&k.options)
+            .key(&k.tally)
+            .key(&k.rebuild)
+            .arg(&token)
+            .arg(opens_at.timestamp_millis())
+            .arg(closes_at.timestamp_millis())
+            .arg(u8::from(closed))
+            .arg(options.len());
+        for option in &options {
+            restore.arg(option);
+        }
+        for option in &options {
+            restore.arg(counts.get(option).copied().unwrap_or(0));
+        }
+        let written: i64 = restore.invoke_async(&mut redis).await?;
+        if written < 0 {
+            tracing::warn!(poll = %id, "Redis lost the rebuild token (wiped or restarted again)");
+            return Err(interrupted());
+        }
+        ensure_group(&mut redis, &k.votes).await?;
+        tx.commit().await?;
+        Ok(Some(Rebuilt {
+            settled: settled.len(),
+            unsettled: unsettled.len(),
+            total: voters.len(),
+            stock_left: None,
+        }))
+    }
+}
+
+/// A rebuild cut short because Redis lost its state again meanwhile: not a bug, an
+/// outage; the next rebuild starts over.
+fn interrupted() -> AppError {
+    AppError::unavailable(
+        "recovering",
+        "Redis lost its data again while it was being restored; try again in a moment",
+    )
+}
+
+/// `(user_id, <field>)` of every entry of a stream, read in chunks.
+async fn stream_field(
+    redis: &mut ConnectionManager,
+    stream: &str,
+    field: &str,
+) -> Result<Vec<(i64, i64)>, AppError> {
+    let mut out = Vec::new();
+    let mut start = "-".to_string();
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(CHUNK)
+            .query_async(redis)
+            .await?;
+        let n = reply.ids.len();
+        for entry in &reply.ids {
+            if let (Some(user), Some(value)) =
+                (entry.get::<i64>("user_id"), entry.get::<i64>(field))
+            {
+                out.push((user, value));
+            }
+        }
+        match reply.ids.last() {
+            Some(last) if n == CHUNK => start = format!("({}", last.id),
+            _ => return Ok(out),
+        }
+    }
+}
+
+/// Every item of a set (`SSCAN`) or every field-value pair of a hash (`HSCAN`, with
+/// `T` a pair), read in chunks so that a large sale never blocks Redis.
+async fn scan_all<T: redis::FromRedisValue>(
+    redis: &mut ConnectionManager,
+    command: &str,
+    key: &str,
+) -> Result<Vec<T>, AppError> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, items): (u64, Vec<T>) = redis::cmd(command)
+            .arg(key)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(CHUNK)
+            .query_async(redis)
+            .await?;
+        out.extend(items);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+impl Recovery {
+    /// The answer to a request that met missing or untrusted state of a target that
+    /// exists in Postgres: starts the rebuild (once) and answers 503 `recovering`.
+    pub fn recovering(self: &Arc<Self>, target: Target) -> AppError {
+        self.trigger(target);
+        let what = match target {
+            Target::Sale(_) => "sale",
+            Target::Poll(_) => "poll",
+        };
+        AppError::unavailable(
+            "recovering",
+            format!(
+                "this {what} is being restored from the record after a Redis restart or data \
+                 loss; try again in a moment"
+            ),
+        )
+        .with_header(
+            actix_web::http::header::RETRY_AFTER,
+            crate::error::RETRY_AFTER_OUTAGE_SECS.to_string(),
+        )
+    }
+}

@@ -1,0 +1,402 @@
+//! Redis state that was wiped, or that a new Redis run cannot trust, is rebuilt from
+//! Postgres without a restart; meanwhile the sale answers 503 `recovering`, never a
+//! decision on partial state. Stock changes move both stores by the same delta once.
+//! (The suite in `tests/faults/` causes the real faults with its own processes; these
+//! tests reproduce the states those faults leave, in the shared test servers.)
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use stampede::domain::Id;
+
+use crate::helpers::{TestApp, User, spawn_app, spawn_sibling};
+
+/// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
+async fn wipe(app: &TestApp) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", app.config.redis_namespace))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    for chunk in keys.chunks(500) {
+        let _: i64 = redis::cmd("DEL")
+            .arg(chunk)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+    }
+}
+
+/// A purchase, retried while the sale answers 503 `recovering` (with Retry-After).
+/// Returns the final status and how many 503s came first.
+async fn buy_through_recovery(app: &TestApp, sale: i64, user: &User) -> (StatusCode, usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut unavailable = 0;
+    loop {
+        let resp = app.purchase(sale, &user.token).await;
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            return (resp.status(), unavailable);
+        }
+        assert!(
+            resp.headers().contains_key("retry-after"),
+            "a 503 says when to retry"
+        );
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"], "recovering", "{body}");
+        unavailable += 1;
+        assert!(Instant::now() < deadline, "the sale never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn stock_total(app: &TestApp, sale: i64) -> i64 {
+    sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
+/// Units left + buyers in Redis, and `stock_total` in Postgres.
+async fn both_stores(app: &TestApp, sale: i64) -> (i64, i64) {
+    let redis_total = app.stock_left(sale).await + app.buyers(sale).await.len() as i64;
+    (redis_total, stock_total(app, sale).await)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let users = app.create_users(8, false).await;
+    for u in &users[..6] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.wait_for_orders(sale, 6).await.len(), 6);
+
+    wipe(&app).await;
+
+    let (status, _) = buy_through_recovery(&app, sale, &users[0]).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "an earlier buyer stays a buyer"
+    );
+    for u in &users[1..6] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::CONFLICT
+        );
+    }
+    for u in &users[6..] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.stock_left(sale).await, 2, "10 units, 8 buyers");
+    assert_eq!(both_stores(&app, sale).await, (10, 10));
+    assert_eq!(app.wait_for_orders(sale, 8).await.len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn state_from_another_redis_run_is_fenced_and_rebuilt_with_the_buyers_it_forgot() {
+    let app = spawn_app_with_slow_sweep().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let users = app.create_users(5, false).await;
+    for u in &users[..3] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
+
+    // What an everysec AOF that lost its last second leaves behind: Redis forgot
+    // users[0]'s purchase (settled in Postgres meanwhile), and the state is stamped by
+    // the Redis process before the restart.
+    let k = app.keys.sale(Id::new(sale).unwrap());
+    let _: () = redis::pipe()
+        .srem(&k.buyers, users[0].id)
+        .incr(&k.stock, 1)
+        .hset(&k.meta, "run", "0123456789abcdef0123456789abcdef01234567")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+
+    let resp = app.purchase(sale, &users[0].token).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no decision on untrusted state"
+    );
+    let (status, _) = buy_through_recovery(&app, sale, &users[0]).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "the forgotten buyer is remembered from Postgres"
+    );
+    assert_eq!(app.stock_left(sale).await, 2);
+    for u in &users[3..] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    let late = app.user().await;
+    let body = crate::helpers::assert_error(
+        app.purchase(sale, &late.token).await,
+        StatusCode::GONE,
+        "sold_out",
+    )
+    .await;
+    assert_eq!(body["error"], "sold_out");
+    assert_eq!(both_stores(&app, sale).await, (5, 5));
+}
+
+/// The periodic sweep would fix the state before the first request; these tests
+/// want to see the request meet it.
+async fn spawn_app_with_slow_sweep() -> TestApp {
+    crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unsettled_orders_in_the_stream_count_when_a_sale_is_rebuilt() {
+    let app = crate::helpers::spawn_app_with(|c| {
+        c.settle_in_serve = false;
+        c.sweep_ms = 0;
+    })
+    .await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 4, -5, 3600).await;
+    let users = app.create_users(4, false).await;
+    for u in &users[..2] {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    // Nothing settled; Redis forgets the buyers set but keeps the stream.
+    let k = app.keys.sale(Id::new(sale).unwrap());
+    let _: () = redis::pipe()
+        .del(&k.buyers)
+        .set(&k.stock, 4)
+        .hset(&k.meta, "run", "fenced")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let (status, _) = buy_through_recovery(&app, sale, &users[1]).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(
+        app.stock_left(sale).await,
+        2,
+        "two unsettled orders still hold units"
+    );
+    assert_eq!(
+        app.purchase(sale, &users[2].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
+    let app = spawn_app().await;
+    let other = spawn_sibling(&app, |_| {}).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let buyers = app.create_users(60, false).await;
+    for round in 0..3 {
+        let mut tasks = Vec::new();
+        for i in 0..60usize {
+            let target = if i % 2 == 0 { &app } else { &other };
+            let body = if i % 6 == 0 {
+                json!({ "set": 40 + i as i64 })
+            } else {
+                json!({ "add": 1 })
+            };
+            let url = target.url(&format!("/api/admin/sales/{sale}/stock"));
+            let client = target.client.clone();
+            let token = admin.token.clone();
+            tasks.push(tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            }));
+        }
+        for (i, u) in buyers.iter().enumerate().filter(|(i, _)| i % 3 == round) {
+            let target = if i % 2 == 0 { &app } else { &other };
+            let url = target.url(&format!("/api/sales/{sale}/purchase"));
+            let client = target.client.clone();
+            let token = u.token.clone();
+            tasks.push(tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            }));
+        }
+        for t in tasks {
+            let status = t.await.unwrap();
+            assert!(
+                [StatusCode::OK, StatusCode::ACCEPTED, StatusCode::CONFLICT].contains(&status),
+                "round {round}: {status}"
+            );
+        }
+        let (redis_total, pg_total) = both_stores(&app, sale).await;
+        assert_eq!(
+            redis_total, pg_total,
+            "round {round}: stock_total = left + sold"
+        );
+    }
+    let pending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM stock_changes WHERE status = 'pending'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(pending, 0, "every change was applied");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let users = app.create_users(60, false).await;
+    for u in &users {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.wait_for_orders(sale, 60).await.len(), 60);
+    wipe(&app).await;
+
+    let resp = app
+        .post_json(
+            &format!("/api/admin/sales/{sale}/stock"),
+            Some(&admin.token),
+            &json!({"add": 1}),
+        )
+        .await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::OK,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    assert_eq!(stock_total(&app, sale).await, 101);
+    assert_eq!(app.stock_left(sale).await, 41);
+    let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
+    assert_eq!(buyers.len(), 60);
+    for u in &users {
+        assert_eq!(
+            app.purchase(sale, &u.token).await.status(),
+            StatusCode::CONFLICT
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stock_total_cannot_pass_the_maximum_by_adding() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 9_000_000, -5, 3600).await;
+    let path = format!("/api/admin/sales/{sale}/stock");
+    let resp = app
+        .post_json(&path, Some(&admin.token), &json!({"add": 1_000_000}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = app
+        .post_json(&path, Some(&admin.token), &json!({"add": 1}))
+        .await;
+    crate::helpers::assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "stock_too_large").await;
+    assert_eq!(stock_total(&app, sale).await, 10_000_000);
+    assert_eq!(both_stores(&app, sale).await, (10_000_000, 10_000_000));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, options) = app
+        .create_poll(&admin, "Best?", &["a", "b", "c"], -5, 3600)
+        .await;
+    let users = app.create_users(9, false).await;
+    for (i, u) in users[..6].iter().enumerate() {
+        let resp = app
+            .post_json(
+                &format!("/api/polls/{poll}/votes"),
+                Some(&u.token),
+                &json!({"option_id": options[i % 3]}),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
+            .bind(poll)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+        if n == 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "votes never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wipe(&app).await;
+
+    // Results come back (503 recovering until the rebuild), with the settled votes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let results: Value = loop {
+        let resp = app.get(&format!("/api/polls/{poll}/results"), None).await;
+        if resp.status() == StatusCode::OK {
+            break resp.json().await.unwrap();
+        }
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "the poll never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(results["voters"], 6);
+    let again = app
+        .post_json(
+            &format!("/api/polls/{poll}/votes"),
+            Some(&users[0].token),
+            &json!({"option_id": options[1]}),
+        )
+        .await;
+    crate::helpers::assert_error(again, StatusCode::CONFLICT, "already_voted").await;
+    for u in &users[6..] {
+        let resp = app
+            .post_json(
+                &format!("/api/polls/{poll}/votes"),
+                Some(&u.token),
+                &json!({"option_id": options[2]}),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+    let tally: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
+        .arg(app.keys.poll(Id::new(poll).unwrap()).tally)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(tally.get(&options[0]), Some(&2));
+    assert_eq!(tally.get(&options[1]), Some(&2));
+    assert_eq!(tally.get(&options[2]), Some(&5));
+}
