@@ -885,6 +885,29 @@ impl Stack {
         }
     }
 
+    /// Waits (up to 20 s) until no stock change of these sales is left pending,
+    /// i.e. recorded (answered 202) but not yet applied to both stores.
+    pub async fn wait_stock_changes_applied(&self, sales: &[i64]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+            )
+            .bind(sales)
+            .fetch_one(&self.db)
+            .await
+            .expect("count pending stock changes");
+            if pending == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{pending} stock changes still pending after 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Unacknowledged order entries per settlement consumer, over these sales.
     pub async fn pending_by_consumer(&self, sales: &[i64]) -> BTreeMap<String, usize> {
         let mut conn = self.redis().await;

@@ -29,9 +29,18 @@ async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_
         },
     );
     storm.wait_accepted(300, Duration::from_secs(20)).await;
+    // Settled buyers before the wipe: the rebuild must keep them from buying again.
+    stack.wait_settling(&sales).await;
     stack.flushall().await;
     let wiped = Instant::now();
-    println!("FLUSHALL at {:.1?}", storm.elapsed());
+    let settled_before: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&stack.db)
+        .await
+        .unwrap();
+    println!(
+        "FLUSHALL at {:.1?}, {settled_before} orders settled by then",
+        storm.elapsed()
+    );
     let serving = storm.wait_decided(200, Duration::from_secs(30)).await;
     let records = storm.finish().await;
     let after: Vec<_> = records

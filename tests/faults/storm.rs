@@ -137,9 +137,12 @@ impl Record {
         matches!(self.status(), Some(200 | 202 | 409 | 410))
     }
 
-    /// Worth another try: the server could not decide, or we never heard.
+    /// Worth another try: the server could not decide, or we never heard. A stock
+    /// change we never heard about is not sent again: it may have been recorded,
+    /// and an `add` sent twice adds twice (a 503 comes before it is recorded).
     fn retry_after(&self) -> Option<Duration> {
         match &self.outcome {
+            Outcome::NoAnswer(_) if matches!(self.op, Op::Stock { .. }) => None,
             Outcome::NoAnswer(_) => Some(Duration::from_millis(200)),
             Outcome::Answer {
                 status: 503,
