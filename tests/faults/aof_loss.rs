@@ -86,7 +86,7 @@ async fn redis_losing_its_last_second_under_everysec_loses_only_202s_answered_af
         assert_invariants(&stack, &records, &sales, &[], AllowedLoss::AnsweredAfter(t)).await;
     println!(
         "{in_lost_second} purchases were accepted in the cut second; {} accepted purchases lost \
-         (all answered after t, none settled before the kill)",
+         (answered after t, not settled before the kill)",
         report.lost.len()
     );
     let mut all = records;
