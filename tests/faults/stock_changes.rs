@@ -4,6 +4,7 @@
 //! `stock_total == units left + buyers` in Redis and in Postgres.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -11,7 +12,7 @@ use sqlx::PgPool;
 
 use crate::harness::{Options, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers};
-use crate::storm::{self, Op, Work, purchases};
+use crate::storm::{self, Op, Plan, Storm, Work, purchases};
 
 const ROUNDS: usize = 20;
 const BUYERS_PER_ROUND: usize = 100;
@@ -46,18 +47,33 @@ async fn concurrent_stock_changes_over_two_instances_keep_both_stores_in_step() 
     let users = stack.create_users(ROUNDS * BUYERS_PER_ROUND, false).await;
     for (round, buyers) in users.chunks(BUYERS_PER_ROUND).enumerate() {
         let sale = stack.create_sale(20).await;
-        let mut work = purchases(buyers, &[sale], 2, 0.0);
         let mut rng = rand::rng();
-        for _ in 0..200 {
-            work.push(stock_change(&stack, sale, r#"{"add": 1}"#.into()));
-        }
-        for _ in 0..100 {
-            let n = rng.random_range(0..=40);
-            work.push(stock_change(&stack, sale, format!(r#"{{"set": {n}}}"#)));
-        }
-        work.shuffle(&mut rng);
-        storm::spread(&mut work, 2);
-        let records = storm::run_all(&stack.http, stack.bases(), work).await;
+        let mut changes: Vec<Work> = (0..200)
+            .map(|_| stock_change(&stack, sale, r#"{"add": 1}"#.into()))
+            .chain((0..100).map(|_| {
+                let n = rng.random_range(0..=40);
+                stock_change(&stack, sale, format!(r#"{{"set": {n}}}"#))
+            }))
+            .collect();
+        changes.shuffle(&mut rng);
+        storm::spread(&mut changes, 2);
+        // All 300 changes in flight at once, racing each other on both instances,
+        // while the buyers arrive over the second or two the changes take.
+        let changing = Storm::start(&stack.http, stack.bases(), changes, Plan::burst(300, 300));
+        let buying = Storm::start(
+            &stack.http,
+            stack.bases(),
+            purchases(buyers, &[sale], 2, 0.0),
+            Plan {
+                rate: 60.0,
+                concurrency: 32,
+                max_requests: 2_000,
+                max_duration: Duration::from_secs(30),
+                max_tries: 60,
+            },
+        );
+        let mut records = changing.finish().await;
+        records.extend(buying.finish().await);
         println!("round {round}: sale {sale}");
         assert_invariants(&stack, &records, &[sale], &[], AllowedLoss::None).await;
     }

@@ -196,6 +196,20 @@ impl Default for Plan {
     }
 }
 
+impl Plan {
+    /// `items` work items with up to `concurrency` requests in flight, released as
+    /// fast as the client can send them, each tried until it is decided.
+    pub fn burst(items: usize, concurrency: usize) -> Plan {
+        Plan {
+            rate: 20_000.0,
+            concurrency,
+            max_requests: items * 60 + 100,
+            max_duration: Duration::from_secs(60),
+            max_tries: 60,
+        }
+    }
+}
+
 /// Every user tries every sale, in random order; `repeat_share` of the pairs are
 /// tried a second time later (they must answer 409, never a second 202).
 pub fn purchases(users: &[User], sales: &[i64], servers: usize, repeat_share: f64) -> Vec<Work> {
@@ -486,21 +500,19 @@ async fn send(http: &Client, base: &str, item: &Work, server: usize, attempt: u3
 
 /// Runs a small batch of work to completion (fast, no pacing to speak of).
 pub async fn run_all(http: &Client, bases: Vec<String>, work: Vec<Work>) -> Vec<Record> {
-    let n = work.len();
-    Storm::start(
-        http,
-        bases,
-        work,
-        Plan {
-            rate: 2_000.0,
-            concurrency: 64,
-            max_requests: n * 60 + 100,
-            max_duration: Duration::from_secs(60),
-            max_tries: 60,
-        },
-    )
-    .finish()
-    .await
+    run_together(http, bases, work, 64).await
+}
+
+/// Runs a batch of work to completion with up to `concurrency` requests in
+/// flight, released as fast as the client can send them.
+pub async fn run_together(
+    http: &Client,
+    bases: Vec<String>,
+    work: Vec<Work>,
+    concurrency: usize,
+) -> Vec<Record> {
+    let plan = Plan::burst(work.len(), concurrency);
+    Storm::start(http, bases, work, plan).finish().await
 }
 
 /// `purchase 202: 812, purchase 410 sold_out: 3021, ...`, most frequent first.
