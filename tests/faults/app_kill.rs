@@ -11,14 +11,6 @@ use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Plan, Storm, purchases};
 
-/// The standard sales plus one that does not sell out during the storm, so that
-/// accepted orders keep coming while Postgres is held down.
-async fn sales(stack: &Stack) -> Vec<i64> {
-    let mut stocks = STOCKS.to_vec();
-    stocks.push(5_000);
-    stack.create_sales(&stocks).await
-}
-
 /// Stops Postgres and waits until the settlement worker of server `index` holds
 /// order entries it read but cannot commit; returns how many. Postgres stays
 /// down: the caller starts it again. (With Postgres down a worker spends most of
@@ -60,7 +52,7 @@ async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
 async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     let mut stack = Stack::start("app-kill", Options::default()).await;
     let users = stack.create_users(1500, false).await;
-    let sales = sales(&stack).await;
+    let sales = stack.create_sales(&STOCKS).await;
     let storm = Storm::start(
         &stack.http,
         stack.bases(),
@@ -97,7 +89,7 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
     )
     .await;
     let users = stack.create_users(1500, false).await;
-    let sales = sales(&stack).await;
+    let sales = stack.create_sales(&STOCKS).await;
     let storm = Storm::start(
         &stack.http,
         stack.bases(),

@@ -767,6 +767,9 @@ impl Stack {
         let http = Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(512)
+            // Below actix's 5 s wait for a connection's first request: a connection
+            // the pool opened but did not use is closed by us, not answered 408.
+            .pool_idle_timeout(Duration::from_secs(2))
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(15))
             .build()

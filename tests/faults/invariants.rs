@@ -58,7 +58,8 @@ pub struct Report {
 ///    reconcile endpoint says `consistent: true`. Per poll: the Redis tally equals
 ///    the `votes` table's per-option counts, and the voters agree;
 /// 4. no 5xx but 503, every 503 has `Retry-After` and a JSON error code, and
-///    every answer is one the endpoint documents.
+///    every answer is one the endpoint documents (or a 408 for a request the
+///    server never read, which the storm sends again).
 pub async fn assert_invariants(
     stack: &Stack,
     records: &[Record],
@@ -253,6 +254,8 @@ fn check_answers(records: &[Record], failures: &mut Vec<String>) {
             (503, Some(_)) if retry_after.is_none() => Some("503 without Retry-After"),
             (503, Some(_)) => None,
             (500..=599, _) => Some("5xx other than 503"),
+            // The server never read that request (see `Record::retry_after`).
+            (408, _) => None,
             _ => {
                 let documented = match r.op {
                     Op::Purchase { .. } => matches!(
@@ -277,7 +280,13 @@ fn check_answers(records: &[Record], failures: &mut Vec<String>) {
                 .or_insert((0, String::new()));
             e.0 += 1;
             if e.1.is_empty() {
-                e.1 = format!("e.g. user {} {:?} on server #{}", r.user, r.op, r.server);
+                e.1 = format!(
+                    "e.g. user {} {:?} on server #{}, answered in {:.2?}",
+                    r.user,
+                    r.op,
+                    r.server,
+                    r.answered - r.sent
+                );
             }
         }
     }

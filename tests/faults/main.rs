@@ -17,6 +17,7 @@ mod redis_restart;
 mod redis_wipe;
 mod stock_changes;
 
-/// Units of the sales of a standard storm: the small ones sell out early, the
-/// large ones keep accepting while the fault happens.
-pub const STOCKS: [i64; 8] = [20, 50, 100, 150, 200, 250, 300, 300];
+/// Units of the sales of a standard storm (1,500 users): the small ones sell out
+/// early, the large ones keep accepting while the fault happens, and the last one
+/// has more units than users, so accepted orders keep coming whatever the timing.
+pub const STOCKS: [i64; 9] = [20, 50, 100, 150, 200, 250, 300, 300, 5_000];

@@ -144,6 +144,10 @@ impl Record {
         match &self.outcome {
             Outcome::NoAnswer(_) if matches!(self.op, Op::Stock { .. }) => None,
             Outcome::NoAnswer(_) => Some(Duration::from_millis(200)),
+            // actix answers 408 on a connection whose first request head it did not
+            // read within 5 s, e.g. one the client pool opened and left idle: the
+            // request was never read, so sending it again is safe.
+            Outcome::Answer { status: 408, .. } => Some(Duration::from_millis(50)),
             Outcome::Answer {
                 status: 503,
                 retry_after,
