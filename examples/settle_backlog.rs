@@ -14,6 +14,7 @@ use sqlx::{Connection, PgConnection};
 use stampede::config::{Config, SettleConfig};
 use stampede::domain::Id;
 use stampede::keys::Keys;
+use stampede::sale::buy::{BuyRequest, PurchaseBatch};
 use stampede::sale::store::{self, NewSale, PurchaseOutcome};
 use stampede::settle::Settler;
 
@@ -80,23 +81,43 @@ async fn main() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let sale_id = Id::new(sale.id).expect("positive");
 
-    // Fill the stream through the real purchase script, 256 in flight at a time.
+    // Fill the stream through the real purchase script, in batches of 64 buyers,
+    // 8 batches in flight at a time.
     let started = Instant::now();
-    let accepted = futures_util::stream::iter(user_ids)
-        .map(|uid| {
+    let chunks: Vec<Vec<i64>> = user_ids.chunks(64).map(<[i64]>::to_vec).collect();
+    let accepted: usize = futures_util::stream::iter(chunks)
+        .map(|chunk| {
             let mut redis = redis.clone();
             let keys = keys.clone();
             async move {
-                store::purchase(&mut redis, &keys, sale_id, Id::new(uid).expect("positive")).await
+                let buyers: Vec<BuyRequest> = chunk
+                    .iter()
+                    .map(|&uid| BuyRequest {
+                        user: Id::new(uid).expect("positive"),
+                        ip: None,
+                    })
+                    .collect();
+                let batch = PurchaseBatch {
+                    keys: &keys,
+                    sale: sale_id,
+                    policies: &[],
+                    now_ms: None,
+                };
+                batch.run(&mut redis, &buyers).await.map(|replies| {
+                    replies
+                        .iter()
+                        .filter(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. }))
+                        .count()
+                })
             }
         })
-        .buffer_unordered(256)
-        .filter(|r| std::future::ready(matches!(r, Ok(PurchaseOutcome::Accepted { .. }))))
-        .count()
+        .buffer_unordered(8)
+        .map(|r| r.unwrap_or(0))
+        .fold(0, |sum, n| std::future::ready(sum + n))
         .await;
     let fill = started.elapsed();
     println!(
-        "accepted {accepted} purchases through lua/purchase.lua in {:.2} s ({:.0}/s, 256 in flight, one connection)",
+        "accepted {accepted} purchases through lua/purchase_batch.lua in {:.2} s ({:.0}/s, batches of 64, one connection)",
         fill.as_secs_f64(),
         accepted as f64 / fill.as_secs_f64()
     );

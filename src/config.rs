@@ -54,6 +54,9 @@ pub struct Config {
     /// by the running Redis, and rebuilds what a wipe or restart left (0: only on
     /// startup and when a request meets such state).
     pub sweep_ms: u64,
+    /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
+    /// decides each alone. See `src/batch.rs`.
+    pub batch_max: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -103,6 +106,7 @@ impl Default for Config {
             redis_response_timeout_ms: 2000,
             workers: 0,
             sweep_ms: 2000,
+            batch_max: 64,
         }
     }
 }
@@ -128,6 +132,7 @@ impl std::fmt::Debug for Config {
             .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
             .field("workers", &self.workers)
             .field("sweep_ms", &self.sweep_ms)
+            .field("batch_max", &self.batch_max)
             .finish_non_exhaustive()
     }
 }
@@ -276,6 +281,9 @@ impl Config {
         }
         if let Some(v) = var("STAMPEDE_WORKERS") {
             self.workers = parse("STAMPEDE_WORKERS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_BATCH_MAX") {
+            self.batch_max = parse("STAMPEDE_BATCH_MAX", v)?;
         }
         if let Some(v) = var("STAMPEDE_SWEEP_MS") {
             self.sweep_ms = parse("STAMPEDE_SWEEP_MS", v)?;

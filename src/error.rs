@@ -153,7 +153,12 @@ impl ResponseError for AppError {
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
         let message = match self {
-            AppError::Client { message, .. } => message.clone(),
+            AppError::Client { message, code, .. } => {
+                // A refusal is the normal answer of a flash sale (sold out, already
+                // bought, rate limited): thousands a second in a storm, so debug only.
+                tracing::debug!(status = status.as_u16(), code, "request refused");
+                message.clone()
+            }
             other => {
                 tracing::error!(error = %error_chain(other), "request failed");
                 if status == StatusCode::SERVICE_UNAVAILABLE {

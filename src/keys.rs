@@ -89,6 +89,18 @@ impl Keys {
         format!("{}:rl:{{{policy}:{subject}}}", self.ns)
     }
 
+    /// Rate-limit state of one policy and subject for one sale, in the sale's slot,
+    /// so the purchase script checks the buy route's limits inside the decision:
+    /// `ns:{sale:42}:rl:buy-user:u7`. Both parts are checked text, never user input.
+    pub fn sale_rate_limit(&self, sale: Id, policy: &str, subject: &str) -> String {
+        format!("{}:{{sale:{sale}}}:rl:{policy}:{subject}", self.ns)
+    }
+
+    /// The same for one poll (the vote route's limits).
+    pub fn poll_rate_limit(&self, poll: Id, policy: &str, subject: &str) -> String {
+        format!("{}:{{poll:{poll}}}:rl:{policy}:{subject}", self.ns)
+    }
+
     /// A lock for a job named in code (never user text): `ns:lock:{name}`, its own
     /// hash tag. See [`crate::lock`].
     pub fn lock(&self, name: &str) -> String {

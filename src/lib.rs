@@ -16,6 +16,7 @@
 //!   counter, token bucket), their policies and HTTP headers.
 //! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
 //! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
+//! - [`batch`]: decisions in per-sale (per-poll) batches, one script call each.
 //! - [`lua`]: how the Lua scripts of `lua/` are assembled (shared prelude + script).
 //! - [`recover`]: rebuilding a sale's or poll's Redis state from Postgres after a
 //!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile.
@@ -25,6 +26,7 @@
 //! - [`seed`]: the first admin and demo data.
 
 pub mod auth;
+pub mod batch;
 pub mod cache;
 pub mod config;
 pub mod domain;

@@ -129,8 +129,10 @@ impl Application {
         let server_state = state.clone();
         let max_body = config.max_body_bytes;
         let mut server = HttpServer::new(move || {
+            let state = server_state.clone();
             App::new()
                 .wrap(tracing_actix_web::TracingLogger::default())
+                .data_factory(move || build_worker(state.clone()))
                 .app_data(server_state.clone())
                 .app_data(json_config(max_body))
                 .app_data(path_config())
@@ -139,9 +141,14 @@ impl Application {
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
                 .route("/metrics", web::get().to(crate::metrics::endpoint))
-                .configure(crate::auth::configure)
-                .configure(crate::sale::configure)
-                .configure(crate::vote::configure)
+                // The JSON API in one scope: a page or static request never runs
+                // through the API's patterns, and the other way round.
+                .service(
+                    web::scope("/api")
+                        .configure(crate::sale::configure)
+                        .configure(crate::vote::configure)
+                        .configure(crate::auth::configure),
+                )
                 .configure(crate::web::configure)
                 .default_service(web::to(crate::web::fallback))
         })
@@ -200,6 +207,43 @@ impl Application {
         let _ = self.sweeper.await;
         result
     }
+}
+
+/// One worker's own Redis connection and batchers, made on the worker's thread.
+async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state::Worker> {
+    use crate::batch::{Batcher, Counters};
+    use crate::limit::Route;
+    let redis = connect_redis(&state.config).await?;
+    let max = state.config.batch_max;
+    Ok(crate::state::Worker {
+        buys: Batcher::new(
+            crate::sale::buy::BuyDecider {
+                keys: state.keys.clone(),
+                policies: state.limits.for_route(Route::Buy).to_vec(),
+            },
+            redis.clone(),
+            max,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.buy_batches,
+                requests: |m| &m.buy_batched,
+            },
+        ),
+        votes: Batcher::new(
+            crate::vote::cast::VoteDecider {
+                keys: state.keys.clone(),
+                policies: state.limits.for_route(Route::Vote).to_vec(),
+            },
+            redis.clone(),
+            max,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.vote_batches,
+                requests: |m| &m.vote_batched,
+            },
+        ),
+        redis,
+    })
 }
 
 /// Checks every `every` that Redis still holds every active sale and poll, trusted

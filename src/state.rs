@@ -15,6 +15,16 @@ use crate::metrics::Metrics;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
 
+/// What each HTTP worker has of its own, built on the worker's thread when the
+/// worker starts (`App::data_factory`): its Redis connection, whose I/O task runs
+/// on that thread, and its batchers. A purchase is written to Redis and its answer
+/// read on the thread that serves the request: no hop to another thread.
+pub struct Worker {
+    pub redis: ConnectionManager,
+    pub buys: Arc<crate::batch::Batcher<crate::sale::buy::BuyDecider>>,
+    pub votes: Arc<crate::batch::Batcher<crate::vote::cast::VoteDecider>>,
+}
+
 pub struct AppState {
     pub config: Arc<Config>,
     /// One multiplexed connection, cloned per use: no pool, no per-request connect.

@@ -25,11 +25,12 @@ pub const SESSION_COOKIE: &str = "stampede_session";
 pub const CSRF_COOKIE: &str = "stampede_csrf";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
+/// Routes under `/api` (see `startup`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/auth/signup", web::post().to(signup))
-        .route("/api/auth/signin", web::post().to(signin))
-        .route("/api/auth/signout", web::post().to(signout))
-        .route("/api/me", web::get().to(me));
+    cfg.route("/auth/signup", web::post().to(signup))
+        .route("/auth/signin", web::post().to(signin))
+        .route("/auth/signout", web::post().to(signout))
+        .route("/me", web::get().to(me));
 }
 
 /// A signed-in caller, taken from `Authorization: Bearer` or the session cookie.

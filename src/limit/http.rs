@@ -147,8 +147,18 @@ pub async fn check(
             ),
         ));
     }
-    let (policy_header, state_header) = headers(&decided, refused);
-    if let Some((policy, _, _)) = decided.iter().find(|(_, _, d)| d.verdict == Verdict::Never) {
+    let decided: Vec<(&Policy, Decision)> = decided.iter().map(|(p, _, d)| (*p, *d)).collect();
+    judge(state, &decided)
+}
+
+/// The answer for what the policies of one request decided (refunds done): a
+/// [`Granted`] with the `RateLimit` headers, `429 rate_limited` when one refused,
+/// `422 rate_limit_unsatisfiable` when one never can allow it. Used by [`check`]
+/// and by the decision scripts that check a route's limits themselves.
+pub fn judge(state: &AppState, decided: &[(&Policy, Decision)]) -> Result<Granted, AppError> {
+    let refused = decided.iter().any(|(_, d)| !d.allowed());
+    let (policy_header, state_header) = headers(decided, refused);
+    if let Some((policy, _)) = decided.iter().find(|(_, d)| d.verdict == Verdict::Never) {
         return Err(AppError::unprocessable(
             "rate_limit_unsatisfiable",
             format!(
@@ -160,8 +170,8 @@ pub async fn check(
     if refused {
         let retry_ms = decided
             .iter()
-            .filter(|(_, _, d)| !d.allowed())
-            .map(|(_, _, d)| d.retry_after_ms)
+            .filter(|(_, d)| !d.allowed())
+            .map(|(_, d)| d.retry_after_ms)
             .max()
             .unwrap_or(0);
         let retry_secs = ceil_secs(retry_ms).max(1);
@@ -217,10 +227,10 @@ async fn refund_allowed(state: &AppState, decided: &[(&Policy, &Attempt<'_>, Dec
 /// The values of `RateLimit-Policy` and `RateLimit`: one list member per policy,
 /// e.g. `"buy-user";q=5;w=10` and `"buy-user";r=4;t=10`. `t` is the time until the
 /// whole quota is back. A refunded policy shows what it has after the refund.
-fn headers(decided: &[(&Policy, &Attempt<'_>, Decision)], refunded: bool) -> (String, String) {
+fn headers(decided: &[(&Policy, Decision)], refunded: bool) -> (String, String) {
     let mut policy = String::new();
     let mut state = String::new();
-    for (p, _, d) in decided {
+    for (p, d) in decided {
         let quota = p.algorithm.quota();
         let remaining = if refunded && d.allowed() {
             (d.remaining + p.algorithm.cost()).min(quota)
@@ -369,11 +379,6 @@ mod tests {
             },
             ..user.clone()
         };
-        let a = Attempt {
-            algorithm: &user.algorithm,
-            key: "k",
-            request_id: "r",
-        };
         let d = |verdict, remaining, reset_ms| Decision {
             verdict,
             remaining,
@@ -382,8 +387,8 @@ mod tests {
             now_ms: 0,
         };
         let decided = vec![
-            (&user, &a, d(Verdict::Denied, 0, 9_001)),
-            (&ipp, &a, d(Verdict::Allowed, 7, 1_000)),
+            (&user, d(Verdict::Denied, 0, 9_001)),
+            (&ipp, d(Verdict::Allowed, 7, 1_000)),
         ];
         let (policy, state) = headers(&decided, true);
         // 10 tokens at 3/s fill in 3.34 s: w rounds up to 4.

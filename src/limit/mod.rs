@@ -27,17 +27,15 @@ use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
 
+use crate::lua::lua_script;
+
 pub use http::{Granted, check, client_ip};
 pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
-static FIXED_WINDOW: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_fixed_window.lua")));
-static SLIDING_LOG: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_sliding_log.lua")));
-static SLIDING_COUNTER: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_sliding_counter.lua")));
-static TOKEN_BUCKET: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../../lua/limit_token_bucket.lua")));
+static FIXED_WINDOW: LazyLock<redis::Script> = lua_script!("limit_fixed_window.lua");
+static SLIDING_LOG: LazyLock<redis::Script> = lua_script!("limit_sliding_log.lua");
+static SLIDING_COUNTER: LazyLock<redis::Script> = lua_script!("limit_sliding_counter.lua");
+static TOKEN_BUCKET: LazyLock<redis::Script> = lua_script!("limit_token_bucket.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -212,6 +210,14 @@ impl Limits {
             Route::Signin => &self.signin,
             Route::Signup => &self.signup,
         }
+    }
+
+    /// Whether a policy of the route counts per client address (so the handler
+    /// works out the address only then).
+    pub fn counts_ip(&self, route: Route) -> bool {
+        self.for_route(route)
+            .iter()
+            .any(|p| p.subject == Subject::Ip)
     }
 
     pub fn timeout(&self) -> std::time::Duration {

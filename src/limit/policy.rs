@@ -114,6 +114,32 @@ impl Algorithm {
     }
 
     /// What one request counts against the quota.
+    /// How the decision scripts name this algorithm and its parameters
+    /// (`lua/lib/limits.lua`): code, then a, b, c.
+    pub fn lua_args(&self) -> (&'static str, String, String, String) {
+        match *self {
+            Algorithm::FixedWindow { limit, window_ms } => {
+                ("fw", limit.to_string(), window_ms.to_string(), "0".into())
+            }
+            Algorithm::SlidingLog { limit, window_ms } => {
+                ("sl", limit.to_string(), window_ms.to_string(), "0".into())
+            }
+            Algorithm::SlidingCounter { limit, window_ms } => {
+                ("sc", limit.to_string(), window_ms.to_string(), "0".into())
+            }
+            Algorithm::TokenBucket {
+                capacity,
+                refill_per_sec,
+                cost,
+            } => (
+                "tb",
+                capacity.to_string(),
+                refill_per_sec.to_string(),
+                cost.to_string(),
+            ),
+        }
+    }
+
     pub fn cost(&self) -> u64 {
         match *self {
             Algorithm::TokenBucket { cost, .. } => cost,

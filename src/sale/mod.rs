@@ -5,6 +5,7 @@
 //! (`lua/purchase.lua`); the accepted order travels on the sale's stream to the
 //! settlement worker, which writes it to Postgres.
 
+pub mod buy;
 pub mod cached;
 mod routes;
 pub mod store;

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::buy::BuyRequest;
 use super::cached;
 use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
@@ -14,28 +15,27 @@ use crate::error::AppError;
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::recover::Target;
-use crate::state::AppState;
+use crate::state::{AppState, Worker};
 
+/// Routes under `/api` (see `startup`): the purchase first, so the hot path matches
+/// the first pattern the router tries.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/sales", web::get().to(list))
-        .route("/api/sales/{id}", web::get().to(show))
-        .route("/api/sales/{id}/purchase", web::post().to(purchase))
-        .route("/api/orders/{id}", web::get().to(order_status))
-        .route("/api/me/orders", web::get().to(my_orders))
-        .route("/api/admin/sales", web::post().to(admin_create))
-        .route("/api/admin/sales", web::get().to(admin_list))
-        .route("/api/admin/sales/{id}/stock", web::post().to(admin_stock))
-        .route("/api/admin/sales/{id}/open", web::post().to(admin_open))
-        .route("/api/admin/sales/{id}/close", web::post().to(admin_close))
-        .route("/api/admin/sales/{id}/orders", web::get().to(admin_orders))
+    cfg.route("/sales/{id}/purchase", web::post().to(purchase))
+        .route("/sales", web::get().to(list))
+        .route("/sales/{id}", web::get().to(show))
+        .route("/orders/{id}", web::get().to(order_status))
+        .route("/me/orders", web::get().to(my_orders))
+        .route("/admin/sales", web::post().to(admin_create))
+        .route("/admin/sales", web::get().to(admin_list))
+        .route("/admin/sales/{id}/stock", web::post().to(admin_stock))
+        .route("/admin/sales/{id}/open", web::post().to(admin_open))
+        .route("/admin/sales/{id}/close", web::post().to(admin_close))
+        .route("/admin/sales/{id}/orders", web::get().to(admin_orders))
         .route(
-            "/api/admin/sales/{id}/reconcile",
+            "/admin/sales/{id}/reconcile",
             web::get().to(admin_reconcile),
         )
-        .route(
-            "/api/admin/sales/{id}/reconcile",
-            web::post().to(admin_repair),
-        );
+        .route("/admin/sales/{id}/reconcile", web::post().to(admin_repair));
 }
 
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
@@ -79,11 +79,14 @@ struct Accepted {
     sale_id: SaleId,
 }
 
-/// The hot path. Token check (no I/O), the local sold-out flag, the rate limits
-/// (one round trip), then one EVALSHA. A limited request touches no sale state.
+/// The hot path. Token check (no I/O), the local sold-out flag, then the sale's
+/// next batch: one script call decides it, the buy route's rate limits included
+/// (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request touches
+/// no sale state and is counted by no policy.
 #[tracing::instrument(level = "debug", skip_all, fields(sale = %path.as_str()))]
 async fn purchase(
     state: web::Data<AppState>,
+    worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
     req: HttpRequest,
@@ -93,16 +96,31 @@ async fn purchase(
         Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Err(sold_out());
     }
-    let granted = limit::check(&state, Route::Buy, Some(user.id), &req).await?;
-    let outcome = store::purchase(&mut state.redis.clone(), &state.keys, sale, user.id).await?;
+    let ip = state
+        .limits
+        .counts_ip(Route::Buy)
+        .then(|| limit::client_ip(&req, &state.config.trusted_proxies));
+    let reply = worker
+        .buys
+        .submit(sale, BuyRequest { user: user.id, ip })
+        .await?;
+    let policies = state.limits.for_route(Route::Buy);
+    let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+    let outcome = reply.outcome;
     let m = &state.metrics;
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
         PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
         PurchaseOutcome::SoldOut => &m.purchase_sold_out,
         PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
+        PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
+            // Counted by `judge` below.
+            &m.purchase_limited
+        }
         _ => &m.purchase_not_open,
     });
+    // 429 (or 422) when a policy refused; else the RateLimit headers for the answer.
+    let granted = limit::http::judge(&state, &decided)?;
     match outcome {
         PurchaseOutcome::Accepted { order_id, .. } => {
             Ok(granted.attach(HttpResponse::Accepted().json(Accepted {
@@ -135,6 +153,11 @@ async fn purchase(
         PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
         PurchaseOutcome::NotLoaded => Err(missing_from_redis(&state, sale).await),
         PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
+        PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
+            Err(AppError::Internal(anyhow::anyhow!(
+                "a rate-limited purchase came back with no refusing policy"
+            )))
+        }
     }
 }
 

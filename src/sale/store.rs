@@ -13,7 +13,6 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
-static PURCHASE: LazyLock<redis::Script> = lua_script!("purchase.lua");
 static NEW_SALE: LazyLock<redis::Script> = lua_script!("new_sale.lua");
 static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
 static STOCK_CHANGE: LazyLock<redis::Script> = lua_script!("stock_change.lua");
@@ -128,19 +127,30 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.ends_at)
     .fetch_one(&mut *tx)
     .await?;
-    let k = keys.sale(sale_id(&row)?);
+    put_new_sale(redis, keys, &row).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// Writes a new sale (window, `stock_total` units left, this Redis run's stamp)
+/// into Redis and creates its order stream's consumer group.
+pub async fn put_new_sale<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    row: &SaleRow,
+) -> Result<(), AppError> {
+    let k = keys.sale(sale_id(row)?);
     let _: i64 = NEW_SALE
         .key(&k.meta)
         .key(&k.stock)
         .arg(row.starts_at.timestamp_millis())
         .arg(row.ends_at.timestamp_millis())
         .arg(u8::from(row.closed))
-        .arg(new.stock)
+        .arg(row.stock_total)
         .invoke_async(redis)
         .await?;
     ensure_group(redis, &k.orders).await?;
-    tx.commit().await?;
-    Ok(row)
+    Ok(())
 }
 
 /// Writes a sale's window (as Postgres has it now) into its Redis meta hash, when
@@ -244,6 +254,12 @@ pub enum PurchaseOutcome {
     /// Redis holds the sale but this Redis run has not verified it (a restart may have
     /// lost writes), or a rebuild is in progress: rebuild before deciding.
     Recovering,
+    /// A policy of the buy route refused; nothing was counted or consumed.
+    RateLimited {
+        retry_after_ms: u64,
+    },
+    /// A token-bucket policy costs more than it can ever hold.
+    RateLimitUnsatisfiable,
 }
 
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's
@@ -269,46 +285,6 @@ pub fn sale_of_order(order: &Uuid) -> Option<SaleId> {
 
 /// Largest sale id an order id can carry (48 bits).
 pub const MAX_ORDERABLE_SALE_ID: i64 = (1 << 48) - 1;
-
-#[tracing::instrument(level = "debug", skip_all, fields(sale = %sale, user = %user))]
-pub async fn purchase<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    sale: SaleId,
-    user: UserId,
-) -> Result<PurchaseOutcome, AppError> {
-    if sale.get() > MAX_ORDERABLE_SALE_ID {
-        return Ok(PurchaseOutcome::UnknownSale);
-    }
-    let k = keys.sale(sale);
-    let order_id = new_order_id(sale);
-    let (code, value): (i64, i64) = PURCHASE
-        .key(&k.meta)
-        .key(&k.stock)
-        .key(&k.buyers)
-        .key(&k.orders)
-        .key(&k.pending)
-        .arg(user.get())
-        .arg(order_id.to_string())
-        .arg(sale.get())
-        .invoke_async(redis)
-        .await?;
-    Ok(match code {
-        0 => PurchaseOutcome::Accepted {
-            order_id,
-            stock_left: value,
-        },
-        1 => PurchaseOutcome::AlreadyBought,
-        2 => PurchaseOutcome::NotStarted {
-            starts_in_ms: value,
-        },
-        3 => PurchaseOutcome::Ended,
-        4 => PurchaseOutcome::NotLoaded,
-        5 => PurchaseOutcome::SoldOut,
-        6 => PurchaseOutcome::Recovering,
-        other => return Err(unexpected_reply("purchase.lua", (other, value))),
-    })
-}
 
 /// An admin's stock change, as the API takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

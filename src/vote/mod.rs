@@ -1,7 +1,8 @@
-//! Polls: one vote per user per poll, decided by one Lua script
-//! (`lua/vote.lua`), tallies live in Redis, votes settled into Postgres by the
-//! settlement worker.
+//! Polls: one vote per user per poll, decided in per-poll batches by one Lua script
+//! (`lua/vote_batch.lua`, the vote route's limits inside), tallies live in Redis,
+//! votes settled into Postgres by the settlement worker.
 
+pub mod cast;
 mod routes;
 pub mod store;
 

@@ -5,24 +5,26 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, NewPoll, VoteOutcome};
+use super::cast::{VoteOutcome, VoteRequest};
+use super::store::{self, NewPoll};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::AppError;
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::recover::Target;
-use crate::state::AppState;
+use crate::state::{AppState, Worker};
 
+/// Routes under `/api` (see `startup`).
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/polls", web::get().to(list))
-        .route("/api/polls/{id}", web::get().to(show))
-        .route("/api/polls/{id}/results", web::get().to(results))
-        .route("/api/polls/{id}/votes", web::post().to(vote))
-        .route("/api/admin/polls", web::post().to(admin_create))
-        .route("/api/admin/polls", web::get().to(admin_list))
-        .route("/api/admin/polls/{id}", web::get().to(admin_show))
-        .route("/api/admin/polls/{id}/close", web::post().to(admin_close));
+    cfg.route("/polls", web::get().to(list))
+        .route("/polls/{id}", web::get().to(show))
+        .route("/polls/{id}/results", web::get().to(results))
+        .route("/polls/{id}/votes", web::post().to(vote))
+        .route("/admin/polls", web::post().to(admin_create))
+        .route("/admin/polls", web::get().to(admin_list))
+        .route("/admin/polls/{id}", web::get().to(admin_show))
+        .route("/admin/polls/{id}/close", web::post().to(admin_close));
 }
 
 #[derive(Serialize)]
@@ -108,6 +110,7 @@ struct VoteAccepted {
 #[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
 async fn vote(
     state: web::Data<AppState>,
+    worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
     body: web::Json<VoteBody>,
@@ -118,21 +121,31 @@ async fn vote(
     if option_id <= 0 {
         return Err(unknown_option());
     }
-    // Per-user and per-IP limits against vote stuffing; a refused vote is recorded
-    // by no policy and never reaches the vote script.
-    let granted = limit::check(&state, Route::Vote, Some(user.id), &req).await?;
-    let outcome = store::vote(
-        &mut state.redis.clone(),
-        &state.keys,
-        poll,
-        user.id,
-        option_id,
-    )
-    .await?;
+    // Per-user and per-IP limits against vote stuffing, checked inside the vote
+    // script: a refused vote is recorded by no policy and changes no tally.
+    let ip = state
+        .limits
+        .counts_ip(Route::Vote)
+        .then(|| limit::client_ip(&req, &state.config.trusted_proxies));
+    let reply = worker
+        .votes
+        .submit(
+            poll,
+            VoteRequest {
+                user: user.id,
+                option: option_id,
+                ip,
+            },
+        )
+        .await?;
+    let policies = state.limits.for_route(Route::Vote);
+    let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+    let outcome = reply.outcome;
     Metrics::inc(match outcome {
         VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
         _ => &state.metrics.vote_refused,
     });
+    let granted = limit::http::judge(&state, &decided)?;
     match outcome {
         VoteOutcome::Accepted { .. } => {
             Ok(granted.attach(HttpResponse::Accepted().json(VoteAccepted {
@@ -161,7 +174,16 @@ async fn vote(
         )),
         VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
         VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
+        VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
+            Err(AppError::Internal(anyhow::anyhow!(
+                "a rate-limited vote came back with no refusing policy"
+            )))
+        }
     }
+}
+
+fn unknown_option() -> AppError {
+    AppError::unprocessable("unknown_option", "that option does not belong to this poll")
 }
 
 /// Redis has no state for this poll: 404 when Postgres has none either, else the
@@ -172,10 +194,6 @@ async fn missing_from_redis(state: &AppState, poll: PollId) -> AppError {
         Ok(None) => AppError::not_found(format!("no poll with id {poll}")),
         Err(e) => e,
     }
-}
-
-fn unknown_option() -> AppError {
-    AppError::unprocessable("unknown_option", "that option does not belong to this poll")
 }
 
 #[derive(Deserialize)]

@@ -11,10 +11,9 @@ use sqlx::PgPool;
 use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::lua_script;
 use crate::sale::store::ensure_group;
 
-static VOTE: LazyLock<redis::Script> = lua_script!("vote.lua");
 static NEW_POLL: LazyLock<redis::Script> = lua_script!("new_poll.lua");
 static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
 
@@ -178,55 +177,6 @@ pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::E
     .bind(limit)
     .fetch_all(db)
     .await
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VoteOutcome {
-    Accepted {
-        count: i64,
-    },
-    AlreadyVoted,
-    NotOpen {
-        opens_in_ms: i64,
-    },
-    Closed,
-    UnknownOption,
-    /// Redis does not hold this poll: unknown, or lost (wiped). Postgres decides which.
-    NotLoaded,
-    /// Redis holds the poll but this Redis run has not verified it: rebuild first.
-    Recovering,
-}
-
-#[tracing::instrument(level = "debug", skip_all, fields(poll = %poll, user = %user))]
-pub async fn vote<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    poll: PollId,
-    user: UserId,
-    option: i64,
-) -> Result<VoteOutcome, AppError> {
-    let k = keys.poll(poll);
-    let (code, value): (i64, i64) = VOTE
-        .key(&k.meta)
-        .key(&k.options)
-        .key(&k.voters)
-        .key(&k.tally)
-        .key(&k.votes)
-        .arg(user.get())
-        .arg(option)
-        .arg(poll.get())
-        .invoke_async(redis)
-        .await?;
-    Ok(match code {
-        0 => VoteOutcome::Accepted { count: value },
-        1 => VoteOutcome::AlreadyVoted,
-        2 => VoteOutcome::NotOpen { opens_in_ms: value },
-        3 => VoteOutcome::Closed,
-        4 => VoteOutcome::NotLoaded,
-        5 => VoteOutcome::UnknownOption,
-        6 => VoteOutcome::Recovering,
-        other => return Err(unexpected_reply("vote.lua", (other, value))),
-    })
 }
 
 /// Tallies and voter count in one pipelined round trip; no Postgres.

@@ -592,9 +592,12 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
     assert_eq!(passed, 100, "exactly the limit got through");
     assert_eq!(limited, 900);
     assert_eq!(app.buyers(sale).await, vec![user.id]);
-    // Every limiter key of the run carries a TTL.
+    // Every limiter key of the run (in the sale's slot) carries a TTL.
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:rl:*", app.config.redis_namespace))
+        .arg(format!(
+            "{}:{{sale:{sale}}}:rl:*",
+            app.config.redis_namespace
+        ))
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
@@ -803,15 +806,18 @@ async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
     );
 
     relay.cut();
+    // The buy route's limits are checked inside the purchase script: without Redis
+    // there is neither a limit check nor a decision, so the buy fails closed.
     let refused = app.purchase(sale, &user.token).await;
+    assert!(refused.headers().contains_key("retry-after"));
     let body = assert_error(
         refused,
         StatusCode::SERVICE_UNAVAILABLE,
-        "rate_limiter_unavailable",
+        "redis_unavailable",
     )
     .await;
     assert!(
-        body["message"].as_str().unwrap().contains("rate limiter"),
+        body["message"].as_str().unwrap().contains("Redis"),
         "{body}"
     );
     // Sign-in fails open by default: Postgres answers, the limiter is skipped.

@@ -4,6 +4,7 @@
 
 mod auth;
 mod bad_input;
+mod batch;
 mod cache;
 mod health;
 mod helpers;

@@ -8,13 +8,30 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
     // The process-local sold-out flag would answer most late requests itself; turn it
     // off so every request reaches the script and the script alone is tested.
-    let app = spawn_app_with(|c| c.sold_out_cache_ms = 0).await;
+    storm_of_2500_on_stock_100(spawn_app_with(|c| c.sold_out_cache_ms = 0).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100_one_buyer_per_call() {
+    storm_of_2500_on_stock_100(
+        spawn_app_with(|c| {
+            c.sold_out_cache_ms = 0;
+            c.batch_max = 1;
+        })
+        .await,
+    )
+    .await;
+}
+
+/// 2,000 distinct buyers and 500 of them again, released together on a stock of
+/// 100: exactly 100 accepted, nobody twice, exactly those orders in Postgres.
+async fn storm_of_2500_on_stock_100(app: TestApp) {
     let admin = app.admin().await;
     let sale = app.create_sale(&admin, 100, -5, 3600).await;
     let users = app.create_users(2000, false).await;
@@ -74,6 +91,14 @@ async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
     assert_eq!(
         db_pairs, answered,
         "every accepted order id is in Postgres, no other"
+    );
+    let m = &app.state.metrics;
+    let batches = m.buy_batches.load(std::sync::atomic::Ordering::Relaxed);
+    let batched = m.buy_batched.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(batched, 2500, "every request was decided in some batch");
+    assert!(
+        batches <= batched,
+        "{batches} batches for {batched} requests"
     );
 }
 

@@ -1,0 +1,176 @@
+//! Redis side of the buy path: how many purchase decisions one sale on one Redis
+//! takes per second when the purchase script decides a batch of buyers per call,
+//! against one buyer per call (DESIGN.md: at least 300,000 a second for one hot
+//! sale). Every buyer is new, so every decision is an accepted purchase: the full
+//! write path (SADD, DECR, HSET, XADD), the run check and, with limits, both
+//! shipped limit shapes (sliding log per user, sliding counter per address).
+//!
+//!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds]
+//!
+//! Works in its own key namespace on the Redis named by REDIS_URL (loopback only)
+//! and deletes it afterwards. Prints `batch N: D decisions/s (C calls/s)` lines.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use stampede::config::Config;
+use stampede::domain::{Id, MAX_STOCK};
+use stampede::keys::Keys;
+use stampede::limit::{Algorithm, Policy, Route, Subject};
+use stampede::sale::buy::{BuyRequest, PurchaseBatch};
+use stampede::sale::store::{SaleRow, put_new_sale};
+
+/// Callers in flight: enough to keep Redis busy from one connection.
+const IN_FLIGHT: usize = 32;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let seconds: u64 = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(5);
+    let redis_url = std::env::var("REDIS_URL")?;
+    let host = redis_url
+        .strip_prefix("redis://")
+        .and_then(|r| r.rsplit('@').next())
+        .and_then(|r| r.split([':', '/']).next())
+        .unwrap_or("");
+    anyhow::ensure!(
+        matches!(host, "127.0.0.1" | "localhost" | "[::1]"),
+        "batch_decisions talks to a loopback Redis only, not {host:?}"
+    );
+    let config = Config {
+        redis_url,
+        redis_namespace: format!("benchbatch{}", std::process::id()),
+        ..Config::default()
+    };
+    let redis = stampede::startup::connect_redis(&config).await?;
+    let keys = Keys::new(&config.redis_namespace);
+    let policies = vec![
+        policy(
+            "buy-user",
+            Subject::User,
+            Algorithm::SlidingLog {
+                limit: 1_000,
+                window_ms: 10_000,
+            },
+        ),
+        policy(
+            "buy-ip",
+            Subject::Ip,
+            Algorithm::SlidingCounter {
+                limit: 100_000_000,
+                window_ms: 10_000,
+            },
+        ),
+    ];
+    let next_sale = AtomicU64::new(1);
+    for limits in [false, true] {
+        for batch in [1usize, 16, 64] {
+            let sale = Id::new(next_sale.fetch_add(1, Ordering::Relaxed) as i64).expect("positive");
+            let now = Utc::now();
+            let row = SaleRow {
+                id: sale.get(),
+                name: "bench".into(),
+                description: String::new(),
+                price_cents: 1,
+                stock_total: MAX_STOCK,
+                starts_at: now - chrono::Duration::minutes(1),
+                ends_at: now + chrono::Duration::hours(1),
+                closed: false,
+            };
+            put_new_sale(&mut redis.clone(), &keys, &row)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let decided = Arc::new(AtomicU64::new(0));
+            let calls = Arc::new(AtomicU64::new(0));
+            let next_user = Arc::new(AtomicU64::new(1));
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..IN_FLIGHT)
+                .map(|_| {
+                    let (mut redis, keys, decided, calls, next_user) = (
+                        redis.clone(),
+                        keys.clone(),
+                        decided.clone(),
+                        calls.clone(),
+                        next_user.clone(),
+                    );
+                    let policies = if limits { policies.clone() } else { Vec::new() };
+                    tokio::spawn(async move {
+                        while Instant::now() < deadline {
+                            let first = next_user.fetch_add(batch as u64, Ordering::Relaxed);
+                            let buyers: Vec<BuyRequest> = (first..first + batch as u64)
+                                .map(|u| BuyRequest {
+                                    user: Id::new(u as i64).expect("positive"),
+                                    ip: Some(IpAddr::V4(Ipv4Addr::new(
+                                        127,
+                                        0,
+                                        0,
+                                        (u % 250) as u8 + 1,
+                                    ))),
+                                })
+                                .collect();
+                            let call = PurchaseBatch {
+                                keys: &keys,
+                                sale,
+                                policies: &policies,
+                                now_ms: None,
+                            };
+                            match call.run(&mut redis, &buyers).await {
+                                Ok(replies) => {
+                                    decided.fetch_add(replies.len() as u64, Ordering::Relaxed);
+                                    calls.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => {
+                                    eprintln!("batch failed: {e:?}");
+                                    return;
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await?;
+            }
+            let secs = started.elapsed().as_secs_f64();
+            println!(
+                "batch {batch}{}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
+                if limits {
+                    " with both limit shapes"
+                } else {
+                    ""
+                },
+                decided.load(Ordering::Relaxed) as f64 / secs,
+                calls.load(Ordering::Relaxed) as f64 / secs,
+            );
+        }
+    }
+    let mut redis = redis;
+    let leftovers: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", config.redis_namespace))
+        .query_async(&mut redis)
+        .await?;
+    for chunk in leftovers.chunks(500) {
+        let _: () = redis::cmd("UNLINK")
+            .arg(chunk)
+            .query_async(&mut redis)
+            .await?;
+    }
+    Ok(())
+}
+
+fn policy(name: &str, subject: Subject, algorithm: Algorithm) -> Policy {
+    Policy {
+        name: name.into(),
+        route: Route::Buy,
+        subject,
+        algorithm,
+        fail_open: false,
+    }
+}

@@ -1,0 +1,300 @@
+//! Decisions in batches: requests for the same sale (or poll) that arrive together
+//! are decided by one script call, each answered in order.
+//!
+//! Group commit, no timer: the first request for a key finds no batch in flight and
+//! goes at once, alone, so a quiet sale keeps its latency. Requests that arrive
+//! while a batch is in flight wait for it (at most one Redis round trip) and then
+//! go together, at most `max` per call. A hot sale thus costs one EVALSHA, one
+//! `INFO` run check and, with `appendfsync always`, one `fsync` per batch instead
+//! of per buyer; this is what lets one sale go past the one-call-per-request
+//! ceiling of a Redis core.
+//!
+//! Each HTTP worker has its own batcher and its own Redis connection (see
+//! `startup`), so a request, its batch and the Redis I/O stay on one thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use std::net::IpAddr;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use tokio::sync::oneshot;
+
+use crate::domain::UserId;
+use crate::error::{AppError, is_redis_unreachable};
+use crate::limit::{Decision, Policy, Subject, Verdict};
+use crate::lua::unexpected_reply;
+use crate::metrics::Metrics;
+
+/// One kind of batched decision: how a batch of requests for one key is decided.
+pub trait Decider: Send + Sync + 'static {
+    type Key: Copy + Eq + Hash + Send + std::fmt::Display + 'static;
+    type Request: Send + 'static;
+    type Reply: Send + 'static;
+
+    /// Decides `batch` in one script call; one reply per request, in order.
+    fn decide(
+        &self,
+        redis: ConnectionManager,
+        key: Self::Key,
+        batch: Vec<Self::Request>,
+    ) -> impl Future<Output = Result<Vec<Self::Reply>, AppError>> + Send;
+}
+
+/// Why a whole batch got no decision. Every request of the batch gets it.
+#[derive(Clone, Debug)]
+enum Failed {
+    /// Redis did not answer (down, too slow, loading): 503, retry.
+    Unavailable,
+    /// Anything else: a bug. 500, logged once for the batch.
+    Broken,
+}
+
+impl From<Failed> for AppError {
+    fn from(f: Failed) -> Self {
+        match f {
+            Failed::Unavailable => AppError::unavailable(
+                "redis_unavailable",
+                "Redis did not answer in time; try again (a retry never buys a second unit)",
+            ),
+            Failed::Broken => AppError::Internal(anyhow::anyhow!("a batched decision failed")),
+        }
+    }
+}
+
+type Waiting<D> = (
+    <D as Decider>::Request,
+    oneshot::Sender<Result<<D as Decider>::Reply, Failed>>,
+);
+
+struct Queue<D: Decider> {
+    waiting: VecDeque<Waiting<D>>,
+}
+
+/// The batcher of one worker for one kind of decision.
+pub struct Batcher<D: Decider> {
+    decider: D,
+    redis: ConnectionManager,
+    max: usize,
+    /// Keys with a batch in flight, and who waits for the next one. A std mutex:
+    /// held for a queue push or drain, never across an await.
+    queues: Mutex<HashMap<D::Key, Queue<D>>>,
+    counters: Counters,
+}
+
+/// Where a batcher counts, for `/metrics`: batches sent and requests decided.
+pub struct Counters {
+    pub metrics: Arc<Metrics>,
+    pub batches: fn(&Metrics) -> &AtomicU64,
+    pub requests: fn(&Metrics) -> &AtomicU64,
+}
+
+impl<D: Decider> Batcher<D> {
+    /// `max`: most requests in one call (1: every request alone).
+    pub fn new(decider: D, redis: ConnectionManager, max: usize, counters: Counters) -> Arc<Self> {
+        Arc::new(Batcher {
+            decider,
+            redis,
+            max: max.max(1),
+            queues: Mutex::new(HashMap::new()),
+            counters,
+        })
+    }
+
+    /// Decides `request` in the next batch for `key` and returns its own reply.
+    pub async fn submit(
+        self: &Arc<Self>,
+        key: D::Key,
+        request: D::Request,
+    ) -> Result<D::Reply, AppError> {
+        let (tx, rx) = oneshot::channel();
+        let lead = {
+            let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+            match queues.get_mut(&key) {
+                // A batch is in flight: ride with the next one.
+                Some(queue) => {
+                    queue.waiting.push_back((request, tx));
+                    false
+                }
+                None => {
+                    queues.insert(
+                        key,
+                        Queue {
+                            waiting: VecDeque::from([(request, tx)]),
+                        },
+                    );
+                    true
+                }
+            }
+        };
+        if lead {
+            let this = self.clone();
+            tokio::spawn(async move { this.flush(key).await });
+        }
+        match rx.await {
+            Ok(reply) => reply.map_err(AppError::from),
+            Err(_) => Err(AppError::Internal(anyhow::anyhow!(
+                "the batch of {key} ended without an answer"
+            ))),
+        }
+    }
+
+    /// Sends batches for `key` until nobody waits; then the next request leads.
+    async fn flush(self: Arc<Self>, key: D::Key) {
+        loop {
+            let batch: Vec<Waiting<D>> = {
+                let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(queue) = queues.get_mut(&key) else {
+                    return;
+                };
+                if queue.waiting.is_empty() {
+                    queues.remove(&key);
+                    return;
+                }
+                let n = queue.waiting.len().min(self.max);
+                queue.waiting.drain(..n).collect()
+            };
+            let (requests, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let n = requests.len();
+            let c = &self.counters;
+            (c.batches)(&c.metrics).fetch_add(1, Relaxed);
+            (c.requests)(&c.metrics).fetch_add(n as u64, Relaxed);
+            match self.decider.decide(self.redis.clone(), key, requests).await {
+                Ok(replies) if replies.len() == n => {
+                    for (tx, reply) in senders.into_iter().zip(replies) {
+                        let _ = tx.send(Ok(reply));
+                    }
+                }
+                outcome => {
+                    let failed = match &outcome {
+                        Err(AppError::Redis(e)) if is_redis_unreachable(e) => Failed::Unavailable,
+                        Err(AppError::Client { status, .. })
+                            if *status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
+                        {
+                            Failed::Unavailable
+                        }
+                        Err(e) => {
+                            tracing::error!(%key, error = %crate::error::error_chain(e), "batched decision failed");
+                            Failed::Broken
+                        }
+                        Ok(replies) => {
+                            tracing::error!(%key, asked = n, answered = replies.len(), "batched decision answered the wrong number of requests");
+                            Failed::Broken
+                        }
+                    };
+                    for tx in senders {
+                        let _ = tx.send(Err(failed.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One item of a batch script call: its rate-limit keys (one per policy, in
+/// order) and its three arguments (user id, then an order or option id, then a
+/// request id).
+pub struct Item {
+    pub limit_keys: Vec<String>,
+    pub args: [String; 3],
+}
+
+/// What a batch script answered for one item: its code, value, and each policy's
+/// decision.
+pub struct Row {
+    pub code: i64,
+    pub value: i64,
+    pub limits: Vec<Decision>,
+}
+
+/// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
+/// KEYS = the five state keys, then each item's limit keys; ARGV = id, number of
+/// policies, now override, four per policy, then three per item.
+pub struct Call<'a> {
+    pub script: &'a redis::Script,
+    /// The script's file name, for errors.
+    pub name: &'a str,
+    pub state_keys: [&'a str; 5],
+    pub id: i64,
+    pub policies: &'a [Policy],
+    /// Tests only: decide at this Redis time instead of the Redis clock.
+    pub now_ms: Option<i64>,
+}
+
+impl Call<'_> {
+    /// Runs the script for `items`; checks the reply's shape (2 + 4 per policy
+    /// integers per item).
+    pub async fn run<C: ConnectionLike>(
+        &self,
+        redis: &mut C,
+        items: &[Item],
+    ) -> Result<Vec<Row>, AppError> {
+        let mut inv = self.script.prepare_invoke();
+        for key in self.state_keys {
+            inv.key(key);
+        }
+        for item in items {
+            for key in &item.limit_keys {
+                inv.key(key);
+            }
+        }
+        inv.arg(self.id)
+            .arg(self.policies.len())
+            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default());
+        for policy in self.policies {
+            let (code, a, b, c) = policy.algorithm.lua_args();
+            inv.arg(code).arg(a).arg(b).arg(c);
+        }
+        for item in items {
+            for arg in &item.args {
+                inv.arg(arg);
+            }
+        }
+        let flat: Vec<i64> = inv.invoke_async(redis).await?;
+        let width = 2 + 4 * self.policies.len();
+        if flat.len() != width * items.len() {
+            return Err(unexpected_reply(
+                self.name,
+                format!("{} numbers for {} items", flat.len(), items.len()),
+            ));
+        }
+        Ok(flat
+            .chunks(width)
+            .map(|row| Row {
+                code: row[0],
+                value: row[1],
+                limits: row[2..].chunks(4).map(decision).collect(),
+            })
+            .collect())
+    }
+}
+
+/// One policy's answer: allowed, remaining, ms until allowed, ms until reset.
+fn decision(four: &[i64]) -> Decision {
+    Decision {
+        verdict: match four[0] {
+            1 => Verdict::Allowed,
+            0 => Verdict::Denied,
+            _ => Verdict::Never,
+        },
+        remaining: four[1].max(0) as u64,
+        retry_after_ms: four[2].max(0) as u64,
+        reset_ms: four[3].max(0) as u64,
+        now_ms: 0,
+    }
+}
+
+/// The subject a policy counts this caller under: `u<id>` or the parsed address.
+pub fn subject(policy: &Policy, user: UserId, ip: Option<IpAddr>) -> Result<String, AppError> {
+    match (policy.subject, ip) {
+        (Subject::User, _) => Ok(format!("u{user}")),
+        (Subject::Ip, Some(ip)) => Ok(crate::limit::http::ip_subject(ip)),
+        (Subject::Ip, None) => Err(AppError::Internal(anyhow::anyhow!(
+            "policy {} counts per address, but no address was given",
+            policy.name
+        ))),
+    }
+}

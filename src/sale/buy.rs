@@ -1,0 +1,163 @@
+//! The purchase decision: `lua/purchase_batch.lua` and its one Rust type,
+//! [`PurchaseBatch`], which owns the script's KEYS and ARGV order (the layout of
+//! [`crate::batch::Call`]) and parses its reply exhaustively; and [`BuyDecider`],
+//! which lets [`crate::batch::Batcher`] decide the purchases of one sale in batches.
+
+use std::net::IpAddr;
+use std::sync::LazyLock;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+use uuid::Uuid;
+
+use super::store::{MAX_ORDERABLE_SALE_ID, PurchaseOutcome, new_order_id};
+use crate::batch::{Decider, Item, subject};
+use crate::domain::{SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::limit::{Decision, Policy};
+use crate::lua::{lua_script, unexpected_reply};
+
+static PURCHASE_BATCH: LazyLock<redis::Script> = lua_script!("purchase_batch.lua");
+
+/// One buyer's request.
+#[derive(Clone, Debug)]
+pub struct BuyRequest {
+    pub user: UserId,
+    /// The client address, when a policy counts per address.
+    pub ip: Option<IpAddr>,
+}
+
+/// What the script decided for one buyer, and what each policy said.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuyReply {
+    pub outcome: PurchaseOutcome,
+    /// One per policy of the buy route, in order (empty when limits are off).
+    pub limits: Vec<Decision>,
+}
+
+/// `lua/purchase_batch.lua` for one sale.
+pub struct PurchaseBatch<'a> {
+    pub keys: &'a Keys,
+    pub sale: SaleId,
+    /// The buy route's policies, checked inside the decision.
+    pub policies: &'a [Policy],
+    /// Tests only: decide at this Redis time instead of the Redis clock.
+    pub now_ms: Option<i64>,
+}
+
+impl PurchaseBatch<'_> {
+    /// Decides every buyer in order, in one call. A batch with a user twice
+    /// answers the second `AlreadyBought` (or a refusal by a limit).
+    pub async fn run<C: ConnectionLike>(
+        &self,
+        redis: &mut C,
+        buyers: &[BuyRequest],
+    ) -> Result<Vec<BuyReply>, AppError> {
+        if self.sale.get() > MAX_ORDERABLE_SALE_ID {
+            let unknown = BuyReply {
+                outcome: PurchaseOutcome::UnknownSale,
+                limits: Vec::new(),
+            };
+            return Ok(vec![unknown; buyers.len()]);
+        }
+        if buyers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys.sale(self.sale);
+        let order_ids: Vec<Uuid> = buyers.iter().map(|_| new_order_id(self.sale)).collect();
+        let items = buyers
+            .iter()
+            .zip(&order_ids)
+            .map(|(buyer, order_id)| {
+                let limit_keys = self
+                    .policies
+                    .iter()
+                    .map(|p| {
+                        let subject = subject(p, buyer.user, buyer.ip)?;
+                        Ok(self.keys.sale_rate_limit(self.sale, &p.name, &subject))
+                    })
+                    .collect::<Result<Vec<_>, AppError>>()?;
+                Ok(Item {
+                    limit_keys,
+                    args: [
+                        buyer.user.get().to_string(),
+                        order_id.to_string(),
+                        crate::limit::request_id(),
+                    ],
+                })
+            })
+            .collect::<Result<Vec<_>, AppError>>()?;
+        let rows = crate::batch::Call {
+            script: &PURCHASE_BATCH,
+            name: "purchase_batch.lua",
+            state_keys: [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending],
+            id: self.sale.get(),
+            policies: self.policies,
+            now_ms: self.now_ms,
+        }
+        .run(redis, &items)
+        .await?;
+        rows.into_iter()
+            .zip(order_ids)
+            .map(|(row, order_id)| {
+                Ok(BuyReply {
+                    outcome: outcome(row.code, row.value, order_id)?,
+                    limits: row.limits,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Every code the script answers, and nothing else: an unknown code is an error,
+/// never read as some refusal.
+fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, AppError> {
+    Ok(match code {
+        0 => PurchaseOutcome::Accepted {
+            order_id,
+            stock_left: value,
+        },
+        1 => PurchaseOutcome::AlreadyBought,
+        2 => PurchaseOutcome::NotStarted {
+            starts_in_ms: value,
+        },
+        3 => PurchaseOutcome::Ended,
+        4 => PurchaseOutcome::NotLoaded,
+        5 => PurchaseOutcome::SoldOut,
+        6 => PurchaseOutcome::Recovering,
+        7 => PurchaseOutcome::RateLimited {
+            retry_after_ms: value.max(0) as u64,
+        },
+        8 => PurchaseOutcome::RateLimitUnsatisfiable,
+        other => return Err(unexpected_reply("purchase_batch.lua", (other, value))),
+    })
+}
+
+/// Decides the purchases of one sale in batches (see [`crate::batch`]).
+pub struct BuyDecider {
+    pub keys: Keys,
+    /// The buy route's policies; empty when limits are off.
+    pub policies: Vec<Policy>,
+}
+
+impl Decider for BuyDecider {
+    type Key = SaleId;
+    type Request = BuyRequest;
+    type Reply = BuyReply;
+
+    async fn decide(
+        &self,
+        mut redis: ConnectionManager,
+        sale: SaleId,
+        batch: Vec<BuyRequest>,
+    ) -> Result<Vec<BuyReply>, AppError> {
+        PurchaseBatch {
+            keys: &self.keys,
+            sale,
+            policies: &self.policies,
+            now_ms: None,
+        }
+        .run(&mut redis, &batch)
+        .await
+    }
+}

@@ -1,0 +1,164 @@
+//! The vote decision: `lua/vote_batch.lua` and its one Rust type, [`VoteBatch`]
+//! (KEYS and ARGV in the layout of [`crate::batch::Call`], the reply parsed
+//! exhaustively), and [`VoteDecider`] for [`crate::batch::Batcher`].
+
+use std::net::IpAddr;
+use std::sync::LazyLock;
+
+use redis::aio::{ConnectionLike, ConnectionManager};
+
+use crate::batch::{Decider, Item, subject};
+use crate::domain::{PollId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::limit::{Decision, Policy};
+use crate::lua::{lua_script, unexpected_reply};
+
+static VOTE_BATCH: LazyLock<redis::Script> = lua_script!("vote_batch.lua");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VoteOutcome {
+    Accepted {
+        count: i64,
+    },
+    AlreadyVoted,
+    NotOpen {
+        opens_in_ms: i64,
+    },
+    Closed,
+    UnknownOption,
+    /// Redis does not hold this poll: unknown, or lost (wiped). Postgres decides which.
+    NotLoaded,
+    /// Redis holds the poll but this Redis run has not verified it: rebuild first.
+    Recovering,
+    /// A policy of the vote route refused; nothing was counted.
+    RateLimited {
+        retry_after_ms: u64,
+    },
+    /// A token-bucket policy costs more than it can ever hold.
+    RateLimitUnsatisfiable,
+}
+
+/// One voter's request.
+#[derive(Clone, Debug)]
+pub struct VoteRequest {
+    pub user: UserId,
+    pub option: i64,
+    /// The client address, when a policy counts per address.
+    pub ip: Option<IpAddr>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct VoteReply {
+    pub outcome: VoteOutcome,
+    /// One per policy of the vote route, in order.
+    pub limits: Vec<Decision>,
+}
+
+/// `lua/vote_batch.lua` for one poll.
+pub struct VoteBatch<'a> {
+    pub keys: &'a Keys,
+    pub poll: PollId,
+    pub policies: &'a [Policy],
+    /// Tests only: decide at this Redis time instead of the Redis clock.
+    pub now_ms: Option<i64>,
+}
+
+impl VoteBatch<'_> {
+    /// Decides every vote in order, in one call.
+    pub async fn run<C: ConnectionLike>(
+        &self,
+        redis: &mut C,
+        voters: &[VoteRequest],
+    ) -> Result<Vec<VoteReply>, AppError> {
+        if voters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let k = self.keys.poll(self.poll);
+        let items = voters
+            .iter()
+            .map(|voter| {
+                let limit_keys = self
+                    .policies
+                    .iter()
+                    .map(|p| {
+                        let subject = subject(p, voter.user, voter.ip)?;
+                        Ok(self.keys.poll_rate_limit(self.poll, &p.name, &subject))
+                    })
+                    .collect::<Result<Vec<_>, AppError>>()?;
+                Ok(Item {
+                    limit_keys,
+                    args: [
+                        voter.user.get().to_string(),
+                        voter.option.to_string(),
+                        crate::limit::request_id(),
+                    ],
+                })
+            })
+            .collect::<Result<Vec<_>, AppError>>()?;
+        let rows = crate::batch::Call {
+            script: &VOTE_BATCH,
+            name: "vote_batch.lua",
+            state_keys: [&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
+            id: self.poll.get(),
+            policies: self.policies,
+            now_ms: self.now_ms,
+        }
+        .run(redis, &items)
+        .await?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(VoteReply {
+                    outcome: outcome(row.code, row.value)?,
+                    limits: row.limits,
+                })
+            })
+            .collect()
+    }
+}
+
+fn outcome(code: i64, value: i64) -> Result<VoteOutcome, AppError> {
+    Ok(match code {
+        0 => VoteOutcome::Accepted { count: value },
+        1 => VoteOutcome::AlreadyVoted,
+        2 => VoteOutcome::NotOpen { opens_in_ms: value },
+        3 => VoteOutcome::Closed,
+        4 => VoteOutcome::NotLoaded,
+        5 => VoteOutcome::UnknownOption,
+        6 => VoteOutcome::Recovering,
+        7 => VoteOutcome::RateLimited {
+            retry_after_ms: value.max(0) as u64,
+        },
+        8 => VoteOutcome::RateLimitUnsatisfiable,
+        other => return Err(unexpected_reply("vote_batch.lua", (other, value))),
+    })
+}
+
+/// Decides the votes of one poll in batches (see [`crate::batch`]).
+pub struct VoteDecider {
+    pub keys: Keys,
+    /// The vote route's policies; empty when limits are off.
+    pub policies: Vec<Policy>,
+}
+
+impl Decider for VoteDecider {
+    type Key = PollId;
+    type Request = VoteRequest;
+    type Reply = VoteReply;
+
+    async fn decide(
+        &self,
+        mut redis: ConnectionManager,
+        poll: PollId,
+        batch: Vec<VoteRequest>,
+    ) -> Result<Vec<VoteReply>, AppError> {
+        VoteBatch {
+            keys: &self.keys,
+            poll,
+            policies: &self.policies,
+            now_ms: None,
+        }
+        .run(&mut redis, &batch)
+        .await
+    }
+}

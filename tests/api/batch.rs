@@ -1,0 +1,307 @@
+//! Purchases decided in per-sale batches, with the buy route's limits inside the
+//! decision: every invariant holds inside a batch, and a refused request leaves no
+//! trace. (The 2,000 + 500 storm runs batched and one buyer per call in purchase.rs.)
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use stampede::config::LimitsConfig;
+use stampede::domain::Id;
+use stampede::sale::buy::{BuyRequest, PurchaseBatch};
+use stampede::sale::store::PurchaseOutcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Barrier;
+
+use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+
+/// Sends all requests at once (a barrier) and returns the statuses.
+async fn together(app: &Arc<TestApp>, requests: Vec<(i64, String)>) -> Vec<(i64, StatusCode)> {
+    let barrier = Arc::new(Barrier::new(requests.len()));
+    let tasks: Vec<_> = requests
+        .into_iter()
+        .map(|(sale, token)| {
+            let (app, barrier) = (app.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                (sale, app.purchase(sale, &token).await.status())
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
+    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
+    let admin = app.admin().await;
+    let mut sales = Vec::new();
+    for stock in [10, 20, 30, 40, 50] {
+        sales.push((app.create_sale(&admin, stock, -5, 3600).await, stock));
+    }
+    let users = app.create_users(300, false).await;
+    let requests = users
+        .iter()
+        .flat_map(|u| sales.iter().map(|(sale, _)| (*sale, u.token.clone())))
+        .collect();
+    let answers = together(&app, requests).await;
+    for (sale, stock) in &sales {
+        let accepted = answers
+            .iter()
+            .filter(|(s, st)| s == sale && *st == StatusCode::ACCEPTED)
+            .count();
+        assert_eq!(accepted as i64, *stock, "sale {sale}");
+        assert_eq!(app.stock_left(*sale).await, 0);
+        assert_eq!(app.buyers(*sale).await.len() as i64, *stock);
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|(_, st)| [StatusCode::ACCEPTED, StatusCode::GONE].contains(st)),
+        "only accepted and sold out"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_user_twice_in_one_batch_buys_once() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let (a, b) = (app.user().await, app.user().await);
+    let buyer = |id: i64| BuyRequest {
+        user: Id::new(id).unwrap(),
+        ip: None,
+    };
+    let replies = PurchaseBatch {
+        keys: &app.keys,
+        sale: Id::new(sale).unwrap(),
+        policies: &[],
+        now_ms: None,
+    }
+    .run(
+        &mut app.redis.clone(),
+        &[buyer(a.id), buyer(a.id), buyer(b.id), buyer(a.id)],
+    )
+    .await
+    .unwrap();
+    let outcomes: Vec<_> = replies.iter().map(|r| r.outcome).collect();
+    assert!(matches!(
+        outcomes[0],
+        PurchaseOutcome::Accepted { stock_left: 9, .. }
+    ));
+    assert_eq!(outcomes[1], PurchaseOutcome::AlreadyBought);
+    assert!(matches!(
+        outcomes[2],
+        PurchaseOutcome::Accepted { stock_left: 8, .. }
+    ));
+    assert_eq!(outcomes[3], PurchaseOutcome::AlreadyBought);
+    assert_eq!(app.stock_left(sale).await, 8);
+    let pending: i64 = redis::cmd("XLEN")
+        .arg(app.keys.sale(Id::new(sale).unwrap()).orders)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert!(pending <= 2, "one stream entry per accepted order");
+    assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
+}
+
+fn limits(policies: &str) -> LimitsConfig {
+    let mut config: LimitsConfig = toml::from_str(policies).expect("limits TOML");
+    config.enabled = true;
+    config
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_buys_of_one_user_released_together_pass_exactly_five() {
+    let app = Arc::new(
+        spawn_app_with(|c| {
+            c.limits = limits(
+                r#"
+                [[policies]]
+                name = "buy-user"
+                route = "buy"
+                subject = "user"
+                algorithm = "sliding_log"
+                limit = 5
+                window_ms = 60000
+                "#,
+            )
+        })
+        .await,
+    );
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let user = app.user().await;
+    let answers = together(&app, vec![(sale, user.token.clone()); 12]).await;
+    let count = |s: StatusCode| answers.iter().filter(|(_, st)| *st == s).count();
+    assert_eq!(count(StatusCode::ACCEPTED), 1);
+    assert_eq!(
+        count(StatusCode::CONFLICT),
+        4,
+        "passed the limit: already bought"
+    );
+    assert_eq!(count(StatusCode::TOO_MANY_REQUESTS), 7);
+    // The refused seven left nothing: one unit sold, five entries in the log.
+    assert_eq!(app.stock_left(sale).await, 9);
+    let log: i64 = redis::cmd("ZCARD")
+        .arg(
+            app.keys
+                .sale_rate_limit(Id::new(sale).unwrap(), "buy-user", &format!("u{}", user.id)),
+        )
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(log, 5);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn eighty_buyers_from_one_address_pass_exactly_sixty() {
+    let app = Arc::new(
+        spawn_app_with(|c| {
+            c.sold_out_cache_ms = 0;
+            c.limits = limits(
+                r#"
+                [[policies]]
+                name = "buy-ip"
+                route = "buy"
+                subject = "ip"
+                algorithm = "sliding_counter"
+                limit = 60
+                window_ms = 60000
+                "#,
+            )
+        })
+        .await,
+    );
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let users = app.create_users(80, false).await;
+    let answers = together(
+        &app,
+        users.iter().map(|u| (sale, u.token.clone())).collect(),
+    )
+    .await;
+    let count = |s: StatusCode| answers.iter().filter(|(_, st)| *st == s).count();
+    assert_eq!(count(StatusCode::ACCEPTED), 60);
+    assert_eq!(count(StatusCode::TOO_MANY_REQUESTS), 20);
+    assert_eq!(
+        app.stock_left(sale).await,
+        40,
+        "a refused buyer consumed nothing"
+    );
+    assert_eq!(app.buyers(sale).await.len(), 60);
+}
+
+/// A TCP relay to the test Redis that can hold back Redis's answers (Redis still
+/// runs every command; the answers arrive late).
+struct SlowRelay {
+    addr: SocketAddr,
+    held: Arc<AtomicBool>,
+}
+
+impl SlowRelay {
+    async fn start(target: &str) -> Self {
+        let rest = target.split_once("://").map_or(target, |(_, r)| r);
+        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+        let target: SocketAddr = tokio::net::lookup_host(rest.split('/').next().unwrap())
+            .await
+            .unwrap()
+            .next()
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(AtomicBool::new(false));
+        let held2 = held.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let held = held2.clone();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = sr.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        while held.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        if cw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    up.abort();
+                });
+            }
+        });
+        SlowRelay { addr, held }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice() {
+    let real = std::env::var("STAMPEDE_TEST_REDIS_URL")
+        .or_else(|_| std::env::var("REDIS_URL"))
+        .unwrap();
+    let relay = SlowRelay::start(&real).await;
+    let app = Arc::new(
+        spawn_app_with(|c| {
+            c.redis_url = format!("redis://{}/", relay.addr);
+            c.redis_response_timeout_ms = 300;
+            c.settle_in_serve = false;
+            c.sweep_ms = 0;
+        })
+        .await,
+    );
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let users = app.create_users(20, false).await;
+
+    relay.held.store(true, Ordering::SeqCst);
+    let answers = together(
+        &app,
+        users.iter().map(|u| (sale, u.token.clone())).collect(),
+    )
+    .await;
+    relay.held.store(false, Ordering::SeqCst);
+    for (_, status) in &answers {
+        assert_eq!(
+            *status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a late batch is a 503"
+        );
+    }
+    // Redis did decide them; the answers came too late. A retry is safe.
+    let mut accepted = HashSet::new();
+    for u in &users {
+        let resp = app.purchase(sale, &u.token).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        match status {
+            StatusCode::ACCEPTED => {
+                accepted.insert(u.id);
+            }
+            StatusCode::CONFLICT => assert_eq!(body["error"], "already_bought"),
+            other => panic!("retry answered {other}: {body}"),
+        }
+    }
+    let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
+    assert_eq!(buyers.len(), 20, "every user bought exactly once");
+    assert_eq!(app.stock_left(sale).await, 80, "no second unit");
+    assert!(buyers.is_superset(&accepted));
+}
