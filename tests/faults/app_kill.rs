@@ -16,10 +16,25 @@ use crate::storm::{Plan, Storm, purchases};
 /// down: the caller starts it again. (With Postgres down a worker spends most of
 /// its time waiting for a connection, so this takes a few seconds.)
 async fn hold_entries_in_worker(stack: &mut Stack, index: usize, sales: &[i64]) -> usize {
-    stack.wait_settling(sales).await;
-    stack.pg.stop(PgStop::Fast);
     // Consumer names are `<host>-<pid>-<random>`.
     let tag = format!("-{}-", stack.servers[index].pid().expect("server runs"));
+    // The worker must know the sales' streams before Postgres goes (it re-reads
+    // their list from Postgres every 2 s): it has read the newest one.
+    let newest = *sales.iter().max().expect("sales");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack
+        .consumers(newest)
+        .await
+        .iter()
+        .any(|name| name.contains(&tag))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "server #{index}'s settlement worker never read sale {newest}'s stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stack.pg.stop(PgStop::Fast);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let held: usize = stack

@@ -911,6 +911,20 @@ impl Stack {
         }
     }
 
+    /// The settlement consumers that have read this sale's order stream.
+    pub async fn consumers(&self, sale: i64) -> Vec<String> {
+        let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(self.keys.sale(Id::new(sale).unwrap()).orders)
+                .arg("settle")
+                .query_async(&mut self.redis().await)
+                .await;
+        reply
+            .map(|r| r.consumers.into_iter().map(|c| c.name).collect())
+            .unwrap_or_default()
+    }
+
     /// Unacknowledged order entries per settlement consumer, over these sales.
     pub async fn pending_by_consumer(&self, sales: &[i64]) -> BTreeMap<String, usize> {
         let mut conn = self.redis().await;
