@@ -215,7 +215,9 @@ impl Recovery {
     /// rebuilds what is missing or untrusted, and finishes stock changes left
     /// pending. Returns how many targets were rebuilt.
     pub async fn sweep(&self, all: bool) -> Result<usize, AppError> {
-        let days = if all { i32::MAX / 2 } else { SWEEP_RECENT_DAYS };
+        // "All": a window no sale can be older than (Postgres timestamps end in
+        // the year 294276; a larger interval would overflow).
+        let days = if all { 365 * 1000 } else { SWEEP_RECENT_DAYS };
         let sales: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
         )

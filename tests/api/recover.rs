@@ -400,3 +400,29 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     assert_eq!(tally.get(&options[1]), Some(&2));
     assert_eq!(tally.get(&options[2]), Some(&5));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_before_serving() {
+    let app = crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let buyer = app.user().await;
+    assert_eq!(
+        app.purchase(sale, &buyer.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
+    wipe(&app).await;
+
+    // A new instance (no sweep, no request yet) rebuilds at startup.
+    let sibling = spawn_sibling(&app, |c| c.sweep_ms = 0).await;
+    let state = sibling
+        .state
+        .recovery
+        .check(stampede::recover::Target::Sale(Id::new(sale).unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(state, stampede::recover::StateCheck::Trusted);
+    assert_eq!(app.stock_left(sale).await, 9);
+    assert_eq!(app.buyers(sale).await, vec![buyer.id]);
+}
