@@ -1,0 +1,129 @@
+//! Scenario 1: a server killed with SIGKILL mid-storm, restarted or not. It is
+//! killed while its settlement worker holds delivered, unacknowledged order
+//! entries (Postgres is held down for a moment so that the worker cannot commit
+//! them), so only a takeover (`XAUTOCLAIM` by another consumer after
+//! `STAMPEDE_SETTLE_CLAIM_IDLE_MS`) can bring those orders to Postgres.
+
+use std::time::{Duration, Instant};
+
+use crate::STOCKS;
+use crate::harness::{Options, PgStop, Stack};
+use crate::invariants::{AllowedLoss, assert_invariants};
+use crate::storm::{Plan, Storm, purchases};
+
+/// Stops Postgres and waits until the settlement worker of server `index` holds
+/// order entries it read but cannot commit; returns how many. Postgres stays
+/// down: the caller starts it again. (With Postgres down a worker spends most of
+/// its time waiting for a connection, so this takes a few seconds.)
+async fn hold_entries_in_worker(stack: &mut Stack, index: usize, sales: &[i64]) -> usize {
+    // Consumer names are `<host>-<pid>-<random>`.
+    let tag = format!("-{}-", stack.servers[index].pid().expect("server runs"));
+    // The worker must know the sales' streams before Postgres goes (it re-reads
+    // their list from Postgres every 2 s): it has read the newest one.
+    let newest = *sales.iter().max().expect("sales");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stack
+        .consumers(newest)
+        .await
+        .iter()
+        .any(|name| name.contains(&tag))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "server #{index}'s settlement worker never read sale {newest}'s stream"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stack.pg.stop(PgStop::Fast);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held: usize = stack
+            .pending_by_consumer(sales)
+            .await
+            .into_iter()
+            .filter(|(name, _)| name.contains(&tag))
+            .map(|(_, n)| n)
+            .sum();
+        if held > 0 {
+            return held;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server #{index}'s settlement worker never held an entry"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
+    let left = stack.pending_by_consumer(sales).await;
+    assert!(
+        left.values().all(|&n| n == 0),
+        "entries left unacknowledged: {left:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
+    let mut stack = Stack::start("app-kill", Options::default()).await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 1, 0.03),
+        Plan::default(),
+    );
+    storm.wait_accepted(400, Duration::from_secs(20)).await;
+    let held = hold_entries_in_worker(&mut stack, 0, &sales).await;
+    stack.servers[0].kill9();
+    println!(
+        "server killed at {:.1?} holding {held} unacknowledged entries",
+        storm.elapsed()
+    );
+    stack.pg.start();
+    stack.restart_server(0).await;
+    println!("server back at {:.1?}", storm.elapsed());
+    assert!(
+        storm.wait_decided(200, Duration::from_secs(20)).await,
+        "the restarted server decides purchases again"
+    );
+    let records = storm.finish().await;
+    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+    assert_nothing_left_unacknowledged(&stack, &sales).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn survivor_settles_what_a_killed_sibling_accepted() {
+    let mut stack = Stack::start(
+        "app-kill-sibling",
+        Options {
+            servers: 2,
+            ..Options::default()
+        },
+    )
+    .await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 2, 0.03),
+        Plan::default(),
+    );
+    storm.wait_accepted(400, Duration::from_secs(20)).await;
+    let held = hold_entries_in_worker(&mut stack, 1, &sales).await;
+    stack.servers[1].kill9();
+    println!(
+        "server #1 killed for good at {:.1?} holding {held} unacknowledged entries",
+        storm.elapsed()
+    );
+    stack.pg.start();
+    assert!(
+        storm.wait_decided(200, Duration::from_secs(20)).await,
+        "the survivor decides purchases"
+    );
+    let records = storm.finish().await;
+    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+    assert_nothing_left_unacknowledged(&stack, &sales).await;
+}

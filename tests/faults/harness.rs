@@ -1,0 +1,1101 @@
+//! The processes one fault test owns: a Postgres cluster, a Redis server and one or
+//! more `stampede serve` processes, all on free loopback ports, all with their data
+//! and logs in one run directory under `.data/faults/`. A test can kill, stop, wipe
+//! and restart each of them. Dropping the [`Stack`] kills every process it started
+//! (also when the test panics; the log tails are printed then) and removes the run
+//! directory.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use stampede::auth::token::{Claims, TokenKey};
+use stampede::domain::Id;
+use stampede::keys::Keys;
+
+/// Where run directories live: git-ignored, inside the worktree, so the postgres
+/// user can reach them (the run dirs are made passable for it).
+fn faults_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(".data/faults")
+}
+
+/// Runs a blocking step (a child process, a file operation) without stalling the
+/// runtime's other tasks, such as a storm running meanwhile.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    tokio::task::block_in_place(f)
+}
+
+fn is_root() -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    *ROOT.get_or_init(|| {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+            .unwrap_or(false)
+    })
+}
+
+/// The newest installed Postgres server binaries (`/usr/lib/postgresql/<v>/bin`).
+fn pg_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+            .expect("Postgres is installed under /usr/lib/postgresql")
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let v = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+                let bin = e.path().join("bin");
+                bin.join("initdb").exists().then_some((v, bin))
+            })
+            .collect();
+        versions.sort();
+        versions
+            .pop()
+            .expect("no /usr/lib/postgresql/<version>/bin/initdb")
+            .1
+    })
+}
+
+/// A Postgres tool, as the postgres user when we are root (Postgres refuses root),
+/// from `/` (that user may not enter the caller's directory). As scripts/services.sh.
+fn pg_command(tool: &str) -> Command {
+    let path = pg_bin().join(tool);
+    let mut cmd = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(path);
+        c
+    } else {
+        Command::new(path)
+    };
+    cmd.current_dir("/").stdin(Stdio::null());
+    cmd
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {text}",
+        out.status
+    );
+    text
+}
+
+fn chown_postgres(path: &Path) {
+    if is_root() {
+        run(
+            Command::new("chown").arg("-R").arg("postgres:").arg(path),
+            "chown",
+        );
+    }
+}
+
+/// A port outside the kernel's ephemeral range (32768+), so that no outgoing
+/// connection of a server can sit on it while its owner is down for a restart.
+pub fn free_port() -> u16 {
+    let mut rng = rand::rng();
+    loop {
+        let port = rng.random_range(20_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The last `lines` lines of a log file.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let Ok(mut f) = File::open(path) else {
+        return format!("({} missing)", path.display());
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+    let mut buf = Vec::new();
+    let _ = f.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn log_file(path: &Path) -> (Stdio, Stdio) {
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open log file");
+    let g = f.try_clone().expect("clone log file");
+    (Stdio::from(f), Stdio::from(g))
+}
+
+/// The run directory of one test: `.data/faults/<name>-<random>/`. It records the
+/// test process's pid, so a later run can clean up after a test that was killed
+/// before its destructors ran ([`sweep_abandoned_runs`]).
+pub struct RunDir {
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    fn create(name: &str) -> RunDir {
+        let root = faults_root();
+        fs::create_dir_all(&root).expect("create .data/faults");
+        sweep_abandoned_runs(&root);
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let path = root.join(format!("{name}-{suffix}"));
+        fs::create_dir(&path).expect("create run dir");
+        fs::write(path.join("owner.pid"), std::process::id().to_string()).unwrap();
+        if is_root() {
+            // The postgres user must pass through every directory down to its data.
+            let mut dir = path.clone();
+            loop {
+                run(Command::new("chmod").arg("o+x").arg(&dir), "chmod o+x");
+                if !dir.pop() || dir == Path::new(env!("CARGO_MANIFEST_DIR")) {
+                    break;
+                }
+            }
+        }
+        RunDir { path }
+    }
+
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.path.join(p)
+    }
+
+    /// Notes the pid of a child, for [`sweep_abandoned_runs`].
+    fn note_pid(&self, pid: u32) {
+        let mut f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.join("children.pid"))
+            .unwrap();
+        use std::io::Write;
+        let _ = writeln!(f, "{pid}");
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if std::env::var_os("STAMPEDE_FAULTS_KEEP").is_some() {
+            eprintln!("kept {}", self.path.display());
+            return;
+        }
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+fn process_alive_as(pid: &str, names: &[&str]) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|comm| names.iter().any(|n| comm.trim().starts_with(n)))
+        .unwrap_or(false)
+}
+
+/// Run directories whose test process is gone (killed by a timeout, say) still
+/// hold running servers: stop those (only the ones we recorded, checked by name)
+/// and remove the directory.
+fn sweep_abandoned_runs(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let dir = entry.path();
+        let Ok(owner) = fs::read_to_string(dir.join("owner.pid")) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{}", owner.trim())).exists() {
+            continue;
+        }
+        if dir.join("pg/postmaster.pid").exists() {
+            let _ = pg_command("pg_ctl")
+                .arg("-D")
+                .arg(dir.join("pg"))
+                .args(["-m", "immediate", "-w", "stop"])
+                .output();
+        }
+        for pid in fs::read_to_string(dir.join("children.pid"))
+            .unwrap_or_default()
+            .lines()
+        {
+            if process_alive_as(pid, &["redis-server", "stampede"]) {
+                let _ = Command::new("kill").args(["-9", pid]).status();
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+/// One initialised cluster (user `stampede`, trust auth, database `stampede`),
+/// made once and shared by every test process: each test copies it (`cp -a`),
+/// which is much cheaper than initdb. Made in a scratch directory and renamed into
+/// place, so concurrent tests never see half a template.
+fn pg_template() -> PathBuf {
+    let version = pg_bin()
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|v| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let root = faults_root();
+    let template = root.join(format!("pg-template-{version}"));
+    if template.join("PG_VERSION").exists() {
+        return template;
+    }
+    let scratch = RunDir::create("pg-template-build");
+    let data = scratch.join("pg");
+    let sock = scratch.join("sock");
+    fs::create_dir(&data).unwrap();
+    fs::create_dir(&sock).unwrap();
+    chown_postgres(&scratch.path);
+    run(
+        pg_command("initdb").arg("-D").arg(&data).args([
+            "-U",
+            "stampede",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        ]),
+        "initdb",
+    );
+    let port = free_port();
+    let log = scratch.join("pg.log");
+    File::create(&log).unwrap();
+    chown_postgres(&log);
+    run(
+        pg_command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-l")
+            .arg(&log)
+            .arg("-o")
+            .arg(pg_options(port, &sock))
+            .args(["-w", "-t", "60", "start"]),
+        "pg_ctl start (template)",
+    );
+    let created = Command::new(pg_bin().join("psql"))
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-U", "stampede", "-d", "postgres", "-qtA"])
+        .args(["-c", "CREATE DATABASE stampede"])
+        .output();
+    run(
+        pg_command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .args(["-m", "fast", "-w", "stop"]),
+        "pg_ctl stop (template)",
+    );
+    let created = created.expect("run psql");
+    assert!(
+        created.status.success(),
+        "CREATE DATABASE: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let _ = fs::remove_file(data.join("postmaster.opts"));
+    // Another test may have won the race; then ours is simply thrown away.
+    let _ = fs::rename(&data, &template);
+    assert!(template.join("PG_VERSION").exists(), "no Postgres template");
+    template
+}
+
+fn pg_options(port: u16, sock: &Path) -> String {
+    // fsync off: a test's data need not survive a machine crash, only a process
+    // crash, and the OS keeps written pages across that.
+    format!(
+        "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
+         -c synchronous_commit=off -c full_page_writes=off -c max_connections=100 \
+         -c shared_buffers=32MB",
+        sock.display()
+    )
+}
+
+/// A private Postgres cluster on its own port.
+pub struct Postgres {
+    pub port: u16,
+    data: PathBuf,
+    sock: PathBuf,
+    log: PathBuf,
+    running: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum PgStop {
+    /// `pg_ctl stop -m fast`: clients are disconnected, a clean shutdown.
+    Fast,
+    /// `pg_ctl stop -m immediate`: no shutdown checkpoint, crash recovery at start.
+    Immediate,
+}
+
+impl Postgres {
+    fn create(dir: &RunDir) -> Postgres {
+        let template = pg_template();
+        let data = dir.join("pg");
+        let sock = dir.join("sock");
+        let log = dir.join("pg.log");
+        run(
+            Command::new("cp").arg("-a").arg(&template).arg(&data),
+            "cp -a template",
+        );
+        fs::create_dir(&sock).unwrap();
+        File::create(&log).unwrap();
+        chown_postgres(&sock);
+        chown_postgres(&log);
+        chown_postgres(&data);
+        Postgres {
+            port: free_port(),
+            data,
+            sock,
+            log,
+            running: false,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://stampede@127.0.0.1:{}/stampede", self.port)
+    }
+
+    pub fn start(&mut self) {
+        blocking(|| {
+            run(
+                pg_command("pg_ctl")
+                    .arg("-D")
+                    .arg(&self.data)
+                    .arg("-l")
+                    .arg(&self.log)
+                    .arg("-o")
+                    .arg(pg_options(self.port, &self.sock))
+                    .args(["-w", "-t", "60", "start"]),
+                "pg_ctl start",
+            )
+        });
+        self.running = true;
+    }
+
+    pub fn stop(&mut self, mode: PgStop) {
+        let mode = match mode {
+            PgStop::Fast => "fast",
+            PgStop::Immediate => "immediate",
+        };
+        blocking(|| {
+            run(
+                pg_command("pg_ctl")
+                    .arg("-D")
+                    .arg(&self.data)
+                    .args(["-m", mode, "-w", "stop"]),
+                "pg_ctl stop",
+            )
+        });
+        self.running = false;
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        if self.running {
+            let _ = pg_command("pg_ctl")
+                .arg("-D")
+                .arg(&self.data)
+                .args(["-m", "immediate", "-w", "stop"])
+                .output();
+        }
+    }
+}
+
+/// `appendfsync` of the test's Redis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fsync {
+    Always,
+    EverySec,
+}
+
+/// A private Redis (AOF on, no RDB snapshots) as a child process.
+pub struct Redis {
+    pub port: u16,
+    pub dir: PathBuf,
+    fsync: Fsync,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn create(run_dir: &RunDir, fsync: Fsync) -> Redis {
+        let dir = run_dir.join("redis");
+        fs::create_dir(&dir).unwrap();
+        Redis {
+            port: free_port(),
+            dir,
+            fsync,
+            log: run_dir.join("redis.log"),
+            child: None,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts it (same port, same directory, so it loads its AOF) and waits until
+    /// it answers and has finished loading.
+    pub async fn start(&mut self, run_dir: &RunDir) {
+        assert!(self.child.is_none(), "Redis is already running");
+        let (out, err) = log_file(&self.log);
+        let fsync = match self.fsync {
+            Fsync::Always => "always",
+            Fsync::EverySec => "everysec",
+        };
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--appendonly", "yes", "--appendfsync", fsync])
+            .args(["--save", "", "--daemonize", "no", "--maxclients", "10000"])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start redis-server");
+        run_dir.note_pid(child.id());
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "redis-server exited with {status}:\n{}",
+                    tail(&self.log, 30)
+                );
+            }
+            if self.loaded().await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Redis not ready in 30 s:\n{}",
+                tail(&self.log, 30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// PING answers and INFO says the dataset is loaded.
+    async fn loaded(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(Ok(mut conn)) = tokio::time::timeout(
+            Duration::from_secs(1),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        else {
+            return false;
+        };
+        let pong: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut conn).await;
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("persistence")
+            .query_async(&mut conn)
+            .await;
+        matches!(pong.as_deref(), Ok("PONG"))
+            && info.is_ok_and(|i| i.lines().any(|l| l.trim() == "loading:0"))
+    }
+
+    /// `kill -9`: no AOF flush, no goodbye.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `redis-cli shutdown`: Redis flushes and fsyncs its AOF, then exits.
+    pub fn shutdown(&mut self) {
+        let port = self.port.to_string();
+        blocking(|| {
+            // The connection drops when Redis exits, so the exit status says little.
+            let _ = Command::new("redis-cli")
+                .args(["-p", &port, "shutdown"])
+                .output();
+            if let Some(mut child) = self.child.take() {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while child.try_wait().ok().flatten().is_none() {
+                    if Instant::now() > deadline {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!("Redis did not shut down in 20 s");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+    }
+
+    /// The AOF increment file (Redis 7: the `type i` file of the manifest in
+    /// `appendonlydir/`), where every write since the last rewrite goes.
+    pub fn aof_incr_file(&self) -> PathBuf {
+        let aof_dir = self.dir.join("appendonlydir");
+        let manifest = fs::read_dir(&aof_dir)
+            .expect("appendonlydir")
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "manifest"))
+            .expect("an AOF manifest");
+        let text = fs::read_to_string(&manifest).unwrap();
+        // Lines like `file appendonly.aof.1.incr.aof seq 1 type i`; the last is current.
+        let name = text
+            .lines()
+            .filter(|l| {
+                l.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .ends_with(&["type", "i"])
+            })
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .next_back()
+            .unwrap_or_else(|| panic!("no increment file in {text}"));
+        aof_dir.join(name)
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// What every `stampede serve` of one stack is started with.
+#[derive(Clone)]
+pub struct ServerEnv {
+    pub database_url: String,
+    pub redis_url: String,
+    pub namespace: String,
+    pub secret: String,
+}
+
+/// One `stampede serve` process.
+pub struct Server {
+    pub port: u16,
+    pub index: usize,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn base(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn spawn(&mut self, env: &ServerEnv, run_dir: &RunDir) {
+        assert!(self.child.is_none(), "server {} is running", self.index);
+        let (out, err) = log_file(&self.log);
+        let child = Command::new(env!("CARGO_BIN_EXE_stampede"))
+            .arg("serve")
+            .env("STAMPEDE_LISTEN", format!("127.0.0.1:{}", self.port))
+            .env("DATABASE_URL", &env.database_url)
+            .env("REDIS_URL", &env.redis_url)
+            .env("STAMPEDE_REDIS_NAMESPACE", &env.namespace)
+            .env("STAMPEDE_TOKEN_SECRET", &env.secret)
+            .env("STAMPEDE_LIMITS", "off")
+            // A killed server's unacknowledged entries are taken over quickly.
+            .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "2000")
+            .env("STAMPEDE_WORKERS", "2")
+            // Every 4xx is a warning of tracing-actix-web: too loud for a storm.
+            .env("RUST_LOG", "warn,tracing_actix_web=error")
+            .env_remove("STAMPEDE_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("start stampede serve");
+        run_dir.note_pid(child.id());
+        self.child = Some(child);
+    }
+
+    async fn wait_ready(&mut self, http: &Client) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = format!("{}/readyz", self.base());
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "stampede serve #{} exited with {status}:\n{}",
+                    self.index,
+                    tail(&self.log, 40)
+                );
+            }
+            if let Ok(r) = http.get(&url).send().await
+                && r.status() == StatusCode::OK
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stampede serve #{} not ready in 60 s:\n{}",
+                self.index,
+                tail(&self.log, 40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `kill -9`: no graceful shutdown, the settlement worker's batch stays pending.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait (up to 30 s) until it has exited.
+    pub fn terminate(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            blocking(|| {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .status();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while child.try_wait().ok().flatten().is_none() {
+                    if Instant::now() > deadline {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!("stampede serve did not stop in 30 s of SIGTERM");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            });
+        }
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct User {
+    pub id: i64,
+    pub token: String,
+}
+
+pub struct Options {
+    pub servers: usize,
+    pub fsync: Fsync,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            servers: 1,
+            fsync: Fsync::Always,
+        }
+    }
+}
+
+/// One test's world. Fields drop in order: servers, then Redis, then Postgres,
+/// then the run directory.
+pub struct Stack {
+    pub servers: Vec<Server>,
+    pub redis: Redis,
+    pub pg: Postgres,
+    pub db: PgPool,
+    pub keys: Keys,
+    pub tokens: TokenKey,
+    pub http: Client,
+    pub admin: User,
+    pub env: ServerEnv,
+    pub dir: RunDir,
+    started: Instant,
+}
+
+impl Stack {
+    /// Starts Postgres, Redis and `options.servers` servers (which migrate the
+    /// database), and creates an admin user.
+    pub async fn start(name: &str, options: Options) -> Stack {
+        let dir = blocking(|| RunDir::create(name));
+        let started = Instant::now();
+        let mut pg = blocking(|| Postgres::create(&dir));
+        pg.start();
+        let mut redis = Redis::create(&dir, options.fsync);
+        redis.start(&dir).await;
+        let env = ServerEnv {
+            database_url: pg.url(),
+            redis_url: redis.url(),
+            namespace: format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            secret: stampede::auth::random_token_hex(32),
+        };
+        let http = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(512)
+            // Below actix's 5 s wait for a connection's first request: a connection
+            // the pool opened but did not use is closed by us, not answered 408.
+            .pool_idle_timeout(Duration::from_secs(2))
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(15))
+            .build()
+            .unwrap();
+        let db = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect(&env.database_url)
+            .await
+            .expect("connect to the test's Postgres");
+        let tokens = TokenKey::new(env.secret.as_bytes());
+        let mut stack = Stack {
+            servers: Vec::new(),
+            redis,
+            pg,
+            db,
+            keys: Keys::new(&env.namespace),
+            tokens,
+            http,
+            admin: User {
+                id: 0,
+                token: String::new(),
+            },
+            env,
+            dir,
+            started,
+        };
+        for _ in 0..options.servers {
+            stack.add_server().await;
+        }
+        stack.admin = stack.create_users(1, true).await.pop().unwrap();
+        println!(
+            "stack {name}: postgres :{}, redis :{} ({:?}), servers {:?}, ready in {:.1?}",
+            stack.pg.port,
+            stack.redis.port,
+            options.fsync,
+            stack.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
+            stack.started.elapsed()
+        );
+        stack
+    }
+
+    /// Starts one more server on the same stores; returns its index.
+    pub async fn add_server(&mut self) -> usize {
+        let index = self.servers.len();
+        let mut server = Server {
+            port: free_port(),
+            index,
+            log: self.dir.join(&format!("server-{index}.log")),
+            child: None,
+        };
+        server.spawn(&self.env, &self.dir);
+        server.wait_ready(&self.http).await;
+        self.servers.push(server);
+        index
+    }
+
+    /// Starts a stopped or killed server again, on its port.
+    pub async fn restart_server(&mut self, index: usize) {
+        let server = &mut self.servers[index];
+        server.spawn(&self.env, &self.dir);
+        server.wait_ready(&self.http).await;
+    }
+
+    pub async fn start_redis(&mut self) {
+        self.redis.start(&self.dir).await;
+    }
+
+    pub fn bases(&self) -> Vec<String> {
+        self.servers.iter().map(Server::base).collect()
+    }
+
+    /// The servers that run now.
+    pub fn live_bases(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter(|s| s.is_running())
+            .map(Server::base)
+            .collect()
+    }
+
+    /// Accepted orders not yet in Postgres (the sales' pending hashes).
+    pub async fn pending_orders(&self, sales: &[i64]) -> i64 {
+        let mut pipe = redis::pipe();
+        for &sale in sales {
+            pipe.hlen(self.keys.sale(Id::new(sale).unwrap()).pending);
+        }
+        let counts: Vec<i64> = pipe
+            .query_async(&mut self.redis().await)
+            .await
+            .expect("HLEN pending");
+        counts.iter().sum()
+    }
+
+    /// Waits until every one of these sales has an order in Postgres: then the
+    /// settlement workers know their streams (they re-read the list every 2 s).
+    pub async fn wait_settling(&self, sales: &[i64]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let settled: i64 = sqlx::query_scalar(
+                "SELECT count(DISTINCT sale_id) FROM orders WHERE sale_id = ANY($1)",
+            )
+            .bind(sales)
+            .fetch_one(&self.db)
+            .await
+            .expect("count settled sales");
+            if settled == sales.len() as i64 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {settled} of {} sales have a settled order after 20 s",
+                sales.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (up to 20 s) until no stock change of these sales is left pending,
+    /// i.e. recorded (answered 202) but not yet applied to both stores.
+    pub async fn wait_stock_changes_applied(&self, sales: &[i64]) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pending: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+            )
+            .bind(sales)
+            .fetch_one(&self.db)
+            .await
+            .expect("count pending stock changes");
+            if pending == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{pending} stock changes still pending after 20 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The settlement consumers that have read this sale's order stream.
+    pub async fn consumers(&self, sale: i64) -> Vec<String> {
+        let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
+            redis::cmd("XINFO")
+                .arg("CONSUMERS")
+                .arg(self.keys.sale(Id::new(sale).unwrap()).orders)
+                .arg("settle")
+                .query_async(&mut self.redis().await)
+                .await;
+        reply
+            .map(|r| r.consumers.into_iter().map(|c| c.name).collect())
+            .unwrap_or_default()
+    }
+
+    /// Unacknowledged order entries per settlement consumer, over these sales.
+    pub async fn pending_by_consumer(&self, sales: &[i64]) -> BTreeMap<String, usize> {
+        let mut conn = self.redis().await;
+        let mut out = BTreeMap::new();
+        for &sale in sales {
+            let stream = self.keys.sale(Id::new(sale).unwrap()).orders;
+            let reply: redis::RedisResult<redis::streams::StreamPendingReply> =
+                redis::cmd("XPENDING")
+                    .arg(&stream)
+                    .arg("settle")
+                    .query_async(&mut conn)
+                    .await;
+            if let Ok(redis::streams::StreamPendingReply::Data(data)) = reply {
+                for c in data.consumers {
+                    *out.entry(c.name).or_default() += c.pending;
+                }
+            }
+        }
+        out
+    }
+
+    /// A server that runs (for admin calls and checks).
+    pub fn live_base(&self) -> String {
+        self.servers
+            .iter()
+            .find(|s| s.is_running())
+            .expect("a running server")
+            .base()
+    }
+
+    /// Inserts `n` users in one statement (no argon2) and mints their tokens with
+    /// the servers' secret.
+    pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
+        let prefix = &uuid::Uuid::new_v4().simple().to_string()[..12];
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO users (username, password_hash, is_admin)
+             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
+             RETURNING id",
+        )
+        .bind(prefix)
+        .bind(n as i32)
+        .bind(admin)
+        .fetch_all(&self.db)
+        .await
+        .expect("insert users");
+        ids.into_iter()
+            .map(|id| User {
+                id,
+                token: self.tokens.issue(Claims {
+                    user_id: Id::new(id).unwrap(),
+                    admin,
+                    expires_at: chrono::Utc::now().timestamp() + 3600,
+                }),
+            })
+            .collect()
+    }
+
+    async fn admin_post(&self, path: &str, body: &Value) -> Value {
+        let resp = self
+            .http
+            .post(format!("{}{path}", self.live_base()))
+            .bearer_auth(&self.admin.token)
+            .json(body)
+            .send()
+            .await
+            .expect("admin request");
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        assert_eq!(status, StatusCode::CREATED, "POST {path}: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// A live sale (opened 5 s ago, open for an hour) with this stock.
+    pub async fn create_sale(&self, stock: i64) -> i64 {
+        let now = chrono::Utc::now();
+        let body = self
+            .admin_post(
+                "/api/admin/sales",
+                &json!({
+                    "name": "Fault test phone",
+                    "description": "fault injection",
+                    "price_cents": 19_900,
+                    "stock": stock,
+                    "starts_at": now - chrono::Duration::seconds(5),
+                    "ends_at": now + chrono::Duration::seconds(3600),
+                }),
+            )
+            .await;
+        body["id"].as_i64().unwrap()
+    }
+
+    pub async fn create_sales(&self, stocks: &[i64]) -> Vec<i64> {
+        let mut ids = Vec::new();
+        for &s in stocks {
+            ids.push(self.create_sale(s).await);
+        }
+        ids
+    }
+
+    /// An open poll; returns its id and option ids.
+    pub async fn create_poll(&self, options: &[&str]) -> (i64, Vec<i64>) {
+        let now = chrono::Utc::now();
+        let body = self
+            .admin_post(
+                "/api/admin/polls",
+                &json!({
+                    "question": "Which colour?",
+                    "options": options,
+                    "opens_at": now - chrono::Duration::seconds(5),
+                    "closes_at": now + chrono::Duration::seconds(3600),
+                }),
+            )
+            .await;
+        let ids = body["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_i64().unwrap())
+            .collect();
+        (body["id"].as_i64().unwrap(), ids)
+    }
+
+    /// A fresh connection to the test's Redis (it may have been restarted).
+    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test's Redis")
+    }
+
+    /// `FLUSHALL`: Redis forgets everything, the servers keep running.
+    pub async fn flushall(&self) {
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut self.redis().await)
+            .await
+            .expect("FLUSHALL");
+    }
+
+    /// `GET /readyz` of one server: status and body.
+    pub async fn readyz(&self, index: usize) -> Option<(StatusCode, Value)> {
+        let resp = self
+            .http
+            .get(format!("{}/readyz", self.servers[index].base()))
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        let status = resp.status();
+        Some((status, resp.json().await.unwrap_or(Value::Null)))
+    }
+
+    /// Prints the tail of every log (the test is failing).
+    fn print_logs(&self) {
+        for s in &self.servers {
+            eprintln!(
+                "----- server #{} log ({}):\n{}",
+                s.index,
+                s.log.display(),
+                tail(&s.log, 40)
+            );
+        }
+        eprintln!("----- redis log:\n{}", tail(self.redis.log(), 20));
+        eprintln!("----- postgres log:\n{}", tail(self.pg.log(), 20));
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.print_logs();
+        }
+    }
+}

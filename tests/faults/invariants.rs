@@ -1,0 +1,665 @@
+//! The invariants every fault scenario ends with, in one function:
+//! [`assert_invariants`]. It first waits for settlement to finish, then checks the
+//! client's records against both stores and panics with every broken invariant.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::harness::Stack;
+use crate::storm::{self, Op, Outcome, Record, Work};
+
+/// Which accepted answers a scenario may lose, by design of the fault.
+#[derive(Clone, Copy, Debug)]
+pub enum AllowedLoss {
+    /// Every 202 reaches Postgres.
+    None,
+    /// The AOF was cut back to its size at this instant (`everysec` losing its last
+    /// second): only 202s answered after it may be lost.
+    AnsweredAfter(Instant),
+    /// Redis was wiped, the wipe done at this instant: only requests sent before it
+    /// (accepted, not yet settled) may be lost; everything sent after it counts.
+    SentBefore(Instant),
+}
+
+impl AllowedLoss {
+    fn allows(&self, r: &Record) -> bool {
+        match *self {
+            AllowedLoss::None => false,
+            AllowedLoss::AnsweredAfter(t) => r.answered >= t,
+            AllowedLoss::SentBefore(t) => r.sent < t,
+        }
+    }
+}
+
+/// What the check found besides failures.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Accepted (202) requests that never reached Postgres, all allowed.
+    pub lost: Vec<Record>,
+    pub settled_in: Duration,
+}
+
+/// Waits until every 202 of `records` is in Postgres, nothing is left pending in
+/// Redis and no stock change is left pending (or nothing has been left for 3 s
+/// while something is still missing, or 60 s passed), then asserts:
+///
+/// 1. every 202 purchase's order id is in Postgres `orders`, for its sale and
+///    user (unless `loss` allows losing it); every 202 vote is in `votes`;
+/// 2. no user got two 202s for one sale or poll (not counting an allowed loss),
+///    Postgres has at most one order per (sale, user), and every order in
+///    Postgres was answered 202 or was an ambiguous attempt (no answer, 503);
+/// 3. per sale: Postgres orders <= `stock_total`; Redis units left + buyers ==
+///    `stock_total`; the Redis buyers set equals the Postgres buyers; the
+///    reconcile endpoint says `consistent: true`. Per poll: the Redis tally equals
+///    the `votes` table's per-option counts, and the voters agree;
+/// 4. no 5xx but 503, every 503 has `Retry-After` and a JSON error code, and
+///    every answer is one the endpoint documents (or a 408 for a request the
+///    server never read, which the storm sends again).
+pub async fn assert_invariants(
+    stack: &Stack,
+    records: &[Record],
+    sales: &[i64],
+    polls: &[i64],
+    loss: AllowedLoss,
+) -> Report {
+    let settled_in = wait_settled(stack, records, sales, polls).await;
+    let mut failures: Vec<String> = Vec::new();
+    let mut report = Report {
+        settled_in,
+        ..Report::default()
+    };
+
+    check_answers(records, &mut failures);
+    check_orders(stack, records, sales, loss, &mut failures, &mut report).await;
+    for &sale in sales {
+        check_sale_stores(stack, sale, &mut failures).await;
+    }
+    for &poll in polls {
+        check_poll(stack, records, poll, loss, &mut failures, &mut report).await;
+    }
+
+    println!(
+        "invariants: {} records, {} sales, {} polls, settled in {:.1?}, {} allowed losses",
+        records.len(),
+        sales.len(),
+        polls.len(),
+        settled_in,
+        report.lost.len()
+    );
+    if !report.lost.is_empty() {
+        println!("lost (allowed by the scenario): {}", describe(&report.lost));
+    }
+    if !failures.is_empty() {
+        panic!(
+            "{} invariant(s) broken:\n- {}",
+            failures.len(),
+            failures.join("\n- ")
+        );
+    }
+    report
+}
+
+fn describe(records: &[Record]) -> String {
+    let shown: Vec<String> = records
+        .iter()
+        .take(20)
+        .map(|r| {
+            format!(
+                "user {} {:?} order {:?} answered {:.2?} before the check",
+                r.user,
+                r.op,
+                r.order_id(),
+                r.answered.elapsed()
+            )
+        })
+        .collect();
+    let more = records.len().saturating_sub(shown.len());
+    if more > 0 {
+        format!("{} (and {more} more)", shown.join("; "))
+    } else {
+        shown.join("; ")
+    }
+}
+
+async fn pg_orders(stack: &Stack, sales: &[i64]) -> Option<HashMap<Uuid, (i64, i64)>> {
+    let rows: Vec<(Uuid, i64, i64)> =
+        sqlx::query_as("SELECT id, sale_id, user_id FROM orders WHERE sale_id = ANY($1)")
+            .bind(sales)
+            .fetch_all(&stack.db)
+            .await
+            .ok()?;
+    Some(rows.into_iter().map(|(id, s, u)| (id, (s, u))).collect())
+}
+
+async fn pg_votes(stack: &Stack, poll: i64) -> Option<HashMap<i64, i64>> {
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
+            .bind(poll)
+            .fetch_all(&stack.db)
+            .await
+            .ok()?;
+    Some(rows.into_iter().collect())
+}
+
+/// Stock changes recorded but not yet applied to both stores.
+async fn pending_stock_changes(stack: &Stack, sales: &[i64]) -> Option<i64> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+    )
+    .bind(sales)
+    .fetch_one(&stack.db)
+    .await
+    .ok()
+}
+
+/// Entries still on their way to Postgres: pending orders and stream entries.
+async fn redis_backlog(stack: &Stack, sales: &[i64], polls: &[i64]) -> Option<i64> {
+    let mut conn = redis::Client::open(stack.redis.url())
+        .ok()?
+        .get_multiplexed_async_connection()
+        .await
+        .ok()?;
+    let mut pipe = redis::pipe();
+    for &sale in sales {
+        let k = stack.keys.sale(stampede::domain::Id::new(sale)?);
+        pipe.hlen(k.pending).xlen(k.orders);
+    }
+    for &poll in polls {
+        pipe.xlen(stack.keys.poll(stampede::domain::Id::new(poll)?).votes);
+    }
+    let counts: Vec<i64> = pipe.query_async(&mut conn).await.ok()?;
+    Some(counts.iter().sum())
+}
+
+async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &[i64]) -> Duration {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    let orders: HashSet<Uuid> = records
+        .iter()
+        .filter(|r| r.is_accepted())
+        .filter_map(Record::order_id)
+        .collect();
+    let votes: HashSet<(i64, i64)> = records
+        .iter()
+        .filter(|r| r.is_accepted())
+        .filter_map(|r| match r.op {
+            Op::Vote { poll, .. } => Some((poll, r.user)),
+            _ => None,
+        })
+        .collect();
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let mut all_in = false;
+        if let Some(pg) = pg_orders(stack, sales).await {
+            all_in = orders.iter().all(|id| pg.contains_key(id));
+            for &poll in polls {
+                match pg_votes(stack, poll).await {
+                    Some(v) => {
+                        all_in &= votes
+                            .iter()
+                            .filter(|(p, _)| *p == poll)
+                            .all(|(_, u)| v.contains_key(u))
+                    }
+                    None => all_in = false,
+                }
+            }
+        }
+        let backlog = match (
+            redis_backlog(stack, sales, polls).await,
+            pending_stock_changes(stack, sales).await,
+        ) {
+            (Some(b), Some(c)) => Some(b + c),
+            _ => None,
+        };
+        if all_in && backlog == Some(0) {
+            return start.elapsed();
+        }
+        if backlog == Some(0) {
+            // Nothing left to settle: what is missing now will not come.
+            let since = *quiet_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(3) {
+                return start.elapsed();
+            }
+        } else {
+            quiet_since = None;
+        }
+        if Instant::now() > deadline {
+            println!("settlement not finished after 60 s (Redis backlog {backlog:?})");
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Invariant 4, and that every answer is a documented one.
+fn check_answers(records: &[Record], failures: &mut Vec<String>) {
+    let mut bad: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for r in records {
+        let Outcome::Answer {
+            status,
+            code,
+            retry_after,
+            ..
+        } = &r.outcome
+        else {
+            continue;
+        };
+        let problem = match (*status, code.as_deref()) {
+            (503, None) => Some("503 without a JSON error code"),
+            (503, Some(_)) if retry_after.is_none() => Some("503 without Retry-After"),
+            (503, Some(_)) => None,
+            (500..=599, _) => Some("5xx other than 503"),
+            // The server never read that request (see `Record::retry_after`).
+            (408, _) => None,
+            _ => {
+                let documented = match r.op {
+                    Op::Purchase { .. } => matches!(
+                        (*status, code.as_deref()),
+                        (202, _) | (409, Some("already_bought")) | (410, Some("sold_out"))
+                    ),
+                    Op::Vote { .. } => {
+                        matches!(
+                            (*status, code.as_deref()),
+                            (202, _) | (409, Some("already_voted"))
+                        )
+                    }
+                    // 200 applied; 202 recorded, applied once Redis holds the sale.
+                    Op::Stock { .. } => matches!(*status, 200 | 202),
+                };
+                (!documented).then_some("an answer this endpoint should not give here")
+            }
+        };
+        if let Some(p) = problem {
+            let e = bad
+                .entry(format!("{p}: {}", r.label()))
+                .or_insert((0, String::new()));
+            e.0 += 1;
+            if e.1.is_empty() {
+                e.1 = format!(
+                    "e.g. user {} {:?} on server #{}, answered in {:.2?}",
+                    r.user,
+                    r.op,
+                    r.server,
+                    r.answered - r.sent
+                );
+            }
+        }
+    }
+    for (what, (n, example)) in bad {
+        failures.push(format!("{n} x {what} ({example})"));
+    }
+}
+
+/// Invariants 1 and 2 for purchases.
+async fn check_orders(
+    stack: &Stack,
+    records: &[Record],
+    sales: &[i64],
+    loss: AllowedLoss,
+    failures: &mut Vec<String>,
+    report: &mut Report,
+) {
+    let Some(pg) = pg_orders(stack, sales).await else {
+        failures.push("cannot read orders from Postgres".into());
+        return;
+    };
+    let mut unexpected_losses = Vec::new();
+    // Per (sale, user): 202s seen, 202s lost with the scenario's leave.
+    let mut per_pair: HashMap<(i64, i64), (usize, usize)> = HashMap::new();
+    for r in records.iter().filter(|r| r.is_accepted()) {
+        let Some(sale) = r.sale() else { continue };
+        let pair = per_pair.entry((sale, r.user)).or_default();
+        pair.0 += 1;
+        let Some(id) = r.order_id() else {
+            failures.push(format!(
+                "a 202 without an order id: user {} sale {sale}",
+                r.user
+            ));
+            continue;
+        };
+        match pg.get(&id) {
+            Some(&(s, u)) if (s, u) == (sale, r.user) => {}
+            Some(&(s, u)) => {
+                failures.push(format!(
+                    "order {id} was accepted for sale {sale} user {}, Postgres has sale {s} user {u}",
+                    r.user
+                ));
+            }
+            None if loss.allows(r) => {
+                pair.1 += 1;
+                report.lost.push(r.clone());
+            }
+            None => unexpected_losses.push(r.clone()),
+        }
+    }
+    if !unexpected_losses.is_empty() {
+        failures.push(format!(
+            "{} accepted order(s) (202) never reached Postgres: {}",
+            unexpected_losses.len(),
+            describe(&unexpected_losses)
+        ));
+    }
+    let twice: Vec<String> = per_pair
+        .iter()
+        .filter(|(_, (seen, lost))| seen - lost > 1)
+        .map(|((s, u), (seen, lost))| format!("user {u} sale {s}: {seen} x 202 ({lost} lost)"))
+        .take(10)
+        .collect();
+    if !twice.is_empty() {
+        failures.push(format!(
+            "users got two accepted purchases of one sale: {}",
+            twice.join("; ")
+        ));
+    }
+    let dupes: Vec<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT sale_id, user_id, count(*) FROM orders WHERE sale_id = ANY($1)
+         GROUP BY sale_id, user_id HAVING count(*) > 1",
+    )
+    .bind(sales)
+    .fetch_all(&stack.db)
+    .await
+    .unwrap_or_default();
+    if !dupes.is_empty() {
+        failures.push(format!(
+            "Postgres has two orders per (sale, user): {dupes:?}"
+        ));
+    }
+    // An order nobody was told about must come from a request whose answer we
+    // never saw (or a 503 after the script may have run).
+    let accepted: HashSet<Uuid> = records.iter().filter_map(Record::order_id).collect();
+    let ambiguous: HashSet<(i64, i64)> = records
+        .iter()
+        .filter(|r| r.status().is_none_or(|s| s == 503))
+        .filter_map(|r| Some((r.sale()?, r.user)))
+        .collect();
+    let phantoms: Vec<String> = pg
+        .iter()
+        .filter(|(id, pair)| !accepted.contains(id) && !ambiguous.contains(pair))
+        .map(|(id, (s, u))| format!("order {id} sale {s} user {u}"))
+        .take(10)
+        .collect();
+    if !phantoms.is_empty() {
+        failures.push(format!(
+            "orders in Postgres that no request was accepted for: {}",
+            phantoms.join("; ")
+        ));
+    }
+}
+
+/// Invariant 3 for one sale, and the reconcile endpoint.
+async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>) {
+    let (total,): (i64,) = sqlx::query_as("SELECT stock_total FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&stack.db)
+        .await
+        .expect("read sale");
+    let pg_buyers: HashSet<i64> =
+        sqlx::query_scalar::<_, i64>("SELECT user_id FROM orders WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(&stack.db)
+            .await
+            .expect("read orders")
+            .into_iter()
+            .collect();
+    let k = stack.keys.sale(stampede::domain::Id::new(sale).unwrap());
+    let mut conn = stack.redis().await;
+    let (left, buyers): (Option<i64>, Vec<i64>) = redis::pipe()
+        .get(&k.stock)
+        .smembers(&k.buyers)
+        .query_async(&mut conn)
+        .await
+        .expect("read sale keys");
+    let redis_buyers: HashSet<i64> = buyers.into_iter().collect();
+    let orders = pg_buyers.len() as i64;
+    let sold = redis_buyers.len() as i64;
+    println!(
+        "sale {sale}: stock_total {total}, Postgres orders {orders}, Redis units left {left:?}, Redis buyers {sold}"
+    );
+    if orders > total {
+        failures.push(format!(
+            "sale {sale} oversold: {orders} orders in Postgres for stock_total {total}"
+        ));
+    }
+    match left {
+        None => failures.push(format!("sale {sale}: Redis has no units-left key")),
+        Some(left) => {
+            if left < 0 {
+                failures.push(format!("sale {sale}: Redis units left is {left}"));
+            }
+            if left + sold != total {
+                failures.push(format!(
+                    "sale {sale}: Redis units left {left} + buyers {sold} = {} != Postgres stock_total {total}",
+                    left + sold
+                ));
+            }
+        }
+    }
+    if sold != orders {
+        failures.push(format!(
+            "sale {sale}: {sold} buyers in Redis, {orders} orders in Postgres"
+        ));
+    }
+    if redis_buyers != pg_buyers {
+        let mut only_redis: Vec<_> = redis_buyers.difference(&pg_buyers).copied().collect();
+        let mut only_pg: Vec<_> = pg_buyers.difference(&redis_buyers).copied().collect();
+        only_redis.sort_unstable();
+        only_pg.sort_unstable();
+        only_redis.truncate(10);
+        only_pg.truncate(10);
+        failures.push(format!(
+            "sale {sale}: buyer sets differ: only in Redis {only_redis:?}, only in Postgres {only_pg:?}"
+        ));
+    }
+    match reconcile(stack, sale).await {
+        Some(report) if report["consistent"] == Value::Bool(true) => {}
+        Some(report) => failures.push(format!("sale {sale}: reconcile says {report}")),
+        None => failures.push(format!(
+            "sale {sale}: the reconcile endpoint did not answer 200"
+        )),
+    }
+}
+
+/// `GET /api/admin/sales/{id}/reconcile`, retried for a while on anything but 200.
+async fn reconcile(stack: &Stack, sale: i64) -> Option<Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = stack
+            .http
+            .get(format!(
+                "{}/api/admin/sales/{sale}/reconcile",
+                stack.live_base()
+            ))
+            .bearer_auth(&stack.admin.token)
+            .send()
+            .await;
+        if let Ok(resp) = resp {
+            if resp.status() == reqwest::StatusCode::OK {
+                return resp.json().await.ok();
+            }
+            println!(
+                "reconcile of sale {sale}: {} {}",
+                resp.status(),
+                resp.text().await.unwrap_or_default()
+            );
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Invariants 1 to 3 for one poll: accepted votes settled, one per user, and the
+/// Redis tally and voters equal the `votes` table.
+async fn check_poll(
+    stack: &Stack,
+    records: &[Record],
+    poll: i64,
+    loss: AllowedLoss,
+    failures: &mut Vec<String>,
+    report: &mut Report,
+) {
+    let Some(pg) = pg_votes(stack, poll).await else {
+        failures.push(format!("poll {poll}: cannot read votes"));
+        return;
+    };
+    let mut unexpected = Vec::new();
+    let mut per_user: HashMap<i64, (usize, usize)> = HashMap::new();
+    for r in records.iter().filter(|r| r.is_accepted()) {
+        let Op::Vote { poll: p, option } = r.op else {
+            continue;
+        };
+        if p != poll {
+            continue;
+        }
+        let slot = per_user.entry(r.user).or_default();
+        slot.0 += 1;
+        match pg.get(&r.user) {
+            Some(&o) if o == option => {}
+            Some(&o) => failures.push(format!(
+                "poll {poll}: user {} voted {option} (202), Postgres has {o}",
+                r.user
+            )),
+            None if loss.allows(r) => {
+                slot.1 += 1;
+                report.lost.push(r.clone());
+            }
+            None => unexpected.push(r.clone()),
+        }
+    }
+    if !unexpected.is_empty() {
+        failures.push(format!(
+            "poll {poll}: {} accepted vote(s) never reached Postgres: {}",
+            unexpected.len(),
+            describe(&unexpected)
+        ));
+    }
+    let twice: Vec<i64> = per_user
+        .iter()
+        .filter(|(_, (seen, lost))| seen - lost > 1)
+        .map(|(u, _)| *u)
+        .take(10)
+        .collect();
+    if !twice.is_empty() {
+        failures.push(format!(
+            "poll {poll}: users with two accepted votes: {twice:?}"
+        ));
+    }
+    let mut pg_tally: BTreeMap<i64, i64> = BTreeMap::new();
+    for &o in pg.values() {
+        *pg_tally.entry(o).or_default() += 1;
+    }
+    let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
+    let mut conn = stack.redis().await;
+    let (tally, voters): (HashMap<i64, i64>, HashMap<i64, i64>) = redis::pipe()
+        .hgetall(&k.tally)
+        .hgetall(&k.voters)
+        .query_async(&mut conn)
+        .await
+        .expect("read poll keys");
+    let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
+    println!(
+        "poll {poll}: Postgres votes {} {pg_tally:?}, Redis voters {} tally {redis_tally:?}",
+        pg.len(),
+        voters.len()
+    );
+    if redis_tally != pg_tally {
+        failures.push(format!(
+            "poll {poll}: Redis tally {redis_tally:?} != Postgres votes per option {pg_tally:?}"
+        ));
+    }
+    if voters != pg {
+        let differ = voters.iter().filter(|(u, o)| pg.get(u) != Some(o)).count()
+            + pg.keys().filter(|u| !voters.contains_key(u)).count();
+        failures.push(format!(
+            "poll {poll}: Redis voters ({}) and Postgres votes ({}) differ for {differ} user(s)",
+            voters.len(),
+            pg.len()
+        ));
+    }
+}
+
+/// "Nobody buys twice", tested directly: tops every sale up by a few units (so
+/// that a refusal cannot be a sold-out answer), waits out the servers' sold-out
+/// flags, then has every buyer in Postgres try their sale again. Each must end at
+/// 409 `already_bought`. Returns the records (for a final [`assert_invariants`]).
+pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec<Record> {
+    let mut records = Vec::new();
+    let admin: std::sync::Arc<str> = stack.admin.token.as_str().into();
+    let top_ups: Vec<Work> = sales
+        .iter()
+        .map(|&sale| Work {
+            user: stack.admin.id,
+            token: admin.clone(),
+            op: Op::Stock {
+                sale,
+                body: r#"{"add": 5}"#.into(),
+            },
+            server: 0,
+        })
+        .collect();
+    records.extend(storm::run_all(&stack.http, stack.live_bases(), top_ups).await);
+    // A server trusts its own sold-out flag for up to a second (sold_out_cache_ms).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let buyers: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT sale_id, user_id FROM orders WHERE sale_id = ANY($1)")
+            .bind(sales)
+            .fetch_all(&stack.db)
+            .await
+            .expect("read buyers");
+    let mut work: Vec<Work> = buyers
+        .iter()
+        .map(|&(sale, user)| Work {
+            user,
+            token: stack
+                .tokens
+                .issue(stampede::auth::token::Claims {
+                    user_id: stampede::domain::Id::new(user).unwrap(),
+                    admin: false,
+                    expires_at: chrono::Utc::now().timestamp() + 3600,
+                })
+                .into(),
+            op: Op::Purchase { sale },
+            server: 0,
+        })
+        .collect();
+    let bases = stack.live_bases();
+    storm::spread(&mut work, bases.len());
+    let again = storm::run_all(&stack.http, bases, work).await;
+    let finals = final_answers(&again);
+    let bought_again: Vec<String> = finals
+        .iter()
+        .filter(|r| r.status() != Some(409))
+        .take(10)
+        .map(|r| format!("user {} {:?}: {}", r.user, r.op, r.label()))
+        .collect();
+    println!(
+        "{} earlier buyers tried again: {}",
+        buyers.len(),
+        storm::summary(&again)
+    );
+    assert!(
+        bought_again.is_empty(),
+        "earlier buyers were not refused with 409 already_bought: {}",
+        bought_again.join("; ")
+    );
+    records.extend(again);
+    records
+}
+
+/// The last answer of each (user, op): what the client finally heard.
+pub fn final_answers(records: &[Record]) -> Vec<&Record> {
+    let mut last: HashMap<(i64, Op), &Record> = HashMap::new();
+    for r in records {
+        let e = last.entry((r.user, r.op.clone())).or_insert(r);
+        if r.sent >= e.sent {
+            *e = r;
+        }
+    }
+    last.into_values().collect()
+}

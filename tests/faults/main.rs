@@ -1,0 +1,23 @@
+//! Fault injection against the real binary. Each test starts its own Postgres
+//! cluster, Redis server and `stampede serve` processes on free loopback ports
+//! (`harness.rs`), runs a bounded storm of purchases (`storm.rs`), breaks something
+//! in the middle of it (kills a server, stops Postgres, restarts, cuts back or
+//! wipes Redis, races admin stock changes), and ends with the same invariants
+//! (`invariants.rs`): every accepted order in Postgres once, nobody buys twice,
+//! no oversell, units arithmetic exact in both stores, never a 500.
+
+mod harness;
+mod invariants;
+mod storm;
+
+mod aof_loss;
+mod app_kill;
+mod postgres_outage;
+mod redis_restart;
+mod redis_wipe;
+mod stock_changes;
+
+/// Units of the sales of a standard storm (1,500 users): the small ones sell out
+/// early, the large ones keep accepting while the fault happens, and the last one
+/// has more units than users, so accepted orders keep coming whatever the timing.
+pub const STOCKS: [i64; 9] = [20, 50, 100, 150, 200, 250, 300, 300, 5_000];

@@ -1,0 +1,104 @@
+//! Scenario 2: Postgres stopped for 10 s mid-storm. Purchases are decided by
+//! Redis alone meanwhile, `/readyz` names Postgres as down, and the backlog of
+//! accepted orders settles once Postgres is back.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+use crate::STOCKS;
+use crate::harness::{Options, PgStop, Stack};
+use crate::invariants::{AllowedLoss, assert_invariants};
+use crate::storm::{Plan, Storm, purchases};
+
+const OUTAGE: Duration = Duration::from_secs(10);
+
+async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
+    let mut stack = Stack::start(name, Options::default()).await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 1, 0.03),
+        Plan {
+            // Slow enough that the sales still have units during the outage.
+            rate: 120.0,
+            max_duration: Duration::from_secs(22),
+            ..Plan::default()
+        },
+    );
+    storm.wait_accepted(150, Duration::from_secs(20)).await;
+    let down_at = Instant::now();
+    stack.pg.stop(mode);
+    println!("Postgres stopped ({mode:?}) at {:.1?}", storm.elapsed());
+    let mut readyz_down = None;
+    while down_at.elapsed() < OUTAGE {
+        if let Some((status, body)) = stack.readyz(0).await
+            && status == StatusCode::SERVICE_UNAVAILABLE
+            && body["postgres"] == "down"
+        {
+            readyz_down.get_or_insert(body);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let backlog = stack.pending_orders(&sales).await;
+    let up_at = Instant::now();
+    stack.pg.start();
+    println!(
+        "Postgres back at {:.1?}; {backlog} accepted orders waited for it",
+        storm.elapsed()
+    );
+    let ready_again = wait_ready(&stack, Duration::from_secs(20)).await;
+    let records = storm.finish().await;
+
+    let during: Vec<_> = records
+        .iter()
+        .filter(|r| r.sent >= down_at && r.answered < up_at)
+        .collect();
+    let decided = during.iter().filter(|r| r.is_decided()).count();
+    let accepted = during.iter().filter(|r| r.is_accepted()).count();
+    // A 408 is a request the server never read (see `Record::retry_after`).
+    let refused = during
+        .iter()
+        .filter(|r| !r.is_decided() && r.status() != Some(408))
+        .count();
+    println!(
+        "during the outage: {} purchases, {decided} decided ({accepted} accepted), {refused} not",
+        during.len()
+    );
+    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+    let body = readyz_down.expect("/readyz never answered 503 with \"postgres\": \"down\"");
+    assert_eq!(body["redis"], "ok", "readyz during the outage: {body}");
+    assert!(ready_again, "/readyz did not answer 200 again within 20 s");
+    assert!(
+        accepted > 0,
+        "no purchase was accepted while Postgres was down"
+    );
+    assert_eq!(
+        refused, 0,
+        "purchases need only Redis, yet {refused} were not decided during the outage"
+    );
+    assert!(backlog > 0, "no accepted order waited for Postgres");
+}
+
+async fn wait_ready(stack: &Stack, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Some((StatusCode::OK, _)) = stack.readyz(0).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_stopped_mid_storm_purchases_go_on_and_the_backlog_settles() {
+    postgres_outage_mid_storm("pg-stop-fast", PgStop::Fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_crashed_mid_storm_purchases_go_on_and_the_backlog_settles() {
+    postgres_outage_mid_storm("pg-stop-immediate", PgStop::Immediate).await;
+}

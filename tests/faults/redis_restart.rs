@@ -1,0 +1,81 @@
+//! Scenario 3: Redis (with `appendfsync always`) restarted mid-storm, gracefully
+//! and with `kill -9`. While it is down or loading the servers answer 503 with
+//! Retry-After, never 500; afterwards they decide again without a restart, and
+//! no accepted order is lost (with `always` a 202 leaves only after the fsync).
+
+use std::time::{Duration, Instant};
+
+use crate::STOCKS;
+use crate::harness::{Fsync, Options, Stack};
+use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
+use crate::storm::{Plan, Storm, purchases};
+
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// `redis-cli shutdown`.
+    Graceful,
+    /// SIGKILL.
+    Kill9,
+}
+
+async fn redis_restart_mid_storm(name: &str, stop: Stop) {
+    let mut stack = Stack::start(
+        name,
+        Options {
+            fsync: Fsync::Always,
+            ..Options::default()
+        },
+    )
+    .await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 1, 0.03),
+        Plan {
+            rate: 200.0,
+            ..Plan::default()
+        },
+    );
+    storm.wait_accepted(300, Duration::from_secs(20)).await;
+    let down_at = Instant::now();
+    match stop {
+        Stop::Graceful => stack.redis.shutdown(),
+        Stop::Kill9 => stack.redis.kill9(),
+    }
+    println!("Redis stopped ({stop:?}) at {:.1?}", storm.elapsed());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stack.start_redis().await;
+    let up_at = Instant::now();
+    println!("Redis back at {:.1?}", storm.elapsed());
+    let serving = storm.wait_decided(100, Duration::from_secs(30)).await;
+    let records = storm.finish().await;
+    let during = records
+        .iter()
+        .filter(|r| r.sent >= down_at && r.sent < up_at);
+    println!(
+        "sent while Redis was down: {}",
+        crate::storm::summary(&during.cloned().collect::<Vec<_>>())
+    );
+    assert!(
+        serving,
+        "purchases are decided again after Redis is back, without restarting the server"
+    );
+    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+    let mut all = records;
+    all.extend(assert_buyers_cannot_buy_again(&stack, &sales).await);
+    assert_invariants(&stack, &all, &sales, &[], AllowedLoss::None).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_shut_down_and_restarted_mid_storm_answers_503_never_500_and_loses_no_202() {
+    redis_restart_mid_storm("redis-restart", Stop::Graceful).await;
+}
+
+/// Also the `always` half of scenario 4: no cut of the AOF, since with `always` a
+/// reply leaves only after its fsync, so a 202 is in the file before the kill.
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_killed_mid_storm_under_fsync_always_loses_no_202() {
+    redis_restart_mid_storm("redis-kill9", Stop::Kill9).await;
+}

@@ -1,0 +1,190 @@
+//! Scenario 5: Redis wiped (`FLUSHALL`) mid-storm. The servers rebuild each sale
+//! and poll from Postgres on their own, answering 503 `recovering` meanwhile, and
+//! then decide again without a restart. Accepted but unsettled requests of before
+//! the wipe may be lost; nothing sent after it may be, and nobody buys or votes
+//! twice.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::STOCKS;
+use crate::harness::{Options, Stack};
+use crate::invariants::{
+    AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants, final_answers,
+};
+use crate::storm::{self, Plan, Storm, Work, purchases, votes};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_twice() {
+    let stack = Stack::start("wipe-sales", Options::default()).await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 1, 0.05),
+        Plan {
+            rate: 250.0,
+            ..Plan::default()
+        },
+    );
+    storm.wait_accepted(300, Duration::from_secs(20)).await;
+    // Settled buyers before the wipe: the rebuild must keep them from buying again.
+    stack.wait_settling(&sales).await;
+    stack.flushall().await;
+    let wiped = Instant::now();
+    let settled_before: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(&stack.db)
+        .await
+        .unwrap();
+    println!(
+        "FLUSHALL at {:.1?}, {settled_before} orders settled by then",
+        storm.elapsed()
+    );
+    let serving = storm.wait_decided(200, Duration::from_secs(30)).await;
+    let records = storm.finish().await;
+    let after: Vec<_> = records
+        .iter()
+        .filter(|r| r.sent >= wiped)
+        .cloned()
+        .collect();
+    println!("sent after the wipe: {}", storm::summary(&after));
+    assert!(
+        serving,
+        "purchases are decided again after the wipe, without restarting the server"
+    );
+    assert!(
+        after.iter().any(|r| r.is_accepted()),
+        "no purchase was accepted after the wipe"
+    );
+    let report = assert_invariants(
+        &stack,
+        &records,
+        &sales,
+        &[],
+        AllowedLoss::SentBefore(wiped),
+    )
+    .await;
+    println!(
+        "{} accepted purchases were lost with the wipe (accepted, not yet settled)",
+        report.lost.len()
+    );
+    let mut all = records;
+    all.extend(assert_buyers_cannot_buy_again(&stack, &sales).await);
+    assert_invariants(&stack, &all, &sales, &[], AllowedLoss::SentBefore(wiped)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote() {
+    let stack = Stack::start("wipe-poll", Options::default()).await;
+    let voters = stack.create_users(900, false).await;
+    let (poll, options) = stack.create_poll(&["red", "green", "blue", "yellow"]).await;
+    let (early, late) = voters.split_at(300);
+
+    // Votes settled before the wipe.
+    let mut records =
+        storm::run_all(&stack.http, stack.bases(), votes(early, poll, &options, 1)).await;
+    assert_eq!(
+        records.iter().filter(|r| r.is_accepted()).count(),
+        early.len(),
+        "every early voter's vote is accepted"
+    );
+    assert_invariants(&stack, &records, &[], &[poll], AllowedLoss::None).await;
+
+    // New voters, and the early ones again (they must get 409), while Redis is wiped.
+    let mut work: Vec<Work> = votes(late, poll, &options, 1);
+    work.extend(votes(early, poll, &options, 1));
+    {
+        use rand::seq::SliceRandom;
+        work.shuffle(&mut rand::rng());
+    }
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        work,
+        Plan {
+            rate: 120.0,
+            ..Plan::default()
+        },
+    );
+    storm.wait_accepted(100, Duration::from_secs(20)).await;
+    stack.flushall().await;
+    let wiped = Instant::now();
+    println!("FLUSHALL at {:.1?}", storm.elapsed());
+    let serving = storm.wait_decided(100, Duration::from_secs(30)).await;
+    let wave = storm.finish().await;
+    let after: Vec<_> = wave.iter().filter(|r| r.sent >= wiped).cloned().collect();
+    println!("sent after the wipe: {}", storm::summary(&after));
+    records.extend(wave.iter().cloned());
+    assert!(
+        serving,
+        "votes are decided again after the wipe, without restarting the server"
+    );
+    assert!(
+        after.iter().any(|r| r.is_accepted()),
+        "no vote was accepted after the wipe"
+    );
+    let early_ids: HashSet<i64> = early.iter().map(|u| u.id).collect();
+    let revoted: Vec<i64> = wave
+        .iter()
+        .filter(|r| r.is_accepted() && early_ids.contains(&r.user))
+        .map(|r| r.user)
+        .collect();
+    assert!(
+        revoted.is_empty(),
+        "{} voters whose vote was settled before the wipe voted again: {:?}",
+        revoted.len(),
+        &revoted[..revoted.len().min(10)]
+    );
+    let report = assert_invariants(
+        &stack,
+        &records,
+        &[],
+        &[poll],
+        AllowedLoss::SentBefore(wiped),
+    )
+    .await;
+    println!(
+        "{} accepted votes were lost with the wipe (accepted, not yet settled)",
+        report.lost.len()
+    );
+
+    // Everyone whose vote Postgres holds tries again: 409 already_voted each.
+    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM votes WHERE poll_id = $1")
+        .bind(poll)
+        .fetch_all(&stack.db)
+        .await
+        .unwrap();
+    let settled: HashSet<i64> = settled.into_iter().collect();
+    let again_users: Vec<_> = voters
+        .iter()
+        .filter(|u| settled.contains(&u.id))
+        .cloned()
+        .collect();
+    let again = storm::run_all(
+        &stack.http,
+        stack.bases(),
+        votes(&again_users, poll, &options, 1),
+    )
+    .await;
+    let not_refused: Vec<String> = final_answers(&again)
+        .iter()
+        .filter(|r| r.code() != Some("already_voted"))
+        .take(10)
+        .map(|r| format!("user {}: {}", r.user, r.label()))
+        .collect();
+    assert!(
+        not_refused.is_empty(),
+        "voters in Postgres were not refused with 409 already_voted: {}",
+        not_refused.join("; ")
+    );
+    records.extend(again);
+    assert_invariants(
+        &stack,
+        &records,
+        &[],
+        &[poll],
+        AllowedLoss::SentBefore(wiped),
+    )
+    .await;
+}
