@@ -2,8 +2,9 @@
 //!
 //! Postgres holds each sale's record; Redis holds its live state under the keys of
 //! [`crate::keys::SaleKeys`]. A purchase is decided by one Lua script
-//! (`lua/purchase.lua`); the accepted order travels on the sale's stream to the
-//! settlement worker, which writes it to Postgres.
+//! (`lua/purchase_batch.lua`, a batch of buyers per call, see [`crate::batch`]);
+//! the accepted order travels on the sale's stream to the settlement worker, which
+//! writes it to Postgres.
 
 pub mod buy;
 pub mod cached;
