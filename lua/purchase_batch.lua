@@ -16,9 +16,7 @@
 --   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
 -- A buyer refused by a limit is counted by no policy and touches no sale state.
 -- When the sale is not loaded or not trusted, nothing is counted or decided.
-local P = tonumber(ARGV[2])
-local first_buyer_arg = 4 + 4 * P
-local n = (#ARGV - first_buyer_arg + 1) / 3
+local P, first_buyer_arg, n = batch_shape()
 local out = {}
 
 local function answer(code, value, answers)
@@ -26,18 +24,12 @@ local function answer(code, value, answers)
 end
 
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run')
-local whole = nil
 if not meta[1] then
-  whole = 4
-elseif not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
-  -- Untrusted, or meta without stock (part of the state was lost): never guess.
-  whole = 6
+  return batch_all(P, n, 4)
 end
-if whole then
-  for _ = 1, n do
-    answer(whole, 0, nil)
-  end
-  return out
+if not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
+  -- Untrusted, or meta without stock (part of the state was lost): never guess.
+  return batch_all(P, n, 6)
 end
 
 local policies = batch_policies(P)

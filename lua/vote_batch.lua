@@ -13,9 +13,7 @@
 --   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
 --   5 unknown option   6 recovering (state not trusted by this Redis run)
 --   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
-local P = tonumber(ARGV[2])
-local first_voter_arg = 4 + 4 * P
-local n = (#ARGV - first_voter_arg + 1) / 3
+local P, first_voter_arg, n = batch_shape()
 local out = {}
 
 local function answer(code, value, answers)
@@ -23,17 +21,11 @@ local function answer(code, value, answers)
 end
 
 local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run')
-local whole = nil
 if not meta[1] then
-  whole = 4
-elseif not same_run(meta[4]) then
-  whole = 6
+  return batch_all(P, n, 4)
 end
-if whole then
-  for _ = 1, n do
-    answer(whole, 0, nil)
-  end
-  return out
+if not same_run(meta[4]) then
+  return batch_all(P, n, 6)
 end
 
 local policies = batch_policies(P)

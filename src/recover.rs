@@ -276,14 +276,7 @@ impl Recovery {
         else {
             return Ok(None);
         };
-        let token = crate::auth::random_token_hex(16);
-        let _: i64 = FENCE
-            .key(&k.meta)
-            .key(&k.rebuild)
-            .arg(&token)
-            .arg(TOKEN_TTL_MS)
-            .invoke_async(&mut redis)
-            .await?;
+        let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
 
         // Redis first, Postgres second (see the module doc).
         let unsettled = stream_field(&mut redis, &k.orders, "user_id").await?;
@@ -367,14 +360,7 @@ impl Recovery {
                 .bind(id.get())
                 .fetch_all(&mut *tx)
                 .await?;
-        let token = crate::auth::random_token_hex(16);
-        let _: i64 = FENCE
-            .key(&k.meta)
-            .key(&k.rebuild)
-            .arg(&token)
-            .arg(TOKEN_TTL_MS)
-            .invoke_async(&mut redis)
-            .await?;
+        let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
 
         // Later sources win: what Redis knew, then the stream, then the record.
         let mut voters: HashMap<i64, i64> = scan_all(&mut redis, "HSCAN", &k.voters)
@@ -432,6 +418,24 @@ impl Recovery {
             stock_left: None,
         }))
     }
+}
+
+/// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
+/// restore script must find, or start over.
+async fn fence(
+    redis: &mut ConnectionManager,
+    meta: &str,
+    rebuild: &str,
+) -> Result<String, AppError> {
+    let token = crate::auth::random_token_hex(16);
+    let _: i64 = FENCE
+        .key(meta)
+        .key(rebuild)
+        .arg(&token)
+        .arg(TOKEN_TTL_MS)
+        .invoke_async(redis)
+        .await?;
+    Ok(token)
 }
 
 /// A rebuild cut short because Redis lost its state again meanwhile: not a bug, an

@@ -1,6 +1,14 @@
 -- Shared by the batch decision scripts (lua/purchase_batch.lua, lua/vote_batch.lua),
 -- whose ARGV start: id, P (number of policies), now override, then 4 per policy.
 
+-- The batch's shape from ARGV: P policies, where the first item's three arguments
+-- start, and the number of items.
+local function batch_shape()
+  local P = tonumber(ARGV[2])
+  local first = 4 + 4 * P
+  return P, first, (#ARGV - first + 1) / 3
+end
+
 -- The route's policies from ARGV: {algorithm code, a, b, c} each.
 local function batch_policies(P)
   local policies = {}
@@ -39,4 +47,14 @@ local function batch_limits(i, P, policies, now, request_id)
     return 8, 0, answers
   end
   return 7, wait, answers
+end
+
+-- Every one of n items answered `code`, nothing decided or counted: the state is
+-- missing or not trusted by this Redis run.
+local function batch_all(P, n, code)
+  local out = {}
+  for _ = 1, n do
+    batch_answer(out, P, code, 0, nil)
+  end
+  return out
 end
