@@ -1,14 +1,22 @@
 //! Redis side of the buy path: how many purchase decisions one sale on one Redis
 //! takes per second when the purchase script decides a batch of buyers per call,
 //! against one buyer per call (DESIGN.md: at least 300,000 a second for one hot
-//! sale). Every buyer is new, so every decision is an accepted purchase: the full
-//! write path (SADD, DECR, HSET, XADD), the run check and, with limits, both
-//! shipped limit shapes (sliding log per user, sliding counter per address).
+//! sale). Three kinds of buyer, each with and without both shipped limit shapes
+//! (sliding log per user, sliding counter per address, which every buyer counts
+//! in whatever the answer):
+//!   new buyers      every decision an accepted purchase: the whole write path
+//!                   (buyers set, stock, pending hash, one XADD per order), the
+//!                   worst case; a real sale accepts at most its stock
+//!   repeat buyers   every one already bought: what most of a storm on a sale
+//!                   with buyers already in costs
+//!   sold out        new buyers of a sale with no units left (before the
+//!                   process's sold-out flag answers them without Redis)
 //!
 //!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds]
 //!
 //! Works in its own key namespace on the Redis named by REDIS_URL (loopback only)
-//! and deletes it afterwards. Prints `batch N: D decisions/s (C calls/s)` lines.
+//! and deletes it afterwards. Prints `batch N <kind>[, both limit shapes]: D
+//! decisions/s (C calls/s)` lines, `seconds` (default 5) each.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -25,6 +33,26 @@ use stampede::sale::store::{SaleRow, put_new_sale};
 
 /// Callers in flight: enough to keep Redis busy from one connection.
 const IN_FLIGHT: usize = 32;
+
+/// Users who bought in the warm-up of the "repeat buyers" figures.
+const REPEAT_USERS: u64 = 20_000;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    New,
+    Repeat,
+    SoldOut,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::New => "new buyers",
+            Kind::Repeat => "repeat buyers",
+            Kind::SoldOut => "sold out",
+        }
+    }
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -69,8 +97,17 @@ async fn main() -> anyhow::Result<()> {
         ),
     ];
     let next_sale = AtomicU64::new(1);
+    let figures = [
+        (Kind::New, 1usize),
+        (Kind::New, 16),
+        (Kind::New, 64),
+        (Kind::Repeat, 1),
+        (Kind::Repeat, 64),
+        (Kind::SoldOut, 1),
+        (Kind::SoldOut, 64),
+    ];
     for limits in [false, true] {
-        for batch in [1usize, 16, 64] {
+        for (kind, batch) in figures {
             let sale = Id::new(next_sale.fetch_add(1, Ordering::Relaxed) as i64).expect("positive");
             let now = Utc::now();
             let row = SaleRow {
@@ -78,7 +115,7 @@ async fn main() -> anyhow::Result<()> {
                 name: "bench".into(),
                 description: String::new(),
                 price_cents: 1,
-                stock_total: MAX_STOCK,
+                stock_total: if kind == Kind::SoldOut { 0 } else { MAX_STOCK },
                 starts_at: now - chrono::Duration::minutes(1),
                 ends_at: now + chrono::Duration::hours(1),
                 closed: false,
@@ -86,6 +123,20 @@ async fn main() -> anyhow::Result<()> {
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            if kind == Kind::Repeat {
+                let buyers: Vec<BuyRequest> = (1..=REPEAT_USERS).map(buyer).collect();
+                for chunk in buyers.chunks(500) {
+                    let call = PurchaseBatch {
+                        keys: &keys,
+                        sale,
+                        policies: &[],
+                        now_ms: None,
+                    };
+                    call.run(&mut redis.clone(), chunk)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                }
+            }
             let decided = Arc::new(AtomicU64::new(0));
             let calls = Arc::new(AtomicU64::new(0));
             let next_user = Arc::new(AtomicU64::new(1));
@@ -105,14 +156,9 @@ async fn main() -> anyhow::Result<()> {
                         while Instant::now() < deadline {
                             let first = next_user.fetch_add(batch as u64, Ordering::Relaxed);
                             let buyers: Vec<BuyRequest> = (first..first + batch as u64)
-                                .map(|u| BuyRequest {
-                                    user: Id::new(u as i64).expect("positive"),
-                                    ip: Some(IpAddr::V4(Ipv4Addr::new(
-                                        127,
-                                        0,
-                                        0,
-                                        (u % 250) as u8 + 1,
-                                    ))),
+                                .map(|u| match kind {
+                                    Kind::Repeat => buyer((u - 1) % REPEAT_USERS + 1),
+                                    _ => buyer(u),
                                 })
                                 .collect();
                             let call = PurchaseBatch {
@@ -140,12 +186,9 @@ async fn main() -> anyhow::Result<()> {
             }
             let secs = started.elapsed().as_secs_f64();
             println!(
-                "batch {batch}{}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
-                if limits {
-                    " with both limit shapes"
-                } else {
-                    ""
-                },
+                "batch {batch} {}{}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
+                kind.label(),
+                if limits { ", both limit shapes" } else { "" },
                 decided.load(Ordering::Relaxed) as f64 / secs,
                 calls.load(Ordering::Relaxed) as f64 / secs,
             );
@@ -163,6 +206,14 @@ async fn main() -> anyhow::Result<()> {
             .await?;
     }
     Ok(())
+}
+
+/// User `u`, from one of 250 addresses.
+fn buyer(u: u64) -> BuyRequest {
+    BuyRequest {
+        user: Id::new(u as i64).expect("positive"),
+        ip: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, (u % 250) as u8 + 1))),
+    }
 }
 
 fn policy(name: &str, subject: Subject, algorithm: Algorithm) -> Policy {

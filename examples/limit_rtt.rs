@@ -5,7 +5,6 @@
 //! multiplexed connection:
 //!   one policy        one EVALSHA per check
 //!   two, concurrent   two EVALSHAs joined (what `limit::check` does)
-//!   two, pipelined    one explicit pipeline of the two EVALSHAs
 //!
 //! Keys go under a namespace of their own and are deleted at the end.
 
@@ -33,24 +32,12 @@ async fn main() -> anyhow::Result<()> {
         limit: 1_000_000,
         window_ms: 10_000,
     };
-    let log_script = redis::Script::new(include_str!("../lua/limit_sliding_log.lua"));
-    let counter_script = redis::Script::new(include_str!("../lua/limit_sliding_counter.lua"));
-    log_script
-        .prepare_invoke()
-        .load_async(&mut redis.clone())
-        .await?;
-    counter_script
-        .prepare_invoke()
-        .load_async(&mut redis.clone())
-        .await?;
-
-    for variant in ["one policy", "two, concurrent", "two, pipelined"] {
+    for variant in ["one policy", "two, concurrent"] {
         let deadline = Instant::now() + Duration::from_secs(seconds);
         let started = Instant::now();
         let tasks: Vec<_> = (0..CALLERS)
             .map(|caller| {
                 let (redis, ns) = (redis.clone(), ns.clone());
-                let (log_script, counter_script) = (log_script.clone(), counter_script.clone());
                 tokio::spawn(async move {
                     let keys = stampede::keys::Keys::new(&ns);
                     let user_key = keys.rate_limit("user", &format!("u{caller}"));
@@ -59,53 +46,26 @@ async fn main() -> anyhow::Result<()> {
                     let mut errors = 0u64;
                     while Instant::now() < deadline {
                         let mut ok = true;
-                        let id = limit::request_id();
                         let a = Attempt {
                             algorithm: &user,
                             key: &user_key,
-                            request_id: &id,
                         };
                         let b = Attempt {
                             algorithm: &ip,
                             key: &ip_key,
-                            request_id: &id,
                         };
                         let t = Instant::now();
                         match variant {
                             "one policy" => {
                                 ok &= limit::take(&mut redis.clone(), &a, None).await.is_ok();
                             }
-                            "two, concurrent" => {
+                            _ => {
                                 let (mut r1, mut r2) = (redis.clone(), redis.clone());
                                 let (x, y) = tokio::join!(
                                     limit::take(&mut r1, &a, None),
                                     limit::take(&mut r2, &b, None)
                                 );
                                 ok &= x.is_ok() && y.is_ok();
-                            }
-                            _ => {
-                                let mut pipe = redis::pipe();
-                                pipe.invoke_script(
-                                    log_script
-                                        .key(&user_key)
-                                        .arg("take")
-                                        .arg("")
-                                        .arg(1_000_000)
-                                        .arg(10_000)
-                                        .arg(&id),
-                                )
-                                .invoke_script(
-                                    counter_script
-                                        .key(&ip_key)
-                                        .arg("take")
-                                        .arg("")
-                                        .arg(1_000_000)
-                                        .arg(10_000),
-                                );
-                                ok &= pipe
-                                    .query_async::<(redis::Value, redis::Value)>(&mut redis.clone())
-                                    .await
-                                    .is_ok();
                             }
                         }
                         latencies.push(t.elapsed().as_micros() as u32);

@@ -7,7 +7,7 @@
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock; tests replay exact timings)
 -- ARGV[4 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
--- then per buyer: user id, order id, request id
+-- then per buyer: user id, order id
 -- Returns, per buyer, 2 + 4 * P integers: code, value, then per policy: allowed
 -- (1, 0, -1 never), remaining, ms until allowed again, ms until the quota is back.
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
@@ -16,12 +16,11 @@
 --   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
 -- A buyer refused by a limit is counted by no policy and touches no sale state.
 -- When the sale is not loaded or not trusted, nothing is counted or decided.
+--
+-- The cost is per batch, not per buyer, except for one XADD per accepted order:
+-- one SMISMEMBER asks about every buyer, and the buyers set, the stock and the
+-- pending hash are written once each; each limit key is read and written once.
 local P, first_buyer_arg, n = batch_shape()
-local out = {}
-
-local function answer(code, value, answers)
-  batch_answer(out, P, code, value, answers)
-end
 
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run')
 if not meta[1] then
@@ -36,29 +35,44 @@ local policies = batch_policies(P)
 local now = clock_ms(ARGV[3])
 local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local starts = tonumber(meta[1])
-local stock = tonumber(redis.call('GET', KEYS[2]))
 
-for i = 1, n do
-  local at = first_buyer_arg + (i - 1) * 3
-  local user, order, request = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local refused, wait, answers = batch_limits(i, P, policies, now, request)
-  if refused then
-    answer(refused, wait, answers)
-  elseif closed then
-    answer(3, 0, answers)
-  elseif now < starts then
-    answer(2, starts - now, answers)
-  elseif redis.call('SISMEMBER', KEYS[3], user) == 1 then
-    answer(1, 0, answers)
-  elseif stock <= 0 then
-    answer(5, 0, answers)
-  else
-    redis.call('SADD', KEYS[3], user)
-    stock = redis.call('DECR', KEYS[2])
-    redis.call('HSET', KEYS[5], order, user)
-    redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
-      'at_ms', now)
-    answer(0, stock, answers)
+-- The window and the limits, buyer by buyer; who is left goes on to the sale.
+-- The limits and the window, item by item; who is left goes on to the decision.
+local code, value, answers, asking, users = batch_admit(P, policies, first_buyer_arg, n, now, closed,
+  starts)
+
+if #asking > 0 then
+  local bought = batch_variadic('SMISMEMBER', KEYS[3], users)
+  local stock = tonumber(redis.call('GET', KEYS[2]))
+  local taken = 0
+  local accepted, new_buyers, pending = {}, {}, {}
+  for j, i in ipairs(asking) do
+    local user = users[j]
+    if bought[j] == 1 or accepted[user] then
+      code[i], value[i] = 1, 0
+    elseif stock - taken <= 0 then
+      code[i], value[i] = 5, 0
+    else
+      local order = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
+      taken = taken + 1
+      accepted[user] = true
+      new_buyers[#new_buyers + 1] = user
+      pending[#pending + 1] = order
+      pending[#pending + 1] = user
+      redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
+        'at_ms', now)
+      code[i], value[i] = 0, stock - taken
+    end
   end
+  if taken > 0 then
+    batch_variadic('SADD', KEYS[3], new_buyers)
+    redis.call('DECRBY', KEYS[2], taken)
+    batch_variadic('HSET', KEYS[5], pending)
+  end
+end
+
+local out = {}
+for i = 1, n do
+  batch_answer(out, P, code[i], value[i], answers[i])
 end
 return out

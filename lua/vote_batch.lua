@@ -6,19 +6,18 @@
 -- KEYS[5 + (i - 1) * P + p]: voter i's state for rate-limit policy p
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock)   ARGV[4 ..]: per policy: algorithm code, a, b, c
--- then per voter: user id, option id, request id
+-- then per voter: user id, option id
 -- Returns, per voter, 2 + 4 * P integers: code, value, then per policy: allowed,
 -- remaining, ms until allowed again, ms until the quota is back.
 --   0 accepted (value = the option's new count)   1 already voted   2 not open yet
 --   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
 --   5 unknown option   6 recovering (state not trusted by this Redis run)
 --   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
+--
+-- The cost is per batch, not per voter, except for one XADD per accepted vote: one
+-- HMGET asks about every voter, the voters hash is written once, each option's
+-- tally read and written once, each limit key read and written once.
 local P, first_voter_arg, n = batch_shape()
-local out = {}
-
-local function answer(code, value, answers)
-  batch_answer(out, P, code, value, answers)
-end
 
 local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run')
 if not meta[1] then
@@ -33,25 +32,48 @@ local now = clock_ms(ARGV[3])
 local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local opens = tonumber(meta[1])
 
-for i = 1, n do
-  local at = first_voter_arg + (i - 1) * 3
-  local user, option, request = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local refused, wait, answers = batch_limits(i, P, policies, now, request)
-  if refused then
-    answer(refused, wait, answers)
-  elseif closed then
-    answer(3, 0, answers)
-  elseif now < opens then
-    answer(2, opens - now, answers)
-  elseif redis.call('SISMEMBER', KEYS[2], option) == 0 then
-    answer(5, 0, answers)
-  elseif redis.call('HSETNX', KEYS[3], user, option) == 0 then
-    answer(1, 0, answers)
-  else
-    local count = redis.call('HINCRBY', KEYS[4], option, 1)
-    redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
-      'at_ms', now)
-    answer(0, count, answers)
+-- The limits and the window, item by item; who is left goes on to the decision.
+local code, value, answers, asking, users = batch_admit(P, policies, first_voter_arg, n, now, closed,
+  opens)
+
+if #asking > 0 then
+  local voted = batch_variadic('HMGET', KEYS[3], users)
+  local is_option, tally = {}, {}
+  local counted, new_voters = {}, {}
+  for j, i in ipairs(asking) do
+    local user = users[j]
+    local option = ARGV[first_voter_arg + (i - 1) * 2 + 1]
+    if is_option[option] == nil then
+      is_option[option] = redis.call('SISMEMBER', KEYS[2], option) == 1
+    end
+    if not is_option[option] then
+      code[i], value[i] = 5, 0
+    elseif voted[j] or counted[user] then
+      code[i], value[i] = 1, 0
+    else
+      if not tally[option] then
+        tally[option] = {tonumber(redis.call('HGET', KEYS[4], option)) or 0, 0}
+      end
+      local t = tally[option]
+      t[2] = t[2] + 1
+      counted[user] = true
+      new_voters[#new_voters + 1] = user
+      new_voters[#new_voters + 1] = option
+      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
+        'at_ms', now)
+      code[i], value[i] = 0, t[1] + t[2]
+    end
   end
+  if #new_voters > 0 then
+    batch_variadic('HSET', KEYS[3], new_voters)
+    for option, t in pairs(tally) do
+      redis.call('HINCRBY', KEYS[4], option, t[2])
+    end
+  end
+end
+
+local out = {}
+for i = 1, n do
+  batch_answer(out, P, code[i], value[i], answers[i])
 end
 return out

@@ -195,11 +195,10 @@ impl<D: Decider> Batcher<D> {
 }
 
 /// One item of a batch script call: its rate-limit keys (one per policy, in
-/// order) and its three arguments (user id, then an order or option id, then a
-/// request id).
+/// order) and its two arguments (user id, then an order or option id).
 pub struct Item {
     pub limit_keys: Vec<String>,
-    pub args: [String; 3],
+    pub args: [String; 2],
 }
 
 /// What a batch script answered for one item: its code, value, and each policy's
@@ -261,30 +260,36 @@ impl Call<'_> {
                 format!("{} numbers for {} items", flat.len(), items.len()),
             ));
         }
-        Ok(flat
-            .chunks(width)
-            .map(|row| Row {
-                code: row[0],
-                value: row[1],
-                limits: row[2..].chunks(4).map(decision).collect(),
+        flat.chunks(width)
+            .map(|row| {
+                Ok(Row {
+                    code: row[0],
+                    value: row[1],
+                    limits: row[2..]
+                        .chunks(4)
+                        .map(|four| decision(self.name, four))
+                        .collect::<Result<_, _>>()?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
-/// One policy's answer: allowed, remaining, ms until allowed, ms until reset.
-fn decision(four: &[i64]) -> Decision {
-    Decision {
+/// One policy's answer: allowed (1, 0, or -1 never), remaining, ms until allowed,
+/// ms until reset. Any other verdict is an error, never read as a refusal.
+fn decision(script: &str, four: &[i64]) -> Result<Decision, AppError> {
+    Ok(Decision {
         verdict: match four[0] {
             1 => Verdict::Allowed,
             0 => Verdict::Denied,
-            _ => Verdict::Never,
+            -1 => Verdict::Never,
+            other => return Err(unexpected_reply(script, ("verdict", other))),
         },
         remaining: four[1].max(0) as u64,
         retry_after_ms: four[2].max(0) as u64,
         reset_ms: four[3].max(0) as u64,
         now_ms: 0,
-    }
+    })
 }
 
 /// The subject a policy counts this caller under: `u<id>` or the parsed address.

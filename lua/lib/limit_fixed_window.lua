@@ -1,39 +1,46 @@
 -- Rate limit, fixed window: at most `limit` requests in each window of `window` ms.
 -- Windows are aligned to multiples of `window` on the Redis clock, so every app
 -- server agrees where a window starts.
--- key: hash {w = window number, n = requests counted in window w}
--- mode: 'take' (count this request if it fits) or 'refund' (undo one take; pass the
--- `now` that the take returned, so it finds the window it counted in)
--- Returns {allowed (1 or 0), remaining, ms until the next request would be
--- allowed, ms until the whole limit is available again, now in ms}.
--- A denied request writes nothing. Every write sets the expiry here, so no key is
--- ever left without a TTL.
-local function limit_fixed_window(key, mode, now, limit, window)
+-- State (a string): "<window number> <requests counted in it>".
+--
+-- Like every algorithm in lua/lib/limit_*.lua, it works on the state's text and
+-- never calls Redis itself: lua/lib/limits.lua reads a key once (GET) and writes it
+-- once (SET with its expiry), so a batch of requests costs one read and at most one
+-- write per key, whatever the number of requests that count in it.
+-- limit_fixed_window(state, now, limit, window) returns
+--   {allowed (1 or 0), remaining, ms until the next request would be allowed,
+--    ms until the whole limit is available again, now in ms},
+--   and, when allowed, the new state and its time to live in ms (a denied request
+--   writes nothing).
+-- limit_fixed_window_undo(state, taken_at) gives back one request counted at
+-- `taken_at` (the `now` its take answered): the new state, or nil for no change.
+local function limit_fixed_window_parse(state)
+  local w, n = string.match(state or '', '^(%-?%d+) (%d+)$')
+  return tonumber(w), tonumber(n) or 0
+end
+
+local function limit_fixed_window(state, now, limit, window)
   local w = math.floor(now / window)
   local reset = (w + 1) * window - now -- at least 1
-  local state = redis.call('HMGET', key, 'w', 'n')
-  local n = 0
-  if tonumber(state[1]) == w then
-    n = tonumber(state[2]) or 0
+  local stored, n = limit_fixed_window_parse(state)
+  if stored ~= w then
+    n = 0
   end
-
-  if mode == 'refund' then
-    -- Only while the counted window lasts; the key keeps its expiry.
-    if n > 0 then
-      redis.call('HINCRBY', key, 'n', -1)
-    end
-    return {1, limit - math.max(n - 1, 0), 0, reset, now}
-  end
-
   if n >= limit then
     return {0, 0, reset, reset, now}
   end
   n = n + 1
-  redis.call('HSET', key, 'w', w, 'n', n)
-  redis.call('PEXPIRE', key, reset)
   local retry = 0
   if n >= limit then
     retry = reset
   end
-  return {1, limit - n, retry, reset, now}
+  return {1, limit - n, retry, reset, now}, w .. ' ' .. n, reset
+end
+
+local function limit_fixed_window_undo(state, taken_at, window)
+  local stored, n = limit_fixed_window_parse(state)
+  if stored ~= math.floor(taken_at / window) or n <= 0 then
+    return nil
+  end
+  return stored .. ' ' .. (n - 1)
 end

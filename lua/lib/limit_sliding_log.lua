@@ -1,40 +1,65 @@
 -- Rate limit, sliding window log: at most `limit` requests in any `window` ms.
--- Exact, and memory grows with the limit (one sorted-set entry per counted request).
--- key: sorted set, member = unique request id, score = time in ms
--- mode: 'take' or 'refund' (undo the take of `request_id`)
--- request_id: unique per request (the caller makes it random), so two requests in
--- the same millisecond are two entries
--- Returns {allowed (1 or 0), remaining, ms until the next request would be
--- allowed, ms until the whole limit is available again, now in ms}.
+-- Exact, and memory grows with the limit (one entry per counted request).
+-- State (a string): the times in ms of the counted requests still in the window,
+-- oldest first, separated by spaces. Two requests in the same millisecond are two
+-- entries.
+-- limit_sliding_log(state, now, limit, window) returns
+--   {allowed (1 or 0), remaining, ms until the next request would be allowed,
+--    ms until the whole limit is available again, now in ms},
+--   and, when allowed, the new state and its time to live in ms.
+-- limit_sliding_log_undo(state, taken_at) removes one entry made at `taken_at`:
+-- the new state, or nil for no change.
 --
 -- Edge: an entry made at t counts while now < t + window. At t + window exactly it
 -- no longer counts (the window is (now - window, now]). A denied request is not
--- recorded. Every write sets the expiry here.
-local function limit_sliding_log(key, mode, now, limit, window, request_id)
-  if mode == 'refund' then
-    redis.call('ZREM', key, request_id)
-    return {1, 0, 0, 0, now}
-  end
-
-  -- The entry whose expiry lets one more request in, when `count` entries are live.
-  local function wait_for_slot(count)
-    if count < limit then
-      return 0
+-- recorded. The newest entry is `now`, so the whole state is stale once `window`
+-- has passed: that is its time to live.
+-- The entries of `state` still in the window at `now`, oldest first, and how many.
+local function limit_sliding_log_live(state, now, window)
+  local live, count = {}, 0
+  if state then
+    local oldest = now - window
+    for t in string.gmatch(state, '%-?%d+') do
+      t = tonumber(t)
+      if t > oldest then
+        count = count + 1
+        live[count] = t
+      end
     end
-    local idx = count - limit
-    local entry = redis.call('ZRANGE', key, idx, idx, 'WITHSCORES')
-    return tonumber(entry[2]) + window - now
   end
+  return live, count
+end
 
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
-  local count = redis.call('ZCARD', key)
+local function limit_sliding_log(state, now, limit, window)
+  local live, count = limit_sliding_log_live(state, now, window)
   if count >= limit then
-    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-    return {0, 0, wait_for_slot(count), tonumber(newest[2]) + window - now, now}
+    -- The entry whose expiry lets one more request in.
+    return {0, 0, (live[count - limit + 1] or now) + window - now, (live[count] or now) + window - now,
+      now}
   end
-  redis.call('ZADD', key, now, request_id)
-  -- The newest entry is `now`, so every entry is stale once the window has passed.
-  redis.call('PEXPIRE', key, window)
   count = count + 1
-  return {1, limit - count, wait_for_slot(count), window, now}
+  live[count] = now
+  if count > 1 and live[count - 1] > now then
+    table.sort(live) -- a replayed clock (tests) may go back; keep the order
+  end
+  local wait = 0
+  if count >= limit then
+    wait = live[count - limit + 1] + window - now
+  end
+  return {1, limit - count, wait, window, now}, table.concat(live, ' '), window
+end
+
+local function limit_sliding_log_undo(state, taken_at)
+  local entries, found = {}, false
+  for t in string.gmatch(state or '', '%-?%d+') do
+    if not found and tonumber(t) == taken_at then
+      found = true
+    else
+      entries[#entries + 1] = t
+    end
+  end
+  if not found then
+    return nil
+  end
+  return table.concat(entries, ' ')
 end

@@ -1,32 +1,105 @@
--- One rate-limit policy by algorithm code, for the decision scripts that check a
--- route's policies inside the decision: 'fw' fixed window, 'sl' sliding log,
--- 'sc' sliding counter, 'tb' token bucket. a, b, c: limit and window ms, or
--- capacity, refill rate per second and cost. Returns what the algorithm returns.
-local function limit_apply(alg, key, mode, now, a, b, c, request_id)
+-- Runs the rate-limit algorithms (lua/lib/limit_*.lua) against Redis: one policy by
+-- algorithm code, 'fw' fixed window, 'sl' sliding log, 'sc' sliding counter, 'tb'
+-- token bucket; a, b, c: limit and window ms, or capacity, refill rate per second
+-- and cost.
+--
+-- Every policy's state for one subject is one string key. A script reads it once
+-- (GET) and, when it counted something, writes it once (SET with PX, so no key is
+-- ever left without an expiry), however many of its requests count in that key.
+
+-- A key's state, or false when there is none. A key of another type (a hash or a
+-- sorted set left by an older Stampede) reads as no state; the next write
+-- replaces it.
+local function limit_load(key)
+  local state = redis.pcall('GET', key)
+  if type(state) == 'table' and state.err then
+    return false
+  end
+  return state
+end
+
+-- Decides one request under one policy. Returns the answer {allowed, remaining,
+-- wait ms, reset ms, now} and, when allowed, the new state and its time to live.
+local function limit_decide(alg, state, now, a, b, c)
   if alg == 'sl' then
-    return limit_sliding_log(key, mode, now, a, b, request_id)
+    return limit_sliding_log(state, now, a, b)
   elseif alg == 'sc' then
-    return limit_sliding_counter(key, mode, now, a, b)
+    return limit_sliding_counter(state, now, a, b)
   elseif alg == 'fw' then
-    return limit_fixed_window(key, mode, now, a, b)
+    return limit_fixed_window(state, now, a, b)
   elseif alg == 'tb' then
-    return limit_token_bucket(key, mode, now, a, b, c)
+    return limit_token_bucket(state, now, a, b, c)
   end
   error('unknown rate-limit algorithm ' .. tostring(alg))
 end
 
--- Takes every policy for one request; if any refuses, gives back what the others
--- took, so a refused request is counted by none. `first_key`: index in KEYS of
--- this request's first policy key; `policies`: {alg, a, b, c} each.
+-- Gives back one request counted at `taken_at`: the new state, or nil when there
+-- is nothing to give back.
+local function limit_undo(alg, state, taken_at, a, b, c)
+  if alg == 'sl' then
+    return limit_sliding_log_undo(state, taken_at)
+  elseif alg == 'sc' then
+    return limit_sliding_counter_undo(state, taken_at, b)
+  elseif alg == 'fw' then
+    return limit_fixed_window_undo(state, taken_at, b)
+  elseif alg == 'tb' then
+    return limit_token_bucket_undo(state, taken_at, a, b, c)
+  end
+  error('unknown rate-limit algorithm ' .. tostring(alg))
+end
+
+-- The limiter script of one policy (lua/limit.lua):
+-- KEYS[1] the policy's state for one subject
+-- ARGV[1] algorithm code   ARGV[2] 'take' or 'refund'   ARGV[3] now in ms ('' =
+-- the Redis clock; a refund passes the `now` its take answered)   ARGV[4..6] a, b, c
+-- A take returns the answer; a refund keeps the key's expiry and returns
+-- {1, 0, 0, 0, now}.
+local function limit_script()
+  local key, alg, mode = KEYS[1], ARGV[1], ARGV[2]
+  local now = clock_ms(ARGV[3])
+  local a, b, c = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+  local state = limit_load(key)
+  if mode == 'refund' then
+    local undone = limit_undo(alg, state, now, a, b, c)
+    if undone then
+      redis.call('SET', key, undone, 'KEEPTTL')
+    end
+    return {1, 0, 0, 0, now}
+  elseif mode ~= 'take' then
+    error('unknown rate-limit mode ' .. tostring(mode))
+  end
+  local answer, new_state, ttl = limit_decide(alg, state, now, a, b, c)
+  if new_state then
+    redis.call('SET', key, new_state, 'PX', ttl)
+  end
+  return answer
+end
+
+-- The policies' state as a batch script sees it: each key read at most once, its
+-- changes kept here and written once by limits_write.
+local function limits_cache()
+  return {}
+end
+
+-- Takes every policy for one request, all or nothing: when one refuses, none counts
+-- it. `keys`: index in KEYS of this request's first policy key; `policies`:
+-- {alg, a, b, c} each; `cache` from limits_cache.
 -- Returns allowed (true/false), the per-policy answers, and the largest wait (ms)
 -- among the refusing policies (-1 when one can never be satisfied).
-local function limits_take(first_key, policies, now, request_id)
-  local answers = {}
+local function limits_take(cache, first_key, policies, now)
+  local answers, changes = {}, {}
   local refused, wait = false, 0
   for p, policy in ipairs(policies) do
-    local r = limit_apply(policy[1], KEYS[first_key + p - 1], 'take', now,
-      policy[2], policy[3], policy[4], request_id)
+    local key = KEYS[first_key + p - 1]
+    local entry = cache[key]
+    if not entry then
+      entry = {state = limit_load(key)}
+      cache[key] = entry
+    end
+    local r, new_state, ttl = limit_decide(policy[1], entry.state, now,
+      policy[2], policy[3], policy[4])
     answers[p] = r
+    changes[p] = {entry, new_state, ttl}
     if r[1] ~= 1 then
       refused = true
       if r[1] == -1 or wait == -1 then
@@ -36,13 +109,19 @@ local function limits_take(first_key, policies, now, request_id)
       end
     end
   end
-  if refused then
-    for p, policy in ipairs(policies) do
-      if answers[p][1] == 1 then
-        limit_apply(policy[1], KEYS[first_key + p - 1], 'refund', answers[p][5],
-          policy[2], policy[3], policy[4], request_id)
-      end
+  if not refused then
+    for _, change in ipairs(changes) do
+      change[1].state, change[1].ttl = change[2], change[3]
     end
   end
   return not refused, answers, wait
+end
+
+-- Writes every key whose state the batch changed, with its expiry.
+local function limits_write(cache)
+  for key, entry in pairs(cache) do
+    if entry.ttl then
+      redis.call('SET', key, entry.state, 'PX', entry.ttl)
+    end
+  end
 end

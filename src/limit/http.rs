@@ -20,7 +20,7 @@ use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use futures_util::future::join_all;
 
-use super::{Attempt, Decision, Policy, Route, Subject, Verdict, refund, request_id, take};
+use super::{Attempt, Decision, Policy, Route, Subject, Verdict, refund, take};
 use crate::domain::UserId;
 use crate::error::{AppError, is_redis_unreachable};
 use crate::state::AppState;
@@ -92,14 +92,12 @@ pub async fn check(
             Ok(state.keys.rate_limit(&p.name, &subject))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let id = request_id();
     let attempts: Vec<Attempt<'_>> = policies
         .iter()
         .zip(&keys)
         .map(|(p, key)| Attempt {
             algorithm: &p.algorithm,
             key,
-            request_id: &id,
         })
         .collect();
 

@@ -1,9 +1,11 @@
 //! Rate limits whose state lives in Redis, so they hold across any number of app
-//! instances. Four algorithms, one Lua script each (`lua/limit_*.lua`), behind one
-//! interface: [`take`] counts a request if it fits and returns a [`Decision`];
-//! [`refund`] undoes a take. Every script reads the Redis clock (`TIME`), writes a
-//! TTL with every write, and returns allowed, remaining, and the time until the
-//! next request would be allowed.
+//! instances. Four algorithms, one Lua source file each (`lua/lib/limit_*.lua`),
+//! run by one script (`lua/limit.lua`) behind one interface: [`take`] counts a
+//! request if it fits and returns a [`Decision`]; [`refund`] undoes a take. The
+//! script reads the Redis clock (`TIME`), keeps each policy's state for one
+//! subject in one string key that it reads once and writes once with its TTL, and
+//! returns allowed, remaining, and the time until the next request would be
+//! allowed.
 //!
 //! Handlers call [`check`] once, after their cheap local checks and before their
 //! own script. It runs all of a route's policies, concurrently, and answers
@@ -32,10 +34,7 @@ use crate::lua::lua_script;
 pub use http::{Granted, check, client_ip};
 pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
-static FIXED_WINDOW: LazyLock<redis::Script> = lua_script!("limit_fixed_window.lua");
-static SLIDING_LOG: LazyLock<redis::Script> = lua_script!("limit_sliding_log.lua");
-static SLIDING_COUNTER: LazyLock<redis::Script> = lua_script!("limit_sliding_counter.lua");
-static TOKEN_BUCKET: LazyLock<redis::Script> = lua_script!("limit_token_bucket.lua");
+static LIMIT: LazyLock<redis::Script> = lua_script!("limit.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -65,19 +64,11 @@ impl Decision {
     }
 }
 
-/// One request under one policy: the key it counts in and its unique id.
+/// One request under one policy: the key it counts in.
 #[derive(Clone, Debug)]
 pub struct Attempt<'a> {
     pub algorithm: &'a Algorithm,
     pub key: &'a str,
-    /// Unique per request: the sliding log's sorted-set member.
-    pub request_id: &'a str,
-}
-
-/// A fresh request id: 64 random bits in hex. Two requests in the same
-/// millisecond get distinct log entries; a clash within one window is 2^-64 likely.
-pub fn request_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
 }
 
 /// Counts the request if it fits. `now_ms` is for tests only (replaying exact
@@ -93,7 +84,14 @@ pub async fn take<C: ConnectionLike>(
         verdict: match allowed {
             1 => Verdict::Allowed,
             0 => Verdict::Denied,
-            _ => Verdict::Never,
+            -1 => Verdict::Never,
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "limit.lua: unexpected verdict",
+                    other.to_string(),
+                )));
+            }
         },
         remaining: remaining.max(0) as u64,
         retry_after_ms: retry.max(0) as u64,
@@ -119,55 +117,17 @@ async fn run<C: ConnectionLike, T: redis::FromRedisValue>(
     mode: &str,
     now_ms: Option<i64>,
 ) -> redis::RedisResult<T> {
-    let now = now_ms.map(|n| n.to_string()).unwrap_or_default();
-    match *attempt.algorithm {
-        Algorithm::FixedWindow { limit, window_ms } => {
-            FIXED_WINDOW
-                .key(attempt.key)
-                .arg(mode)
-                .arg(now)
-                .arg(limit)
-                .arg(window_ms)
-                .invoke_async(redis)
-                .await
-        }
-        Algorithm::SlidingLog { limit, window_ms } => {
-            SLIDING_LOG
-                .key(attempt.key)
-                .arg(mode)
-                .arg(now)
-                .arg(limit)
-                .arg(window_ms)
-                .arg(attempt.request_id)
-                .invoke_async(redis)
-                .await
-        }
-        Algorithm::SlidingCounter { limit, window_ms } => {
-            SLIDING_COUNTER
-                .key(attempt.key)
-                .arg(mode)
-                .arg(now)
-                .arg(limit)
-                .arg(window_ms)
-                .invoke_async(redis)
-                .await
-        }
-        Algorithm::TokenBucket {
-            capacity,
-            refill_per_sec,
-            cost,
-        } => {
-            TOKEN_BUCKET
-                .key(attempt.key)
-                .arg(mode)
-                .arg(now)
-                .arg(capacity)
-                .arg(refill_per_sec)
-                .arg(cost)
-                .invoke_async(redis)
-                .await
-        }
-    }
+    let (code, a, b, c) = attempt.algorithm.lua_args();
+    LIMIT
+        .key(attempt.key)
+        .arg(code)
+        .arg(mode)
+        .arg(now_ms.map(|n| n.to_string()).unwrap_or_default())
+        .arg(a)
+        .arg(b)
+        .arg(c)
+        .invoke_async(redis)
+        .await
 }
 
 /// The checked policies of a deployment, grouped by route. Built once at startup.

@@ -10,8 +10,9 @@ use serde::Deserialize;
 const MAX_WINDOW_MS: u64 = 30 * 24 * 3600 * 1000;
 /// Largest limit of any policy.
 const MAX_LIMIT: u64 = 1_000_000;
-/// A sliding log keeps one entry per counted request: above this, use the counter.
-const MAX_LOG_LIMIT: u64 = 10_000;
+/// A sliding log keeps one entry per counted request, and every check reads them
+/// all (lua/lib/limit_sliding_log.lua): above this, use the counter.
+const MAX_LOG_LIMIT: u64 = 1_000;
 
 /// An endpoint that a policy guards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]

@@ -79,11 +79,7 @@ impl PurchaseBatch<'_> {
                     .collect::<Result<Vec<_>, AppError>>()?;
                 Ok(Item {
                     limit_keys,
-                    args: [
-                        buyer.user.get().to_string(),
-                        order_id.to_string(),
-                        crate::limit::request_id(),
-                    ],
+                    args: [buyer.user.get().to_string(), order_id.to_string()],
                 })
             })
             .collect::<Result<Vec<_>, AppError>>()?;

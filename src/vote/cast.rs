@@ -88,11 +88,7 @@ impl VoteBatch<'_> {
                     .collect::<Result<Vec<_>, AppError>>()?;
                 Ok(Item {
                     limit_keys,
-                    args: [
-                        voter.user.get().to_string(),
-                        voter.option.to_string(),
-                        crate::limit::request_id(),
-                    ],
+                    args: [voter.user.get().to_string(), voter.option.to_string()],
                 })
             })
             .collect::<Result<Vec<_>, AppError>>()?;

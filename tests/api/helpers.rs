@@ -384,3 +384,10 @@ impl Drop for TestApp {
         .join();
     }
 }
+
+/// How many requests a sliding-log limit key holds: its state is the requests'
+/// times in ms separated by spaces (lua/lib/limit_sliding_log.lua); no key is none.
+pub async fn sliding_log_entries(redis: &mut redis::aio::ConnectionManager, key: &str) -> usize {
+    let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
+    state.map_or(0, |s| s.split_whitespace().count())
+}

@@ -43,12 +43,7 @@ impl Lab {
     }
 
     async fn take(&self, algorithm: &Algorithm, key: &str, now: Option<i64>) -> Decision {
-        let id = limit::request_id();
-        let attempt = Attempt {
-            algorithm,
-            key,
-            request_id: &id,
-        };
+        let attempt = Attempt { algorithm, key };
         limit::take(&mut self.redis.clone(), &attempt, now)
             .await
             .expect("limit script")
@@ -211,11 +206,7 @@ async fn sliding_log_edge_is_exclusive_at_the_window_end() {
     );
     assert!(lab.take(&log, &key, Some(T0 + 1200)).await.allowed());
     // Denied requests were not recorded: 5 live entries, no more.
-    let live: i64 = redis::cmd("ZCARD")
-        .arg(&key)
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap();
+    let live = crate::helpers::sliding_log_entries(&mut lab.redis.clone(), &key).await;
     assert_eq!(live, 5);
 }
 
@@ -303,11 +294,9 @@ async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries
         .map(|_| {
             let (mut redis, key, gate) = (lab.redis.clone(), key.clone(), gate.clone());
             tokio::spawn(async move {
-                let id = limit::request_id();
                 let attempt = Attempt {
                     algorithm: &log,
                     key: &key,
-                    request_id: &id,
                 };
                 gate.wait().await;
                 limit::take(&mut redis, &attempt, Some(T0)).await.unwrap()
@@ -321,11 +310,7 @@ async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries
         }
     }
     assert_eq!(allowed, 10);
-    let live: i64 = redis::cmd("ZCARD")
-        .arg(&key)
-        .query_async(&mut lab.redis.clone())
-        .await
-        .unwrap();
+    let live = crate::helpers::sliding_log_entries(&mut lab.redis.clone(), &key).await;
     assert_eq!(live, 10, "same millisecond, distinct members");
 }
 
@@ -358,24 +343,21 @@ async fn no_limiter_key_outlives_its_window_or_lacks_a_ttl() {
         let key = lab.key(&format!("ttl{i}"));
         let mut last = None;
         for _ in 0..3 {
-            let id = limit::request_id();
             let attempt = Attempt {
                 algorithm,
                 key: &key,
-                request_id: &id,
             };
             let d = limit::take(&mut lab.redis.clone(), &attempt, None)
                 .await
                 .unwrap();
             if d.allowed() {
-                last = Some((id, d.now_ms));
+                last = Some(d.now_ms);
             }
         }
-        let (id, at) = last.unwrap();
+        let at = last.unwrap();
         let attempt = Attempt {
             algorithm,
             key: &key,
-            request_id: &id,
         };
         limit::refund(&mut lab.redis.clone(), &attempt, at)
             .await
@@ -529,11 +511,7 @@ async fn a_refused_purchase_consumes_nothing() {
     let user_log = app
         .keys
         .rate_limit("buy-user", &format!("u{}", users[1].id));
-    let counted: i64 = redis::cmd("ZCARD")
-        .arg(&user_log)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let counted = crate::helpers::sliding_log_entries(&mut app.redis.clone(), &user_log).await;
     assert_eq!(
         counted, 0,
         "the per-user policy gave the refused request back"
@@ -840,4 +818,57 @@ async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A limit key left by an older Stampede (a hash or a sorted set, where the state
+/// is now one string) is read as no state and replaced by the next counted
+/// request, never a WRONGTYPE error on the route.
+#[tokio::test]
+async fn a_limit_key_of_an_older_layout_is_replaced_not_an_error() {
+    let lab = Lab::new().await;
+    let log = Algorithm::SlidingLog {
+        limit: 2,
+        window_ms: 1000,
+    };
+    let counter = Algorithm::FixedWindow {
+        limit: 2,
+        window_ms: 1000,
+    };
+    let (zset, hash) = (lab.key("old-log"), lab.key("old-window"));
+    let mut redis = lab.redis.clone();
+    let _: () = redis::cmd("ZADD")
+        .arg(&zset)
+        .arg(T0)
+        .arg("f00d")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&hash)
+        .arg("w")
+        .arg(T0 / 1000)
+        .arg("n")
+        .arg(2)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    for (algorithm, key) in [(&log, &zset), (&counter, &hash)] {
+        let d = lab.take(algorithm, key, Some(T0 + 1)).await;
+        assert!(d.allowed(), "{key}: the old state does not count");
+        assert_eq!(
+            d.remaining, 1,
+            "{key}: this request is the only one counted"
+        );
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(kind, "string", "{key} was replaced");
+        assert!(lab.pttl(key).await > 0, "{key} has an expiry");
+    }
+    assert_eq!(
+        crate::helpers::sliding_log_entries(&mut redis, &zset).await,
+        1
+    );
 }

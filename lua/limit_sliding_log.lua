@@ -1,6 +1,0 @@
--- Rate limit, sliding window log: see lua/lib/limit_sliding_log.lua.
--- KEYS[1]  the policy's state for one subject
--- ARGV[1]  'take' or 'refund'   ARGV[2]  now in ms ('' = the Redis clock)
--- ARGV[3]  limit   ARGV[4]  window in ms   ARGV[5]  request id
-return limit_sliding_log(KEYS[1], ARGV[1], clock_ms(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4]), ARGV[5])
