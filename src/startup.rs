@@ -99,6 +99,11 @@ impl Application {
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
+            sessions: crate::auth::session::Sessions::new(
+                keys.clone(),
+                Duration::from_millis(config.session_cache_ms),
+                config.token_ttl_secs,
+            ),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             limits: crate::limit::Limits::from_config(&config.limits)
                 .map_err(crate::config::ConfigError::Invalid)?,

@@ -199,6 +199,8 @@ async fn missing_expired_and_forged_tokens_are_401() {
         user_id: Id::new(user.id).unwrap(),
         admin: false,
         expires_at: chrono::Utc::now().timestamp() - 1,
+        generation: 0,
+        session: 1,
     });
     assert_error(
         app.purchase(sale, &expired).await,
@@ -211,6 +213,8 @@ async fn missing_expired_and_forged_tokens_are_401() {
         user_id: Id::new(user.id).unwrap(),
         admin: true,
         expires_at: chrono::Utc::now().timestamp() + 3600,
+        generation: 0,
+        session: 1,
     });
     assert_error(
         app.purchase(sale, &forged).await,

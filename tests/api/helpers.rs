@@ -184,6 +184,16 @@ impl TestApp {
         .fetch_all(&self.db)
         .await
         .expect("insert users");
+        // As sign-in would: the accounts' session generation reaches Redis.
+        let users: Vec<Id> = ids.iter().map(|&id| Id::new(id).unwrap()).collect();
+        stampede::auth::session::register_new_accounts(
+            &mut self.redis.clone(),
+            &self.keys,
+            &users,
+            self.config.token_ttl_secs,
+        )
+        .await
+        .expect("register sessions");
         ids.into_iter()
             .map(|id| User {
                 id,
@@ -205,6 +215,8 @@ impl TestApp {
             user_id: Id::new(id).unwrap(),
             admin,
             expires_at: chrono::Utc::now().timestamp() + 3600,
+            generation: 0,
+            session: rand::random(),
         })
     }
 

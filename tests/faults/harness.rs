@@ -979,6 +979,8 @@ impl Stack {
                     user_id: Id::new(id).unwrap(),
                     admin,
                     expires_at: chrono::Utc::now().timestamp() + 3600,
+                    generation: 0,
+                    session: rand::random(),
                 }),
             })
             .collect()
