@@ -15,6 +15,13 @@ pub use crate::limit::LimitsConfig;
 pub struct Config {
     /// Address the HTTP server binds to. Port 0 picks a free port (tests do this).
     pub listen: SocketAddr,
+    /// Address of the second listener that serves only `GET /metrics`, without a
+    /// token (loopback by default, so only this machine can read it). `None`
+    /// (`STAMPEDE_METRICS_LISTEN=off`): no such listener.
+    pub metrics_listen: Option<SocketAddr>,
+    /// When set, `GET /metrics` on the main listener answers a request that carries
+    /// `Authorization: Bearer <this>`; without it the main listener has no /metrics.
+    pub metrics_token: Option<String>,
     pub database_url: String,
     pub redis_url: String,
     /// Prefix of every Redis key, so tests and deployments can share one server.
@@ -23,6 +30,10 @@ pub struct Config {
     pub token_secret: String,
     /// How long a session token stays valid.
     pub token_ttl_secs: u64,
+    /// How long this process trusts what it read from Redis about a session (its
+    /// account's generation and whether it was signed out): the longest a signed-out
+    /// token can still work on another instance. 0: ask Redis on every request.
+    pub session_cache_ms: u64,
     /// Mark cookies `Secure` (set this when serving over HTTPS).
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
@@ -87,11 +98,14 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9464))),
+            metrics_token: None,
             database_url: "postgres://stampede@127.0.0.1:5439/stampede".into(),
             redis_url: "redis://127.0.0.1:6399/".into(),
             redis_namespace: "stampede".into(),
             token_secret: String::new(),
             token_ttl_secs: 24 * 3600,
+            session_cache_ms: 1000,
             cookie_secure: false,
             max_body_bytes: 16 * 1024,
             sold_out_cache_ms: 1000,
@@ -115,11 +129,17 @@ impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
             .field("listen", &self.listen)
+            .field("metrics_listen", &self.metrics_listen)
+            .field(
+                "metrics_token",
+                &self.metrics_token.as_ref().map(|_| "<redacted>"),
+            )
             .field("database_url", &redact_url(&self.database_url))
             .field("redis_url", &redact_url(&self.redis_url))
             .field("redis_namespace", &self.redis_namespace)
             .field("token_secret", &"<redacted>")
             .field("token_ttl_secs", &self.token_ttl_secs)
+            .field("session_cache_ms", &self.session_cache_ms)
             .field("cookie_secure", &self.cookie_secure)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("sold_out_cache_ms", &self.sold_out_cache_ms)
@@ -211,6 +231,18 @@ impl Config {
         if let Some(v) = var("STAMPEDE_LISTEN") {
             self.listen = parse("STAMPEDE_LISTEN", v)?;
         }
+        if let Some(v) = var("STAMPEDE_METRICS_LISTEN") {
+            self.metrics_listen = match v.trim() {
+                "" | "off" => None,
+                _ => Some(parse("STAMPEDE_METRICS_LISTEN", v)?),
+            };
+        }
+        if let Some(v) = var("STAMPEDE_METRICS_TOKEN") {
+            self.metrics_token = Some(v).filter(|t| !t.is_empty());
+        }
+        if let Some(v) = var("STAMPEDE_SESSION_CACHE_MS") {
+            self.session_cache_ms = parse("STAMPEDE_SESSION_CACHE_MS", v)?;
+        }
         if let Some(v) = var("DATABASE_URL") {
             self.database_url = v;
         }
@@ -298,6 +330,11 @@ impl Config {
                 "token_secret (STAMPEDE_TOKEN_SECRET) must be at least 32 characters; \
                  scripts/run generates one into .data/env"
                     .into(),
+            ));
+        }
+        if self.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {
+            return Err(ConfigError::Invalid(
+                "metrics_token (STAMPEDE_METRICS_TOKEN) must be at least 16 characters".into(),
             ));
         }
         if self.redis_namespace.is_empty()

@@ -88,6 +88,7 @@ pub struct Password(String);
 
 impl Password {
     pub fn parse(raw: String) -> Result<Self, AppError> {
+        reject_nul("password", &raw)?;
         let chars = raw.chars().count();
         if !(8..=128).contains(&chars) {
             return Err(AppError::unprocessable(
@@ -135,13 +136,26 @@ pub fn parse_price(value: i64) -> Result<i64, AppError> {
     Ok(value)
 }
 
-/// Trimmed, non-empty, at most `max` characters.
+/// Refuses a NUL character, which Postgres cannot store in a text column (it would
+/// fail the insert with a 500); the message names the field.
+pub fn reject_nul(field: &str, raw: &str) -> Result<(), AppError> {
+    if raw.contains('\0') {
+        return Err(AppError::unprocessable(
+            "invalid_text",
+            format!("{field} must not contain a NUL character (\\u0000)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Trimmed, non-empty, at most `max` characters, no NUL.
 pub fn parse_text(
     field: &'static str,
     raw: &str,
     max: usize,
     allow_empty: bool,
 ) -> Result<String, AppError> {
+    reject_nul(field, raw)?;
     let text = raw.trim();
     if (!allow_empty && text.is_empty()) || text.chars().count() > max {
         return Err(AppError::unprocessable(
@@ -191,6 +205,16 @@ mod tests {
         assert!(Password::parse("x".repeat(129)).is_err());
         let p = Password::parse("correct horse".into()).unwrap();
         assert!(!format!("{p:?}").contains("horse"));
+    }
+
+    #[test]
+    fn nul_is_refused_in_text_and_passwords() {
+        let err = parse_text("name", "a\0b", 100, false).unwrap_err();
+        assert_eq!(err.code(), "invalid_text");
+        assert!(err.to_string().contains("name"), "{err}");
+        assert!(parse_text("name", "\0", 100, true).is_err());
+        assert!(Password::parse("password\0".into()).is_err());
+        assert!(Username::parse("ali\0ce").is_err());
     }
 
     #[test]

@@ -101,6 +101,12 @@ impl Keys {
         format!("{}:{{poll:{poll}}}:rl:{policy}:{subject}", self.ns)
     }
 
+    /// An account's session state (see [`crate::auth::session`]): a hash of `gen`
+    /// and `out:<session id>`, its own hash tag: `ns:{user:7}:session`.
+    pub fn session(&self, user: Id) -> String {
+        format!("{}:{{user:{user}}}:session", self.ns)
+    }
+
     /// A lock for a job named in code (never user text): `ns:lock:{name}`, its own
     /// hash tag. See [`crate::lock`].
     pub fn lock(&self, name: &str) -> String {

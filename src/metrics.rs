@@ -59,6 +59,37 @@ impl Metrics {
     }
 }
 
+/// `GET /metrics` on the main listener: only with the configured bearer token
+/// (`metrics_token`). Without a configured token the route does not exist there
+/// (404); the metrics listener (loopback by default) serves [`endpoint`] freely.
+pub async fn guarded_endpoint(
+    state: web::Data<AppState>,
+    req: actix_web::HttpRequest,
+) -> Result<HttpResponse, crate::error::AppError> {
+    use crate::error::AppError;
+    let Some(expected) = state.config.metrics_token.as_deref() else {
+        return Err(AppError::not_found(
+            "/metrics is served on the metrics listener (metrics_listen)",
+        ));
+    };
+    let given = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    use subtle::ConstantTimeEq;
+    let ok =
+        given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
+    if !ok {
+        return Err(
+            AppError::unauthorized("/metrics needs the metrics bearer token")
+                .with_header(actix_web::http::header::WWW_AUTHENTICATE, "Bearer"),
+        );
+    }
+    Ok(endpoint(state).await)
+}
+
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     let mut text = state.metrics.render();
     let cache = state.cache.stats();

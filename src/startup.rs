@@ -26,6 +26,8 @@ use crate::state::AppState;
 pub struct Application {
     port: u16,
     server: Server,
+    /// The listener that serves only `/metrics` (see `Config::metrics_listen`).
+    metrics: Option<(u16, Server)>,
     state: web::Data<AppState>,
     shutdown: watch::Sender<bool>,
     settler: Option<JoinHandle<()>>,
@@ -97,6 +99,11 @@ impl Application {
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
+            sessions: crate::auth::session::Sessions::new(
+                keys.clone(),
+                Duration::from_millis(config.session_cache_ms),
+                config.token_ttl_secs,
+            ),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             limits: crate::limit::Limits::from_config(&config.limits)
                 .map_err(crate::config::ConfigError::Invalid)?,
@@ -140,7 +147,7 @@ impl Application {
                 .app_data(web::PayloadConfig::new(max_body))
                 .route("/healthz", web::get().to(healthz))
                 .route("/readyz", web::get().to(readyz))
-                .route("/metrics", web::get().to(crate::metrics::endpoint))
+                .route("/metrics", web::get().to(crate::metrics::guarded_endpoint))
                 // The JSON API in one scope: a page or static request never runs
                 // through the API's patterns, and the other way round.
                 .service(
@@ -161,9 +168,30 @@ impl Application {
             server = server.workers(config.workers);
         }
         let server = server.run();
+        let metrics = match config.metrics_listen {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr)
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (metrics): {e}"))?;
+                let port = listener.local_addr()?.port();
+                let metrics_state = state.clone();
+                let server = HttpServer::new(move || {
+                    App::new()
+                        .app_data(metrics_state.clone())
+                        .route("/metrics", web::get().to(crate::metrics::endpoint))
+                })
+                .disable_signals()
+                .workers(1)
+                .shutdown_timeout(1)
+                .listen(listener)?
+                .run();
+                Some((port, server))
+            }
+            None => None,
+        };
         Ok(Application {
             port,
             server,
+            metrics,
             state,
             shutdown,
             settler,
@@ -175,6 +203,11 @@ impl Application {
         self.port
     }
 
+    /// Port of the metrics listener, when there is one.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics.as_ref().map(|(port, _)| *port)
+    }
+
     pub fn state(&self) -> web::Data<AppState> {
         self.state.clone()
     }
@@ -184,9 +217,14 @@ impl Application {
     pub async fn run_until_signal(self) -> anyhow::Result<()> {
         let handle = self.server.handle();
         let server = tokio::spawn(self.server);
+        let metrics = self.metrics.map(|(_, m)| (m.handle(), tokio::spawn(m)));
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, finishing in-flight requests");
         handle.stop(true).await;
+        if let Some((handle, server)) = metrics {
+            handle.stop(false).await;
+            let _ = server.await;
+        }
         let _ = server.await;
         let _ = self.shutdown.send(true);
         if let Some(settler) = self.settler {
@@ -199,7 +237,12 @@ impl Application {
 
     /// Serves until the server stops (tests spawn this).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let metrics = self.metrics.map(|(_, m)| (m.handle(), tokio::spawn(m)));
         let result = self.server.await;
+        if let Some((handle, server)) = metrics {
+            handle.stop(false).await;
+            let _ = server.await;
+        }
         let _ = self.shutdown.send(true);
         if let Some(settler) = self.settler {
             let _ = settler.await;

@@ -32,6 +32,8 @@ pub struct AppState {
     pub db: PgPool,
     pub keys: Keys,
     pub tokens: TokenKey,
+    /// Whether a token's session still stands (Redis, cached briefly in-process).
+    pub sessions: crate::auth::session::Sessions,
     pub sold_out: SoldOutFlags,
     pub metrics: Arc<Metrics>,
     /// Rate-limit policies by route (see [`crate::limit::check`]).

@@ -142,8 +142,26 @@
 
   /** A local path to return to after signing in, or "/". */
   function safeNext() {
-    const next = new URLSearchParams(location.search).get("next") || "";
-    return /^\/(?![/\\])/.test(next) ? next : "/";
+    return localPath(new URLSearchParams(location.search).get("next") || "");
+  }
+
+  /**
+   * `raw` as a path on this origin, or "/". The URL parser has the last word: it
+   * drops tabs and newlines and reads "\\" as "/", so "/\t/evil.example" or "/\\evil"
+   * would leave the site. Refuse those characters outright, then refuse whatever the
+   * parser resolves to another origin. The server checks the same (src/web/pages.rs).
+   */
+  function localPath(raw) {
+    if (!raw.startsWith("/") || raw.startsWith("//") || /[\u0000-\u001f\u007f-\u009f\\]/.test(raw)) {
+      return "/";
+    }
+    let url;
+    try {
+      url = new URL(raw, location.origin);
+    } catch {
+      return "/";
+    }
+    return url.origin === location.origin ? url.pathname + url.search + url.hash : "/";
   }
 
   /** "1d 02:03:04", "02:03:04" or "03:04". */

@@ -1,15 +1,17 @@
-//! Accounts and sessions: sign-up, sign-in, sign-out, and the `AuthUser` /
-//! `AdminUser` extractors that check a signed token without touching a store.
+//! Accounts and sessions: sign-up, sign-in, sign-out (this session, or all of an
+//! account's), password change, and the `AuthUser` / `AdminUser` extractors that
+//! check a signed token and, through [`session`], that its session still stands
+//! (Redis, cached in the process for about a second; never Postgres in normal running).
 
+pub mod session;
 pub mod token;
-
-use std::future::{Ready, ready};
 
 use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
 use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, web};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use futures_util::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -30,7 +32,9 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/auth/signup", web::post().to(signup))
         .route("/auth/signin", web::post().to(signin))
         .route("/auth/signout", web::post().to(signout))
-        .route("/me", web::get().to(me));
+        .route("/auth/signout-all", web::post().to(signout_all))
+        .route("/me", web::get().to(me))
+        .route("/me/password", web::post().to(change_password));
 }
 
 /// A signed-in caller, taken from `Authorization: Bearer` or the session cookie.
@@ -46,37 +50,92 @@ pub struct AdminUser(pub AuthUser);
 
 impl FromRequest for AuthUser {
     type Error = AppError;
-    type Future = Ready<Result<Self, AppError>>;
+    type Future = LocalBoxFuture<'static, Result<Self, AppError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req))
+        let req = req.clone();
+        Box::pin(async move { authenticate(&req).await.map(|(user, _)| user) })
     }
 }
 
 impl FromRequest for AdminUser {
     type Error = AppError;
-    type Future = Ready<Result<Self, AppError>>;
+    type Future = LocalBoxFuture<'static, Result<Self, AppError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req).and_then(|user| {
+        let req = req.clone();
+        Box::pin(async move {
+            let (user, _) = authenticate(&req).await?;
             if user.admin {
                 Ok(AdminUser(user))
             } else {
                 Err(AppError::forbidden("this needs an admin account"))
             }
-        }))
+        })
     }
 }
 
-/// The caller, if any valid token came with the request (pages use this).
-pub fn optional_user(req: &HttpRequest) -> Option<AuthUser> {
-    authenticate(req).ok()
+/// The caller, if any valid token of a standing session came with the request
+/// (pages use this). A store failure is the caller's failure, not "signed out".
+pub async fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
+    match authenticate(req).await {
+        Ok((user, _)) => Ok(Some(user)),
+        Err(e @ (AppError::Redis(_) | AppError::Database(_) | AppError::Internal(_))) => Err(e),
+        Err(_) => Ok(None),
+    }
 }
 
-fn authenticate(req: &HttpRequest) -> Result<AuthUser, AppError> {
-    let state = req
-        .app_data::<web::Data<AppState>>()
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))?;
+fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, AppError> {
+    req.app_data::<web::Data<AppState>>()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))
+}
+
+/// This worker's own Redis connection when there is one, else the shared one.
+fn redis_of(req: &HttpRequest, state: &AppState) -> redis::aio::ConnectionManager {
+    match req.app_data::<web::Data<crate::state::Worker>>() {
+        Some(worker) => worker.redis.clone(),
+        None => state.redis.clone(),
+    }
+}
+
+/// The token's claims, checked: signature, expiry, CSRF for a cookie on an unsafe
+/// method, and that its session stands.
+async fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
+    let state = app_state(req)?;
+    let claims = verified_claims(req, state)?;
+    let mut redis = redis_of(req, state);
+    match state
+        .sessions
+        .standing(&mut redis, &state.db, &claims)
+        .await?
+    {
+        session::Standing::Valid => {}
+        session::Standing::SignedOut => {
+            return Err(AppError::new(
+                actix_web::http::StatusCode::UNAUTHORIZED,
+                "session_ended",
+                "this session was signed out; sign in again",
+            ));
+        }
+        session::Standing::Superseded => {
+            return Err(AppError::new(
+                actix_web::http::StatusCode::UNAUTHORIZED,
+                "session_ended",
+                "every session of this account was ended; sign in again",
+            ));
+        }
+    }
+    Ok((
+        AuthUser {
+            id: claims.user_id,
+            admin: claims.admin,
+        },
+        claims,
+    ))
+}
+
+/// Signature, expiry and (cookie, unsafe method) CSRF: no store involved.
+fn verified_claims(req: &HttpRequest, state: &AppState) -> Result<Claims, AppError> {
     let (token, from_cookie) = match req.headers().get(header::AUTHORIZATION) {
         Some(value) => {
             let value = value
@@ -110,10 +169,7 @@ fn authenticate(req: &HttpRequest) -> Result<AuthUser, AppError> {
     if from_cookie && !is_safe_method(req.method()) {
         check_csrf(req)?;
     }
-    Ok(AuthUser {
-        id: claims.user_id,
-        admin: claims.admin,
-    })
+    Ok(claims)
 }
 
 fn is_safe_method(m: &Method) -> bool {
@@ -299,25 +355,32 @@ async fn signin(
     if body.password.len() > 1024 {
         return Err(wrong());
     }
-    let row: Option<(i64, String, bool)> =
-        sqlx::query_as("SELECT id, password_hash, is_admin FROM users WHERE username = $1")
-            .bind(username.as_str())
-            .fetch_optional(&state.db)
-            .await?;
+    let row: Option<(i64, String, bool, i64)> = sqlx::query_as(
+        "SELECT id, password_hash, is_admin, session_gen FROM users WHERE username = $1",
+    )
+    .bind(username.as_str())
+    .fetch_optional(&state.db)
+    .await?;
     let (hash, found) = match &row {
-        Some((_, hash, _)) => (hash.clone(), true),
+        Some((_, hash, _, _)) => (hash.clone(), true),
         None => (DUMMY_HASH.to_string(), false),
     };
     let ok = verify_password(hash, body.password).await?;
-    let Some((id, _, is_admin)) = row.filter(|_| ok && found) else {
+    let Some((id, _, is_admin, generation)) = row.filter(|_| ok && found) else {
         return Err(wrong());
     };
     let user_id = Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad user id")))?;
+    state
+        .sessions
+        .signed_in(&mut redis_of(&req, &state), user_id, generation)
+        .await?;
     let expires_at = chrono::Utc::now().timestamp() + state.config.token_ttl_secs as i64;
     let token = state.tokens.issue(Claims {
         user_id,
         admin: is_admin,
         expires_at,
+        generation,
+        session: rand::random(),
     });
     let csrf = random_token_hex(16);
     let max_age = CookieDuration::seconds(state.config.token_ttl_secs as i64);
@@ -352,20 +415,103 @@ async fn signin(
     Ok(granted.attach(resp))
 }
 
-/// Clears the session. A browser session must echo its CSRF cookie, so another site
-/// cannot sign people out.
-async fn signout(req: HttpRequest) -> Result<HttpResponse, AppError> {
-    if req.cookie(SESSION_COOKIE).is_some() {
+/// Ends this session: its token stops working on every instance (within
+/// `session_cache_ms` on the others), and the cookies are cleared. Without a valid
+/// token there is nothing to end and the answer is the same 204. A browser session
+/// must echo its CSRF cookie, so another site cannot sign people out.
+async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+    if req.headers().get(header::AUTHORIZATION).is_none() && req.cookie(SESSION_COOKIE).is_some() {
         check_csrf(&req)?;
     }
+    // A CSRF failure was answered above; any other failure is a token that does
+    // not work anyway, so there is nothing to end.
+    if let Ok(claims) = verified_claims(&req, &state) {
+        let mut redis = redis_of(&req, &state);
+        state
+            .sessions
+            .sign_out(&mut redis, &state.db, &claims)
+            .await?;
+        tracing::info!(user_id = claims.user_id.get(), "user signed out");
+    }
+    Ok(cleared_cookies(HttpResponse::NoContent()))
+}
+
+fn cleared_cookies(mut builder: actix_web::HttpResponseBuilder) -> HttpResponse {
     let mut session = Cookie::build(SESSION_COOKIE, "").path("/").finish();
     session.make_removal();
     let mut csrf = Cookie::build(CSRF_COOKIE, "").path("/").finish();
     csrf.make_removal();
-    Ok(HttpResponse::NoContent()
-        .cookie(session)
-        .cookie(csrf)
-        .finish())
+    builder.cookie(session).cookie(csrf).finish()
+}
+
+/// Ends every session of the caller's account, this one included.
+async fn signout_all(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    user: AuthUser,
+) -> Result<HttpResponse, AppError> {
+    let generation: i64 = sqlx::query_scalar(
+        "UPDATE users SET session_gen = session_gen + 1 WHERE id = $1 RETURNING session_gen",
+    )
+    .bind(user.id.get())
+    .fetch_optional(&state.db)
+    .await?
+    .ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+    state
+        .sessions
+        .end_all(&mut redis_of(&req, &state), user.id, generation)
+        .await?;
+    tracing::info!(user_id = user.id.get(), "every session ended");
+    Ok(cleared_cookies(HttpResponse::NoContent()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordChange {
+    pub current_password: String,
+    pub new_password: String,
+}
+
+/// Changes the password and ends every session of the account (this one too): a
+/// thief holding a token loses it. The client signs in again with the new password.
+async fn change_password(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    user: AuthUser,
+    body: web::Json<PasswordChange>,
+) -> Result<HttpResponse, AppError> {
+    // Counted like sign-in: this route also tells whether a password is right.
+    let granted = limit::check(&state, Route::Signin, None, &req).await?;
+    let body = body.into_inner();
+    let new_password = Password::parse(body.new_password)?;
+    let hash: Option<String> = sqlx::query_scalar("SELECT password_hash FROM users WHERE id = $1")
+        .bind(user.id.get())
+        .fetch_optional(&state.db)
+        .await?;
+    let hash = hash.ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+    if body.current_password.len() > 1024 || !verify_password(hash, body.current_password).await? {
+        return Err(
+            AppError::forbidden("the current password is wrong").into_code("bad_credentials")
+        );
+    }
+    let new_hash = hash_password(new_password).await?;
+    let generation: i64 = sqlx::query_scalar(
+        "UPDATE users SET password_hash = $2, session_gen = session_gen + 1 WHERE id = $1
+         RETURNING session_gen",
+    )
+    .bind(user.id.get())
+    .bind(new_hash)
+    .fetch_one(&state.db)
+    .await?;
+    state
+        .sessions
+        .end_all(&mut redis_of(&req, &state), user.id, generation)
+        .await?;
+    tracing::info!(
+        user_id = user.id.get(),
+        "password changed; every session ended"
+    );
+    Ok(granted.attach(cleared_cookies(HttpResponse::NoContent())))
 }
 
 async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {

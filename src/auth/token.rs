@@ -1,6 +1,8 @@
 //! Signed, expiring session tokens. A token is `<payload>.<mac>`, both base64url:
-//! the payload is `v1:<user id>:<admin 0|1>:<expiry unix secs>` and the mac is
-//! HMAC-SHA256 over it. Checking one costs a hash, no database or Redis call.
+//! the payload is `v2:<user id>:<admin 0|1>:<expiry unix secs>:<generation>:<session id>`
+//! and the mac is HMAC-SHA256 over it. Checking the signature costs a hash; whether
+//! the session still stands (not signed out, generation current) is
+//! [`super::session`]'s business.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -16,6 +18,11 @@ pub struct Claims {
     pub user_id: UserId,
     pub admin: bool,
     pub expires_at: i64,
+    /// The account's session generation at sign-in: ending all sessions (or a
+    /// password change) raises it, and older tokens stop working.
+    pub generation: i64,
+    /// Random id of this session, so signing out ends this one only.
+    pub session: u64,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,10 +49,12 @@ impl TokenKey {
 
     pub fn issue(&self, claims: Claims) -> String {
         let payload = format!(
-            "v1:{}:{}:{}",
+            "v2:{}:{}:{}:{}:{:016x}",
             claims.user_id,
             u8::from(claims.admin),
-            claims.expires_at
+            claims.expires_at,
+            claims.generation,
+            claims.session
         );
         let mut mac = self.mac.clone();
         mac.update(payload.as_bytes());
@@ -68,7 +77,9 @@ impl TokenKey {
 
         let text = std::str::from_utf8(&payload).map_err(|_| TokenError::Malformed)?;
         let mut parts = text.split(':');
-        let (Some("v1"), Some(uid), Some(admin), Some(exp), None) = (
+        let (Some("v2"), Some(uid), Some(admin), Some(exp), Some(generation), Some(session), None) = (
+            parts.next(),
+            parts.next(),
             parts.next(),
             parts.next(),
             parts.next(),
@@ -88,6 +99,15 @@ impl TokenKey {
             _ => return Err(TokenError::Malformed),
         };
         let expires_at: i64 = exp.parse().map_err(|_| TokenError::Malformed)?;
+        let generation: i64 = generation
+            .parse()
+            .ok()
+            .filter(|g| *g >= 0)
+            .ok_or(TokenError::Malformed)?;
+        if session.len() != 16 {
+            return Err(TokenError::Malformed);
+        }
+        let session = u64::from_str_radix(session, 16).map_err(|_| TokenError::Malformed)?;
         if expires_at <= now_unix {
             return Err(TokenError::Expired);
         }
@@ -95,6 +115,8 @@ impl TokenKey {
             user_id,
             admin,
             expires_at,
+            generation,
+            session,
         })
     }
 }
@@ -108,6 +130,8 @@ mod tests {
             user_id: Id::new(7).unwrap(),
             admin: true,
             expires_at: exp,
+            generation: 3,
+            session: 0xdead_beef_0000_0001,
         }
     }
 
@@ -130,7 +154,11 @@ mod tests {
         );
         // Payload changed (admin flag flipped), signature kept.
         let (_, sig) = t.split_once('.').unwrap();
-        let forged = format!("{}.{}", B64.encode("v1:7:1:9999999999"), sig);
+        let forged = format!(
+            "{}.{}",
+            B64.encode("v2:7:1:9999999999:3:deadbeef00000001"),
+            sig
+        );
         assert_eq!(key.verify(&forged, 1000), Err(TokenError::BadSignature));
         for junk in ["", ".", "abc", "a.b.c", "!!!.???"] {
             assert!(key.verify(junk, 1000).is_err());

@@ -105,9 +105,12 @@ pub struct SigninPage {
 pub async fn signin(
     req: HttpRequest,
     state: web::Data<AppState>,
-) -> Result<impl actix_web::Responder, PageError> {
+) -> Result<Either<SigninPage, HttpResponse>, PageError> {
+    if let Some(clean) = refuse_foreign_next(&req, "/signin") {
+        return Ok(Either::Right(clean));
+    }
     let (nav, _) = load_nav(&req, &state).await?;
-    Ok(SigninPage { nav })
+    Ok(Either::Left(SigninPage { nav }))
 }
 
 #[derive(Template, WebTemplate)]
@@ -119,9 +122,43 @@ pub struct SignupPage {
 pub async fn signup(
     req: HttpRequest,
     state: web::Data<AppState>,
-) -> Result<impl actix_web::Responder, PageError> {
+) -> Result<Either<SignupPage, HttpResponse>, PageError> {
+    if let Some(clean) = refuse_foreign_next(&req, "/signup") {
+        return Ok(Either::Right(clean));
+    }
     let (nav, _) = load_nav(&req, &state).await?;
-    Ok(SignupPage { nav })
+    Ok(Either::Left(SignupPage { nav }))
+}
+
+/// The sign-in and sign-up pages send the browser to `?next=` once signed in
+/// (`static/app.js`). A `next` that is not a path on this site gets a 303 to the
+/// same page without it, so a crafted link cannot even load the page with it.
+fn refuse_foreign_next(req: &HttpRequest, page: &'static str) -> Option<HttpResponse> {
+    #[derive(serde::Deserialize)]
+    struct Next {
+        next: Option<String>,
+    }
+    let next = match web::Query::<Next>::from_query(req.query_string()) {
+        Ok(q) => q.into_inner().next,
+        Err(_) => Some(String::new()),
+    };
+    match next {
+        Some(next) if !is_local_path(&next) => Some(
+            HttpResponse::SeeOther()
+                .insert_header((header::LOCATION, page))
+                .finish(),
+        ),
+        _ => None,
+    }
+}
+
+/// A path on this origin, the way a browser's URL parser would read it: one leading
+/// `/`, not `//` (another host), and no backslash (read as `/`) or control character
+/// (tabs and newlines are dropped, so `/\t/evil.example` is `//evil.example`).
+pub fn is_local_path(next: &str) -> bool {
+    next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.chars().any(|c| c == '\\' || c.is_control())
 }
 
 #[derive(Template, WebTemplate)]
@@ -154,8 +191,43 @@ pub(super) async fn load_nav(
 
 /// 303 to the sign-in page, which returns to `back` (a fixed local path) after.
 pub(super) fn to_signin(back: &'static str) -> HttpResponse {
+    debug_assert!(is_local_path(back));
     let next = back.replace('/', "%2F");
     HttpResponse::SeeOther()
         .insert_header((header::LOCATION, format!("/signin?next={next}")))
         .finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_local_path;
+
+    #[test]
+    fn only_paths_on_this_origin_are_local() {
+        for good in [
+            "/",
+            "/sales/1",
+            "/polls/2?x=1#y",
+            "/%2F%2Fevil.example",
+            "/a//b",
+        ] {
+            assert!(is_local_path(good), "{good:?}");
+        }
+        for bad in [
+            "",
+            "sales/1",
+            "//evil.example",
+            "/\\evil.example",
+            "\\\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r/evil.example",
+            "/\t\\evil.example",
+            "https://evil.example/",
+            "/\u{7f}/x",
+            "/\u{85}/x",
+        ] {
+            assert!(!is_local_path(bad), "{bad:?}");
+        }
+    }
 }

@@ -199,6 +199,8 @@ async fn missing_expired_and_forged_tokens_are_401() {
         user_id: Id::new(user.id).unwrap(),
         admin: false,
         expires_at: chrono::Utc::now().timestamp() - 1,
+        generation: 0,
+        session: 1,
     });
     assert_error(
         app.purchase(sale, &expired).await,
@@ -211,6 +213,8 @@ async fn missing_expired_and_forged_tokens_are_401() {
         user_id: Id::new(user.id).unwrap(),
         admin: true,
         expires_at: chrono::Utc::now().timestamp() + 3600,
+        generation: 0,
+        session: 1,
     });
     assert_error(
         app.purchase(sale, &forged).await,
@@ -269,4 +273,90 @@ async fn bad_stock_changes_and_credentials() {
         .await
         .unwrap();
     assert_eq!(users, 1, "only the admin exists");
+}
+
+/// Postgres cannot store a NUL in text: every text field refuses it with a 422 that
+/// names the field, before anything is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn nul_in_any_text_field_is_a_422_naming_the_field_and_writes_nothing() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let now = chrono::Utc::now();
+    let sale = |name: &str, description: &str| {
+        json!({
+            "name": name, "description": description, "price_cents": 100, "stock": 10,
+            "starts_at": now, "ends_at": now + chrono::Duration::hours(1),
+        })
+    };
+    let poll = |question: &str, options: [&str; 2]| {
+        json!({
+            "question": question, "options": options,
+            "opens_at": now, "closes_at": now + chrono::Duration::hours(1),
+        })
+    };
+    let cases = [
+        ("/api/admin/sales", sale("Ph\u{0}one", ""), "name"),
+        (
+            "/api/admin/sales",
+            sale("Phone", "nice\u{0}"),
+            "description",
+        ),
+        ("/api/admin/sales", sale("\u{0}", "\u{0}"), "name"),
+        (
+            "/api/admin/polls",
+            poll("Which\u{0}?", ["a", "b"]),
+            "question",
+        ),
+        (
+            "/api/admin/polls",
+            poll("Which?", ["a", "\u{0}b"]),
+            "option",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let resp = app.post_json(path, Some(&admin.token), &body).await;
+        let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_text").await;
+        let message = err["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{path} {body}: {message}");
+    }
+    // Sign-up: the username refuses anything but [A-Za-z0-9_.-]; the password a NUL.
+    let resp = app
+        .post_json(
+            "/api/auth/signup",
+            None,
+            &json!({"username": "nul\u{0}user", "password": "long enough"}),
+        )
+        .await;
+    let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_username").await;
+    assert!(err["message"].as_str().unwrap().starts_with("username"));
+    let resp = app
+        .post_json(
+            "/api/auth/signup",
+            None,
+            &json!({"username": "nuluser", "password": "long\u{0}enough"}),
+        )
+        .await;
+    let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_text").await;
+    assert!(err["message"].as_str().unwrap().starts_with("password"));
+    // Sign-in with a NUL is just wrong credentials.
+    let resp = app
+        .post_json(
+            "/api/auth/signin",
+            None,
+            &json!({"username": "nul\u{0}user", "password": "long\u{0}enough"}),
+        )
+        .await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+
+    assert_eq!(sales_count(&app).await, 0);
+    let polls: i64 = sqlx::query_scalar("SELECT count(*) FROM polls")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(polls, 0);
+    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE username LIKE 'nul%'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(users, 0);
 }

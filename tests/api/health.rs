@@ -2,7 +2,7 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Connection;
 
-use crate::helpers::spawn_app;
+use crate::helpers::{assert_error, spawn_app, spawn_app_with};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_and_readyz_answer() {
@@ -56,9 +56,7 @@ async fn metrics_count_purchase_outcomes() {
         app.purchase(sale, &u.token).await;
     }
     app.purchase(sale, &users[0].token).await;
-    let resp = app.get("/metrics", None).await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let text = resp.text().await.unwrap();
+    let text = app.metrics_text().await;
     let value = |name: &str| -> u64 {
         text.lines()
             .find_map(|l| l.strip_prefix(&format!("{name} ")))
@@ -83,8 +81,70 @@ async fn metrics_show_cache_loads() {
             StatusCode::OK
         );
     }
-    let text = app.get("/metrics", None).await.text().await.unwrap();
+    let text = app.metrics_text().await;
     assert!(text.contains("\nstampede_cache_loads_total 1\n"), "{text}");
     // The create answer built the view; the three reads were hits.
     assert!(text.contains("\nstampede_cache_hits_total 3\n"), "{text}");
+}
+
+/// `/metrics` is not public: the main listener has none unless a bearer token is
+/// configured, and then only with that token; the metrics listener (loopback by
+/// default) serves it freely.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_are_not_served_publicly() {
+    let app = spawn_app().await;
+    let resp = app.get("/metrics", None).await;
+    assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    let admin = app.admin().await;
+    let resp = app.get("/metrics", Some(&admin.token)).await;
+    assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    assert!(
+        app.metrics_text()
+            .await
+            .contains("stampede_purchase_accepted_total")
+    );
+    // The metrics listener serves nothing else.
+    let port = app.metrics_port.unwrap();
+    let other = app
+        .client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        stampede::config::Config::default()
+            .metrics_listen
+            .unwrap()
+            .ip()
+            .to_string(),
+        "127.0.0.1"
+    );
+
+    let token = "metrics-token-0123456789";
+    let app = spawn_app_with(|c| {
+        c.metrics_token = Some(token.into());
+        c.metrics_listen = None;
+    })
+    .await;
+    assert_eq!(app.metrics_port, None);
+    for wrong in [
+        None,
+        Some("metrics-token-012345678x"),
+        Some("short"),
+        Some(admin.token.as_str()),
+    ] {
+        let resp = app.get("/metrics", wrong).await;
+        let resp_headers = resp.headers().clone();
+        assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+        assert_eq!(resp_headers["www-authenticate"], "Bearer");
+    }
+    let resp = app.get("/metrics", Some(token)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.text()
+            .await
+            .unwrap()
+            .contains("stampede_purchase_accepted_total")
+    );
 }

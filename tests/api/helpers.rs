@@ -20,6 +20,8 @@ use stampede::state::AppState;
 pub struct TestApp {
     pub address: String,
     pub port: u16,
+    /// The listener that serves only `/metrics` (loopback, no token).
+    pub metrics_port: Option<u16>,
     pub db: PgPool,
     pub redis: redis::aio::ConnectionManager,
     pub keys: Keys,
@@ -61,6 +63,7 @@ pub async fn test_config() -> (Config, String, String) {
     let database_url = replace_db(&maintenance_url, &db_name);
     let config = Config {
         listen: "127.0.0.1:0".parse().unwrap(),
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         database_url,
         redis_url,
         redis_namespace: format!("t{}", &suffix[..12]),
@@ -115,6 +118,7 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
         .await
         .expect("build application");
     let port = app.port();
+    let metrics_port = app.metrics_port();
     let state = app.state();
     tokio::spawn(app.run_until_stopped());
     let db = PgPoolOptions::new()
@@ -134,6 +138,7 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
     TestApp {
         address: format!("http://127.0.0.1:{port}"),
         port,
+        metrics_port,
         db,
         redis,
         keys: Keys::new(&config.redis_namespace),
@@ -151,6 +156,19 @@ impl TestApp {
         format!("{}{path}", self.address)
     }
 
+    /// The Prometheus text from the metrics listener.
+    pub async fn metrics_text(&self) -> String {
+        let port = self.metrics_port.expect("a metrics listener");
+        let resp = self
+            .client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+            .expect("metrics request");
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    }
+
     /// Inserts `n` users in one statement (no argon2: far too slow for thousands)
     /// and mints their tokens with the server's key. Sign-in itself is tested apart.
     pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
@@ -166,6 +184,16 @@ impl TestApp {
         .fetch_all(&self.db)
         .await
         .expect("insert users");
+        // As sign-in would: the accounts' session generation reaches Redis.
+        let users: Vec<Id> = ids.iter().map(|&id| Id::new(id).unwrap()).collect();
+        stampede::auth::session::register_new_accounts(
+            &mut self.redis.clone(),
+            &self.keys,
+            &users,
+            self.config.token_ttl_secs,
+        )
+        .await
+        .expect("register sessions");
         ids.into_iter()
             .map(|id| User {
                 id,
@@ -187,6 +215,8 @@ impl TestApp {
             user_id: Id::new(id).unwrap(),
             admin,
             expires_at: chrono::Utc::now().timestamp() + 3600,
+            generation: 0,
+            session: rand::random(),
         })
     }
 

@@ -14,6 +14,7 @@ mod pages;
 mod poll_pages;
 mod purchase;
 mod recover;
+mod sessions;
 mod settle;
 mod shutdown;
 mod vote;

@@ -625,6 +625,8 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_stampede"))
             .arg("serve")
             .env("STAMPEDE_LISTEN", format!("127.0.0.1:{}", self.port))
+            // Several servers run at once: no fixed metrics port.
+            .env("STAMPEDE_METRICS_LISTEN", "off")
             .env("DATABASE_URL", &env.database_url)
             .env("REDIS_URL", &env.redis_url)
             .env("STAMPEDE_REDIS_NAMESPACE", &env.namespace)
@@ -977,6 +979,8 @@ impl Stack {
                     user_id: Id::new(id).unwrap(),
                     admin,
                     expires_at: chrono::Utc::now().timestamp() + 3600,
+                    generation: 0,
+                    session: rand::random(),
                 }),
             })
             .collect()

@@ -622,6 +622,8 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
                     user_id: stampede::domain::Id::new(user).unwrap(),
                     admin: false,
                     expires_at: chrono::Utc::now().timestamp() + 3600,
+                    generation: 0,
+                    session: rand::random(),
                 })
                 .into(),
             op: Op::Purchase { sale },

@@ -1,0 +1,209 @@
+//! Sessions end: sign-out ends this session on every instance, sign-out-all and a
+//! password change end every session of the account, and the check survives Redis
+//! losing the session state (rebuilt from Postgres).
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_error, spawn_app_with, spawn_sibling};
+
+const PASSWORD: &str = "correct horse battery";
+
+async fn signup(app: &TestApp, username: &str) {
+    let resp = app
+        .post_json(
+            "/api/auth/signup",
+            None,
+            &json!({"username": username, "password": PASSWORD}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+}
+
+async fn signin(app: &TestApp, username: &str, password: &str) -> String {
+    let resp = app
+        .post_json(
+            "/api/auth/signin",
+            None,
+            &json!({"username": username, "password": password}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK, "sign-in of {username}");
+    let body: Value = resp.json().await.unwrap();
+    body["token"].as_str().unwrap().to_string()
+}
+
+async fn me(app: &TestApp, token: &str) -> StatusCode {
+    app.get("/api/me", Some(token)).await.status()
+}
+
+async fn assert_ended(app: &TestApp, token: &str) {
+    let resp = app.get("/api/me", Some(token)).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "session_ended").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signout_ends_this_session_on_every_instance_and_no_other() {
+    let app = spawn_app_with(|c| c.session_cache_ms = 1000).await;
+    let sibling = spawn_sibling(&app, |_| {}).await;
+    signup(&app, "sessiona").await;
+    let first = signin(&app, "sessiona", PASSWORD).await;
+    let second = signin(&app, "sessiona", PASSWORD).await;
+    // The sibling has seen (and cached) the first session as valid.
+    assert_eq!(me(&sibling, &first).await, StatusCode::OK);
+
+    let resp = app.post("/api/auth/signout", Some(&first)).await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    // This instance knows at once.
+    assert_ended(&app, &first).await;
+    // The other instance within its cache time (1 s), plus scheduling slack.
+    let started = Instant::now();
+    while me(&sibling, &first).await == StatusCode::OK {
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "the sibling still accepts a signed-out token"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ended(&sibling, &first).await;
+    // Buying with it is refused too, and takes no stock.
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    assert_error(
+        app.purchase(sale, &first).await,
+        StatusCode::UNAUTHORIZED,
+        "session_ended",
+    )
+    .await;
+    assert_eq!(app.stock_left(sale).await, 5);
+    // The other session of the same account goes on.
+    assert_eq!(me(&app, &second).await, StatusCode::OK);
+    assert_eq!(me(&sibling, &second).await, StatusCode::OK);
+    assert_eq!(
+        app.purchase(sale, &second).await.status(),
+        StatusCode::ACCEPTED
+    );
+    assert_eq!(app.stock_left(sale).await, 4);
+    // Signing out twice, or with garbage, is the same quiet 204.
+    assert_eq!(
+        app.post("/api/auth/signout", Some(&first)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        app.post("/api/auth/signout", Some("garbage"))
+            .await
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM signed_out_sessions")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn signout_all_and_password_change_end_every_session() {
+    let app = spawn_app_with(|c| c.session_cache_ms = 1000).await;
+    signup(&app, "sessionb").await;
+    let a = signin(&app, "sessionb", PASSWORD).await;
+    let b = signin(&app, "sessionb", PASSWORD).await;
+    let resp = app.post("/api/auth/signout-all", Some(&a)).await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_ended(&app, &a).await;
+    assert_ended(&app, &b).await;
+    // Signing in again works, and the new session stands.
+    let c = signin(&app, "sessionb", PASSWORD).await;
+    let d = signin(&app, "sessionb", PASSWORD).await;
+    assert_eq!(me(&app, &c).await, StatusCode::OK);
+
+    // A wrong current password changes nothing.
+    let change =
+        |current: &str, new: &str| json!({"current_password": current, "new_password": new});
+    let resp = app
+        .post_json(
+            "/api/me/password",
+            Some(&c),
+            &change("wrong password", "new password 1"),
+        )
+        .await;
+    assert_error(resp, StatusCode::FORBIDDEN, "bad_credentials").await;
+    let resp = app
+        .post_json("/api/me/password", Some(&c), &change(PASSWORD, "short"))
+        .await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_password").await;
+    assert_eq!(me(&app, &c).await, StatusCode::OK);
+    assert_eq!(me(&app, &d).await, StatusCode::OK);
+
+    let resp = app
+        .post_json(
+            "/api/me/password",
+            Some(&c),
+            &change(PASSWORD, "new password 1"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_ended(&app, &c).await;
+    assert_ended(&app, &d).await;
+    let resp = app
+        .post_json(
+            "/api/auth/signin",
+            None,
+            &json!({"username": "sessionb", "password": PASSWORD}),
+        )
+        .await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+    let e = signin(&app, "sessionb", "new password 1").await;
+    assert_eq!(me(&app, &e).await, StatusCode::OK);
+    let generation: i64 =
+        sqlx::query_scalar("SELECT session_gen FROM users WHERE username = 'sessionb'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(generation, 2);
+}
+
+/// Redis losing an account's session state must not bring a signed-out or ended
+/// session back: it is rebuilt from Postgres on the next check.
+#[tokio::test(flavor = "multi_thread")]
+async fn ended_sessions_stay_ended_when_redis_loses_the_state() {
+    let app = spawn_app_with(|c| c.session_cache_ms = 0).await;
+    signup(&app, "sessionc").await;
+    let old = signin(&app, "sessionc", PASSWORD).await;
+    assert_eq!(
+        app.post("/api/auth/signout-all", Some(&old)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let out = signin(&app, "sessionc", PASSWORD).await;
+    let kept = signin(&app, "sessionc", PASSWORD).await;
+    assert_eq!(
+        app.post("/api/auth/signout", Some(&out)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+
+    let user: i64 = sqlx::query_scalar("SELECT id FROM users WHERE username = 'sessionc'")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let key = app.keys.session(stampede::domain::Id::new(user).unwrap());
+    let removed: i64 = redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+
+    assert_ended(&app, &old).await;
+    assert_ended(&app, &out).await;
+    assert_eq!(me(&app, &kept).await, StatusCode::OK);
+    let (generation, signed_out): (Option<i64>, i64) = redis::pipe()
+        .hget(&key, "gen")
+        .hlen(&key)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(generation, Some(1));
+    assert_eq!(signed_out, 2, "gen and the one signed-out session");
+}
