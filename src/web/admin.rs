@@ -13,8 +13,8 @@ use super::view::{Moment, Nav, PollCard, SaleCard, option_results};
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
 use crate::state::AppState;
-use chrono::{DateTime, Utc};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
+use chrono::{DateTime, Utc};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
