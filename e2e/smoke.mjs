@@ -1,5 +1,5 @@
 // Browser smoke run of the Stampede pages against a running, seeded server, with
-// the system's Chromium (never a downloaded one). Optional, not part of CI: run it
+// the system's Chromium (never a downloaded one). CI runs it through scripts/browser-test; by hand, run it
 // through scripts/e2e, which explains the settings.
 //
 // What it does:
