@@ -706,6 +706,10 @@
       if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
         state.status = "closed";
         state.closedEarly = now() < state.closesAt;
+        // "The results update live" is no longer true.
+        if (el.outcome.classList.contains("outcome-success")) {
+          show("success", "Thanks, your vote counted.", "The poll is closed: these are the final results.");
+        }
         render();
       }
       const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
