@@ -82,6 +82,54 @@
     }
   }
 
+  /** Same format as the server's `group_digits`: 1234567 -> "1,234,567". */
+  function groupDigits(n) {
+    const sign = n < 0 ? "-" : "";
+    return sign + Math.floor(Math.abs(n)).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  }
+
+  /** Scrolls `el` into view when it is not, gently unless motion is unwelcome. */
+  function reveal(el) {
+    const calm = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+    el.scrollIntoView({ block: "nearest", behavior: calm ? "auto" : "smooth" });
+  }
+
+  /**
+   * Shows `errors` ({field name: text}) under the fields of `form` that have a
+   * `[data-error-for]` line, marks those fields invalid and clears the others.
+   */
+  function showFieldErrors(form, errors) {
+    for (const line of form.querySelectorAll("[data-error-for]")) {
+      const name = line.dataset.errorFor;
+      const text = errors[name] || "";
+      setText(line, text);
+      const input = form.elements[name];
+      const inputs = input instanceof Element ? [input] : input ? [...input] : [];
+      for (const one of inputs) {
+        if (text) one.setAttribute("aria-invalid", "true");
+        else one.removeAttribute("aria-invalid");
+      }
+    }
+  }
+
+  /** Focuses the first field that has an error. */
+  function focusFirstError(form) {
+    const bad = form.querySelector('[aria-invalid="true"]');
+    if (bad) bad.focus();
+  }
+
+  /**
+   * Re-checks a form's fields as they change, once an error has been shown, so a
+   * message goes away as soon as its field is fixed.
+   */
+  function revalidateOnInput(form, validate) {
+    const again = () => {
+      if (form.querySelector('[aria-invalid="true"]')) showFieldErrors(form, validate());
+    };
+    form.addEventListener("input", again);
+    form.addEventListener("change", again);
+  }
+
   /** Same format as the server's `format_price`: $1,234.50. */
   function formatPrice(cents) {
     const sign = cents < 0 ? "-" : "";
@@ -241,6 +289,38 @@
     for (const link of document.querySelectorAll("a[data-keep-next]")) {
       if (next !== "/") link.search = `?next=${encodeURIComponent(next)}`;
     }
+    /** Every problem at once, each under its field (sign-up states its rules). */
+    function validate() {
+      const errors = {};
+      const username = form.elements.username.value.trim();
+      const password = form.elements.password.value;
+      if (kind !== "signup") return errors;
+      if (!username) errors.username = "Choose a username.";
+      else if (username.length < 3 || username.length > 32)
+        errors.username = "A username has 3 to 32 characters.";
+      else if (!/^[A-Za-z0-9_.-]+$/.test(username))
+        errors.username = "Use only letters, digits, “_”, “.” and “-”.";
+      if (!password) errors.password = "Choose a password.";
+      else if (password.length < 8) errors.password = "A password has at least 8 characters.";
+      else if (password.length > 128) errors.password = "A password has at most 128 characters.";
+      return errors;
+    }
+    if (kind === "signup") revalidateOnInput(form, validate);
+
+    /** The API's refusal of a sign-up, in plain words under the field it is about. */
+    function signupRefusal(res) {
+      switch (res.data.error) {
+        case "username_taken":
+          return { username: "That username is taken. Try another." };
+        case "invalid_username":
+          return { username: "Use 3 to 32 letters, digits, “_”, “.” or “-”." };
+        case "invalid_password":
+          return { password: messageOf(res, "That password cannot be used.") };
+        default:
+          return null;
+      }
+    }
+
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       setText(error, "");
@@ -248,7 +328,14 @@
         username: form.elements.username.value.trim(),
         password: form.elements.password.value,
       };
-      if (!credentials.username || !credentials.password) {
+      if (kind === "signup") {
+        const errors = validate();
+        showFieldErrors(form, errors);
+        if (Object.keys(errors).length) {
+          focusFirstError(form);
+          return;
+        }
+      } else if (!credentials.username || !credentials.password) {
         setText(error, "Enter a username and a password.");
         return;
       }
@@ -257,7 +344,13 @@
         if (kind === "signup") {
           const created = await api("POST", "/api/auth/signup", credentials);
           if (!created.ok) {
-            setText(error, messageOf(created, "Could not create the account."));
+            const refusal = signupRefusal(created);
+            if (refusal) {
+              showFieldErrors(form, refusal);
+              focusFirstError(form);
+            } else {
+              setText(error, messageOf(created, "Could not create the account."));
+            }
             return;
           }
         }
@@ -292,19 +385,28 @@
       hint: field(root, "hint"),
       outcome: field(root, "outcome"),
       buy: root.querySelector('[data-action="buy"]'),
+      signInToBuy: field(root, "signin-buy"),
+      starts: field(root, "starts"),
+      ends: field(root, "ends"),
+      startsLabel: field(root, "starts-label"),
+      endsLabel: field(root, "ends-label"),
+      closedNote: field(root, "closed-note"),
     };
     const state = {
       status: d.status,
       startsAt: Number(d.startsAt),
       endsAt: Number(d.endsAt),
-      left: Number(el.left.textContent),
-      total: Number(el.total.textContent),
+      left: Number(d.stockLeft) || 0,
+      total: Number(d.stockTotal) || 0,
       signedIn: d.signedIn === "true",
       bought: d.bought === "true",
       busy: false,
       retryUntil: 0, // client clock, after a 429
       following: false,
       rateLimited: false,
+      // The status a shown message is about ("sold_out" for "Sold out."): when the
+      // sale moves on (a top-up, a close, an opening), the message goes.
+      outcomeFor: "",
     };
 
     /** The server's last word, moved on by the clock between polls. */
@@ -334,19 +436,51 @@
       }
     }
 
+    /** The facts under the description: when it opened or opens, ends or ended. */
+    function renderFacts(status) {
+      const t = now();
+      for (const [timeEl, at] of [
+        [el.starts, state.startsAt],
+        [el.ends, state.endsAt],
+      ]) {
+        if (!timeEl) continue;
+        const iso = new Date(at).toISOString().replace(/\.\d{3}Z$/, "Z");
+        if (timeEl.dateTime !== iso) {
+          timeEl.dateTime = iso;
+          setText(timeEl, localTime(new Date(at)));
+        }
+      }
+      setText(el.startsLabel, t < state.startsAt ? "Opens" : "Opened");
+      setText(el.endsLabel, status === "ended" ? "Ended" : "Ends");
+      if (el.closedNote) el.closedNote.hidden = status !== "closed";
+      if (el.ends) el.ends.hidden = status === "closed";
+    }
+
     function render() {
       const status = currentStatus();
       setBadge(el.badge, status);
-      setText(el.left, state.left);
-      setText(el.total, state.total);
+      setText(el.left, groupDigits(state.left));
+      setText(el.total, groupDigits(state.total));
       if (el.progress) {
         el.progress.max = Math.max(state.total, 1);
         el.progress.value = state.left;
+      }
+      renderFacts(status);
+      // A closed sale answers purchases "ended": one message serves both.
+      const still = state.outcomeFor === status || (state.outcomeFor === "ended" && status === "closed");
+      if (state.outcomeFor && !still) {
+        state.outcomeFor = "";
+        el.outcome.replaceChildren();
+        el.outcome.className = "outcome";
       }
       const untilStart = state.startsAt - now();
       el.countdown.hidden = status !== "upcoming";
       if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
       const waitMs = state.retryUntil - Date.now();
+      // Signed out, a sale that can still be bought offers signing in instead.
+      const offerSignIn = !state.signedIn && (status === "live" || status === "upcoming");
+      if (el.signInToBuy) el.signInToBuy.hidden = !offerSignIn;
+      el.buy.hidden = offerSignIn;
       el.buy.disabled =
         status !== "live" || !state.signedIn || state.bought || state.busy || waitMs > 0;
       setText(el.buy, buttonLabel(status, waitMs));
@@ -360,7 +494,9 @@
       }
     }
 
-    function show(kind, title, detail, link) {
+    /** `about`: the status the message describes, if it stops being true with it. */
+    function show(kind, title, detail, link, about) {
+      state.outcomeFor = about || "";
       showOutcome(el.outcome, kind, title, detail, link);
     }
 
@@ -432,7 +568,7 @@
             });
           } else if (code === "not_started") {
             state.status = "upcoming";
-            show("warning", "This sale has not started yet.", messageOf(res, ""));
+            show("warning", "This sale has not started yet.", messageOf(res, ""), null, "upcoming");
           } else {
             show("error", messageOf(res, "The shop refused this order."));
           }
@@ -440,11 +576,11 @@
         case 410:
           if (code === "ended") {
             state.status = "ended";
-            show("error", "This sale has ended.");
+            show("error", "This sale has ended.", "", null, "ended");
           } else {
             state.status = "sold_out";
             state.left = 0;
-            show("error", "Sold out.", "Every unit has been claimed. Better luck next time!");
+            show("error", "Sold out.", "Every unit has been claimed. Better luck next time!", null, "sold_out");
           }
           break;
         case 401:
@@ -468,6 +604,10 @@
           show("error", "Something went wrong.", messageOf(res, "Please try again in a moment."));
       }
       render();
+      // The button may now be disabled, which would drop the keyboard focus to the
+      // page: hand it to the answer, and bring the answer into view on a phone.
+      el.outcome.focus({ preventScroll: true });
+      reveal(el.outcome);
       refresh();
     }
 
@@ -501,6 +641,10 @@
       resultsHeading: field(root, "results-heading"),
       results: field(root, "results"),
       vote: root.querySelector('[data-action="vote"]'),
+      opensLabel: field(root, "opens-label"),
+      closesLabel: field(root, "closes-label"),
+      closes: field(root, "closes"),
+      closedNote: field(root, "closed-note"),
     };
     const choice = Number(d.votedOption) || 0;
     const state = {
@@ -513,6 +657,8 @@
       busy: false,
       retryUntil: 0, // client clock, after a 429
       rateLimited: false,
+      // An admin closed the poll before its closing time.
+      closedEarly: Boolean(el.closedNote && !el.closedNote.hidden),
     };
 
     /** The server's last word, moved on by the clock. */
@@ -541,6 +687,10 @@
       // Signing in cannot help once the poll is closed.
       el.hint.hidden = status === "closed";
       setText(el.resultsHeading, status === "closed" ? "Final results" : "Live results");
+      setText(el.opensLabel, status === "upcoming" ? "Opens" : "Opened");
+      setText(el.closesLabel, status === "closed" ? "Closed" : "Closes");
+      if (el.closedNote) el.closedNote.hidden = !state.closedEarly;
+      if (el.closes) el.closes.hidden = state.closedEarly;
       const waitMs = state.retryUntil - Date.now();
       const canChoose = status === "open" && state.signedIn && !state.voted;
       for (const radio of radios) radio.disabled = !canChoose || state.busy;
@@ -571,8 +721,13 @@
     function applyResults(results) {
       if (!results || !Array.isArray(results.tallies)) return;
       // Closed early by an admin: stop offering the vote without a reload.
-      if (results.closed === true && state.status !== "closed") {
+      if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
         state.status = "closed";
+        state.closedEarly = now() < state.closesAt;
+        // "The results update live" is no longer true.
+        if (el.outcome.classList.contains("outcome-success")) {
+          show("success", "Thanks, your vote counted.", "The poll is closed: these are the final results.");
+        }
         render();
       }
       const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
@@ -657,6 +812,8 @@
           show("error", "Something went wrong.", messageOf(res, "Please try again in a moment."));
       }
       render();
+      el.outcome.focus({ preventScroll: true });
+      reveal(el.outcome);
     }
 
     form.addEventListener("submit", vote);
@@ -665,47 +822,116 @@
     pollWhileVisible(refreshResults, RESULTS_POLL_MS);
   }
 
-  // ---- my orders -----------------------------------------------------------
+  // ---- my orders ---------------------------------------------------------
 
-  async function ordersPage() {
-    const table = document.querySelector('[data-field="orders"]');
-    const body = table.tBodies[0];
-    const error = document.querySelector('[data-field="error"]');
-    const res = await api("GET", "/api/me/orders");
-    body.replaceChildren();
-    if (!res.ok) {
-      setText(error, messageOf(res, "Could not load your orders."));
+  /** The page is rendered by the server; while an order is pending, look again. */
+  function ordersPage() {
+    if (!document.querySelector("tr.is-pending")) {
+      sessionStorage.removeItem("orders-reloads");
       return;
     }
-    if (!Array.isArray(res.data) || res.data.length === 0) {
-      const row = body.insertRow();
-      const cell = row.insertCell();
-      cell.colSpan = 4;
-      cell.className = "muted";
-      cell.append("No orders yet. ");
-      const a = document.createElement("a");
-      a.href = "/";
-      a.textContent = "Browse the sales";
-      cell.append(a);
-      return;
+    const tries = Number(sessionStorage.getItem("orders-reloads") || "0");
+    if (tries >= 20) return;
+    setTimeout(() => {
+      if (document.hidden) return;
+      sessionStorage.setItem("orders-reloads", String(tries + 1));
+      location.reload();
+    }, 3000);
+  }
+
+  // ---- the home page -------------------------------------------------------
+
+  const HOME_POLL_MS = 5000;
+
+  /**
+   * Cards count down to the opening and follow stock and status without a
+   * reload. Cards keep their place; the order is the server's at load time.
+   */
+  function indexPage() {
+    const grid = field(document, "sale-grid");
+    if (!grid) return;
+    const offset = clockOffset(Number(grid.dataset.serverNow));
+    const now = () => Date.now() + offset;
+    const cards = new Map();
+    for (const card of grid.querySelectorAll(".sale-card[data-sale-id]")) {
+      const d = card.dataset;
+      cards.set(d.saleId, {
+        card,
+        status: d.status,
+        startsAt: Number(d.startsAt),
+        endsAt: Number(d.endsAt),
+        left: Number(d.stockLeft) || 0,
+        total: Number(d.stockTotal) || 0,
+        shown: "",
+      });
     }
-    for (const order of res.data) {
-      const row = body.insertRow();
-      const link = document.createElement("a");
-      link.href = `/sales/${Number(order.sale_id)}`;
-      link.textContent = order.sale_name;
-      row.insertCell().append(link);
-      row.insertCell().textContent = formatPrice(Number(order.price_cents));
-      const when = document.createElement("time");
-      when.dateTime = order.accepted_at;
-      when.textContent = localTime(new Date(order.accepted_at));
-      row.insertCell().append(when);
-      const id = row.insertCell();
-      id.className = "muted small";
-      // The first bytes of an order id carry its sale id; the tail tells orders apart.
-      id.textContent = String(order.id).slice(-12);
-      id.title = String(order.id);
+
+    function statusOf(c) {
+      let status = c.status;
+      const t = now();
+      if (status === "upcoming" && t >= c.startsAt) status = c.left > 0 ? "live" : "sold_out";
+      if (status !== "closed" && t >= c.endsAt) status = "ended";
+      return status;
     }
+
+    function whenLine(c, status) {
+      const t = now();
+      const untilStart = c.startsAt - t;
+      if (status === "upcoming")
+        return untilStart < 86400000 ? ["Opens in ", formatDuration(untilStart)] : ["Opens ", localTime(new Date(c.startsAt))];
+      if (status === "closed") return ["Closed by the shop", ""];
+      if (status === "ended") return ["Ended ", localTime(new Date(c.endsAt))];
+      return ["Ends ", localTime(new Date(c.endsAt))];
+    }
+
+    function render() {
+      for (const c of cards.values()) {
+        const status = statusOf(c);
+        const card = c.card;
+        for (const name of [...card.classList]) if (name.startsWith("status-")) card.classList.remove(name);
+        card.classList.add(`status-${status}`);
+        setBadge(field(card, "badge"), status);
+        setText(field(card, "stock-left"), groupDigits(c.left));
+        setText(field(card, "stock-total"), groupDigits(c.total));
+        const bar = field(card, "progress");
+        bar.max = Math.max(c.total, 1);
+        bar.value = c.left;
+        const [label, value] = whenLine(c, status);
+        const key = label + value;
+        if (c.shown !== key) {
+          c.shown = key;
+          const when = field(card, "when");
+          when.replaceChildren(label);
+          if (value) {
+            const strong = document.createElement("strong");
+            strong.className = "when-value";
+            strong.textContent = value;
+            when.append(strong);
+          }
+        }
+      }
+    }
+
+    async function refresh() {
+      const res = await api("GET", "/api/sales");
+      if (!res.ok || !Array.isArray(res.data)) return;
+      for (const view of res.data) {
+        const c = cards.get(String(view.id));
+        if (!c) continue;
+        if (typeof view.status === "string") c.status = view.status;
+        if (Number.isFinite(view.stock_left)) c.left = Math.max(0, view.stock_left);
+        if (Number.isFinite(view.stock_total)) c.total = Math.max(view.stock_total, c.left);
+        const starts = Date.parse(view.starts_at);
+        const ends = Date.parse(view.ends_at);
+        if (!Number.isNaN(starts)) c.startsAt = starts;
+        if (!Number.isNaN(ends)) c.endsAt = ends;
+      }
+      render();
+    }
+
+    render();
+    setInterval(render, 1000);
+    pollWhileVisible(refresh, HOME_POLL_MS);
   }
 
   // ---- admin ---------------------------------------------------------------
@@ -757,6 +983,7 @@
       const id = String(view.id);
       row.dataset.saleId = id;
       field(row, "name").href = `/sales/${encodeURIComponent(id)}`;
+      field(row, "orders-link").href = `/admin/sales/${encodeURIComponent(id)}/orders`;
       setText(field(row, "id"), `#${id}`);
       const units = field(row, "units");
       units.id = `units-${id}`;
@@ -764,13 +991,37 @@
       return row;
     }
 
+    /**
+     * Only the actions that make sense in the sale's state (the server's
+     * `SaleCard::can_*` decide the same for the first render): no Close on a
+     * closed or ended sale, Open now before the opening, Reopen now on a closed
+     * sale whose end is still ahead, no stock changes after the end.
+     */
+    function showActions(row, view) {
+      const pastEnd = Date.parse(view.ends_at) <= Date.now();
+      const status = view.status;
+      const open = row.querySelector('[data-action="open"]');
+      const close = row.querySelector('[data-action="close"]');
+      const stock = field(row, "stock-actions");
+      // Never hide the control that has the keyboard focus.
+      const keep = (el) => el.contains(document.activeElement);
+      const canOpen = (status === "upcoming" || status === "closed") && !pastEnd;
+      if (!keep(open)) open.hidden = !canOpen;
+      setText(open, status === "closed" ? "Reopen now" : "Open now");
+      const canClose = status === "upcoming" || status === "live" || status === "sold_out";
+      if (!keep(close)) close.hidden = !canClose;
+      if (!keep(stock)) stock.hidden = pastEnd;
+    }
+
     function fillRow(row, view) {
       setText(field(row, "name"), view.name);
-      setText(field(row, "units-label"), `Units for ${view.name}`);
+      const label = field(row, "units-label") || row.querySelector("label");
+      setText(label, `Units for ${view.name}`);
       setBadge(field(row, "badge"), view.status);
       setText(field(row, "price"), formatPrice(Number(view.price_cents)));
-      setText(field(row, "stock-left"), view.stock_left);
-      setText(field(row, "sold"), view.sold);
+      setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
+      setText(field(row, "sold"), groupDigits(Number(view.sold)));
+      showActions(row, view);
       for (const [name, value] of [
         ["starts", view.starts_at],
         ["ends", view.ends_at],
@@ -783,14 +1034,22 @@
       }
     }
 
+    /**
+     * Rows never move once shown (opening a sale changes its place in the API's
+     * order, and a row jumping under the pointer gets the wrong click): known rows
+     * are updated where they are, new ones go on top.
+     */
     function showViews(views) {
-      views.forEach((view, i) => {
+      const fresh = [];
+      for (const view of views) {
         let row = rowOf(view.id);
-        if (!row) row = newRow(view);
+        if (!row) {
+          row = newRow(view);
+          fresh.push(row);
+        }
         fillRow(row, view);
-        // Move only when out of place: moving a row would steal focus from its input.
-        if (rows.children[i] !== row) rows.insertBefore(row, rows.children[i] || null);
-      });
+      }
+      rows.prepend(...fresh);
       const empty = field(document, "admin-empty");
       if (empty) empty.hidden = views.length > 0;
     }
@@ -800,23 +1059,62 @@
       if (res.ok && Array.isArray(res.data)) showViews(res.data);
     }
 
+    /** Every problem of the form, in plain words, by field. */
+    function validate() {
+      const f = form.elements;
+      const errors = {};
+      const starts = new Date(f.starts_at.value);
+      const ends = new Date(f.ends_at.value);
+      if (!f.name.value.trim()) errors.name = "Give the sale a name.";
+      if (parsePrice(f.price.value) === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
+      const stock = parseUnits(f.stock.value);
+      if (stock === null) errors.stock = "Enter the stock as a whole number, like 100.";
+      else if (stock > 10000000) errors.stock = "The stock can be at most 10,000,000 units.";
+      if (Number.isNaN(starts.getTime())) errors.starts_at = "Pick when the sale opens.";
+      if (Number.isNaN(ends.getTime())) errors.ends_at = "Pick when the sale ends.";
+      else if (ends.getTime() <= Date.now()) errors.ends_at = "The end is in the past: pick a later time.";
+      else if (!errors.starts_at && ends <= starts) errors.ends_at = "The sale must end after it opens.";
+      else if (!errors.starts_at && ends - starts > 366 * 86400000) errors.ends_at = "A sale can last at most 366 days.";
+      return errors;
+    }
+    revalidateOnInput(form, validate);
+
+    /** The API's refusal, in plain words under the field it is about. */
+    function refusalOf(res) {
+      const message = String(res.data.message || "");
+      switch (res.data.error) {
+        case "invalid_window":
+          if (message.includes("past")) return { ends_at: "The end is in the past: pick a later time." };
+          if (message.includes("at most")) return { ends_at: "A sale can last at most 366 days." };
+          return { ends_at: "The sale must end after it opens." };
+        case "invalid_text":
+          if (message.startsWith("description")) return { description: "The description can have at most 5,000 characters." };
+          return { name: "Give the sale a name of at most 200 characters." };
+        case "invalid_price":
+          return { price: "Enter a price from 0 up, like 499 or 19.99." };
+        case "invalid_stock":
+        case "stock_too_large":
+          return { stock: "The stock can be 0 to 10,000,000 units." };
+        default:
+          return null;
+      }
+    }
+
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const f = form.elements;
+      const errors = validate();
+      showFieldErrors(form, errors);
+      if (Object.keys(errors).length) {
+        say(createMessage, "Check the fields marked above.", false);
+        focusFirstError(form);
+        return;
+      }
+      setText(createMessage, "");
       const price = parsePrice(f.price.value);
       const stock = parseUnits(f.stock.value);
       const starts = new Date(f.starts_at.value);
       const ends = new Date(f.ends_at.value);
-      let problem = "";
-      if (!f.name.value.trim()) problem = "Give the sale a name.";
-      else if (price === null) problem = "Enter the price as a number, like 499 or 19.99.";
-      else if (stock === null) problem = "Enter the stock as a whole number.";
-      else if (Number.isNaN(starts.getTime()) || Number.isNaN(ends.getTime()))
-        problem = "Pick when the sale opens and ends.";
-      if (problem) {
-        say(createMessage, problem, false);
-        return;
-      }
       const button = form.querySelector('button[type="submit"]');
       button.disabled = true;
       const res = await api("POST", "/api/admin/sales", {
@@ -837,7 +1135,14 @@
         const row = rowOf(res.data.id);
         if (row) flash(row);
       } else {
-        say(createMessage, messageOf(res, "Could not create the sale."), false);
+        const refusal = refusalOf(res);
+        if (refusal) {
+          showFieldErrors(form, refusal);
+          focusFirstError(form);
+          say(createMessage, "Check the fields marked above.", false);
+        } else {
+          say(createMessage, messageOf(res, "Could not create the sale."), false);
+        }
       }
     });
 
@@ -861,6 +1166,8 @@
         body = action === "set-stock" ? { set: units } : { add: units };
         done = action === "set-stock" ? `Stock of “${name}” set to ${units}.` : `Added ${units} to “${name}”.`;
       } else if (action === "open") {
+        if (button.textContent.startsWith("Reopen") && !confirm(`Reopen “${name}”? Buyers can buy again at once, until its end time.`))
+          return;
         done = `“${name}” is open.`;
       } else {
         if (!confirm(`Close “${name}”? Buyers will be turned away.`)) return;
@@ -870,6 +1177,8 @@
       const res = await api("POST", path, body);
       button.disabled = false;
       if (res.ok) {
+        // Open and Close may disappear with the new state: keep the focus in the row.
+        if (action === "open" || action === "close") field(row, "name").focus({ preventScroll: true });
         fillRow(row, res.data);
         flash(row);
         field(row, "units").value = "";
@@ -963,6 +1272,7 @@
       const id = String(view.id);
       row.dataset.pollId = id;
       field(row, "question").href = `/polls/${encodeURIComponent(id)}`;
+      field(row, "tallies-link").href = `/admin/polls/${encodeURIComponent(id)}`;
       setText(field(row, "id"), `#${id}`);
       return row;
     }
@@ -983,16 +1293,22 @@
           setText(t, localTime(new Date(value)));
         }
       }
-      row.querySelector('[data-action="close-poll"]').disabled = view.status === "closed";
+      const close = row.querySelector('[data-action="close-poll"]');
+      if (!close.contains(document.activeElement)) close.hidden = view.status === "closed";
     }
 
+    /** As with sales: rows stay where they are, new ones go on top. */
     function showViews(views) {
-      views.forEach((view, i) => {
+      const fresh = [];
+      for (const view of views) {
         let row = rowOf(view.id);
-        if (!row) row = newRow(view);
+        if (!row) {
+          row = newRow(view);
+          fresh.push(row);
+        }
         fillRow(row, view);
-        if (rows.children[i] !== row) rows.insertBefore(row, rows.children[i] || null);
-      });
+      }
+      rows.prepend(...fresh);
       const empty = field(document, "polls-empty");
       if (empty) empty.hidden = views.length > 0;
     }
@@ -1002,6 +1318,58 @@
       if (res.ok && Array.isArray(res.data)) showViews(res.data);
     }
 
+    /** The option inputs that are empty or repeat an earlier one (any case). */
+    function badOptions() {
+      const seen = new Set();
+      const bad = { empty: [], repeated: [] };
+      for (const input of list.querySelectorAll("input")) {
+        const key = input.value.trim().toLowerCase();
+        if (!key) bad.empty.push(input);
+        else if (seen.has(key)) bad.repeated.push(input);
+        seen.add(key);
+      }
+      return bad;
+    }
+
+    /** Every problem of the form, in plain words, by field. */
+    function validate() {
+      const f = form.elements;
+      const errors = {};
+      const opens = new Date(f.opens_at.value);
+      const closes = new Date(f.closes_at.value);
+      if (!f.question.value.trim()) errors.question = "Write the question.";
+      const bad = badOptions();
+      if (bad.empty.length) errors.options = "Fill in every option, or remove the empty ones.";
+      else if (bad.repeated.length) errors.options = "Each option must be different: options must be distinct.";
+      if (Number.isNaN(opens.getTime())) errors.opens_at = "Pick when the poll opens.";
+      if (Number.isNaN(closes.getTime())) errors.closes_at = "Pick when the poll closes.";
+      else if (closes.getTime() <= Date.now()) errors.closes_at = "The closing time is in the past: pick a later time.";
+      else if (!errors.opens_at && closes <= opens) errors.closes_at = "The poll must close after it opens.";
+      return errors;
+    }
+
+    /** Field messages, with the empty or repeated option inputs marked. */
+    function showErrors(errors) {
+      showFieldErrors(form, errors);
+      const bad = badOptions();
+      const marked = new Set(errors.options ? [...bad.empty, ...bad.repeated] : []);
+      for (const input of list.querySelectorAll("input")) {
+        if (marked.has(input)) {
+          input.setAttribute("aria-invalid", "true");
+          input.setAttribute("aria-describedby", "poll-options-error");
+        } else {
+          input.removeAttribute("aria-invalid");
+          input.removeAttribute("aria-describedby");
+        }
+      }
+    }
+
+    const recheck = () => {
+      if (form.querySelector('[aria-invalid="true"]')) showErrors(validate());
+    };
+    form.addEventListener("input", recheck);
+    form.addEventListener("change", recheck);
+
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
       const f = form.elements;
@@ -1009,15 +1377,14 @@
       const options = [...list.querySelectorAll("input")].map((input) => input.value.trim());
       const opens = new Date(f.opens_at.value);
       const closes = new Date(f.closes_at.value);
-      let problem = "";
-      if (!question) problem = "Write the question.";
-      else if (options.some((o) => !o)) problem = "Fill in every option, or remove the empty ones.";
-      else if (Number.isNaN(opens.getTime()) || Number.isNaN(closes.getTime()))
-        problem = "Pick when the poll opens and closes.";
-      if (problem) {
-        say(createMessage, problem, false);
+      const errors = validate();
+      showErrors(errors);
+      if (Object.keys(errors).length) {
+        say(createMessage, "Check the fields marked above.", false);
+        focusFirstError(form);
         return;
       }
+      setText(createMessage, "");
       const button = form.querySelector('button[type="submit"]');
       button.disabled = true;
       const res = await api("POST", "/api/admin/polls", {
@@ -1036,6 +1403,15 @@
         await refresh();
         const row = rowOf(res.data.id);
         if (row) flash(row);
+      } else if (res.data.error === "invalid_window" || res.data.error === "invalid_options") {
+        const text = String(res.data.message || "");
+        const errors =
+          res.data.error === "invalid_options"
+            ? { options: text.includes("distinct") ? "Each option must be different: options must be distinct." : "A poll has 2 to 20 options." }
+            : { closes_at: text.includes("past") ? "The closing time is in the past: pick a later time." : text.includes("at most") ? "A poll can stay open at most 366 days." : "The poll must close after it opens." };
+        showErrors(errors);
+        focusFirstError(form);
+        say(createMessage, "Check the fields marked above.", false);
       } else {
         say(createMessage, messageOf(res, "Could not create the poll."), false);
       }
@@ -1051,6 +1427,7 @@
       button.disabled = true;
       const res = await api("POST", `/api/admin/polls/${encodeURIComponent(id)}/close`);
       if (res.ok) {
+        field(row, "question").focus({ preventScroll: true });
         fillRow(row, res.data);
         flash(row);
         say(adminMessage, `Poll “${question}” is closed.`, true);
@@ -1068,6 +1445,7 @@
   // ---- start ---------------------------------------------------------------
 
   const pages = {
+    index: indexPage,
     sale: salePage,
     poll: pollPage,
     signin: authPage,

@@ -6,4 +6,4 @@ pub mod cast;
 mod routes;
 pub mod store;
 
-pub use routes::{MAX_OPTIONS, MIN_OPTIONS, configure};
+pub use routes::{MAX_OPTIONS, MIN_OPTIONS, configure, load_view};

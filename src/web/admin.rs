@@ -9,9 +9,12 @@ use askama_web::WebTemplate;
 use super::error::PageError;
 use super::pages::{list_cards, load_nav, to_signin};
 use super::polls;
-use super::view::{Nav, PollCard, SaleCard};
+use super::view::{Moment, Nav, PollCard, SaleCard, option_results};
+use crate::domain::{Id, SaleId};
+use crate::error::AppError;
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
+use chrono::{DateTime, Utc};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
@@ -50,4 +53,281 @@ pub async fn page(
         })),
         Err(e) => Err(PageError::from_app(e, nav)),
     }
+}
+
+/// Orders shown per page of a sale's orders.
+const ORDERS_PER_PAGE: i64 = 50;
+/// Pending orders listed by name (the count is always exact): a pending hash is
+/// short-lived and normally small, and this bounds the page's Redis work.
+const PENDING_SHOWN: usize = 100;
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin_orders.html")]
+pub struct SaleOrdersPage {
+    nav: Nav,
+    sale: SaleCard,
+    confirmed: Vec<OrderRow>,
+    confirmed_total: i64,
+    pending: Vec<PendingRow>,
+    pending_total: i64,
+    page: i64,
+    pages: i64,
+    /// Position of the first row of this page, from 1.
+    first: i64,
+}
+
+pub struct OrderRow {
+    pub number: i64,
+    pub buyer: String,
+    pub order_id: String,
+    pub ordered: Moment,
+    pub settled: Moment,
+}
+
+pub struct PendingRow {
+    pub buyer: String,
+    pub order_id: String,
+}
+
+#[derive(serde::Deserialize)]
+pub struct PageQuery {
+    page: Option<String>,
+}
+
+/// Anonymous callers are sent to sign in, non-admins get a 403 page; the nav and
+/// the admin user for pages under `/admin`.
+async fn admin_nav(
+    req: &HttpRequest,
+    state: &AppState,
+    back: &'static str,
+) -> Result<Result<Nav, HttpResponse>, PageError> {
+    let (nav, user) = load_nav(req, state).await?;
+    let Some(user) = user else {
+        return Ok(Err(to_signin(back)));
+    };
+    if !user.admin {
+        return Err(PageError::forbidden(
+            nav,
+            "This page is for shop administrators. Sign in with an admin account to use it.",
+        ));
+    }
+    Ok(Ok(nav))
+}
+
+/// A sale's orders for the admin: who bought, order ids, times, confirmed or
+/// pending, a page at a time (oldest first, so pages do not shift as orders settle).
+pub async fn sale_orders(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    query: web::Query<PageQuery>,
+) -> Result<Either<SaleOrdersPage, HttpResponse>, PageError> {
+    let nav = match admin_nav(&req, &state, "/admin").await? {
+        Ok(nav) => nav,
+        Err(redirect) => return Ok(Either::Right(redirect)),
+    };
+    let Ok(id) = Id::parse("sale", &path) else {
+        return Err(PageError::not_found(
+            nav,
+            "Sale addresses end in a number, like /admin/sales/1/orders.",
+        ));
+    };
+    let page = match query.page.as_deref().map(str::parse::<i64>) {
+        None => 1,
+        Some(Ok(n)) if (1..=1_000_000).contains(&n) => n,
+        Some(_) => {
+            return Err(PageError::not_found(
+                nav,
+                "Page numbers are whole numbers from 1.",
+            ));
+        }
+    };
+    let sale = match crate::sale::find_view(&state, id).await {
+        Ok(Some(view)) => SaleCard::from(view),
+        Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    match load_orders(&state, id, page).await {
+        Ok(found) => {
+            let pages = ((found.confirmed_total + ORDERS_PER_PAGE - 1) / ORDERS_PER_PAGE).max(1);
+            if page > pages {
+                return Err(PageError::not_found(
+                    nav,
+                    format!("This sale's orders fill {pages} page(s)."),
+                ));
+            }
+            Ok(Either::Left(SaleOrdersPage {
+                nav,
+                sale,
+                confirmed: found.confirmed,
+                confirmed_total: found.confirmed_total,
+                pending: found.pending,
+                pending_total: found.pending_total,
+                page,
+                pages,
+                first: (page - 1) * ORDERS_PER_PAGE + 1,
+            }))
+        }
+        Err(e) => Err(PageError::from_app(e, nav)),
+    }
+}
+
+struct FoundOrders {
+    confirmed: Vec<OrderRow>,
+    confirmed_total: i64,
+    pending: Vec<PendingRow>,
+    pending_total: i64,
+}
+
+async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrders, AppError> {
+    let offset = (page - 1) * ORDERS_PER_PAGE;
+    let keys = state.keys.sale(id);
+    // One round trip: the exact pending count and a first batch of pending entries.
+    let (pending_total, (_, entries)): (i64, (u64, Vec<(String, i64)>)) = redis::pipe()
+        .hlen(&keys.pending)
+        .cmd("HSCAN")
+        .arg(&keys.pending)
+        .arg(0)
+        .arg("COUNT")
+        .arg(PENDING_SHOWN)
+        .query_async(&mut state.redis.clone())
+        .await?;
+    let rows: Vec<(uuid::Uuid, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT o.id, u.username, o.accepted_at, o.settled_at
+         FROM orders o JOIN users u ON u.id = o.user_id
+         WHERE o.sale_id = $1 ORDER BY o.accepted_at, o.id LIMIT $2 OFFSET $3",
+    )
+    .bind(id.get())
+    .bind(ORDERS_PER_PAGE)
+    .bind(offset)
+    .fetch_all(&state.db)
+    .await?;
+    let confirmed_total: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
+        .bind(id.get())
+        .fetch_one(&state.db)
+        .await?;
+    let buyer_ids: Vec<i64> = entries.iter().map(|(_, user)| *user).collect();
+    let names: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, username FROM users WHERE id = ANY($1)")
+            .bind(&buyer_ids)
+            .fetch_all(&state.db)
+            .await?;
+    let name_of = |user: i64| {
+        names
+            .iter()
+            .find(|(id, _)| *id == user)
+            .map_or_else(|| format!("user #{user}"), |(_, name)| name.clone())
+    };
+    let mut pending: Vec<PendingRow> = entries
+        .into_iter()
+        .take(PENDING_SHOWN)
+        .map(|(order_id, user)| PendingRow {
+            buyer: name_of(user),
+            order_id,
+        })
+        .collect();
+    pending.sort_by(|a, b| a.order_id.cmp(&b.order_id));
+    Ok(FoundOrders {
+        confirmed: rows
+            .into_iter()
+            .zip(offset + 1..)
+            .map(|((order_id, buyer, ordered, settled), number)| OrderRow {
+                number,
+                buyer,
+                order_id: order_id.to_string(),
+                ordered: ordered.into(),
+                settled: settled.into(),
+            })
+            .collect(),
+        confirmed_total,
+        pending,
+        pending_total,
+    })
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin_poll.html")]
+pub struct PollTalliesPage {
+    nav: Nav,
+    poll: PollCard,
+    options: Vec<TallyRow>,
+    live_voters: i64,
+    settled_voters: i64,
+}
+
+pub struct TallyRow {
+    pub label: String,
+    pub live: i64,
+    pub settled: i64,
+    pub percent: i64,
+}
+
+impl TallyRow {
+    /// Votes counted in Redis that the settlement worker has not written yet.
+    pub fn unsettled(&self) -> i64 {
+        (self.live - self.settled).max(0)
+    }
+}
+
+/// A poll's tallies for the admin: live (Redis) and settled (Postgres) per option.
+pub async fn poll_tallies(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<Either<PollTalliesPage, HttpResponse>, PageError> {
+    let nav = match admin_nav(&req, &state, "/admin").await? {
+        Ok(nav) => nav,
+        Err(redirect) => return Ok(Either::Right(redirect)),
+    };
+    let Ok(id) = Id::parse("poll", &path) else {
+        return Err(PageError::not_found(
+            nav,
+            "Poll addresses end in a number, like /admin/polls/1.",
+        ));
+    };
+    let view = match crate::vote::load_view(&state, id).await {
+        Ok(view) => view,
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    let settled: Vec<(i64, i64)> = match sqlx::query_as(
+        "SELECT o.id, count(v.user_id) FROM poll_options o
+         LEFT JOIN votes v ON v.option_id = o.id
+         WHERE o.poll_id = $1 GROUP BY o.id",
+    )
+    .bind(id.get())
+    .fetch_all(&state.db)
+    .await
+    {
+        Ok(rows) => rows,
+        Err(e) => return Err(PageError::from_app(e.into(), nav)),
+    };
+    let options: Vec<(i64, String)> = view
+        .record
+        .options
+        .iter()
+        .map(|o| (o.id, o.label.clone()))
+        .collect();
+    let settled_of = |option: i64| {
+        settled
+            .iter()
+            .find(|(id, _)| *id == option)
+            .map_or(0, |(_, n)| *n)
+    };
+    let (results, _) = option_results(options, &view.results);
+    let rows = results
+        .into_iter()
+        .map(|r| TallyRow {
+            settled: settled_of(r.id),
+            label: r.label,
+            live: r.votes,
+            percent: r.percent,
+        })
+        .collect();
+    Ok(Either::Left(PollTalliesPage {
+        nav,
+        live_voters: view.results.voters,
+        settled_voters: settled.iter().map(|(_, n)| n).sum(),
+        poll: PollCard::new(view.record.poll, view.results.voters, Utc::now()),
+        options: rows,
+    }))
 }

@@ -35,6 +35,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     page(cfg, "/signup", pages::signup);
     page(cfg, "/me/orders", pages::my_orders);
     page(cfg, "/admin", admin::page);
+    page(cfg, "/admin/sales/{id}/orders", admin::sale_orders);
+    page(cfg, "/admin/polls/{id}", admin::poll_tallies);
     cfg.service(
         web::scope("/static")
             .wrap(

@@ -16,6 +16,8 @@ use crate::state::AppState;
 pub struct IndexPage {
     nav: Nav,
     sales: Vec<SaleCard>,
+    /// The server's clock when rendering, so the cards' countdowns can correct for skew.
+    server_now_ms: i64,
 }
 
 pub async fn index(
@@ -25,8 +27,12 @@ pub async fn index(
     let (nav, _) = load_nav(&req, &state).await?;
     match list_cards(&state).await {
         Ok(mut sales) => {
-            sales.sort_by_key(|sale| view::shop_rank(sale.status));
-            Ok(IndexPage { nav, sales })
+            view::sort_for_shop(&mut sales);
+            Ok(IndexPage {
+                nav,
+                sales,
+                server_now_ms: chrono::Utc::now().timestamp_millis(),
+            })
         }
         Err(e) => Err(PageError::from_app(e, nav)),
     }
@@ -49,6 +55,7 @@ pub struct SalePage {
     /// The caller already holds an order of this sale.
     bought: bool,
     signin_url: String,
+    signup_url: String,
 }
 
 pub async fn sale(
@@ -86,6 +93,7 @@ pub async fn sale(
         signed_in: nav.user.is_some(),
         nav,
         signin_url: format!("/signin?next=%2Fsales%2F{id}"),
+        signup_url: format!("/signup?next=%2Fsales%2F{id}"),
         sale: card,
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         bought,
@@ -165,18 +173,84 @@ pub fn is_local_path(next: &str) -> bool {
 #[template(path = "orders.html")]
 pub struct OrdersPage {
     nav: Nav,
+    orders: Vec<OrderLine>,
 }
 
-/// The table is filled by the script from `GET /api/me/orders`.
+/// One of the caller's orders: confirmed (in Postgres) or pending (accepted by
+/// Redis, on its way to Postgres).
+pub struct OrderLine {
+    pub sale_id: i64,
+    pub sale_name: String,
+    pub price: String,
+    pub pending: bool,
+    pub ordered: Option<view::Moment>,
+    pub order_id: Option<String>,
+}
+
+/// Confirmed orders from Postgres, and pending ones found in Redis: a sale of the
+/// list whose buyers include the caller but whose order has not settled yet.
 pub async fn my_orders(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<Either<OrdersPage, HttpResponse>, PageError> {
     let (nav, user) = load_nav(&req, &state).await?;
-    if user.is_none() {
+    let Some(user) = user else {
         return Ok(Either::Right(to_signin("/me/orders")));
+    };
+    match load_orders(&state, user.id.get()).await {
+        Ok(orders) => Ok(Either::Left(OrdersPage { nav, orders })),
+        Err(e) => Err(PageError::from_app(e, nav)),
     }
-    Ok(Either::Left(OrdersPage { nav }))
+}
+
+async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppError> {
+    let sales = crate::sale::load_list(state).await?;
+    // Redis before Postgres: an order that settles in between shows as confirmed.
+    let mut pipe = redis::pipe();
+    for sale in &sales {
+        let id = Id::new(sale.sale.id).expect("stored ids are positive");
+        pipe.sismember(&state.keys.sale(id).buyers, user);
+    }
+    let bought: Vec<bool> = if sales.is_empty() {
+        Vec::new()
+    } else {
+        pipe.query_async(&mut state.redis.clone()).await?
+    };
+    let confirmed: Vec<(uuid::Uuid, i64, String, i64, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as(
+            "SELECT o.id, o.sale_id, s.name, s.price_cents, o.accepted_at
+             FROM orders o JOIN sales s ON s.id = o.sale_id
+             WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
+        )
+        .bind(user)
+        .fetch_all(&state.db)
+        .await?;
+    let mut lines: Vec<OrderLine> = sales
+        .iter()
+        .zip(bought)
+        .filter(|(sale, bought)| *bought && !confirmed.iter().any(|o| o.1 == sale.sale.id))
+        .map(|(sale, _)| OrderLine {
+            sale_id: sale.sale.id,
+            sale_name: sale.sale.name.clone(),
+            price: view::format_price(sale.sale.price_cents),
+            pending: true,
+            ordered: None,
+            order_id: None,
+        })
+        .collect();
+    lines.extend(
+        confirmed
+            .into_iter()
+            .map(|(id, sale_id, name, price_cents, at)| OrderLine {
+                sale_id,
+                sale_name: name,
+                price: view::format_price(price_cents),
+                pending: false,
+                ordered: Some(at.into()),
+                order_id: Some(id.to_string()),
+            }),
+    );
+    Ok(lines)
 }
 
 /// The header's account part; a store failure here is the page's failure.

@@ -14,6 +14,10 @@ use crate::vote::store::{PollRow, Results};
 /// The account part of the page header.
 pub struct Nav {
     pub user: Option<NavUser>,
+    /// `?next=<this page>` for the header's sign-in and sign-up links, so a visitor
+    /// lands back where they were; empty on the home page and the auth pages
+    /// (whose own `next` the script carries over).
+    pub next: String,
 }
 
 pub struct NavUser {
@@ -23,7 +27,10 @@ pub struct NavUser {
 
 impl Nav {
     pub fn anonymous() -> Self {
-        Nav { user: None }
+        Nav {
+            user: None,
+            next: String::new(),
+        }
     }
 
     /// The caller and their name. One indexed query: fine for pages, which is why
@@ -31,7 +38,13 @@ impl Nav {
     /// signed out.
     pub async fn load(req: &HttpRequest, db: &PgPool) -> Result<(Nav, Option<AuthUser>), AppError> {
         let Some(user) = auth::optional_user(req).await? else {
-            return Ok((Nav::anonymous(), None));
+            return Ok((
+                Nav {
+                    user: None,
+                    next: next_query(req.path()),
+                },
+                None,
+            ));
         };
         let row: Option<(String, bool)> =
             sqlx::query_as("SELECT username, is_admin FROM users WHERE id = $1")
@@ -42,12 +55,42 @@ impl Nav {
             Some((username, admin)) => (
                 Nav {
                     user: Some(NavUser { username, admin }),
+                    next: String::new(),
                 },
                 Some(user),
             ),
-            None => (Nav::anonymous(), None),
+            None => (
+                Nav {
+                    user: None,
+                    next: next_query(req.path()),
+                },
+                None,
+            ),
         })
     }
+}
+
+/// `?next=%2Fsales%2F3` for a page path; nothing for the home page and the auth
+/// pages themselves.
+pub fn next_query(path: &str) -> String {
+    if path == "/" || path == "/signin" || path == "/signup" || !path.starts_with('/') {
+        String::new()
+    } else {
+        format!("?next={}", encode_component(path))
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn encode_component(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// An instant as the page shows it: machine-readable for `<time>` and for the
@@ -82,12 +125,43 @@ pub struct SaleCard {
     pub sold: i64,
     pub starts_at: Moment,
     pub ends_at: Moment,
+    /// The end time has passed (a closed sale may be reopened only before it).
+    pub past_end: bool,
+}
+
+impl SaleCard {
+    pub fn stock_left_text(&self) -> String {
+        group_digits(self.stock_left)
+    }
+
+    pub fn stock_total_text(&self) -> String {
+        group_digits(self.stock_total)
+    }
+
+    pub fn sold_text(&self) -> String {
+        group_digits(self.sold)
+    }
+
+    /// The admin actions that make sense in the sale's state; `app.js`
+    /// (`saleActions`) decides the same after every refresh.
+    pub fn can_change_stock(&self) -> bool {
+        !self.past_end
+    }
+
+    pub fn can_open(&self) -> bool {
+        matches!(self.status, "upcoming" | "closed") && !self.past_end
+    }
+
+    pub fn can_close(&self) -> bool {
+        matches!(self.status, "upcoming" | "live" | "sold_out")
+    }
 }
 
 impl From<SaleView> for SaleCard {
     fn from(view: SaleView) -> Self {
         let sale = view.sale;
         SaleCard {
+            past_end: Utc::now() >= sale.ends_at,
             id: sale.id,
             price: format_price(sale.price_cents),
             status: view.status,
@@ -102,6 +176,19 @@ impl From<SaleView> for SaleCard {
             description: sale.description,
         }
     }
+}
+
+/// The home page's order: what can be bought now, then what opens soonest, then
+/// sold-out, ended and closed sales (the store's order within those groups).
+pub fn sort_for_shop(sales: &mut [SaleCard]) {
+    sales.sort_by_key(|sale| {
+        let soonest = if sale.status == "upcoming" {
+            sale.starts_at.ms
+        } else {
+            0
+        };
+        (shop_rank(sale.status), soonest)
+    });
 }
 
 /// Shoppers see first what they can buy now, then what opens soon, then the rest.
@@ -228,15 +315,29 @@ const CURRENCY: &str = "$";
 pub fn format_price(cents: i64) -> String {
     let sign = if cents < 0 { "-" } else { "" };
     let cents = cents.unsigned_abs();
-    let units = (cents / 100).to_string();
-    let mut grouped = String::with_capacity(units.len() + units.len() / 3);
-    for (i, digit) in units.chars().enumerate() {
-        if i > 0 && (units.len() - i).is_multiple_of(3) {
+    format!(
+        "{sign}{CURRENCY}{}.{:02}",
+        group_unsigned(cents / 100),
+        cents % 100
+    )
+}
+
+/// `1234567` -> `1,234,567`, as the script's `groupDigits` writes it.
+pub fn group_digits(n: i64) -> String {
+    let sign = if n < 0 { "-" } else { "" };
+    format!("{sign}{}", group_unsigned(n.unsigned_abs()))
+}
+
+fn group_unsigned(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push(',');
         }
         grouped.push(digit);
     }
-    format!("{sign}{CURRENCY}{grouped}.{:02}", cents % 100)
+    grouped
 }
 
 #[cfg(test)]
@@ -251,6 +352,24 @@ mod tests {
         assert_eq!(format_price(100_000), "$1,000.00");
         assert_eq!(format_price(123_456_789), "$1,234,567.89");
         assert_eq!(format_price(-150), "-$1.50");
+    }
+
+    #[test]
+    fn counts_group_thousands() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1_000), "1,000");
+        assert_eq!(group_digits(1_234_567), "1,234,567");
+        assert_eq!(group_digits(-12_345), "-12,345");
+    }
+
+    #[test]
+    fn next_keeps_the_page_and_encodes_it() {
+        assert_eq!(next_query("/sales/3"), "?next=%2Fsales%2F3");
+        assert_eq!(next_query("/polls/a b&c"), "?next=%2Fpolls%2Fa%20b%26c");
+        assert_eq!(next_query("/"), "");
+        assert_eq!(next_query("/signup"), "");
+        assert_eq!(next_query("/signin"), "");
     }
 
     #[test]

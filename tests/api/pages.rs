@@ -70,10 +70,15 @@ async fn home_lists_sales_with_status_price_and_stock() {
     assert!(body.contains(&format!(r#"href="/sales/{live}""#)));
     assert!(body.contains(&format!(r#"href="/sales/{upcoming}""#)));
     assert!(body.contains("$1,234.56"), "price formatted");
-    assert!(body.contains("<strong>7</strong> of 7 left"));
-    assert!(body.contains(r#"badge-live">Live<"#));
-    assert!(body.contains(r#"badge-upcoming">Upcoming<"#));
-    assert!(body.contains(r#"href="/signin""#), "signed-out header");
+    assert!(body.contains(
+        r#"<strong data-field="stock-left">7</strong> of <span data-field="stock-total">7</span> left"#
+    ));
+    assert!(body.contains(r#"badge-live" data-field="badge">Live<"#));
+    assert!(body.contains(r#"badge-upcoming" data-field="badge">Upcoming<"#));
+    assert!(
+        body.contains(r#"href="/signin" data-keep-next"#),
+        "signed-out header"
+    );
 }
 
 #[tokio::test]
@@ -94,7 +99,7 @@ async fn home_shows_buyable_sales_before_closed_ones() {
     let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
     let at = |id: i64| body.find(&format!(r#"href="/sales/{id}""#)).unwrap();
     assert!(at(live) < at(closed), "live sale listed first");
-    assert!(body.contains(r#"badge-closed">Closed<"#));
+    assert!(body.contains(r#"badge-closed" data-field="badge">Closed<"#));
 }
 
 #[tokio::test]
@@ -237,7 +242,7 @@ async fn admin_page_is_for_admins_only() {
     let sale = app.create_sale(&admin, 3, -60, 3600).await;
     let body = html(browse(&app, "/admin", Some(&admin)).await, StatusCode::OK).await;
     assert!(body.contains("New sale"));
-    assert!(body.contains(&format!(r#"<tr data-sale-id="{sale}">"#)));
+    assert!(body.contains(&format!(r#"<tr data-sale-id="{sale}" data-ends-at="#)));
     assert!(body.contains(r#"data-action="set-stock""#));
     assert!(
         body.contains(r#"href="/admin""#),

@@ -263,7 +263,7 @@ async fn admin_page_has_a_polls_section_for_admins_only() {
     assert!(body.contains(r#"<label for="poll-opens">"#));
     assert!(body.contains(r#"type="datetime-local""#));
     assert!(body.contains(&format!(r#"<tr data-poll-id="{poll}">"#)));
-    assert!(body.contains(r#"<td class="num" data-field="voters">1</td>"#));
+    assert!(body.contains(r#"<td data-label="Voters" class="num" data-field="voters">1</td>"#));
     assert!(body.contains(r#"data-action="close-poll">Close<"#));
 }
 
