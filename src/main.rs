@@ -9,11 +9,6 @@ use stampede::domain::{Password, Username};
 use stampede::keys::Keys;
 use stampede::startup::{self, Application};
 
-/// mimalloc instead of glibc's malloc: a profile of the buy path under a storm put
-/// 15% of the server's CPU in glibc's malloc and free (BENCHMARKS.md).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "stampede", version, about = "Flash-sale and voting backend")]
 struct Cli {

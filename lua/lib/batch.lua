@@ -24,14 +24,17 @@ end
 -- Appends one item's answer to `out`: code, value, then per policy allowed,
 -- remaining, ms until allowed, ms until reset (policies not asked: allowed, zeros).
 local function batch_answer(out, P, code, value, answers)
-  out[#out + 1] = code
-  out[#out + 1] = value
+  local n = #out
+  out[n + 1], out[n + 2] = code, value
+  n = n + 2
   for p = 1, P do
-    local r = answers and answers[p] or {1, 0, 0, 0}
-    out[#out + 1] = r[1]
-    out[#out + 1] = r[2]
-    out[#out + 1] = r[3]
-    out[#out + 1] = r[4]
+    local r = answers and answers[p]
+    if r then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = r[1], r[2], r[3], r[4]
+    else
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, 0, 0, 0
+    end
+    n = n + 4
   end
 end
 

@@ -1,8 +1,9 @@
 -- Rate limit, sliding window log: at most `limit` requests in any `window` ms.
 -- Exact, and memory grows with the limit (one entry per counted request).
 -- State (a string): the times in ms of the counted requests still in the window,
--- oldest first, separated by spaces. Two requests in the same millisecond are two
--- entries.
+-- oldest first, each 13 digits with leading zeros (good until the year 2286), with
+-- nothing between them, so the k-th entry is found without reading the others.
+-- Two requests in the same millisecond are two entries.
 -- limit_sliding_log(state, now, limit, window) returns
 --   {allowed (1 or 0), remaining, ms until the next request would be allowed,
 --    ms until the whole limit is available again, now in ms},
@@ -14,52 +15,73 @@
 -- no longer counts (the window is (now - window, now]). A denied request is not
 -- recorded. The newest entry is `now`, so the whole state is stale once `window`
 -- has passed: that is its time to live.
--- The entries of `state` still in the window at `now`, oldest first, and how many.
-local function limit_sliding_log_live(state, now, window)
-  local live, count = {}, 0
-  if state then
-    local oldest = now - window
-    for t in string.gmatch(state, '%-?%d+') do
-      t = tonumber(t)
-      if t > oldest then
-        count = count + 1
-        live[count] = t
-      end
-    end
+local LOG_WIDTH = 13
+
+-- The k-th entry (from 1) of a log.
+local function limit_sliding_log_at(log, k)
+  return tonumber(string.sub(log, (k - 1) * LOG_WIDTH + 1, k * LOG_WIDTH))
+end
+
+local function limit_sliding_log_entry(t)
+  return string.format('%013d', t)
+end
+
+-- The number of entries of a log; a state of another layout counts as empty.
+local function limit_sliding_log_len(state)
+  if not state then
+    return '', 0
   end
-  return live, count
+  local n = #state / LOG_WIDTH
+  if n ~= math.floor(n) or not string.find(state, '^%d*$') then
+    return '', 0
+  end
+  return state, n
 end
 
 local function limit_sliding_log(state, now, limit, window)
-  local live, count = limit_sliding_log_live(state, now, window)
+  local log, n = limit_sliding_log_len(state)
+  local oldest = now - window
+  -- Entries are in order, so the stale ones are at the front.
+  local first = 1
+  while first <= n and limit_sliding_log_at(log, first) <= oldest do
+    first = first + 1
+  end
+  local count = n - first + 1
   if count >= limit then
-    -- The entry whose expiry lets one more request in.
-    return {0, 0, (live[count - limit + 1] or now) + window - now, (live[count] or now) + window - now,
-      now}
+    -- The entry whose expiry lets one more request in, and the newest.
+    return {0, 0, limit_sliding_log_at(log, first + count - limit) + window - now,
+      limit_sliding_log_at(log, n) + window - now, now}
+  end
+  local live = string.sub(log, (first - 1) * LOG_WIDTH + 1)
+  if count > 0 and limit_sliding_log_at(log, n) > now then
+    -- A replayed clock (tests) went back: put this entry in its place.
+    local times = {now}
+    for k = first, n do
+      times[#times + 1] = limit_sliding_log_at(log, k)
+    end
+    table.sort(times)
+    for k, t in ipairs(times) do
+      times[k] = limit_sliding_log_entry(t)
+    end
+    live = table.concat(times)
+  else
+    live = live .. limit_sliding_log_entry(now)
   end
   count = count + 1
-  live[count] = now
-  if count > 1 and live[count - 1] > now then
-    table.sort(live) -- a replayed clock (tests) may go back; keep the order
-  end
   local wait = 0
   if count >= limit then
-    wait = live[count - limit + 1] + window - now
+    wait = limit_sliding_log_at(live, count - limit + 1) + window - now
   end
-  return {1, limit - count, wait, window, now}, table.concat(live, ' '), window
+  return {1, limit - count, wait, window, now}, live, window
 end
 
 local function limit_sliding_log_undo(state, taken_at)
-  local entries, found = {}, false
-  for t in string.gmatch(state or '', '%-?%d+') do
-    if not found and tonumber(t) == taken_at then
-      found = true
-    else
-      entries[#entries + 1] = t
+  local log, n = limit_sliding_log_len(state)
+  local entry = limit_sliding_log_entry(taken_at)
+  for k = n, 1, -1 do
+    if string.sub(log, (k - 1) * LOG_WIDTH + 1, k * LOG_WIDTH) == entry then
+      return string.sub(log, 1, (k - 1) * LOG_WIDTH) .. string.sub(log, k * LOG_WIDTH + 1)
     end
   end
-  if not found then
-    return nil
-  end
-  return table.concat(entries, ' ')
+  return nil
 end

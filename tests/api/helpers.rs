@@ -416,8 +416,13 @@ impl Drop for TestApp {
 }
 
 /// How many requests a sliding-log limit key holds: its state is the requests'
-/// times in ms separated by spaces (lua/lib/limit_sliding_log.lua); no key is none.
+/// times in ms, 13 digits each (lua/lib/limit_sliding_log.lua); no key is none.
 pub async fn sliding_log_entries(redis: &mut redis::aio::ConnectionManager, key: &str) -> usize {
     let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
-    state.map_or(0, |s| s.split_whitespace().count())
+    let state = state.unwrap_or_default();
+    assert!(
+        state.len() % 13 == 0 && state.bytes().all(|b| b.is_ascii_digit()),
+        "not a sliding log: {state:?}"
+    );
+    state.len() / 13
 }
