@@ -30,12 +30,6 @@ struct Args {
     /// The server's database, where the users are made.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// The server's Redis and namespace: the users' session generation is written
-    /// there, as sign-in would, so no buyer's first request needs Postgres.
-    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
-    redis_url: String,
-    #[arg(long, env = "STAMPEDE_REDIS_NAMESPACE", default_value = "stampede")]
-    namespace: String,
     /// What to drive: `buy` (POST the purchase), `soldout` (POST the purchase of a
     /// sale with no stock), `vote` (POST a vote in an open poll) or `healthz` (a
     /// trivial route).
@@ -270,14 +264,6 @@ async fn make_users(args: &Args) -> anyhow::Result<(String, Vec<String>)> {
     .bind(args.users as i32)
     .fetch_all(&db)
     .await?;
-    let mut redis = redis::Client::open(args.redis_url.as_str())?
-        .get_connection_manager()
-        .await?;
-    let users: Vec<Id> = ids.iter().filter_map(|&id| Id::new(id)).collect();
-    let keys = stampede::keys::Keys::new(&args.namespace);
-    for chunk in users.chunks(10_000) {
-        stampede::auth::session::register_new_accounts(&mut redis, &keys, chunk, 3600).await?;
-    }
     let key = TokenKey::new(args.secret.as_bytes());
     let expires_at = chrono::Utc::now().timestamp() + 3600;
     let token = |id: i64, admin: bool| {

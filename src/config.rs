@@ -30,10 +30,9 @@ pub struct Config {
     pub token_secret: String,
     /// How long a session token stays valid.
     pub token_ttl_secs: u64,
-    /// How long this process trusts what it read from Redis about a session (its
-    /// account's generation and whether it was signed out): the longest a signed-out
-    /// token can still work on another instance. 0: ask Redis on every request.
-    pub session_cache_ms: u64,
+    /// How often each process reads the stream of ended sessions: about the longest
+    /// a signed-out token still works on another instance (1 to 60000 ms).
+    pub session_sync_ms: u64,
     /// Mark cookies `Secure` (set this when serving over HTTPS).
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
@@ -105,7 +104,7 @@ impl Default for Config {
             redis_namespace: "stampede".into(),
             token_secret: String::new(),
             token_ttl_secs: 24 * 3600,
-            session_cache_ms: 1000,
+            session_sync_ms: 250,
             cookie_secure: false,
             max_body_bytes: 16 * 1024,
             sold_out_cache_ms: 1000,
@@ -139,7 +138,7 @@ impl std::fmt::Debug for Config {
             .field("redis_namespace", &self.redis_namespace)
             .field("token_secret", &"<redacted>")
             .field("token_ttl_secs", &self.token_ttl_secs)
-            .field("session_cache_ms", &self.session_cache_ms)
+            .field("session_sync_ms", &self.session_sync_ms)
             .field("cookie_secure", &self.cookie_secure)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("sold_out_cache_ms", &self.sold_out_cache_ms)
@@ -240,8 +239,8 @@ impl Config {
         if let Some(v) = var("STAMPEDE_METRICS_TOKEN") {
             self.metrics_token = Some(v).filter(|t| !t.is_empty());
         }
-        if let Some(v) = var("STAMPEDE_SESSION_CACHE_MS") {
-            self.session_cache_ms = parse("STAMPEDE_SESSION_CACHE_MS", v)?;
+        if let Some(v) = var("STAMPEDE_SESSION_SYNC_MS") {
+            self.session_sync_ms = parse("STAMPEDE_SESSION_SYNC_MS", v)?;
         }
         if let Some(v) = var("DATABASE_URL") {
             self.database_url = v;
@@ -330,6 +329,11 @@ impl Config {
                 "token_secret (STAMPEDE_TOKEN_SECRET) must be at least 32 characters; \
                  scripts/run generates one into .data/env"
                     .into(),
+            ));
+        }
+        if !(1..=60_000).contains(&self.session_sync_ms) {
+            return Err(ConfigError::Invalid(
+                "session_sync_ms (STAMPEDE_SESSION_SYNC_MS) must be 1 to 60000".into(),
             ));
         }
         if self.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {

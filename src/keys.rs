@@ -101,10 +101,10 @@ impl Keys {
         format!("{}:{{poll:{poll}}}:rl:{policy}:{subject}", self.ns)
     }
 
-    /// An account's session state (see [`crate::auth::session`]): a hash of `gen`
-    /// and `out:<session id>`, its own hash tag: `ns:{user:7}:session`.
-    pub fn session(&self, user: Id) -> String {
-        format!("{}:{{user:{user}}}:session", self.ns)
+    /// The stream on which instances announce ended sessions (see
+    /// [`crate::auth::session`]): `ns:sessions:ended`.
+    pub fn sessions_ended(&self) -> String {
+        format!("{}:sessions:ended", self.ns)
     }
 
     /// A lock for a job named in code (never user text): `ns:lock:{name}`, its own

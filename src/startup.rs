@@ -32,6 +32,7 @@ pub struct Application {
     shutdown: watch::Sender<bool>,
     settler: Option<JoinHandle<()>>,
     sweeper: JoinHandle<()>,
+    session_feed: JoinHandle<()>,
 }
 
 pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
@@ -96,14 +97,14 @@ impl Application {
                 tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
             }
         }
+        // What has ended, from Postgres, before anything is served.
+        let sessions = crate::auth::session::Sessions::load(keys.clone(), &db)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
-            sessions: crate::auth::session::Sessions::new(
-                keys.clone(),
-                Duration::from_millis(config.session_cache_ms),
-                config.token_ttl_secs,
-            ),
+            sessions: sessions.clone(),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             limits: crate::limit::Limits::from_config(&config.limits)
                 .map_err(crate::config::ConfigError::Invalid)?,
@@ -119,6 +120,12 @@ impl Application {
         let sweeper = tokio::spawn(sweep_forever(
             recovery,
             Duration::from_millis(config.sweep_ms),
+            shutdown_rx.clone(),
+        ));
+        let session_feed = tokio::spawn(sessions.follow(
+            state.redis.clone(),
+            db.clone(),
+            Duration::from_millis(config.session_sync_ms),
             shutdown_rx.clone(),
         ));
         let settler = if config.settle_in_serve {
@@ -196,6 +203,7 @@ impl Application {
             shutdown,
             settler,
             sweeper,
+            session_feed,
         })
     }
 
@@ -231,6 +239,7 @@ impl Application {
             let _ = settler.await;
         }
         let _ = self.sweeper.await;
+        let _ = self.session_feed.await;
         tracing::info!("shut down cleanly");
         Ok(())
     }
@@ -248,6 +257,7 @@ impl Application {
             let _ = settler.await;
         }
         let _ = self.sweeper.await;
+        let _ = self.session_feed.await;
         result
     }
 }

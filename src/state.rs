@@ -32,7 +32,8 @@ pub struct AppState {
     pub db: PgPool,
     pub keys: Keys,
     pub tokens: TokenKey,
-    /// Whether a token's session still stands (Redis, cached briefly in-process).
+    /// Whether a token's session still stands: what has ended, in memory, fed by
+    /// the ended-sessions stream (see [`crate::auth::session`]).
     pub sessions: crate::auth::session::Sessions,
     pub sold_out: SoldOutFlags,
     pub metrics: Arc<Metrics>,

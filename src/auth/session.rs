@@ -2,49 +2,38 @@
 //! session generation at sign-in. A session stands while the token's generation is
 //! at least the account's and the session was not signed out.
 //!
-//! Redis holds each account's state in one hash, `{user:<id>}:session`: `gen` and
-//! `out:<session id>` (see [`crate::keys::Keys::session`]). Postgres holds the record
-//! (`users.session_gen`, `signed_out_sessions`), written first, so a Redis that lost
-//! the hash gets it back from there ([`Sessions::restore`]): the only Postgres read
-//! on this path, once per account after such a loss. Sign-in writes the hash, so in
-//! normal running the check is Redis only.
+//! Postgres holds the record (`users.session_gen`, `signed_out_sessions`), written
+//! first. Every process keeps, in memory, what has ended: each account's generation
+//! (only accounts that ended all their sessions) and the signed-out sessions whose
+//! tokens have not expired yet. So the check on every request (the buy path
+//! included) is a lookup in this process's memory: no Redis, no Postgres.
 //!
-//! Each process keeps what it read for `session_cache_ms` (1 s by default): a
-//! signed-out token keeps working on another instance for at most that long, and a
-//! buyer's first request in that window costs one `HMGET`, the rest nothing.
+//! Ending a session is rare; it is announced on a Redis stream,
+//! `ns:sessions:ended` ([`crate::keys::Keys::sessions_ended`]), that every process
+//! reads every `session_sync_ms` (250 ms by default): a signed-out token keeps
+//! working on another instance for at most about that long, on the instance that
+//! signed it out not at all. A process loads the record from Postgres at startup,
+//! and again whenever the stream cannot tell it everything since it last read
+//! (Redis wiped or restored from an older copy, or the stream trimmed past it).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use sqlx::PgPool;
+use tokio::sync::watch;
 
 use super::token::Claims;
 use crate::domain::UserId;
 use crate::error::AppError;
 use crate::keys::Keys;
-use crate::lua::lua_script;
 
-static SESSION_GEN: std::sync::LazyLock<redis::Script> = lua_script!("session_gen.lua");
-
-/// Above this many cached sessions, entries past their time are dropped.
-const CACHE_SOFT_MAX: usize = 100_000;
-
-#[derive(Clone, Copy)]
-struct Known {
-    generation: i64,
-    signed_out: bool,
-    at: Instant,
-}
-
-pub struct Sessions {
-    keys: Keys,
-    ttl: Duration,
-    /// Seconds a token lives: how long Redis must keep an account's hash.
-    token_ttl_secs: u64,
-    cache: Mutex<HashMap<(i64, u64), Known>>,
-}
+/// The stream keeps about this many announcements; a process that falls further
+/// behind reloads from Postgres.
+const STREAM_MAX: usize = 100_000;
+/// Announcements read per round trip when catching up.
+const READ_BATCH: usize = 1_000;
 
 /// Whether a token's session still stands.
 #[derive(Debug, PartialEq, Eq)]
@@ -55,177 +44,123 @@ pub enum Standing {
     Superseded,
 }
 
-/// Writes generation 0 for accounts that have never signed in, in one pipeline, as
-/// sign-in would: for tools and tests that mint tokens without signing in, so their
-/// first request does not need Postgres to learn the account's generation.
-pub async fn register_new_accounts(
-    redis: &mut ConnectionManager,
-    keys: &Keys,
-    users: &[UserId],
-    token_ttl_secs: u64,
-) -> redis::RedisResult<()> {
-    let mut pipe = redis::pipe();
-    for user in users {
-        let key = keys.session(*user);
-        pipe.hset_nx(&key, "gen", 0).ignore();
-        pipe.expire(&key, token_ttl_secs as i64).ignore();
+#[derive(Default)]
+struct Ended {
+    /// Accounts whose sessions were all ended: the generation a token needs.
+    generations: HashMap<i64, i64>,
+    /// Signed-out sessions, with their token's expiry (unix seconds).
+    signed_out: HashMap<(i64, u64), i64>,
+}
+
+impl Ended {
+    fn apply(&mut self, event: &Event) {
+        match *event {
+            Event::Generation { user, generation } => {
+                let known = self.generations.entry(user).or_insert(generation);
+                *known = (*known).max(generation);
+            }
+            Event::SignedOut {
+                user,
+                session,
+                expires_at,
+            } => {
+                self.signed_out.insert((user, session), expires_at);
+            }
+        }
     }
-    pipe.query_async(redis).await
+}
+
+/// One announcement on the stream.
+#[derive(Debug, PartialEq)]
+enum Event {
+    Generation {
+        user: i64,
+        generation: i64,
+    },
+    SignedOut {
+        user: i64,
+        session: u64,
+        expires_at: i64,
+    },
+}
+
+impl Event {
+    fn fields(&self) -> Vec<(&'static str, String)> {
+        match *self {
+            Event::Generation { user, generation } => {
+                vec![("user", user.to_string()), ("gen", generation.to_string())]
+            }
+            Event::SignedOut {
+                user,
+                session,
+                expires_at,
+            } => vec![
+                ("user", user.to_string()),
+                ("session", format!("{session:016x}")),
+                ("expires", expires_at.to_string()),
+            ],
+        }
+    }
+
+    /// An entry of the stream; `None` for one this version does not know (skipped).
+    fn parse(fields: &HashMap<String, String>) -> Option<Event> {
+        let user = fields.get("user")?.parse().ok()?;
+        if let Some(generation) = fields.get("gen") {
+            return Some(Event::Generation {
+                user,
+                generation: generation.parse().ok()?,
+            });
+        }
+        Some(Event::SignedOut {
+            user,
+            session: u64::from_str_radix(fields.get("session")?, 16).ok()?,
+            expires_at: fields.get("expires")?.parse().ok()?,
+        })
+    }
+}
+
+/// What has ended, in this process's memory, and how to announce an end.
+#[derive(Clone)]
+pub struct Sessions {
+    keys: Keys,
+    ended: Arc<RwLock<Ended>>,
 }
 
 impl Sessions {
-    pub fn new(keys: Keys, cache_ttl: Duration, token_ttl_secs: u64) -> Self {
-        Sessions {
+    /// Loads what has ended from Postgres (before the server serves anything).
+    pub async fn load(keys: Keys, db: &PgPool) -> Result<Self, AppError> {
+        let sessions = Sessions {
             keys,
-            ttl: cache_ttl,
-            token_ttl_secs,
-            cache: Mutex::new(HashMap::new()),
-        }
+            ended: Arc::new(RwLock::new(Ended::default())),
+        };
+        sessions.reload(db).await?;
+        Ok(sessions)
     }
 
-    /// The session of `claims`, from this process's memory when fresh, else from
-    /// Redis (one `HMGET`), else, when Redis lost the account's hash, from Postgres.
-    pub async fn standing(
-        &self,
-        redis: &mut ConnectionManager,
-        db: &PgPool,
-        claims: &Claims,
-    ) -> Result<Standing, AppError> {
-        let id = (claims.user_id.get(), claims.session);
-        let cached = self.cache.lock().expect("session cache").get(&id).copied();
-        let known = match cached {
-            Some(k) if k.at.elapsed() < self.ttl => k,
-            _ => {
-                let k = match self.read(redis, claims).await? {
-                    Some(k) => k,
-                    None => {
-                        self.restore(redis, db, claims.user_id).await?;
-                        self.read(redis, claims).await?.ok_or_else(|| {
-                            AppError::Internal(anyhow::anyhow!("session state vanished"))
-                        })?
-                    }
-                };
-                self.remember(id, k);
-                k
-            }
-        };
-        Ok(if known.signed_out {
+    /// Whether the session of `claims` stands: memory only.
+    pub fn standing(&self, claims: &Claims) -> Standing {
+        let ended = self.ended.read().unwrap_or_else(|e| e.into_inner());
+        let user = claims.user_id.get();
+        if ended.signed_out.contains_key(&(user, claims.session)) {
             Standing::SignedOut
-        } else if claims.generation < known.generation {
+        } else if ended
+            .generations
+            .get(&user)
+            .is_some_and(|g| claims.generation < *g)
+        {
             Standing::Superseded
         } else {
             Standing::Valid
-        })
-    }
-
-    async fn read(
-        &self,
-        redis: &mut ConnectionManager,
-        claims: &Claims,
-    ) -> Result<Option<Known>, AppError> {
-        let (generation, out): (Option<i64>, Option<String>) = redis::cmd("HMGET")
-            .arg(self.keys.session(claims.user_id))
-            .arg("gen")
-            .arg(format!("out:{:016x}", claims.session))
-            .query_async(redis)
-            .await?;
-        Ok(generation.map(|generation| Known {
-            generation,
-            signed_out: out.is_some(),
-            at: Instant::now(),
-        }))
-    }
-
-    fn remember(&self, id: (i64, u64), known: Known) {
-        if self.ttl.is_zero() {
-            return;
         }
-        let mut cache = self.cache.lock().expect("session cache");
-        if cache.len() >= CACHE_SOFT_MAX {
-            let ttl = self.ttl;
-            cache.retain(|_, k| k.at.elapsed() < ttl);
-            if cache.len() >= CACHE_SOFT_MAX {
-                cache.clear();
-            }
-        }
-        cache.insert(id, known);
     }
 
-    fn forget_account(&self, user: UserId) {
-        self.cache
-            .lock()
-            .expect("session cache")
-            .retain(|(u, _), _| *u != user.get());
-    }
-
-    /// Redis lost the account's hash (a wipe, an old AOF): rebuild it from Postgres.
-    async fn restore(
-        &self,
-        redis: &mut ConnectionManager,
-        db: &PgPool,
-        user: UserId,
-    ) -> Result<(), AppError> {
-        let generation: Option<i64> =
-            sqlx::query_scalar("SELECT session_gen FROM users WHERE id = $1")
-                .bind(user.get())
-                .fetch_optional(db)
-                .await?;
-        // A deleted account: no session of it stands.
-        let generation = generation.unwrap_or(i64::MAX);
-        let out: Vec<String> = sqlx::query_scalar(
-            "SELECT session FROM signed_out_sessions WHERE user_id = $1 AND expires_at > now()",
-        )
-        .bind(user.get())
-        .fetch_all(db)
-        .await?;
-        tracing::info!(
-            user_id = user.get(),
-            signed_out = out.len(),
-            "session state restored from Postgres"
-        );
-        self.write(redis, user, generation, None).await?;
-        for session in out {
-            self.write(redis, user, generation, Some(&session)).await?;
-        }
-        Ok(())
-    }
-
-    async fn write(
-        &self,
-        redis: &mut ConnectionManager,
-        user: UserId,
-        generation: i64,
-        signed_out: Option<&str>,
-    ) -> Result<i64, AppError> {
-        Ok(SESSION_GEN
-            .key(self.keys.session(user))
-            .arg(generation)
-            .arg(self.token_ttl_secs)
-            .arg(signed_out.unwrap_or(""))
-            .invoke_async(redis)
-            .await?)
-    }
-
-    /// At sign-in: the account's generation from Postgres reaches Redis (never
-    /// lowering it), and the hash lives at least as long as the new token.
-    pub async fn signed_in(
-        &self,
-        redis: &mut ConnectionManager,
-        user: UserId,
-        generation: i64,
-    ) -> Result<(), AppError> {
-        self.write(redis, user, generation, None).await?;
-        Ok(())
-    }
-
-    /// Signs out one session: recorded in Postgres, then Redis, then this process.
+    /// Signs out one session: recorded in Postgres, announced, and ended here.
     pub async fn sign_out(
         &self,
         redis: &mut ConnectionManager,
         db: &PgPool,
         claims: &Claims,
     ) -> Result<(), AppError> {
-        let session = format!("{:016x}", claims.session);
         let expires_at = chrono::DateTime::from_timestamp(claims.expires_at, 0)
             .ok_or_else(|| AppError::Internal(anyhow::anyhow!("token expiry out of range")))?;
         sqlx::query(
@@ -233,26 +168,281 @@ impl Sessions {
              ON CONFLICT DO NOTHING",
         )
         .bind(claims.user_id.get())
-        .bind(&session)
+        .bind(format!("{:016x}", claims.session))
         .bind(expires_at)
         .execute(db)
         .await?;
-        // Generation 0 never raises anything: this only marks the session.
-        self.write(redis, claims.user_id, 0, Some(&session)).await?;
-        self.forget_account(claims.user_id);
-        Ok(())
+        self.announce(
+            redis,
+            Event::SignedOut {
+                user: claims.user_id.get(),
+                session: claims.session,
+                expires_at: claims.expires_at,
+            },
+        )
+        .await
     }
 
-    /// Ends every session of the account: `users.session_gen` goes up in Postgres
-    /// (inside the caller's transaction, if any, via `generation`), then Redis.
+    /// Ends every session of the account whose generation Postgres raised to
+    /// `generation` (the caller did, in its transaction): announced, and ended here.
     pub async fn end_all(
         &self,
         redis: &mut ConnectionManager,
         user: UserId,
         generation: i64,
     ) -> Result<(), AppError> {
-        self.write(redis, user, generation, None).await?;
-        self.forget_account(user);
+        self.announce(
+            redis,
+            Event::Generation {
+                user: user.get(),
+                generation,
+            },
+        )
+        .await
+    }
+
+    /// Ends here at once, then tells the others. When Redis cannot take the
+    /// announcement the caller gets the error (a 503 to retry: Postgres has the
+    /// record, and a retry is harmless), and this process has ended it already.
+    async fn announce(&self, redis: &mut ConnectionManager, event: Event) -> Result<(), AppError> {
+        self.ended
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(&event);
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(self.keys.sessions_ended())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(STREAM_MAX)
+            .arg("*");
+        for (field, value) in event.fields() {
+            cmd.arg(field).arg(value);
+        }
+        let _: String = cmd.query_async(redis).await?;
         Ok(())
+    }
+
+    /// Adds Postgres's record to what this process knows. Never replaces: nothing
+    /// that ended comes back (a generation only goes up, a signed-out session
+    /// stays so until its token expires), so an announcement applied here while
+    /// the record was being read is kept.
+    async fn reload(&self, db: &PgPool) -> Result<(), AppError> {
+        let generations: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT id, session_gen FROM users WHERE session_gen > 0")
+                .fetch_all(db)
+                .await?;
+        let signed_out: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT user_id, session, extract(epoch FROM expires_at)::bigint
+             FROM signed_out_sessions WHERE expires_at > now()",
+        )
+        .fetch_all(db)
+        .await?;
+        let mut ended = self.ended.write().unwrap_or_else(|e| e.into_inner());
+        for &(user, generation) in &generations {
+            ended.apply(&Event::Generation { user, generation });
+        }
+        for (user, session, expires_at) in signed_out {
+            if let Ok(session) = u64::from_str_radix(&session, 16) {
+                ended.apply(&Event::SignedOut {
+                    user,
+                    session,
+                    expires_at,
+                });
+            }
+        }
+        tracing::debug!(
+            generations = ended.generations.len(),
+            signed_out = ended.signed_out.len(),
+            "ended sessions loaded from Postgres"
+        );
+        Ok(())
+    }
+
+    /// Reads the stream every `every` until shutdown: applies what others ended,
+    /// reloads from Postgres when the stream lost what this process has not read,
+    /// and forgets signed-out sessions whose tokens have expired.
+    pub async fn follow(
+        self,
+        mut redis: ConnectionManager,
+        db: PgPool,
+        every: Duration,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let mut follower = Follower {
+            sessions: self,
+            last: None,
+        };
+        while !*shutdown.borrow() {
+            if let Err(e) = follower.catch_up(&mut redis, &db).await {
+                tracing::warn!(error = %crate::error::error_chain(&e), "reading the ended-sessions stream failed; retrying");
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+    }
+}
+
+struct Follower {
+    sessions: Sessions,
+    /// The newest entry applied; `None` until the first read.
+    last: Option<String>,
+}
+
+impl Follower {
+    async fn catch_up(
+        &mut self,
+        redis: &mut ConnectionManager,
+        db: &PgPool,
+    ) -> Result<(), AppError> {
+        let key = self.sessions.keys.sessions_ended();
+        let Some(mut from) = self.last.clone() else {
+            // The first read: everything up to the stream's newest entry comes from
+            // Postgres (again: announcements made since the startup load count).
+            self.resync(redis, db, &key).await?;
+            return Ok(());
+        };
+        // From `from` itself: if it is gone, the stream lost entries this process
+        // has not seen (a wipe, an older copy of Redis, trimming).
+        let mut entries = read(redis, &key, &from).await?;
+        if from != "0-0" && entries.first().is_none_or(|(id, _)| *id != from) {
+            tracing::warn!(
+                "the ended-sessions stream lost entries this process had not read; reloading from Postgres"
+            );
+            self.resync(redis, db, &key).await?;
+            return Ok(());
+        }
+        loop {
+            let fresh: Vec<Event> = entries
+                .iter()
+                .filter(|(id, _)| *id != from)
+                .filter_map(|(_, fields)| Event::parse(fields))
+                .collect();
+            if !fresh.is_empty() {
+                tracing::debug!(count = fresh.len(), "sessions ended on other instances");
+                let mut ended = self
+                    .sessions
+                    .ended
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner());
+                for event in &fresh {
+                    ended.apply(event);
+                }
+            }
+            let Some((newest_id, _)) = entries.last() else {
+                break;
+            };
+            let full = entries.len() >= READ_BATCH;
+            from = newest_id.clone();
+            self.last = Some(from.clone());
+            if !full {
+                break;
+            }
+            entries = read(redis, &key, &from).await?;
+        }
+        self.forget_expired();
+        Ok(())
+    }
+
+    /// Postgres's record, and the stream followed from its newest entry (taken
+    /// before the read, so nothing announced meanwhile is missed; applying an
+    /// announcement twice changes nothing).
+    async fn resync(
+        &mut self,
+        redis: &mut ConnectionManager,
+        db: &PgPool,
+        key: &str,
+    ) -> Result<(), AppError> {
+        let resume = newest(redis, key).await?;
+        self.sessions.reload(db).await?;
+        self.last = Some(resume);
+        Ok(())
+    }
+
+    fn forget_expired(&self) {
+        let now = chrono::Utc::now().timestamp();
+        let mut ended = self
+            .sessions
+            .ended
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        ended.signed_out.retain(|_, expires_at| *expires_at > now);
+    }
+}
+
+type Entry = (String, HashMap<String, String>);
+
+/// Entries from `from` (inclusive), at most [`READ_BATCH`].
+async fn read(
+    redis: &mut ConnectionManager,
+    key: &str,
+    from: &str,
+) -> Result<Vec<Entry>, AppError> {
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(key)
+        .arg(from)
+        .arg("+")
+        .arg("COUNT")
+        .arg(READ_BATCH)
+        .query_async(redis)
+        .await?;
+    Ok(entries)
+}
+
+/// The id of the stream's newest entry, `0-0` when it has none.
+async fn newest(redis: &mut ConnectionManager, key: &str) -> Result<String, AppError> {
+    let entries: Vec<Entry> = redis::cmd("XREVRANGE")
+        .arg(key)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(redis)
+        .await?;
+    Ok(entries
+        .into_iter()
+        .next()
+        .map_or_else(|| "0-0".to_string(), |(id, _)| id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn announcements_round_trip_and_unknown_ones_are_skipped() {
+        for event in [
+            Event::Generation {
+                user: 7,
+                generation: 3,
+            },
+            Event::SignedOut {
+                user: 7,
+                session: 0xdead_beef_0000_0001,
+                expires_at: 1_800_000_000,
+            },
+        ] {
+            let fields: HashMap<String, String> = event
+                .fields()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect();
+            assert_eq!(Event::parse(&fields), Some(event));
+        }
+        let unknown: HashMap<String, String> = [("kind".to_string(), "x".to_string())].into();
+        assert_eq!(Event::parse(&unknown), None);
+    }
+
+    #[test]
+    fn a_generation_never_goes_down() {
+        let mut ended = Ended::default();
+        for generation in [3, 1, 2] {
+            ended.apply(&Event::Generation {
+                user: 1,
+                generation,
+            });
+        }
+        assert_eq!(ended.generations[&1], 3);
     }
 }

@@ -184,16 +184,6 @@ impl TestApp {
         .fetch_all(&self.db)
         .await
         .expect("insert users");
-        // As sign-in would: the accounts' session generation reaches Redis.
-        let users: Vec<Id> = ids.iter().map(|&id| Id::new(id).unwrap()).collect();
-        stampede::auth::session::register_new_accounts(
-            &mut self.redis.clone(),
-            &self.keys,
-            &users,
-            self.config.token_ttl_secs,
-        )
-        .await
-        .expect("register sessions");
         ids.into_iter()
             .map(|id| User {
                 id,
@@ -421,7 +411,7 @@ pub async fn sliding_log_entries(redis: &mut redis::aio::ConnectionManager, key:
     let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
     let state = state.unwrap_or_default();
     assert!(
-        state.len() % 13 == 0 && state.bytes().all(|b| b.is_ascii_digit()),
+        state.len().is_multiple_of(13) && state.bytes().all(|b| b.is_ascii_digit()),
         "not a sliding log: {state:?}"
     );
     state.len() / 13

@@ -1,6 +1,6 @@
 //! Sessions end: sign-out ends this session on every instance, sign-out-all and a
 //! password change end every session of the account, and the check survives Redis
-//! losing the session state (rebuilt from Postgres).
+//! losing the stream of ended sessions (reloaded from Postgres).
 
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,7 @@ async fn assert_ended(app: &TestApp, token: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signout_ends_this_session_on_every_instance_and_no_other() {
-    let app = spawn_app_with(|c| c.session_cache_ms = 1000).await;
+    let app = spawn_app_with(|c| c.session_sync_ms = 1000).await;
     let sibling = spawn_sibling(&app, |_| {}).await;
     signup(&app, "sessiona").await;
     let first = signin(&app, "sessiona", PASSWORD).await;
@@ -58,7 +58,7 @@ async fn signout_ends_this_session_on_every_instance_and_no_other() {
     assert_eq!(resp.status(), StatusCode::NO_CONTENT);
     // This instance knows at once.
     assert_ended(&app, &first).await;
-    // The other instance within its cache time (1 s), plus scheduling slack.
+    // The other instance within its sync interval (1 s), plus scheduling slack.
     let started = Instant::now();
     while me(&sibling, &first).await == StatusCode::OK {
         assert!(
@@ -106,7 +106,7 @@ async fn signout_ends_this_session_on_every_instance_and_no_other() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signout_all_and_password_change_end_every_session() {
-    let app = spawn_app_with(|c| c.session_cache_ms = 1000).await;
+    let app = spawn_app_with(|_| {}).await;
     signup(&app, "sessionb").await;
     let a = signin(&app, "sessionb", PASSWORD).await;
     let b = signin(&app, "sessionb", PASSWORD).await;
@@ -165,11 +165,13 @@ async fn signout_all_and_password_change_end_every_session() {
     assert_eq!(generation, 2);
 }
 
-/// Redis losing an account's session state must not bring a signed-out or ended
-/// session back: it is rebuilt from Postgres on the next check.
+/// Redis losing the stream of ended sessions (a wipe) must not bring a signed-out
+/// or ended session back: an instance started afterwards loads them from Postgres,
+/// and one that was running notices the stream lost what it had read and reloads.
 #[tokio::test(flavor = "multi_thread")]
-async fn ended_sessions_stay_ended_when_redis_loses_the_state() {
-    let app = spawn_app_with(|c| c.session_cache_ms = 0).await;
+async fn ended_sessions_stay_ended_when_redis_loses_the_stream() {
+    let app = spawn_app_with(|c| c.session_sync_ms = 100).await;
+    let running = spawn_sibling(&app, |_| {}).await;
     signup(&app, "sessionc").await;
     let old = signin(&app, "sessionc", PASSWORD).await;
     assert_eq!(
@@ -178,32 +180,56 @@ async fn ended_sessions_stay_ended_when_redis_loses_the_state() {
     );
     let out = signin(&app, "sessionc", PASSWORD).await;
     let kept = signin(&app, "sessionc", PASSWORD).await;
+    let later = signin(&app, "sessionc", PASSWORD).await;
     assert_eq!(
         app.post("/api/auth/signout", Some(&out)).await.status(),
         StatusCode::NO_CONTENT
     );
+    // The running sibling has read both announcements.
+    let started = Instant::now();
+    while me(&running, &out).await == StatusCode::OK {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "sibling never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
-    let user: i64 = sqlx::query_scalar("SELECT id FROM users WHERE username = 'sessionc'")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    let key = app.keys.session(stampede::domain::Id::new(user).unwrap());
     let removed: i64 = redis::cmd("DEL")
-        .arg(&key)
+        .arg(app.keys.sessions_ended())
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    assert_eq!(removed, 1);
+    assert_eq!(removed, 1, "the stream existed");
 
-    assert_ended(&app, &old).await;
-    assert_ended(&app, &out).await;
-    assert_eq!(me(&app, &kept).await, StatusCode::OK);
-    let (generation, signed_out): (Option<i64>, i64) = redis::pipe()
-        .hget(&key, "gen")
-        .hlen(&key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    assert_eq!(generation, Some(1));
-    assert_eq!(signed_out, 2, "gen and the one signed-out session");
+    // Started after the wipe: everything from Postgres.
+    let fresh = spawn_sibling(&app, |_| {}).await;
+    for instance in [&app, &running, &fresh] {
+        assert_ended(instance, &old).await;
+        assert_ended(instance, &out).await;
+        assert_eq!(me(instance, &kept).await, StatusCode::OK);
+        assert_eq!(me(instance, &later).await, StatusCode::OK);
+    }
+    // Ended after the wipe: the running sibling found the stream gone (no longer
+    // holding what it read last), reloaded from Postgres, and follows the new one.
+    assert_eq!(
+        app.post("/api/auth/signout", Some(&later)).await.status(),
+        StatusCode::NO_CONTENT
+    );
+    let started = Instant::now();
+    for (name, instance) in [("running", &running), ("fresh", &fresh)] {
+        while me(instance, &later).await == StatusCode::OK {
+            assert!(
+                started.elapsed() < Duration::from_secs(3),
+                "the {name} sibling still accepts a session ended after the wipe"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for instance in [&app, &running, &fresh] {
+        assert_ended(instance, &old).await;
+        assert_ended(instance, &out).await;
+        assert_ended(instance, &later).await;
+        assert_eq!(me(instance, &kept).await, StatusCode::OK);
+    }
 }
