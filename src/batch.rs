@@ -2,12 +2,17 @@
 //! are decided by one script call, each answered in order.
 //!
 //! Group commit, no timer: the first request for a key finds no batch in flight and
-//! goes at once, alone, so a quiet sale keeps its latency. Requests that arrive
-//! while a batch is in flight wait for it (at most one Redis round trip) and then
-//! go together, at most `max` per call. A hot sale thus costs one EVALSHA, one
-//! `INFO` run check and, with `appendfsync always`, one `fsync` per batch instead
-//! of per buyer; this is what lets one sale go past the one-call-per-request
-//! ceiling of a Redis core.
+//! goes at once, alone, so a quiet sale keeps its latency. Up to `in_flight`
+//! batches of one key go at once (each takes what is waiting when it starts);
+//! requests that arrive while they are all out wait for the first to come back (at
+//! most one Redis round trip) and then go together, at most `max` per call. A hot
+//! sale thus costs one EVALSHA and one `INFO` run check per batch instead of per
+//! buyer; this is what lets one sale go past the one-call-per-request ceiling of a
+//! Redis core. Several batches in flight matter under `appendfsync always`: Redis
+//! answers a write only after an `fsync`, one per event-loop turn for everything it
+//! read in that turn, so the batches that reach it during one `fsync` share the
+//! next. Each script is atomic, so batches in flight together never break an
+//! invariant; their order is the order Redis runs them.
 //!
 //! Each HTTP worker has its own batcher and its own Redis connection (see
 //! `startup`), so a request, its batch and the Redis I/O stay on one thread.
@@ -72,6 +77,8 @@ type Waiting<D> = (
 
 struct Queue<D: Decider> {
     waiting: VecDeque<Waiting<D>>,
+    /// Batches of this key out now (flush tasks running).
+    flushing: usize,
 }
 
 /// The batcher of one worker for one kind of decision.
@@ -79,6 +86,8 @@ pub struct Batcher<D: Decider> {
     decider: D,
     redis: ConnectionManager,
     max: usize,
+    /// Most batches of one key out at once.
+    in_flight: usize,
     /// Keys with a batch in flight, and who waits for the next one. A std mutex:
     /// held for a queue push or drain, never across an await.
     queues: Mutex<HashMap<D::Key, Queue<D>>>,
@@ -93,12 +102,20 @@ pub struct Counters {
 }
 
 impl<D: Decider> Batcher<D> {
-    /// `max`: most requests in one call (1: every request alone).
-    pub fn new(decider: D, redis: ConnectionManager, max: usize, counters: Counters) -> Arc<Self> {
+    /// `max`: most requests in one call (1: every request alone); `in_flight`: most
+    /// calls of one key out at once.
+    pub fn new(
+        decider: D,
+        redis: ConnectionManager,
+        max: usize,
+        in_flight: usize,
+        counters: Counters,
+    ) -> Arc<Self> {
         Arc::new(Batcher {
             decider,
             redis,
             max: max.max(1),
+            in_flight: in_flight.max(1),
             queues: Mutex::new(HashMap::new()),
             counters,
         })
@@ -114,16 +131,20 @@ impl<D: Decider> Batcher<D> {
         let lead = {
             let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
             match queues.get_mut(&key) {
-                // A batch is in flight: ride with the next one.
+                // Batches are in flight: start another if fewer than `in_flight`
+                // are, else ride with the next one.
                 Some(queue) => {
                     queue.waiting.push_back((request, tx));
-                    false
+                    let go = queue.flushing < self.in_flight;
+                    queue.flushing += usize::from(go);
+                    go
                 }
                 None => {
                     queues.insert(
                         key,
                         Queue {
                             waiting: VecDeque::from([(request, tx)]),
+                            flushing: 1,
                         },
                     );
                     true
@@ -151,7 +172,10 @@ impl<D: Decider> Batcher<D> {
                     return;
                 };
                 if queue.waiting.is_empty() {
-                    queues.remove(&key);
+                    queue.flushing -= 1;
+                    if queue.flushing == 0 {
+                        queues.remove(&key);
+                    }
                     return;
                 }
                 let n = queue.waiting.len().min(self.max);

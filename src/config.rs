@@ -67,6 +67,10 @@ pub struct Config {
     /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
     /// decides each alone. See `src/batch.rs`.
     pub batch_max: usize,
+    /// Most batch calls of one sale (or poll) in flight at once, per HTTP worker:
+    /// under `appendfsync always` the batches that reach Redis during one `fsync`
+    /// share the next.
+    pub batch_in_flight: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -120,6 +124,7 @@ impl Default for Config {
             workers: 0,
             sweep_ms: 2000,
             batch_max: 64,
+            batch_in_flight: 4,
         }
     }
 }
@@ -152,6 +157,7 @@ impl std::fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("sweep_ms", &self.sweep_ms)
             .field("batch_max", &self.batch_max)
+            .field("batch_in_flight", &self.batch_in_flight)
             .finish_non_exhaustive()
     }
 }
@@ -316,6 +322,9 @@ impl Config {
         if let Some(v) = var("STAMPEDE_BATCH_MAX") {
             self.batch_max = parse("STAMPEDE_BATCH_MAX", v)?;
         }
+        if let Some(v) = var("STAMPEDE_BATCH_IN_FLIGHT") {
+            self.batch_in_flight = parse("STAMPEDE_BATCH_IN_FLIGHT", v)?;
+        }
         if let Some(v) = var("STAMPEDE_SWEEP_MS") {
             self.sweep_ms = parse("STAMPEDE_SWEEP_MS", v)?;
         }
@@ -329,6 +338,11 @@ impl Config {
                 "token_secret (STAMPEDE_TOKEN_SECRET) must be at least 32 characters; \
                  scripts/run generates one into .data/env"
                     .into(),
+            ));
+        }
+        if !(1..=64).contains(&self.batch_in_flight) {
+            return Err(ConfigError::Invalid(
+                "batch_in_flight (STAMPEDE_BATCH_IN_FLIGHT) must be 1 to 64".into(),
             ));
         }
         if !(1..=60_000).contains(&self.session_sync_ms) {

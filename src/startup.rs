@@ -276,6 +276,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
             redis.clone(),
             max,
+            state.config.batch_in_flight,
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.buy_batches,
@@ -289,6 +290,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
             redis.clone(),
             max,
+            state.config.batch_in_flight,
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.vote_batches,
