@@ -22,6 +22,7 @@
 //!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile.
 //! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
 //!   to Postgres.
+//! - [`openapi`]: `GET /api/openapi.json`, generated from the handlers with utoipa.
 //! - [`web`]: browser pages (askama templates) and static files.
 //! - [`seed`]: the first admin and demo data.
 
@@ -36,7 +37,9 @@ pub mod limit;
 pub mod lock;
 pub mod lua;
 pub mod metrics;
+pub mod openapi;
 pub mod recover;
+mod routes;
 pub mod sale;
 pub mod seed;
 pub mod settle;

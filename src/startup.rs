@@ -145,17 +145,11 @@ impl Application {
                 .app_data(path_config())
                 .app_data(query_config())
                 .app_data(web::PayloadConfig::new(max_body))
-                .route("/healthz", web::get().to(healthz))
-                .route("/readyz", web::get().to(readyz))
+                .configure(configure_health)
                 .route("/metrics", web::get().to(crate::metrics::guarded_endpoint))
                 // The JSON API in one scope: a page or static request never runs
                 // through the API's patterns, and the other way round.
-                .service(
-                    web::scope("/api")
-                        .configure(crate::sale::configure)
-                        .configure(crate::vote::configure)
-                        .configure(crate::auth::configure),
-                )
+                .service(api_scope())
                 .configure(crate::web::configure)
                 .default_service(web::to(crate::web::fallback))
         })
@@ -404,11 +398,76 @@ fn query_config() -> web::QueryConfig {
         .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
 }
 
+/// The JSON API's route groups, mounted under `/api`. One table builds the scope and
+/// lists the routes ([`api_routes`]), so the OpenAPI test checks what is served.
+const API_GROUPS: &[(fn(&mut web::ServiceConfig), &[(&str, &str)])] = &[
+    (crate::sale::configure, crate::sale::ROUTES),
+    (crate::vote::configure, crate::vote::ROUTES),
+    (crate::auth::configure, crate::auth::ROUTES),
+    (crate::openapi::configure, crate::openapi::ROUTES),
+];
+
+fn api_scope() -> actix_web::Scope {
+    API_GROUPS
+        .iter()
+        .fold(web::scope("/api"), |scope, (configure, _)| {
+            scope.configure(*configure)
+        })
+}
+
+crate::routes::routes! {
+    fn configure_health, pub const HEALTH_ROUTES;
+    get "/healthz" => healthz,
+    get "/readyz" => readyz,
+}
+
+/// Every route of the API and the health checks as `(method, full path)`: what the
+/// OpenAPI document must describe (`/metrics` and the pages are not part of it).
+pub fn api_routes() -> Vec<(&'static str, String)> {
+    let api = API_GROUPS.iter().flat_map(|(_, routes)| {
+        routes
+            .iter()
+            .map(|(method, path)| (*method, format!("/api{path}")))
+    });
+    HEALTH_ROUTES
+        .iter()
+        .map(|(method, path)| (*method, path.to_string()))
+        .chain(api)
+        .collect()
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(healthz, readyz))]
+pub(crate) struct Api;
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Health {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Readiness {
+    /// `ready` or `unavailable`.
+    status: &'static str,
+    /// `ok` or `down`.
+    redis: &'static str,
+    /// `ok` or `down`.
+    postgres: &'static str,
+}
+
+/// Liveness: the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "The process runs", body = Health)))]
 async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// Ready when both stores answer within a second.
+#[utoipa::path(get, path = "/readyz", tag = "meta", responses(
+    (status = 200, description = "Redis and Postgres answer", body = Readiness),
+    (status = 503, description = "Redis or Postgres does not answer (which one is said)", body = Readiness),
+))]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let timeout = Duration::from_secs(1);
     let mut redis = state.redis.clone();
@@ -424,11 +483,15 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,
         Ok(Ok(_))
     );
-    let body = serde_json::json!({
-        "status": if redis_ok && db_ok { "ready" } else { "unavailable" },
-        "redis": if redis_ok { "ok" } else { "down" },
-        "postgres": if db_ok { "ok" } else { "down" },
-    });
+    let body = Readiness {
+        status: if redis_ok && db_ok {
+            "ready"
+        } else {
+            "unavailable"
+        },
+        redis: if redis_ok { "ok" } else { "down" },
+        postgres: if db_ok { "ok" } else { "down" },
+    };
     if redis_ok && db_ok {
         HttpResponse::Ok().json(body)
     } else {

@@ -11,6 +11,7 @@ mod health;
 mod helpers;
 mod limit;
 mod lock;
+mod openapi;
 mod pages;
 mod poll_pages;
 mod purchase;
