@@ -5,6 +5,7 @@
 //!   and runs it with graceful shutdown.
 //! - [`config`]: defaults, TOML file, environment overrides.
 //! - [`state`]: the one `AppState` (config, Redis connection, Postgres pool, keys).
+//! - [`conn`]: what one client can hold: header size and body time limits.
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
@@ -30,6 +31,7 @@ pub mod auth;
 pub mod batch;
 pub mod cache;
 pub mod config;
+pub mod conn;
 pub mod domain;
 pub mod error;
 pub mod keys;

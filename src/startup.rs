@@ -135,13 +135,20 @@ impl Application {
         let port = listener.local_addr()?.port();
         let server_state = state.clone();
         let max_body = config.max_body_bytes;
+        let body_timeout_ms = config.body_timeout_ms;
+        let client_limits = web::Data::new(crate::conn::ClientLimits {
+            max_header_bytes: config.max_header_bytes,
+            body_timeout: Duration::from_millis(config.body_timeout_ms),
+        });
         let mut server = HttpServer::new(move || {
             let state = server_state.clone();
             App::new()
+                .wrap(actix_web::middleware::from_fn(crate::conn::guard))
                 .wrap(tracing_actix_web::TracingLogger::default())
+                .app_data(client_limits.clone())
                 .data_factory(move || build_worker(state.clone()))
                 .app_data(server_state.clone())
-                .app_data(json_config(max_body))
+                .app_data(json_config(max_body, body_timeout_ms))
                 .app_data(path_config())
                 .app_data(query_config())
                 .app_data(web::PayloadConfig::new(max_body))
@@ -157,6 +164,14 @@ impl Application {
         .disable_signals()
         .shutdown_timeout(10)
         .backlog(4096)
+        // What one client can hold (README, "Limits on connections"): the head must
+        // come within client_request_timeout (else 408, or a silent close when
+        // nothing came), idle keep-alive connections close, each worker holds at
+        // most max_connections; a response not taken within a second is dropped.
+        .client_request_timeout(Duration::from_millis(config.client_request_timeout_ms))
+        .client_disconnect_timeout(Duration::from_secs(1))
+        .keep_alive(Duration::from_secs(config.keep_alive_secs))
+        .max_connections(config.max_connections)
         .listen(listener)?;
         if config.workers > 0 {
             server = server.workers(config.workers);
@@ -362,7 +377,7 @@ async fn wait_for_signal() {
     }
 }
 
-fn json_config(limit: usize) -> web::JsonConfig {
+fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
         .error_handler(move |err, _req| {
@@ -373,6 +388,9 @@ fn json_config(limit: usize) -> web::JsonConfig {
                     "payload_too_large",
                     format!("request body is larger than {limit} bytes"),
                 ),
+                E::Payload(p) if crate::conn::is_body_timeout(p) => {
+                    crate::conn::body_timeout_error(body_timeout_ms)
+                }
                 E::ContentType => AppError::new(
                     actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     "unsupported_media_type",
