@@ -416,9 +416,12 @@ fn query_config() -> web::QueryConfig {
         .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
 }
 
+type Configure = fn(&mut web::ServiceConfig);
+type RouteList = &'static [(&'static str, &'static str)];
+
 /// The JSON API's route groups, mounted under `/api`. One table builds the scope and
 /// lists the routes ([`api_routes`]), so the OpenAPI test checks what is served.
-const API_GROUPS: &[(fn(&mut web::ServiceConfig), &[(&str, &str)])] = &[
+const API_GROUPS: &[(Configure, RouteList)] = &[
     (crate::sale::configure, crate::sale::ROUTES),
     (crate::vote::configure, crate::vote::ROUTES),
     (crate::auth::configure, crate::auth::ROUTES),

@@ -421,7 +421,7 @@ pub async fn sliding_log_entries(redis: &mut redis::aio::ConnectionManager, key:
     let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
     let state = state.unwrap_or_default();
     assert!(
-        state.len() % 13 == 0 && state.bytes().all(|b| b.is_ascii_digit()),
+        state.len().is_multiple_of(13) && state.bytes().all(|b| b.is_ascii_digit()),
         "not a sliding log: {state:?}"
     );
     state.len() / 13
