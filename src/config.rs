@@ -37,6 +37,22 @@ pub struct Config {
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
     pub max_body_bytes: usize,
+    /// What one client can hold (see "Limits on connections" in the README): the
+    /// request line and headers must arrive within this long of the connection
+    /// opening or of the previous answer, else 408 and the connection is closed
+    /// (a connection that sent nothing is closed silently).
+    pub client_request_timeout_ms: u64,
+    /// The body must arrive within this long of the headers, else 408 `body_timeout`
+    /// and the connection is closed.
+    pub body_timeout_ms: u64,
+    /// An idle keep-alive connection is closed after this long.
+    pub keep_alive_secs: u64,
+    /// Most connections one HTTP worker holds at once; past it the worker stops
+    /// accepting until some close.
+    pub max_connections: usize,
+    /// Largest request line plus headers; larger: 431 `headers_too_large`, closed.
+    /// actix-http itself closes any head over 128 KiB.
+    pub max_header_bytes: usize,
     /// How long this process trusts its own "sold out" flag before asking Redis again.
     /// Bounds how late another instance notices a top-up.
     pub sold_out_cache_ms: u64,
@@ -111,6 +127,11 @@ impl Default for Config {
             session_sync_ms: 250,
             cookie_secure: false,
             max_body_bytes: 16 * 1024,
+            client_request_timeout_ms: 5000,
+            body_timeout_ms: 10_000,
+            keep_alive_secs: 5,
+            max_connections: 25_000,
+            max_header_bytes: 16 * 1024,
             sold_out_cache_ms: 1000,
             settle_in_serve: true,
             settle: SettleConfig::default(),
@@ -146,6 +167,11 @@ impl std::fmt::Debug for Config {
             .field("session_sync_ms", &self.session_sync_ms)
             .field("cookie_secure", &self.cookie_secure)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("client_request_timeout_ms", &self.client_request_timeout_ms)
+            .field("body_timeout_ms", &self.body_timeout_ms)
+            .field("keep_alive_secs", &self.keep_alive_secs)
+            .field("max_connections", &self.max_connections)
+            .field("max_header_bytes", &self.max_header_bytes)
             .field("sold_out_cache_ms", &self.sold_out_cache_ms)
             .field("settle_in_serve", &self.settle_in_serve)
             .field("settle", &self.settle)
@@ -268,6 +294,21 @@ impl Config {
         }
         if let Some(v) = var("STAMPEDE_MAX_BODY_BYTES") {
             self.max_body_bytes = parse("STAMPEDE_MAX_BODY_BYTES", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS") {
+            self.client_request_timeout_ms = parse("STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_BODY_TIMEOUT_MS") {
+            self.body_timeout_ms = parse("STAMPEDE_BODY_TIMEOUT_MS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_KEEP_ALIVE_SECS") {
+            self.keep_alive_secs = parse("STAMPEDE_KEEP_ALIVE_SECS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_MAX_CONNECTIONS") {
+            self.max_connections = parse("STAMPEDE_MAX_CONNECTIONS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_MAX_HEADER_BYTES") {
+            self.max_header_bytes = parse("STAMPEDE_MAX_HEADER_BYTES", v)?;
         }
         if let Some(v) = var("STAMPEDE_SOLD_OUT_CACHE_MS") {
             self.sold_out_cache_ms = parse("STAMPEDE_SOLD_OUT_CACHE_MS", v)?;

@@ -26,9 +26,12 @@ pub enum AppError {
     Internal(#[from] anyhow::Error),
 }
 
-#[derive(Serialize)]
+/// The body of every error answer.
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct ErrorBody<'a> {
+    /// Machine-readable code, such as `sold_out` or `invalid_id`.
     pub error: &'a str,
+    /// What happened, for people.
     pub message: &'a str,
 }
 

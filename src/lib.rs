@@ -5,6 +5,7 @@
 //!   and runs it with graceful shutdown.
 //! - [`config`]: defaults, TOML file, environment overrides.
 //! - [`state`]: the one `AppState` (config, Redis connection, Postgres pool, keys).
+//! - [`conn`]: what one client can hold: header size and body time limits.
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
@@ -22,6 +23,7 @@
 //!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile.
 //! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
 //!   to Postgres.
+//! - [`openapi`]: `GET /api/openapi.json`, generated from the handlers with utoipa.
 //! - [`web`]: browser pages (askama templates) and static files.
 //! - [`seed`]: the first admin and demo data.
 
@@ -29,6 +31,7 @@ pub mod auth;
 pub mod batch;
 pub mod cache;
 pub mod config;
+pub mod conn;
 pub mod domain;
 pub mod error;
 pub mod keys;
@@ -36,7 +39,9 @@ pub mod limit;
 pub mod lock;
 pub mod lua;
 pub mod metrics;
+pub mod openapi;
 pub mod recover;
+mod routes;
 pub mod sale;
 pub mod seed;
 pub mod settle;

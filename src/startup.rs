@@ -142,27 +142,28 @@ impl Application {
         let port = listener.local_addr()?.port();
         let server_state = state.clone();
         let max_body = config.max_body_bytes;
+        let body_timeout_ms = config.body_timeout_ms;
+        let client_limits = web::Data::new(crate::conn::ClientLimits {
+            max_header_bytes: config.max_header_bytes,
+            body_timeout: Duration::from_millis(config.body_timeout_ms),
+        });
         let mut server = HttpServer::new(move || {
             let state = server_state.clone();
             App::new()
+                .wrap(actix_web::middleware::from_fn(crate::conn::guard))
                 .wrap(tracing_actix_web::TracingLogger::default())
+                .app_data(client_limits.clone())
                 .data_factory(move || build_worker(state.clone()))
                 .app_data(server_state.clone())
-                .app_data(json_config(max_body))
+                .app_data(json_config(max_body, body_timeout_ms))
                 .app_data(path_config())
                 .app_data(query_config())
                 .app_data(web::PayloadConfig::new(max_body))
-                .route("/healthz", web::get().to(healthz))
-                .route("/readyz", web::get().to(readyz))
+                .configure(configure_health)
                 .route("/metrics", web::get().to(crate::metrics::guarded_endpoint))
                 // The JSON API in one scope: a page or static request never runs
                 // through the API's patterns, and the other way round.
-                .service(
-                    web::scope("/api")
-                        .configure(crate::sale::configure)
-                        .configure(crate::vote::configure)
-                        .configure(crate::auth::configure),
-                )
+                .service(api_scope())
                 .configure(crate::web::configure)
                 .default_service(web::to(crate::web::fallback))
         })
@@ -170,6 +171,14 @@ impl Application {
         .disable_signals()
         .shutdown_timeout(10)
         .backlog(4096)
+        // What one client can hold (README, "Limits on connections"): the head must
+        // come within client_request_timeout (else 408, or a silent close when
+        // nothing came), idle keep-alive connections close, each worker holds at
+        // most max_connections; a response not taken within a second is dropped.
+        .client_request_timeout(Duration::from_millis(config.client_request_timeout_ms))
+        .client_disconnect_timeout(Duration::from_secs(1))
+        .keep_alive(Duration::from_secs(config.keep_alive_secs))
+        .max_connections(config.max_connections)
         .listen(listener)?;
         if config.workers > 0 {
             server = server.workers(config.workers);
@@ -380,7 +389,7 @@ async fn wait_for_signal() {
     }
 }
 
-fn json_config(limit: usize) -> web::JsonConfig {
+fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
         .error_handler(move |err, _req| {
@@ -391,6 +400,9 @@ fn json_config(limit: usize) -> web::JsonConfig {
                     "payload_too_large",
                     format!("request body is larger than {limit} bytes"),
                 ),
+                E::Payload(p) if crate::conn::is_body_timeout(p) => {
+                    crate::conn::body_timeout_error(body_timeout_ms)
+                }
                 E::ContentType => AppError::new(
                     actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     "unsupported_media_type",
@@ -416,11 +428,79 @@ fn query_config() -> web::QueryConfig {
         .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
 }
 
+type Configure = fn(&mut web::ServiceConfig);
+type RouteList = &'static [(&'static str, &'static str)];
+
+/// The JSON API's route groups, mounted under `/api`. One table builds the scope and
+/// lists the routes ([`api_routes`]), so the OpenAPI test checks what is served.
+const API_GROUPS: &[(Configure, RouteList)] = &[
+    (crate::sale::configure, crate::sale::ROUTES),
+    (crate::vote::configure, crate::vote::ROUTES),
+    (crate::auth::configure, crate::auth::ROUTES),
+    (crate::openapi::configure, crate::openapi::ROUTES),
+];
+
+fn api_scope() -> actix_web::Scope {
+    API_GROUPS
+        .iter()
+        .fold(web::scope("/api"), |scope, (configure, _)| {
+            scope.configure(*configure)
+        })
+}
+
+crate::routes::routes! {
+    fn configure_health, pub const HEALTH_ROUTES;
+    get "/healthz" => healthz,
+    get "/readyz" => readyz,
+}
+
+/// Every route of the API and the health checks as `(method, full path)`: what the
+/// OpenAPI document must describe (`/metrics` and the pages are not part of it).
+pub fn api_routes() -> Vec<(&'static str, String)> {
+    let api = API_GROUPS.iter().flat_map(|(_, routes)| {
+        routes
+            .iter()
+            .map(|(method, path)| (*method, format!("/api{path}")))
+    });
+    HEALTH_ROUTES
+        .iter()
+        .map(|(method, path)| (*method, path.to_string()))
+        .chain(api)
+        .collect()
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(healthz, readyz))]
+pub(crate) struct Api;
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Health {
+    /// Always `ok`.
+    status: &'static str,
+}
+
+#[derive(serde::Serialize, utoipa::ToSchema)]
+struct Readiness {
+    /// `ready` or `unavailable`.
+    status: &'static str,
+    /// `ok` or `down`.
+    redis: &'static str,
+    /// `ok` or `down`.
+    postgres: &'static str,
+}
+
+/// Liveness: the process runs.
+#[utoipa::path(get, path = "/healthz", tag = "meta",
+    responses((status = 200, description = "The process runs", body = Health)))]
 async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// Ready when both stores answer within a second.
+#[utoipa::path(get, path = "/readyz", tag = "meta", responses(
+    (status = 200, description = "Redis and Postgres answer", body = Readiness),
+    (status = 503, description = "Redis or Postgres does not answer (which one is said)", body = Readiness),
+))]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let timeout = Duration::from_secs(1);
     let mut redis = state.redis.clone();
@@ -436,11 +516,15 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,
         Ok(Ok(_))
     );
-    let body = serde_json::json!({
-        "status": if redis_ok && db_ok { "ready" } else { "unavailable" },
-        "redis": if redis_ok { "ok" } else { "down" },
-        "postgres": if db_ok { "ok" } else { "down" },
-    });
+    let body = Readiness {
+        status: if redis_ok && db_ok {
+            "ready"
+        } else {
+            "unavailable"
+        },
+        redis: if redis_ok { "ok" } else { "down" },
+        postgres: if db_ok { "ok" } else { "down" },
+    };
     if redis_ok && db_ok {
         HttpResponse::Ok().json(body)
     } else {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::domain::{Id, Password, UserId, Username};
-use crate::error::{AppError, is_unique_violation};
+use crate::error::{AppError, ErrorBody, is_unique_violation};
 use crate::limit::{self, Route};
 use crate::state::AppState;
 use token::{Claims, TokenError};
@@ -27,14 +27,19 @@ pub const SESSION_COOKIE: &str = "stampede_session";
 pub const CSRF_COOKIE: &str = "stampede_csrf";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
-/// Routes under `/api` (see `startup`).
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/auth/signup", web::post().to(signup))
-        .route("/auth/signin", web::post().to(signin))
-        .route("/auth/signout", web::post().to(signout))
-        .route("/auth/signout-all", web::post().to(signout_all))
-        .route("/me", web::get().to(me))
-        .route("/me/password", web::post().to(change_password));
+// Routes under `/api` (see `startup`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(signup, signin, signout, signout_all, me, change_password))]
+pub(crate) struct Api;
+
+crate::routes::routes! {
+    pub fn configure, pub const ROUTES;
+    post "/auth/signup" => signup,
+    post "/auth/signin" => signin,
+    post "/auth/signout" => signout,
+    post "/auth/signout-all" => signout_all,
+    get "/me" => me,
+    post "/me/password" => change_password,
 }
 
 /// A signed-in caller, taken from `Authorization: Bearer` or the session cookie.
@@ -215,23 +220,25 @@ pub fn random_token_hex(bytes: usize) -> String {
     buf.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Credentials {
     pub username: String,
     pub password: String,
 }
 
-#[derive(Serialize, sqlx::FromRow)]
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct UserView {
     pub id: i64,
     pub username: String,
     pub is_admin: bool,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct SigninResponse {
+    /// Send as `Authorization: Bearer <token>`.
     token: String,
+    /// Unix seconds.
     expires_at: i64,
     csrf_token: String,
     user: UserView,
@@ -320,6 +327,15 @@ pub async fn upsert_user(
     .await?)
 }
 
+/// Creates a shopper's account.
+#[utoipa::path(post, path = "/api/auth/signup", tag = "auth", request_body = Credentials, responses(
+    (status = 201, description = "The new user", body = UserView),
+    (status = 409, description = "`username_taken`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_username`, `invalid_password`, `invalid_body`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: too many sign-ups from this address", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
 async fn signup(
     state: web::Data<AppState>,
     body: web::Json<Credentials>,
@@ -334,6 +350,14 @@ async fn signup(
     Ok(granted.attach(HttpResponse::Created().json(user)))
 }
 
+/// Signs in: a token for `Authorization: Bearer`, and the session and CSRF cookies.
+#[utoipa::path(post, path = "/api/auth/signin", tag = "auth", request_body = Credentials, responses(
+    (status = 200, description = "Signed in; also sets the `stampede_session` and `stampede_csrf` cookies", body = SigninResponse),
+    (status = 401, description = "`bad_credentials`: wrong username or password", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: too many sign-ins", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
 #[tracing::instrument(skip_all)]
 async fn signin(
     state: web::Data<AppState>,
@@ -410,6 +434,10 @@ async fn signin(
 /// `session_cache_ms` on the others), and the cookies are cleared. Without a valid
 /// token there is nothing to end and the answer is the same 204. A browser session
 /// must echo its CSRF cookie, so another site cannot sign people out.
+#[utoipa::path(post, path = "/api/auth/signout", tag = "auth", responses(
+    (status = 204, description = "This session ended (when the token was valid); cookies cleared"),
+    (status = 403, description = "`csrf_failed`: a cookie session without the X-CSRF-Token header", body = ErrorBody<'static>),
+))]
 async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     if req.headers().get(header::AUTHORIZATION).is_none() && req.cookie(SESSION_COOKIE).is_some() {
         check_csrf(&req)?;
@@ -436,6 +464,9 @@ fn cleared_cookies(mut builder: actix_web::HttpResponseBuilder) -> HttpResponse 
 }
 
 /// Ends every session of the caller's account, this one included.
+#[utoipa::path(post, path = "/api/auth/signout-all", tag = "auth", security(("bearer" = [])), responses(
+    (status = 204, description = "Every session of the account ended; cookies cleared"),
+))]
 async fn signout_all(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -456,7 +487,7 @@ async fn signout_all(
     Ok(cleared_cookies(HttpResponse::NoContent()))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PasswordChange {
     pub current_password: String,
@@ -465,6 +496,14 @@ pub struct PasswordChange {
 
 /// Changes the password and ends every session of the account (this one too): a
 /// thief holding a token loses it. The client signs in again with the new password.
+#[utoipa::path(post, path = "/api/me/password", tag = "auth", request_body = PasswordChange, security(("bearer" = [])), responses(
+    (status = 204, description = "Password changed; every session of the account ended"),
+    (status = 403, description = "`bad_credentials`: the current password is wrong; `csrf_failed`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_password`, `invalid_body`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited` (counted like sign-in)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
 async fn change_password(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -505,6 +544,10 @@ async fn change_password(
     Ok(granted.attach(cleared_cookies(HttpResponse::NoContent())))
 }
 
+/// The signed-in user.
+#[utoipa::path(get, path = "/api/me", tag = "auth", security(("bearer" = [])), responses(
+    (status = 200, description = "The caller", body = UserView),
+))]
 async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
     let view =
         sqlx::query_as::<_, UserView>("SELECT id, username, is_admin FROM users WHERE id = $1")

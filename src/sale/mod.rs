@@ -8,10 +8,11 @@
 
 pub mod buy;
 pub mod cached;
-mod routes;
+pub(crate) mod routes;
 pub mod store;
 
-pub use routes::{configure, find_view, load_list};
+pub(crate) use routes::Api;
+pub use routes::{ROUTES, configure, find_view, load_list};
 pub use store::{PurchaseOutcome, SaleView};
 
 use std::collections::HashMap;

@@ -11,33 +11,53 @@ use super::cached;
 use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorBody};
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
 
-/// Routes under `/api` (see `startup`): the purchase first, so the hot path matches
-/// the first pattern the router tries.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/sales/{id}/purchase", web::post().to(purchase))
-        .route("/sales", web::get().to(list))
-        .route("/sales/{id}", web::get().to(show))
-        .route("/orders/{id}", web::get().to(order_status))
-        .route("/me/orders", web::get().to(my_orders))
-        .route("/admin/sales", web::post().to(admin_create))
-        .route("/admin/sales", web::get().to(admin_list))
-        .route("/admin/sales/{id}/stock", web::post().to(admin_stock))
-        .route("/admin/sales/{id}/open", web::post().to(admin_open))
-        .route("/admin/sales/{id}/close", web::post().to(admin_close))
-        .route("/admin/sales/{id}/orders", web::get().to(admin_orders))
-        .route(
-            "/admin/sales/{id}/reconcile",
-            web::get().to(admin_reconcile),
-        )
-        .route("/admin/sales/{id}/reconcile", web::post().to(admin_repair));
+// Routes under `/api` (see `startup`): the purchase first, so the hot path matches
+// the first pattern the router tries.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    purchase,
+    list,
+    show,
+    order_status,
+    my_orders,
+    admin_create,
+    admin_list,
+    admin_stock,
+    admin_open,
+    admin_close,
+    admin_orders,
+    admin_reconcile,
+    admin_repair
+))]
+pub(crate) struct Api;
+
+crate::routes::routes! {
+    pub fn configure, pub const ROUTES;
+    post "/sales/{id}/purchase" => purchase,
+    get "/sales" => list,
+    get "/sales/{id}" => show,
+    get "/orders/{id}" => order_status,
+    get "/me/orders" => my_orders,
+    post "/admin/sales" => admin_create,
+    get "/admin/sales" => admin_list,
+    post "/admin/sales/{id}/stock" => admin_stock,
+    post "/admin/sales/{id}/open" => admin_open,
+    post "/admin/sales/{id}/close" => admin_close,
+    get "/admin/sales/{id}/orders" => admin_orders,
+    get "/admin/sales/{id}/reconcile" => admin_reconcile,
+    post "/admin/sales/{id}/reconcile" => admin_repair,
 }
 
+/// Every sale, with live stock.
+#[utoipa::path(get, path = "/api/sales", tag = "sales", responses(
+    (status = 200, description = "Sales with live `stock_left`, `sold` and `status`", body = [store::SaleView]),
+))]
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     Ok(HttpResponse::Ok().json(load_list(&state).await?))
 }
@@ -64,6 +84,11 @@ pub async fn find_view(state: &AppState, id: SaleId) -> Result<Option<store::Sal
     Ok(views.pop())
 }
 
+/// One sale, with live stock.
+#[utoipa::path(get, path = "/api/sales/{id}", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
+    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
 async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -72,10 +97,12 @@ async fn show(
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct Accepted {
+    /// Always `pending`: confirmed once in Postgres.
     status: &'static str,
     order_id: Uuid,
+    #[schema(value_type = i64)]
     sale_id: SaleId,
 }
 
@@ -83,6 +110,18 @@ struct Accepted {
 /// next batch: one script call decides it, the buy route's rate limits included
 /// (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request touches
 /// no sale state and is counted by no policy.
+#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`already_bought` (one per customer), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
+    (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
+    (status = 422, description = "`rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
 #[tracing::instrument(level = "debug", skip_all, fields(sale = %path.as_str()))]
 async fn purchase(
     state: web::Data<AppState>,
@@ -176,7 +215,7 @@ fn sold_out() -> AppError {
     AppError::new(StatusCode::GONE, "sold_out", "sold out")
 }
 
-#[derive(Serialize, sqlx::FromRow)]
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 struct OrderRow {
     id: Uuid,
     sale_id: i64,
@@ -185,7 +224,7 @@ struct OrderRow {
     settled_at: DateTime<Utc>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct OrderStatus {
     order_id: Uuid,
     sale_id: i64,
@@ -198,6 +237,13 @@ struct OrderStatus {
     settled_at: Option<DateTime<Utc>>,
 }
 
+/// An order's status, for its owner or an admin.
+#[utoipa::path(get, path = "/api/orders/{id}", tag = "sales",
+    params(("id" = uuid::Uuid, Path, description = "The order id (a UUID)")),
+    security(("bearer" = [])), responses(
+    (status = 200, description = "The order: `pending` or `confirmed`", body = OrderStatus),
+    (status = 404, description = "`not_found`: no such order, or not the caller's", body = ErrorBody<'static>),
+))]
 async fn order_status(
     state: web::Data<AppState>,
     user: AuthUser,
@@ -246,7 +292,7 @@ async fn order_status(
     }
 }
 
-#[derive(Serialize, sqlx::FromRow)]
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 struct MyOrder {
     id: Uuid,
     sale_id: i64,
@@ -256,6 +302,10 @@ struct MyOrder {
     settled_at: DateTime<Utc>,
 }
 
+/// The caller's confirmed orders (at most 500, newest first).
+#[utoipa::path(get, path = "/api/me/orders", tag = "sales", security(("bearer" = [])), responses(
+    (status = 200, description = "Confirmed orders", body = [MyOrder]),
+))]
 async fn my_orders(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
     let orders = sqlx::query_as::<_, MyOrder>(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at
@@ -268,7 +318,7 @@ async fn my_orders(state: web::Data<AppState>, user: AuthUser) -> Result<HttpRes
     Ok(HttpResponse::Ok().json(orders))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateSale {
     name: String,
@@ -318,6 +368,11 @@ impl CreateSale {
     }
 }
 
+/// Creates a sale.
+#[utoipa::path(post, path = "/api/admin/sales", tag = "admin", request_body = CreateSale, security(("bearer" = [])), responses(
+    (status = 201, description = "The new sale", body = store::SaleView),
+    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, ...) or `invalid_body`", body = ErrorBody<'static>),
+))]
 async fn admin_create(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
@@ -332,11 +387,16 @@ async fn admin_create(
     Ok(HttpResponse::Created().json(view))
 }
 
+/// Every sale with live stock (as `GET /api/sales`).
+#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", security(("bearer" = [])), responses(
+    (status = 200, description = "Sales", body = [store::SaleView]),
+))]
 async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
     list(state).await
 }
 
-#[derive(Deserialize)]
+/// Exactly one of `set` and `add`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct StockBody {
     /// Units left become exactly this.
@@ -345,6 +405,13 @@ struct StockBody {
     add: Option<i64>,
 }
 
+/// Sets or tops up a sale's stock, before or during the sale.
+#[utoipa::path(post, path = "/api/admin/sales/{id}/stock", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body = StockBody, security(("bearer" = [])), responses(
+    (status = 200, description = "Applied: the sale", body = store::SaleView),
+    (status = 202, description = "Recorded; applied once the sale's Redis state is rebuilt. Do not send it again", body = StockPending),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_stock` (not exactly one of set/add, or out of range), `stock_too_large`", body = ErrorBody<'static>),
+))]
 async fn admin_stock(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
@@ -390,14 +457,23 @@ async fn admin_stock(
                 domain::MAX_STOCK
             ),
         )),
-        ChangeResult::Deferred => Ok(HttpResponse::Accepted().json(serde_json::json!({
-            "status": "pending",
-            "change_id": change_id,
-            "sale_id": id,
-            "message": "the change is recorded and will be applied as soon as Redis holds the \
-                        sale again; do not send it again",
-        }))),
+        ChangeResult::Deferred => Ok(HttpResponse::Accepted().json(StockPending {
+            status: "pending",
+            change_id,
+            sale_id: id.get(),
+            message: "the change is recorded and will be applied as soon as Redis holds the \
+                      sale again; do not send it again",
+        })),
     }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct StockPending {
+    /// Always `pending`.
+    status: &'static str,
+    change_id: i64,
+    sale_id: i64,
+    message: &'static str,
 }
 
 /// How long an admin's stock change waits for a rebuild of its sale before it
@@ -449,6 +525,12 @@ async fn apply_stock_change(
     .await
 }
 
+/// Opens a sale now (moves `starts_at` back to now, clears an early close).
+#[utoipa::path(post, path = "/api/admin/sales/{id}/open", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`ended`: its end time has passed", body = ErrorBody<'static>),
+))]
 async fn admin_open(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
@@ -467,6 +549,11 @@ async fn admin_open(
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
 
+/// Closes a sale early.
+#[utoipa::path(post, path = "/api/admin/sales/{id}/close", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
 async fn admin_close(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
@@ -515,12 +602,29 @@ enum WindowChange {
     Close,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct Page {
+    /// At most this many orders (1 to 10000, default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<i64>,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+struct SaleOrders {
+    sale_id: i64,
+    /// Orders in Postgres, oldest first.
+    confirmed: Vec<OrderRow>,
+    /// Accepted orders not yet in Postgres.
+    pending_count: i64,
+}
+
+/// A sale's confirmed orders and how many are still pending.
+#[utoipa::path(get, path = "/api/admin/sales/{id}/orders", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1), Page), security(("bearer" = [])), responses(
+    (status = 200, description = "The orders", body = SaleOrders),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
 async fn admin_orders(
     state: web::Data<AppState>,
     _: AdminUser,
@@ -548,14 +652,18 @@ async fn admin_orders(
         .arg(&state.keys.sale(id).pending)
         .query_async(&mut state.redis.clone())
         .await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "sale_id": id,
-        "confirmed": orders,
-        "pending_count": pending,
-    })))
+    Ok(HttpResponse::Ok().json(SaleOrders {
+        sale_id: id.get(),
+        confirmed: orders,
+        pending_count: pending,
+    }))
 }
 
 /// Redis against Postgres for one sale: who bought, what is pending, what settled.
+#[utoipa::path(get, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The report", body = store::Reconciliation),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
 async fn admin_reconcile(
     state: web::Data<AppState>,
     _: AdminUser,
@@ -568,6 +676,10 @@ async fn admin_reconcile(
 }
 
 /// Makes Redis agree with Postgres for one sale: the rebuild of [`crate::recover`].
+#[utoipa::path(post, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "Rebuilt from Postgres: the new report", body = store::Reconciliation),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
 async fn admin_repair(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,

@@ -21,7 +21,7 @@ static STOCK_CHANGE: LazyLock<redis::Script> = lua_script!("stock_change.lua");
 pub const SETTLE_GROUP: &str = "settle";
 
 /// A sale as stored in Postgres (and, as JSON, in the view cache).
-#[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct SaleRow {
     pub id: i64,
     pub name: String,
@@ -34,7 +34,7 @@ pub struct SaleRow {
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SaleView {
     #[serde(flatten)]
     pub sale: SaleRow,
@@ -478,7 +478,7 @@ pub async fn sales_with_pending_changes(
 }
 
 /// How Redis and Postgres agree on one sale.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Reconciliation {
     pub sale_id: i64,
     /// Users in the Redis buyers set.

@@ -3,7 +3,8 @@
 //! votes settled into Postgres by the settlement worker.
 
 pub mod cast;
-mod routes;
+pub(crate) mod routes;
 pub mod store;
 
-pub use routes::{MAX_OPTIONS, MIN_OPTIONS, configure, load_view};
+pub(crate) use routes::Api;
+pub use routes::{MAX_OPTIONS, MIN_OPTIONS, ROUTES, configure, load_view};

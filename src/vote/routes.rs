@@ -9,31 +9,50 @@ use super::cast::{VoteOutcome, VoteRequest};
 use super::store::{self, NewPoll};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorBody};
 use crate::limit::{self, Route};
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
 
-/// Routes under `/api` (see `startup`).
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/polls", web::get().to(list))
-        .route("/polls/{id}", web::get().to(show))
-        .route("/polls/{id}/results", web::get().to(results))
-        .route("/polls/{id}/votes", web::post().to(vote))
-        .route("/admin/polls", web::post().to(admin_create))
-        .route("/admin/polls", web::get().to(admin_list))
-        .route("/admin/polls/{id}", web::get().to(admin_show))
-        .route("/admin/polls/{id}/close", web::post().to(admin_close));
+// Routes under `/api` (see `startup`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    list,
+    show,
+    results,
+    vote,
+    admin_create,
+    admin_list,
+    admin_show,
+    admin_close
+))]
+pub(crate) struct Api;
+
+crate::routes::routes! {
+    pub fn configure, pub const ROUTES;
+    get "/polls" => list,
+    get "/polls/{id}" => show,
+    get "/polls/{id}/results" => results,
+    post "/polls/{id}/votes" => vote,
+    post "/admin/polls" => admin_create,
+    get "/admin/polls" => admin_list,
+    get "/admin/polls/{id}" => admin_show,
+    post "/admin/polls/{id}/close" => admin_close,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct PollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
+    /// `upcoming`, `open` or `closed`.
     status: &'static str,
 }
 
+/// Every poll.
+#[utoipa::path(get, path = "/api/polls", tag = "polls", responses(
+    (status = 200, description = "Polls with their status", body = [PollSummary]),
+))]
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     let now = Utc::now();
     let polls: Vec<PollSummary> = store::list_polls(&state.db, store::LIST_LIMIT)
@@ -47,10 +66,11 @@ async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     Ok(HttpResponse::Ok().json(polls))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct PollView {
     #[serde(flatten)]
     pub record: store::PollRecord,
+    /// `upcoming`, `open` or `closed`.
     pub status: &'static str,
     pub results: store::Results,
 }
@@ -75,6 +95,11 @@ async fn live_results(state: &AppState, id: PollId) -> Result<store::Results, Ap
     }
 }
 
+/// One poll: question, options, window and live results.
+#[utoipa::path(get, path = "/api/polls/{id}", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
+    (status = 200, description = "The poll", body = PollView),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+))]
 async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -84,6 +109,10 @@ async fn show(
 }
 
 /// Live results for pages that poll: Redis only, no Postgres query per viewer.
+#[utoipa::path(get, path = "/api/polls/{id}/results", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
+    (status = 200, description = "Live tallies from Redis", body = store::Results),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+))]
 async fn results(
     state: web::Data<AppState>,
     path: web::Path<String>,
@@ -94,19 +123,34 @@ async fn results(
         .json(live_results(&state, id).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct VoteBody {
     option_id: i64,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct VoteAccepted {
+    /// Always `accepted`.
     status: &'static str,
+    #[schema(value_type = i64)]
     poll_id: PollId,
     option_id: i64,
 }
 
+/// One vote per user per poll.
+#[utoipa::path(post, path = "/api/polls/{id}/votes", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), request_body = VoteBody, security(("bearer" = [])), responses(
+    (status = 202, description = "Accepted", body = VoteAccepted, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 409, description = "`already_voted`, or `not_open` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "With `not_open`: seconds until the poll opens"))),
+    (status = 410, description = "`closed`", body = ErrorBody<'static>),
+    (status = 422, description = "`unknown_option` (an option of another poll, or none), `rate_limit_unsatisfiable`, `invalid_body`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a vote limit refused", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
 #[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
 async fn vote(
     state: web::Data<AppState>,
@@ -196,7 +240,7 @@ async fn missing_from_redis(state: &AppState, poll: PollId) -> AppError {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreatePoll {
     question: String,
@@ -256,6 +300,11 @@ impl CreatePoll {
     }
 }
 
+/// Creates a poll of 2 to 20 options.
+#[utoipa::path(post, path = "/api/admin/polls", tag = "admin", request_body = CreatePoll, security(("bearer" = [])), responses(
+    (status = 201, description = "The new poll", body = PollView),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_body`", body = ErrorBody<'static>),
+))]
 async fn admin_create(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
@@ -270,16 +319,20 @@ async fn admin_create(
     Ok(HttpResponse::Created().json(load_view(&state, id).await?))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AdminPollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
+    /// `upcoming`, `open` or `closed`.
     status: &'static str,
     /// Live, from Redis.
     voters: i64,
 }
 
 /// Every poll with its status and live voter count, for the admin page's table.
+#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", security(("bearer" = [])), responses(
+    (status = 200, description = "Polls with status and live voter count", body = [AdminPollSummary]),
+))]
 async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
     let now = Utc::now();
     let polls: Vec<AdminPollSummary> = store::list_with_voters(
@@ -299,7 +352,7 @@ async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResp
     Ok(HttpResponse::Ok().json(polls))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 struct AdminPollView {
     #[serde(flatten)]
     view: PollView,
@@ -308,6 +361,11 @@ struct AdminPollView {
     settled_voters: i64,
 }
 
+/// A poll with live tallies and the tallies already settled in Postgres.
+#[utoipa::path(get, path = "/api/admin/polls/{id}", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The poll", body = AdminPollView),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+))]
 async fn admin_show(
     state: web::Data<AppState>,
     _: AdminUser,
@@ -334,6 +392,11 @@ async fn admin_show(
     }))
 }
 
+/// Closes a poll early.
+#[utoipa::path(post, path = "/api/admin/polls/{id}/close", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The poll", body = PollView),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+))]
 async fn admin_close(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,

@@ -17,7 +17,7 @@ use crate::sale::store::ensure_group;
 static NEW_POLL: LazyLock<redis::Script> = lua_script!("new_poll.lua");
 static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct PollRow {
     pub id: i64,
     pub question: String,
@@ -26,7 +26,7 @@ pub struct PollRow {
     pub closed: bool,
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct OptionRow {
     pub id: i64,
     pub label: String,
@@ -34,7 +34,7 @@ pub struct OptionRow {
 }
 
 /// A poll's record: question, window and options (what a cache may hold).
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct PollRecord {
     #[serde(flatten)]
     pub poll: PollRow,
@@ -42,7 +42,7 @@ pub struct PollRecord {
 }
 
 /// Live results, from Redis only.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Results {
     pub poll_id: i64,
     /// Closed early by an admin (a poll past its `closes_at` is closed too; pages
@@ -53,7 +53,7 @@ pub struct Results {
     pub tallies: Vec<Tally>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Tally {
     pub option_id: i64,
     pub votes: i64,

@@ -1,0 +1,124 @@
+//! What one client can hold. actix-web's own settings (applied in `startup`) close a
+//! connection whose request head does not arrive within `client_request_timeout_ms`
+//! and an idle keep-alive connection after `keep_alive_secs`, and cap connections per
+//! worker. Two limits it does not have are added here, as one middleware: a request
+//! head larger than `max_header_bytes` (431) and a body that does not arrive within
+//! `body_timeout_ms` of the head (408). Both answers carry the JSON error body and
+//! close the connection.
+
+use std::io;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
+use actix_web::error::PayloadError;
+use actix_web::http::{StatusCode, header};
+use actix_web::middleware::Next;
+use actix_web::{HttpMessage, ResponseError};
+use futures_util::StreamExt;
+
+use crate::error::AppError;
+
+#[derive(Clone, Copy)]
+pub struct ClientLimits {
+    pub max_header_bytes: usize,
+    pub body_timeout: Duration,
+}
+
+/// Size of the request line and headers as they came on the wire (near enough:
+/// each header counts `name: value\r\n`).
+fn head_bytes(req: &ServiceRequest) -> usize {
+    let target = req.uri().path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + target + 12;
+    req.headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + line
+}
+
+fn has_body(req: &ServiceRequest) -> bool {
+    let headers = req.headers();
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() != "0")
+}
+
+/// The middleware (`actix_web::middleware::from_fn`).
+pub async fn guard(
+    mut req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let limits = *req
+        .app_data::<actix_web::web::Data<ClientLimits>>()
+        .expect("ClientLimits registered in startup")
+        .get_ref();
+    if head_bytes(&req) > limits.max_header_bytes {
+        let e = AppError::new(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers_too_large",
+            format!(
+                "the request line and headers are larger than {} bytes",
+                limits.max_header_bytes
+            ),
+        );
+        let (req, _) = req.into_parts();
+        return Ok(closing(ServiceResponse::new(req, e.error_response())));
+    }
+    if has_body(&req) {
+        let payload = with_deadline(req.take_payload(), limits.body_timeout);
+        req.set_payload(payload);
+    }
+    let res = next.call(req).await?.map_into_boxed_body();
+    Ok(if res.status() == StatusCode::REQUEST_TIMEOUT {
+        closing(res)
+    } else {
+        res
+    })
+}
+
+/// The answer, and no further request on this connection.
+fn closing(mut res: ServiceResponse<BoxBody>) -> ServiceResponse<BoxBody> {
+    res.response_mut()
+        .head_mut()
+        .set_connection_type(actix_web::http::ConnectionType::Close);
+    res
+}
+
+/// The body stream, failing with `TimedOut` once `limit` has passed since the head.
+fn with_deadline(payload: Payload, limit: Duration) -> Payload {
+    let deadline = tokio::time::Instant::now() + limit;
+    let stream = futures_util::stream::unfold(Some(payload), move |state| async move {
+        let mut payload = state?;
+        match tokio::time::timeout_at(deadline, payload.next()).await {
+            Ok(Some(item)) => Some((item, Some(payload))),
+            Ok(None) => None,
+            Err(_) => Some((
+                Err(PayloadError::Io(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "body_timeout",
+                ))),
+                None,
+            )),
+        }
+    });
+    let stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = Result<actix_web::web::Bytes, PayloadError>>>,
+    > = Box::pin(stream);
+    Payload::from(stream)
+}
+
+/// A body read that ran out of time (see [`with_deadline`]).
+pub fn is_body_timeout(e: &PayloadError) -> bool {
+    matches!(e, PayloadError::Io(io) if io.kind() == io::ErrorKind::TimedOut)
+}
+
+pub fn body_timeout_error(limit_ms: u64) -> AppError {
+    AppError::new(
+        StatusCode::REQUEST_TIMEOUT,
+        "body_timeout",
+        format!("the request body did not arrive within {limit_ms} ms"),
+    )
+}
