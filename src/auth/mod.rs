@@ -431,7 +431,7 @@ async fn signin(
 }
 
 /// Ends this session: its token stops working on every instance (within
-/// `session_cache_ms` on the others), and the cookies are cleared. Without a valid
+/// `session_sync_ms` on the others), and the cookies are cleared. Without a valid
 /// token there is nothing to end and the answer is the same 204. A browser session
 /// must echo its CSRF cookie, so another site cannot sign people out.
 #[utoipa::path(post, path = "/api/auth/signout", tag = "auth", responses(
