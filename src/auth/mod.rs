@@ -11,7 +11,7 @@ use actix_web::http::{Method, header};
 use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, web};
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
-use futures_util::future::LocalBoxFuture;
+use futures_util::future::{Ready, ready};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -55,35 +55,34 @@ pub struct AdminUser(pub AuthUser);
 
 impl FromRequest for AuthUser {
     type Error = AppError;
-    type Future = LocalBoxFuture<'static, Result<Self, AppError>>;
+    type Future = Ready<Result<Self, AppError>>;
 
+    /// No I/O: the token is checked here and its session in this process's memory,
+    /// so the buy path's extractor is ready at once.
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move { authenticate(&req).await.map(|(user, _)| user) })
+        ready(authenticate(req).map(|(user, _)| user))
     }
 }
 
 impl FromRequest for AdminUser {
     type Error = AppError;
-    type Future = LocalBoxFuture<'static, Result<Self, AppError>>;
+    type Future = Ready<Result<Self, AppError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let req = req.clone();
-        Box::pin(async move {
-            let (user, _) = authenticate(&req).await?;
+        ready(authenticate(req).and_then(|(user, _)| {
             if user.admin {
                 Ok(AdminUser(user))
             } else {
                 Err(AppError::forbidden("this needs an admin account"))
             }
-        })
+        }))
     }
 }
 
 /// The caller, if any valid token of a standing session came with the request
 /// (pages use this). A store failure is the caller's failure, not "signed out".
 pub async fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
-    match authenticate(req).await {
+    match authenticate(req) {
         Ok((user, _)) => Ok(Some(user)),
         Err(e @ (AppError::Redis(_) | AppError::Database(_) | AppError::Internal(_))) => Err(e),
         Err(_) => Ok(None),
@@ -105,7 +104,7 @@ fn redis_of(req: &HttpRequest, state: &AppState) -> redis::aio::ConnectionManage
 
 /// The token's claims, checked: signature, expiry, CSRF for a cookie on an unsafe
 /// method, and that its session stands.
-async fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
+fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
     let state = app_state(req)?;
     let claims = verified_claims(req, state)?;
     match state.sessions.standing(&claims) {
