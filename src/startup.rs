@@ -98,9 +98,10 @@ impl Application {
             }
         }
         // What has ended, from Postgres, before anything is served.
-        let sessions = crate::auth::session::Sessions::load(keys.clone(), &db)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
+        let (sessions, sessions_resume) =
+            crate::auth::session::Sessions::load(keys.clone(), &db, &mut redis)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
@@ -123,6 +124,7 @@ impl Application {
             shutdown_rx.clone(),
         ));
         let session_feed = tokio::spawn(sessions.follow(
+            sessions_resume,
             state.redis.clone(),
             db.clone(),
             Duration::from_millis(config.session_sync_ms),

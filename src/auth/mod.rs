@@ -81,7 +81,7 @@ impl FromRequest for AdminUser {
 
 /// The caller, if any valid token of a standing session came with the request
 /// (pages use this). A store failure is the caller's failure, not "signed out".
-pub async fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
+pub fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
     match authenticate(req) {
         Ok((user, _)) => Ok(Some(user)),
         Err(e @ (AppError::Redis(_) | AppError::Database(_) | AppError::Internal(_))) => Err(e),

@@ -127,14 +127,21 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Loads what has ended from Postgres (before the server serves anything).
-    pub async fn load(keys: Keys, db: &PgPool) -> Result<Self, AppError> {
+    /// Loads what has ended from Postgres (before the server serves anything), and
+    /// where [`Sessions::follow`] resumes the stream: its newest entry, taken before
+    /// the read, or `None` when Redis could not say (then the follower loads again).
+    pub async fn load(
+        keys: Keys,
+        db: &PgPool,
+        redis: &mut ConnectionManager,
+    ) -> Result<(Self, Option<String>), AppError> {
         let sessions = Sessions {
-            keys,
             ended: Arc::new(RwLock::new(Ended::default())),
+            keys,
         };
+        let resume = newest(redis, &sessions.keys.sessions_ended()).await.ok();
         sessions.reload(db).await?;
-        Ok(sessions)
+        Ok((sessions, resume))
     }
 
     /// Whether the session of `claims` stands: memory only.
@@ -261,8 +268,10 @@ impl Sessions {
     /// Reads the stream every `every` until shutdown: applies what others ended,
     /// reloads from Postgres when the stream lost what this process has not read,
     /// and forgets signed-out sessions whose tokens have expired.
+    /// `resume`: what [`Sessions::load`] returned.
     pub async fn follow(
         self,
+        resume: Option<String>,
         mut redis: ConnectionManager,
         db: PgPool,
         every: Duration,
@@ -270,7 +279,7 @@ impl Sessions {
     ) {
         let mut follower = Follower {
             sessions: self,
-            last: None,
+            last: resume,
         };
         while !*shutdown.borrow() {
             if let Err(e) = follower.catch_up(&mut redis, &db).await {
@@ -286,7 +295,7 @@ impl Sessions {
 
 struct Follower {
     sessions: Sessions,
-    /// The newest entry applied; `None` until the first read.
+    /// The newest entry applied; `None` until the stream has been located.
     last: Option<String>,
 }
 
@@ -298,8 +307,8 @@ impl Follower {
     ) -> Result<(), AppError> {
         let key = self.sessions.keys.sessions_ended();
         let Some(mut from) = self.last.clone() else {
-            // The first read: everything up to the stream's newest entry comes from
-            // Postgres (again: announcements made since the startup load count).
+            // The stream could not be located at startup: everything up to its
+            // newest entry comes from Postgres again.
             self.resync(redis, db, &key).await?;
             return Ok(());
         };

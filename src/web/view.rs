@@ -37,7 +37,7 @@ impl Nav {
     /// the buy path never calls this. A token whose user was deleted counts as
     /// signed out.
     pub async fn load(req: &HttpRequest, db: &PgPool) -> Result<(Nav, Option<AuthUser>), AppError> {
-        let Some(user) = auth::optional_user(req).await? else {
+        let Some(user) = auth::optional_user(req)? else {
             return Ok((
                 Nav {
                     user: None,
