@@ -11,7 +11,7 @@
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, poll and users (named "E2E pages ...", "e2ep-...").
 
-import { chromium } from "playwright-core";
+import { check, launchChromium, problems, required } from "./lib.mjs";
 import { mkdir, readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { randomBytes } from "node:crypto";
@@ -30,21 +30,6 @@ const SIZES = [
   ["desktop", DESKTOP],
   ["phone", PHONE],
 ];
-
-function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    console.error(`set ${name}`);
-    process.exit(2);
-  }
-  return value;
-}
-
-const problems = [];
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) problems.push(what);
-}
 
 // ---- the API, for setting the scene -----------------------------------------
 
@@ -91,18 +76,7 @@ async function createSale(admin, name, stock, startsInMin, endsInMin) {
 // ---- the browser ------------------------------------------------------------
 
 await mkdir(out, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-  ],
-});
+const browser = await launchChromium();
 
 /** A page of a new context, signed in as `session` (the sign-in answer) if given. */
 async function newPage(viewport, session) {

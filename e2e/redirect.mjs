@@ -10,7 +10,7 @@
 //   the browser must land on "/" of this origin, never having asked another host.
 // Good `next` values must still be followed.
 
-import { chromium } from "playwright-core";
+import { check, launchChromium, problems } from "./lib.mjs";
 import { randomBytes } from "node:crypto";
 
 const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
@@ -41,12 +41,6 @@ const friendly = [
   ["/%252F%252Fevil.example", "/%2F%2Fevil.example"],
 ];
 
-const problems = [];
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) problems.push(what);
-}
-
 const username = `redir-${randomBytes(4).toString("hex")}`;
 const password = randomBytes(12).toString("hex");
 const created = await fetch(`${base}/api/auth/signup`, {
@@ -59,18 +53,7 @@ if (created.status !== 201) {
   process.exit(1);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-  ],
-});
+const browser = await launchChromium();
 try {
   const context = await browser.newContext();
   const foreign = [];

@@ -20,7 +20,7 @@
 // poll ..." and one user "e2e-..." behind. A browser console error (a CSP violation, say) fails the run.
 // Screenshots go to E2E_OUT.
 
-import { chromium } from "playwright-core";
+import { check, launchChromium, problems, required } from "./lib.mjs";
 import { mkdir } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 
@@ -31,34 +31,8 @@ const adminUser = process.env.STAMPEDE_ADMIN_USERNAME || "admin";
 const adminPassword = required("STAMPEDE_ADMIN_PASSWORD");
 const runId = randomBytes(4).toString("hex");
 
-function required(name) {
-  const value = process.env[name];
-  if (!value) {
-    console.error(`set ${name}`);
-    process.exit(2);
-  }
-  return value;
-}
-
-const problems = [];
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) problems.push(what);
-}
-
 await mkdir(out, { recursive: true });
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-quic",
-  ],
-});
+const browser = await launchChromium();
 
 async function newPage(viewport = { width: 1280, height: 860 }) {
   const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
