@@ -188,8 +188,12 @@ impl Application {
         let server = server.run();
         let metrics = match config.metrics_listen {
             Some(addr) => {
-                let listener = TcpListener::bind(addr)
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {addr} (metrics): {e}"))?;
+                let listener = TcpListener::bind(addr).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot listen on {addr} (metrics): {e}; another Stampede may hold \
+                             it: set STAMPEDE_METRICS_LISTEN to another address, or to off"
+                    )
+                })?;
                 let port = listener.local_addr()?.port();
                 let metrics_state = state.clone();
                 let server = HttpServer::new(move || {

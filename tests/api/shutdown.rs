@@ -30,6 +30,8 @@ async fn sigterm_stops_serve_after_settling_what_it_accepted() {
         .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
         .env("STAMPEDE_TOKEN_SECRET", &app.config.token_secret)
         .env("STAMPEDE_LIMITS", "off")
+        // A developer's own server may hold the default metrics port.
+        .env("STAMPEDE_METRICS_LISTEN", "off")
         // No other worker could take over its entries within the test.
         .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "600000")
         .env("RUST_LOG", "warn")
