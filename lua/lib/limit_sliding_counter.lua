@@ -3,7 +3,10 @@
 -- the share of it that still overlaps the sliding window:
 --   estimate = prev * (window - elapsed) / window + cur
 -- Constant memory per key, approximate at the edges.
--- State (a string): "<current window number> <its count> <count of the one before>".
+-- State: the key's text is "<current window number> <its count> <count of the one
+-- before>"; parsed, {window number, its count, count of the one before}.
+-- limit_sliding_counter_read(text) is the parsed state, or nil for none;
+-- limit_sliding_counter_text(state) its text (see lua/lib/limit_fixed_window.lua).
 -- limit_sliding_counter(state, now, limit, window) returns
 --   {allowed (1 or 0), remaining, ms until the next request would be allowed,
 --    ms until the whole limit is available again, now in ms},
@@ -12,9 +15,16 @@
 -- counted at `taken_at`: the new state, or nil for no change.
 -- A request is allowed when the estimate including it is at most the limit. All the
 -- arithmetic is scaled by the window to stay in integers.
-local function limit_sliding_counter_parse(state)
-  local w, cur, prev = string.match(state or '', '^(%-?%d+) (%d+) (%d+)$')
-  return tonumber(w), tonumber(cur) or 0, tonumber(prev) or 0
+local function limit_sliding_counter_read(text)
+  local w, cur, prev = string.match(text or '', '^(%-?%d+) (%d+) (%d+)$')
+  if not w then
+    return nil
+  end
+  return {tonumber(w), tonumber(cur), tonumber(prev)}
+end
+
+local function limit_sliding_counter_text(state)
+  return string.format('%d %d %d', state[1], state[2], state[3])
 end
 
 -- Smallest elapsed time in a window (previous count p, current c) at which one
@@ -58,12 +68,11 @@ end
 local function limit_sliding_counter(state, now, limit, window)
   local w = math.floor(now / window)
   local elapsed = now - w * window
-  local stored, c, p = limit_sliding_counter_parse(state)
   local cur, prev = 0, 0
-  if stored == w then
-    cur, prev = c, p
-  elseif stored == w - 1 then
-    prev = c
+  if state and state[1] == w then
+    cur, prev = state[2], state[3]
+  elseif state and state[1] == w - 1 then
+    prev = state[2]
   end
   if prev * (window - elapsed) + (cur + 1) * window > limit * window then
     return limit_sliding_counter_answer(0, limit, window, prev, cur, elapsed, now)
@@ -71,13 +80,12 @@ local function limit_sliding_counter(state, now, limit, window)
   cur = cur + 1
   -- This window's count matters until the end of the next window.
   return limit_sliding_counter_answer(1, limit, window, prev, cur, elapsed, now),
-    w .. ' ' .. cur .. ' ' .. prev, 2 * window - elapsed
+    {w, cur, prev}, 2 * window - elapsed
 end
 
 local function limit_sliding_counter_undo(state, taken_at, window)
-  local stored, cur, prev = limit_sliding_counter_parse(state)
-  if stored ~= math.floor(taken_at / window) or cur <= 0 then
+  if not state or state[1] ~= math.floor(taken_at / window) or state[2] <= 0 then
     return nil
   end
-  return stored .. ' ' .. (cur - 1) .. ' ' .. prev
+  return {state[1], state[2] - 1, state[3]}
 end

@@ -3,19 +3,54 @@
 -- token bucket; a, b, c: limit and window ms, or capacity, refill rate per second
 -- and cost.
 --
--- Every policy's state for one subject is one string key. A script reads it once
--- (GET) and, when it counted something, writes it once (SET with PX, so no key is
--- ever left without an expiry), however many of its requests count in that key.
+-- Every policy's state for one subject is one string key. A script reads and
+-- parses it once (GET, limit_*_read) and, when it counted something, formats and
+-- writes it once (limit_*_text, SET with PX, so no key is ever left without an
+-- expiry), however many of its requests count in that key: the algorithms compute
+-- on parsed state (a batch's requests from one address share one counter).
 
--- A key's state, or false when there is none. A key of another type (a hash or a
--- sorted set left by an older Stampede) reads as no state; the next write
--- replaces it.
-local function limit_load(key)
-  local state = redis.pcall('GET', key)
-  if type(state) == 'table' and state.err then
-    return false
+-- Limit state is bookkeeping, not a decision: Redis keeps it in memory only, and
+-- neither appends it to the AOF nor sends it to replicas (`redis.set_repl`). Under
+-- `appendfsync always` any write in the AOF holds every reply of that event-loop
+-- turn until an fsync, so a refused repeat buyer, whose script decides nothing,
+-- would still wait for the disk only because its limit was counted. What a Redis
+-- restart or a failover costs is the windows' recent counts (limits start afresh,
+-- but for what an AOF rewrite or a snapshot happened to catch); never a unit, an
+-- order or a vote. An expiring limit key is still deleted through the AOF (Redis
+-- propagates expiries itself). Tested: tests/faults/limit_state.rs.
+local function limit_set(key, text, ...)
+  redis.set_repl(redis.REPL_NONE)
+  redis.call('SET', key, text, ...)
+  redis.set_repl(redis.REPL_ALL)
+end
+
+-- Each algorithm's parser and formatter of its state.
+local LIMIT_READ = {
+  sl = limit_sliding_log_read,
+  sc = limit_sliding_counter_read,
+  fw = limit_fixed_window_read,
+  tb = limit_token_bucket_read,
+}
+local LIMIT_TEXT = {
+  sl = limit_sliding_log_text,
+  sc = limit_sliding_counter_text,
+  fw = limit_fixed_window_text,
+  tb = limit_token_bucket_text,
+}
+
+-- A key's parsed state under algorithm `alg`, or nil when there is none. A key of
+-- another type (a hash or a sorted set left by an older Stampede) or text of
+-- another layout reads as no state; the next write replaces it.
+local function limit_load(key, alg)
+  local read = LIMIT_READ[alg]
+  if not read then
+    error('unknown rate-limit algorithm ' .. tostring(alg))
   end
-  return state
+  local text = redis.pcall('GET', key)
+  if type(text) ~= 'string' then
+    return nil
+  end
+  return read(text)
 end
 
 -- Decides one request under one policy. Returns the answer {allowed, remaining,
@@ -58,11 +93,11 @@ local function limit_script()
   local key, alg, mode = KEYS[1], ARGV[1], ARGV[2]
   local now = clock_ms(ARGV[3])
   local a, b, c = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-  local state = limit_load(key)
+  local state = limit_load(key, alg)
   if mode == 'refund' then
     local undone = limit_undo(alg, state, now, a, b, c)
     if undone then
-      redis.call('SET', key, undone, 'KEEPTTL')
+      limit_set(key, LIMIT_TEXT[alg](undone), 'KEEPTTL')
     end
     return {1, 0, 0, 0, now}
   elseif mode ~= 'take' then
@@ -70,7 +105,7 @@ local function limit_script()
   end
   local answer, new_state, ttl = limit_decide(alg, state, now, a, b, c)
   if new_state then
-    redis.call('SET', key, new_state, 'PX', ttl)
+    limit_set(key, LIMIT_TEXT[alg](new_state), 'PX', ttl)
   end
   return answer
 end
@@ -87,19 +122,18 @@ end
 -- Returns allowed (true/false), the per-policy answers, and the largest wait (ms)
 -- among the refusing policies (-1 when one can never be satisfied).
 local function limits_take(cache, first_key, policies, now)
-  local answers, changes = {}, {}
+  local answers, entries, states, ttls = {}, {}, {}, {}
   local refused, wait = false, 0
   for p, policy in ipairs(policies) do
     local key = KEYS[first_key + p - 1]
     local entry = cache[key]
     if not entry then
-      entry = {state = limit_load(key)}
+      entry = {alg = policy[1], state = limit_load(key, policy[1])}
       cache[key] = entry
     end
     local r, new_state, ttl = limit_decide(policy[1], entry.state, now,
       policy[2], policy[3], policy[4])
-    answers[p] = r
-    changes[p] = {entry, new_state, ttl}
+    answers[p], entries[p], states[p], ttls[p] = r, entry, new_state, ttl
     if r[1] ~= 1 then
       refused = true
       if r[1] == -1 or wait == -1 then
@@ -110,8 +144,8 @@ local function limits_take(cache, first_key, policies, now)
     end
   end
   if not refused then
-    for _, change in ipairs(changes) do
-      change[1].state, change[1].ttl = change[2], change[3]
+    for p, entry in ipairs(entries) do
+      entry.state, entry.ttl = states[p], ttls[p]
     end
   end
   return not refused, answers, wait
@@ -121,7 +155,7 @@ end
 local function limits_write(cache)
   for key, entry in pairs(cache) do
     if entry.ttl then
-      redis.call('SET', key, entry.state, 'PX', entry.ttl)
+      limit_set(key, LIMIT_TEXT[entry.alg](entry.state), 'PX', entry.ttl)
     end
   end
 end

@@ -596,6 +596,8 @@ pub struct ServerEnv {
     pub redis_url: String,
     pub namespace: String,
     pub secret: String,
+    /// A config file with rate-limit policies: limits on, else off.
+    pub limits: Option<PathBuf>,
 }
 
 /// One `stampede serve` process.
@@ -631,13 +633,17 @@ impl Server {
             .env("REDIS_URL", &env.redis_url)
             .env("STAMPEDE_REDIS_NAMESPACE", &env.namespace)
             .env("STAMPEDE_TOKEN_SECRET", &env.secret)
-            .env("STAMPEDE_LIMITS", "off")
+            .env(
+                "STAMPEDE_LIMITS",
+                if env.limits.is_some() { "on" } else { "off" },
+            )
             // A killed server's unacknowledged entries are taken over quickly.
             .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "2000")
             .env("STAMPEDE_WORKERS", "2")
             // Every 4xx is a warning of tracing-actix-web: too loud for a storm.
             .env("RUST_LOG", "warn,tracing_actix_web=error")
             .env_remove("STAMPEDE_CONFIG")
+            .envs(env.limits.iter().map(|p| ("STAMPEDE_CONFIG", p)))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -723,6 +729,9 @@ pub struct User {
 pub struct Options {
     pub servers: usize,
     pub fsync: Fsync,
+    /// Rate-limit policies (TOML `[[limits.policies]]`): limits on with these;
+    /// `None`: limits off.
+    pub limits: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -730,6 +739,7 @@ impl Default for Options {
         Options {
             servers: 1,
             fsync: Fsync::Always,
+            limits: None,
         }
     }
 }
@@ -765,6 +775,11 @@ impl Stack {
             redis_url: redis.url(),
             namespace: format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
             secret: stampede::auth::random_token_hex(32),
+            limits: options.limits.map(|policies| {
+                let path = dir.join("limits.toml");
+                std::fs::write(&path, policies).expect("write the limits config");
+                path
+            }),
         };
         let http = Client::builder()
             .redirect(reqwest::redirect::Policy::none())

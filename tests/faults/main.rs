@@ -12,6 +12,7 @@ mod storm;
 
 mod aof_loss;
 mod app_kill;
+mod limit_state;
 mod postgres_outage;
 mod redis_restart;
 mod redis_wipe;
