@@ -181,27 +181,20 @@ impl Drop for Flight<'_> {
 struct SharedError {
     status: StatusCode,
     code: &'static str,
-    message: String,
+    message: std::borrow::Cow<'static, str>,
     headers: Vec<(header::HeaderName, String)>,
 }
 
 impl From<&AppError> for SharedError {
     fn from(e: &AppError) -> Self {
-        let status = e.status_code();
-        let (message, headers) = match e {
-            AppError::Client {
-                message, headers, ..
-            } => (message.clone(), headers.clone()),
-            _ if status == StatusCode::SERVICE_UNAVAILABLE => (
-                "a backing service is unavailable; try again shortly".to_string(),
-                Vec::new(),
-            ),
-            _ => ("internal error".to_string(), Vec::new()),
+        let headers = match e {
+            AppError::Client { headers, .. } => headers.clone(),
+            _ => Vec::new(),
         };
         SharedError {
-            status,
+            status: e.status_code(),
             code: e.code(),
-            message,
+            message: e.public_message(),
             headers,
         }
     }

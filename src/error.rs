@@ -3,6 +3,8 @@
 //! `{"error": "<code>", "message": "<text>"}`. Server-side causes are logged with
 //! their chain and never sent to the client.
 
+use std::borrow::Cow;
+
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
@@ -14,7 +16,8 @@ pub enum AppError {
     Client {
         status: StatusCode,
         code: &'static str,
-        message: String,
+        /// Borrowed when fixed (the refusals of a storm allocate nothing for it).
+        message: Cow<'static, str>,
         /// Extra response headers (Retry-After, RateLimit, ...).
         headers: Vec<(header::HeaderName, String)>,
     },
@@ -36,7 +39,11 @@ pub struct ErrorBody<'a> {
 }
 
 impl AppError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(
+        status: StatusCode,
+        code: &'static str,
+        message: impl Into<Cow<'static, str>>,
+    ) -> Self {
         AppError::Client {
             status,
             code,
@@ -52,32 +59,44 @@ impl AppError {
         self
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
-    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn unprocessable(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub fn not_found(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn conflict(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
     }
 
-    pub fn unauthorized(message: impl Into<String>) -> Self {
+    pub fn unauthorized(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
-    pub fn forbidden(message: impl Into<String>) -> Self {
+    pub fn forbidden(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
 
-    pub fn unavailable(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn unavailable(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+    }
+
+    /// The message sent to the client: a refusal's own, else a fixed one (the
+    /// cause of a 5xx goes to the log only).
+    pub fn public_message(&self) -> Cow<'static, str> {
+        match self {
+            AppError::Client { message, .. } => message.clone(),
+            _ if self.status_code() == StatusCode::SERVICE_UNAVAILABLE => {
+                Cow::Borrowed("a backing service is unavailable; try again shortly")
+            }
+            _ => Cow::Borrowed("internal error"),
+        }
     }
 
     /// The machine-readable code sent as `error`.
@@ -155,22 +174,15 @@ impl ResponseError for AppError {
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        let message = match self {
-            AppError::Client { message, code, .. } => {
-                // A refusal is the normal answer of a flash sale (sold out, already
-                // bought, rate limited): thousands a second in a storm, so debug only.
-                tracing::debug!(status = status.as_u16(), code, "request refused");
-                message.clone()
+        match self {
+            // A refusal is the normal answer of a flash sale (sold out, already
+            // bought, rate limited): thousands a second in a storm, so debug only.
+            AppError::Client { code, .. } => {
+                tracing::debug!(status = status.as_u16(), code, "request refused")
             }
-            other => {
-                tracing::error!(error = %error_chain(other), "request failed");
-                if status == StatusCode::SERVICE_UNAVAILABLE {
-                    "a backing service is unavailable; try again shortly".to_string()
-                } else {
-                    "internal error".to_string()
-                }
-            }
-        };
+            other => tracing::error!(error = %error_chain(other), "request failed"),
+        }
+        let message = self.public_message();
         let mut builder = HttpResponse::build(status);
         if let AppError::Client { headers, .. } = self {
             for (name, value) in headers {

@@ -153,7 +153,9 @@ impl Application {
             let state = server_state.clone();
             App::new()
                 .wrap(actix_web::middleware::from_fn(crate::conn::guard))
-                .wrap(tracing_actix_web::TracingLogger::default())
+                .wrap(tracing_actix_web::TracingLogger::<
+                    crate::telemetry::RequestSpan,
+                >::new())
                 .app_data(client_limits.clone())
                 .data_factory(move || build_worker(state.clone()))
                 .app_data(server_state.clone())

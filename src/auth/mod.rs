@@ -53,6 +53,14 @@ pub struct AuthUser {
 #[derive(Clone, Copy, Debug)]
 pub struct AdminUser(pub AuthUser);
 
+impl AuthUser {
+    /// The caller of `req`, checked as the extractor checks it (for a handler that
+    /// answers some requests before it looks at who asks).
+    pub fn of(req: &HttpRequest) -> Result<AuthUser, AppError> {
+        authenticate(req).map(|(user, _)| user)
+    }
+}
+
 impl FromRequest for AuthUser {
     type Error = AppError;
     type Future = Ready<Result<Self, AppError>>;

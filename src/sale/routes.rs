@@ -106,10 +106,12 @@ struct Accepted {
     sale_id: SaleId,
 }
 
-/// The hot path. Token check (no I/O), the local sold-out flag, then the sale's
-/// next batch: one script call decides it, the buy route's rate limits included
-/// (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request touches
-/// no sale state and is counted by no policy.
+/// The hot path. The local sold-out flag first: that a sale is sold out is public
+/// (its page says so), so the stampede after the last unit is answered 410 from
+/// memory before the token is even checked. Then the token (no I/O) and the
+/// sale's next batch: one script call decides it, the buy route's rate limits
+/// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
+/// touches no sale state and is counted by no policy.
 #[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
@@ -122,19 +124,17 @@ struct Accepted {
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-#[tracing::instrument(level = "debug", skip_all, fields(sale = %path.as_str()))]
 async fn purchase(
     state: web::Data<AppState>,
     worker: web::Data<Worker>,
-    user: AuthUser,
-    path: web::Path<String>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
-    let sale = Id::parse("sale", &path)?;
+    let sale = Id::parse("sale", req.match_info().get("id").unwrap_or_default())?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Err(sold_out());
     }
+    let user = AuthUser::of(&req)?;
     let ip = state
         .limits
         .counts_ip(Route::Buy)
@@ -143,8 +143,6 @@ async fn purchase(
         .buys
         .submit(sale, BuyRequest { user: user.id, ip })
         .await?;
-    let policies = state.limits.for_route(Route::Buy);
-    let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
     let outcome = reply.outcome;
     let m = &state.metrics;
     Metrics::inc(match outcome {
@@ -158,11 +156,17 @@ async fn purchase(
         }
         _ => &m.purchase_not_open,
     });
-    // 429 (or 422) when a policy refused; else the RateLimit headers for the answer.
-    let granted = limit::http::judge(&state, &decided)?;
+    // What the buy route's policies said: the RateLimit headers of a 202, or the
+    // 429 (422) of a refusal. Built only for those answers: a storm's refusals
+    // (already bought, sold out) carry no RateLimit headers and pay nothing for them.
+    let judged = || {
+        let policies = state.limits.for_route(Route::Buy);
+        let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+        limit::http::judge(&state, &decided)
+    };
     match outcome {
         PurchaseOutcome::Accepted { order_id, .. } => {
-            Ok(granted.attach(HttpResponse::Accepted().json(Accepted {
+            Ok(judged()?.attach(HttpResponse::Accepted().json(Accepted {
                 status: "pending",
                 order_id,
                 sale_id: sale,
@@ -193,6 +197,7 @@ async fn purchase(
         PurchaseOutcome::NotLoaded => Err(missing_from_redis(&state, sale).await),
         PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
+            let _no_policy_refused = judged()?;
             Err(AppError::Internal(anyhow::anyhow!(
                 "a rate-limited purchase came back with no refusing policy"
             )))

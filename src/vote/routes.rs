@@ -182,22 +182,26 @@ async fn vote(
             },
         )
         .await?;
-    let policies = state.limits.for_route(Route::Vote);
-    let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
     let outcome = reply.outcome;
     Metrics::inc(match outcome {
         VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
         _ => &state.metrics.vote_refused,
     });
-    let granted = limit::http::judge(&state, &decided)?;
+    // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
+    // other refusals carry no RateLimit headers (as in the purchase).
+    let judged = || {
+        let policies = state.limits.for_route(Route::Vote);
+        let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+        limit::http::judge(&state, &decided)
+    };
     match outcome {
-        VoteOutcome::Accepted { .. } => {
-            Ok(granted.attach(HttpResponse::Accepted().json(VoteAccepted {
+        VoteOutcome::Accepted { .. } => Ok(judged()?.attach(HttpResponse::Accepted().json(
+            VoteAccepted {
                 status: "accepted",
                 poll_id: poll,
                 option_id,
-            })))
-        }
+            },
+        ))),
         VoteOutcome::AlreadyVoted => Err(AppError::conflict(
             "already_voted",
             "you already voted in this poll (one vote per person)",
@@ -219,6 +223,7 @@ async fn vote(
         VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
         VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
         VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
+            let _no_policy_refused = judged()?;
             Err(AppError::Internal(anyhow::anyhow!(
                 "a rate-limited vote came back with no refusing policy"
             )))

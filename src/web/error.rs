@@ -56,7 +56,7 @@ impl PageError {
                     StatusCode::FORBIDDEN => "Not allowed",
                     _ => "Something is not right",
                 };
-                Self::new(status, nav, heading, message)
+                Self::new(status, nav, heading, message.into_owned())
             }
             other => {
                 tracing::error!(error = %error_chain(&other), "page failed");

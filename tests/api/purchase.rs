@@ -422,3 +422,50 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
     .await;
     assert_eq!(app.stock_left(sale).await, 7);
 }
+
+/// The process's sold-out flag answers before the token is checked: that a sale is
+/// sold out is public, and the stampede after the last unit costs no HMAC. A sale
+/// that is not known sold out still needs a valid token, and a sold-out answer
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_known_sold_out_sale_answers_410_before_the_token_is_checked() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sold = app.create_sale(&admin, 1, -5, 3600).await;
+    let open = app.create_sale(&admin, 5, -5, 3600).await;
+    let users = app.create_users(2, false).await;
+    assert_eq!(
+        app.purchase(sold, &users[0].token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    // The last unit is gone; the next buyer's answer sets the flag.
+    assert_error(
+        app.purchase(sold, &users[1].token).await,
+        StatusCode::GONE,
+        "sold_out",
+    )
+    .await;
+    for token in [None, Some("not-a-token")] {
+        assert_error(
+            app.post(&format!("/api/sales/{sold}/purchase"), token)
+                .await,
+            StatusCode::GONE,
+            "sold_out",
+        )
+        .await;
+        let code = if token.is_some() {
+            "invalid_token"
+        } else {
+            "unauthorized"
+        };
+        assert_error(
+            app.post(&format!("/api/sales/{open}/purchase"), token)
+                .await,
+            StatusCode::UNAUTHORIZED,
+            code,
+        )
+        .await;
+    }
+    assert_eq!(app.stock_left(sold).await, 0);
+    assert_eq!(app.stock_left(open).await, 5);
+}
