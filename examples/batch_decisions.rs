@@ -12,7 +12,9 @@
 //!   sold out        new buyers of a sale with no units left (before the
 //!                   process's sold-out flag answers them without Redis)
 //!
-//!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds]
+//!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds] [only]
+//!
+//! `only` measures just the figures whose label contains it (say `"64 repeat"`).
 //!
 //! Works in its own key namespace on the Redis named by REDIS_URL (loopback only)
 //! and deletes it afterwards. Prints `batch N <kind>[, both limit shapes]: D
@@ -61,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         .map(|a| a.parse())
         .transpose()?
         .unwrap_or(5);
+    let only = std::env::args().nth(2).unwrap_or_default();
     let redis_url = std::env::var("REDIS_URL")?;
     let host = redis_url
         .strip_prefix("redis://")
@@ -108,6 +111,14 @@ async fn main() -> anyhow::Result<()> {
     ];
     for limits in [false, true] {
         for (kind, batch) in figures {
+            let label = format!(
+                "batch {batch} {}{}",
+                kind.label(),
+                if limits { ", both limit shapes" } else { "" }
+            );
+            if !label.contains(&only) {
+                continue;
+            }
             let sale = Id::new(next_sale.fetch_add(1, Ordering::Relaxed) as i64).expect("positive");
             let now = Utc::now();
             let row = SaleRow {
@@ -186,9 +197,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let secs = started.elapsed().as_secs_f64();
             println!(
-                "batch {batch} {}{}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
-                kind.label(),
-                if limits { ", both limit shapes" } else { "" },
+                "{label}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
                 decided.load(Ordering::Relaxed) as f64 / secs,
                 calls.load(Ordering::Relaxed) as f64 / secs,
             );
