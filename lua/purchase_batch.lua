@@ -8,8 +8,9 @@
 -- Redis clock; tests replay exact timings)
 -- ARGV[4 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
 -- then per buyer: user id, order id
--- Returns, per buyer, 2 + 4 * P integers: code, value, then per policy: allowed
--- (1, 0, -1 never), remaining, ms until allowed again, ms until the quota is back.
+-- Returns, per buyer, code and value, and for codes 0, 7 and 8 then per policy:
+-- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
+-- is back.
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)

@@ -7,8 +7,8 @@
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock)   ARGV[4 ..]: per policy: algorithm code, a, b, c
 -- then per voter: user id, option id
--- Returns, per voter, 2 + 4 * P integers: code, value, then per policy: allowed,
--- remaining, ms until allowed again, ms until the quota is back.
+-- Returns, per voter, code and value, and for codes 0, 7 and 8 then per policy:
+-- allowed, remaining, ms until allowed again, ms until the quota is back.
 --   0 accepted (value = the option's new count)   1 already voted   2 not open yet
 --   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
 --   5 unknown option   6 recovering (state not trusted by this Redis run)

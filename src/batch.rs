@@ -226,7 +226,7 @@ pub struct Item {
 }
 
 /// What a batch script answered for one item: its code, value, and each policy's
-/// decision.
+/// decision (empty unless the answer reports them: see [`rows`]).
 pub struct Row {
     pub code: i64,
     pub value: i64,
@@ -248,8 +248,7 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// Runs the script for `items`; checks the reply's shape (2 + 4 per policy
-    /// integers per item).
+    /// Runs the script for `items`; checks the reply's shape (see [`rows`]).
     pub async fn run<C: ConnectionLike>(
         &self,
         redis: &mut C,
@@ -277,26 +276,46 @@ impl Call<'_> {
             }
         }
         let flat: Vec<i64> = inv.invoke_async(redis).await?;
-        let width = 2 + 4 * self.policies.len();
-        if flat.len() != width * items.len() {
-            return Err(unexpected_reply(
-                self.name,
-                format!("{} numbers for {} items", flat.len(), items.len()),
-            ));
-        }
-        flat.chunks(width)
-            .map(|row| {
-                Ok(Row {
-                    code: row[0],
-                    value: row[1],
-                    limits: row[2..]
-                        .chunks(4)
-                        .map(|four| decision(self.name, four))
-                        .collect::<Result<_, _>>()?,
-                })
-            })
-            .collect()
+        rows(self.name, &flat, self.policies.len(), items.len())
     }
+}
+
+/// The answers that carry each policy's decision (see `batch_answer` in
+/// `lua/lib/batch.lua`): accepted, rate limited, never satisfiable. The others are
+/// a code and a value only.
+fn reports_limits(code: i64) -> bool {
+    matches!(code, 0 | 7 | 8)
+}
+
+/// Splits a batch script's flat reply into one row per item: code, value, and 4
+/// numbers per policy where [`reports_limits`]. Anything but exactly `items` rows
+/// is an error.
+fn rows(script: &str, flat: &[i64], policies: usize, items: usize) -> Result<Vec<Row>, AppError> {
+    let wrong = || unexpected_reply(script, format!("{} numbers for {items} items", flat.len()));
+    let mut out = Vec::with_capacity(items);
+    let mut rest = flat;
+    while let [code, value, tail @ ..] = rest {
+        let (limits, tail) = if reports_limits(*code) {
+            let (four, tail) = tail.split_at_checked(4 * policies).ok_or_else(wrong)?;
+            let limits = four
+                .chunks(4)
+                .map(|four| decision(script, four))
+                .collect::<Result<_, _>>()?;
+            (limits, tail)
+        } else {
+            (Vec::new(), tail)
+        };
+        out.push(Row {
+            code: *code,
+            value: *value,
+            limits,
+        });
+        rest = tail;
+    }
+    if !rest.is_empty() || out.len() != items {
+        return Err(wrong());
+    }
+    Ok(out)
 }
 
 /// One policy's answer: allowed (1, 0, or -1 never), remaining, ms until allowed,
@@ -325,5 +344,34 @@ pub fn subject(policy: &Policy, user: UserId, ip: Option<IpAddr>) -> Result<Stri
             "policy {} counts per address, but no address was given",
             policy.name
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {
+        // Two policies: accepted (with both), already bought (none), limited (with both).
+        let flat = [
+            0, 9, 1, 4, 0, 10, 1, 99, 0, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
+        ];
+        let parsed = rows("t.lua", &flat, 2, 3).unwrap();
+        assert_eq!(
+            parsed
+                .iter()
+                .map(|r| (r.code, r.value, r.limits.len()))
+                .collect::<Vec<_>>(),
+            [(0, 9, 2), (1, 0, 0), (7, 500, 2)]
+        );
+        assert_eq!(parsed[2].limits[0].verdict, Verdict::Denied);
+        assert_eq!(parsed[2].limits[0].retry_after_ms, 500);
+        // Too few or too many numbers, or rows, are an error, never a guess.
+        assert!(rows("t.lua", &flat[..flat.len() - 1], 2, 3).is_err());
+        assert!(rows("t.lua", &flat, 2, 2).is_err());
+        assert!(rows("t.lua", &[1, 0, 5], 2, 1).is_err());
+        // An unknown verdict is an error too.
+        assert!(rows("t.lua", &[0, 1, 3, 0, 0, 0], 1, 1).is_err());
     }
 }

@@ -21,11 +21,17 @@ local function batch_policies(P)
   return policies
 end
 
--- Appends one item's answer to `out`: code, value, then per policy allowed,
--- remaining, ms until allowed, ms until reset (policies not asked: allowed, zeros).
+-- Appends one item's answer to `out`: code and value, then, only for the answers
+-- that report them (0 accepted, 7 rate limited, 8 never satisfiable), per policy
+-- allowed, remaining, ms until allowed, ms until reset (policies not asked:
+-- allowed, zeros). Other answers (already bought, sold out, ...) are two numbers:
+-- a storm's refusals cost Redis and the server no limit details nobody sends.
 local function batch_answer(out, P, code, value, answers)
   local n = #out
   out[n + 1], out[n + 2] = code, value
+  if code ~= 0 and code ~= 7 and code ~= 8 then
+    return
+  end
   n = n + 2
   for p = 1, P do
     local r = answers and answers[p]

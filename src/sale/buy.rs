@@ -31,7 +31,8 @@ pub struct BuyRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BuyReply {
     pub outcome: PurchaseOutcome,
-    /// One per policy of the buy route, in order (empty when limits are off).
+    /// One per policy of the buy route, in order (empty when limits are off, and unless the
+    /// answer is accepted or refused by a limit: see `batch::rows`).
     pub limits: Vec<Decision>,
 }
 
