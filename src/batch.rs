@@ -20,7 +20,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::IpAddr;
@@ -32,7 +31,7 @@ use crate::domain::UserId;
 use crate::error::{AppError, is_redis_unreachable};
 use crate::limit::{Decision, Policy, Subject, Verdict};
 use crate::lua::unexpected_reply;
-use crate::metrics::Metrics;
+use crate::metrics::{Counter, Metrics};
 
 /// One kind of batched decision: how a batch of requests for one key is decided.
 pub trait Decider: Send + Sync + 'static {
@@ -97,8 +96,8 @@ pub struct Batcher<D: Decider> {
 /// Where a batcher counts, for `/metrics`: batches sent and requests decided.
 pub struct Counters {
     pub metrics: Arc<Metrics>,
-    pub batches: fn(&Metrics) -> &AtomicU64,
-    pub requests: fn(&Metrics) -> &AtomicU64,
+    pub batches: fn(&Metrics) -> &Counter,
+    pub requests: fn(&Metrics) -> &Counter,
 }
 
 impl<D: Decider> Batcher<D> {
@@ -184,8 +183,8 @@ impl<D: Decider> Batcher<D> {
             let (requests, senders): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
             let n = requests.len();
             let c = &self.counters;
-            (c.batches)(&c.metrics).fetch_add(1, Relaxed);
-            (c.requests)(&c.metrics).fetch_add(n as u64, Relaxed);
+            (c.batches)(&c.metrics).add(1);
+            (c.requests)(&c.metrics).add(n as u64);
             match self.decider.decide(self.redis.clone(), key, requests).await {
                 Ok(replies) if replies.len() == n => {
                     for (tx, reply) in senders.into_iter().zip(replies) {

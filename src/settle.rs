@@ -403,10 +403,7 @@ impl Settler {
             // same user for the same sale: the two stores disagree (Redis lost its
             // buyers set, or two deployments share one database). Nothing to retry;
             // say so loudly and leave the repair to `stampede reconcile`.
-            self.metrics.settle_conflicts.fetch_add(
-                conflicting.len() as u64,
-                std::sync::atomic::Ordering::Relaxed,
-            );
+            self.metrics.settle_conflicts.add(conflicting.len() as u64);
             tracing::error!(
                 count = conflicting.len(),
                 orders = ?conflicting,
@@ -414,9 +411,7 @@ impl Settler {
                  Redis and Postgres disagree: run `stampede reconcile`"
             );
         }
-        self.metrics
-            .settled_rows
-            .fetch_add(inserted, std::sync::atomic::Ordering::Relaxed);
+        self.metrics.settled_rows.add(inserted);
         // Only now, with the rows committed, may the entries be acknowledged. If this
         // fails, they are delivered again and the insert above skips them.
         let mut by_stream: HashMap<&str, (Vec<&str>, Vec<String>)> = HashMap::new();

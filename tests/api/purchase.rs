@@ -93,8 +93,8 @@ async fn storm_of_2500_on_stock_100(app: TestApp) {
         "every accepted order id is in Postgres, no other"
     );
     let m = &app.state.metrics;
-    let batches = m.buy_batches.load(std::sync::atomic::Ordering::Relaxed);
-    let batched = m.buy_batched.load(std::sync::atomic::Ordering::Relaxed);
+    let batches = m.buy_batches.get();
+    let batched = m.buy_batched.get();
     assert_eq!(batched, 2500, "every request was decided in some batch");
     assert!(
         batches <= batched,

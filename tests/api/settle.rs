@@ -213,12 +213,7 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     // Postgres keeps one order per (sale, user); the conflict is counted, the entry is
     // not left to be retried forever, and reconcile sees the stores disagree.
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
-    assert_eq!(
-        metrics
-            .settle_conflicts
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(metrics.settle_conflicts.get(), 1);
     assert_eq!(pending_in_group(&app, sale).await, 0);
     let report: serde_json::Value = app
         .get(
