@@ -16,8 +16,10 @@ pub use routes::{ROUTES, configure, find_view, load_list};
 pub use store::{PurchaseOutcome, SaleView};
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
 
 use crate::domain::SaleId;
 
@@ -26,15 +28,18 @@ use crate::domain::SaleId;
 /// `ttl` only: a top-up made through another instance is noticed within that time.
 pub struct SoldOutFlags {
     ttl: Duration,
-    // A std lock: held for a map lookup only, never across an await.
-    seen: RwLock<HashMap<SaleId, Instant>>,
+    // Read by every HTTP worker on every purchase, written when a sale sells out,
+    // is topped up, or its flag is refreshed (at most every ttl / 2): a snapshot
+    // swapped whole (ArcSwap), so a read takes no lock and writes no cache line
+    // the other workers read. A lock's counter did, on every read.
+    seen: ArcSwap<HashMap<SaleId, Instant>>,
 }
 
 impl SoldOutFlags {
     pub fn new(ttl: Duration) -> Self {
         SoldOutFlags {
             ttl,
-            seen: RwLock::new(HashMap::new()),
+            seen: ArcSwap::from_pointee(HashMap::new()),
         }
     }
 
@@ -42,21 +47,42 @@ impl SoldOutFlags {
         if self.ttl.is_zero() {
             return false;
         }
-        let seen = self.seen.read().unwrap_or_else(|e| e.into_inner());
-        seen.get(&sale).is_some_and(|at| at.elapsed() < self.ttl)
+        self.seen
+            .load()
+            .get(&sale)
+            .is_some_and(|at| at.elapsed() < self.ttl)
     }
 
+    /// Remembers that the script answered sold out now. A flag younger than half
+    /// its trust is left as it is: a batch of sold-out answers copies the map once.
     pub fn mark(&self, sale: SaleId) {
         if self.ttl.is_zero() {
             return;
         }
-        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
-        seen.insert(sale, Instant::now());
+        let fresh = |seen: &HashMap<SaleId, Instant>| {
+            seen.get(&sale)
+                .is_some_and(|at| at.elapsed() < self.ttl / 2)
+        };
+        if fresh(&self.seen.load()) {
+            return;
+        }
+        self.seen.rcu(|seen| {
+            let mut seen = HashMap::clone(seen);
+            seen.retain(|_, at| at.elapsed() < self.ttl);
+            seen.insert(sale, Instant::now());
+            Arc::new(seen)
+        });
     }
 
     pub fn clear(&self, sale: SaleId) {
-        let mut seen = self.seen.write().unwrap_or_else(|e| e.into_inner());
-        seen.remove(&sale);
+        if !self.seen.load().contains_key(&sale) {
+            return;
+        }
+        self.seen.rcu(|seen| {
+            let mut seen = HashMap::clone(seen);
+            seen.remove(&sale);
+            Arc::new(seen)
+        });
     }
 }
 
