@@ -153,9 +153,11 @@ end
 
 -- Writes every key whose state the batch changed, with its expiry.
 local function limits_write(cache)
+  redis.set_repl(redis.REPL_NONE) -- see limit_set
   for key, entry in pairs(cache) do
     if entry.ttl then
-      limit_set(key, LIMIT_TEXT[entry.alg](entry.state), 'PX', entry.ttl)
+      redis.call('SET', key, LIMIT_TEXT[entry.alg](entry.state), 'PX', entry.ttl)
     end
   end
+  redis.set_repl(redis.REPL_ALL)
 end
