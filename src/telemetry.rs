@@ -29,8 +29,8 @@ pub fn init() {
 /// runs whether or not anything is logged, and in a storm nearly every answer is a
 /// refusal (sold out, already bought, rate limited): it cost every refusal two
 /// string allocations and a `Debug` walk of the error (about 1% of the server's
-/// CPU on the buy path, perf). A refusal records its status and message; a 5xx its
-/// message and its cause chain, as before.
+/// CPU on the buy path, perf). The span records the status and the error's
+/// message; a 5xx's cause chain is logged by `AppError` itself, as before.
 pub struct RequestSpan;
 
 impl tracing_actix_web::RootSpanBuilder for RequestSpan {
