@@ -26,6 +26,7 @@ use std::net::IpAddr;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use tokio::sync::oneshot;
+use uuid::Uuid;
 
 use crate::domain::UserId;
 use crate::error::{AppError, is_redis_unreachable};
@@ -217,11 +218,34 @@ impl<D: Decider> Batcher<D> {
     }
 }
 
-/// One item of a batch script call: its rate-limit keys (one per policy, in
-/// order) and its two arguments (user id, then an order or option id).
+/// One request of a batch script call: who asks, from where (when a policy counts
+/// per address), and its second argument. Its limit keys are built by
+/// [`Call::run`], one per policy, in order.
 pub struct Item {
-    pub limit_keys: Vec<String>,
-    pub args: [String; 2],
+    pub user: UserId,
+    pub ip: Option<IpAddr>,
+    pub arg: ItemArg,
+}
+
+/// An item's second argument: the order id a purchase gets if accepted, or the
+/// option a vote is for.
+#[derive(Clone, Copy, Debug)]
+pub enum ItemArg {
+    Order(Uuid),
+    Option(i64),
+}
+
+impl redis::ToRedisArgs for ItemArg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        match self {
+            ItemArg::Order(id) => out.write_arg(
+                id.hyphenated()
+                    .encode_lower(&mut Uuid::encode_buffer())
+                    .as_bytes(),
+            ),
+            ItemArg::Option(n) => n.write_redis_args(out),
+        }
+    }
 }
 
 /// What a batch script answered for one item: its code, value, and each policy's
@@ -234,7 +258,8 @@ pub struct Row {
 
 /// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
 /// KEYS = the five state keys, then each item's limit keys; ARGV = id, number of
-/// policies, now override, four per policy, then three per item.
+/// policies, now override, four per policy, then two per item (user id, then
+/// [`ItemArg`]).
 pub struct Call<'a> {
     pub script: &'a redis::Script,
     /// The script's file name, for errors.
@@ -242,6 +267,9 @@ pub struct Call<'a> {
     pub state_keys: [&'a str; 5],
     pub id: i64,
     pub policies: &'a [Policy],
+    /// Each policy's limit key without its subject (`Keys::sale_rate_limit` with an
+    /// empty subject), in policy order.
+    pub limit_prefixes: &'a [String],
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
 }
@@ -253,13 +281,51 @@ impl Call<'_> {
         redis: &mut C,
         items: &[Item],
     ) -> Result<Vec<Row>, AppError> {
+        if self.limit_prefixes.len() != self.policies.len() {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "{}: {} limit key prefixes for {} policies",
+                self.name,
+                self.limit_prefixes.len(),
+                self.policies.len()
+            )));
+        }
         let mut inv = self.script.prepare_invoke();
         for key in self.state_keys {
             inv.key(key);
         }
+        // A batch's keys are built in one buffer, with no formatting machinery: a
+        // hot sale's batch holds up to a few hundred of them.
+        let mut key = String::new();
+        let mut user_id = itoa::Buffer::new();
+        let mut last_ip: Option<(IpAddr, String)> = None;
         for item in items {
-            for key in &item.limit_keys {
-                inv.key(key);
+            for (policy, prefix) in self.policies.iter().zip(self.limit_prefixes) {
+                key.clear();
+                key.push_str(prefix);
+                match (policy.subject, item.ip) {
+                    (Subject::User, _) => {
+                        key.push('u');
+                        key.push_str(user_id.format(item.user.get()));
+                    }
+                    (Subject::Ip, Some(ip)) => {
+                        // Requests of a batch mostly come from few addresses.
+                        match &last_ip {
+                            Some((seen, text)) if *seen == ip => key.push_str(text),
+                            _ => {
+                                let text = crate::limit::http::ip_subject(ip);
+                                key.push_str(&text);
+                                last_ip = Some((ip, text));
+                            }
+                        }
+                    }
+                    (Subject::Ip, None) => {
+                        return Err(AppError::Internal(anyhow::anyhow!(
+                            "policy {} counts per address, but no address was given",
+                            policy.name
+                        )));
+                    }
+                }
+                inv.key(key.as_str());
             }
         }
         inv.arg(self.id)
@@ -270,9 +336,7 @@ impl Call<'_> {
             inv.arg(code).arg(a).arg(b).arg(c);
         }
         for item in items {
-            for arg in &item.args {
-                inv.arg(arg);
-            }
+            inv.arg(item.user.get()).arg(item.arg);
         }
         let flat: Vec<i64> = inv.invoke_async(redis).await?;
         rows(self.name, &flat, self.policies.len(), items.len())
@@ -332,18 +396,6 @@ fn decision(script: &str, four: &[i64]) -> Result<Decision, AppError> {
         reset_ms: four[3].max(0) as u64,
         now_ms: 0,
     })
-}
-
-/// The subject a policy counts this caller under: `u<id>` or the parsed address.
-pub fn subject(policy: &Policy, user: UserId, ip: Option<IpAddr>) -> Result<String, AppError> {
-    match (policy.subject, ip) {
-        (Subject::User, _) => Ok(format!("u{user}")),
-        (Subject::Ip, Some(ip)) => Ok(crate::limit::http::ip_subject(ip)),
-        (Subject::Ip, None) => Err(AppError::Internal(anyhow::anyhow!(
-            "policy {} counts per address, but no address was given",
-            policy.name
-        ))),
-    }
 }
 
 #[cfg(test)]

@@ -66,7 +66,12 @@ local function limit_sliding_log(state, now, limit, window)
     return {0, 0, limit_sliding_log_at(log, first + count - limit) + window - now,
       limit_sliding_log_at(log, n) + window - now, now}
   end
-  local live = string.sub(log, (first - 1) * LOG_WIDTH + 1)
+  -- Usually nothing went stale since the last request: the log as it is (a
+  -- substring would copy it once more).
+  local live = log
+  if first > 1 then
+    live = string.sub(log, (first - 1) * LOG_WIDTH + 1)
+  end
   if count > 0 and limit_sliding_log_at(log, n) > now then
     -- A replayed clock (tests) went back: put this entry in its place.
     local times = {now}

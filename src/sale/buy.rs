@@ -10,7 +10,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use uuid::Uuid;
 
 use super::store::{MAX_ORDERABLE_SALE_ID, PurchaseOutcome, new_order_id};
-use crate::batch::{Decider, Item, subject};
+use crate::batch::{Decider, Item, ItemArg};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -66,30 +66,27 @@ impl PurchaseBatch<'_> {
         }
         let k = self.keys.sale(self.sale);
         let order_ids: Vec<Uuid> = buyers.iter().map(|_| new_order_id(self.sale)).collect();
-        let items = buyers
+        let items: Vec<Item> = buyers
             .iter()
             .zip(&order_ids)
-            .map(|(buyer, order_id)| {
-                let limit_keys = self
-                    .policies
-                    .iter()
-                    .map(|p| {
-                        let subject = subject(p, buyer.user, buyer.ip)?;
-                        Ok(self.keys.sale_rate_limit(self.sale, &p.name, &subject))
-                    })
-                    .collect::<Result<Vec<_>, AppError>>()?;
-                Ok(Item {
-                    limit_keys,
-                    args: [buyer.user.get().to_string(), order_id.to_string()],
-                })
+            .map(|(buyer, order_id)| Item {
+                user: buyer.user,
+                ip: buyer.ip,
+                arg: ItemArg::Order(*order_id),
             })
-            .collect::<Result<Vec<_>, AppError>>()?;
+            .collect();
+        let limit_prefixes: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| self.keys.sale_rate_limit(self.sale, &p.name, ""))
+            .collect();
         let rows = crate::batch::Call {
             script: &PURCHASE_BATCH,
             name: "purchase_batch.lua",
             state_keys: [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending],
             id: self.sale.get(),
             policies: self.policies,
+            limit_prefixes: &limit_prefixes,
             now_ms: self.now_ms,
         }
         .run(redis, &items)

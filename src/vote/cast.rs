@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 
-use crate::batch::{Decider, Item, subject};
+use crate::batch::{Decider, Item, ItemArg};
 use crate::domain::{PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -75,29 +75,26 @@ impl VoteBatch<'_> {
             return Ok(Vec::new());
         }
         let k = self.keys.poll(self.poll);
-        let items = voters
+        let items: Vec<Item> = voters
             .iter()
-            .map(|voter| {
-                let limit_keys = self
-                    .policies
-                    .iter()
-                    .map(|p| {
-                        let subject = subject(p, voter.user, voter.ip)?;
-                        Ok(self.keys.poll_rate_limit(self.poll, &p.name, &subject))
-                    })
-                    .collect::<Result<Vec<_>, AppError>>()?;
-                Ok(Item {
-                    limit_keys,
-                    args: [voter.user.get().to_string(), voter.option.to_string()],
-                })
+            .map(|voter| Item {
+                user: voter.user,
+                ip: voter.ip,
+                arg: ItemArg::Option(voter.option),
             })
-            .collect::<Result<Vec<_>, AppError>>()?;
+            .collect();
+        let limit_prefixes: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| self.keys.poll_rate_limit(self.poll, &p.name, ""))
+            .collect();
         let rows = crate::batch::Call {
             script: &VOTE_BATCH,
             name: "vote_batch.lua",
             state_keys: [&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
             id: self.poll.get(),
             policies: self.policies,
+            limit_prefixes: &limit_prefixes,
             now_ms: self.now_ms,
         }
         .run(redis, &items)
