@@ -235,6 +235,14 @@ try {
     const taken = await call("POST", `/api/sales/${oneUnit}/purchase`, bob.token);
     check(taken.status === 202, "bob takes the last unit");
     const page = await newPage(DESKTOP, alice);
+    // The page follows the sale over its event stream: no polling of the sale.
+    const asked = { polls: 0, streams: 0 };
+    page.on("request", (r) => {
+      const path = new URL(r.url()).pathname;
+      if (path === `/api/sales/${oneUnit}`) asked.polls += 1;
+      if (path === `/api/sales/${oneUnit}/events`) asked.streams += 1;
+    });
+    const followedSince = Date.now();
     await goto(page, `/sales/${oneUnit}`);
     // Her page loaded before it sold out? Either way the answer must be sold out.
     const button = page.locator('[data-action="buy"]');
@@ -258,6 +266,12 @@ try {
     await call("POST", `/api/admin/sales/${oneUnit}/close`, admin.token);
     await page.getByRole("button", { name: "Sale closed" }).waitFor({ timeout: 6000 });
     check(!(await page.getByText("Better luck next time").isVisible()), "after a close no sold-out message stays");
+    const followedFor = Math.round((Date.now() - followedSince) / 1000);
+    // One read after pressing Buy is the page's own; polling every 2 s would be many.
+    check(
+      asked.streams >= 1 && asked.polls <= 1,
+      `the sale page followed ${followedFor} s of changes over its event stream (${asked.streams} stream, ${asked.polls} reads of the sale)`,
+    );
     await page.context().close();
   }
 

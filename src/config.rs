@@ -33,6 +33,10 @@ pub struct Config {
     /// How often each process reads the stream of ended sessions: about the longest
     /// a signed-out token still works on another instance (1 to 60000 ms).
     pub session_sync_ms: u64,
+    /// How often a watched sale's or poll's live view is read for its event streams
+    /// (once per interval per watched sale or poll, however many pages watch it;
+    /// 100 to 60000 ms).
+    pub live_interval_ms: u64,
     /// Mark cookies `Secure` (set this when serving over HTTPS).
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
@@ -125,6 +129,7 @@ impl Default for Config {
             token_secret: String::new(),
             token_ttl_secs: 24 * 3600,
             session_sync_ms: 250,
+            live_interval_ms: 1000,
             cookie_secure: false,
             max_body_bytes: 16 * 1024,
             client_request_timeout_ms: 5000,
@@ -165,6 +170,7 @@ impl std::fmt::Debug for Config {
             .field("token_secret", &"<redacted>")
             .field("token_ttl_secs", &self.token_ttl_secs)
             .field("session_sync_ms", &self.session_sync_ms)
+            .field("live_interval_ms", &self.live_interval_ms)
             .field("cookie_secure", &self.cookie_secure)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("client_request_timeout_ms", &self.client_request_timeout_ms)
@@ -273,6 +279,9 @@ impl Config {
         }
         if let Some(v) = var("STAMPEDE_SESSION_SYNC_MS") {
             self.session_sync_ms = parse("STAMPEDE_SESSION_SYNC_MS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_LIVE_INTERVAL_MS") {
+            self.live_interval_ms = parse("STAMPEDE_LIVE_INTERVAL_MS", v)?;
         }
         if let Some(v) = var("DATABASE_URL") {
             self.database_url = v;
@@ -389,6 +398,11 @@ impl Config {
         if !(1..=60_000).contains(&self.session_sync_ms) {
             return Err(ConfigError::Invalid(
                 "session_sync_ms (STAMPEDE_SESSION_SYNC_MS) must be 1 to 60000".into(),
+            ));
+        }
+        if !(100..=60_000).contains(&self.live_interval_ms) {
+            return Err(ConfigError::Invalid(
+                "live_interval_ms (STAMPEDE_LIVE_INTERVAL_MS) must be 100 to 60000".into(),
             ));
         }
         if self.metrics_token.as_ref().is_some_and(|t| t.len() < 16) {

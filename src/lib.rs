@@ -36,6 +36,7 @@ pub mod domain;
 pub mod error;
 pub mod keys;
 pub mod limit;
+pub mod live;
 pub mod lock;
 pub mod lua;
 pub mod metrics;

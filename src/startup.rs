@@ -111,6 +111,10 @@ impl Application {
                 .map_err(crate::config::ConfigError::Invalid)?,
             cache: crate::cache::Cache::new(),
             recovery: recovery.clone(),
+            live: Arc::new(crate::live::Feeds::new(
+                Duration::from_millis(config.live_interval_ms),
+                metrics.clone(),
+            )),
             keys: keys.clone(),
             redis,
             db: db.clone(),

@@ -43,4 +43,6 @@ pub struct AppState {
     pub cache: Cache,
     /// Rebuilds of sales and polls whose Redis state was lost or is untrusted.
     pub recovery: Arc<Recovery>,
+    /// One reader per sale or poll watched by open pages (see [`crate::live`]).
+    pub live: Arc<crate::live::Feeds>,
 }

@@ -263,6 +263,37 @@
     return tick;
   }
 
+  /**
+   * Follows `path`'s server-sent events, handing each event's JSON to `apply`;
+   * where the stream cannot be had (no EventSource, a proxy that cuts it, an error
+   * answer), falls back to running `poll` every `ms` while the tab is visible.
+   */
+  function liveOrPoll(path, apply, poll, ms) {
+    if (typeof EventSource !== "function") return pollWhileVisible(poll, ms);
+    const source = new EventSource(path);
+    let failures = 0;
+    source.addEventListener("message", (event) => {
+      failures = 0;
+      let view;
+      try {
+        view = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      apply(view);
+    });
+    source.addEventListener("error", () => {
+      // The browser reconnects by itself after a dropped stream; an error answer
+      // (CLOSED) or three failures in a row mean it will not work here.
+      failures += 1;
+      if (source.readyState === EventSource.CLOSED || failures >= 3) {
+        source.close();
+        pollWhileVisible(poll, ms);
+      }
+    });
+    return poll;
+  }
+
   // ---- every page ----------------------------------------------------------
 
   function setUpSignOut() {
@@ -617,7 +648,15 @@
     }
     render();
     setInterval(render, 250);
-    pollWhileVisible(refresh, SALE_POLL_MS);
+    liveOrPoll(
+      `/api/sales/${saleId}/events`,
+      (view) => {
+        applyView(view);
+        render();
+      },
+      refresh,
+      SALE_POLL_MS,
+    );
   }
 
   // ---- the poll page -------------------------------------------------------
@@ -819,7 +858,7 @@
     form.addEventListener("submit", vote);
     render();
     setInterval(render, 250);
-    pollWhileVisible(refreshResults, RESULTS_POLL_MS);
+    liveOrPoll(`/api/polls/${pollId}/events`, applyResults, refreshResults, RESULTS_POLL_MS);
   }
 
   // ---- my orders ---------------------------------------------------------

@@ -13,6 +13,7 @@ use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody};
 use crate::limit::{self, Route};
+use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
@@ -24,6 +25,7 @@ use crate::state::{AppState, Worker};
     purchase,
     list,
     show,
+    events,
     order_status,
     my_orders,
     admin_create,
@@ -42,6 +44,7 @@ crate::routes::routes! {
     post "/sales/{id}/purchase" => purchase,
     get "/sales" => list,
     get "/sales/{id}" => show,
+    get "/sales/{id}/events" => events,
     get "/orders/{id}" => order_status,
     get "/me/orders" => my_orders,
     post "/admin/sales" => admin_create,
@@ -95,6 +98,33 @@ async fn show(
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+/// The sale's live view as server-sent events: the JSON of `GET /api/sales/{id}`
+/// at once, then again whenever stock or status change (read once a second per
+/// sale in each process, however many pages watch it: see [`crate::live`]).
+#[utoipa::path(get, path = "/api/sales/{id}/events", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
+    (status = 200, description = "`text/event-stream`: each `data:` line a sale, as `GET /api/sales/{id}` answers", content_type = "text/event-stream", body = String),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 503, description = "The sale cannot be read now", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+async fn events(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("sale", &path)?;
+    let reader = state.clone();
+    let rx = state.live.subscribe(Topic::Sale(id), move || {
+        let state = reader.clone();
+        async move {
+            match find_view(&state, id).await? {
+                Some(view) => Ok(Some(crate::live::json(&view)?)),
+                None => Ok(None),
+            }
+        }
+    });
+    crate::live::respond(rx, state.live.keep_alive(), "sale").await
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

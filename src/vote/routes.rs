@@ -11,6 +11,7 @@ use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::{AppError, ErrorBody};
 use crate::limit::{self, Route};
+use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
@@ -21,6 +22,7 @@ use crate::state::{AppState, Worker};
     list,
     show,
     results,
+    events,
     vote,
     admin_create,
     admin_list,
@@ -34,6 +36,7 @@ crate::routes::routes! {
     get "/polls" => list,
     get "/polls/{id}" => show,
     get "/polls/{id}/results" => results,
+    get "/polls/{id}/events" => events,
     post "/polls/{id}/votes" => vote,
     post "/admin/polls" => admin_create,
     get "/admin/polls" => admin_list,
@@ -106,6 +109,37 @@ async fn show(
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("poll", &path)?;
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+/// The poll's live results as server-sent events: the JSON of
+/// `GET /api/polls/{id}/results` at once, then again whenever a tally or the status
+/// changes (read once a second per poll in each process, however many pages watch
+/// it: see [`crate::live`]).
+#[utoipa::path(get, path = "/api/polls/{id}/events", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
+    (status = 200, description = "`text/event-stream`: each `data:` line the results, as `GET /api/polls/{id}/results` answers", content_type = "text/event-stream", body = String),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 503, description = "The poll cannot be read now", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+async fn events(
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = Id::parse("poll", &path)?;
+    let reader = state.clone();
+    let rx = state.live.subscribe(Topic::Poll(id), move || {
+        let state = reader.clone();
+        async move {
+            match live_results(&state, id).await {
+                Ok(results) => Ok(Some(crate::live::json(&results)?)),
+                Err(e) if actix_web::ResponseError::status_code(&e) == StatusCode::NOT_FOUND => {
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        }
+    });
+    crate::live::respond(rx, state.live.keep_alive(), "poll").await
 }
 
 /// Live results for pages that poll: Redis only, no Postgres query per viewer.

@@ -11,6 +11,7 @@ mod client_limits;
 mod health;
 mod helpers;
 mod limit;
+mod live;
 mod lock;
 mod openapi;
 mod pages;

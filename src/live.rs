@@ -1,0 +1,231 @@
+//! Live views pushed to open pages with server-sent events.
+//!
+//! A sale page shows stock and status, a poll page its tallies; both change while
+//! the page is open. Rather than every open page asking on a timer, each process
+//! keeps one reader per sale (or poll) that has viewers: every `interval` it reads
+//! the view once (the cached record and one Redis round trip) and, when it changed,
+//! hands it to all of that sale's streams in this process through a
+//! [`tokio::sync::watch`] channel. A thousand open pages of one sale cost one read
+//! a second, not a thousand. The reader stops after the last viewer leaves.
+//!
+//! The stream: `GET /api/sales/{id}/events` and `GET /api/polls/{id}/events`, each
+//! event a `data:` line with the same JSON as `GET /api/sales/{id}` (or
+//! `/api/polls/{id}/results`), sent at once on connecting and then on every change,
+//! with a comment line when nothing else was sent for five intervals (at least 1 s,
+//! at most 15 s: see [`Feeds::keep_alive`]). The comment keeps proxies from closing
+//! an idle stream, and it is how a page that left is noticed: the server learns
+//! that a viewer is gone only when a write to it fails, and its reader stops once
+//! no stream holds the topic. Pages fall back to polling where the stream fails
+//! (`static/app.js`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use actix_web::HttpResponse;
+use actix_web::http::header;
+use actix_web::web::Bytes;
+use futures_util::stream;
+use tokio::sync::watch;
+
+use crate::domain::{PollId, SaleId};
+use crate::error::AppError;
+use crate::metrics::Metrics;
+
+/// How long a new stream waits for its first view before answering 503.
+const FIRST_VIEW_WAIT: Duration = Duration::from_secs(5);
+
+/// What is watched.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Topic {
+    Sale(SaleId),
+    Poll(PollId),
+}
+
+/// The latest reading of a topic.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reading {
+    /// The view, as JSON.
+    View(Bytes),
+    /// There is no such sale or poll.
+    Missing,
+    /// Redis or Postgres did not answer; no view has been read yet.
+    Unavailable,
+}
+
+/// The readers of this process, one per watched topic.
+pub struct Feeds {
+    topics: Mutex<HashMap<Topic, watch::Sender<Option<Reading>>>>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Feeds {
+    pub fn new(interval: Duration, metrics: Arc<Metrics>) -> Self {
+        Feeds {
+            topics: Mutex::new(HashMap::new()),
+            interval,
+            metrics,
+        }
+    }
+
+    /// How long a stream stays silent before a comment line: five intervals, at
+    /// least 1 s and at most 15 s.
+    pub fn keep_alive(&self) -> Duration {
+        (self.interval * 5).clamp(Duration::from_secs(1), Duration::from_secs(15))
+    }
+
+    /// Topics with a reader now.
+    pub fn watched(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Topic, watch::Sender<Option<Reading>>>> {
+        self.topics.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A receiver of `topic`'s readings; starts its reader (on this worker's
+    /// runtime) when nobody watched it yet. `load` reads the view once: `Ok(None)`
+    /// when there is no such thing.
+    pub fn subscribe<F, Fut>(
+        self: &Arc<Self>,
+        topic: Topic,
+        load: F,
+    ) -> watch::Receiver<Option<Reading>>
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = Result<Option<Bytes>, AppError>> + 'static,
+    {
+        let mut topics = self.lock();
+        if let Some(tx) = topics.get(&topic) {
+            return tx.subscribe();
+        }
+        let (tx, rx) = watch::channel(None);
+        topics.insert(topic, tx.clone());
+        drop(topics);
+        actix_web::rt::spawn(read_while_watched(self.clone(), topic, tx, load));
+        rx
+    }
+}
+
+/// Reads `topic` every interval while anyone watches it; sends only changes. A
+/// failed read keeps the last view (the page shows it, and the stream stays).
+async fn read_while_watched<F, Fut>(
+    feeds: Arc<Feeds>,
+    topic: Topic,
+    tx: watch::Sender<Option<Reading>>,
+    load: F,
+) where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<Option<Bytes>, AppError>>,
+{
+    loop {
+        {
+            // Under the map's lock: a viewer that subscribes now finds either this
+            // reader (and keeps it going) or no entry (and starts a new one).
+            let mut topics = feeds.lock();
+            if tx.receiver_count() == 0 {
+                topics.remove(&topic);
+                return;
+            }
+        }
+        Metrics::inc(&feeds.metrics.live_reads);
+        let reading = match load().await {
+            Ok(Some(json)) => Some(Reading::View(json)),
+            Ok(None) => Some(Reading::Missing),
+            Err(e) => {
+                tracing::debug!(?topic, error = %e, "live view read failed");
+                tx.borrow().is_none().then_some(Reading::Unavailable)
+            }
+        };
+        if let Some(reading) = reading {
+            tx.send_if_modified(|last| {
+                let changed = last.as_ref() != Some(&reading);
+                if changed {
+                    *last = Some(reading);
+                }
+                changed
+            });
+        }
+        tokio::time::sleep(feeds.interval).await;
+    }
+}
+
+/// The event stream of one subscription: the first reading decides the answer
+/// (404 for a missing topic, 503 when nothing could be read), then one event per
+/// new view and a comment after each `keep_alive` of silence.
+pub async fn respond(
+    mut rx: watch::Receiver<Option<Reading>>,
+    keep_alive: Duration,
+    what: &str,
+) -> Result<HttpResponse, AppError> {
+    let first = tokio::time::timeout(FIRST_VIEW_WAIT, rx.wait_for(Option::is_some))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .and_then(|r| r.clone());
+    let first = match first {
+        Some(Reading::View(json)) => json,
+        Some(Reading::Missing) => {
+            return Err(AppError::not_found(format!("no {what} with this id")));
+        }
+        Some(Reading::Unavailable) | None => {
+            return Err(AppError::unavailable(
+                "unavailable",
+                format!("the {what}'s live view cannot be read now; try again shortly"),
+            ));
+        }
+    };
+    rx.mark_unchanged();
+    let opening = Bytes::from([b"retry: 3000\n\n".as_slice(), &event(&first)].concat());
+    let events = stream::unfold((rx, Some(opening)), move |(mut rx, opening)| async move {
+        if let Some(opening) = opening {
+            return Some((Ok::<_, actix_web::Error>(opening), (rx, None)));
+        }
+        loop {
+            match tokio::time::timeout(keep_alive, rx.changed()).await {
+                Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (rx, None))),
+                // The reader is gone (shutdown): end the stream; the page reconnects.
+                Ok(Err(_)) => return None,
+                Ok(Ok(())) => {
+                    let view = match &*rx.borrow_and_update() {
+                        Some(Reading::View(json)) => Some(event(json)),
+                        _ => None,
+                    };
+                    if let Some(view) = view {
+                        return Some((Ok(view), (rx, None)));
+                    }
+                }
+            }
+        }
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        // Tells nginx not to buffer the stream.
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(events))
+}
+
+/// A view as the JSON an event carries.
+pub fn json<T: serde::Serialize>(view: &T) -> Result<Bytes, AppError> {
+    serde_json::to_vec(view)
+        .map(Bytes::from)
+        .map_err(|e| AppError::Internal(e.into()))
+}
+
+/// One `data:` event. The JSON has no newline (serde_json's compact output).
+fn event(json: &[u8]) -> Bytes {
+    [b"data: ".as_slice(), json, b"\n\n"].concat().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_one_data_line() {
+        assert_eq!(&event(br#"{"a":1}"#)[..], b"data: {\"a\":1}\n\n");
+    }
+}

@@ -1,0 +1,172 @@
+//! Live views over server-sent events (`src/live.rs`): the view at once, every
+//! change after, one read per watched sale however many pages watch it.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_error, spawn_app_with};
+
+/// An open event stream and what it has sent that no event has used yet.
+struct Stream {
+    resp: reqwest::Response,
+    buf: String,
+}
+
+impl Stream {
+    async fn open(app: &TestApp, path: &str) -> Stream {
+        let resp = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Stream {
+            resp,
+            buf: String::new(),
+        }
+    }
+
+    /// The next `data:` event's JSON (comments and `retry:` skipped), within 5 s.
+    async fn next(&mut self) -> Value {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                while let Some(end) = self.buf.find("\n\n") {
+                    let event: String = self.buf.drain(..end + 2).collect();
+                    if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) {
+                        return serde_json::from_str(data).unwrap();
+                    }
+                }
+                let chunk = self.resp.chunk().await.unwrap().expect("the stream ended");
+                self.buf.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within 5 s")
+    }
+}
+
+async fn live_reads(app: &TestApp) -> i64 {
+    let text = app.metrics_text().await;
+    text.lines()
+        .find_map(|l| l.strip_prefix("stampede_live_reads_total "))
+        .expect("the live_reads counter")
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_reader() {
+    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -1, 3600).await;
+    let path = format!("/api/sales/{sale}/events");
+
+    let mut viewers = Vec::new();
+    for _ in 0..3 {
+        viewers.push(Stream::open(&app, &path).await);
+    }
+    for viewer in &mut viewers {
+        let view = viewer.next().await;
+        assert_eq!(view["id"], sale);
+        assert_eq!(view["stock_left"], 5);
+        assert_eq!(view["status"], "live");
+    }
+
+    let buyer = app.user().await;
+    assert_eq!(
+        app.purchase(sale, &buyer.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    for viewer in &mut viewers {
+        assert_eq!(viewer.next().await["stock_left"], 4);
+    }
+
+    // One reader for the three viewers: over 1 s at 100 ms, about 10 reads (three
+    // readers would make about 30).
+    let before = live_reads(&app).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let during = live_reads(&app).await - before;
+    assert!((5..=13).contains(&during), "{during} reads in 1 s");
+
+    // An admin closes the sale: every viewer sees it.
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{sale}/close"),
+            Some(&admin.token),
+        )
+        .await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    for viewer in &mut viewers {
+        assert_eq!(viewer.next().await["status"], "closed");
+    }
+
+    // Nobody watching: the reader stops. The server learns that a page left when a
+    // write to it fails: at the latest with the keep-alive comment (here 1 s).
+    drop(viewers);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut last = live_reads(&app).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = live_reads(&app).await;
+        if now == last {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still reading 5 s after the last viewer left"
+        );
+        last = now;
+    }
+}
+
+#[tokio::test]
+async fn a_poll_stream_sends_the_tallies_then_each_vote() {
+    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    let admin = app.admin().await;
+    let (poll, options) = app
+        .create_poll(&admin, "Which colour?", &["Red", "Blue"], -1, 3600)
+        .await;
+    let mut viewer = Stream::open(&app, &format!("/api/polls/{poll}/events")).await;
+    let first = viewer.next().await;
+    assert_eq!(first["voters"], 0);
+
+    let voter = app.user().await;
+    let resp = app
+        .post_json(
+            &format!("/api/polls/{poll}/votes"),
+            Some(&voter.token),
+            &json!({ "option_id": options[1] }),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let next = viewer.next().await;
+    assert_eq!(next["voters"], 1);
+    let blue = next["tallies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["option_id"] == options[1])
+        .unwrap();
+    assert_eq!(blue["votes"], 1);
+}
+
+#[tokio::test]
+async fn streams_of_unknown_or_malformed_ids_are_clear_errors() {
+    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    assert_error(
+        app.get("/api/sales/999999/events", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/polls/999999/events", None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    let resp = app.get("/api/sales/abc/events", None).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}
