@@ -3,8 +3,11 @@
 //! replaces (`GET /api/sales/{id}` every 2 s, what a page does without the stream).
 //!
 //!   live_viewers --url http://127.0.0.1:8080 --sale 1 --server-pid PID \
-//!     [--viewers 1000] [--seconds 20] [--mode sse|poll]
+//!     [--viewers 1000] [--seconds 20] [--mode sse|poll] [--buy-tokens FILE]
 //!
+//! With --buy-tokens (a file of `loadgen --prepare-only`: the purchase path, then
+//! one fresh buyer's token a line), one of those buyers buys every 500 ms, so the
+//! sale changes while it is watched.
 //! REDIS_URL names the server's Redis (its CPU and commands are read from INFO).
 //! Loopback only: it refuses any other host. Prints viewers, events or answers
 //! received, and the server's and Redis's CPU and Redis commands per second over
@@ -30,6 +33,8 @@ struct Args {
     seconds: u64,
     #[arg(long, default_value = "sse")]
     mode: String,
+    #[arg(long)]
+    buy_tokens: Option<std::path::PathBuf>,
 }
 
 const POLL_EVERY: Duration = Duration::from_secs(2);
@@ -80,6 +85,14 @@ async fn main() -> anyhow::Result<()> {
             }
         });
     }
+    if let Some(file) = &args.buy_tokens {
+        let text = std::fs::read_to_string(file)?;
+        let mut lines = text.lines();
+        let path = lines.next().unwrap_or_default().to_string();
+        let tokens: Vec<String> = lines.map(str::to_string).collect();
+        let (addr, stopped) = (addr.clone(), stopped.clone());
+        tokio::spawn(buy_now_and_then(addr, path, tokens, stopped));
+    }
     eprintln!("{} viewers connected; settling for 2 s", args.viewers);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
@@ -124,6 +137,29 @@ async fn main() -> anyhow::Result<()> {
         (redis1 - redis0) * 100.0 / secs,
         (cmds1 - cmds0) as f64 / secs
     );
+    Ok(())
+}
+
+/// One purchase every 500 ms, each by the next token's user, until `stopped`.
+async fn buy_now_and_then(
+    addr: String,
+    path: String,
+    tokens: Vec<String>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    for token in tokens {
+        let mut stream = TcpStream::connect(&addr).await?;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        tokio::select! {
+            _ = stopped.changed() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
     Ok(())
 }
 
