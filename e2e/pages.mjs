@@ -59,10 +59,11 @@ async function signUpApi(username) {
   return signInApi(username, demoPassword);
 }
 
-async function createSale(admin, name, stock, startsInMin, endsInMin) {
+async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl = null) {
   const now = Date.now();
   const res = await call("POST", "/api/admin/sales", admin.token, {
     name,
+    image_url: imageUrl,
     description: "Made by e2e/pages.mjs.",
     price_cents: 129_900,
     stock,
@@ -141,7 +142,7 @@ try {
   // The scene: a live sale with a two-line name, one with a single unit, one
   // that opens in 30 minutes with a stock in the millions, an open poll.
   const longName = `E2E pages ${runId}: Stampede Phone X Pro Max, 512 GB, midnight blue`;
-  const liveSale = await createSale(admin, longName, 50, -1, 600);
+  const liveSale = await createSale(admin, longName, 50, -1, 600, "/static/products/phone.svg");
   const oneUnit = await createSale(admin, `E2E pages ${runId}: last unit`, 1, -1, 600);
   const upcoming = await createSale(admin, `E2E pages ${runId}: opens soon`, 10, 30, 600);
   await call("POST", `/api/admin/sales/${upcoming}/stock`, admin.token, { set: 1234567 });
@@ -165,8 +166,22 @@ try {
     check(true, "an upcoming card counts down to its opening");
     check((await card.locator('[data-field="stock-left"]').innerText()) === "1,234,567", "stock numbers are grouped on cards");
     await inspect(page, "home-anonymous");
+    // Pictures: the sale's own, or the placeholder; both load.
+    const loaded = async (img) => img.evaluate((el) => el.complete && el.naturalWidth > 0);
+    const ownPicture = page.locator(`.sale-card[data-sale-id="${liveSale}"] img.card-picture`);
+    const placeholder = card.locator("img.card-picture");
+    check(
+      (await ownPicture.getAttribute("src")) === "/static/products/phone.svg" && (await loaded(ownPicture)),
+      "a card shows its sale's picture",
+    );
+    check(
+      (await placeholder.getAttribute("src")) === "/static/products/placeholder.svg" && (await loaded(placeholder)),
+      "a card without a picture shows the placeholder",
+    );
 
     await goto(page, `/sales/${liveSale}`);
+    const picture = page.locator(".sale-picture img");
+    check((await picture.getAttribute("alt")) === longName && (await loaded(picture)), "the sale page shows the picture, named for screen readers");
     const signInToBuy = page.getByRole("link", { name: "Sign in to buy" });
     check(await signInToBuy.isVisible(), "signed out, the main button is Sign in to buy");
     check(await inViewport(signInToBuy), `Sign in to buy is on screen without scrolling at ${viewport.width}x${viewport.height}`);

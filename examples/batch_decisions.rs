@@ -130,6 +130,7 @@ async fn main() -> anyhow::Result<()> {
                 starts_at: now - chrono::Duration::minutes(1),
                 ends_at: now + chrono::Duration::hours(1),
                 closed: false,
+                image_url: None,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
             stock: orders as i64,
             starts_at: now - Duration::minutes(1),
             ends_at: now + Duration::hours(1),
+            image_url: None,
         },
     )
     .await

@@ -169,9 +169,83 @@ pub fn parse_text(
     Ok(text.to_string())
 }
 
+/// Longest picture address accepted.
+pub const MAX_IMAGE_URL: usize = 2048;
+
+/// A sale's picture: `None` for none (blank), else an `https://` address with a
+/// host, or a path on this site (`/static/...`, never `//host`). Printable ASCII
+/// only, without quotes, angle brackets, backslashes or spaces: the address goes
+/// into an `src` attribute (escaped as well) and nothing in it can leave it.
+pub fn parse_image_url(raw: Option<&str>) -> Result<Option<String>, AppError> {
+    let Some(text) = raw.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let invalid = || {
+        AppError::unprocessable(
+            "invalid_image_url",
+            format!(
+                "image_url must be an https:// address or a path on this site starting with /, \
+                 at most {MAX_IMAGE_URL} characters, without spaces or quotes"
+            ),
+        )
+    };
+    if text.len() > MAX_IMAGE_URL
+        || !text
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b"\"'<>\\`".contains(&b))
+    {
+        return Err(invalid());
+    }
+    let ok = if let Some(rest) = text.strip_prefix("https://") {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        !host.is_empty() && !host.contains('@')
+    } else {
+        text.starts_with('/') && !text.starts_with("//")
+    };
+    if ok {
+        Ok(Some(text.to_string()))
+    } else {
+        Err(invalid())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn image_urls_are_https_or_paths_on_this_site() {
+        for good in [
+            "https://cdn.example.com/p/phone.jpg",
+            "https://example.com",
+            "/static/products/phone.svg",
+            "  /static/a.png?v=2  ",
+        ] {
+            assert!(parse_image_url(Some(good)).unwrap().is_some(), "{good}");
+        }
+        assert_eq!(parse_image_url(None).unwrap(), None);
+        assert_eq!(parse_image_url(Some("   ")).unwrap(), None);
+        for bad in [
+            "http://example.com/a.jpg",
+            "//evil.example/a.jpg",
+            "javascript:alert(1)",
+            "data:image/png;base64,AAAA",
+            "https://",
+            "https:///a.jpg",
+            "https://user@evil.example/a.jpg",
+            "/a b.jpg",
+            "/a\"onerror=\"x.jpg",
+            "/a'.jpg",
+            "/<x>.jpg",
+            "/a\\b.jpg",
+            "/caf\u{e9}.jpg",
+            "phone.jpg",
+        ] {
+            assert!(parse_image_url(Some(bad)).is_err(), "{bad}");
+        }
+        let long = format!("/{}", "a".repeat(MAX_IMAGE_URL));
+        assert!(parse_image_url(Some(&long)).is_err());
+    }
 
     #[test]
     fn ids_are_positive_decimal_only() {

@@ -74,6 +74,7 @@ pub async fn seed_demo(
             100,
             now - Duration::minutes(1),
             now + Duration::days(7),
+            "/static/products/phone.svg",
         ),
         (
             DEMO_UPCOMING_SALE,
@@ -82,9 +83,10 @@ pub async fn seed_demo(
             50,
             now + Duration::minutes(10),
             now + Duration::days(7),
+            "/static/products/earbuds.svg",
         ),
     ];
-    for (name, description, price_cents, stock, starts_at, ends_at) in demo_sales {
+    for (name, description, price_cents, stock, starts_at, ends_at, image) in demo_sales {
         let exists: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())",
         )
@@ -105,6 +107,7 @@ pub async fn seed_demo(
                 stock,
                 starts_at,
                 ends_at,
+                image_url: Some(image.into()),
             },
         )
         .await

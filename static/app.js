@@ -1098,6 +1098,8 @@
       if (res.ok && Array.isArray(res.data)) showViews(res.data);
     }
 
+    const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
+
     /** Every problem of the form, in plain words, by field. */
     function validate() {
       const f = form.elements;
@@ -1106,6 +1108,8 @@
       const ends = new Date(f.ends_at.value);
       if (!f.name.value.trim()) errors.name = "Give the sale a name.";
       if (parsePrice(f.price.value) === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
+      const image = f.image_url.value.trim();
+      if (image && !/^(https:\/\/[^\s/?#@]+|\/(?!\/))[^\s"'<>\\`]*$/.test(image)) errors.image_url = IMAGE_HINT;
       const stock = parseUnits(f.stock.value);
       if (stock === null) errors.stock = "Enter the stock as a whole number, like 100.";
       else if (stock > 10000000) errors.stock = "The stock can be at most 10,000,000 units.";
@@ -1131,6 +1135,8 @@
           return { name: "Give the sale a name of at most 200 characters." };
         case "invalid_price":
           return { price: "Enter a price from 0 up, like 499 or 19.99." };
+        case "invalid_image_url":
+          return { image_url: IMAGE_HINT };
         case "invalid_stock":
         case "stock_too_large":
           return { stock: "The stock can be 0 to 10,000,000 units." };
@@ -1159,6 +1165,7 @@
       const res = await api("POST", "/api/admin/sales", {
         name: f.name.value,
         description: f.description.value,
+        image_url: f.image_url.value.trim() || null,
         price_cents: price,
         stock,
         // datetime-local is local wall time; the API takes UTC instants.

@@ -375,6 +375,10 @@ struct CreateSale {
     stock: i64,
     starts_at: DateTime<Utc>,
     ends_at: DateTime<Utc>,
+    /// The picture: an `https://` address or a path on this site (`/static/...`);
+    /// blank or absent for none (pages show a placeholder).
+    #[serde(default)]
+    image_url: Option<String>,
 }
 
 /// Longest sale window accepted; anything longer is almost surely a typo.
@@ -386,6 +390,7 @@ impl CreateSale {
         let description = domain::parse_text("description", &self.description, 5000, true)?;
         let price_cents = domain::parse_price(self.price_cents)?;
         let stock = domain::parse_stock("stock", self.stock)?;
+        let image_url = domain::parse_image_url(self.image_url.as_deref())?;
         if self.ends_at <= self.starts_at {
             return Err(AppError::unprocessable(
                 "invalid_window",
@@ -411,6 +416,7 @@ impl CreateSale {
             stock,
             starts_at: self.starts_at,
             ends_at: self.ends_at,
+            image_url,
         })
     }
 }

@@ -31,6 +31,10 @@ pub struct SaleRow {
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
     pub closed: bool,
+    /// The picture: an `https://` address or a path on this site; none shows the
+    /// placeholder. (Default: views cached before pictures existed have none.)
+    #[serde(default)]
+    pub image_url: Option<String>,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -69,7 +73,7 @@ impl SaleView {
 /// The columns of [`SaleRow`], as a literal so queries stay `&'static str`.
 macro_rules! sale_columns {
     () => {
-        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed"
+        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url"
     };
 }
 pub(crate) use sale_columns;
@@ -103,6 +107,7 @@ pub struct NewSale {
     pub stock: i64,
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
+    pub image_url: Option<String>,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -115,8 +120,8 @@ pub async fn create_sale<C: ConnectionLike>(
 ) -> Result<SaleRow, AppError> {
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
-        "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at)
-         VALUES ($1, $2, $3, $4, $5, $6) RETURNING ",
+        "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -125,6 +130,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.stock)
     .bind(new.starts_at)
     .bind(new.ends_at)
+    .bind(&new.image_url)
     .fetch_one(&mut *tx)
     .await?;
     put_new_sale(redis, keys, &row).await?;
@@ -571,6 +577,7 @@ mod tests {
             starts_at: now - chrono::Duration::minutes(1),
             ends_at: now + chrono::Duration::minutes(1),
             closed,
+            image_url: None,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");

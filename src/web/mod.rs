@@ -23,7 +23,7 @@ pub use error::PageError;
 /// Sent on every page. `'self'` only: the pages load nothing from elsewhere and run
 /// no inline script, which is what makes an escaping slip hard to exploit.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+     style-src 'self'; img-src 'self' data: https:; connect-src 'self'; object-src 'none'; \
      base-uri 'self'; form-action 'self'; frame-ancestors 'none'";
 
 pub fn configure(cfg: &mut web::ServiceConfig) {

@@ -127,11 +127,20 @@ pub struct SaleCard {
     pub ends_at: Moment,
     /// The end time has passed (a closed sale may be reopened only before it).
     pub past_end: bool,
+    /// The picture; `None` shows the placeholder (`/static/products/placeholder.svg`).
+    pub image_url: Option<String>,
 }
 
 impl SaleCard {
     pub fn stock_left_text(&self) -> String {
         group_digits(self.stock_left)
+    }
+
+    /// The picture to show: the sale's, or the placeholder.
+    pub fn picture(&self) -> &str {
+        self.image_url
+            .as_deref()
+            .unwrap_or("/static/products/placeholder.svg")
     }
 
     pub fn stock_total_text(&self) -> String {
@@ -174,6 +183,7 @@ impl From<SaleView> for SaleCard {
             ends_at: sale.ends_at.into(),
             name: sale.name,
             description: sale.description,
+            image_url: sale.image_url,
         }
     }
 }

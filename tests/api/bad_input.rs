@@ -1,7 +1,7 @@
 //! Bad input gets a clear 4xx with a JSON body and changes nothing.
 
 use reqwest::StatusCode;
-use serde_json::json;
+use serde_json::{Value, json};
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 
@@ -105,6 +105,21 @@ async fn malformed_sale_bodies_are_refused_without_writes() {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_body",
         ),
+        (
+            json!({"image_url": "javascript:alert(1)"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_image_url",
+        ),
+        (
+            json!({"image_url": "//evil.example/x.png"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_image_url",
+        ),
+        (
+            json!({"image_url": "/x.png\" onerror=\"alert(1)"}),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_image_url",
+        ),
     ];
     for (patch, status, code) in cases {
         let mut body = good.clone();
@@ -124,11 +139,29 @@ async fn malformed_sale_bodies_are_refused_without_writes() {
     assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
 
     assert_eq!(sales_count(&app).await, 0, "nothing was written");
-    // The good body itself works.
+    // The good body itself works, with or without a picture.
     let resp = app
         .post_json("/api/admin/sales", Some(&admin.token), &good)
         .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
+    assert_eq!(
+        resp.json::<Value>().await.unwrap()["image_url"],
+        Value::Null
+    );
+    let mut pictured = good.clone();
+    pictured["image_url"] = json!("https://cdn.example.com/phone.jpg");
+    let resp = app
+        .post_json("/api/admin/sales", Some(&admin.token), &pictured)
+        .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let id = resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
+    let shown: Value = app
+        .get(&format!("/api/sales/{id}"), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(shown["image_url"], "https://cdn.example.com/phone.jpg");
 }
 
 #[tokio::test(flavor = "multi_thread")]
