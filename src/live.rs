@@ -59,6 +59,9 @@ pub struct Feeds {
     topics: Mutex<HashMap<Topic, watch::Sender<Option<Reading>>>>,
     interval: Duration,
     metrics: Arc<Metrics>,
+    /// True once the server shuts down: every stream ends (the pages reconnect to
+    /// another instance, or to this one when it is back).
+    closing: watch::Sender<bool>,
 }
 
 impl Feeds {
@@ -67,7 +70,14 @@ impl Feeds {
             topics: Mutex::new(HashMap::new()),
             interval,
             metrics,
+            closing: watch::Sender::new(false),
         }
+    }
+
+    /// Ends every open stream now and any opened later: a graceful shutdown would
+    /// otherwise wait its whole timeout for streams that never finish.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     /// How long a stream stays silent before a comment line: five intervals, at
@@ -156,10 +166,12 @@ async fn read_while_watched<F, Fut>(
 /// (404 for a missing topic, 503 when nothing could be read), then one event per
 /// new view and a comment after each `keep_alive` of silence.
 pub async fn respond(
+    feeds: &Feeds,
     mut rx: watch::Receiver<Option<Reading>>,
-    keep_alive: Duration,
     what: &str,
 ) -> Result<HttpResponse, AppError> {
+    let keep_alive = feeds.keep_alive();
+    let closing = feeds.closing.subscribe();
     let first = tokio::time::timeout(FIRST_VIEW_WAIT, rx.wait_for(Option::is_some))
         .await
         .ok()
@@ -179,14 +191,23 @@ pub async fn respond(
     };
     rx.mark_unchanged();
     let opening = Bytes::from([b"retry: 3000\n\n".as_slice(), &event(&first)].concat());
-    let events = stream::unfold((rx, Some(opening)), move |(mut rx, opening)| async move {
+    let state = (rx, closing, Some(opening));
+    let events = stream::unfold(state, move |(mut rx, mut closing, opening)| async move {
         if let Some(opening) = opening {
-            return Some((Ok::<_, actix_web::Error>(opening), (rx, None)));
+            return Some((Ok::<_, actix_web::Error>(opening), (rx, closing, None)));
         }
         loop {
-            match tokio::time::timeout(keep_alive, rx.changed()).await {
-                Err(_) => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), (rx, None))),
-                // The reader is gone (shutdown): end the stream; the page reconnects.
+            let changed = tokio::select! {
+                // Shutting down: end the stream; the page reconnects.
+                _ = closing.wait_for(|closed| *closed) => return None,
+                changed = tokio::time::timeout(keep_alive, rx.changed()) => changed,
+            };
+            match changed {
+                Err(_) => {
+                    let comment = Bytes::from_static(b": keep-alive\n\n");
+                    return Some((Ok(comment), (rx, closing, None)));
+                }
+                // The reader is gone: end the stream; the page reconnects.
                 Ok(Err(_)) => return None,
                 Ok(Ok(())) => {
                     let view = match &*rx.borrow_and_update() {
@@ -194,7 +215,7 @@ pub async fn respond(
                         _ => None,
                     };
                     if let Some(view) = view {
-                        return Some((Ok(view), (rx, None)));
+                        return Some((Ok(view), (rx, closing, None)));
                     }
                 }
             }

@@ -249,6 +249,8 @@ impl Application {
         let metrics = self.metrics.map(|(_, m)| (m.handle(), tokio::spawn(m)));
         wait_for_signal().await;
         tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        // Open pages' event streams never finish by themselves: end them first.
+        self.state.live.close();
         handle.stop(true).await;
         if let Some((handle, server)) = metrics {
             handle.stop(false).await;

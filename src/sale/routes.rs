@@ -124,7 +124,7 @@ async fn events(
             }
         }
     });
-    crate::live::respond(rx, state.live.keep_alive(), "sale").await
+    crate::live::respond(&state.live, rx, "sale").await
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -139,7 +139,7 @@ async fn events(
             }
         }
     });
-    crate::live::respond(rx, state.live.keep_alive(), "poll").await
+    crate::live::respond(&state.live, rx, "poll").await
 }
 
 /// Live results for pages that poll: Redis only, no Postgres query per viewer.
