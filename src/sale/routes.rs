@@ -154,11 +154,18 @@ struct Accepted {
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-async fn purchase(
-    state: web::Data<AppState>,
-    worker: web::Data<Worker>,
-    req: HttpRequest,
-) -> Result<HttpResponse, AppError> {
+async fn purchase(req: HttpRequest) -> Result<HttpResponse, AppError> {
+    // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
+    // shared state's reference count is one cache line that every worker thread
+    // would then write twice a request.
+    let (Some(state), Some(worker)) = (
+        req.app_data::<web::Data<AppState>>(),
+        req.app_data::<web::Data<Worker>>(),
+    ) else {
+        return Err(AppError::Internal(anyhow::anyhow!(
+            "the purchase route runs without its state"
+        )));
+    };
     let sale = Id::parse("sale", req.match_info().get("id").unwrap_or_default())?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
@@ -192,7 +199,7 @@ async fn purchase(
     let judged = || {
         let policies = state.limits.for_route(Route::Buy);
         let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
-        limit::http::judge(&state, &decided)
+        limit::http::judge(state, &decided)
     };
     match outcome {
         PurchaseOutcome::Accepted { order_id, .. } => {
@@ -224,7 +231,7 @@ async fn purchase(
             "this sale has ended",
         )),
         PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
-        PurchaseOutcome::NotLoaded => Err(missing_from_redis(&state, sale).await),
+        PurchaseOutcome::NotLoaded => Err(missing_from_redis(state, sale).await),
         PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
             let _no_policy_refused = judged()?;
