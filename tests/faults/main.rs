@@ -13,6 +13,7 @@ mod storm;
 mod aof_loss;
 mod app_kill;
 mod limit_state;
+mod live_streams;
 mod postgres_outage;
 mod redis_restart;
 mod redis_wipe;
