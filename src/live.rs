@@ -36,6 +36,18 @@ use crate::metrics::Metrics;
 /// How long a new stream waits for its first view before answering 503.
 const FIRST_VIEW_WAIT: Duration = Duration::from_secs(5);
 
+/// One event of a stream, as the OpenAPI document describes it: `data` is the
+/// view's JSON, the same as the route's plain `GET` answers. (Only described: the
+/// stream is written as text, see [`respond`].)
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct LiveEvent {
+    /// The view, as JSON.
+    data: String,
+    /// Always `message` (the default event type).
+    event: Option<String>,
+}
+
 /// What is watched.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Topic {

@@ -104,7 +104,7 @@ async fn show(
 /// at once, then again whenever stock or status change (read once a second per
 /// sale in each process, however many pages watch it: see [`crate::live`]).
 #[utoipa::path(get, path = "/api/sales/{id}/events", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
-    (status = 200, description = "`text/event-stream`: each `data:` line a sale, as `GET /api/sales/{id}` answers", content_type = "text/event-stream", body = String),
+    (status = 200, description = "`text/event-stream`: each `data:` line a sale, as `GET /api/sales/{id}` answers", content_type = "text/event-stream", body = crate::live::LiveEvent),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 503, description = "The sale cannot be read now", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds before trying again"))),

@@ -116,7 +116,7 @@ async fn show(
 /// changes (read once a second per poll in each process, however many pages watch
 /// it: see [`crate::live`]).
 #[utoipa::path(get, path = "/api/polls/{id}/events", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
-    (status = 200, description = "`text/event-stream`: each `data:` line the results, as `GET /api/polls/{id}/results` answers", content_type = "text/event-stream", body = String),
+    (status = 200, description = "`text/event-stream`: each `data:` line the results, as `GET /api/polls/{id}/results` answers", content_type = "text/event-stream", body = crate::live::LiveEvent),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
     (status = 503, description = "The poll cannot be read now", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds before trying again"))),
