@@ -267,9 +267,9 @@ pub struct Call<'a> {
     pub state_keys: [&'a str; 5],
     pub id: i64,
     pub policies: &'a [Policy],
-    /// Each policy's limit key without its subject (`Keys::sale_rate_limit` with an
-    /// empty subject), in policy order.
-    pub limit_prefixes: &'a [String],
+    /// A policy's limit key for a subject (`Keys::sale_rate_limit` of the sale, or
+    /// the poll's); called once per policy, with an empty subject, for the prefix.
+    pub limit_key: &'a (dyn Fn(&str, &str) -> String + Sync),
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
 }
@@ -281,14 +281,11 @@ impl Call<'_> {
         redis: &mut C,
         items: &[Item],
     ) -> Result<Vec<Row>, AppError> {
-        if self.limit_prefixes.len() != self.policies.len() {
-            return Err(AppError::Internal(anyhow::anyhow!(
-                "{}: {} limit key prefixes for {} policies",
-                self.name,
-                self.limit_prefixes.len(),
-                self.policies.len()
-            )));
-        }
+        let prefixes: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| (self.limit_key)(&p.name, ""))
+            .collect();
         let mut inv = self.script.prepare_invoke();
         for key in self.state_keys {
             inv.key(key);
@@ -299,7 +296,7 @@ impl Call<'_> {
         let mut user_id = itoa::Buffer::new();
         let mut last_ip: Option<(IpAddr, String)> = None;
         for item in items {
-            for (policy, prefix) in self.policies.iter().zip(self.limit_prefixes) {
+            for (policy, prefix) in self.policies.iter().zip(&prefixes) {
                 key.clear();
                 key.push_str(prefix);
                 match (policy.subject, item.ip) {

@@ -38,7 +38,7 @@ const FIRST_VIEW_WAIT: Duration = Duration::from_secs(5);
 
 /// One event of a stream, as the OpenAPI document describes it: `data` is the
 /// view's JSON, the same as the route's plain `GET` answers. (Only described: the
-/// stream is written as text, see [`respond`].)
+/// stream is written as text, by `respond`.)
 #[derive(utoipa::ToSchema)]
 #[allow(dead_code)]
 pub struct LiveEvent {
@@ -98,19 +98,31 @@ impl Feeds {
         (self.interval * 5).clamp(Duration::from_secs(1), Duration::from_secs(15))
     }
 
-    /// Topics with a reader now.
-    pub fn watched(&self) -> usize {
-        self.lock().len()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Topic, watch::Sender<Option<Reading>>>> {
         self.topics.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The event stream of `topic`, a route's whole answer (`what` names it in
+    /// errors): subscribes and answers with the stream (`respond`). `load` reads
+    /// the view once, `Ok(None)` when there is no such thing; only the topic's
+    /// reader runs it.
+    pub async fn stream<F, Fut>(
+        self: &Arc<Self>,
+        topic: Topic,
+        what: &str,
+        load: F,
+    ) -> Result<HttpResponse, AppError>
+    where
+        F: Fn() -> Fut + 'static,
+        Fut: Future<Output = Result<Option<Bytes>, AppError>> + 'static,
+    {
+        let rx = self.subscribe(topic, load);
+        respond(self, rx, what).await
+    }
+
     /// A receiver of `topic`'s readings; starts its reader (on this worker's
-    /// runtime) when nobody watched it yet. `load` reads the view once: `Ok(None)`
-    /// when there is no such thing.
-    pub fn subscribe<F, Fut>(
+    /// runtime) when nobody watched it yet.
+    fn subscribe<F, Fut>(
         self: &Arc<Self>,
         topic: Topic,
         load: F,
@@ -177,7 +189,7 @@ async fn read_while_watched<F, Fut>(
 /// The event stream of one subscription: the first reading decides the answer
 /// (404 for a missing topic, 503 when nothing could be read), then one event per
 /// new view and a comment after each `keep_alive` of silence.
-pub async fn respond(
+async fn respond(
     feeds: &Feeds,
     mut rx: watch::Receiver<Option<Reading>>,
     what: &str,

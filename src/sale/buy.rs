@@ -75,18 +75,13 @@ impl PurchaseBatch<'_> {
                 arg: ItemArg::Order(*order_id),
             })
             .collect();
-        let limit_prefixes: Vec<String> = self
-            .policies
-            .iter()
-            .map(|p| self.keys.sale_rate_limit(self.sale, &p.name, ""))
-            .collect();
         let rows = crate::batch::Call {
             script: &PURCHASE_BATCH,
             name: "purchase_batch.lua",
             state_keys: [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending],
             id: self.sale.get(),
             policies: self.policies,
-            limit_prefixes: &limit_prefixes,
+            limit_key: &|policy, subject| self.keys.sale_rate_limit(self.sale, policy, subject),
             now_ms: self.now_ms,
         }
         .run(redis, &items)

@@ -115,7 +115,7 @@ async fn events(
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("sale", &path)?;
     let reader = state.clone();
-    let rx = state.live.subscribe(Topic::Sale(id), move || {
+    let load = move || {
         let state = reader.clone();
         async move {
             match find_view(&state, id).await? {
@@ -123,8 +123,8 @@ async fn events(
                 None => Ok(None),
             }
         }
-    });
-    crate::live::respond(&state.live, rx, "sale").await
+    };
+    state.live.stream(Topic::Sale(id), "sale", load).await
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

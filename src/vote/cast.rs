@@ -83,18 +83,13 @@ impl VoteBatch<'_> {
                 arg: ItemArg::Option(voter.option),
             })
             .collect();
-        let limit_prefixes: Vec<String> = self
-            .policies
-            .iter()
-            .map(|p| self.keys.poll_rate_limit(self.poll, &p.name, ""))
-            .collect();
         let rows = crate::batch::Call {
             script: &VOTE_BATCH,
             name: "vote_batch.lua",
             state_keys: [&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
             id: self.poll.get(),
             policies: self.policies,
-            limit_prefixes: &limit_prefixes,
+            limit_key: &|policy, subject| self.keys.poll_rate_limit(self.poll, policy, subject),
             now_ms: self.now_ms,
         }
         .run(redis, &items)

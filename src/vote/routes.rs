@@ -127,7 +127,7 @@ async fn events(
 ) -> Result<HttpResponse, AppError> {
     let id = Id::parse("poll", &path)?;
     let reader = state.clone();
-    let rx = state.live.subscribe(Topic::Poll(id), move || {
+    let load = move || {
         let state = reader.clone();
         async move {
             match live_results(&state, id).await {
@@ -138,8 +138,8 @@ async fn events(
                 Err(e) => Err(e),
             }
         }
-    });
-    crate::live::respond(&state.live, rx, "poll").await
+    };
+    state.live.stream(Topic::Poll(id), "poll", load).await
 }
 
 /// Live results for pages that poll: Redis only, no Postgres query per viewer.
