@@ -23,6 +23,24 @@ use crate::sale::SoldOutFlags;
 use crate::settle::Settler;
 use crate::state::AppState;
 
+/// How many finished handshakes the kernel holds for the acceptor (capped by
+/// `net.core.somaxconn`, 4096 on current kernels). At a sale's opening thousands of
+/// buyers connect in the same second; with std's default of 128 the kernel dropped
+/// the rest and each of them waited out a 1 s SYN retry, or worse.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket with our backlog. `std::net::TcpListener::bind` always listens
+/// with 128, and actix's own `backlog` setting applies only to addresses it binds
+/// itself, not to a listener handed to it.
+fn listen(addr: std::net::SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    Ok(socket.into())
+}
+
 pub struct Application {
     port: u16,
     server: Server,
@@ -143,7 +161,7 @@ impl Application {
             None
         };
 
-        let listener = TcpListener::bind(config.listen)
+        let listener = listen(config.listen, LISTEN_BACKLOG)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
         let port = listener.local_addr()?.port();
         let server_state = state.clone();
@@ -178,7 +196,6 @@ impl Application {
         // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
         .disable_signals()
         .shutdown_timeout(10)
-        .backlog(4096)
         // What one client can hold (README, "Limits on connections"): the head must
         // come within client_request_timeout (else 408, or a silent close when
         // nothing came), idle keep-alive connections close, each worker holds at
@@ -194,7 +211,7 @@ impl Application {
         let server = server.run();
         let metrics = match config.metrics_listen {
             Some(addr) => {
-                let listener = TcpListener::bind(addr).map_err(|e| {
+                let listener = listen(addr, 1024).map_err(|e| {
                     anyhow::anyhow!(
                         "cannot listen on {addr} (metrics): {e}; another Stampede may hold \
                              it: set STAMPEDE_METRICS_LISTEN to another address, or to off"
