@@ -125,7 +125,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut settler = Settler::connect(
         db.clone(),
-        &config.redis_url,
+        &stampede::redis_conn::Target::from_config(&config),
         keys.clone(),
         SettleConfig {
             batch_size: batch,

@@ -4,10 +4,13 @@
 #   source scripts/services.sh
 #   ensure_services   # installs/initialises/starts what is missing; exports
 #                     # DATABASE_URL, REDIS_URL and the STAMPEDE_* secrets
-#   stop_services     # stops the two private servers (data is kept)
+#   stop_services     # stops the private servers, the cluster's too (data is kept)
+#   ensure_cluster    # a local three-primary Redis Cluster next to them; exports
+#                     # STAMPEDE_CLUSTER_URLS (redis://127.0.0.1:6401,...)
 #
 # If DATABASE_URL and REDIS_URL are both set already, those services are used
-# as they are. Ports: STAMPEDE_PG_PORT (5439), STAMPEDE_REDIS_PORT (6399).
+# as they are. Ports: STAMPEDE_PG_PORT (5439), STAMPEDE_REDIS_PORT (6399), and the
+# cluster's STAMPEDE_CLUSTER_PORT (6401) and the two after it.
 #
 # This file is sourced, so it does not flip `set -euo pipefail` on the caller's
 # shell (that would close an interactive shell at the first failing command).
@@ -227,7 +230,70 @@ _stampede_redis() {
 stop_services() {
   local pg_port=${STAMPEDE_PG_PORT:-5439} redis_port=${STAMPEDE_REDIS_PORT:-6399}
   STAMPEDE_PG_PORT=$pg_port STAMPEDE_REDIS_PORT=$redis_port \
-    bash -c 'set -euo pipefail; source "$1"; _stampede_stop' _ "$STAMPEDE_SERVICES_SH"
+    STAMPEDE_CLUSTER_PORT=${STAMPEDE_CLUSTER_PORT:-6401} \
+    bash -c 'set -euo pipefail; source "$1"; _stampede_stop; _stampede_cluster_stop' _ "$STAMPEDE_SERVICES_SH"
+}
+
+# A Redis Cluster of three primaries on 127.0.0.1, ports STAMPEDE_CLUSTER_PORT (6401)
+# to +2, data in .data/cluster/<port>. Reused when it already runs; created (slots
+# spread by `redis-cli --cluster create`) when its nodes are new.
+ensure_cluster() {
+  local base=${STAMPEDE_CLUSTER_PORT:-6401}
+  STAMPEDE_CLUSTER_PORT=$base \
+    bash -c 'set -euo pipefail; source "$1"; _stampede_install; _stampede_cluster' _ "$STAMPEDE_SERVICES_SH" || return 1
+  export STAMPEDE_CLUSTER_URLS="redis://127.0.0.1:$base/,redis://127.0.0.1:$((base + 1))/,redis://127.0.0.1:$((base + 2))/"
+}
+
+_stampede_cluster() {
+  local base=$STAMPEDE_CLUSTER_PORT port dir nodes=()
+  for port in $base $((base + 1)) $((base + 2)); do
+    dir="$STAMPEDE_DATA/cluster/$port"
+    nodes+=("127.0.0.1:$port")
+    mkdir -p "$dir"
+    if [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]]; then
+      [[ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -1)" == "$dir" ]] ||
+        _die "port $port is used by another Redis: set STAMPEDE_CLUSTER_PORT to a free range"
+      continue
+    fi
+    redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
+      --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
+      --appendonly yes --appendfsync always --save "" --maxclients 10000
+  done
+  for port in $base $((base + 1)) $((base + 2)); do
+    for _ in $(seq 50); do
+      [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && break
+      sleep 0.2
+    done
+    [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] ||
+      _die "cluster node $port did not start, see .data/cluster/$port/redis.log"
+  done
+  if [[ "$(redis-cli -p "$base" cluster info | tr -d '\r' | grep '^cluster_slots_assigned:')" != "cluster_slots_assigned:16384" ]]; then
+    _say "creating a Redis Cluster of three primaries on ${nodes[*]} (data in .data/cluster)"
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes >/dev/null
+  else
+    _say "Redis Cluster already running on ${nodes[*]}"
+  fi
+  for _ in $(seq 100); do
+    local ok=0
+    for port in $base $((base + 1)) $((base + 2)); do
+      redis-cli -p "$port" cluster info | tr -d '\r' | grep -qx 'cluster_state:ok' && ok=$((ok + 1))
+    done
+    ((ok == 3)) && return 0
+    sleep 0.2
+  done
+  _die "the Redis Cluster on ${nodes[*]} did not reach cluster_state:ok"
+}
+
+_stampede_cluster_stop() {
+  local base=$STAMPEDE_CLUSTER_PORT port dir
+  for port in $base $((base + 1)) $((base + 2)); do
+    dir="$STAMPEDE_DATA/cluster/$port"
+    if [[ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -1)" == "$dir" ]]; then
+      _say "stopping the Redis Cluster node on 127.0.0.1:$port"
+      redis-cli -p "$port" shutdown >/dev/null 2>&1 || true
+    fi
+  done
 }
 
 _stampede_stop() {

@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::IpAddr;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::redis_conn::Redis;
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
@@ -43,7 +45,7 @@ pub trait Decider: Send + Sync + 'static {
     /// Decides `batch` in one script call; one reply per request, in order.
     fn decide(
         &self,
-        redis: ConnectionManager,
+        redis: Redis,
         key: Self::Key,
         batch: Vec<Self::Request>,
     ) -> impl Future<Output = Result<Vec<Self::Reply>, AppError>> + Send;
@@ -84,7 +86,7 @@ struct Queue<D: Decider> {
 /// The batcher of one worker for one kind of decision.
 pub struct Batcher<D: Decider> {
     decider: D,
-    redis: ConnectionManager,
+    redis: Redis,
     max: usize,
     /// Most batches of one key out at once.
     in_flight: usize,
@@ -106,7 +108,7 @@ impl<D: Decider> Batcher<D> {
     /// calls of one key out at once.
     pub fn new(
         decider: D,
-        redis: ConnectionManager,
+        redis: Redis,
         max: usize,
         in_flight: usize,
         counters: Counters,

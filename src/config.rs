@@ -23,7 +23,12 @@ pub struct Config {
     /// `Authorization: Bearer <this>`; without it the main listener has no /metrics.
     pub metrics_token: Option<String>,
     pub database_url: String,
+    /// One Redis node. Ignored when `redis_cluster` is set.
     pub redis_url: String,
+    /// Seed nodes of a Redis Cluster (`STAMPEDE_REDIS_CLUSTER=redis://127.0.0.1:7001,
+    /// redis://127.0.0.1:7002`): when set, Stampede runs on the cluster instead of
+    /// `redis_url`. Any few nodes do; the rest are discovered.
+    pub redis_cluster: Vec<String>,
     /// Prefix of every Redis key, so tests and deployments can share one server.
     pub redis_namespace: String,
     /// HMAC key for session tokens. At least 32 bytes.
@@ -125,6 +130,7 @@ impl Default for Config {
             metrics_token: None,
             database_url: "postgres://stampede@127.0.0.1:5439/stampede".into(),
             redis_url: "redis://127.0.0.1:6399/".into(),
+            redis_cluster: Vec::new(),
             redis_namespace: "stampede".into(),
             token_secret: String::new(),
             token_ttl_secs: 24 * 3600,
@@ -166,6 +172,14 @@ impl std::fmt::Debug for Config {
             )
             .field("database_url", &redact_url(&self.database_url))
             .field("redis_url", &redact_url(&self.redis_url))
+            .field(
+                "redis_cluster",
+                &self
+                    .redis_cluster
+                    .iter()
+                    .map(|u| redact_url(u))
+                    .collect::<Vec<_>>(),
+            )
             .field("redis_namespace", &self.redis_namespace)
             .field("token_secret", &"<redacted>")
             .field("token_ttl_secs", &self.token_ttl_secs)
@@ -288,6 +302,14 @@ impl Config {
         }
         if let Some(v) = var("REDIS_URL") {
             self.redis_url = v;
+        }
+        if let Some(v) = var("STAMPEDE_REDIS_CLUSTER") {
+            self.redis_cluster = v
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .map(String::from)
+                .collect();
         }
         if let Some(v) = var("STAMPEDE_REDIS_NAMESPACE") {
             self.redis_namespace = v;
@@ -420,6 +442,17 @@ impl Config {
                 "redis_namespace must be non-empty and use only [A-Za-z0-9_.:-]".into(),
             ));
         }
+        if let Some(bad) = self
+            .redis_cluster
+            .iter()
+            .find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://")))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "redis_cluster (STAMPEDE_REDIS_CLUSTER) takes redis:// URLs separated by \
+                 commas; got {:?}",
+                redact_url(bad)
+            )));
+        }
         if self.settle.batch_size == 0 {
             return Err(ConfigError::Invalid("settle.batch_size must be > 0".into()));
         }
@@ -445,6 +478,29 @@ mod tests {
         assert_eq!(c.listen.port(), 0);
         assert_eq!(c.redis_url, "redis://x/");
         assert_eq!(c.trusted_proxies.len(), 2);
+    }
+
+    #[test]
+    fn a_cluster_is_a_comma_separated_list_of_redis_urls() {
+        let mut c = Config {
+            token_secret: "x".repeat(32),
+            ..Config::default()
+        };
+        c.apply_env(|k| {
+            (k == "STAMPEDE_REDIS_CLUSTER")
+                .then(|| "redis://127.0.0.1:7001, redis://127.0.0.1:7002,".to_string())
+        })
+        .unwrap();
+        assert_eq!(
+            c.redis_cluster,
+            ["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]
+        );
+        c.validate().unwrap();
+        c.redis_cluster = vec!["127.0.0.1:7001".into()];
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("STAMPEDE_REDIS_CLUSTER"), "{err}");
+        let toml: Config = toml::from_str(r#"redis_cluster = ["redis://a:7001"]"#).unwrap();
+        assert_eq!(toml.redis_cluster, ["redis://a:7001"]);
     }
 
     #[test]

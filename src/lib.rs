@@ -42,6 +42,7 @@ pub mod lua;
 pub mod metrics;
 pub mod openapi;
 pub mod recover;
+pub mod redis_conn;
 mod routes;
 pub mod sale;
 pub mod seed;

@@ -9,7 +9,7 @@
 //! run a [watchdog](LockGuard::start_watchdog) and stop when it reports the loss.
 //!
 //! ```no_run
-//! # async fn demo(redis: redis::aio::ConnectionManager) -> redis::RedisResult<()> {
+//! # async fn demo(redis: crate::redis_conn::Redis) -> redis::RedisResult<()> {
 //! use stampede::lock::{Lock, Released};
 //! if let Some(mut guard) = Lock::try_acquire(&redis, "ns:lock:{nightly}", 5_000).await? {
 //!     let mut lost = guard.start_watchdog(); // keeps the 5 s lease alive while we work
@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use redis::RedisResult;
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::redis_conn::Redis;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -56,7 +58,7 @@ pub enum Released {
 impl Lock {
     /// One attempt. `Ok(None)` when someone else holds the lock.
     pub async fn try_acquire(
-        redis: &ConnectionManager,
+        redis: &Redis,
         key: impl Into<String>,
         ttl_ms: u64,
     ) -> RedisResult<Option<LockGuard>> {
@@ -85,7 +87,7 @@ impl Lock {
 
     /// Retries with short random pauses until the lock is ours or `wait` has passed.
     pub async fn acquire(
-        redis: &ConnectionManager,
+        redis: &Redis,
         key: impl Into<String>,
         ttl_ms: u64,
         wait: Duration,
@@ -140,7 +142,7 @@ pub async fn extend<C: ConnectionLike>(
 /// A held lock. Release it with [`release`](Self::release); a guard dropped without
 /// release is released in the background (best effort; the TTL is the backstop).
 pub struct LockGuard {
-    redis: ConnectionManager,
+    redis: Redis,
     key: String,
     token: String,
     ttl_ms: u64,
@@ -212,7 +214,7 @@ impl LockGuard {
 }
 
 async fn keep_alive(
-    mut redis: ConnectionManager,
+    mut redis: Redis,
     key: String,
     token: String,
     ttl_ms: u64,

@@ -80,7 +80,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let keys = Keys::new(&config.redis_namespace);
             let mut settler = stampede::settle::Settler::connect(
                 db,
-                &config.redis_url,
+                &stampede::redis_conn::Target::from_config(&config),
                 keys,
                 config.settle.clone(),
             )

@@ -34,7 +34,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::Redis;
 use serde::Serialize;
 use sqlx::PgPool;
 
@@ -97,7 +97,7 @@ pub struct Rebuilt {
 pub struct Recovery {
     metrics: Arc<Metrics>,
     db: PgPool,
-    redis: ConnectionManager,
+    redis: Redis,
     keys: Keys,
     /// Rebuilds started by this process and not finished: a storm of requests on a
     /// fenced sale starts one task, not thousands. A std mutex: held for a set
@@ -114,12 +114,7 @@ pub enum StateCheck {
 }
 
 impl Recovery {
-    pub fn new(
-        db: PgPool,
-        redis: ConnectionManager,
-        keys: Keys,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Self> {
+    pub fn new(db: PgPool, redis: Redis, keys: Keys, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Recovery {
             metrics,
             db,
@@ -422,11 +417,7 @@ impl Recovery {
 
 /// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
 /// restore script must find, or start over.
-async fn fence(
-    redis: &mut ConnectionManager,
-    meta: &str,
-    rebuild: &str,
-) -> Result<String, AppError> {
+async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, AppError> {
     let token = crate::auth::random_token_hex(16);
     let _: i64 = FENCE
         .key(meta)
@@ -449,7 +440,7 @@ fn interrupted() -> AppError {
 
 /// `(user_id, <field>)` of every entry of a stream, read in chunks.
 async fn stream_field(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     stream: &str,
     field: &str,
 ) -> Result<Vec<(i64, i64)>, AppError> {
@@ -482,7 +473,7 @@ async fn stream_field(
 /// Every item of a set (`SSCAN`) or every field-value pair of a hash (`HSCAN`, with
 /// `T` a pair), read in chunks so that a large sale never blocks Redis.
 async fn scan_all<T: redis::FromRedisValue>(
-    redis: &mut ConnectionManager,
+    redis: &mut Redis,
     command: &str,
     key: &str,
 ) -> Result<Vec<T>, AppError> {

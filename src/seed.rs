@@ -40,7 +40,7 @@ pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo)";
 /// an open poll.
 pub async fn seed_demo(
     db: &PgPool,
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut crate::redis_conn::Redis,
     keys: &Keys,
     config: &Config,
 ) -> anyhow::Result<()> {

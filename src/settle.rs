@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::redis_conn::{Redis, Target, Timeouts};
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -45,10 +45,10 @@ pub struct Settler {
     /// rows however many streams have a backlog.
     busy_streams: usize,
     db: PgPool,
-    redis: ConnectionManager,
+    redis: Redis,
     /// For the reclaim lock: commands with a response timeout, never queued behind
     /// a blocking read.
-    lock_redis: ConnectionManager,
+    lock_redis: Redis,
     keys: Keys,
     config: SettleConfig,
     consumer: String,
@@ -91,14 +91,27 @@ impl Settler {
     /// on the shared connection, whose 500 ms response timeout would cut it off.
     pub async fn connect(
         db: PgPool,
-        redis_url: &str,
+        target: &Target,
         keys: Keys,
         config: SettleConfig,
     ) -> anyhow::Result<Self> {
-        let client = redis::Client::open(redis_url)?;
-        let manager_config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
-        let redis = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
-        let lock_redis = ConnectionManager::new(client).await?;
+        let connect = Duration::from_secs(2);
+        let redis = Redis::connect(
+            target,
+            Timeouts {
+                connect,
+                response: None,
+            },
+        )
+        .await?;
+        let lock_redis = Redis::connect(
+            target,
+            Timeouts {
+                connect,
+                response: Some(Duration::from_secs(2)),
+            },
+        )
+        .await?;
         let consumer = config
             .consumer
             .clone()
@@ -249,12 +262,15 @@ impl Settler {
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
             .count(per_stream);
-        if let Some(ms) = block_ms {
-            opts = opts.block(ms as usize);
-        }
-        let ids = vec![from; streams.len()];
-        let reply: redis::RedisResult<Option<StreamReadReply>> =
-            self.redis.xread_options(streams, &ids, &opts).await;
+        let reply: redis::RedisResult<Option<StreamReadReply>> = if self.redis.is_cluster() {
+            self.read_each(streams, from, &opts, block_ms).await
+        } else {
+            if let Some(ms) = block_ms {
+                opts = opts.block(ms as usize);
+            }
+            let ids = vec![from; streams.len()];
+            self.redis.xread_options(streams, &ids, &opts).await
+        };
         let reply = match reply {
             Ok(r) => r,
             // A stream or group vanished (FLUSHALL, a new Redis): recreate and go on.
@@ -291,6 +307,43 @@ impl Settler {
         // consumer and comes back with the next read of its pending entries ("0").
         events.truncate(self.config.batch_size.max(1));
         Ok(events)
+    }
+
+    /// The same read on Redis Cluster, where the streams of different sales and polls
+    /// live in different slots and one `XREADGROUP` over all of them is a `CROSSSLOT`
+    /// error: one `XREADGROUP` per stream, all in flight at once, without `BLOCK`
+    /// (a blocking read would hold up the node's connection for every other
+    /// stream on that node). When all come back empty and the caller would block, it
+    /// reads again every [`CLUSTER_POLL`] until something comes or `block_ms` passes.
+    async fn read_each(
+        &self,
+        streams: &[String],
+        from: &str,
+        opts: &StreamReadOptions,
+        block_ms: Option<u64>,
+    ) -> redis::RedisResult<Option<StreamReadReply>> {
+        let deadline = Instant::now() + Duration::from_millis(block_ms.unwrap_or(0));
+        loop {
+            let reads = streams.iter().map(|stream| {
+                let mut redis = self.redis.clone();
+                async move {
+                    redis
+                        .xread_options::<_, _, Option<StreamReadReply>>(&[stream], &[from], opts)
+                        .await
+                }
+            });
+            let keys: Vec<_> = futures_util::future::try_join_all(reads)
+                .await?
+                .into_iter()
+                .flatten()
+                .flat_map(|reply| reply.keys)
+                .collect();
+            let now = Instant::now();
+            if keys.iter().any(|k| !k.ids.is_empty()) || now >= deadline {
+                return Ok(Some(StreamReadReply { keys }));
+            }
+            tokio::time::sleep(CLUSTER_POLL.min(deadline - now)).await;
+        }
     }
 
     /// Moves entries idle for longer than `claim_idle_ms` (their reader died) to this
@@ -439,6 +492,9 @@ impl Settler {
         })
     }
 }
+
+/// How often an idle settlement worker on Redis Cluster looks at its streams again.
+const CLUSTER_POLL: Duration = Duration::from_millis(20);
 
 /// Orders and votes of one batch, written in one transaction.
 /// Writes a batch; returns the rows inserted and the order ids that were neither

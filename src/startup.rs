@@ -3,12 +3,13 @@
 //! caller learns the port first.
 
 use std::net::TcpListener;
+
+use crate::redis_conn::{Redis, Target, Timeouts};
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
 use actix_web::{App, HttpResponse, HttpServer, web};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::watch;
@@ -68,22 +69,15 @@ pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
     Ok(pool)
 }
 
-pub async fn connect_redis(config: &Config) -> anyhow::Result<ConnectionManager> {
-    let client = redis::Client::open(config.redis_url.as_str())?;
-    let manager_config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_millis(
-            config.redis_response_timeout_ms,
-        )))
-        .set_number_of_retries(2);
-    ConnectionManager::new_with_config(client, manager_config)
+pub async fn connect_redis(config: &Config) -> anyhow::Result<Redis> {
+    let target = Target::from_config(config);
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        response: Some(Duration::from_millis(config.redis_response_timeout_ms)),
+    };
+    Redis::connect(&target, timeouts)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot connect to Redis at {}: {e}",
-                crate::config::redact_url(&config.redis_url)
-            )
-        })
+        .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {}: {e}", target.describe()))
 }
 
 pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
@@ -153,9 +147,14 @@ impl Application {
             shutdown_rx.clone(),
         ));
         let settler = if config.settle_in_serve {
-            let settler = Settler::connect(db, &config.redis_url, keys, config.settle.clone())
-                .await?
-                .with_metrics(metrics);
+            let settler = Settler::connect(
+                db,
+                &Target::from_config(&config),
+                keys,
+                config.settle.clone(),
+            )
+            .await?
+            .with_metrics(metrics);
             Some(tokio::spawn(settler.run(shutdown_rx)))
         } else {
             None
@@ -365,16 +364,25 @@ async fn sweep_forever(
 
 /// A 202 is only as durable as Redis's persistence: say so at startup when the
 /// Redis we talk to can lose acknowledged decisions in a crash.
-async fn warn_unless_durable(redis: &mut ConnectionManager) {
+async fn warn_unless_durable(redis: &mut Redis) {
+    // On a cluster every primary answers; the weakest setting is the one reported.
     let config = |name: &'static str| {
         let mut redis = redis.clone();
         async move {
-            let pair: redis::RedisResult<Vec<String>> = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(name)
-                .query_async(&mut redis)
-                .await;
-            pair.ok().and_then(|p| p.get(1).cloned())
+            let answers = redis
+                .on_every_primary(redis::cmd("CONFIG").arg("GET").arg(name))
+                .await
+                .ok()?;
+            let values: Vec<String> = answers
+                .into_iter()
+                .map(|(_, v)| {
+                    redis::from_redis_value::<Vec<String>>(v)
+                        .ok()
+                        .and_then(|p| p.get(1).cloned())
+                })
+                .collect::<Option<_>>()?;
+            let first = values.first()?.clone();
+            Some(values.into_iter().find(|v| *v != first).unwrap_or(first))
         }
     };
     let appendonly = config("appendonly").await;
@@ -535,13 +543,10 @@ async fn healthz() -> HttpResponse {
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let timeout = Duration::from_secs(1);
     let mut redis = state.redis.clone();
+    // On a cluster: every primary answers.
     let redis_ok = matches!(
-        tokio::time::timeout(
-            timeout,
-            redis::cmd("PING").query_async::<String>(&mut redis)
-        )
-        .await,
-        Ok(Ok(_))
+        tokio::time::timeout(timeout, redis.ping_all()).await,
+        Ok(Ok(()))
     );
     let db_ok = matches!(
         tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,

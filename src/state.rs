@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::Redis;
 use sqlx::PgPool;
 
 use crate::auth::token::TokenKey;
@@ -20,7 +20,7 @@ use crate::sale::SoldOutFlags;
 /// on that thread, and its batchers. A purchase is written to Redis and its answer
 /// read on the thread that serves the request: no hop to another thread.
 pub struct Worker {
-    pub redis: ConnectionManager,
+    pub redis: Redis,
     pub buys: Arc<crate::batch::Batcher<crate::sale::buy::BuyDecider>>,
     pub votes: Arc<crate::batch::Batcher<crate::vote::cast::VoteDecider>>,
 }
@@ -28,7 +28,7 @@ pub struct Worker {
 pub struct AppState {
     pub config: Arc<Config>,
     /// One multiplexed connection, cloned per use: no pool, no per-request connect.
-    pub redis: ConnectionManager,
+    pub redis: Redis,
     pub db: PgPool,
     pub keys: Keys,
     pub tokens: TokenKey,

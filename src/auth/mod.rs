@@ -103,7 +103,7 @@ fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, AppError> {
 }
 
 /// This worker's own Redis connection when there is one, else the shared one.
-fn redis_of(req: &HttpRequest, state: &AppState) -> redis::aio::ConnectionManager {
+fn redis_of(req: &HttpRequest, state: &AppState) -> crate::redis_conn::Redis {
     match req.app_data::<web::Data<crate::state::Worker>>() {
         Some(worker) => worker.redis.clone(),
         None => state.redis.clone(),

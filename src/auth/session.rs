@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use crate::redis_conn::Redis;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
@@ -133,7 +133,7 @@ impl Sessions {
     pub async fn load(
         keys: Keys,
         db: &PgPool,
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
     ) -> Result<(Self, Option<String>), AppError> {
         let sessions = Sessions {
             ended: Arc::new(RwLock::new(Ended::default())),
@@ -164,7 +164,7 @@ impl Sessions {
     /// Signs out one session: recorded in Postgres, announced, and ended here.
     pub async fn sign_out(
         &self,
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
         db: &PgPool,
         claims: &Claims,
     ) -> Result<(), AppError> {
@@ -194,7 +194,7 @@ impl Sessions {
     /// `generation` (the caller did, in its transaction): announced, and ended here.
     pub async fn end_all(
         &self,
-        redis: &mut ConnectionManager,
+        redis: &mut Redis,
         user: UserId,
         generation: i64,
     ) -> Result<(), AppError> {
@@ -211,7 +211,7 @@ impl Sessions {
     /// Ends here at once, then tells the others. When Redis cannot take the
     /// announcement the caller gets the error (a 503 to retry: Postgres has the
     /// record, and a retry is harmless), and this process has ended it already.
-    async fn announce(&self, redis: &mut ConnectionManager, event: Event) -> Result<(), AppError> {
+    async fn announce(&self, redis: &mut Redis, event: Event) -> Result<(), AppError> {
         self.ended
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -272,7 +272,7 @@ impl Sessions {
     pub async fn follow(
         self,
         resume: Option<String>,
-        mut redis: ConnectionManager,
+        mut redis: Redis,
         db: PgPool,
         every: Duration,
         mut shutdown: watch::Receiver<bool>,
@@ -300,11 +300,7 @@ struct Follower {
 }
 
 impl Follower {
-    async fn catch_up(
-        &mut self,
-        redis: &mut ConnectionManager,
-        db: &PgPool,
-    ) -> Result<(), AppError> {
+    async fn catch_up(&mut self, redis: &mut Redis, db: &PgPool) -> Result<(), AppError> {
         let key = self.sessions.keys.sessions_ended();
         let Some(mut from) = self.last.clone() else {
             // The stream could not be located at startup: everything up to its
@@ -357,12 +353,7 @@ impl Follower {
     /// Postgres's record, and the stream followed from its newest entry (taken
     /// before the read, so nothing announced meanwhile is missed; applying an
     /// announcement twice changes nothing).
-    async fn resync(
-        &mut self,
-        redis: &mut ConnectionManager,
-        db: &PgPool,
-        key: &str,
-    ) -> Result<(), AppError> {
+    async fn resync(&mut self, redis: &mut Redis, db: &PgPool, key: &str) -> Result<(), AppError> {
         let resume = newest(redis, key).await?;
         self.sessions.reload(db).await?;
         self.last = Some(resume);
@@ -383,11 +374,7 @@ impl Follower {
 type Entry = (String, HashMap<String, String>);
 
 /// Entries from `from` (inclusive), at most [`READ_BATCH`].
-async fn read(
-    redis: &mut ConnectionManager,
-    key: &str,
-    from: &str,
-) -> Result<Vec<Entry>, AppError> {
+async fn read(redis: &mut Redis, key: &str, from: &str) -> Result<Vec<Entry>, AppError> {
     let entries: Vec<Entry> = redis::cmd("XRANGE")
         .arg(key)
         .arg(from)
@@ -400,7 +387,7 @@ async fn read(
 }
 
 /// The id of the stream's newest entry, `0-0` when it has none.
-async fn newest(redis: &mut ConnectionManager, key: &str) -> Result<String, AppError> {
+async fn newest(redis: &mut Redis, key: &str) -> Result<String, AppError> {
     let entries: Vec<Entry> = redis::cmd("XREVRANGE")
         .arg(key)
         .arg("+")

@@ -6,7 +6,9 @@
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::redis_conn::Redis;
 use uuid::Uuid;
 
 use super::store::{MAX_ORDERABLE_SALE_ID, PurchaseOutcome, new_order_id};
@@ -136,7 +138,7 @@ impl Decider for BuyDecider {
 
     async fn decide(
         &self,
-        mut redis: ConnectionManager,
+        mut redis: Redis,
         sale: SaleId,
         batch: Vec<BuyRequest>,
     ) -> Result<Vec<BuyReply>, AppError> {

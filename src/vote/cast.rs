@@ -5,7 +5,9 @@
 use std::net::IpAddr;
 use std::sync::LazyLock;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionLike;
+
+use crate::redis_conn::Redis;
 
 use crate::batch::{Decider, Item, ItemArg};
 use crate::domain::{PollId, UserId};
@@ -136,7 +138,7 @@ impl Decider for VoteDecider {
 
     async fn decide(
         &self,
-        mut redis: ConnectionManager,
+        mut redis: Redis,
         poll: PollId,
         batch: Vec<VoteRequest>,
     ) -> Result<Vec<VoteReply>, AppError> {

@@ -260,6 +260,8 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
     let app = Arc::new(
         spawn_app_with(|c| {
             c.redis_url = format!("redis://{}/", relay.addr);
+            // The relay stands in front of one node: this test runs on one node.
+            c.redis_cluster.clear();
             c.redis_response_timeout_ms = 300;
             c.settle_in_serve = false;
             c.sweep_ms = 0;

@@ -14,6 +14,7 @@ use stampede::auth::token::{Claims, TokenKey};
 use stampede::config::Config;
 use stampede::domain::Id;
 use stampede::keys::Keys;
+use stampede::redis_conn::{Redis, Target, Timeouts};
 use stampede::startup::Application;
 use stampede::state::AppState;
 
@@ -23,7 +24,7 @@ pub struct TestApp {
     /// The listener that serves only `/metrics` (loopback, no token).
     pub metrics_port: Option<u16>,
     pub db: PgPool,
-    pub redis: redis::aio::ConnectionManager,
+    pub redis: Redis,
     pub keys: Keys,
     pub config: Config,
     pub tokens: TokenKey,
@@ -39,6 +40,85 @@ pub struct User {
     pub token: String,
 }
 
+/// The Redis Cluster the tests run on, when `STAMPEDE_TEST_REDIS_CLUSTER` names its
+/// nodes (`scripts/test` runs part of the suite a second time that way); else none,
+/// and the tests use the one node of `STAMPEDE_TEST_REDIS_URL`.
+pub fn test_redis_cluster() -> Vec<String> {
+    std::env::var("STAMPEDE_TEST_REDIS_CLUSTER")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// Where the tests' Redis is: the cluster when one is configured, else the node.
+pub fn test_redis_target() -> Target {
+    let cluster = test_redis_cluster();
+    if cluster.is_empty() {
+        Target::Node(env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL"))
+    } else {
+        Target::Cluster(cluster)
+    }
+}
+
+/// A connection to the tests' Redis (node or cluster), for tests that talk to it
+/// without an app.
+pub async fn test_redis() -> Redis {
+    Redis::connect(
+        &test_redis_target(),
+        Timeouts {
+            connect: Duration::from_secs(2),
+            response: Some(Duration::from_secs(5)),
+        },
+    )
+    .await
+    .expect("connect to the test Redis")
+}
+
+/// Deletes every key matching `pattern` (blocking; for `Drop`). On a cluster: on
+/// every primary, found from the first node that answers `CLUSTER NODES`.
+pub fn unlink_matching(target: &Target, pattern: &str) {
+    let nodes: Vec<String> = match target {
+        Target::Node(url) => vec![url.clone()],
+        Target::Cluster(seeds) => seeds
+            .iter()
+            .find_map(|seed| {
+                let mut conn = redis::Client::open(seed.as_str())
+                    .ok()?
+                    .get_connection()
+                    .ok()?;
+                let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn).ok()?;
+                Some(
+                    nodes
+                        .lines()
+                        .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("master")))
+                        .filter_map(|l| l.split(' ').nth(1)?.split('@').next())
+                        .map(|addr| format!("redis://{addr}/"))
+                        .collect(),
+                )
+            })
+            .unwrap_or_default(),
+    };
+    for node in nodes {
+        let Ok(mut conn) = redis::Client::open(node).and_then(|c| c.get_connection()) else {
+            continue;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut conn)
+            .unwrap_or_default();
+        // One key per UNLINK: on a cluster node, keys of several slots in one command
+        // are refused.
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.cmd("UNLINK").arg(key).ignore();
+        }
+        let _: redis::RedisResult<()> = pipe.query(&mut conn);
+    }
+}
+
 fn env_url(primary: &str, fallback: &str) -> String {
     std::env::var(primary)
         .or_else(|_| std::env::var(fallback))
@@ -49,6 +129,7 @@ fn env_url(primary: &str, fallback: &str) -> String {
 pub async fn test_config() -> (Config, String, String) {
     let maintenance_url = env_url("STAMPEDE_TEST_DATABASE_URL", "DATABASE_URL");
     let redis_url = env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL");
+    let redis_cluster = test_redis_cluster();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let db_name = format!("stampede_test_{suffix}");
     let mut conn = PgConnection::connect(&maintenance_url)
@@ -66,6 +147,7 @@ pub async fn test_config() -> (Config, String, String) {
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         database_url,
         redis_url,
+        redis_cluster,
         redis_namespace: format!("t{}", &suffix[..12]),
         token_secret: stampede::auth::random_token_hex(32),
         workers: 2,
@@ -366,7 +448,7 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
 impl Drop for TestApp {
     /// Leave nothing behind: delete this test's Redis keys and database.
     fn drop(&mut self) {
-        let redis_url = self.config.redis_url.clone();
+        let target = Target::from_config(&self.config);
         let pattern = format!("{}:*", self.config.redis_namespace);
         let db_name = std::mem::take(&mut self.db_name);
         let maintenance_url = self.maintenance_url.clone();
@@ -375,18 +457,7 @@ impl Drop for TestApp {
             if !owner {
                 return;
             }
-            if let Ok(client) = redis::Client::open(redis_url)
-                && let Ok(mut conn) = client.get_connection()
-            {
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(&pattern)
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                for chunk in keys.chunks(500) {
-                    let _: redis::RedisResult<()> =
-                        redis::cmd("UNLINK").arg(chunk).query(&mut conn);
-                }
-            }
+            unlink_matching(&target, &pattern);
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -407,7 +478,7 @@ impl Drop for TestApp {
 
 /// How many requests a sliding-log limit key holds: its state is the requests'
 /// times in ms, 13 digits each (lua/lib/limit_sliding_log.lua); no key is none.
-pub async fn sliding_log_entries(redis: &mut redis::aio::ConnectionManager, key: &str) -> usize {
+pub async fn sliding_log_entries(redis: &mut Redis, key: &str) -> usize {
     let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
     let state = state.unwrap_or_default();
     assert!(

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use reqwest::StatusCode;
 use serde_json::json;
 use stampede::config::LimitsConfig;
 use stampede::limit::{self, Algorithm, Attempt, Decision, Verdict};
+use stampede::redis_conn::Redis;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::{TestApp, assert_error, spawn_app_with, spawn_sibling};
@@ -22,20 +22,15 @@ const T0: i64 = 1_700_000_000_000;
 
 /// A Redis key namespace of its own for the script tests; its keys are deleted on drop.
 struct Lab {
-    redis: ConnectionManager,
+    redis: Redis,
     ns: String,
-    url: String,
 }
 
 impl Lab {
     async fn new() -> Self {
-        let url = std::env::var("STAMPEDE_TEST_REDIS_URL")
-            .or_else(|_| std::env::var("REDIS_URL"))
-            .expect("set STAMPEDE_TEST_REDIS_URL: tests need a real Redis");
-        let client = redis::Client::open(url.as_str()).unwrap();
-        let redis = ConnectionManager::new(client).await.unwrap();
+        let redis = crate::helpers::test_redis().await;
         let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        Lab { redis, ns, url }
+        Lab { redis, ns }
     }
 
     fn key(&self, name: &str) -> String {
@@ -79,19 +74,10 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let (url, pattern) = (self.url.clone(), format!("{}:*", self.ns));
-        let _ = std::thread::spawn(move || {
-            if let Ok(mut conn) = redis::Client::open(url).and_then(|c| c.get_connection()) {
-                let keys: Vec<String> = redis::cmd("KEYS")
-                    .arg(&pattern)
-                    .query(&mut conn)
-                    .unwrap_or_default();
-                if !keys.is_empty() {
-                    let _: redis::RedisResult<()> = redis::cmd("UNLINK").arg(keys).query(&mut conn);
-                }
-            }
-        })
-        .join();
+        let pattern = format!("{}:*", self.ns);
+        let target = crate::helpers::test_redis_target();
+        let _ =
+            std::thread::spawn(move || crate::helpers::unlink_matching(&target, &pattern)).join();
     }
 }
 
@@ -768,6 +754,8 @@ async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
     let relay = Relay::start(&real).await;
     let app = spawn_app_with(|c| {
         c.redis_url = relay.url();
+        // The relay stands in front of one node: this test runs on one node.
+        c.redis_cluster.clear();
         c.settle_in_serve = false;
         c.limits = LimitsConfig {
             enabled: true,

@@ -4,23 +4,19 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use stampede::keys::Keys;
 use stampede::lock::{self, Lock, Released};
+use stampede::redis_conn::Redis;
 
 /// Lock tests need Redis only. Each gets its own namespace; every lock key has a TTL,
 /// so even a failed test leaves nothing that lasts.
-async fn redis() -> (ConnectionManager, Keys) {
-    let url = std::env::var("STAMPEDE_TEST_REDIS_URL")
-        .or_else(|_| std::env::var("REDIS_URL"))
-        .expect("set STAMPEDE_TEST_REDIS_URL (scripts/test does)");
-    let client = redis::Client::open(url).unwrap();
-    let conn = ConnectionManager::new(client).await.expect("redis");
+async fn redis() -> (Redis, Keys) {
+    let conn = crate::helpers::test_redis().await;
     let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     (conn, Keys::new(&ns))
 }
 
-async fn get(redis: &ConnectionManager, key: &str) -> Option<String> {
+async fn get(redis: &Redis, key: &str) -> Option<String> {
     redis::cmd("GET")
         .arg(key)
         .query_async(&mut redis.clone())
@@ -28,7 +24,7 @@ async fn get(redis: &ConnectionManager, key: &str) -> Option<String> {
         .unwrap()
 }
 
-async fn pttl(redis: &ConnectionManager, key: &str) -> i64 {
+async fn pttl(redis: &Redis, key: &str) -> i64 {
     redis::cmd("PTTL")
         .arg(key)
         .query_async(&mut redis.clone())
@@ -317,7 +313,7 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
     };
     let mut settler = stampede::settle::Settler::connect(
         app.db.clone(),
-        &app.config.redis_url,
+        &stampede::redis_conn::Target::from_config(&app.config),
         app.keys.clone(),
         settle_config,
     )

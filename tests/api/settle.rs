@@ -25,7 +25,7 @@ async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
 async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle_ms: u64) -> Settler {
     Settler::connect(
         app.db.clone(),
-        &app.config.redis_url,
+        &stampede::redis_conn::Target::from_config(&app.config),
         app.keys.clone(),
         SettleConfig {
             batch_size: batch,

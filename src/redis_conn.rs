@@ -1,0 +1,203 @@
+//! The one Redis connection type the rest of the code holds: one node (`REDIS_URL`,
+//! redis-rs's `ConnectionManager`) or Redis Cluster (`STAMPEDE_REDIS_CLUSTER`,
+//! redis-rs's async cluster connection). Both are multiplexed and cheap to clone.
+//! Code above this module never asks which one it has: it sends commands, scripts
+//! and pipelines through [`ConnectionLike`], and every key it names carries the hash
+//! tag of its sale, poll, lock or limit (see [`crate::keys`]), so a script's keys
+//! are on one shard.
+//!
+//! On a cluster, redis-rs routes a command or an `EVALSHA` by its first key, follows
+//! `MOVED`/`ASK` after a failover or resharding, and `redis::Script` loads a script
+//! again where a node answers `NOSCRIPT`. Two things differ, and are handled here
+//! or by the caller:
+//! - a pipeline whose commands name keys of different slots (one `GET` per sale of a
+//!   list) cannot go to one node: [`Redis`] sends its commands one by one, all at
+//!   once, and answers in order (a pipeline of one slot stays one round trip);
+//! - a blocking `XREADGROUP` over several streams is a `CROSSSLOT` error: the
+//!   settlement worker reads stream by stream on a cluster (see `settle`).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// Where Redis is: one node, or the seed nodes of a cluster (any reachable primary
+/// or replica; the rest of the cluster is discovered from it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Node(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// The cluster when seed nodes are configured, else the one node.
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        if config.redis_cluster.is_empty() {
+            Target::Node(config.redis_url.clone())
+        } else {
+            Target::Cluster(config.redis_cluster.clone())
+        }
+    }
+
+    /// For messages: the URLs with their passwords hidden.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Node(url) => crate::config::redact_url(url),
+            Target::Cluster(nodes) => format!(
+                "the cluster of {}",
+                nodes
+                    .iter()
+                    .map(|u| crate::config::redact_url(u))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+/// How a connection waits. `response_timeout: None` is for a connection that runs
+/// blocking commands (the settlement worker's `XREADGROUP ... BLOCK`).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response: Option<Duration>,
+}
+
+#[derive(Clone)]
+pub enum Redis {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Redis {
+    pub async fn connect(target: &Target, timeouts: Timeouts) -> RedisResult<Redis> {
+        match target {
+            Target::Node(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeouts.connect))
+                    .set_response_timeout(timeouts.response)
+                    .set_number_of_retries(2);
+                Ok(Redis::Node(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            Target::Cluster(nodes) => {
+                let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(timeouts.connect)
+                    // A failover takes the cluster a few seconds (node timeout plus
+                    // the election): retry a moved or unreachable slot for about that
+                    // long before an error reaches the caller (and becomes a 503).
+                    .retries(6)
+                    .min_retry_wait(50)
+                    .max_retry_wait(1000);
+                builder = match timeouts.response {
+                    Some(t) => builder.response_timeout(t).overall_response_timeout(None),
+                    None => builder
+                        .response_timeout(Duration::from_secs(24 * 3600))
+                        .overall_response_timeout(None),
+                };
+                let client = builder.build()?;
+                Ok(Redis::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Redis::Cluster(_))
+    }
+
+    /// Runs `cmd` on every primary (on one node: on it) and returns each node's
+    /// answer with its address. For commands without a key that describe a node:
+    /// `CONFIG GET`, `PING`, `SCRIPT FLUSH` in tests.
+    pub async fn on_every_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<(String, Value)>> {
+        match self {
+            Redis::Node(conn) => {
+                let value = conn.req_packed_command(cmd).await?;
+                Ok(vec![("node".to_string(), value)])
+            }
+            Redis::Cluster(conn) => {
+                let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match conn.route_command(cmd.clone(), routing).await? {
+                    Value::Map(pairs) => pairs
+                        .into_iter()
+                        .map(|(addr, value)| Ok((redis::from_redis_value(addr)?, value)))
+                        .collect(),
+                    other => Ok(vec![("cluster".to_string(), other)]),
+                }
+            }
+        }
+    }
+
+    /// `PING` on every primary: all must answer (`/readyz`).
+    pub async fn ping_all(&mut self) -> RedisResult<()> {
+        for (node, answer) in self.on_every_primary(&redis::cmd("PING")).await? {
+            if let Value::ServerError(e) = answer {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "a primary does not answer PING",
+                    format!("{node}: {e:?}"),
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ConnectionLike for Redis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Redis::Node(conn) => conn.req_packed_command(cmd),
+            Redis::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Redis::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            // Keys of several slots cannot go to one node: one command per key, all
+            // in flight at once, answered in order. A transaction is never split.
+            Redis::Cluster(conn) if !pipeline.is_transaction() && spans_slots(pipeline) => {
+                let conn = conn.clone();
+                Box::pin(async move {
+                    let each = pipeline.cmd_iter().map(|cmd| {
+                        let mut conn = conn.clone();
+                        async move { conn.req_packed_command(cmd).await }
+                    });
+                    futures_util::future::try_join_all(each).await
+                })
+            }
+            Redis::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Redis::Node(conn) => conn.get_db(),
+            Redis::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Whether the pipeline's commands name keys of more than one slot. Every command
+/// our pipelines send names its key first (`GET key`, `HLEN key`, `XACK key ..`).
+fn spans_slots(pipeline: &Pipeline) -> bool {
+    let mut slots = pipeline
+        .cmd_iter()
+        .filter_map(|cmd| match cmd.args_iter().nth(1) {
+            Some(redis::Arg::Simple(key)) => Some(Slot::for_key(key)),
+            _ => None,
+        });
+    match slots.next() {
+        Some(first) => slots.any(|slot| slot != first),
+        None => false,
+    }
+}
