@@ -54,21 +54,84 @@ pub trait Decider: Send + Sync + 'static {
 /// Why a whole batch got no decision. Every request of the batch gets it.
 #[derive(Clone, Debug)]
 enum Failed {
-    /// Redis did not answer (down, too slow, loading): 503, retry.
-    Unavailable,
+    /// Redis did not answer (down, too slow, loading), or a replica did not confirm
+    /// the decision in time: 503, retry.
+    Unavailable {
+        code: &'static str,
+        message: std::borrow::Cow<'static, str>,
+    },
     /// Anything else: a bug. 500, logged once for the batch.
     Broken,
+}
+
+impl Failed {
+    fn redis_unavailable() -> Self {
+        Failed::Unavailable {
+            code: "redis_unavailable",
+            message: "Redis did not answer in time; try again (a retry never buys a second unit)"
+                .into(),
+        }
+    }
 }
 
 impl From<Failed> for AppError {
     fn from(f: Failed) -> Self {
         match f {
-            Failed::Unavailable => AppError::unavailable(
-                "redis_unavailable",
-                "Redis did not answer in time; try again (a retry never buys a second unit)",
-            ),
+            Failed::Unavailable { code, message } => AppError::unavailable(code, message),
             Failed::Broken => AppError::Internal(anyhow::anyhow!("a batched decision failed")),
         }
+    }
+}
+
+/// With `replica_acks` set, an accepted decision is answered only once that many
+/// replicas of its primary have it (`WAIT`), so a failover to one of them cannot
+/// forget a 202. See "Redis Cluster" in the README.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplicaAcks {
+    pub replicas: u32,
+    pub timeout: std::time::Duration,
+}
+
+impl ReplicaAcks {
+    /// From the config: `None` when `replica_acks` is 0.
+    pub fn from_config(config: &crate::config::Config) -> Option<Self> {
+        (config.replica_acks > 0).then(|| ReplicaAcks {
+            replicas: config.replica_acks,
+            timeout: std::time::Duration::from_millis(config.replica_ack_timeout_ms),
+        })
+    }
+
+    /// [`ReplicaAcks::confirm`] when acknowledgements are configured and the batch
+    /// accepted something (a batch of refusals changed nothing worth waiting for).
+    pub async fn confirm_accepted(
+        acks: Option<&Self>,
+        redis: &mut Redis,
+        key: &str,
+        accepted: bool,
+    ) -> Result<(), AppError> {
+        match acks {
+            Some(acks) if accepted => acks.confirm(redis, key).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for the replicas of `key`'s primary to have this connection's writes.
+    /// Too few in time: 503 `not_replicated` for the whole batch. Its decisions
+    /// stand on the primary, so a retry answers `already_bought` (or `already_voted`)
+    /// while that primary lives, and the order settles; a retry after a failover
+    /// that lost them decides again.
+    pub async fn confirm(&self, redis: &mut Redis, key: &str) -> Result<(), AppError> {
+        let acked = redis
+            .wait_for_replicas(key, self.replicas, self.timeout)
+            .await?;
+        if acked < self.replicas {
+            return Err(AppError::unavailable(
+                "not_replicated",
+                "the decision was not confirmed by a Redis replica in time; try again \
+                 (a retry never buys a second unit)",
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -196,11 +259,19 @@ impl<D: Decider> Batcher<D> {
                 }
                 outcome => {
                     let failed = match &outcome {
-                        Err(AppError::Redis(e)) if is_redis_unreachable(e) => Failed::Unavailable,
-                        Err(AppError::Client { status, .. })
-                            if *status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
-                        {
-                            Failed::Unavailable
+                        Err(AppError::Redis(e)) if is_redis_unreachable(e) => {
+                            Failed::redis_unavailable()
+                        }
+                        Err(AppError::Client {
+                            status,
+                            code,
+                            message,
+                            ..
+                        }) if *status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE => {
+                            Failed::Unavailable {
+                                code,
+                                message: message.clone(),
+                            }
                         }
                         Err(e) => {
                             tracing::error!(%key, error = %crate::error::error_chain(e), "batched decision failed");

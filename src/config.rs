@@ -83,6 +83,14 @@ pub struct Config {
     /// client's 500 ms default is too tight when thousands of requests queue on one
     /// multiplexed connection during a stampede on a small machine.
     pub redis_response_timeout_ms: u64,
+    /// Replicas that must have an accepted purchase or vote before its 202 is sent
+    /// (`WAIT` on its primary after the batch; 0: answer at once, as Redis
+    /// replicates asynchronously). With 1, a failover to a replica never forgets a
+    /// 202. See "Redis Cluster" in the README.
+    pub replica_acks: u32,
+    /// How long a batch waits for `replica_acks`; past it, the batch is answered 503
+    /// `not_replicated` (1 to `redis_response_timeout_ms` - 1).
+    pub replica_ack_timeout_ms: u64,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
     /// How often `serve` checks that Redis holds every active sale and poll, trusted
@@ -153,6 +161,8 @@ impl Default for Config {
             demo_password: None,
             database_max_connections: 20,
             redis_response_timeout_ms: 2000,
+            replica_acks: 0,
+            replica_ack_timeout_ms: 200,
             workers: 0,
             sweep_ms: 2000,
             batch_max: 64,
@@ -200,6 +210,8 @@ impl std::fmt::Debug for Config {
             .field("admin_username", &self.admin_username)
             .field("database_max_connections", &self.database_max_connections)
             .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
+            .field("replica_acks", &self.replica_acks)
+            .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
             .field("workers", &self.workers)
             .field("sweep_ms", &self.sweep_ms)
             .field("batch_max", &self.batch_max)
@@ -388,6 +400,12 @@ impl Config {
         if let Some(v) = var("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS") {
             self.redis_response_timeout_ms = parse("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS", v)?;
         }
+        if let Some(v) = var("STAMPEDE_REPLICA_ACKS") {
+            self.replica_acks = parse("STAMPEDE_REPLICA_ACKS", v)?;
+        }
+        if let Some(v) = var("STAMPEDE_REPLICA_ACK_TIMEOUT_MS") {
+            self.replica_ack_timeout_ms = parse("STAMPEDE_REPLICA_ACK_TIMEOUT_MS", v)?;
+        }
         if let Some(v) = var("STAMPEDE_WORKERS") {
             self.workers = parse("STAMPEDE_WORKERS", v)?;
         }
@@ -451,6 +469,15 @@ impl Config {
                 "redis_cluster (STAMPEDE_REDIS_CLUSTER) takes redis:// URLs separated by \
                  commas; got {:?}",
                 redact_url(bad)
+            )));
+        }
+        if self.replica_ack_timeout_ms == 0
+            || self.replica_ack_timeout_ms >= self.redis_response_timeout_ms
+        {
+            return Err(ConfigError::Invalid(format!(
+                "replica_ack_timeout_ms (STAMPEDE_REPLICA_ACK_TIMEOUT_MS) must be 1 to \
+                 {} (below redis_response_timeout_ms, or the WAIT itself times out)",
+                self.redis_response_timeout_ms.saturating_sub(1)
             )));
         }
         if self.settle.batch_size == 0 {

@@ -134,6 +134,10 @@ pub fn is_redis_unreachable(e: &redis::RedisError) -> bool {
         || e.is_connection_refusal()
         || e.is_timeout()
         || is_redis_not_ready(e)
+        // Redis Cluster: no node for the slot yet, or MOVED/ASK/CLUSTERDOWN still
+        // after redis-rs's retries (a failover in progress).
+        || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        || e.is_cluster_error()
 }
 
 /// Redis answered, but with a "not now" error (see [`REDIS_NOT_READY`]).

@@ -21,7 +21,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo, Slot};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr,
+};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// Where Redis is: one node, or the seed nodes of a cluster (any reachable primary
@@ -58,12 +60,21 @@ impl Target {
     }
 }
 
-/// How a connection waits. `response_timeout: None` is for a connection that runs
-/// blocking commands (the settlement worker's `XREADGROUP ... BLOCK`).
+/// How a connection waits, and whether it sends a command again. `response: None`
+/// is for a connection that runs blocking commands (the settlement worker's
+/// `XREADGROUP ... BLOCK`).
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
     pub connect: Duration,
     pub response: Option<Duration>,
+    /// Cluster only: let redis-rs send a failed command again (it follows `MOVED`,
+    /// waits out `CLUSTERDOWN`, and also resends after a broken connection, when
+    /// the command may already have run). Never for decisions: a purchase script
+    /// that ran on a primary killed before it answered, sent again after the
+    /// failover, would answer `already_bought` to the buyer who holds that very
+    /// order. Without resending the caller gets the error (a 503 whose retry is
+    /// safe), and redis-rs still refreshes its slot map for the next command.
+    pub resend: bool,
 }
 
 #[derive(Clone)]
@@ -91,7 +102,7 @@ impl Redis {
                     // A failover takes the cluster a few seconds (node timeout plus
                     // the election): retry a moved or unreachable slot for about that
                     // long before an error reaches the caller (and becomes a 503).
-                    .retries(6)
+                    .retries(if timeouts.resend { 6 } else { 0 })
                     .min_retry_wait(50)
                     .max_retry_wait(1000);
                 builder = match timeouts.response {
@@ -130,6 +141,32 @@ impl Redis {
                 }
             }
         }
+    }
+
+    /// `WAIT replicas timeout` on the primary of `key`'s slot, over the connection
+    /// that wrote the decision: blocks until that many replicas have every write
+    /// this connection sent to that primary so far, or `timeout` passes. Returns how
+    /// many replicas have them.
+    pub async fn wait_for_replicas(
+        &mut self,
+        key: &str,
+        replicas: u32,
+        timeout: Duration,
+    ) -> RedisResult<u32> {
+        let mut cmd = redis::cmd("WAIT");
+        // 0 would mean "wait for ever".
+        cmd.arg(replicas).arg((timeout.as_millis() as u64).max(1));
+        let answer = match self {
+            Redis::Node(conn) => conn.req_packed_command(&cmd).await?,
+            Redis::Cluster(conn) => {
+                let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                conn.route_command(cmd, routing).await?
+            }
+        };
+        // A server error (MOVED during a failover, say) as its own error kind, not
+        // as "not a number".
+        Ok(redis::from_redis_value(answer.extract_error()?)?)
     }
 
     /// `PING` on every primary: all must answer (`/readyz`).

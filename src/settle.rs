@@ -101,6 +101,7 @@ impl Settler {
             Timeouts {
                 connect,
                 response: None,
+                resend: true,
             },
         )
         .await?;
@@ -109,6 +110,7 @@ impl Settler {
             Timeouts {
                 connect,
                 response: Some(Duration::from_secs(2)),
+                resend: true,
             },
         )
         .await?;

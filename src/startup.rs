@@ -70,10 +70,21 @@ pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
 }
 
 pub async fn connect_redis(config: &Config) -> anyhow::Result<Redis> {
+    connect_redis_with(config, true).await
+}
+
+/// The connection of an HTTP worker, which sends the decision scripts: on a
+/// cluster, a command that failed is never sent again (see [`Timeouts::resend`]).
+pub async fn connect_worker_redis(config: &Config) -> anyhow::Result<Redis> {
+    connect_redis_with(config, false).await
+}
+
+async fn connect_redis_with(config: &Config, resend: bool) -> anyhow::Result<Redis> {
     let target = Target::from_config(config);
     let timeouts = Timeouts {
         connect: Duration::from_secs(2),
         response: Some(Duration::from_millis(config.redis_response_timeout_ms)),
+        resend,
     };
     Redis::connect(&target, timeouts)
         .await
@@ -305,13 +316,14 @@ impl Application {
 async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state::Worker> {
     use crate::batch::{Batcher, Counters};
     use crate::limit::Route;
-    let redis = connect_redis(&state.config).await?;
+    let redis = connect_worker_redis(&state.config).await?;
     let max = state.config.batch_max;
     Ok(crate::state::Worker {
         buys: Batcher::new(
             crate::sale::buy::BuyDecider {
                 keys: state.keys.clone(),
                 policies: state.limits.for_route(Route::Buy).to_vec(),
+                replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
             },
             redis.clone(),
             max,
@@ -326,6 +338,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             crate::vote::cast::VoteDecider {
                 keys: state.keys.clone(),
                 policies: state.limits.for_route(Route::Vote).to_vec(),
+                replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
             },
             redis.clone(),
             max,

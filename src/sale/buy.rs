@@ -12,7 +12,7 @@ use crate::redis_conn::Redis;
 use uuid::Uuid;
 
 use super::store::{MAX_ORDERABLE_SALE_ID, PurchaseOutcome, new_order_id};
-use crate::batch::{Decider, Item, ItemArg};
+use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -129,6 +129,8 @@ pub struct BuyDecider {
     pub keys: Keys,
     /// The buy route's policies; empty when limits are off.
     pub policies: Vec<Policy>,
+    /// Replicas that must have an accepted decision before it is answered.
+    pub replica_acks: Option<ReplicaAcks>,
 }
 
 impl Decider for BuyDecider {
@@ -142,13 +144,20 @@ impl Decider for BuyDecider {
         sale: SaleId,
         batch: Vec<BuyRequest>,
     ) -> Result<Vec<BuyReply>, AppError> {
-        PurchaseBatch {
+        let replies = PurchaseBatch {
             keys: &self.keys,
             sale,
             policies: &self.policies,
             now_ms: None,
         }
         .run(&mut redis, &batch)
-        .await
+        .await?;
+        let accepted = replies
+            .iter()
+            .any(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. }));
+        let key = self.keys.sale(sale).stock;
+        ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
+            .await?;
+        Ok(replies)
     }
 }

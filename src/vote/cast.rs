@@ -9,7 +9,7 @@ use redis::aio::ConnectionLike;
 
 use crate::redis_conn::Redis;
 
-use crate::batch::{Decider, Item, ItemArg};
+use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
 use crate::domain::{PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -129,6 +129,8 @@ pub struct VoteDecider {
     pub keys: Keys,
     /// The vote route's policies; empty when limits are off.
     pub policies: Vec<Policy>,
+    /// Replicas that must have an accepted decision before it is answered.
+    pub replica_acks: Option<ReplicaAcks>,
 }
 
 impl Decider for VoteDecider {
@@ -142,13 +144,20 @@ impl Decider for VoteDecider {
         poll: PollId,
         batch: Vec<VoteRequest>,
     ) -> Result<Vec<VoteReply>, AppError> {
-        VoteBatch {
+        let replies = VoteBatch {
             keys: &self.keys,
             poll,
             policies: &self.policies,
             now_ms: None,
         }
         .run(&mut redis, &batch)
-        .await
+        .await?;
+        let accepted = replies
+            .iter()
+            .any(|r| matches!(r.outcome, VoteOutcome::Accepted { .. }));
+        let key = self.keys.poll(poll).tally;
+        ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
+            .await?;
+        Ok(replies)
     }
 }

@@ -71,6 +71,7 @@ pub async fn test_redis() -> Redis {
         Timeouts {
             connect: Duration::from_secs(2),
             response: Some(Duration::from_secs(5)),
+            resend: true,
         },
     )
     .await

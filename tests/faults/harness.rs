@@ -432,19 +432,26 @@ pub struct Redis {
     pub port: u16,
     pub dir: PathBuf,
     fsync: Fsync,
+    /// A Redis Cluster node (`--cluster-enabled yes`) with this cluster bus port.
+    bus_port: Option<u16>,
     log: PathBuf,
     child: Option<Child>,
 }
 
 impl Redis {
     fn create(run_dir: &RunDir, fsync: Fsync) -> Redis {
-        let dir = run_dir.join("redis");
+        Redis::create_named(run_dir, "redis", fsync, false)
+    }
+
+    fn create_named(run_dir: &RunDir, name: &str, fsync: Fsync, cluster: bool) -> Redis {
+        let dir = run_dir.join(name);
         fs::create_dir(&dir).unwrap();
         Redis {
             port: free_port(),
             dir,
             fsync,
-            log: run_dir.join("redis.log"),
+            bus_port: cluster.then(free_port),
+            log: run_dir.join(&format!("{name}.log")),
             child: None,
         }
     }
@@ -468,6 +475,21 @@ impl Redis {
             .arg(&self.dir)
             .args(["--appendonly", "yes", "--appendfsync", fsync])
             .args(["--save", "", "--daemonize", "no", "--maxclients", "10000"])
+            // A primary is failed over 1 s after the others stop hearing from it. The
+            // bus port is a free one of its own (the default, port + 10000, may not be).
+            .args(match self.bus_port {
+                Some(bus) => vec![
+                    "--cluster-enabled".to_string(),
+                    "yes".into(),
+                    "--cluster-config-file".into(),
+                    "nodes.conf".into(),
+                    "--cluster-node-timeout".into(),
+                    "1000".into(),
+                    "--cluster-port".into(),
+                    bus.to_string(),
+                ],
+                None => Vec::new(),
+            })
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -531,6 +553,43 @@ impl Redis {
         }
     }
 
+    /// SIGSTOP: the process stays, but answers nothing (replication stops too).
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`Redis::pause`].
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let pid = child.id().to_string();
+            blocking(|| {
+                let status = Command::new("kill").args([signal, &pid]).status();
+                assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+            });
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// `CLIENT KILL TYPE replica`: this primary drops the links of its replicas.
+    /// Writes from then on stay in its own memory until a replica reconnects.
+    pub fn drop_replica_links(&self) {
+        let port = self.port.to_string();
+        let out = blocking(|| {
+            Command::new("redis-cli")
+                .args(["-p", &port, "client", "kill", "type", "replica"])
+                .output()
+                .expect("redis-cli client kill")
+        });
+        assert!(out.status.success(), "CLIENT KILL TYPE replica failed");
+    }
+
     /// `redis-cli shutdown`: Redis flushes and fsyncs its AOF, then exits.
     pub fn shutdown(&mut self) {
         let port = self.port.to_string();
@@ -589,6 +648,194 @@ impl Drop for Redis {
     }
 }
 
+/// One shard of a [`Cluster`]: indexes into `Cluster::nodes`.
+#[derive(Clone, Debug)]
+pub struct Shard {
+    pub primary: usize,
+    pub replicas: Vec<usize>,
+}
+
+/// A Redis Cluster of three primaries with one replica each: six `redis-server`
+/// processes with `--cluster-enabled yes`, joined by `redis-cli --cluster create`.
+pub struct Cluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    async fn start(run_dir: &RunDir, fsync: Fsync) -> Cluster {
+        let mut nodes: Vec<Redis> = (0..6)
+            .map(|i| Redis::create_named(run_dir, &format!("cluster-{i}"), fsync, true))
+            .collect();
+        for node in &mut nodes {
+            node.start(run_dir).await;
+        }
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = blocking(|| {
+            Command::new("redis-cli")
+                .arg("--cluster")
+                .arg("create")
+                .args(&addrs)
+                .args(["--cluster-replicas", "1", "--cluster-yes"])
+                .output()
+                .expect("redis-cli --cluster create")
+        });
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_healthy(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    /// `STAMPEDE_REDIS_CLUSTER`: every node, so the servers find the cluster even
+    /// when some are down.
+    pub fn urls(&self) -> String {
+        self.nodes
+            .iter()
+            .map(Redis::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn index_of_port(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port == port)
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, node: usize, cmd: &redis::Cmd) -> Option<T> {
+        let client = redis::Client::open(self.nodes[node].url()).ok()?;
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(1),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .ok()?
+        .ok()?;
+        tokio::time::timeout(Duration::from_secs(1), cmd.query_async(&mut conn))
+            .await
+            .ok()?
+            .ok()
+    }
+
+    /// The shards as the first running node sees them (`CLUSTER NODES`).
+    pub async fn shards(&self) -> Vec<Shard> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.is_running() {
+                continue;
+            }
+            let Some(text) = self
+                .query::<String>(i, redis::cmd("CLUSTER").arg("NODES"))
+                .await
+            else {
+                continue;
+            };
+            // <id> <ip:port@cport> <flags> <master id or -> ... <slots>
+            let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+            let port_of = |fields: &[&str]| -> Option<u16> {
+                fields
+                    .get(1)?
+                    .split('@')
+                    .next()?
+                    .rsplit(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            };
+            let mut shards = Vec::new();
+            for fields in &lines {
+                let flags = fields.get(2).copied().unwrap_or("");
+                if !flags.contains("master") || flags.contains("fail") {
+                    continue;
+                }
+                let Some(primary) = port_of(fields).and_then(|p| self.index_of_port(p)) else {
+                    continue;
+                };
+                let replicas = lines
+                    .iter()
+                    .filter(|r| r.get(3) == fields.first() && !r[2].contains("fail"))
+                    .filter_map(|r| port_of(r).and_then(|p| self.index_of_port(p)))
+                    .collect();
+                shards.push(Shard { primary, replicas });
+            }
+            return shards;
+        }
+        panic!("no cluster node answers CLUSTER NODES");
+    }
+
+    /// The index of the node that is primary for `key` now.
+    pub async fn primary_of(&self, key: &str) -> usize {
+        let live = (0..self.nodes.len())
+            .find(|&i| self.nodes[i].is_running())
+            .expect("a running node");
+        let slot: i64 = self
+            .query(live, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+            .await
+            .expect("CLUSTER KEYSLOT");
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.is_running() {
+                continue;
+            }
+            let Some(ranges) = self
+                .query::<Vec<Vec<redis::Value>>>(i, redis::cmd("CLUSTER").arg("SLOTS"))
+                .await
+            else {
+                continue;
+            };
+            for range in ranges {
+                let (Some(start), Some(end), Some(redis::Value::Array(owner))) =
+                    (range.first(), range.get(1), range.get(2))
+                else {
+                    continue;
+                };
+                let start: i64 = redis::from_redis_value(start.clone()).unwrap_or(-1);
+                let end: i64 = redis::from_redis_value(end.clone()).unwrap_or(-1);
+                if (start..=end).contains(&slot) {
+                    let port: i64 = redis::from_redis_value(owner[1].clone()).unwrap();
+                    return self.index_of_port(port as u16).expect("a node of ours");
+                }
+            }
+            break;
+        }
+        panic!("no owner found for the slot of {key}");
+    }
+
+    /// Waits until every running node says `cluster_state:ok` and every running
+    /// replica's link to its primary is up.
+    pub async fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut healthy = true;
+            for (i, node) in self.nodes.iter().enumerate() {
+                if !node.is_running() {
+                    continue;
+                }
+                let state: Option<String> = self.query(i, redis::cmd("CLUSTER").arg("INFO")).await;
+                let info: Option<String> =
+                    self.query(i, redis::cmd("INFO").arg("replication")).await;
+                let ok = state.is_some_and(|s| s.lines().any(|l| l.trim() == "cluster_state:ok"))
+                    && info.is_some_and(|r| {
+                        r.lines().any(|l| l.trim() == "role:master")
+                            || r.lines().any(|l| l.trim() == "master_link_status:up")
+                    });
+                healthy &= ok;
+            }
+            if healthy {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster is not healthy after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 /// What every `stampede serve` of one stack is started with.
 #[derive(Clone)]
 pub struct ServerEnv {
@@ -598,6 +845,10 @@ pub struct ServerEnv {
     pub secret: String,
     /// A config file with rate-limit policies: limits on, else off.
     pub limits: Option<PathBuf>,
+    /// `STAMPEDE_REDIS_CLUSTER`, when the stack runs on a [`Cluster`].
+    pub redis_cluster: Option<String>,
+    /// More `STAMPEDE_*` settings for every server.
+    pub extra: Vec<(String, String)>,
 }
 
 /// One `stampede serve` process.
@@ -631,6 +882,13 @@ impl Server {
             .env("STAMPEDE_METRICS_LISTEN", "off")
             .env("DATABASE_URL", &env.database_url)
             .env("REDIS_URL", &env.redis_url)
+            .env_remove("STAMPEDE_REDIS_CLUSTER")
+            .envs(
+                env.redis_cluster
+                    .iter()
+                    .map(|c| ("STAMPEDE_REDIS_CLUSTER", c)),
+            )
+            .envs(env.extra.iter().map(|(k, v)| (k, v)))
             .env("STAMPEDE_REDIS_NAMESPACE", &env.namespace)
             .env("STAMPEDE_TOKEN_SECRET", &env.secret)
             .env(
@@ -641,7 +899,10 @@ impl Server {
             .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "2000")
             .env("STAMPEDE_WORKERS", "2")
             // Every 4xx is a warning of tracing-actix-web: too loud for a storm.
-            .env("RUST_LOG", "warn,tracing_actix_web=error")
+            .env(
+                "RUST_LOG",
+                "warn,tracing_actix_web=error,redis::cluster_handling=error",
+            )
             .env_remove("STAMPEDE_CONFIG")
             .envs(env.limits.iter().map(|p| ("STAMPEDE_CONFIG", p)))
             .stdin(Stdio::null())
@@ -732,6 +993,11 @@ pub struct Options {
     /// Rate-limit policies (TOML `[[limits.policies]]`): limits on with these;
     /// `None`: limits off.
     pub limits: Option<&'static str>,
+    /// Run on a [`Cluster`] of three primaries with a replica each, not on the one
+    /// Redis (which still starts, unused).
+    pub cluster: bool,
+    /// More `STAMPEDE_*` settings for every server.
+    pub extra: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Options {
@@ -740,6 +1006,8 @@ impl Default for Options {
             servers: 1,
             fsync: Fsync::Always,
             limits: None,
+            cluster: false,
+            extra: Vec::new(),
         }
     }
 }
@@ -748,6 +1016,7 @@ impl Default for Options {
 /// then the run directory.
 pub struct Stack {
     pub servers: Vec<Server>,
+    pub cluster: Option<Cluster>,
     pub redis: Redis,
     pub pg: Postgres,
     pub db: PgPool,
@@ -770,7 +1039,17 @@ impl Stack {
         pg.start();
         let mut redis = Redis::create(&dir, options.fsync);
         redis.start(&dir).await;
+        let cluster = match options.cluster {
+            true => Some(Cluster::start(&dir, options.fsync).await),
+            false => None,
+        };
         let env = ServerEnv {
+            redis_cluster: cluster.as_ref().map(Cluster::urls),
+            extra: options
+                .extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             database_url: pg.url(),
             redis_url: redis.url(),
             namespace: format!("f{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
@@ -800,6 +1079,7 @@ impl Stack {
         let tokens = TokenKey::new(env.secret.as_bytes());
         let mut stack = Stack {
             servers: Vec::new(),
+            cluster,
             redis,
             pg,
             db,
@@ -1066,13 +1346,34 @@ impl Stack {
         (body["id"].as_i64().unwrap(), ids)
     }
 
-    /// A fresh connection to the test's Redis (it may have been restarted).
-    pub async fn redis(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.redis.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to the test's Redis")
+    /// A fresh connection to the test's Redis (it may have been restarted): the
+    /// cluster when the stack runs on one.
+    pub async fn redis(&self) -> stampede::redis_conn::Redis {
+        self.try_redis().await.expect("connect to the test's Redis")
+    }
+
+    /// [`Stack::redis`], or `None` while it cannot connect.
+    pub async fn try_redis(&self) -> Option<stampede::redis_conn::Redis> {
+        let target = match &self.cluster {
+            Some(c) => stampede::redis_conn::Target::Cluster(
+                c.nodes
+                    .iter()
+                    .filter(|n| n.is_running())
+                    .map(Redis::url)
+                    .collect(),
+            ),
+            None => stampede::redis_conn::Target::Node(self.redis.url()),
+        };
+        stampede::redis_conn::Redis::connect(
+            &target,
+            stampede::redis_conn::Timeouts {
+                connect: Duration::from_secs(2),
+                response: Some(Duration::from_secs(5)),
+                resend: true,
+            },
+        )
+        .await
+        .ok()
     }
 
     /// `FLUSHALL`: Redis forgets everything, the servers keep running.
@@ -1105,8 +1406,22 @@ impl Stack {
                 s.log.display(),
                 tail(&s.log, 40)
             );
+            // Errors first seen earlier than the tail.
+            let errors: Vec<String> = fs::read_to_string(&s.log)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(" ERROR "))
+                .take(10)
+                .map(String::from)
+                .collect();
+            if !errors.is_empty() {
+                eprintln!("----- server #{} errors:\n{}", s.index, errors.join("\n"));
+            }
         }
         eprintln!("----- redis log:\n{}", tail(self.redis.log(), 20));
+        for (i, node) in self.cluster.iter().flat_map(|c| c.nodes.iter().enumerate()) {
+            eprintln!("----- cluster node {i} log:\n{}", tail(node.log(), 15));
+        }
         eprintln!("----- postgres log:\n{}", tail(self.pg.log(), 20));
     }
 }

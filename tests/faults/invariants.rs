@@ -24,6 +24,14 @@ pub enum AllowedLoss {
     /// Redis was wiped, the wipe done at this instant: only requests sent before it
     /// (accepted, not yet settled) may be lost; everything sent after it counts.
     SentBefore(Instant),
+    /// A primary whose replica was stopped at `from` died at `to`, and the replica
+    /// took over: only 202s of the sales on that shard (ids as bits of `sales`: bit
+    /// N for sale N) answered in between may be lost.
+    AnsweredWithin {
+        from: Instant,
+        to: Instant,
+        sales: u64,
+    },
 }
 
 impl AllowedLoss {
@@ -32,6 +40,12 @@ impl AllowedLoss {
             AllowedLoss::None => false,
             AllowedLoss::AnsweredAfter(t) => r.answered >= t,
             AllowedLoss::SentBefore(t) => r.sent < t,
+            AllowedLoss::AnsweredWithin { from, to, sales } => {
+                r.answered >= from
+                    && r.answered <= to
+                    && r.sale()
+                        .is_some_and(|s| (0..64).contains(&s) && sales & (1 << s) != 0)
+            }
         }
     }
 }
@@ -159,11 +173,7 @@ async fn pending_stock_changes(stack: &Stack, sales: &[i64]) -> Option<i64> {
 
 /// Entries still on their way to Postgres: pending orders and stream entries.
 async fn redis_backlog(stack: &Stack, sales: &[i64], polls: &[i64]) -> Option<i64> {
-    let mut conn = redis::Client::open(stack.redis.url())
-        .ok()?
-        .get_multiplexed_async_connection()
-        .await
-        .ok()?;
+    let mut conn = stack.try_redis().await?;
     let mut pipe = redis::pipe();
     for &sale in sales {
         let k = stack.keys.sale(stampede::domain::Id::new(sale)?);
@@ -380,7 +390,17 @@ async fn check_orders(
     let phantoms: Vec<String> = pg
         .iter()
         .filter(|(id, pair)| !accepted.contains(id) && !ambiguous.contains(pair))
-        .map(|(id, (s, u))| format!("order {id} sale {s} user {u}"))
+        .map(|(id, (s, u))| {
+            let answers: Vec<String> = records
+                .iter()
+                .filter(|r| r.sale() == Some(*s) && r.user == *u)
+                .map(|r| format!("{} {:?}", r.label(), r.order_id()))
+                .collect();
+            format!(
+                "order {id} sale {s} user {u} (its answers: {})",
+                answers.join(", ")
+            )
+        })
         .take(10)
         .collect();
     if !phantoms.is_empty() {

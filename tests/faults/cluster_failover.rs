@@ -1,0 +1,214 @@
+//! Redis Cluster: a primary dies mid-storm and its replica takes over. The servers
+//! keep deciding on the other shards, answer 503 (never 500) for the dead one's
+//! sales until the replica is promoted, then decide there again without a restart.
+//!
+//! A 202 is lost in a failover only if the promoted replica never got it and it was
+//! not settled into Postgres yet (a rebuild restores every settled order). To make
+//! that certain rather than a race of milliseconds, Postgres is stopped (settlement
+//! backs up, as under a storm that outruns it) and the victim's replica is stopped
+//! (SIGSTOP, and the primary drops its link) for 700 ms before the primary is
+//! killed: every decision of that moment is on the primary only. With `replica_acks = 1` those decisions are answered 503
+//! `not_replicated` and no 202 is lost; without it they are answered 202 and every
+//! one of them is lost (the second test shows exactly those, and only those).
+
+use std::time::{Duration, Instant};
+
+use crate::STOCKS;
+use crate::harness::{Fsync, Options, PgStop, Stack};
+use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
+use crate::storm::{Plan, Record, Storm, purchases};
+
+async fn failover_mid_storm(name: &str, replica_acks: bool) {
+    let mut stack = Stack::start(
+        name,
+        Options {
+            fsync: Fsync::Always,
+            cluster: true,
+            extra: if replica_acks {
+                vec![("STAMPEDE_REPLICA_ACKS", "1")]
+            } else {
+                Vec::new()
+            },
+            ..Options::default()
+        },
+    )
+    .await;
+    let users = stack.create_users(1500, false).await;
+    let sales = stack.create_sales(&STOCKS).await;
+    // The victim: the shard of the sale with 5,000 units (it never sells out).
+    let cluster = stack.cluster.as_ref().unwrap();
+    let big = *sales.last().unwrap();
+    let primary = cluster
+        .primary_of(
+            &stack
+                .keys
+                .sale(stampede::domain::Id::new(big).unwrap())
+                .stock,
+        )
+        .await;
+    let replica = cluster
+        .shards()
+        .await
+        .into_iter()
+        .find(|s| s.primary == primary)
+        .and_then(|s| s.replicas.first().copied())
+        .expect("the victim primary has a replica");
+    let mut victim_sales = Vec::new();
+    for &sale in &sales {
+        let key = stack
+            .keys
+            .sale(stampede::domain::Id::new(sale).unwrap())
+            .stock;
+        if cluster.primary_of(&key).await == primary {
+            victim_sales.push(sale);
+        }
+    }
+    let others: Vec<i64> = sales
+        .iter()
+        .copied()
+        .filter(|s| !victim_sales.contains(s))
+        .collect();
+    assert!(!others.is_empty(), "all sales on one shard: {sales:?}");
+    println!("victim primary node {primary}, replica {replica}, its sales {victim_sales:?}");
+
+    let storm = Storm::start(
+        &stack.http,
+        stack.bases(),
+        purchases(&users, &sales, 1, 0.03),
+        Plan {
+            rate: 200.0,
+            max_duration: Duration::from_secs(30),
+            ..Plan::default()
+        },
+    );
+    storm.wait_accepted(300, Duration::from_secs(20)).await;
+
+    stack.pg.stop(PgStop::Fast);
+    let cluster = stack.cluster.as_mut().unwrap();
+    cluster.nodes[replica].pause();
+    // A stopped process still receives into its socket buffer: the primary must
+    // also drop the link, or the replica reads what was sent once it runs again.
+    cluster.nodes[primary].drop_replica_links();
+    let paused_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    cluster.nodes[primary].kill9();
+    let killed_at = Instant::now();
+    cluster.nodes[replica].resume();
+    println!("replica paused at {paused_at:?}, primary killed 700 ms later");
+    cluster.wait_healthy(Duration::from_secs(30)).await;
+    let healed_at = Instant::now();
+    println!(
+        "cluster healthy again {:.1?} after the kill",
+        healed_at - killed_at
+    );
+    stack.pg.start();
+    // The dead node comes back (as an operator or an orchestrator restarts it) and
+    // rejoins as the new primary's replica. Until then, with replica_acks = 1, the
+    // victim's shard has no replica to confirm a decision: it answers 503
+    // `not_replicated` for every accepted one (the decision stands; a retry answers
+    // already_bought).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cluster = stack.cluster.as_mut().unwrap();
+    cluster.nodes[primary].start(&stack.dir).await;
+    cluster.wait_healthy(Duration::from_secs(30)).await;
+    let rejoined_at = Instant::now();
+    println!(
+        "the old primary is back as a replica {:.1?} after the kill",
+        rejoined_at - killed_at
+    );
+    let serving = storm.wait_decided(100, Duration::from_secs(30)).await;
+    let records = storm.finish().await;
+    assert!(serving, "purchases are decided again after the failover");
+
+    let on = |sales: &[i64], r: &Record| r.sale().is_some_and(|s| sales.contains(&s));
+    let accepted_elsewhere_meanwhile = records
+        .iter()
+        .filter(|r| r.is_accepted() && on(&others, r))
+        .filter(|r| r.answered > killed_at && r.sent < healed_at)
+        .count();
+    let accepted_on_victim_after = records
+        .iter()
+        .filter(|r| r.is_accepted() && on(&victim_sales, r) && r.sent > rejoined_at)
+        .count();
+    let in_window: Vec<&Record> = records
+        .iter()
+        .filter(|r| on(&victim_sales, r) && r.answered >= paused_at && r.answered <= killed_at)
+        .collect();
+    println!(
+        "during the failover: {accepted_elsewhere_meanwhile} accepted on the other shards; \
+         after it: {accepted_on_victim_after} accepted on the victim's sales; while the \
+         replica was stopped: {}",
+        crate::storm::summary(&in_window.iter().map(|r| (*r).clone()).collect::<Vec<_>>())
+    );
+    assert!(
+        accepted_elsewhere_meanwhile > 0,
+        "the other shards kept deciding while the victim failed over"
+    );
+    assert!(
+        accepted_on_victim_after > 0,
+        "the promoted replica decides without a server restart"
+    );
+
+    let unreplicated: Vec<&Record> = in_window
+        .iter()
+        .copied()
+        .filter(|r| r.is_accepted() && r.sent >= paused_at)
+        .collect();
+    let loss = if replica_acks {
+        // Nothing the replica lacked was answered 202.
+        assert!(
+            unreplicated.is_empty(),
+            "a 202 was sent for a decision the stopped replica could not have"
+        );
+        assert!(
+            in_window.iter().any(|r| r.code() == Some("not_replicated")),
+            "decisions on the primary while its replica was stopped answer not_replicated"
+        );
+        AllowedLoss::None
+    } else {
+        AllowedLoss::AnsweredWithin {
+            from: paused_at,
+            to: killed_at,
+            sales: victim_sales.iter().fold(0, |m, s| m | (1 << s)),
+        }
+    };
+    let report = assert_invariants(&stack, &records, &sales, &[], loss).await;
+    println!(
+        "202s lost in the failover: {} (replica_acks {}); 202s the replica never got: {}",
+        report.lost.len(),
+        u8::from(replica_acks),
+        unreplicated.len()
+    );
+    if !replica_acks {
+        // Each 202 decided while the replica was stopped (and Postgres with it) was
+        // on the dead primary only: it is lost, and the allowance admits no other.
+        assert!(
+            !unreplicated.is_empty(),
+            "the storm reached the victim's sales"
+        );
+        let lost: std::collections::HashSet<_> =
+            report.lost.iter().filter_map(Record::order_id).collect();
+        let missing: Vec<_> = unreplicated
+            .iter()
+            .filter_map(|r| r.order_id())
+            .filter(|id| !lost.contains(id))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "202s that only the dead primary had survived the failover: {missing:?}"
+        );
+    }
+    let mut all = records;
+    all.extend(assert_buyers_cannot_buy_again(&stack, &sales).await);
+    assert_invariants(&stack, &all, &sales, &[], loss).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_primary_killed_mid_storm_fails_over_and_with_replica_acks_no_202_is_lost() {
+    failover_mid_storm("cluster-failover-acks", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_replica_acks_only_202s_the_stopped_replica_never_got_can_be_lost() {
+    failover_mid_storm("cluster-failover-async", false).await;
+}
