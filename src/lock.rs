@@ -9,7 +9,7 @@
 //! run a [watchdog](LockGuard::start_watchdog) and stop when it reports the loss.
 //!
 //! ```no_run
-//! # async fn demo(redis: crate::redis_conn::Redis) -> redis::RedisResult<()> {
+//! # async fn demo(redis: stampede::redis_conn::Redis) -> redis::RedisResult<()> {
 //! use stampede::lock::{Lock, Released};
 //! if let Some(mut guard) = Lock::try_acquire(&redis, "ns:lock:{nightly}", 5_000).await? {
 //!     let mut lost = guard.start_watchdog(); // keeps the 5 s lease alive while we work
