@@ -5,7 +5,7 @@
 //!   live_viewers --url http://127.0.0.1:8080 --sale 1 --server-pid PID \
 //!     [--viewers 1000] [--seconds 20] [--mode sse|poll] [--buy-tokens FILE]
 //!
-//! With --buy-tokens (a file of `loadgen --prepare-only`: the purchase path, then
+//! With --buy-tokens (a file of `stampede load repeat --prepare-only`: the purchase path, then
 //! one fresh buyer's token a line), one of those buyers buys every 500 ms, so the
 //! sale changes while it is watched.
 //! REDIS_URL names the server's Redis (its CPU and commands are read from INFO).

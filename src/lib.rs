@@ -37,6 +37,7 @@ pub mod error;
 pub mod keys;
 pub mod limit;
 pub mod live;
+pub mod load;
 pub mod lock;
 pub mod lua;
 pub mod metrics;

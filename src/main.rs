@@ -1,4 +1,5 @@
-//! The `stampede` command: serve, migrate, settle, seed-demo, create-admin.
+//! The `stampede` command: serve, migrate, settle, reconcile, load, seed-demo,
+//! create-admin.
 
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -40,6 +41,10 @@ enum Command {
     },
     /// Create demo users and demo sales (idempotent).
     SeedDemo,
+    /// Rehearse a sale against a running server: prepare users and a sale (or poll),
+    /// fire a storm, print throughput, latency percentiles and every answer, then
+    /// check the invariants (exit 1 when one broke). See "Rehearse a sale" in the README.
+    Load(stampede::load::LoadArgs),
     /// Create an admin, or promote an existing user. The password is read from
     /// STAMPEDE_ADMIN_PASSWORD or, when that is unset, from the first line of stdin.
     CreateAdmin {
@@ -155,6 +160,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             if bad > 0 {
                 anyhow::bail!("{bad} sale(s) disagree between Redis and Postgres");
+            }
+            Ok(())
+        }
+        Command::Load(args) => {
+            if !stampede::load::run(args, &config).await? {
+                anyhow::bail!("an invariant broke (see BROKEN above)");
             }
             Ok(())
         }

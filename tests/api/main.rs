@@ -12,6 +12,7 @@ mod health;
 mod helpers;
 mod limit;
 mod live;
+mod load;
 mod lock;
 mod openapi;
 mod pages;

@@ -1,0 +1,142 @@
+//! What a load run needs before the first request: users made in bulk straight in
+//! Postgres with tokens minted from the server's secret (never an argon2 sign-in per
+//! user), and a sale or poll made through the admin API.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use super::client::{Conn, Request, Target};
+use crate::auth::token::{Claims, TokenKey};
+use crate::domain::Id;
+
+/// The run's users: an admin (for the admin API) and `tokens.len()` shoppers.
+pub struct Users {
+    pub admin: String,
+    pub ids: Vec<i64>,
+    pub tokens: Vec<String>,
+}
+
+/// `n` shoppers and one admin in one INSERT, named `load<random>-<n>`. They cannot
+/// sign in (no password); their tokens last `ttl_secs`.
+pub async fn make_users(
+    db: &PgPool,
+    secret: &str,
+    n: usize,
+    ttl_secs: i64,
+) -> anyhow::Result<Users> {
+    let prefix = format!("load{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO users (username, password_hash, is_admin)
+         SELECT $1 || '-' || g, 'no password: made by stampede load', g = 0
+         FROM generate_series(0, $2) g ORDER BY g RETURNING id",
+    )
+    .bind(&prefix)
+    .bind(n as i32)
+    .fetch_all(db)
+    .await?;
+    let key = TokenKey::new(secret.as_bytes());
+    let expires_at = Utc::now().timestamp() + ttl_secs;
+    let token = |id: i64, admin: bool| -> anyhow::Result<String> {
+        Ok(key.issue(Claims {
+            user_id: Id::new(id).ok_or_else(|| anyhow::anyhow!("user id {id}"))?,
+            admin,
+            expires_at,
+            generation: 0,
+            session: rand::random(),
+        }))
+    };
+    let admin = token(ids[0], true)?;
+    let tokens = ids[1..]
+        .iter()
+        .map(|&id| token(id, false))
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Users {
+        admin,
+        ids: ids[1..].to_vec(),
+        tokens,
+    })
+}
+
+/// A JSON call of the admin API (or any API call) on a connection of its own (the
+/// server closes idle keep-alive connections, and making 20,000 users takes longer
+/// than that): the answer's JSON, or an error that says what the server answered.
+pub async fn call(
+    target: &Target,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> anyhow::Result<Value> {
+    let body = body.map(|b| b.to_string());
+    let mut conn = Conn::new(target.clone(), std::time::Duration::from_secs(15));
+    let resp = conn
+        .send(&Request {
+            method,
+            path,
+            token: Some(token),
+            forwarded_for: None,
+            body: body.as_deref().map(str::as_bytes),
+        })
+        .await?;
+    anyhow::ensure!(
+        (200..300).contains(&resp.status),
+        "{method} {path}: {} {}",
+        resp.status,
+        String::from_utf8_lossy(&resp.body)
+    );
+    Ok(serde_json::from_slice(&resp.body)?)
+}
+
+/// A new sale with `stock` units, open from `starts_at` for an hour.
+pub async fn create_sale(
+    target: &Target,
+    admin: &str,
+    stock: i64,
+    starts_at: DateTime<Utc>,
+) -> anyhow::Result<i64> {
+    let sale = call(
+        target,
+        "POST",
+        "/api/admin/sales",
+        admin,
+        Some(&json!({
+            "name": format!("Load test {}", Utc::now().format("%H:%M:%S")),
+            "description": "Made by stampede load.",
+            "price_cents": 100,
+            "stock": stock,
+            "starts_at": starts_at,
+            "ends_at": starts_at + chrono::Duration::hours(1),
+        })),
+    )
+    .await?;
+    sale["id"]
+        .as_i64()
+        .ok_or_else(|| anyhow::anyhow!("no sale id in {sale}"))
+}
+
+/// A new poll, open now for an hour: its id and its options' ids.
+pub async fn create_poll(target: &Target, admin: &str) -> anyhow::Result<(i64, Vec<i64>)> {
+    let now = Utc::now();
+    let poll = call(
+        target,
+        "POST",
+        "/api/admin/polls",
+        admin,
+        Some(&json!({
+            "question": "Load test: which one?",
+            "options": ["this one", "that one"],
+            "opens_at": now - chrono::Duration::seconds(5),
+            "closes_at": now + chrono::Duration::hours(1),
+        })),
+    )
+    .await?;
+    let id = poll["id"]
+        .as_i64()
+        .ok_or_else(|| anyhow::anyhow!("no poll id in {poll}"))?;
+    let options = poll["options"]
+        .as_array()
+        .map(|o| o.iter().filter_map(|o| o["id"].as_i64()).collect())
+        .unwrap_or_default();
+    Ok((id, options))
+}

@@ -1,0 +1,818 @@
+//! One `stampede load` run: prepare, fire, report, verify.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::client::{Conn, Request, Target};
+use super::prepare;
+use super::{LoadArgs, Mode};
+use crate::config::Config;
+
+/// Tries per user in a storm: a 503, a request the server never answered, or one
+/// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...).
+const STORM_TRIES: u32 = 20;
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An answer as the report counts it: status and error code; status 0: none came.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Kind {
+    status: u16,
+    code: Option<String>,
+}
+
+impl Kind {
+    fn label(&self) -> String {
+        match (self.status, &self.code) {
+            (0, _) => "no answer".to_string(),
+            (s, Some(code)) => format!("{s} {code}"),
+            (s, None) => s.to_string(),
+        }
+    }
+
+    fn retry_in_storm(&self) -> bool {
+        matches!(self.status, 0 | 503) || self.code.as_deref() == Some("not_started")
+    }
+}
+
+/// What every request of the run sends.
+struct Plan {
+    mode: Mode,
+    path: String,
+    body: Option<Vec<u8>>,
+    tokens: Vec<String>,
+    /// `X-Forwarded-For` per user, when asked for.
+    addresses: Vec<String>,
+}
+
+impl Plan {
+    fn request(&self, user: usize) -> Request<'_> {
+        Request {
+            method: if self.mode == Mode::Healthz {
+                "GET"
+            } else {
+                "POST"
+            },
+            path: &self.path,
+            token: self.tokens.get(user).map(String::as_str),
+            forwarded_for: self.addresses.get(user).map(String::as_str),
+            body: self.body.as_deref(),
+        }
+    }
+}
+
+/// Live counters for the progress line.
+#[derive(Default)]
+struct Progress {
+    done: AtomicU64,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+    unavailable: AtomicU64,
+}
+
+/// What one connection's task saw.
+struct Seen {
+    latency_us: Histogram<u64>,
+    kinds: HashMap<Kind, u64>,
+    /// Per user: 202s (with the order id of a purchase), and whether an answer was
+    /// ambiguous (503 or none: the decision may have run) or `already_*`.
+    users: HashMap<usize, UserSeen>,
+}
+
+#[derive(Default, Clone)]
+struct UserSeen {
+    accepted: Vec<Option<Uuid>>,
+    ambiguous: bool,
+    already: bool,
+    decided: bool,
+}
+
+impl Seen {
+    fn new() -> Self {
+        Seen {
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+            kinds: HashMap::new(),
+            users: HashMap::new(),
+        }
+    }
+}
+
+/// Sends one request and records it; returns its kind.
+async fn one(
+    conn: &mut Conn,
+    plan: &Plan,
+    user: usize,
+    seen: &mut Seen,
+    progress: &Progress,
+) -> Kind {
+    let started = Instant::now();
+    let answer = conn.send(&plan.request(user)).await;
+    let micros = started.elapsed().as_micros().max(1) as u64;
+    let _ = seen.latency_us.record(micros.min(60_000_000));
+    let (kind, order) = match answer {
+        Ok(resp) => {
+            let parsed = (plan.mode != Mode::Healthz)
+                .then(|| serde_json::from_slice::<Value>(&resp.body).ok())
+                .flatten();
+            let code = parsed
+                .as_ref()
+                .filter(|_| resp.status >= 400)
+                .and_then(|v| v["error"].as_str().map(String::from));
+            let order = parsed
+                .as_ref()
+                .and_then(|v| v["order_id"].as_str().and_then(|s| s.parse().ok()));
+            (
+                Kind {
+                    status: resp.status,
+                    code,
+                },
+                order,
+            )
+        }
+        Err(_) => (
+            Kind {
+                status: 0,
+                code: None,
+            },
+            None,
+        ),
+    };
+    progress.done.fetch_add(1, Ordering::Relaxed);
+    match kind.status {
+        200..=299 => progress.accepted.fetch_add(1, Ordering::Relaxed),
+        0 | 503 => progress.unavailable.fetch_add(1, Ordering::Relaxed),
+        _ => progress.refused.fetch_add(1, Ordering::Relaxed),
+    };
+    if plan.mode != Mode::Healthz {
+        let u = seen.users.entry(user).or_default();
+        match kind.status {
+            202 => u.accepted.push(order),
+            0 | 503 => u.ambiguous = true,
+            _ => {}
+        }
+        u.already |= kind
+            .code
+            .as_deref()
+            .is_some_and(|c| c.starts_with("already_"));
+        u.decided |= matches!(kind.status, 200..=299 | 409 | 410) && !kind.retry_in_storm();
+    }
+    *seen.kinds.entry(kind.clone()).or_default() += 1;
+    kind
+}
+
+/// When the firing stops.
+struct Stop {
+    deadline: Instant,
+    max_requests: u64,
+}
+
+/// `concurrency` connections; in a storm each takes the next user until every user
+/// had its turn, else each sends the next request until `stop`.
+async fn fire(
+    target: &Target,
+    plan: Arc<Plan>,
+    concurrency: usize,
+    release_at: Option<Instant>,
+    stop: Stop,
+    progress: Arc<Progress>,
+) -> Vec<Seen> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(stop);
+    let users = plan.tokens.len().max(1);
+    let tasks: Vec<_> = (0..concurrency.max(1))
+        .map(|_| {
+            let (plan, next, stop, progress) =
+                (plan.clone(), next.clone(), stop.clone(), progress.clone());
+            let mut conn = Conn::new(target.clone(), REQUEST_TIMEOUT);
+            tokio::spawn(async move {
+                let mut seen = Seen::new();
+                if let Some(at) = release_at {
+                    // Connect before the opening, so the storm is requests, not handshakes.
+                    let _ = conn.send(&Request::HEALTHZ).await;
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if plan.mode == Mode::Storm {
+                        if i >= users {
+                            break;
+                        }
+                        for attempt in 1..=STORM_TRIES {
+                            let kind = one(&mut conn, &plan, i, &mut seen, &progress).await;
+                            if !kind.retry_in_storm() || attempt == STORM_TRIES {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt)))
+                                .await;
+                        }
+                    } else {
+                        if i as u64 >= stop.max_requests || Instant::now() >= stop.deadline {
+                            break;
+                        }
+                        one(&mut conn, &plan, i % users, &mut seen, &progress).await;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for task in tasks {
+        if let Ok(seen) = task.await {
+            out.push(seen);
+        }
+    }
+    out
+}
+
+/// The progress line while something runs; cleared when dropped.
+struct Line {
+    bar: indicatif::ProgressBar,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Line {
+    fn start(what: &'static str, progress: Arc<Progress>) -> Line {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}")
+                .expect("a valid template"),
+        );
+        let shown = bar.clone();
+        let task = tokio::spawn(async move {
+            let mut last = (Instant::now(), 0u64);
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let done = progress.done.load(Ordering::Relaxed);
+                let rate = (done - last.1) as f64 / last.0.elapsed().as_secs_f64();
+                last = (Instant::now(), done);
+                shown.set_message(format!(
+                    "{what}: {done} requests, {} accepted, {} refused, {} 503 or no answer, {rate:.0}/s now",
+                    progress.accepted.load(Ordering::Relaxed),
+                    progress.refused.load(Ordering::Relaxed),
+                    progress.unavailable.load(Ordering::Relaxed),
+                ));
+                shown.tick();
+            }
+        });
+        Line { bar, task }
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.bar.finish_and_clear();
+    }
+}
+
+#[derive(Serialize)]
+struct Latency {
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+}
+
+#[derive(Serialize)]
+struct Check {
+    invariant: String,
+    ok: bool,
+    detail: String,
+}
+
+#[derive(Serialize)]
+struct Report {
+    mode: Mode,
+    url: String,
+    sale: Option<i64>,
+    poll: Option<i64>,
+    users: usize,
+    concurrency: usize,
+    requests: u64,
+    seconds: f64,
+    requests_per_second: f64,
+    latency: Latency,
+    answers: BTreeMap<String, u64>,
+    checks: Vec<Check>,
+    ok: bool,
+}
+
+/// Runs `stampede load`; `Ok(false)` when an invariant broke.
+pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
+    let target = Target::parse(&args.url, args.allow_remote)?;
+    anyhow::ensure!(
+        Conn::new(target.clone(), REQUEST_TIMEOUT)
+            .send(&Request::HEALTHZ)
+            .await
+            .is_ok_and(|r| r.status == 200),
+        "no Stampede answers GET {}/healthz: start one (scripts/run) or pass --url",
+        args.url
+    );
+    let needs_users = args.mode != Mode::Healthz;
+    let db = if needs_users {
+        anyhow::ensure!(
+            config.token_secret.len() >= 32,
+            "stampede load mints tokens with the server's secret: set STAMPEDE_TOKEN_SECRET \
+             (and DATABASE_URL) as for the server (`set -a; . .data/env` after scripts/run)"
+        );
+        Some(crate::startup::connect_db(config).await?)
+    } else {
+        None
+    };
+    let (users, ids) = match &db {
+        Some(db) => {
+            let prepared = progress_note(&args, "making users", async {
+                prepare::make_users(db, &config.token_secret, args.users.max(1), 6 * 3600).await
+            })
+            .await?;
+            (Some(prepared.admin), (prepared.ids, prepared.tokens))
+        }
+        None => (None, (Vec::new(), Vec::new())),
+    };
+    let (user_ids, tokens) = ids;
+    let admin = users.unwrap_or_default();
+
+    // The sale or poll.
+    let mut release_at = None;
+    let (sale, poll, path, body) = match args.mode {
+        Mode::Healthz => (None, None, "/healthz".to_string(), None),
+        Mode::Vote => {
+            let (poll, option) = match args.poll {
+                Some(poll) => {
+                    let view =
+                        prepare::call(&target, "GET", &format!("/api/polls/{poll}"), &admin, None)
+                            .await?;
+                    let option = view["options"][0]["id"]
+                        .as_i64()
+                        .ok_or_else(|| anyhow::anyhow!("poll {poll} has no options"))?;
+                    (poll, option)
+                }
+                None => {
+                    let (poll, options) = prepare::create_poll(&target, &admin).await?;
+                    (poll, options[0])
+                }
+            };
+            let body = serde_json::json!({ "option_id": option }).to_string();
+            (
+                None,
+                Some(poll),
+                format!("/api/polls/{poll}/votes"),
+                Some(body.into_bytes()),
+            )
+        }
+        Mode::Storm | Mode::Repeat | Mode::Soldout => {
+            let sale = match args.sale {
+                Some(sale) => sale,
+                None => {
+                    let stock = if args.mode == Mode::Soldout {
+                        0
+                    } else {
+                        args.stock
+                    };
+                    let opens = if args.mode == Mode::Storm {
+                        let opens = chrono::Utc::now()
+                            + chrono::Duration::seconds(args.opens_in.max(1) as i64);
+                        // A moment after the opening: the server decides by its
+                        // Redis clock, and an early request is only sent again.
+                        release_at = Some(
+                            Instant::now()
+                                + Duration::from_secs(args.opens_in.max(1))
+                                + Duration::from_millis(20),
+                        );
+                        opens
+                    } else {
+                        chrono::Utc::now() - chrono::Duration::seconds(5)
+                    };
+                    prepare::create_sale(&target, &admin, stock, opens).await?
+                }
+            };
+            (
+                Some(sale),
+                None,
+                format!("/api/sales/{sale}/purchase"),
+                None,
+            )
+        }
+    };
+    let addresses = if args.forwarded_for {
+        (0..tokens.len())
+            .map(|i| format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let plan = Arc::new(Plan {
+        mode: args.mode,
+        path,
+        body,
+        tokens,
+        addresses,
+    });
+
+    if let Some(file) = &args.prepare_only {
+        return prepare_only(&args, &target, &plan, file).await;
+    }
+
+    let before = match sale {
+        Some(sale) => Some(sale_view(&target, &admin, sale).await?),
+        None => None,
+    };
+    let poll_votes_before = match (&db, poll) {
+        (Some(db), Some(poll)) => Some(count_votes(db, poll, &user_ids).await?),
+        _ => None,
+    };
+
+    if let (Some(at), false) = (release_at, args.json) {
+        eprintln!(
+            "sale {} opens in {} s: {} users, {} connections",
+            sale.unwrap_or_default(),
+            args.opens_in.max(1),
+            args.users,
+            args.concurrency
+        );
+        let _ = at;
+    }
+    let progress = Arc::new(Progress::default());
+    let line = Line::start("firing", progress.clone());
+    let started = Instant::now();
+    let fired_from = release_at.unwrap_or(started);
+    let seen = fire(
+        &target,
+        plan.clone(),
+        args.concurrency,
+        release_at,
+        Stop {
+            deadline: fired_from + Duration::from_secs(args.seconds.max(1)),
+            max_requests: args.requests.unwrap_or(u64::MAX),
+        },
+        progress.clone(),
+    )
+    .await;
+    let elapsed = fired_from.elapsed();
+    drop(line);
+
+    // Merge what the connections saw.
+    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
+    let mut kinds: HashMap<Kind, u64> = HashMap::new();
+    let mut per_user: HashMap<usize, UserSeen> = HashMap::new();
+    for s in seen {
+        latency.add(&s.latency_us).expect("same bounds");
+        for (k, n) in s.kinds {
+            *kinds.entry(k).or_default() += n;
+        }
+        for (user, u) in s.users {
+            let e = per_user.entry(user).or_default();
+            e.accepted.extend(u.accepted);
+            e.ambiguous |= u.ambiguous;
+            e.already |= u.already;
+            e.decided |= u.decided;
+        }
+    }
+    let requests = latency.len();
+    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+
+    let mut checks = Vec::new();
+    if sale.is_some() || poll.is_some() {
+        verify(
+            &args,
+            &target,
+            &admin,
+            db.as_ref(),
+            sale,
+            poll,
+            before.as_ref(),
+            poll_votes_before,
+            &user_ids,
+            &per_user,
+            &mut checks,
+        )
+        .await?;
+    }
+    let ok = checks.iter().all(|c| c.ok);
+    let report = Report {
+        mode: args.mode,
+        url: args.url.clone(),
+        sale,
+        poll,
+        users: if needs_users { args.users } else { 0 },
+        concurrency: args.concurrency,
+        requests,
+        seconds: elapsed.as_secs_f64(),
+        requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
+        latency: Latency {
+            p50_ms: ms(0.50),
+            p90_ms: ms(0.90),
+            p99_ms: ms(0.99),
+            p999_ms: ms(0.999),
+            max_ms: latency.max() as f64 / 1000.0,
+        },
+        answers: kinds.iter().map(|(k, n)| (k.label(), *n)).collect(),
+        checks,
+        ok,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(ok)
+}
+
+/// Runs `fut` with a one-line note on stderr (none with --json).
+async fn progress_note<T>(
+    args: &LoadArgs,
+    what: &str,
+    fut: impl std::future::Future<Output = T>,
+) -> T {
+    if !args.json {
+        eprintln!("{what} ...");
+    }
+    fut.await
+}
+
+/// `--prepare-only`: the request and the tokens for an outside generator.
+async fn prepare_only(
+    args: &LoadArgs,
+    target: &Target,
+    plan: &Arc<Plan>,
+    file: &std::path::Path,
+) -> anyhow::Result<bool> {
+    if args.warm_up && !plan.tokens.is_empty() {
+        // Every user once, so that every later request is a repeat.
+        let progress = Arc::new(Progress::default());
+        let warm = Arc::new(Plan {
+            mode: Mode::Repeat,
+            path: plan.path.clone(),
+            body: plan.body.clone(),
+            tokens: plan.tokens.clone(),
+            addresses: plan.addresses.clone(),
+        });
+        let seen = fire(
+            target,
+            warm,
+            args.concurrency,
+            None,
+            Stop {
+                deadline: Instant::now() + Duration::from_secs(600),
+                max_requests: plan.tokens.len() as u64,
+            },
+            progress.clone(),
+        )
+        .await;
+        let accepted = progress.accepted.load(Ordering::Relaxed);
+        let kinds: BTreeMap<String, u64> =
+            seen.iter()
+                .flat_map(|s| s.kinds.iter())
+                .fold(BTreeMap::new(), |mut m, (k, n)| {
+                    *m.entry(k.label()).or_default() += n;
+                    m
+                });
+        anyhow::ensure!(
+            accepted == plan.tokens.len() as u64,
+            "warm-up: each of the {} users' first request must succeed, got {kinds:?}",
+            plan.tokens.len()
+        );
+    }
+    let mut text = plan.path.clone();
+    if let Some(body) = &plan.body {
+        text.push(' ');
+        text.push_str(std::str::from_utf8(body)?);
+    }
+    text.push('\n');
+    for token in &plan.tokens {
+        text.push_str(token);
+        text.push('\n');
+    }
+    std::fs::write(file, text)?;
+    Ok(true)
+}
+
+/// A sale's public view: `stock_total` and `stock_left`.
+async fn sale_view(target: &Target, token: &str, sale: i64) -> anyhow::Result<(i64, i64)> {
+    let view = prepare::call(target, "GET", &format!("/api/sales/{sale}"), token, None).await?;
+    let total = view["stock_total"].as_i64();
+    let left = view["stock_left"].as_i64();
+    match (total, left) {
+        (Some(total), Some(left)) => Ok((total, left)),
+        _ => anyhow::bail!("sale {sale}: no stock_total / stock_left in {view}"),
+    }
+}
+
+async fn count_votes(db: &PgPool, poll: i64, users: &[i64]) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1 AND user_id = ANY($2)")
+            .bind(poll)
+            .bind(users)
+            .fetch_one(db)
+            .await?,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn verify(
+    args: &LoadArgs,
+    target: &Target,
+    admin: &str,
+    db: Option<&PgPool>,
+    sale: Option<i64>,
+    poll: Option<i64>,
+    before: Option<&(i64, i64)>,
+    votes_before: Option<i64>,
+    user_ids: &[i64],
+    per_user: &HashMap<usize, UserSeen>,
+    checks: &mut Vec<Check>,
+) -> anyhow::Result<()> {
+    let mut check = |invariant: &str, ok: bool, detail: String| {
+        checks.push(Check {
+            invariant: invariant.to_string(),
+            ok,
+            detail,
+        })
+    };
+    let accepted: Vec<Uuid> = per_user
+        .values()
+        .flat_map(|u| u.accepted.iter().flatten().copied())
+        .collect();
+    let accepted_count: usize = per_user.values().map(|u| u.accepted.len()).sum();
+    let twice: Vec<usize> = per_user
+        .iter()
+        .filter(|(_, u)| u.accepted.len() > 1)
+        .map(|(user, _)| *user)
+        .collect();
+    check(
+        "nobody accepted twice",
+        twice.is_empty(),
+        format!(
+            "{accepted_count} accepted answers for {} users{}",
+            per_user.values().filter(|u| !u.accepted.is_empty()).count(),
+            if twice.is_empty() {
+                String::new()
+            } else {
+                format!("; accepted twice: users #{twice:?}")
+            }
+        ),
+    );
+    // A user who never saw a 202 but was told `already_*` after a 503 or a lost
+    // answer holds a unit (or a vote) the run did not see accepted; on a sale the
+    // run made, `already_*` alone says the same (nobody bought it before).
+    let made_here = args.sale.is_none() && args.poll.is_none();
+    let unseen = per_user
+        .values()
+        .filter(|u| u.accepted.is_empty() && u.already && (u.ambiguous || made_here))
+        .count();
+    let taken = accepted_count + unseen;
+
+    if let (Some(sale), Some(&(total, left_before))) = (sale, before) {
+        if args.mode == Mode::Storm {
+            let undecided = per_user.values().filter(|u| !u.decided).count()
+                + args.users.saturating_sub(per_user.len());
+            if undecided == 0 {
+                let expected = (left_before as usize).min(args.users);
+                check(
+                    "accepted = min(stock, buyers)",
+                    taken == expected,
+                    format!(
+                        "{taken} units taken ({accepted_count} answered 202, {unseen} after an ambiguous answer); stock {left_before}, buyers {}",
+                        args.users
+                    ),
+                );
+            } else {
+                check(
+                    "accepted = min(stock, buyers)",
+                    taken <= left_before as usize,
+                    format!(
+                        "{undecided} users got no decision (429, 503 or no answer after {STORM_TRIES} tries): only checked that {taken} units taken <= {left_before}"
+                    ),
+                );
+            }
+        }
+        let (_, left_after) = sale_view(target, admin, sale).await?;
+        check(
+            "stock left = stock - accepted",
+            left_after == left_before - taken as i64,
+            format!(
+                "{left_after} left after, {left_before} before, {taken} taken{}",
+                if made_here {
+                    ""
+                } else {
+                    " (an existing sale: other buyers meanwhile would count too)"
+                }
+            ),
+        );
+        if let Some(db) = db {
+            let settled = wait_settled(args, db, sale, total - left_after, &accepted).await?;
+            let missing = accepted.iter().filter(|id| !settled.contains(id)).count();
+            check(
+                "every accepted order in Postgres, once",
+                missing == 0 && settled.len() as i64 == total - left_after,
+                format!(
+                    "Postgres holds {} orders for the sale, {} units sold; {missing} of the {} accepted order ids missing",
+                    settled.len(),
+                    total - left_after,
+                    accepted.len()
+                ),
+            );
+        }
+    }
+    if let (Some(poll), Some(db), Some(before)) = (poll, db, votes_before) {
+        let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
+        let expected = before + taken as i64;
+        let mut votes = count_votes(db, poll, user_ids).await?;
+        while votes < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            votes = count_votes(db, poll, user_ids).await?;
+        }
+        check(
+            "every accepted vote in Postgres, once",
+            votes == expected,
+            format!("{votes} votes of the run's users in Postgres, {expected} expected"),
+        );
+    }
+    Ok(())
+}
+
+/// Waits (with a progress line) until Postgres holds `sold` orders for the sale and
+/// every accepted id, or `--settle-timeout` passes; returns the ids it holds.
+async fn wait_settled(
+    args: &LoadArgs,
+    db: &PgPool,
+    sale: i64,
+    sold: i64,
+    accepted: &[Uuid],
+) -> anyhow::Result<HashSet<Uuid>> {
+    let bar = indicatif::ProgressBar::new(sold.max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} orders in Postgres")
+            .expect("a valid template"),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
+    loop {
+        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM orders WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(db)
+            .await?;
+        let ids: HashSet<Uuid> = ids.into_iter().collect();
+        bar.set_position(ids.len() as u64);
+        let all = ids.len() as i64 >= sold && accepted.iter().all(|id| ids.contains(id));
+        if all || Instant::now() >= deadline {
+            bar.finish_and_clear();
+            return Ok(ids);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn print_text(r: &Report) {
+    println!(
+        "{} against {}{}: {} requests in {:.2} s = {:.0} req/s ({} connections)",
+        match r.mode {
+            Mode::Storm => "storm",
+            Mode::Repeat => "repeat",
+            Mode::Soldout => "soldout",
+            Mode::Vote => "vote",
+            Mode::Healthz => "healthz",
+        },
+        r.url,
+        match (r.sale, r.poll) {
+            (Some(s), _) => format!(", sale {s}"),
+            (_, Some(p)) => format!(", poll {p}"),
+            _ => String::new(),
+        },
+        r.requests,
+        r.seconds,
+        r.requests_per_second,
+        r.concurrency
+    );
+    let l = &r.latency;
+    println!(
+        "latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+    );
+    println!("answers:");
+    for (kind, n) in &r.answers {
+        println!("  {n:>9}  {kind}");
+    }
+    if !r.checks.is_empty() {
+        println!("invariants:");
+        for c in &r.checks {
+            println!(
+                "  {}  {}: {}",
+                if c.ok { "ok    " } else { "BROKEN" },
+                c.invariant,
+                c.detail
+            );
+        }
+    }
+}
