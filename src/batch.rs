@@ -164,6 +164,8 @@ pub struct Counters {
     pub metrics: Arc<Metrics>,
     pub batches: fn(&Metrics) -> &Counter,
     pub requests: fn(&Metrics) -> &Counter,
+    /// The histogram of batch sizes.
+    pub sizes: fn(&Metrics) -> &::metrics::Histogram,
 }
 
 impl<D: Decider> Batcher<D> {
@@ -251,6 +253,7 @@ impl<D: Decider> Batcher<D> {
             let c = &self.counters;
             (c.batches)(&c.metrics).add(1);
             (c.requests)(&c.metrics).add(n as u64);
+            (c.sizes)(&c.metrics).record(n as f64);
             match self.decider.decide(self.redis.clone(), key, requests).await {
                 Ok(replies) if replies.len() == n => {
                     for (tx, reply) in senders.into_iter().zip(replies) {

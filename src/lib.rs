@@ -41,6 +41,7 @@ pub mod load;
 pub mod lock;
 pub mod lua;
 pub mod metrics;
+pub mod observe;
 pub mod openapi;
 pub mod recover;
 pub mod redis_conn;

@@ -15,10 +15,13 @@ macro_rules! counters {
         #[derive(Default)]
         pub struct Metrics {
             $(pub $field: Counter,)*
+            /// Histograms and gauges (see [`crate::observe`]).
+            pub observed: crate::observe::Observed,
         }
 
         impl Metrics {
-            /// Prometheus exposition text of every counter.
+            /// Prometheus exposition text of every counter, then of the histograms
+            /// and gauges.
             pub fn render(&self) -> String {
                 let mut out = String::new();
                 $(
@@ -27,6 +30,7 @@ macro_rules! counters {
                     let _ = writeln!(out, "# TYPE {name} counter");
                     let _ = writeln!(out, "{name} {}", self.$field.get());
                 )*
+                out.push_str(&self.observed.render());
                 out
             }
         }
@@ -129,6 +133,7 @@ pub async fn guarded_endpoint(
 }
 
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
+    crate::observe::read_settlement_lag(&state).await;
     let mut text = state.metrics.render();
     let cache = state.cache.stats();
     for (name, help, value) in [

@@ -452,6 +452,7 @@ impl Settler {
         if events.is_empty() {
             return Ok(Settled::default());
         }
+        let started = Instant::now();
         let (inserted, conflicting) = insert_events(&self.db, &events).await?;
         if !conflicting.is_empty() {
             // Redis accepted these, but Postgres already holds another order of the
@@ -488,6 +489,10 @@ impl Settler {
             }
         }
         let _: () = pipe.query_async(&mut self.redis).await?;
+        self.metrics
+            .observed
+            .settle_batch_seconds
+            .record(started.elapsed().as_secs_f64());
         Ok(Settled {
             read: events.len(),
             inserted,

@@ -185,6 +185,8 @@ impl Application {
             let state = server_state.clone();
             App::new()
                 .wrap(actix_web::middleware::from_fn(crate::conn::guard))
+                // Outside the client limits: a request they refuse is timed too.
+                .wrap(actix_web::middleware::from_fn(crate::observe::measure))
                 .wrap(tracing_actix_web::TracingLogger::<
                     crate::telemetry::RequestSpan,
                 >::new())
@@ -332,6 +334,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 metrics: state.metrics.clone(),
                 batches: |m| &m.buy_batches,
                 requests: |m| &m.buy_batched,
+                sizes: |m| &m.observed.buy_batch_size,
             },
         ),
         votes: Batcher::new(
@@ -347,6 +350,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 metrics: state.metrics.clone(),
                 batches: |m| &m.vote_batches,
                 requests: |m| &m.vote_batched,
+                sizes: |m| &m.observed.vote_batch_size,
             },
         ),
         redis,

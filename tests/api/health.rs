@@ -148,3 +148,113 @@ async fn metrics_are_not_served_publicly() {
             .contains("stampede_purchase_accepted_total")
     );
 }
+
+/// The value of one series (name with its labels, as rendered) in `/metrics` text.
+fn series(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name_and_labels} ")))
+        .unwrap_or_else(|| panic!("{name_and_labels} missing in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series() {
+    let app = spawn_app_with(|c| {
+        let mut limits: stampede::config::LimitsConfig = toml::from_str(
+            r#"
+            [[policies]]
+            name = "buy-user"
+            route = "buy"
+            subject = "user"
+            algorithm = "fixed_window"
+            limit = 1
+            window_ms = 60000
+            "#,
+        )
+        .unwrap();
+        limits.enabled = true;
+        c.limits = limits;
+    })
+    .await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let user = app.user().await;
+    let route = "/api/sales/{id}/purchase";
+    let count = |class: &str| {
+        format!(
+            r#"stampede_http_request_duration_seconds_count{{route="{route}",status="{class}"}}"#
+        )
+    };
+
+    assert_eq!(
+        app.purchase(sale, &user.token).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let text = app.metrics_text().await;
+    assert_eq!(series(&text, &count("2xx")), 1.0);
+    assert_eq!(series(&text, &count("4xx")), 0.0);
+    assert_eq!(series(&text, "stampede_buy_batch_size_count"), 1.0);
+    assert_eq!(series(&text, "stampede_buy_batch_size_sum"), 1.0);
+    // The answer took more than nothing and less than the largest bucket.
+    assert!(
+        series(
+            &text,
+            &format!(
+                r#"stampede_http_request_duration_seconds_sum{{route="{route}",status="2xx"}}"#
+            )
+        ) > 0.0
+    );
+    assert_eq!(
+        series(
+            &text,
+            &format!(
+                r#"stampede_http_request_duration_seconds_bucket{{route="{route}",status="2xx",le="5"}}"#
+            )
+        ),
+        1.0
+    );
+
+    // The second try of the same user is refused by the per-user limit: a 4xx,
+    // counted by the limit counter, and no new 2xx.
+    let refused = app.purchase(sale, &user.token).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let text = app.metrics_text().await;
+    assert_eq!(series(&text, &count("4xx")), 1.0);
+    assert_eq!(series(&text, &count("2xx")), 1.0);
+    assert_eq!(series(&text, "stampede_rate_limited_total"), 1.0);
+
+    // Settlement writes the order: a settled batch, and the sale's stream empties.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = app.metrics_text().await;
+        let settled = text
+            .lines()
+            .find_map(|l| l.strip_prefix("stampede_settle_batch_duration_seconds_count "))
+            .map(|v| v.parse::<f64>().unwrap())
+            .unwrap_or(0.0);
+        if settled >= 1.0 {
+            assert_eq!(series(&text, "stampede_settled_rows_total"), 1.0);
+            assert_eq!(
+                series(
+                    &text,
+                    &format!(r#"stampede_settle_stream_entries{{kind="sale",id="{sale}"}}"#)
+                ),
+                0.0
+            );
+            assert_eq!(
+                series(
+                    &text,
+                    &format!(r#"stampede_sale_stock_left{{id="{sale}"}}"#)
+                ),
+                9.0
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no settled batch in 10 s:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
