@@ -47,6 +47,18 @@ const RETRY_PAUSE_MS: std::ops::RangeInclusive<u64> = 5..=25;
 pub struct Lock;
 
 /// What [`LockGuard::release`] found.
+/// What the locks of this process did, for `/metrics`: attempts that got the lock,
+/// attempts that found it held (contention), and held locks a watchdog lost.
+#[derive(Default)]
+pub struct Stats {
+    pub acquired: crate::metrics::Counter,
+    pub contended: crate::metrics::Counter,
+    pub lost: crate::metrics::Counter,
+}
+
+/// The process's lock counters (the lock functions take no state of their own).
+pub static STATS: LazyLock<Stats> = LazyLock::new(Stats::default);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
     /// The key held our token and is gone now.
@@ -75,6 +87,12 @@ impl Lock {
             .arg(ttl_ms)
             .query_async(&mut redis)
             .await?;
+        let stat = if set.is_some() {
+            &STATS.acquired
+        } else {
+            &STATS.contended
+        };
+        stat.add(1);
         Ok(set.map(|_| LockGuard {
             redis,
             key,
@@ -233,6 +251,7 @@ async fn keep_alive(
             Ok(Ok(true)) => confirmed = sent,
             Ok(Ok(false)) => {
                 tracing::warn!(lock = %key, "lock lost: another holder has it, or it expired");
+                STATS.lost.add(1);
                 lost.send_replace(true);
                 return;
             }
@@ -243,6 +262,7 @@ async fn keep_alive(
         // attempt would come too late.
         if confirmed.elapsed() + every >= ttl {
             tracing::warn!(lock = %key, "lock lost: its lease could not be extended in time");
+            STATS.lost.add(1);
             lost.send_replace(true);
             return;
         }

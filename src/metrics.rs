@@ -158,6 +158,21 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
             "Misses that gave up waiting and loaded without storing.",
             cache.fallbacks,
         ),
+        (
+            "lock_acquired",
+            "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim).",
+            crate::lock::STATS.acquired.get(),
+        ),
+        (
+            "lock_contended",
+            "Lock attempts that found the lock held by another holder.",
+            crate::lock::STATS.contended.get(),
+        ),
+        (
+            "lock_lost",
+            "Held locks a watchdog found gone or could not extend in time.",
+            crate::lock::STATS.lost.get(),
+        ),
     ] {
         let _ = writeln!(text, "# HELP stampede_{name}_total {help}");
         let _ = writeln!(text, "# TYPE stampede_{name}_total counter");

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::RwLock;
 use std::time::Duration;
 
-use ::metrics::{Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
+use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -28,6 +28,7 @@ const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
 const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
 const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
 const STOCK_LEFT: &str = "stampede_sale_stock_left";
+const LIMIT_DECISIONS: &str = "stampede_limit_decisions_total";
 
 static META: Metadata<'static> = Metadata::new("stampede", Level::INFO, None);
 
@@ -40,6 +41,8 @@ pub struct Observed {
     /// Latency histograms by route pattern, one per status class. Registered the
     /// first time a route answers; read-locked on every request after that.
     requests: RwLock<HashMap<String, [Histogram; 4]>>,
+    /// Limiter decisions by policy, one counter per answer (allowed, denied, never).
+    limits: RwLock<HashMap<String, [Counter; 3]>>,
     pub buy_batch_size: Histogram,
     pub vote_batch_size: Histogram,
     pub settle_batch_seconds: Histogram,
@@ -95,6 +98,13 @@ impl Default for Observed {
                 "Entries of an open sale's or poll's stream delivered to a settlement worker and not yet acknowledged.",
             ),
         );
+        recorder.describe_counter(
+            LIMIT_DECISIONS.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "What each rate-limit policy answered for the requests it counted: allowed, denied (429) or never (422).",
+            ),
+        );
         recorder.describe_gauge(
             STOCK_LEFT.into(),
             Some(Unit::Count),
@@ -108,6 +118,7 @@ impl Default for Observed {
             settle_batch_seconds: histogram(SETTLE_SECONDS),
             handle: recorder.handle(),
             requests: RwLock::new(HashMap::new()),
+            limits: RwLock::new(HashMap::new()),
             recorder,
         }
     }
@@ -142,6 +153,36 @@ impl Observed {
             })
         });
         histograms[class].record(seconds);
+    }
+
+    /// Counts one policy's answer for one request: `answer` 0 allowed, 1 denied,
+    /// 2 never.
+    pub fn limit_decision(&self, policy: &str, answer: usize) {
+        const ANSWERS: [&str; 3] = ["allowed", "denied", "never"];
+        if let Some(counters) = self
+            .limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(policy)
+        {
+            counters[answer].increment(1);
+            return;
+        }
+        let mut map = self
+            .limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let counters = map.entry(policy.to_string()).or_insert_with(|| {
+            ANSWERS.map(|answer| {
+                let labels = vec![
+                    Label::new("policy", policy.to_string()),
+                    Label::new("answer", answer),
+                ];
+                self.recorder
+                    .register_counter(&Key::from_parts(LIMIT_DECISIONS, labels), &META)
+            })
+        });
+        counters[answer].increment(1);
     }
 
     /// Sets the settlement-lag gauges of one sale's or poll's stream.

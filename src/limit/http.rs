@@ -154,6 +154,14 @@ pub async fn check(
 /// `422 rate_limit_unsatisfiable` when one never can allow it. Used by [`check`]
 /// and by the decision scripts that check a route's limits themselves.
 pub fn judge(state: &AppState, decided: &[(&Policy, Decision)]) -> Result<Granted, AppError> {
+    for (policy, decision) in decided {
+        let answer = match decision.verdict {
+            Verdict::Allowed => 0,
+            Verdict::Denied => 1,
+            Verdict::Never => 2,
+        };
+        state.metrics.observed.limit_decision(&policy.name, answer);
+    }
     let refused = decided.iter().any(|(_, d)| !d.allowed());
     let (policy_header, state_header) = headers(decided, refused);
     if let Some((policy, _)) = decided.iter().find(|(_, d)| d.verdict == Verdict::Never) {

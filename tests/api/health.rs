@@ -85,6 +85,14 @@ async fn metrics_show_cache_loads() {
     assert!(text.contains("\nstampede_cache_loads_total 1\n"), "{text}");
     // The create answer built the view; the three reads were hits.
     assert!(text.contains("\nstampede_cache_hits_total 3\n"), "{text}");
+    // The load took the view's rebuild lock (the lock counters are per process).
+    let acquired: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("stampede_lock_acquired_total "))
+        .expect("lock counter")
+        .parse()
+        .unwrap();
+    assert!(acquired >= 1, "{text}");
 }
 
 /// `/metrics` is not public: the main listener has none unless a bearer token is
@@ -223,6 +231,20 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
     assert_eq!(series(&text, &count("4xx")), 1.0);
     assert_eq!(series(&text, &count("2xx")), 1.0);
     assert_eq!(series(&text, "stampede_rate_limited_total"), 1.0);
+    assert_eq!(
+        series(
+            &text,
+            r#"stampede_limit_decisions_total{policy="buy-user",answer="allowed"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        series(
+            &text,
+            r#"stampede_limit_decisions_total{policy="buy-user",answer="denied"}"#
+        ),
+        1.0
+    );
 
     // Settlement writes the order: a settled batch, and the sale's stream empties.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
