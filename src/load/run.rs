@@ -822,6 +822,14 @@ fn print_text(r: &Report) {
     for (kind, n) in &r.answers {
         println!("  {n:>9}  {kind}");
     }
+    let limited = r.answers.get("429 rate_limited").copied().unwrap_or(0);
+    if limited * 2 > r.requests {
+        println!(
+            "note: most answers were 429. The per-address limits count every simulated \
+             user as this one machine: start the server with STAMPEDE_LIMITS=off, or with \
+             STAMPEDE_TRUSTED_PROXIES=127.0.0.1 and pass --forwarded-for (an address per user)."
+        );
+    }
     if !r.checks.is_empty() {
         println!("invariants:");
         for c in &r.checks {
