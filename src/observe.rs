@@ -284,7 +284,7 @@ pub async fn read_settlement_lag(state: &AppState) {
         let pending: redis::RedisResult<(u64, redis::Value, redis::Value, redis::Value)> =
             redis::cmd("XPENDING")
                 .arg(&stream)
-                .arg(crate::sale::store::SETTLE_GROUP)
+                .arg(crate::settle::SETTLE_GROUP)
                 .query_async(&mut redis)
                 .await;
         if let Ok(entries) = entries {

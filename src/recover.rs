@@ -44,7 +44,8 @@ use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::lua::{lua_script, unexpected_reply};
 use crate::metrics::Metrics;
-use crate::sale::store::{self as sales, ChangeResult, SaleRow, ensure_group};
+use crate::sale::store::{self as sales, ChangeResult, SaleRow};
+use crate::settle::ensure_group;
 
 static FENCE: LazyLock<redis::Script> = lua_script!("fence.lua");
 static RESTORE_SALE: LazyLock<redis::Script> = lua_script!("restore_sale.lua");

@@ -14,20 +14,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::redis_conn::{Redis, Target, Timeouts};
 use chrono::{DateTime, Utc};
 use redis::AsyncCommands;
+use redis::aio::ConnectionLike;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::SettleConfig;
-use crate::domain::Id;
+use crate::domain::{Id, PollId, SaleId};
 use crate::keys::Keys;
 use crate::lock::{Lock, LostSignal};
 use crate::metrics::Metrics;
-use crate::sale::store::SETTLE_GROUP;
+use crate::redis_conn::{Redis, Target, Timeouts};
 
 /// How often the list of sale and poll streams is re-read from Postgres.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -55,10 +55,66 @@ pub struct Settler {
     metrics: Arc<Metrics>,
 }
 
+/// Name of the consumer group the settlement worker reads every stream with.
+pub const SETTLE_GROUP: &str = "settle";
+
+/// `XGROUP CREATE ... MKSTREAM` of the settlement group, tolerating an existing one.
+pub async fn ensure_group<C: ConnectionLike>(
+    redis: &mut C,
+    stream: &str,
+) -> Result<(), redis::RedisError> {
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(SETTLE_GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(redis)
+        .await;
+    match created {
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        other => other,
+    }
+}
+
+/// One stream the worker settles, with the keys it touches: a sale's orders (and
+/// the pending hash its order ids leave once settled) or a poll's votes. Built from
+/// an id and [`Keys`], never worked out from a key name.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stream {
+    Orders { key: String, pending: String },
+    Votes { key: String },
+}
+
+impl Stream {
+    pub fn of_sale(keys: &Keys, sale: SaleId) -> Stream {
+        let k = keys.sale(sale);
+        Stream::Orders {
+            key: k.orders,
+            pending: k.pending,
+        }
+    }
+
+    pub fn of_poll(keys: &Keys, poll: PollId) -> Stream {
+        Stream::Votes {
+            key: keys.poll(poll).votes,
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        match self {
+            Stream::Orders { key, .. } | Stream::Votes { key } => key,
+        }
+    }
+}
+
 /// One event as read from a stream.
 #[derive(Debug, Clone, PartialEq)]
 struct Event {
     stream: String,
+    /// The sale's pending-orders hash (orders only): the order id leaves it once
+    /// the order is in Postgres.
+    pending: Option<String>,
     entry_id: String,
     kind: EventKind,
 }
@@ -145,7 +201,7 @@ impl Settler {
     /// `block_ms`, which bounds how long shutdown waits.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(consumer = %self.consumer, "settlement worker started");
-        let mut streams: Vec<String> = Vec::new();
+        let mut streams: Vec<Stream> = Vec::new();
         let mut refreshed_at: Option<Instant> = None;
         let mut claimed_at = Instant::now();
         // A dead consumer's entry is taken over at most `claim_every` after it has been
@@ -199,7 +255,7 @@ impl Settler {
     }
 
     /// One batch: this consumer's unacknowledged entries first, else new ones.
-    pub async fn step(&mut self, streams: &[String]) -> anyhow::Result<Settled> {
+    pub async fn step(&mut self, streams: &[Stream]) -> anyhow::Result<Settled> {
         let mut entries = self.read(streams, "0", None).await?;
         if entries.is_empty() {
             entries = self.read(streams, ">", Some(self.config.block_ms)).await?;
@@ -228,7 +284,7 @@ impl Settler {
     }
 
     /// The order streams of sales and vote streams of polls that may still get entries.
-    async fn streams(&self) -> anyhow::Result<Vec<String>> {
+    async fn streams(&self) -> anyhow::Result<Vec<Stream>> {
         let sales: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
         )
@@ -244,17 +300,17 @@ impl Settler {
         let streams = sales
             .into_iter()
             .filter_map(Id::new)
-            .map(|id| self.keys.sale(id).orders);
+            .map(|id| Stream::of_sale(&self.keys, id));
         let poll_streams = polls
             .into_iter()
             .filter_map(Id::new)
-            .map(|id| self.keys.poll(id).votes);
+            .map(|id| Stream::of_poll(&self.keys, id));
         Ok(streams.chain(poll_streams).collect())
     }
 
     async fn read(
         &mut self,
-        streams: &[String],
+        streams: &[Stream],
         from: &str,
         block_ms: Option<u64>,
     ) -> anyhow::Result<Vec<Event>> {
@@ -271,14 +327,15 @@ impl Settler {
                 opts = opts.block(ms as usize);
             }
             let ids = vec![from; streams.len()];
-            self.redis.xread_options(streams, &ids, &opts).await
+            let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
+            self.redis.xread_options(&keys, &ids, &opts).await
         };
         let reply = match reply {
             Ok(r) => r,
             // A stream or group vanished (FLUSHALL, a new Redis): recreate and go on.
             Err(e) if e.code() == Some("NOGROUP") => {
                 for stream in streams {
-                    crate::sale::store::ensure_group(&mut self.redis, stream).await?;
+                    ensure_group(&mut self.redis, stream.key()).await?;
                 }
                 return Ok(Vec::new());
             }
@@ -290,9 +347,16 @@ impl Settler {
         if busy > 0 {
             self.busy_streams = busy;
         }
+        let by_key: HashMap<&str, &Stream> = streams.iter().map(|s| (s.key(), s)).collect();
         for key in keys {
+            let Some(stream) = by_key.get(key.key.as_str()) else {
+                anyhow::bail!(
+                    "XREADGROUP answered for a stream not asked for: {}",
+                    key.key
+                );
+            };
             for entry in key.ids {
-                match parse_event(&key.key, &entry) {
+                match parse_event(stream, &entry) {
                     Some(ev) => events.push(ev),
                     None => {
                         // Not one of ours: keep it out of the way, but never silently.
@@ -319,7 +383,7 @@ impl Settler {
     /// reads again every [`CLUSTER_POLL`] until something comes or `block_ms` passes.
     async fn read_each(
         &self,
-        streams: &[String],
+        streams: &[Stream],
         from: &str,
         opts: &StreamReadOptions,
         block_ms: Option<u64>,
@@ -330,7 +394,11 @@ impl Settler {
                 let mut redis = self.redis.clone();
                 async move {
                     redis
-                        .xread_options::<_, _, Option<StreamReadReply>>(&[stream], &[from], opts)
+                        .xread_options::<_, _, Option<StreamReadReply>>(
+                            &[stream.key()],
+                            &[from],
+                            opts,
+                        )
                         .await
                 }
             });
@@ -353,7 +421,7 @@ impl Settler {
     /// holds the reclaim lock: it is doing the same pass. (`XAUTOCLAIM` itself never
     /// hands one entry to two claimers; the lock saves every instance scanning every
     /// stream each interval.)
-    async fn reclaim(&mut self, streams: &[String]) -> anyhow::Result<usize> {
+    async fn reclaim(&mut self, streams: &[Stream]) -> anyhow::Result<usize> {
         let key = self.keys.lock(RECLAIM_LOCK);
         let Some(mut guard) = Lock::try_acquire(&self.lock_redis, key, RECLAIM_LOCK_TTL_MS).await?
         else {
@@ -370,7 +438,7 @@ impl Settler {
 
     async fn reclaim_streams(
         &mut self,
-        streams: &[String],
+        streams: &[Stream],
         lost: &LostSignal,
     ) -> anyhow::Result<usize> {
         let mut total = 0;
@@ -388,7 +456,7 @@ impl Settler {
                 let reply: redis::RedisResult<redis::streams::StreamAutoClaimReply> = self
                     .redis
                     .xautoclaim_options(
-                        stream,
+                        stream.key(),
                         SETTLE_GROUP,
                         &self.consumer,
                         self.config.claim_idle_ms,
@@ -407,7 +475,7 @@ impl Settler {
                 }
                 start = reply.next_stream_id;
             }
-            self.forget_dead_consumers(stream).await?;
+            self.forget_dead_consumers(stream.key()).await?;
         }
         if total > 0 {
             tracing::info!(
@@ -470,22 +538,30 @@ impl Settler {
         self.metrics.settled_rows.add(inserted);
         // Only now, with the rows committed, may the entries be acknowledged. If this
         // fails, they are delivered again and the insert above skips them.
-        let mut by_stream: HashMap<&str, (Vec<&str>, Vec<String>)> = HashMap::new();
+        // Per stream: its entry ids, and the pending hash with the order ids to drop.
+        #[derive(Default)]
+        struct Done<'a> {
+            entries: Vec<&'a str>,
+            pending: Option<&'a str>,
+            orders: Vec<String>,
+        }
+        let mut by_stream: HashMap<&str, Done<'_>> = HashMap::new();
         for ev in &events {
-            let slot = by_stream.entry(ev.stream.as_str()).or_default();
-            slot.0.push(ev.entry_id.as_str());
+            let done = by_stream.entry(ev.stream.as_str()).or_default();
+            done.entries.push(ev.entry_id.as_str());
+            done.pending = ev.pending.as_deref();
             if let EventKind::Order { order_id, .. } = &ev.kind {
-                slot.1.push(order_id.to_string());
+                done.orders.push(order_id.to_string());
             }
         }
         let mut pipe = redis::pipe();
-        for (stream, (entry_ids, order_ids)) in &by_stream {
-            pipe.xack(*stream, SETTLE_GROUP, entry_ids).ignore();
-            pipe.xdel(*stream, entry_ids).ignore();
-            if let Some(base) = stream.strip_suffix(":orders")
-                && !order_ids.is_empty()
+        for (stream, done) in &by_stream {
+            pipe.xack(*stream, SETTLE_GROUP, &done.entries).ignore();
+            pipe.xdel(*stream, &done.entries).ignore();
+            if let Some(pending) = done.pending
+                && !done.orders.is_empty()
             {
-                pipe.hdel(format!("{base}:pending"), order_ids).ignore();
+                pipe.hdel(pending, &done.orders).ignore();
             }
         }
         let _: () = pipe.query_async(&mut self.redis).await?;
@@ -587,10 +663,10 @@ async fn insert_events(db: &PgPool, events: &[Event]) -> Result<(u64, Vec<Uuid>)
     Ok((inserted, conflicting))
 }
 
-fn parse_event(stream: &str, entry: &StreamId) -> Option<Event> {
+fn parse_event(stream: &Stream, entry: &StreamId) -> Option<Event> {
     let at_ms: i64 = entry.get("at_ms")?;
     let at = DateTime::from_timestamp_millis(at_ms)?;
-    let kind = if stream.ends_with(":votes") {
+    let kind = if matches!(stream, Stream::Votes { .. }) {
         EventKind::Vote {
             poll_id: entry.get("poll_id")?,
             user_id: entry.get("user_id")?,
@@ -607,7 +683,11 @@ fn parse_event(stream: &str, entry: &StreamId) -> Option<Event> {
         }
     };
     Some(Event {
-        stream: stream.to_string(),
+        stream: stream.key().to_string(),
+        pending: match stream {
+            Stream::Orders { pending, .. } => Some(pending.clone()),
+            Stream::Votes { .. } => None,
+        },
         entry_id: entry.id.clone(),
         kind,
     })

@@ -17,9 +17,6 @@ static NEW_SALE: LazyLock<redis::Script> = lua_script!("new_sale.lua");
 static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
 static STOCK_CHANGE: LazyLock<redis::Script> = lua_script!("stock_change.lua");
 
-/// Name of the consumer group the settlement worker reads order streams with.
-pub const SETTLE_GROUP: &str = "settle";
-
 /// A sale as stored in Postgres (and, as JSON, in the view cache).
 #[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct SaleRow {
@@ -155,7 +152,7 @@ pub async fn put_new_sale<C: ConnectionLike>(
         .arg(row.stock_total)
         .invoke_async(redis)
         .await?;
-    ensure_group(redis, &k.orders).await?;
+    crate::settle::ensure_group(redis, &k.orders).await?;
     Ok(())
 }
 
@@ -179,25 +176,6 @@ pub async fn update_window<C: ConnectionLike>(
         .invoke_async(redis)
         .await?;
     Ok(written == 1)
-}
-
-/// `XGROUP CREATE ... MKSTREAM`, tolerating an existing group.
-pub async fn ensure_group<C: ConnectionLike>(
-    redis: &mut C,
-    stream: &str,
-) -> Result<(), redis::RedisError> {
-    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(stream)
-        .arg(SETTLE_GROUP)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query_async(redis)
-        .await;
-    match created {
-        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-        other => other,
-    }
 }
 
 pub(crate) fn sale_id(sale: &SaleRow) -> Result<SaleId, AppError> {

@@ -12,7 +12,7 @@ use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
-use crate::sale::store::ensure_group;
+use crate::settle::ensure_group;
 
 static NEW_POLL: LazyLock<redis::Script> = lua_script!("new_poll.lua");
 static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");

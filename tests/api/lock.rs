@@ -295,7 +295,7 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
         .orders;
     let _: redis::Value = redis::cmd("XREADGROUP")
         .arg("GROUP")
-        .arg(stampede::sale::store::SETTLE_GROUP)
+        .arg(stampede::settle::SETTLE_GROUP)
         .arg("dead-consumer")
         .arg("COUNT")
         .arg(10)

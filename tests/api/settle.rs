@@ -236,11 +236,10 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
     for _ in 0..5 {
         let sale = app.create_sale(&admin, 30, -5, 3600).await;
         total += buy_all(&app, sale, 30).await.len();
-        streams.push(
-            app.keys
-                .sale(stampede::domain::Id::new(sale).unwrap())
-                .orders,
-        );
+        streams.push(stampede::settle::Stream::of_sale(
+            &app.keys,
+            stampede::domain::Id::new(sale).unwrap(),
+        ));
     }
     assert_eq!(total, 150);
     let mut worker = settler(&app, "batcher", 20, 60_000).await;
