@@ -41,23 +41,18 @@ pub struct SaleView {
     pub sale: SaleRow,
     pub stock_left: i64,
     pub sold: i64,
-    /// `upcoming`, `live`, `sold_out`, `ended` or `closed`.
-    pub status: &'static str,
+    pub status: crate::domain::SaleStatus,
 }
 
 impl SaleView {
     pub fn new(sale: SaleRow, stock_left: i64, sold: i64, now: DateTime<Utc>) -> Self {
-        let status = if sale.closed {
-            "closed"
-        } else if now >= sale.ends_at {
-            "ended"
-        } else if now < sale.starts_at {
-            "upcoming"
-        } else if stock_left <= 0 {
-            "sold_out"
-        } else {
-            "live"
-        };
+        let status = crate::domain::SaleStatus::of(
+            sale.closed,
+            now,
+            sale.starts_at,
+            sale.ends_at,
+            stock_left,
+        );
         SaleView {
             sale,
             stock_left,

@@ -48,8 +48,7 @@ crate::routes::routes! {
 struct PollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
-    /// `upcoming`, `open` or `closed`.
-    status: &'static str,
+    status: crate::domain::PollStatus,
 }
 
 /// Every poll.
@@ -73,8 +72,7 @@ async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
 pub struct PollView {
     #[serde(flatten)]
     pub record: store::PollRecord,
-    /// `upcoming`, `open` or `closed`.
-    pub status: &'static str,
+    pub status: crate::domain::PollStatus,
     pub results: store::Results,
 }
 
@@ -362,8 +360,7 @@ async fn admin_create(
 struct AdminPollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
-    /// `upcoming`, `open` or `closed`.
-    status: &'static str,
+    status: crate::domain::PollStatus,
     /// Live, from Redis.
     voters: i64,
 }

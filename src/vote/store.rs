@@ -59,14 +59,8 @@ pub struct Tally {
     pub votes: i64,
 }
 
-pub fn status(poll: &PollRow, now: DateTime<Utc>) -> &'static str {
-    if poll.closed || now >= poll.closes_at {
-        "closed"
-    } else if now < poll.opens_at {
-        "upcoming"
-    } else {
-        "open"
-    }
+pub fn status(poll: &PollRow, now: DateTime<Utc>) -> crate::domain::PollStatus {
+    crate::domain::PollStatus::of(poll.closed, now, poll.opens_at, poll.closes_at)
 }
 
 pub struct NewPoll {

@@ -29,7 +29,7 @@ pub async fn index(
     let (nav, _) = load_nav(&req, &state).await?;
     match list_cards(&state).await {
         Ok(mut polls) => {
-            polls.sort_by_key(|poll| view::poll_rank(poll.status));
+            polls.sort_by_key(|poll| poll.status.rank());
             Ok(PollsPage { nav, polls })
         }
         Err(e) => Err(PageError::from_app(e, nav)),

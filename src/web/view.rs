@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::auth::{self, AuthUser};
+use crate::domain::{PollStatus, SaleStatus};
 use crate::error::AppError;
 use crate::sale::SaleView;
 use crate::vote::store::{PollRow, Results};
@@ -117,8 +118,8 @@ pub struct SaleCard {
     pub name: String,
     pub description: String,
     pub price: String,
-    /// `upcoming`, `live`, `sold_out`, `ended` or `closed` (also a CSS class).
-    pub status: &'static str,
+    /// Also the card's CSS class (`sold_out`, ...).
+    pub status: SaleStatus,
     pub status_label: &'static str,
     pub stock_left: i64,
     pub stock_total: i64,
@@ -158,11 +159,14 @@ impl SaleCard {
     }
 
     pub fn can_open(&self) -> bool {
-        matches!(self.status, "upcoming" | "closed") && !self.past_end
+        matches!(self.status, SaleStatus::Upcoming | SaleStatus::Closed) && !self.past_end
     }
 
     pub fn can_close(&self) -> bool {
-        matches!(self.status, "upcoming" | "live" | "sold_out")
+        matches!(
+            self.status,
+            SaleStatus::Upcoming | SaleStatus::Live | SaleStatus::SoldOut
+        )
     }
 }
 
@@ -174,7 +178,7 @@ impl From<SaleView> for SaleCard {
             id: sale.id,
             price: format_price(sale.price_cents),
             status: view.status,
-            status_label: status_label(view.status),
+            status_label: view.status.label(),
             stock_left: view.stock_left.max(0),
             // Units left can exceed the record for a moment during a top-up.
             stock_total: sale.stock_total.max(view.stock_left),
@@ -192,45 +196,21 @@ impl From<SaleView> for SaleCard {
 /// sold-out, ended and closed sales (the store's order within those groups).
 pub fn sort_for_shop(sales: &mut [SaleCard]) {
     sales.sort_by_key(|sale| {
-        let soonest = if sale.status == "upcoming" {
+        let soonest = if sale.status == SaleStatus::Upcoming {
             sale.starts_at.ms
         } else {
             0
         };
-        (shop_rank(sale.status), soonest)
+        (sale.status.shop_rank(), soonest)
     });
-}
-
-/// Shoppers see first what they can buy now, then what opens soon, then the rest.
-/// Sorting by this is stable, so the store's order holds within a group.
-pub fn shop_rank(status: &str) -> u8 {
-    match status {
-        "live" => 0,
-        "upcoming" => 1,
-        "sold_out" => 2,
-        "ended" => 3,
-        _ => 4,
-    }
-}
-
-pub fn status_label(status: &str) -> &'static str {
-    match status {
-        "upcoming" => "Upcoming",
-        "live" => "Live",
-        "sold_out" => "Sold out",
-        "ended" => "Ended",
-        "closed" => "Closed",
-        "open" => "Open",
-        _ => "Unknown",
-    }
 }
 
 /// A poll as the list and the admin table show it.
 pub struct PollCard {
     pub id: i64,
     pub question: String,
-    /// `open`, `upcoming` or `closed` (also a CSS class).
-    pub status: &'static str,
+    /// Also the row's CSS class.
+    pub status: PollStatus,
     pub status_label: &'static str,
     /// Closed by an admin before its time, rather than run out.
     pub closed_early: bool,
@@ -245,22 +225,13 @@ impl PollCard {
         PollCard {
             id: poll.id,
             status,
-            status_label: status_label(status),
+            status_label: status.label(),
             closed_early: poll.closed && now < poll.closes_at,
             voters,
             opens_at: poll.opens_at.into(),
             closes_at: poll.closes_at.into(),
             question: poll.question,
         }
-    }
-}
-
-/// Voters see first the polls they can vote in, then the ones that open soon.
-pub fn poll_rank(status: &str) -> u8 {
-    match status {
-        "open" => 0,
-        "upcoming" => 1,
-        _ => 2,
     }
 }
 
@@ -384,12 +355,11 @@ mod tests {
 
     #[test]
     fn buyable_sales_come_first() {
-        let mut statuses = [
-            "closed", "ended", "sold_out", "upcoming", "live", "upcoming",
-        ];
-        statuses.sort_by_key(|s| shop_rank(s));
+        use SaleStatus::*;
+        let mut statuses = [Closed, Ended, SoldOut, Upcoming, Live, Upcoming];
+        statuses.sort_by_key(|s| s.shop_rank());
         assert_eq!(
-            statuses,
+            statuses.map(SaleStatus::as_str),
             [
                 "live", "upcoming", "upcoming", "sold_out", "ended", "closed"
             ]
@@ -443,9 +413,13 @@ mod tests {
 
     #[test]
     fn open_polls_come_first() {
-        let mut statuses = ["closed", "upcoming", "open", "closed", "open"];
-        statuses.sort_by_key(|s| poll_rank(s));
-        assert_eq!(statuses, ["open", "open", "upcoming", "closed", "closed"]);
+        use PollStatus::*;
+        let mut statuses = [Closed, Upcoming, Open, Closed, Open];
+        statuses.sort_by_key(|s| s.rank());
+        assert_eq!(
+            statuses.map(PollStatus::as_str),
+            ["open", "open", "upcoming", "closed", "closed"]
+        );
     }
 
     #[test]
