@@ -128,61 +128,42 @@ impl Observed {
     /// Records one answered request.
     pub fn request(&self, route: &str, status: u16, took: Duration) {
         let class = usize::from(status / 100).clamp(2, 5) - 2;
-        let seconds = took.as_secs_f64();
-        if let Some(histograms) = self
-            .requests
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(route)
-        {
-            histograms[class].record(seconds);
-            return;
-        }
-        let mut map = self
-            .requests
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let histograms = map.entry(route.to_string()).or_insert_with(|| {
-            CLASSES.map(|status| {
-                let labels = vec![
-                    Label::new("route", route.to_string()),
-                    Label::new("status", status),
-                ];
-                self.recorder
-                    .register_histogram(&Key::from_parts(REQUEST_SECONDS, labels), &META)
-            })
-        });
-        histograms[class].record(seconds);
+        with_handles(
+            &self.requests,
+            route,
+            |histograms| histograms[class].record(took.as_secs_f64()),
+            || {
+                CLASSES.map(|status| {
+                    let labels = vec![
+                        Label::new("route", route.to_string()),
+                        Label::new("status", status),
+                    ];
+                    self.recorder
+                        .register_histogram(&Key::from_parts(REQUEST_SECONDS, labels), &META)
+                })
+            },
+        );
     }
 
     /// Counts one policy's answer for one request: `answer` 0 allowed, 1 denied,
     /// 2 never.
     pub fn limit_decision(&self, policy: &str, answer: usize) {
         const ANSWERS: [&str; 3] = ["allowed", "denied", "never"];
-        if let Some(counters) = self
-            .limits
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(policy)
-        {
-            counters[answer].increment(1);
-            return;
-        }
-        let mut map = self
-            .limits
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let counters = map.entry(policy.to_string()).or_insert_with(|| {
-            ANSWERS.map(|answer| {
-                let labels = vec![
-                    Label::new("policy", policy.to_string()),
-                    Label::new("answer", answer),
-                ];
-                self.recorder
-                    .register_counter(&Key::from_parts(LIMIT_DECISIONS, labels), &META)
-            })
-        });
-        counters[answer].increment(1);
+        with_handles(
+            &self.limits,
+            policy,
+            |counters| counters[answer].increment(1),
+            || {
+                ANSWERS.map(|answer| {
+                    let labels = vec![
+                        Label::new("policy", policy.to_string()),
+                        Label::new("answer", answer),
+                    ];
+                    self.recorder
+                        .register_counter(&Key::from_parts(LIMIT_DECISIONS, labels), &META)
+                })
+            },
+        );
     }
 
     /// Sets the settlement-lag gauges of one sale's or poll's stream.
@@ -207,6 +188,28 @@ impl Observed {
     pub fn render(&self) -> String {
         self.handle.render()
     }
+}
+
+/// Runs `use_` on the handles registered for `name`: under the read lock when they
+/// exist (every request after the first of a route or policy), else registered by
+/// `register` under the write lock.
+fn with_handles<H, const N: usize>(
+    map: &RwLock<HashMap<String, [H; N]>>,
+    name: &str,
+    use_: impl FnOnce(&[H; N]),
+    register: impl FnOnce() -> [H; N],
+) {
+    if let Some(handles) = map
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+    {
+        return use_(handles);
+    }
+    let mut map = map
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    use_(map.entry(name.to_string()).or_insert_with(register));
 }
 
 /// The middleware (`actix_web::middleware::from_fn`) that times every request.

@@ -449,7 +449,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         _ => None,
     };
 
-    if let (Some(at), false) = (release_at, args.json) {
+    if release_at.is_some() && !args.json {
         eprintln!(
             "sale {} opens in {} s: {} users, {} connections",
             sale.unwrap_or_default(),
@@ -457,7 +457,6 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
             args.users,
             args.concurrency
         );
-        let _ = at;
     }
     let progress = Arc::new(Progress::default());
     let line = Line::start("firing", progress.clone());
@@ -565,18 +564,12 @@ async fn prepare_only(
     file: &std::path::Path,
 ) -> anyhow::Result<bool> {
     if args.warm_up && !plan.tokens.is_empty() {
-        // Every user once, so that every later request is a repeat.
+        // Every user once, so that every later request is a repeat (in a storm
+        // plan each user has one turn anyway; otherwise the request cap does it).
         let progress = Arc::new(Progress::default());
-        let warm = Arc::new(Plan {
-            mode: Mode::Repeat,
-            path: plan.path.clone(),
-            body: plan.body.clone(),
-            tokens: plan.tokens.clone(),
-            addresses: plan.addresses.clone(),
-        });
         let seen = fire(
             target,
-            warm,
+            plan.clone(),
             args.concurrency,
             None,
             Stop {
