@@ -131,6 +131,7 @@ async fn main() -> anyhow::Result<()> {
                 ends_at: now + chrono::Duration::hours(1),
                 closed: false,
                 image_url: None,
+                requires_ticket: false,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

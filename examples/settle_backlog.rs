@@ -76,6 +76,7 @@ async fn main() -> anyhow::Result<()> {
             starts_at: now - Duration::minutes(1),
             ends_at: now + Duration::hours(1),
             image_url: None,
+            requires_ticket: false,
         },
     )
     .await

@@ -108,6 +108,8 @@ pub async fn seed_demo(
                 starts_at,
                 ends_at,
                 image_url: Some(image.into()),
+                // The demo shows the page getting its ticket at the opening.
+                requires_ticket: true,
             },
         )
         .await

@@ -128,6 +128,8 @@ impl Application {
         let state = web::Data::new(AppState {
             metrics: metrics.clone(),
             tokens: TokenKey::new(config.token_secret.as_bytes()),
+            tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
+            ticket_rules: Default::default(),
             sessions: sessions.clone(),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
             limits: crate::limit::Limits::from_config(&config.limits)

@@ -32,6 +32,10 @@ pub struct AppState {
     pub db: PgPool,
     pub keys: Keys,
     pub tokens: TokenKey,
+    /// Signs and checks purchase tickets (see [`crate::sale::ticket`]).
+    pub tickets: crate::sale::ticket::TicketKey,
+    /// Which sales require a ticket, once read.
+    pub ticket_rules: crate::sale::ticket::TicketRules,
     /// Whether a token's session still stands: what has ended, in memory, fed by
     /// the ended-sessions stream (see [`crate::auth::session`]).
     pub sessions: crate::auth::session::Sessions,

@@ -575,11 +575,26 @@
       });
     }
 
+    // A sale that requires a purchase ticket: get one (the shop issues it only once
+    // the sale is open), then buy with it, in the same click. A ticket that expired
+    // on the way is fetched again, once. A refused ticket (not started, ended, sold
+    // out, signed out) is answered like the purchase it stood for.
+    async function purchase() {
+      const path = `/api/sales/${saleId}/purchase`;
+      if (d.requiresTicket !== "true") return api("POST", path);
+      for (let attempt = 0; ; attempt++) {
+        const ticket = await api("POST", `/api/sales/${saleId}/ticket`);
+        if (ticket.status !== 200) return ticket;
+        const res = await api("POST", path, { ticket: ticket.data.ticket });
+        if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
+      }
+    }
+
     async function buy() {
       if (el.buy.disabled) return;
       state.busy = true;
       render();
-      const res = await api("POST", `/api/sales/${saleId}/purchase`);
+      const res = await purchase();
       state.busy = false;
       const code = res.data.error;
       const signIn = { href: d.signinUrl, text: "Sign in" };
@@ -1171,6 +1186,7 @@
         // datetime-local is local wall time; the API takes UTC instants.
         starts_at: starts.toISOString(),
         ends_at: ends.toISOString(),
+        requires_ticket: f.requires_ticket.checked,
       });
       button.disabled = false;
       if (res.status === 201) {

@@ -11,7 +11,7 @@ use sha2::Sha256;
 
 use crate::domain::{Id, UserId};
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Claims {
@@ -56,26 +56,16 @@ impl TokenKey {
             claims.generation,
             claims.session
         );
-        let mut mac = self.mac.clone();
-        mac.update(payload.as_bytes());
-        let sig = mac.finalize().into_bytes();
-        format!("{}.{}", B64.encode(payload), B64.encode(sig))
+        sign(&self.mac, &payload)
     }
 
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<Claims, TokenError> {
-        if token.len() > 512 {
-            return Err(TokenError::Malformed);
-        }
-        let (payload_b64, sig_b64) = token.split_once('.').ok_or(TokenError::Malformed)?;
-        let payload = B64.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
-        let sig = B64.decode(sig_b64).map_err(|_| TokenError::Malformed)?;
-        let mut mac = self.mac.clone();
-        mac.update(&payload);
-        // Constant-time comparison.
-        mac.verify_slice(&sig)
-            .map_err(|_| TokenError::BadSignature)?;
-
+        let payload = open(&self.mac, token, 512)?;
         let text = std::str::from_utf8(&payload).map_err(|_| TokenError::Malformed)?;
+        Self::claims(text, now_unix)
+    }
+
+    fn claims(text: &str, now_unix: i64) -> Result<Claims, TokenError> {
         let mut parts = text.split(':');
         let (Some("v2"), Some(uid), Some(admin), Some(exp), Some(generation), Some(session), None) = (
             parts.next(),
@@ -119,6 +109,31 @@ impl TokenKey {
             session,
         })
     }
+}
+
+/// `<payload>.<mac>`, both base64url, the MAC HMAC-SHA256 of the payload under
+/// `mac`'s key: the shape of session tokens and purchase tickets.
+pub(crate) fn sign(mac: &HmacSha256, payload: &str) -> String {
+    let mut mac = mac.clone();
+    mac.update(payload.as_bytes());
+    let sig = mac.finalize().into_bytes();
+    format!("{}.{}", B64.encode(payload), B64.encode(sig))
+}
+
+/// The payload of a [`sign`]ed text whose MAC checks out (compared in constant
+/// time); `Malformed` for anything longer than `max_len` or not of the shape.
+pub(crate) fn open(mac: &HmacSha256, signed: &str, max_len: usize) -> Result<Vec<u8>, TokenError> {
+    if signed.len() > max_len {
+        return Err(TokenError::Malformed);
+    }
+    let (payload_b64, sig_b64) = signed.split_once('.').ok_or(TokenError::Malformed)?;
+    let payload = B64.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
+    let sig = B64.decode(sig_b64).map_err(|_| TokenError::Malformed)?;
+    let mut mac = mac.clone();
+    mac.update(&payload);
+    mac.verify_slice(&sig)
+        .map_err(|_| TokenError::BadSignature)?;
+    Ok(payload)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod buy;
 pub mod cached;
 pub(crate) mod routes;
 pub mod store;
+pub mod ticket;
 
 pub(crate) use routes::Api;
 pub use routes::{ROUTES, configure, find_view, load_list};

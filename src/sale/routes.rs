@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::buy::BuyRequest;
 use super::cached;
 use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
+use super::ticket::{self, TicketError, TicketWindow, Window};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody};
@@ -23,6 +24,7 @@ use crate::state::{AppState, Worker};
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     purchase,
+    ticket,
     list,
     show,
     events,
@@ -42,6 +44,7 @@ pub(crate) struct Api;
 crate::routes::routes! {
     pub fn configure, pub const ROUTES;
     post "/sales/{id}/purchase" => purchase,
+    post "/sales/{id}/ticket" => ticket,
     get "/sales" => list,
     get "/sales/{id}" => show,
     get "/sales/{id}/events" => events,
@@ -142,19 +145,21 @@ struct Accepted {
 /// sale's next batch: one script call decides it, the buy route's rate limits
 /// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
 /// touches no sale state and is counted by no policy.
-#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one", content_type = "application/json"), security(("bearer" = [])), responses(
     (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`already_bought` (one per customer), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
     (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
-    (status = 422, description = "`rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 400, description = "`invalid_body`: a body that is neither empty nor `{\"ticket\": \"...\"}`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 428, description = "`ticket_required`: the sale wants a ticket from `POST /api/sales/{id}/ticket` with each purchase", body = ErrorBody<'static>),
     (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-async fn purchase(req: HttpRequest) -> Result<HttpResponse, AppError> {
+async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, AppError> {
     // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
     // shared state's reference count is one cache line that every worker thread
     // would then write twice a request.
@@ -172,6 +177,8 @@ async fn purchase(req: HttpRequest) -> Result<HttpResponse, AppError> {
         return Ok(sold_out_from_memory());
     }
     let user = AuthUser::of(&req)?;
+    let body = PurchaseBody::parse(&body)?;
+    check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
     let ip = state
         .limits
         .counts_ip(Route::Buy)
@@ -217,19 +224,8 @@ async fn purchase(req: HttpRequest) -> Result<HttpResponse, AppError> {
             state.sold_out.mark(sale);
             Err(sold_out())
         }
-        PurchaseOutcome::NotStarted { starts_in_ms } => {
-            let secs = (starts_in_ms + 999) / 1000;
-            Err(AppError::conflict(
-                "not_started",
-                format!("this sale has not started; it opens in {secs} s"),
-            )
-            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
-        }
-        PurchaseOutcome::Ended => Err(AppError::new(
-            StatusCode::GONE,
-            "ended",
-            "this sale has ended",
-        )),
+        PurchaseOutcome::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
+        PurchaseOutcome::Ended => Err(ended()),
         PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
         PurchaseOutcome::NotLoaded => Err(missing_from_redis(state, sale).await),
         PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
@@ -242,6 +238,144 @@ async fn purchase(req: HttpRequest) -> Result<HttpResponse, AppError> {
     }
 }
 
+/// The purchase's optional body. No body (or `{}`) means no ticket.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PurchaseBody {
+    /// The ticket from `POST /api/sales/{id}/ticket`, for a sale that requires one.
+    #[serde(default)]
+    ticket: Option<String>,
+}
+
+impl PurchaseBody {
+    fn parse(body: &[u8]) -> Result<Self, AppError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(PurchaseBody::default());
+        }
+        serde_json::from_slice(body).map_err(|e| {
+            AppError::bad_request(
+                "invalid_body",
+                format!("the purchase body must be {{\"ticket\": \"...\"}} or empty: {e}"),
+            )
+        })
+    }
+}
+
+/// A ticket, when the purchase carries one, must be good for this user and sale
+/// (one HMAC); without one, the sale must not require it (read once per sale and
+/// process, see [`ticket::TicketRules`]). A refused purchase consumes nothing: no
+/// limit counts it and the sale's state is not touched.
+async fn check_ticket(
+    state: &AppState,
+    sale: SaleId,
+    user: domain::UserId,
+    ticket: Option<&str>,
+) -> Result<(), AppError> {
+    if let Some(ticket) = ticket {
+        return state
+            .tickets
+            .verify(ticket, sale, user, Utc::now().timestamp_millis())
+            .map_err(ticket_refused);
+    }
+    let required = match state.ticket_rules.get(sale) {
+        Some(required) => required,
+        None => match cached::sale_row(state, sale).await? {
+            Some(row) => {
+                state.ticket_rules.remember(sale, row.requires_ticket);
+                row.requires_ticket
+            }
+            None => return Err(AppError::not_found(format!("no sale with id {sale}"))),
+        },
+    };
+    if required {
+        return Err(AppError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "ticket_required",
+            format!(
+                "this sale needs a purchase ticket: POST /api/sales/{sale}/ticket once it is open, \
+                 then send {{\"ticket\": \"...\"}} with the purchase"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn ticket_refused(e: TicketError) -> AppError {
+    match e {
+        TicketError::Expired => AppError::unprocessable(
+            "ticket_expired",
+            "the purchase ticket has expired: get a new one",
+        ),
+        TicketError::Malformed | TicketError::BadSignature => {
+            AppError::unprocessable("invalid_ticket", "the purchase ticket is not valid")
+        }
+        TicketError::OtherSale => {
+            AppError::unprocessable("invalid_ticket", "the purchase ticket is for another sale")
+        }
+        TicketError::OtherUser => {
+            AppError::unprocessable("invalid_ticket", "the purchase ticket is for another user")
+        }
+    }
+}
+
+/// A purchase ticket.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Ticket {
+    /// Send it with the purchase: `{"ticket": "..."}`.
+    ticket: String,
+    #[schema(value_type = i64)]
+    sale_id: SaleId,
+    /// Good until then (the server's clock), 30 s after it was issued.
+    expires_at: DateTime<Utc>,
+}
+
+/// A purchase ticket for the signed-in user, once the sale is open by the Redis
+/// clock: what a sale that requires tickets wants with each purchase, so a bot
+/// that fires before the opening gets nothing. Issuing one writes nothing.
+#[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until the sale opens"))),
+    (status = 410, description = "`ended` (past `ends_at`, or closed early) or `sold_out`", body = ErrorBody<'static>),
+))]
+async fn ticket(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let sale = Id::parse("sale", &path)?;
+    if state.sold_out.is_sold_out(sale) {
+        return Err(sold_out());
+    }
+    let window = TicketWindow {
+        keys: &state.keys,
+        sale,
+        now_ms: None,
+    }
+    .run(&mut state.redis.clone())
+    .await?;
+    match window {
+        Window::Open { now_ms } => {
+            let expires_ms = now_ms + ticket::TICKET_TTL_MS;
+            let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
+                AppError::Internal(anyhow::anyhow!("the Redis clock is out of range: {now_ms}"))
+            })?;
+            Ok(HttpResponse::Ok()
+                .insert_header((header::CACHE_CONTROL, "no-store"))
+                .json(Ticket {
+                    ticket: state.tickets.issue(sale, user.id, expires_ms),
+                    sale_id: sale,
+                    expires_at,
+                }))
+        }
+        Window::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
+        Window::Ended => Err(ended()),
+        Window::NotLoaded => Err(missing_from_redis(&state, sale).await),
+        Window::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
+    }
+}
+
 /// Redis has no state for this sale: 404 when Postgres has none either (the cached
 /// answer, so unknown ids cost no query each), else the sale was lost (wiped):
 /// rebuild it and answer 503 meanwhile.
@@ -251,6 +385,20 @@ async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
         Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
         Err(e) => e,
     }
+}
+
+/// 409 `not_started`, with `Retry-After` in whole seconds until the opening.
+fn not_started(starts_in_ms: i64) -> AppError {
+    let secs = (starts_in_ms + 999) / 1000;
+    AppError::conflict(
+        "not_started",
+        format!("this sale has not started; it opens in {secs} s"),
+    )
+    .with_header(header::RETRY_AFTER, secs.max(1).to_string())
+}
+
+fn ended() -> AppError {
+    AppError::new(StatusCode::GONE, "ended", "this sale has ended")
 }
 
 fn sold_out() -> AppError {
@@ -386,6 +534,16 @@ struct CreateSale {
     /// blank or absent for none (pages show a placeholder).
     #[serde(default)]
     image_url: Option<String>,
+    /// Every purchase must carry a ticket from `POST /api/sales/{id}/ticket`, which
+    /// is issued only once the sale is open: a bot firing before the opening gets
+    /// nothing. Default true; fixed once the sale exists.
+    #[serde(default = "yes")]
+    #[schema(default = true)]
+    requires_ticket: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Longest sale window accepted; anything longer is almost surely a typo.
@@ -424,6 +582,7 @@ impl CreateSale {
             starts_at: self.starts_at,
             ends_at: self.ends_at,
             image_url,
+            requires_ticket: self.requires_ticket,
         })
     }
 }

@@ -32,6 +32,10 @@ pub struct SaleRow {
     /// placeholder. (Default: views cached before pictures existed have none.)
     #[serde(default)]
     pub image_url: Option<String>,
+    /// A purchase must carry a ticket (see [`super::ticket`]); chosen at creation,
+    /// never changed. (Default: views cached before tickets existed.)
+    #[serde(default)]
+    pub requires_ticket: bool,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -65,7 +69,7 @@ impl SaleView {
 /// The columns of [`SaleRow`], as a literal so queries stay `&'static str`.
 macro_rules! sale_columns {
     () => {
-        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url"
+        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket"
     };
 }
 pub(crate) use sale_columns;
@@ -100,6 +104,7 @@ pub struct NewSale {
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
     pub image_url: Option<String>,
+    pub requires_ticket: bool,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -112,8 +117,9 @@ pub async fn create_sale<C: ConnectionLike>(
 ) -> Result<SaleRow, AppError> {
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
-        "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url)
-         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING ",
+        "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
+                            requires_ticket)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -123,6 +129,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.starts_at)
     .bind(new.ends_at)
     .bind(&new.image_url)
+    .bind(new.requires_ticket)
     .fetch_one(&mut *tx)
     .await?;
     put_new_sale(redis, keys, &row).await?;
@@ -551,6 +558,7 @@ mod tests {
             ends_at: now + chrono::Duration::minutes(1),
             closed,
             image_url: None,
+            requires_ticket: false,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");

@@ -130,6 +130,8 @@ pub struct SaleCard {
     pub past_end: bool,
     /// The picture; `None` shows the placeholder (`/static/products/placeholder.svg`).
     pub image_url: Option<String>,
+    /// A purchase must carry a ticket: the page gets one right before it buys.
+    pub requires_ticket: bool,
 }
 
 impl SaleCard {
@@ -188,6 +190,7 @@ impl From<SaleView> for SaleCard {
             name: sale.name,
             description: sale.description,
             image_url: sale.image_url,
+            requires_ticket: sale.requires_ticket,
         }
     }
 }

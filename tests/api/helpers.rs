@@ -317,9 +317,23 @@ impl TestApp {
         req.send().await.expect("request")
     }
 
-    /// Creates a sale through the admin API. `starts_in`/`ends_in` are seconds from
-    /// now (negative = in the past).
+    /// Creates a sale through the admin API, without purchase tickets (see
+    /// `tickets.rs` for sales with them). `starts_in`/`ends_in` are seconds from now
+    /// (negative = in the past).
     pub async fn create_sale(&self, admin: &User, stock: i64, starts_in: i64, ends_in: i64) -> i64 {
+        self.create_sale_with(admin, stock, starts_in, ends_in, false)
+            .await
+    }
+
+    /// [`Self::create_sale`], choosing whether purchases need a ticket.
+    pub async fn create_sale_with(
+        &self,
+        admin: &User,
+        stock: i64,
+        starts_in: i64,
+        ends_in: i64,
+        requires_ticket: bool,
+    ) -> i64 {
         let now = chrono::Utc::now();
         let resp = self
             .post_json(
@@ -332,6 +346,7 @@ impl TestApp {
                     "stock": stock,
                     "starts_at": now + chrono::Duration::seconds(starts_in),
                     "ends_at": now + chrono::Duration::seconds(ends_in),
+                    "requires_ticket": requires_ticket,
                 }),
             )
             .await;

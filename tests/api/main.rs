@@ -22,4 +22,5 @@ mod recover;
 mod sessions;
 mod settle;
 mod shutdown;
+mod tickets;
 mod vote;

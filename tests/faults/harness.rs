@@ -1309,6 +1309,7 @@ impl Stack {
                     "stock": stock,
                     "starts_at": now - chrono::Duration::seconds(5),
                     "ends_at": now + chrono::Duration::seconds(3600),
+                    "requires_ticket": false,
                 }),
             )
             .await;

@@ -1,0 +1,269 @@
+//! Purchase tickets: what a sale that requires one wants with each purchase, so a
+//! bot that fires before the opening gets nothing.
+//!
+//! `POST /api/sales/{id}/ticket` answers only once the sale is open by the Redis
+//! clock (a read: no database or Redis write issues a ticket), with a ticket signed
+//! by the server and bound to the user and the sale, valid [`TICKET_TTL_MS`]. The
+//! purchase carries it (`{"ticket": "..."}`) and the process checks it with one
+//! HMAC, like the session token. A ticket is `<payload>.<mac>`, both base64url: the
+//! payload is `t1:<sale id>:<user id>:<expiry, unix ms>`, the MAC HMAC-SHA256 under
+//! a key derived from the token secret for tickets only, so a ticket is never a
+//! session token nor the other way round.
+//!
+//! Whether a sale requires a ticket is chosen when it is created and never changes
+//! afterwards, so each process remembers it once it has read it ([`TicketRules`]):
+//! a purchase without a ticket costs a map lookup, not a read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use hmac::Mac;
+
+use redis::aio::ConnectionLike;
+
+use crate::auth::token::{self, HmacSha256, TokenError};
+use crate::domain::{Id, SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::lua::{lua_script, unexpected_reply};
+
+static TICKET_WINDOW: std::sync::LazyLock<redis::Script> = lua_script!("ticket_window.lua");
+
+/// How long a ticket stays good: long enough for a person's click to reach the
+/// purchase (the page asks for one right before it buys), short enough that
+/// tickets are not collected ahead and handed out.
+pub const TICKET_TTL_MS: i64 = 30_000;
+
+/// Why a ticket was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TicketError {
+    #[error("the ticket is malformed")]
+    Malformed,
+    #[error("the ticket's signature is wrong")]
+    BadSignature,
+    #[error("the ticket is for another sale")]
+    OtherSale,
+    #[error("the ticket is for another user")]
+    OtherUser,
+    #[error("the ticket has expired")]
+    Expired,
+}
+
+/// Signs and checks tickets.
+#[derive(Clone)]
+pub struct TicketKey {
+    mac: HmacSha256,
+}
+
+impl TicketKey {
+    /// The ticket key derived from the server's token secret.
+    pub fn new(secret: &[u8]) -> Self {
+        let mut derive = HmacSha256::new_from_slice(secret).expect("HMAC accepts any key length");
+        derive.update(b"stampede purchase ticket v1");
+        let key = derive.finalize().into_bytes();
+        TicketKey {
+            mac: HmacSha256::new_from_slice(&key).expect("HMAC accepts any key length"),
+        }
+    }
+
+    pub fn issue(&self, sale: SaleId, user: UserId, expires_at_ms: i64) -> String {
+        token::sign(&self.mac, &format!("t1:{sale}:{user}:{expires_at_ms}"))
+    }
+
+    /// Checks that `ticket` was issued by this server for `sale` and `user` and is
+    /// still good at `now_ms`.
+    pub fn verify(
+        &self,
+        ticket: &str,
+        sale: SaleId,
+        user: UserId,
+        now_ms: i64,
+    ) -> Result<(), TicketError> {
+        let payload = token::open(&self.mac, ticket, 256).map_err(|e| match e {
+            TokenError::BadSignature => TicketError::BadSignature,
+            TokenError::Malformed | TokenError::Expired => TicketError::Malformed,
+        })?;
+        let text = std::str::from_utf8(&payload).map_err(|_| TicketError::Malformed)?;
+        let mut parts = text.split(':');
+        let (Some("t1"), Some(for_sale), Some(for_user), Some(expires), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return Err(TicketError::Malformed);
+        };
+        let id = |s: &str| {
+            s.parse()
+                .ok()
+                .and_then(Id::new)
+                .ok_or(TicketError::Malformed)
+        };
+        let (for_sale, for_user): (SaleId, UserId) = (id(for_sale)?, id(for_user)?);
+        let expires: i64 = expires.parse().map_err(|_| TicketError::Malformed)?;
+        if for_sale != sale {
+            return Err(TicketError::OtherSale);
+        }
+        if for_user != user {
+            return Err(TicketError::OtherUser);
+        }
+        if expires <= now_ms {
+            return Err(TicketError::Expired);
+        }
+        Ok(())
+    }
+}
+
+/// Where a sale stands for issuing a ticket, by the Redis clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Window {
+    /// Open at `now_ms`: a ticket may be issued.
+    Open {
+        now_ms: i64,
+    },
+    NotStarted {
+        starts_in_ms: i64,
+    },
+    Ended,
+    NotLoaded,
+    Recovering,
+}
+
+/// `lua/ticket_window.lua` for one sale: reads the window and the Redis clock.
+pub struct TicketWindow<'a> {
+    pub keys: &'a Keys,
+    pub sale: SaleId,
+    /// Tests only: this Redis time instead of the Redis clock.
+    pub now_ms: Option<i64>,
+}
+
+impl TicketWindow<'_> {
+    pub async fn run<C: ConnectionLike>(&self, redis: &mut C) -> Result<Window, AppError> {
+        let k = self.keys.sale(self.sale);
+        let (code, value, now_ms): (i64, i64, i64) = TICKET_WINDOW
+            .key(&k.meta)
+            .key(&k.stock)
+            .arg(self.now_ms.map(|t| t.to_string()).unwrap_or_default())
+            .invoke_async(redis)
+            .await?;
+        Ok(match code {
+            0 => Window::Open { now_ms },
+            2 => Window::NotStarted {
+                starts_in_ms: value,
+            },
+            3 => Window::Ended,
+            4 => Window::NotLoaded,
+            6 => Window::Recovering,
+            other => return Err(unexpected_reply("ticket_window.lua", (other, value))),
+        })
+    }
+}
+
+/// Which sales require a ticket, as far as this process has read them. The setting
+/// never changes after a sale is created, so an entry is never stale.
+#[derive(Default)]
+pub struct TicketRules {
+    known: ArcSwap<HashMap<SaleId, bool>>,
+}
+
+impl TicketRules {
+    /// `Some(requires_ticket)` once this process has read the sale.
+    pub fn get(&self, sale: SaleId) -> Option<bool> {
+        self.known.load().get(&sale).copied()
+    }
+
+    /// Remembers a sale's setting (once per sale and process: the map is copied).
+    pub fn remember(&self, sale: SaleId, requires_ticket: bool) {
+        if self.get(sale) == Some(requires_ticket) {
+            return;
+        }
+        self.known.rcu(|known| {
+            let mut known = HashMap::clone(known);
+            known.insert(sale, requires_ticket);
+            Arc::new(known)
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: i64) -> Id {
+        Id::new(n).unwrap()
+    }
+
+    #[test]
+    fn a_ticket_is_good_for_its_sale_and_user_until_it_expires() {
+        let key = TicketKey::new(b"0123456789abcdef0123456789abcdef");
+        let t = key.issue(id(7), id(42), 2_000);
+        assert_eq!(key.verify(&t, id(7), id(42), 1_999), Ok(()));
+        assert_eq!(
+            key.verify(&t, id(7), id(42), 2_000),
+            Err(TicketError::Expired)
+        );
+        assert_eq!(
+            key.verify(&t, id(8), id(42), 1_000),
+            Err(TicketError::OtherSale)
+        );
+        assert_eq!(
+            key.verify(&t, id(7), id(43), 1_000),
+            Err(TicketError::OtherUser)
+        );
+    }
+
+    #[test]
+    fn forged_foreign_and_garbage_tickets_are_refused() {
+        let key = TicketKey::new(b"0123456789abcdef0123456789abcdef");
+        let other = TicketKey::new(b"another-secret-another-secret-xx");
+        assert_eq!(
+            key.verify(&other.issue(id(7), id(42), 2_000), id(7), id(42), 1_000),
+            Err(TicketError::BadSignature)
+        );
+        // The user changed, the signature kept.
+        let t = key.issue(id(7), id(42), 2_000);
+        let (_, sig) = t.split_once('.').unwrap();
+        use base64::Engine;
+        let forged = format!(
+            "{}.{sig}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("t1:7:43:2000")
+        );
+        assert_eq!(
+            key.verify(&forged, id(7), id(43), 1_000),
+            Err(TicketError::BadSignature)
+        );
+        for junk in ["", ".", "abc", "a.b.c", "!!!.???", &"x".repeat(300)] {
+            assert!(key.verify(junk, id(7), id(42), 1_000).is_err(), "{junk}");
+        }
+    }
+
+    #[test]
+    fn a_session_token_is_not_a_ticket() {
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let session = crate::auth::token::TokenKey::new(secret).issue(crate::auth::token::Claims {
+            user_id: id(42),
+            admin: false,
+            expires_at: 9_999_999_999,
+            generation: 0,
+            session: 1,
+        });
+        assert_eq!(
+            TicketKey::new(secret).verify(&session, id(7), id(42), 1_000),
+            Err(TicketError::BadSignature)
+        );
+    }
+
+    #[test]
+    fn rules_remember_each_sale() {
+        let rules = TicketRules::default();
+        assert_eq!(rules.get(id(1)), None);
+        rules.remember(id(1), true);
+        rules.remember(id(2), false);
+        assert_eq!(
+            (rules.get(id(1)), rules.get(id(2))),
+            (Some(true), Some(false))
+        );
+    }
+}
