@@ -75,6 +75,11 @@ pub struct LoadArgs {
     /// trusted proxy: start it with STAMPEDE_TRUSTED_PROXIES=127.0.0.1.
     #[arg(long)]
     pub forwarded_for: bool,
+    /// Buy as the sale page does on a sale that requires purchase tickets: each
+    /// attempt asks `POST /api/sales/{id}/ticket` first, then buys with it. The sale
+    /// the run makes then requires tickets; latency is that of the pair.
+    #[arg(long, conflicts_with = "prepare_only")]
+    pub tickets: bool,
     /// How long to wait for settlement before the Postgres checks.
     #[arg(long, default_value_t = 60)]
     pub settle_timeout: u64,

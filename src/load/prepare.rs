@@ -94,6 +94,7 @@ pub async fn create_sale(
     admin: &str,
     stock: i64,
     starts_at: DateTime<Utc>,
+    requires_ticket: bool,
 ) -> anyhow::Result<i64> {
     let sale = call(
         target,
@@ -107,9 +108,9 @@ pub async fn create_sale(
             "stock": stock,
             "starts_at": starts_at,
             "ends_at": starts_at + chrono::Duration::hours(1),
-            // The rehearsal measures the decision: a ticket would be one more
-            // request per buyer (and one HMAC per purchase). See the README.
-            "requires_ticket": false,
+            // Without --tickets the rehearsal measures the decision alone: a ticket
+            // is one more request per buyer (and one HMAC per purchase).
+            "requires_ticket": requires_ticket,
         })),
     )
     .await?;

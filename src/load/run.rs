@@ -50,6 +50,8 @@ struct Plan {
     tokens: Vec<String>,
     /// `X-Forwarded-For` per user, when asked for.
     addresses: Vec<String>,
+    /// `--tickets`: where each purchase gets its ticket first.
+    ticket_path: Option<String>,
 }
 
 impl Plan {
@@ -104,7 +106,38 @@ impl Seen {
     }
 }
 
-/// Sends one request and records it; returns its kind.
+/// With `--tickets`: the user's ticket, then the purchase carrying it. A ticket
+/// refused (not started yet, ended, sold out, ...) is the attempt's answer.
+async fn with_ticket(
+    conn: &mut Conn,
+    plan: &Plan,
+    user: usize,
+    ticket_path: &str,
+) -> anyhow::Result<super::client::Response> {
+    let request = plan.request(user);
+    let ticket = conn
+        .send(&Request {
+            path: ticket_path,
+            body: None,
+            ..request
+        })
+        .await?;
+    let parsed = (ticket.status == 200)
+        .then(|| serde_json::from_slice::<Value>(&ticket.body).ok())
+        .flatten();
+    let Some(ticket) = parsed.as_ref().and_then(|v| v["ticket"].as_str()) else {
+        return Ok(ticket);
+    };
+    let body = serde_json::json!({ "ticket": ticket }).to_string();
+    conn.send(&Request {
+        body: Some(body.as_bytes()),
+        ..request
+    })
+    .await
+}
+
+/// Sends one request (with `--tickets`, a ticket request and the purchase) and
+/// records it; returns its kind.
 async fn one(
     conn: &mut Conn,
     plan: &Plan,
@@ -113,7 +146,10 @@ async fn one(
     progress: &Progress,
 ) -> Kind {
     let started = Instant::now();
-    let answer = conn.send(&plan.request(user)).await;
+    let answer = match &plan.ticket_path {
+        Some(ticket_path) => with_ticket(conn, plan, user, ticket_path).await,
+        None => conn.send(&plan.request(user)).await,
+    };
     let micros = started.elapsed().as_micros().max(1) as u64;
     let _ = seen.latency_us.record(micros.min(60_000_000));
     let (kind, order) = match answer {
@@ -410,7 +446,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
                     } else {
                         chrono::Utc::now() - chrono::Duration::seconds(5)
                     };
-                    prepare::create_sale(&target, &admin, stock, opens).await?
+                    prepare::create_sale(&target, &admin, stock, opens, args.tickets).await?
                 }
             };
             (
@@ -428,12 +464,27 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     } else {
         Vec::new()
     };
+    let ticket_path = match (sale, args.tickets) {
+        (Some(sale), true) => Some(format!("/api/sales/{sale}/ticket")),
+        (None, true) => anyhow::bail!("--tickets is for the buy modes (storm, repeat, soldout)"),
+        _ => None,
+    };
+    if let (Some(sale), false) = (args.sale, args.tickets) {
+        let view =
+            prepare::call(&target, "GET", &format!("/api/sales/{sale}"), &admin, None).await?;
+        anyhow::ensure!(
+            view["requires_ticket"] != Value::Bool(true),
+            "sale {sale} requires purchase tickets: add --tickets (each purchase then asks for its \
+             ticket first, as the sale page does)"
+        );
+    }
     let plan = Arc::new(Plan {
         mode: args.mode,
         path,
         body,
         tokens,
         addresses,
+        ticket_path,
     });
 
     if let Some(file) = &args.prepare_only {

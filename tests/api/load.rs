@@ -80,6 +80,53 @@ async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
     }
 }
 
+/// `--tickets`: the sale requires tickets, each buyer asks for one at the opening
+/// (a ticket asked for a moment early is refused and asked for again) and buys with
+/// it; the counts are those of a storm without tickets. Without `--tickets`, a
+/// ticket sale given by `--sale` is refused up front with the reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
+    let app = spawn_app().await;
+    let (status, report, stderr) = load(
+        &app,
+        &[
+            "storm",
+            "--tickets",
+            "--users",
+            "200",
+            "--stock",
+            "30",
+            "--opens-in",
+            "1",
+            "--concurrency",
+            "32",
+        ],
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(answers(&report, "202"), 30, "{report:#}");
+    assert_eq!(answers(&report, "410 sold_out"), 170, "{report:#}");
+    assert_eq!(answers(&report, "428 ticket_required"), 0, "{report:#}");
+    let sale = report["sale"].as_i64().unwrap();
+    let requires: bool = sqlx::query_scalar("SELECT requires_ticket FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(requires, "the run's sale requires tickets");
+
+    let (status, _, stderr) = load(
+        &app,
+        &["repeat", "--sale", &sale.to_string(), "--users", "5"],
+    )
+    .await;
+    assert!(!status.success());
+    assert!(
+        stderr.contains("requires purchase tickets: add --tickets"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vote_run_counts_each_voter_once_in_postgres() {
     let app = spawn_app().await;
