@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::domain::UserId;
-use crate::error::{AppError, is_redis_unreachable};
+use crate::error::{AppError, ErrorCode, is_redis_unreachable};
 use crate::limit::{Decision, Policy, Subject, Verdict};
 use crate::lua::unexpected_reply;
 use crate::metrics::{Counter, Metrics};
@@ -57,7 +57,7 @@ enum Failed {
     /// Redis did not answer (down, too slow, loading), or a replica did not confirm
     /// the decision in time: 503, retry.
     Unavailable {
-        code: &'static str,
+        code: ErrorCode,
         message: std::borrow::Cow<'static, str>,
     },
     /// Anything else: a bug. 500, logged once for the batch.
@@ -67,7 +67,7 @@ enum Failed {
 impl Failed {
     fn redis_unavailable() -> Self {
         Failed::Unavailable {
-            code: "redis_unavailable",
+            code: ErrorCode::RedisUnavailable,
             message: "Redis did not answer in time; try again (a retry never buys a second unit)"
                 .into(),
         }
@@ -77,7 +77,7 @@ impl Failed {
 impl From<Failed> for AppError {
     fn from(f: Failed) -> Self {
         match f {
-            Failed::Unavailable { code, message } => AppError::unavailable(code, message),
+            Failed::Unavailable { code, message } => AppError::new(code, message),
             Failed::Broken => AppError::Internal(anyhow::anyhow!("a batched decision failed")),
         }
     }
@@ -125,8 +125,8 @@ impl ReplicaAcks {
             .wait_for_replicas(key, self.replicas, self.timeout)
             .await?;
         if acked < self.replicas {
-            return Err(AppError::unavailable(
-                "not_replicated",
+            return Err(AppError::new(
+                ErrorCode::NotReplicated,
                 "the decision was not confirmed by a Redis replica in time; try again \
                  (a retry never buys a second unit)",
             ));
@@ -265,14 +265,12 @@ impl<D: Decider> Batcher<D> {
                         Err(AppError::Redis(e)) if is_redis_unreachable(e) => {
                             Failed::redis_unavailable()
                         }
-                        Err(AppError::Client {
-                            status,
-                            code,
-                            message,
-                            ..
-                        }) if *status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE => {
+                        Err(AppError::Client { code, message, .. })
+                            if code.status()
+                                == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
+                        {
                             Failed::Unavailable {
-                                code,
+                                code: *code,
                                 message: message.clone(),
                             }
                         }

@@ -1,6 +1,6 @@
 //! Views cached in Redis, rebuilt from Postgres by one caller at a time.
 //!
-//! [`get_or_rebuild`] reads a JSON value from Redis. On a miss:
+//! [`Cache::get_or_rebuild`] reads a JSON value from Redis. On a miss:
 //! 1. **Inside this process**, the first caller for a key leads a *flight*; every other
 //!    caller for that key waits for the leader's result instead of doing the same work.
 //! 2. **Across instances**, the leader takes the key's rebuild lock (`<key>:lock`, see
@@ -19,13 +19,13 @@
 //! ```ignore
 //! let key = state.keys.cache(&format!("poll:{id}"), "view"); // same tag as the poll's live keys
 //! let poll: Option<PollRow> =
-//!     cache::get_or_rebuild(state, &key, Duration::from_secs(30), || async {
+//!     state.cache.get_or_rebuild(&key, Duration::from_secs(30), || async {
 //!         Ok(fetch_poll(&state.db, id).await?) // the only Postgres read
 //!     })
 //!     .await?;
 //! // then read the live tallies from Redis and merge them into the page
 //! ```
-//! and call [`invalidate`] with that key after every admin change to the poll.
+//! and call [`Cache::invalidate`] with that key after every admin change to the poll.
 //! `None` results are cached too (an unknown id costs one query per TTL, not one per
 //! request), which is why creating a record must invalidate its view as well.
 
@@ -35,17 +35,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use actix_web::ResponseError;
-use actix_web::http::{StatusCode, header};
+use actix_web::http::header;
 use rand::Rng;
 use redis::aio::ConnectionLike;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 use crate::lock::{Lock, LockGuard, Released};
-use crate::state::AppState;
+use crate::redis_conn::Redis;
 
 static FILL: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(include_str!("../lua/cache_fill.lua")));
@@ -62,9 +61,16 @@ pub const WAIT_FOR_REBUILD: Duration = Duration::from_secs(2);
 /// waiting instances do not poll in step.
 const POLL_MS: std::ops::RangeInclusive<u64> = 10..=20;
 
+/// The cache: views in Redis (`redis`), and this process's rebuilds in flight
+/// and counters (`local`). `state.cache.get_or_rebuild(..)`, `state.cache.invalidate(..)`.
+pub struct Cache {
+    redis: Redis,
+    local: Flights,
+}
+
 /// Per-process state of the cache: rebuilds in flight and counters.
 #[derive(Default)]
-pub struct Cache {
+struct Flights {
     // A std mutex: held for one map operation, never across an await.
     flights: Mutex<HashMap<String, (u64, FlightRx)>>,
     next_flight: AtomicU64,
@@ -94,11 +100,20 @@ pub struct CacheStats {
 type Outcome = Result<Arc<str>, SharedError>;
 
 impl Cache {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(redis: Redis) -> Self {
+        Cache {
+            redis,
+            local: Flights::default(),
+        }
     }
 
     pub fn stats(&self) -> CacheStats {
+        self.local.stats()
+    }
+}
+
+impl Flights {
+    fn stats(&self) -> CacheStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CacheStats {
             hits: get(&self.hits),
@@ -153,7 +168,7 @@ enum Join<'a> {
 /// The leader's side of a flight. Dropping it (finished, failed or cancelled) takes
 /// it out of the map; followers of a cancelled leader see the channel close and retry.
 struct Flight<'a> {
-    cache: &'a Cache,
+    cache: &'a Flights,
     key: String,
     id: u64,
     tx: watch::Sender<Option<Outcome>>,
@@ -179,8 +194,7 @@ impl Drop for Flight<'_> {
 /// leader's (whose response logs the cause).
 #[derive(Clone, Debug)]
 struct SharedError {
-    status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: std::borrow::Cow<'static, str>,
     headers: Vec<(header::HeaderName, String)>,
 }
@@ -192,8 +206,7 @@ impl From<&AppError> for SharedError {
             _ => Vec::new(),
         };
         SharedError {
-            status: e.status_code(),
-            code: e.code(),
+            code: e.error_code(),
             message: e.public_message(),
             headers,
         }
@@ -203,7 +216,6 @@ impl From<&AppError> for SharedError {
 impl From<SharedError> for AppError {
     fn from(e: SharedError) -> Self {
         AppError::Client {
-            status: e.status,
             code: e.code,
             message: e.message,
             headers: e.headers,
@@ -211,106 +223,117 @@ impl From<SharedError> for AppError {
     }
 }
 
-/// The cached value of `key`, or the loader's result stored under it for about `ttl`
-/// (± [`TTL_JITTER`]). Across all instances, one caller runs the loader per miss.
-pub async fn get_or_rebuild<T, F, Fut>(
-    state: &AppState,
-    key: &str,
-    ttl: Duration,
-    loader: F,
-) -> Result<T, AppError>
-where
-    T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T, AppError>>,
-{
-    debug_assert!(
-        key.contains('{'),
-        "cache keys need a hash tag (Keys::cache): the fill script also touches <key>:lock"
-    );
-    let cache = &state.cache;
-    if let Some((value, _)) = read::<T, _>(&mut state.redis.clone(), key).await? {
-        Cache::count(&cache.hits);
-        return Ok(value);
-    }
-    loop {
-        match cache.join(key) {
-            Join::Follow(mut rx) => {
-                let outcome = match rx.wait_for(Option::is_some).await {
-                    Ok(done) => (*done).clone(),
-                    // The leader was cancelled (its client went away): start over.
-                    Err(_) => continue,
-                };
-                let Some(outcome) = outcome else {
-                    continue; // not reached: wait_for waited for Some
-                };
-                Cache::count(&cache.shared);
-                return match outcome {
-                    Ok(json) => decode(&json),
-                    Err(e) => Err(e.into()),
-                };
-            }
-            Join::Lead(flight) => {
-                let result = rebuild(state, key, ttl, loader).await;
-                flight.finish(match &result {
-                    Ok((_, json)) => Ok(json.clone()),
-                    Err(e) => Err(SharedError::from(e)),
-                });
-                return result.map(|(value, _)| value);
+impl Cache {
+    /// The cached value of `key`, or the loader's result stored under it for about `ttl`
+    /// (± [`TTL_JITTER`]). Across all instances, one caller runs the loader per miss.
+    pub async fn get_or_rebuild<T, F, Fut>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        loader: F,
+    ) -> Result<T, AppError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, AppError>>,
+    {
+        debug_assert!(
+            key.contains('{'),
+            "cache keys need a hash tag (Keys::cache): the fill script also touches <key>:lock"
+        );
+        let cache = &self.local;
+        if let Some((value, _)) = read::<T, _>(&mut self.redis.clone(), key).await? {
+            Flights::count(&cache.hits);
+            return Ok(value);
+        }
+        loop {
+            match cache.join(key) {
+                Join::Follow(mut rx) => {
+                    let outcome = match rx.wait_for(Option::is_some).await {
+                        Ok(done) => (*done).clone(),
+                        // The leader was cancelled (its client went away): start over.
+                        Err(_) => continue,
+                    };
+                    let Some(outcome) = outcome else {
+                        continue; // not reached: wait_for waited for Some
+                    };
+                    Flights::count(&cache.shared);
+                    return match outcome {
+                        Ok(json) => decode(&json),
+                        Err(e) => Err(e.into()),
+                    };
+                }
+                Join::Lead(flight) => {
+                    let result = self.rebuild(key, ttl, loader).await;
+                    flight.finish(match &result {
+                        Ok((_, json)) => Ok(json.clone()),
+                        Err(e) => Err(SharedError::from(e)),
+                    });
+                    return result.map(|(value, _)| value);
+                }
             }
         }
     }
-}
 
-/// The cross-instance part: take the rebuild lock and load, or wait for the holder.
-async fn rebuild<T, F, Fut>(
-    state: &AppState,
-    key: &str,
-    ttl: Duration,
-    loader: F,
-) -> Result<(T, Arc<str>), AppError>
-where
-    T: Serialize + DeserializeOwned,
-    F: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T, AppError>>,
-{
-    let cache = &state.cache;
-    let mut redis = state.redis.clone();
-    let lock_key = rebuild_lock_key(key);
-    let deadline = Instant::now() + WAIT_FOR_REBUILD;
-    loop {
-        if let Some(guard) =
-            Lock::try_acquire(&state.redis, lock_key.as_str(), REBUILD_LOCK_TTL_MS).await?
-        {
-            // The previous holder may have stored it between our miss and our lock.
-            if let Some(found) = read(&mut redis, key).await? {
-                Cache::count(&cache.waited);
+    /// The cross-instance part: take the rebuild lock and load, or wait for the holder.
+    async fn rebuild<T, F, Fut>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        loader: F,
+    ) -> Result<(T, Arc<str>), AppError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, AppError>>,
+    {
+        let cache = &self.local;
+        let mut redis = self.redis.clone();
+        let lock_key = rebuild_lock_key(key);
+        let deadline = Instant::now() + WAIT_FOR_REBUILD;
+        loop {
+            if let Some(guard) =
+                Lock::try_acquire(&self.redis, lock_key.as_str(), REBUILD_LOCK_TTL_MS).await?
+            {
+                // The previous holder may have stored it between our miss and our lock.
+                if let Some(found) = read(&mut redis, key).await? {
+                    Flights::count(&cache.waited);
+                    release_quietly(guard).await;
+                    return Ok(found);
+                }
+                Flights::count(&cache.loads);
+                let loaded = loader().await.and_then(encode);
+                if let Ok((_, json)) = &loaded {
+                    fill(&mut redis, key, json, ttl, &guard).await;
+                }
                 release_quietly(guard).await;
+                return loaded;
+            }
+            if let Some(found) = read(&mut redis, key).await? {
+                Flights::count(&cache.waited);
                 return Ok(found);
             }
-            Cache::count(&cache.loads);
-            let loaded = loader().await.and_then(encode);
-            if let Ok((_, json)) = &loaded {
-                fill(&mut redis, key, json, ttl, &guard).await;
+            let now = Instant::now();
+            if now >= deadline {
+                // Never fail a read because the holder is slow. Without the lock we may
+                // not store: we cannot tell whether what we read is still current.
+                tracing::warn!(key, "cache rebuild lock held too long; loading without it");
+                Flights::count(&cache.loads);
+                Flights::count(&cache.fallbacks);
+                return encode(loader().await?);
             }
-            release_quietly(guard).await;
-            return loaded;
+            let pause = Duration::from_millis(rand::rng().random_range(POLL_MS));
+            tokio::time::sleep(pause.min(deadline - now)).await;
         }
-        if let Some(found) = read(&mut redis, key).await? {
-            Cache::count(&cache.waited);
-            return Ok(found);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            // Never fail a read because the holder is slow. Without the lock we may
-            // not store: we cannot tell whether what we read is still current.
-            tracing::warn!(key, "cache rebuild lock held too long; loading without it");
-            Cache::count(&cache.loads);
-            Cache::count(&cache.fallbacks);
-            return encode(loader().await?);
-        }
-        let pause = Duration::from_millis(rand::rng().random_range(POLL_MS));
-        tokio::time::sleep(pause.min(deadline - now)).await;
+    }
+
+    /// After a change in Postgres: deletes the cached views and their rebuild locks (so a
+    /// rebuild that read Postgres before the change cannot store what it read), and lets
+    /// this process's later callers start fresh rebuilds. Call it after the commit.
+    pub async fn invalidate(&self, keys: &[String]) -> Result<(), AppError> {
+        invalidate_keys(&mut self.redis.clone(), keys).await?;
+        self.local.forget(keys);
+        Ok(())
     }
 }
 
@@ -389,16 +412,7 @@ fn decode<T: DeserializeOwned>(json: &str) -> Result<T, AppError> {
         .map_err(|e| AppError::Internal(anyhow::anyhow!("decoding a shared view: {e}")))
 }
 
-/// After a change in Postgres: deletes the cached views and their rebuild locks (so a
-/// rebuild that read Postgres before the change cannot store what it read), and lets
-/// this process's later callers start fresh rebuilds. Call it after the commit.
-pub async fn invalidate(state: &AppState, keys: &[String]) -> Result<(), AppError> {
-    invalidate_keys(&mut state.redis.clone(), keys).await?;
-    state.cache.forget(keys);
-    Ok(())
-}
-
-/// The Redis half of [`invalidate`], for code without an `AppState` (`seed-demo`).
+/// The Redis half of [`Cache::invalidate`], for code without a `Cache` (`seed-demo`).
 pub async fn invalidate_keys<C: ConnectionLike>(
     redis: &mut C,
     keys: &[String],
@@ -434,7 +448,7 @@ mod tests {
     fn followers_get_the_leaders_client_error() {
         let shared = SharedError::from(&AppError::not_found("no sale with id 9"));
         let e: AppError = shared.into();
-        assert_eq!(e.status_code(), StatusCode::NOT_FOUND);
+        assert_eq!(e.error_code(), ErrorCode::NotFound);
         assert_eq!(e.code(), "not_found");
     }
 
@@ -442,13 +456,13 @@ mod tests {
     fn followers_never_see_internal_details() {
         let shared = SharedError::from(&AppError::Internal(anyhow::anyhow!("secret")));
         let e: AppError = shared.into();
-        assert_eq!(e.status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(e.error_code(), ErrorCode::Internal);
         assert!(!e.to_string().contains("secret"));
     }
 
     #[tokio::test]
     async fn a_flight_has_one_leader_until_it_ends() {
-        let cache = Cache::new();
+        let cache = Flights::default();
         let Join::Lead(flight) = cache.join("k") else {
             panic!("first caller leads")
         };
@@ -466,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn followers_of_a_cancelled_leader_are_woken() {
-        let cache = Cache::new();
+        let cache = Flights::default();
         let lead = cache.join("k");
         let Join::Follow(mut rx) = cache.join("k") else {
             panic!("second caller follows")
@@ -477,7 +491,7 @@ mod tests {
 
     #[test]
     fn forget_lets_the_next_caller_lead_and_the_old_leader_keeps_its_hands_off() {
-        let cache = Cache::new();
+        let cache = Flights::default();
         let old = cache.join("k");
         cache.forget(&["k".to_string()]);
         let new = cache.join("k");

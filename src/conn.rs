@@ -17,7 +17,7 @@ use actix_web::middleware::Next;
 use actix_web::{HttpMessage, ResponseError};
 use futures_util::StreamExt;
 
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 
 #[derive(Clone, Copy)]
 pub struct ClientLimits {
@@ -57,8 +57,7 @@ pub async fn guard(
         .get_ref();
     if head_bytes(&req) > limits.max_header_bytes {
         let e = AppError::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            "headers_too_large",
+            ErrorCode::HeadersTooLarge,
             format!(
                 "the request line and headers are larger than {} bytes",
                 limits.max_header_bytes
@@ -117,8 +116,7 @@ pub fn is_body_timeout(e: &PayloadError) -> bool {
 
 pub fn body_timeout_error(limit_ms: u64) -> AppError {
     AppError::new(
-        StatusCode::REQUEST_TIMEOUT,
-        "body_timeout",
+        ErrorCode::BodyTimeout,
         format!("the request body did not arrive within {limit_ms} ms"),
     )
 }

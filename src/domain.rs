@@ -2,31 +2,60 @@
 //! good, so handlers and Redis key builders never see raw user text.
 
 use std::fmt;
+use std::marker::PhantomData;
 
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 
-/// Positive database id of a sale (or poll, or user). Parsed from the path, never
-/// used as raw text, so it is safe inside a Redis key and its hash tag.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct Id(i64);
+/// Positive database id of a `T` (a [`Sale`], [`Poll`] or [`User`]). Parsed from
+/// the path, never used as raw text, so it is safe inside a Redis key and its hash
+/// tag. One type per entity: a user's id where a sale's is wanted does not compile.
+pub struct Id<T>(i64, PhantomData<fn() -> T>);
 
-impl Id {
+/// What an [`Id`] is the id of (its name, for error messages).
+pub trait Entity {
+    const NAME: &'static str;
+}
+
+/// A flash sale.
+pub enum Sale {}
+/// A poll.
+pub enum Poll {}
+/// An account.
+pub enum User {}
+
+impl Entity for Sale {
+    const NAME: &'static str = "sale";
+}
+impl Entity for Poll {
+    const NAME: &'static str = "poll";
+}
+impl Entity for User {
+    const NAME: &'static str = "user";
+}
+
+pub type SaleId = Id<Sale>;
+pub type UserId = Id<User>;
+pub type PollId = Id<Poll>;
+
+impl<T> Id<T> {
     pub fn new(raw: i64) -> Option<Self> {
-        (raw > 0).then_some(Id(raw))
+        (raw > 0).then_some(Id(raw, PhantomData))
     }
 
     pub fn get(self) -> i64 {
         self.0
     }
+}
 
+impl<T: Entity> Id<T> {
     /// Parses a path segment. Only plain decimal digits: no sign, no spaces, no `+`.
-    pub fn parse(what: &'static str, raw: &str) -> Result<Self, AppError> {
+    pub fn parse(raw: &str) -> Result<Self, AppError> {
         let invalid = || {
-            AppError::bad_request(
-                "invalid_id",
+            AppError::new(
+                ErrorCode::InvalidId,
                 format!(
-                    "{what} id must be a positive integer, got {:?}",
+                    "{} id must be a positive integer, got {:?}",
+                    T::NAME,
                     truncate(raw, 40)
                 ),
             )
@@ -41,15 +70,49 @@ impl Id {
     }
 }
 
-impl fmt::Display for Id {
+// By hand, not derived: a derive would ask the same of `T`, which is never built.
+impl<T> Clone for Id<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Id<T> {}
+impl<T> PartialEq for Id<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl<T> Eq for Id<T> {}
+impl<T> std::hash::Hash for Id<T> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+impl<T> PartialOrd for Id<T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<T> Ord for Id<T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+impl<T> fmt::Debug for Id<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
 }
-
-pub type SaleId = Id;
-pub type UserId = Id;
-pub type PollId = Id;
+impl<T> fmt::Display for Id<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+impl<T> serde::Serialize for Id<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(self.0)
+    }
+}
 
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
@@ -70,8 +133,8 @@ impl Username {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
         if !ok_len || !ok_chars {
-            return Err(AppError::unprocessable(
-                "invalid_username",
+            return Err(AppError::new(
+                ErrorCode::InvalidUsername,
                 "username must be 3 to 32 characters of letters, digits, '_', '.' or '-'",
             ));
         }
@@ -91,8 +154,8 @@ impl Password {
         reject_nul("password", &raw)?;
         let chars = raw.chars().count();
         if !(8..=128).contains(&chars) {
-            return Err(AppError::unprocessable(
-                "invalid_password",
+            return Err(AppError::new(
+                ErrorCode::InvalidPassword,
                 "password must be 8 to 128 characters",
             ));
         }
@@ -118,8 +181,8 @@ pub const MAX_PRICE_CENTS: i64 = 100_000_000;
 
 pub fn parse_stock(field: &'static str, value: i64) -> Result<i64, AppError> {
     if !(0..=MAX_STOCK).contains(&value) {
-        return Err(AppError::unprocessable(
-            "invalid_stock",
+        return Err(AppError::new(
+            ErrorCode::InvalidStock,
             format!("{field} must be between 0 and {MAX_STOCK}"),
         ));
     }
@@ -128,8 +191,8 @@ pub fn parse_stock(field: &'static str, value: i64) -> Result<i64, AppError> {
 
 pub fn parse_price(value: i64) -> Result<i64, AppError> {
     if !(0..=MAX_PRICE_CENTS).contains(&value) {
-        return Err(AppError::unprocessable(
-            "invalid_price",
+        return Err(AppError::new(
+            ErrorCode::InvalidPrice,
             format!("price_cents must be between 0 and {MAX_PRICE_CENTS}"),
         ));
     }
@@ -140,8 +203,8 @@ pub fn parse_price(value: i64) -> Result<i64, AppError> {
 /// fail the insert with a 500); the message names the field.
 pub fn reject_nul(field: &str, raw: &str) -> Result<(), AppError> {
     if raw.contains('\0') {
-        return Err(AppError::unprocessable(
-            "invalid_text",
+        return Err(AppError::new(
+            ErrorCode::InvalidText,
             format!("{field} must not contain a NUL character (\\u0000)"),
         ));
     }
@@ -158,8 +221,8 @@ pub fn parse_text(
     reject_nul(field, raw)?;
     let text = raw.trim();
     if (!allow_empty && text.is_empty()) || text.chars().count() > max {
-        return Err(AppError::unprocessable(
-            "invalid_text",
+        return Err(AppError::new(
+            ErrorCode::InvalidText,
             format!(
                 "{field} must be {} to {max} characters",
                 if allow_empty { 0 } else { 1 }
@@ -181,8 +244,8 @@ pub fn parse_image_url(raw: Option<&str>) -> Result<Option<String>, AppError> {
         return Ok(None);
     };
     let invalid = || {
-        AppError::unprocessable(
-            "invalid_image_url",
+        AppError::new(
+            ErrorCode::InvalidImageUrl,
             format!(
                 "image_url must be an https:// address or a path on this site starting with /, \
                  at most {MAX_IMAGE_URL} characters, without spaces or quotes"
@@ -249,7 +312,7 @@ mod tests {
 
     #[test]
     fn ids_are_positive_decimal_only() {
-        assert_eq!(Id::parse("sale", "42").unwrap().get(), 42);
+        assert_eq!(SaleId::parse("42").unwrap().get(), 42);
         for bad in [
             "0",
             "-1",
@@ -261,7 +324,7 @@ mod tests {
             "99999999999999999999",
             "1.0",
         ] {
-            assert!(Id::parse("sale", bad).is_err(), "{bad:?} must be refused");
+            assert!(SaleId::parse(bad).is_err(), "{bad:?} must be refused");
         }
     }
 

@@ -9,13 +9,146 @@ use actix_web::http::{StatusCode, header};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
+/// Defines [`ErrorCode`]: each variant with its wire name and its one status.
+macro_rules! error_codes {
+    ($($(#[doc = $doc:literal])* $variant:ident = ($status:ident, $code:literal),)*) => {
+        /// Every `error` code the API answers, each with its one HTTP status. The
+        /// README's "Error codes" table lists them all (a unit test checks it).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl ErrorCode {
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The `error` field of the body.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorCode::$variant => $code,)*
+                }
+            }
+
+            pub const fn status(self) -> StatusCode {
+                match self {
+                    $(ErrorCode::$variant => StatusCode::$status,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// An id in the path or query that is not a positive integer (or an order id that is not a UUID).
+    InvalidId = (BAD_REQUEST, "invalid_id"),
+    /// A body that is not JSON, or could not be read.
+    InvalidJson = (BAD_REQUEST, "invalid_json"),
+    /// A path segment that cannot be read.
+    InvalidPath = (BAD_REQUEST, "invalid_path"),
+    /// A query string that cannot be read.
+    InvalidQuery = (BAD_REQUEST, "invalid_query"),
+    /// A paging limit out of range.
+    InvalidLimit = (BAD_REQUEST, "invalid_limit"),
+    /// No session: sign in.
+    Unauthorized = (UNAUTHORIZED, "unauthorized"),
+    /// A session token this server did not issue.
+    InvalidToken = (UNAUTHORIZED, "invalid_token"),
+    /// A session token past its expiry.
+    TokenExpired = (UNAUTHORIZED, "token_expired"),
+    /// A session that was signed out or ended with all others.
+    SessionEnded = (UNAUTHORIZED, "session_ended"),
+    /// Sign-in with a wrong username or password.
+    BadCredentials = (UNAUTHORIZED, "bad_credentials"),
+    /// Signed in, but not allowed (admin routes).
+    Forbidden = (FORBIDDEN, "forbidden"),
+    /// A cookie session's unsafe request without the matching `X-CSRF-Token` header.
+    CsrfFailed = (FORBIDDEN, "csrf_failed"),
+    /// A password change whose current password is wrong.
+    WrongPassword = (FORBIDDEN, "wrong_password"),
+    /// No such sale, poll, order or page.
+    NotFound = (NOT_FOUND, "not_found"),
+    /// The body did not arrive in time.
+    BodyTimeout = (REQUEST_TIMEOUT, "body_timeout"),
+    /// One purchase per customer per sale.
+    AlreadyBought = (CONFLICT, "already_bought"),
+    /// One vote per person per poll.
+    AlreadyVoted = (CONFLICT, "already_voted"),
+    /// A sale before its opening (`Retry-After`).
+    NotStarted = (CONFLICT, "not_started"),
+    /// A poll before its opening.
+    NotOpen = (CONFLICT, "not_open"),
+    /// An admin action on a sale whose end time has passed.
+    PastEnd = (CONFLICT, "past_end"),
+    /// Sign-up with a username in use.
+    UsernameTaken = (CONFLICT, "username_taken"),
+    /// No units left.
+    SoldOut = (GONE, "sold_out"),
+    /// A sale past its end, or closed early.
+    Ended = (GONE, "ended"),
+    /// A poll past its closing time, or closed early.
+    Closed = (GONE, "closed"),
+    /// A body over the size limit.
+    PayloadTooLarge = (PAYLOAD_TOO_LARGE, "payload_too_large"),
+    /// A body that is not `application/json`.
+    UnsupportedMediaType = (UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+    /// JSON of the wrong shape: a missing, unknown or mistyped field.
+    InvalidBody = (UNPROCESSABLE_ENTITY, "invalid_body"),
+    /// A name, description or question out of bounds or with control characters.
+    InvalidText = (UNPROCESSABLE_ENTITY, "invalid_text"),
+    /// A price out of range.
+    InvalidPrice = (UNPROCESSABLE_ENTITY, "invalid_price"),
+    /// A stock out of range.
+    InvalidStock = (UNPROCESSABLE_ENTITY, "invalid_stock"),
+    /// A stock change that would pass 10,000,000 units ever offered.
+    StockTooLarge = (UNPROCESSABLE_ENTITY, "stock_too_large"),
+    /// An end before the start, in the past, or too far away.
+    InvalidWindow = (UNPROCESSABLE_ENTITY, "invalid_window"),
+    /// A picture address that is neither `https://` nor a path on this site.
+    InvalidImageUrl = (UNPROCESSABLE_ENTITY, "invalid_image_url"),
+    /// A poll's options: too few, too many, or repeated.
+    InvalidOptions = (UNPROCESSABLE_ENTITY, "invalid_options"),
+    /// A vote for an option of another poll.
+    UnknownOption = (UNPROCESSABLE_ENTITY, "unknown_option"),
+    /// A username out of the allowed form.
+    InvalidUsername = (UNPROCESSABLE_ENTITY, "invalid_username"),
+    /// A password too short or too long.
+    InvalidPassword = (UNPROCESSABLE_ENTITY, "invalid_password"),
+    /// A purchase ticket not issued here, or for another user or sale.
+    InvalidTicket = (UNPROCESSABLE_ENTITY, "invalid_ticket"),
+    /// A purchase ticket past its 30 s.
+    TicketExpired = (UNPROCESSABLE_ENTITY, "ticket_expired"),
+    /// A request that a limit policy can never grant.
+    RateLimitUnsatisfiable = (UNPROCESSABLE_ENTITY, "rate_limit_unsatisfiable"),
+    /// A purchase without a ticket, on a sale that requires one.
+    TicketRequired = (PRECONDITION_REQUIRED, "ticket_required"),
+    /// A rate limit refused (`Retry-After`, `RateLimit`).
+    RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
+    /// A request head over the size limit.
+    HeadersTooLarge = (REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
+    /// A bug: the cause is logged, never sent.
+    Internal = (INTERNAL_SERVER_ERROR, "internal"),
+    /// Redis did not answer in time, or is not ready (`Retry-After`).
+    RedisUnavailable = (SERVICE_UNAVAILABLE, "redis_unavailable"),
+    /// Postgres did not answer in time (`Retry-After`).
+    DatabaseUnavailable = (SERVICE_UNAVAILABLE, "database_unavailable"),
+    /// A backing service is not ready (`Retry-After`).
+    Unavailable = (SERVICE_UNAVAILABLE, "unavailable"),
+    /// A sale's or poll's Redis state is being rebuilt from Postgres (`Retry-After`).
+    Recovering = (SERVICE_UNAVAILABLE, "recovering"),
+    /// With `replica_acks`: no replica confirmed the decision in time (`Retry-After`).
+    NotReplicated = (SERVICE_UNAVAILABLE, "not_replicated"),
+    /// The rate limiter's Redis did not answer (`Retry-After`).
+    RateLimiterUnavailable = (SERVICE_UNAVAILABLE, "rate_limiter_unavailable"),
+    /// A cache rebuild is taking too long (`Retry-After`).
+    Busy = (SERVICE_UNAVAILABLE, "busy"),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// A refusal the client caused or can act on (4xx), or a known 503.
     #[error("{message}")]
     Client {
-        status: StatusCode,
-        code: &'static str,
+        code: ErrorCode,
         /// Borrowed when fixed (the refusals of a storm allocate nothing for it).
         message: Cow<'static, str>,
         /// Extra response headers (Retry-After, RateLimit, ...).
@@ -39,13 +172,8 @@ pub struct ErrorBody<'a> {
 }
 
 impl AppError {
-    pub fn new(
-        status: StatusCode,
-        code: &'static str,
-        message: impl Into<Cow<'static, str>>,
-    ) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<Cow<'static, str>>) -> Self {
         AppError::Client {
-            status,
             code,
             message: message.into(),
             headers: Vec::new(),
@@ -59,32 +187,9 @@ impl AppError {
         self
     }
 
-    pub fn bad_request(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, message)
-    }
-
-    pub fn unprocessable(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
-    }
-
+    /// 404 `not_found`, the commonest refusal.
     pub fn not_found(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
-    }
-
-    pub fn conflict(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::CONFLICT, code, message)
-    }
-
-    pub fn unauthorized(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
-    }
-
-    pub fn forbidden(message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
-    }
-
-    pub fn unavailable(code: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
     /// The message sent to the client: a refusal's own, else a fixed one (the
@@ -101,11 +206,15 @@ impl AppError {
 
     /// The machine-readable code sent as `error`.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            AppError::Client { code, .. } => code,
-            AppError::Redis(e) if is_redis_unreachable(e) => "redis_unavailable",
-            AppError::Database(e) if is_db_unreachable(e) => "database_unavailable",
-            _ => "internal",
+            AppError::Client { code, .. } => *code,
+            AppError::Redis(e) if is_redis_unreachable(e) => ErrorCode::RedisUnavailable,
+            AppError::Database(e) if is_db_unreachable(e) => ErrorCode::DatabaseUnavailable,
+            _ => ErrorCode::Internal,
         }
     }
 }
@@ -168,12 +277,7 @@ pub fn is_unique_violation(e: &sqlx::Error) -> bool {
 
 impl ResponseError for AppError {
     fn status_code(&self) -> StatusCode {
-        match self {
-            AppError::Client { status, .. } => *status,
-            AppError::Redis(e) if is_redis_unreachable(e) => StatusCode::SERVICE_UNAVAILABLE,
-            AppError::Database(e) if is_db_unreachable(e) => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        }
+        self.error_code().status()
     }
 
     fn error_response(&self) -> HttpResponse {
@@ -182,7 +286,11 @@ impl ResponseError for AppError {
             // A refusal is the normal answer of a flash sale (sold out, already
             // bought, rate limited): thousands a second in a storm, so debug only.
             AppError::Client { code, .. } => {
-                tracing::debug!(status = status.as_u16(), code, "request refused")
+                tracing::debug!(
+                    status = status.as_u16(),
+                    code = code.as_str(),
+                    "request refused"
+                )
             }
             other => tracing::error!(error = %error_chain(other), "request failed"),
         }
@@ -221,12 +329,42 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// The README's "Error codes" table is the list of codes, each with its status:
+    /// nothing missing, nothing extra, no status that differs.
+    #[test]
+    fn the_readme_lists_every_error_code_with_its_status() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("### Error codes")
+            .nth(1)
+            .expect("README has an Error codes section");
+        let listed: std::collections::BTreeSet<(String, u16)> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("|---"))
+            .skip(1)
+            .take_while(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (
+                    cells[1].trim_matches('`').to_string(),
+                    cells[2].parse().expect("a status number"),
+                )
+            })
+            .collect();
+        let defined: std::collections::BTreeSet<(String, u16)> = ErrorCode::ALL
+            .iter()
+            .map(|c| (c.as_str().to_string(), c.status().as_u16()))
+            .collect();
+        assert_eq!(listed, defined);
+    }
     use super::*;
     use actix_web::body::to_bytes;
 
     #[actix_web::test]
     async fn client_errors_render_code_and_message() {
-        let resp = AppError::conflict("already_bought", "you already bought this").error_response();
+        let resp =
+            AppError::new(ErrorCode::AlreadyBought, "you already bought this").error_response();
         assert_eq!(resp.status(), StatusCode::CONFLICT);
         let body = to_bytes(resp.into_body()).await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();

@@ -2,7 +2,7 @@
 //! script touches share one hash tag (`{sale:42}`), so every script runs unchanged on
 //! Redis Cluster. Only parsed ids reach a key, never user text.
 
-use crate::domain::Id;
+use crate::domain::{PollId, SaleId};
 
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -57,7 +57,7 @@ impl Keys {
         &self.ns
     }
 
-    pub fn sale(&self, id: Id) -> SaleKeys {
+    pub fn sale(&self, id: SaleId) -> SaleKeys {
         let base = format!("{}:{{sale:{}}}", self.ns, id);
         SaleKeys {
             meta: format!("{base}:meta"),
@@ -70,7 +70,7 @@ impl Keys {
         }
     }
 
-    pub fn poll(&self, id: Id) -> PollKeys {
+    pub fn poll(&self, id: PollId) -> PollKeys {
         let base = format!("{}:{{poll:{}}}", self.ns, id);
         PollKeys {
             meta: format!("{base}:meta"),
@@ -92,12 +92,12 @@ impl Keys {
     /// Rate-limit state of one policy and subject for one sale, in the sale's slot,
     /// so the purchase script checks the buy route's limits inside the decision:
     /// `ns:{sale:42}:rl:buy-user:u7`. Both parts are checked text, never user input.
-    pub fn sale_rate_limit(&self, sale: Id, policy: &str, subject: &str) -> String {
+    pub fn sale_rate_limit(&self, sale: SaleId, policy: &str, subject: &str) -> String {
         format!("{}:{{sale:{sale}}}:rl:{policy}:{subject}", self.ns)
     }
 
     /// The same for one poll (the vote route's limits).
-    pub fn poll_rate_limit(&self, poll: Id, policy: &str, subject: &str) -> String {
+    pub fn poll_rate_limit(&self, poll: PollId, policy: &str, subject: &str) -> String {
         format!("{}:{{poll:{poll}}}:rl:{policy}:{subject}", self.ns)
     }
 
@@ -121,12 +121,12 @@ impl Keys {
     }
 
     /// The cached Postgres record of one sale, in the slot of its live keys.
-    pub fn sale_view(&self, id: Id) -> String {
+    pub fn sale_view(&self, id: SaleId) -> String {
         self.cache(&format!("sale:{id}"), "view")
     }
 
     /// The cached Postgres record (question, window, options) of one poll.
-    pub fn poll_view(&self, id: Id) -> String {
+    pub fn poll_view(&self, id: PollId) -> String {
         self.cache(&format!("poll:{id}"), "view")
     }
 
@@ -144,6 +144,7 @@ impl Keys {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::Id;
 
     #[test]
     fn sale_keys_share_one_hash_tag() {

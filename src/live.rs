@@ -30,7 +30,7 @@ use futures_util::stream;
 use tokio::sync::watch;
 
 use crate::domain::{PollId, SaleId};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 use crate::metrics::Metrics;
 
 /// How long a new stream waits for its first view before answering 503.
@@ -207,8 +207,8 @@ async fn respond(
             return Err(AppError::not_found(format!("no {what} with this id")));
         }
         Some(Reading::Unavailable) | None => {
-            return Err(AppError::unavailable(
-                "unavailable",
+            return Err(AppError::new(
+                ErrorCode::Unavailable,
                 format!("the {what}'s live view cannot be read now; try again shortly"),
             ));
         }

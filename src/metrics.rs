@@ -3,6 +3,7 @@
 //! add on a cache line of this thread's own, and no exporter crate (with its build
 //! weight) is needed for a handful of counters.
 
+use crate::error::ErrorCode;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
@@ -124,10 +125,11 @@ pub async fn guarded_endpoint(
     let ok =
         given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
     if !ok {
-        return Err(
-            AppError::unauthorized("/metrics needs the metrics bearer token")
-                .with_header(actix_web::http::header::WWW_AUTHENTICATE, "Bearer"),
-        );
+        return Err(AppError::new(
+            ErrorCode::Unauthorized,
+            "/metrics needs the metrics bearer token",
+        )
+        .with_header(actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
     }
     Ok(endpoint(state).await)
 }

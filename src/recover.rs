@@ -39,7 +39,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use crate::domain::{Id, PollId, SaleId};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::lua::{lua_script, unexpected_reply};
@@ -433,8 +433,8 @@ async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, A
 /// A rebuild cut short because Redis lost its state again meanwhile: not a bug, an
 /// outage; the next rebuild starts over.
 fn interrupted() -> AppError {
-    AppError::unavailable(
-        "recovering",
+    AppError::new(
+        ErrorCode::Recovering,
         "Redis lost its data again while it was being restored; try again in a moment",
     )
 }
@@ -505,8 +505,8 @@ impl Recovery {
             Target::Sale(_) => "sale",
             Target::Poll(_) => "poll",
         };
-        AppError::unavailable(
-            "recovering",
+        AppError::new(
+            ErrorCode::Recovering,
             format!(
                 "this {what} is being restored from the record after a Redis restart or data \
                  loss; try again in a moment"

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use crate::auth::token::TokenKey;
 use crate::config::Config;
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
@@ -132,9 +132,15 @@ impl Application {
             ticket_rules: Default::default(),
             sessions: sessions.clone(),
             sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
-            limits: crate::limit::Limits::from_config(&config.limits)
-                .map_err(crate::config::ConfigError::Invalid)?,
-            cache: crate::cache::Cache::new(),
+            limiter: crate::limit::Limiter::new(
+                crate::limit::Limits::from_config(&config.limits)
+                    .map_err(crate::config::ConfigError::Invalid)?,
+                redis.clone(),
+                keys.clone(),
+                metrics.clone(),
+                config.trusted_proxies.clone(),
+            ),
+            cache: crate::cache::Cache::new(redis.clone()),
             recovery: recovery.clone(),
             live: Arc::new(crate::live::Feeds::new(
                 Duration::from_millis(config.live_interval_ms),
@@ -326,7 +332,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
         buys: Batcher::new(
             crate::sale::buy::BuyDecider {
                 keys: state.keys.clone(),
-                policies: state.limits.for_route(Route::Buy).to_vec(),
+                policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
                 replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
             },
             redis.clone(),
@@ -342,7 +348,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
         votes: Batcher::new(
             crate::vote::cast::VoteDecider {
                 keys: state.keys.clone(),
-                policies: state.limits.for_route(Route::Vote).to_vec(),
+                policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
                 replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
             },
             redis.clone(),
@@ -454,23 +460,21 @@ fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
             use actix_web::error::JsonPayloadError as E;
             let e = match &err {
                 E::OverflowKnownLength { .. } | E::Overflow { .. } => AppError::new(
-                    actix_web::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
+                    ErrorCode::PayloadTooLarge,
                     format!("request body is larger than {limit} bytes"),
                 ),
                 E::Payload(p) if crate::conn::is_body_timeout(p) => {
                     crate::conn::body_timeout_error(body_timeout_ms)
                 }
                 E::ContentType => AppError::new(
-                    actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                    "unsupported_media_type",
+                    ErrorCode::UnsupportedMediaType,
                     "send the body as application/json",
                 ),
                 E::Deserialize(d) if d.is_data() => {
-                    AppError::unprocessable("invalid_body", d.to_string())
+                    AppError::new(ErrorCode::InvalidBody, d.to_string())
                 }
-                E::Deserialize(d) => AppError::bad_request("invalid_json", d.to_string()),
-                other => AppError::bad_request("invalid_body", other.to_string()),
+                E::Deserialize(d) => AppError::new(ErrorCode::InvalidJson, d.to_string()),
+                other => AppError::new(ErrorCode::InvalidJson, other.to_string()),
             };
             e.into()
         })
@@ -478,12 +482,12 @@ fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
 
 fn path_config() -> web::PathConfig {
     web::PathConfig::default()
-        .error_handler(|err, _| AppError::bad_request("invalid_path", err.to_string()).into())
+        .error_handler(|err, _| AppError::new(ErrorCode::InvalidPath, err.to_string()).into())
 }
 
 fn query_config() -> web::QueryConfig {
     web::QueryConfig::default()
-        .error_handler(|err, _| AppError::bad_request("invalid_query", err.to_string()).into())
+        .error_handler(|err, _| AppError::new(ErrorCode::InvalidQuery, err.to_string()).into())
 }
 
 type Configure = fn(&mut web::ServiceConfig);

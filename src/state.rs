@@ -10,7 +10,7 @@ use crate::auth::token::TokenKey;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::keys::Keys;
-use crate::limit::Limits;
+use crate::limit::Limiter;
 use crate::metrics::Metrics;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
@@ -41,8 +41,8 @@ pub struct AppState {
     pub sessions: crate::auth::session::Sessions,
     pub sold_out: SoldOutFlags,
     pub metrics: Arc<Metrics>,
-    /// Rate-limit policies by route (see [`crate::limit::check`]).
-    pub limits: Limits,
+    /// Rate limits: the policies by route, and their Redis (see [`Limiter::check`]).
+    pub limiter: Limiter,
     /// Cached views: rebuilds in flight in this process, and counters.
     pub cache: Cache,
     /// Rebuilds of sales and polls whose Redis state was lost or is untrusted.

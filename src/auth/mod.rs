@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::domain::{Id, Password, UserId, Username};
-use crate::error::{AppError, ErrorBody, is_unique_violation};
-use crate::limit::{self, Route};
+use crate::error::{AppError, ErrorBody, ErrorCode, is_unique_violation};
+use crate::limit::Route;
 use crate::state::AppState;
 use token::{Claims, TokenError};
 
@@ -81,7 +81,10 @@ impl FromRequest for AdminUser {
             if user.admin {
                 Ok(AdminUser(user))
             } else {
-                Err(AppError::forbidden("this needs an admin account"))
+                Err(AppError::new(
+                    ErrorCode::Forbidden,
+                    "this needs an admin account",
+                ))
             }
         }))
     }
@@ -119,15 +122,13 @@ fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
         session::Standing::Valid => {}
         session::Standing::SignedOut => {
             return Err(AppError::new(
-                actix_web::http::StatusCode::UNAUTHORIZED,
-                "session_ended",
+                ErrorCode::SessionEnded,
                 "this session was signed out; sign in again",
             ));
         }
         session::Standing::Superseded => {
             return Err(AppError::new(
-                actix_web::http::StatusCode::UNAUTHORIZED,
-                "session_ended",
+                ErrorCode::SessionEnded,
                 "every session of this account was ended; sign in again",
             ));
         }
@@ -145,17 +146,20 @@ fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
 fn verified_claims(req: &HttpRequest, state: &AppState) -> Result<Claims, AppError> {
     let (token, from_cookie) = match req.headers().get(header::AUTHORIZATION) {
         Some(value) => {
-            let value = value
-                .to_str()
-                .map_err(|_| AppError::unauthorized("malformed Authorization header"))?;
-            let token = value
-                .strip_prefix("Bearer ")
-                .ok_or_else(|| AppError::unauthorized("Authorization must be 'Bearer <token>'"))?;
+            let value = value.to_str().map_err(|_| {
+                AppError::new(ErrorCode::Unauthorized, "malformed Authorization header")
+            })?;
+            let token = value.strip_prefix("Bearer ").ok_or_else(|| {
+                AppError::new(
+                    ErrorCode::Unauthorized,
+                    "Authorization must be 'Bearer <token>'",
+                )
+            })?;
             (token.trim().to_string(), false)
         }
         None => match req.cookie(SESSION_COOKIE) {
             Some(c) => (c.value().to_string(), true),
-            None => return Err(AppError::unauthorized("sign in first")),
+            None => return Err(AppError::new(ErrorCode::Unauthorized, "sign in first")),
         },
     };
     let claims = state
@@ -163,15 +167,10 @@ fn verified_claims(req: &HttpRequest, state: &AppState) -> Result<Claims, AppErr
         .verify(&token, chrono::Utc::now().timestamp())
         .map_err(|e| match e {
             TokenError::Expired => AppError::new(
-                actix_web::http::StatusCode::UNAUTHORIZED,
-                "token_expired",
+                ErrorCode::TokenExpired,
                 "your session expired; sign in again",
             ),
-            _ => AppError::new(
-                actix_web::http::StatusCode::UNAUTHORIZED,
-                "invalid_token",
-                "the session token is not valid",
-            ),
+            _ => AppError::new(ErrorCode::InvalidToken, "the session token is not valid"),
         })?;
     if from_cookie && !is_safe_method(req.method()) {
         check_csrf(req)?;
@@ -189,29 +188,10 @@ fn check_csrf(req: &HttpRequest) -> Result<(), AppError> {
     let header = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
     match (cookie, header) {
         (Some(c), Some(h)) if !h.is_empty() && constant_time_eq(c.value(), h) => Ok(()),
-        _ => Err(AppError::forbidden(
+        _ => Err(AppError::new(
+            ErrorCode::CsrfFailed,
             "missing or wrong X-CSRF-Token header for a cookie-authenticated request",
-        )
-        .into_code("csrf_failed")),
-    }
-}
-
-impl AppError {
-    fn into_code(self, new_code: &'static str) -> Self {
-        match self {
-            AppError::Client {
-                status,
-                message,
-                headers,
-                ..
-            } => AppError::Client {
-                status,
-                code: new_code,
-                message,
-                headers,
-            },
-            other => other,
-        }
+        )),
     }
 }
 
@@ -305,7 +285,7 @@ pub async fn create_user(
     .await
     .map_err(|e| {
         if is_unique_violation(&e) {
-            AppError::conflict("username_taken", "that username is taken")
+            AppError::new(ErrorCode::UsernameTaken, "that username is taken")
         } else {
             e.into()
         }
@@ -348,7 +328,7 @@ async fn signup(
     body: web::Json<Credentials>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
-    let granted = limit::check(&state, Route::Signup, None, &req).await?;
+    let granted = state.limiter.check(Route::Signup, None, &req).await?;
     let body = body.into_inner();
     let username = Username::parse(&body.username)?;
     let password = Password::parse(body.password)?;
@@ -372,10 +352,9 @@ async fn signin(
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     // Every attempt counts, right or wrong: that is what stops password guessing.
-    let granted = limit::check(&state, Route::Signin, None, &req).await?;
+    let granted = state.limiter.check(Route::Signin, None, &req).await?;
     let body = body.into_inner();
-    let wrong =
-        || AppError::unauthorized("wrong username or password").into_code("bad_credentials");
+    let wrong = || AppError::new(ErrorCode::BadCredentials, "wrong username or password");
     // A malformed username cannot exist; still answer the same way as a wrong one.
     let username = Username::parse(&body.username).map_err(|_| wrong())?;
     if body.password.len() > 1024 {
@@ -485,7 +464,7 @@ async fn signout_all(
     .bind(user.id.get())
     .fetch_optional(&state.db)
     .await?
-    .ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+    .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
     state
         .sessions
         .end_all(&mut redis_of(&req, &state), user.id, generation)
@@ -505,7 +484,7 @@ pub struct PasswordChange {
 /// thief holding a token loses it. The client signs in again with the new password.
 #[utoipa::path(post, path = "/api/me/password", tag = "auth", request_body = PasswordChange, security(("bearer" = [])), responses(
     (status = 204, description = "Password changed; every session of the account ended"),
-    (status = 403, description = "`bad_credentials`: the current password is wrong; `csrf_failed`", body = ErrorBody<'static>),
+    (status = 403, description = "`wrong_password`: the current password is wrong; `csrf_failed`", body = ErrorBody<'static>),
     (status = 422, description = "`invalid_password`, `invalid_body`", body = ErrorBody<'static>),
     (status = 429, description = "`rate_limited` (counted like sign-in)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
@@ -518,18 +497,20 @@ async fn change_password(
     body: web::Json<PasswordChange>,
 ) -> Result<HttpResponse, AppError> {
     // Counted like sign-in: this route also tells whether a password is right.
-    let granted = limit::check(&state, Route::Signin, None, &req).await?;
+    let granted = state.limiter.check(Route::Signin, None, &req).await?;
     let body = body.into_inner();
     let new_password = Password::parse(body.new_password)?;
     let hash: Option<String> = sqlx::query_scalar("SELECT password_hash FROM users WHERE id = $1")
         .bind(user.id.get())
         .fetch_optional(&state.db)
         .await?;
-    let hash = hash.ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+    let hash = hash
+        .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
     if body.current_password.len() > 1024 || !verify_password(hash, body.current_password).await? {
-        return Err(
-            AppError::forbidden("the current password is wrong").into_code("bad_credentials")
-        );
+        return Err(AppError::new(
+            ErrorCode::WrongPassword,
+            "the current password is wrong",
+        ));
     }
     let new_hash = hash_password(new_password).await?;
     let generation: i64 = sqlx::query_scalar(
@@ -561,7 +542,9 @@ async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, 
             .bind(user.id.get())
             .fetch_optional(&state.db)
             .await?
-            .ok_or_else(|| AppError::unauthorized("this account no longer exists"))?;
+            .ok_or_else(|| {
+                AppError::new(ErrorCode::Unauthorized, "this account no longer exists")
+            })?;
     Ok(HttpResponse::Ok().json(view))
 }
 

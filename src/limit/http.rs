@@ -1,10 +1,10 @@
 //! The HTTP side of rate limits: who the subject is (user id or client IP), one
-//! [`check`] per request, and the `Retry-After` / `RateLimit` / `RateLimit-Policy`
+//! [`Limiter::check`] per request, and the `Retry-After` / `RateLimit` / `RateLimit-Policy`
 //! headers.
 //!
 //! # Several policies on one route
 //! A route's policies (say per user and per IP) live under different hash tags,
-//! so no single script can see them all on Redis Cluster. [`check`] runs them
+//! so no single script can see them all on Redis Cluster. [`Limiter::check`] runs them
 //! concurrently over the one multiplexed connection, which writes both EVALSHAs
 //! before reading either answer: one round trip when they agree. When some allow
 //! and some deny, the request is refused and the allowing ones are refunded
@@ -15,20 +15,23 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use actix_web::http::StatusCode;
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpRequest, HttpResponse};
 use futures_util::future::join_all;
 
-use super::{Attempt, Decision, Policy, Route, Subject, Verdict, refund, take};
+use std::sync::Arc;
+
+use super::{Attempt, Decision, Limits, Policy, Route, Subject, Verdict, refund, take};
 use crate::domain::UserId;
-use crate::error::{AppError, is_redis_unreachable};
-use crate::state::AppState;
+use crate::error::{AppError, ErrorCode, is_redis_unreachable};
+use crate::keys::Keys;
+use crate::metrics::Metrics;
+use crate::redis_conn::Redis;
 
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
-/// The go-ahead of [`check`], carrying the `RateLimit` headers for the answer.
+/// The go-ahead of [`Limiter::check`], carrying the `RateLimit` headers for the answer.
 #[derive(Clone, Debug, Default)]
 #[must_use = "attach the RateLimit headers to the success answer"]
 pub struct Granted {
@@ -54,147 +57,236 @@ impl Granted {
     }
 }
 
-/// Checks every policy of `route` for this request. `user` is the signed-in
-/// caller on buy and vote, `None` on sign-in and sign-up.
-///
-/// Errors: `429 rate_limited` (with `Retry-After`, `RateLimit`, `RateLimit-Policy`),
-/// `503 rate_limiter_unavailable` when Redis cannot be reached and a policy fails
-/// closed, `422 rate_limit_unsatisfiable` when a request costs more than a token
-/// bucket can ever hold. A refused request is counted by no policy.
-#[tracing::instrument(level = "debug", skip_all, fields(route = %route))]
-pub async fn check(
-    state: &AppState,
-    route: Route,
-    user: Option<UserId>,
-    req: &HttpRequest,
-) -> Result<Granted, AppError> {
-    let policies = state.limits.for_route(route);
-    if policies.is_empty() {
-        return Ok(Granted::default());
-    }
-    let ip = policies
-        .iter()
-        .any(|p| p.subject == Subject::Ip)
-        .then(|| client_ip(req, &state.config.trusted_proxies));
-    let keys = policies
-        .iter()
-        .map(|p| {
-            let subject = match (p.subject, user, ip) {
-                (Subject::User, Some(user), _) => format!("u{user}"),
-                (Subject::Ip, _, Some(ip)) => ip_subject(ip),
-                _ => {
-                    return Err(AppError::Internal(anyhow::anyhow!(
-                        "policy {} needs a signed-in user on route {route}",
-                        p.name
-                    )));
-                }
-            };
-            Ok(state.keys.rate_limit(&p.name, &subject))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let attempts: Vec<Attempt<'_>> = policies
-        .iter()
-        .zip(&keys)
-        .map(|(p, key)| Attempt {
-            algorithm: &p.algorithm,
-            key,
-        })
-        .collect();
-
-    let timeout = state.limits.timeout();
-    let results = join_all(attempts.iter().map(|a| async move {
-        match tokio::time::timeout(timeout, take(&mut state.redis.clone(), a, None)).await {
-            Ok(result) => result.map_err(Unavailable::Redis),
-            Err(_) => Err(Unavailable::Timeout),
-        }
-    }))
-    .await;
-
-    let mut decided: Vec<(&Policy, &Attempt<'_>, Decision)> = Vec::new();
-    let mut closed: Option<&Policy> = None;
-    let mut broken: Option<redis::RedisError> = None;
-    for ((policy, attempt), result) in policies.iter().zip(&attempts).zip(results) {
-        match result {
-            Ok(decision) => decided.push((policy, attempt, decision)),
-            Err(Unavailable::Redis(e)) if !is_redis_unreachable(&e) => broken = Some(e),
-            Err(why) if policy.fail_open => {
-                tracing::warn!(policy = %policy.name, error = %why, "rate limiter unreachable; letting the request through (fail_open)");
-            }
-            Err(why) => {
-                tracing::warn!(policy = %policy.name, error = %why, "rate limiter unreachable; refusing the request (fail closed)");
-                closed.get_or_insert(policy);
-            }
-        }
-    }
-
-    let refused =
-        closed.is_some() || broken.is_some() || decided.iter().any(|(_, _, d)| !d.allowed());
-    if refused {
-        refund_allowed(state, &decided).await;
-    }
-    if let Some(e) = broken {
-        return Err(AppError::Redis(e));
-    }
-    if let Some(policy) = closed {
-        return Err(AppError::unavailable(
-            "rate_limiter_unavailable",
-            format!(
-                "the rate limiter ({}) cannot be reached, so this request cannot be checked; \
-                 try again shortly",
-                policy.name
-            ),
-        ));
-    }
-    let decided: Vec<(&Policy, Decision)> = decided.iter().map(|(p, _, d)| (*p, *d)).collect();
-    judge(state, &decided)
+/// The rate limiter: the policies, and what it needs to apply them (its Redis
+/// handle, key names, metrics, the proxies whose `X-Forwarded-For` it believes).
+/// `state.limiter.check(..)` for sign-in and sign-up; buy and vote check their
+/// policies inside their decision scripts and call [`Limiter::judge`] on the result.
+pub struct Limiter {
+    limits: Limits,
+    redis: Redis,
+    keys: Keys,
+    metrics: Arc<Metrics>,
+    trusted_proxies: Vec<IpAddr>,
 }
 
-/// The answer for what the policies of one request decided (refunds done): a
-/// [`Granted`] with the `RateLimit` headers, `429 rate_limited` when one refused,
-/// `422 rate_limit_unsatisfiable` when one never can allow it. Used by [`check`]
-/// and by the decision scripts that check a route's limits themselves.
-pub fn judge(state: &AppState, decided: &[(&Policy, Decision)]) -> Result<Granted, AppError> {
-    for (policy, decision) in decided {
-        let answer = match decision.verdict {
-            Verdict::Allowed => 0,
-            Verdict::Denied => 1,
-            Verdict::Never => 2,
-        };
-        state.metrics.observed.limit_decision(&policy.name, answer);
+/// What one policy's take came to.
+type Taken<'p> = (&'p Policy, Result<Decision, Unavailable>);
+
+impl Limiter {
+    pub fn new(
+        limits: Limits,
+        redis: Redis,
+        keys: Keys,
+        metrics: Arc<Metrics>,
+        trusted_proxies: Vec<IpAddr>,
+    ) -> Self {
+        Limiter {
+            limits,
+            redis,
+            keys,
+            metrics,
+            trusted_proxies,
+        }
     }
-    let refused = decided.iter().any(|(_, d)| !d.allowed());
-    let (policy_header, state_header) = headers(decided, refused);
-    if let Some((policy, _)) = decided.iter().find(|(_, d)| d.verdict == Verdict::Never) {
-        return Err(AppError::unprocessable(
-            "rate_limit_unsatisfiable",
-            format!(
-                "this request costs more than the limit {} can ever allow; retrying will not help",
-                policy.name
-            ),
-        ));
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
-    if refused {
-        let retry_ms = decided
+
+    /// The client's address, as far as it can be told (see [`client_ip`]).
+    pub fn client_ip(&self, req: &HttpRequest) -> IpAddr {
+        client_ip(req, &self.trusted_proxies)
+    }
+
+    /// Checks every policy of `route` for this request. `user` is the signed-in
+    /// caller on buy and vote, `None` on sign-in and sign-up.
+    ///
+    /// Errors: `429 rate_limited` (with `Retry-After`, `RateLimit`, `RateLimit-Policy`),
+    /// `503 rate_limiter_unavailable` when Redis cannot be reached and a policy fails
+    /// closed, `422 rate_limit_unsatisfiable` when a request costs more than a token
+    /// bucket can ever hold. A refused request is counted by no policy.
+    #[tracing::instrument(level = "debug", skip_all, fields(route = %route))]
+    pub async fn check(
+        &self,
+        route: Route,
+        user: Option<UserId>,
+        req: &HttpRequest,
+    ) -> Result<Granted, AppError> {
+        let policies = self.limits.for_route(route);
+        if policies.is_empty() {
+            return Ok(Granted::default());
+        }
+        let keys = self.subject_keys(policies, route, user, req)?;
+        let attempts: Vec<Attempt<'_>> = policies
             .iter()
-            .filter(|(_, d)| !d.allowed())
-            .map(|(_, d)| d.retry_after_ms)
-            .max()
-            .unwrap_or(0);
-        let retry_secs = ceil_secs(retry_ms).max(1);
-        tracing::debug!(retry_secs, "rate limited");
-        crate::metrics::Metrics::inc(&state.metrics.rate_limited);
-        return Err(AppError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!("too many requests; try again in {retry_secs} s"),
-        )
-        .with_header(header::RETRY_AFTER, retry_secs.to_string())
-        .with_header(RATELIMIT_POLICY, policy_header)
-        .with_header(RATELIMIT, state_header));
+            .zip(&keys)
+            .map(|(p, key)| Attempt {
+                algorithm: &p.algorithm,
+                key,
+            })
+            .collect();
+        let taken = self.take_all(policies, &attempts).await;
+        self.verdict(&attempts, taken).await
     }
-    Ok(Granted {
-        headers: (!decided.is_empty()).then_some((policy_header, state_header)),
-    })
+
+    /// Each policy's state key: the policy and its subject (the user, or the address).
+    fn subject_keys(
+        &self,
+        policies: &[Policy],
+        route: Route,
+        user: Option<UserId>,
+        req: &HttpRequest,
+    ) -> Result<Vec<String>, AppError> {
+        let ip = policies
+            .iter()
+            .any(|p| p.subject == Subject::Ip)
+            .then(|| self.client_ip(req));
+        policies
+            .iter()
+            .map(|p| {
+                let subject = match (p.subject, user, ip) {
+                    (Subject::User, Some(user), _) => format!("u{user}"),
+                    (Subject::Ip, _, Some(ip)) => ip_subject(ip),
+                    _ => {
+                        return Err(AppError::Internal(anyhow::anyhow!(
+                            "policy {} needs a signed-in user on route {route}",
+                            p.name
+                        )));
+                    }
+                };
+                Ok(self.keys.rate_limit(&p.name, &subject))
+            })
+            .collect()
+    }
+
+    /// Takes every policy at once (one round trip on the multiplexed connection),
+    /// each bounded by the limiter's timeout.
+    async fn take_all<'p>(
+        &self,
+        policies: &'p [Policy],
+        attempts: &[Attempt<'_>],
+    ) -> Vec<Taken<'p>> {
+        let timeout = self.limits.timeout();
+        let results = join_all(attempts.iter().map(|a| async move {
+            match tokio::time::timeout(timeout, take(&mut self.redis.clone(), a, None)).await {
+                Ok(result) => result.map_err(Unavailable::Redis),
+                Err(_) => Err(Unavailable::Timeout),
+            }
+        }))
+        .await;
+        policies.iter().zip(results).collect()
+    }
+
+    /// From what the policies said to the answer: unreachable policies fail open or
+    /// closed as configured; a refusal gives back what the others counted.
+    async fn verdict(
+        &self,
+        attempts: &[Attempt<'_>],
+        taken: Vec<Taken<'_>>,
+    ) -> Result<Granted, AppError> {
+        let mut decided: Vec<(&Policy, &Attempt<'_>, Decision)> = Vec::new();
+        let mut closed: Option<&Policy> = None;
+        let mut broken: Option<redis::RedisError> = None;
+        for ((policy, result), attempt) in taken.into_iter().zip(attempts) {
+            match result {
+                Ok(decision) => decided.push((policy, attempt, decision)),
+                Err(Unavailable::Redis(e)) if !is_redis_unreachable(&e) => broken = Some(e),
+                Err(why) if policy.fail_open => {
+                    tracing::warn!(policy = %policy.name, error = %why, "rate limiter unreachable; letting the request through (fail_open)");
+                }
+                Err(why) => {
+                    tracing::warn!(policy = %policy.name, error = %why, "rate limiter unreachable; refusing the request (fail closed)");
+                    closed.get_or_insert(policy);
+                }
+            }
+        }
+        let refused =
+            closed.is_some() || broken.is_some() || decided.iter().any(|(_, _, d)| !d.allowed());
+        if refused {
+            self.refund_allowed(&decided).await;
+        }
+        if let Some(e) = broken {
+            return Err(AppError::Redis(e));
+        }
+        if let Some(policy) = closed {
+            return Err(AppError::new(
+                ErrorCode::RateLimiterUnavailable,
+                format!(
+                    "the rate limiter ({}) cannot be reached, so this request cannot be checked; \
+                     try again shortly",
+                    policy.name
+                ),
+            ));
+        }
+        let decided: Vec<(&Policy, Decision)> = decided.iter().map(|(p, _, d)| (*p, *d)).collect();
+        self.judge(&decided)
+    }
+
+    /// The answer for what the policies of one request decided (refunds done): a
+    /// [`Granted`] with the `RateLimit` headers, `429 rate_limited` when one refused,
+    /// `422 rate_limit_unsatisfiable` when one never can allow it. Used by [`Limiter::check`]
+    /// and by the decision scripts that check a route's limits themselves.
+    pub fn judge(&self, decided: &[(&Policy, Decision)]) -> Result<Granted, AppError> {
+        for (policy, decision) in decided {
+            let answer = match decision.verdict {
+                Verdict::Allowed => 0,
+                Verdict::Denied => 1,
+                Verdict::Never => 2,
+            };
+            self.metrics.observed.limit_decision(&policy.name, answer);
+        }
+        let refused = decided.iter().any(|(_, d)| !d.allowed());
+        let (policy_header, state_header) = headers(decided, refused);
+        if let Some((policy, _)) = decided.iter().find(|(_, d)| d.verdict == Verdict::Never) {
+            return Err(AppError::new(
+                ErrorCode::RateLimitUnsatisfiable,
+                format!(
+                    "this request costs more than the limit {} can ever allow; retrying will not help",
+                    policy.name
+                ),
+            ));
+        }
+        if refused {
+            let retry_ms = decided
+                .iter()
+                .filter(|(_, d)| !d.allowed())
+                .map(|(_, d)| d.retry_after_ms)
+                .max()
+                .unwrap_or(0);
+            let retry_secs = ceil_secs(retry_ms).max(1);
+            tracing::debug!(retry_secs, "rate limited");
+            crate::metrics::Metrics::inc(&self.metrics.rate_limited);
+            return Err(AppError::new(
+                ErrorCode::RateLimited,
+                format!("too many requests; try again in {retry_secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, retry_secs.to_string())
+            .with_header(RATELIMIT_POLICY, policy_header)
+            .with_header(RATELIMIT, state_header));
+        }
+        Ok(Granted {
+            headers: (!decided.is_empty()).then_some((policy_header, state_header)),
+        })
+    }
+
+    /// Gives back what the allowing policies of a refused request counted. Best
+    /// effort: a refund that fails leaves the request counted, which errs on the side
+    /// of limiting.
+    async fn refund_allowed(&self, decided: &[(&Policy, &Attempt<'_>, Decision)]) {
+        let timeout = self.limits.timeout();
+        let refunds = decided
+        .iter()
+        .filter(|(_, _, d)| d.allowed())
+        .map(|(policy, attempt, d)| async move {
+            let result =
+                tokio::time::timeout(timeout, refund(&mut self.redis.clone(), attempt, d.now_ms))
+                    .await;
+            if !matches!(result, Ok(Ok(()))) {
+                tracing::warn!(policy = %policy.name, "rate-limit refund failed; the refused request stays counted");
+            }
+        });
+        join_all(refunds).await;
+    }
 }
 
 enum Unavailable {
@@ -209,25 +301,6 @@ impl std::fmt::Display for Unavailable {
             Unavailable::Timeout => f.write_str("timed out"),
         }
     }
-}
-
-/// Gives back what the allowing policies of a refused request counted. Best
-/// effort: a refund that fails leaves the request counted, which errs on the side
-/// of limiting.
-async fn refund_allowed(state: &AppState, decided: &[(&Policy, &Attempt<'_>, Decision)]) {
-    let timeout = state.limits.timeout();
-    let refunds = decided
-        .iter()
-        .filter(|(_, _, d)| d.allowed())
-        .map(|(policy, attempt, d)| async move {
-            let result =
-                tokio::time::timeout(timeout, refund(&mut state.redis.clone(), attempt, d.now_ms))
-                    .await;
-            if !matches!(result, Ok(Ok(()))) {
-                tracing::warn!(policy = %policy.name, "rate-limit refund failed; the refused request stays counted");
-            }
-        });
-    join_all(refunds).await;
 }
 
 /// The values of `RateLimit-Policy` and `RateLimit`: one list member per policy,

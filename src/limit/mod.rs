@@ -7,15 +7,15 @@
 //! returns allowed, remaining, and the time until the next request would be
 //! allowed.
 //!
-//! Handlers call [`check`] once, after their cheap local checks and before their
+//! Handlers call [`Limiter::check`] once, after their cheap local checks and before their
 //! own script. It runs all of a route's policies, concurrently, and answers
 //! `429 rate_limited` (with `Retry-After` and the IETF `RateLimit` headers) or
 //! hands back a [`Granted`] whose headers go onto the success answer:
 //!
 //! ```ignore
-//! let granted = limit::check(&state, Route::Vote, Some(user.id), &req).await?;
-//! // ... the vote script ...
-//! Ok(granted.attach(HttpResponse::Accepted().json(body)))
+//! let granted = state.limiter.check(Route::Signin, None, &req).await?;
+//! // ... the sign-in ...
+//! Ok(granted.attach(HttpResponse::Ok().json(body)))
 //! ```
 //!
 //! Keys: `<namespace>:rl:{<policy>:<subject>}`, one hash tag per key, where the
@@ -31,7 +31,7 @@ use redis::aio::ConnectionLike;
 
 use crate::lua::lua_script;
 
-pub use http::{Granted, check, client_ip};
+pub use http::{Granted, Limiter, client_ip};
 pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
 static LIMIT: LazyLock<redis::Script> = lua_script!("limit.lua");

@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use super::store::{self, SaleRow};
-use crate::cache;
 use crate::domain::SaleId;
 use crate::error::AppError;
 use crate::state::AppState;
@@ -22,22 +21,29 @@ pub const LIST_LIMIT: i64 = 200;
 /// One sale's record; `None` (cached too) when there is no such sale.
 pub async fn sale_row(state: &AppState, id: SaleId) -> Result<Option<SaleRow>, AppError> {
     let db = &state.db;
-    cache::get_or_rebuild(state, &state.keys.sale_view(id), VIEW_TTL, || async move {
-        Ok(store::fetch_sale(db, id).await?)
-    })
-    .await
+    state
+        .cache
+        .get_or_rebuild(&state.keys.sale_view(id), VIEW_TTL, || async move {
+            Ok(store::fetch_sale(db, id).await?)
+        })
+        .await
 }
 
 /// The records of the public list (newest first, at most [`LIST_LIMIT`]).
 pub async fn list_rows(state: &AppState) -> Result<Vec<SaleRow>, AppError> {
     let db = &state.db;
-    cache::get_or_rebuild(state, &state.keys.sales_list(), VIEW_TTL, || async move {
-        Ok(store::list_sales(db, LIST_LIMIT).await?)
-    })
-    .await
+    state
+        .cache
+        .get_or_rebuild(&state.keys.sales_list(), VIEW_TTL, || async move {
+            Ok(store::list_sales(db, LIST_LIMIT).await?)
+        })
+        .await
 }
 
 /// Drops the cached record of `id` and the cached list.
 pub async fn invalidate(state: &AppState, id: SaleId) -> Result<(), AppError> {
-    cache::invalidate(state, &[state.keys.sale_view(id), state.keys.sales_list()]).await
+    state
+        .cache
+        .invalidate(&[state.keys.sale_view(id), state.keys.sales_list()])
+        .await
 }

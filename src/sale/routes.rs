@@ -1,6 +1,6 @@
 //! HTTP routes of sales: public reads, the purchase, order status, admin set-up.
 
-use actix_web::http::{StatusCode, header};
+use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,8 +12,8 @@ use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
 use super::ticket::{self, TicketError, TicketWindow, Window};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
-use crate::error::{AppError, ErrorBody};
-use crate::limit::{self, Route};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
@@ -99,7 +99,7 @@ async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
 
@@ -116,7 +116,7 @@ async fn events(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     let reader = state.clone();
     let load = move || {
         let state = reader.clone();
@@ -171,7 +171,7 @@ async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, Ap
             "the purchase route runs without its state"
         )));
     };
-    let sale = Id::parse("sale", req.match_info().get("id").unwrap_or_default())?;
+    let sale = SaleId::parse(req.match_info().get("id").unwrap_or_default())?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Ok(sold_out_from_memory());
@@ -180,9 +180,10 @@ async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, Ap
     let body = PurchaseBody::parse(&body)?;
     check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
     let ip = state
-        .limits
+        .limiter
+        .limits()
         .counts_ip(Route::Buy)
-        .then(|| limit::client_ip(&req, &state.config.trusted_proxies));
+        .then(|| state.limiter.client_ip(&req));
     let reply = worker
         .buys
         .submit(sale, BuyRequest { user: user.id, ip })
@@ -204,9 +205,9 @@ async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, Ap
     // 429 (422) of a refusal. Built only for those answers: a storm's refusals
     // (already bought, sold out) carry no RateLimit headers and pay nothing for them.
     let judged = || {
-        let policies = state.limits.for_route(Route::Buy);
+        let policies = state.limiter.limits().for_route(Route::Buy);
         let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
-        limit::http::judge(state, &decided)
+        state.limiter.judge(&decided)
     };
     match outcome {
         PurchaseOutcome::Accepted { order_id, .. } => {
@@ -216,8 +217,8 @@ async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, Ap
                 sale_id: sale,
             })))
         }
-        PurchaseOutcome::AlreadyBought => Err(AppError::conflict(
-            "already_bought",
+        PurchaseOutcome::AlreadyBought => Err(AppError::new(
+            ErrorCode::AlreadyBought,
             "you already bought from this sale (one per customer)",
         )),
         PurchaseOutcome::SoldOut => {
@@ -253,10 +254,13 @@ impl PurchaseBody {
             return Ok(PurchaseBody::default());
         }
         serde_json::from_slice(body).map_err(|e| {
-            AppError::bad_request(
-                "invalid_body",
-                format!("the purchase body must be {{\"ticket\": \"...\"}} or empty: {e}"),
-            )
+            let message =
+                format!("the purchase body must be {{\"ticket\": \"...\"}} or empty: {e}");
+            if e.is_data() {
+                AppError::new(ErrorCode::InvalidBody, message)
+            } else {
+                AppError::new(ErrorCode::InvalidJson, message)
+            }
         })
     }
 }
@@ -289,8 +293,7 @@ async fn check_ticket(
     };
     if required {
         return Err(AppError::new(
-            StatusCode::PRECONDITION_REQUIRED,
-            "ticket_required",
+            ErrorCode::TicketRequired,
             format!(
                 "this sale needs a purchase ticket: POST /api/sales/{sale}/ticket once it is open, \
                  then send {{\"ticket\": \"...\"}} with the purchase"
@@ -302,19 +305,21 @@ async fn check_ticket(
 
 fn ticket_refused(e: TicketError) -> AppError {
     match e {
-        TicketError::Expired => AppError::unprocessable(
-            "ticket_expired",
+        TicketError::Expired => AppError::new(
+            ErrorCode::TicketExpired,
             "the purchase ticket has expired: get a new one",
         ),
         TicketError::Malformed | TicketError::BadSignature => {
-            AppError::unprocessable("invalid_ticket", "the purchase ticket is not valid")
+            AppError::new(ErrorCode::InvalidTicket, "the purchase ticket is not valid")
         }
-        TicketError::OtherSale => {
-            AppError::unprocessable("invalid_ticket", "the purchase ticket is for another sale")
-        }
-        TicketError::OtherUser => {
-            AppError::unprocessable("invalid_ticket", "the purchase ticket is for another user")
-        }
+        TicketError::OtherSale => AppError::new(
+            ErrorCode::InvalidTicket,
+            "the purchase ticket is for another sale",
+        ),
+        TicketError::OtherUser => AppError::new(
+            ErrorCode::InvalidTicket,
+            "the purchase ticket is for another user",
+        ),
     }
 }
 
@@ -344,7 +349,7 @@ async fn ticket(
     user: AuthUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let sale = Id::parse("sale", &path)?;
+    let sale = SaleId::parse(&path)?;
     if state.sold_out.is_sold_out(sale) {
         return Err(sold_out());
     }
@@ -390,19 +395,19 @@ async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
 /// 409 `not_started`, with `Retry-After` in whole seconds until the opening.
 fn not_started(starts_in_ms: i64) -> AppError {
     let secs = (starts_in_ms + 999) / 1000;
-    AppError::conflict(
-        "not_started",
+    AppError::new(
+        ErrorCode::NotStarted,
         format!("this sale has not started; it opens in {secs} s"),
     )
     .with_header(header::RETRY_AFTER, secs.max(1).to_string())
 }
 
 fn ended() -> AppError {
-    AppError::new(StatusCode::GONE, "ended", "this sale has ended")
+    AppError::new(ErrorCode::Ended, "this sale has ended")
 }
 
 fn sold_out() -> AppError {
-    AppError::new(StatusCode::GONE, "sold_out", "sold out")
+    AppError::new(ErrorCode::SoldOut, "sold out")
 }
 
 /// [`sold_out`]'s answer, byte for byte (a unit test compares them).
@@ -452,7 +457,7 @@ async fn order_status(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let order_id = Uuid::parse_str(&path)
-        .map_err(|_| AppError::bad_request("invalid_id", "order id must be a UUID"))?;
+        .map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))?;
     let not_found = || AppError::not_found("no such order");
     let row = sqlx::query_as::<_, OrderRow>(
         "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders WHERE id = $1",
@@ -557,20 +562,20 @@ impl CreateSale {
         let stock = domain::parse_stock("stock", self.stock)?;
         let image_url = domain::parse_image_url(self.image_url.as_deref())?;
         if self.ends_at <= self.starts_at {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 "ends_at must be after starts_at",
             ));
         }
         if self.ends_at - self.starts_at > chrono::Duration::days(MAX_SALE_DAYS) {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 format!("a sale may last at most {MAX_SALE_DAYS} days"),
             ));
         }
         if self.ends_at <= Utc::now() {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 "ends_at is in the past",
             ));
         }
@@ -637,13 +642,13 @@ async fn admin_stock(
     path: web::Path<String>,
     body: web::Json<StockBody>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     let change = match (body.set, body.add) {
         (Some(n), None) => StockChange::Set(domain::parse_stock("set", n)?),
         (None, Some(n)) => StockChange::Add(domain::parse_stock("add", n)?),
         _ => {
-            return Err(AppError::unprocessable(
-                "invalid_stock",
+            return Err(AppError::new(
+                ErrorCode::InvalidStock,
                 "send exactly one of {\"set\": n} or {\"add\": n}",
             ));
         }
@@ -669,8 +674,8 @@ async fn admin_stock(
             tracing::info!(sale = %id, admin = %admin.id, change = change_id, delta, left, sold, "stock changed");
             Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
         }
-        ChangeResult::Refused { left, sold } => Err(AppError::unprocessable(
-            "stock_too_large",
+        ChangeResult::Refused { left, sold } => Err(AppError::new(
+            ErrorCode::StockTooLarge,
             format!(
                 "a sale may offer at most {} units in all; it has {sold} sold and {left} left",
                 domain::MAX_STOCK
@@ -748,18 +753,18 @@ async fn apply_stock_change(
 #[utoipa::path(post, path = "/api/admin/sales/{id}/open", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The sale", body = store::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`ended`: its end time has passed", body = ErrorBody<'static>),
+    (status = 409, description = "`past_end`: its end time has passed", body = ErrorBody<'static>),
 ))]
 async fn admin_open(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     let sale = sale_or_404(&state, id).await?;
     if sale.ends_at <= Utc::now() {
-        return Err(AppError::conflict(
-            "ended",
+        return Err(AppError::new(
+            ErrorCode::PastEnd,
             "this sale's end time has passed; it cannot be opened",
         ));
     }
@@ -778,7 +783,7 @@ async fn admin_close(
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     set_window(&state, id, WindowChange::Close).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
@@ -850,11 +855,11 @@ async fn admin_orders(
     path: web::Path<String>,
     page: web::Query<Page>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     let limit = page.limit.unwrap_or(1000);
     if !(1..=10_000).contains(&limit) {
-        return Err(AppError::bad_request(
-            "invalid_limit",
+        return Err(AppError::new(
+            ErrorCode::InvalidLimit,
             "limit must be 1 to 10000",
         ));
     }
@@ -888,7 +893,7 @@ async fn admin_reconcile(
     _: AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     let sale = sale_or_404(&state, id).await?;
     let report = store::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
     Ok(HttpResponse::Ok().json(report))
@@ -904,15 +909,18 @@ async fn admin_repair(
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("sale", &path)?;
+    let id = SaleId::parse(&path)?;
     sale_or_404(&state, id).await?;
     state
         .recovery
         .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
         .await?
         .ok_or_else(|| {
-            AppError::unavailable("busy", "another rebuild of this sale is running; try again")
-                .with_header(header::RETRY_AFTER, "1")
+            AppError::new(
+                ErrorCode::Busy,
+                "another rebuild of this sale is running; try again",
+            )
+            .with_header(header::RETRY_AFTER, "1")
         })?;
     state.sold_out.clear(id);
     cached::invalidate(&state, id).await?;

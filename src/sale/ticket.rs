@@ -95,12 +95,12 @@ impl TicketKey {
         ) else {
             return Err(TicketError::Malformed);
         };
-        let id = |s: &str| {
+        fn id<T>(s: &str) -> Result<Id<T>, TicketError> {
             s.parse()
                 .ok()
                 .and_then(Id::new)
                 .ok_or(TicketError::Malformed)
-        };
+        }
         let (for_sale, for_user): (SaleId, UserId) = (id(for_sale)?, id(for_user)?);
         let expires: i64 = expires.parse().map_err(|_| TicketError::Malformed)?;
         if for_sale != sale {
@@ -191,7 +191,7 @@ impl TicketRules {
 mod tests {
     use super::*;
 
-    fn id(n: i64) -> Id {
+    fn id<T>(n: i64) -> Id<T> {
         Id::new(n).unwrap()
     }
 

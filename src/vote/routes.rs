@@ -9,8 +9,8 @@ use super::cast::{VoteOutcome, VoteRequest};
 use super::store::{self, NewPoll};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
-use crate::error::{AppError, ErrorBody};
-use crate::limit::{self, Route};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
@@ -105,7 +105,7 @@ async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("poll", &path)?;
+    let id = PollId::parse(&path)?;
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
 
@@ -123,7 +123,7 @@ async fn events(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("poll", &path)?;
+    let id = PollId::parse(&path)?;
     let reader = state.clone();
     let load = move || {
         let state = reader.clone();
@@ -149,7 +149,7 @@ async fn results(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("poll", &path)?;
+    let id = PollId::parse(&path)?;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(live_results(&state, id).await?))
@@ -192,7 +192,7 @@ async fn vote(
     body: web::Json<VoteBody>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
-    let poll = Id::parse("poll", &path)?;
+    let poll = PollId::parse(&path)?;
     let option_id = body.option_id;
     if option_id <= 0 {
         return Err(unknown_option());
@@ -200,9 +200,10 @@ async fn vote(
     // Per-user and per-IP limits against vote stuffing, checked inside the vote
     // script: a refused vote is recorded by no policy and changes no tally.
     let ip = state
-        .limits
+        .limiter
+        .limits()
         .counts_ip(Route::Vote)
-        .then(|| limit::client_ip(&req, &state.config.trusted_proxies));
+        .then(|| state.limiter.client_ip(&req));
     let reply = worker
         .votes
         .submit(
@@ -222,9 +223,9 @@ async fn vote(
     // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
     // other refusals carry no RateLimit headers (as in the purchase).
     let judged = || {
-        let policies = state.limits.for_route(Route::Vote);
+        let policies = state.limiter.limits().for_route(Route::Vote);
         let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
-        limit::http::judge(&state, &decided)
+        state.limiter.judge(&decided)
     };
     match outcome {
         VoteOutcome::Accepted { .. } => Ok(judged()?.attach(HttpResponse::Accepted().json(
@@ -234,24 +235,20 @@ async fn vote(
                 option_id,
             },
         ))),
-        VoteOutcome::AlreadyVoted => Err(AppError::conflict(
-            "already_voted",
+        VoteOutcome::AlreadyVoted => Err(AppError::new(
+            ErrorCode::AlreadyVoted,
             "you already voted in this poll (one vote per person)",
         )),
         VoteOutcome::UnknownOption => Err(unknown_option()),
         VoteOutcome::NotOpen { opens_in_ms } => {
             let secs = (opens_in_ms + 999) / 1000;
-            Err(AppError::conflict(
-                "not_open",
+            Err(AppError::new(
+                ErrorCode::NotOpen,
                 format!("this poll is not open yet; it opens in {secs} s"),
             )
             .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
         }
-        VoteOutcome::Closed => Err(AppError::new(
-            StatusCode::GONE,
-            "closed",
-            "this poll is closed",
-        )),
+        VoteOutcome::Closed => Err(AppError::new(ErrorCode::Closed, "this poll is closed")),
         VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
         VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
         VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
@@ -264,7 +261,10 @@ async fn vote(
 }
 
 fn unknown_option() -> AppError {
-    AppError::unprocessable("unknown_option", "that option does not belong to this poll")
+    AppError::new(
+        ErrorCode::UnknownOption,
+        "that option does not belong to this poll",
+    )
 }
 
 /// Redis has no state for this poll: 404 when Postgres has none either, else the
@@ -293,8 +293,8 @@ impl CreatePoll {
     fn validate(self) -> Result<NewPoll, AppError> {
         let question = domain::parse_text("question", &self.question, 300, false)?;
         if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&self.options.len()) {
-            return Err(AppError::unprocessable(
-                "invalid_options",
+            return Err(AppError::new(
+                ErrorCode::InvalidOptions,
                 format!("a poll has {MIN_OPTIONS} to {MAX_OPTIONS} options"),
             ));
         }
@@ -305,26 +305,26 @@ impl CreatePoll {
             .collect::<Result<Vec<_>, _>>()?;
         let mut seen = std::collections::HashSet::new();
         if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
-            return Err(AppError::unprocessable(
-                "invalid_options",
+            return Err(AppError::new(
+                ErrorCode::InvalidOptions,
                 "options must be distinct",
             ));
         }
         if self.closes_at <= self.opens_at {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 "closes_at must be after opens_at",
             ));
         }
         if self.closes_at <= Utc::now() {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 "closes_at is in the past",
             ));
         }
         if self.closes_at - self.opens_at > chrono::Duration::days(366) {
-            return Err(AppError::unprocessable(
-                "invalid_window",
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
                 "a poll may stay open at most 366 days",
             ));
         }
@@ -407,7 +407,7 @@ async fn admin_show(
     _: AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("poll", &path)?;
+    let id = PollId::parse(&path)?;
     let view = load_view(&state, id).await?;
     let rows: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT o.id, count(v.user_id) FROM poll_options o
@@ -438,7 +438,7 @@ async fn admin_close(
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let id = Id::parse("poll", &path)?;
+    let id = PollId::parse(&path)?;
     let (_, in_redis) = store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;

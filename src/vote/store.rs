@@ -147,17 +147,18 @@ pub async fn cached_record(
     id: PollId,
 ) -> Result<Option<PollRecord>, AppError> {
     let db = &state.db;
-    crate::cache::get_or_rebuild(
-        state,
-        &state.keys.poll_view(id),
-        crate::sale::cached::VIEW_TTL,
-        || async move { Ok(fetch_record(db, id).await?) },
-    )
-    .await
+    state
+        .cache
+        .get_or_rebuild(
+            &state.keys.poll_view(id),
+            crate::sale::cached::VIEW_TTL,
+            || async move { Ok(fetch_record(db, id).await?) },
+        )
+        .await
 }
 
 pub async fn invalidate_record(state: &crate::state::AppState, id: PollId) -> Result<(), AppError> {
-    crate::cache::invalidate(state, &[state.keys.poll_view(id)]).await
+    state.cache.invalidate(&[state.keys.poll_view(id)]).await
 }
 
 /// Most polls a list returns.

@@ -10,7 +10,7 @@ use super::error::PageError;
 use super::pages::{list_cards, load_nav, to_signin};
 use super::polls;
 use super::view::{Moment, Nav, PollCard, SaleCard, option_results};
-use crate::domain::{Id, SaleId};
+use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
@@ -126,7 +126,7 @@ pub async fn sale_orders(
         Ok(nav) => nav,
         Err(redirect) => return Ok(Either::Right(redirect)),
     };
-    let Ok(id) = Id::parse("sale", &path) else {
+    let Ok(id) = SaleId::parse(&path) else {
         return Err(PageError::not_found(
             nav,
             "Sale addresses end in a number, like /admin/sales/1/orders.",
@@ -279,7 +279,7 @@ pub async fn poll_tallies(
         Ok(nav) => nav,
         Err(redirect) => return Ok(Either::Right(redirect)),
     };
-    let Ok(id) = Id::parse("poll", &path) else {
+    let Ok(id) = PollId::parse(&path) else {
         return Err(PageError::not_found(
             nav,
             "Poll addresses end in a number, like /admin/polls/1.",

@@ -64,7 +64,7 @@ pub async fn sale(
     path: web::Path<String>,
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, user) = load_nav(&req, &state).await?;
-    let Ok(id) = Id::parse("sale", &path) else {
+    let Ok(id) = SaleId::parse(&path) else {
         return Err(PageError::not_found(
             nav,
             "Sale addresses end in a number, like /sales/1.",

@@ -10,7 +10,7 @@ use chrono::Utc;
 use super::error::PageError;
 use super::pages::load_nav;
 use super::view::{self, Nav, OptionResult, PollCard};
-use crate::domain::{Id, PollId};
+use crate::domain::PollId;
 use crate::error::AppError;
 use crate::state::AppState;
 use crate::vote::store::{self, PollRecord, Results};
@@ -76,7 +76,7 @@ pub async fn poll(
     path: web::Path<String>,
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, user) = load_nav(&req, &state).await?;
-    let Ok(id) = Id::parse("poll", &path) else {
+    let Ok(id) = PollId::parse(&path) else {
         return Err(PageError::not_found(
             nav,
             "Poll addresses end in a number, like /polls/1.",

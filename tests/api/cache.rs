@@ -166,12 +166,14 @@ async fn a_slow_rebuild_is_shared_by_1000_callers_on_two_instances() {
         let (key, runs, barrier) = (key.clone(), runs.clone(), barrier.clone());
         tasks.spawn(async move {
             barrier.wait().await;
-            cache::get_or_rebuild(&state, &key, Duration::from_secs(30), || async {
-                runs.fetch_add(1, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await; // a slow query
-                Ok(vec![4_u32, 2])
-            })
-            .await
+            state
+                .cache
+                .get_or_rebuild(&key, Duration::from_secs(30), || async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await; // a slow query
+                    Ok(vec![4_u32, 2])
+                })
+                .await
         });
     }
     for got in tasks.join_all().await {
@@ -335,12 +337,14 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
     let key = state.keys.cache("test:1", "view");
     let ttl = Duration::from_secs(30);
 
-    let served: String = cache::get_or_rebuild(state, &key, ttl, || async {
-        cache::invalidate(state, std::slice::from_ref(&key)).await?;
-        Ok("old".to_string())
-    })
-    .await
-    .unwrap();
+    let served: String = state
+        .cache
+        .get_or_rebuild(&key, ttl, || async {
+            state.cache.invalidate(std::slice::from_ref(&key)).await?;
+            Ok("old".to_string())
+        })
+        .await
+        .unwrap();
     assert_eq!(served, "old", "the caller itself is served what it read");
     let stored: Option<String> = redis::cmd("GET")
         .arg(&key)
@@ -349,15 +353,19 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
         .unwrap();
     assert_eq!(stored, None, "the stale value was not stored");
 
-    let fresh: String = cache::get_or_rebuild(state, &key, ttl, || async { Ok("new".into()) })
+    let fresh: String = state
+        .cache
+        .get_or_rebuild(&key, ttl, || async { Ok("new".into()) })
         .await
         .unwrap();
     assert_eq!(fresh, "new");
-    let cached: String = cache::get_or_rebuild(state, &key, ttl, || async {
-        panic!("must be served from the cache")
-    })
-    .await
-    .unwrap();
+    let cached: String = state
+        .cache
+        .get_or_rebuild(&key, ttl, || async {
+            panic!("must be served from the cache")
+        })
+        .await
+        .unwrap();
     assert_eq!(cached, "new");
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&key)

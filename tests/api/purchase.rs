@@ -191,6 +191,16 @@ async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
     assert_error(resp, StatusCode::GONE, "ended").await;
     assert_eq!(app.stock_left(ending).await, 10);
     assert!(app.buyers(ending).await.is_empty());
+    // Past its end it cannot be opened again: 409, nothing changed.
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{ending}/open"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_error(resp, StatusCode::CONFLICT, "past_end").await;
+    let resp = app.purchase(ending, &buyer.token).await;
+    assert_error(resp, StatusCode::GONE, "ended").await;
 
     // Closed early by an admin.
     let live = app.create_sale(&admin, 10, -5, 3600).await;

@@ -129,7 +129,7 @@ async fn signout_all_and_password_change_end_every_session() {
             &change("wrong password", "new password 1"),
         )
         .await;
-    assert_error(resp, StatusCode::FORBIDDEN, "bad_credentials").await;
+    assert_error(resp, StatusCode::FORBIDDEN, "wrong_password").await;
     let resp = app
         .post_json("/api/me/password", Some(&c), &change(PASSWORD, "short"))
         .await;

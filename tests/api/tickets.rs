@@ -155,12 +155,12 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
         ),
         (
             json!({ "ticket": 7 }),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_body",
         ),
         (
             json!({ "quantity": 2 }),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_body",
         ),
     ];
@@ -169,6 +169,15 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
         assert_eq!(resp.status(), status, "{body}");
         assert_error(resp, status, code).await;
     }
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+        .bearer_auth(&user.token)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::BAD_REQUEST, "invalid_json").await;
     assert_eq!(app.stock_left(sale).await, 5, "no unit taken");
     assert!(app.buyers(sale).await.is_empty(), "no buyer recorded");
     assert_eq!(counted(&app, sale, &user).await, 0, "no limit counted them");
