@@ -120,7 +120,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             let mut bad = 0;
             for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
-                let mut r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
+                let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
                     .await
                     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                 if repair && !r.consistent {
@@ -139,7 +139,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     let sale = stampede::sale::store::fetch_sale(&db, id)
                         .await?
                         .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
-                    r = stampede::sale::store::reconcile(&db, &mut redis, &keys, &sale)
+                    r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
                         .await
                         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
                     print!("repaired: ");

@@ -44,7 +44,8 @@ use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::lua::{lua_script, unexpected_reply};
 use crate::metrics::Metrics;
-use crate::sale::store::{self as sales, ChangeResult, SaleRow};
+use crate::sale::stock::{self, ChangeResult};
+use crate::sale::store::{self as sales, SaleRow};
 use crate::settle::ensure_group;
 
 static FENCE: LazyLock<redis::Script> = lua_script!("fence.lua");
@@ -246,9 +247,9 @@ impl Recovery {
                 Err(e) => tracing::warn!(%target, error = ?e, "rebuild failed; will retry"),
             }
         }
-        for sale in sales::sales_with_pending_changes(&self.db, STALE_CHANGE_MS).await? {
+        for sale in stock::sales_with_pending_changes(&self.db, STALE_CHANGE_MS).await? {
             let results =
-                sales::apply_pending(&self.db, &mut self.redis.clone(), &self.keys, sale).await?;
+                stock::apply_pending(&self.db, &mut self.redis.clone(), &self.keys, sale).await?;
             if results.iter().any(|(_, r)| *r == ChangeResult::Deferred) {
                 self.rebuild(Target::Sale(sale), Duration::ZERO).await?;
             }
@@ -318,7 +319,7 @@ impl Recovery {
             tracing::error!(sale = %id, sold, stock_total = sale.stock_total, "more buyers than units");
         }
         ensure_group(&mut redis, &k.orders).await?;
-        sales::apply_pending_locked(&mut tx, &mut redis, &self.keys, id).await?;
+        stock::apply_pending_locked(&mut tx, &mut redis, &self.keys, id).await?;
         let stock_left: Option<i64> = redis::cmd("GET")
             .arg(&k.stock)
             .query_async(&mut redis)

@@ -11,7 +11,8 @@ use redis::aio::ConnectionLike;
 use crate::redis_conn::Redis;
 use uuid::Uuid;
 
-use super::store::{MAX_ORDERABLE_SALE_ID, PurchaseOutcome, new_order_id};
+use super::orders::{MAX_ORDERABLE_SALE_ID, new_order_id};
+use super::store::PurchaseOutcome;
 use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;

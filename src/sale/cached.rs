@@ -3,6 +3,7 @@
 //! request and merged by [`store::views`], so a cached view never shows old stock.
 //!
 //! Anything that changes a `sales` row calls [`invalidate`] after its commit.
+//! Pages and the API read sales through [`load_list`], [`load_view`] and [`find_view`].
 
 use std::time::Duration;
 
@@ -46,4 +47,26 @@ pub async fn invalidate(state: &AppState, id: SaleId) -> Result<(), AppError> {
         .cache
         .invalidate(&[state.keys.sale_view(id), state.keys.sales_list()])
         .await
+}
+
+/// The public sale list: cached records, live numbers.
+pub async fn load_list(state: &AppState) -> Result<Vec<store::SaleView>, AppError> {
+    let rows = list_rows(state).await?;
+    store::views(&mut state.redis.clone(), &state.keys, rows).await
+}
+
+/// One sale: its cached record, live numbers; 404 when there is no such sale.
+pub async fn load_view(state: &AppState, id: SaleId) -> Result<store::SaleView, AppError> {
+    find_view(state, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
+}
+
+/// One sale: its cached record, live numbers; `None` when there is no such sale.
+pub async fn find_view(state: &AppState, id: SaleId) -> Result<Option<store::SaleView>, AppError> {
+    let Some(row) = sale_row(state, id).await? else {
+        return Ok(None);
+    };
+    let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
+    Ok(views.pop())
 }

@@ -7,9 +7,11 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::buy::BuyRequest;
-use super::cached;
-use super::store::{self, ChangeResult, NewSale, PurchaseOutcome, StockChange};
+use super::cached::{self, find_view, load_list, load_view};
+use super::stock::{self, ChangeResult, StockChange};
+use super::store::{self, NewSale, PurchaseOutcome};
 use super::ticket::{self, TicketError, TicketWindow, Window};
+use super::{orders, reconcile};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -66,28 +68,6 @@ crate::routes::routes! {
 ))]
 async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
     Ok(HttpResponse::Ok().json(load_list(&state).await?))
-}
-
-/// The public sale list: cached records, live numbers.
-pub async fn load_list(state: &AppState) -> Result<Vec<store::SaleView>, AppError> {
-    let rows = cached::list_rows(state).await?;
-    store::views(&mut state.redis.clone(), &state.keys, rows).await
-}
-
-/// One sale: its cached record, live numbers; 404 when there is no such sale.
-pub async fn load_view(state: &AppState, id: SaleId) -> Result<store::SaleView, AppError> {
-    find_view(state, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
-}
-
-/// One sale: its cached record, live numbers; `None` when there is no such sale.
-pub async fn find_view(state: &AppState, id: SaleId) -> Result<Option<store::SaleView>, AppError> {
-    let Some(row) = cached::sale_row(state, id).await? else {
-        return Ok(None);
-    };
-    let mut views = store::views(&mut state.redis.clone(), &state.keys, vec![row]).await?;
-    Ok(views.pop())
 }
 
 /// One sale, with live stock.
@@ -152,14 +132,17 @@ struct Accepted {
     (status = 409, description = "`already_bought` (one per customer), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
     (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
-    (status = 400, description = "`invalid_body`: a body that is neither empty nor `{\"ticket\": \"...\"}`", body = ErrorBody<'static>),
-    (status = 422, description = "`invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 400, description = "`invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\"}`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
     (status = 428, description = "`ticket_required`: the sale wants a ticket from `POST /api/sales/{id}/ticket` with each purchase", body = ErrorBody<'static>),
     (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, AppError> {
+async fn purchase(
+    req: HttpRequest,
+    body: Result<web::Bytes, actix_web::Error>,
+) -> Result<HttpResponse, AppError> {
     // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
     // shared state's reference count is one cache line that every worker thread
     // would then write twice a request.
@@ -177,6 +160,7 @@ async fn purchase(req: HttpRequest, body: web::Bytes) -> Result<HttpResponse, Ap
         return Ok(sold_out_from_memory());
     }
     let user = AuthUser::of(&req)?;
+    let body = body.map_err(|e| crate::conn::body_read_error(&e, state.config.body_timeout_ms))?;
     let body = PurchaseBody::parse(&body)?;
     check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
     let ip = state
@@ -478,7 +462,7 @@ async fn order_status(
             settled_at: Some(o.settled_at),
         }));
     }
-    let sale = store::sale_of_order(&order_id).ok_or_else(not_found)?;
+    let sale = orders::sale_of_order(&order_id).ok_or_else(not_found)?;
     let owner: Option<i64> = redis::cmd("HGET")
         .arg(&state.keys.sale(sale).pending)
         .arg(order_id.to_string())
@@ -654,7 +638,7 @@ async fn admin_stock(
         }
     };
     sale_or_404(&state, id).await?;
-    let change_id = store::record_stock_change(&state.db, id, change, admin.id).await?;
+    let change_id = stock::record_stock_change(&state.db, id, change, admin.id).await?;
     // From here on the change is recorded: whatever fails, it is applied later (by
     // the sweep or the next change), so the answer is 202, never an error that
     // invites a second, duplicate change.
@@ -719,13 +703,13 @@ async fn apply_stock_change(
             .map(|(_, r)| *r)
     };
     let results =
-        store::apply_pending(&state.db, &mut state.redis.clone(), &state.keys, id).await?;
+        stock::apply_pending(&state.db, &mut state.redis.clone(), &state.keys, id).await?;
     match outcome(&results) {
         Some(ChangeResult::Deferred) => {}
         Some(done) => return Ok(done),
         // Another request applied it between our insert and our turn at the lock.
         None => {
-            return store::change_result(
+            return stock::change_result(
                 &state.db,
                 &mut state.redis.clone(),
                 &state.keys,
@@ -739,7 +723,7 @@ async fn apply_stock_change(
         .recovery
         .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
         .await?;
-    store::change_result(
+    stock::change_result(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
@@ -885,7 +869,7 @@ async fn admin_orders(
 
 /// Redis against Postgres for one sale: who bought, what is pending, what settled.
 #[utoipa::path(get, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The report", body = store::Reconciliation),
+    (status = 200, description = "The report", body = reconcile::Reconciliation),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
 ))]
 async fn admin_reconcile(
@@ -895,13 +879,14 @@ async fn admin_reconcile(
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     let sale = sale_or_404(&state, id).await?;
-    let report = store::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    let report =
+        reconcile::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
 /// Makes Redis agree with Postgres for one sale: the rebuild of [`crate::recover`].
 #[utoipa::path(post, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "Rebuilt from Postgres: the new report", body = store::Reconciliation),
+    (status = 200, description = "Rebuilt from Postgres: the new report", body = reconcile::Reconciliation),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
 ))]
 async fn admin_repair(
@@ -924,7 +909,7 @@ async fn admin_repair(
         })?;
     state.sold_out.clear(id);
     cached::invalidate(&state, id).await?;
-    let report = store::reconcile(
+    let report = reconcile::reconcile(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,

@@ -59,10 +59,43 @@ async fn a_64_kb_header_is_refused_with_431_and_json_and_the_connection_closed()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_served() {
     let app = spawn_app_with(|c| c.body_timeout_ms = 2000).await;
+    trickled_body_is_cut(
+        &app,
+        "/api/auth/signin",
+        "",
+        br#"{"username":"someone","password":"a long password"}"#,
+    )
+    .await;
+}
+
+/// The purchase reads its (optional) body itself: a trickled one is cut the same
+/// way, 408 `body_timeout` as JSON and the connection closed, and buys nothing.
+#[tokio::test]
+async fn a_purchase_body_trickled_one_byte_a_second_is_cut_with_408() {
+    let app = spawn_app_with(|c| c.body_timeout_ms = 2000).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let user = app.user().await;
+    trickled_body_is_cut(
+        &app,
+        &format!("/api/sales/{sale}/purchase"),
+        &format!("Authorization: Bearer {}\r\n", user.token),
+        br#"{"ticket":"not-a-ticket-at-all-but-long-enough"}"#,
+    )
+    .await;
+    assert_eq!(app.stock_left(sale).await, 5);
+    assert!(app.buyers(sale).await.is_empty());
+}
+
+async fn trickled_body_is_cut(
+    app: &crate::helpers::TestApp,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) {
     let mut stream = TcpStream::connect(("127.0.0.1", app.port)).await.unwrap();
-    let body = br#"{"username":"someone","password":"a long password"}"#;
     let head = format!(
-        "POST /api/auth/signin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: x\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();
@@ -76,7 +109,7 @@ async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_serv
             break;
         }
         sent += 1;
-        healthz_answers(&app).await;
+        healthz_answers(app).await;
         let (got, gone) = read_to_close(&mut stream, Duration::from_secs(1)).await;
         answer.push_str(&got);
         if gone || !answer.is_empty() {
@@ -101,7 +134,7 @@ async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_serv
         "the whole body went through ({sent} bytes)"
     );
     assert!(took < Duration::from_secs(6), "cut after {took:?}");
-    healthz_answers(&app).await;
+    healthz_answers(app).await;
 }
 
 /// Waits (up to 10 s) until the listening socket on `port` has no connection

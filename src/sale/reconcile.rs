@@ -1,0 +1,77 @@
+//! How Redis and Postgres agree on one sale: buyers, pending orders, settled
+//! orders and the stock arithmetic (`GET /api/admin/sales/{id}/reconcile`).
+
+use redis::aio::ConnectionLike;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use super::store::{SaleRow, sale_id};
+use crate::error::AppError;
+use crate::keys::Keys;
+
+/// How Redis and Postgres agree on one sale.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Reconciliation {
+    pub sale_id: i64,
+    /// Users in the Redis buyers set.
+    pub redis_sold: i64,
+    /// Accepted orders not yet settled (the pending hash).
+    pub pending: i64,
+    /// Orders in Postgres.
+    pub postgres_orders: i64,
+    /// Buyers in Redis with no order in Postgres and none pending: should be empty.
+    pub missing_in_postgres: Vec<i64>,
+    /// Orders in Postgres whose buyer is not in the Redis buyers set: should be empty.
+    pub missing_in_redis: Vec<i64>,
+    pub stock_left: i64,
+    pub stock_total: i64,
+    /// `stock_total == stock_left + redis_sold` and both lists empty.
+    pub consistent: bool,
+}
+
+/// Compares a sale's Redis state with its Postgres record. Reads only; a buyer whose
+/// order is still pending is not reported missing.
+pub async fn reconcile<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: &SaleRow,
+) -> Result<Reconciliation, AppError> {
+    let k = keys.sale(sale_id(sale)?);
+    let (buyers, pending_owners, left): (Vec<i64>, Vec<i64>, Option<i64>) = redis::pipe()
+        .smembers(&k.buyers)
+        .hvals(&k.pending)
+        .get(&k.stock)
+        .query_async(redis)
+        .await?;
+    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
+        .bind(sale.id)
+        .fetch_all(db)
+        .await?;
+    let buyers_set: std::collections::HashSet<i64> = buyers.iter().copied().collect();
+    let settled_set: std::collections::HashSet<i64> = settled.iter().copied().collect();
+    let pending_set: std::collections::HashSet<i64> = pending_owners.iter().copied().collect();
+    let mut missing_in_postgres: Vec<i64> = buyers_set
+        .iter()
+        .filter(|u| !settled_set.contains(u) && !pending_set.contains(u))
+        .copied()
+        .collect();
+    let mut missing_in_redis: Vec<i64> = settled_set.difference(&buyers_set).copied().collect();
+    missing_in_postgres.sort_unstable();
+    missing_in_redis.sort_unstable();
+    let stock_left = left.unwrap_or(0);
+    let redis_sold = buyers.len() as i64;
+    Ok(Reconciliation {
+        sale_id: sale.id,
+        redis_sold,
+        pending: pending_owners.len() as i64,
+        postgres_orders: settled.len() as i64,
+        consistent: missing_in_postgres.is_empty()
+            && missing_in_redis.is_empty()
+            && sale.stock_total == stock_left + redis_sold,
+        missing_in_postgres,
+        missing_in_redis,
+        stock_left,
+        stock_total: sale.stock_total,
+    })
+}
