@@ -114,15 +114,15 @@ pub fn is_body_timeout(e: &PayloadError) -> bool {
     matches!(e, PayloadError::Io(io) if io.kind() == io::ErrorKind::TimedOut)
 }
 
-/// A body that could not be read by a raw (`web::Bytes`) extractor, as the JSON
-/// extractor's handler answers it: 413 `payload_too_large`, 408 `body_timeout`
-/// (which closes the connection), else 400 `invalid_json`.
-pub fn body_read_error(e: &actix_web::Error, body_timeout_ms: u64) -> AppError {
-    match e.as_error::<PayloadError>() {
-        Some(PayloadError::Overflow) => {
+/// A body that a handler could not read itself, as the JSON extractor's handler
+/// answers it: 413 `payload_too_large`, 408 `body_timeout` (which closes the
+/// connection), else 400 `invalid_json`.
+pub fn body_read_error(e: &PayloadError, body_timeout_ms: u64) -> AppError {
+    match e {
+        PayloadError::Overflow => {
             AppError::new(ErrorCode::PayloadTooLarge, "the request body is too large")
         }
-        Some(p) if is_body_timeout(p) => body_timeout_error(body_timeout_ms),
+        p if is_body_timeout(p) => body_timeout_error(body_timeout_ms),
         _ => AppError::new(
             ErrorCode::InvalidJson,
             format!("the request body could not be read: {e}"),

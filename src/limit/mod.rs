@@ -136,6 +136,7 @@ pub struct Limits {
     enabled: bool,
     timeout: std::time::Duration,
     buy: Vec<Policy>,
+    ticket: Vec<Policy>,
     vote: Vec<Policy>,
     signin: Vec<Policy>,
     signup: Vec<Policy>,
@@ -151,6 +152,7 @@ impl Limits {
         for policy in config.policies()? {
             match policy.route {
                 Route::Buy => limits.buy.push(policy),
+                Route::Ticket => limits.ticket.push(policy),
                 Route::Vote => limits.vote.push(policy),
                 Route::Signin => limits.signin.push(policy),
                 Route::Signup => limits.signup.push(policy),
@@ -166,6 +168,7 @@ impl Limits {
         }
         match route {
             Route::Buy => &self.buy,
+            Route::Ticket => &self.ticket,
             Route::Vote => &self.vote,
             Route::Signin => &self.signin,
             Route::Signup => &self.signup,

@@ -19,17 +19,26 @@ const MAX_LOG_LIMIT: u64 = 1_000;
 #[serde(rename_all = "snake_case")]
 pub enum Route {
     Buy,
+    /// `POST /api/sales/{id}/ticket`: the purchase ticket.
+    Ticket,
     Vote,
     Signin,
     Signup,
 }
 
 impl Route {
-    pub const ALL: [Route; 4] = [Route::Buy, Route::Vote, Route::Signin, Route::Signup];
+    pub const ALL: [Route; 5] = [
+        Route::Buy,
+        Route::Ticket,
+        Route::Vote,
+        Route::Signin,
+        Route::Signup,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Route::Buy => "buy",
+            Route::Ticket => "ticket",
             Route::Vote => "vote",
             Route::Signin => "signin",
             Route::Signup => "signup",
@@ -38,7 +47,7 @@ impl Route {
 
     /// Signed-in routes: a policy per user makes sense there only.
     pub fn has_user(self) -> bool {
-        matches!(self, Route::Buy | Route::Vote)
+        matches!(self, Route::Buy | Route::Ticket | Route::Vote)
     }
 
     /// Without Redis a purchase or vote cannot be decided anyway, so their limits
@@ -268,6 +277,9 @@ fn window(
 ///   behind one address while leaving room for a household or office behind one
 ///   NAT. The counter's memory is constant per address, which matters because
 ///   addresses are the attacker's to choose.
+/// - ticket, per user: sliding log, 10 per 10 s (the page asks for one per click,
+///   and once more when one expired on the way); per IP: sliding counter, 120 per
+///   10 s. A bot polling for the opening is cut off; a person never notices.
 /// - sign-in and sign-up, per IP: sliding log, 10 per minute, against password
 ///   guessing and account farming; argon2 makes each attempt cost CPU too.
 pub fn default_policies() -> Vec<PolicyConfig> {
@@ -280,6 +292,22 @@ pub fn default_policies() -> Vec<PolicyConfig> {
             Subject::Ip,
             SlidingCounter,
             60,
+            10_000,
+        ),
+        window(
+            "ticket-user",
+            Route::Ticket,
+            Subject::User,
+            SlidingLog,
+            10,
+            10_000,
+        ),
+        window(
+            "ticket-ip",
+            Route::Ticket,
+            Subject::Ip,
+            SlidingCounter,
+            120,
             10_000,
         ),
         window(

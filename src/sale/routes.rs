@@ -20,6 +20,7 @@ use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
+use futures_util::StreamExt;
 
 // Routes under `/api` (see `startup`): the purchase first, so the hot path matches
 // the first pattern the router tries.
@@ -139,10 +140,7 @@ struct Accepted {
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-async fn purchase(
-    req: HttpRequest,
-    body: Result<web::Bytes, actix_web::Error>,
-) -> Result<HttpResponse, AppError> {
+async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpResponse, AppError> {
     // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
     // shared state's reference count is one cache line that every worker thread
     // would then write twice a request.
@@ -160,8 +158,7 @@ async fn purchase(
         return Ok(sold_out_from_memory());
     }
     let user = AuthUser::of(&req)?;
-    let body = body.map_err(|e| crate::conn::body_read_error(&e, state.config.body_timeout_ms))?;
-    let body = PurchaseBody::parse(&body)?;
+    let body = PurchaseBody::read(&req, payload, state.config.body_timeout_ms).await?;
     check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
     let ip = state
         .limiter
@@ -232,7 +229,41 @@ struct PurchaseBody {
     ticket: Option<String>,
 }
 
+/// Longest purchase body read (a ticket is about 100 bytes).
+const MAX_PURCHASE_BODY: usize = 4096;
+
 impl PurchaseBody {
+    /// Reads the body only when there is one: most purchases carry none, and they
+    /// pay for no buffer (the `web::Bytes` extractor reserves 8 KiB for every
+    /// request). A body that cannot be read is answered like the JSON extractor's
+    /// errors (408 `body_timeout`, 413, 400).
+    async fn read(
+        req: &HttpRequest,
+        mut payload: web::Payload,
+        body_timeout_ms: u64,
+    ) -> Result<Self, AppError> {
+        let headers = req.headers();
+        let has_body = headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|n| n.as_bytes() != b"0")
+            || headers.contains_key(header::TRANSFER_ENCODING);
+        if !has_body {
+            return Ok(PurchaseBody::default());
+        }
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| crate::conn::body_read_error(&e, body_timeout_ms))?;
+            if body.len() + chunk.len() > MAX_PURCHASE_BODY {
+                return Err(AppError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("a purchase body is at most {MAX_PURCHASE_BODY} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Self::parse(&body)
+    }
+
     fn parse(body: &[u8]) -> Result<Self, AppError> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(PurchaseBody::default());
@@ -322,21 +353,31 @@ struct Ticket {
 /// clock: what a sale that requires tickets wants with each purchase, so a bot
 /// that fires before the opening gets nothing. Issuing one writes nothing.
 #[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket),
+    (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until the sale opens"))),
     (status = 410, description = "`ended` (past `ends_at`, or closed early) or `sold_out`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a ticket limit refused (per user, per address)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
 async fn ticket(
     state: web::Data<AppState>,
     user: AuthUser,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
     if state.sold_out.is_sold_out(sale) {
         return Err(sold_out());
     }
+    // Per user and per address: a bot polling for the opening is cut off.
+    let granted = state
+        .limiter
+        .check(Route::Ticket, Some(user.id), &req)
+        .await?;
     let window = TicketWindow {
         keys: &state.keys,
         sale,
@@ -350,13 +391,15 @@ async fn ticket(
             let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
                 AppError::Internal(anyhow::anyhow!("the Redis clock is out of range: {now_ms}"))
             })?;
-            Ok(HttpResponse::Ok()
-                .insert_header((header::CACHE_CONTROL, "no-store"))
-                .json(Ticket {
-                    ticket: state.tickets.issue(sale, user.id, expires_ms),
-                    sale_id: sale,
-                    expires_at,
-                }))
+            Ok(granted.attach(
+                HttpResponse::Ok()
+                    .insert_header((header::CACHE_CONTROL, "no-store"))
+                    .json(Ticket {
+                        ticket: state.tickets.issue(sale, user.id, expires_ms),
+                        sale_id: sale,
+                        expires_at,
+                    }),
+            ))
         }
         Window::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
         Window::Ended => Err(ended()),

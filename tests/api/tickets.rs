@@ -190,6 +190,42 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
     assert_eq!(app.stock_left(sale).await, 4);
 }
 
+/// The ticket route's own limit: a bot polling for the opening is cut off (429
+/// with `Retry-After`), and a refused request is counted by no other policy.
+#[tokio::test]
+async fn polling_for_tickets_is_rate_limited_per_user() {
+    let app = spawn_app_with(|c| {
+        let mut limits: LimitsConfig = toml::from_str(
+            r#"
+            [[policies]]
+            name = "ticket-user"
+            route = "ticket"
+            subject = "user"
+            algorithm = "sliding_log"
+            limit = 3
+            window_ms = 60000
+            "#,
+        )
+        .expect("limits TOML");
+        limits.enabled = true;
+        c.limits = limits;
+    })
+    .await;
+    let admin = app.admin().await;
+    let sale = app.create_sale_with(&admin, 5, 3600, 7200, true).await;
+    let (bot, person) = (app.user().await, app.user().await);
+    for _ in 0..3 {
+        let early = ticket(&app, sale, &bot).await;
+        assert_error(early, StatusCode::CONFLICT, "not_started").await;
+    }
+    let cut = ticket(&app, sale, &bot).await;
+    assert!(cut.headers().contains_key("retry-after"));
+    assert_error(cut, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
+    // Someone else is not affected.
+    let theirs = ticket(&app, sale, &person).await;
+    assert_error(theirs, StatusCode::CONFLICT, "not_started").await;
+}
+
 #[tokio::test]
 async fn a_sale_without_tickets_sells_without_one_and_checks_one_if_sent() {
     let app = spawn_app_with(|_| {}).await;
