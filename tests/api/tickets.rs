@@ -36,22 +36,20 @@ async fn buy_with(app: &TestApp, sale: i64, user: &User, body: &Value) -> reqwes
     .await
 }
 
-/// The buy route's per-user policy, so that "counted by no policy" is visible.
-fn user_limit() -> LimitsConfig {
-    let mut limits: LimitsConfig = toml::from_str(
-        r#"
-        [[policies]]
-        name = "buy-user"
-        route = "buy"
-        subject = "user"
-        algorithm = "sliding_log"
-        limit = 50
-        window_ms = 60000
-        "#,
-    )
+/// One per-user sliding-log policy on `route`, 60 s window, limits on.
+fn per_user(name: &str, route: &str, limit: u64) -> LimitsConfig {
+    let mut limits: LimitsConfig = toml::from_str(&format!(
+        "[[policies]]\nname = \"{name}\"\nroute = \"{route}\"\nsubject = \"user\"\n\
+         algorithm = \"sliding_log\"\nlimit = {limit}\nwindow_ms = 60000\n"
+    ))
     .expect("limits TOML");
     limits.enabled = true;
     limits
+}
+
+/// The buy route's per-user policy, so that "counted by no policy" is visible.
+fn user_limit() -> LimitsConfig {
+    per_user("buy-user", "buy", 50)
 }
 
 async fn counted(app: &TestApp, sale: i64, user: &User) -> usize {
@@ -194,23 +192,7 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
 /// with `Retry-After`), and a refused request is counted by no other policy.
 #[tokio::test]
 async fn polling_for_tickets_is_rate_limited_per_user() {
-    let app = spawn_app_with(|c| {
-        let mut limits: LimitsConfig = toml::from_str(
-            r#"
-            [[policies]]
-            name = "ticket-user"
-            route = "ticket"
-            subject = "user"
-            algorithm = "sliding_log"
-            limit = 3
-            window_ms = 60000
-            "#,
-        )
-        .expect("limits TOML");
-        limits.enabled = true;
-        c.limits = limits;
-    })
-    .await;
+    let app = spawn_app_with(|c| c.limits = per_user("ticket-user", "ticket", 3)).await;
     let admin = app.admin().await;
     let sale = app.create_sale_with(&admin, 5, 3600, 7200, true).await;
     let (bot, person) = (app.user().await, app.user().await);
