@@ -110,7 +110,7 @@ fn with_deadline(payload: Payload, limit: Duration) -> Payload {
 }
 
 /// A body read that ran out of time (see [`with_deadline`]).
-pub fn is_body_timeout(e: &PayloadError) -> bool {
+fn is_body_timeout(e: &PayloadError) -> bool {
     matches!(e, PayloadError::Io(io) if io.kind() == io::ErrorKind::TimedOut)
 }
 
@@ -130,7 +130,7 @@ pub fn body_read_error(e: &PayloadError, body_timeout_ms: u64) -> AppError {
     }
 }
 
-pub fn body_timeout_error(limit_ms: u64) -> AppError {
+fn body_timeout_error(limit_ms: u64) -> AppError {
     AppError::new(
         ErrorCode::BodyTimeout,
         format!("the request body did not arrive within {limit_ms} ms"),

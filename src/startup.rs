@@ -463,9 +463,7 @@ fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
                     ErrorCode::PayloadTooLarge,
                     format!("request body is larger than {limit} bytes"),
                 ),
-                E::Payload(p) if crate::conn::is_body_timeout(p) => {
-                    crate::conn::body_timeout_error(body_timeout_ms)
-                }
+                E::Payload(p) => crate::conn::body_read_error(p, body_timeout_ms),
                 E::ContentType => AppError::new(
                     ErrorCode::UnsupportedMediaType,
                     "send the body as application/json",

@@ -66,16 +66,7 @@ impl TokenKey {
     }
 
     fn claims(text: &str, now_unix: i64) -> Result<Claims, TokenError> {
-        let mut parts = text.split(':');
-        let (Some("v2"), Some(uid), Some(admin), Some(exp), Some(generation), Some(session), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
+        let Some(["v2", uid, admin, exp, generation, session]) = fields(text) else {
             return Err(TokenError::Malformed);
         };
         let user_id = uid
@@ -109,6 +100,16 @@ impl TokenKey {
             session,
         })
     }
+}
+
+/// Exactly `N` `:`-separated fields of a signed payload, or `None`.
+pub(crate) fn fields<const N: usize>(text: &str) -> Option<[&str; N]> {
+    let mut parts = text.split(':');
+    let fields: [Option<&str>; N] = std::array::from_fn(|_| parts.next());
+    if parts.next().is_some() || fields.iter().any(Option::is_none) {
+        return None;
+    }
+    Some(fields.map(Option::unwrap_or_default))
 }
 
 /// `<payload>.<mac>`, both base64url, the MAC HMAC-SHA256 of the payload under

@@ -31,7 +31,7 @@ use redis::aio::ConnectionLike;
 
 use crate::lua::lua_script;
 
-pub use http::{Granted, Limiter, client_ip};
+pub use http::{Granted, Limiter};
 pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
 static LIMIT: LazyLock<redis::Script> = lua_script!("limit.lua");

@@ -85,14 +85,7 @@ impl TicketKey {
             TokenError::Malformed | TokenError::Expired => TicketError::Malformed,
         })?;
         let text = std::str::from_utf8(&payload).map_err(|_| TicketError::Malformed)?;
-        let mut parts = text.split(':');
-        let (Some("t1"), Some(for_sale), Some(for_user), Some(expires), None) = (
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-            parts.next(),
-        ) else {
+        let Some(["t1", for_sale, for_user, expires]) = token::fields(text) else {
             return Err(TicketError::Malformed);
         };
         fn id<T>(s: &str) -> Result<Id<T>, TicketError> {
