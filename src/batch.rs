@@ -335,7 +335,7 @@ pub struct Row {
 /// policies, now override, four per policy, then two per item (user id, then
 /// [`ItemArg`]).
 pub struct Call<'a> {
-    pub script: &'a redis::Script,
+    pub script: &'a crate::lua::Script,
     /// The script's file name, for errors.
     pub name: &'a str,
     pub state_keys: [&'a str; 5],

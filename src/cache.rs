@@ -46,8 +46,8 @@ use crate::error::{AppError, ErrorCode};
 use crate::lock::{Lock, LockGuard, Released};
 use crate::redis_conn::Redis;
 
-static FILL: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../lua/cache_fill.lua")));
+static FILL: LazyLock<crate::lua::Script> =
+    LazyLock::new(|| crate::lua::Script::new(include_str!("../lua/cache_fill.lua")));
 
 /// Each stored view lives `ttl` ± this fraction, so views cached together (a restart,
 /// a flush) do not all expire in the same second and stampede together.

@@ -33,10 +33,10 @@ use crate::redis_conn::Redis;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-static RELEASE: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../lua/lock_release.lua")));
-static EXTEND: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(include_str!("../lua/lock_extend.lua")));
+static RELEASE: LazyLock<crate::lua::Script> =
+    LazyLock::new(|| crate::lua::Script::new(include_str!("../lua/lock_release.lua")));
+static EXTEND: LazyLock<crate::lua::Script> =
+    LazyLock::new(|| crate::lua::Script::new(include_str!("../lua/lock_extend.lua")));
 
 /// Pause between attempts of [`Lock::acquire`]: short, and random so that waiters on
 /// several instances do not retry in lockstep.

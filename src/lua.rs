@@ -8,15 +8,110 @@
 //! never copies. Each module owns the Rust side of its scripts: their KEYS and ARGV
 //! order and the parsing of their replies.
 
-/// `lua_script!("purchase_batch.lua")`: a lazily built [`redis::Script`] of the
-/// library `lua/lib/*.lua` followed by `lua/purchase_batch.lua`. `redis::Script`
-/// runs it with EVALSHA and loads it again when Redis answers `NOSCRIPT` (after a
-/// restart or a failover). The library only defines local functions, so a script
-/// pays for what it calls.
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
+
+/// A Lua script run by its SHA1 (`EVALSHA`). Where Redis does not know it
+/// (`NOSCRIPT`: after a restart, a failover to a replica, a `SCRIPT FLUSH`), the
+/// call is sent again as `EVAL` with the whole body, which runs it and caches it
+/// for the next `EVALSHA`: one extra round trip, and no window in which the script
+/// can vanish again. (`redis::Script` loads it with `SCRIPT LOAD` and retries the
+/// `EVALSHA` once; a flush between the two fails the call.) On a cluster both
+/// route by their first key, so the body lands on the shard that runs it.
+pub struct Script {
+    code: &'static str,
+    hash: String,
+}
+
+impl Script {
+    pub fn new(code: &'static str) -> Script {
+        Script {
+            code,
+            hash: redis::Script::new(code).get_hash().to_string(),
+        }
+    }
+
+    /// The script's SHA1, as `EVALSHA` names it.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    pub fn prepare_invoke(&self) -> Invocation<'_> {
+        Invocation {
+            script: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    pub fn key<T: ToRedisArgs>(&self, key: T) -> Invocation<'_> {
+        let mut inv = self.prepare_invoke();
+        inv.key(key);
+        inv
+    }
+
+    pub fn arg<T: ToRedisArgs>(&self, arg: T) -> Invocation<'_> {
+        let mut inv = self.prepare_invoke();
+        inv.arg(arg);
+        inv
+    }
+}
+
+/// One call of a [`Script`]: its KEYS and ARGV, in order.
+pub struct Invocation<'a> {
+    script: &'a Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Invocation<'_> {
+    pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    pub fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    fn command(&self, name: &str, script: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd(name);
+        cmd.arg(script)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// `EVALSHA`, and `EVAL` with the body where Redis answers `NOSCRIPT`.
+    pub async fn invoke_async<T: FromRedisValue>(
+        &self,
+        con: &mut impl ConnectionLike,
+    ) -> RedisResult<T> {
+        match self
+            .command("EVALSHA", &self.script.hash)
+            .query_async(con)
+            .await
+        {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.command("EVAL", self.script.code)
+                    .query_async(con)
+                    .await
+            }
+            answer => answer,
+        }
+    }
+}
+
+/// `lua_script!("purchase_batch.lua")`: a lazily built [`Script`] of the library
+/// `lua/lib/*.lua` followed by `lua/purchase_batch.lua`, run with EVALSHA (and
+/// EVAL where Redis does not have it). The library only defines local functions,
+/// so a script pays for what it calls.
 macro_rules! lua_script {
     ($file:literal) => {
         std::sync::LazyLock::new(|| {
-            redis::Script::new(concat!(
+            $crate::lua::Script::new(concat!(
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/run.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/clock.lua")),
                 include_str!(concat!(

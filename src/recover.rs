@@ -48,10 +48,10 @@ use crate::sale::stock::{self, ChangeResult};
 use crate::sale::store::{self as sales, SaleRow};
 use crate::settle::ensure_group;
 
-static FENCE: LazyLock<redis::Script> = lua_script!("fence.lua");
-static RESTORE_SALE: LazyLock<redis::Script> = lua_script!("restore_sale.lua");
-static RESTORE_POLL: LazyLock<redis::Script> = lua_script!("restore_poll.lua");
-static CHECK_STATE: LazyLock<redis::Script> = lua_script!("check_state.lua");
+static FENCE: LazyLock<crate::lua::Script> = lua_script!("fence.lua");
+static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
+static RESTORE_POLL: LazyLock<crate::lua::Script> = lua_script!("restore_poll.lua");
+static CHECK_STATE: LazyLock<crate::lua::Script> = lua_script!("check_state.lua");
 
 /// Lease of a rebuild's lock; a watchdog extends it while the rebuild runs.
 const LOCK_TTL_MS: u64 = 10_000;

@@ -7,8 +7,8 @@
 //! are on one shard.
 //!
 //! On a cluster, redis-rs routes a command or an `EVALSHA` by its first key, follows
-//! `MOVED`/`ASK` after a failover or resharding, and `redis::Script` loads a script
-//! again where a node answers `NOSCRIPT`. Two things differ, and are handled here
+//! `MOVED`/`ASK` after a failover or resharding, and `lua::Script` sends a script
+//! as `EVAL` where a node answers `NOSCRIPT`. Two things differ, and are handled here
 //! or by the caller:
 //! - a pipeline whose commands name keys of different slots (one `GET` per sale of a
 //!   list) cannot go to one node: [`Redis`] sends its commands one by one, all at
@@ -123,7 +123,7 @@ impl Redis {
 
     /// Runs `cmd` on every primary (on one node: on it) and returns each node's
     /// answer with its address. For commands without a key that describe a node:
-    /// `CONFIG GET`, `PING`, `SCRIPT FLUSH` in tests.
+    /// `CONFIG GET` (the startup checks of persistence), `PING` (`/readyz`).
     pub async fn on_every_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<(String, Value)>> {
         match self {
             Redis::Node(conn) => {

@@ -34,7 +34,7 @@ use crate::lua::lua_script;
 pub use http::{Granted, Limiter};
 pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
-static LIMIT: LazyLock<redis::Script> = lua_script!("limit.lua");
+static LIMIT: LazyLock<crate::lua::Script> = lua_script!("limit.lua");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

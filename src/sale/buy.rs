@@ -20,7 +20,7 @@ use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
 
-static PURCHASE_BATCH: LazyLock<redis::Script> = lua_script!("purchase_batch.lua");
+static PURCHASE_BATCH: LazyLock<crate::lua::Script> = lua_script!("purchase_batch.lua");
 
 /// One buyer's request.
 #[derive(Clone, Debug)]

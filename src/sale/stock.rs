@@ -13,7 +13,7 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
-static STOCK_CHANGE: LazyLock<redis::Script> = lua_script!("stock_change.lua");
+static STOCK_CHANGE: LazyLock<crate::lua::Script> = lua_script!("stock_change.lua");
 
 /// An admin's stock change, as the API takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

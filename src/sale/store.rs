@@ -16,8 +16,8 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
 
-static NEW_SALE: LazyLock<redis::Script> = lua_script!("new_sale.lua");
-static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
+static NEW_SALE: LazyLock<crate::lua::Script> = lua_script!("new_sale.lua");
+static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua");
 
 /// A sale as stored in Postgres (and, as JSON, in the view cache).
 #[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]

@@ -28,7 +28,7 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
-static TICKET_WINDOW: std::sync::LazyLock<redis::Script> = lua_script!("ticket_window.lua");
+static TICKET_WINDOW: std::sync::LazyLock<crate::lua::Script> = lua_script!("ticket_window.lua");
 
 /// How long a ticket stays good: long enough for a person's click to reach the
 /// purchase (the page asks for one right before it buys), short enough that

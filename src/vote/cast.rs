@@ -16,7 +16,7 @@ use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
 
-static VOTE_BATCH: LazyLock<redis::Script> = lua_script!("vote_batch.lua");
+static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_script!("vote_batch.lua");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VoteOutcome {

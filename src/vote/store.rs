@@ -14,8 +14,8 @@ use crate::keys::Keys;
 use crate::lua::lua_script;
 use crate::settle::ensure_group;
 
-static NEW_POLL: LazyLock<redis::Script> = lua_script!("new_poll.lua");
-static UPDATE_META: LazyLock<redis::Script> = lua_script!("update_meta.lua");
+static NEW_POLL: LazyLock<crate::lua::Script> = lua_script!("new_poll.lua");
+static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua");
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct PollRow {

@@ -18,7 +18,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, flush_scripts_on_node_of, node_of, spawn_app, spawn_app_with, test_redis_cluster,
+};
 
 /// Sends all requests at once (a barrier) and returns the statuses.
 async fn together(app: &Arc<TestApp>, requests: Vec<(i64, String)>) -> Vec<(i64, StatusCode)> {
@@ -48,6 +50,20 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
     for stock in [10, 20, 30, 40, 50] {
         sales.push((app.create_sale(&admin, stock, -5, 3600).await, stock));
     }
+    // On a cluster the five sales must really be spread: every primary decides
+    // some of them.
+    let cluster = test_redis_cluster();
+    if !cluster.is_empty() {
+        let nodes: HashSet<String> = sales
+            .iter()
+            .map(|(sale, _)| node_of(&app.keys.sale(Id::new(*sale).unwrap()).stock))
+            .collect();
+        assert_eq!(
+            nodes.len(),
+            cluster.len(),
+            "sales on every primary: {nodes:?}"
+        );
+    }
     let users = app.create_users(300, false).await;
     let requests = users
         .iter()
@@ -69,6 +85,55 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
             .all(|(_, st)| [StatusCode::ACCEPTED, StatusCode::GONE].contains(st)),
         "only accepted and sold out"
     );
+}
+
+/// The decision scripts vanish from the sale's node (on a cluster: from that one
+/// primary) again and again while a storm runs: every purchase is still decided
+/// (the script is reloaded after `NOSCRIPT`), none answers 5xx, and the stock is
+/// exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
+    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let stock_key = app.keys.sale(Id::new(sale).unwrap()).stock;
+    let users = app.create_users(400, false).await;
+    let storming = Arc::new(AtomicBool::new(true));
+    let flusher = {
+        let (storming, key) = (storming.clone(), stock_key.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut flushes = 0;
+            while storming.load(Ordering::Relaxed) || flushes == 0 {
+                flush_scripts_on_node_of(&key);
+                flushes += 1;
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            flushes
+        })
+    };
+    // Two waves, so that flushes land between and inside batches.
+    let mut answers = Vec::new();
+    for wave in users.chunks(200) {
+        let requests = wave.iter().map(|u| (sale, u.token.clone())).collect();
+        answers.extend(together(&app, requests).await);
+    }
+    storming.store(false, Ordering::Relaxed);
+    let flushes = flusher.await.unwrap();
+    assert!(flushes > 1, "the scripts were flushed during the storm");
+    let accepted = answers
+        .iter()
+        .filter(|(_, st)| *st == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(accepted, 100);
+    assert!(
+        answers
+            .iter()
+            .all(|(_, st)| [StatusCode::ACCEPTED, StatusCode::GONE].contains(st)),
+        "only accepted and sold out: {:?}",
+        answers.iter().map(|(_, st)| *st).collect::<HashSet<_>>()
+    );
+    assert_eq!(app.stock_left(sale).await, 0);
+    assert_eq!(app.buyers(sale).await.len(), 100);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -41,7 +41,7 @@ pub struct User {
 }
 
 /// The Redis Cluster the tests run on, when `STAMPEDE_TEST_REDIS_CLUSTER` names its
-/// nodes (`scripts/test` runs part of the suite a second time that way); else none,
+/// nodes (`scripts/test` runs the whole API suite a second time that way); else none,
 /// and the tests use the one node of `STAMPEDE_TEST_REDIS_URL`.
 pub fn test_redis_cluster() -> Vec<String> {
     std::env::var("STAMPEDE_TEST_REDIS_CLUSTER")
@@ -118,6 +118,68 @@ pub fn unlink_matching(target: &Target, pattern: &str) {
         }
         let _: redis::RedisResult<()> = pipe.query(&mut conn);
     }
+}
+
+/// A blocking connection to the first seed of the tests' cluster that answers.
+fn cluster_seed(seeds: &[String]) -> Option<redis::Connection> {
+    seeds.iter().find_map(|seed| {
+        redis::Client::open(seed.as_str())
+            .ok()?
+            .get_connection()
+            .ok()
+    })
+}
+
+/// The node that holds `key` now: on the tests' cluster the address
+/// (`host:port`) of the primary of its slot, found with `CLUSTER KEYSLOT` and
+/// `CLUSTER SLOTS`; on a single node, its URL.
+pub fn node_of(key: &str) -> String {
+    let Target::Cluster(seeds) = test_redis_target() else {
+        return env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL");
+    };
+    let mut conn = cluster_seed(&seeds).expect("a cluster node answers");
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut conn)
+        .expect("CLUSTER KEYSLOT");
+    let ranges: Vec<(i64, i64, (String, i64))> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query::<Vec<Vec<redis::Value>>>(&mut conn)
+        .expect("CLUSTER SLOTS")
+        .into_iter()
+        .map(|range| {
+            let num = |v: &redis::Value| redis::from_redis_value::<i64>(v.clone()).unwrap();
+            let redis::Value::Array(owner) = &range[2] else {
+                panic!("CLUSTER SLOTS: no owner in {range:?}")
+            };
+            let host: String = redis::from_redis_value(owner[0].clone()).unwrap();
+            (num(&range[0]), num(&range[1]), (host, num(&owner[1])))
+        })
+        .collect();
+    let (_, _, (host, port)) = ranges
+        .into_iter()
+        .find(|(start, end, _)| (*start..=*end).contains(&slot))
+        .unwrap_or_else(|| panic!("no node serves slot {slot}"));
+    format!("{host}:{port}")
+}
+
+/// `SCRIPT FLUSH` on the node that holds `key` only (on a single node: that node):
+/// the scripts are gone there and nowhere else.
+pub fn flush_scripts_on_node_of(key: &str) {
+    let node = node_of(key);
+    let url = if node.contains("://") {
+        node
+    } else {
+        format!("redis://{node}/")
+    };
+    let mut conn = redis::Client::open(url)
+        .and_then(|c| c.get_connection())
+        .expect("connect to the node");
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut conn)
+        .expect("SCRIPT FLUSH");
 }
 
 fn env_url(primary: &str, fallback: &str) -> String {
