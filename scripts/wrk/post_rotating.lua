@@ -1,13 +1,17 @@
 -- wrk script: POST to the path on the first line of $BENCH_TOKENS, each request
 -- with the next user's bearer token (one per line after the path), so every
--- request is a different user until the list wraps. If the first line holds a
+-- request is a different user until the list wraps. A token line of the form
+-- "PATH TOKEN" sends that request to its own path instead. If the first line holds a
 -- JSON body after the path ("/api/polls/7/votes {"option_id":12}"), every
 -- request sends it. $BENCH_OFFSET (default 0) says where in the list to start.
 local f = assert(io.open(os.getenv("BENCH_TOKENS")))
 local path, body = f:read("*l"):match("^(%S+) ?(.*)$")
-local tokens = {}
+local tokens, paths = {}, {}
 for line in f:lines() do
-  tokens[#tokens + 1] = line
+  -- "PATH TOKEN": this request goes to a path of its own (several sales in one run).
+  local own_path, token = line:match("^(/%S+) (%S+)$")
+  tokens[#tokens + 1] = token or line
+  paths[#tokens] = own_path or path
 end
 f:close()
 local headers = {}
@@ -31,7 +35,7 @@ request = function()
   local r = requests[i]
   if not r then
     headers["Authorization"] = "Bearer " .. tokens[i]
-    r = wrk.format("POST", path, headers, body)
+    r = wrk.format("POST", paths[i], headers, body)
     requests[i] = r
   end
   return r
