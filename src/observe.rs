@@ -18,9 +18,12 @@ use actix_web::web;
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
+use metrics_util::MetricKindMask;
 
 use crate::state::AppState;
 
+/// How long a gauge nobody sets stays in `/metrics`.
+const GAUGE_IDLE_SECS: u64 = 120;
 const REQUEST_SECONDS: &str = "stampede_http_request_duration_seconds";
 const BUY_BATCH: &str = "stampede_buy_batch_size";
 const VOTE_BATCH: &str = "stampede_vote_batch_size";
@@ -55,6 +58,14 @@ impl Default for Observed {
         ];
         let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
         let recorder = PrometheusBuilder::new()
+            // The per-sale and per-poll gauges are set on every scrape while the sale
+            // or poll is open (or ended less than ten minutes ago); after that nothing
+            // sets them, and they leave the output instead of showing their last value
+            // for ever.
+            .idle_timeout(
+                MetricKindMask::GAUGE,
+                Some(std::time::Duration::from_secs(GAUGE_IDLE_SECS)),
+            )
             .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &seconds)
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SETTLE_SECONDS.into()), &seconds))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUY_BATCH.into()), &sizes))
