@@ -170,8 +170,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Load(args) => {
+            let json = args.json;
             if !stampede::load::run(args, &config).await? {
-                anyhow::bail!("an invariant broke (see BROKEN above)");
+                anyhow::bail!(if json {
+                    "an invariant broke (see the checks in the JSON report)"
+                } else {
+                    "an invariant broke (see BROKEN above)"
+                });
             }
             Ok(())
         }

@@ -1,7 +1,8 @@
 //! Counters for operators, served at `GET /metrics` in the Prometheus text format.
 //! Sharded atomics ([`Counter`]): a counter bump on the hot path costs one relaxed
-//! add on a cache line of this thread's own, and no exporter crate (with its build
-//! weight) is needed for a handful of counters.
+//! add on a cache line of this thread's own. The histograms and gauges are on the
+//! `metrics` crate and `metrics-exporter-prometheus` ([`crate::observe`]); the
+//! endpoint renders these counters, then those, then the cache and lock counters.
 
 use crate::error::ErrorCode;
 use std::fmt::Write;

@@ -3,7 +3,7 @@
 //! tokens minted from the server's secret, a sale opening at a given moment, or a
 //! poll), fires the storm with a light HTTP/1.1 client of its own, shows a live
 //! progress line, prints throughput, latency percentiles from an HDR histogram and
-//! every answer by kind, then checks the invariants through the public API and
+//! every answer by kind, then checks the invariants through the admin API and
 //! Postgres (after waiting for settlement) and exits non-zero naming any that broke.
 //!
 //! Modes: `storm` (every user tries once, all released at the opening), `repeat`
@@ -16,6 +16,8 @@ mod prepare;
 mod run;
 
 use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
 
 pub use run::run;
 
@@ -55,6 +57,11 @@ pub struct LoadArgs {
     /// released then, on connections opened before.
     #[arg(long, default_value_t = 3)]
     pub opens_in: u64,
+    /// Storm: the moment the sale opens, an RFC 3339 time within the next day
+    /// (`2030-06-01T12:00:00Z`, `2030-06-01T14:00:00+02:00`), instead of --opens-in.
+    /// The sale the run makes opens then; with --sale, the storm is released then.
+    #[arg(long, value_name = "TIME", conflicts_with = "opens_in", value_parser = parse_time)]
+    pub opens_at: Option<DateTime<Utc>>,
     /// Use this existing sale instead of making one (storm, repeat, soldout).
     #[arg(long, conflicts_with = "poll")]
     pub sale: Option<i64>,
@@ -94,4 +101,11 @@ pub struct LoadArgs {
     /// each succeeds), so that every later request is a repeat.
     #[arg(long, requires = "prepare_only")]
     pub warm_up: bool,
+}
+
+/// `--opens-at`: an RFC 3339 time, with its offset.
+fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("not an RFC 3339 time ({e}); for example 2030-06-01T12:00:00Z"))
 }

@@ -1,10 +1,11 @@
 //! One `stampede load` run: prepare, fire, report, verify.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
@@ -34,6 +35,16 @@ impl Kind {
             (0, _) => "no answer".to_string(),
             (s, Some(code)) => format!("{s} {code}"),
             (s, None) => s.to_string(),
+        }
+    }
+
+    /// The label on the live progress line: short, so that every kind seen fits on
+    /// one line (429s and 503s counted together whatever their code).
+    fn short(&self) -> String {
+        match (self.status, &self.code) {
+            (202, _) => "202 accepted".to_string(),
+            (429 | 503, _) => self.status.to_string(),
+            _ => self.label(),
         }
     }
 
@@ -70,19 +81,67 @@ impl Plan {
     }
 }
 
-/// Live counters for the progress line.
+/// Live counts of every answer kind, for the progress line and the report. A kind
+/// gets its counter the first time any connection sees it (under the lock); each
+/// connection keeps its own handles ([`Seen::counters`]), so an answer costs one
+/// relaxed add.
 #[derive(Default)]
 struct Progress {
-    done: AtomicU64,
-    accepted: AtomicU64,
-    refused: AtomicU64,
-    unavailable: AtomicU64,
+    kinds: Mutex<Vec<(Kind, Arc<AtomicU64>)>>,
+}
+
+impl Progress {
+    fn counter(&self, kind: &Kind) -> Arc<AtomicU64> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, counter)) = kinds.iter().find(|(k, _)| k == kind) {
+            return counter.clone();
+        }
+        let counter = Arc::new(AtomicU64::new(0));
+        kinds.push((kind.clone(), counter.clone()));
+        counter
+    }
+
+    /// Every kind seen so far and its count, by status (no answer last).
+    fn counts(&self) -> Vec<(Kind, u64)> {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut counts: Vec<(Kind, u64)> = kinds
+            .iter()
+            .map(|(k, n)| (k.clone(), n.load(Ordering::Relaxed)))
+            .collect();
+        counts.sort_by(|(a, _), (b, _)| (a.status == 0, a).cmp(&(b.status == 0, b)));
+        counts
+    }
+}
+
+/// The progress line's text: requests, rate, then `label count` of every kind
+/// seen so far (`202 accepted 100 · 409 already_bought 20 · 410 sold_out 180`).
+fn progress_message(what: &str, counts: &[(Kind, u64)], rate: f64) -> String {
+    let done: u64 = counts.iter().map(|(_, n)| n).sum();
+    let mut merged: Vec<(String, u64)> = Vec::new();
+    for (kind, n) in counts {
+        let label = kind.short();
+        match merged.last_mut() {
+            Some((last, total)) if *last == label => *total += n,
+            _ => merged.push((label, *n)),
+        }
+    }
+    let mut text = format!("{what}: {done} requests, {rate:.0}/s now");
+    for (label, n) in merged {
+        text.push_str(" · ");
+        text.push_str(&label);
+        text.push(' ');
+        text.push_str(itoa::Buffer::new().format(n));
+    }
+    text
 }
 
 /// What one connection's task saw.
 struct Seen {
     latency_us: Histogram<u64>,
-    kinds: HashMap<Kind, u64>,
+    /// This connection's handles on the live counters of [`Progress`].
+    counters: HashMap<Kind, Arc<AtomicU64>>,
+    /// When this connection got its first answer.
+    first_answer: Option<DateTime<Utc>>,
     /// Per user: 202s (with the order id of a purchase), and whether an answer was
     /// ambiguous (503 or none: the decision may have run) or `already_*`.
     users: HashMap<usize, UserSeen>,
@@ -100,7 +159,8 @@ impl Seen {
     fn new() -> Self {
         Seen {
             latency_us: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
-            kinds: HashMap::new(),
+            counters: HashMap::new(),
+            first_answer: None,
             users: HashMap::new(),
         }
     }
@@ -180,11 +240,16 @@ async fn one(
             None,
         ),
     };
-    progress.done.fetch_add(1, Ordering::Relaxed);
-    match kind.status {
-        200..=299 => progress.accepted.fetch_add(1, Ordering::Relaxed),
-        0 | 503 => progress.unavailable.fetch_add(1, Ordering::Relaxed),
-        _ => progress.refused.fetch_add(1, Ordering::Relaxed),
+    if seen.first_answer.is_none() {
+        seen.first_answer = Some(Utc::now());
+    }
+    match seen.counters.get(&kind) {
+        Some(counter) => counter.fetch_add(1, Ordering::Relaxed),
+        None => {
+            let counter = progress.counter(&kind);
+            seen.counters.insert(kind.clone(), counter.clone());
+            counter.fetch_add(1, Ordering::Relaxed)
+        }
     };
     if plan.mode != Mode::Healthz {
         let u = seen.users.entry(user).or_default();
@@ -199,7 +264,6 @@ async fn one(
             .is_some_and(|c| c.starts_with("already_"));
         u.decided |= matches!(kind.status, 200..=299 | 409 | 410) && !kind.retry_in_storm();
     }
-    *seen.kinds.entry(kind.clone()).or_default() += 1;
     kind
 }
 
@@ -278,7 +342,8 @@ impl Line {
     fn start(what: &'static str, progress: Arc<Progress>) -> Line {
         let bar = indicatif::ProgressBar::new_spinner();
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}")
+            // `wide_msg`: cut to the terminal's width, the rate first so it stays.
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed:>3} {wide_msg}")
                 .expect("a valid template"),
         );
         let shown = bar.clone();
@@ -286,15 +351,11 @@ impl Line {
             let mut last = (Instant::now(), 0u64);
             loop {
                 tokio::time::sleep(Duration::from_millis(250)).await;
-                let done = progress.done.load(Ordering::Relaxed);
-                let rate = (done - last.1) as f64 / last.0.elapsed().as_secs_f64();
+                let counts = progress.counts();
+                let done: u64 = counts.iter().map(|(_, n)| n).sum();
+                let rate = done.saturating_sub(last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), done);
-                shown.set_message(format!(
-                    "{what}: {done} requests, {} accepted, {} refused, {} 503 or no answer, {rate:.0}/s now",
-                    progress.accepted.load(Ordering::Relaxed),
-                    progress.refused.load(Ordering::Relaxed),
-                    progress.unavailable.load(Ordering::Relaxed),
-                ));
+                shown.set_message(progress_message(what, &counts, rate));
                 shown.tick();
             }
         });
@@ -336,6 +397,11 @@ struct Report {
     requests: u64,
     seconds: f64,
     requests_per_second: f64,
+    /// Storm: the opening (--opens-in or --opens-at); the requests were released a
+    /// moment after it.
+    opens_at: Option<DateTime<Utc>>,
+    /// When the first answer came.
+    first_answer_at: Option<DateTime<Utc>>,
     latency: Latency,
     answers: BTreeMap<String, u64>,
     checks: Vec<Check>,
@@ -345,6 +411,9 @@ struct Report {
 /// Runs `stampede load`; `Ok(false)` when an invariant broke.
 pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     let target = Target::parse(&args.url, args.allow_remote)?;
+    if let Some(at) = args.opens_at {
+        check_opens_at(args.mode, at, Utc::now())?;
+    }
     anyhow::ensure!(
         Conn::new(target.clone(), REQUEST_TIMEOUT)
             .send(&Request::HEALTHZ)
@@ -397,6 +466,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
 
     // The sale or poll.
     let mut release_at = None;
+    let mut opens_at = None;
     let (sale, poll, path, body) = match args.mode {
         Mode::Healthz => (None, None, "/healthz".to_string(), None),
         Mode::Vote => {
@@ -425,7 +495,13 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         }
         Mode::Storm | Mode::Repeat | Mode::Soldout => {
             let sale = match args.sale {
-                Some(sale) => sale,
+                Some(sale) => {
+                    if let Some(at) = args.opens_at {
+                        release_at = Some(release_instant(at)?);
+                        opens_at = Some(at);
+                    }
+                    sale
+                }
                 None => {
                     let stock = if args.mode == Mode::Soldout {
                         0
@@ -433,15 +509,11 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
                         args.stock
                     };
                     let opens = if args.mode == Mode::Storm {
-                        let opens = chrono::Utc::now()
-                            + chrono::Duration::seconds(args.opens_in.max(1) as i64);
-                        // A moment after the opening: the server decides by its
-                        // Redis clock, and an early request is only sent again.
-                        release_at = Some(
-                            Instant::now()
-                                + Duration::from_secs(args.opens_in.max(1))
-                                + Duration::from_millis(20),
-                        );
+                        let opens = args.opens_at.unwrap_or_else(|| {
+                            Utc::now() + chrono::Duration::seconds(args.opens_in.max(1) as i64)
+                        });
+                        release_at = Some(release_instant(opens)?);
+                        opens_at = Some(opens);
                         opens
                     } else {
                         chrono::Utc::now() - chrono::Duration::seconds(5)
@@ -500,14 +572,24 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         _ => None,
     };
 
-    if release_at.is_some() && !args.json {
-        eprintln!(
-            "sale {} opens in {} s: {} users, {} connections",
-            sale.unwrap_or_default(),
-            args.opens_in.max(1),
-            args.users,
-            args.concurrency
+    if let (Some(at), Some(release)) = (opens_at, release_at) {
+        anyhow::ensure!(
+            release > Instant::now(),
+            "preparing took until after the opening ({}): give a later --opens-at",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         );
+        if !args.json {
+            eprintln!(
+                "sale {} opens at {} (in {:.1} s): {} users, {} connections",
+                sale.unwrap_or_default(),
+                at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                release
+                    .saturating_duration_since(Instant::now())
+                    .as_secs_f64(),
+                args.users,
+                args.concurrency
+            );
+        }
     }
     let progress = Arc::new(Progress::default());
     let line = Line::start("firing", progress.clone());
@@ -530,13 +612,14 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
 
     // Merge what the connections saw.
     let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-    let mut kinds: HashMap<Kind, u64> = HashMap::new();
     let mut per_user: HashMap<usize, UserSeen> = HashMap::new();
+    let mut first_answer_at: Option<DateTime<Utc>> = None;
     for s in seen {
         latency.add(&s.latency_us).expect("same bounds");
-        for (k, n) in s.kinds {
-            *kinds.entry(k).or_default() += n;
-        }
+        first_answer_at = match (first_answer_at, s.first_answer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         for (user, u) in s.users {
             let e = per_user.entry(user).or_default();
             e.accepted.extend(u.accepted);
@@ -576,6 +659,8 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         requests,
         seconds: elapsed.as_secs_f64(),
         requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
+        opens_at,
+        first_answer_at,
         latency: Latency {
             p50_ms: ms(0.50),
             p90_ms: ms(0.90),
@@ -583,7 +668,11 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
             p999_ms: ms(0.999),
             max_ms: latency.max() as f64 / 1000.0,
         },
-        answers: kinds.iter().map(|(k, n)| (k.label(), *n)).collect(),
+        answers: progress
+            .counts()
+            .iter()
+            .map(|(k, n)| (k.label(), *n))
+            .collect(),
         checks,
         ok,
     };
@@ -593,6 +682,40 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         print_text(&report);
     }
     Ok(ok)
+}
+
+/// `--opens-at` must be a moment to come, within a day, and is for a storm.
+fn check_opens_at(mode: Mode, at: DateTime<Utc>, now: DateTime<Utc>) -> anyhow::Result<()> {
+    let shown = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let now_shown = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    anyhow::ensure!(
+        mode == Mode::Storm,
+        "--opens-at is for storm (the moment its requests are released)"
+    );
+    anyhow::ensure!(
+        at > now,
+        "--opens-at {shown} is in the past (it is {now_shown} now): give a moment to come, \
+         within a day"
+    );
+    anyhow::ensure!(
+        at <= now + chrono::Duration::days(1),
+        "--opens-at {shown} is more than a day ahead (it is {now_shown} now): the run's \
+         tokens and connections are not meant to wait that long"
+    );
+    Ok(())
+}
+
+/// When to release the requests for a sale opening at `at`: a moment after it (the
+/// server decides by its Redis clock, and a request a moment early is only sent
+/// again), as an [`Instant`]. An error when that moment has passed.
+fn release_instant(at: DateTime<Utc>) -> anyhow::Result<Instant> {
+    let wait = (at - Utc::now()).to_std().map_err(|_| {
+        anyhow::anyhow!(
+            "the opening {} has passed: give a later --opens-at",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        )
+    })?;
+    Ok(Instant::now() + wait + Duration::from_millis(20))
 }
 
 /// Runs `fut` with a one-line note on stderr (none with --json).
@@ -618,7 +741,7 @@ async fn prepare_only(
         // Every user once, so that every later request is a repeat (in a storm
         // plan each user has one turn anyway; otherwise the request cap does it).
         let progress = Arc::new(Progress::default());
-        let seen = fire(
+        fire(
             target,
             plan.clone(),
             args.concurrency,
@@ -630,14 +753,13 @@ async fn prepare_only(
             progress.clone(),
         )
         .await;
-        let accepted = progress.accepted.load(Ordering::Relaxed);
-        let kinds: BTreeMap<String, u64> =
-            seen.iter()
-                .flat_map(|s| s.kinds.iter())
-                .fold(BTreeMap::new(), |mut m, (k, n)| {
-                    *m.entry(k.label()).or_default() += n;
-                    m
-                });
+        let counts = progress.counts();
+        let accepted: u64 = counts
+            .iter()
+            .filter(|(k, _)| (200..300).contains(&k.status))
+            .map(|(_, n)| n)
+            .sum();
+        let kinds: BTreeMap<String, u64> = counts.iter().map(|(k, n)| (k.label(), *n)).collect();
         anyhow::ensure!(
             accepted == plan.tokens.len() as u64,
             "warm-up: each of the {} users' first request must succeed, got {kinds:?}",
@@ -658,9 +780,11 @@ async fn prepare_only(
     Ok(true)
 }
 
-/// A sale's public view: `stock_total` and `stock_left`.
-async fn sale_view(target: &Target, token: &str, sale: i64) -> anyhow::Result<(i64, i64)> {
-    let view = prepare::call(target, "GET", &format!("/api/sales/{sale}"), token, None).await?;
+/// A sale's `stock_total` (its Postgres record) and `stock_left` (Redis), read in one
+/// call of the admin API: its report comparing Redis with Postgres.
+async fn sale_view(target: &Target, admin: &str, sale: i64) -> anyhow::Result<(i64, i64)> {
+    let path = format!("/api/admin/sales/{sale}/reconcile");
+    let view = prepare::call(target, "GET", &path, admin, None).await?;
     let total = view["stock_total"].as_i64();
     let left = view["stock_left"].as_i64();
     match (total, left) {
@@ -786,13 +910,8 @@ async fn verify(
         }
     }
     if let (Some(poll), Some(db), Some(before)) = (poll, db, votes_before) {
-        let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
         let expected = before + taken as i64;
-        let mut votes = count_votes(db, poll, user_ids).await?;
-        while votes < expected && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            votes = count_votes(db, poll, user_ids).await?;
-        }
+        let votes = wait_votes(args, db, poll, user_ids, before, expected).await?;
         check(
             "every accepted vote in Postgres, once",
             votes == expected,
@@ -836,6 +955,36 @@ async fn wait_settled(
     }
 }
 
+/// Waits (with a progress line) until Postgres holds `expected` votes of the run's
+/// users in the poll, or `--settle-timeout` passes; returns how many it holds.
+async fn wait_votes(
+    args: &LoadArgs,
+    db: &PgPool,
+    poll: i64,
+    users: &[i64],
+    before: i64,
+    expected: i64,
+) -> anyhow::Result<i64> {
+    let bar = indicatif::ProgressBar::new((expected - before).max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} votes in Postgres")
+            .expect("a valid template"),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
+    loop {
+        let votes = count_votes(db, poll, users).await?;
+        bar.set_position((votes - before).max(0) as u64);
+        if votes >= expected || Instant::now() >= deadline {
+            bar.finish_and_clear();
+            return Ok(votes);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn print_text(r: &Report) {
     println!(
         "{} against {}{}: {} requests in {:.2} s = {:.0} req/s ({} connections)",
@@ -857,6 +1006,13 @@ fn print_text(r: &Report) {
         r.requests_per_second,
         r.concurrency
     );
+    if let (Some(opens), Some(first)) = (r.opens_at, r.first_answer_at) {
+        println!(
+            "opened at {}, first answer at {}",
+            opens.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            first.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+    }
     let l = &r.latency;
     println!(
         "latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
@@ -884,5 +1040,63 @@ fn print_text(r: &Report) {
                 c.detail
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(status: u16, code: Option<&str>) -> Kind {
+        Kind {
+            status,
+            code: code.map(String::from),
+        }
+    }
+
+    #[test]
+    fn the_progress_line_counts_every_kind_seen_in_a_few_words() {
+        let progress = Progress::default();
+        for (k, n) in [
+            (kind(410, Some("sold_out")), 180),
+            (kind(202, None), 100),
+            (kind(409, Some("already_bought")), 20),
+            (kind(503, Some("recovering")), 2),
+            (kind(503, Some("busy")), 1),
+            (kind(0, None), 4),
+        ] {
+            progress.counter(&k).fetch_add(n, Ordering::Relaxed);
+        }
+        // The same kind again shares its counter.
+        progress
+            .counter(&kind(202, None))
+            .fetch_add(1, Ordering::Relaxed);
+        assert_eq!(
+            progress_message("firing", &progress.counts(), 1234.4),
+            "firing: 308 requests, 1234/s now · 202 accepted 101 · 409 already_bought 20 · \
+             410 sold_out 180 · 503 3 · no answer 4"
+        );
+        assert_eq!(
+            progress_message("firing", &[], 0.0),
+            "firing: 0 requests, 0/s now"
+        );
+    }
+
+    #[test]
+    fn opens_at_is_a_moment_to_come_within_a_day_for_a_storm() {
+        let now = Utc::now();
+        let soon = now + chrono::Duration::minutes(1);
+        assert!(check_opens_at(Mode::Storm, soon, now).is_ok());
+        let past = check_opens_at(Mode::Storm, now - chrono::Duration::seconds(1), now);
+        assert!(past.unwrap_err().to_string().contains("is in the past"));
+        let far = check_opens_at(Mode::Storm, now + chrono::Duration::hours(25), now);
+        assert!(
+            far.unwrap_err()
+                .to_string()
+                .contains("more than a day ahead")
+        );
+        let vote = check_opens_at(Mode::Vote, soon, now);
+        assert!(vote.unwrap_err().to_string().contains("is for storm"));
+        assert!(release_instant(now - chrono::Duration::seconds(1)).is_err());
     }
 }

@@ -1,16 +1,27 @@
 //! `stampede load` (the binary) against a real server: a storm with exact counts and
-//! a report whose invariants hold, a vote run, and the loopback guard.
+//! a report whose invariants hold, repeat, soldout and vote runs, a broken invariant
+//! named with a failing exit, `--opens-at`, and the loopback guard.
 
-use serde_json::Value;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::{Value, json};
+use stampede::domain::Id;
 
 use crate::helpers::{TestApp, spawn_app};
 
 /// Runs `stampede load <args> --json` against `app`; the exit status and the report.
 async fn load(app: &TestApp, args: &[&str]) -> (std::process::ExitStatus, Value, String) {
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let (status, stdout, stderr) = load_text(app, &with_json).await;
+    let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (status, report, stderr)
+}
+
+/// Runs `stampede load <args>` against `app`; the exit status, stdout and stderr.
+async fn load_text(app: &TestApp, args: &[&str]) -> (std::process::ExitStatus, String, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stampede"));
     cmd.arg("load")
         .args(args)
-        .arg("--json")
         .arg("--url")
         .arg(&app.address)
         .env("DATABASE_URL", &app.config.database_url)
@@ -21,9 +32,24 @@ async fn load(app: &TestApp, args: &[&str]) -> (std::process::ExitStatus, Value,
     let out = tokio::task::spawn_blocking(move || cmd.output().expect("run stampede load"))
         .await
         .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (out.status, report, stderr)
+    (out.status, stdout, stderr)
+}
+
+/// The report's checks: (invariant, ok).
+fn checks(report: &Value) -> Vec<(String, bool)> {
+    report["checks"]
+        .as_array()
+        .unwrap_or(&Vec::new())
+        .iter()
+        .map(|c| {
+            (
+                c["invariant"].as_str().unwrap().to_string(),
+                c["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect()
 }
 
 fn answers(report: &Value, kind: &str) -> u64 {
@@ -169,4 +195,215 @@ async fn another_host_is_refused_unless_asked_for() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allow-remote"), "{stderr}");
+}
+
+/// `repeat`: each user's first try is a 202 and every later one `already_bought`,
+/// and nothing else; every check holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
+    let app = spawn_app().await;
+    let (status, report, stderr) = load(
+        &app,
+        &[
+            "repeat",
+            "--users",
+            "20",
+            "--stock",
+            "100",
+            "--requests",
+            "100",
+            "--concurrency",
+            "8",
+        ],
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(
+        report["answers"],
+        json!({"202": 20, "409 already_bought": 80}),
+        "{report:#}"
+    );
+    assert_eq!(
+        checks(&report),
+        [
+            ("nobody accepted twice".to_string(), true),
+            ("stock left = stock - accepted".to_string(), true),
+            ("every accepted order in Postgres, once".to_string(), true),
+        ],
+        "{report:#}"
+    );
+    let sale = report["sale"].as_i64().unwrap();
+    assert_eq!(app.orders_in_db(sale).await.len(), 20);
+    assert_eq!(app.stock_left(sale).await, 80);
+}
+
+/// `soldout`: a sale with no stock answers every try `410 sold_out`, and nothing
+/// else; every check holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_soldout_run_answers_only_sold_out() {
+    let app = spawn_app().await;
+    let (status, report, stderr) = load(
+        &app,
+        &[
+            "soldout",
+            "--users",
+            "20",
+            "--requests",
+            "60",
+            "--concurrency",
+            "8",
+        ],
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(report["answers"], json!({"410 sold_out": 60}), "{report:#}");
+    let checks = checks(&report);
+    assert_eq!(checks.len(), 3, "{report:#}");
+    assert!(checks.iter().all(|(_, ok)| *ok), "{report:#}");
+    let sale = report["sale"].as_i64().unwrap();
+    assert!(app.orders_in_db(sale).await.is_empty());
+}
+
+/// Three units vanish from the sale's Redis stock behind the server's back before
+/// the run (nobody bought them, so no order will ever settle for them): the run's
+/// purchases and the stock it sees move together, but Postgres never holds as many
+/// orders as units sold. Exactly that invariant is reported broken, and the run
+/// exits non-zero, with `--json` and with the text report.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_invariant_is_named_and_the_run_fails() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    assert_eq!(app.stock_left(sale).await, 10);
+    let stock = app.keys.sale(Id::new(sale).unwrap()).stock;
+    let _: () = redis::cmd("SET")
+        .arg(&stock)
+        .arg(7)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let sale_arg = sale.to_string();
+    let args = [
+        "repeat",
+        "--sale",
+        &sale_arg,
+        "--users",
+        "5",
+        "--requests",
+        "10",
+        "--concurrency",
+        "4",
+        "--settle-timeout",
+        "1",
+    ];
+
+    let (status, report, stderr) = load(&app, &args).await;
+    assert!(!status.success(), "{report:#}");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        stderr.contains("an invariant broke (see the checks in the JSON report)"),
+        "{stderr}"
+    );
+    assert_eq!(report["ok"], false);
+    assert_eq!(
+        report["answers"],
+        json!({"202": 5, "409 already_bought": 5}),
+        "{report:#}"
+    );
+    assert_eq!(
+        checks(&report),
+        [
+            ("nobody accepted twice".to_string(), true),
+            ("stock left = stock - accepted".to_string(), true),
+            ("every accepted order in Postgres, once".to_string(), false),
+        ],
+        "{report:#}"
+    );
+
+    // The text report names it too (2 units left: 2 more buyers).
+    let (status, stdout, stderr) = load_text(&app, &args).await;
+    assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("an invariant broke (see BROKEN above)"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("BROKEN  every accepted order in Postgres, once"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok      stock left = stock - accepted"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("BROKEN").count(), 1, "{stdout}");
+}
+
+/// `--opens-at`: the sale opens at that moment and no request is answered before
+/// it; a moment in the past, more than a day ahead, or with --opens-in is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
+    let app = spawn_app().await;
+    let opens = Utc::now() + chrono::Duration::seconds(3);
+    let opens_arg = opens.to_rfc3339_opts(SecondsFormat::Millis, true);
+    let opens: DateTime<Utc> = opens_arg.parse().unwrap();
+    let (status, report, stderr) = load(
+        &app,
+        &[
+            "storm",
+            "--users",
+            "60",
+            "--stock",
+            "10",
+            "--opens-at",
+            &opens_arg,
+            "--concurrency",
+            "16",
+        ],
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(answers(&report, "202"), 10, "{report:#}");
+    assert_eq!(answers(&report, "410 sold_out"), 50, "{report:#}");
+    let reported: DateTime<Utc> = report["opens_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(reported, opens);
+    let first: DateTime<Utc> = report["first_answer_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        first >= opens,
+        "first answer {first} before the opening {opens}"
+    );
+    assert!(
+        first < opens + chrono::Duration::seconds(5),
+        "first answer {first} long after the opening {opens}"
+    );
+    let sale = report["sale"].as_i64().unwrap();
+    let starts: DateTime<Utc> = sqlx::query_scalar("SELECT starts_at FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(starts, opens);
+
+    let past =
+        (Utc::now() - chrono::Duration::seconds(60)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &past]).await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--opens-at {past} is in the past")),
+        "{stderr}"
+    );
+
+    let far = (Utc::now() + chrono::Duration::hours(25)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &far]).await;
+    assert!(!status.success());
+    assert!(stderr.contains("more than a day ahead"), "{stderr}");
+
+    let (status, _, stderr) = load(&app, &["storm", "--opens-at", "tomorrow"]).await;
+    assert!(!status.success());
+    assert!(stderr.contains("not an RFC 3339 time"), "{stderr}");
+
+    let soon =
+        (Utc::now() + chrono::Duration::minutes(5)).to_rfc3339_opts(SecondsFormat::Secs, true);
+    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &soon, "--opens-in", "3"]).await;
+    assert!(!status.success());
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
