@@ -1,15 +1,19 @@
 // Every page at desktop (1280x800) and phone (390x844) size, against a running,
 // seeded server (scripts/browser-test starts one; scripts/e2e's settings apply):
 // - no page scrolls sideways at 390 px;
-// - an axe-core scan of every page state finds no violation at all;
-// - the fixes of issue 12: the buy box above the fold on a phone and the answer
-//   scrolled into view with the focus on it, "Sign in to buy" and `next` kept
-//   through sign-up, the sold-out message gone after a top-up, the admin's orders
-//   page listing the buyers, admin rows that offer only what makes sense and do
-//   not move, plain field errors that clear when fixed, a live home page with
-//   countdowns and grouped numbers, "Closed early" on a poll, visible focus on cards.
+// - an axe-core scan of every page state finds no violation at all, at both sizes
+//   (the 403 page included);
+// - the fixes of issue 12, each at both sizes: the buy box on screen and the answer
+//   to Buy scrolled into view with the focus on it, "Sign in to buy" and `next`
+//   kept through sign-up, the sold-out message gone after a top-up and nothing
+//   stale after a close, the "Opens" time of an open sale page following the
+//   admin's "Open now", the admin's orders page listing the buyers, tallies that
+//   follow votes without a reload, admin rows that offer only what makes sense and
+//   do not move, plain field errors that clear when fixed, visible focus on sale
+//   and poll cards; and a live home page with countdowns and grouped numbers, and
+//   "Closed early" on a poll.
 // Screenshots of every page at both sizes go to E2E_OUT.
-// It creates its own sales, poll and users (named "E2E pages ...", "e2ep-...").
+// It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
 import { check, launchChromium, problems, required } from "./lib.mjs";
 import { mkdir, readFile } from "node:fs/promises";
@@ -82,6 +86,27 @@ async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl =
   return res.data.id;
 }
 
+/** An open poll; returns the API's answer (id, options with their ids). */
+async function createPoll(admin, question, options) {
+  const res = await call("POST", "/api/admin/polls", admin.token, {
+    question,
+    options,
+    opens_at: new Date(Date.now() - 60000).toISOString(),
+    closes_at: new Date(Date.now() + 3600000).toISOString(),
+  });
+  if (res.status !== 201) throw new Error(`create poll: ${res.status} ${JSON.stringify(res.data)}`);
+  return res.data;
+}
+
+/** Asks `cond` every 100 ms until it holds; fails after `timeout` ms. */
+async function until(what, cond, timeout = 10000) {
+  const end = Date.now() + timeout;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 // ---- the browser ------------------------------------------------------------
 
 await mkdir(out, { recursive: true });
@@ -131,10 +156,12 @@ async function inspect(page, name) {
 
 /** The element's box lies wholly inside the viewport as it is scrolled now. */
 async function inViewport(locator) {
-  return locator.evaluate((el) => {
-    const r = el.getBoundingClientRect();
-    return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth && r.height > 0;
-  });
+  return locator.evaluate(isInViewport);
+}
+
+function isInViewport(el) {
+  const r = el.getBoundingClientRect();
+  return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth && r.height > 0;
 }
 
 async function goto(page, path) {
@@ -142,28 +169,47 @@ async function goto(page, path) {
   await page.waitForLoadState("load");
 }
 
+/**
+ * Tabs from the top of the page until a card (`selector`) has the keyboard focus;
+ * true when one does and its focus ring is drawn (an outline of 2 px or more).
+ */
+async function focusRingOnCard(page, selector) {
+  let onCard = false;
+  for (let i = 0; i < 40 && !onCard; i += 1) {
+    await page.keyboard.press("Tab");
+    onCard = await page.evaluate((sel) => document.activeElement?.matches(sel) ?? false, selector);
+  }
+  const ring = await page.evaluate(() => {
+    const s = getComputedStyle(document.activeElement);
+    return { style: s.outlineStyle, width: parseFloat(s.outlineWidth), visible: document.activeElement.matches(":focus-visible") };
+  });
+  return { ok: onCard && ring.visible && ring.style !== "none" && ring.width >= 2, ring };
+}
+
 try {
   const admin = await signInApi(adminUser, adminPassword);
   const alice = await signInApi("alice", demoPassword);
   const bob = await signInApi("bob", demoPassword);
 
-  // The scene: a live sale with a two-line name, one with a single unit, one
-  // that opens in 30 minutes with a stock in the millions, an open poll.
+  // The scene: a live sale with a two-line name, one that opens in 30 minutes with
+  // a stock in the millions, a closed one, an open poll; per size, a sale with a
+  // single unit, one the admin opens early, and a poll whose tallies the admin
+  // watches.
   const longName = `E2E pages ${runId}: Stampede Phone X Pro Max, 512 GB, midnight blue`;
   const liveSale = await createSale(admin, longName, 50, -1, 600, "/static/products/phone.svg");
-  const oneUnit = await createSale(admin, `E2E pages ${runId}: last unit`, 1, -1, 600);
   const upcoming = await createSale(admin, `E2E pages ${runId}: opens soon`, 10, 30, 600);
   await call("POST", `/api/admin/sales/${upcoming}/stock`, admin.token, { set: 1234567 });
   const closedSale = await createSale(admin, `E2E pages ${runId}: closed early`, 5, -1, 600);
   await call("POST", `/api/admin/sales/${closedSale}/close`, admin.token);
-  const poll = await call("POST", "/api/admin/polls", admin.token, {
-    question: `E2E pages ${runId}: which size?`,
-    options: ["Small", "Large"],
-    opens_at: new Date(Date.now() - 60000).toISOString(),
-    closes_at: new Date(Date.now() + 3600000).toISOString(),
-  });
-  const pollId = poll.data.id;
-  check(poll.status === 201, "the poll is created");
+  const pollId = (await createPoll(admin, `E2E pages ${runId}: which size?`, ["Small", "Large"])).id;
+  const oneUnit = {};
+  const toOpen = {};
+  const tallyPoll = {};
+  for (const [size] of SIZES) {
+    oneUnit[size] = await createSale(admin, `E2E pages ${runId}: last unit (${size})`, 1, -1, 600);
+    toOpen[size] = await createSale(admin, `E2E pages ${runId}: opened early (${size})`, 10, 30, 600);
+    tallyPoll[size] = await createPoll(admin, `E2E pages ${runId}: tea or coffee (${size})?`, ["Tea", "Coffee"]);
+  }
 
   // ---- signed out ----
   for (const [, viewport] of SIZES) {
@@ -174,8 +220,14 @@ try {
     check(true, "an upcoming card counts down to its opening");
     check((await card.locator('[data-field="stock-left"]').innerText()) === "1,234,567", "stock numbers are grouped on cards");
     await inspect(page, "home-anonymous");
-    // Pictures: the sale's own, or the placeholder; both load.
-    const loaded = async (img) => img.evaluate((el) => el.complete && el.naturalWidth > 0);
+    // Pictures: the sale's own, or the placeholder; both load (they load lazily:
+    // brought into view, each gets a few seconds).
+    const loaded = async (img) => {
+      await img.scrollIntoViewIfNeeded();
+      return page
+        .waitForFunction((el) => el.complete && el.naturalWidth > 0, await img.elementHandle(), { timeout: 5000 })
+        .then(() => true, () => false);
+    };
     const ownPicture = page.locator(`.sale-card[data-sale-id="${liveSale}"] img.card-picture`);
     const placeholder = card.locator("img.card-picture");
     check(
@@ -212,12 +264,14 @@ try {
     await page.context().close();
   }
 
-  // `next` survives the header's Sign up and the sign-up itself (on a phone).
-  {
-    const page = await newPage(PHONE);
+  // `next` survives the header's Sign up and the sign-up itself; then the new
+  // shopper buys, and sees the signed-in pages.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const page = await newPage(viewport);
     await goto(page, `/sales/${liveSale}`);
     const header = page.getByRole("navigation", { name: "Account" });
-    check((await header.getByRole("link", { name: "Sign up" }).getAttribute("href")) === `/signup?next=%2Fsales%2F${liveSale}`, "the header's Sign up keeps the way back");
+    check((await header.getByRole("link", { name: "Sign up" }).getAttribute("href")) === `/signup?next=%2Fsales%2F${liveSale}`, `the header's Sign up keeps the way back ${at}`);
     await header.getByRole("link", { name: "Sign up" }).click();
     await page.waitForURL(/\/signup\?next=/);
     // Every problem at once, under its field, fields marked; fixed ones clear.
@@ -225,76 +279,101 @@ try {
     await page.getByLabel("Password").fill("short");
     await page.getByRole("button", { name: "Sign up" }).click();
     await page.locator("#username-error").filter({ hasText: /3 to 32/ }).waitFor({ timeout: 3000 });
-    check(await page.locator("#password-error").filter({ hasText: /at least 8/ }).isVisible(), "sign-up shows both errors at once");
-    check((await page.getByLabel("Username").getAttribute("aria-invalid")) === "true", "the bad username is marked");
+    check(await page.locator("#password-error").filter({ hasText: /at least 8/ }).isVisible(), `sign-up shows both errors at once ${at}`);
+    check((await page.getByLabel("Username").getAttribute("aria-invalid")) === "true", `the bad username is marked ${at}`);
     await inspect(page, "signup-errors");
-    const name = `e2ep-${runId}`;
+    const name = `e2ep-${runId}-${size}`;
     await page.getByLabel("Username").fill(name);
-    check((await page.locator("#username-error").innerText()) === "", "the username's error clears once fixed");
+    check((await page.locator("#username-error").innerText()) === "", `the username's error clears once fixed ${at}`);
+    check((await page.getByLabel("Username").getAttribute("aria-invalid")) === null, `the fixed username is no longer marked ${at}`);
     await page.getByLabel("Password").fill(demoPassword);
+    check((await page.locator("#password-error").innerText()) === "", `the password's error clears once fixed ${at}`);
     await Promise.all([page.waitForURL(`${base}/sales/${liveSale}`), page.getByRole("button", { name: "Sign up" }).click()]);
-    check(true, "sign-up from the header returns to the sale");
+    check(true, `sign-up from the header returns to the sale ${at}`);
     const buy = page.getByRole("button", { name: "Buy now" });
     await buy.waitFor({ timeout: 5000 });
-    check(await inViewport(buy), "on a phone Buy is on screen without scrolling, even under a two-line name");
+    check(await inViewport(buy), `Buy is on screen without scrolling, even under a two-line name, ${at}`);
     await inspect(page, "sale-live");
     await buy.click();
     const outcome = page.locator('[data-field="outcome"]');
     await outcome.filter({ hasText: /Order placed|Order confirmed/ }).waitFor({ timeout: 5000 });
-    await page.waitForTimeout(600); // the smooth scroll
-    check(await inViewport(outcome), "the answer to Buy is scrolled into view on a phone");
-    check(await outcome.evaluate((el) => el === document.activeElement), "after Buy the focus is on the answer, not the page");
+    check(await outcome.evaluate((el) => el === document.activeElement), `after Buy the focus is on the answer, not the page, ${at}`);
+    // The answer scrolls into view (smoothly, so wait for it to get there).
+    const seen = await page
+      .waitForFunction(isInViewport, await outcome.elementHandle(), { timeout: 3000 })
+      .then(() => true, () => false);
+    check(seen, `the answer to Buy is scrolled into view ${at}`);
     await outcome.filter({ hasText: "Order confirmed" }).waitFor({ timeout: 20000 });
     await inspect(page, "sale-bought");
+    await goto(page, "/");
+    const account = page.getByRole("navigation", { name: "Account" });
+    check(
+      (await account.getByRole("link", { name: "My orders" }).isVisible()) && (await account.getByRole("link", { name: "Sign up" }).count()) === 0,
+      `the home page shows the new shopper signed in ${at}`,
+    );
+    await inspect(page, "home-signed-in");
     await goto(page, "/me/orders");
     await page.getByRole("link", { name: longName }).waitFor();
-    check(await page.getByText("Confirmed", { exact: true }).first().isVisible(), "My orders shows the order's status");
+    check(await page.getByText("Confirmed", { exact: true }).first().isVisible(), `My orders shows the order's status ${at}`);
     await inspect(page, "my-orders");
+    // A shopper at the admin page gets the 403 page.
+    const denied = await page.goto(`${base}/admin`);
+    check(denied.status() === 403, `a shopper gets 403 at /admin ${at}`);
+    await inspect(page, "forbidden");
     await page.context().close();
   }
 
-  // Sold out, then a top-up: the message goes and Buy comes back, without a reload.
-  {
-    const taken = await buyApi(oneUnit, bob.token);
-    check(taken.status === 202, "bob takes the last unit");
-    const page = await newPage(DESKTOP, alice);
+  // Sold out, then a top-up: the message goes and Buy comes back, without a
+  // reload; after a close nothing stale stays.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const sale = oneUnit[size];
+    const taken = await buyApi(sale, bob.token);
+    check(taken.status === 202, `bob takes the last unit (${size})`);
+    const page = await newPage(viewport, alice);
     // The page follows the sale over its event stream: no polling of the sale.
     const asked = { polls: 0, streams: 0 };
     page.on("request", (r) => {
       const path = new URL(r.url()).pathname;
-      if (path === `/api/sales/${oneUnit}`) asked.polls += 1;
-      if (path === `/api/sales/${oneUnit}/events`) asked.streams += 1;
+      if (path === `/api/sales/${sale}`) asked.polls += 1;
+      if (path === `/api/sales/${sale}/events`) asked.streams += 1;
     });
     const followedSince = Date.now();
-    await goto(page, `/sales/${oneUnit}`);
-    // Her page loaded before it sold out? Either way the answer must be sold out.
+    await goto(page, `/sales/${sale}`);
     const button = page.locator('[data-action="buy"]');
-    check((await button.innerText()) === "Sold out", "a sold-out sale's button says so");
-    await call("POST", `/api/admin/sales/${oneUnit}/stock`, admin.token, { add: 1 });
+    check((await button.innerText()) === "Sold out", `a sold-out sale's button says so ${at}`);
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 1 });
     await page.getByRole("button", { name: "Buy now" }).waitFor({ timeout: 6000 });
-    await call("POST", `/api/admin/sales/${oneUnit}/stock`, admin.token, { set: 0 });
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { set: 0 });
     await page.getByRole("button", { name: "Sold out" }).waitFor({ timeout: 6000 });
     // Now the refusal itself: a stale page presses Buy just after the last unit went.
-    await call("POST", `/api/admin/sales/${oneUnit}/stock`, admin.token, { add: 1 });
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 1 });
     await page.getByRole("button", { name: "Buy now" }).waitFor({ timeout: 6000 });
-    const carol = await signUpApi(`e2ep-${runId}-c`);
-    const last = await buyApi(oneUnit, carol.token);
-    check(last.status === 202, "carol takes the topped-up unit");
+    const carol = await signUpApi(`e2ep-${runId}-c-${size}`);
+    const last = await buyApi(sale, carol.token);
+    check(last.status === 202, `carol takes the topped-up unit (${size})`);
     await page.getByRole("button", { name: "Buy now" }).click();
     const outcome = page.locator('[data-field="outcome"]');
     await outcome.filter({ hasText: "Sold out" }).waitFor({ timeout: 5000 });
+    check(await page.getByText("Better luck next time").isVisible(), `the refusal says sold out ${at}`);
     await inspect(page, "sale-sold-out");
-    await call("POST", `/api/admin/sales/${oneUnit}/stock`, admin.token, { add: 2 });
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 2 });
     await page.getByRole("button", { name: "Buy now" }).waitFor({ timeout: 6000 });
-    check((await outcome.innerText()).trim() === "", "after a top-up the sold-out message is gone and Buy is back");
-    await call("POST", `/api/admin/sales/${oneUnit}/close`, admin.token);
+    check((await outcome.innerText()).trim() === "", `after a top-up the sold-out message is gone and Buy is back ${at}`);
+    await call("POST", `/api/admin/sales/${sale}/close`, admin.token);
     await page.getByRole("button", { name: "Sale closed" }).waitFor({ timeout: 6000 });
-    check(!(await page.getByText("Better luck next time").isVisible()), "after a close no sold-out message stays");
+    check(!(await page.getByText("Better luck next time").isVisible()), `after a close no sold-out message stays ${at}`);
+    check((await outcome.innerText()).trim() === "", `after a close the answer box is empty ${at}`);
+    check(
+      (await page.locator('[data-field="badge"]').innerText()) === "Closed" && (await page.getByText("Closed by the shop").isVisible()),
+      `after a close the badge and the facts say closed ${at}`,
+    );
+    await inspect(page, "sale-closed-live");
     const followedFor = Math.round((Date.now() - followedSince) / 1000);
     // One read after pressing Buy is the page's own; polling every 2 s would be many.
     check(
       asked.streams >= 1 && asked.polls <= 1,
-      `the sale page followed ${followedFor} s of changes over its event stream (${asked.streams} stream, ${asked.polls} reads of the sale)`,
+      `the sale page followed ${followedFor} s of changes over its event stream (${asked.streams} stream, ${asked.polls} reads of the sale) ${at}`,
     );
     await page.context().close();
   }
@@ -308,18 +387,22 @@ try {
     await call("POST", `/api/admin/sales/${liveSale}/stock`, admin.token, { set: 4321 });
     await left.filter({ hasText: /^4,321$/ }).waitFor({ timeout: 8000 });
     check(true, `a card's stock follows a change without a reload (${before} -> 4,321)`);
-    // Keyboard focus on a card is visible.
-    let onCard = false;
-    for (let i = 0; i < 12 && !onCard; i += 1) {
-      await page.keyboard.press("Tab");
-      onCard = await page.evaluate(() => document.activeElement?.classList.contains("sale-card") ?? false);
+    await page.context().close();
+  }
+
+  // Keyboard focus on sale and poll cards is visible.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const page = await newPage(viewport);
+    for (const [path, selector, what] of [
+      ["/", ".sale-card[data-sale-id]", "sale"],
+      ["/polls", ".poll-card", "poll"],
+    ]) {
+      await goto(page, path);
+      const { ok, ring } = await focusRingOnCard(page, selector);
+      check(ok, `a focused ${what} card shows a focus ring ${at} (${ring.style} ${ring.width}px)`);
+      await page.screenshot({ path: `${out}/pages-${what}-card-focus-${size}.png` });
     }
-    const ring = await page.evaluate(() => {
-      const s = getComputedStyle(document.activeElement);
-      return { style: s.outlineStyle, width: parseFloat(s.outlineWidth) };
-    });
-    check(onCard && ring.style !== "none" && ring.width >= 2, `a focused card shows a focus ring (${ring.style} ${ring.width}px)`);
-    await page.screenshot({ path: `${out}/pages-home-card-focus-desktop.png` });
     await page.context().close();
   }
 
@@ -338,49 +421,114 @@ try {
   }
 
   // ---- the admin ----
-  for (const [, viewport] of SIZES) {
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
     const page = await newPage(viewport, admin);
+    // Every refresh of the sales table the page asks for.
+    let refreshes = 0;
+    page.on("requestfinished", (r) => {
+      if (r.method() === "GET" && new URL(r.url()).pathname === "/api/admin/sales") refreshes += 1;
+    });
     await goto(page, "/admin");
     const row = (id) => page.locator(`tr[data-sale-id="${id}"]`);
     const closedRow = row(closedSale);
-    check(!(await closedRow.getByRole("button", { name: "Close" }).isVisible()), "a closed sale offers no Close");
-    check(await closedRow.getByRole("button", { name: "Reopen now" }).isVisible(), "a closed sale offers Reopen now");
-    check(!(await row(liveSale).getByRole("button", { name: "Open now" }).isVisible()), "a live sale offers no Open now");
-    check(await page.getByText("makes the units left equal").isVisible(), "the page says Set stock sets units left");
+    check(!(await closedRow.getByRole("button", { name: "Close" }).isVisible()), `a closed sale offers no Close ${at}`);
+    check(await closedRow.getByRole("button", { name: "Reopen now" }).isVisible(), `a closed sale offers Reopen now ${at}`);
+    check(!(await row(liveSale).getByRole("button", { name: "Open now" }).isVisible()), `a live sale offers no Open now ${at}`);
+    check(await page.getByText("makes the units left equal").isVisible(), `the page says Set stock sets units left ${at}`);
     await inspect(page, "admin");
-    await page.context().close();
-  }
-  {
-    const page = await newPage(DESKTOP, admin);
-    await goto(page, "/admin");
+
+    // A shopper has the upcoming sale open; the admin opens it now: the admin's rows
+    // stay where they were, and the shopper's page says it opened, without a reload.
+    const shopper = await newPage(viewport, alice);
+    await goto(shopper, `/sales/${toOpen[size]}`);
+    const startsLabel = shopper.locator('[data-field="starts-label"]');
+    const starts = shopper.locator('[data-field="starts"]');
+    check((await startsLabel.textContent()) === "Opens", `the shopper's page says when it opens ${at}`);
+    const opensAt = Date.parse(await starts.getAttribute("datetime"));
     const order = () => page.locator('[data-field="admin-rows"] tr').evaluateAll((rows) => rows.map((r) => r.dataset.saleId).join(","));
     const before = await order();
-    await page.locator(`tr[data-sale-id="${upcoming}"]`).getByRole("button", { name: "Open now" }).click();
+    const clickedAt = Date.now();
+    await row(toOpen[size]).getByRole("button", { name: "Open now" }).click();
     await page.getByText("is open.").waitFor({ timeout: 5000 });
-    await page.waitForTimeout(3500); // one refresh of the table
-    check((await order()) === before, "rows keep their place after Open now and a refresh");
-    // Field errors in plain words, cleared when fixed.
+    check((await order()) === before, `rows keep their place after Open now ${at}`);
+    // Two refreshes after the click: the first has surely been applied by the time
+    // the second is asked for (the page asks again only after it is done).
+    const seen = refreshes;
+    await until("two refreshes of the admin table", () => refreshes >= seen + 2, 15000);
+    check((await order()) === before, `rows keep their place after a refresh ${at}`);
+    await startsLabel.filter({ hasText: /^Opened$/i }).waitFor({ timeout: 6000 });
+    const openedAt = Date.parse(await starts.getAttribute("datetime"));
+    check(
+      openedAt < opensAt && Math.abs(openedAt - clickedAt) < 60000,
+      `the shopper's page shows the new opening time without a reload ${at} (${new Date(opensAt).toISOString()} -> ${new Date(openedAt).toISOString()})`,
+    );
+    check(
+      (await starts.innerText()) !== "" && (await shopper.locator('[data-field="countdown"]').isHidden()),
+      `the shopper's countdown is gone ${at}`,
+    );
+    await shopper.getByRole("button", { name: "Buy now" }).waitFor({ timeout: 6000 });
+    check(true, `the shopper's Buy comes alive ${at}`);
+    await inspect(shopper, "sale-opened-early");
+    await shopper.context().close();
+
+    // Field errors in plain words, cleared when fixed: the sale form...
     await page.getByLabel("Ends (your local time)", { exact: true }).fill("2020-01-01T10:00");
     await page.getByRole("button", { name: "Create sale" }).click();
     await page.locator("#sale-name-error").filter({ hasText: "Give the sale a name." }).waitFor({ timeout: 3000 });
-    check(await page.locator("#sale-ends-error").filter({ hasText: "in the past" }).isVisible(), "the end in the past is said in plain words");
-    check((await page.getByLabel("Name", { exact: true }).getAttribute("aria-invalid")) === "true", "the empty name is marked");
+    check(await page.locator("#sale-ends-error").filter({ hasText: "in the past" }).isVisible(), `the end in the past is said in plain words ${at}`);
+    check((await page.getByLabel("Name", { exact: true }).getAttribute("aria-invalid")) === "true", `the empty name is marked ${at}`);
+    check(await page.getByLabel("Name", { exact: true }).evaluate((el) => el === document.activeElement), `the focus goes to the first bad field ${at}`);
     await page.getByLabel("Name", { exact: true }).fill("Something");
-    check((await page.locator("#sale-name-error").innerText()) === "", "the name's error clears once fixed");
-    await page.screenshot({ path: `${out}/pages-admin-form-errors-desktop.png` });
+    check((await page.locator("#sale-name-error").innerText()) === "", `the name's error clears once fixed ${at}`);
+    // ...and the poll form: a repeated option, in plain words, without API wording.
+    await page.getByLabel("Option 1", { exact: true }).fill("Tea");
+    await page.getByLabel("Option 2", { exact: true }).fill("tea");
+    await page.getByRole("button", { name: "Create poll" }).click();
+    const optionsError = page.locator("#poll-options-error");
+    await optionsError.filter({ hasText: "“tea” is listed more than once: make each option different." }).waitFor({ timeout: 3000 });
+    check(await page.locator("#poll-question-error").filter({ hasText: "Write the question." }).isVisible(), `the missing question is said in plain words ${at}`);
+    check(!/distinct|must be|options_|invalid/i.test(await optionsError.innerText()), `the options' message has no API wording ${at}`);
+    check((await page.getByLabel("Option 2", { exact: true }).getAttribute("aria-invalid")) === "true", `the repeated option is marked ${at}`);
+    await inspect(page, "admin-form-errors");
+    // The whole admin page is long on a phone: the poll form on its own as well.
+    await page.locator('form[data-form="create-poll"]').screenshot({ path: `${out}/pages-admin-poll-form-errors-${size}.png` });
+    await page.getByLabel("Option 2", { exact: true }).fill("Coffee");
+    check((await optionsError.innerText()) === "", `the options' message clears once fixed ${at}`);
+    check((await page.getByLabel("Option 2", { exact: true }).getAttribute("aria-invalid")) === null, `the fixed option is no longer marked ${at}`);
     await page.context().close();
   }
-  for (const [, viewport] of SIZES) {
+
+  // The orders page lists the buyers; the tallies page follows votes live.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
     const page = await newPage(viewport, admin);
-    await goto(page, `/admin/sales/${oneUnit}/orders`);
+    await goto(page, `/admin/sales/${oneUnit[size]}/orders`);
     const table = page.locator('[data-field="orders"]');
     await table.waitFor();
-    for (const buyer of ["bob", `e2ep-${runId}-c`]) {
-      check(await table.getByText(buyer, { exact: true }).isVisible(), `the orders page lists the buyer ${buyer}`);
+    for (const buyer of ["bob", `e2ep-${runId}-c-${size}`]) {
+      check(await table.getByText(buyer, { exact: true }).isVisible(), `the orders page lists the buyer ${buyer} ${at}`);
     }
     await inspect(page, "admin-orders");
-    await goto(page, `/admin/polls/${pollId}`);
-    check(await page.locator('[data-field="tallies"]').getByText("Large").isVisible(), "the tallies page lists the options");
+
+    const poll = tallyPoll[size];
+    await goto(page, `/admin/polls/${poll.id}`);
+    const tallies = page.locator('[data-field="tallies"]');
+    check(await tallies.getByText("Coffee").isVisible(), `the tallies page lists the options ${at}`);
+    check(!(await page.getByText(/reload/i).count()), `the tallies page asks for no reload ${at}`);
+    const coffee = tallies.locator("tr", { hasText: "Coffee" });
+    check((await coffee.locator('[data-field="live"]').innerText()) === "0", `no votes yet ${at}`);
+    // A vote cast elsewhere shows up, live and then settled, without a reload.
+    const voter = await signUpApi(`e2ep-${runId}-v-${size}`);
+    const option = poll.options.find((o) => o.label === "Coffee").id;
+    const voted = await call("POST", `/api/polls/${poll.id}/votes`, voter.token, { option_id: option });
+    check(voted.status === 202, `the vote counts (${size})`);
+    await coffee.locator('[data-field="live"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 8000 });
+    check((await coffee.locator('[data-field="percent"]').innerText()) === "100%", `the share follows ${at}`);
+    check((await page.locator('[data-field="live-voters"]').innerText()) === "1", `the live voter count follows ${at}`);
+    await coffee.locator('[data-field="settled"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 10000 });
+    await page.locator('[data-field="settled-voters"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 5000 });
+    check((await coffee.locator('[data-field="unsettled"]').innerText()) === "0", `the settled count follows too ${at}`);
     await inspect(page, "admin-poll");
     await page.context().close();
   }

@@ -70,15 +70,21 @@
   const sameYear = new Intl.DateTimeFormat(undefined, shortDate);
   const otherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, year: "numeric" });
 
+  const withSeconds = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit" });
+  const withSecondsOtherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit", year: "numeric" });
+
   /** "Nov 22, 3:09 PM" in the visitor's time zone; the year only when not this one. */
-  function localTime(date) {
-    return (date.getFullYear() === new Date().getFullYear() ? sameYear : otherYear).format(date);
+  function localTime(date, seconds = false) {
+    const thisYear = date.getFullYear() === new Date().getFullYear();
+    if (seconds) return (thisYear ? withSeconds : withSecondsOtherYear).format(date);
+    return (thisYear ? sameYear : otherYear).format(date);
   }
 
+  /** `<time data-local>` in the visitor's time zone; `data-seconds` adds the seconds. */
   function showLocalTimes(root) {
     for (const el of root.querySelectorAll("time[data-local]")) {
       const at = new Date(el.dateTime);
-      if (!Number.isNaN(at.getTime())) setText(el, localTime(at));
+      if (!Number.isNaN(at.getTime())) setText(el, localTime(at, el.hasAttribute("data-seconds")));
     }
   }
 
@@ -1402,12 +1408,33 @@
       if (!f.question.value.trim()) errors.question = "Write the question.";
       const bad = badOptions();
       if (bad.empty.length) errors.options = "Fill in every option, or remove the empty ones.";
-      else if (bad.repeated.length) errors.options = "Each option must be different: options must be distinct.";
+      else if (bad.repeated.length)
+        errors.options = `“${bad.repeated[0].value.trim()}” is listed more than once: make each option different.`;
       if (Number.isNaN(opens.getTime())) errors.opens_at = "Pick when the poll opens.";
       if (Number.isNaN(closes.getTime())) errors.closes_at = "Pick when the poll closes.";
       else if (closes.getTime() <= Date.now()) errors.closes_at = "The closing time is in the past: pick a later time.";
       else if (!errors.opens_at && closes <= opens) errors.closes_at = "The poll must close after it opens.";
+      else if (!errors.opens_at && closes - opens > 366 * 86400000) errors.closes_at = "A poll can stay open at most 366 days.";
       return errors;
+    }
+
+    /** The API's refusal, in plain words under the field it is about. */
+    function refusalOf(res) {
+      const message = String(res.data.message || "");
+      switch (res.data.error) {
+        case "invalid_options":
+          if (message.includes("distinct")) return { options: "Make each option different from the others." };
+          return { options: `A poll has ${minOptions} to ${maxOptions} options.` };
+        case "invalid_window":
+          if (message.includes("past")) return { closes_at: "The closing time is in the past: pick a later time." };
+          if (message.includes("at most")) return { closes_at: "A poll can stay open at most 366 days." };
+          return { closes_at: "The poll must close after it opens." };
+        case "invalid_text":
+          if (message.startsWith("option")) return { options: "Each option can have at most 200 characters." };
+          return { question: "Write a question of at most 300 characters." };
+        default:
+          return null;
+      }
     }
 
     /** Field messages, with the empty or repeated option inputs marked. */
@@ -1465,13 +1492,8 @@
         await refresh();
         const row = rowOf(res.data.id);
         if (row) flash(row);
-      } else if (res.data.error === "invalid_window" || res.data.error === "invalid_options") {
-        const text = String(res.data.message || "");
-        const errors =
-          res.data.error === "invalid_options"
-            ? { options: text.includes("distinct") ? "Each option must be different: options must be distinct." : "A poll has 2 to 20 options." }
-            : { closes_at: text.includes("past") ? "The closing time is in the past: pick a later time." : text.includes("at most") ? "A poll can stay open at most 366 days." : "The poll must close after it opens." };
-        showErrors(errors);
+      } else if (refusalOf(res)) {
+        showErrors(refusalOf(res));
         focusFirstError(form);
         say(createMessage, "Check the fields marked above.", false);
       } else {
@@ -1504,6 +1526,51 @@
     pollWhileVisible(refresh, ADMIN_POLL_MS);
   }
 
+  // ---- an admin's poll tallies ----------------------------------------------
+
+  /**
+   * Live and settled tallies follow the poll without a reload: the page asks the
+   * admin API (`GET /api/admin/polls/{id}`, which also reads Postgres's settled
+   * counts, so it is not an event stream) every few seconds while visible.
+   */
+  function adminPollPage() {
+    const root = document.getElementById("admin-poll");
+    if (!root) return;
+    const pollId = root.dataset.pollId;
+    const rows = [...root.querySelectorAll("tr[data-option-id]")];
+
+    function apply(view) {
+      const results = view && view.results;
+      if (!results || !Array.isArray(results.tallies) || !Array.isArray(view.settled)) return;
+      const count = (list) => new Map(list.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
+      const live = count(results.tallies);
+      const settled = count(view.settled);
+      const counted = [...live.values()].reduce((a, b) => a + b, 0);
+      const voters = Math.max(0, Number(results.voters) || 0);
+      // As the server's `option_results`: shares of the larger of voters and votes.
+      const total = Math.max(voters, counted);
+      for (const row of rows) {
+        const id = row.dataset.optionId;
+        const n = live.get(id) || 0;
+        const done = settled.get(id) || 0;
+        setText(field(row, "live"), n);
+        setText(field(row, "percent"), `${total > 0 ? Math.round((n * 100) / total) : 0}%`);
+        setText(field(row, "settled"), done);
+        setText(field(row, "unsettled"), Math.max(0, n - done));
+      }
+      setText(field(root, "live-voters"), voters);
+      if (Number.isFinite(view.settled_voters)) setText(field(root, "settled-voters"), view.settled_voters);
+      if (typeof view.status === "string") setBadge(field(root, "badge"), view.status);
+    }
+
+    async function refresh() {
+      const res = await api("GET", `/api/admin/polls/${encodeURIComponent(pollId)}`);
+      if (res.ok) apply(res.data);
+    }
+
+    pollWhileVisible(refresh, ADMIN_POLL_MS);
+  }
+
   // ---- start ---------------------------------------------------------------
 
   const pages = {
@@ -1514,6 +1581,7 @@
     signup: authPage,
     orders: ordersPage,
     admin: adminPage,
+    "admin-poll": adminPollPage,
   };
 
   setUpSignOut();

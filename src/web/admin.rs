@@ -57,8 +57,9 @@ pub async fn page(
 
 /// Orders shown per page of a sale's orders.
 const ORDERS_PER_PAGE: i64 = 50;
-/// Pending orders listed by name (the count is always exact): a pending hash is
-/// short-lived and normally small, and this bounds the page's Redis work.
+/// Pending orders listed by name, oldest first (the count is always exact): the
+/// orders stream is short-lived and normally small, and this bounds the page's
+/// Redis work.
 const PENDING_SHOWN: usize = 100;
 
 #[derive(Template, WebTemplate)]
@@ -87,6 +88,9 @@ pub struct OrderRow {
 pub struct PendingRow {
     pub buyer: String,
     pub order_id: String,
+    /// When the purchase script accepted it: the time its order will carry once
+    /// settled.
+    pub ordered: Moment,
 }
 
 #[derive(serde::Deserialize)]
@@ -182,12 +186,16 @@ struct FoundOrders {
 async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrders, AppError> {
     let offset = (page - 1) * ORDERS_PER_PAGE;
     let keys = state.keys.sale(id);
-    // One round trip: the exact pending count and a first batch of pending entries.
-    let (pending_total, (_, entries)): (i64, (u64, Vec<(String, i64)>)) = redis::pipe()
+    // One round trip: the exact pending count, and the oldest entries of the orders
+    // stream. The purchase script writes an accepted order to the pending hash and
+    // the stream together, and settlement drops it from both together, so the
+    // stream's entries are the pending orders, with the time each was accepted.
+    let (pending_total, stream): (i64, redis::streams::StreamRangeReply) = redis::pipe()
         .hlen(&keys.pending)
-        .cmd("HSCAN")
-        .arg(&keys.pending)
-        .arg(0)
+        .cmd("XRANGE")
+        .arg(&keys.orders)
+        .arg("-")
+        .arg("+")
         .arg("COUNT")
         .arg(PENDING_SHOWN)
         .query_async(&mut state.redis.clone())
@@ -206,7 +214,8 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
         .bind(id.get())
         .fetch_one(&state.db)
         .await?;
-    let buyer_ids: Vec<i64> = entries.iter().map(|(_, user)| *user).collect();
+    let entries: Vec<PendingEntry> = stream.ids.iter().filter_map(PendingEntry::parse).collect();
+    let buyer_ids: Vec<i64> = entries.iter().map(|e| e.user).collect();
     let names: Vec<(i64, String)> =
         sqlx::query_as("SELECT id, username FROM users WHERE id = ANY($1)")
             .bind(&buyer_ids)
@@ -218,15 +227,14 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
             .find(|(id, _)| *id == user)
             .map_or_else(|| format!("user #{user}"), |(_, name)| name.clone())
     };
-    let mut pending: Vec<PendingRow> = entries
+    let pending: Vec<PendingRow> = entries
         .into_iter()
-        .take(PENDING_SHOWN)
-        .map(|(order_id, user)| PendingRow {
-            buyer: name_of(user),
-            order_id,
+        .map(|e| PendingRow {
+            buyer: name_of(e.user),
+            order_id: e.order_id,
+            ordered: e.accepted.into(),
         })
         .collect();
-    pending.sort_by(|a, b| a.order_id.cmp(&b.order_id));
     Ok(FoundOrders {
         confirmed: rows
             .into_iter()
@@ -245,6 +253,28 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
     })
 }
 
+/// An accepted order as its sale's orders stream holds it (`lua/purchase_batch.lua`).
+struct PendingEntry {
+    order_id: String,
+    user: i64,
+    accepted: DateTime<Utc>,
+}
+
+impl PendingEntry {
+    fn parse(entry: &redis::streams::StreamId) -> Option<Self> {
+        // `at_ms` is the script's clock, the time settlement writes to Postgres; the
+        // entry id starts with the same milliseconds, should the field be missing.
+        let at_ms = entry
+            .get::<i64>("at_ms")
+            .or_else(|| entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()))?;
+        Some(PendingEntry {
+            order_id: entry.get("order_id")?,
+            user: entry.get("user_id")?,
+            accepted: DateTime::from_timestamp_millis(at_ms)?,
+        })
+    }
+}
+
 #[derive(Template, WebTemplate)]
 #[template(path = "admin_poll.html")]
 pub struct PollTalliesPage {
@@ -256,6 +286,8 @@ pub struct PollTalliesPage {
 }
 
 pub struct TallyRow {
+    /// The option's id: the page script finds its row by it.
+    pub id: i64,
     pub label: String,
     pub live: i64,
     pub settled: i64,
@@ -317,6 +349,7 @@ pub async fn poll_tallies(
     let rows = results
         .into_iter()
         .map(|r| TallyRow {
+            id: r.id,
             settled: settled_of(r.id),
             label: r.label,
             live: r.votes,

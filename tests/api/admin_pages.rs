@@ -1,10 +1,25 @@
 //! The admin's orders and tallies pages, My orders with pending orders, and the
 //! signed-out sale page's way to sign in and back.
 
+use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
 
 use crate::helpers::{spawn_app, spawn_app_with};
 use crate::pages::{browse, escaped_in, html};
+
+/// The `datetime` of every "Ordered" cell of a page, in order.
+fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
+    const CELL: &str = r#"<td data-label="Ordered"><time datetime=""#;
+    body.match_indices(CELL)
+        .map(|(at, _)| {
+            let rest = &body[at + CELL.len()..];
+            let iso = &rest[..rest.find('"').expect("closing quote")];
+            DateTime::parse_from_rfc3339(iso)
+                .unwrap_or_else(|e| panic!("{iso}: {e}"))
+                .with_timezone(&Utc)
+        })
+        .collect()
+}
 
 async fn username_of(app: &crate::helpers::TestApp, id: i64) -> String {
     sqlx::query_scalar("SELECT username FROM users WHERE id = $1")
@@ -68,18 +83,85 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
 }
 
 #[tokio::test]
-async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
-    // No settlement worker: accepted orders stay pending in Redis.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+async fn orders_page_pages_fifty_orders_at_a_time() {
+    let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -60, 3600).await;
-    let buyers = app.create_users(2, false).await;
+    let sale = app.create_sale(&admin, 60, -60, 3600).await;
+    let buyers = app.create_users(52, false).await;
     for buyer in &buyers {
         assert_eq!(
             app.purchase(sale, &buyer.token).await.status(),
             StatusCode::ACCEPTED
         );
     }
+    app.wait_for_orders(sale, 52).await;
+    let path = format!("/admin/sales/{sale}/orders");
+    let numbers = |body: &str| -> Vec<i64> {
+        const CELL: &str = r##"<td data-label="#" class="num">"##;
+        body.match_indices(CELL)
+            .map(|(at, _)| {
+                let rest = &body[at + CELL.len()..];
+                rest[..rest.find('<').unwrap()].parse().unwrap()
+            })
+            .collect()
+    };
+
+    let first = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+    assert_eq!(numbers(&first), (1..=50).collect::<Vec<_>>());
+    assert!(first.contains("1 to 50 of 52, oldest first"));
+    assert!(first.contains("Page 1 of 2"));
+    assert!(first.contains(r#"href="?page=2" rel="next""#));
+    assert!(!first.contains(r#"rel="prev""#));
+    assert_eq!(ordered_times(&first).len(), 50);
+
+    let second = html(
+        browse(&app, &format!("{path}?page=2"), Some(&admin)).await,
+        StatusCode::OK,
+    )
+    .await;
+    assert_eq!(numbers(&second), vec![51, 52]);
+    assert!(second.contains("51 to 52 of 52, oldest first"));
+    assert!(second.contains("Page 2 of 2"));
+    assert!(second.contains(r#"href="?page=1" rel="prev""#));
+    assert!(!second.contains(r#"rel="next""#));
+    // Every buyer is on exactly one of the two pages, and times never go back.
+    for buyer in &buyers {
+        let cell = format!(
+            r#"class="cell-title">{}</td>"#,
+            username_of(&app, buyer.id).await
+        );
+        assert_eq!(
+            first.matches(&cell).count() + second.matches(&cell).count(),
+            1,
+            "{cell}"
+        );
+    }
+    let times: Vec<_> = ordered_times(&first)
+        .into_iter()
+        .chain(ordered_times(&second))
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first");
+
+    let past = browse(&app, &format!("{path}?page=3"), Some(&admin)).await;
+    assert_eq!(past.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
+    // No settlement worker: accepted orders stay pending in Redis.
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let buyers = app.create_users(2, false).await;
+    // Whole seconds, as the page shows them.
+    let before = Utc::now().timestamp();
+    for buyer in &buyers {
+        assert_eq!(
+            app.purchase(sale, &buyer.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    let after = Utc::now().timestamp();
 
     let body = html(
         browse(&app, &format!("/admin/sales/{sale}/orders"), Some(&admin)).await,
@@ -93,6 +175,14 @@ async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
         let name = username_of(&app, buyer.id).await;
         assert!(body.contains(&format!(r#"class="cell-title">{name}</td>"#)));
     }
+    // Each pending row shows when it was accepted, like the confirmed rows do.
+    let times = ordered_times(&body);
+    assert_eq!(times.len(), 2, "one time per pending row: {body}");
+    for at in &times {
+        let at = at.timestamp();
+        assert!((before..=after).contains(&at), "{at} in {before}..={after}");
+    }
+    assert!(times[0] <= times[1], "oldest first");
 
     let mine = html(
         browse(&app, "/me/orders", Some(&buyers[0])).await,
@@ -143,17 +233,22 @@ async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
     assert!(body.contains(r#"data-field="live-voters">3<"#));
     assert!(body.contains(r#"data-field="settled-voters">3<"#));
     assert!(escaped_in(&body, "Tea <or> coffee?"));
-    let row = |label: &str, live: i64, share: i64| {
+    let row = |option: i64, label: &str, live: i64, share: i64| {
         format!(
-            r#"<td data-label="Option" class="cell-title">{label}</td>
-          <td data-label="Live" class="num">{live}</td>
-          <td data-label="Share" class="num">{share}%</td>
-          <td data-label="Settled" class="num">{live}</td>
-          <td data-label="Not yet settled" class="num">0</td>"#
+            r#"<tr data-option-id="{option}">
+          <td data-label="Option" class="cell-title">{label}</td>
+          <td data-label="Live" class="num" data-field="live">{live}</td>
+          <td data-label="Share" class="num" data-field="percent">{share}%</td>
+          <td data-label="Settled" class="num" data-field="settled">{live}</td>
+          <td data-label="Not yet settled" class="num" data-field="unsettled">0</td>"#
         )
     };
-    assert!(body.contains(&row("Tea", 1, 33)), "{body}");
-    assert!(body.contains(&row("Coffee", 2, 67)));
+    assert!(body.contains(&row(options[0], "Tea", 1, 33)), "{body}");
+    assert!(body.contains(&row(options[1], "Coffee", 2, 67)));
+    // The page follows the tallies without a reload (static/app.js asks the API);
+    // it says nothing about reloading.
+    assert!(body.contains(&format!(r#"id="admin-poll" data-poll-id="{poll}""#)));
+    assert!(!body.contains("Reload"));
 }
 
 #[tokio::test]

@@ -103,6 +103,36 @@ async fn home_shows_buyable_sales_before_closed_ones() {
 }
 
 #[tokio::test]
+async fn home_lists_upcoming_sales_soonest_opening_first() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    // Created out of order of their openings: in two hours, three, one, four.
+    let in_2h = app.create_sale(&admin, 5, 2 * 3600, 9 * 3600).await;
+    let in_3h = app.create_sale(&admin, 5, 3 * 3600, 5 * 3600).await;
+    let in_1h = app.create_sale(&admin, 5, 3600, 10 * 3600).await;
+    let in_4h = app.create_sale(&admin, 5, 4 * 3600, 8 * 3600).await;
+    let live = app.create_sale(&admin, 5, -60, 3600).await;
+    let sold_out = app.create_sale(&admin, 0, -120, 3600).await;
+
+    let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
+    let at = |id: i64| {
+        body.find(&format!(r#"href="/sales/{id}""#))
+            .unwrap_or_else(|| panic!("sale {id} listed"))
+    };
+    let shown = [live, in_1h, in_2h, in_3h, in_4h, sold_out];
+    let positions: Vec<usize> = shown.iter().map(|&id| at(id)).collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "live first, then upcoming by opening (1 h, 2 h, 3 h, 4 h), then sold out: {positions:?}"
+    );
+    assert_eq!(
+        body.matches(r#"badge-upcoming" data-field="badge">Upcoming<"#)
+            .count(),
+        4
+    );
+}
+
+#[tokio::test]
 async fn header_names_the_signed_in_user() {
     let app = spawn_app().await;
     let user = app.user().await;
