@@ -102,12 +102,25 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
         healed_at - killed_at
     );
     stack.pg.start();
+    // The promoted replica decides the victim's sales on its own, before the dead
+    // node is back: once they are rebuilt (503 `recovering` until then), every
+    // purchase is decided there. With replica_acks = 1 the shard has no replica to
+    // confirm a decision, so an accepted one answers 503 `not_replicated` (the
+    // decision stands; a retry answers already_bought) and a repeat buyer 409.
+    let promoted_decides = storm
+        .wait_decided_on(&victim_sales, healed_at, Duration::from_secs(20))
+        .await;
+    assert!(
+        promoted_decides,
+        "the promoted replica decides the victim's sales before the old primary returns"
+    );
+    let promoted_at = Instant::now();
+    println!(
+        "the promoted replica decided the victim's sales {:.1?} after the kill",
+        promoted_at - killed_at
+    );
     // The dead node comes back (as an operator or an orchestrator restarts it) and
-    // rejoins as the new primary's replica. Until then, with replica_acks = 1, the
-    // victim's shard has no replica to confirm a decision: it answers 503
-    // `not_replicated` for every accepted one (the decision stands; a retry answers
-    // already_bought).
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // rejoins as the new primary's replica.
     let cluster = stack.cluster.as_mut().unwrap();
     cluster.nodes[primary].start(&stack.dir).await;
     cluster.wait_healthy(Duration::from_secs(30)).await;

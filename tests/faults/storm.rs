@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -277,6 +277,11 @@ pub struct Progress {
     pub decided: AtomicUsize,
     pub unavailable: AtomicUsize,
     pub no_answer: AtomicUsize,
+    /// Per sale, when the latest purchase that only its Redis script can have
+    /// answered was sent: 202, 409 `already_bought`, or 503 `not_replicated`
+    /// (decided on the primary, unconfirmed by a replica). Not 410: a server that
+    /// has seen the sale sold out answers that from memory.
+    pub decided_sent: Mutex<HashMap<i64, Instant>>,
 }
 
 pub struct Storm {
@@ -415,6 +420,29 @@ impl Storm {
         true
     }
 
+    /// Waits until a purchase of one of `sales` sent after `since` was answered by
+    /// the sale's Redis script (see [`Progress::decided_sent`]); false after
+    /// `timeout`.
+    pub async fn wait_decided_on(&self, sales: &[i64], since: Instant, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let decided = self
+                .progress
+                .decided_sent
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(sale, sent)| sales.contains(sale) && *sent > since);
+            if decided {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Stops sending new requests now (in-flight ones finish).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -445,6 +473,13 @@ impl Progress {
         }
         if rec.is_decided() {
             self.decided.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(sale) = rec.sale()
+            && (matches!(rec.status(), Some(202 | 409)) || rec.code() == Some("not_replicated"))
+        {
+            let mut decided = self.decided_sent.lock().unwrap();
+            let latest = decided.entry(sale).or_insert(rec.sent);
+            *latest = (*latest).max(rec.sent);
         }
         match rec.status() {
             Some(503) => {
