@@ -1,10 +1,12 @@
-//! Browser pages: askama templates (`templates/`), one small script and one style
-//! sheet (`static/`). Pages only read; every state change goes through the JSON API
-//! from `static/app.js`, so CSRF and validation live in one place.
+//! Browser pages: askama templates (`templates/`), native ES modules and one style
+//! sheet (`static/`: `app.js` is the entry, which runs the page's controller from
+//! `static/js/` by the body's `data-page`). Pages only read; every state change goes
+//! through the JSON API (`static/js/api.js`), so CSRF and validation live in one
+//! place.
 //!
 //! Pages answer errors as HTML pages (404, 403, 503), never as JSON, and carry a
-//! strict Content-Security-Policy: no inline script or style, so page data travels
-//! in `data-` attributes that `app.js` reads.
+//! strict Content-Security-Policy: no inline script or style (modules from `'self'`
+//! only), so page data travels in `data-` attributes that the scripts read.
 
 mod admin;
 mod error;
@@ -43,7 +45,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 DefaultHeaders::new()
                     .add((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
                     // Revalidate every time (a cheap 304 thanks to the ETag), so a
-                    // deploy never leaves browsers running an old app.js.
+                    // deploy never leaves browsers running an old module.
                     .add((header::CACHE_CONTROL, "no-cache")),
             )
             .service(actix_files::Files::new("", static_dir())),

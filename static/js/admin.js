@@ -1,0 +1,261 @@
+// The admin page: creating sales and the sales table (its polls: admin-polls.js).
+
+import { api, messageOf } from "./api.js";
+import { field, flash, setBadge, setText } from "./dom.js";
+import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
+import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
+import { formatPrice, groupDigits } from "./numbers.js";
+import { localTime, toLocalInput } from "./time.js";
+import { adminPolls } from "./admin-polls.js";
+
+export function adminPage() {
+  const form = document.querySelector('form[data-form="create-sale"]');
+  const createMessage = field(document, "create-message");
+  const adminMessage = field(document, "admin-message");
+  const rows = field(document, "admin-rows");
+  const rowTemplate = document.getElementById("admin-row");
+
+  function defaultWindow() {
+    const start = new Date(Date.now() + 5 * 60 * 1000);
+    start.setSeconds(0, 0);
+    form.elements.starts_at.value = toLocalInput(start);
+    form.elements.ends_at.value = toLocalInput(new Date(start.getTime() + 7 * 86400 * 1000));
+  }
+
+  /** "19.99" -> 1999; null when it is not a price. */
+  function parsePrice(text) {
+    const m = /^\s*(\d{1,9})(?:[.,](\d{1,2}))?\s*$/.exec(text);
+    if (!m) return null;
+    return Number(m[1]) * 100 + Number((m[2] || "0").padEnd(2, "0"));
+  }
+
+  function parseUnits(text) {
+    return /^\s*\d{1,9}\s*$/.test(text) ? Number(text) : null;
+  }
+
+  function rowOf(id) {
+    return rows.querySelector(`tr[data-sale-id="${CSS.escape(String(id))}"]`);
+  }
+
+  function newRow(view) {
+    const row = rowTemplate.content.firstElementChild.cloneNode(true);
+    const id = String(view.id);
+    row.dataset.saleId = id;
+    field(row, "name").href = `/sales/${encodeURIComponent(id)}`;
+    field(row, "orders-link").href = `/admin/sales/${encodeURIComponent(id)}/orders`;
+    setText(field(row, "id"), `#${id}`);
+    const units = field(row, "units");
+    units.id = `units-${id}`;
+    field(row, "units-label").htmlFor = units.id;
+    return row;
+  }
+
+  /**
+   * Only the actions that make sense in the sale's state (the server's
+   * `SaleCard::can_*` decide the same for the first render): no Close on a
+   * closed or ended sale, Open now before the opening, Reopen now on a closed
+   * sale whose end is still ahead, no stock changes after the end.
+   */
+  function showActions(row, view) {
+    const pastEnd = Date.parse(view.ends_at) <= Date.now();
+    const status = view.status;
+    const open = row.querySelector('[data-action="open"]');
+    const close = row.querySelector('[data-action="close"]');
+    const stock = field(row, "stock-actions");
+    // Never hide the control that has the keyboard focus.
+    const keep = (el) => el.contains(document.activeElement);
+    const canOpen = (status === "upcoming" || status === "closed") && !pastEnd;
+    if (!keep(open)) open.hidden = !canOpen;
+    setText(open, status === "closed" ? "Reopen now" : "Open now");
+    const canClose = status === "upcoming" || status === "live" || status === "sold_out";
+    if (!keep(close)) close.hidden = !canClose;
+    if (!keep(stock)) stock.hidden = pastEnd;
+  }
+
+  function fillRow(row, view) {
+    setText(field(row, "name"), view.name);
+    const label = field(row, "units-label") || row.querySelector("label");
+    setText(label, `Units for ${view.name}`);
+    setBadge(field(row, "badge"), view.status);
+    setText(field(row, "price"), formatPrice(Number(view.price_cents)));
+    setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
+    setText(field(row, "sold"), groupDigits(Number(view.sold)));
+    showActions(row, view);
+    for (const [name, value] of [
+      ["starts", view.starts_at],
+      ["ends", view.ends_at],
+    ]) {
+      const t = field(row, name);
+      if (t.dateTime !== value) {
+        t.dateTime = value;
+        setText(t, localTime(new Date(value)));
+      }
+    }
+  }
+
+  /**
+   * Rows never move once shown (opening a sale changes its place in the API's
+   * order, and a row jumping under the pointer gets the wrong click): known rows
+   * are updated where they are, new ones go on top.
+   */
+  function showViews(views) {
+    const fresh = [];
+    for (const view of views) {
+      let row = rowOf(view.id);
+      if (!row) {
+        row = newRow(view);
+        fresh.push(row);
+      }
+      fillRow(row, view);
+    }
+    rows.prepend(...fresh);
+    const empty = field(document, "admin-empty");
+    if (empty) empty.hidden = views.length > 0;
+  }
+
+  async function refresh() {
+    const res = await api("GET", "/api/admin/sales");
+    if (res.ok && Array.isArray(res.data)) showViews(res.data);
+  }
+
+  const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
+
+  /** Every problem of the form, in plain words, by field. */
+  function validate() {
+    const f = form.elements;
+    const errors = {};
+    const starts = new Date(f.starts_at.value);
+    const ends = new Date(f.ends_at.value);
+    if (!f.name.value.trim()) errors.name = "Give the sale a name.";
+    if (parsePrice(f.price.value) === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
+    const image = f.image_url.value.trim();
+    if (image && !/^(https:\/\/[^\s/?#@]+|\/(?!\/))[^\s"'<>\\`]*$/.test(image)) errors.image_url = IMAGE_HINT;
+    const stock = parseUnits(f.stock.value);
+    if (stock === null) errors.stock = "Enter the stock as a whole number, like 100.";
+    else if (stock > 10000000) errors.stock = "The stock can be at most 10,000,000 units.";
+    if (Number.isNaN(starts.getTime())) errors.starts_at = "Pick when the sale opens.";
+    if (Number.isNaN(ends.getTime())) errors.ends_at = "Pick when the sale ends.";
+    else if (ends.getTime() <= Date.now()) errors.ends_at = "The end is in the past: pick a later time.";
+    else if (!errors.starts_at && ends <= starts) errors.ends_at = "The sale must end after it opens.";
+    else if (!errors.starts_at && ends - starts > 366 * 86400000) errors.ends_at = "A sale can last at most 366 days.";
+    return errors;
+  }
+  revalidateOnInput(form, validate);
+
+  /** The API's refusal, in plain words under the field it is about. */
+  function refusalOf(res) {
+    const message = String(res.data.message || "");
+    switch (res.data.error) {
+      case "invalid_window":
+        if (message.includes("past")) return { ends_at: "The end is in the past: pick a later time." };
+        if (message.includes("at most")) return { ends_at: "A sale can last at most 366 days." };
+        return { ends_at: "The sale must end after it opens." };
+      case "invalid_text":
+        if (message.startsWith("description")) return { description: "The description can have at most 5,000 characters." };
+        return { name: "Give the sale a name of at most 200 characters." };
+      case "invalid_price":
+        return { price: "Enter a price from 0 up, like 499 or 19.99." };
+      case "invalid_image_url":
+        return { image_url: IMAGE_HINT };
+      case "invalid_stock":
+      case "stock_too_large":
+        return { stock: "The stock can be 0 to 10,000,000 units." };
+      default:
+        return null;
+    }
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const f = form.elements;
+    const errors = validate();
+    showFieldErrors(form, errors);
+    if (Object.keys(errors).length) {
+      say(createMessage, "Check the fields marked above.", false);
+      focusFirstError(form);
+      return;
+    }
+    setText(createMessage, "");
+    const price = parsePrice(f.price.value);
+    const stock = parseUnits(f.stock.value);
+    const starts = new Date(f.starts_at.value);
+    const ends = new Date(f.ends_at.value);
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    const res = await api("POST", "/api/admin/sales", {
+      name: f.name.value,
+      description: f.description.value,
+      image_url: f.image_url.value.trim() || null,
+      price_cents: price,
+      stock,
+      // datetime-local is local wall time; the API takes UTC instants.
+      starts_at: starts.toISOString(),
+      ends_at: ends.toISOString(),
+      requires_ticket: f.requires_ticket.checked,
+    });
+    button.disabled = false;
+    if (res.status === 201) {
+      say(createMessage, `Created “${res.data.name}” (#${res.data.id}).`, true);
+      form.reset();
+      defaultWindow();
+      await refresh();
+      const row = rowOf(res.data.id);
+      if (row) flash(row);
+    } else {
+      const refusal = refusalOf(res);
+      if (refusal) {
+        showFieldErrors(form, refusal);
+        focusFirstError(form);
+        say(createMessage, "Check the fields marked above.", false);
+      } else {
+        say(createMessage, messageOf(res, "Could not create the sale."), false);
+      }
+    }
+  });
+
+  rows.addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-action]");
+    if (!button) return;
+    const row = button.closest("tr");
+    const id = row.dataset.saleId;
+    const name = field(row, "name").textContent;
+    const action = button.dataset.action;
+    const path = `/api/admin/sales/${encodeURIComponent(id)}/${action === "open" || action === "close" ? action : "stock"}`;
+    let body;
+    let done;
+    if (action === "set-stock" || action === "add-stock") {
+      const units = parseUnits(field(row, "units").value);
+      if (units === null) {
+        say(adminMessage, `Enter a whole number of units for “${name}” first.`, false);
+        field(row, "units").focus();
+        return;
+      }
+      body = action === "set-stock" ? { set: units } : { add: units };
+      done = action === "set-stock" ? `Stock of “${name}” set to ${units}.` : `Added ${units} to “${name}”.`;
+    } else if (action === "open") {
+      if (button.textContent.startsWith("Reopen") && !confirm(`Reopen “${name}”? Buyers can buy again at once, until its end time.`))
+        return;
+      done = `“${name}” is open.`;
+    } else {
+      if (!confirm(`Close “${name}”? Buyers will be turned away.`)) return;
+      done = `“${name}” is closed.`;
+    }
+    button.disabled = true;
+    const res = await api("POST", path, body);
+    button.disabled = false;
+    if (res.ok) {
+      // Open and Close may disappear with the new state: keep the focus in the row.
+      if (action === "open" || action === "close") field(row, "name").focus({ preventScroll: true });
+      fillRow(row, res.data);
+      flash(row);
+      field(row, "units").value = "";
+      say(adminMessage, done, true);
+    } else {
+      say(adminMessage, `“${name}”: ${messageOf(res, "the change failed.")}`, false);
+    }
+  });
+
+  defaultWindow();
+  pollWhileVisible(refresh, ADMIN_POLL_MS);
+  adminPolls();
+}

@@ -1,0 +1,55 @@
+// The JSON API, as every page calls it: the CSRF header on every change, JSON in
+// and out, and one answer shape ({status, ok, headers, data}) whatever happens.
+
+const CSRF_COOKIE = "stampede_csrf";
+
+function csrfToken() {
+  for (const part of document.cookie.split(";")) {
+    const [name, ...rest] = part.trim().split("=");
+    if (name === CSRF_COOKIE) return decodeURIComponent(rest.join("="));
+  }
+  return "";
+}
+
+/** Calls the JSON API. Never throws: a network failure is status 0. */
+export async function api(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  let resp;
+  try {
+    resp = await fetch(path, {
+      method,
+      headers,
+      credentials: "same-origin",
+      cache: "no-store",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (_) {
+    return {
+      status: 0,
+      ok: false,
+      headers: new Headers(),
+      data: { error: "network", message: "Could not reach the shop. Check your connection and try again." },
+    };
+  }
+  let data = {};
+  try {
+    const text = await resp.text();
+    if (text) data = JSON.parse(text);
+  } catch (_) {
+    data = {};
+  }
+  return { status: resp.status, ok: resp.ok, headers: resp.headers, data: data || {} };
+}
+
+/** The API's `message`, as a sentence ("wrong password" -> "Wrong password"). */
+export function messageOf(res, fallback) {
+  const m = res.data && res.data.message;
+  return typeof m === "string" && m ? m[0].toUpperCase() + m.slice(1) : fallback;
+}
+
+/** The seconds of a 429's `Retry-After`, at least 1. */
+export function retryAfterSeconds(res) {
+  return Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1);
+}

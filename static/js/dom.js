@@ -1,0 +1,75 @@
+// Small DOM helpers shared by the pages. Text from the server goes in with
+// `textContent`, never as HTML.
+
+import { localTime } from "./time.js";
+
+/** The element of `root` marked `data-field="name"`. */
+export function field(root, name) {
+  return root.querySelector(`[data-field="${name}"]`);
+}
+
+/** Sets `el`'s text, leaving the DOM alone when it is already that. */
+export function setText(el, text) {
+  if (el && el.textContent !== String(text)) el.textContent = String(text);
+}
+
+/** `<time data-local>` in the visitor's time zone; `data-seconds` adds the seconds. */
+export function showLocalTimes(root) {
+  for (const el of root.querySelectorAll("time[data-local]")) {
+    const at = new Date(el.dateTime);
+    if (!Number.isNaN(at.getTime())) setText(el, localTime(at, el.hasAttribute("data-seconds")));
+  }
+}
+
+/** Scrolls `el` into view when it is not, gently unless motion is unwelcome. */
+export function reveal(el) {
+  const calm = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+  el.scrollIntoView({ block: "nearest", behavior: calm ? "auto" : "smooth" });
+}
+
+const STATUS_LABELS = {
+  upcoming: "Upcoming",
+  live: "Live",
+  sold_out: "Sold out",
+  ended: "Ended",
+  closed: "Closed",
+  open: "Open",
+};
+
+/** A status badge: its colour class and its words. */
+export function setBadge(el, status) {
+  if (!el) return;
+  el.className = `badge badge-${status}`;
+  setText(el, STATUS_LABELS[status] || status);
+}
+
+/**
+ * Replaces an outcome box with a title, an optional detail and an optional
+ * link ({href, text}). `kind` picks the colour: success, pending, info,
+ * warning or error.
+ */
+export function showOutcome(box, kind, title, detail, link) {
+  box.replaceChildren();
+  box.className = `outcome outcome-${kind}`;
+  const p = document.createElement("p");
+  p.textContent = title;
+  box.append(p);
+  if (detail || link) {
+    const q = document.createElement("p");
+    if (detail) q.append(document.createTextNode(detail + (link ? " " : "")));
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link.href;
+      a.textContent = link.text;
+      q.append(a);
+    }
+    box.append(q);
+  }
+}
+
+/** Briefly highlights a table row that just changed. */
+export function flash(row) {
+  row.classList.remove("flash");
+  void row.offsetWidth; // restart the animation
+  row.classList.add("flash");
+}

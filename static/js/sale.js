@@ -1,0 +1,249 @@
+// The sale page: status, stock and countdown follow the sale live, and Buy.
+
+import { api, messageOf } from "./api.js";
+import { field, setBadge, setText, showOutcome } from "./dom.js";
+import { liveOrPoll } from "./live.js";
+import { groupDigits } from "./numbers.js";
+import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
+import { clockOffset, formatDuration, localTime } from "./time.js";
+
+const SALE_POLL_MS = 2000;
+const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
+
+export function salePage() {
+  const root = document.getElementById("sale");
+  if (!root) return;
+  const d = root.dataset;
+  const saleId = d.saleId;
+  const offset = clockOffset(Number(d.serverNow));
+  const now = () => Date.now() + offset;
+  const el = {
+    badge: field(root, "badge"),
+    progress: field(root, "progress"),
+    left: field(root, "stock-left"),
+    total: field(root, "stock-total"),
+    countdown: field(root, "countdown"),
+    countdownTime: field(root, "countdown-time"),
+    hint: field(root, "hint"),
+    outcome: field(root, "outcome"),
+    buy: root.querySelector('[data-action="buy"]'),
+    signInToBuy: field(root, "signin-buy"),
+    starts: field(root, "starts"),
+    ends: field(root, "ends"),
+    startsLabel: field(root, "starts-label"),
+    endsLabel: field(root, "ends-label"),
+    closedNote: field(root, "closed-note"),
+  };
+  const state = {
+    status: d.status,
+    startsAt: Number(d.startsAt),
+    endsAt: Number(d.endsAt),
+    left: Number(d.stockLeft) || 0,
+    total: Number(d.stockTotal) || 0,
+    signedIn: d.signedIn === "true",
+    bought: d.bought === "true",
+    busy: false,
+    retryUntil: 0, // client clock, after a 429
+    following: false,
+    rateLimited: false,
+    // The status a shown message is about ("sold_out" for "Sold out."): when the
+    // sale moves on (a top-up, a close, an opening), the message goes.
+    outcomeFor: "",
+  };
+
+  /** The server's last word, moved on by the clock between polls. */
+  function currentStatus() {
+    let status = state.status;
+    const t = now();
+    if (status === "upcoming" && t >= state.startsAt) status = state.left > 0 ? "live" : "sold_out";
+    if (status !== "closed" && t >= state.endsAt) status = "ended";
+    return status;
+  }
+
+  function buttonLabel(status, waitMs) {
+    if (state.busy) return "Placing order…";
+    if (state.bought) return "Purchased";
+    if (waitMs > 0) return retryLabel(waitMs);
+    switch (status) {
+      case "upcoming":
+        return "Not open yet";
+      case "sold_out":
+        return "Sold out";
+      case "ended":
+        return "Sale ended";
+      case "closed":
+        return "Sale closed";
+      default:
+        return "Buy now";
+    }
+  }
+
+  /** The facts under the description: when it opened or opens, ends or ended. */
+  function renderFacts(status) {
+    const t = now();
+    for (const [timeEl, at] of [
+      [el.starts, state.startsAt],
+      [el.ends, state.endsAt],
+    ]) {
+      if (!timeEl) continue;
+      const iso = new Date(at).toISOString().replace(/\.\d{3}Z$/, "Z");
+      if (timeEl.dateTime !== iso) {
+        timeEl.dateTime = iso;
+        setText(timeEl, localTime(new Date(at)));
+      }
+    }
+    setText(el.startsLabel, t < state.startsAt ? "Opens" : "Opened");
+    setText(el.endsLabel, status === "ended" ? "Ended" : "Ends");
+    if (el.closedNote) el.closedNote.hidden = status !== "closed";
+    if (el.ends) el.ends.hidden = status === "closed";
+  }
+
+  function render() {
+    const status = currentStatus();
+    setBadge(el.badge, status);
+    setText(el.left, groupDigits(state.left));
+    setText(el.total, groupDigits(state.total));
+    if (el.progress) {
+      el.progress.max = Math.max(state.total, 1);
+      el.progress.value = state.left;
+    }
+    renderFacts(status);
+    // A closed sale answers purchases "ended": one message serves both.
+    const still = state.outcomeFor === status || (state.outcomeFor === "ended" && status === "closed");
+    if (state.outcomeFor && !still) {
+      state.outcomeFor = "";
+      el.outcome.replaceChildren();
+      el.outcome.className = "outcome";
+    }
+    const untilStart = state.startsAt - now();
+    el.countdown.hidden = status !== "upcoming";
+    if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
+    const waitMs = state.retryUntil - Date.now();
+    // Signed out, a sale that can still be bought offers signing in instead.
+    const offerSignIn = !state.signedIn && (status === "live" || status === "upcoming");
+    if (el.signInToBuy) el.signInToBuy.hidden = !offerSignIn;
+    el.buy.hidden = offerSignIn;
+    el.buy.disabled =
+      status !== "live" || !state.signedIn || state.bought || state.busy || waitMs > 0;
+    setText(el.buy, buttonLabel(status, waitMs));
+    followRateLimit(state, waitMs, el.outcome, show);
+  }
+
+  /** `about`: the status the message describes, if it stops being true with it. */
+  function show(kind, title, detail, link, about) {
+    state.outcomeFor = about || "";
+    showOutcome(el.outcome, kind, title, detail, link);
+  }
+
+  function applyView(view) {
+    if (!view || typeof view !== "object") return;
+    if (typeof view.status === "string") state.status = view.status;
+    if (Number.isFinite(view.stock_left)) state.left = Math.max(0, view.stock_left);
+    if (Number.isFinite(view.stock_total)) state.total = Math.max(view.stock_total, state.left);
+    const starts = Date.parse(view.starts_at);
+    const ends = Date.parse(view.ends_at);
+    if (!Number.isNaN(starts)) state.startsAt = starts;
+    if (!Number.isNaN(ends)) state.endsAt = ends;
+  }
+
+  async function refresh() {
+    const res = await api("GET", `/api/sales/${saleId}`);
+    if (res.ok) applyView(res.data);
+    render();
+  }
+
+  async function followOrder(orderId) {
+    if (state.following) return;
+    state.following = true;
+    const started = Date.now();
+    let tries = 0;
+    while (Date.now() - started < 5 * 60 * 1000) {
+      await new Promise((r) => setTimeout(r, tries < 30 ? 1000 : 5000));
+      tries += 1;
+      if (document.hidden) continue;
+      const res = await api("GET", `/api/orders/${encodeURIComponent(orderId)}`);
+      if (res.ok && res.data.status === "confirmed") {
+        show("success", "Order confirmed. Thank you!", "", MY_ORDERS);
+        state.following = false;
+        return;
+      }
+      if (res.status === 401) break;
+    }
+    state.following = false;
+    show("pending", "Order placed, still pending confirmation.", "It will appear in your orders shortly.", MY_ORDERS);
+  }
+
+  // A sale that requires a purchase ticket: get one (the shop issues it only once
+  // the sale is open), then buy with it, in the same click. A ticket that expired
+  // on the way is fetched again, once. A refused ticket (not started, ended, sold
+  // out, signed out) is answered like the purchase it stood for.
+  async function purchase() {
+    const path = `/api/sales/${saleId}/purchase`;
+    if (d.requiresTicket !== "true") return api("POST", path);
+    for (let attempt = 0; ; attempt++) {
+      const ticket = await api("POST", `/api/sales/${saleId}/ticket`);
+      if (ticket.status !== 200) return ticket;
+      const res = await api("POST", path, { ticket: ticket.data.ticket });
+      if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
+    }
+  }
+
+  async function buy() {
+    if (el.buy.disabled) return;
+    state.busy = true;
+    render();
+    const res = await purchase();
+    state.busy = false;
+    const code = res.data.error;
+    switch (res.status) {
+      case 202:
+        state.bought = true;
+        state.left = Math.max(0, state.left - 1);
+        show("pending", "Order placed, pending confirmation.", "We are confirming your order…");
+        followOrder(res.data.order_id);
+        break;
+      case 409:
+        if (code === "already_bought") {
+          state.bought = true;
+          show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
+        } else if (code === "not_started") {
+          state.status = "upcoming";
+          show("warning", "This sale has not started yet.", messageOf(res, ""), null, "upcoming");
+        } else {
+          show("error", messageOf(res, "The shop refused this order."));
+        }
+        break;
+      case 410:
+        if (code === "ended") {
+          state.status = "ended";
+          show("error", "This sale has ended.", "", null, "ended");
+        } else {
+          state.status = "sold_out";
+          state.left = 0;
+          show("error", "Sold out.", "Every unit has been claimed. Better luck next time!", null, "sold_out");
+        }
+        break;
+      default:
+        show(...sharedAnswer(res, state, { act: "buy", thing: "sale", signinUrl: d.signinUrl }));
+    }
+    render();
+    presentAnswer(el.outcome);
+    refresh();
+  }
+
+  el.buy.addEventListener("click", buy);
+  if (state.bought) {
+    show("info", "You already bought from this sale.", "", MY_ORDERS);
+  }
+  render();
+  setInterval(render, 250);
+  liveOrPoll(
+    `/api/sales/${saleId}/events`,
+    (view) => {
+      applyView(view);
+      render();
+    },
+    refresh,
+    SALE_POLL_MS,
+  );
+}
