@@ -4,8 +4,7 @@
 use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
 
-use crate::helpers::{spawn_app, spawn_app_with};
-use crate::pages::{browse, escaped_in, html};
+use crate::helpers::{escaped_in, spawn_app, spawn_app_with};
 
 /// The `datetime` of every "Ordered" cell of a page, in order.
 fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
@@ -21,45 +20,32 @@ fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
         .collect()
 }
 
-async fn username_of(app: &crate::helpers::TestApp, id: i64) -> String {
-    sqlx::query_scalar("SELECT username FROM users WHERE id = $1")
-        .bind(id)
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let buyers = app.create_users(3, false).await;
     for buyer in &buyers {
-        assert_eq!(
-            app.purchase(sale, &buyer.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &buyer.token).await;
     }
     let orders = app.wait_for_orders(sale, 3).await;
     let path = format!("/admin/sales/{sale}/orders");
 
-    let anonymous = browse(&app, &path, None).await;
+    let anonymous = app.browse(&path, None).await;
     assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         anonymous.headers()[header::LOCATION],
         "/signin?next=%2Fadmin"
     );
-    let denied = html(
-        browse(&app, &path, Some(&buyers[0])).await,
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    let denied = app
+        .html_status(&path, Some(&buyers[0]), StatusCode::FORBIDDEN)
+        .await;
     assert!(!denied.contains("Confirmed"));
 
-    let body = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+    let body = app.html(&path, Some(&admin)).await;
     for buyer in &buyers {
-        let name = username_of(&app, buyer.id).await;
+        let name = app.username_of(buyer).await;
         assert_eq!(
             body.matches(&format!(r#"class="cell-title">{name}</td>"#))
                 .count(),
@@ -75,10 +61,10 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
     assert!(body.contains(r#"data-field="pending-total">0<"#));
 
     for bad in ["?page=0", "?page=2", "?page=x"] {
-        let resp = browse(&app, &format!("{path}{bad}"), Some(&admin)).await;
+        let resp = app.browse(&format!("{path}{bad}"), Some(&admin)).await;
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{bad}");
     }
-    let unknown = browse(&app, "/admin/sales/999999/orders", Some(&admin)).await;
+    let unknown = app.browse("/admin/sales/999999/orders", Some(&admin)).await;
     assert_eq!(unknown.status(), StatusCode::NOT_FOUND);
 }
 
@@ -86,13 +72,10 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
 async fn orders_page_pages_fifty_orders_at_a_time() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 60, -60, 3600).await;
+    let sale = app.live_sale(&admin, 60).await;
     let buyers = app.create_users(52, false).await;
     for buyer in &buyers {
-        assert_eq!(
-            app.purchase(sale, &buyer.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &buyer.token).await;
     }
     app.wait_for_orders(sale, 52).await;
     let path = format!("/admin/sales/{sale}/orders");
@@ -106,7 +89,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
             .collect()
     };
 
-    let first = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+    let first = app.html(&path, Some(&admin)).await;
     assert_eq!(numbers(&first), (1..=50).collect::<Vec<_>>());
     assert!(first.contains("1 to 50 of 52, oldest first"));
     assert!(first.contains("Page 1 of 2"));
@@ -114,11 +97,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
     assert!(!first.contains(r#"rel="prev""#));
     assert_eq!(ordered_times(&first).len(), 50);
 
-    let second = html(
-        browse(&app, &format!("{path}?page=2"), Some(&admin)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let second = app.html(&format!("{path}?page=2"), Some(&admin)).await;
     assert_eq!(numbers(&second), vec![51, 52]);
     assert!(second.contains("51 to 52 of 52, oldest first"));
     assert!(second.contains("Page 2 of 2"));
@@ -128,7 +107,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
     for buyer in &buyers {
         let cell = format!(
             r#"class="cell-title">{}</td>"#,
-            username_of(&app, buyer.id).await
+            app.username_of(buyer).await
         );
         assert_eq!(
             first.matches(&cell).count() + second.matches(&cell).count(),
@@ -142,7 +121,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first");
 
-    let past = browse(&app, &format!("{path}?page=3"), Some(&admin)).await;
+    let past = app.browse(&format!("{path}?page=3"), Some(&admin)).await;
     assert_eq!(past.status(), StatusCode::NOT_FOUND);
 }
 
@@ -151,28 +130,23 @@ async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
     // No settlement worker: accepted orders stay pending in Redis.
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let buyers = app.create_users(2, false).await;
     // Whole seconds, as the page shows them.
     let before = Utc::now().timestamp();
     for buyer in &buyers {
-        assert_eq!(
-            app.purchase(sale, &buyer.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &buyer.token).await;
     }
     let after = Utc::now().timestamp();
 
-    let body = html(
-        browse(&app, &format!("/admin/sales/{sale}/orders"), Some(&admin)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app
+        .html(&format!("/admin/sales/{sale}/orders"), Some(&admin))
+        .await;
     assert!(body.contains(r#"data-field="pending-total">2<"#));
     assert!(body.contains(r#"data-field="confirmed-total">0<"#));
     assert_eq!(body.matches(r#"badge-pending">Pending<"#).count(), 2);
     for buyer in &buyers {
-        let name = username_of(&app, buyer.id).await;
+        let name = app.username_of(buyer).await;
         assert!(body.contains(&format!(r#"class="cell-title">{name}</td>"#)));
     }
     // Each pending row shows when it was accepted, like the confirmed rows do.
@@ -184,18 +158,10 @@ async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
     }
     assert!(times[0] <= times[1], "oldest first");
 
-    let mine = html(
-        browse(&app, "/me/orders", Some(&buyers[0])).await,
-        StatusCode::OK,
-    )
-    .await;
+    let mine = app.html("/me/orders", Some(&buyers[0])).await;
     assert_eq!(mine.matches(r#"<tr class="is-pending">"#).count(), 1);
     assert!(mine.contains(&format!(r#"href="/sales/{sale}""#)));
-    let other = html(
-        browse(&app, "/me/orders", Some(&admin)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let other = app.html("/me/orders", Some(&admin)).await;
     assert!(!other.contains("is-pending"), "the admin bought nothing");
 }
 
@@ -204,27 +170,21 @@ async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let (poll, options) = app
-        .create_poll(&admin, "Tea <or> coffee?", &["Tea", "Coffee"], -60, 3600)
+        .open_poll(&admin, "Tea <or> coffee?", &["Tea", "Coffee"])
         .await;
     let voters = app.create_users(3, false).await;
     for (i, voter) in voters.iter().enumerate() {
-        let resp = app
-            .post_json(
-                &format!("/api/polls/{poll}/votes"),
-                Some(&voter.token),
-                &serde_json::json!({ "option_id": options[usize::from(i > 0)] }),
-            )
+        app.cast_vote(poll, &voter.token, options[usize::from(i > 0)])
             .await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
     }
     let path = format!("/admin/polls/{poll}");
-    let denied = browse(&app, &path, Some(&voters[0])).await;
+    let denied = app.browse(&path, Some(&voters[0])).await;
     assert_eq!(denied.status(), StatusCode::FORBIDDEN);
 
     // Settled counts catch up with the live ones once the worker has run.
     let mut body = String::new();
     for _ in 0..100 {
-        body = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+        body = app.html(&path, Some(&admin)).await;
         if body.contains(r#"data-field="settled-voters">3<"#) {
             break;
         }
@@ -255,12 +215,8 @@ async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
 async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 1_234_567, -60, 3600).await;
-    let body = html(
-        browse(&app, &format!("/sales/{sale}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let sale = app.live_sale(&admin, 1_234_567).await;
+    let body = app.html(&format!("/sales/{sale}"), None).await;
     let back = format!("next=%2Fsales%2F{sale}");
     assert!(body.contains(&format!(
         r#"<a class="btn btn-buy" href="/signin?{back}" data-field="signin-buy">Sign in to buy</a>"#
@@ -275,11 +231,7 @@ async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
     assert!(body.contains(r#"<strong data-field="stock-left">1,234,567</strong>"#));
 
     let user = app.user().await;
-    let signed_in = html(
-        browse(&app, &format!("/sales/{sale}"), Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let signed_in = app.html(&format!("/sales/{sale}"), Some(&user)).await;
     assert!(signed_in.contains(r#"data-field="signin-buy" hidden>"#));
     assert!(signed_in.contains(r#"data-action="buy" disabled>Buy now<"#));
 }

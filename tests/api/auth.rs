@@ -1,7 +1,21 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{assert_error, spawn_app};
+use crate::helpers::{TestApp, assert_error, spawn_app};
+
+/// A POST as a browser session sends it: the cookie, and the CSRF header if given.
+async fn post_with_cookie(
+    app: &TestApp,
+    url: &str,
+    cookie: &str,
+    csrf: Option<&str>,
+) -> reqwest::Response {
+    let mut req = app.client.post(url).header("cookie", cookie);
+    if let Some(token) = csrf {
+        req = req.header("x-csrf-token", token);
+    }
+    req.send().await.unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signup_signin_and_bearer_token_work() {
@@ -34,7 +48,7 @@ async fn signup_signin_and_bearer_token_work() {
     let body: Value = resp.json().await.unwrap();
     let token = body["token"].as_str().unwrap();
 
-    let me: Value = app.get("/api/me", Some(token)).await.json().await.unwrap();
+    let me: Value = app.get_json("/api/me", Some(token)).await;
     assert_eq!(me["username"], "carol_1");
 
     let wrong = json!({"username": "carol_1", "password": "wrong password!"});
@@ -49,39 +63,19 @@ async fn signup_signin_and_bearer_token_work() {
 async fn cookie_sessions_need_the_csrf_header_for_changes() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let user = app.user().await;
     let path = app.url(&format!("/api/sales/{sale}/purchase"));
     let cookie = format!("stampede_session={}; stampede_csrf=abc123", user.token);
 
     // Cookie without the header: refused, nothing bought.
-    let resp = app
-        .client
-        .post(&path)
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_with_cookie(&app, &path, &cookie, None).await;
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
-    let resp = app
-        .client
-        .post(&path)
-        .header("cookie", &cookie)
-        .header("x-csrf-token", "wrong")
-        .send()
-        .await
-        .unwrap();
+    let resp = post_with_cookie(&app, &path, &cookie, Some("wrong")).await;
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
     assert_eq!(app.stock_left(sale).await, 5);
 
-    let resp = app
-        .client
-        .post(&path)
-        .header("cookie", &cookie)
-        .header("x-csrf-token", "abc123")
-        .send()
-        .await
-        .unwrap();
+    let resp = post_with_cookie(&app, &path, &cookie, Some("abc123")).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     // Reads by cookie need no header.
     let resp = app
@@ -106,10 +100,7 @@ async fn admin_routes_need_an_admin() {
         .post_json("/api/admin/sales", Some(&user.token), &json!({"name": "x"}))
         .await;
     assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let count = app.count("SELECT count(*) FROM sales").await;
     assert_eq!(count, 0);
 }
 
@@ -119,22 +110,9 @@ async fn signout_of_a_browser_session_needs_the_csrf_header() {
     let user = app.user().await;
     let cookie = format!("stampede_session={}; stampede_csrf=tok123", user.token);
     let url = app.url("/api/auth/signout");
-    let resp = app
-        .client
-        .post(&url)
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_with_cookie(&app, &url, &cookie, None).await;
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
-    let resp = app
-        .client
-        .post(&url)
-        .header("cookie", &cookie)
-        .header("x-csrf-token", "tok123")
-        .send()
-        .await
-        .unwrap();
+    let resp = post_with_cookie(&app, &url, &cookie, Some("tok123")).await;
     assert_eq!(resp.status(), StatusCode::NO_CONTENT);
     let cleared = resp
         .headers()

@@ -5,14 +5,7 @@ use serde_json::{Value, json};
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 
-use crate::helpers::{TestApp, assert_error, spawn_app};
-
-async fn sales_count(app: &TestApp) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM sales")
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
+use crate::helpers::{assert_error, patched, spawn_app};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_sale_bodies_are_refused_without_writes() {
@@ -122,12 +115,12 @@ async fn malformed_sale_bodies_are_refused_without_writes() {
         ),
     ];
     for (patch, status, code) in cases {
-        let mut body = good.clone();
-        for (k, v) in patch.as_object().unwrap() {
-            body[k] = v.clone();
-        }
         let resp = app
-            .post_json("/api/admin/sales", Some(&admin.token), &body)
+            .post_json(
+                "/api/admin/sales",
+                Some(&admin.token),
+                &patched(&good, &patch),
+            )
             .await;
         assert_error(resp, status, code).await;
     }
@@ -138,7 +131,11 @@ async fn malformed_sale_bodies_are_refused_without_writes() {
         .await;
     assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
 
-    assert_eq!(sales_count(&app).await, 0, "nothing was written");
+    assert_eq!(
+        app.count("SELECT count(*) FROM sales").await,
+        0,
+        "nothing was written"
+    );
     // The good body itself works, with or without a picture.
     let resp = app
         .post_json("/api/admin/sales", Some(&admin.token), &good)
@@ -155,12 +152,7 @@ async fn malformed_sale_bodies_are_refused_without_writes() {
         .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let id = resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
-    let shown: Value = app
-        .get(&format!("/api/sales/{id}"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let shown: Value = app.get_json(&format!("/api/sales/{id}"), None).await;
     assert_eq!(shown["image_url"], "https://cdn.example.com/phone.jpg");
 }
 
@@ -222,7 +214,7 @@ async fn bad_ids_and_unknown_sales() {
 async fn missing_expired_and_forged_tokens_are_401() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let user = app.user().await;
 
     let resp = app.post(&format!("/api/sales/{sale}/purchase"), None).await;
@@ -278,8 +270,7 @@ async fn missing_expired_and_forged_tokens_are_401() {
 async fn bad_stock_changes_and_credentials() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
-    let path = format!("/api/admin/sales/{sale}/stock");
+    let sale = app.live_sale(&admin, 5).await;
     for body in [
         json!({}),
         json!({"set": 1, "add": 1}),
@@ -287,7 +278,7 @@ async fn bad_stock_changes_and_credentials() {
         json!({"set": "many"}),
         json!({"set": 1e30}),
     ] {
-        let resp = app.post_json(&path, Some(&admin.token), &body).await;
+        let resp = app.change_stock(&admin, sale, &body).await;
         assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     }
     assert_eq!(app.stock_left(sale).await, 5);
@@ -301,10 +292,7 @@ async fn bad_stock_changes_and_credentials() {
         let resp = app.post_json("/api/auth/signup", None, &body).await;
         assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     }
-    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let users = app.count("SELECT count(*) FROM users").await;
     assert_eq!(users, 1, "only the admin exists");
 }
 
@@ -381,15 +369,11 @@ async fn nul_in_any_text_field_is_a_422_naming_the_field_and_writes_nothing() {
         .await;
     assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
 
-    assert_eq!(sales_count(&app).await, 0);
-    let polls: i64 = sqlx::query_scalar("SELECT count(*) FROM polls")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    assert_eq!(app.count("SELECT count(*) FROM sales").await, 0);
+    let polls = app.count("SELECT count(*) FROM polls").await;
     assert_eq!(polls, 0);
-    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE username LIKE 'nul%'")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let users = app
+        .count("SELECT count(*) FROM users WHERE username LIKE 'nul%'")
+        .await;
     assert_eq!(users, 0);
 }

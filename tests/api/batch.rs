@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::Value;
-use stampede::config::LimitsConfig;
 use stampede::domain::Id;
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
 use stampede::sale::store::PurchaseOutcome;
@@ -19,7 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, flush_scripts_on_node_of, node_of, spawn_app, spawn_app_with, test_redis_cluster,
+    TestApp, flush_scripts_on_node_of, limits, node_of, sliding_log_entries, socket_addr_of,
+    spawn_app, spawn_app_with, test_redis_cluster, test_redis_url, window_policy,
 };
 
 /// Sends all requests at once (a barrier) and returns the statuses.
@@ -48,7 +48,7 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
     let admin = app.admin().await;
     let mut sales = Vec::new();
     for stock in [10, 20, 30, 40, 50] {
-        sales.push((app.create_sale(&admin, stock, -5, 3600).await, stock));
+        sales.push((app.live_sale(&admin, stock).await, stock));
     }
     // On a cluster the five sales must really be spread: every primary decides
     // some of them.
@@ -95,8 +95,8 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
 async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
     let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
-    let stock_key = app.keys.sale(Id::new(sale).unwrap()).stock;
+    let sale = app.live_sale(&admin, 100).await;
+    let stock_key = app.sale_keys(sale).stock;
     let users = app.create_users(400, false).await;
     let storming = Arc::new(AtomicBool::new(true));
     let flusher = {
@@ -140,7 +140,7 @@ async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
 async fn one_user_twice_in_one_batch_buys_once() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let (a, b) = (app.user().await, app.user().await);
     let buyer = |id: i64| BuyRequest {
         user: Id::new(id).unwrap(),
@@ -171,7 +171,7 @@ async fn one_user_twice_in_one_batch_buys_once() {
     assert_eq!(outcomes[3], PurchaseOutcome::AlreadyBought);
     assert_eq!(app.stock_left(sale).await, 8);
     let pending: i64 = redis::cmd("XLEN")
-        .arg(app.keys.sale(Id::new(sale).unwrap()).orders)
+        .arg(app.sale_keys(sale).orders)
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
@@ -179,32 +179,12 @@ async fn one_user_twice_in_one_batch_buys_once() {
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
 }
 
-fn limits(policies: &str) -> LimitsConfig {
-    let mut config: LimitsConfig = toml::from_str(policies).expect("limits TOML");
-    config.enabled = true;
-    config
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn twelve_buys_of_one_user_released_together_pass_exactly_five() {
-    let app = Arc::new(
-        spawn_app_with(|c| {
-            c.limits = limits(
-                r#"
-                [[policies]]
-                name = "buy-user"
-                route = "buy"
-                subject = "user"
-                algorithm = "sliding_log"
-                limit = 5
-                window_ms = 60000
-                "#,
-            )
-        })
-        .await,
-    );
+    let policy = window_policy("buy-user", "buy", "user", "sliding_log", 5, 60_000);
+    let app = Arc::new(spawn_app_with(|c| c.limits = limits(&[policy])).await);
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let user = app.user().await;
     let answers = together(&app, vec![(sale, user.token.clone()); 12]).await;
     let count = |s: StatusCode| answers.iter().filter(|(_, st)| *st == s).count();
@@ -217,7 +197,7 @@ async fn twelve_buys_of_one_user_released_together_pass_exactly_five() {
     assert_eq!(count(StatusCode::TOO_MANY_REQUESTS), 7);
     // The refused seven left nothing: one unit sold, five entries in the log.
     assert_eq!(app.stock_left(sale).await, 9);
-    let log = crate::helpers::sliding_log_entries(
+    let log = sliding_log_entries(
         &mut app.redis.clone(),
         &app.keys
             .sale_rate_limit(Id::new(sale).unwrap(), "buy-user", &format!("u{}", user.id)),
@@ -228,25 +208,16 @@ async fn twelve_buys_of_one_user_released_together_pass_exactly_five() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn eighty_buyers_from_one_address_pass_exactly_sixty() {
+    let policy = window_policy("buy-ip", "buy", "ip", "sliding_counter", 60, 60_000);
     let app = Arc::new(
         spawn_app_with(|c| {
             c.sold_out_cache_ms = 0;
-            c.limits = limits(
-                r#"
-                [[policies]]
-                name = "buy-ip"
-                route = "buy"
-                subject = "ip"
-                algorithm = "sliding_counter"
-                limit = 60
-                window_ms = 60000
-                "#,
-            )
+            c.limits = limits(&[policy]);
         })
         .await,
     );
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let sale = app.live_sale(&admin, 100).await;
     let users = app.create_users(80, false).await;
     let answers = together(
         &app,
@@ -273,13 +244,7 @@ struct SlowRelay {
 
 impl SlowRelay {
     async fn start(target: &str) -> Self {
-        let rest = target.split_once("://").map_or(target, |(_, r)| r);
-        let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-        let target: SocketAddr = tokio::net::lookup_host(rest.split('/').next().unwrap())
-            .await
-            .unwrap()
-            .next()
-            .unwrap();
+        let target = socket_addr_of(target).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let held = Arc::new(AtomicBool::new(false));
@@ -318,10 +283,7 @@ impl SlowRelay {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice() {
-    let real = std::env::var("STAMPEDE_TEST_REDIS_URL")
-        .or_else(|_| std::env::var("REDIS_URL"))
-        .unwrap();
-    let relay = SlowRelay::start(&real).await;
+    let relay = SlowRelay::start(&test_redis_url()).await;
     let app = Arc::new(
         spawn_app_with(|c| {
             c.redis_url = format!("redis://{}/", relay.addr);
@@ -334,7 +296,7 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
         .await,
     );
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let sale = app.live_sale(&admin, 100).await;
     let users = app.create_users(20, false).await;
 
     relay.held.store(true, Ordering::SeqCst);

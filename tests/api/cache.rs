@@ -12,7 +12,7 @@ use stampede::domain::Id;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::helpers::{TestApp, spawn_app, spawn_sibling};
+use crate::helpers::{TestApp, redis_get, redis_pttl, spawn_app, spawn_sibling};
 
 fn stats(app: &TestApp) -> CacheStats {
     app.state.cache.stats()
@@ -123,7 +123,7 @@ async fn a_cold_sale_page_read_by_1000_callers_on_two_servers_costs_one_query() 
     let a = spawn_app().await;
     let b = spawn_sibling(&a, |_| {}).await;
     let admin = a.admin().await;
-    let sale = a.create_sale(&admin, 10, -60, 3600).await;
+    let sale = a.live_sale(&admin, 10).await;
     make_cold(&a, sale).await;
     let before = sum(stats(&a), stats(&b));
 
@@ -199,7 +199,7 @@ async fn a_slow_rebuild_is_shared_by_1000_callers_on_two_instances() {
 async fn a_warm_view_costs_no_query_and_an_unknown_sale_one_per_ttl() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 3, -60, 3600).await;
+    let sale = app.live_sale(&admin, 3).await;
     let before = stats(&app);
     for _ in 0..5 {
         sale_page(&app, sale).await;
@@ -224,14 +224,11 @@ async fn live_stock_comes_from_redis_not_from_the_cached_view() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let user = app.user().await;
-    let sale = app.create_sale(&admin, 3, -60, 3600).await;
+    let sale = app.live_sale(&admin, 3).await;
     assert_eq!(sale_page(&app, sale).await["stock_left"], 3);
     let before = stats(&app);
 
-    assert_eq!(
-        app.purchase(sale, &user.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &user.token).await;
     let page = sale_page(&app, sale).await;
     assert_eq!(page["stock_left"], 2);
     assert_eq!(page["sold"], 1);
@@ -249,19 +246,13 @@ async fn after_a_stock_change_the_next_read_shows_it_on_every_server() {
     let a = spawn_app().await;
     let b = spawn_sibling(&a, |_| {}).await;
     let admin = a.admin().await;
-    let sale = a.create_sale(&admin, 10, -60, 3600).await;
+    let sale = a.live_sale(&admin, 10).await;
     for app in [&a, &b] {
         assert_eq!(sale_page(app, sale).await["stock_total"], 10);
         assert_eq!(sale_list(app).await[0]["stock_total"], 10);
     }
 
-    let resp = a
-        .post_json(
-            &format!("/api/admin/sales/{sale}/stock"),
-            Some(&admin.token),
-            &json!({ "add": 5 }),
-        )
-        .await;
+    let resp = a.change_stock(&admin, sale, &json!({ "add": 5 })).await;
     assert_eq!(resp.status(), StatusCode::OK);
 
     for app in [&b, &a] {
@@ -277,26 +268,19 @@ async fn after_close_and_open_the_next_read_shows_it_on_every_server() {
     let a = spawn_app().await;
     let b = spawn_sibling(&a, |_| {}).await;
     let admin = a.admin().await;
-    let sale = a.create_sale(&admin, 10, -60, 3600).await;
+    let sale = a.live_sale(&admin, 10).await;
     for app in [&a, &b] {
         assert_eq!(sale_page(app, sale).await["status"], "live");
     }
 
-    let resp = b
-        .post(
-            &format!("/api/admin/sales/{sale}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = b.close_sale(&admin, sale).await;
     assert_eq!(resp.status(), StatusCode::OK);
     for app in [&a, &b] {
         assert_eq!(sale_page(app, sale).await["status"], "closed");
         assert_eq!(sale_list(app).await[0]["closed"], true);
     }
 
-    let resp = a
-        .post(&format!("/api/admin/sales/{sale}/open"), Some(&admin.token))
-        .await;
+    let resp = a.open_sale(&admin, sale).await;
     assert_eq!(resp.status(), StatusCode::OK);
     for app in [&b, &a] {
         assert_eq!(sale_page(app, sale).await["status"], "live");
@@ -346,11 +330,7 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
         .await
         .unwrap();
     assert_eq!(served, "old", "the caller itself is served what it read");
-    let stored: Option<String> = redis::cmd("GET")
-        .arg(&key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let stored = redis_get(&app.redis, &key).await;
     assert_eq!(stored, None, "the stale value was not stored");
 
     let fresh: String = state
@@ -367,11 +347,7 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
         .await
         .unwrap();
     assert_eq!(cached, "new");
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(&key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pttl = redis_pttl(&app.redis, &key).await;
     assert!(
         (23_000..=36_000).contains(&pttl),
         "jittered 30 s TTL: {pttl}"
@@ -382,7 +358,7 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
 async fn a_slow_lock_holder_delays_readers_boundedly_and_never_fails_them() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 4, -60, 3600).await;
+    let sale = app.live_sale(&admin, 4).await;
     make_cold(&app, sale).await;
     // Another instance took the rebuild lock and hangs.
     let view_key = app.keys.sale_view(Id::new(sale).unwrap());
@@ -414,11 +390,7 @@ async fn a_slow_lock_holder_delays_readers_boundedly_and_never_fails_them() {
         "one fallback load, shared in-process: {served:?}"
     );
     assert_eq!(served.loads, 1, "{served:?}");
-    let stored: Option<String> = redis::cmd("GET")
-        .arg(&view_key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let stored = redis_get(&app.redis, &view_key).await;
     assert_eq!(stored, None, "a load without the lock is not stored");
 }
 
@@ -432,7 +404,7 @@ async fn bench_cold_page_stampede() {
     let a = spawn_app().await;
     let b = spawn_sibling(&a, |_| {}).await;
     let admin = a.admin().await;
-    let sale = a.create_sale(&admin, 10, -60, 3600).await;
+    let sale = a.live_sale(&admin, 10).await;
     let path = format!("/api/sales/{sale}");
     // Connections and code paths warm, so the rounds measure the cache.
     stampede(&[&a, &b], &path, READERS).await;

@@ -74,7 +74,7 @@ async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_serv
 async fn a_purchase_body_trickled_one_byte_a_second_is_cut_with_408() {
     let app = spawn_app_with(|c| c.body_timeout_ms = 2000).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let user = app.user().await;
     trickled_body_is_cut(
         &app,

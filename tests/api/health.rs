@@ -2,7 +2,10 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Connection;
 
-use crate::helpers::{assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{
+    assert_error, limits, metric, spawn_app, spawn_app_with, test_database_url, try_metric,
+    window_policy,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn healthz_and_readyz_answer() {
@@ -24,10 +27,9 @@ async fn readyz_is_503_when_postgres_is_gone() {
         .fetch_one(&app.db)
         .await
         .unwrap();
-    let maintenance = std::env::var("STAMPEDE_TEST_DATABASE_URL")
-        .or_else(|_| std::env::var("DATABASE_URL"))
+    let mut conn = sqlx::PgConnection::connect(&test_database_url())
+        .await
         .unwrap();
-    let mut conn = sqlx::PgConnection::connect(&maintenance).await.unwrap();
     sqlx::query(sqlx::AssertSqlSafe(format!(
         r#"ALTER DATABASE "{db_name}" WITH ALLOW_CONNECTIONS false"#
     )))
@@ -50,20 +52,14 @@ async fn readyz_is_503_when_postgres_is_gone() {
 async fn metrics_count_purchase_outcomes() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    let sale = app.live_sale(&admin, 1).await;
     let users = app.create_users(3, false).await;
     for u in &users {
         app.purchase(sale, &u.token).await;
     }
     app.purchase(sale, &users[0].token).await;
     let text = app.metrics_text().await;
-    let value = |name: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
-            .parse()
-            .unwrap()
-    };
+    let value = |name: &str| -> u64 { metric(&text, name) };
     assert_eq!(value("stampede_purchase_accepted_total"), 1);
     // The second buyer meets the script's sold-out; the rest hit the local flag.
     assert_eq!(value("stampede_purchase_sold_out_total"), 1);
@@ -74,7 +70,7 @@ async fn metrics_count_purchase_outcomes() {
 async fn metrics_show_cache_loads() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    let sale = app.live_sale(&admin, 1).await;
     for _ in 0..3 {
         assert_eq!(
             app.get(&format!("/api/sales/{sale}"), None).await.status(),
@@ -86,12 +82,7 @@ async fn metrics_show_cache_loads() {
     // The create answer built the view; the three reads were hits.
     assert!(text.contains("\nstampede_cache_hits_total 3\n"), "{text}");
     // The load took the view's rebuild lock (the lock counters are per process).
-    let acquired: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("stampede_lock_acquired_total "))
-        .expect("lock counter")
-        .parse()
-        .unwrap();
+    let acquired: u64 = metric(&text, "stampede_lock_acquired_total");
     assert!(acquired >= 1, "{text}");
 }
 
@@ -159,34 +150,15 @@ async fn metrics_are_not_served_publicly() {
 
 /// The value of one series (name with its labels, as rendered) in `/metrics` text.
 fn series(text: &str, name_and_labels: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name_and_labels} ")))
-        .unwrap_or_else(|| panic!("{name_and_labels} missing in:\n{text}"))
-        .parse()
-        .unwrap()
+    metric(text, name_and_labels)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series() {
-    let app = spawn_app_with(|c| {
-        let mut limits: stampede::config::LimitsConfig = toml::from_str(
-            r#"
-            [[policies]]
-            name = "buy-user"
-            route = "buy"
-            subject = "user"
-            algorithm = "fixed_window"
-            limit = 1
-            window_ms = 60000
-            "#,
-        )
-        .unwrap();
-        limits.enabled = true;
-        c.limits = limits;
-    })
-    .await;
+    let policy = window_policy("buy-user", "buy", "user", "fixed_window", 1, 60_000);
+    let app = spawn_app_with(|c| c.limits = limits(&[policy])).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let user = app.user().await;
     let route = "/api/sales/{id}/purchase";
     let count = |class: &str| {
@@ -195,10 +167,7 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
         )
     };
 
-    assert_eq!(
-        app.purchase(sale, &user.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &user.token).await;
     let text = app.metrics_text().await;
     assert_eq!(series(&text, &count("2xx")), 1.0);
     assert_eq!(series(&text, &count("4xx")), 0.0);
@@ -250,11 +219,8 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let text = app.metrics_text().await;
-        let settled = text
-            .lines()
-            .find_map(|l| l.strip_prefix("stampede_settle_batch_duration_seconds_count "))
-            .map(|v| v.parse::<f64>().unwrap())
-            .unwrap_or(0.0);
+        let settled: f64 =
+            try_metric(&text, "stampede_settle_batch_duration_seconds_count").unwrap_or(0.0);
         if settled >= 1.0 {
             assert_eq!(series(&text, "stampede_settled_rows_total"), 1.0);
             assert_eq!(

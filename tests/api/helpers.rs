@@ -3,17 +3,21 @@
 
 #![allow(dead_code)]
 
+use std::net::SocketAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use actix_web::web;
-use reqwest::{Client, Response, StatusCode};
+use reqwest::header::{self, HeaderMap};
+use reqwest::{Client, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::config::Config;
+use stampede::config::LimitsConfig;
 use stampede::domain::Id;
-use stampede::keys::Keys;
+use stampede::keys::{Keys, SaleKeys};
 use stampede::redis_conn::{Redis, Target, Timeouts};
 use stampede::startup::Application;
 use stampede::state::AppState;
@@ -53,11 +57,22 @@ pub fn test_redis_cluster() -> Vec<String> {
         .collect()
 }
 
+/// The URL of the tests' single Redis node (`STAMPEDE_TEST_REDIS_URL`).
+pub fn test_redis_url() -> String {
+    env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL")
+}
+
+/// The URL of the tests' Postgres maintenance database (`STAMPEDE_TEST_DATABASE_URL`),
+/// where each test creates its own database.
+pub fn test_database_url() -> String {
+    env_url("STAMPEDE_TEST_DATABASE_URL", "DATABASE_URL")
+}
+
 /// Where the tests' Redis is: the cluster when one is configured, else the node.
 pub fn test_redis_target() -> Target {
     let cluster = test_redis_cluster();
     if cluster.is_empty() {
-        Target::Node(env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL"))
+        Target::Node(test_redis_url())
     } else {
         Target::Cluster(cluster)
     }
@@ -76,6 +91,71 @@ pub async fn test_redis() -> Redis {
     )
     .await
     .expect("connect to the test Redis")
+}
+
+/// A Redis key namespace of its own on the tests' Redis, for tests that need Redis
+/// but no server (locks, limit scripts). Every key under it is deleted on drop, so
+/// keep it to the end of the test:
+/// `let RedisNamespace { redis, keys } = &RedisNamespace::new().await;`.
+pub struct RedisNamespace {
+    pub redis: Redis,
+    pub keys: Keys,
+}
+
+impl RedisNamespace {
+    pub async fn new() -> Self {
+        let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        RedisNamespace {
+            redis: test_redis().await,
+            keys: Keys::new(&ns),
+        }
+    }
+
+    /// Every key of the namespace there is now.
+    pub async fn all_keys(&self) -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg(format!("{}:*", self.keys.namespace()))
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for RedisNamespace {
+    fn drop(&mut self) {
+        let pattern = format!("{}:*", self.keys.namespace());
+        let target = test_redis_target();
+        let _ = std::thread::spawn(move || unlink_matching(&target, &pattern)).join();
+    }
+}
+
+/// `GET key`.
+pub async fn redis_get(redis: &Redis, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap()
+}
+
+/// `PTTL key`: ms to live, -1 without an expiry, -2 for no key.
+pub async fn redis_pttl(redis: &Redis, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut redis.clone())
+        .await
+        .unwrap()
+}
+
+/// The address a `redis://[user@]host:port/` URL points at (for TCP relays).
+pub async fn socket_addr_of(url: &str) -> SocketAddr {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    tokio::net::lookup_host(rest.split('/').next().unwrap())
+        .await
+        .unwrap()
+        .next()
+        .unwrap()
 }
 
 /// Deletes every key matching `pattern` (blocking; for `Drop`). On a cluster: on
@@ -135,7 +215,7 @@ fn cluster_seed(seeds: &[String]) -> Option<redis::Connection> {
 /// `CLUSTER SLOTS`; on a single node, its URL.
 pub fn node_of(key: &str) -> String {
     let Target::Cluster(seeds) = test_redis_target() else {
-        return env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL");
+        return test_redis_url();
     };
     let mut conn = cluster_seed(&seeds).expect("a cluster node answers");
     let slot: i64 = redis::cmd("CLUSTER")
@@ -190,8 +270,8 @@ fn env_url(primary: &str, fallback: &str) -> String {
 
 /// A fresh, valid config for one test: own database, own namespace, port 0.
 pub async fn test_config() -> (Config, String, String) {
-    let maintenance_url = env_url("STAMPEDE_TEST_DATABASE_URL", "DATABASE_URL");
-    let redis_url = env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL");
+    let maintenance_url = test_database_url();
+    let redis_url = test_redis_url();
     let redis_cluster = test_redis_cluster();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let db_name = format!("stampede_test_{suffix}");
@@ -217,7 +297,7 @@ pub async fn test_config() -> (Config, String, String) {
         database_max_connections: 10,
         // Every test client comes from 127.0.0.1: the default per-IP limits would
         // trip tests of other things. tests/api/limit.rs turns them on.
-        limits: stampede::config::LimitsConfig::off(),
+        limits: LimitsConfig::off(),
         ..Config::default()
     };
     (config, db_name, maintenance_url)
@@ -355,28 +435,57 @@ impl TestApp {
         })
     }
 
-    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Response {
-        let mut req = self.client.post(self.url(path)).json(body);
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
+    /// Sends `req`, with `token` as its bearer token if given.
+    async fn send(req: RequestBuilder, token: Option<&str>) -> Response {
+        let req = match token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
         req.send().await.expect("request")
+    }
+
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: &Value) -> Response {
+        Self::send(self.client.post(self.url(path)).json(body), token).await
     }
 
     pub async fn post(&self, path: &str, token: Option<&str>) -> Response {
-        let mut req = self.client.post(self.url(path));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
+        Self::send(self.client.post(self.url(path)), token).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
+        Self::send(self.client.get(self.url(path)), token).await
+    }
+
+    /// A GET's JSON body, whatever its status.
+    pub async fn get_json(&self, path: &str, token: Option<&str>) -> Value {
+        self.get(path, token).await.json().await.unwrap()
+    }
+
+    /// A GET as a browser sends it: HTML wanted, the session in a cookie.
+    pub async fn browse(&self, path: &str, session: Option<&User>) -> Response {
+        let mut req = self
+            .client
+            .get(self.url(path))
+            .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8");
+        if let Some(user) = session {
+            req = req.header(header::COOKIE, format!("stampede_session={}", user.token));
         }
         req.send().await.expect("request")
     }
 
-    pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
-        let mut req = self.client.get(self.url(path));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        req.send().await.expect("request")
+    /// A page as a browser gets it: asserts a 200 with HTML, and returns the HTML.
+    pub async fn html(&self, path: &str, session: Option<&User>) -> String {
+        self.html_status(path, session, StatusCode::OK).await
+    }
+
+    /// [`Self::html`] for a page that must answer `status` (an HTML error page).
+    pub async fn html_status(
+        &self,
+        path: &str,
+        session: Option<&User>,
+        status: StatusCode,
+    ) -> String {
+        assert_html(self.browse(path, session).await, status).await
     }
 
     /// Creates a sale through the admin API, without purchase tickets (see
@@ -397,28 +506,59 @@ impl TestApp {
         requires_ticket: bool,
     ) -> i64 {
         let now = chrono::Utc::now();
-        let resp = self
-            .post_json(
-                "/api/admin/sales",
-                Some(&admin.token),
-                &json!({
-                    "name": "Test phone",
-                    "description": "for tests",
-                    "price_cents": 19_900,
-                    "stock": stock,
-                    "starts_at": now + chrono::Duration::seconds(starts_in),
-                    "ends_at": now + chrono::Duration::seconds(ends_in),
-                    "requires_ticket": requires_ticket,
-                }),
-            )
-            .await;
+        let sale = json!({
+            "name": "Test phone",
+            "description": "for tests",
+            "price_cents": 19_900,
+            "stock": stock,
+            "starts_at": now + chrono::Duration::seconds(starts_in),
+            "ends_at": now + chrono::Duration::seconds(ends_in),
+            "requires_ticket": requires_ticket,
+        });
+        self.admin_create(admin, "/api/admin/sales", &sale).await["id"]
+            .as_i64()
+            .unwrap()
+    }
+
+    /// An admin's POST that must create (asserts the 201): the created thing.
+    pub async fn admin_create(&self, admin: &User, path: &str, body: &Value) -> Value {
+        let resp = self.post_json(path, Some(&admin.token), body).await;
         assert_eq!(
             resp.status(),
             StatusCode::CREATED,
             "{}",
             resp.text().await.unwrap()
         );
-        resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap()
+        resp.json().await.unwrap()
+    }
+
+    /// Asserts that the page of `/{kind}/{id}` is the HTML 404 page, with a way back,
+    /// for ids that are not numbers, not positive, too large, or of nothing.
+    pub async fn assert_bad_ids_get_an_html_404(&self, kind: &str) {
+        for id in [
+            "abc",
+            "0",
+            "-1",
+            "1.5",
+            "%20",
+            "99999999999999999999999",
+            "424242",
+        ] {
+            let path = format!("/{kind}/{id}");
+            let body = self.html_status(&path, None, StatusCode::NOT_FOUND).await;
+            assert!(body.contains("Page not found"), "{path}");
+            assert!(body.contains(r#"href="/""#), "{path}: a way back");
+        }
+    }
+
+    /// A sale open now (since a minute ago) for an hour, without purchase tickets.
+    pub async fn live_sale(&self, admin: &User, stock: i64) -> i64 {
+        self.create_sale(admin, stock, -60, 3600).await
+    }
+
+    /// [`Self::live_sale`], where purchases need a ticket.
+    pub async fn live_ticket_sale(&self, admin: &User, stock: i64) -> i64 {
+        self.create_sale_with(admin, stock, -60, 3600, true).await
     }
 
     /// Creates a poll through the admin API; `opens_in`/`closes_in` are seconds from
@@ -432,25 +572,13 @@ impl TestApp {
         closes_in: i64,
     ) -> (i64, Vec<i64>) {
         let now = chrono::Utc::now();
-        let resp = self
-            .post_json(
-                "/api/admin/polls",
-                Some(&admin.token),
-                &json!({
-                    "question": question,
-                    "options": options,
-                    "opens_at": now + chrono::Duration::seconds(opens_in),
-                    "closes_at": now + chrono::Duration::seconds(closes_in),
-                }),
-            )
-            .await;
-        assert_eq!(
-            resp.status(),
-            StatusCode::CREATED,
-            "{}",
-            resp.text().await.unwrap()
-        );
-        let body: Value = resp.json().await.unwrap();
+        let poll = json!({
+            "question": question,
+            "options": options,
+            "opens_at": now + chrono::Duration::seconds(opens_in),
+            "closes_at": now + chrono::Duration::seconds(closes_in),
+        });
+        let body = self.admin_create(admin, "/api/admin/polls", &poll).await;
         let ids = body["options"]
             .as_array()
             .unwrap()
@@ -458,6 +586,112 @@ impl TestApp {
             .map(|o| o["id"].as_i64().unwrap())
             .collect();
         (body["id"].as_i64().unwrap(), ids)
+    }
+
+    /// An admin's change of a sale's stock: `{"add": n}` or `{"set": n}`.
+    pub async fn change_stock(&self, admin: &User, sale: i64, change: &Value) -> Response {
+        self.post_json(
+            &format!("/api/admin/sales/{sale}/stock"),
+            Some(&admin.token),
+            change,
+        )
+        .await
+    }
+
+    /// An admin closes a sale before its end.
+    pub async fn close_sale(&self, admin: &User, sale: i64) -> Response {
+        let path = format!("/api/admin/sales/{sale}/close");
+        self.post(&path, Some(&admin.token)).await
+    }
+
+    /// An admin opens a sale now.
+    pub async fn open_sale(&self, admin: &User, sale: i64) -> Response {
+        let path = format!("/api/admin/sales/{sale}/open");
+        self.post(&path, Some(&admin.token)).await
+    }
+
+    /// An admin closes a poll before its end.
+    pub async fn close_poll(&self, admin: &User, poll: i64) -> Response {
+        let path = format!("/api/admin/polls/{poll}/close");
+        self.post(&path, Some(&admin.token)).await
+    }
+
+    /// A poll open now (since a minute ago) for an hour. Returns the poll id and its
+    /// option ids in order.
+    pub async fn open_poll(
+        &self,
+        admin: &User,
+        question: &str,
+        options: &[&str],
+    ) -> (i64, Vec<i64>) {
+        self.create_poll(admin, question, options, -60, 3600).await
+    }
+
+    /// A vote for `option` in `poll`.
+    pub async fn vote(&self, poll: i64, token: &str, option: i64) -> Response {
+        self.post_json(
+            &format!("/api/polls/{poll}/votes"),
+            Some(token),
+            &json!({ "option_id": option }),
+        )
+        .await
+    }
+
+    /// A vote that must be accepted: asserts the 202.
+    pub async fn cast_vote(&self, poll: i64, token: &str, option: i64) {
+        let resp = self.vote(poll, token, option).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED, "vote in poll {poll}");
+    }
+
+    /// The poll's public results (`GET /api/polls/{poll}/results`).
+    pub async fn poll_results(&self, poll: i64) -> Value {
+        self.get_json(&format!("/api/polls/{poll}/results"), None)
+            .await
+    }
+
+    /// The number a `SELECT count(*) ...` query (without parameters) answers.
+    pub async fn count(&self, query: &'static str) -> i64 {
+        sqlx::query_scalar(query).fetch_one(&self.db).await.unwrap()
+    }
+
+    /// How many votes of the poll Postgres holds (settled).
+    pub async fn votes_in_db(&self, poll: i64) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
+            .bind(poll)
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    /// Polls Postgres until `expected` votes of the poll are there or 20 s passed;
+    /// returns how many are.
+    pub async fn wait_for_votes(&self, poll: i64, expected: i64) -> i64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let votes = self.votes_in_db(poll).await;
+            if votes >= expected || std::time::Instant::now() > deadline {
+                return votes;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn username_of(&self, user: &User) -> String {
+        sqlx::query_scalar("SELECT username FROM users WHERE id = $1")
+            .bind(user.id)
+            .fetch_one(&self.db)
+            .await
+            .unwrap()
+    }
+
+    /// A purchase that must be accepted: asserts the 202.
+    pub async fn buy(&self, sale: i64, token: &str) {
+        let resp = self.purchase(sale, token).await;
+        assert_eq!(
+            resp.status(),
+            StatusCode::ACCEPTED,
+            "purchase in sale {sale}"
+        );
     }
 
     pub async fn purchase(&self, sale: i64, token: &str) -> Response {
@@ -471,8 +705,13 @@ impl TestApp {
             .await
     }
 
+    /// The Redis keys of a sale.
+    pub fn sale_keys(&self, sale: i64) -> SaleKeys {
+        self.keys.sale(Id::new(sale).unwrap())
+    }
+
     pub async fn stock_left(&self, sale: i64) -> i64 {
-        let key = self.keys.sale(Id::new(sale).unwrap()).stock;
+        let key = self.sale_keys(sale).stock;
         redis::cmd("GET")
             .arg(key)
             .query_async::<Option<i64>>(&mut self.redis.clone())
@@ -482,7 +721,7 @@ impl TestApp {
     }
 
     pub async fn buyers(&self, sale: i64) -> Vec<i64> {
-        let key = self.keys.sale(Id::new(sale).unwrap()).buyers;
+        let key = self.sale_keys(sale).buyers;
         redis::cmd("SMEMBERS")
             .arg(key)
             .query_async(&mut self.redis.clone())
@@ -496,6 +735,23 @@ impl TestApp {
             .fetch_all(&self.db)
             .await
             .unwrap()
+    }
+
+    /// Reads up to `count` new entries of the sale's orders stream as `consumer` of the
+    /// settlement group and acknowledges none: a worker that died mid-batch.
+    pub async fn read_as_dead_consumer(&self, sale: i64, consumer: &str, count: usize) {
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(stampede::settle::SETTLE_GROUP)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("STREAMS")
+            .arg(self.sale_keys(sale).orders)
+            .arg(">")
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap();
     }
 
     /// Polls Postgres until `expected` orders of the sale are there (or panics).
@@ -521,6 +777,141 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
         "body: {body}"
     );
     body
+}
+
+/// Asserts an HTML answer with the given status; returns the HTML.
+pub async fn assert_html(resp: Response, status: StatusCode) -> String {
+    assert_eq!(resp.status(), status, "unexpected status");
+    let content_type = resp.headers()[header::CONTENT_TYPE].to_str().unwrap();
+    assert!(
+        content_type.starts_with("text/html"),
+        "not HTML: {content_type}"
+    );
+    resp.text().await.unwrap()
+}
+
+/// Asserts what every page (error pages too) carries against injected script: a CSP
+/// with scripts from this site only and nothing inline, `nosniff`, a referrer policy,
+/// and no inline script or style in the body. Returns the headers for more checks.
+pub async fn assert_page_is_locked_down(resp: Response, path: &str) -> HeaderMap {
+    let h = resp.headers().clone();
+    let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
+    assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+    assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+    assert!(h.contains_key(header::REFERRER_POLICY), "{path}");
+    let body = resp.text().await.unwrap();
+    // The CSP forbids inline script, so every script must come from a file.
+    assert_eq!(
+        body.matches("<script").count(),
+        body.matches(r#"<script src="/static/"#).count(),
+        "{path}: inline script"
+    );
+    assert!(!body.contains(" style=\""), "{path}: inline style");
+    h
+}
+
+/// Whether `raw` appears HTML-escaped: `<` as `&lt;`, or as `&#60;`, which is what
+/// askama 0.16 writes (numeric references for `"&'<>`).
+pub fn escaped_in(body: &str, raw: &str) -> bool {
+    let escape = |table: [(char, &str); 5]| {
+        raw.chars().fold(String::new(), |mut out, c| {
+            match table.iter().find(|(from, _)| *from == c) {
+                Some((_, to)) => out.push_str(to),
+                None => out.push(c),
+            }
+            out
+        })
+    };
+    let named = escape([
+        ('&', "&amp;"),
+        ('<', "&lt;"),
+        ('>', "&gt;"),
+        ('"', "&quot;"),
+        ('\'', "&#39;"),
+    ]);
+    let numeric = escape([
+        ('&', "&#38;"),
+        ('<', "&#60;"),
+        ('>', "&#62;"),
+        ('"', "&#34;"),
+        ('\'', "&#39;"),
+    ]);
+    body.contains(&named) || body.contains(&numeric)
+}
+
+/// The text between the first `start` in `text` and the next `end` after it.
+pub fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
+    let from = text.find(start).expect("start marker") + start.len();
+    let len = text[from..].find(end).expect("end marker");
+    &text[from..from + len]
+}
+
+/// `base` with the fields of `patch` set (a JSON object over a JSON object).
+pub fn patched(base: &Value, patch: &Value) -> Value {
+    let mut body = base.clone();
+    for (k, v) in patch.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// Limits on, with exactly these policies: `[[policies]]` tables of TOML, as
+/// [`window_policy`] and [`bucket_policy`] write them.
+pub fn limits(policies: &[String]) -> LimitsConfig {
+    let mut config: LimitsConfig = toml::from_str(&policies.concat()).expect("limits TOML");
+    config.enabled = true;
+    config
+}
+
+/// A policy of `limit` requests per `window_ms` on `route`, per `subject` (`user` or
+/// `ip`), counted by `algorithm` (`fixed_window`, `sliding_log`, `sliding_counter`).
+pub fn window_policy(
+    name: &str,
+    route: &str,
+    subject: &str,
+    algorithm: &str,
+    limit: u64,
+    window_ms: u64,
+) -> String {
+    format!(
+        "[[policies]]\nname = \"{name}\"\nroute = \"{route}\"\nsubject = \"{subject}\"\n\
+         algorithm = \"{algorithm}\"\nlimit = {limit}\nwindow_ms = {window_ms}\n"
+    )
+}
+
+/// A token-bucket policy on `route`, per `subject`: `capacity` tokens, refilled at
+/// `refill_per_sec`.
+pub fn bucket_policy(
+    name: &str,
+    route: &str,
+    subject: &str,
+    capacity: u64,
+    refill_per_sec: f64,
+) -> String {
+    format!(
+        "[[policies]]\nname = \"{name}\"\nroute = \"{route}\"\nsubject = \"{subject}\"\n\
+         algorithm = \"token_bucket\"\ncapacity = {capacity}\nrefill_per_sec = {refill_per_sec}\n"
+    )
+}
+
+/// The value of one series (name with its labels, as rendered) in `/metrics` text,
+/// if it is there.
+pub fn try_metric<T: FromStr>(text: &str, series: &str) -> Option<T>
+where
+    T::Err: std::fmt::Debug,
+{
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{series} ")))
+        .map(|v| v.parse().unwrap())
+}
+
+/// [`try_metric`] for a series that must be there.
+pub fn metric<T: FromStr>(text: &str, series: &str) -> T
+where
+    T::Err: std::fmt::Debug,
+{
+    try_metric(text, series).unwrap_or_else(|| panic!("{series} missing in:\n{text}"))
 }
 
 impl Drop for TestApp {

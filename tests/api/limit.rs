@@ -12,29 +12,20 @@ use reqwest::StatusCode;
 use serde_json::json;
 use stampede::config::LimitsConfig;
 use stampede::limit::{self, Algorithm, Attempt, Decision, Verdict};
-use stampede::redis_conn::Redis;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::helpers::{TestApp, assert_error, spawn_app_with, spawn_sibling};
+use crate::helpers::{
+    RedisNamespace, TestApp, assert_error, bucket_policy, limits, redis_pttl, sliding_log_entries,
+    socket_addr_of, spawn_app_with, spawn_sibling, test_redis_url, window_policy,
+};
 
 /// A multiple of every window used below, so windows start at `T0` exactly.
 const T0: i64 = 1_700_000_000_000;
 
-/// A Redis key namespace of its own for the script tests; its keys are deleted on drop.
-struct Lab {
-    redis: Redis,
-    ns: String,
-}
-
-impl Lab {
-    async fn new() -> Self {
-        let redis = crate::helpers::test_redis().await;
-        let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        Lab { redis, ns }
-    }
-
+/// The limit scripts on a Redis namespace of the test's own.
+impl RedisNamespace {
     fn key(&self, name: &str) -> String {
-        stampede::keys::Keys::new(&self.ns).rate_limit(name, "x")
+        self.keys.rate_limit(name, "x")
     }
 
     async fn take(&self, algorithm: &Algorithm, key: &str, now: Option<i64>) -> Decision {
@@ -53,31 +44,6 @@ impl Lab {
             }
         }
         allowed
-    }
-
-    async fn pttl(&self, key: &str) -> i64 {
-        redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut self.redis.clone())
-            .await
-            .unwrap()
-    }
-
-    async fn keys(&self) -> Vec<String> {
-        redis::cmd("KEYS")
-            .arg(format!("{}:*", self.ns))
-            .query_async(&mut self.redis.clone())
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let pattern = format!("{}:*", self.ns);
-        let target = crate::helpers::test_redis_target();
-        let _ =
-            std::thread::spawn(move || crate::helpers::unlink_matching(&target, &pattern)).join();
     }
 }
 
@@ -117,7 +83,7 @@ fn five_per_second() -> [(&'static str, Algorithm); 4] {
 
 #[tokio::test]
 async fn every_algorithm_allows_5_per_second_denies_the_6th_and_recovers() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     for (name, algorithm) in five_per_second() {
         let key = lab.key(name);
         for i in 0..5 {
@@ -164,7 +130,7 @@ async fn every_algorithm_allows_5_per_second_denies_the_6th_and_recovers() {
 /// it no longer counts (the window is (now - 1000 ms, now], exclusive at the old end).
 #[tokio::test]
 async fn sliding_log_edge_is_exclusive_at_the_window_end() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let log = Algorithm::SlidingLog {
         limit: 5,
         window_ms: 1000,
@@ -192,13 +158,13 @@ async fn sliding_log_edge_is_exclusive_at_the_window_end() {
     );
     assert!(lab.take(&log, &key, Some(T0 + 1200)).await.allowed());
     // Denied requests were not recorded: 5 live entries, no more.
-    let live = crate::helpers::sliding_log_entries(&mut lab.redis.clone(), &key).await;
+    let live = sliding_log_entries(&mut lab.redis.clone(), &key).await;
     assert_eq!(live, 5);
 }
 
 #[tokio::test]
 async fn sliding_counter_halfway_weighs_a_full_previous_window_by_half() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let counter = Algorithm::SlidingCounter {
         limit: 10,
         window_ms: 1000,
@@ -221,7 +187,7 @@ async fn sliding_counter_halfway_weighs_a_full_previous_window_by_half() {
 
 #[tokio::test]
 async fn token_bucket_refills_from_elapsed_time() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let bucket = Algorithm::TokenBucket {
         capacity: 10,
         refill_per_sec: 1.0,
@@ -246,7 +212,7 @@ async fn token_bucket_refills_from_elapsed_time() {
     assert_eq!(d.verdict, Verdict::Never);
     assert_eq!(d.retry_after_ms, 0, "not a 'retry later'");
     assert_eq!(
-        lab.pttl(&greedy_key).await,
+        redis_pttl(&lab.redis, &greedy_key).await,
         -2,
         "no key for a refused request"
     );
@@ -260,7 +226,7 @@ async fn token_bucket_refills_from_elapsed_time() {
     };
     let small_key = lab.key("small");
     assert!(lab.take(&small, &small_key, None).await.allowed());
-    let ttl = lab.pttl(&small_key).await;
+    let ttl = redis_pttl(&lab.redis, &small_key).await;
     assert!((600..=668).contains(&ttl), "TTL {ttl} ms");
     let again = lab.take(&small, &small_key, None).await;
     assert_eq!(again.verdict, Verdict::Denied, "the empty bucket was kept");
@@ -269,7 +235,7 @@ async fn token_bucket_refills_from_elapsed_time() {
 
 #[tokio::test]
 async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let log = Algorithm::SlidingLog {
         limit: 10,
         window_ms: 1000,
@@ -296,7 +262,7 @@ async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries
         }
     }
     assert_eq!(allowed, 10);
-    let live = crate::helpers::sliding_log_entries(&mut lab.redis.clone(), &key).await;
+    let live = sliding_log_entries(&mut lab.redis.clone(), &key).await;
     assert_eq!(live, 10, "same millisecond, distinct members");
 }
 
@@ -305,7 +271,7 @@ async fn fifty_concurrent_requests_in_one_millisecond_get_exactly_10_log_entries
 /// limiter key is left at all.
 #[tokio::test]
 async fn no_limiter_key_outlives_its_window_or_lacks_a_ttl() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let algorithms = [
         Algorithm::FixedWindow {
             limit: 2,
@@ -349,19 +315,19 @@ async fn no_limiter_key_outlives_its_window_or_lacks_a_ttl() {
             .await
             .unwrap();
     }
-    for key in lab.keys().await {
-        let ttl = lab.pttl(&key).await;
+    for key in lab.all_keys().await {
+        let ttl = redis_pttl(&lab.redis, &key).await;
         assert!(ttl > 0, "{key} has PTTL {ttl}");
     }
     // Longest state: the counter (2 windows = 600 ms) and the bucket (668 ms).
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(lab.keys().await, Vec::<String>::new());
+    assert_eq!(lab.all_keys().await, Vec::<String>::new());
 }
 
 /// The real clock path, with one short wait: a window of 1 s, then 5 again.
 #[tokio::test]
 async fn sliding_log_on_the_redis_clock_recovers_after_the_window() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let log = Algorithm::SlidingLog {
         limit: 5,
         window_ms: 1000,
@@ -382,13 +348,6 @@ async fn sliding_log_on_the_redis_clock_recovers_after_the_window() {
 
 // ---- HTTP ----
 
-/// Limits from a TOML snippet of `[[policies]]` tables.
-fn limits(policies: &str) -> LimitsConfig {
-    let mut config: LimitsConfig = toml::from_str(policies).expect("limits TOML");
-    config.enabled = true;
-    config
-}
-
 fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
     resp.headers()
         .get(name)
@@ -397,35 +356,16 @@ fn header<'a>(resp: &'a reqwest::Response, name: &str) -> &'a str {
         .unwrap()
 }
 
-async fn live_sale(app: &TestApp, stock: i64) -> i64 {
-    let admin = app.admin().await;
-    app.create_sale(&admin, stock, -60, 3600).await
-}
-
 #[tokio::test]
 async fn answers_carry_ratelimit_headers_and_a_429_carries_retry_after() {
     let app = spawn_app_with(|c| {
-        c.limits = limits(
-            r#"
-            [[policies]]
-            name = "buy-user"
-            route = "buy"
-            subject = "user"
-            algorithm = "sliding_log"
-            limit = 2
-            window_ms = 10000
-            [[policies]]
-            name = "buy-ip"
-            route = "buy"
-            subject = "ip"
-            algorithm = "fixed_window"
-            limit = 100
-            window_ms = 60000
-            "#,
-        )
+        c.limits = limits(&[
+            window_policy("buy-user", "buy", "user", "sliding_log", 2, 10_000),
+            window_policy("buy-ip", "buy", "ip", "fixed_window", 100, 60_000),
+        ])
     })
     .await;
-    let sale = live_sale(&app, 10).await;
+    let sale = app.live_sale(&app.admin().await, 10).await;
     let user = app.user().await;
 
     let first = app.purchase(sale, &user.token).await;
@@ -463,32 +403,15 @@ async fn answers_carry_ratelimit_headers_and_a_429_carries_retry_after() {
 #[tokio::test]
 async fn a_refused_purchase_consumes_nothing() {
     let app = spawn_app_with(|c| {
-        c.limits = limits(
-            r#"
-            [[policies]]
-            name = "buy-user"
-            route = "buy"
-            subject = "user"
-            algorithm = "sliding_log"
-            limit = 5
-            window_ms = 60000
-            [[policies]]
-            name = "buy-ip"
-            route = "buy"
-            subject = "ip"
-            algorithm = "fixed_window"
-            limit = 1
-            window_ms = 60000
-            "#,
-        )
+        c.limits = limits(&[
+            window_policy("buy-user", "buy", "user", "sliding_log", 5, 60_000),
+            window_policy("buy-ip", "buy", "ip", "fixed_window", 1, 60_000),
+        ])
     })
     .await;
-    let sale = live_sale(&app, 10).await;
+    let sale = app.live_sale(&app.admin().await, 10).await;
     let users = app.create_users(2, false).await;
-    assert_eq!(
-        app.purchase(sale, &users[0].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[0].token).await;
     // The second user is fine by the per-user policy but the address is spent.
     let refused = app.purchase(sale, &users[1].token).await;
     assert_error(refused, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
@@ -497,7 +420,7 @@ async fn a_refused_purchase_consumes_nothing() {
     let user_log = app
         .keys
         .rate_limit("buy-user", &format!("u{}", users[1].id));
-    let counted = crate::helpers::sliding_log_entries(&mut app.redis.clone(), &user_log).await;
+    let counted = sliding_log_entries(&mut app.redis.clone(), &user_log).await;
     assert_eq!(
         counted, 0,
         "the per-user policy gave the refused request back"
@@ -507,28 +430,14 @@ async fn a_refused_purchase_consumes_nothing() {
 #[tokio::test]
 async fn two_servers_sharing_redis_allow_exactly_the_limit() {
     let app = spawn_app_with(|c| {
-        c.limits = limits(
-            r#"
-            [[policies]]
-            name = "buy-user"
-            route = "buy"
-            subject = "user"
-            algorithm = "sliding_log"
-            limit = 100
-            window_ms = 60000
-            [[policies]]
-            name = "buy-ip"
-            route = "buy"
-            subject = "ip"
-            algorithm = "sliding_counter"
-            limit = 100000
-            window_ms = 60000
-            "#,
-        )
+        c.limits = limits(&[
+            window_policy("buy-user", "buy", "user", "sliding_log", 100, 60_000),
+            window_policy("buy-ip", "buy", "ip", "sliding_counter", 100_000, 60_000),
+        ])
     })
     .await;
     let sibling = spawn_sibling(&app, |_| {}).await;
-    let sale = live_sale(&app, 10).await;
+    let sale = app.live_sale(&app.admin().await, 10).await;
     let user = app.user().await;
 
     let gate = Arc::new(tokio::sync::Semaphore::new(64));
@@ -567,11 +476,7 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
         .unwrap();
     assert_eq!(keys.len(), 2);
     for key in keys {
-        let ttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut app.redis.clone())
-            .await
-            .unwrap();
+        let ttl = redis_pttl(&app.redis, &key).await;
         assert!(ttl > 0, "{key}: {ttl}");
     }
 }
@@ -579,24 +484,10 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
 #[tokio::test]
 async fn sign_in_and_sign_up_are_limited_per_ip() {
     let app = spawn_app_with(|c| {
-        c.limits = limits(
-            r#"
-            [[policies]]
-            name = "signin-ip"
-            route = "signin"
-            subject = "ip"
-            algorithm = "sliding_log"
-            limit = 2
-            window_ms = 60000
-            [[policies]]
-            name = "signup-ip"
-            route = "signup"
-            subject = "ip"
-            algorithm = "token_bucket"
-            capacity = 1
-            refill_per_sec = 0.015625
-            "#,
-        )
+        c.limits = limits(&[
+            window_policy("signin-ip", "signin", "ip", "sliding_log", 2, 60_000),
+            bucket_policy("signup-ip", "signup", "ip", 1, 0.015625),
+        ])
     })
     .await;
     let creds = json!({"username": "guesser", "password": "not the password"});
@@ -623,17 +514,8 @@ async fn sign_in_and_sign_up_are_limited_per_ip() {
 }
 
 fn one_per_ip_on_buy() -> LimitsConfig {
-    limits(
-        r#"
-        [[policies]]
-        name = "buy-ip"
-        route = "buy"
-        subject = "ip"
-        algorithm = "fixed_window"
-        limit = 1
-        window_ms = 60000
-        "#,
-    )
+    let policy = window_policy("buy-ip", "buy", "ip", "fixed_window", 1, 60_000);
+    limits(&[policy])
 }
 
 async fn buy_as(app: &TestApp, sale: i64, forwarded_for: &str) -> StatusCode {
@@ -651,7 +533,7 @@ async fn buy_as(app: &TestApp, sale: i64, forwarded_for: &str) -> StatusCode {
 #[tokio::test]
 async fn x_forwarded_for_counts_only_from_a_trusted_proxy() {
     let untrusted = spawn_app_with(|c| c.limits = one_per_ip_on_buy()).await;
-    let sale = live_sale(&untrusted, 10).await;
+    let sale = untrusted.live_sale(&untrusted.admin().await, 10).await;
     assert_eq!(
         buy_as(&untrusted, sale, "203.0.113.1").await,
         StatusCode::ACCEPTED
@@ -667,7 +549,9 @@ async fn x_forwarded_for_counts_only_from_a_trusted_proxy() {
         c.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
     })
     .await;
-    let sale = live_sale(&behind_proxy, 10).await;
+    let sale = behind_proxy
+        .live_sale(&behind_proxy.admin().await, 10)
+        .await;
     for (xff, expected) in [
         ("203.0.113.1", StatusCode::ACCEPTED),
         ("203.0.113.2", StatusCode::ACCEPTED),
@@ -690,10 +574,7 @@ struct Relay {
 
 impl Relay {
     async fn start(target: &str) -> Self {
-        let target: SocketAddr = {
-            let url = url_host_port(target);
-            tokio::net::lookup_host(url).await.unwrap().next().unwrap()
-        };
+        let target = socket_addr_of(target).await;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
@@ -738,20 +619,11 @@ impl Relay {
     }
 }
 
-fn url_host_port(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
-    rest.split('/').next().unwrap().to_string()
-}
-
 // Multi-threaded: the relay must keep running while `TestApp`'s drop blocks one
 // thread to delete the test's keys through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
-    let real = std::env::var("STAMPEDE_TEST_REDIS_URL")
-        .or_else(|_| std::env::var("REDIS_URL"))
-        .unwrap();
-    let relay = Relay::start(&real).await;
+    let relay = Relay::start(&test_redis_url()).await;
     let app = spawn_app_with(|c| {
         c.redis_url = relay.url();
         // The relay stands in front of one node: this test runs on one node.
@@ -764,12 +636,9 @@ async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
         };
     })
     .await;
-    let sale = live_sale(&app, 10).await;
+    let sale = app.live_sale(&app.admin().await, 10).await;
     let user = app.user().await;
-    assert_eq!(
-        app.purchase(sale, &user.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &user.token).await;
 
     relay.cut();
     // The buy route's limits are checked inside the purchase script: without Redis
@@ -813,7 +682,7 @@ async fn redis_unreachable_fails_buy_closed_and_sign_in_open() {
 /// request, never a WRONGTYPE error on the route.
 #[tokio::test]
 async fn a_limit_key_of_an_older_layout_is_replaced_not_an_error() {
-    let lab = Lab::new().await;
+    let lab = RedisNamespace::new().await;
     let log = Algorithm::SlidingLog {
         limit: 2,
         window_ms: 1000,
@@ -853,10 +722,7 @@ async fn a_limit_key_of_an_older_layout_is_replaced_not_an_error() {
             .await
             .unwrap();
         assert_eq!(kind, "string", "{key} was replaced");
-        assert!(lab.pttl(key).await > 0, "{key} has an expiry");
+        assert!(redis_pttl(&lab.redis, key).await > 0, "{key} has an expiry");
     }
-    assert_eq!(
-        crate::helpers::sliding_log_entries(&mut redis, &zset).await,
-        1
-    );
+    assert_eq!(sliding_log_entries(&mut redis, &zset).await, 1);
 }

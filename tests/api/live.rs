@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::helpers::{TestApp, assert_error, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, metric, spawn_app_with};
 
 /// An open event stream and what it has sent that no event has used yet.
 struct Stream {
@@ -48,19 +48,14 @@ impl Stream {
 }
 
 async fn live_reads(app: &TestApp) -> i64 {
-    let text = app.metrics_text().await;
-    text.lines()
-        .find_map(|l| l.strip_prefix("stampede_live_reads_total "))
-        .expect("the live_reads counter")
-        .parse()
-        .unwrap()
+    metric(&app.metrics_text().await, "stampede_live_reads_total")
 }
 
 #[tokio::test]
 async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_reader() {
     let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -1, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let path = format!("/api/sales/{sale}/events");
 
     let mut viewers = Vec::new();
@@ -75,10 +70,7 @@ async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_
     }
 
     let buyer = app.user().await;
-    assert_eq!(
-        app.purchase(sale, &buyer.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &buyer.token).await;
     for viewer in &mut viewers {
         assert_eq!(viewer.next().await["stock_left"], 4);
     }
@@ -91,12 +83,7 @@ async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_
     assert!((5..=13).contains(&during), "{during} reads in 1 s");
 
     // An admin closes the sale: every viewer sees it.
-    let resp = app
-        .post(
-            &format!("/api/admin/sales/{sale}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.close_sale(&admin, sale).await;
     assert!(resp.status().is_success(), "{}", resp.status());
     for viewer in &mut viewers {
         assert_eq!(viewer.next().await["status"], "closed");
@@ -126,21 +113,14 @@ async fn a_poll_stream_sends_the_tallies_then_each_vote() {
     let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
     let admin = app.admin().await;
     let (poll, options) = app
-        .create_poll(&admin, "Which colour?", &["Red", "Blue"], -1, 3600)
+        .open_poll(&admin, "Which colour?", &["Red", "Blue"])
         .await;
     let mut viewer = Stream::open(&app, &format!("/api/polls/{poll}/events")).await;
     let first = viewer.next().await;
     assert_eq!(first["voters"], 0);
 
     let voter = app.user().await;
-    let resp = app
-        .post_json(
-            &format!("/api/polls/{poll}/votes"),
-            Some(&voter.token),
-            &json!({ "option_id": options[1] }),
-        )
-        .await;
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    app.cast_vote(poll, &voter.token, options[1]).await;
     let next = viewer.next().await;
     assert_eq!(next["voters"], 1);
     let blue = next["tallies"]

@@ -4,24 +4,23 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
-use stampede::domain::Id;
 
 use crate::helpers::{TestApp, spawn_app};
 
-/// Runs `stampede load <args> --json` against `app`; the exit status and the report.
-async fn load(app: &TestApp, args: &[&str]) -> (std::process::ExitStatus, Value, String) {
-    let mut with_json = args.to_vec();
-    with_json.push("--json");
-    let (status, stdout, stderr) = load_text(app, &with_json).await;
+/// Runs `stampede load <args> --json` against `app` (`args` split at spaces); the exit
+/// status and the report.
+async fn load(app: &TestApp, args: &str) -> (std::process::ExitStatus, Value, String) {
+    let (status, stdout, stderr) = load_text(app, &format!("{args} --json")).await;
     let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
     (status, report, stderr)
 }
 
-/// Runs `stampede load <args>` against `app`; the exit status, stdout and stderr.
-async fn load_text(app: &TestApp, args: &[&str]) -> (std::process::ExitStatus, String, String) {
+/// Runs `stampede load <args>` against `app` (`args` split at spaces); the exit
+/// status, stdout and stderr.
+async fn load_text(app: &TestApp, args: &str) -> (std::process::ExitStatus, String, String) {
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_stampede"));
     cmd.arg("load")
-        .args(args)
+        .args(args.split_whitespace())
         .arg("--url")
         .arg(&app.address)
         .env("DATABASE_URL", &app.config.database_url)
@@ -61,17 +60,7 @@ async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
     let app = spawn_app().await;
     let (status, report, stderr) = load(
         &app,
-        &[
-            "storm",
-            "--users",
-            "300",
-            "--stock",
-            "50",
-            "--opens-in",
-            "1",
-            "--concurrency",
-            "64",
-        ],
+        "storm --users 300 --stock 50 --opens-in 1 --concurrency 64",
     )
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
@@ -95,12 +84,7 @@ async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
     assert!(checks.iter().all(|c| c["ok"] == true), "{checks:#?}");
     // What the report says, seen independently.
     let sale = report["sale"].as_i64().unwrap();
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(orders, 50);
+    assert_eq!(app.orders_in_db(sale).await.len(), 50);
     for key in ["p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms"] {
         assert!(report["latency"][key].as_f64().unwrap() > 0.0, "{key}");
     }
@@ -115,18 +99,7 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
     let app = spawn_app().await;
     let (status, report, stderr) = load(
         &app,
-        &[
-            "storm",
-            "--tickets",
-            "--users",
-            "200",
-            "--stock",
-            "30",
-            "--opens-in",
-            "1",
-            "--concurrency",
-            "32",
-        ],
+        "storm --tickets --users 200 --stock 30 --opens-in 1 --concurrency 32",
     )
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
@@ -141,11 +114,7 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
         .unwrap();
     assert!(requires, "the run's sale requires tickets");
 
-    let (status, _, stderr) = load(
-        &app,
-        &["repeat", "--sale", &sale.to_string(), "--users", "5"],
-    )
-    .await;
+    let (status, _, stderr) = load(&app, &format!("repeat --sale {sale} --users 5")).await;
     assert!(!status.success());
     assert!(
         stderr.contains("requires purchase tickets: add --tickets"),
@@ -156,29 +125,13 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vote_run_counts_each_voter_once_in_postgres() {
     let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
-        &[
-            "vote",
-            "--users",
-            "100",
-            "--requests",
-            "300",
-            "--concurrency",
-            "16",
-        ],
-    )
-    .await;
+    let (status, report, stderr) =
+        load(&app, "vote --users 100 --requests 300 --concurrency 16").await;
     assert!(status.success(), "{stderr}\n{report:#}");
     assert_eq!(answers(&report, "202"), 100, "{report:#}");
     assert_eq!(answers(&report, "409 already_voted"), 200, "{report:#}");
     let poll = report["poll"].as_i64().unwrap();
-    let votes: i64 = sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
-        .bind(poll)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    assert_eq!(votes, 100);
+    assert_eq!(app.votes_in_db(poll).await, 100);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -204,17 +157,7 @@ async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
     let app = spawn_app().await;
     let (status, report, stderr) = load(
         &app,
-        &[
-            "repeat",
-            "--users",
-            "20",
-            "--stock",
-            "100",
-            "--requests",
-            "100",
-            "--concurrency",
-            "8",
-        ],
+        "repeat --users 20 --stock 100 --requests 100 --concurrency 8",
     )
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
@@ -242,19 +185,8 @@ async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_soldout_run_answers_only_sold_out() {
     let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
-        &[
-            "soldout",
-            "--users",
-            "20",
-            "--requests",
-            "60",
-            "--concurrency",
-            "8",
-        ],
-    )
-    .await;
+    let (status, report, stderr) =
+        load(&app, "soldout --users 20 --requests 60 --concurrency 8").await;
     assert!(status.success(), "{stderr}\n{report:#}");
     assert_eq!(report["answers"], json!({"410 sold_out": 60}), "{report:#}");
     let checks = checks(&report);
@@ -273,29 +205,17 @@ async fn a_soldout_run_answers_only_sold_out() {
 async fn a_broken_invariant_is_named_and_the_run_fails() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     assert_eq!(app.stock_left(sale).await, 10);
-    let stock = app.keys.sale(Id::new(sale).unwrap()).stock;
+    let stock = app.sale_keys(sale).stock;
     let _: () = redis::cmd("SET")
         .arg(&stock)
         .arg(7)
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    let sale_arg = sale.to_string();
-    let args = [
-        "repeat",
-        "--sale",
-        &sale_arg,
-        "--users",
-        "5",
-        "--requests",
-        "10",
-        "--concurrency",
-        "4",
-        "--settle-timeout",
-        "1",
-    ];
+    let args =
+        format!("repeat --sale {sale} --users 5 --requests 10 --concurrency 4 --settle-timeout 1");
 
     let (status, report, stderr) = load(&app, &args).await;
     assert!(!status.success(), "{report:#}");
@@ -348,17 +268,7 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
     let opens: DateTime<Utc> = opens_arg.parse().unwrap();
     let (status, report, stderr) = load(
         &app,
-        &[
-            "storm",
-            "--users",
-            "60",
-            "--stock",
-            "10",
-            "--opens-at",
-            &opens_arg,
-            "--concurrency",
-            "16",
-        ],
+        &format!("storm --users 60 --stock 10 --opens-at {opens_arg} --concurrency 16"),
     )
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
@@ -385,7 +295,7 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
 
     let past =
         (Utc::now() - chrono::Duration::seconds(60)).to_rfc3339_opts(SecondsFormat::Secs, true);
-    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &past]).await;
+    let (status, _, stderr) = load(&app, &format!("storm --opens-at {past}")).await;
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!("--opens-at {past} is in the past")),
@@ -393,17 +303,17 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
     );
 
     let far = (Utc::now() + chrono::Duration::hours(25)).to_rfc3339_opts(SecondsFormat::Secs, true);
-    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &far]).await;
+    let (status, _, stderr) = load(&app, &format!("storm --opens-at {far}")).await;
     assert!(!status.success());
     assert!(stderr.contains("more than a day ahead"), "{stderr}");
 
-    let (status, _, stderr) = load(&app, &["storm", "--opens-at", "tomorrow"]).await;
+    let (status, _, stderr) = load(&app, "storm --opens-at tomorrow").await;
     assert!(!status.success());
     assert!(stderr.contains("not an RFC 3339 time"), "{stderr}");
 
     let soon =
         (Utc::now() + chrono::Duration::minutes(5)).to_rfc3339_opts(SecondsFormat::Secs, true);
-    let (status, _, stderr) = load(&app, &["storm", "--opens-at", &soon, "--opens-in", "3"]).await;
+    let (status, _, stderr) = load(&app, &format!("storm --opens-at {soon} --opens-in 3")).await;
     assert!(!status.success());
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }

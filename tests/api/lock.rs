@@ -4,56 +4,41 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stampede::keys::Keys;
-use stampede::lock::{self, Lock, Released};
+use stampede::lock::{self, Lock, LockGuard, Released};
 use stampede::redis_conn::Redis;
 
-/// Lock tests need Redis only. Each gets its own namespace; every lock key has a TTL,
-/// so even a failed test leaves nothing that lasts.
-async fn redis() -> (Redis, Keys) {
-    let conn = crate::helpers::test_redis().await;
-    let ns = format!("tl{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-    (conn, Keys::new(&ns))
-}
+use crate::helpers::{RedisNamespace, redis_get, redis_pttl};
 
-async fn get(redis: &Redis, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut redis.clone())
+/// Takes a lock that is free (panics if it is held), with a lease of `lease_ms`.
+async fn take_free(redis: &Redis, key: &str, lease_ms: u64) -> LockGuard {
+    Lock::try_acquire(redis, key, lease_ms)
         .await
         .unwrap()
-}
-
-async fn pttl(redis: &Redis, key: &str) -> i64 {
-    redis::cmd("PTTL")
-        .arg(key)
-        .query_async(&mut redis.clone())
-        .await
-        .unwrap()
+        .expect("the lock is free")
 }
 
 #[tokio::test]
 async fn the_owner_releases_and_the_lock_is_exclusive_until_then() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("job");
-    let guard = Lock::try_acquire(&redis, key.as_str(), 10_000)
+    let guard = Lock::try_acquire(redis, key.as_str(), 10_000)
         .await
         .unwrap()
         .expect("free lock is taken");
     assert_eq!(guard.token().len(), 32, "128-bit hex token");
-    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
-    let ttl = pttl(&redis, &key).await;
+    assert_eq!(redis_get(redis, &key).await.as_deref(), Some(guard.token()));
+    let ttl = redis_pttl(redis, &key).await;
     assert!(ttl > 9_000 && ttl <= 10_000, "lease set with PX: {ttl}");
     assert!(
-        Lock::try_acquire(&redis, key.as_str(), 10_000)
+        Lock::try_acquire(redis, key.as_str(), 10_000)
             .await
             .unwrap()
             .is_none(),
         "held lock cannot be taken twice"
     );
     assert_eq!(guard.release().await.unwrap(), Released::Released);
-    assert_eq!(get(&redis, &key).await, None);
-    let again = Lock::try_acquire(&redis, key.as_str(), 10_000)
+    assert_eq!(redis_get(redis, &key).await, None);
+    let again = Lock::try_acquire(redis, key.as_str(), 10_000)
         .await
         .unwrap();
     assert!(again.is_some(), "a released lock can be taken again");
@@ -62,7 +47,7 @@ async fn the_owner_releases_and_the_lock_is_exclusive_until_then() {
 
 #[tokio::test]
 async fn only_one_of_many_concurrent_callers_gets_the_lock() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("contended");
     let barrier = Arc::new(tokio::sync::Barrier::new(100));
     let mut tasks = tokio::task::JoinSet::new();
@@ -82,36 +67,30 @@ async fn only_one_of_many_concurrent_callers_gets_the_lock() {
 
 #[tokio::test]
 async fn a_release_with_a_wrong_token_is_not_owner_and_the_key_survives() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("job");
-    let guard = Lock::try_acquire(&redis, key.as_str(), 10_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = take_free(redis, &key, 10_000).await;
     let answer = lock::release(&mut redis.clone(), &key, "not-the-token")
         .await
         .unwrap();
     assert_eq!(answer, Released::NotOwner);
-    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    assert_eq!(redis_get(redis, &key).await.as_deref(), Some(guard.token()));
     assert_eq!(guard.release().await.unwrap(), Released::Released);
 }
 
 #[tokio::test]
 async fn an_expired_holder_cannot_release_the_next_holders_lock() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("job");
-    let a = Lock::try_acquire(&redis, key.as_str(), 100)
-        .await
-        .unwrap()
-        .unwrap();
+    let a = take_free(redis, &key, 100).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let b = Lock::try_acquire(&redis, key.as_str(), 10_000)
+    let b = Lock::try_acquire(redis, key.as_str(), 10_000)
         .await
         .unwrap()
         .expect("A's lease ran out, so B gets the lock");
     assert_eq!(a.release().await.unwrap(), Released::NotOwner);
     assert_eq!(
-        get(&redis, &key).await.as_deref(),
+        redis_get(redis, &key).await.as_deref(),
         Some(b.token()),
         "B's lock must survive A's late release"
     );
@@ -120,48 +99,39 @@ async fn an_expired_holder_cannot_release_the_next_holders_lock() {
 
 #[tokio::test]
 async fn extend_with_a_wrong_token_or_after_expiry_fails_and_creates_nothing() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
 
     // Wrong token: refused, and the holder's lease is untouched.
     let key = keys.lock("held");
-    let guard = Lock::try_acquire(&redis, key.as_str(), 5_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = take_free(redis, &key, 5_000).await;
     assert!(
         !lock::extend(&mut redis.clone(), &key, "not-the-token", 60_000)
             .await
             .unwrap()
     );
-    assert!(pttl(&redis, &key).await <= 5_000);
-    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
+    assert!(redis_pttl(redis, &key).await <= 5_000);
+    assert_eq!(redis_get(redis, &key).await.as_deref(), Some(guard.token()));
     // The owner may extend.
     assert!(guard.extend(60_000).await.unwrap());
-    assert!(pttl(&redis, &key).await > 5_000);
+    assert!(redis_pttl(redis, &key).await > 5_000);
     guard.release().await.unwrap();
 
     // After expiry: refused, and the key is not brought back.
     let key = keys.lock("expired");
-    let guard = Lock::try_acquire(&redis, key.as_str(), 100)
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = take_free(redis, &key, 100).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!guard.extend(60_000).await.unwrap());
     assert_eq!(
-        get(&redis, &key).await,
+        redis_get(redis, &key).await,
         None,
         "extend must not recreate the key"
     );
 
     // After expiry and a new holder: refused, and the new holder's lease is untouched.
-    let b = Lock::try_acquire(&redis, key.as_str(), 5_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let b = take_free(redis, &key, 5_000).await;
     assert!(!guard.extend(60_000).await.unwrap());
-    assert!(pttl(&redis, &key).await <= 5_000);
-    assert_eq!(get(&redis, &key).await.as_deref(), Some(b.token()));
+    assert!(redis_pttl(redis, &key).await <= 5_000);
+    assert_eq!(redis_get(redis, &key).await.as_deref(), Some(b.token()));
     b.release().await.unwrap();
     assert_eq!(guard.release().await.unwrap(), Released::NotOwner);
 }
@@ -170,12 +140,9 @@ async fn extend_with_a_wrong_token_or_after_expiry_fails_and_creates_nothing() {
 async fn a_watchdog_keeps_a_1500ms_lease_alive_through_4s_of_work() {
     // A lease long enough that a loaded 2-core CI machine (the fault suite runs
     // beside this) cannot starve three extensions in a row, yet work outlasts it.
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("long-job");
-    let mut guard = Lock::try_acquire(&redis, key.as_str(), 1_500)
-        .await
-        .unwrap()
-        .unwrap();
+    let mut guard = take_free(redis, &key, 1_500).await;
     let mut lost = guard.start_watchdog();
     let work = tokio::time::sleep(Duration::from_secs(4));
     tokio::select! {
@@ -183,24 +150,21 @@ async fn a_watchdog_keeps_a_1500ms_lease_alive_through_4s_of_work() {
         _ = lost.lost() => panic!("the watchdog let the lease run out"),
     }
     assert!(!lost.is_lost());
-    assert_eq!(get(&redis, &key).await.as_deref(), Some(guard.token()));
-    assert!(pttl(&redis, &key).await > 0);
+    assert_eq!(redis_get(redis, &key).await.as_deref(), Some(guard.token()));
+    assert!(redis_pttl(redis, &key).await > 0);
     assert_eq!(guard.release().await.unwrap(), Released::Released);
-    assert_eq!(get(&redis, &key).await, None);
+    assert_eq!(redis_get(redis, &key).await, None);
     // Stopped on release: no extension recreates anything, no loss is reported.
     tokio::time::sleep(Duration::from_millis(1_000)).await;
-    assert_eq!(get(&redis, &key).await, None);
+    assert_eq!(redis_get(redis, &key).await, None);
     assert!(!lost.is_lost());
 }
 
 #[tokio::test]
 async fn the_watchdog_tells_the_holder_when_the_lock_was_lost() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("stolen");
-    let mut guard = Lock::try_acquire(&redis, key.as_str(), 300)
-        .await
-        .unwrap()
-        .unwrap();
+    let mut guard = take_free(redis, &key, 300).await;
     let mut lost = guard.start_watchdog();
     // Someone else now holds it (as after a pause longer than the lease).
     let _: () = redis::cmd("SET")
@@ -216,7 +180,10 @@ async fn the_watchdog_tells_the_holder_when_the_lock_was_lost() {
         .expect("loss reported within about a third of the lease");
     assert!(lost.is_lost());
     assert_eq!(guard.release().await.unwrap(), Released::NotOwner);
-    assert_eq!(get(&redis, &key).await.as_deref(), Some("someone-else"));
+    assert_eq!(
+        redis_get(redis, &key).await.as_deref(),
+        Some("someone-else")
+    );
     let _: () = redis::cmd("DEL")
         .arg(&key)
         .query_async(&mut redis.clone())
@@ -226,15 +193,12 @@ async fn the_watchdog_tells_the_holder_when_the_lock_was_lost() {
 
 #[tokio::test]
 async fn acquire_waits_for_a_release_but_only_as_long_as_asked() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("queue");
-    let first = Lock::try_acquire(&redis, key.as_str(), 10_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let first = take_free(redis, &key, 10_000).await;
 
     let started = Instant::now();
-    let none = Lock::acquire(&redis, key.as_str(), 10_000, Duration::from_millis(150))
+    let none = Lock::acquire(redis, key.as_str(), 10_000, Duration::from_millis(150))
         .await
         .unwrap();
     let waited = started.elapsed();
@@ -249,7 +213,7 @@ async fn acquire_waits_for_a_release_but_only_as_long_as_asked() {
         first.release().await.unwrap()
     });
     let started = Instant::now();
-    let second = Lock::acquire(&redis, key.as_str(), 10_000, Duration::from_secs(3))
+    let second = Lock::acquire(redis, key.as_str(), 10_000, Duration::from_secs(3))
         .await
         .unwrap()
         .expect("taken once the first holder released");
@@ -260,15 +224,12 @@ async fn acquire_waits_for_a_release_but_only_as_long_as_asked() {
 
 #[tokio::test]
 async fn a_dropped_guard_is_released_without_waiting_for_its_lease() {
-    let (redis, keys) = redis().await;
+    let RedisNamespace { redis, keys } = &RedisNamespace::new().await;
     let key = keys.lock("dropped");
-    let guard = Lock::try_acquire(&redis, key.as_str(), 60_000)
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = take_free(redis, &key, 60_000).await;
     drop(guard);
     let deadline = Instant::now() + Duration::from_secs(2);
-    while get(&redis, &key).await.is_some() {
+    while redis_get(redis, &key).await.is_some() {
         assert!(Instant::now() < deadline, "dropped lock still held");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -279,32 +240,15 @@ async fn a_dropped_guard_is_released_without_waiting_for_its_lease() {
 #[tokio::test]
 async fn reclaim_runs_on_one_instance_at_a_time() {
     use crate::helpers::spawn_app_with;
-    use reqwest::StatusCode;
 
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
     let user = app.user().await;
-    let sale = app.create_sale(&admin, 5, -60, 3600).await;
-    let resp = app.purchase(sale, &user.token).await;
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let sale = app.live_sale(&admin, 5).await;
+    app.buy(sale, &user.token).await;
 
     // A consumer reads the entry and dies without acknowledging it.
-    let stream = app
-        .keys
-        .sale(stampede::domain::Id::new(sale).unwrap())
-        .orders;
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(stampede::settle::SETTLE_GROUP)
-        .arg("dead-consumer")
-        .arg("COUNT")
-        .arg(10)
-        .arg("STREAMS")
-        .arg(&stream)
-        .arg(">")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    app.read_as_dead_consumer(sale, "dead-consumer", 10).await;
 
     let settle_config = stampede::config::SettleConfig {
         claim_idle_ms: 0,
@@ -339,7 +283,7 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
     assert_eq!(settler.drain().await.unwrap(), 1, "reclaimed and settled");
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
     assert_eq!(
-        get(&app.redis, &app.keys.lock(stampede::settle::RECLAIM_LOCK)).await,
+        redis_get(&app.redis, &app.keys.lock(stampede::settle::RECLAIM_LOCK)).await,
         None,
         "the settler released the reclaim lock"
     );

@@ -1,59 +1,22 @@
 //! Browser pages: they render, escape user text, guard the admin page, answer bad
 //! addresses with HTML error pages and carry the security headers.
 
-use reqwest::{Response, StatusCode, header};
+use reqwest::{StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{TestApp, User, spawn_app};
-
-/// A GET as a browser sends it: HTML wanted, the session in a cookie.
-pub(crate) async fn browse(app: &TestApp, path: &str, session: Option<&User>) -> Response {
-    let mut req = app
-        .client
-        .get(app.url(path))
-        .header(header::ACCEPT, "text/html,application/xhtml+xml,*/*;q=0.8");
-    if let Some(user) = session {
-        req = req.header(header::COOKIE, format!("stampede_session={}", user.token));
-    }
-    req.send().await.expect("request")
-}
-
-pub(crate) async fn html(resp: Response, status: StatusCode) -> String {
-    assert_eq!(resp.status(), status, "unexpected status");
-    let content_type = resp.headers()[header::CONTENT_TYPE].to_str().unwrap();
-    assert!(
-        content_type.starts_with("text/html"),
-        "not HTML: {content_type}"
-    );
-    resp.text().await.unwrap()
-}
-
-async fn username_of(app: &TestApp, user: &User) -> String {
-    sqlx::query_scalar("SELECT username FROM users WHERE id = $1")
-        .bind(user.id)
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
+use crate::helpers::{TestApp, User, assert_page_is_locked_down, between, escaped_in, spawn_app};
 
 async fn create_named_sale(app: &TestApp, admin: &User, name: &str, description: &str) -> i64 {
     let now = chrono::Utc::now();
-    let resp = app
-        .post_json(
-            "/api/admin/sales",
-            Some(&admin.token),
-            &json!({
-                "name": name,
-                "description": description,
-                "price_cents": 123_456,
-                "stock": 7,
-                "starts_at": now - chrono::Duration::minutes(1),
-                "ends_at": now + chrono::Duration::hours(1),
-            }),
-        )
-        .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
-    resp.json::<serde_json::Value>().await.unwrap()["id"]
+    let sale = json!({
+        "name": name,
+        "description": description,
+        "price_cents": 123_456,
+        "stock": 7,
+        "starts_at": now - chrono::Duration::minutes(1),
+        "ends_at": now + chrono::Duration::hours(1),
+    });
+    app.admin_create(admin, "/api/admin/sales", &sale).await["id"]
         .as_i64()
         .unwrap()
 }
@@ -65,7 +28,7 @@ async fn home_lists_sales_with_status_price_and_stock() {
     let live = create_named_sale(&app, &admin, "Blue kettle", "").await;
     let upcoming = app.create_sale(&admin, 10, 3600, 7200).await;
 
-    let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
+    let body = app.html("/", None).await;
     assert!(body.contains("Blue kettle"));
     assert!(body.contains(&format!(r#"href="/sales/{live}""#)));
     assert!(body.contains(&format!(r#"href="/sales/{upcoming}""#)));
@@ -88,15 +51,10 @@ async fn home_shows_buyable_sales_before_closed_ones() {
     let live = app.create_sale(&admin, 5, -120, 3600).await;
     // Starts later, so the store lists it first.
     let closed = app.create_sale(&admin, 5, -60, 3600).await;
-    let resp = app
-        .post(
-            &format!("/api/admin/sales/{closed}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.close_sale(&admin, closed).await;
     assert_eq!(resp.status(), StatusCode::OK);
 
-    let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
+    let body = app.html("/", None).await;
     let at = |id: i64| body.find(&format!(r#"href="/sales/{id}""#)).unwrap();
     assert!(at(live) < at(closed), "live sale listed first");
     assert!(body.contains(r#"badge-closed" data-field="badge">Closed<"#));
@@ -111,10 +69,10 @@ async fn home_lists_upcoming_sales_soonest_opening_first() {
     let in_3h = app.create_sale(&admin, 5, 3 * 3600, 5 * 3600).await;
     let in_1h = app.create_sale(&admin, 5, 3600, 10 * 3600).await;
     let in_4h = app.create_sale(&admin, 5, 4 * 3600, 8 * 3600).await;
-    let live = app.create_sale(&admin, 5, -60, 3600).await;
+    let live = app.live_sale(&admin, 5).await;
     let sold_out = app.create_sale(&admin, 0, -120, 3600).await;
 
-    let body = html(browse(&app, "/", None).await, StatusCode::OK).await;
+    let body = app.html("/", None).await;
     let at = |id: i64| {
         body.find(&format!(r#"href="/sales/{id}""#))
             .unwrap_or_else(|| panic!("sale {id} listed"))
@@ -136,9 +94,9 @@ async fn home_lists_upcoming_sales_soonest_opening_first() {
 async fn header_names_the_signed_in_user() {
     let app = spawn_app().await;
     let user = app.user().await;
-    let name = username_of(&app, &user).await;
+    let name = app.username_of(&user).await;
 
-    let body = html(browse(&app, "/", Some(&user)).await, StatusCode::OK).await;
+    let body = app.html("/", Some(&user)).await;
     assert!(body.contains(&format!("Signed in as <strong>{name}</strong>")));
     assert!(body.contains("Sign out"));
     assert!(
@@ -149,7 +107,7 @@ async fn header_names_the_signed_in_user() {
     // A bad or foreign token is simply signed out, never an error page.
     let mut forged = app.user().await;
     forged.token = "not.a.token".into();
-    let body = html(browse(&app, "/", Some(&forged)).await, StatusCode::OK).await;
+    let body = app.html("/", Some(&forged)).await;
     assert!(body.contains(r#"href="/signin""#));
 }
 
@@ -159,11 +117,7 @@ async fn sale_page_carries_what_the_script_needs() {
     let admin = app.admin().await;
     let sale = create_named_sale(&app, &admin, "Red bike", "Fast.\nLight.").await;
 
-    let body = html(
-        browse(&app, &format!("/sales/{sale}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app.html(&format!("/sales/{sale}"), None).await;
     assert!(body.contains("<h1>Red bike</h1>"));
     assert!(body.contains("Fast.\nLight."));
     assert!(body.contains("$1,234.56"));
@@ -184,26 +138,15 @@ async fn sale_page_carries_what_the_script_needs() {
 async fn sale_page_knows_the_buyer_already_bought() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -60, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let user = app.user().await;
 
-    let before = html(
-        browse(&app, &format!("/sales/{sale}"), Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let before = app.html(&format!("/sales/{sale}"), Some(&user)).await;
     assert!(before.contains(r#"data-signed-in="true""#));
     assert!(before.contains(r#"data-bought="false""#));
 
-    assert_eq!(
-        app.purchase(sale, &user.token).await.status(),
-        StatusCode::ACCEPTED
-    );
-    let after = html(
-        browse(&app, &format!("/sales/{sale}"), Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    app.buy(sale, &user.token).await;
+    let after = app.html(&format!("/sales/{sale}"), Some(&user)).await;
     assert!(after.contains(r#"data-bought="true""#));
     assert!(after.contains("<strong data-field=\"stock-left\">4</strong>"));
 }
@@ -217,42 +160,28 @@ async fn user_text_is_escaped_on_every_page() {
     let sale = create_named_sale(&app, &admin, name, description).await;
 
     for path in ["/".to_string(), format!("/sales/{sale}"), "/admin".into()] {
-        let body = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+        let body = app.html(&path, Some(&admin)).await;
         assert!(escaped_in(&body, name), "{path}: name not escaped");
         assert!(!body.contains("<script>alert"), "{path}: raw script tag");
         assert!(!body.contains("<img src=x"), "{path}: raw img tag");
     }
-    let sale_page = html(
-        browse(&app, &format!("/sales/{sale}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let sale_page = app.html(&format!("/sales/{sale}"), None).await;
     assert!(escaped_in(&sale_page, description));
 }
 
 #[tokio::test]
 async fn bad_or_unknown_sale_ids_get_an_html_404() {
-    let app = spawn_app().await;
-    for path in [
-        "/sales/abc",
-        "/sales/0",
-        "/sales/-1",
-        "/sales/1.5",
-        "/sales/%20",
-        "/sales/99999999999999999999999",
-        "/sales/424242",
-    ] {
-        let body = html(browse(&app, path, None).await, StatusCode::NOT_FOUND).await;
-        assert!(body.contains("Page not found"), "{path}");
-        assert!(body.contains(r#"href="/""#), "{path}: a way back");
-    }
+    spawn_app()
+        .await
+        .assert_bad_ids_get_an_html_404("sales")
+        .await;
 }
 
 #[tokio::test]
 async fn admin_page_is_for_admins_only() {
     let app = spawn_app().await;
 
-    let anonymous = browse(&app, "/admin", None).await;
+    let anonymous = app.browse("/admin", None).await;
     assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         anonymous.headers()[header::LOCATION],
@@ -260,17 +189,15 @@ async fn admin_page_is_for_admins_only() {
     );
 
     let user = app.user().await;
-    let body = html(
-        browse(&app, "/admin", Some(&user)).await,
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    let body = app
+        .html_status("/admin", Some(&user), StatusCode::FORBIDDEN)
+        .await;
     assert!(body.contains("Not allowed"));
     assert!(!body.contains("New sale"));
 
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 3, -60, 3600).await;
-    let body = html(browse(&app, "/admin", Some(&admin)).await, StatusCode::OK).await;
+    let sale = app.live_sale(&admin, 3).await;
+    let body = app.html("/admin", Some(&admin)).await;
     assert!(body.contains("New sale"));
     assert!(body.contains(&format!(r#"<tr data-sale-id="{sale}" data-ends-at="#)));
     assert!(body.contains(r#"data-action="set-stock""#));
@@ -283,18 +210,14 @@ async fn admin_page_is_for_admins_only() {
 #[tokio::test]
 async fn my_orders_needs_a_session() {
     let app = spawn_app().await;
-    let anonymous = browse(&app, "/me/orders", None).await;
+    let anonymous = app.browse("/me/orders", None).await;
     assert_eq!(anonymous.status(), StatusCode::SEE_OTHER);
     assert_eq!(
         anonymous.headers()[header::LOCATION],
         "/signin?next=%2Fme%2Forders"
     );
     let user = app.user().await;
-    let body = html(
-        browse(&app, "/me/orders", Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app.html("/me/orders", Some(&user)).await;
     assert!(body.contains("<h1>My orders</h1>"));
 }
 
@@ -302,7 +225,7 @@ async fn my_orders_needs_a_session() {
 async fn sign_in_and_sign_up_pages_have_labelled_forms() {
     let app = spawn_app().await;
     for (path, form) in [("/signin", "signin"), ("/signup", "signup")] {
-        let body = html(browse(&app, path, None).await, StatusCode::OK).await;
+        let body = app.html(path, None).await;
         assert!(body.contains(&format!(r#"data-auth-form="{form}""#)));
         assert!(body.contains(r#"<label for="username">"#));
         assert!(body.contains(r#"<label for="password">"#));
@@ -324,39 +247,25 @@ async fn pages_and_error_pages_carry_security_headers() {
         ("/admin", Some(&user), StatusCode::FORBIDDEN),
         ("/no-such-page", None, StatusCode::NOT_FOUND),
     ] {
-        let resp = browse(&app, path, session).await;
+        let resp = app.browse(path, session).await;
         assert_eq!(resp.status(), status, "{path}");
-        let h = resp.headers();
+        let h = assert_page_is_locked_down(resp, path).await;
         let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
         assert!(csp.contains("default-src 'self'"), "{path}: {csp}");
-        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
-        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
-        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
-        assert!(h.contains_key(header::REFERRER_POLICY), "{path}");
-        let body = resp.text().await.unwrap();
-        // The CSP forbids inline script, so every script must come from a file.
-        assert_eq!(
-            body.matches("<script").count(),
-            body.matches(r#"<script src="/static/"#).count(),
-            "{path}: inline script"
-        );
-        assert!(!body.contains(" style=\""), "{path}: inline style");
     }
 }
 
 #[tokio::test]
 async fn unknown_paths_answer_html_to_browsers_and_json_to_clients() {
     let app = spawn_app().await;
-    let body = html(
-        browse(&app, "/no-such-page", None).await,
-        StatusCode::NOT_FOUND,
-    )
-    .await;
+    let body = app
+        .html_status("/no-such-page", None, StatusCode::NOT_FOUND)
+        .await;
     assert!(body.contains("Page not found"));
 
     // API clients keep their JSON, even when they accept HTML.
     for resp in [
-        browse(&app, "/api/no-such-route", None).await,
+        app.browse("/api/no-such-route", None).await,
         app.get("/no-such-page", None).await,
     ] {
         crate::helpers::assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
@@ -380,41 +289,6 @@ async fn static_files_are_served_with_nosniff() {
         app.get("/static/nope.js", None).await.status(),
         StatusCode::NOT_FOUND
     );
-}
-
-/// Whether `raw` appears HTML-escaped: `<` as `&lt;`, or as `&#60;`, which is what
-/// askama 0.16 writes (numeric references for `"&'<>`).
-pub(crate) fn escaped_in(body: &str, raw: &str) -> bool {
-    let escape = |table: [(char, &str); 5]| {
-        raw.chars().fold(String::new(), |mut out, c| {
-            match table.iter().find(|(from, _)| *from == c) {
-                Some((_, to)) => out.push_str(to),
-                None => out.push(c),
-            }
-            out
-        })
-    };
-    let named = escape([
-        ('&', "&amp;"),
-        ('<', "&lt;"),
-        ('>', "&gt;"),
-        ('"', "&quot;"),
-        ('\'', "&#39;"),
-    ]);
-    let numeric = escape([
-        ('&', "&#38;"),
-        ('<', "&#60;"),
-        ('>', "&#62;"),
-        ('"', "&#34;"),
-        ('\'', "&#39;"),
-    ]);
-    body.contains(&named) || body.contains(&numeric)
-}
-
-fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
-    let from = text.find(start).expect("start marker") + start.len();
-    let len = text[from..].find(end).expect("end marker");
-    &text[from..from + len]
 }
 
 /// `?next=` on the sign-in and sign-up pages must be a path on this site. The known

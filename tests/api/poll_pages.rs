@@ -2,35 +2,24 @@
 //! the admin's polls section, escaping, HTML 404s and the security headers.
 
 use reqwest::{StatusCode, header};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app};
-use crate::pages::{browse, escaped_in, html};
-
-async fn vote(app: &TestApp, poll: i64, user: &User, option: i64) {
-    let resp = app
-        .post_json(
-            &format!("/api/polls/{poll}/votes"),
-            Some(&user.token),
-            &json!({ "option_id": option }),
-        )
-        .await;
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-}
+use crate::helpers::{assert_error, assert_page_is_locked_down, between, escaped_in, spawn_app};
 
 #[tokio::test]
 async fn polls_page_lists_polls_with_status_and_voters() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let (open, options) = app
-        .create_poll(&admin, "Best tea?", &["Green", "Black"], -60, 3600)
+        .open_poll(&admin, "Best tea?", &["Green", "Black"])
         .await;
     let (upcoming, _) = app
         .create_poll(&admin, "Best coffee?", &["Yes", "No"], 3600, 7200)
         .await;
-    vote(&app, open, &app.user().await, options[0]).await;
+    app.cast_vote(open, &app.user().await.token, options[0])
+        .await;
 
-    let body = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    let body = app.html("/polls", None).await;
     assert!(body.contains("Best tea?"));
     assert!(body.contains(&format!(r#"href="/polls/{open}""#)));
     assert!(body.contains(&format!(r#"href="/polls/{upcoming}""#)));
@@ -49,7 +38,7 @@ async fn polls_page_lists_polls_with_status_and_voters() {
 async fn site_header_links_the_sales_and_the_polls() {
     let app = spawn_app().await;
     for path in ["/", "/polls", "/signin"] {
-        let body = html(browse(&app, path, None).await, StatusCode::OK).await;
+        let body = app.html(path, None).await;
         assert!(
             body.contains(r#"<a href="/polls" data-nav="polls">Polls</a>"#),
             "{path}"
@@ -59,7 +48,7 @@ async fn site_header_links_the_sales_and_the_polls() {
             "{path}"
         );
     }
-    let body = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    let body = app.html("/polls", None).await;
     assert!(body.contains("No polls yet"), "an empty list says so");
 }
 
@@ -68,24 +57,16 @@ async fn poll_page_shows_options_and_live_results() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let (poll, options) = app
-        .create_poll(
-            &admin,
-            "Pick a colour",
-            &["Red", "Green", "Blue"],
-            -60,
-            3600,
-        )
+        .open_poll(&admin, "Pick a colour", &["Red", "Green", "Blue"])
         .await;
     for _ in 0..2 {
-        vote(&app, poll, &app.user().await, options[1]).await;
+        app.cast_vote(poll, &app.user().await.token, options[1])
+            .await;
     }
-    vote(&app, poll, &app.user().await, options[2]).await;
+    app.cast_vote(poll, &app.user().await.token, options[2])
+        .await;
 
-    let body = html(
-        browse(&app, &format!("/polls/{poll}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app.html(&format!("/polls/{poll}"), None).await;
     assert!(body.contains(r#"<h1 id="poll-question">Pick a colour</h1>"#));
     for (id, label) in options.iter().zip(["Red", "Green", "Blue"]) {
         assert!(
@@ -118,26 +99,16 @@ async fn poll_page_shows_options_and_live_results() {
 async fn poll_page_knows_the_voter_already_voted() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = app
-        .create_poll(&admin, "Lunch?", &["Soup", "Salad"], -60, 3600)
-        .await;
+    let (poll, options) = app.open_poll(&admin, "Lunch?", &["Soup", "Salad"]).await;
     let user = app.user().await;
 
-    let before = html(
-        browse(&app, &format!("/polls/{poll}"), Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    let before = app.html(&format!("/polls/{poll}"), Some(&user)).await;
     assert!(before.contains(r#"data-signed-in="true""#));
     assert!(before.contains(r#"data-voted-option="0""#));
     assert!(!before.contains("You already voted"));
 
-    vote(&app, poll, &user, options[1]).await;
-    let after = html(
-        browse(&app, &format!("/polls/{poll}"), Some(&user)).await,
-        StatusCode::OK,
-    )
-    .await;
+    app.cast_vote(poll, &user.token, options[1]).await;
+    let after = app.html(&format!("/polls/{poll}"), Some(&user)).await;
     assert!(after.contains(&format!(r#"data-voted-option="{}""#, options[1])));
     assert!(after.contains("You already voted in this poll: “Salad”."));
     assert!(after.contains(&format!(r#"value="{}" checked"#, options[1])));
@@ -151,11 +122,7 @@ async fn upcoming_and_closed_polls_carry_their_window() {
     let (upcoming, _) = app
         .create_poll(&admin, "Later?", &["A", "B"], 600, 3600)
         .await;
-    let body = html(
-        browse(&app, &format!("/polls/{upcoming}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app.html(&format!("/polls/{upcoming}"), None).await;
     assert!(body.contains(r#"data-status="upcoming""#));
     let opens_at: i64 = between(&body, r#"data-opens-at=""#, "\"").parse().unwrap();
     let server_now: i64 = between(&body, r#"data-server-now=""#, "\"")
@@ -167,20 +134,11 @@ async fn upcoming_and_closed_polls_carry_their_window() {
         "countdown data: {until_open} ms"
     );
 
-    let resp = app
-        .post(
-            &format!("/api/admin/polls/{upcoming}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.close_poll(&admin, upcoming).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let body = html(
-        browse(&app, &format!("/polls/{upcoming}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let body = app.html(&format!("/polls/{upcoming}"), None).await;
     assert!(body.contains(r#"data-status="closed""#));
-    let list = html(browse(&app, "/polls", None).await, StatusCode::OK).await;
+    let list = app.html("/polls", None).await;
     assert!(list.contains("Closed early"));
 }
 
@@ -191,7 +149,7 @@ async fn poll_text_is_escaped_on_every_page() {
     let question = "<script>alert(1)</script>";
     let option = r#""><img src=x onerror=alert(2)>"#;
     let (poll, _) = app
-        .create_poll(&admin, question, &[option, "fine & <b>bold</b>"], -60, 3600)
+        .open_poll(&admin, question, &[option, "fine & <b>bold</b>"])
         .await;
 
     for path in [
@@ -199,58 +157,41 @@ async fn poll_text_is_escaped_on_every_page() {
         format!("/polls/{poll}"),
         "/admin".into(),
     ] {
-        let body = html(browse(&app, &path, Some(&admin)).await, StatusCode::OK).await;
+        let body = app.html(&path, Some(&admin)).await;
         assert!(escaped_in(&body, question), "{path}: question not escaped");
         assert!(!body.contains("<script>alert"), "{path}: raw script tag");
         assert!(!body.contains("<img src=x"), "{path}: raw img tag");
         assert!(!body.contains("<b>bold"), "{path}: raw b tag");
     }
-    let page = html(
-        browse(&app, &format!("/polls/{poll}"), None).await,
-        StatusCode::OK,
-    )
-    .await;
+    let page = app.html(&format!("/polls/{poll}"), None).await;
     assert!(escaped_in(&page, option), "option label not escaped");
     assert!(escaped_in(&page, "fine & <b>bold</b>"));
 }
 
 #[tokio::test]
 async fn bad_or_unknown_poll_ids_get_an_html_404() {
-    let app = spawn_app().await;
-    for path in [
-        "/polls/abc",
-        "/polls/0",
-        "/polls/-1",
-        "/polls/1.5",
-        "/polls/%20",
-        "/polls/99999999999999999999999",
-        "/polls/424242",
-    ] {
-        let body = html(browse(&app, path, None).await, StatusCode::NOT_FOUND).await;
-        assert!(body.contains("Page not found"), "{path}");
-        assert!(body.contains(r#"href="/""#), "{path}: a way back");
-    }
+    spawn_app()
+        .await
+        .assert_bad_ids_get_an_html_404("polls")
+        .await;
 }
 
 #[tokio::test]
 async fn admin_page_has_a_polls_section_for_admins_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = app
-        .create_poll(&admin, "Ship it?", &["Yes", "No"], -60, 3600)
+    let (poll, options) = app.open_poll(&admin, "Ship it?", &["Yes", "No"]).await;
+    app.cast_vote(poll, &app.user().await.token, options[0])
         .await;
-    vote(&app, poll, &app.user().await, options[0]).await;
 
     let user = app.user().await;
-    let body = html(
-        browse(&app, "/admin", Some(&user)).await,
-        StatusCode::FORBIDDEN,
-    )
-    .await;
+    let body = app
+        .html_status("/admin", Some(&user), StatusCode::FORBIDDEN)
+        .await;
     assert!(!body.contains("New poll"));
     assert!(!body.contains("Ship it?"));
 
-    let body = html(browse(&app, "/admin", Some(&admin)).await, StatusCode::OK).await;
+    let body = app.html("/admin", Some(&admin)).await;
     assert!(body.contains("New poll"));
     assert!(body.contains(r#"data-form="create-poll""#));
     assert!(body.contains(r#"data-min-options="2" data-max-options="20""#));
@@ -271,11 +212,10 @@ async fn admin_page_has_a_polls_section_for_admins_only() {
 async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = app
-        .create_poll(&admin, "Tabs?", &["Tabs", "Spaces"], -60, 3600)
-        .await;
+    let (poll, options) = app.open_poll(&admin, "Tabs?", &["Tabs", "Spaces"]).await;
     for _ in 0..3 {
-        vote(&app, poll, &app.user().await, options[1]).await;
+        app.cast_vote(poll, &app.user().await.token, options[1])
+            .await;
     }
 
     assert_error(
@@ -291,12 +231,7 @@ async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
             .status(),
         StatusCode::FORBIDDEN
     );
-    let list: Value = app
-        .get("/api/admin/polls", Some(&admin.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let list: Value = app.get_json("/api/admin/polls", Some(&admin.token)).await;
     let row = &list.as_array().unwrap()[0];
     assert_eq!(row["id"], poll);
     assert_eq!(row["question"], "Tabs?");
@@ -308,37 +243,17 @@ async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
 async fn poll_pages_carry_security_headers() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, _) = app
-        .create_poll(&admin, "Headers?", &["On", "Off"], -60, 3600)
-        .await;
+    let (poll, _) = app.open_poll(&admin, "Headers?", &["On", "Off"]).await;
     for (path, status) in [
         ("/polls".to_string(), StatusCode::OK),
         (format!("/polls/{poll}"), StatusCode::OK),
         ("/polls/abc".to_string(), StatusCode::NOT_FOUND),
         ("/polls/424242".to_string(), StatusCode::NOT_FOUND),
     ] {
-        let resp = browse(&app, &path, Some(&admin)).await;
+        let resp = app.browse(&path, Some(&admin)).await;
         assert_eq!(resp.status(), status, "{path}");
-        let h = resp.headers();
-        let csp = h[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
-        assert!(csp.contains("script-src 'self'"), "{path}: {csp}");
-        assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
-        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+        let h = assert_page_is_locked_down(resp, &path).await;
         assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{path}");
         assert_eq!(h[header::CACHE_CONTROL], "no-store", "{path}");
-        assert!(h.contains_key(header::REFERRER_POLICY), "{path}");
-        let body = resp.text().await.unwrap();
-        assert_eq!(
-            body.matches("<script").count(),
-            body.matches(r#"<script src="/static/"#).count(),
-            "{path}: inline script"
-        );
-        assert!(!body.contains(" style=\""), "{path}: inline style");
     }
-}
-
-fn between<'a>(text: &'a str, start: &str, end: &str) -> &'a str {
-    let from = text.find(start).expect("start marker") + start.len();
-    let len = text[from..].find(end).expect("end marker");
-    &text[from..from + len]
 }

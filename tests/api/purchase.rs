@@ -33,7 +33,7 @@ async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100_one_buyer
 /// 100: exactly 100 accepted, nobody twice, exactly those orders in Postgres.
 async fn storm_of_2500_on_stock_100(app: TestApp) {
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let sale = app.live_sale(&admin, 100).await;
     let users = app.create_users(2000, false).await;
 
     // Give the first 500 users a purchase attempt already "in hand" so that their
@@ -106,7 +106,7 @@ async fn storm_of_2500_on_stock_100(app: TestApp) {
 async fn accepted_order_is_pending_then_confirmed() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 3, -5, 3600).await;
+    let sale = app.live_sale(&admin, 3).await;
     let buyer = app.user().await;
     let resp = app.purchase(sale, &buyer.token).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -134,12 +134,7 @@ async fn accepted_order_is_pending_then_confirmed() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
 
-    let mine: Value = app
-        .get("/api/me/orders", Some(&buyer.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let mine: Value = app.get_json("/api/me/orders", Some(&buyer.token)).await;
     assert_eq!(mine.as_array().unwrap().len(), 1);
     assert_eq!(mine[0]["id"], order_id.as_str());
 
@@ -153,16 +148,13 @@ async fn accepted_order_is_pending_then_confirmed() {
 async fn pending_order_status_is_read_from_redis_before_settlement() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 3, -5, 3600).await;
+    let sale = app.live_sale(&admin, 3).await;
     let buyer = app.user().await;
     let body: Value = app.purchase(sale, &buyer.token).await.json().await.unwrap();
     let order_id = body["order_id"].as_str().unwrap();
     let status: Value = app
-        .get(&format!("/api/orders/{order_id}"), Some(&buyer.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+        .get_json(&format!("/api/orders/{order_id}"), Some(&buyer.token))
+        .await;
     assert_eq!(status["status"], "pending");
     let other = app.user().await;
     let resp = app
@@ -192,41 +184,23 @@ async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
     assert_eq!(app.stock_left(ending).await, 10);
     assert!(app.buyers(ending).await.is_empty());
     // Past its end it cannot be opened again: 409, nothing changed.
-    let resp = app
-        .post(
-            &format!("/api/admin/sales/{ending}/open"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.open_sale(&admin, ending).await;
     assert_error(resp, StatusCode::CONFLICT, "past_end").await;
     let resp = app.purchase(ending, &buyer.token).await;
     assert_error(resp, StatusCode::GONE, "ended").await;
 
     // Closed early by an admin.
-    let live = app.create_sale(&admin, 10, -5, 3600).await;
-    let resp = app
-        .post(
-            &format!("/api/admin/sales/{live}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let live = app.live_sale(&admin, 10).await;
+    let resp = app.close_sale(&admin, live).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = app.purchase(live, &buyer.token).await;
     assert_error(resp, StatusCode::GONE, "ended").await;
     assert_eq!(app.stock_left(live).await, 10);
 
     // Opened early by an admin: the upcoming sale now sells.
-    let resp = app
-        .post(
-            &format!("/api/admin/sales/{upcoming}/open"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.open_sale(&admin, upcoming).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(
-        app.purchase(upcoming, &buyer.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(upcoming, &buyer.token).await;
     assert_eq!(app.stock_left(upcoming).await, 9);
 }
 
@@ -234,12 +208,9 @@ async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
 async fn sold_out_flag_is_cleared_by_a_top_up() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 1, -5, 3600).await;
+    let sale = app.live_sale(&admin, 1).await;
     let users = app.create_users(3, false).await;
-    assert_eq!(
-        app.purchase(sale, &users[0].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[0].token).await;
     assert_error(
         app.purchase(sale, &users[1].token).await,
         StatusCode::GONE,
@@ -247,38 +218,20 @@ async fn sold_out_flag_is_cleared_by_a_top_up() {
     )
     .await;
 
-    let resp = app
-        .post_json(
-            &format!("/api/admin/sales/{sale}/stock"),
-            Some(&admin.token),
-            &json!({"add": 1}),
-        )
-        .await;
+    let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let view: Value = resp.json().await.unwrap();
     assert_eq!(view["stock_left"], 1);
     assert_eq!(view["sold"], 1);
     assert_eq!(view["stock_total"], 2);
-    assert_eq!(
-        app.purchase(sale, &users[1].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[1].token).await;
 
     // Setting stock is absolute.
-    let resp = app
-        .post_json(
-            &format!("/api/admin/sales/{sale}/stock"),
-            Some(&admin.token),
-            &json!({"set": 5}),
-        )
-        .await;
+    let resp = app.change_stock(&admin, sale, &json!({"set": 5})).await;
     let view: Value = resp.json().await.unwrap();
     assert_eq!(view["stock_left"], 5);
     assert_eq!(view["stock_total"], 7);
-    assert_eq!(
-        app.purchase(sale, &users[2].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[2].token).await;
     assert_eq!(app.stock_left(sale).await, 4);
 }
 
@@ -286,21 +239,15 @@ async fn sold_out_flag_is_cleared_by_a_top_up() {
 async fn scripts_are_reloaded_after_script_flush() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let users = app.create_users(2, false).await;
-    assert_eq!(
-        app.purchase(sale, &users[0].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[0].token).await;
     let _: () = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    assert_eq!(
-        app.purchase(sale, &users[1].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[1].token).await;
     assert_eq!(app.stock_left(sale).await, 3);
 }
 
@@ -308,10 +255,10 @@ async fn scripts_are_reloaded_after_script_flush() {
 async fn sales_are_listed_with_live_stock() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 7, -5, 3600).await;
+    let sale = app.live_sale(&admin, 7).await;
     let buyer = app.user().await;
     app.purchase(sale, &buyer.token).await;
-    let list: Value = app.get("/api/sales", None).await.json().await.unwrap();
+    let list: Value = app.get_json("/api/sales", None).await;
     let entry = list
         .as_array()
         .unwrap()
@@ -321,12 +268,7 @@ async fn sales_are_listed_with_live_stock() {
     assert_eq!(entry["stock_left"], 6);
     assert_eq!(entry["sold"], 1);
     assert_eq!(entry["status"], "live");
-    let one: Value = app
-        .get(&format!("/api/sales/{sale}"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let one: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
     assert_eq!(one["stock_left"], 6);
 }
 
@@ -334,22 +276,14 @@ async fn sales_are_listed_with_live_stock() {
 async fn reconcile_reports_agreement_and_a_lost_order() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let users = app.create_users(4, false).await;
     for u in &users {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     app.wait_for_orders(sale, 4).await;
     let path = format!("/api/admin/sales/{sale}/reconcile");
-    let report: Value = app
-        .get(&path, Some(&admin.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let report: Value = app.get_json(&path, Some(&admin.token)).await;
     assert_eq!(report["consistent"], true, "{report}");
     assert_eq!(report["redis_sold"], 4);
     assert_eq!(report["postgres_orders"], 4);
@@ -362,12 +296,7 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
         .execute(&app.db)
         .await
         .unwrap();
-    let report: Value = app
-        .get(&path, Some(&admin.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let report: Value = app.get_json(&path, Some(&admin.token)).await;
     assert_eq!(report["consistent"], false);
     assert_eq!(report["missing_in_postgres"], json!([users[2].id]));
     let resp = app.get(&path, Some(&users[0].token)).await;
@@ -378,17 +307,14 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
 async fn repair_restores_lost_buyers_and_stock_from_postgres() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let users = app.create_users(3, false).await;
     for u in &users {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     app.wait_for_orders(sale, 3).await;
     // Redis loses a buyer and its stock count drifts.
-    let k = app.keys.sale(stampede::domain::Id::new(sale).unwrap());
+    let k = app.sale_keys(sale);
     let mut redis = app.redis.clone();
     let _: () = redis::cmd("SREM")
         .arg(&k.buyers)
@@ -404,12 +330,7 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
         .unwrap();
 
     let path = format!("/api/admin/sales/{sale}/reconcile");
-    let report: Value = app
-        .get(&path, Some(&admin.token))
-        .await
-        .json()
-        .await
-        .unwrap();
+    let report: Value = app.get_json(&path, Some(&admin.token)).await;
     assert_eq!(report["consistent"], false);
     assert_eq!(report["missing_in_redis"], json!([users[1].id]));
 
@@ -441,13 +362,10 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
 async fn a_known_sold_out_sale_answers_410_before_the_token_is_checked() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sold = app.create_sale(&admin, 1, -5, 3600).await;
-    let open = app.create_sale(&admin, 5, -5, 3600).await;
+    let sold = app.live_sale(&admin, 1).await;
+    let open = app.live_sale(&admin, 5).await;
     let users = app.create_users(2, false).await;
-    assert_eq!(
-        app.purchase(sold, &users[0].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sold, &users[0].token).await;
     // The last unit is gone; the next buyer's answer sets the flag.
     assert_error(
         app.purchase(sold, &users[1].token).await,

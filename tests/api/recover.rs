@@ -68,13 +68,10 @@ async fn both_stores(app: &TestApp, sale: i64) -> (i64, i64) {
 async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let users = app.create_users(8, false).await;
     for u in &users[..6] {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     assert_eq!(app.wait_for_orders(sale, 6).await.len(), 6);
 
@@ -93,10 +90,7 @@ async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again
         );
     }
     for u in &users[6..] {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     assert_eq!(app.stock_left(sale).await, 2, "10 units, 8 buyers");
     assert_eq!(both_stores(&app, sale).await, (10, 10));
@@ -107,20 +101,17 @@ async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again
 async fn state_from_another_redis_run_is_fenced_and_rebuilt_with_the_buyers_it_forgot() {
     let app = spawn_app_with_slow_sweep().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let users = app.create_users(5, false).await;
     for u in &users[..3] {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
 
     // What an everysec AOF that lost its last second leaves behind: Redis forgot
     // users[0]'s purchase (settled in Postgres meanwhile), and the state is stamped by
     // the Redis process before the restart.
-    let k = app.keys.sale(Id::new(sale).unwrap());
+    let k = app.sale_keys(sale);
     let _: () = redis::pipe()
         .srem(&k.buyers, users[0].id)
         .incr(&k.stock, 1)
@@ -143,10 +134,7 @@ async fn state_from_another_redis_run_is_fenced_and_rebuilt_with_the_buyers_it_f
     );
     assert_eq!(app.stock_left(sale).await, 2);
     for u in &users[3..] {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     let late = app.user().await;
     let body = crate::helpers::assert_error(
@@ -173,16 +161,13 @@ async fn unsettled_orders_in_the_stream_count_when_a_sale_is_rebuilt() {
     })
     .await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 4, -5, 3600).await;
+    let sale = app.live_sale(&admin, 4).await;
     let users = app.create_users(4, false).await;
     for u in &users[..2] {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     // Nothing settled; Redis forgets the buyers set but keeps the stream.
-    let k = app.keys.sale(Id::new(sale).unwrap());
+    let k = app.sale_keys(sale);
     let _: () = redis::pipe()
         .del(&k.buyers)
         .set(&k.stock, 4)
@@ -197,10 +182,7 @@ async fn unsettled_orders_in_the_stream_count_when_a_sale_is_rebuilt() {
         2,
         "two unsettled orders still hold units"
     );
-    assert_eq!(
-        app.purchase(sale, &users[2].token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &users[2].token).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -208,7 +190,7 @@ async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
     let app = spawn_app().await;
     let other = spawn_sibling(&app, |_| {}).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let sale = app.live_sale(&admin, 100).await;
     let buyers = app.create_users(60, false).await;
     for round in 0..3 {
         let mut tasks = Vec::new();
@@ -261,11 +243,9 @@ async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
             "round {round}: stock_total = left + sold"
         );
     }
-    let pending: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM stock_changes WHERE status = 'pending'")
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let pending = app
+        .count("SELECT count(*) FROM stock_changes WHERE status = 'pending'")
+        .await;
     assert_eq!(pending, 0, "every change was applied");
 }
 
@@ -273,24 +253,15 @@ async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
 async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 100, -5, 3600).await;
+    let sale = app.live_sale(&admin, 100).await;
     let users = app.create_users(60, false).await;
     for u in &users {
-        assert_eq!(
-            app.purchase(sale, &u.token).await.status(),
-            StatusCode::ACCEPTED
-        );
+        app.buy(sale, &u.token).await;
     }
     assert_eq!(app.wait_for_orders(sale, 60).await.len(), 60);
     wipe(&app).await;
 
-    let resp = app
-        .post_json(
-            &format!("/api/admin/sales/{sale}/stock"),
-            Some(&admin.token),
-            &json!({"add": 1}),
-        )
-        .await;
+    let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
     assert_eq!(
         resp.status(),
         StatusCode::OK,
@@ -313,15 +284,12 @@ async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
 async fn stock_total_cannot_pass_the_maximum_by_adding() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 9_000_000, -5, 3600).await;
-    let path = format!("/api/admin/sales/{sale}/stock");
+    let sale = app.live_sale(&admin, 9_000_000).await;
     let resp = app
-        .post_json(&path, Some(&admin.token), &json!({"add": 1_000_000}))
+        .change_stock(&admin, sale, &json!({"add": 1_000_000}))
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let resp = app
-        .post_json(&path, Some(&admin.token), &json!({"add": 1}))
-        .await;
+    let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
     crate::helpers::assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "stock_too_large").await;
     assert_eq!(stock_total(&app, sale).await, 10_000_000);
     assert_eq!(both_stores(&app, sale).await, (10_000_000, 10_000_000));
@@ -331,33 +299,12 @@ async fn stock_total_cannot_pass_the_maximum_by_adding() {
 async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = app
-        .create_poll(&admin, "Best?", &["a", "b", "c"], -5, 3600)
-        .await;
+    let (poll, options) = app.open_poll(&admin, "Best?", &["a", "b", "c"]).await;
     let users = app.create_users(9, false).await;
     for (i, u) in users[..6].iter().enumerate() {
-        let resp = app
-            .post_json(
-                &format!("/api/polls/{poll}/votes"),
-                Some(&u.token),
-                &json!({"option_id": options[i % 3]}),
-            )
-            .await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        app.cast_vote(poll, &u.token, options[i % 3]).await;
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
-            .bind(poll)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
-        if n == 6 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "votes never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_eq!(app.wait_for_votes(poll, 6).await, 6, "votes never settled");
     wipe(&app).await;
 
     // Results come back (503 recovering until the rebuild), with the settled votes.
@@ -372,23 +319,10 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(results["voters"], 6);
-    let again = app
-        .post_json(
-            &format!("/api/polls/{poll}/votes"),
-            Some(&users[0].token),
-            &json!({"option_id": options[1]}),
-        )
-        .await;
+    let again = app.vote(poll, &users[0].token, options[1]).await;
     crate::helpers::assert_error(again, StatusCode::CONFLICT, "already_voted").await;
     for u in &users[6..] {
-        let resp = app
-            .post_json(
-                &format!("/api/polls/{poll}/votes"),
-                Some(&u.token),
-                &json!({"option_id": options[2]}),
-            )
-            .await;
-        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        app.cast_vote(poll, &u.token, options[2]).await;
     }
     let tally: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
         .arg(app.keys.poll(Id::new(poll).unwrap()).tally)
@@ -404,12 +338,9 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
 async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_before_serving() {
     let app = crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let buyer = app.user().await;
-    assert_eq!(
-        app.purchase(sale, &buyer.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &buyer.token).await;
     assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
     wipe(&app).await;
 

@@ -39,10 +39,7 @@ async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle_ms: u64
 }
 
 async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
-    let key = app
-        .keys
-        .sale(stampede::domain::Id::new(sale).unwrap())
-        .orders;
+    let key = app.sale_keys(sale).orders;
     let summary: redis::Value = redis::cmd("XPENDING")
         .arg(&key)
         .arg("settle")
@@ -62,7 +59,7 @@ async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
 async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 300, -5, 3600).await;
+    let sale = app.live_sale(&admin, 300).await;
     let accepted = buy_all(&app, sale, 300).await;
     assert_eq!(accepted.len(), 300);
     assert!(app.orders_in_db(sale).await.is_empty(), "no worker ran yet");
@@ -90,22 +87,7 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
 
     // Simulate a crash after reading but before acknowledging: read a batch as a
     // consumer that then vanishes.
-    let key = app
-        .keys
-        .sale(stampede::domain::Id::new(sale).unwrap())
-        .orders;
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("settle")
-        .arg("ghost")
-        .arg("COUNT")
-        .arg(25)
-        .arg("STREAMS")
-        .arg(&key)
-        .arg(">")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    app.read_as_dead_consumer(sale, "ghost", 25).await;
     assert!(
         pending_in_group(&app, sale).await > 0,
         "entries are pending for dead consumers"
@@ -125,11 +107,7 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
         "nothing left unacknowledged"
     );
     let pending_hash: i64 = redis::cmd("HLEN")
-        .arg(
-            app.keys
-                .sale(stampede::domain::Id::new(sale).unwrap())
-                .pending,
-        )
+        .arg(app.sale_keys(sale).pending)
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
@@ -140,15 +118,12 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
 async fn redelivered_entries_are_written_once() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let accepted = buy_all(&app, sale, 10).await;
 
     // Copy the stream entries, settle, then put the copies back as new entries:
     // the same order ids arrive twice.
-    let key = app
-        .keys
-        .sale(stampede::domain::Id::new(sale).unwrap())
-        .orders;
+    let key = app.sale_keys(sale).orders;
     let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg(&key)
         .arg("-")
@@ -180,12 +155,9 @@ async fn redelivered_entries_are_written_once() {
 async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     let buyer = app.user().await;
-    assert_eq!(
-        app.purchase(sale, &buyer.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &buyer.token).await;
     let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
     let mut w = settler(&app, "w1", 10, 0)
         .await
@@ -195,19 +167,12 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
 
     // Redis forgets the buyer (lost state): the script accepts a second order.
     let _: () = redis::cmd("SREM")
-        .arg(
-            app.keys
-                .sale(stampede::domain::Id::new(sale).unwrap())
-                .buyers,
-        )
+        .arg(app.sale_keys(sale).buyers)
         .arg(buyer.id)
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    assert_eq!(
-        app.purchase(sale, &buyer.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &buyer.token).await;
     w.drain().await.unwrap();
 
     // Postgres keeps one order per (sale, user); the conflict is counted, the entry is
@@ -216,14 +181,11 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     assert_eq!(metrics.settle_conflicts.get(), 1);
     assert_eq!(pending_in_group(&app, sale).await, 0);
     let report: serde_json::Value = app
-        .get(
+        .get_json(
             &format!("/api/admin/sales/{sale}/reconcile"),
             Some(&admin.token),
         )
-        .await
-        .json()
-        .await
-        .unwrap();
+        .await;
     assert_eq!(report["consistent"], false, "{report}");
 }
 
@@ -234,7 +196,7 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
     let mut streams = Vec::new();
     let mut total = 0;
     for _ in 0..5 {
-        let sale = app.create_sale(&admin, 30, -5, 3600).await;
+        let sale = app.live_sale(&admin, 30).await;
         total += buy_all(&app, sale, 30).await.len();
         streams.push(stampede::settle::Stream::of_sale(
             &app.keys,
@@ -263,25 +225,12 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
 async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 10, -5, 3600).await;
+    let sale = app.live_sale(&admin, 10).await;
     buy_all(&app, sale, 10).await;
-    let key = app
-        .keys
-        .sale(stampede::domain::Id::new(sale).unwrap())
-        .orders;
     // A worker that read entries and died, and one that never read anything.
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("settle")
-        .arg("ghost-with-entries")
-        .arg("COUNT")
-        .arg(4)
-        .arg("STREAMS")
-        .arg(&key)
-        .arg(">")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    app.read_as_dead_consumer(sale, "ghost-with-entries", 4)
+        .await;
+    let key = app.sale_keys(sale).orders;
     let _: i64 = redis::cmd("XGROUP")
         .arg("CREATECONSUMER")
         .arg(&key)

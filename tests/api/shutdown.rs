@@ -15,7 +15,7 @@ async fn sigterm_stops_serve_after_settling_what_it_accepted() {
     // without settlement so that only the binary's worker can settle.
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let buyer = app.user().await;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")

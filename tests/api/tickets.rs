@@ -12,7 +12,9 @@ use stampede::domain::Id;
 use stampede::sale::ticket::TicketKey;
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app_with};
+use crate::helpers::{
+    TestApp, User, assert_error, limits, sliding_log_entries, spawn_app_with, window_policy,
+};
 
 async fn ticket(app: &TestApp, sale: i64, user: &User) -> reqwest::Response {
     app.post(&format!("/api/sales/{sale}/ticket"), Some(&user.token))
@@ -38,13 +40,8 @@ async fn buy_with(app: &TestApp, sale: i64, user: &User, body: &Value) -> reqwes
 
 /// One per-user sliding-log policy on `route`, 60 s window, limits on.
 fn per_user(name: &str, route: &str, limit: u64) -> LimitsConfig {
-    let mut limits: LimitsConfig = toml::from_str(&format!(
-        "[[policies]]\nname = \"{name}\"\nroute = \"{route}\"\nsubject = \"user\"\n\
-         algorithm = \"sliding_log\"\nlimit = {limit}\nwindow_ms = 60000\n"
-    ))
-    .expect("limits TOML");
-    limits.enabled = true;
-    limits
+    let policy = window_policy(name, route, "user", "sliding_log", limit, 60_000);
+    limits(&[policy])
 }
 
 /// The buy route's per-user policy, so that "counted by no policy" is visible.
@@ -53,7 +50,7 @@ fn user_limit() -> LimitsConfig {
 }
 
 async fn counted(app: &TestApp, sale: i64, user: &User) -> usize {
-    crate::helpers::sliding_log_entries(
+    sliding_log_entries(
         &mut app.redis.clone(),
         &app.keys
             .sale_rate_limit(Id::new(sale).unwrap(), "buy-user", &format!("u{}", user.id)),
@@ -66,12 +63,7 @@ async fn a_ticket_is_issued_only_once_the_sale_is_open_and_a_purchase_needs_one(
     let app = spawn_app_with(|c| c.limits = user_limit()).await;
     let admin = app.admin().await;
     let sale = app.create_sale_with(&admin, 5, 2, 3600, true).await;
-    let shown: Value = app
-        .get(&format!("/api/sales/{sale}"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let shown: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
     assert_eq!(shown["requires_ticket"], true);
     let user = app.user().await;
 
@@ -103,8 +95,8 @@ async fn a_ticket_is_issued_only_once_the_sale_is_open_and_a_purchase_needs_one(
 async fn a_bad_ticket_is_refused_and_consumes_nothing() {
     let app = spawn_app_with(|c| c.limits = user_limit()).await;
     let admin = app.admin().await;
-    let sale = app.create_sale_with(&admin, 5, -5, 3600, true).await;
-    let other_sale = app.create_sale_with(&admin, 5, -5, 3600, true).await;
+    let sale = app.live_ticket_sale(&admin, 5).await;
+    let other_sale = app.live_ticket_sale(&admin, 5).await;
     let (user, someone) = (app.user().await, app.user().await);
     let key = TicketKey::new(app.config.token_secret.as_bytes());
     let (sale_id, user_id) = (Id::new(sale).unwrap(), Id::new(user.id).unwrap());
@@ -212,12 +204,9 @@ async fn polling_for_tickets_is_rate_limited_per_user() {
 async fn a_sale_without_tickets_sells_without_one_and_checks_one_if_sent() {
     let app = spawn_app_with(|_| {}).await;
     let admin = app.admin().await;
-    let sale = app.create_sale(&admin, 5, -5, 3600).await;
+    let sale = app.live_sale(&admin, 5).await;
     let (user, someone) = (app.user().await, app.user().await);
-    assert_eq!(
-        app.purchase(sale, &user.token).await.status(),
-        StatusCode::ACCEPTED
-    );
+    app.buy(sale, &user.token).await;
     // A ticket sent anyway must still be good.
     let bad = buy_with(&app, sale, &someone, &json!({ "ticket": "x.y" })).await;
     assert_error(bad, StatusCode::UNPROCESSABLE_ENTITY, "invalid_ticket").await;
@@ -249,7 +238,7 @@ async fn tickets_of_unknown_ended_and_sold_out_sales_are_refused() {
     let ended = app.create_sale_with(&admin, 5, -5, 1, true).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_error(ticket(&app, ended, &user).await, StatusCode::GONE, "ended").await;
-    let gone = app.create_sale_with(&admin, 1, -5, 3600, true).await;
+    let gone = app.live_ticket_sale(&admin, 1).await;
     let first = app.user().await;
     let t = ticket_of(&app, gone, &first).await;
     let resp = buy_with(&app, gone, &first, &json!({ "ticket": t })).await;

@@ -8,36 +8,12 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app};
-
-async fn create_poll(
-    app: &TestApp,
-    admin: &User,
-    options: &[&str],
-    opens_in: i64,
-    closes_in: i64,
-) -> (i64, Vec<i64>) {
-    app.create_poll(admin, "Best phone colour?", options, opens_in, closes_in)
-        .await
-}
-
-async fn vote(app: &TestApp, poll: i64, token: &str, option: i64) -> reqwest::Response {
-    app.post_json(
-        &format!("/api/polls/{poll}/votes"),
-        Some(token),
-        &json!({ "option_id": option }),
-    )
-    .await
-}
+use crate::helpers::{
+    TestApp, assert_error, limits, patched, spawn_app, spawn_app_with, window_policy,
+};
 
 async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
-    let results: Value = app
-        .get(&format!("/api/polls/{poll}/results"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    results["tallies"]
+    app.poll_results(poll).await["tallies"]
         .as_array()
         .unwrap()
         .iter()
@@ -65,8 +41,13 @@ async fn db_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
 async fn thousand_users_voting_five_times_count_once_each() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) =
-        create_poll(&app, &admin, &["red", "green", "blue", "black"], -5, 3600).await;
+    let (poll, options) = app
+        .open_poll(
+            &admin,
+            "Best phone colour?",
+            &["red", "green", "blue", "black"],
+        )
+        .await;
     let users = app.create_users(1000, false).await;
 
     // Each user sends 5 votes: option picks vary, and every fifth user's first two
@@ -89,7 +70,7 @@ async fn thousand_users_voting_five_times_count_once_each() {
         let (app, barrier) = (app.clone(), barrier.clone());
         tasks.push(tokio::spawn(async move {
             barrier.wait().await;
-            let resp = vote(&app, poll, &token, option).await;
+            let resp = app.vote(poll, &token, option).await;
             let status = resp.status();
             let body: Value = resp.json().await.unwrap();
             (user, option, status, body)
@@ -132,19 +113,7 @@ async fn thousand_users_voting_five_times_count_once_each() {
     );
 
     // After settlement Postgres agrees with Redis, vote by vote.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
-            .bind(poll)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
-        if n >= 1000 || std::time::Instant::now() > deadline {
-            assert_eq!(n, 1000);
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    assert_eq!(app.wait_for_votes(poll, 1000).await, 1000);
     let db: HashMap<i64, i64> = db_tallies(&app, poll).await;
     let nonzero: HashMap<i64, i64> = expected.into_iter().filter(|(_, n)| *n > 0).collect();
     assert_eq!(db, nonzero);
@@ -161,25 +130,29 @@ async fn thousand_users_voting_five_times_count_once_each() {
 async fn invalid_option_and_closed_poll_change_nothing() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(&app, &admin, &["yes", "no"], -5, 3600).await;
-    let (other_poll, other_options) = create_poll(&app, &admin, &["a", "b"], -5, 3600).await;
+    let (poll, options) = app
+        .open_poll(&admin, "Best phone colour?", &["yes", "no"])
+        .await;
+    let (other_poll, other_options) = app
+        .open_poll(&admin, "Best phone colour?", &["a", "b"])
+        .await;
     let voter = app.user().await;
 
     // An option of another poll, zero, negative, a string: all refused.
     assert_error(
-        vote(&app, poll, &voter.token, other_options[0]).await,
+        app.vote(poll, &voter.token, other_options[0]).await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "unknown_option",
     )
     .await;
     assert_error(
-        vote(&app, poll, &voter.token, 0).await,
+        app.vote(poll, &voter.token, 0).await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "unknown_option",
     )
     .await;
     assert_error(
-        vote(&app, poll, &voter.token, -3).await,
+        app.vote(poll, &voter.token, -3).await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "unknown_option",
     )
@@ -192,44 +165,27 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         )
         .await;
     assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
-    let results: Value = app
-        .get(&format!("/api/polls/{poll}/results"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(results["voters"], 0);
+    assert_eq!(app.poll_results(poll).await["voters"], 0);
     assert!(redis_tallies(&app, poll).await.values().all(|n| *n == 0));
 
     // The refused attempts did not use up the vote.
     assert_eq!(
-        vote(&app, poll, &voter.token, options[1]).await.status(),
+        app.vote(poll, &voter.token, options[1]).await.status(),
         StatusCode::ACCEPTED
     );
     assert_error(
-        vote(&app, poll, &voter.token, options[0]).await,
+        app.vote(poll, &voter.token, options[0]).await,
         StatusCode::CONFLICT,
         "already_voted",
     )
     .await;
 
     // Closed early: refused, tallies untouched.
-    let resp = app
-        .post(
-            &format!("/api/admin/polls/{other_poll}/close"),
-            Some(&admin.token),
-        )
-        .await;
+    let resp = app.close_poll(&admin, other_poll).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let results: Value = app
-        .get(&format!("/api/polls/{other_poll}/results"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(results["closed"], true);
+    assert_eq!(app.poll_results(other_poll).await["closed"], true);
     assert_error(
-        vote(&app, other_poll, &voter.token, other_options[0]).await,
+        app.vote(other_poll, &voter.token, other_options[0]).await,
         StatusCode::GONE,
         "closed",
     )
@@ -242,9 +198,11 @@ async fn invalid_option_and_closed_poll_change_nothing() {
     );
 
     // Not yet open.
-    let (later, later_options) = create_poll(&app, &admin, &["x", "y"], 3600, 7200).await;
+    let (later, later_options) = app
+        .create_poll(&admin, "Best phone colour?", &["x", "y"], 3600, 7200)
+        .await;
     assert_error(
-        vote(&app, later, &voter.token, later_options[0]).await,
+        app.vote(later, &voter.token, later_options[0]).await,
         StatusCode::CONFLICT,
         "not_open",
     )
@@ -252,7 +210,7 @@ async fn invalid_option_and_closed_poll_change_nothing() {
 
     // Unknown and malformed poll ids.
     assert_error(
-        vote(&app, 987_654, &voter.token, options[0]).await,
+        app.vote(987_654, &voter.token, options[0]).await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
@@ -303,12 +261,12 @@ async fn poll_creation_is_validated() {
             "invalid_window",
         ),
     ] {
-        let mut body = base.clone();
-        for (k, v) in patch.as_object().unwrap() {
-            body[k] = v.clone();
-        }
         let resp = app
-            .post_json("/api/admin/polls", Some(&admin.token), &body)
+            .post_json(
+                "/api/admin/polls",
+                Some(&admin.token),
+                &patched(&base, &patch),
+            )
             .await;
         assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, code).await;
     }
@@ -317,10 +275,7 @@ async fn poll_creation_is_validated() {
         .post_json("/api/admin/polls", Some(&user.token), &base)
         .await;
     assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
-    let polls: i64 = sqlx::query_scalar("SELECT count(*) FROM polls")
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let polls = app.count("SELECT count(*) FROM polls").await;
     assert_eq!(polls, 0);
     let resp = app
         .post_json("/api/admin/polls", Some(&admin.token), &base)
@@ -333,42 +288,23 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
     // The vote policies of the shipped defaults, with the per-IP one made a sliding
     // log so the count is exact (the default sliding counter is approximate across a
     // window boundary).
-    let app = crate::helpers::spawn_app_with(|c| {
-        let policies = toml::from_str::<stampede::config::LimitsConfig>(
-            r#"
-            [[policies]]
-            name = "vote-user"
-            route = "vote"
-            subject = "user"
-            algorithm = "sliding_log"
-            limit = 5
-            window_ms = 10000
-            [[policies]]
-            name = "vote-ip"
-            route = "vote"
-            subject = "ip"
-            algorithm = "sliding_log"
-            limit = 60
-            window_ms = 10000
-            "#,
-        )
-        .unwrap()
-        .policies;
-        c.limits = stampede::config::LimitsConfig {
-            enabled: true,
-            policies,
-            ..Default::default()
-        };
+    let app = spawn_app_with(|c| {
+        c.limits = limits(&[
+            window_policy("vote-user", "vote", "user", "sliding_log", 5, 10_000),
+            window_policy("vote-ip", "vote", "ip", "sliding_log", 60, 10_000),
+        ])
     })
     .await;
     let admin = app.admin().await;
-    let (poll, options) = create_poll(&app, &admin, &["up", "down"], -5, 3600).await;
+    let (poll, options) = app
+        .open_poll(&admin, "Best phone colour?", &["up", "down"])
+        .await;
     // A script with 80 accounts behind one address.
     let users = app.create_users(80, false).await;
     let mut accepted = 0;
     let mut limited = Vec::new();
     for u in &users {
-        let resp = vote(&app, poll, &u.token, options[0]).await;
+        let resp = app.vote(poll, &u.token, options[0]).await;
         match resp.status() {
             StatusCode::ACCEPTED => {
                 assert!(resp.headers().contains_key("ratelimit"));
@@ -398,11 +334,5 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
     // Refused votes changed nothing.
     let tallies = redis_tallies(&app, poll).await;
     assert_eq!(tallies[&options[0]], 60);
-    let results: Value = app
-        .get(&format!("/api/polls/{poll}/results"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(results["voters"], 60);
+    assert_eq!(app.poll_results(poll).await["voters"], 60);
 }
