@@ -43,6 +43,7 @@ pub mod lua;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
+pub mod random;
 pub mod recover;
 pub mod redis_conn;
 mod routes;

@@ -698,7 +698,7 @@ fn default_consumer_name() -> String {
     format!(
         "{host}-{}-{}",
         std::process::id(),
-        &crate::auth::random_token_hex(3)
+        &crate::random::token_hex(3)
     )
 }
 

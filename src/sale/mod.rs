@@ -10,14 +10,11 @@ pub mod buy;
 pub mod cached;
 pub mod orders;
 pub mod reconcile;
-pub(crate) mod routes;
 pub mod stock;
 pub mod store;
 pub mod ticket;
 
 pub use cached::{find_view, load_list, load_view};
-pub(crate) use routes::Api;
-pub use routes::{ROUTES, configure};
 pub use store::{PurchaseOutcome, SaleView};
 
 use std::collections::HashMap;

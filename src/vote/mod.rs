@@ -2,9 +2,13 @@
 //! (`lua/vote_batch.lua`, the vote route's limits inside), tallies live in Redis,
 //! votes settled into Postgres by the settlement worker.
 
+pub mod cached;
 pub mod cast;
-pub(crate) mod routes;
 pub mod store;
 
-pub(crate) use routes::Api;
-pub use routes::{MAX_OPTIONS, MIN_OPTIONS, ROUTES, configure, load_view};
+pub use cached::{PollView, load_view};
+
+/// Fewest options a poll has.
+pub const MIN_OPTIONS: usize = 2;
+/// Most options a poll has.
+pub const MAX_OPTIONS: usize = 20;

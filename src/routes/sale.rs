@@ -6,12 +6,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::buy::BuyRequest;
-use super::cached::{self, find_view, load_list, load_view};
-use super::stock::{self, ChangeResult, StockChange};
-use super::store::{self, NewSale, PurchaseOutcome};
-use super::ticket::{self, TicketError, TicketWindow, Window};
-use super::{orders, reconcile};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -19,6 +13,12 @@ use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
+use crate::sale::buy::BuyRequest;
+use crate::sale::cached::{self, find_view, load_list, load_view};
+use crate::sale::stock::{self, ChangeResult, StockChange};
+use crate::sale::store::{self, NewSale, PurchaseOutcome};
+use crate::sale::ticket::{self, TicketError, TicketWindow, Window};
+use crate::sale::{orders, reconcile};
 use crate::state::{AppState, Worker};
 use futures_util::StreamExt;
 
@@ -44,7 +44,7 @@ use futures_util::StreamExt;
 ))]
 pub(crate) struct Api;
 
-crate::routes::routes! {
+super::routes! {
     pub fn configure, pub const ROUTES;
     post "/sales/{id}/purchase" => purchase,
     post "/sales/{id}/ticket" => ticket,

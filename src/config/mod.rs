@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use crate::limit::LimitsConfig;
+pub mod limits;
+
+pub use limits::LimitsConfig;
 
 /// Everything the server needs to start. Every field has a local default so that
 /// `stampede serve` works against the services `scripts/run` starts.

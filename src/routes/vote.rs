@@ -5,8 +5,6 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::cast::{VoteOutcome, VoteRequest};
-use super::store::{self, NewPoll};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -15,6 +13,10 @@ use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
+use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
+use crate::vote::cast::{VoteOutcome, VoteRequest};
+use crate::vote::store::{self, NewPoll};
+use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
 // Routes under `/api` (see `startup`).
 #[derive(utoipa::OpenApi)]
@@ -31,7 +33,7 @@ use crate::state::{AppState, Worker};
 ))]
 pub(crate) struct Api;
 
-crate::routes::routes! {
+super::routes! {
     pub fn configure, pub const ROUTES;
     get "/polls" => list,
     get "/polls/{id}" => show,
@@ -66,34 +68,6 @@ async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
         })
         .collect();
     Ok(HttpResponse::Ok().json(polls))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct PollView {
-    #[serde(flatten)]
-    pub record: store::PollRecord,
-    pub status: crate::domain::PollStatus,
-    pub results: store::Results,
-}
-
-/// The poll's record (question, options, window) plus its live results.
-pub async fn load_view(state: &AppState, id: PollId) -> Result<PollView, AppError> {
-    let record = store::cached_record(state, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    let results = live_results(state, id).await?;
-    Ok(PollView {
-        status: store::status(&record.poll, Utc::now()),
-        record,
-        results,
-    })
-}
-
-async fn live_results(state: &AppState, id: PollId) -> Result<store::Results, AppError> {
-    match store::results(&mut state.redis.clone(), &state.keys, id).await? {
-        Some(results) => Ok(results),
-        None => Err(missing_from_redis(state, id).await),
-    }
 }
 
 /// One poll: question, options, window and live results.
@@ -267,16 +241,6 @@ fn unknown_option() -> AppError {
     )
 }
 
-/// Redis has no state for this poll: 404 when Postgres has none either, else the
-/// poll was lost (wiped): rebuild it and answer 503 meanwhile.
-async fn missing_from_redis(state: &AppState, poll: PollId) -> AppError {
-    match store::cached_record(state, poll).await {
-        Ok(Some(_)) => state.recovery.recovering(Target::Poll(poll)),
-        Ok(None) => AppError::not_found(format!("no poll with id {poll}")),
-        Err(e) => e,
-    }
-}
-
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreatePoll {
@@ -285,9 +249,6 @@ struct CreatePoll {
     opens_at: DateTime<Utc>,
     closes_at: DateTime<Utc>,
 }
-
-pub const MIN_OPTIONS: usize = 2;
-pub const MAX_OPTIONS: usize = 20;
 
 impl CreatePoll {
     fn validate(self) -> Result<NewPoll, AppError> {
