@@ -13,7 +13,7 @@ use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
-use crate::sale::buy::BuyRequest;
+use crate::sale::buy::{BuyReply, BuyRequest};
 use crate::sale::cached::{self, find_view, load_list, load_view};
 use crate::sale::stock::{self, ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale, PurchaseOutcome};
@@ -169,8 +169,12 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
         .buys
         .submit(sale, BuyRequest { user: user.id, ip })
         .await?;
-    let outcome = reply.outcome;
-    let m = &state.metrics;
+    count_outcome(&state.metrics, &reply.outcome);
+    purchase_answer(state, sale, reply).await
+}
+
+/// One counter per purchase, by how the batch decided it.
+fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
         PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
@@ -182,6 +186,15 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
         }
         _ => &m.purchase_not_open,
     });
+}
+
+/// The answer to a purchase the batch decided: 202 with the order, or the refusal.
+async fn purchase_answer(
+    state: &AppState,
+    sale: SaleId,
+    reply: BuyReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
     // What the buy route's policies said: the RateLimit headers of a 202, or the
     // 429 (422) of a refusal. Built only for those answers: a storm's refusals
     // (already bought, sold out) carry no RateLimit headers and pay nothing for them.

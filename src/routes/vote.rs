@@ -14,7 +14,7 @@ use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
 use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
-use crate::vote::cast::{VoteOutcome, VoteRequest};
+use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
 use crate::vote::store::{self, NewPoll};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
@@ -189,11 +189,21 @@ async fn vote(
             },
         )
         .await?;
-    let outcome = reply.outcome;
-    Metrics::inc(match outcome {
+    Metrics::inc(match reply.outcome {
         VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
         _ => &state.metrics.vote_refused,
     });
+    vote_answer(&state, poll, option_id, reply).await
+}
+
+/// The answer to a vote the batch decided: 202, or the refusal.
+async fn vote_answer(
+    state: &AppState,
+    poll: PollId,
+    option_id: i64,
+    reply: VoteReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
     // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
     // other refusals carry no RateLimit headers (as in the purchase).
     let judged = || {
@@ -223,7 +233,7 @@ async fn vote(
             .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
         }
         VoteOutcome::Closed => Err(AppError::new(ErrorCode::Closed, "this poll is closed")),
-        VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
+        VoteOutcome::NotLoaded => Err(missing_from_redis(state, poll).await),
         VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
         VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
             let _no_policy_refused = judged()?;
