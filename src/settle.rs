@@ -144,7 +144,8 @@ pub struct Settled {
 
 impl Settler {
     /// Opens the worker's own Redis connection: a blocking `XREADGROUP` must not run
-    /// on the shared connection, whose 500 ms response timeout would cut it off.
+    /// on the shared connection, whose response timeout (`redis_response_timeout_ms`,
+    /// 2000 ms by default) would cut it off.
     pub async fn connect(
         db: PgPool,
         target: &Target,
