@@ -26,7 +26,7 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 
 /// A signed-in caller, taken from `Authorization: Bearer` or the session cookie (the
 /// extractor, which reads the keys from the application state, is in
-/// [`crate::routes::auth`]; the checks are [`authenticate`]).
+/// `routes::auth`; the checks are [`authenticate`]).
 #[derive(Clone, Copy, Debug)]
 pub struct AuthUser {
     pub id: UserId,
