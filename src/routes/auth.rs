@@ -9,8 +9,6 @@ use futures_util::future::{Ready, ready};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::token::Claims;
-pub use crate::auth::{AdminUser, AuthUser};
-
 use crate::auth::{
     self, CSRF_COOKIE, Credentials, DUMMY_HASH, SESSION_COOKIE, UserView, check_csrf,
     cleared_cookies, create_user, hash_password, random_token_hex, verified_claims,
@@ -20,6 +18,10 @@ use crate::domain::{Id, Password, Username};
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::limit::Route;
 use crate::state::AppState;
+
+// The callers these extractors produce: the pages take them from here, beside
+// `optional_user`.
+pub use crate::auth::{AdminUser, AuthUser};
 
 // Routes under `/api` (see `startup`).
 #[derive(utoipa::OpenApi)]

@@ -1,4 +1,5 @@
-//! Flash sales: admin set-up, the purchase hot path, and order status.
+//! Flash sales: records, the purchase script and its batch decider, stock changes,
+//! tickets and order ids. Their HTTP routes are `routes::sale`.
 //!
 //! Postgres holds each sale's record; Redis holds its live state under the keys of
 //! [`crate::keys::SaleKeys`]. A purchase is decided by one Lua script

@@ -1,6 +1,7 @@
 //! Polls: one vote per user per poll, decided in per-poll batches by one Lua script
 //! (`lua/vote_batch.lua`, the vote route's limits inside), tallies live in Redis,
-//! votes settled into Postgres by the settlement worker.
+//! votes settled into Postgres by the settlement worker. Their HTTP routes are
+//! `routes::vote`.
 
 pub mod cached;
 pub mod cast;
