@@ -181,7 +181,7 @@ fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
         PurchaseOutcome::SoldOut => &m.purchase_sold_out,
         PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
-            // Counted by `judge` below.
+            // (`judge`, in `purchase_answer`, counts the policy that refused.)
             &m.purchase_limited
         }
         _ => &m.purchase_not_open,
