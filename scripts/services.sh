@@ -305,7 +305,21 @@ _stampede_stop() {
   else
     _say "Postgres (.data/pg) is not running"
   fi
-  # Stop the Redis on our port only if it is ours (same data directory).
+  # The Redis that .data/ started, on whatever port it was started on: its pidfile
+  # names it, and it is ours if it runs in .data/redis (Redis chdirs to its dir).
+  local pid
+  pid=$(cat "$STAMPEDE_DATA/redis.pid" 2>/dev/null) || pid=
+  if [[ -n "$pid" && "$(cat "/proc/$pid/comm" 2>/dev/null)" == redis-server &&
+    "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$STAMPEDE_DATA/redis" ]]; then
+    _say "stopping Redis (.data/redis, pid $pid)"
+    kill -TERM "$pid" # Redis shuts down as on SHUTDOWN: the AOF is flushed first
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || return 0
+      sleep 0.2
+    done
+    _die "Redis (pid $pid) did not stop"
+  fi
+  # No pidfile (removed by hand): the Redis on our port, if it is ours.
   if [[ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -1)" == "$STAMPEDE_DATA/redis" ]]; then
     _say "stopping Redis on 127.0.0.1:$port"
     redis-cli -p "$port" shutdown >/dev/null 2>&1 || true # the connection drops on success

@@ -355,15 +355,37 @@ impl Call<'_> {
         redis: &mut C,
         items: &[Item],
     ) -> Result<Vec<Row>, AppError> {
+        let mut inv = self.script.prepare_invoke();
+        for key in self.state_keys {
+            inv.key(key);
+        }
+        self.limit_keys(&mut inv, items)?;
+        inv.arg(self.id)
+            .arg(self.policies.len())
+            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default());
+        for policy in self.policies {
+            let (code, a, b, c) = policy.algorithm.lua_args();
+            inv.arg(code).arg(a).arg(b).arg(c);
+        }
+        for item in items {
+            inv.arg(item.user.get()).arg(item.arg);
+        }
+        let flat: Vec<i64> = inv.invoke_async(redis).await?;
+        rows(self.name, &flat, self.policies.len(), items.len())
+    }
+
+    /// Adds each item's limit keys, one per policy in order: the policy's prefix,
+    /// then the user id or the address.
+    fn limit_keys(
+        &self,
+        inv: &mut crate::lua::Invocation<'_>,
+        items: &[Item],
+    ) -> Result<(), AppError> {
         let prefixes: Vec<String> = self
             .policies
             .iter()
             .map(|p| (self.limit_key)(&p.name, ""))
             .collect();
-        let mut inv = self.script.prepare_invoke();
-        for key in self.state_keys {
-            inv.key(key);
-        }
         // A batch's keys are built in one buffer, with no formatting machinery: a
         // hot sale's batch holds up to a few hundred of them.
         let mut key = String::new();
@@ -399,18 +421,7 @@ impl Call<'_> {
                 inv.key(key.as_str());
             }
         }
-        inv.arg(self.id)
-            .arg(self.policies.len())
-            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default());
-        for policy in self.policies {
-            let (code, a, b, c) = policy.algorithm.lua_args();
-            inv.arg(code).arg(a).arg(b).arg(c);
-        }
-        for item in items {
-            inv.arg(item.user.get()).arg(item.arg);
-        }
-        let flat: Vec<i64> = inv.invoke_async(redis).await?;
-        rows(self.name, &flat, self.policies.len(), items.len())
+        Ok(())
     }
 }
 

@@ -82,6 +82,53 @@ struct Flights {
 }
 
 /// Counters since start, for tests and `/metrics`.
+/// How long a cached record lives. Records change only through admin actions, which
+/// invalidate; the TTL bounds how long a change made behind the app's back (SQL by
+/// hand) stays invisible. Sales and polls share it.
+pub const RECORD_TTL: Duration = Duration::from_secs(30);
+
+/// What a read through the cache needs besides the cache itself: the Postgres pool
+/// a record is rebuilt from, a Redis connection for the live numbers beside it, and
+/// the key names. The application state implements it (`state.rs`), so the
+/// capabilities' cached reads (`sale::cached`, `vote::cached`) take the state
+/// without importing it.
+pub trait CachedReads {
+    fn cache(&self) -> &Cache;
+    fn db(&self) -> &sqlx::PgPool;
+    fn redis(&self) -> &Redis;
+    fn keys(&self) -> &crate::keys::Keys;
+}
+
+impl<T: CachedReads + ?Sized> CachedReads for &T {
+    fn cache(&self) -> &Cache {
+        (**self).cache()
+    }
+    fn db(&self) -> &sqlx::PgPool {
+        (**self).db()
+    }
+    fn redis(&self) -> &Redis {
+        (**self).redis()
+    }
+    fn keys(&self) -> &crate::keys::Keys {
+        (**self).keys()
+    }
+}
+
+impl<T: CachedReads + ?Sized> CachedReads for actix_web::web::Data<T> {
+    fn cache(&self) -> &Cache {
+        (**self).cache()
+    }
+    fn db(&self) -> &sqlx::PgPool {
+        (**self).db()
+    }
+    fn redis(&self) -> &Redis {
+        (**self).redis()
+    }
+    fn keys(&self) -> &crate::keys::Keys {
+        (**self).keys()
+    }
+}
+
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CacheStats {
     /// Served straight from Redis.

@@ -4,19 +4,24 @@
 //! - [`startup`]: builds the server (`Application::build` binds and returns the port)
 //!   and runs it with graceful shutdown.
 //! - [`config`]: defaults, TOML file, environment overrides.
-//! - [`state`]: the one `AppState` (config, Redis connection, Postgres pool, keys).
+//! - [`state`]: the one `AppState`, which holds a handle of every capability; none of
+//!   them imports it (the module picture is in ARCHITECTURE.md, checked by a test).
+//! - `routes`: the JSON API's handlers (sales, polls, accounts, health), which take
+//!   the state, and `routes!`, the table that registers and lists them.
 //! - [`conn`]: what one client can hold: header size and body time limits.
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
-//! - [`metrics`]: counters served at `/metrics`.
+//! - [`metrics`]: counters and histograms, served at `/metrics` by [`observe`].
+//! - [`observe`]: the request-timing middleware and the `/metrics` handlers.
+//! - [`random`]: random hex tokens.
 //! - [`lock`]: a Redis lock (`SET NX PX` + token; owner-only release and extend; watchdog).
 //! - [`cache`]: views cached in Redis, rebuilt by one caller across all instances.
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`limit`]: rate limits in Redis Lua (fixed window, sliding log, sliding
 //!   counter, token bucket), their policies and HTTP headers.
-//! - [`sale`]: sales, the atomic purchase script, order status, admin routes.
-//! - [`vote`]: polls, the atomic vote script, live tallies, admin routes.
+//! - [`sale`]: sales, the atomic purchase script, stock changes, tickets, order ids.
+//! - [`vote`]: polls, the atomic vote script, live tallies.
 //! - [`batch`]: decisions in per-sale (per-poll) batches, one script call each.
 //! - [`lua`]: how the Lua scripts of `lua/` are assembled (shared prelude + script).
 //! - [`recover`]: rebuilding a sale's or poll's Redis state from Postgres after a
@@ -35,6 +40,8 @@ pub mod conn;
 pub mod domain;
 pub mod error;
 pub mod keys;
+#[cfg(test)]
+mod layers;
 pub mod limit;
 pub mod live;
 pub mod load;
@@ -43,6 +50,7 @@ pub mod lua;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
+pub mod random;
 pub mod recover;
 pub mod redis_conn;
 mod routes;

@@ -77,7 +77,7 @@ impl Lock {
         let key = key.into();
         // PX 0 is an error in Redis; a zero lease is a caller bug we round up.
         let ttl_ms = ttl_ms.max(1);
-        let token = crate::auth::random_token_hex(16);
+        let token = crate::random::token_hex(16);
         let mut redis = redis.clone();
         let set: Option<String> = redis::cmd("SET")
             .arg(&key)

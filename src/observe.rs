@@ -1,227 +1,17 @@
-//! Distributions for `/metrics`, on the `metrics` crate and its Prometheus exporter
-//! (a recorder of this process's own, not the global one: each server in a test
-//! process keeps its own numbers): request latency by route and status class, the
-//! batch sizes of the buy and vote paths, the duration of each settlement batch,
-//! and, read at each scrape, the settlement lag of every open sale and poll. The
-//! plain counters stay the sharded ones of [`crate::metrics`] (a relaxed add on the
-//! hot path); this module renders after them.
+//! What needs the application state to observe: the middleware that times every
+//! request, the scrape-time reads of settlement lag and stock, and the `/metrics`
+//! handlers. The histograms and counters themselves live in [`crate::metrics`], a
+//! leaf every capability may use.
 
-use std::collections::HashMap;
-use std::sync::RwLock;
-use std::time::Duration;
+use std::fmt::Write;
 
-use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::web;
-use metrics_exporter_prometheus::{
-    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
-};
-use metrics_util::MetricKindMask;
+use actix_web::{HttpResponse, web};
 
+use crate::error::ErrorCode;
 use crate::state::AppState;
-
-/// How long a gauge nobody sets stays in `/metrics`.
-const GAUGE_IDLE_SECS: u64 = 120;
-const REQUEST_SECONDS: &str = "stampede_http_request_duration_seconds";
-const BUY_BATCH: &str = "stampede_buy_batch_size";
-const VOTE_BATCH: &str = "stampede_vote_batch_size";
-const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
-const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
-const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
-const STOCK_LEFT: &str = "stampede_sale_stock_left";
-const LIMIT_DECISIONS: &str = "stampede_limit_decisions_total";
-
-static META: Metadata<'static> = Metadata::new("stampede", Level::INFO, None);
-
-/// Status classes of final answers, as labels, by the first digit of the status.
-const CLASSES: [&str; 4] = ["2xx", "3xx", "4xx", "5xx"];
-
-pub struct Observed {
-    recorder: PrometheusRecorder,
-    handle: PrometheusHandle,
-    /// Latency histograms by route pattern, one per status class. Registered the
-    /// first time a route answers; read-locked on every request after that.
-    requests: RwLock<HashMap<String, [Histogram; 4]>>,
-    /// Limiter decisions by policy, one counter per answer (allowed, denied, never).
-    limits: RwLock<HashMap<String, [Counter; 3]>>,
-    pub buy_batch_size: Histogram,
-    pub vote_batch_size: Histogram,
-    pub settle_batch_seconds: Histogram,
-}
-
-impl Default for Observed {
-    fn default() -> Self {
-        let seconds = [
-            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-        ];
-        let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
-        let recorder = PrometheusBuilder::new()
-            // The per-sale and per-poll gauges are set on every scrape while the sale
-            // or poll is open (or ended less than ten minutes ago); after that nothing
-            // sets them, and they leave the output instead of showing their last value
-            // for ever.
-            .idle_timeout(
-                MetricKindMask::GAUGE,
-                Some(std::time::Duration::from_secs(GAUGE_IDLE_SECS)),
-            )
-            .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &seconds)
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SETTLE_SECONDS.into()), &seconds))
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUY_BATCH.into()), &sizes))
-            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(VOTE_BATCH.into()), &sizes))
-            .expect("non-empty bucket lists")
-            .build_recorder();
-        let describe = |name: &'static str, unit: Unit, help: &'static str| {
-            recorder.describe_histogram(name.into(), Some(unit), SharedString::const_str(help));
-        };
-        describe(
-            REQUEST_SECONDS,
-            Unit::Seconds,
-            "Time from a request's arrival to its answer's head, by route pattern and status class.",
-        );
-        describe(
-            BUY_BATCH,
-            Unit::Count,
-            "Purchases decided by one purchase script call.",
-        );
-        describe(
-            VOTE_BATCH,
-            Unit::Count,
-            "Votes decided by one vote script call.",
-        );
-        describe(
-            SETTLE_SECONDS,
-            Unit::Seconds,
-            "One settlement batch: the Postgres transaction and the acknowledgement in Redis.",
-        );
-        recorder.describe_gauge(
-            STREAM_ENTRIES.into(),
-            Some(Unit::Count),
-            SharedString::const_str(
-                "Accepted orders or votes of an open sale or poll not yet settled into Postgres (its stream's length).",
-            ),
-        );
-        recorder.describe_gauge(
-            PENDING_ENTRIES.into(),
-            Some(Unit::Count),
-            SharedString::const_str(
-                "Entries of an open sale's or poll's stream delivered to a settlement worker and not yet acknowledged.",
-            ),
-        );
-        recorder.describe_counter(
-            LIMIT_DECISIONS.into(),
-            Some(Unit::Count),
-            SharedString::const_str(
-                "What each rate-limit policy answered for the requests it counted: allowed, denied (429) or never (422).",
-            ),
-        );
-        recorder.describe_gauge(
-            STOCK_LEFT.into(),
-            Some(Unit::Count),
-            SharedString::const_str("Units left of an open sale, as Redis holds them."),
-        );
-        let histogram =
-            |name: &'static str| recorder.register_histogram(&Key::from_name(name), &META);
-        Observed {
-            buy_batch_size: histogram(BUY_BATCH),
-            vote_batch_size: histogram(VOTE_BATCH),
-            settle_batch_seconds: histogram(SETTLE_SECONDS),
-            handle: recorder.handle(),
-            requests: RwLock::new(HashMap::new()),
-            limits: RwLock::new(HashMap::new()),
-            recorder,
-        }
-    }
-}
-
-impl Observed {
-    /// Records one answered request.
-    pub fn request(&self, route: &str, status: u16, took: Duration) {
-        let class = usize::from(status / 100).clamp(2, 5) - 2;
-        with_handles(
-            &self.requests,
-            route,
-            |histograms| histograms[class].record(took.as_secs_f64()),
-            || {
-                CLASSES.map(|status| {
-                    let labels = vec![
-                        Label::new("route", route.to_string()),
-                        Label::new("status", status),
-                    ];
-                    self.recorder
-                        .register_histogram(&Key::from_parts(REQUEST_SECONDS, labels), &META)
-                })
-            },
-        );
-    }
-
-    /// Counts one policy's answer for one request: `answer` 0 allowed, 1 denied,
-    /// 2 never.
-    pub fn limit_decision(&self, policy: &str, answer: usize) {
-        const ANSWERS: [&str; 3] = ["allowed", "denied", "never"];
-        with_handles(
-            &self.limits,
-            policy,
-            |counters| counters[answer].increment(1),
-            || {
-                ANSWERS.map(|answer| {
-                    let labels = vec![
-                        Label::new("policy", policy.to_string()),
-                        Label::new("answer", answer),
-                    ];
-                    self.recorder
-                        .register_counter(&Key::from_parts(LIMIT_DECISIONS, labels), &META)
-                })
-            },
-        );
-    }
-
-    /// Sets the settlement-lag gauges of one sale's or poll's stream.
-    pub fn settlement_lag(&self, kind: &'static str, id: i64, entries: u64, pending: u64) {
-        for (name, value) in [(STREAM_ENTRIES, entries), (PENDING_ENTRIES, pending)] {
-            let labels = vec![Label::new("kind", kind), Label::new("id", id.to_string())];
-            self.recorder
-                .register_gauge(&Key::from_parts(name, labels), &META)
-                .set(value as f64);
-        }
-    }
-
-    /// Sets the stock-left gauge of one sale.
-    pub fn stock_left(&self, id: i64, left: i64) {
-        let labels = vec![Label::new("id", id.to_string())];
-        self.recorder
-            .register_gauge(&Key::from_parts(STOCK_LEFT, labels), &META)
-            .set(left as f64);
-    }
-
-    /// The Prometheus text of everything above.
-    pub fn render(&self) -> String {
-        self.handle.render()
-    }
-}
-
-/// Runs `use_` on the handles registered for `name`: under the read lock when they
-/// exist (every request after the first of a route or policy), else registered by
-/// `register` under the write lock.
-fn with_handles<H, const N: usize>(
-    map: &RwLock<HashMap<String, [H; N]>>,
-    name: &str,
-    use_: impl FnOnce(&[H; N]),
-    register: impl FnOnce() -> [H; N],
-) {
-    if let Some(handles) = map
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .get(name)
-    {
-        return use_(handles);
-    }
-    let mut map = map
-        .write()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    use_(map.entry(name.to_string()).or_insert_with(register));
-}
 
 /// The middleware (`actix_web::middleware::from_fn`) that times every request.
 /// Requests no route matched count under the route `unmatched`.
@@ -309,4 +99,87 @@ pub async fn read_settlement_lag(state: &AppState) {
                 .settlement_lag(kind, id, entries, pending);
         }
     }
+}
+
+/// `GET /metrics` on the main listener: only with the configured bearer token
+/// (`metrics_token`). Without a configured token the route does not exist there
+/// (404); the metrics listener (loopback by default) serves [`endpoint`] freely.
+pub async fn guarded_endpoint(
+    state: web::Data<AppState>,
+    req: actix_web::HttpRequest,
+) -> Result<HttpResponse, crate::error::AppError> {
+    use crate::error::AppError;
+    let Some(expected) = state.config.metrics_token.as_deref() else {
+        return Err(AppError::not_found(
+            "/metrics is served on the metrics listener (metrics_listen)",
+        ));
+    };
+    let given = req
+        .headers()
+        .get(actix_web::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    use subtle::ConstantTimeEq;
+    let ok =
+        given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
+    if !ok {
+        return Err(AppError::new(
+            ErrorCode::Unauthorized,
+            "/metrics needs the metrics bearer token",
+        )
+        .with_header(actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
+    }
+    Ok(endpoint(state).await)
+}
+
+pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
+    read_settlement_lag(&state).await;
+    let mut text = state.metrics.render();
+    let cache = state.cache.stats();
+    for (name, help, value) in [
+        ("cache_hits", "Cached views served from Redis.", cache.hits),
+        (
+            "cache_loads",
+            "Cached views rebuilt from Postgres (one query each).",
+            cache.loads,
+        ),
+        (
+            "cache_shared",
+            "Misses served by another caller's rebuild in this process.",
+            cache.shared,
+        ),
+        (
+            "cache_waited",
+            "Misses served by another instance's rebuild.",
+            cache.waited,
+        ),
+        (
+            "cache_fallbacks",
+            "Misses that gave up waiting and loaded without storing.",
+            cache.fallbacks,
+        ),
+        (
+            "lock_acquired",
+            "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim).",
+            crate::lock::STATS.acquired.get(),
+        ),
+        (
+            "lock_contended",
+            "Lock attempts that found the lock held by another holder.",
+            crate::lock::STATS.contended.get(),
+        ),
+        (
+            "lock_lost",
+            "Held locks a watchdog found gone or could not extend in time.",
+            crate::lock::STATS.lost.get(),
+        ),
+    ] {
+        let _ = writeln!(text, "# HELP stampede_{name}_total {help}");
+        let _ = writeln!(text, "# TYPE stampede_{name}_total counter");
+        let _ = writeln!(text, "stampede_{name}_total {value}");
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(text)
 }

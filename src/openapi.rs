@@ -37,10 +37,10 @@ struct Meta;
 /// merged, then the shared answers added.
 pub fn document_value() -> openapi::OpenApi {
     let mut doc = Meta::openapi();
-    doc.merge(crate::startup::Api::openapi());
-    doc.merge(crate::auth::Api::openapi());
-    doc.merge(crate::sale::Api::openapi());
-    doc.merge(crate::vote::Api::openapi());
+    doc.merge(crate::routes::health::Api::openapi());
+    doc.merge(crate::routes::auth::Api::openapi());
+    doc.merge(crate::routes::sale::Api::openapi());
+    doc.merge(crate::routes::vote::Api::openapi());
     CommonAnswers.modify(&mut doc);
     doc
 }

@@ -420,7 +420,7 @@ impl Recovery {
 /// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
 /// restore script must find, or start over.
 async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, AppError> {
-    let token = crate::auth::random_token_hex(16);
+    let token = crate::random::token_hex(16);
     let _: i64 = FENCE
         .key(meta)
         .key(rebuild)

@@ -144,7 +144,8 @@ pub struct Settled {
 
 impl Settler {
     /// Opens the worker's own Redis connection: a blocking `XREADGROUP` must not run
-    /// on the shared connection, whose 500 ms response timeout would cut it off.
+    /// on the shared connection, whose response timeout (`redis_response_timeout_ms`,
+    /// 2000 ms by default) would cut it off.
     pub async fn connect(
         db: PgPool,
         target: &Target,
@@ -341,12 +342,26 @@ impl Settler {
             }
             Err(e) => return Err(e.into()),
         };
-        let mut events = Vec::new();
         let keys = reply.map(|r| r.keys).unwrap_or_default();
         let busy = keys.iter().filter(|k| !k.ids.is_empty()).count();
         if busy > 0 {
             self.busy_streams = busy;
         }
+        let mut events = self.events_of(streams, keys).await?;
+        // At most one batch per transaction. What is left stays delivered to this
+        // consumer and comes back with the next read of its pending entries ("0").
+        events.truncate(self.config.batch_size.max(1));
+        Ok(events)
+    }
+
+    /// The events of one read, stream by stream; an entry that is not one of ours
+    /// is acknowledged (and logged), so it never comes back.
+    async fn events_of(
+        &mut self,
+        streams: &[Stream],
+        keys: Vec<redis::streams::StreamKey>,
+    ) -> anyhow::Result<Vec<Event>> {
+        let mut events = Vec::new();
         let by_key: HashMap<&str, &Stream> = streams.iter().map(|s| (s.key(), s)).collect();
         for key in keys {
             let Some(stream) = by_key.get(key.key.as_str()) else {
@@ -369,9 +384,6 @@ impl Settler {
                 }
             }
         }
-        // At most one batch per transaction. What is left stays delivered to this
-        // consumer and comes back with the next read of its pending entries ("0").
-        events.truncate(self.config.batch_size.max(1));
         Ok(events)
     }
 
@@ -579,88 +591,115 @@ impl Settler {
 /// How often an idle settlement worker on Redis Cluster looks at its streams again.
 const CLUSTER_POLL: Duration = Duration::from_millis(20);
 
-/// Orders and votes of one batch, written in one transaction.
-/// Writes a batch; returns the rows inserted and the order ids that were neither
-/// inserted nor already there (a different order holds their (sale, user)).
+/// Writes a batch of orders and votes in one transaction; returns the rows inserted
+/// and the order ids that were neither inserted nor already there (a different
+/// order holds their (sale, user)).
 async fn insert_events(db: &PgPool, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
-    let mut order_ids = Vec::new();
-    let mut order_sales = Vec::new();
-    let mut order_users = Vec::new();
-    let mut order_times = Vec::new();
-    let mut vote_polls = Vec::new();
-    let mut vote_users = Vec::new();
-    let mut vote_options = Vec::new();
-    let mut vote_times = Vec::new();
-    for ev in events {
-        match &ev.kind {
-            EventKind::Order {
-                order_id,
-                sale_id,
-                user_id,
-                accepted_at,
-            } => {
-                order_ids.push(*order_id);
-                order_sales.push(*sale_id);
-                order_users.push(*user_id);
-                order_times.push(*accepted_at);
-            }
-            EventKind::Vote {
-                poll_id,
-                user_id,
-                option_id,
-                voted_at,
-            } => {
-                vote_polls.push(*poll_id);
-                vote_users.push(*user_id);
-                vote_options.push(*option_id);
-                vote_times.push(*voted_at);
-            }
-        }
-    }
+    let (orders, votes) = Columns::of(events);
     let mut tx = db.begin().await?;
-    let mut inserted = 0;
-    let mut conflicting = Vec::new();
-    if !order_ids.is_empty() {
-        let orders = sqlx::query(
-            "INSERT INTO orders (id, sale_id, user_id, accepted_at)
-             SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&order_ids)
-        .bind(&order_sales)
-        .bind(&order_users)
-        .bind(&order_times)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        inserted += orders;
-        if (orders as usize) < order_ids.len() {
-            // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
-            conflicting = sqlx::query_scalar(
-                "SELECT u FROM UNNEST($1::uuid[]) AS u
-                 WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
-            )
-            .bind(&order_ids)
-            .fetch_all(&mut *tx)
-            .await?;
-        }
-    }
-    if !vote_polls.is_empty() {
-        inserted += sqlx::query(
-            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
-             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(&vote_polls)
-        .bind(&vote_users)
-        .bind(&vote_options)
-        .bind(&vote_times)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    }
+    let (mut inserted, conflicting) = insert_orders(&mut tx, &orders).await?;
+    inserted += insert_votes(&mut tx, &votes).await?;
     tx.commit().await?;
     Ok((inserted, conflicting))
+}
+
+/// One array per column for `UNNEST`: a batch's orders (`ids`, `owners` the sales,
+/// `users`, `times`) or its votes (`owners` the polls, `users`, `options`, `times`).
+#[derive(Default)]
+struct Columns {
+    ids: Vec<Uuid>,
+    owners: Vec<i64>,
+    users: Vec<i64>,
+    options: Vec<i64>,
+    times: Vec<DateTime<Utc>>,
+}
+
+impl Columns {
+    /// The orders' columns and the votes' columns of `events`, in their order.
+    fn of(events: &[Event]) -> (Columns, Columns) {
+        let (mut orders, mut votes) = (Columns::default(), Columns::default());
+        for ev in events {
+            match &ev.kind {
+                EventKind::Order {
+                    order_id,
+                    sale_id,
+                    user_id,
+                    accepted_at,
+                } => {
+                    orders.ids.push(*order_id);
+                    orders.owners.push(*sale_id);
+                    orders.users.push(*user_id);
+                    orders.times.push(*accepted_at);
+                }
+                EventKind::Vote {
+                    poll_id,
+                    user_id,
+                    option_id,
+                    voted_at,
+                } => {
+                    votes.owners.push(*poll_id);
+                    votes.users.push(*user_id);
+                    votes.options.push(*option_id);
+                    votes.times.push(*voted_at);
+                }
+            }
+        }
+        (orders, votes)
+    }
+}
+
+/// Inserts the orders (`ON CONFLICT DO NOTHING`); returns the rows inserted and the
+/// ids of those skipped that are not there (a conflict, not a redelivery).
+async fn insert_orders(
+    tx: &mut sqlx::PgConnection,
+    orders: &Columns,
+) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
+    if orders.ids.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let inserted = sqlx::query(
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at)
+         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&orders.ids)
+    .bind(&orders.owners)
+    .bind(&orders.users)
+    .bind(&orders.times)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted as usize == orders.ids.len() {
+        return Ok((inserted, Vec::new()));
+    }
+    // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
+    let conflicting = sqlx::query_scalar(
+        "SELECT u FROM UNNEST($1::uuid[]) AS u
+         WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
+    )
+    .bind(&orders.ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok((inserted, conflicting))
+}
+
+/// Inserts the votes (`ON CONFLICT DO NOTHING`); returns the rows inserted.
+async fn insert_votes(tx: &mut sqlx::PgConnection, votes: &Columns) -> Result<u64, sqlx::Error> {
+    if votes.owners.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(
+        "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
+         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&votes.owners)
+    .bind(&votes.users)
+    .bind(&votes.options)
+    .bind(&votes.times)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected())
 }
 
 fn parse_event(stream: &Stream, entry: &StreamId) -> Option<Event> {
@@ -698,7 +737,7 @@ fn default_consumer_name() -> String {
     format!(
         "{host}-{}-{}",
         std::process::id(),
-        &crate::auth::random_token_hex(3)
+        &crate::random::token_hex(3)
     )
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{App, HttpServer, web};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::watch;
@@ -205,8 +205,8 @@ impl Application {
                 .app_data(path_config())
                 .app_data(query_config())
                 .app_data(web::PayloadConfig::new(max_body))
-                .configure(configure_health)
-                .route("/metrics", web::get().to(crate::metrics::guarded_endpoint))
+                .configure(crate::routes::health::configure)
+                .route("/metrics", web::get().to(crate::observe::guarded_endpoint))
                 // The JSON API in one scope: a page or static request never runs
                 // through the API's patterns, and the other way round.
                 .service(api_scope())
@@ -242,7 +242,7 @@ impl Application {
                 let server = HttpServer::new(move || {
                     App::new()
                         .app_data(metrics_state.clone())
-                        .route("/metrics", web::get().to(crate::metrics::endpoint))
+                        .route("/metrics", web::get().to(crate::observe::endpoint))
                 })
                 .disable_signals()
                 .workers(1)
@@ -494,9 +494,9 @@ type RouteList = &'static [(&'static str, &'static str)];
 /// The JSON API's route groups, mounted under `/api`. One table builds the scope and
 /// lists the routes ([`api_routes`]), so the OpenAPI test checks what is served.
 const API_GROUPS: &[(Configure, RouteList)] = &[
-    (crate::sale::configure, crate::sale::ROUTES),
-    (crate::vote::configure, crate::vote::ROUTES),
-    (crate::auth::configure, crate::auth::ROUTES),
+    (crate::routes::sale::configure, crate::routes::sale::ROUTES),
+    (crate::routes::vote::configure, crate::routes::vote::ROUTES),
+    (crate::routes::auth::configure, crate::routes::auth::ROUTES),
     (crate::openapi::configure, crate::openapi::ROUTES),
 ];
 
@@ -508,12 +508,6 @@ fn api_scope() -> actix_web::Scope {
         })
 }
 
-crate::routes::routes! {
-    fn configure_health, pub const HEALTH_ROUTES;
-    get "/healthz" => healthz,
-    get "/readyz" => readyz,
-}
-
 /// Every route of the API and the health checks as `(method, full path)`: what the
 /// OpenAPI document must describe (`/metrics` and the pages are not part of it).
 pub fn api_routes() -> Vec<(&'static str, String)> {
@@ -522,69 +516,9 @@ pub fn api_routes() -> Vec<(&'static str, String)> {
             .iter()
             .map(|(method, path)| (*method, format!("/api{path}")))
     });
-    HEALTH_ROUTES
+    crate::routes::health::HEALTH_ROUTES
         .iter()
         .map(|(method, path)| (*method, path.to_string()))
         .chain(api)
         .collect()
-}
-
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(healthz, readyz))]
-pub(crate) struct Api;
-
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct Health {
-    /// Always `ok`.
-    status: &'static str,
-}
-
-#[derive(serde::Serialize, utoipa::ToSchema)]
-struct Readiness {
-    /// `ready` or `unavailable`.
-    status: &'static str,
-    /// `ok` or `down`.
-    redis: &'static str,
-    /// `ok` or `down`.
-    postgres: &'static str,
-}
-
-/// Liveness: the process runs.
-#[utoipa::path(get, path = "/healthz", tag = "meta",
-    responses((status = 200, description = "The process runs", body = Health)))]
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(Health { status: "ok" })
-}
-
-/// Ready when both stores answer within a second.
-#[utoipa::path(get, path = "/readyz", tag = "meta", responses(
-    (status = 200, description = "Redis and Postgres answer", body = Readiness),
-    (status = 503, description = "Redis or Postgres does not answer (which one is said)", body = Readiness),
-))]
-async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let timeout = Duration::from_secs(1);
-    let mut redis = state.redis.clone();
-    // On a cluster: every primary answers.
-    let redis_ok = matches!(
-        tokio::time::timeout(timeout, redis.ping_all()).await,
-        Ok(Ok(()))
-    );
-    let db_ok = matches!(
-        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,
-        Ok(Ok(_))
-    );
-    let body = Readiness {
-        status: if redis_ok && db_ok {
-            "ready"
-        } else {
-            "unavailable"
-        },
-        redis: if redis_ok { "ok" } else { "down" },
-        postgres: if db_ok { "ok" } else { "down" },
-    };
-    if redis_ok && db_ok {
-        HttpResponse::Ok().json(body)
-    } else {
-        HttpResponse::ServiceUnavailable().json(body)
-    }
 }

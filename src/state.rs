@@ -50,3 +50,24 @@ pub struct AppState {
     /// One reader per sale or poll watched by open pages (see [`crate::live`]).
     pub live: Arc<crate::live::Feeds>,
 }
+
+impl crate::cache::CachedReads for AppState {
+    fn cache(&self) -> &Cache {
+        &self.cache
+    }
+    fn db(&self) -> &PgPool {
+        &self.db
+    }
+    fn redis(&self) -> &Redis {
+        &self.redis
+    }
+    fn keys(&self) -> &Keys {
+        &self.keys
+    }
+}
+
+impl crate::vote::cached::PollReads for AppState {
+    fn recovery(&self) -> &Arc<Recovery> {
+        &self.recovery
+    }
+}

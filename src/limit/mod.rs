@@ -23,7 +23,9 @@
 //! header text.
 
 pub mod http;
-pub mod policy;
+/// The policies, read and checked with the configuration (a leaf: [`crate::config`]
+/// holds them, so the configuration imports nothing of the limiter).
+pub use crate::config::limits as policy;
 
 use std::sync::LazyLock;
 
@@ -31,8 +33,8 @@ use redis::aio::ConnectionLike;
 
 use crate::lua::lua_script;
 
+pub use crate::config::limits::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 pub use http::{Granted, Limiter};
-pub use policy::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
 static LIMIT: LazyLock<crate::lua::Script> = lua_script!("limit.lua");
 

@@ -1,4 +1,5 @@
-//! Flash sales: admin set-up, the purchase hot path, and order status.
+//! Flash sales: records, the purchase script and its batch decider, stock changes,
+//! tickets and order ids. Their HTTP routes are `routes::sale`.
 //!
 //! Postgres holds each sale's record; Redis holds its live state under the keys of
 //! [`crate::keys::SaleKeys`]. A purchase is decided by one Lua script
@@ -10,14 +11,11 @@ pub mod buy;
 pub mod cached;
 pub mod orders;
 pub mod reconcile;
-pub(crate) mod routes;
 pub mod stock;
 pub mod store;
 pub mod ticket;
 
 pub use cached::{find_view, load_list, load_view};
-pub(crate) use routes::Api;
-pub use routes::{ROUTES, configure};
 pub use store::{PurchaseOutcome, SaleView};
 
 use std::collections::HashMap;

@@ -137,31 +137,44 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             }
             other => return Err(unexpected_reply("stock_change.lua", (other, delta))),
         };
-        let (status, applied_delta) = match result {
-            ChangeResult::Applied { delta, .. } => ("applied", delta),
-            _ => ("refused", 0),
-        };
-        let done = sqlx::query(
-            "UPDATE stock_changes SET status = $2, delta = $3, applied_at = now()
-             WHERE id = $1 AND status = 'pending'",
-        )
-        .bind(id)
-        .bind(status)
-        .bind(applied_delta)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 && applied_delta != 0 {
-            sqlx::query(
-                "UPDATE sales SET stock_total = stock_total + $2, updated_at = now() WHERE id = $1",
-            )
-            .bind(sale.get())
-            .bind(applied_delta)
-            .execute(&mut *tx)
-            .await?;
-        }
+        record_change(tx, sale, id, &result).await?;
         results.push((id, result));
     }
     Ok(results)
+}
+
+/// Records a change Redis decided: its row turns `applied` or `refused`, and an
+/// applied delta moves the sale's `stock_total`, only by the update that turned the
+/// row (a second call finds it no longer `pending`).
+async fn record_change(
+    tx: &mut sqlx::PgConnection,
+    sale: SaleId,
+    id: i64,
+    result: &ChangeResult,
+) -> Result<(), AppError> {
+    let (status, applied_delta) = match result {
+        ChangeResult::Applied { delta, .. } => ("applied", *delta),
+        _ => ("refused", 0),
+    };
+    let done = sqlx::query(
+        "UPDATE stock_changes SET status = $2, delta = $3, applied_at = now()
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(status)
+    .bind(applied_delta)
+    .execute(&mut *tx)
+    .await?;
+    if done.rows_affected() == 1 && applied_delta != 0 {
+        sqlx::query(
+            "UPDATE sales SET stock_total = stock_total + $2, updated_at = now() WHERE id = $1",
+        )
+        .bind(sale.get())
+        .bind(applied_delta)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// The outcome of a change as Postgres records it now, with live numbers from Redis.

@@ -139,27 +139,9 @@ pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>,
     Ok(Some(PollRecord { poll, options }))
 }
 
-/// The poll's record through the Redis cache: one Postgres query per miss across all
-/// instances; `None` (cached too) when there is no such poll. Live tallies are never
-/// part of it. Poll creation and closing call [`invalidate_record`].
-pub async fn cached_record(
-    state: &crate::state::AppState,
-    id: PollId,
-) -> Result<Option<PollRecord>, AppError> {
-    let db = &state.db;
-    state
-        .cache
-        .get_or_rebuild(
-            &state.keys.poll_view(id),
-            crate::sale::cached::VIEW_TTL,
-            || async move { Ok(fetch_record(db, id).await?) },
-        )
-        .await
-}
-
-pub async fn invalidate_record(state: &crate::state::AppState, id: PollId) -> Result<(), AppError> {
-    state.cache.invalidate(&[state.keys.poll_view(id)]).await
-}
+// Read through the cache by [`super::cached`]; re-exported for the pages that
+// read a poll's record beside its tallies.
+pub use super::cached::{cached_record, invalidate_record};
 
 /// Most polls a list returns.
 pub const LIST_LIMIT: i64 = 200;

@@ -6,9 +6,9 @@ use actix_web::HttpRequest;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use crate::auth::{self, AuthUser};
 use crate::domain::{PollStatus, SaleStatus};
 use crate::error::AppError;
+use crate::routes::auth::{self, AuthUser};
 use crate::sale::SaleView;
 use crate::vote::store::{PollRow, Results};
 

@@ -6,12 +6,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::buy::BuyRequest;
-use super::cached::{self, find_view, load_list, load_view};
-use super::stock::{self, ChangeResult, StockChange};
-use super::store::{self, NewSale, PurchaseOutcome};
-use super::ticket::{self, TicketError, TicketWindow, Window};
-use super::{orders, reconcile};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -19,6 +13,12 @@ use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
+use crate::sale::buy::{BuyReply, BuyRequest};
+use crate::sale::cached::{self, find_view, load_list, load_view};
+use crate::sale::stock::{self, ChangeResult, StockChange};
+use crate::sale::store::{self, NewSale, PurchaseOutcome};
+use crate::sale::ticket::{self, TicketError, TicketWindow, Window};
+use crate::sale::{orders, reconcile};
 use crate::state::{AppState, Worker};
 use futures_util::StreamExt;
 
@@ -44,7 +44,7 @@ use futures_util::StreamExt;
 ))]
 pub(crate) struct Api;
 
-crate::routes::routes! {
+super::routes! {
     pub fn configure, pub const ROUTES;
     post "/sales/{id}/purchase" => purchase,
     post "/sales/{id}/ticket" => ticket,
@@ -169,19 +169,32 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
         .buys
         .submit(sale, BuyRequest { user: user.id, ip })
         .await?;
-    let outcome = reply.outcome;
-    let m = &state.metrics;
+    count_outcome(&state.metrics, &reply.outcome);
+    purchase_answer(state, sale, reply).await
+}
+
+/// One counter per purchase, by how the batch decided it.
+fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
         PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
         PurchaseOutcome::SoldOut => &m.purchase_sold_out,
         PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
-            // Counted by `judge` below.
+            // (`judge`, in `purchase_answer`, counts the policy that refused.)
             &m.purchase_limited
         }
         _ => &m.purchase_not_open,
     });
+}
+
+/// The answer to a purchase the batch decided: 202 with the order, or the refusal.
+async fn purchase_answer(
+    state: &AppState,
+    sale: SaleId,
+    reply: BuyReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
     // What the buy route's policies said: the RateLimit headers of a 202, or the
     // 429 (422) of a refusal. Built only for those answers: a storm's refusals
     // (already bought, sold out) carry no RateLimit headers and pay nothing for them.

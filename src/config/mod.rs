@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-pub use crate::limit::LimitsConfig;
+pub mod limits;
+
+pub use limits::LimitsConfig;
 
 /// Everything the server needs to start. Every field has a local default so that
 /// `stampede serve` works against the services `scripts/run` starts.
@@ -280,143 +282,12 @@ impl Config {
     }
 
     /// Environment overrides. `DATABASE_URL` and `REDIS_URL` are honoured under their
-    /// customary names; everything else is `STAMPEDE_<FIELD>`.
+    /// customary names; everything else is `STAMPEDE_<FIELD>` (the table `ENV`).
     pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        fn parse<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
-        where
-            T::Err: std::fmt::Display,
-        {
-            value.trim().parse().map_err(|e: T::Err| ConfigError::Env {
-                var,
-                message: e.to_string(),
-            })
-        }
-        if let Some(v) = var("STAMPEDE_LISTEN") {
-            self.listen = parse("STAMPEDE_LISTEN", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_METRICS_LISTEN") {
-            self.metrics_listen = match v.trim() {
-                "" | "off" => None,
-                _ => Some(parse("STAMPEDE_METRICS_LISTEN", v)?),
-            };
-        }
-        if let Some(v) = var("STAMPEDE_METRICS_TOKEN") {
-            self.metrics_token = Some(v).filter(|t| !t.is_empty());
-        }
-        if let Some(v) = var("STAMPEDE_SESSION_SYNC_MS") {
-            self.session_sync_ms = parse("STAMPEDE_SESSION_SYNC_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_LIVE_INTERVAL_MS") {
-            self.live_interval_ms = parse("STAMPEDE_LIVE_INTERVAL_MS", v)?;
-        }
-        if let Some(v) = var("DATABASE_URL") {
-            self.database_url = v;
-        }
-        if let Some(v) = var("REDIS_URL") {
-            self.redis_url = v;
-        }
-        if let Some(v) = var("STAMPEDE_REDIS_CLUSTER") {
-            self.redis_cluster = v
-                .split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .map(String::from)
-                .collect();
-        }
-        if let Some(v) = var("STAMPEDE_REDIS_NAMESPACE") {
-            self.redis_namespace = v;
-        }
-        if let Some(v) = var("STAMPEDE_TOKEN_SECRET") {
-            self.token_secret = v;
-        }
-        if let Some(v) = var("STAMPEDE_TOKEN_TTL_SECS") {
-            self.token_ttl_secs = parse("STAMPEDE_TOKEN_TTL_SECS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_COOKIE_SECURE") {
-            self.cookie_secure = parse("STAMPEDE_COOKIE_SECURE", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_MAX_BODY_BYTES") {
-            self.max_body_bytes = parse("STAMPEDE_MAX_BODY_BYTES", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS") {
-            self.client_request_timeout_ms = parse("STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_BODY_TIMEOUT_MS") {
-            self.body_timeout_ms = parse("STAMPEDE_BODY_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_KEEP_ALIVE_SECS") {
-            self.keep_alive_secs = parse("STAMPEDE_KEEP_ALIVE_SECS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_MAX_CONNECTIONS") {
-            self.max_connections = parse("STAMPEDE_MAX_CONNECTIONS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_MAX_HEADER_BYTES") {
-            self.max_header_bytes = parse("STAMPEDE_MAX_HEADER_BYTES", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_SOLD_OUT_CACHE_MS") {
-            self.sold_out_cache_ms = parse("STAMPEDE_SOLD_OUT_CACHE_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_SETTLE_IN_SERVE") {
-            self.settle_in_serve = parse("STAMPEDE_SETTLE_IN_SERVE", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_SETTLE_BATCH_SIZE") {
-            self.settle.batch_size = parse("STAMPEDE_SETTLE_BATCH_SIZE", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_SETTLE_CLAIM_IDLE_MS") {
-            self.settle.claim_idle_ms = parse("STAMPEDE_SETTLE_CLAIM_IDLE_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_TRUSTED_PROXIES") {
-            self.trusted_proxies = v
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| parse("STAMPEDE_TRUSTED_PROXIES", s.to_string()))
-                .collect::<Result<_, _>>()?;
-        }
-        if let Some(v) = var("STAMPEDE_LIMITS") {
-            self.limits.enabled = match v.trim().to_ascii_lowercase().as_str() {
-                "on" | "true" | "1" => true,
-                "off" | "false" | "0" => false,
-                other => {
-                    return Err(ConfigError::Env {
-                        var: "STAMPEDE_LIMITS",
-                        message: format!("expected on or off, got {other:?}"),
-                    });
-                }
-            };
-        }
-        if let Some(v) = var("STAMPEDE_ADMIN_USERNAME") {
-            self.admin_username = Some(v);
-        }
-        if let Some(v) = var("STAMPEDE_ADMIN_PASSWORD") {
-            self.admin_password = Some(v);
-        }
-        if let Some(v) = var("STAMPEDE_DEMO_PASSWORD") {
-            self.demo_password = Some(v);
-        }
-        if let Some(v) = var("STAMPEDE_DATABASE_MAX_CONNECTIONS") {
-            self.database_max_connections = parse("STAMPEDE_DATABASE_MAX_CONNECTIONS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS") {
-            self.redis_response_timeout_ms = parse("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_REPLICA_ACKS") {
-            self.replica_acks = parse("STAMPEDE_REPLICA_ACKS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_REPLICA_ACK_TIMEOUT_MS") {
-            self.replica_ack_timeout_ms = parse("STAMPEDE_REPLICA_ACK_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_WORKERS") {
-            self.workers = parse("STAMPEDE_WORKERS", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_BATCH_MAX") {
-            self.batch_max = parse("STAMPEDE_BATCH_MAX", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_BATCH_IN_FLIGHT") {
-            self.batch_in_flight = parse("STAMPEDE_BATCH_IN_FLIGHT", v)?;
-        }
-        if let Some(v) = var("STAMPEDE_SWEEP_MS") {
-            self.sweep_ms = parse("STAMPEDE_SWEEP_MS", v)?;
+        for (name, set) in ENV {
+            if let Some(value) = var(name) {
+                set(self, name, value)?;
+            }
         }
         Ok(())
     }
@@ -488,10 +359,152 @@ impl Config {
     }
 }
 
+/// The variable's value, trimmed, parsed; an error names the variable.
+fn parse<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
+where
+    T::Err: std::fmt::Display,
+{
+    value.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+        var,
+        message: e.to_string(),
+    })
+}
+
+/// A comma-separated list, blanks dropped.
+fn list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// How one environment variable sets its part of the configuration: given the
+/// configuration, the variable's name (for errors) and its value.
+type Setter = fn(&mut Config, &'static str, String) -> Result<(), ConfigError>;
+
+/// `parsed!(field)`: the variable's value parsed into `field` (see [`parse`]).
+macro_rules! parsed {
+    ($($field:ident).+) => {
+        |c: &mut Config, name: &'static str, v: String| -> Result<(), ConfigError> {
+            c.$($field).+ = parse(name, v)?;
+            Ok(())
+        }
+    };
+}
+
+/// `text!(field)`: the variable's value as it is; `text!(Some field)`: in an `Option`.
+macro_rules! text {
+    ($field:ident) => {
+        |c: &mut Config, _: &'static str, v: String| -> Result<(), ConfigError> {
+            c.$field = v;
+            Ok(())
+        }
+    };
+    (Some $field:ident) => {
+        |c: &mut Config, _: &'static str, v: String| -> Result<(), ConfigError> {
+            c.$field = Some(v);
+            Ok(())
+        }
+    };
+}
+
+/// Every environment variable [`Config::apply_env`] reads, in the order it applies
+/// them, with what each sets.
+const ENV: &[(&str, Setter)] = &[
+    ("STAMPEDE_LISTEN", parsed!(listen)),
+    ("STAMPEDE_METRICS_LISTEN", |c, name, v| {
+        c.metrics_listen = match v.trim() {
+            "" | "off" => None,
+            _ => Some(parse(name, v)?),
+        };
+        Ok(())
+    }),
+    ("STAMPEDE_METRICS_TOKEN", |c, _, v| {
+        c.metrics_token = Some(v).filter(|t| !t.is_empty());
+        Ok(())
+    }),
+    ("STAMPEDE_SESSION_SYNC_MS", parsed!(session_sync_ms)),
+    ("STAMPEDE_LIVE_INTERVAL_MS", parsed!(live_interval_ms)),
+    ("DATABASE_URL", text!(database_url)),
+    ("REDIS_URL", text!(redis_url)),
+    ("STAMPEDE_REDIS_CLUSTER", |c, _, v| {
+        c.redis_cluster = list(&v).map(String::from).collect();
+        Ok(())
+    }),
+    ("STAMPEDE_REDIS_NAMESPACE", text!(redis_namespace)),
+    ("STAMPEDE_TOKEN_SECRET", text!(token_secret)),
+    ("STAMPEDE_TOKEN_TTL_SECS", parsed!(token_ttl_secs)),
+    ("STAMPEDE_COOKIE_SECURE", parsed!(cookie_secure)),
+    ("STAMPEDE_MAX_BODY_BYTES", parsed!(max_body_bytes)),
+    (
+        "STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS",
+        parsed!(client_request_timeout_ms),
+    ),
+    ("STAMPEDE_BODY_TIMEOUT_MS", parsed!(body_timeout_ms)),
+    ("STAMPEDE_KEEP_ALIVE_SECS", parsed!(keep_alive_secs)),
+    ("STAMPEDE_MAX_CONNECTIONS", parsed!(max_connections)),
+    ("STAMPEDE_MAX_HEADER_BYTES", parsed!(max_header_bytes)),
+    ("STAMPEDE_SOLD_OUT_CACHE_MS", parsed!(sold_out_cache_ms)),
+    ("STAMPEDE_SETTLE_IN_SERVE", parsed!(settle_in_serve)),
+    ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
+    (
+        "STAMPEDE_SETTLE_CLAIM_IDLE_MS",
+        parsed!(settle.claim_idle_ms),
+    ),
+    ("STAMPEDE_TRUSTED_PROXIES", |c, name, v| {
+        c.trusted_proxies = list(&v)
+            .map(|s| parse(name, s.to_string()))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    }),
+    ("STAMPEDE_LIMITS", |c, name, v| {
+        c.limits.enabled = match v.trim().to_ascii_lowercase().as_str() {
+            "on" | "true" | "1" => true,
+            "off" | "false" | "0" => false,
+            other => {
+                return Err(ConfigError::Env {
+                    var: name,
+                    message: format!("expected on or off, got {other:?}"),
+                });
+            }
+        };
+        Ok(())
+    }),
+    ("STAMPEDE_ADMIN_USERNAME", text!(Some admin_username)),
+    ("STAMPEDE_ADMIN_PASSWORD", text!(Some admin_password)),
+    ("STAMPEDE_DEMO_PASSWORD", text!(Some demo_password)),
+    (
+        "STAMPEDE_DATABASE_MAX_CONNECTIONS",
+        parsed!(database_max_connections),
+    ),
+    (
+        "STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS",
+        parsed!(redis_response_timeout_ms),
+    ),
+    ("STAMPEDE_REPLICA_ACKS", parsed!(replica_acks)),
+    (
+        "STAMPEDE_REPLICA_ACK_TIMEOUT_MS",
+        parsed!(replica_ack_timeout_ms),
+    ),
+    ("STAMPEDE_WORKERS", parsed!(workers)),
+    ("STAMPEDE_BATCH_MAX", parsed!(batch_max)),
+    ("STAMPEDE_BATCH_IN_FLIGHT", parsed!(batch_in_flight)),
+    ("STAMPEDE_SWEEP_MS", parsed!(sweep_ms)),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn every_variable_is_read_once_under_its_name() {
+        let mut seen = std::collections::HashSet::new();
+        for (name, _) in ENV {
+            assert!(seen.insert(*name), "{name} is in the table twice");
+            assert!(
+                name.starts_with("STAMPEDE_") || ["DATABASE_URL", "REDIS_URL"].contains(name),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn env_overrides_defaults() {

@@ -5,8 +5,6 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::cast::{VoteOutcome, VoteRequest};
-use super::store::{self, NewPoll};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -15,6 +13,10 @@ use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::{AppState, Worker};
+use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
+use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
+use crate::vote::store::{self, NewPoll};
+use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
 // Routes under `/api` (see `startup`).
 #[derive(utoipa::OpenApi)]
@@ -31,7 +33,7 @@ use crate::state::{AppState, Worker};
 ))]
 pub(crate) struct Api;
 
-crate::routes::routes! {
+super::routes! {
     pub fn configure, pub const ROUTES;
     get "/polls" => list,
     get "/polls/{id}" => show,
@@ -66,34 +68,6 @@ async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
         })
         .collect();
     Ok(HttpResponse::Ok().json(polls))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub struct PollView {
-    #[serde(flatten)]
-    pub record: store::PollRecord,
-    pub status: crate::domain::PollStatus,
-    pub results: store::Results,
-}
-
-/// The poll's record (question, options, window) plus its live results.
-pub async fn load_view(state: &AppState, id: PollId) -> Result<PollView, AppError> {
-    let record = store::cached_record(state, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    let results = live_results(state, id).await?;
-    Ok(PollView {
-        status: store::status(&record.poll, Utc::now()),
-        record,
-        results,
-    })
-}
-
-async fn live_results(state: &AppState, id: PollId) -> Result<store::Results, AppError> {
-    match store::results(&mut state.redis.clone(), &state.keys, id).await? {
-        Some(results) => Ok(results),
-        None => Err(missing_from_redis(state, id).await),
-    }
 }
 
 /// One poll: question, options, window and live results.
@@ -215,11 +189,21 @@ async fn vote(
             },
         )
         .await?;
-    let outcome = reply.outcome;
-    Metrics::inc(match outcome {
+    Metrics::inc(match reply.outcome {
         VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
         _ => &state.metrics.vote_refused,
     });
+    vote_answer(&state, poll, option_id, reply).await
+}
+
+/// The answer to a vote the batch decided: 202, or the refusal.
+async fn vote_answer(
+    state: &AppState,
+    poll: PollId,
+    option_id: i64,
+    reply: VoteReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
     // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
     // other refusals carry no RateLimit headers (as in the purchase).
     let judged = || {
@@ -249,7 +233,7 @@ async fn vote(
             .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
         }
         VoteOutcome::Closed => Err(AppError::new(ErrorCode::Closed, "this poll is closed")),
-        VoteOutcome::NotLoaded => Err(missing_from_redis(&state, poll).await),
+        VoteOutcome::NotLoaded => Err(missing_from_redis(state, poll).await),
         VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
         VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
             let _no_policy_refused = judged()?;
@@ -267,16 +251,6 @@ fn unknown_option() -> AppError {
     )
 }
 
-/// Redis has no state for this poll: 404 when Postgres has none either, else the
-/// poll was lost (wiped): rebuild it and answer 503 meanwhile.
-async fn missing_from_redis(state: &AppState, poll: PollId) -> AppError {
-    match store::cached_record(state, poll).await {
-        Ok(Some(_)) => state.recovery.recovering(Target::Poll(poll)),
-        Ok(None) => AppError::not_found(format!("no poll with id {poll}")),
-        Err(e) => e,
-    }
-}
-
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreatePoll {
@@ -285,9 +259,6 @@ struct CreatePoll {
     opens_at: DateTime<Utc>,
     closes_at: DateTime<Utc>,
 }
-
-pub const MIN_OPTIONS: usize = 2;
-pub const MAX_OPTIONS: usize = 20;
 
 impl CreatePoll {
     fn validate(self) -> Result<NewPoll, AppError> {

@@ -4,21 +4,20 @@
 //! `metrics` crate and `metrics-exporter-prometheus` ([`crate::observe`]); the
 //! endpoint renders these counters, then those, then the cache and lock counters.
 
-use crate::error::ErrorCode;
+pub mod observed;
+
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use actix_web::{HttpResponse, web};
-
-use crate::state::AppState;
+pub use observed::Observed;
 
 macro_rules! counters {
     ($($field:ident : $help:literal),* $(,)?) => {
         #[derive(Default)]
         pub struct Metrics {
             $(pub $field: Counter,)*
-            /// Histograms and gauges (see [`crate::observe`]).
-            pub observed: crate::observe::Observed,
+            /// Histograms and gauges (see [`observed`]).
+            pub observed: Observed,
         }
 
         impl Metrics {
@@ -101,89 +100,6 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.shards.iter().map(|s| s.0.load(Relaxed)).sum()
     }
-}
-
-/// `GET /metrics` on the main listener: only with the configured bearer token
-/// (`metrics_token`). Without a configured token the route does not exist there
-/// (404); the metrics listener (loopback by default) serves [`endpoint`] freely.
-pub async fn guarded_endpoint(
-    state: web::Data<AppState>,
-    req: actix_web::HttpRequest,
-) -> Result<HttpResponse, crate::error::AppError> {
-    use crate::error::AppError;
-    let Some(expected) = state.config.metrics_token.as_deref() else {
-        return Err(AppError::not_found(
-            "/metrics is served on the metrics listener (metrics_listen)",
-        ));
-    };
-    let given = req
-        .headers()
-        .get(actix_web::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    use subtle::ConstantTimeEq;
-    let ok =
-        given.len() == expected.len() && bool::from(given.as_bytes().ct_eq(expected.as_bytes()));
-    if !ok {
-        return Err(AppError::new(
-            ErrorCode::Unauthorized,
-            "/metrics needs the metrics bearer token",
-        )
-        .with_header(actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
-    }
-    Ok(endpoint(state).await)
-}
-
-pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
-    crate::observe::read_settlement_lag(&state).await;
-    let mut text = state.metrics.render();
-    let cache = state.cache.stats();
-    for (name, help, value) in [
-        ("cache_hits", "Cached views served from Redis.", cache.hits),
-        (
-            "cache_loads",
-            "Cached views rebuilt from Postgres (one query each).",
-            cache.loads,
-        ),
-        (
-            "cache_shared",
-            "Misses served by another caller's rebuild in this process.",
-            cache.shared,
-        ),
-        (
-            "cache_waited",
-            "Misses served by another instance's rebuild.",
-            cache.waited,
-        ),
-        (
-            "cache_fallbacks",
-            "Misses that gave up waiting and loaded without storing.",
-            cache.fallbacks,
-        ),
-        (
-            "lock_acquired",
-            "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim).",
-            crate::lock::STATS.acquired.get(),
-        ),
-        (
-            "lock_contended",
-            "Lock attempts that found the lock held by another holder.",
-            crate::lock::STATS.contended.get(),
-        ),
-        (
-            "lock_lost",
-            "Held locks a watchdog found gone or could not extend in time.",
-            crate::lock::STATS.lost.get(),
-        ),
-    ] {
-        let _ = writeln!(text, "# HELP stampede_{name}_total {help}");
-        let _ = writeln!(text, "# TYPE stampede_{name}_total counter");
-        let _ = writeln!(text, "stampede_{name}_total {value}");
-    }
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(text)
 }
 
 #[cfg(test)]

@@ -21,3 +21,8 @@ macro_rules! routes {
 }
 
 pub(crate) use routes;
+
+pub mod auth;
+pub mod health;
+pub mod sale;
+pub mod vote;

@@ -1,0 +1,219 @@
+//! Distributions for `/metrics`, on the `metrics` crate and its Prometheus exporter
+//! (a recorder of this process's own, not the global one: each server in a test
+//! process keeps its own numbers): request latency by route and status class, the
+//! batch sizes of the buy and vote paths, the duration of each settlement batch,
+//! and, read at each scrape, the settlement lag of every open sale and poll. The
+//! plain counters stay the sharded ones of [`crate::metrics`] (a relaxed add on the
+//! hot path); this module renders after them. The middleware that times requests
+//! and the scrape-time reads live in [`crate::observe`], which holds the state.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use metrics_util::MetricKindMask;
+
+/// How long a gauge nobody sets stays in `/metrics`.
+const GAUGE_IDLE_SECS: u64 = 120;
+const REQUEST_SECONDS: &str = "stampede_http_request_duration_seconds";
+const BUY_BATCH: &str = "stampede_buy_batch_size";
+const VOTE_BATCH: &str = "stampede_vote_batch_size";
+const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
+const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
+const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
+const STOCK_LEFT: &str = "stampede_sale_stock_left";
+const LIMIT_DECISIONS: &str = "stampede_limit_decisions_total";
+
+static META: Metadata<'static> = Metadata::new("stampede", Level::INFO, None);
+
+/// Status classes of final answers, as labels, by the first digit of the status.
+const CLASSES: [&str; 4] = ["2xx", "3xx", "4xx", "5xx"];
+
+pub struct Observed {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    /// Latency histograms by route pattern, one per status class. Registered the
+    /// first time a route answers; read-locked on every request after that.
+    requests: RwLock<HashMap<String, [Histogram; 4]>>,
+    /// Limiter decisions by policy, one counter per answer (allowed, denied, never).
+    limits: RwLock<HashMap<String, [Counter; 3]>>,
+    pub buy_batch_size: Histogram,
+    pub vote_batch_size: Histogram,
+    pub settle_batch_seconds: Histogram,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        let seconds = [
+            0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ];
+        let sizes = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
+        let recorder = PrometheusBuilder::new()
+            // The per-sale and per-poll gauges are set on every scrape while the sale
+            // or poll is open (or ended less than ten minutes ago); after that nothing
+            // sets them, and they leave the output instead of showing their last value
+            // for ever.
+            .idle_timeout(
+                MetricKindMask::GAUGE,
+                Some(Duration::from_secs(GAUGE_IDLE_SECS)),
+            )
+            .set_buckets_for_metric(Matcher::Full(REQUEST_SECONDS.into()), &seconds)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SETTLE_SECONDS.into()), &seconds))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUY_BATCH.into()), &sizes))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(VOTE_BATCH.into()), &sizes))
+            .expect("non-empty bucket lists")
+            .build_recorder();
+        let describe = |name: &'static str, unit: Unit, help: &'static str| {
+            recorder.describe_histogram(name.into(), Some(unit), SharedString::const_str(help));
+        };
+        describe(
+            REQUEST_SECONDS,
+            Unit::Seconds,
+            "Time from a request's arrival to its answer's head, by route pattern and status class.",
+        );
+        describe(
+            BUY_BATCH,
+            Unit::Count,
+            "Purchases decided by one purchase script call.",
+        );
+        describe(
+            VOTE_BATCH,
+            Unit::Count,
+            "Votes decided by one vote script call.",
+        );
+        describe(
+            SETTLE_SECONDS,
+            Unit::Seconds,
+            "One settlement batch: the Postgres transaction and the acknowledgement in Redis.",
+        );
+        recorder.describe_gauge(
+            STREAM_ENTRIES.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "Accepted orders or votes of an open sale or poll not yet settled into Postgres (its stream's length).",
+            ),
+        );
+        recorder.describe_gauge(
+            PENDING_ENTRIES.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "Entries of an open sale's or poll's stream delivered to a settlement worker and not yet acknowledged.",
+            ),
+        );
+        recorder.describe_counter(
+            LIMIT_DECISIONS.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "What each rate-limit policy answered for the requests it counted: allowed, denied (429) or never (422).",
+            ),
+        );
+        recorder.describe_gauge(
+            STOCK_LEFT.into(),
+            Some(Unit::Count),
+            SharedString::const_str("Units left of an open sale, as Redis holds them."),
+        );
+        let histogram =
+            |name: &'static str| recorder.register_histogram(&Key::from_name(name), &META);
+        Observed {
+            buy_batch_size: histogram(BUY_BATCH),
+            vote_batch_size: histogram(VOTE_BATCH),
+            settle_batch_seconds: histogram(SETTLE_SECONDS),
+            handle: recorder.handle(),
+            requests: RwLock::new(HashMap::new()),
+            limits: RwLock::new(HashMap::new()),
+            recorder,
+        }
+    }
+}
+
+impl Observed {
+    /// Records one answered request.
+    pub fn request(&self, route: &str, status: u16, took: Duration) {
+        let class = usize::from(status / 100).clamp(2, 5) - 2;
+        with_handles(
+            &self.requests,
+            route,
+            |histograms| histograms[class].record(took.as_secs_f64()),
+            || {
+                CLASSES.map(|status| {
+                    let labels = vec![
+                        Label::new("route", route.to_string()),
+                        Label::new("status", status),
+                    ];
+                    self.recorder
+                        .register_histogram(&Key::from_parts(REQUEST_SECONDS, labels), &META)
+                })
+            },
+        );
+    }
+
+    /// Counts one policy's answer for one request: `answer` 0 allowed, 1 denied,
+    /// 2 never.
+    pub fn limit_decision(&self, policy: &str, answer: usize) {
+        const ANSWERS: [&str; 3] = ["allowed", "denied", "never"];
+        with_handles(
+            &self.limits,
+            policy,
+            |counters| counters[answer].increment(1),
+            || {
+                ANSWERS.map(|answer| {
+                    let labels = vec![
+                        Label::new("policy", policy.to_string()),
+                        Label::new("answer", answer),
+                    ];
+                    self.recorder
+                        .register_counter(&Key::from_parts(LIMIT_DECISIONS, labels), &META)
+                })
+            },
+        );
+    }
+
+    /// Sets the settlement-lag gauges of one sale's or poll's stream.
+    pub fn settlement_lag(&self, kind: &'static str, id: i64, entries: u64, pending: u64) {
+        for (name, value) in [(STREAM_ENTRIES, entries), (PENDING_ENTRIES, pending)] {
+            let labels = vec![Label::new("kind", kind), Label::new("id", id.to_string())];
+            self.recorder
+                .register_gauge(&Key::from_parts(name, labels), &META)
+                .set(value as f64);
+        }
+    }
+
+    /// Sets the stock-left gauge of one sale.
+    pub fn stock_left(&self, id: i64, left: i64) {
+        let labels = vec![Label::new("id", id.to_string())];
+        self.recorder
+            .register_gauge(&Key::from_parts(STOCK_LEFT, labels), &META)
+            .set(left as f64);
+    }
+
+    /// The Prometheus text of everything above.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+}
+
+/// Runs `use_` on the handles registered for `name`: under the read lock when they
+/// exist (every request after the first of a route or policy), else registered by
+/// `register` under the write lock.
+fn with_handles<H, const N: usize>(
+    map: &RwLock<HashMap<String, [H; N]>>,
+    name: &str,
+    use_: impl FnOnce(&[H; N]),
+    register: impl FnOnce() -> [H; N],
+) {
+    if let Some(handles) = map
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(name)
+    {
+        return use_(handles);
+    }
+    let mut map = map
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    use_(map.entry(name.to_string()).or_insert_with(register));
+}
