@@ -3,8 +3,6 @@
 //! handlers. The histograms and counters themselves live in [`crate::metrics`], a
 //! leaf every capability may use.
 
-use std::fmt::Write;
-
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
@@ -135,50 +133,52 @@ pub async fn guarded_endpoint(
 
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     read_settlement_lag(&state).await;
-    let mut text = state.metrics.render();
     let cache = state.cache.stats();
     for (name, help, value) in [
-        ("cache_hits", "Cached views served from Redis.", cache.hits),
         (
-            "cache_loads",
+            "stampede_cache_hits_total",
+            "Cached views served from Redis.",
+            cache.hits,
+        ),
+        (
+            "stampede_cache_loads_total",
             "Cached views rebuilt from Postgres (one query each).",
             cache.loads,
         ),
         (
-            "cache_shared",
+            "stampede_cache_shared_total",
             "Misses served by another caller's rebuild in this process.",
             cache.shared,
         ),
         (
-            "cache_waited",
+            "stampede_cache_waited_total",
             "Misses served by another instance's rebuild.",
             cache.waited,
         ),
         (
-            "cache_fallbacks",
+            "stampede_cache_fallbacks_total",
             "Misses that gave up waiting and loaded without storing.",
             cache.fallbacks,
         ),
         (
-            "lock_acquired",
+            "stampede_lock_acquired_total",
             "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim).",
             crate::lock::STATS.acquired.get(),
         ),
         (
-            "lock_contended",
+            "stampede_lock_contended_total",
             "Lock attempts that found the lock held by another holder.",
             crate::lock::STATS.contended.get(),
         ),
         (
-            "lock_lost",
+            "stampede_lock_lost_total",
             "Held locks a watchdog found gone or could not extend in time.",
             crate::lock::STATS.lost.get(),
         ),
     ] {
-        let _ = writeln!(text, "# HELP stampede_{name}_total {help}");
-        let _ = writeln!(text, "# TYPE stampede_{name}_total counter");
-        let _ = writeln!(text, "stampede_{name}_total {value}");
+        state.metrics.observed.counter_total(name, help, value);
     }
+    let text = state.metrics.render();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(text)

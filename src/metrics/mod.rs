@@ -1,12 +1,12 @@
-//! Counters for operators, served at `GET /metrics` in the Prometheus text format.
-//! Sharded atomics ([`Counter`]): a counter bump on the hot path costs one relaxed
-//! add on a cache line of this thread's own. The histograms and gauges are on the
-//! `metrics` crate and `metrics-exporter-prometheus` ([`crate::observe`]); the
-//! endpoint renders these counters, then those, then the cache and lock counters.
+//! What operators read at `GET /metrics`, in the Prometheus text format, all
+//! rendered by one `metrics-exporter-prometheus` recorder ([`observed`]). The
+//! histograms, gauges and limiter counters are `metrics` crate handles; the counters
+//! bumped on every request are sharded atomics ([`Counter`]: one relaxed add on a
+//! cache line of this thread's own, where a shared handle would move one line
+//! between the cores), handed to the recorder as absolute values at scrape time.
 
 pub mod observed;
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
 pub use observed::Observed;
@@ -21,18 +21,16 @@ macro_rules! counters {
         }
 
         impl Metrics {
-            /// Prometheus exposition text of every counter, then of the histograms
-            /// and gauges.
+            /// Prometheus exposition text of every counter, histogram and gauge.
             pub fn render(&self) -> String {
-                let mut out = String::new();
                 $(
-                    let name = concat!("stampede_", stringify!($field), "_total");
-                    let _ = writeln!(out, "# HELP {name} {}", $help);
-                    let _ = writeln!(out, "# TYPE {name} counter");
-                    let _ = writeln!(out, "{name} {}", self.$field.get());
+                    self.observed.counter_total(
+                        concat!("stampede_", stringify!($field), "_total"),
+                        $help,
+                        self.$field.get(),
+                    );
                 )*
-                out.push_str(&self.observed.render());
-                out
+                self.observed.render()
             }
         }
     };

@@ -190,6 +190,17 @@ impl Observed {
             .set(left as f64);
     }
 
+    /// Sets the counter `name` to `value`, for counters kept elsewhere (the sharded
+    /// counters of [`super::Metrics`], the cache's and the lock's): the same
+    /// recorder renders them with everything else. Scrape time only.
+    pub fn counter_total(&self, name: &'static str, help: &'static str, value: u64) {
+        self.recorder
+            .describe_counter(name.into(), None, SharedString::const_str(help));
+        self.recorder
+            .register_counter(&Key::from_static_name(name), &META)
+            .absolute(value);
+    }
+
     /// The Prometheus text of everything above.
     pub fn render(&self) -> String {
         self.handle.render()
