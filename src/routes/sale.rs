@@ -462,15 +462,6 @@ fn sold_out_from_memory() -> HttpResponse {
         .body(SOLD_OUT_BODY)
 }
 
-#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
-struct OrderRow {
-    id: Uuid,
-    sale_id: i64,
-    user_id: i64,
-    accepted_at: DateTime<Utc>,
-    settled_at: DateTime<Utc>,
-}
-
 #[derive(Serialize, utoipa::ToSchema)]
 struct OrderStatus {
     order_id: Uuid,
@@ -499,13 +490,7 @@ async fn order_status(
     let order_id = Uuid::parse_str(&path)
         .map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))?;
     let not_found = || AppError::not_found("no such order");
-    let row = sqlx::query_as::<_, OrderRow>(
-        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders WHERE id = $1",
-    )
-    .bind(order_id)
-    .fetch_optional(&state.db)
-    .await?;
-    if let Some(o) = row {
+    if let Some(o) = orders::find(&state.db, order_id).await? {
         if o.user_id != user.id.get() && !user.admin {
             return Err(not_found());
         }
@@ -539,30 +524,12 @@ async fn order_status(
     }
 }
 
-#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
-struct MyOrder {
-    id: Uuid,
-    sale_id: i64,
-    sale_name: String,
-    price_cents: i64,
-    accepted_at: DateTime<Utc>,
-    settled_at: DateTime<Utc>,
-}
-
 /// The caller's confirmed orders (at most 500, newest first).
 #[utoipa::path(get, path = "/api/me/orders", tag = "sales", security(("bearer" = [])), responses(
-    (status = 200, description = "Confirmed orders", body = [MyOrder]),
+    (status = 200, description = "Confirmed orders", body = [orders::MyOrder]),
 ))]
 async fn my_orders(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
-    let orders = sqlx::query_as::<_, MyOrder>(
-        "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at
-         FROM orders o JOIN sales s ON s.id = o.sale_id
-         WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
-    )
-    .bind(user.id.get())
-    .fetch_all(&state.db)
-    .await?;
-    Ok(HttpResponse::Ok().json(orders))
+    Ok(HttpResponse::Ok().json(orders::of_user(&state.db, user.id).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -808,7 +775,7 @@ async fn admin_open(
             "this sale's end time has passed; it cannot be opened",
         ));
     }
-    set_window(&state, id, WindowChange::Open).await?;
+    set_window(&state, id, store::WindowChange::Open).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale opened");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
@@ -824,7 +791,7 @@ async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    set_window(&state, id, WindowChange::Close).await?;
+    set_window(&state, id, store::WindowChange::Close).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
@@ -833,21 +800,12 @@ async fn admin_close(
 /// order a rebuild running meanwhile cannot undo the change: it reads the row after
 /// the commit, or its restore runs before this update. A sale Redis lost is rebuilt
 /// (with the new window) before the answer.
-async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Result<(), AppError> {
-    let sql = match change {
-        WindowChange::Open => concat!(
-            "UPDATE sales SET starts_at = LEAST(starts_at, now()), closed = FALSE, updated_at = now()
-             WHERE id = $1 RETURNING ",
-            store::sale_columns!()
-        ),
-        WindowChange::Close => concat!(
-            "UPDATE sales SET closed = TRUE, updated_at = now() WHERE id = $1 RETURNING ",
-            store::sale_columns!()
-        ),
-    };
-    let row = sqlx::query_as::<_, store::SaleRow>(sql)
-        .bind(id.get())
-        .fetch_optional(&state.db)
+async fn set_window(
+    state: &AppState,
+    id: SaleId,
+    change: store::WindowChange,
+) -> Result<(), AppError> {
+    let row = store::set_window(&state.db, id, change)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
     let in_redis = store::update_window(&mut state.redis.clone(), &state.keys, &row).await?;
@@ -859,11 +817,6 @@ async fn set_window(state: &AppState, id: SaleId, change: WindowChange) -> Resul
             .await?;
     }
     Ok(())
-}
-
-enum WindowChange {
-    Open,
-    Close,
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -879,7 +832,7 @@ struct Page {
 struct SaleOrders {
     sale_id: i64,
     /// Orders in Postgres, oldest first.
-    confirmed: Vec<OrderRow>,
+    confirmed: Vec<orders::OrderRow>,
     /// Accepted orders not yet in Postgres.
     pending_count: i64,
 }
@@ -904,14 +857,7 @@ async fn admin_orders(
         ));
     }
     sale_or_404(&state, id).await?;
-    let orders = sqlx::query_as::<_, OrderRow>(
-        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders
-         WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2",
-    )
-    .bind(id.get())
-    .bind(limit)
-    .fetch_all(&state.db)
-    .await?;
+    let orders = orders::of_sale(&state.db, id, limit).await?;
     let pending: i64 = redis::cmd("HLEN")
         .arg(&state.keys.sale(id).pending)
         .query_async(&mut state.redis.clone())

@@ -1,9 +1,66 @@
-//! Order ids: UUIDv8 that carry their sale's id, so an order can be found in its
-//! sale's pending hash before it reaches Postgres.
+//! Orders: their ids (UUIDv8 that carry their sale's id, so an order can be found in
+//! its sale's pending hash before it reaches Postgres) and the SQL that reads the
+//! settled ones.
 
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::domain::{Id, SaleId};
+use crate::domain::{Id, SaleId, UserId};
+
+/// A settled order, as Postgres holds it.
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct OrderRow {
+    pub id: Uuid,
+    pub sale_id: i64,
+    pub user_id: i64,
+    pub accepted_at: DateTime<Utc>,
+    pub settled_at: DateTime<Utc>,
+}
+
+/// A settled order of the caller, with its sale's name and price.
+#[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct MyOrder {
+    pub id: Uuid,
+    pub sale_id: i64,
+    pub sale_name: String,
+    pub price_cents: i64,
+    pub accepted_at: DateTime<Utc>,
+    pub settled_at: DateTime<Utc>,
+}
+
+/// The settled order with this id.
+pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
+    sqlx::query_as("SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders WHERE id = $1")
+        .bind(id)
+        .fetch_optional(db)
+        .await
+}
+
+/// A user's settled orders, newest first (at most 500).
+pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
+    sqlx::query_as(
+        "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
+    )
+    .bind(user.get())
+    .fetch_all(db)
+    .await
+}
+
+/// A sale's settled orders, oldest first (at most `limit`).
+pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<OrderRow>> {
+    sqlx::query_as(
+        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders
+         WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2",
+    )
+    .bind(sale.get())
+    .bind(limit)
+    .fetch_all(db)
+    .await
+}
 
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's
 /// status can be found in its sale's pending hash before it reaches Postgres.

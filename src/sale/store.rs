@@ -161,6 +161,37 @@ pub async fn put_new_sale<C: ConnectionLike>(
     Ok(())
 }
 
+/// An admin's change of a sale's window.
+pub enum WindowChange {
+    /// Open now: the start moves to now if it is later, and a closed sale reopens.
+    Open,
+    /// Close now.
+    Close,
+}
+
+/// Applies `change` to the sale's row; the row after it, or `None` for no such sale.
+pub async fn set_window(
+    db: &PgPool,
+    id: SaleId,
+    change: WindowChange,
+) -> sqlx::Result<Option<SaleRow>> {
+    let sql = match change {
+        WindowChange::Open => concat!(
+            "UPDATE sales SET starts_at = LEAST(starts_at, now()), closed = FALSE, updated_at = now()
+             WHERE id = $1 RETURNING ",
+            sale_columns!()
+        ),
+        WindowChange::Close => concat!(
+            "UPDATE sales SET closed = TRUE, updated_at = now() WHERE id = $1 RETURNING ",
+            sale_columns!()
+        ),
+    };
+    sqlx::query_as::<_, SaleRow>(sql)
+        .bind(id.get())
+        .fetch_optional(db)
+        .await
+}
+
 /// Writes a sale's window (as Postgres has it now) into its Redis meta hash, when
 /// Redis holds the sale. Returns false when it does not: then the sale needs a
 /// rebuild (see [`crate::recover`]), which writes the window from Postgres.
