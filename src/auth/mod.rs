@@ -225,6 +225,71 @@ pub async fn upsert_user(
     .await?)
 }
 
+/// What sign-in needs of an account: its id, password hash, admin flag and
+/// session generation.
+pub struct Account {
+    pub id: i64,
+    pub password_hash: String,
+    pub admin: bool,
+    pub session_gen: i64,
+}
+
+/// The account with this username.
+pub async fn account(db: &PgPool, username: &Username) -> sqlx::Result<Option<Account>> {
+    let row: Option<(i64, String, bool, i64)> = sqlx::query_as(
+        "SELECT id, password_hash, is_admin, session_gen FROM users WHERE username = $1",
+    )
+    .bind(username.as_str())
+    .fetch_optional(db)
+    .await?;
+    Ok(row.map(|(id, password_hash, admin, session_gen)| Account {
+        id,
+        password_hash,
+        admin,
+        session_gen,
+    }))
+}
+
+/// The user's id, name and admin flag; `None` for an account that is gone.
+pub async fn user_view(db: &PgPool, user: UserId) -> sqlx::Result<Option<UserView>> {
+    sqlx::query_as("SELECT id, username, is_admin FROM users WHERE id = $1")
+        .bind(user.get())
+        .fetch_optional(db)
+        .await
+}
+
+/// The user's password hash; `None` for an account that is gone.
+pub async fn password_hash_of(db: &PgPool, user: UserId) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT password_hash FROM users WHERE id = $1")
+        .bind(user.get())
+        .fetch_optional(db)
+        .await
+}
+
+/// Ends every session of the user: the next session generation, which every token
+/// of an earlier one fails; `None` for an account that is gone.
+pub async fn next_session_gen(db: &PgPool, user: UserId) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "UPDATE users SET session_gen = session_gen + 1 WHERE id = $1 RETURNING session_gen",
+    )
+    .bind(user.get())
+    .fetch_optional(db)
+    .await
+}
+
+/// Sets the user's password hash and ends every session of the user in the same
+/// statement: the new session generation.
+pub async fn set_password(db: &PgPool, user: UserId, hash: String) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "UPDATE users SET password_hash = $2, session_gen = session_gen + 1 WHERE id = $1
+         RETURNING session_gen",
+    )
+    .bind(user.get())
+    .bind(hash)
+    .fetch_one(db)
+    .await
+}
+
 /// An answer that clears the session and CSRF cookies.
 pub fn cleared_cookies(mut builder: actix_web::HttpResponseBuilder) -> HttpResponse {
     let mut session = Cookie::build(SESSION_COOKIE, "").path("/").finish();

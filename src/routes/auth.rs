@@ -161,18 +161,19 @@ async fn signin(
     if body.password.len() > 1024 {
         return Err(wrong());
     }
-    let row: Option<(i64, String, bool, i64)> = sqlx::query_as(
-        "SELECT id, password_hash, is_admin, session_gen FROM users WHERE username = $1",
-    )
-    .bind(username.as_str())
-    .fetch_optional(&state.db)
-    .await?;
+    let row = auth::account(&state.db, &username).await?;
     let (hash, found) = match &row {
-        Some((_, hash, _, _)) => (hash.clone(), true),
+        Some(account) => (account.password_hash.clone(), true),
         None => (DUMMY_HASH.to_string(), false),
     };
     let ok = verify_password(hash, body.password).await?;
-    let Some((id, _, is_admin, generation)) = row.filter(|_| ok && found) else {
+    let Some(auth::Account {
+        id,
+        admin: is_admin,
+        session_gen: generation,
+        ..
+    }) = row.filter(|_| ok && found)
+    else {
         return Err(wrong());
     };
     let user_id = Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad user id")))?;
@@ -251,13 +252,9 @@ async fn signout_all(
     state: web::Data<AppState>,
     user: AuthUser,
 ) -> Result<HttpResponse, AppError> {
-    let generation: i64 = sqlx::query_scalar(
-        "UPDATE users SET session_gen = session_gen + 1 WHERE id = $1 RETURNING session_gen",
-    )
-    .bind(user.id.get())
-    .fetch_optional(&state.db)
-    .await?
-    .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
+    let generation = auth::next_session_gen(&state.db, user.id)
+        .await?
+        .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
     state
         .sessions
         .end_all(&mut redis_of(&req, &state), user.id, generation)
@@ -293,11 +290,8 @@ async fn change_password(
     let granted = state.limiter.check(Route::Signin, None, &req).await?;
     let body = body.into_inner();
     let new_password = Password::parse(body.new_password)?;
-    let hash: Option<String> = sqlx::query_scalar("SELECT password_hash FROM users WHERE id = $1")
-        .bind(user.id.get())
-        .fetch_optional(&state.db)
-        .await?;
-    let hash = hash
+    let hash = auth::password_hash_of(&state.db, user.id)
+        .await?
         .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
     if body.current_password.len() > 1024 || !verify_password(hash, body.current_password).await? {
         return Err(AppError::new(
@@ -306,14 +300,7 @@ async fn change_password(
         ));
     }
     let new_hash = hash_password(new_password).await?;
-    let generation: i64 = sqlx::query_scalar(
-        "UPDATE users SET password_hash = $2, session_gen = session_gen + 1 WHERE id = $1
-         RETURNING session_gen",
-    )
-    .bind(user.id.get())
-    .bind(new_hash)
-    .fetch_one(&state.db)
-    .await?;
+    let generation = auth::set_password(&state.db, user.id, new_hash).await?;
     state
         .sessions
         .end_all(&mut redis_of(&req, &state), user.id, generation)
@@ -330,13 +317,8 @@ async fn change_password(
     (status = 200, description = "The caller", body = UserView),
 ))]
 async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, AppError> {
-    let view =
-        sqlx::query_as::<_, UserView>("SELECT id, username, is_admin FROM users WHERE id = $1")
-            .bind(user.id.get())
-            .fetch_optional(&state.db)
-            .await?
-            .ok_or_else(|| {
-                AppError::new(ErrorCode::Unauthorized, "this account no longer exists")
-            })?;
+    let view = auth::user_view(&state.db, user.id)
+        .await?
+        .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
     Ok(HttpResponse::Ok().json(view))
 }

@@ -380,14 +380,7 @@ async fn admin_show(
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
     let view = load_view(&state, id).await?;
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT o.id, count(v.user_id) FROM poll_options o
-         LEFT JOIN votes v ON v.option_id = o.id
-         WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id",
-    )
-    .bind(id.get())
-    .fetch_all(&state.db)
-    .await?;
+    let rows = store::settled_tallies(&state.db, id).await?;
     let settled_voters = rows.iter().map(|(_, n)| n).sum();
     Ok(HttpResponse::Ok().json(AdminPollView {
         view,

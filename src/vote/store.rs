@@ -146,6 +146,19 @@ pub use super::cached::{cached_record, invalidate_record};
 /// Most polls a list returns.
 pub const LIST_LIMIT: i64 = 200;
 
+/// Votes in Postgres per option of the poll, `(option id, votes)` in option order
+/// (options nobody voted for with 0).
+pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT o.id, count(v.user_id) FROM poll_options o
+         LEFT JOIN votes v ON v.option_id = o.id
+         WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id",
+    )
+    .bind(id.get())
+    .fetch_all(db)
+    .await
+}
+
 pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::Error> {
     sqlx::query_as::<_, PollRow>(
         "SELECT id, question, opens_at, closes_at, closed FROM polls
