@@ -100,157 +100,38 @@ impl Application {
     /// Connects to the stores, runs migrations, loads sales into Redis, creates the
     /// configured admin, binds the listener and (by default) starts settlement.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        config.validate()?;
-        let db = connect_db(&config).await?;
-        migrate(&db).await?;
-        let mut redis = connect_redis(&config).await?;
-        warn_unless_durable(&mut redis).await;
-        let keys = Keys::new(&config.redis_namespace);
-        crate::seed::bootstrap_admin(&db, &config).await?;
-
+        let (db, mut redis, keys) = connect_stores(&config).await?;
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let recovery = Recovery::new(db.clone(), redis.clone(), keys.clone(), metrics.clone());
-        // Every sale and poll Redis lost, or holds from before a restart, is rebuilt
-        // now; a failure here is not fatal, the sweep below and the first decision
-        // on each one retry.
-        match recovery.sweep(true).await {
-            Ok(0) => {}
-            Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
-            Err(e) => {
-                tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
-            }
-        }
+        startup_sweep(&recovery).await;
         // What has ended, from Postgres, before anything is served.
         let (sessions, sessions_resume) =
             crate::auth::session::Sessions::load(keys.clone(), &db, &mut redis)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
-        let state = web::Data::new(AppState {
-            metrics: metrics.clone(),
-            tokens: TokenKey::new(config.token_secret.as_bytes()),
-            tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
-            ticket_rules: Default::default(),
-            sessions: sessions.clone(),
-            sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
-            limiter: crate::limit::Limiter::new(
-                crate::limit::Limits::from_config(&config.limits)
-                    .map_err(crate::config::ConfigError::Invalid)?,
-                redis.clone(),
-                keys.clone(),
-                metrics.clone(),
-                config.trusted_proxies.clone(),
-            ),
-            cache: crate::cache::Cache::new(redis.clone()),
-            recovery: recovery.clone(),
-            live: Arc::new(crate::live::Feeds::new(
-                Duration::from_millis(config.live_interval_ms),
-                metrics.clone(),
-            )),
-            keys: keys.clone(),
-            redis,
-            db: db.clone(),
-            config: Arc::new(config.clone()),
-        });
+        let state = app_state(&config, db, redis, keys, metrics, recovery, sessions)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let sweeper = tokio::spawn(sweep_forever(
-            recovery,
+            state.recovery.clone(),
             Duration::from_millis(config.sweep_ms),
             shutdown_rx.clone(),
         ));
-        let session_feed = tokio::spawn(sessions.follow(
+        let session_feed = tokio::spawn(state.sessions.clone().follow(
             sessions_resume,
             state.redis.clone(),
-            db.clone(),
+            state.db.clone(),
             Duration::from_millis(config.session_sync_ms),
             shutdown_rx.clone(),
         ));
-        let settler = if config.settle_in_serve {
-            let settler = Settler::connect(
-                db,
-                &Target::from_config(&config),
-                keys,
-                config.settle.clone(),
-            )
-            .await?
-            .with_metrics(metrics);
-            Some(tokio::spawn(settler.run(shutdown_rx)))
-        } else {
-            None
-        };
+        let settler = spawn_settler(&config, &state, shutdown_rx).await?;
 
         let listener = listen(config.listen, LISTEN_BACKLOG)
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
         let port = listener.local_addr()?.port();
-        let server_state = state.clone();
-        let max_body = config.max_body_bytes;
-        let body_timeout_ms = config.body_timeout_ms;
-        let client_limits = web::Data::new(crate::conn::ClientLimits {
-            max_header_bytes: config.max_header_bytes,
-            body_timeout: Duration::from_millis(config.body_timeout_ms),
-        });
-        let mut server = HttpServer::new(move || {
-            let state = server_state.clone();
-            App::new()
-                .wrap(actix_web::middleware::from_fn(crate::conn::guard))
-                // Outside the client limits: a request they refuse is timed too.
-                .wrap(actix_web::middleware::from_fn(crate::observe::measure))
-                .wrap(tracing_actix_web::TracingLogger::<
-                    crate::telemetry::RequestSpan,
-                >::new())
-                .app_data(client_limits.clone())
-                .data_factory(move || build_worker(state.clone()))
-                .app_data(server_state.clone())
-                .app_data(json_config(max_body, body_timeout_ms))
-                .app_data(path_config())
-                .app_data(query_config())
-                .app_data(web::PayloadConfig::new(max_body))
-                .configure(crate::routes::health::configure)
-                .route("/metrics", web::get().to(crate::observe::guarded_endpoint))
-                // The JSON API in one scope: a page or static request never runs
-                // through the API's patterns, and the other way round.
-                .service(api_scope())
-                .configure(crate::web::configure)
-                .default_service(web::to(crate::web::fallback))
-        })
-        // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
-        .disable_signals()
-        .shutdown_timeout(10)
-        // What one client can hold (README, "Limits on connections"): the head must
-        // come within client_request_timeout (else 408, or a silent close when
-        // nothing came), idle keep-alive connections close, each worker holds at
-        // most max_connections; a response not taken within a second is dropped.
-        .client_request_timeout(Duration::from_millis(config.client_request_timeout_ms))
-        .client_disconnect_timeout(Duration::from_secs(1))
-        .keep_alive(Duration::from_secs(config.keep_alive_secs))
-        .max_connections(config.max_connections)
-        .listen(listener)?;
-        if config.workers > 0 {
-            server = server.workers(config.workers);
-        }
-        let server = server.run();
+        let server = http_server(&config, state.clone(), listener)?;
         let metrics = match config.metrics_listen {
-            Some(addr) => {
-                let listener = listen(addr, 1024).map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot listen on {addr} (metrics): {e}; another Stampede may hold \
-                             it: set STAMPEDE_METRICS_LISTEN to another address, or to off"
-                    )
-                })?;
-                let port = listener.local_addr()?.port();
-                let metrics_state = state.clone();
-                let server = HttpServer::new(move || {
-                    App::new()
-                        .app_data(metrics_state.clone())
-                        .route("/metrics", web::get().to(crate::observe::endpoint))
-                })
-                .disable_signals()
-                .workers(1)
-                .shutdown_timeout(1)
-                .listen(listener)?
-                .run();
-                Some((port, server))
-            }
+            Some(addr) => Some(metrics_server(addr, state.clone())?),
             None => None,
         };
         Ok(Application {
@@ -320,6 +201,170 @@ impl Application {
         let _ = self.session_feed.await;
         result
     }
+}
+/// Checks the configuration, connects to Postgres (and migrates it) and to Redis,
+/// warns when Redis may lose acknowledged decisions, and creates the configured
+/// admin.
+async fn connect_stores(config: &Config) -> anyhow::Result<(PgPool, Redis, Keys)> {
+    config.validate()?;
+    let db = connect_db(config).await?;
+    migrate(&db).await?;
+    let mut redis = connect_redis(config).await?;
+    warn_unless_durable(&mut redis).await;
+    let keys = Keys::new(&config.redis_namespace);
+    crate::seed::bootstrap_admin(&db, config).await?;
+    Ok((db, redis, keys))
+}
+
+/// Every sale and poll Redis lost, or holds from before a restart, is rebuilt now;
+/// a failure here is not fatal: the sweep and the first decision on each one retry.
+async fn startup_sweep(recovery: &Recovery) {
+    match recovery.sweep(true).await {
+        Ok(0) => {}
+        Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+        Err(e) => {
+            tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
+        }
+    }
+}
+
+/// The state every request and background task shares.
+fn app_state(
+    config: &Config,
+    db: PgPool,
+    redis: Redis,
+    keys: Keys,
+    metrics: Arc<crate::metrics::Metrics>,
+    recovery: Arc<Recovery>,
+    sessions: crate::auth::session::Sessions,
+) -> anyhow::Result<web::Data<AppState>> {
+    let limits = crate::limit::Limits::from_config(&config.limits)
+        .map_err(crate::config::ConfigError::Invalid)?;
+    Ok(web::Data::new(AppState {
+        metrics: metrics.clone(),
+        tokens: TokenKey::new(config.token_secret.as_bytes()),
+        tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
+        ticket_rules: Default::default(),
+        sessions,
+        sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
+        limiter: crate::limit::Limiter::new(
+            limits,
+            redis.clone(),
+            keys.clone(),
+            metrics.clone(),
+            config.trusted_proxies.clone(),
+        ),
+        cache: crate::cache::Cache::new(redis.clone()),
+        recovery,
+        live: Arc::new(crate::live::Feeds::new(
+            Duration::from_millis(config.live_interval_ms),
+            metrics,
+        )),
+        keys,
+        redis,
+        db,
+        config: Arc::new(config.clone()),
+    }))
+}
+
+/// The settlement worker of this process, unless `settle_in_serve` is off.
+async fn spawn_settler(
+    config: &Config,
+    state: &AppState,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    if !config.settle_in_serve {
+        return Ok(None);
+    }
+    let settler = Settler::connect(
+        state.db.clone(),
+        &Target::from_config(config),
+        state.keys.clone(),
+        config.settle.clone(),
+    )
+    .await?
+    .with_metrics(state.metrics.clone());
+    Ok(Some(tokio::spawn(settler.run(shutdown))))
+}
+
+/// The HTTP server on `listener`: the middleware, the routes and what one client
+/// may hold.
+fn http_server(
+    config: &Config,
+    state: web::Data<AppState>,
+    listener: TcpListener,
+) -> anyhow::Result<Server> {
+    let max_body = config.max_body_bytes;
+    let body_timeout_ms = config.body_timeout_ms;
+    let client_limits = web::Data::new(crate::conn::ClientLimits {
+        max_header_bytes: config.max_header_bytes,
+        body_timeout: Duration::from_millis(config.body_timeout_ms),
+    });
+    let mut server = HttpServer::new(move || {
+        let worker_state = state.clone();
+        App::new()
+            .wrap(actix_web::middleware::from_fn(crate::conn::guard))
+            // Outside the client limits: a request they refuse is timed too.
+            .wrap(actix_web::middleware::from_fn(crate::observe::measure))
+            .wrap(tracing_actix_web::TracingLogger::<
+                crate::telemetry::RequestSpan,
+            >::new())
+            .app_data(client_limits.clone())
+            .data_factory(move || build_worker(worker_state.clone()))
+            .app_data(state.clone())
+            .app_data(json_config(max_body, body_timeout_ms))
+            .app_data(path_config())
+            .app_data(query_config())
+            .app_data(web::PayloadConfig::new(max_body))
+            .configure(crate::routes::health::configure)
+            .route("/metrics", web::get().to(crate::observe::guarded_endpoint))
+            // The JSON API in one scope: a page or static request never runs
+            // through the API's patterns, and the other way round.
+            .service(api_scope())
+            .configure(crate::web::configure)
+            .default_service(web::to(crate::web::fallback))
+    })
+    // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
+    .disable_signals()
+    .shutdown_timeout(10)
+    // What one client can hold (README, "Limits on connections"): the head must
+    // come within client_request_timeout (else 408, or a silent close when
+    // nothing came), idle keep-alive connections close, each worker holds at
+    // most max_connections; a response not taken within a second is dropped.
+    .client_request_timeout(Duration::from_millis(config.client_request_timeout_ms))
+    .client_disconnect_timeout(Duration::from_secs(1))
+    .keep_alive(Duration::from_secs(config.keep_alive_secs))
+    .max_connections(config.max_connections)
+    .listen(listener)?;
+    if config.workers > 0 {
+        server = server.workers(config.workers);
+    }
+    Ok(server.run())
+}
+
+/// The listener that serves only `/metrics` (loopback by default), and its port.
+fn metrics_server(
+    addr: std::net::SocketAddr,
+    state: web::Data<AppState>,
+) -> anyhow::Result<(u16, Server)> {
+    let listener = listen(addr, 1024).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot listen on {addr} (metrics): {e}; another Stampede may hold \
+                 it: set STAMPEDE_METRICS_LISTEN to another address, or to off"
+        )
+    })?;
+    let port = listener.local_addr()?.port();
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .route("/metrics", web::get().to(crate::observe::endpoint))
+    })
+    .disable_signals()
+    .workers(1)
+    .shutdown_timeout(1)
+    .listen(listener)?
+    .run();
+    Ok((port, server))
 }
 
 /// One worker's own Redis connection and batchers, made on the worker's thread.
