@@ -75,100 +75,15 @@ async fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(cli.config.as_deref())?;
     match cli.command {
-        Command::Serve => {
-            let app = Application::build(config.clone()).await?;
-            tracing::info!(url = %format!("http://{}:{}", config.listen.ip(), app.port()), "stampede is serving");
-            app.run_until_signal().await
-        }
+        Command::Serve => serve(config).await,
         Command::Migrate => {
             let db = startup::connect_db(&config).await?;
             startup::migrate(&db).await?;
             println!("migrations applied");
             Ok(())
         }
-        Command::Settle { drain } => {
-            let db = startup::connect_db(&config).await?;
-            let keys = Keys::new(&config.redis_namespace);
-            let mut settler = stampede::settle::Settler::connect(
-                db,
-                &stampede::redis_conn::Target::from_config(&config),
-                keys,
-                config.settle.clone(),
-            )
-            .await?;
-            if drain {
-                let n = settler.drain().await?;
-                println!("settled {n} new orders");
-                return Ok(());
-            }
-            let (tx, rx) = tokio::sync::watch::channel(false);
-            let worker = tokio::spawn(settler.run(rx));
-            tokio::signal::ctrl_c().await?;
-            let _ = tx.send(true);
-            worker.await?;
-            Ok(())
-        }
-        Command::Reconcile { repair } => {
-            let db = startup::connect_db(&config).await?;
-            let mut redis = startup::connect_redis(&config).await?;
-            let keys = Keys::new(&config.redis_namespace);
-            let recovery = stampede::recover::Recovery::new(
-                db.clone(),
-                redis.clone(),
-                keys.clone(),
-                Default::default(),
-            );
-            let mut bad = 0;
-            for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
-                let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                if repair && !r.consistent {
-                    let id = stampede::domain::Id::new(sale.id)
-                        .ok_or_else(|| anyhow::anyhow!("bad sale id {}", sale.id))?;
-                    recovery
-                        .rebuild(
-                            stampede::recover::Target::Sale(id),
-                            std::time::Duration::from_secs(30),
-                        )
-                        .await
-                        .map_err(|e| anyhow::anyhow!("{e:?}"))?
-                        .ok_or_else(|| {
-                            anyhow::anyhow!("sale {id}: another rebuild holds the lock")
-                        })?;
-                    let sale = stampede::sale::store::fetch_sale(&db, id)
-                        .await?
-                        .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
-                    r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-                    print!("repaired: ");
-                }
-                println!(
-                    "sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
-                    r.sale_id,
-                    if r.consistent { "ok      " } else { "MISMATCH" },
-                    r.redis_sold,
-                    r.pending,
-                    r.postgres_orders,
-                    r.stock_left,
-                    r.stock_total,
-                    if r.consistent {
-                        String::new()
-                    } else {
-                        format!(
-                            "  missing in pg: {:?}  missing in redis: {:?}",
-                            r.missing_in_postgres, r.missing_in_redis
-                        )
-                    }
-                );
-                bad += usize::from(!r.consistent);
-            }
-            if bad > 0 {
-                anyhow::bail!("{bad} sale(s) disagree between Redis and Postgres");
-            }
-            Ok(())
-        }
+        Command::Settle { drain } => settle(&config, drain).await,
+        Command::Reconcile { repair } => reconcile(&config, repair).await,
         Command::Load(args) => {
             let json = args.json;
             if !stampede::load::run(args, &config).await? {
@@ -180,35 +95,138 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::SeedDemo => {
-            config.validate()?;
-            let db = startup::connect_db(&config).await?;
-            startup::migrate(&db).await?;
-            let mut redis = startup::connect_redis(&config).await?;
-            let keys = Keys::new(&config.redis_namespace);
-            stampede::seed::seed_demo(&db, &mut redis, &keys, &config).await?;
-            println!("demo data ready");
-            Ok(())
-        }
-        Command::CreateAdmin { username } => {
-            let username = Username::parse(&username).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let raw = match std::env::var("STAMPEDE_ADMIN_PASSWORD") {
-                Ok(p) => p,
-                Err(_) => {
-                    eprintln!("password (one line on stdin):");
-                    let mut line = String::new();
-                    std::io::stdin().lock().read_line(&mut line)?;
-                    line.trim_end_matches(['\r', '\n']).to_string()
-                }
-            };
-            let password = Password::parse(raw).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let db = startup::connect_db(&config).await?;
-            startup::migrate(&db).await?;
-            let user = stampede::auth::upsert_user(&db, &username, password, true)
-                .await
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            println!("admin {} (id {}) ready", user.username, user.id);
-            Ok(())
-        }
+        Command::SeedDemo => seed_demo(&config).await,
+        Command::CreateAdmin { username } => create_admin(&config, &username).await,
     }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let app = Application::build(config.clone()).await?;
+    tracing::info!(url = %format!("http://{}:{}", config.listen.ip(), app.port()), "stampede is serving");
+    app.run_until_signal().await
+}
+
+/// `stampede settle`: the settlement worker alone, until Ctrl-C; or, with
+/// `--drain`, what is pending now.
+async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
+    let db = startup::connect_db(config).await?;
+    let keys = Keys::new(&config.redis_namespace);
+    let mut settler = stampede::settle::Settler::connect(
+        db,
+        &stampede::redis_conn::Target::from_config(config),
+        keys,
+        config.settle.clone(),
+    )
+    .await?;
+    if drain {
+        let n = settler.drain().await?;
+        println!("settled {n} new orders");
+        return Ok(());
+    }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(settler.run(rx));
+    tokio::signal::ctrl_c().await?;
+    let _ = tx.send(true);
+    worker.await?;
+    Ok(())
+}
+
+/// `stampede reconcile [--repair]`: every sale, Redis against Postgres; with
+/// `--repair`, each one that disagrees rebuilt from Postgres and checked again.
+async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
+    let db = startup::connect_db(config).await?;
+    let mut redis = startup::connect_redis(config).await?;
+    let keys = Keys::new(&config.redis_namespace);
+    let recovery = stampede::recover::Recovery::new(
+        db.clone(),
+        redis.clone(),
+        keys.clone(),
+        Default::default(),
+    );
+    let mut bad = 0;
+    for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
+        let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        if repair && !r.consistent {
+            let id = stampede::domain::Id::new(sale.id)
+                .ok_or_else(|| anyhow::anyhow!("bad sale id {}", sale.id))?;
+            recovery
+                .rebuild(
+                    stampede::recover::Target::Sale(id),
+                    std::time::Duration::from_secs(30),
+                )
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .ok_or_else(|| anyhow::anyhow!("sale {id}: another rebuild holds the lock"))?;
+            let sale = stampede::sale::store::fetch_sale(&db, id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
+            r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            print!("repaired: ");
+        }
+        print_reconciliation(&r);
+        bad += usize::from(!r.consistent);
+    }
+    if bad > 0 {
+        anyhow::bail!("{bad} sale(s) disagree between Redis and Postgres");
+    }
+    Ok(())
+}
+
+fn print_reconciliation(r: &stampede::sale::reconcile::Reconciliation) {
+    println!(
+        "sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
+        r.sale_id,
+        if r.consistent { "ok      " } else { "MISMATCH" },
+        r.redis_sold,
+        r.pending,
+        r.postgres_orders,
+        r.stock_left,
+        r.stock_total,
+        if r.consistent {
+            String::new()
+        } else {
+            format!(
+                "  missing in pg: {:?}  missing in redis: {:?}",
+                r.missing_in_postgres, r.missing_in_redis
+            )
+        }
+    );
+}
+
+async fn seed_demo(config: &Config) -> anyhow::Result<()> {
+    config.validate()?;
+    let db = startup::connect_db(config).await?;
+    startup::migrate(&db).await?;
+    let mut redis = startup::connect_redis(config).await?;
+    let keys = Keys::new(&config.redis_namespace);
+    stampede::seed::seed_demo(&db, &mut redis, &keys, config).await?;
+    println!("demo data ready");
+    Ok(())
+}
+
+/// `stampede create-admin`: the password from STAMPEDE_ADMIN_PASSWORD, else one
+/// line on stdin.
+async fn create_admin(config: &Config, username: &str) -> anyhow::Result<()> {
+    let username = Username::parse(username).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let raw = match std::env::var("STAMPEDE_ADMIN_PASSWORD") {
+        Ok(p) => p,
+        Err(_) => {
+            eprintln!("password (one line on stdin):");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line)?;
+            line.trim_end_matches(['\r', '\n']).to_string()
+        }
+    };
+    let password = Password::parse(raw).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let db = startup::connect_db(config).await?;
+    startup::migrate(&db).await?;
+    let user = stampede::auth::upsert_user(&db, &username, password, true)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("admin {} (id {}) ready", user.username, user.id);
+    Ok(())
 }
