@@ -37,13 +37,41 @@ pub const DEMO_POLL: &str = "Which colour should the next Stampede Phone come in
 pub const DEMO_UPCOMING_SALE: &str = "Stampede Earbuds (demo)";
 
 /// Demo users `alice` and `bob`, the admin `admin`, a live sale, an upcoming one and
-/// an open poll.
+/// an open poll. Idempotent: what exists (by name, not yet ended) is kept.
 pub async fn seed_demo(
     db: &PgPool,
     redis: &mut crate::redis_conn::Redis,
     keys: &Keys,
     config: &Config,
 ) -> anyhow::Result<()> {
+    demo_users(db, config).await?;
+    let now = Utc::now();
+    let demo_sales = [
+        DemoSale {
+            name: DEMO_SALE,
+            description: "100 phones, one per customer. Sign in and press Buy.",
+            price_cents: 49_900,
+            stock: 100,
+            starts_at: now - Duration::minutes(1),
+            image: "/static/products/phone.svg",
+        },
+        DemoSale {
+            name: DEMO_UPCOMING_SALE,
+            description: "Opens ten minutes after the demo starts: watch the countdown.",
+            price_cents: 5_900,
+            stock: 50,
+            starts_at: now + Duration::minutes(10),
+            image: "/static/products/earbuds.svg",
+        },
+    ];
+    for sale in demo_sales {
+        demo_sale(db, redis, keys, sale, now + Duration::days(7)).await?;
+    }
+    demo_poll(db, redis, keys, now).await
+}
+
+/// `alice` and `bob` with the demo password, and the configured admin.
+async fn demo_users(db: &PgPool, config: &Config) -> anyhow::Result<()> {
     let demo_password = config
         .demo_password
         .clone()
@@ -65,87 +93,91 @@ pub async fn seed_demo(
             .await
             .map_err(|e| anyhow::anyhow!("admin user: {e}"))?;
     }
-    let now = Utc::now();
-    let demo_sales = [
-        (
-            DEMO_SALE,
-            "100 phones, one per customer. Sign in and press Buy.",
-            49_900,
-            100,
-            now - Duration::minutes(1),
-            now + Duration::days(7),
-            "/static/products/phone.svg",
-        ),
-        (
-            DEMO_UPCOMING_SALE,
-            "Opens ten minutes after the demo starts: watch the countdown.",
-            5_900,
-            50,
-            now + Duration::minutes(10),
-            now + Duration::days(7),
-            "/static/products/earbuds.svg",
-        ),
-    ];
-    for (name, description, price_cents, stock, starts_at, ends_at, image) in demo_sales {
-        let exists: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())",
-        )
-        .bind(name)
-        .fetch_one(db)
-        .await?;
-        if exists {
-            continue;
-        }
-        let sale = store::create_sale(
-            db,
-            redis,
-            keys,
-            NewSale {
-                name: name.into(),
-                description: description.into(),
-                price_cents,
-                stock,
-                starts_at,
-                ends_at,
-                image_url: Some(image.into()),
-                // The demo shows the page getting its ticket at the opening.
-                requires_ticket: true,
-            },
-        )
+    Ok(())
+}
+
+struct DemoSale {
+    name: &'static str,
+    description: &'static str,
+    price_cents: i64,
+    stock: i64,
+    starts_at: chrono::DateTime<Utc>,
+    image: &'static str,
+}
+
+/// Creates the demo sale unless one of that name has not ended yet.
+async fn demo_sale(
+    db: &PgPool,
+    redis: &mut crate::redis_conn::Redis,
+    keys: &Keys,
+    demo: DemoSale,
+    ends_at: chrono::DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())",
+    )
+    .bind(demo.name)
+    .fetch_one(db)
+    .await?;
+    if exists {
+        return Ok(());
+    }
+    let new = NewSale {
+        name: demo.name.into(),
+        description: demo.description.into(),
+        price_cents: demo.price_cents,
+        stock: demo.stock,
+        starts_at: demo.starts_at,
+        ends_at,
+        image_url: Some(demo.image.into()),
+        // The demo shows the page getting its ticket at the opening.
+        requires_ticket: true,
+    };
+    let sale = store::create_sale(db, redis, keys, new)
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
-        if let Some(id) = crate::domain::Id::new(sale.id) {
-            // A server may be running: let it see the new sale now, not after the TTL.
-            crate::cache::invalidate_keys(redis, &[keys.sale_view(id), keys.sales_list()]).await?;
-        }
-        tracing::info!(sale = sale.id, name, "created demo sale");
+    if let Some(id) = crate::domain::Id::new(sale.id) {
+        // A server may be running: let it see the new sale now, not after the TTL.
+        crate::cache::invalidate_keys(redis, &[keys.sale_view(id), keys.sales_list()]).await?;
     }
-    let poll_exists: bool = sqlx::query_scalar(
+    tracing::info!(sale = sale.id, name = demo.name, "created demo sale");
+    Ok(())
+}
+
+/// Creates the demo poll unless one with its question is still open.
+async fn demo_poll(
+    db: &PgPool,
+    redis: &mut crate::redis_conn::Redis,
+    keys: &Keys,
+    now: chrono::DateTime<Utc>,
+) -> anyhow::Result<()> {
+    let exists: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM polls WHERE question = $1 AND closes_at > now())",
     )
     .bind(DEMO_POLL)
     .fetch_one(db)
     .await?;
-    if !poll_exists {
-        let record = crate::vote::store::create_poll(
-            db,
-            redis,
-            keys,
-            crate::vote::store::NewPoll {
-                question: DEMO_POLL.into(),
-                options: ["Midnight", "Glacier", "Coral", "Forest"]
-                    .map(String::from)
-                    .to_vec(),
-                opens_at: now - Duration::minutes(1),
-                closes_at: now + Duration::days(7),
-            },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;
-        if let Some(id) = crate::domain::Id::new(record.poll.id) {
-            crate::cache::invalidate_keys(redis, &[keys.poll_view(id)]).await?;
-        }
-        tracing::info!(poll = record.poll.id, "created demo poll");
+    if exists {
+        return Ok(());
     }
+    let record = crate::vote::store::create_poll(
+        db,
+        redis,
+        keys,
+        crate::vote::store::NewPoll {
+            question: DEMO_POLL.into(),
+            options: ["Midnight", "Glacier", "Coral", "Forest"]
+                .map(String::from)
+                .to_vec(),
+            opens_at: now - Duration::minutes(1),
+            closes_at: now + Duration::days(7),
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;
+    if let Some(id) = crate::domain::Id::new(record.poll.id) {
+        crate::cache::invalidate_keys(redis, &[keys.poll_view(id)]).await?;
+    }
+    tracing::info!(poll = record.poll.id, "created demo poll");
     Ok(())
 }
