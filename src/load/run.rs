@@ -411,6 +411,92 @@ struct Report {
 /// Runs `stampede load`; `Ok(false)` when an invariant broke.
 pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     let target = Target::parse(&args.url, args.allow_remote)?;
+    preflight(&args, &target).await?;
+    let needs_users = args.mode != Mode::Healthz;
+    let db = match needs_users {
+        true => Some(connect_db(config).await?),
+        false => None,
+    };
+    let (admin, user_ids, tokens) = match &db {
+        Some(db) => {
+            let prepared = progress_note(&args, "making users", async {
+                prepare::make_users(db, &config.token_secret, args.users.max(1), 6 * 3600).await
+            })
+            .await?;
+            (prepared.admin, prepared.ids, prepared.tokens)
+        }
+        None => (String::new(), Vec::new(), Vec::new()),
+    };
+    let aim = aim(&args, &target, &admin).await?;
+    let plan = Arc::new(plan(&args, &target, &admin, &aim, tokens).await?);
+    if let Some(file) = &args.prepare_only {
+        return prepare_only(&args, &target, &plan, file).await;
+    }
+
+    let before = match aim.sale {
+        Some(sale) => Some(sale_view(&target, &admin, sale).await?),
+        None => None,
+    };
+    let poll_votes_before = match (&db, aim.poll) {
+        (Some(db), Some(poll)) => Some(count_votes(db, poll, &user_ids).await?),
+        _ => None,
+    };
+    announce(&args, &aim)?;
+    let progress = Arc::new(Progress::default());
+    let line = Line::start("firing", progress.clone());
+    let fired_from = aim.release_at.unwrap_or_else(Instant::now);
+    let seen = fire(
+        &target,
+        plan.clone(),
+        args.concurrency,
+        aim.release_at,
+        Stop {
+            deadline: fired_from + Duration::from_secs(args.seconds.max(1)),
+            max_requests: args.requests.unwrap_or(u64::MAX),
+        },
+        progress.clone(),
+    )
+    .await;
+    let elapsed = fired_from.elapsed();
+    drop(line);
+    let merged = Merged::of(seen);
+
+    let mut checks = Vec::new();
+    if aim.sale.is_some() || aim.poll.is_some() {
+        verify(
+            &args,
+            &target,
+            &admin,
+            db.as_ref(),
+            aim.sale,
+            aim.poll,
+            before.as_ref(),
+            poll_votes_before,
+            &user_ids,
+            &merged.per_user,
+            &mut checks,
+        )
+        .await?;
+    }
+    let report = Report::new(
+        &args,
+        &aim,
+        needs_users,
+        elapsed,
+        &merged,
+        &progress,
+        checks,
+    );
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(report.ok)
+}
+
+/// Refuses a bad `--opens-at`, and a URL where no Stampede answers.
+async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
     if let Some(at) = args.opens_at {
         check_opens_at(args.mode, at, Utc::now())?;
     }
@@ -422,58 +508,61 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         "no Stampede answers GET {}/healthz: start one (scripts/run) or pass --url",
         args.url
     );
-    let needs_users = args.mode != Mode::Healthz;
-    let db = if needs_users {
-        anyhow::ensure!(
-            config.token_secret.len() >= 32,
-            "stampede load mints tokens with the server's secret: set STAMPEDE_TOKEN_SECRET \
-             (and DATABASE_URL) as for the server (`set -a; . .data/env` after scripts/run)"
-        );
-        // Its own small pool, quiet: making 20,000 users in one INSERT is meant to
-        // take a while, and sqlx would warn about a slow statement.
-        let options: sqlx::postgres::PgConnectOptions = config
-            .database_url
-            .parse::<sqlx::postgres::PgConnectOptions>()?
-            .disable_statement_logging();
-        Some(
-            sqlx::postgres::PgPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(Duration::from_secs(10))
-                .connect_with(options)
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot connect to Postgres at {}: {e}",
-                        crate::config::redact_url(&config.database_url)
-                    )
-                })?,
-        )
-    } else {
-        None
-    };
-    let (users, ids) = match &db {
-        Some(db) => {
-            let prepared = progress_note(&args, "making users", async {
-                prepare::make_users(db, &config.token_secret, args.users.max(1), 6 * 3600).await
-            })
-            .await?;
-            (Some(prepared.admin), (prepared.ids, prepared.tokens))
-        }
-        None => (None, (Vec::new(), Vec::new())),
-    };
-    let (user_ids, tokens) = ids;
-    let admin = users.unwrap_or_default();
+    Ok(())
+}
 
-    // The sale or poll.
-    let mut release_at = None;
-    let mut opens_at = None;
-    let (sale, poll, path, body) = match args.mode {
-        Mode::Healthz => (None, None, "/healthz".to_string(), None),
+/// The run's own small pool, quiet: making 20,000 users in one INSERT is meant to
+/// take a while, and sqlx would warn about a slow statement.
+async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
+    anyhow::ensure!(
+        config.token_secret.len() >= 32,
+        "stampede load mints tokens with the server's secret: set STAMPEDE_TOKEN_SECRET \
+         (and DATABASE_URL) as for the server (`set -a; . .data/env` after scripts/run)"
+    );
+    let options: sqlx::postgres::PgConnectOptions = config
+        .database_url
+        .parse::<sqlx::postgres::PgConnectOptions>()?
+        .disable_statement_logging();
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to Postgres at {}: {e}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })
+}
+
+/// What the run fires at: the sale or poll (made now, or given), its route and
+/// body, and for a storm the opening and the moment the requests are released.
+struct Aim {
+    sale: Option<i64>,
+    poll: Option<i64>,
+    path: String,
+    body: Option<Vec<u8>>,
+    opens_at: Option<DateTime<Utc>>,
+    release_at: Option<Instant>,
+}
+
+async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Aim> {
+    let aim = |path: String| Aim {
+        sale: None,
+        poll: None,
+        path,
+        body: None,
+        opens_at: None,
+        release_at: None,
+    };
+    match args.mode {
+        Mode::Healthz => Ok(aim("/healthz".to_string())),
         Mode::Vote => {
             let (poll, option) = match args.poll {
                 Some(poll) => {
                     let view =
-                        prepare::call(&target, "GET", &format!("/api/polls/{poll}"), &admin, None)
+                        prepare::call(target, "GET", &format!("/api/polls/{poll}"), admin, None)
                             .await?;
                     let option = view["options"][0]["id"]
                         .as_i64()
@@ -481,54 +570,59 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
                     (poll, option)
                 }
                 None => {
-                    let (poll, options) = prepare::create_poll(&target, &admin).await?;
+                    let (poll, options) = prepare::create_poll(target, admin).await?;
                     (poll, options[0])
                 }
             };
             let body = serde_json::json!({ "option_id": option }).to_string();
-            (
-                None,
-                Some(poll),
-                format!("/api/polls/{poll}/votes"),
-                Some(body.into_bytes()),
-            )
+            Ok(Aim {
+                poll: Some(poll),
+                body: Some(body.into_bytes()),
+                ..aim(format!("/api/polls/{poll}/votes"))
+            })
         }
         Mode::Storm | Mode::Repeat | Mode::Soldout => {
+            // A storm opens at --opens-at, or --opens-in seconds from now (a sale it
+            // makes; a given sale only with --opens-at); the others buy at once.
+            let opens_at = match (args.mode, args.sale) {
+                (Mode::Storm, None) => Some(args.opens_at.unwrap_or_else(|| {
+                    Utc::now() + chrono::Duration::seconds(args.opens_in.max(1) as i64)
+                })),
+                (_, Some(_)) => args.opens_at,
+                _ => None,
+            };
             let sale = match args.sale {
-                Some(sale) => {
-                    if let Some(at) = args.opens_at {
-                        release_at = Some(release_instant(at)?);
-                        opens_at = Some(at);
-                    }
-                    sale
-                }
+                Some(sale) => sale,
                 None => {
                     let stock = if args.mode == Mode::Soldout {
                         0
                     } else {
                         args.stock
                     };
-                    let opens = if args.mode == Mode::Storm {
-                        let opens = args.opens_at.unwrap_or_else(|| {
-                            Utc::now() + chrono::Duration::seconds(args.opens_in.max(1) as i64)
-                        });
-                        release_at = Some(release_instant(opens)?);
-                        opens_at = Some(opens);
-                        opens
-                    } else {
-                        chrono::Utc::now() - chrono::Duration::seconds(5)
-                    };
-                    prepare::create_sale(&target, &admin, stock, opens, args.tickets).await?
+                    let opens =
+                        opens_at.unwrap_or_else(|| Utc::now() - chrono::Duration::seconds(5));
+                    prepare::create_sale(target, admin, stock, opens, args.tickets).await?
                 }
             };
-            (
-                Some(sale),
-                None,
-                format!("/api/sales/{sale}/purchase"),
-                None,
-            )
+            Ok(Aim {
+                sale: Some(sale),
+                opens_at,
+                release_at: opens_at.map(release_instant).transpose()?,
+                ..aim(format!("/api/sales/{sale}/purchase"))
+            })
         }
-    };
+    }
+}
+
+/// What every connection sends: the route, body, tokens, forwarded addresses and
+/// the ticket route. Refuses a given sale that requires tickets without --tickets.
+async fn plan(
+    args: &LoadArgs,
+    target: &Target,
+    admin: &str,
+    aim: &Aim,
+    tokens: Vec<String>,
+) -> anyhow::Result<Plan> {
     let addresses = if args.forwarded_for {
         (0..tokens.len())
             .map(|i| format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255))
@@ -536,152 +630,126 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     } else {
         Vec::new()
     };
-    let ticket_path = match (sale, args.tickets) {
+    let ticket_path = match (aim.sale, args.tickets) {
         (Some(sale), true) => Some(format!("/api/sales/{sale}/ticket")),
         (None, true) => anyhow::bail!("--tickets is for the buy modes (storm, repeat, soldout)"),
         _ => None,
     };
     if let (Some(sale), false) = (args.sale, args.tickets) {
-        let view =
-            prepare::call(&target, "GET", &format!("/api/sales/{sale}"), &admin, None).await?;
+        let view = prepare::call(target, "GET", &format!("/api/sales/{sale}"), admin, None).await?;
         anyhow::ensure!(
             view["requires_ticket"] != Value::Bool(true),
             "sale {sale} requires purchase tickets: add --tickets (each purchase then asks for its \
              ticket first, as the sale page does)"
         );
     }
-    let plan = Arc::new(Plan {
+    Ok(Plan {
         mode: args.mode,
-        path,
-        body,
+        path: aim.path.clone(),
+        body: aim.body.clone(),
         tokens,
         addresses,
         ticket_path,
-    });
+    })
+}
 
-    if let Some(file) = &args.prepare_only {
-        return prepare_only(&args, &target, &plan, file).await;
-    }
-
-    let before = match sale {
-        Some(sale) => Some(sale_view(&target, &admin, sale).await?),
-        None => None,
+/// Before a storm: fails when preparing took past the opening; says when it opens.
+fn announce(args: &LoadArgs, aim: &Aim) -> anyhow::Result<()> {
+    let (Some(at), Some(release)) = (aim.opens_at, aim.release_at) else {
+        return Ok(());
     };
-    let poll_votes_before = match (&db, poll) {
-        (Some(db), Some(poll)) => Some(count_votes(db, poll, &user_ids).await?),
-        _ => None,
-    };
-
-    if let (Some(at), Some(release)) = (opens_at, release_at) {
-        anyhow::ensure!(
-            release > Instant::now(),
-            "preparing took until after the opening ({}): give a later --opens-at",
-            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    let shown = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    anyhow::ensure!(
+        release > Instant::now(),
+        "preparing took until after the opening ({shown}): give a later --opens-at"
+    );
+    if !args.json {
+        eprintln!(
+            "sale {} opens at {shown} (in {:.1} s): {} users, {} connections",
+            aim.sale.unwrap_or_default(),
+            release
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64(),
+            args.users,
+            args.concurrency
         );
-        if !args.json {
-            eprintln!(
-                "sale {} opens at {} (in {:.1} s): {} users, {} connections",
-                sale.unwrap_or_default(),
-                at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                release
-                    .saturating_duration_since(Instant::now())
-                    .as_secs_f64(),
-                args.users,
-                args.concurrency
-            );
-        }
     }
-    let progress = Arc::new(Progress::default());
-    let line = Line::start("firing", progress.clone());
-    let started = Instant::now();
-    let fired_from = release_at.unwrap_or(started);
-    let seen = fire(
-        &target,
-        plan.clone(),
-        args.concurrency,
-        release_at,
-        Stop {
-            deadline: fired_from + Duration::from_secs(args.seconds.max(1)),
-            max_requests: args.requests.unwrap_or(u64::MAX),
-        },
-        progress.clone(),
-    )
-    .await;
-    let elapsed = fired_from.elapsed();
-    drop(line);
+    Ok(())
+}
 
-    // Merge what the connections saw.
-    let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds");
-    let mut per_user: HashMap<usize, UserSeen> = HashMap::new();
-    let mut first_answer_at: Option<DateTime<Utc>> = None;
-    for s in seen {
-        latency.add(&s.latency_us).expect("same bounds");
-        first_answer_at = match (first_answer_at, s.first_answer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+/// What all the connections saw, merged.
+struct Merged {
+    latency: Histogram<u64>,
+    per_user: HashMap<usize, UserSeen>,
+    first_answer_at: Option<DateTime<Utc>>,
+}
+
+impl Merged {
+    fn of(seen: Vec<Seen>) -> Merged {
+        let mut merged = Merged {
+            latency: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds"),
+            per_user: HashMap::new(),
+            first_answer_at: None,
         };
-        for (user, u) in s.users {
-            let e = per_user.entry(user).or_default();
-            e.accepted.extend(u.accepted);
-            e.ambiguous |= u.ambiguous;
-            e.already |= u.already;
-            e.decided |= u.decided;
+        for s in seen {
+            merged.latency.add(&s.latency_us).expect("same bounds");
+            merged.first_answer_at = match (merged.first_answer_at, s.first_answer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for (user, u) in s.users {
+                let e = merged.per_user.entry(user).or_default();
+                e.accepted.extend(u.accepted);
+                e.ambiguous |= u.ambiguous;
+                e.already |= u.already;
+                e.decided |= u.decided;
+            }
+        }
+        merged
+    }
+}
+
+impl Report {
+    fn new(
+        args: &LoadArgs,
+        aim: &Aim,
+        needs_users: bool,
+        elapsed: Duration,
+        merged: &Merged,
+        progress: &Progress,
+        checks: Vec<Check>,
+    ) -> Report {
+        let latency = &merged.latency;
+        let requests = latency.len();
+        let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+        Report {
+            mode: args.mode,
+            url: args.url.clone(),
+            sale: aim.sale,
+            poll: aim.poll,
+            users: if needs_users { args.users } else { 0 },
+            concurrency: args.concurrency,
+            requests,
+            seconds: elapsed.as_secs_f64(),
+            requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
+            opens_at: aim.opens_at,
+            first_answer_at: merged.first_answer_at,
+            latency: Latency {
+                p50_ms: ms(0.50),
+                p90_ms: ms(0.90),
+                p99_ms: ms(0.99),
+                p999_ms: ms(0.999),
+                max_ms: latency.max() as f64 / 1000.0,
+            },
+            answers: progress
+                .counts()
+                .iter()
+                .map(|(k, n)| (k.label(), *n))
+                .collect(),
+            ok: checks.iter().all(|c| c.ok),
+            checks,
         }
     }
-    let requests = latency.len();
-    let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
-
-    let mut checks = Vec::new();
-    if sale.is_some() || poll.is_some() {
-        verify(
-            &args,
-            &target,
-            &admin,
-            db.as_ref(),
-            sale,
-            poll,
-            before.as_ref(),
-            poll_votes_before,
-            &user_ids,
-            &per_user,
-            &mut checks,
-        )
-        .await?;
-    }
-    let ok = checks.iter().all(|c| c.ok);
-    let report = Report {
-        mode: args.mode,
-        url: args.url.clone(),
-        sale,
-        poll,
-        users: if needs_users { args.users } else { 0 },
-        concurrency: args.concurrency,
-        requests,
-        seconds: elapsed.as_secs_f64(),
-        requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
-        opens_at,
-        first_answer_at,
-        latency: Latency {
-            p50_ms: ms(0.50),
-            p90_ms: ms(0.90),
-            p99_ms: ms(0.99),
-            p999_ms: ms(0.999),
-            max_ms: latency.max() as f64 / 1000.0,
-        },
-        answers: progress
-            .counts()
-            .iter()
-            .map(|(k, n)| (k.label(), *n))
-            .collect(),
-        checks,
-        ok,
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_text(&report);
-    }
-    Ok(ok)
 }
 
 /// `--opens-at` must be a moment to come, within a day, and is for a storm.
