@@ -99,21 +99,6 @@ pub trait CachedReads {
     fn keys(&self) -> &crate::keys::Keys;
 }
 
-impl<T: CachedReads + ?Sized> CachedReads for &T {
-    fn cache(&self) -> &Cache {
-        (**self).cache()
-    }
-    fn db(&self) -> &sqlx::PgPool {
-        (**self).db()
-    }
-    fn redis(&self) -> &Redis {
-        (**self).redis()
-    }
-    fn keys(&self) -> &crate::keys::Keys {
-        (**self).keys()
-    }
-}
-
 impl<T: CachedReads + ?Sized> CachedReads for actix_web::web::Data<T> {
     fn cache(&self) -> &Cache {
         (**self).cache()

@@ -22,12 +22,6 @@ pub trait PollReads: CachedReads {
     fn recovery(&self) -> &Arc<Recovery>;
 }
 
-impl<T: PollReads + ?Sized> PollReads for &T {
-    fn recovery(&self) -> &Arc<Recovery> {
-        (**self).recovery()
-    }
-}
-
 impl<T: PollReads + ?Sized> PollReads for web::Data<T> {
     fn recovery(&self) -> &Arc<Recovery> {
         (**self).recovery()
