@@ -1,10 +1,10 @@
 // The admin page's polls.
 
 import { api, messageOf } from "./api.js";
-import { field, flash, setBadge, setText } from "./dom.js";
+import { field, flash, setBadge, setText, setTimes, showRows } from "./dom.js";
 import { focusFirstError, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
-import { localTime, toLocalInput } from "./time.js";
+import { toLocalInput } from "./time.js";
 
 /** The admin page's polls: the create form with its option list, and the table. */
 export function adminPolls() {
@@ -96,34 +96,17 @@ export function adminPolls() {
     setBadge(field(row, "badge"), view.status);
     const voters = Number.isFinite(view.voters) ? view.voters : view.results && view.results.voters;
     if (Number.isFinite(voters)) setText(field(row, "voters"), voters);
-    for (const [name, value] of [
+    setTimes(row, [
       ["opens", view.opens_at],
       ["closes", view.closes_at],
-    ]) {
-      const t = field(row, name);
-      if (t.dateTime !== value) {
-        t.dateTime = value;
-        setText(t, localTime(new Date(value)));
-      }
-    }
+    ]);
     const close = row.querySelector('[data-action="close-poll"]');
     if (!close.contains(document.activeElement)) close.hidden = view.status === "closed";
   }
 
   /** As with sales: rows stay where they are, new ones go on top. */
   function showViews(views) {
-    const fresh = [];
-    for (const view of views) {
-      let row = rowOf(view.id);
-      if (!row) {
-        row = newRow(view);
-        fresh.push(row);
-      }
-      fillRow(row, view);
-    }
-    rows.prepend(...fresh);
-    const empty = field(document, "polls-empty");
-    if (empty) empty.hidden = views.length > 0;
+    showRows(rows, views, { rowOf, newRow, fillRow, empty: "polls-empty" });
   }
 
   async function refresh() {

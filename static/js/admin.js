@@ -1,11 +1,11 @@
 // The admin page: creating sales and the sales table (its polls: admin-polls.js).
 
 import { api, messageOf } from "./api.js";
-import { field, flash, setBadge, setText } from "./dom.js";
+import { field, flash, setBadge, setText, setTimes, showRows } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
-import { localTime, toLocalInput } from "./time.js";
+import { toLocalInput } from "./time.js";
 import { adminPolls } from "./admin-polls.js";
 
 export function adminPage() {
@@ -81,36 +81,15 @@ export function adminPage() {
     setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
     setText(field(row, "sold"), groupDigits(Number(view.sold)));
     showActions(row, view);
-    for (const [name, value] of [
+    setTimes(row, [
       ["starts", view.starts_at],
       ["ends", view.ends_at],
-    ]) {
-      const t = field(row, name);
-      if (t.dateTime !== value) {
-        t.dateTime = value;
-        setText(t, localTime(new Date(value)));
-      }
-    }
+    ]);
   }
 
-  /**
-   * Rows never move once shown (opening a sale changes its place in the API's
-   * order, and a row jumping under the pointer gets the wrong click): known rows
-   * are updated where they are, new ones go on top.
-   */
+  /** Rows stay where they are (opening a sale changes its place in the API's order). */
   function showViews(views) {
-    const fresh = [];
-    for (const view of views) {
-      let row = rowOf(view.id);
-      if (!row) {
-        row = newRow(view);
-        fresh.push(row);
-      }
-      fillRow(row, view);
-    }
-    rows.prepend(...fresh);
-    const empty = field(document, "admin-empty");
-    if (empty) empty.hidden = views.length > 0;
+    showRows(rows, views, { rowOf, newRow, fillRow, empty: "admin-empty" });
   }
 
   async function refresh() {

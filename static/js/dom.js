@@ -73,3 +73,35 @@ export function flash(row) {
   void row.offsetWidth; // restart the animation
   row.classList.add("flash");
 }
+
+/** Sets each `<time data-field="name">` of `root` to its ISO value, in local time, when it changed. */
+export function setTimes(root, times) {
+  for (const [name, value] of times) {
+    const t = field(root, name);
+    if (t.dateTime !== value) {
+      t.dateTime = value;
+      setText(t, localTime(new Date(value)));
+    }
+  }
+}
+
+/**
+ * Shows `views` in the table body `rows`. Rows never move once shown (a change
+ * can move an item in the API's order, and a row jumping under the pointer gets
+ * the wrong click): known rows are updated where they are, new ones go on top.
+ * `empty` names the field shown when there is nothing.
+ */
+export function showRows(rows, views, { rowOf, newRow, fillRow, empty }) {
+  const fresh = [];
+  for (const view of views) {
+    let row = rowOf(view.id);
+    if (!row) {
+      row = newRow(view);
+      fresh.push(row);
+    }
+    fillRow(row, view);
+  }
+  rows.prepend(...fresh);
+  const none = field(document, empty);
+  if (none) none.hidden = views.length > 0;
+}
