@@ -132,6 +132,8 @@ async fn main() -> anyhow::Result<()> {
                 closed: false,
                 image_url: None,
                 requires_ticket: false,
+                payment_window_s: 0,
+                rebuy_after_expiry: false,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

@@ -77,6 +77,8 @@ async fn main() -> anyhow::Result<()> {
             ends_at: now + Duration::hours(1),
             image_url: None,
             requires_ticket: false,
+            payment_window_s: 0,
+            rebuy_after_expiry: false,
         },
     )
     .await

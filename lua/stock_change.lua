@@ -3,8 +3,17 @@
 -- between Redis and Postgres answers the same delta instead of applying it twice.
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
 -- KEYS[4] applied changes hash (change id -> delta, or 'refused')
--- ARGV[1] change id   ARGV[2] 'set' (units left become amount) or 'add'
--- ARGV[3] amount (>= 0)   ARGV[4] most units a sale may ever offer
+-- ARGV[1] change id   ARGV[2] kind   ARGV[3] amount (>= 0)
+-- ARGV[4] most units a sale may ever offer   ARGV[5] the buyer ('release' only)
+-- Kinds:
+--   'set'     units left become amount
+--   'add'     units left grow by amount
+--   'return'  an expired order's unit is offered again (its buyer stays a buyer and
+--             may not buy again): units left grow by amount, never refused
+--   'release' an expired order's unit goes back and its buyer may buy again: if the
+--             buyer is still in the buyers set, they leave it and units left grow by
+--             amount (delta 0: units ever offered do not move); if not (a rebuild
+--             from Postgres already left them out), nothing changes
 -- Returns {code, delta, units left, units sold}:
 --   0 applied (now or before)   1 refused: units ever offered would pass the maximum
 --   4 not loaded   6 recovering (state not trusted by this Redis run)
@@ -28,11 +37,21 @@ elseif done then
   return {0, tonumber(done), left, sold}
 end
 local amount = tonumber(ARGV[3])
+local kind = ARGV[2]
+if kind == 'release' then
+  if redis.call('SREM', KEYS[3], ARGV[5]) == 1 then
+    left = left + amount
+    sold = sold - 1
+    redis.call('SET', KEYS[2], left)
+  end
+  redis.call('HSET', KEYS[4], ARGV[1], 0)
+  return {0, 0, left, sold}
+end
 local new_left = amount
-if ARGV[2] == 'add' then
+if kind == 'add' or kind == 'return' then
   new_left = left + amount
 end
-if new_left + sold > tonumber(ARGV[4]) then
+if kind ~= 'return' and new_left + sold > tonumber(ARGV[4]) then
   redis.call('HSET', KEYS[4], ARGV[1], 'refused')
   return {1, 0, left, sold}
 end

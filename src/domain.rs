@@ -189,6 +189,21 @@ pub fn parse_stock(field: &'static str, value: i64) -> Result<i64, AppError> {
     Ok(value)
 }
 
+/// Longest payment window: a day.
+pub const MAX_PAYMENT_WINDOW_S: i64 = 86_400;
+
+pub fn parse_payment_window(value: i64) -> Result<i32, AppError> {
+    match i32::try_from(value) {
+        Ok(s) if (0..=MAX_PAYMENT_WINDOW_S).contains(&value) => Ok(s),
+        _ => Err(AppError::new(
+            ErrorCode::InvalidPaymentWindow,
+            format!(
+                "payment_window_s must be between 0 (no payment step) and {MAX_PAYMENT_WINDOW_S} seconds"
+            ),
+        )),
+    }
+}
+
 pub fn parse_price(value: i64) -> Result<i64, AppError> {
     if !(0..=MAX_PRICE_CENTS).contains(&value) {
         return Err(AppError::new(

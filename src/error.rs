@@ -49,6 +49,8 @@ error_codes! {
     InvalidQuery = (BAD_REQUEST, "invalid_query"),
     /// A paging limit out of range.
     InvalidLimit = (BAD_REQUEST, "invalid_limit"),
+    /// A payment without an `Idempotency-Key` header, or with a malformed one.
+    InvalidIdempotencyKey = (BAD_REQUEST, "invalid_idempotency_key"),
     /// No session: sign in.
     Unauthorized = (UNAUTHORIZED, "unauthorized"),
     /// A session token this server did not issue.
@@ -81,12 +83,18 @@ error_codes! {
     PastEnd = (CONFLICT, "past_end"),
     /// Sign-up with a username in use.
     UsernameTaken = (CONFLICT, "username_taken"),
+    /// A payment of an order that is already paid (under another key).
+    AlreadyPaid = (CONFLICT, "already_paid"),
+    /// A payment of an order of a sale with no payment step.
+    NoPaymentNeeded = (CONFLICT, "no_payment_needed"),
     /// No units left.
     SoldOut = (GONE, "sold_out"),
     /// A sale past its end, or closed early.
     Ended = (GONE, "ended"),
     /// A poll past its closing time, or closed early.
     Closed = (GONE, "closed"),
+    /// A payment after the order's deadline: it expired and its unit went back.
+    PaymentExpired = (GONE, "payment_expired"),
     /// A body over the size limit.
     PayloadTooLarge = (PAYLOAD_TOO_LARGE, "payload_too_large"),
     /// A body that is not `application/json`.
@@ -99,6 +107,10 @@ error_codes! {
     InvalidPrice = (UNPROCESSABLE_ENTITY, "invalid_price"),
     /// A stock out of range.
     InvalidStock = (UNPROCESSABLE_ENTITY, "invalid_stock"),
+    /// A payment window out of range (0 to 86400 seconds).
+    InvalidPaymentWindow = (UNPROCESSABLE_ENTITY, "invalid_payment_window"),
+    /// An `Idempotency-Key` already used for the payment of another order.
+    IdempotencyKeyReused = (UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
     /// A stock change that would pass 10,000,000 units ever offered.
     StockTooLarge = (UNPROCESSABLE_ENTITY, "stock_too_large"),
     /// An end before the start, in the past, or too far away.
@@ -135,6 +147,8 @@ error_codes! {
     Unavailable = (SERVICE_UNAVAILABLE, "unavailable"),
     /// A sale's or poll's Redis state is being rebuilt from Postgres (`Retry-After`).
     Recovering = (SERVICE_UNAVAILABLE, "recovering"),
+    /// A payment of an order accepted moments ago and not yet in Postgres (`Retry-After`).
+    OrderSettling = (SERVICE_UNAVAILABLE, "order_settling"),
     /// With `replica_acks`: no replica confirmed the decision in time (`Retry-After`).
     NotReplicated = (SERVICE_UNAVAILABLE, "not_replicated"),
     /// The rate limiter's Redis did not answer (`Retry-After`).

@@ -284,10 +284,15 @@ impl Recovery {
             .await?
             .into_iter()
             .collect();
-        let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-            .bind(id.get())
-            .fetch_all(&mut *tx)
-            .await?;
+        // Buyers holding a unit: every order's, except, on a sale whose expired
+        // buyers may buy again, the expired ones (their units went back).
+        let settled: Vec<i64> = sqlx::query_scalar(
+            "SELECT user_id FROM orders WHERE sale_id = $1 AND (status <> 'expired' OR NOT $2)",
+        )
+        .bind(id.get())
+        .bind(sale.rebuy_after_expiry)
+        .fetch_all(&mut *tx)
+        .await?;
         buyers.extend(settled.iter().copied());
         let missing: Vec<i64> = buyers.difference(&known).copied().collect();
         for chunk in missing.chunks(CHUNK) {
@@ -296,6 +301,9 @@ impl Recovery {
                 .arg(chunk)
                 .query_async(&mut redis)
                 .await?;
+        }
+        if sale.rebuy_after_expiry {
+            release_expired(&mut tx, &mut redis, &k.buyers, id, &known, &buyers).await?;
         }
         let (left, sold): (i64, i64) = RESTORE_SALE
             .key(&k.meta)
@@ -333,6 +341,12 @@ impl Recovery {
         }))
     }
 
+    /// On a sale whose expired buyers may buy again: buyers whose only orders
+    /// expired leave the buyers set (a lost `SREM` of their return), and returns
+    /// still pending are recorded as applied, since units left are counted from
+    /// this set next (the unit is back by construction; applying the return again
+    /// would count it twice). The caller holds the sale's row lock, so no expiry
+    /// commits between the read of the orders and this.
     async fn rebuild_poll(&self, id: PollId) -> Result<Option<Rebuilt>, AppError> {
         let mut redis = self.redis.clone();
         let k = self.keys.poll(id);
@@ -415,6 +429,47 @@ impl Recovery {
             stock_left: None,
         }))
     }
+}
+
+/// On a sale whose expired buyers may buy again: buyers whose only orders expired
+/// leave the buyers set (a lost `SREM` of their return), and returns still pending
+/// are recorded as applied, since units left are counted from this set next (the
+/// unit is back by construction; applying the return again would count it twice).
+/// The caller holds the sale's row lock, so no expiry commits between its read of
+/// the orders and this.
+async fn release_expired(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut Redis,
+    buyers_key: &str,
+    id: SaleId,
+    known: &HashSet<i64>,
+    buyers: &HashSet<i64>,
+) -> Result<(), AppError> {
+    let expired: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT user_id FROM orders WHERE sale_id = $1 AND status = 'expired'",
+    )
+    .bind(id.get())
+    .fetch_all(&mut *tx)
+    .await?;
+    let gone: Vec<i64> = expired
+        .into_iter()
+        .filter(|u| known.contains(u) && !buyers.contains(u))
+        .collect();
+    for chunk in gone.chunks(CHUNK) {
+        let _: i64 = redis::cmd("SREM")
+            .arg(buyers_key)
+            .arg(chunk)
+            .query_async(&mut *redis)
+            .await?;
+    }
+    sqlx::query(
+        "UPDATE stock_changes SET status = 'applied', delta = 0, applied_at = now()
+         WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'",
+    )
+    .bind(id.get())
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 /// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its

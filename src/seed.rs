@@ -132,6 +132,9 @@ async fn demo_sale(
         image_url: Some(demo.image.into()),
         // The demo shows the page getting its ticket at the opening.
         requires_ticket: true,
+        // And the order waiting for its payment, with its countdown.
+        payment_window_s: 600,
+        rebuy_after_expiry: false,
     };
     let sale = store::create_sale(db, redis, keys, new)
         .await

@@ -7,7 +7,8 @@
 //! new entries. Every `claim_idle_ms / 2` it takes over entries that another
 //! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`, under a
 //! lock so that one instance at a time scans the streams. Writes use
-//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user), and on (poll, user)
+//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user) among orders not
+//! expired, and on (poll, user)
 //! for votes, so an entry that is delivered twice lands once.
 
 use std::collections::HashMap;
@@ -658,8 +659,16 @@ async fn insert_orders(
         return Ok((0, Vec::new()));
     }
     let inserted = sqlx::query(
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at)
-         SELECT * FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
+        // A sale with a payment window makes the order wait for its payment until
+        // `accepted_at` + the window (see migrations/0007_payment.sql).
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by)
+         SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
+                CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
+                CASE WHEN s.payment_window_s > 0
+                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END
+         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
+              AS o (id, sale_id, user_id, accepted_at)
+         JOIN sales s ON s.id = o.sale_id
          ON CONFLICT DO NOTHING",
     )
     .bind(&orders.ids)

@@ -19,8 +19,10 @@ use crate::auth::token::TokenKey;
 use crate::config::Config;
 use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
+use crate::lock::Lock;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
+use crate::sale::stock::ChangeResult;
 use crate::settle::Settler;
 use crate::state::AppState;
 
@@ -51,6 +53,7 @@ pub struct Application {
     shutdown: watch::Sender<bool>,
     settler: Option<JoinHandle<()>>,
     sweeper: JoinHandle<()>,
+    expirer: JoinHandle<()>,
     session_feed: JoinHandle<()>,
 }
 
@@ -117,6 +120,11 @@ impl Application {
             Duration::from_millis(config.sweep_ms),
             shutdown_rx.clone(),
         ));
+        let expirer = tokio::spawn(expire_forever(
+            state.clone(),
+            Duration::from_millis(config.expire_ms),
+            shutdown_rx.clone(),
+        ));
         let session_feed = tokio::spawn(state.sessions.clone().follow(
             sessions_resume,
             state.redis.clone(),
@@ -142,6 +150,7 @@ impl Application {
             shutdown,
             settler,
             sweeper,
+            expirer,
             session_feed,
         })
     }
@@ -180,6 +189,7 @@ impl Application {
             let _ = settler.await;
         }
         let _ = self.sweeper.await;
+        let _ = self.expirer.await;
         let _ = self.session_feed.await;
         tracing::info!("shut down cleanly");
         Ok(())
@@ -198,6 +208,7 @@ impl Application {
             let _ = settler.await;
         }
         let _ = self.sweeper.await;
+        let _ = self.expirer.await;
         let _ = self.session_feed.await;
         result
     }
@@ -430,6 +441,68 @@ async fn sweep_forever(
             tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
         }
     }
+}
+
+/// Name of the lock (see [`crate::lock`]) held during an expiry pass.
+pub const EXPIRE_LOCK: &str = "orders:expire";
+/// Orders expired per Postgres transaction.
+const EXPIRE_BATCH: i64 = 500;
+
+/// Every `every`, on one instance at a time (the lock): expires the orders past
+/// their payment deadline and gives their units back (see
+/// [`crate::sale::payment::expire_pass`]). Zero: never in this process.
+async fn expire_forever(
+    state: web::Data<AppState>,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    if every.is_zero() {
+        return;
+    }
+    while !*shutdown.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => break,
+        }
+        if let Err(e) = expire_once(&state).await {
+            tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
+        }
+    }
+}
+
+/// One expiry pass under the lock; a pass already running elsewhere: nothing.
+pub async fn expire_once(state: &AppState) -> Result<usize, AppError> {
+    let key = state.keys.lock(EXPIRE_LOCK);
+    let Some(mut guard) = Lock::try_acquire(&state.redis, key, 10_000).await? else {
+        return Ok(0);
+    };
+    let _lost = guard.start_watchdog();
+    let pass = crate::sale::payment::expire_pass(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        EXPIRE_BATCH,
+    )
+    .await;
+    let _ = guard.release().await;
+    let pass = pass?;
+    for (sale, results) in &pass.applied {
+        crate::sale::cached::invalidate(state, *sale).await?;
+        if results
+            .iter()
+            .any(|(_, r)| matches!(r, ChangeResult::Applied { left, .. } if *left > 0))
+        {
+            state.sold_out.clear(*sale);
+        }
+    }
+    if pass.expired > 0 {
+        tracing::info!(
+            expired = pass.expired,
+            sales = pass.applied.len(),
+            "unpaid orders expired; units returned"
+        );
+    }
+    Ok(pass.expired)
 }
 
 /// A 202 is only as durable as Redis's persistence: say so at startup when the

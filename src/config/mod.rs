@@ -99,6 +99,9 @@ pub struct Config {
     /// by the running Redis, and rebuilds what a wipe or restart left (0: only on
     /// startup and when a request meets such state).
     pub sweep_ms: u64,
+    /// How often `serve` expires orders past their payment deadline and gives their
+    /// units back (one instance at a time, under a lock; 0: never in this process).
+    pub expire_ms: u64,
     /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
     /// decides each alone. See `src/batch.rs`.
     pub batch_max: usize,
@@ -167,6 +170,7 @@ impl Default for Config {
             replica_ack_timeout_ms: 200,
             workers: 0,
             sweep_ms: 2000,
+            expire_ms: 1000,
             batch_max: 64,
             batch_in_flight: 4,
         }
@@ -216,6 +220,7 @@ impl std::fmt::Debug for Config {
             .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
             .field("workers", &self.workers)
             .field("sweep_ms", &self.sweep_ms)
+            .field("expire_ms", &self.expire_ms)
             .field("batch_max", &self.batch_max)
             .field("batch_in_flight", &self.batch_in_flight)
             .finish_non_exhaustive()
@@ -487,6 +492,7 @@ const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_BATCH_MAX", parsed!(batch_max)),
     ("STAMPEDE_BATCH_IN_FLIGHT", parsed!(batch_in_flight)),
     ("STAMPEDE_SWEEP_MS", parsed!(sweep_ms)),
+    ("STAMPEDE_EXPIRE_MS", parsed!(expire_ms)),
 ];
 
 #[cfg(test)]

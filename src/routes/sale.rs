@@ -18,7 +18,7 @@ use crate::sale::cached::{self, find_view, load_list, load_view};
 use crate::sale::stock::{self, ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale, PurchaseOutcome};
 use crate::sale::ticket::{self, TicketError, TicketWindow, Window};
-use crate::sale::{orders, reconcile};
+use crate::sale::{orders, payment, reconcile};
 use crate::state::{AppState, Worker};
 use futures_util::StreamExt;
 
@@ -32,6 +32,7 @@ use futures_util::StreamExt;
     show,
     events,
     order_status,
+    pay,
     my_orders,
     admin_create,
     admin_list,
@@ -52,6 +53,7 @@ super::routes! {
     get "/sales/{id}" => show,
     get "/sales/{id}/events" => events,
     get "/orders/{id}" => order_status,
+    post "/orders/{id}/pay" => pay,
     get "/me/orders" => my_orders,
     post "/admin/sales" => admin_create,
     get "/admin/sales" => admin_list,
@@ -473,6 +475,15 @@ struct OrderStatus {
     accepted_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     settled_at: Option<DateTime<Utc>>,
+    /// Once confirmed, on a sale with a payment window: `awaiting_payment`, `paid`
+    /// or `expired` (not paid by `pay_by`: its unit went back on sale).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payment: Option<String>,
+    /// The payment deadline (`POST /api/orders/{id}/pay` before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pay_by: Option<DateTime<Utc>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paid_at: Option<DateTime<Utc>>,
 }
 
 /// An order's status, for its owner or an admin.
@@ -501,6 +512,9 @@ async fn order_status(
             status: "confirmed",
             accepted_at: Some(o.accepted_at),
             settled_at: Some(o.settled_at),
+            payment: (o.status != "accepted").then_some(o.status),
+            pay_by: o.pay_by,
+            paid_at: o.paid_at,
         }));
     }
     let sale = orders::sale_of_order(&order_id).ok_or_else(not_found)?;
@@ -518,9 +532,88 @@ async fn order_status(
                 status: "pending",
                 accepted_at: None,
                 settled_at: None,
+                payment: None,
+                pay_by: None,
+                paid_at: None,
             }))
         }
         _ => Err(not_found()),
+    }
+}
+
+/// Pays an order (a simulated payment provider that always accepts), once: the
+/// first request with a given `Idempotency-Key` decides, and a retry with the same
+/// key gets the same answer (with `Idempotent-Replayed: true`), never a second
+/// charge. Payment and the expiry of the unpaid order race fairly: exactly one wins.
+#[utoipa::path(post, path = "/api/orders/{id}/pay", tag = "sales",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The order id (a UUID)"),
+        ("Idempotency-Key" = String, Header, description = "Any unique string (a UUID), sent unchanged with every retry of this payment"),
+    ),
+    security(("bearer" = [])), responses(
+    (status = 200, description = "Paid", body = payment::Paid),
+    (status = 400, description = "`invalid_idempotency_key`: the header is missing or malformed", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such order of the caller", body = ErrorBody<'static>),
+    (status = 409, description = "`already_paid` (under another key), `no_payment_needed` (the sale has no payment step)", body = ErrorBody<'static>),
+    (status = 410, description = "`payment_expired`: the deadline passed, the unit went back on sale", body = ErrorBody<'static>),
+    (status = 422, description = "`idempotency_key_reused`: the key paid another order", body = ErrorBody<'static>),
+    (status = 503, description = "`order_settling`: accepted moments ago, not yet in Postgres", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+async fn pay(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    let order_id = Uuid::parse_str(&path)
+        .map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))?;
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    let key = payment::parse_key(key)?;
+    match payment::pay(&state.db, user.id, order_id, key).await? {
+        payment::Payment::Answer(answer) => {
+            let status = actix_web::http::StatusCode::from_u16(answer.http_status)
+                .map_err(|e| AppError::Internal(e.into()))?;
+            let mut reply = HttpResponse::build(status);
+            reply.insert_header((header::CACHE_CONTROL, "no-store"));
+            if answer.replayed {
+                reply.insert_header(("Idempotent-Replayed", "true"));
+            }
+            if status.is_success() {
+                tracing::info!(order = %order_id, user = %user.id, replayed = answer.replayed, "order paid");
+            }
+            Ok(reply.json(answer.body))
+        }
+        payment::Payment::KeyReused { order_id: other } => Err(AppError::new(
+            ErrorCode::IdempotencyKeyReused,
+            format!("this Idempotency-Key paid order {other}: use a new key for each payment"),
+        )),
+        payment::Payment::NotFound => {
+            // Not in Postgres yet: an order accepted moments ago is in its sale's
+            // pending hash until the settlement worker writes it.
+            let settling = match orders::sale_of_order(&order_id) {
+                Some(sale) => {
+                    let owner: Option<i64> = redis::cmd("HGET")
+                        .arg(&state.keys.sale(sale).pending)
+                        .arg(order_id.to_string())
+                        .query_async(&mut state.redis.clone())
+                        .await?;
+                    owner == Some(user.id.get())
+                }
+                None => false,
+            };
+            if settling {
+                return Err(AppError::new(
+                    ErrorCode::OrderSettling,
+                    "the order was accepted moments ago and is not confirmed yet: retry in a second",
+                )
+                .with_header(header::RETRY_AFTER, "1"));
+            }
+            Err(AppError::not_found("no such order"))
+        }
     }
 }
 
@@ -552,6 +645,17 @@ struct CreateSale {
     #[serde(default = "yes")]
     #[schema(default = true)]
     requires_ticket: bool,
+    /// Seconds a buyer has to pay (`POST /api/orders/{id}/pay`) once the order is
+    /// accepted; an order not paid by then expires and its unit goes back on sale.
+    /// 0 (the default): no payment step. At most 86400. Fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = 0, minimum = 0, maximum = 86400)]
+    payment_window_s: i64,
+    /// Whether a buyer whose order expired unpaid may buy again. Default false: the
+    /// unit goes back on sale for others only. Fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = false)]
+    rebuy_after_expiry: bool,
 }
 
 fn yes() -> bool {
@@ -568,6 +672,7 @@ impl CreateSale {
         let price_cents = domain::parse_price(self.price_cents)?;
         let stock = domain::parse_stock("stock", self.stock)?;
         let image_url = domain::parse_image_url(self.image_url.as_deref())?;
+        let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
         if self.ends_at <= self.starts_at {
             return Err(AppError::new(
                 ErrorCode::InvalidWindow,
@@ -595,6 +700,8 @@ impl CreateSale {
             ends_at: self.ends_at,
             image_url,
             requires_ticket: self.requires_ticket,
+            payment_window_s,
+            rebuy_after_expiry: self.rebuy_after_expiry,
         })
     }
 }

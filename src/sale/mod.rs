@@ -10,6 +10,7 @@
 pub mod buy;
 pub mod cached;
 pub mod orders;
+pub mod payment;
 pub mod reconcile;
 pub mod stock;
 pub mod store;

@@ -17,6 +17,12 @@ pub struct OrderRow {
     pub user_id: i64,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
+    /// `accepted` (the sale has no payment step), `awaiting_payment`, `paid` or
+    /// `expired` (not paid in time: its unit went back on sale).
+    pub status: String,
+    /// The payment deadline (sales with a payment window).
+    pub pay_by: Option<DateTime<Utc>>,
+    pub paid_at: Option<DateTime<Utc>>,
 }
 
 /// A settled order of the caller, with its sale's name and price.
@@ -28,20 +34,36 @@ pub struct MyOrder {
     pub price_cents: i64,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
+    /// As [`OrderRow::status`].
+    pub status: String,
+    pub pay_by: Option<DateTime<Utc>>,
+    pub paid_at: Option<DateTime<Utc>>,
+}
+
+/// The columns of [`OrderRow`], as a literal so queries stay `&'static str`.
+macro_rules! order_columns {
+    () => {
+        "id, sale_id, user_id, accepted_at, settled_at, status, pay_by, paid_at"
+    };
 }
 
 /// The settled order with this id.
 pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
-    sqlx::query_as("SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders WHERE id = $1")
-        .bind(id)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as(concat!(
+        "SELECT ",
+        order_columns!(),
+        " FROM orders WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db)
+    .await
 }
 
 /// A user's settled orders, newest first (at most 500).
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
-        "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at
+        "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
+                o.status, o.pay_by, o.paid_at
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
     )
@@ -52,10 +74,11 @@ pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
 
 /// A sale's settled orders, oldest first (at most `limit`).
 pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<OrderRow>> {
-    sqlx::query_as(
-        "SELECT id, sale_id, user_id, accepted_at, settled_at FROM orders
-         WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2",
-    )
+    sqlx::query_as(concat!(
+        "SELECT ",
+        order_columns!(),
+        " FROM orders WHERE sale_id = $1 ORDER BY accepted_at LIMIT $2"
+    ))
     .bind(sale.get())
     .bind(limit)
     .fetch_all(db)

@@ -5,6 +5,7 @@ use redis::aio::ConnectionLike;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::payment::{self, OrderCounts};
 use super::store::{SaleRow, sale_id};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -17,8 +18,12 @@ pub struct Reconciliation {
     pub redis_sold: i64,
     /// Accepted orders not yet settled (the pending hash).
     pub pending: i64,
-    /// Orders in Postgres.
+    /// Orders in Postgres that hold a unit: all of them, except on a sale whose
+    /// expired buyers may buy again, the expired ones.
     pub postgres_orders: i64,
+    /// The sale's orders by payment status, and the units of expired orders
+    /// already back in Redis.
+    pub orders: OrderCounts,
     /// Buyers in Redis with no order in Postgres and none pending: should be empty.
     pub missing_in_postgres: Vec<i64>,
     /// Orders in Postgres whose buyer is not in the Redis buyers set: should be empty.
@@ -44,13 +49,27 @@ pub async fn reconcile<C: ConnectionLike>(
         .get(&k.stock)
         .query_async(redis)
         .await?;
-    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-        .bind(sale.id)
-        .fetch_all(db)
-        .await?;
+    let settled: Vec<i64> = sqlx::query_scalar(
+        "SELECT user_id FROM orders WHERE sale_id = $1 AND (status <> 'expired' OR NOT $2)",
+    )
+    .bind(sale.id)
+    .bind(sale.rebuy_after_expiry)
+    .fetch_all(db)
+    .await?;
+    // Buyers whose expired order's unit is on its way back (the return recorded, not
+    // applied yet): still in the buyers set for a moment, rightly.
+    let returning: Vec<i64> = sqlx::query_scalar(
+        "SELECT o.user_id FROM stock_changes c JOIN orders o ON o.id = c.order_id
+         WHERE c.sale_id = $1 AND c.kind = 'return' AND c.status = 'pending'",
+    )
+    .bind(sale.id)
+    .fetch_all(db)
+    .await?;
+    let orders = payment::counts(db, sale_id(sale)?).await?;
     let buyers_set: std::collections::HashSet<i64> = buyers.iter().copied().collect();
     let settled_set: std::collections::HashSet<i64> = settled.iter().copied().collect();
-    let pending_set: std::collections::HashSet<i64> = pending_owners.iter().copied().collect();
+    let mut pending_set: std::collections::HashSet<i64> = pending_owners.iter().copied().collect();
+    pending_set.extend(returning);
     let mut missing_in_postgres: Vec<i64> = buyers_set
         .iter()
         .filter(|u| !settled_set.contains(u) && !pending_set.contains(u))
@@ -66,6 +85,7 @@ pub async fn reconcile<C: ConnectionLike>(
         redis_sold,
         pending: pending_owners.len() as i64,
         postgres_orders: settled.len() as i64,
+        orders,
         consistent: missing_in_postgres.is_empty()
             && missing_in_redis.is_empty()
             && sale.stock_total == stock_left + redis_sold,

@@ -1,4 +1,5 @@
-//! Admin stock changes: recorded in Postgres, applied once in Redis by
+//! Stock changes: an admin's (set, add) and the units of expired orders coming
+//! back (return), recorded in Postgres, applied once in Redis by
 //! `lua/stock_change.lua`, which remembers each change's delta, so a change is
 //! never applied twice whatever dies in between.
 
@@ -106,16 +107,23 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
     keys: &Keys,
     sale: SaleId,
 ) -> Result<Vec<(i64, ChangeResult)>, AppError> {
-    let pending: Vec<(i64, String, i64)> = sqlx::query_as(
-        "SELECT id, kind, amount FROM stock_changes
-         WHERE sale_id = $1 AND status = 'pending' ORDER BY id",
+    // A returned unit (an expired order's) is a 'return' in Postgres; the script
+    // is told whether its buyer may buy again ('release') or not (see the script).
+    let pending: Vec<(i64, String, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT c.id,
+                CASE WHEN c.kind = 'return' AND s.rebuy_after_expiry THEN 'release' ELSE c.kind END,
+                c.amount, o.user_id
+         FROM stock_changes c
+         JOIN sales s ON s.id = c.sale_id
+         LEFT JOIN orders o ON o.id = c.order_id
+         WHERE c.sale_id = $1 AND c.status = 'pending' ORDER BY c.id",
     )
     .bind(sale.get())
     .fetch_all(&mut *tx)
     .await?;
     let k = keys.sale(sale);
     let mut results = Vec::with_capacity(pending.len());
-    for (id, kind, amount) in pending {
+    for (id, kind, amount, buyer) in pending {
         let (code, delta, left, sold): (i64, i64, i64, i64) = STOCK_CHANGE
             .key(&k.meta)
             .key(&k.stock)
@@ -125,6 +133,7 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             .arg(&kind)
             .arg(amount)
             .arg(MAX_STOCK)
+            .arg(buyer.unwrap_or(0))
             .invoke_async(redis)
             .await?;
         let result = match code {

@@ -39,6 +39,11 @@ pub struct SaleRow {
     /// tickets does not parse, so it is rebuilt from Postgres instead of being read
     /// as "no ticket" (which `TicketRules` would then remember).
     pub requires_ticket: bool,
+    /// Seconds a buyer has to pay (`POST /api/orders/{id}/pay`) before the order
+    /// expires and its unit goes back; 0: no payment step. Fixed at creation.
+    pub payment_window_s: i32,
+    /// Whether a buyer whose order expired unpaid may buy again. Fixed at creation.
+    pub rebuy_after_expiry: bool,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -72,7 +77,8 @@ impl SaleView {
 /// The columns of [`SaleRow`], as a literal so queries stay `&'static str`.
 macro_rules! sale_columns {
     () => {
-        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket"
+        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
+         payment_window_s, rebuy_after_expiry"
     };
 }
 pub(crate) use sale_columns;
@@ -108,6 +114,8 @@ pub struct NewSale {
     pub ends_at: DateTime<Utc>,
     pub image_url: Option<String>,
     pub requires_ticket: bool,
+    pub payment_window_s: i32,
+    pub rebuy_after_expiry: bool,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -121,8 +129,8 @@ pub async fn create_sale<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
-                            requires_ticket)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING ",
+                            requires_ticket, payment_window_s, rebuy_after_expiry)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -133,6 +141,8 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.ends_at)
     .bind(&new.image_url)
     .bind(new.requires_ticket)
+    .bind(new.payment_window_s)
+    .bind(new.rebuy_after_expiry)
     .fetch_one(&mut *tx)
     .await?;
     put_new_sale(redis, keys, &row).await?;
@@ -300,6 +310,8 @@ mod tests {
             closed,
             image_url: None,
             requires_ticket: false,
+            payment_window_s: 0,
+            rebuy_after_expiry: false,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
