@@ -134,6 +134,7 @@ async fn main() -> anyhow::Result<()> {
                 requires_ticket: false,
                 payment_window_s: 0,
                 rebuy_after_expiry: false,
+                max_per_user: 1,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await
@@ -225,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
 fn buyer(u: u64) -> BuyRequest {
     BuyRequest {
         user: Id::new(u as i64).expect("positive"),
+        quantity: 1,
         ip: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, (u % 250) as u8 + 1))),
     }
 }

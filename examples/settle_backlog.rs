@@ -79,6 +79,7 @@ async fn main() -> anyhow::Result<()> {
             requires_ticket: false,
             payment_window_s: 0,
             rebuy_after_expiry: false,
+            max_per_user: 1,
         },
     )
     .await
@@ -98,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
                     .iter()
                     .map(|&uid| BuyRequest {
                         user: Id::new(uid).expect("positive"),
+                        quantity: 1,
                         ip: None,
                     })
                     .collect();

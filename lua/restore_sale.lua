@@ -1,15 +1,18 @@
 -- Finish a sale's rebuild: every buyer (settled in Postgres, unsettled in the stream,
--- already in the set) has been added to the buyers set; units left become units ever
--- offered minus buyers, and the state is stamped with this Redis run.
+-- already in the set) has been added to the buyers set (and, on a sale of more than
+-- one per customer, units per buyer and units sold written); units left become units
+-- ever offered minus units sold, and the state is stamped with this Redis run.
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
--- KEYS[4] applied changes hash   KEYS[5] rebuild token key
+-- KEYS[4] applied changes hash   KEYS[5] rebuild token key   KEYS[6] units sold
+-- counter (on a sale of more than one per customer, written by the rebuild first)
 -- ARGV[1] token   ARGV[2] starts_ms   ARGV[3] ends_ms   ARGV[4] closed (0|1)
 -- ARGV[5] units ever offered (stock_total, applied changes only)
+-- ARGV[6] most units per customer
 -- Returns {units left, units sold}, or {-1, 0} when the token is gone (start over).
 if redis.call('GET', KEYS[5]) ~= ARGV[1] then
   return {-1, 0}
 end
-local sold = redis.call('SCARD', KEYS[3])
+local sold = sold_units(KEYS[6], KEYS[3])
 local left = tonumber(ARGV[5]) - sold
 if left < 0 then
   left = 0
@@ -18,6 +21,6 @@ redis.call('SET', KEYS[2], left)
 -- Changes not yet recorded as applied in Postgres are applied again after this.
 redis.call('DEL', KEYS[4])
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[2], 'ends_ms', ARGV[3], 'closed', ARGV[4],
-  'run', redis_run())
+  'per_user', ARGV[6], 'run', redis_run())
 redis.call('DEL', KEYS[5])
 return {left, sold}

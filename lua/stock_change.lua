@@ -3,6 +3,8 @@
 -- between Redis and Postgres answers the same delta instead of applying it twice.
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
 -- KEYS[4] applied changes hash (change id -> delta, or 'refused')
+-- KEYS[5] units hash (user -> units held)   KEYS[6] units sold counter (both only on
+-- a sale of more than one per customer)
 -- ARGV[1] change id   ARGV[2] kind   ARGV[3] amount (>= 0)
 -- ARGV[4] most units a sale may ever offer   ARGV[5] the buyer ('release' only)
 -- Kinds:
@@ -29,7 +31,7 @@ if not left then
   return {6, 0, 0, 0}
 end
 left = tonumber(left)
-local sold = redis.call('SCARD', KEYS[3])
+local sold = sold_units(KEYS[6], KEYS[3])
 local done = redis.call('HGET', KEYS[4], ARGV[1])
 if done == 'refused' then
   return {1, 0, left, sold}
@@ -39,7 +41,24 @@ end
 local amount = tonumber(ARGV[3])
 local kind = ARGV[2]
 if kind == 'release' then
-  if redis.call('SREM', KEYS[3], ARGV[5]) == 1 then
+  local units = redis.call('GET', KEYS[6])
+  if units then
+    -- Units per buyer: the buyer gives back `amount` of what they hold.
+    local held = tonumber(redis.call('HGET', KEYS[5], ARGV[5]) or '0')
+    local back = math.min(held, amount)
+    if back > 0 then
+      left = left + back
+      sold = sold - back
+      redis.call('SET', KEYS[2], left)
+      redis.call('INCRBY', KEYS[6], -back)
+      if held - back == 0 then
+        redis.call('HDEL', KEYS[5], ARGV[5])
+        redis.call('SREM', KEYS[3], ARGV[5])
+      else
+        redis.call('HSET', KEYS[5], ARGV[5], held - back)
+      end
+    end
+  elseif redis.call('SREM', KEYS[3], ARGV[5]) == 1 then
     left = left + amount
     sold = sold - 1
     redis.call('SET', KEYS[2], left)

@@ -301,22 +301,27 @@ pub struct Item {
     pub arg: ItemArg,
 }
 
-/// An item's second argument: the order id a purchase gets if accepted, or the
-/// option a vote is for.
+/// An item's second argument: the order id a purchase gets if accepted, with the
+/// units it asks for (sent as `<uuid>`, or `<uuid>:<quantity>` when more than
+/// one), or the option a vote is for.
 #[derive(Clone, Copy, Debug)]
 pub enum ItemArg {
-    Order(Uuid),
+    Order(Uuid, u32),
     Option(i64),
 }
 
 impl redis::ToRedisArgs for ItemArg {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         match self {
-            ItemArg::Order(id) => out.write_arg(
-                id.hyphenated()
-                    .encode_lower(&mut Uuid::encode_buffer())
-                    .as_bytes(),
-            ),
+            ItemArg::Order(id, quantity) => {
+                let mut buf = Uuid::encode_buffer();
+                let id = id.hyphenated().encode_lower(&mut buf);
+                if *quantity > 1 {
+                    out.write_arg_fmt(format_args!("{id}:{quantity}"));
+                } else {
+                    out.write_arg(id.as_bytes());
+                }
+            }
             ItemArg::Option(n) => n.write_redis_args(out),
         }
     }
@@ -338,7 +343,8 @@ pub struct Call<'a> {
     pub script: &'a crate::lua::Script,
     /// The script's file name, for errors.
     pub name: &'a str,
-    pub state_keys: [&'a str; 5],
+    /// The script's own keys; the items' limit keys follow them.
+    pub state_keys: &'a [&'a str],
     pub id: i64,
     pub policies: &'a [Policy],
     /// A policy's limit key for a subject (`Keys::sale_rate_limit` of the sale, or
@@ -356,7 +362,7 @@ impl Call<'_> {
         items: &[Item],
     ) -> Result<Vec<Row>, AppError> {
         let mut inv = self.script.prepare_invoke();
-        for key in self.state_keys {
+        for key in self.state_keys.iter().copied() {
             inv.key(key);
         }
         self.limit_keys(&mut inv, items)?;

@@ -189,6 +189,19 @@ pub fn parse_stock(field: &'static str, value: i64) -> Result<i64, AppError> {
     Ok(value)
 }
 
+/// Most units a sale may let one customer buy.
+pub const MAX_PER_USER: i32 = 100;
+
+pub fn parse_max_per_user(value: i64) -> Result<i32, AppError> {
+    match i32::try_from(value) {
+        Ok(n) if (1..=MAX_PER_USER).contains(&n) => Ok(n),
+        _ => Err(AppError::new(
+            ErrorCode::InvalidQuantity,
+            format!("max_per_user must be between 1 and {MAX_PER_USER}"),
+        )),
+    }
+}
+
 /// Longest payment window: a day.
 pub const MAX_PAYMENT_WINDOW_S: i64 = 86_400;
 

@@ -87,6 +87,10 @@ error_codes! {
     AlreadyPaid = (CONFLICT, "already_paid"),
     /// A payment of an order of a sale with no payment step.
     NoPaymentNeeded = (CONFLICT, "no_payment_needed"),
+    /// A purchase that would take the buyer past the sale's `max_per_user`.
+    PerUserLimit = (CONFLICT, "per_user_limit"),
+    /// A purchase of more units than are left (some are): nothing taken.
+    NotEnoughLeft = (CONFLICT, "not_enough_left"),
     /// No units left.
     SoldOut = (GONE, "sold_out"),
     /// A sale past its end, or closed early.
@@ -107,6 +111,8 @@ error_codes! {
     InvalidPrice = (UNPROCESSABLE_ENTITY, "invalid_price"),
     /// A stock out of range.
     InvalidStock = (UNPROCESSABLE_ENTITY, "invalid_stock"),
+    /// A quantity out of range (1 to the sale's `max_per_user`), or a `max_per_user` out of 1 to 100.
+    InvalidQuantity = (UNPROCESSABLE_ENTITY, "invalid_quantity"),
     /// A payment window out of range (0 to 86400 seconds).
     InvalidPaymentWindow = (UNPROCESSABLE_ENTITY, "invalid_payment_window"),
     /// An `Idempotency-Key` already used for the payment of another order.

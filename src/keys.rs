@@ -27,6 +27,11 @@ pub struct SaleKeys {
     pub changes: String,
     /// Token of the rebuild in progress (see [`crate::recover`]).
     pub rebuild: String,
+    /// Hash user id -> units held (sales of more than one per customer only).
+    pub units: String,
+    /// Integer: units sold (sales of more than one per customer only; a sale of
+    /// one per customer counts its buyers set).
+    pub sold: String,
 }
 
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
@@ -44,6 +49,11 @@ pub struct PollKeys {
     pub votes: String,
     /// Token of the rebuild in progress (see [`crate::recover`]).
     pub rebuild: String,
+    /// Hash user id -> units held (sales of more than one per customer only).
+    pub units: String,
+    /// Integer: units sold (sales of more than one per customer only; a sale of
+    /// one per customer counts its buyers set).
+    pub sold: String,
 }
 
 impl Keys {
@@ -67,6 +77,8 @@ impl Keys {
             pending: format!("{base}:pending"),
             changes: format!("{base}:changes"),
             rebuild: format!("{base}:rebuild"),
+            units: format!("{base}:units"),
+            sold: format!("{base}:sold"),
         }
     }
 
@@ -79,6 +91,8 @@ impl Keys {
             tally: format!("{base}:tally"),
             votes: format!("{base}:votes"),
             rebuild: format!("{base}:rebuild"),
+            units: format!("{base}:units"),
+            sold: format!("{base}:sold"),
         }
     }
 

@@ -305,17 +305,22 @@ impl Recovery {
         if sale.rebuy_after_expiry {
             release_expired(&mut tx, &mut redis, &k.buyers, id, &known, &buyers).await?;
         }
+        if sale.max_per_user > 1 {
+            restore_units(&mut tx, &mut redis, &k, &sale).await?;
+        }
         let (left, sold): (i64, i64) = RESTORE_SALE
             .key(&k.meta)
             .key(&k.stock)
             .key(&k.buyers)
             .key(&k.changes)
             .key(&k.rebuild)
+            .key(&k.sold)
             .arg(&token)
             .arg(sale.starts_at.timestamp_millis())
             .arg(sale.ends_at.timestamp_millis())
             .arg(u8::from(sale.closed))
             .arg(sale.stock_total)
+            .arg(sale.max_per_user)
             .invoke_async(&mut redis)
             .await?;
         if left < 0 {
@@ -404,6 +409,7 @@ impl Recovery {
             .key(&k.options)
             .key(&k.tally)
             .key(&k.rebuild)
+            .key(&k.sold)
             .arg(&token)
             .arg(opens_at.timestamp_millis())
             .arg(closes_at.timestamp_millis())
@@ -474,6 +480,75 @@ async fn release_expired(
 
 /// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
 /// restore script must find, or start over.
+/// On a sale of more than one per customer: units per buyer and units sold, counted
+/// from the orders that hold units in Postgres and the orders still on their way
+/// (in the stream and not in Postgres at all: an entry left behind by a worker that
+/// died after its commit is counted once, as Postgres has it), written over what
+/// Redis had. Then units left are units ever offered minus units sold.
+async fn restore_units(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut Redis,
+    k: &crate::keys::SaleKeys,
+    sale: &SaleRow,
+) -> Result<(), AppError> {
+    let rows: Vec<(uuid::Uuid, i64, i32, bool)> = sqlx::query_as(
+        "SELECT id, user_id, quantity, (status <> 'expired' OR NOT $2) FROM orders WHERE sale_id = $1",
+    )
+    .bind(sale.id)
+    .bind(sale.rebuy_after_expiry)
+    .fetch_all(&mut *tx)
+    .await?;
+    let known: HashSet<uuid::Uuid> = rows.iter().map(|r| r.0).collect();
+    let mut units: HashMap<i64, i64> = HashMap::new();
+    for (_, user, quantity, holds) in &rows {
+        if *holds {
+            *units.entry(*user).or_default() += i64::from(*quantity);
+        }
+    }
+    for (order, user, quantity) in stream_orders(redis, &k.orders).await? {
+        if !known.contains(&order) {
+            *units.entry(user).or_default() += quantity;
+        }
+    }
+    let sold: i64 = units.values().sum();
+    let _: () = redis::cmd("DEL")
+        .arg(&k.units)
+        .query_async(&mut *redis)
+        .await?;
+    let flat: Vec<i64> = units.iter().flat_map(|(u, n)| [*u, *n]).collect();
+    for chunk in flat.chunks(2 * CHUNK) {
+        let _: i64 = redis::cmd("HSET")
+            .arg(&k.units)
+            .arg(chunk)
+            .query_async(&mut *redis)
+            .await?;
+    }
+    let _: () = redis::cmd("SET")
+        .arg(&k.sold)
+        .arg(sold)
+        .query_async(&mut *redis)
+        .await?;
+    Ok(())
+}
+
+/// The orders in a sale's stream: order id, user, units.
+async fn stream_orders(
+    redis: &mut Redis,
+    stream: &str,
+) -> Result<Vec<(uuid::Uuid, i64, i64)>, AppError> {
+    let mut out = Vec::new();
+    each_entry(redis, stream, |entry| {
+        let order = entry
+            .get::<String>("order_id")
+            .and_then(|o| uuid::Uuid::parse_str(&o).ok());
+        if let (Some(order), Some(user)) = (order, entry.get::<i64>("user_id")) {
+            out.push((order, user, entry.get::<i64>("quantity").unwrap_or(1)));
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
 async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, AppError> {
     let token = crate::random::token_hex(16);
     let _: i64 = FENCE
@@ -502,6 +577,21 @@ async fn stream_field(
     field: &str,
 ) -> Result<Vec<(i64, i64)>, AppError> {
     let mut out = Vec::new();
+    each_entry(redis, stream, |entry| {
+        if let (Some(user), Some(value)) = (entry.get::<i64>("user_id"), entry.get::<i64>(field)) {
+            out.push((user, value));
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Calls `f` on every entry of the stream, oldest first, `CHUNK` per read.
+async fn each_entry(
+    redis: &mut Redis,
+    stream: &str,
+    mut f: impl FnMut(&redis::streams::StreamId),
+) -> Result<(), AppError> {
     let mut start = "-".to_string();
     loop {
         let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
@@ -513,16 +603,10 @@ async fn stream_field(
             .query_async(redis)
             .await?;
         let n = reply.ids.len();
-        for entry in &reply.ids {
-            if let (Some(user), Some(value)) =
-                (entry.get::<i64>("user_id"), entry.get::<i64>(field))
-            {
-                out.push((user, value));
-            }
-        }
+        reply.ids.iter().for_each(&mut f);
         match reply.ids.last() {
             Some(last) if n == CHUNK => start = format!("({}", last.id),
-            _ => return Ok(out),
+            _ => return Ok(()),
         }
     }
 }

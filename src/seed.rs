@@ -135,6 +135,7 @@ async fn demo_sale(
         // And the order waiting for its payment, with its countdown.
         payment_window_s: 600,
         rebuy_after_expiry: false,
+        max_per_user: 1,
     };
     let sale = store::create_sale(db, redis, keys, new)
         .await

@@ -127,6 +127,7 @@ enum EventKind {
         sale_id: i64,
         user_id: i64,
         accepted_at: DateTime<Utc>,
+        quantity: i32,
     },
     Vote {
         poll_id: i64,
@@ -613,6 +614,8 @@ struct Columns {
     users: Vec<i64>,
     options: Vec<i64>,
     times: Vec<DateTime<Utc>>,
+    /// Orders: units of each.
+    quantities: Vec<i32>,
 }
 
 impl Columns {
@@ -626,11 +629,13 @@ impl Columns {
                     sale_id,
                     user_id,
                     accepted_at,
+                    quantity,
                 } => {
                     orders.ids.push(*order_id);
                     orders.owners.push(*sale_id);
                     orders.users.push(*user_id);
                     orders.times.push(*accepted_at);
+                    orders.quantities.push(*quantity);
                 }
                 EventKind::Vote {
                     poll_id,
@@ -661,13 +666,14 @@ async fn insert_orders(
     let inserted = sqlx::query(
         // A sale with a payment window makes the order wait for its payment until
         // `accepted_at` + the window (see migrations/0007_payment.sql).
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by)
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit)
          SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
                 CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
                 CASE WHEN s.payment_window_s > 0
-                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END
-         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[])
-              AS o (id, sale_id, user_id, accepted_at)
+                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
+                o.quantity, s.max_per_user > 1
+         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[])
+              AS o (id, sale_id, user_id, accepted_at, quantity)
          JOIN sales s ON s.id = o.sale_id
          ON CONFLICT DO NOTHING",
     )
@@ -675,6 +681,7 @@ async fn insert_orders(
     .bind(&orders.owners)
     .bind(&orders.users)
     .bind(&orders.times)
+    .bind(&orders.quantities)
     .execute(&mut *tx)
     .await?
     .rows_affected();
@@ -728,6 +735,12 @@ fn parse_event(stream: &Stream, entry: &StreamId) -> Option<Event> {
             sale_id: entry.get("sale_id")?,
             user_id: entry.get("user_id")?,
             accepted_at: at,
+            // Absent: one unit (a sale of one per customer writes no quantity).
+            quantity: match entry.get::<i32>("quantity") {
+                Some(q) if q >= 1 => q,
+                Some(_) => return None,
+                None => 1,
+            },
         }
     };
     Some(Event {

@@ -44,15 +44,17 @@ local function batch_answer(out, P, code, value, answers)
   end
 end
 
--- Item i's rate limits (its keys follow the five state keys), counted in `cache`
--- (lua/lib/limits.lua: written once at the end of the batch). Returns nil when
--- every policy allowed it (and the answers), else the refusal code and value: 7
--- and the wait in ms, or 8 (never satisfiable).
-local function batch_limits(cache, i, P, policies, now)
+-- Item i's rate limits (its keys follow the script's state keys: the last n * P
+-- keys are the items' limit keys), counted in `cache` (lua/lib/limits.lua: written
+-- once at the end of the batch). Returns nil when every policy allowed it (and the
+-- answers), else the refusal code and value: 7 and the wait in ms, or 8 (never
+-- satisfiable).
+local function batch_limits(cache, i, n, P, policies, now)
   if P == 0 then
     return nil, 0, nil
   end
-  local allowed, answers, wait = limits_take(cache, 6 + (i - 1) * P, policies, now)
+  local first = #KEYS - n * P + 1
+  local allowed, answers, wait = limits_take(cache, first + (i - 1) * P, policies, now)
   if allowed then
     return nil, 0, answers
   elseif wait == -1 then
@@ -71,7 +73,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens)
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
   for i = 1, n do
-    local refused, wait, a = batch_limits(cache, i, P, policies, now)
+    local refused, wait, a = batch_limits(cache, i, n, P, policies, now)
     answers[i] = a
     if refused then
       code[i], value[i] = refused, wait

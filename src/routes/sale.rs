@@ -128,15 +128,15 @@ struct Accepted {
 /// sale's next batch: one script call decides it, the buy route's rate limits
 /// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
 /// touches no sale state and is counted by no policy.
-#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one", content_type = "application/json"), security(("bearer" = [])), responses(
+#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one and/or the units to buy (1 to the sale's `max_per_user`)", content_type = "application/json"), security(("bearer" = [])), responses(
     (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`already_bought` (one per customer), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+    (status = 409, description = "`already_bought` (one per customer), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
     (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
     (status = 400, description = "`invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
-    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\"}`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\", \"quantity\": n}`), `invalid_quantity` (not 1 to the sale's `max_per_user`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
     (status = 428, description = "`ticket_required`: the sale wants a ticket from `POST /api/sales/{id}/ticket` with each purchase", body = ErrorBody<'static>),
     (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
@@ -162,6 +162,7 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
     let user = AuthUser::of(&req)?;
     let body = PurchaseBody::read(&req, payload, state.config.body_timeout_ms).await?;
     check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
+    let quantity = check_quantity(state, sale, body.quantity).await?;
     let ip = state
         .limiter
         .limits()
@@ -169,7 +170,14 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
         .then(|| state.limiter.client_ip(&req));
     let reply = worker
         .buys
-        .submit(sale, BuyRequest { user: user.id, ip })
+        .submit(
+            sale,
+            BuyRequest {
+                user: user.id,
+                quantity,
+                ip,
+            },
+        )
         .await?;
     count_outcome(&state.metrics, &reply.outcome);
     purchase_answer(state, sale, reply).await
@@ -179,8 +187,10 @@ async fn purchase(req: HttpRequest, payload: web::Payload) -> Result<HttpRespons
 fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
-        PurchaseOutcome::AlreadyBought => &m.purchase_already_bought,
-        PurchaseOutcome::SoldOut => &m.purchase_sold_out,
+        PurchaseOutcome::AlreadyBought | PurchaseOutcome::OverPerUserCap { .. } => {
+            &m.purchase_already_bought
+        }
+        PurchaseOutcome::SoldOut | PurchaseOutcome::NotEnoughLeft { .. } => &m.purchase_sold_out,
         PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
             // (`judge`, in `purchase_answer`, counts the policy that refused.)
@@ -217,6 +227,16 @@ async fn purchase_answer(
             ErrorCode::AlreadyBought,
             "you already bought from this sale (one per customer)",
         )),
+        PurchaseOutcome::OverPerUserCap { held } => Err(AppError::new(
+            ErrorCode::PerUserLimit,
+            format!(
+                "that would take you past this sale's limit per customer; you hold {held} already"
+            ),
+        )),
+        PurchaseOutcome::NotEnoughLeft { left } => Err(AppError::new(
+            ErrorCode::NotEnoughLeft,
+            format!("only {left} left: ask for at most {left} (nothing was taken)"),
+        )),
         PurchaseOutcome::SoldOut => {
             state.sold_out.mark(sale);
             Err(sold_out())
@@ -235,13 +255,17 @@ async fn purchase_answer(
     }
 }
 
-/// The purchase's optional body. No body (or `{}`) means no ticket.
+/// The purchase's optional body. No body (or `{}`) means no ticket, one unit.
 #[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PurchaseBody {
     /// The ticket from `POST /api/sales/{id}/ticket`, for a sale that requires one.
     #[serde(default)]
     ticket: Option<String>,
+    /// Units to buy, all or nothing: 1 (the default) to the sale's `max_per_user`.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
+    quantity: Option<i64>,
 }
 
 /// Longest purchase body read (a ticket is about 100 bytes).
@@ -285,7 +309,7 @@ impl PurchaseBody {
         }
         serde_json::from_slice(body).map_err(|e| {
             let message =
-                format!("the purchase body must be {{\"ticket\": \"...\"}} or empty: {e}");
+                format!("the purchase body must be empty or {{\"ticket\": \"...\", \"quantity\": n}} (both optional): {e}");
             if e.is_data() {
                 AppError::new(ErrorCode::InvalidBody, message)
             } else {
@@ -331,6 +355,42 @@ async fn check_ticket(
         ));
     }
     Ok(())
+}
+
+/// The units asked for: 1 unless the body says otherwise; more only up to the
+/// sale's `max_per_user` (its record, read through the cache, only for a request
+/// that asks for more than one).
+async fn check_quantity(
+    state: &AppState,
+    sale: SaleId,
+    quantity: Option<i64>,
+) -> Result<u32, AppError> {
+    let q = match quantity {
+        None | Some(1) => return Ok(1),
+        Some(q) if (2..=i64::from(domain::MAX_PER_USER)).contains(&q) => q,
+        Some(_) => {
+            return Err(AppError::new(
+                ErrorCode::InvalidQuantity,
+                format!(
+                    "quantity must be between 1 and the sale's max_per_user (at most {})",
+                    domain::MAX_PER_USER
+                ),
+            ));
+        }
+    };
+    let row = cached::sale_row(state, sale)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
+    if q > i64::from(row.max_per_user) {
+        return Err(AppError::new(
+            ErrorCode::InvalidQuantity,
+            format!(
+                "this sale sells at most {} per customer: quantity must be 1 to {}",
+                row.max_per_user, row.max_per_user
+            ),
+        ));
+    }
+    Ok(q as u32)
 }
 
 fn ticket_refused(e: TicketError) -> AppError {
@@ -656,6 +716,15 @@ struct CreateSale {
     #[serde(default)]
     #[schema(default = false)]
     rebuy_after_expiry: bool,
+    /// Most units one customer may buy (a purchase may ask for several, all or
+    /// nothing). Default 1; at most 100. Fixed once the sale exists.
+    #[serde(default = "one")]
+    #[schema(default = 1, minimum = 1, maximum = 100)]
+    max_per_user: i64,
+}
+
+fn one() -> i64 {
+    1
 }
 
 fn yes() -> bool {
@@ -673,6 +742,7 @@ impl CreateSale {
         let stock = domain::parse_stock("stock", self.stock)?;
         let image_url = domain::parse_image_url(self.image_url.as_deref())?;
         let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
+        let max_per_user = domain::parse_max_per_user(self.max_per_user)?;
         if self.ends_at <= self.starts_at {
             return Err(AppError::new(
                 ErrorCode::InvalidWindow,
@@ -702,6 +772,7 @@ impl CreateSale {
             requires_ticket: self.requires_ticket,
             payment_window_s,
             rebuy_after_expiry: self.rebuy_after_expiry,
+            max_per_user,
         })
     }
 }

@@ -26,6 +26,8 @@ static PURCHASE_BATCH: LazyLock<crate::lua::Script> = lua_script!("purchase_batc
 #[derive(Clone, Debug)]
 pub struct BuyRequest {
     pub user: UserId,
+    /// Units asked for, all or nothing (1 unless the sale allows more per customer).
+    pub quantity: u32,
     /// The client address, when a policy counts per address.
     pub ip: Option<IpAddr>,
 }
@@ -75,13 +77,15 @@ impl PurchaseBatch<'_> {
             .map(|(buyer, order_id)| Item {
                 user: buyer.user,
                 ip: buyer.ip,
-                arg: ItemArg::Order(*order_id),
+                arg: ItemArg::Order(*order_id, buyer.quantity),
             })
             .collect();
         let rows = crate::batch::Call {
             script: &PURCHASE_BATCH,
             name: "purchase_batch.lua",
-            state_keys: [&k.meta, &k.stock, &k.buyers, &k.orders, &k.pending],
+            state_keys: &[
+                &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.units, &k.sold,
+            ],
             id: self.sale.get(),
             policies: self.policies,
             limit_key: &|policy, subject| self.keys.sale_rate_limit(self.sale, policy, subject),
@@ -121,6 +125,8 @@ fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, App
             retry_after_ms: value.max(0) as u64,
         },
         8 => PurchaseOutcome::RateLimitUnsatisfiable,
+        9 => PurchaseOutcome::OverPerUserCap { held: value },
+        10 => PurchaseOutcome::NotEnoughLeft { left: value },
         other => return Err(unexpected_reply("purchase_batch.lua", (other, value))),
     })
 }

@@ -23,6 +23,8 @@ pub struct OrderRow {
     /// The payment deadline (sales with a payment window).
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
+    /// Units bought.
+    pub quantity: i32,
 }
 
 /// A settled order of the caller, with its sale's name and price.
@@ -38,12 +40,13 @@ pub struct MyOrder {
     pub status: String,
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
+    pub quantity: i32,
 }
 
 /// The columns of [`OrderRow`], as a literal so queries stay `&'static str`.
 macro_rules! order_columns {
     () => {
-        "id, sale_id, user_id, accepted_at, settled_at, status, pay_by, paid_at"
+        "id, sale_id, user_id, accepted_at, settled_at, status, pay_by, paid_at, quantity"
     };
 }
 
@@ -63,7 +66,7 @@ pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
-                o.status, o.pay_by, o.paid_at
+                o.status, o.pay_by, o.paid_at, o.quantity
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
     )

@@ -54,6 +54,7 @@ pub struct Paid {
 struct Payable {
     user_id: i64,
     status: String,
+    /// The order's price: the sale's price times its units.
     price_cents: i64,
     /// `pay_by <= now()`: the deadline has passed (the expiry job may not have run).
     overdue: bool,
@@ -72,7 +73,8 @@ pub async fn pay(db: &PgPool, user: UserId, order: Uuid, key: &str) -> Result<Pa
         }
         let mut tx = db.begin().await?;
         let payable: Option<Payable> = sqlx::query_as(
-            "SELECT o.user_id, o.status, s.price_cents, COALESCE(o.pay_by <= now(), false) AS overdue
+            "SELECT o.user_id, o.status, s.price_cents * o.quantity AS price_cents,
+                    COALESCE(o.pay_by <= now(), false) AS overdue
              FROM orders o JOIN sales s ON s.id = o.sale_id
              WHERE o.id = $1 FOR UPDATE OF o",
         )
@@ -223,7 +225,7 @@ pub async fn expire_due(db: &PgPool, limit: i64) -> Result<(usize, Vec<SaleId>),
         .await?;
     sqlx::query(
         "INSERT INTO stock_changes (sale_id, kind, amount, order_id)
-         SELECT sale_id, 'return', 1, id FROM orders WHERE id = ANY($1) ORDER BY pay_by, id",
+         SELECT sale_id, 'return', quantity, id FROM orders WHERE id = ANY($1) ORDER BY pay_by, id",
     )
     .bind(&ids)
     .execute(&mut *tx)
@@ -290,7 +292,7 @@ pub async fn counts(db: &PgPool, sale: SaleId) -> Result<OrderCounts, AppError> 
                     count(*) FILTER (WHERE status = 'awaiting_payment'),
                     count(*) FILTER (WHERE status = 'paid'),
                     count(*) FILTER (WHERE status = 'expired'),
-                    (SELECT count(*) FROM stock_changes
+                    (SELECT COALESCE(sum(amount), 0)::int8 FROM stock_changes
                      WHERE sale_id = $1 AND kind = 'return' AND status = 'applied')
              FROM orders WHERE sale_id = $1",
         )

@@ -14,8 +14,11 @@ use crate::keys::Keys;
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Reconciliation {
     pub sale_id: i64,
-    /// Users in the Redis buyers set.
+    /// Units sold by Redis's count: the buyers set, or on a sale of more than one
+    /// per customer, its units-sold counter.
     pub redis_sold: i64,
+    /// Users in the Redis buyers set.
+    pub redis_buyers: i64,
     /// Accepted orders not yet settled (the pending hash).
     pub pending: i64,
     /// Orders in Postgres that hold a unit: all of them, except on a sale whose
@@ -43,12 +46,14 @@ pub async fn reconcile<C: ConnectionLike>(
     sale: &SaleRow,
 ) -> Result<Reconciliation, AppError> {
     let k = keys.sale(sale_id(sale)?);
-    let (buyers, pending_owners, left): (Vec<i64>, Vec<i64>, Option<i64>) = redis::pipe()
-        .smembers(&k.buyers)
-        .hvals(&k.pending)
-        .get(&k.stock)
-        .query_async(redis)
-        .await?;
+    let (buyers, pending_owners, left, units_sold): (Vec<i64>, Vec<i64>, Option<i64>, Option<i64>) =
+        redis::pipe()
+            .smembers(&k.buyers)
+            .hvals(&k.pending)
+            .get(&k.stock)
+            .get(&k.sold)
+            .query_async(redis)
+            .await?;
     let settled: Vec<i64> = sqlx::query_scalar(
         "SELECT user_id FROM orders WHERE sale_id = $1 AND (status <> 'expired' OR NOT $2)",
     )
@@ -79,10 +84,11 @@ pub async fn reconcile<C: ConnectionLike>(
     missing_in_postgres.sort_unstable();
     missing_in_redis.sort_unstable();
     let stock_left = left.unwrap_or(0);
-    let redis_sold = buyers.len() as i64;
+    let redis_sold = units_sold.unwrap_or(buyers.len() as i64);
     Ok(Reconciliation {
         sale_id: sale.id,
         redis_sold,
+        redis_buyers: buyers.len() as i64,
         pending: pending_owners.len() as i64,
         postgres_orders: settled.len() as i64,
         orders,

@@ -129,6 +129,8 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             .key(&k.stock)
             .key(&k.buyers)
             .key(&k.changes)
+            .key(&k.units)
+            .key(&k.sold)
             .arg(id)
             .arg(&kind)
             .arg(amount)

@@ -44,6 +44,9 @@ pub struct SaleRow {
     pub payment_window_s: i32,
     /// Whether a buyer whose order expired unpaid may buy again. Fixed at creation.
     pub rebuy_after_expiry: bool,
+    /// Most units one buyer may hold (a purchase may ask for several: `quantity`).
+    /// Fixed at creation.
+    pub max_per_user: i32,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -78,7 +81,7 @@ impl SaleView {
 macro_rules! sale_columns {
     () => {
         "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
-         payment_window_s, rebuy_after_expiry"
+         payment_window_s, rebuy_after_expiry, max_per_user"
     };
 }
 pub(crate) use sale_columns;
@@ -116,6 +119,7 @@ pub struct NewSale {
     pub requires_ticket: bool,
     pub payment_window_s: i32,
     pub rebuy_after_expiry: bool,
+    pub max_per_user: i32,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -129,8 +133,8 @@ pub async fn create_sale<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
-                            requires_ticket, payment_window_s, rebuy_after_expiry)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING ",
+                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -143,6 +147,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.requires_ticket)
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
+    .bind(new.max_per_user)
     .fetch_one(&mut *tx)
     .await?;
     put_new_sale(redis, keys, &row).await?;
@@ -161,10 +166,12 @@ pub async fn put_new_sale<C: ConnectionLike>(
     let _: i64 = NEW_SALE
         .key(&k.meta)
         .key(&k.stock)
+        .key(&k.sold)
         .arg(row.starts_at.timestamp_millis())
         .arg(row.ends_at.timestamp_millis())
         .arg(u8::from(row.closed))
         .arg(row.stock_total)
+        .arg(row.max_per_user)
         .invoke_async(redis)
         .await?;
     crate::settle::ensure_group(redis, &k.orders).await?;
@@ -242,12 +249,13 @@ pub async fn live_numbers<C: ConnectionLike>(
     for &id in ids {
         let k =
             keys.sale(Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad id")))?);
-        pipe.get(&k.stock).scard(&k.buyers);
+        pipe.get(&k.stock).scard(&k.buyers).get(&k.sold);
     }
     let flat: Vec<Option<i64>> = pipe.query_async(redis).await?;
+    // Units sold: the counter of a sale of more than one per customer, else buyers.
     Ok(flat
-        .chunks(2)
-        .map(|pair| (pair[0].unwrap_or(0), pair[1].unwrap_or(0)))
+        .chunks(3)
+        .map(|n| (n[0].unwrap_or(0), n[2].or(n[1]).unwrap_or(0)))
         .collect())
 }
 
@@ -290,6 +298,15 @@ pub enum PurchaseOutcome {
     },
     /// A token-bucket policy costs more than it can ever hold.
     RateLimitUnsatisfiable,
+    /// The units asked for would take the buyer past the sale's `max_per_user`;
+    /// nothing taken. `held`: units the buyer holds already.
+    OverPerUserCap {
+        held: i64,
+    },
+    /// Fewer units left than asked for (but some): nothing taken.
+    NotEnoughLeft {
+        left: i64,
+    },
 }
 
 #[cfg(test)]
@@ -312,6 +329,7 @@ mod tests {
             requires_ticket: false,
             payment_window_s: 0,
             rebuy_after_expiry: false,
+            max_per_user: 1,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");

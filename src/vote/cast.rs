@@ -88,7 +88,7 @@ impl VoteBatch<'_> {
         let rows = crate::batch::Call {
             script: &VOTE_BATCH,
             name: "vote_batch.lua",
-            state_keys: [&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
+            state_keys: &[&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
             id: self.poll.get(),
             policies: self.policies,
             limit_key: &|policy, subject| self.keys.poll_rate_limit(self.poll, policy, subject),

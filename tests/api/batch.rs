@@ -144,6 +144,7 @@ async fn one_user_twice_in_one_batch_buys_once() {
     let (a, b) = (app.user().await, app.user().await);
     let buyer = |id: i64| BuyRequest {
         user: Id::new(id).unwrap(),
+        quantity: 1,
         ip: None,
     };
     let replies = PurchaseBatch {

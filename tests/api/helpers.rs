@@ -520,6 +520,29 @@ impl TestApp {
             .unwrap()
     }
 
+    /// A sale open now (since a minute ago) for an hour, without tickets, with
+    /// `overrides` (such as `payment_window_s`, `max_per_user`) over those
+    /// defaults: the created sale.
+    pub async fn open_sale_with(&self, admin: &User, stock: i64, overrides: Value) -> Value {
+        let now = chrono::Utc::now();
+        let mut sale = json!({
+            "name": "Test phone",
+            "price_cents": 500,
+            "stock": stock,
+            "starts_at": now - chrono::Duration::seconds(60),
+            "ends_at": now + chrono::Duration::seconds(3600),
+            "requires_ticket": false,
+        });
+        for (k, v) in overrides.as_object().expect("overrides are an object") {
+            sale[k] = v.clone();
+        }
+        let created = self.admin_create(admin, "/api/admin/sales", &sale).await;
+        for (k, v) in overrides.as_object().expect("an object") {
+            assert_eq!(&created[k], v, "{k}");
+        }
+        created
+    }
+
     /// An admin's POST that must create (asserts the 201): the created thing.
     pub async fn admin_create(&self, admin: &User, path: &str, body: &Value) -> Value {
         let resp = self.post_json(path, Some(&admin.token), body).await;

@@ -19,6 +19,7 @@ mod pages;
 mod payment;
 mod poll_pages;
 mod purchase;
+mod quantity;
 mod recover;
 mod sessions;
 mod settle;

@@ -16,23 +16,12 @@ use uuid::Uuid;
 
 use crate::helpers::{TestApp, User, assert_error, spawn_app_with};
 
-/// A sale open now, for an hour, with a payment window of `window_s` seconds.
+/// A sale open now, for an hour, at 500, with a payment window of `window_s` seconds.
 async fn payment_sale(app: &TestApp, admin: &User, stock: i64, window_s: i64, rebuy: bool) -> i64 {
-    let now = chrono::Utc::now();
-    let sale = json!({
-        "name": "Phone with payment",
-        "price_cents": 49_900,
-        "stock": stock,
-        "starts_at": now - chrono::Duration::seconds(60),
-        "ends_at": now + chrono::Duration::seconds(3600),
-        "requires_ticket": false,
-        "payment_window_s": window_s,
-        "rebuy_after_expiry": rebuy,
-    });
-    let created = app.admin_create(admin, "/api/admin/sales", &sale).await;
-    assert_eq!(created["payment_window_s"], window_s);
-    assert_eq!(created["rebuy_after_expiry"], rebuy);
-    created["id"].as_i64().unwrap()
+    let overrides = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
+    app.open_sale_with(admin, stock, overrides).await["id"]
+        .as_i64()
+        .unwrap()
 }
 
 /// Buys for every user (each must be accepted); returns the order ids by user.
@@ -447,7 +436,7 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
     assert_eq!(replayed, 9, "one decided, nine replayed");
     assert!(bodies.iter().all(|b| *b == bodies[0]));
     assert_eq!(bodies[0]["status"], "paid");
-    assert_eq!(bodies[0]["amount_cents"], 49_900);
+    assert_eq!(bodies[0]["amount_cents"], 500);
     let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM payments WHERE order_id = $1")
         .bind(order)
         .fetch_one(&app.db)
