@@ -1316,6 +1316,31 @@ impl Stack {
         body["id"].as_i64().unwrap()
     }
 
+    /// A live sale like [`Stack::create_sale`] with a payment step: settled orders
+    /// wait `window_s` seconds for their payment; `rebuy` is `rebuy_after_expiry`.
+    pub async fn create_payment_sale(&self, stock: i64, window_s: i64, rebuy: bool) -> i64 {
+        let now = chrono::Utc::now();
+        let body = self
+            .admin_post(
+                "/api/admin/sales",
+                &json!({
+                    "name": "Fault test phone with payment",
+                    "description": "fault injection",
+                    "price_cents": 19_900,
+                    "stock": stock,
+                    "starts_at": now - chrono::Duration::seconds(5),
+                    "ends_at": now + chrono::Duration::seconds(3600),
+                    "requires_ticket": false,
+                    "payment_window_s": window_s,
+                    "rebuy_after_expiry": rebuy,
+                }),
+            )
+            .await;
+        assert_eq!(body["payment_window_s"], window_s, "{body}");
+        assert_eq!(body["rebuy_after_expiry"], rebuy, "{body}");
+        body["id"].as_i64().unwrap()
+    }
+
     pub async fn create_sales(&self, stocks: &[i64]) -> Vec<i64> {
         let mut ids = Vec::new();
         for &s in stocks {

@@ -15,6 +15,7 @@ mod app_kill;
 mod cluster_failover;
 mod limit_state;
 mod live_streams;
+mod payment_expiry;
 mod postgres_outage;
 mod redis_restart;
 mod redis_wipe;
