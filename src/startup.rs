@@ -447,6 +447,9 @@ async fn sweep_forever(
 pub const EXPIRE_LOCK: &str = "orders:expire";
 /// Orders expired per Postgres transaction.
 const EXPIRE_BATCH: i64 = 500;
+/// Lease of the expiry lock; the watchdog extends it while a pass runs, so this
+/// bounds how long a pass that died holds up the next one.
+const EXPIRE_LOCK_TTL_MS: u64 = 3_000;
 
 /// Every `every`, on one instance at a time (the lock): expires the orders past
 /// their payment deadline and gives their units back (see
@@ -473,7 +476,7 @@ async fn expire_forever(
 /// One expiry pass under the lock; a pass already running elsewhere: nothing.
 pub async fn expire_once(state: &AppState) -> Result<usize, AppError> {
     let key = state.keys.lock(EXPIRE_LOCK);
-    let Some(mut guard) = Lock::try_acquire(&state.redis, key, 10_000).await? else {
+    let Some(mut guard) = Lock::try_acquire(&state.redis, key, EXPIRE_LOCK_TTL_MS).await? else {
         return Ok(0);
     };
     let _lost = guard.start_watchdog();

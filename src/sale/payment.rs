@@ -264,6 +264,14 @@ pub async fn expire_pass<C: ConnectionLike>(
             break;
         }
     }
+    // And every sale with a return still pending (a pass that died after its
+    // commit): finished now, not only by the sweep.
+    let stranded: Vec<i64> = sqlx::query_scalar(
+        "SELECT DISTINCT sale_id FROM stock_changes WHERE kind = 'return' AND status = 'pending'",
+    )
+    .fetch_all(db)
+    .await?;
+    sales.extend(stranded.into_iter().filter_map(Id::new));
     sales.sort_unstable_by_key(|s| s.get());
     sales.dedup();
     for sale in sales {
