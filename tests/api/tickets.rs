@@ -149,7 +149,7 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
             "invalid_body",
         ),
         (
-            json!({ "quantity": 2 }),
+            json!({ "coupon": "FREE" }),
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid_body",
         ),
