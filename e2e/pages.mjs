@@ -11,7 +11,11 @@
 //   follow votes without a reload, admin rows that offer only what makes sense and
 //   do not move, plain field errors that clear when fixed, visible focus on sale
 //   and poll cards; and a live home page with countdowns and grouped numbers, and
-//   "Closed early" on a poll.
+//   "Closed early" on a poll; a sale with a payment window: the sale page says how
+//   long there is to pay, My orders counts down to the deadline, Pay (pressed
+//   twice, paid once) turns the order Paid in place with the answer announced and
+//   focused, an order left unpaid shows Expired, the admin's orders page counts
+//   payments, and the admin form creates a sale with the payment window typed in.
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
@@ -71,9 +75,10 @@ async function signUpApi(username) {
   return signInApi(username, demoPassword);
 }
 
-async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl = null) {
+async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl = null, more = {}) {
   const now = Date.now();
   const res = await call("POST", "/api/admin/sales", admin.token, {
+    ...more,
     name,
     image_url: imageUrl,
     description: "Made by e2e/pages.mjs.",
@@ -205,7 +210,12 @@ try {
   const oneUnit = {};
   const toOpen = {};
   const tallyPoll = {};
+  const paySale = {};
+  const lateSale = {};
+  const payName = (size) => `E2E pages ${runId}: pay within a minute (${size})`;
   for (const [size] of SIZES) {
+    paySale[size] = await createSale(admin, payName(size), 5, -1, 600, null, { payment_window_s: 60 });
+    lateSale[size] = await createSale(admin, `E2E pages ${runId}: left unpaid (${size})`, 5, -1, 600, null, { payment_window_s: 1 });
     oneUnit[size] = await createSale(admin, `E2E pages ${runId}: last unit (${size})`, 1, -1, 600);
     toOpen[size] = await createSale(admin, `E2E pages ${runId}: opened early (${size})`, 10, 30, 600);
     tallyPoll[size] = await createPoll(admin, `E2E pages ${runId}: tea or coffee (${size})?`, ["Tea", "Coffee"]);
@@ -378,6 +388,61 @@ try {
     await page.context().close();
   }
 
+  // A sale with a payment window: buy, see the deadline count down on My orders,
+  // pay. An order of a one-second window is left to expire.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const shopper = await signUpApi(`e2ep-${runId}-p-${size}`);
+    const late = await buyApi(lateSale[size], shopper.token);
+    check(late.status === 202, `the shopper buys in the one-second sale (${size})`);
+    const page = await newPage(viewport, shopper);
+    const payRequests = [];
+    page.on("request", (r) => {
+      if (r.method() === "POST" && /^\/api\/orders\/[^/]+\/pay$/.test(new URL(r.url()).pathname)) payRequests.push(r.headers()["idempotency-key"]);
+    });
+    await goto(page, `/sales/${paySale[size]}`);
+    check(await page.getByText("Within 1 minute of ordering").isVisible(), `the sale page says how long there is to pay ${at}`);
+    await page.getByRole("button", { name: "Buy now" }).click();
+    const outcome = page.locator('[data-field="outcome"]');
+    // "Order placed — pay within 1 minute", then "Order confirmed — pay by ...".
+    await outcome.filter({ hasText: /(pay within 1 minute|pay by .+) on My orders/ }).waitFor({ timeout: 5000 });
+    check(true, `after Buy the sale page says to pay on My orders ${at}`);
+    const toOrders = outcome.getByRole("link", { name: "Go to My orders" });
+    check((await toOrders.getAttribute("href")) === "/me/orders", `the answer links to My orders ${at}`);
+    await inspect(page, "sale-bought-pay");
+    await Promise.all([page.waitForURL(`${base}/me/orders`), toOrders.click()]);
+    // A pending order reloads the page every 3 s until it is confirmed.
+    const awaiting = page.locator('tr[data-payment="awaiting_payment"]');
+    await awaiting.waitFor({ timeout: 20000 });
+    const orderId = await awaiting.getAttribute("data-order-id");
+    const row = page.locator(`tr[data-order-id="${orderId}"]`);
+    check(await row.getByText("Awaiting payment").isVisible(), `My orders says Awaiting payment ${at}`);
+    const left = row.locator('[data-field="pay-left"]');
+    const first = await left.innerText();
+    await page.waitForTimeout(1300);
+    const then = await left.innerText();
+    check(/^0[01]:\d\d$/.test(first) && then < first, `the deadline counts down in mm:ss (${first} -> ${then}) ${at}`);
+    check(
+      await page.locator("tr", { hasText: "left unpaid" }).getByText("Not paid in time; the unit went back on sale.").isVisible(),
+      `the order left unpaid shows Expired ${at}`,
+    );
+    await inspect(page, "my-orders-awaiting");
+    const pay = page.getByRole("button", { name: `Pay for ${payName(size)}` });
+    check(await pay.isVisible(), `the Pay button is named for its sale ${at}`);
+    // Twice, quickly: the button is disabled while the payment is on its way.
+    await pay.dblclick();
+    const answer = page.locator('[data-field="pay-outcome"]');
+    await answer.filter({ hasText: `$1,299.00 paid for “${payName(size)}”` }).waitFor({ timeout: 5000 });
+    check(await row.locator(".badge-paid").isVisible(), `the order shows Paid in place ${at}`);
+    check((await row.getByRole("button").count()) === 0, `no Pay button is left on the paid order ${at}`);
+    check(await answer.evaluate((el) => el === document.activeElement), `after Pay the focus is on the answer ${at}`);
+    check(payRequests.length === 1 && /^[\w-]{16,}$/.test(payRequests[0] || ""), `one payment request, with an Idempotency-Key (${payRequests.length} sent) ${at}`);
+    await inspect(page, "my-orders-paid");
+    await goto(page, "/me/orders");
+    check(await row.locator(".badge-paid").isVisible(), `after a reload the order is still Paid ${at}`);
+    await page.context().close();
+  }
+
   // The home page follows a sale without a reload.
   {
     const page = await newPage(DESKTOP);
@@ -496,6 +561,35 @@ try {
     await page.getByLabel("Option 2", { exact: true }).fill("Coffee");
     check((await optionsError.innerText()) === "", `the options' message clears once fixed ${at}`);
     check((await page.getByLabel("Option 2", { exact: true }).getAttribute("aria-invalid")) === null, `the fixed option is no longer marked ${at}`);
+
+    // A sale with a payment window, made in the form (a fresh form: default times).
+    await goto(page, "/admin");
+    const formName = `E2E pages ${runId}: made with a payment window (${size})`;
+    const windowField = page.getByLabel("Payment window (seconds, 0 = none)");
+    check((await windowField.inputValue()) === "0", `the payment window starts at 0 ${at}`);
+    await page.getByLabel("Name", { exact: true }).fill(formName);
+    await page.getByLabel("Price", { exact: true }).fill("19.99");
+    await page.getByLabel("Stock", { exact: true }).fill("3");
+    await windowField.fill("90000");
+    await page.getByRole("button", { name: "Create sale" }).click();
+    const windowError = page.locator("#sale-payment-window-error");
+    await windowError.filter({ hasText: "86,400" }).waitFor({ timeout: 3000 });
+    check((await windowField.getAttribute("aria-invalid")) === "true", `a too long payment window is marked by its field ${at}`);
+    await inspect(page, "admin-form-payment-error");
+    await page.locator('form[data-form="create-sale"]').screenshot({ path: `${out}/pages-admin-sale-form-payment-error-${size}.png` });
+    await windowField.fill("45");
+    check((await windowError.innerText()) === "", `the payment window's error clears once fixed ${at}`);
+    await page.getByLabel("Buyers whose order expires may buy again").check();
+    await page.getByRole("button", { name: "Create sale" }).click();
+    const created = page.locator('[data-field="create-message"]');
+    await created.filter({ hasText: formName }).waitFor({ timeout: 5000 });
+    const createdId = /\(#(\d+)\)/.exec(await created.innerText())?.[1];
+    const made = await call("GET", `/api/sales/${createdId}`);
+    check(
+      made.status === 200 && made.data.payment_window_s === 45 && made.data.rebuy_after_expiry === true,
+      `the form creates the sale with the payment window typed in (${made.data?.payment_window_s} s, rebuy ${made.data?.rebuy_after_expiry}) ${at}`,
+    );
+    check((await windowField.inputValue()) === "0", `the form is ready for the next sale ${at}`);
     await page.context().close();
   }
 
@@ -510,6 +604,12 @@ try {
       check(await table.getByText(buyer, { exact: true }).isVisible(), `the orders page lists the buyer ${buyer} ${at}`);
     }
     await inspect(page, "admin-orders");
+
+    await goto(page, `/admin/sales/${paySale[size]}/orders`);
+    const counts = page.locator(".payment-counts");
+    check((await counts.locator('[data-field="paid"]').innerText()) === "1", `the orders page counts the payment ${at}`);
+    check(await page.locator('[data-field="orders"] .badge-paid').isVisible(), `the paid order's row says Paid ${at}`);
+    await inspect(page, "admin-orders-payment");
 
     const poll = tallyPoll[size];
     await goto(page, `/admin/polls/${poll.id}`);

@@ -9,9 +9,10 @@ use askama_web::WebTemplate;
 use super::error::PageError;
 use super::pages::{list_cards, load_nav, to_signin};
 use super::polls;
-use super::view::{Moment, Nav, PollCard, SaleCard, option_results};
+use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, option_results};
 use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
+use crate::sale::payment::{self, OrderCounts};
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 use chrono::{DateTime, Utc};
@@ -75,6 +76,8 @@ pub struct SaleOrdersPage {
     pages: i64,
     /// Position of the first row of this page, from 1.
     first: i64,
+    /// The orders by payment status, for a sale with a payment window.
+    payments: Option<OrderCounts>,
 }
 
 pub struct OrderRow {
@@ -83,6 +86,7 @@ pub struct OrderRow {
     pub order_id: String,
     pub ordered: Moment,
     pub settled: Moment,
+    pub state: OrderState,
 }
 
 pub struct PendingRow {
@@ -151,8 +155,15 @@ pub async fn sale_orders(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    match load_orders(&state, id, page).await {
-        Ok(found) => {
+    let payments = async {
+        if sale.has_payment_step() {
+            payment::counts(&state.db, id).await.map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    match tokio::try_join!(load_orders(&state, id, page), payments) {
+        Ok((found, payments)) => {
             let pages = ((found.confirmed_total + ORDERS_PER_PAGE - 1) / ORDERS_PER_PAGE).max(1);
             if page > pages {
                 return Err(PageError::not_found(
@@ -170,10 +181,25 @@ pub async fn sale_orders(
                 page,
                 pages,
                 first: (page - 1) * ORDERS_PER_PAGE + 1,
+                payments,
             }))
         }
         Err(e) => Err(PageError::from_app(e, nav)),
     }
+}
+
+/// A settled order of the sale, as the page reads it.
+#[derive(sqlx::FromRow)]
+struct SaleOrderRow {
+    id: uuid::Uuid,
+    username: String,
+    accepted_at: DateTime<Utc>,
+    settled_at: DateTime<Utc>,
+    status: String,
+    pay_by: Option<DateTime<Utc>>,
+    paid_at: Option<DateTime<Utc>>,
+    /// `pay_by <= now()` by Postgres's clock.
+    overdue: bool,
 }
 
 struct FoundOrders {
@@ -200,8 +226,9 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
         .arg(PENDING_SHOWN)
         .query_async(&mut state.redis.clone())
         .await?;
-    let rows: Vec<(uuid::Uuid, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT o.id, u.username, o.accepted_at, o.settled_at
+    let rows: Vec<SaleOrderRow> = sqlx::query_as(
+        "SELECT o.id, u.username, o.accepted_at, o.settled_at, o.status, o.pay_by, o.paid_at,
+                COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN users u ON u.id = o.user_id
          WHERE o.sale_id = $1 ORDER BY o.accepted_at, o.id LIMIT $2 OFFSET $3",
     )
@@ -239,12 +266,13 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
         confirmed: rows
             .into_iter()
             .zip(offset + 1..)
-            .map(|((order_id, buyer, ordered, settled), number)| OrderRow {
+            .map(|(o, number)| OrderRow {
                 number,
-                buyer,
-                order_id: order_id.to_string(),
-                ordered: ordered.into(),
-                settled: settled.into(),
+                state: OrderState::of(&o.status, o.overdue, o.pay_by, o.paid_at),
+                buyer: o.username,
+                order_id: o.id.to_string(),
+                ordered: o.accepted_at.into(),
+                settled: o.settled_at.into(),
             })
             .collect(),
         confirmed_total,

@@ -6,7 +6,7 @@ use askama::Template;
 use askama_web::WebTemplate;
 
 use super::error::PageError;
-use super::view::{self, Nav, SaleCard};
+use super::view::{self, Nav, OrderState, SaleCard};
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
 use crate::state::AppState;
@@ -174,17 +174,33 @@ pub fn is_local_path(next: &str) -> bool {
 pub struct OrdersPage {
     nav: Nav,
     orders: Vec<OrderLine>,
+    /// Some order has (or had) a payment step: the page explains deadlines.
+    payment_step: bool,
+    /// The server's clock when rendering, so the payment countdowns can correct for skew.
+    server_now_ms: i64,
 }
 
-/// One of the caller's orders: confirmed (in Postgres) or pending (accepted by
+/// One of the caller's orders: settled (in Postgres) or pending (accepted by
 /// Redis, on its way to Postgres).
 pub struct OrderLine {
     pub sale_id: i64,
     pub sale_name: String,
     pub price: String,
-    pub pending: bool,
-    pub ordered: Option<view::Moment>,
-    pub order_id: Option<String>,
+    /// `None` while pending: the order has no id or state to show yet.
+    pub settled: Option<SettledOrder>,
+}
+
+pub struct SettledOrder {
+    pub order_id: String,
+    pub ordered: view::Moment,
+    pub state: OrderState,
+}
+
+impl OrdersPage {
+    /// The time left to pay, as the countdown starts (the script takes over).
+    pub fn time_left(&self, pay_by: &view::Moment) -> String {
+        view::clock_text(pay_by.ms - self.server_now_ms)
+    }
 }
 
 /// Confirmed orders from Postgres, and pending ones found in Redis: a sale of the
@@ -198,9 +214,34 @@ pub async fn my_orders(
         return Ok(Either::Right(to_signin("/me/orders")));
     };
     match load_orders(&state, user.id.get()).await {
-        Ok(orders) => Ok(Either::Left(OrdersPage { nav, orders })),
+        Ok(orders) => Ok(Either::Left(OrdersPage {
+            nav,
+            payment_step: orders.iter().any(|o| {
+                o.settled
+                    .as_ref()
+                    .is_some_and(|s| !matches!(s.state, OrderState::Confirmed))
+            }),
+            orders,
+            server_now_ms: chrono::Utc::now().timestamp_millis(),
+        })),
         Err(e) => Err(PageError::from_app(e, nav)),
     }
+}
+
+/// A settled order of the caller, as the page reads it.
+#[derive(sqlx::FromRow)]
+struct MyOrderRow {
+    id: uuid::Uuid,
+    sale_id: i64,
+    name: String,
+    /// What the order costs: the sale's price times its units.
+    price_cents: i64,
+    accepted_at: chrono::DateTime<chrono::Utc>,
+    status: String,
+    pay_by: Option<chrono::DateTime<chrono::Utc>>,
+    paid_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// `pay_by <= now()` by Postgres's clock, as the payment decides it.
+    overdue: bool,
 }
 
 async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppError> {
@@ -216,40 +257,45 @@ async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppE
     } else {
         pipe.query_async(&mut state.redis.clone()).await?
     };
-    let confirmed: Vec<(uuid::Uuid, i64, String, i64, chrono::DateTime<chrono::Utc>)> =
-        sqlx::query_as(
-            "SELECT o.id, o.sale_id, s.name, s.price_cents, o.accepted_at
-             FROM orders o JOIN sales s ON s.id = o.sale_id
-             WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
-        )
-        .bind(user)
-        .fetch_all(&state.db)
-        .await?;
+    let settled: Vec<MyOrderRow> = sqlx::query_as(
+        "SELECT o.id, o.sale_id, s.name, s.price_cents * o.quantity AS price_cents,
+                o.accepted_at, o.status, o.pay_by,
+                o.paid_at, COALESCE(o.pay_by <= now(), false) AS overdue
+         FROM orders o JOIN sales s ON s.id = o.sale_id
+         WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
+    )
+    .bind(user)
+    .fetch_all(&state.db)
+    .await?;
+    // A buyer stays in the sale's buyers set while an order holds the unit; an
+    // expired order holds it no more when the sale lets its buyer buy again (the
+    // buyer left the set, and is in it again only for a new, maybe pending, order).
+    let holds = |sale: &crate::sale::SaleView| {
+        settled.iter().any(|o| {
+            o.sale_id == sale.sale.id && (o.status != "expired" || !sale.sale.rebuy_after_expiry)
+        })
+    };
     let mut lines: Vec<OrderLine> = sales
         .iter()
         .zip(bought)
-        .filter(|(sale, bought)| *bought && !confirmed.iter().any(|o| o.1 == sale.sale.id))
+        .filter(|(sale, bought)| *bought && !holds(sale))
         .map(|(sale, _)| OrderLine {
             sale_id: sale.sale.id,
             sale_name: sale.sale.name.clone(),
             price: view::format_price(sale.sale.price_cents),
-            pending: true,
-            ordered: None,
-            order_id: None,
+            settled: None,
         })
         .collect();
-    lines.extend(
-        confirmed
-            .into_iter()
-            .map(|(id, sale_id, name, price_cents, at)| OrderLine {
-                sale_id,
-                sale_name: name,
-                price: view::format_price(price_cents),
-                pending: false,
-                ordered: Some(at.into()),
-                order_id: Some(id.to_string()),
-            }),
-    );
+    lines.extend(settled.into_iter().map(|o| OrderLine {
+        sale_id: o.sale_id,
+        sale_name: o.name,
+        price: view::format_price(o.price_cents),
+        settled: Some(SettledOrder {
+            order_id: o.id.to_string(),
+            ordered: o.accepted_at.into(),
+            state: OrderState::of(&o.status, o.overdue, o.pay_by, o.paid_at),
+        }),
+    }));
     Ok(lines)
 }
 

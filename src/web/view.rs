@@ -132,6 +132,10 @@ pub struct SaleCard {
     pub image_url: Option<String>,
     /// A purchase must carry a ticket: the page gets one right before it buys.
     pub requires_ticket: bool,
+    /// Seconds a buyer has to pay once the order is accepted; 0: no payment step.
+    pub payment_window_s: i32,
+    /// A buyer whose order expired unpaid may buy again.
+    pub rebuy_after_expiry: bool,
 }
 
 impl SaleCard {
@@ -152,6 +156,15 @@ impl SaleCard {
 
     pub fn sold_text(&self) -> String {
         group_digits(self.sold)
+    }
+
+    pub fn has_payment_step(&self) -> bool {
+        self.payment_window_s > 0
+    }
+
+    /// "1 minute", "90 seconds": how long a buyer has to pay.
+    pub fn payment_window_text(&self) -> String {
+        duration_text(i64::from(self.payment_window_s))
     }
 
     /// The admin actions that make sense in the sale's state; `app.js`
@@ -191,7 +204,88 @@ impl From<SaleView> for SaleCard {
             description: sale.description,
             image_url: sale.image_url,
             requires_ticket: sale.requires_ticket,
+            payment_window_s: sale.payment_window_s,
+            rebuy_after_expiry: sale.rebuy_after_expiry,
         }
+    }
+}
+
+/// Where a settled order stands, as pages show it.
+pub enum OrderState {
+    /// The sale has no payment step: the order is complete.
+    Confirmed,
+    /// To be paid before `pay_by`.
+    AwaitingPayment { pay_by: Moment },
+    /// `paid_at` is missing only for a row that lost it (the schema does not tie them).
+    Paid { paid_at: Option<Moment> },
+    /// Not paid in time: its unit went back on sale.
+    Expired,
+}
+
+impl OrderState {
+    /// From the `orders` row. `overdue` is Postgres's `pay_by <= now()`: an order
+    /// past its deadline is shown expired before the expiry job gets to it, since a
+    /// payment would be refused the same way.
+    pub fn of(
+        status: &str,
+        overdue: bool,
+        pay_by: Option<DateTime<Utc>>,
+        paid_at: Option<DateTime<Utc>>,
+    ) -> Self {
+        match (status, pay_by) {
+            ("awaiting_payment", Some(pay_by)) if !overdue => OrderState::AwaitingPayment {
+                pay_by: pay_by.into(),
+            },
+            ("awaiting_payment" | "expired", _) => OrderState::Expired,
+            ("paid", _) => OrderState::Paid {
+                paid_at: paid_at.map(Moment::from),
+            },
+            _ => OrderState::Confirmed,
+        }
+    }
+
+    /// The row's `data-payment`: the script's name for the state.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            OrderState::Confirmed => "none",
+            OrderState::AwaitingPayment { .. } => "awaiting_payment",
+            OrderState::Paid { .. } => "paid",
+            OrderState::Expired => "expired",
+        }
+    }
+}
+
+/// "1d 02:03:04", "02:03:04" or "03:04", as the script's `formatDuration` writes
+/// a time left (whole seconds, rounded up; never negative).
+pub fn clock_text(ms: i64) -> String {
+    let total = (ms.max(0) + 999) / 1000;
+    let (days, h, m, s) = (
+        total / 86_400,
+        total % 86_400 / 3600,
+        total % 3600 / 60,
+        total % 60,
+    );
+    match days {
+        0 if h == 0 => format!("{m:02}:{s:02}"),
+        0 => format!("{h:02}:{m:02}:{s:02}"),
+        _ => format!("{days}d {h:02}:{m:02}:{s:02}"),
+    }
+}
+
+/// "1 minute", "15 minutes", "45 seconds", "2 hours", "1 min 30 s".
+pub fn duration_text(seconds: i64) -> String {
+    let plural = |n: i64, unit: &str| {
+        if n == 1 {
+            format!("1 {unit}")
+        } else {
+            format!("{n} {unit}s")
+        }
+    };
+    match seconds {
+        s if s >= 3600 && s % 3600 == 0 => plural(s / 3600, "hour"),
+        s if s >= 60 && s % 60 == 0 => plural(s / 60, "minute"),
+        s if s < 60 => plural(s, "second"),
+        s => format!("{} min {} s", s / 60, s % 60),
     }
 }
 
@@ -423,6 +517,47 @@ mod tests {
             statuses.map(PollStatus::as_str),
             ["open", "open", "upcoming", "closed", "closed"]
         );
+    }
+
+    #[test]
+    fn clocks_count_whole_seconds_up() {
+        assert_eq!(clock_text(-5), "00:00");
+        assert_eq!(clock_text(1), "00:01");
+        assert_eq!(clock_text(59_001), "01:00");
+        assert_eq!(clock_text(3_600_000), "01:00:00");
+        assert_eq!(clock_text(90_061_000), "1d 01:01:01");
+    }
+
+    #[test]
+    fn payment_windows_read_in_whole_units() {
+        assert_eq!(duration_text(1), "1 second");
+        assert_eq!(duration_text(45), "45 seconds");
+        assert_eq!(duration_text(60), "1 minute");
+        assert_eq!(duration_text(900), "15 minutes");
+        assert_eq!(duration_text(90), "1 min 30 s");
+        assert_eq!(duration_text(3600), "1 hour");
+        assert_eq!(duration_text(5400), "90 minutes");
+        assert_eq!(duration_text(86_400), "24 hours");
+    }
+
+    #[test]
+    fn an_order_past_its_deadline_shows_expired_before_the_job_runs() {
+        let at = Utc::now();
+        let state = |status, overdue, pay_by, paid_at| {
+            OrderState::of(status, overdue, pay_by, paid_at).as_str()
+        };
+        assert_eq!(state("accepted", false, None, None), "none");
+        assert_eq!(
+            state("awaiting_payment", false, Some(at), None),
+            "awaiting_payment"
+        );
+        assert_eq!(state("awaiting_payment", true, Some(at), None), "expired");
+        assert_eq!(state("expired", true, Some(at), None), "expired");
+        assert_eq!(state("paid", false, Some(at), Some(at)), "paid");
+        assert!(matches!(
+            OrderState::of("paid", true, Some(at), Some(at)),
+            OrderState::Paid { paid_at: Some(_) }
+        ));
     }
 
     #[test]

@@ -97,6 +97,8 @@ export function adminPage() {
     if (res.ok && Array.isArray(res.data)) showViews(res.data);
   }
 
+  const MAX_PAYMENT_WINDOW_S = 86400;
+  const PAYMENT_WINDOW_HINT = "Enter whole seconds from 0 (no payment step) to 86,400 (a day).";
   const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
 
   /** Every problem of the form, in plain words, by field. */
@@ -117,6 +119,8 @@ export function adminPage() {
     else if (ends.getTime() <= Date.now()) errors.ends_at = "The end is in the past: pick a later time.";
     else if (!errors.starts_at && ends <= starts) errors.ends_at = "The sale must end after it opens.";
     else if (!errors.starts_at && ends - starts > 366 * 86400000) errors.ends_at = "A sale can last at most 366 days.";
+    const paymentWindow = parseUnits(f.payment_window_s.value);
+    if (paymentWindow === null || paymentWindow > MAX_PAYMENT_WINDOW_S) errors.payment_window_s = PAYMENT_WINDOW_HINT;
     return errors;
   }
   revalidateOnInput(form, validate);
@@ -136,6 +140,8 @@ export function adminPage() {
         return { price: "Enter a price from 0 up, like 499 or 19.99." };
       case "invalid_image_url":
         return { image_url: IMAGE_HINT };
+      case "invalid_payment_window":
+        return { payment_window_s: PAYMENT_WINDOW_HINT };
       case "invalid_stock":
       case "stock_too_large":
         return { stock: "The stock can be 0 to 10,000,000 units." };
@@ -171,6 +177,8 @@ export function adminPage() {
       starts_at: starts.toISOString(),
       ends_at: ends.toISOString(),
       requires_ticket: f.requires_ticket.checked,
+      payment_window_s: parseUnits(f.payment_window_s.value),
+      rebuy_after_expiry: f.rebuy_after_expiry.checked,
     });
     button.disabled = false;
     if (res.status === 201) {

@@ -11,9 +11,12 @@ function csrfToken() {
   return "";
 }
 
-/** Calls the JSON API. Never throws: a network failure is status 0. */
-export async function api(method, path, body) {
-  const headers = { Accept: "application/json" };
+/**
+ * Calls the JSON API. Never throws: a network failure is status 0. `extra`:
+ * more request headers ({"Idempotency-Key": ...}).
+ */
+export async function api(method, path, body, extra = {}) {
+  const headers = { ...extra, Accept: "application/json" };
   if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp;

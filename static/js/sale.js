@@ -9,6 +9,7 @@ import { clockOffset, formatDuration, localTime } from "./time.js";
 
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
+const PAY_ON_MY_ORDERS = { href: "/me/orders", text: "Go to My orders" };
 
 export function salePage() {
   const root = document.getElementById("sale");
@@ -163,7 +164,12 @@ export function salePage() {
       if (document.hidden) continue;
       const res = await api("GET", `/api/orders/${encodeURIComponent(orderId)}`);
       if (res.ok && res.data.status === "confirmed") {
-        show("success", "Order confirmed. Thank you!", "", MY_ORDERS);
+        const payBy = new Date(res.data.pay_by);
+        if (res.data.payment === "awaiting_payment" && !Number.isNaN(payBy.getTime())) {
+          show("success", `Order confirmed — pay by ${localTime(payBy, true)} on My orders.`, "Not paid by then, the unit goes back on sale.", PAY_ON_MY_ORDERS);
+        } else {
+          show("success", "Order confirmed. Thank you!", "", MY_ORDERS);
+        }
         state.following = false;
         return;
       }
@@ -199,7 +205,11 @@ export function salePage() {
       case 202:
         state.bought = true;
         state.left = Math.max(0, state.left - 1);
-        show("pending", "Order placed, pending confirmation.", "We are confirming your order…");
+        if (d.payWithin) {
+          show("pending", `Order placed — pay within ${d.payWithin} on My orders.`, "", PAY_ON_MY_ORDERS);
+        } else {
+          show("pending", "Order placed, pending confirmation.", "We are confirming your order…");
+        }
         followOrder(res.data.order_id);
         break;
       case 409:

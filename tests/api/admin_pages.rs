@@ -1,10 +1,11 @@
-//! The admin's orders and tallies pages, My orders with pending orders, and the
-//! signed-out sale page's way to sign in and back.
+//! The admin's orders and tallies pages (with a sale's payments), My orders with
+//! pending orders, and the signed-out sale page's way to sign in and back.
 
 use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
+use serde_json::json;
 
-use crate::helpers::{escaped_in, spawn_app, spawn_app_with};
+use crate::helpers::{between, escaped_in, spawn_app, spawn_app_with};
 
 /// The `datetime` of every "Ordered" cell of a page, in order.
 fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
@@ -234,4 +235,88 @@ async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
     let signed_in = app.html(&format!("/sales/{sale}"), Some(&user)).await;
     assert!(signed_in.contains(r#"data-field="signin-buy" hidden>"#));
     assert!(signed_in.contains(r#"data-action="buy" disabled>Buy now<"#));
+}
+
+#[tokio::test]
+async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
+    // The test runs the expiry pass itself.
+    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let admin = app.admin().await;
+    let now = Utc::now();
+    let sale = json!({
+        "name": "Phone with payment",
+        "price_cents": 49_900,
+        "stock": 5,
+        "starts_at": now - chrono::Duration::seconds(60),
+        "ends_at": now + chrono::Duration::seconds(3600),
+        "requires_ticket": false,
+        "payment_window_s": 120,
+    });
+    let sale = app.admin_create(&admin, "/api/admin/sales", &sale).await["id"]
+        .as_i64()
+        .unwrap();
+    let buyers = app.create_users(3, false).await;
+    for buyer in &buyers {
+        app.buy(sale, &buyer.token).await;
+    }
+    let orders = app.wait_for_orders(sale, 3).await;
+    let order_of =
+        |buyer: &crate::helpers::User| orders.iter().find(|(_, user)| *user == buyer.id).unwrap().0;
+    let paid = app
+        .client
+        .post(app.url(&format!("/api/orders/{}/pay", order_of(&buyers[0]))))
+        .bearer_auth(&buyers[0].token)
+        .header("Idempotency-Key", "admin-pages-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paid.status(), StatusCode::OK);
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = $1")
+        .bind(order_of(&buyers[1]))
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 1);
+
+    let path = format!("/admin/sales/{sale}/orders");
+    let body = app.html(&path, Some(&admin)).await;
+    for (field, count) in [
+        ("paid", 1),
+        ("awaiting-payment", 1),
+        ("expired", 1),
+        ("returned", 1),
+    ] {
+        assert!(
+            body.contains(&format!(r#"data-field="{field}">{count}<"#)),
+            "{field}: {count}"
+        );
+    }
+    assert!(body.contains("Buyers have 2 minutes to pay"));
+    assert!(body.contains("may not buy again"));
+    let status_of = |buyer_name: &str| {
+        let row = between(
+            &body,
+            &format!(r#"class="cell-title">{buyer_name}</td>"#),
+            "</tr>",
+        );
+        between(row, r#"<td data-label="Status">"#, "</td>")
+            .trim()
+            .to_string()
+    };
+    let names = [
+        app.username_of(&buyers[0]).await,
+        app.username_of(&buyers[1]).await,
+        app.username_of(&buyers[2]).await,
+    ];
+    assert!(status_of(&names[0]).contains(r#"badge-paid">Paid<"#));
+    assert!(status_of(&names[1]).contains(r#"badge-expired">Expired<"#));
+    assert!(status_of(&names[2]).contains(r#"badge-awaiting""#));
+    assert!(!body.contains("badge-confirmed"));
+
+    // A sale without a payment step shows no payment counts.
+    let plain = app.live_sale(&admin, 5).await;
+    let body = app
+        .html(&format!("/admin/sales/{plain}/orders"), Some(&admin))
+        .await;
+    assert!(!body.contains("payments-heading"));
 }

@@ -4,7 +4,9 @@
 use reqwest::{StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{TestApp, User, assert_page_is_locked_down, between, escaped_in, spawn_app};
+use crate::helpers::{
+    TestApp, User, assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_app_with,
+};
 
 async fn create_named_sale(app: &TestApp, admin: &User, name: &str, description: &str) -> i64 {
     let now = chrono::Utc::now();
@@ -321,4 +323,171 @@ async fn signin_pages_refuse_a_next_that_leaves_the_site() {
         }
         assert_eq!(app.get(page, None).await.status(), StatusCode::OK);
     }
+}
+
+/// A sale open now for an hour, without tickets, whose buyers have `window_s`
+/// seconds to pay.
+async fn payment_sale(app: &TestApp, admin: &User, name: &str, window_s: i64) -> i64 {
+    let now = chrono::Utc::now();
+    let sale = json!({
+        "name": name,
+        "price_cents": 49_900,
+        "stock": 5,
+        "starts_at": now - chrono::Duration::seconds(60),
+        "ends_at": now + chrono::Duration::seconds(3600),
+        "requires_ticket": false,
+        "payment_window_s": window_s,
+    });
+    let created = app.admin_create(admin, "/api/admin/sales", &sale).await;
+    assert_eq!(created["payment_window_s"], window_s);
+    created["id"].as_i64().unwrap()
+}
+
+/// Buys in the sale and waits for the order to settle; returns its id.
+async fn settled_order(app: &TestApp, sale: i64, buyer: &User) -> uuid::Uuid {
+    app.buy(sale, &buyer.token).await;
+    let orders = app.wait_for_orders(sale, 1).await;
+    orders
+        .iter()
+        .find(|(_, user)| *user == buyer.id)
+        .expect("the order settled")
+        .0
+}
+
+/// The `<tr>` of an order on My orders, up to its end.
+fn order_row(body: &str, order: uuid::Uuid) -> &str {
+    between(body, &format!(r#"<tr data-order-id="{order}""#), "</tr>")
+}
+
+#[tokio::test]
+async fn my_orders_shows_an_awaiting_order_with_its_deadline_and_a_pay_button() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let name = "Phone & <case>";
+    let sale = payment_sale(&app, &admin, name, 600).await;
+    let buyer = app.user().await;
+    let order = settled_order(&app, sale, &buyer).await;
+    let pay_by: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT pay_by FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    let iso = pay_by.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+
+    let body = app.html("/me/orders", Some(&buyer)).await;
+    let row = order_row(&body, order);
+    assert!(row.contains(r#"data-payment="awaiting_payment""#), "{row}");
+    // The countdown's deadline for the script, and the deadline as a time.
+    assert!(row.contains(&format!(r#"data-pay-by="{iso}""#)), "{row}");
+    assert!(
+        row.contains(&format!(r#"<time datetime="{iso}" data-local"#)),
+        "{row}"
+    );
+    assert!(
+        row.contains(r#"badge-awaiting">Awaiting payment<"#),
+        "{row}"
+    );
+    // A countdown that starts at the time left (10 minutes at most).
+    let left = between(row, r#"data-field="pay-left">"#, "</strong>");
+    assert!(
+        left.len() == 5 && ("09:00".."10:01").contains(&left),
+        "time left {left:?}"
+    );
+    // One Pay button, named for the sale (escaped) for screen readers.
+    assert_eq!(row.matches(r#"data-action="pay""#).count(), 1, "{row}");
+    let button = between(row, r#"data-action="pay">"#, "</button>");
+    assert!(
+        button.contains(r#"data-field="pay-label">Pay</span>"#),
+        "{button}"
+    );
+    assert!(escaped_in(button, &format!(" for {name}")), "{button}");
+    assert!(
+        !body.contains(name),
+        "the sale's name is escaped everywhere"
+    );
+    assert!(body.contains("Some sales ask you to pay within a time limit"));
+    assert!(body.contains(r#"data-server-now=""#));
+
+    // A sale without a payment step: Confirmed, nothing to pay, no deadline talk.
+    let plain = app.live_sale(&admin, 5).await;
+    let other = app.user().await;
+    let plain_order = settled_order(&app, plain, &other).await;
+    let body = app.html("/me/orders", Some(&other)).await;
+    let row = order_row(&body, plain_order);
+    assert!(row.contains(r#"data-payment="none""#), "{row}");
+    assert!(row.contains(r#"badge-confirmed">Confirmed<"#), "{row}");
+    assert!(!body.contains(r#"data-action="pay""#));
+    assert!(!body.contains("data-pay-by"));
+    assert!(!body.contains("Some sales ask you to pay"));
+}
+
+#[tokio::test]
+async fn my_orders_shows_paid_and_expired_orders_without_a_pay_button() {
+    // The test runs the expiry pass itself.
+    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let paid_sale = payment_sale(&app, &admin, "Paid phone", 600).await;
+    let expired_sale = payment_sale(&app, &admin, "Expired phone", 600).await;
+    let overdue_sale = payment_sale(&app, &admin, "Overdue phone", 600).await;
+    let paid = settled_order(&app, paid_sale, &buyer).await;
+    let expired = settled_order(&app, expired_sale, &buyer).await;
+    let overdue = settled_order(&app, overdue_sale, &buyer).await;
+
+    let resp = app
+        .client
+        .post(app.url(&format!("/api/orders/{paid}/pay")))
+        .bearer_auth(&buyer.token)
+        .header("Idempotency-Key", "pages-test-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let paid_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT paid_at FROM orders WHERE id = $1")
+            .bind(paid)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    // Both deadlines pass: one order as the expiry job leaves it, one before the
+    // job got to it.
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = ANY($1)")
+        .bind([expired, overdue])
+        .execute(&app.db)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE orders SET status = 'expired', expired_at = now() WHERE id = $1")
+        .bind(expired)
+        .execute(&app.db)
+        .await
+        .unwrap();
+
+    let body = app.html("/me/orders", Some(&buyer)).await;
+    let row = order_row(&body, paid);
+    assert!(row.contains(r#"data-payment="paid""#), "{row}");
+    assert!(row.contains(r#"badge-paid">Paid<"#), "{row}");
+    let at = paid_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    assert!(
+        row.contains(&format!(r#"Paid <time datetime="{at}""#)),
+        "{row}"
+    );
+    // Expired by the job, or past its deadline before the job ran: the same to
+    // the buyer, since a payment would be refused either way.
+    for order in [expired, overdue] {
+        let row = order_row(&body, order);
+        assert!(row.contains(r#"data-payment="expired""#), "{row}");
+        assert!(row.contains(r#"badge-expired">Expired<"#), "{row}");
+        assert!(
+            row.contains("Not paid in time; the unit went back on sale."),
+            "{row}"
+        );
+        assert!(!row.contains("data-pay-by"), "{row}");
+    }
+    assert!(
+        !body.contains(r#"data-action="pay""#),
+        "nothing left to pay"
+    );
+    assert!(!body.contains("badge-awaiting"));
+    assert!(!body.contains("is-pending"));
 }
