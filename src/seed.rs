@@ -49,19 +49,23 @@ pub async fn seed_demo(
     let demo_sales = [
         DemoSale {
             name: DEMO_SALE,
-            description: "100 phones, one per customer. Sign in and press Buy.",
+            description: "100 phones, one per customer. Sign in, press Buy, then pay within \
+                          ten minutes on My orders, or the phone goes back on sale.",
             price_cents: 49_900,
             stock: 100,
             starts_at: now - Duration::minutes(1),
             image: "/static/products/phone.svg",
+            max_per_user: 1,
         },
         DemoSale {
             name: DEMO_UPCOMING_SALE,
-            description: "Opens ten minutes after the demo starts: watch the countdown.",
+            description: "Opens ten minutes after the demo starts: watch the countdown. \
+                          Up to two per customer.",
             price_cents: 5_900,
             stock: 50,
             starts_at: now + Duration::minutes(10),
             image: "/static/products/earbuds.svg",
+            max_per_user: 2,
         },
     ];
     for sale in demo_sales {
@@ -103,6 +107,7 @@ struct DemoSale {
     stock: i64,
     starts_at: chrono::DateTime<Utc>,
     image: &'static str,
+    max_per_user: i32,
 }
 
 /// Creates the demo sale unless one of that name has not ended yet.
@@ -135,7 +140,7 @@ async fn demo_sale(
         // And the order waiting for its payment, with its countdown.
         payment_window_s: 600,
         rebuy_after_expiry: false,
-        max_per_user: 1,
+        max_per_user: demo.max_per_user,
     };
     let sale = store::create_sale(db, redis, keys, new)
         .await
