@@ -49,11 +49,6 @@ pub struct PollKeys {
     pub votes: String,
     /// Token of the rebuild in progress (see [`crate::recover`]).
     pub rebuild: String,
-    /// Hash user id -> units held (sales of more than one per customer only).
-    pub units: String,
-    /// Integer: units sold (sales of more than one per customer only; a sale of
-    /// one per customer counts its buyers set).
-    pub sold: String,
 }
 
 impl Keys {
@@ -91,8 +86,6 @@ impl Keys {
             tally: format!("{base}:tally"),
             votes: format!("{base}:votes"),
             rebuild: format!("{base}:rebuild"),
-            units: format!("{base}:units"),
-            sold: format!("{base}:sold"),
         }
     }
 

@@ -275,26 +275,8 @@ impl Recovery {
         };
         let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
 
-        // Redis first, Postgres second (see the module doc).
-        let unsettled = stream_field(&mut redis, &k.orders, "user_id").await?;
-        let mut buyers: HashSet<i64> = unsettled.iter().map(|(user, _)| *user).collect();
-        let pending: Vec<(String, i64)> = scan_all(&mut redis, "HSCAN", &k.pending).await?;
-        buyers.extend(pending.into_iter().map(|(_order, user)| user));
-        let known: HashSet<i64> = scan_all(&mut redis, "SSCAN", &k.buyers)
-            .await?
-            .into_iter()
-            .collect();
-        // Buyers holding a unit: every order's, except, on a sale whose expired
-        // buyers may buy again, the expired ones (their units went back).
-        let settled: Vec<i64> = sqlx::query_scalar(
-            "SELECT user_id FROM orders WHERE sale_id = $1 AND (status <> 'expired' OR NOT $2)",
-        )
-        .bind(id.get())
-        .bind(sale.rebuy_after_expiry)
-        .fetch_all(&mut *tx)
-        .await?;
-        buyers.extend(settled.iter().copied());
-        let missing: Vec<i64> = buyers.difference(&known).copied().collect();
+        let seen = read_sale(&mut redis, &mut tx, &k, &sale).await?;
+        let missing: Vec<i64> = seen.buyers.difference(&seen.known).copied().collect();
         for chunk in missing.chunks(CHUNK) {
             let _: i64 = redis::cmd("SADD")
                 .arg(&k.buyers)
@@ -302,11 +284,13 @@ impl Recovery {
                 .query_async(&mut redis)
                 .await?;
         }
-        if sale.rebuy_after_expiry {
-            release_expired(&mut tx, &mut redis, &k.buyers, id, &known, &buyers).await?;
-        }
+        let folded = if sale.rebuy_after_expiry {
+            release_expired(&mut tx, &mut redis, &k.buyers, id, &seen).await?
+        } else {
+            Vec::new()
+        };
         if sale.max_per_user > 1 {
-            restore_units(&mut tx, &mut redis, &k, &sale).await?;
+            restore_units(&mut redis, &k, &seen).await?;
         }
         let (left, sold): (i64, i64) = RESTORE_SALE
             .key(&k.meta)
@@ -321,6 +305,7 @@ impl Recovery {
             .arg(u8::from(sale.closed))
             .arg(sale.stock_total)
             .arg(sale.max_per_user)
+            .arg(&folded)
             .invoke_async(&mut redis)
             .await?;
         if left < 0 {
@@ -339,19 +324,13 @@ impl Recovery {
             .await?;
         tx.commit().await?;
         Ok(Some(Rebuilt {
-            settled: settled.len(),
-            unsettled: unsettled.len(),
+            settled: seen.orders.iter().filter(|o| o.holds).count(),
+            unsettled: seen.unsettled.len(),
             total: sold as usize,
             stock_left,
         }))
     }
 
-    /// On a sale whose expired buyers may buy again: buyers whose only orders
-    /// expired leave the buyers set (a lost `SREM` of their return), and returns
-    /// still pending are recorded as applied, since units left are counted from
-    /// this set next (the unit is back by construction; applying the return again
-    /// would count it twice). The caller holds the sale's row lock, so no expiry
-    /// commits between the read of the orders and this.
     async fn rebuild_poll(&self, id: PollId) -> Result<Option<Rebuilt>, AppError> {
         let mut redis = self.redis.clone();
         let k = self.keys.poll(id);
@@ -409,7 +388,6 @@ impl Recovery {
             .key(&k.options)
             .key(&k.tally)
             .key(&k.rebuild)
-            .key(&k.sold)
             .arg(&token)
             .arg(opens_at.timestamp_millis())
             .arg(closes_at.timestamp_millis())
@@ -441,25 +419,24 @@ impl Recovery {
 /// leave the buyers set (a lost `SREM` of their return), and returns still pending
 /// are recorded as applied, since units left are counted from this set next (the
 /// unit is back by construction; applying the return again would count it twice).
-/// The caller holds the sale's row lock, so no expiry commits between its read of
-/// the orders and this.
+/// Returns their change ids: `restore_sale.lua` remembers them as applied in Redis
+/// too, so that if this rebuild's transaction never commits, applying them later
+/// changes nothing. The caller holds the sale's row lock, so no expiry commits
+/// between its read of the orders and this.
 async fn release_expired(
     tx: &mut sqlx::PgConnection,
     redis: &mut Redis,
     buyers_key: &str,
     id: SaleId,
-    known: &HashSet<i64>,
-    buyers: &HashSet<i64>,
-) -> Result<(), AppError> {
-    let expired: Vec<i64> = sqlx::query_scalar(
-        "SELECT DISTINCT user_id FROM orders WHERE sale_id = $1 AND status = 'expired'",
-    )
-    .bind(id.get())
-    .fetch_all(&mut *tx)
-    .await?;
-    let gone: Vec<i64> = expired
+    seen: &SaleSeen,
+) -> Result<Vec<i64>, AppError> {
+    let gone: Vec<i64> = seen
+        .orders
+        .iter()
+        .filter(|o| !o.holds && seen.known.contains(&o.user) && !seen.buyers.contains(&o.user))
+        .map(|o| o.user)
+        .collect::<HashSet<i64>>()
         .into_iter()
-        .filter(|u| known.contains(u) && !buyers.contains(u))
         .collect();
     for chunk in gone.chunks(CHUNK) {
         let _: i64 = redis::cmd("SREM")
@@ -468,29 +445,51 @@ async fn release_expired(
             .query_async(&mut *redis)
             .await?;
     }
-    sqlx::query(
+    Ok(sqlx::query_scalar(
         "UPDATE stock_changes SET status = 'applied', delta = 0, applied_at = now()
-         WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'",
+         WHERE sale_id = $1 AND kind = 'return' AND status = 'pending' RETURNING id",
     )
     .bind(id.get())
-    .execute(&mut *tx)
-    .await?;
-    Ok(())
+    .fetch_all(&mut *tx)
+    .await?)
 }
 
-/// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
-/// restore script must find, or start over.
-/// On a sale of more than one per customer: units per buyer and units sold, counted
-/// from the orders that hold units in Postgres and the orders still on their way
-/// (in the stream and not in Postgres at all: an entry left behind by a worker that
-/// died after its commit is counted once, as Postgres has it), written over what
-/// Redis had. Then units left are units ever offered minus units sold.
-async fn restore_units(
-    tx: &mut sqlx::PgConnection,
+/// One order of a sale as its rebuild reads it from Postgres.
+struct SeenOrder {
+    id: uuid::Uuid,
+    user: i64,
+    units: i64,
+    /// It holds its units: not expired, or expired on a sale whose expired buyers
+    /// stay buyers.
+    holds: bool,
+}
+
+/// What a sale's rebuild reads, Redis first and Postgres second (see the module doc).
+struct SaleSeen {
+    /// Orders in Postgres.
+    orders: Vec<SeenOrder>,
+    /// Orders in the stream that Postgres does not have yet: order, user, units.
+    /// (An entry left behind by a worker that died after its commit is Postgres's.)
+    unsettled: Vec<(uuid::Uuid, i64, i64)>,
+    /// The buyers set as Redis has it.
+    known: HashSet<i64>,
+    /// Users holding units: of the orders that hold theirs, of the unsettled ones,
+    /// and of pending orders Postgres does not have.
+    buyers: HashSet<i64>,
+}
+
+async fn read_sale(
     redis: &mut Redis,
+    tx: &mut sqlx::PgConnection,
     k: &crate::keys::SaleKeys,
     sale: &SaleRow,
-) -> Result<(), AppError> {
+) -> Result<SaleSeen, AppError> {
+    let stream = stream_orders(redis, &k.orders).await?;
+    let pending: Vec<(String, i64)> = scan_all(redis, "HSCAN", &k.pending).await?;
+    let known: HashSet<i64> = scan_all(redis, "SSCAN", &k.buyers)
+        .await?
+        .into_iter()
+        .collect();
     let rows: Vec<(uuid::Uuid, i64, i32, bool)> = sqlx::query_as(
         "SELECT id, user_id, quantity, (status <> 'expired' OR NOT $2) FROM orders WHERE sale_id = $1",
     )
@@ -498,17 +497,50 @@ async fn restore_units(
     .bind(sale.rebuy_after_expiry)
     .fetch_all(&mut *tx)
     .await?;
-    let known: HashSet<uuid::Uuid> = rows.iter().map(|r| r.0).collect();
+    let orders: Vec<SeenOrder> = rows
+        .into_iter()
+        .map(|(id, user, units, holds)| SeenOrder {
+            id,
+            user,
+            units: i64::from(units),
+            holds,
+        })
+        .collect();
+    let in_pg: HashSet<uuid::Uuid> = orders.iter().map(|o| o.id).collect();
+    let unsettled: Vec<(uuid::Uuid, i64, i64)> = stream
+        .into_iter()
+        .filter(|(order, _, _)| !in_pg.contains(order))
+        .collect();
+    let mut buyers: HashSet<i64> = orders.iter().filter(|o| o.holds).map(|o| o.user).collect();
+    buyers.extend(unsettled.iter().map(|(_, user, _)| *user));
+    buyers.extend(
+        pending
+            .iter()
+            .filter(|(order, _)| uuid::Uuid::parse_str(order).map_or(true, |o| !in_pg.contains(&o)))
+            .map(|(_, user)| *user),
+    );
+    Ok(SaleSeen {
+        orders,
+        unsettled,
+        known,
+        buyers,
+    })
+}
+
+/// On a sale of more than one per customer: units per buyer and units sold, counted
+/// from the orders that hold units in Postgres and the unsettled ones, written over
+/// what Redis had. Then units left are units ever offered minus units sold.
+async fn restore_units(
+    redis: &mut Redis,
+    k: &crate::keys::SaleKeys,
+    seen: &SaleSeen,
+) -> Result<(), AppError> {
     let mut units: HashMap<i64, i64> = HashMap::new();
-    for (_, user, quantity, holds) in &rows {
-        if *holds {
-            *units.entry(*user).or_default() += i64::from(*quantity);
-        }
+    for o in seen.orders.iter().filter(|o| o.holds) {
+        *units.entry(o.user).or_default() += o.units;
     }
-    for (order, user, quantity) in stream_orders(redis, &k.orders).await? {
-        if !known.contains(&order) {
-            *units.entry(user).or_default() += quantity;
-        }
+    for (_, user, n) in &seen.unsettled {
+        *units.entry(*user).or_default() += n;
     }
     let sold: i64 = units.values().sum();
     let _: () = redis::cmd("DEL")
@@ -549,6 +581,8 @@ async fn stream_orders(
     Ok(out)
 }
 
+/// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
+/// restore script must find, or start over.
 async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, AppError> {
     let token = crate::random::token_hex(16);
     let _: i64 = FENCE

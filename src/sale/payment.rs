@@ -274,9 +274,15 @@ pub async fn expire_pass<C: ConnectionLike>(
     sales.extend(stranded.into_iter().filter_map(Id::new));
     sales.sort_unstable_by_key(|s| s.get());
     sales.dedup();
+    // One sale's failure (its Redis state being rebuilt, a timeout) must not keep
+    // the others' units waiting; its returns stay pending for the next actor.
     for sale in sales {
-        let results = stock::apply_pending(db, redis, keys, sale).await?;
-        pass.applied.push((sale, results));
+        match stock::apply_pending(db, redis, keys, sale).await {
+            Ok(results) => pass.applied.push((sale, results)),
+            Err(e) => {
+                tracing::warn!(sale = %sale, error = ?e, "returns not applied yet; retrying later")
+            }
+        }
     }
     Ok(pass)
 }

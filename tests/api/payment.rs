@@ -517,3 +517,113 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
     assert_eq!(total, 2);
     assert_arithmetic(&app, &admin, sale, "resold").await;
 }
+
+/// A rebuild of a sale whose expired buyers may buy again counts the returns still
+/// pending (it leaves their buyers out) and remembers them in Redis as applied. If
+/// its transaction never commits (the process dies after Redis is restored), the
+/// returns are pending again in Postgres, and applying them later must change
+/// nothing: not take the unit of the buyer's new order, not count it twice.
+#[tokio::test]
+async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
+    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let admin = app.admin().await;
+    let sale = payment_sale(&app, &admin, 2, 2, true).await;
+    let users = app.create_users(2, false).await;
+    buy_all(&app, sale, &users).await;
+    wait_settled(&app, sale, 2).await;
+    wait_past_deadlines(&app, sale).await;
+    // Both expire; their returns are recorded, not applied (a pass that died).
+    assert_eq!(payment::expire_due(&app.db, 10).await.unwrap().0, 2);
+    // The admin's repair rebuilds the sale: both buyers out, both units back.
+    let repaired = app
+        .post(
+            &format!("/api/admin/sales/{sale}/reconcile"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(repaired.status(), StatusCode::OK);
+    assert_eq!(app.stock_left(sale).await, 2);
+    assert!(app.buyers(sale).await.is_empty());
+    assert_eq!(
+        returns(&app, sale).await,
+        HashMap::from([("applied".into(), 2)])
+    );
+    // As if that rebuild's transaction had never committed.
+    sqlx::query(
+        "UPDATE stock_changes SET status = 'pending', delta = NULL, applied_at = NULL
+         WHERE sale_id = $1 AND kind = 'return'",
+    )
+    .bind(sale)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    // The first buyer buys again; then the returns are applied by the next pass.
+    app.buy(sale, &users[0].token).await;
+    assert_eq!(app.stock_left(sale).await, 1);
+    assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 0);
+    assert_eq!(
+        returns(&app, sale).await,
+        HashMap::from([("applied".into(), 2)])
+    );
+    assert_eq!(app.stock_left(sale).await, 1, "no unit came back twice");
+    assert_eq!(
+        app.buyers(sale).await,
+        vec![users[0].id],
+        "the new order keeps its unit"
+    );
+    wait_settled(&app, sale, 3).await;
+    assert_arithmetic(&app, &admin, sale, "after the replayed returns").await;
+}
+
+/// A stream entry (and pending-hash entry) left behind by a settlement worker that
+/// died after its commit belongs to an order Postgres has: when that order has
+/// expired on a sale whose expired buyers may buy again, a rebuild must not make
+/// its buyer a buyer again (and lose a unit).
+#[tokio::test]
+async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
+    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let admin = app.admin().await;
+    let sale = payment_sale(&app, &admin, 2, 2, true).await;
+    let users = app.create_users(1, false).await;
+    let orders = buy_all(&app, sale, &users).await;
+    wait_settled(&app, sale, 1).await;
+    wait_past_deadlines(&app, sale).await;
+    assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 1);
+    assert_eq!(app.stock_left(sale).await, 2);
+    // The entries a worker that died after its commit would have left.
+    let k = app.sale_keys(sale);
+    let order = orders[&users[0].id].to_string();
+    let _: String = redis::cmd("XADD")
+        .arg(&k.orders)
+        .arg("*")
+        .arg("order_id")
+        .arg(&order)
+        .arg("sale_id")
+        .arg(sale)
+        .arg("user_id")
+        .arg(users[0].id)
+        .arg("at_ms")
+        .arg(chrono::Utc::now().timestamp_millis())
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(&k.pending)
+        .arg(&order)
+        .arg(users[0].id)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let repaired = app
+        .post(
+            &format!("/api/admin/sales/{sale}/reconcile"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(repaired.status(), StatusCode::OK);
+    assert!(
+        app.buyers(sale).await.is_empty(),
+        "the expired buyer stays out"
+    );
+    assert_eq!(app.stock_left(sale).await, 2, "no unit lost");
+}
