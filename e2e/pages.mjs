@@ -15,7 +15,10 @@
 //   long there is to pay, My orders counts down to the deadline, Pay (pressed
 //   twice, paid once) turns the order Paid in place with the answer announced and
 //   focused, an order left unpaid shows Expired, the admin's orders page counts
-//   payments, and the admin form creates a sale with the payment window typed in.
+//   payments, and the admin form creates a sale with the payment window typed in;
+//   a sale of up to two per customer: the quantity next to Buy, 2 bought at once
+//   (two units gone), one more refused with the per-customer message, and the
+//   admin form's "Most per customer" (its error by the field, the sale made with it).
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
@@ -212,11 +215,13 @@ try {
   const tallyPoll = {};
   const paySale = {};
   const lateSale = {};
+  const twoEach = {};
   const payName = (size) => `E2E pages ${runId}: pay within a minute (${size})`;
   for (const [size] of SIZES) {
     paySale[size] = await createSale(admin, payName(size), 5, -1, 600, null, { payment_window_s: 60 });
     lateSale[size] = await createSale(admin, `E2E pages ${runId}: left unpaid (${size})`, 5, -1, 600, null, { payment_window_s: 1 });
     oneUnit[size] = await createSale(admin, `E2E pages ${runId}: last unit (${size})`, 1, -1, 600);
+    twoEach[size] = await createSale(admin, `E2E pages ${runId}: up to two each (${size})`, 10, -1, 600, "/static/products/earbuds.svg", { max_per_user: 2 });
     toOpen[size] = await createSale(admin, `E2E pages ${runId}: opened early (${size})`, 10, 30, 600);
     tallyPoll[size] = await createPoll(admin, `E2E pages ${runId}: tea or coffee (${size})?`, ["Tea", "Coffee"]);
   }
@@ -386,6 +391,67 @@ try {
       `the sale page followed ${followedFor} s of changes over its event stream (${asked.streams} stream, ${asked.polls} reads of the sale) ${at}`,
     );
     await page.context().close();
+  }
+
+  // A sale of up to two per customer: the page offers a quantity; 2 chosen, Buy
+  // takes two units. A page of the same shopper opened before (another tab) then
+  // asks for one more: the shop's per-customer refusal, in the answer box.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const sale = twoEach[size];
+    const shopper = await signUpApi(`e2ep-${runId}-q-${size}`);
+    const page = await newPage(viewport, shopper);
+    const other = await newPage(viewport, shopper);
+    await goto(page, `/sales/${sale}`);
+    await goto(other, `/sales/${sale}`);
+    const quantity = page.getByLabel("Quantity");
+    const buy = page.getByRole("button", { name: "Buy now" });
+    await buy.waitFor({ timeout: 5000 });
+    const choices = await quantity.locator("option").evaluateAll((options) => options.map((o) => o.value).join(","));
+    check((await quantity.isVisible()) && choices === "1,2", `a sale of two per customer offers a quantity of 1 or 2 (${choices}) ${at}`);
+    check(await page.locator(".buy-limit").filter({ hasText: /^Up to 2 per customer$/ }).isVisible(), `the buy box says up to 2 per customer ${at}`);
+    check((await inViewport(quantity)) && (await inViewport(buy)), `the quantity and Buy are on screen without scrolling ${at}`);
+    const box = async (locator) => locator.evaluate((el) => el.getBoundingClientRect().toJSON());
+    const [q, b] = [await box(quantity), await box(buy)];
+    check(Math.abs(q.bottom - b.bottom) <= 2 && q.right < b.left, `the quantity sits next to Buy, level with it ${at}`);
+    await inspect(page, "sale-quantity");
+    const stockOf = async () => (await call("GET", `/api/sales/${sale}`)).data.stock_left;
+    const before = await stockOf();
+    const sent = [];
+    page.on("request", (r) => {
+      if (r.method() === "POST" && new URL(r.url()).pathname === `/api/sales/${sale}/purchase`) sent.push(r.postDataJSON());
+    });
+    await quantity.selectOption("2");
+    await buy.click();
+    const outcome = page.locator('[data-field="outcome"]');
+    await outcome.filter({ hasText: /Order for 2 placed|Order confirmed/ }).waitFor({ timeout: 5000 });
+    check(sent.length === 1 && sent[0].quantity === 2 && typeof sent[0].ticket === "string", `Buy sends the quantity with its ticket (${JSON.stringify(sent.map((b) => b.quantity))}) ${at}`);
+    const after = await stockOf();
+    check(after === before - 2, `buying 2 takes two units (${before} -> ${after}) ${at}`);
+    const button = page.locator('[data-action="buy"]');
+    check((await button.innerText()) === "Purchased" && (await button.isDisabled()) && (await quantity.isDisabled()), `with 2 of 2 held the page offers no more ${at}`);
+    await outcome.filter({ hasText: "Order confirmed" }).waitFor({ timeout: 20000 });
+    await inspect(page, "sale-quantity-bought");
+
+    // The other tab still offers Buy: one more passes the limit.
+    await other.getByRole("button", { name: "Buy now" }).click();
+    const refusal = other.locator('[data-field="outcome"]');
+    await refusal.filter({ hasText: "limit per customer" }).waitFor({ timeout: 5000 });
+    check(/you hold 2 already/.test(await refusal.innerText()), `one more shows the per-customer refusal with what the buyer holds ${at}`);
+    check(await refusal.evaluate((el) => el === document.activeElement), `the refusal has the focus ${at}`);
+    check((await stockOf()) === after, `the refused purchase took nothing ${at}`);
+    await inspect(other, "sale-quantity-limit");
+    // My orders: the order of two says so, at the price of both.
+    await goto(page, "/me/orders");
+    const line = page.locator("tr", { has: page.getByRole("link", { name: `E2E pages ${runId}: up to two each (${size})` }) });
+    await line.waitFor({ timeout: 20000 });
+    check(
+      (await line.locator(".order-qty").innerText()).replace(/\s+/g, " ").startsWith("2 ×") && (await line.getByText("$2,598.00").isVisible()),
+      `My orders shows the order's 2 units and their price ${at}`,
+    );
+    await inspect(page, "my-orders-quantity");
+    await page.context().close();
+    await other.context().close();
   }
 
   // A sale with a payment window: buy, see the deadline count down on My orders,
@@ -567,18 +633,28 @@ try {
     const formName = `E2E pages ${runId}: made with a payment window (${size})`;
     const windowField = page.getByLabel("Payment window (seconds, 0 = none)");
     check((await windowField.inputValue()) === "0", `the payment window starts at 0 ${at}`);
+    const perUserField = page.getByLabel("Most per customer");
+    check((await perUserField.inputValue()) === "1", `most per customer starts at 1 ${at}`);
     await page.getByLabel("Name", { exact: true }).fill(formName);
     await page.getByLabel("Price", { exact: true }).fill("19.99");
     await page.getByLabel("Stock", { exact: true }).fill("3");
     await windowField.fill("90000");
+    await perUserField.fill("101");
     await page.getByRole("button", { name: "Create sale" }).click();
     const windowError = page.locator("#sale-payment-window-error");
     await windowError.filter({ hasText: "86,400" }).waitFor({ timeout: 3000 });
     check((await windowField.getAttribute("aria-invalid")) === "true", `a too long payment window is marked by its field ${at}`);
+    const perUserError = page.locator("#sale-max-per-user-error");
+    check(
+      (await perUserError.innerText()) === "Enter a whole number from 1 to 100." && (await perUserField.getAttribute("aria-invalid")) === "true",
+      `most per customer above 100 is said and marked by its field ${at}`,
+    );
     await inspect(page, "admin-form-payment-error");
     await page.locator('form[data-form="create-sale"]').screenshot({ path: `${out}/pages-admin-sale-form-payment-error-${size}.png` });
     await windowField.fill("45");
     check((await windowError.innerText()) === "", `the payment window's error clears once fixed ${at}`);
+    await perUserField.fill("3");
+    check((await perUserError.innerText()) === "", `the per-customer error clears once fixed ${at}`);
     await page.getByLabel("Buyers whose order expires may buy again").check();
     await page.getByRole("button", { name: "Create sale" }).click();
     const created = page.locator('[data-field="create-message"]');
@@ -586,10 +662,10 @@ try {
     const createdId = /\(#(\d+)\)/.exec(await created.innerText())?.[1];
     const made = await call("GET", `/api/sales/${createdId}`);
     check(
-      made.status === 200 && made.data.payment_window_s === 45 && made.data.rebuy_after_expiry === true,
-      `the form creates the sale with the payment window typed in (${made.data?.payment_window_s} s, rebuy ${made.data?.rebuy_after_expiry}) ${at}`,
+      made.status === 200 && made.data.payment_window_s === 45 && made.data.rebuy_after_expiry === true && made.data.max_per_user === 3,
+      `the form creates the sale with the payment window and most per customer typed in (${made.data?.payment_window_s} s, rebuy ${made.data?.rebuy_after_expiry}, ${made.data?.max_per_user} each) ${at}`,
     );
-    check((await windowField.inputValue()) === "0", `the form is ready for the next sale ${at}`);
+    check((await windowField.inputValue()) === "0" && (await perUserField.inputValue()) === "1", `the form is ready for the next sale ${at}`);
     await page.context().close();
   }
 

@@ -52,8 +52,11 @@ pub struct SalePage {
     /// The server's clock when rendering, so the countdown can correct for skew.
     server_now_ms: i64,
     signed_in: bool,
-    /// The caller already holds an order of this sale.
+    /// The caller can buy no more of this sale: they hold an order of a sale of
+    /// one per customer, or `max_per_user` units of one of more.
     bought: bool,
+    /// Units the caller holds of a sale of more than one per customer (0 otherwise).
+    held: i64,
     signin_url: String,
     signup_url: String,
 }
@@ -75,19 +78,35 @@ pub async fn sale(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let bought = match user {
+    // A sale of one per customer: a buyer in its buyers set has bought. A sale of
+    // more counts the units each buyer holds: one may buy again up to the cap.
+    let (bought, held) = match user {
         Some(user) => {
-            let member: redis::RedisResult<bool> = redis::cmd("SISMEMBER")
-                .arg(&state.keys.sale(id).buyers)
-                .arg(user.id.get())
-                .query_async(&mut state.redis.clone())
-                .await;
-            match member {
-                Ok(member) => member,
+            let keys = state.keys.sale(id);
+            let asked: redis::RedisResult<(bool, i64)> = if card.sells_several() {
+                redis::cmd("HGET")
+                    .arg(&keys.units)
+                    .arg(user.id.get())
+                    .query_async::<Option<i64>>(&mut state.redis.clone())
+                    .await
+                    .map(|held| {
+                        let held = held.unwrap_or(0).max(0);
+                        (held >= i64::from(card.max_per_user), held)
+                    })
+            } else {
+                redis::cmd("SISMEMBER")
+                    .arg(&keys.buyers)
+                    .arg(user.id.get())
+                    .query_async::<bool>(&mut state.redis.clone())
+                    .await
+                    .map(|member| (member, 0))
+            };
+            match asked {
+                Ok(asked) => asked,
                 Err(e) => return Err(PageError::from_app(e.into(), nav)),
             }
         }
-        None => false,
+        None => (false, 0),
     };
     Ok(SalePage {
         signed_in: nav.user.is_some(),
@@ -97,6 +116,7 @@ pub async fn sale(
         sale: card,
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         bought,
+        held,
     })
 }
 
@@ -185,6 +205,9 @@ pub struct OrdersPage {
 pub struct OrderLine {
     pub sale_id: i64,
     pub sale_name: String,
+    /// Units of the order (of a pending one: the units the buyer holds).
+    pub quantity: i32,
+    /// Of all its units.
     pub price: String,
     /// `None` while pending: the order has no id or state to show yet.
     pub settled: Option<SettledOrder>,
@@ -236,6 +259,7 @@ struct MyOrderRow {
     name: String,
     /// What the order costs: the sale's price times its units.
     price_cents: i64,
+    quantity: i32,
     accepted_at: chrono::DateTime<chrono::Utc>,
     status: String,
     pay_by: Option<chrono::DateTime<chrono::Utc>>,
@@ -247,19 +271,38 @@ struct MyOrderRow {
 async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppError> {
     let sales = crate::sale::load_list(state).await?;
     // Redis before Postgres: an order that settles in between shows as confirmed.
+    // Per sale: is the caller a buyer; of a sale of more than one per customer,
+    // also the units they hold.
     let mut pipe = redis::pipe();
     for sale in &sales {
         let id = Id::new(sale.sale.id).expect("stored ids are positive");
-        pipe.sismember(&state.keys.sale(id).buyers, user);
+        let keys = state.keys.sale(id);
+        pipe.sismember(&keys.buyers, user);
+        if sale.sale.max_per_user > 1 {
+            pipe.hget(&keys.units, user);
+        }
     }
-    let bought: Vec<bool> = if sales.is_empty() {
+    let answers: Vec<Option<i64>> = if sales.is_empty() {
         Vec::new()
     } else {
         pipe.query_async(&mut state.redis.clone()).await?
     };
+    let mut answers = answers.into_iter();
+    let bought: Vec<(bool, i32)> = sales
+        .iter()
+        .map(|sale| {
+            let member = answers.next().flatten().unwrap_or(0) == 1;
+            let held = if sale.sale.max_per_user > 1 {
+                answers.next().flatten().unwrap_or(1)
+            } else {
+                1
+            };
+            (member, i32::try_from(held.clamp(1, 1000)).unwrap_or(1))
+        })
+        .collect();
     let settled: Vec<MyOrderRow> = sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name, s.price_cents * o.quantity AS price_cents,
-                o.accepted_at, o.status, o.pay_by,
+                o.quantity, o.accepted_at, o.status, o.pay_by,
                 o.paid_at, COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
@@ -278,17 +321,20 @@ async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppE
     let mut lines: Vec<OrderLine> = sales
         .iter()
         .zip(bought)
-        .filter(|(sale, bought)| *bought && !holds(sale))
-        .map(|(sale, _)| OrderLine {
+        .filter(|(sale, (bought, _))| *bought && !holds(sale))
+        // No settled order holds a unit of the sale: the units held are all pending.
+        .map(|(sale, (_, held))| OrderLine {
             sale_id: sale.sale.id,
             sale_name: sale.sale.name.clone(),
-            price: view::format_price(sale.sale.price_cents),
+            quantity: held,
+            price: view::format_price(sale.sale.price_cents * i64::from(held)),
             settled: None,
         })
         .collect();
     lines.extend(settled.into_iter().map(|o| OrderLine {
         sale_id: o.sale_id,
         sale_name: o.name,
+        quantity: o.quantity,
         price: view::format_price(o.price_cents),
         settled: Some(SettledOrder {
             order_id: o.id.to_string(),

@@ -136,6 +136,8 @@ pub struct SaleCard {
     pub payment_window_s: i32,
     /// A buyer whose order expired unpaid may buy again.
     pub rebuy_after_expiry: bool,
+    /// Most units one buyer may hold; more than 1: the page offers a quantity.
+    pub max_per_user: i32,
 }
 
 impl SaleCard {
@@ -156,6 +158,25 @@ impl SaleCard {
 
     pub fn sold_text(&self) -> String {
         group_digits(self.sold)
+    }
+
+    /// A buyer may take more than one unit: the sale page shows a quantity.
+    pub fn sells_several(&self) -> bool {
+        self.max_per_user > 1
+    }
+
+    /// "One per customer", "Up to 3 per customer".
+    pub fn limit_text(&self) -> String {
+        if self.sells_several() {
+            format!("Up to {} per customer", self.max_per_user)
+        } else {
+            "One per customer".to_string()
+        }
+    }
+
+    /// The quantities a buyer may ask for at once: 1 to `max_per_user`.
+    pub fn quantities(&self) -> std::ops::RangeInclusive<i32> {
+        1..=self.max_per_user.max(1)
     }
 
     pub fn has_payment_step(&self) -> bool {
@@ -206,6 +227,7 @@ impl From<SaleView> for SaleCard {
             requires_ticket: sale.requires_ticket,
             payment_window_s: sale.payment_window_s,
             rebuy_after_expiry: sale.rebuy_after_expiry,
+            max_per_user: sale.max_per_user,
         }
     }
 }

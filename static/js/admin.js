@@ -99,6 +99,8 @@ export function adminPage() {
 
   const MAX_PAYMENT_WINDOW_S = 86400;
   const PAYMENT_WINDOW_HINT = "Enter whole seconds from 0 (no payment step) to 86,400 (a day).";
+  const MAX_PER_USER = 100;
+  const MAX_PER_USER_HINT = "Enter a whole number from 1 to 100.";
   const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
 
   /** Every problem of the form, in plain words, by field. */
@@ -121,6 +123,8 @@ export function adminPage() {
     else if (!errors.starts_at && ends - starts > 366 * 86400000) errors.ends_at = "A sale can last at most 366 days.";
     const paymentWindow = parseUnits(f.payment_window_s.value);
     if (paymentWindow === null || paymentWindow > MAX_PAYMENT_WINDOW_S) errors.payment_window_s = PAYMENT_WINDOW_HINT;
+    const perUser = parseUnits(f.max_per_user.value);
+    if (perUser === null || perUser < 1 || perUser > MAX_PER_USER) errors.max_per_user = MAX_PER_USER_HINT;
     return errors;
   }
   revalidateOnInput(form, validate);
@@ -142,6 +146,8 @@ export function adminPage() {
         return { image_url: IMAGE_HINT };
       case "invalid_payment_window":
         return { payment_window_s: PAYMENT_WINDOW_HINT };
+      case "invalid_quantity":
+        return { max_per_user: MAX_PER_USER_HINT };
       case "invalid_stock":
       case "stock_too_large":
         return { stock: "The stock can be 0 to 10,000,000 units." };
@@ -179,6 +185,7 @@ export function adminPage() {
       requires_ticket: f.requires_ticket.checked,
       payment_window_s: parseUnits(f.payment_window_s.value),
       rebuy_after_expiry: f.rebuy_after_expiry.checked,
+      max_per_user: parseUnits(f.max_per_user.value),
     });
     button.disabled = false;
     if (res.status === 201) {

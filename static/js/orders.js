@@ -80,12 +80,16 @@ function setUpPayments(root) {
   let inFlight = 0;
 
   const nameOf = (row) => field(row, "sale-name").textContent;
+  /** Units of the row's order (`data-quantity`, only above 1). */
+  const unitsOf = (row) => Number(row.dataset.quantity) || 1;
+  const wentBack = (row) => (unitsOf(row) > 1 ? `its ${unitsOf(row)} units went back on sale` : "the unit went back on sale");
 
   /** Replaces the row's status with one of the page's `<template id="pay-...">`. */
   function showState(row, state) {
     const box = field(row, "pay-state");
     const hadFocus = box.contains(document.activeElement);
     box.replaceChildren(document.getElementById(`pay-${state}`).content.cloneNode(true));
+    if (state === "expired") setText(box.querySelector(".pay-note"), `Not paid in time; ${wentBack(row)}.`);
     row.dataset.payment = state === "confirmed" ? "none" : state;
     delete row.dataset.payBy;
     return { box, hadFocus };
@@ -179,7 +183,8 @@ function setUpPayments(root) {
       } else if (!row.dataset.paying) {
         // A payment on its way is decided by the shop: its answer says which.
         const { hadFocus } = showState(row, "expired");
-        answer("warning", `Your order of “${nameOf(row)}” expired: it was not paid in time.`, "Its unit went back on sale.");
+        const back = wentBack(row);
+        answer("warning", `Your order of “${nameOf(row)}” expired: it was not paid in time.`, `${back[0].toUpperCase()}${back.slice(1)}.`);
         if (hadFocus) presentAnswer(outcome);
       }
     }

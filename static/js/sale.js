@@ -34,7 +34,12 @@ export function salePage() {
     startsLabel: field(root, "starts-label"),
     endsLabel: field(root, "ends-label"),
     closedNote: field(root, "closed-note"),
+    // Only on a sale of more than one per customer.
+    quantity: field(root, "quantity"),
+    buyRow: field(root, "buy-row"),
   };
+  // Most units per buyer; 1: no quantity is shown or sent.
+  const maxPerUser = Number(d.maxPerUser) || 1;
   const state = {
     status: d.status,
     startsAt: Number(d.startsAt),
@@ -43,6 +48,8 @@ export function salePage() {
     total: Number(d.stockTotal) || 0,
     signedIn: d.signedIn === "true",
     bought: d.bought === "true",
+    // Units this buyer holds, of a sale of more than one per customer.
+    held: Number(d.held) || 0,
     busy: false,
     retryUntil: 0, // client clock, after a 429
     following: false,
@@ -126,8 +133,22 @@ export function salePage() {
     el.buy.hidden = offerSignIn;
     el.buy.disabled =
       status !== "live" || !state.signedIn || state.bought || state.busy || waitMs > 0;
+    if (el.quantity) {
+      el.buyRow.hidden = offerSignIn;
+      // Chosen ahead of the opening too; not once nothing more can be bought.
+      el.quantity.disabled =
+        !(status === "live" || status === "upcoming") || !state.signedIn || state.bought || state.busy;
+      limitQuantities();
+    }
     setText(el.buy, buttonLabel(status, waitMs));
     followRateLimit(state, waitMs, el.outcome, show);
+  }
+
+  /** No more than this buyer may still take can be chosen (known units only: the shop decides). */
+  function limitQuantities() {
+    const most = Math.max(1, maxPerUser - state.held);
+    for (const option of el.quantity.options) option.disabled = Number(option.value) > most;
+    if (Number(el.quantity.value) > most) el.quantity.value = String(most);
   }
 
   /** `about`: the status the message describes, if it stops being true with it. */
@@ -183,32 +204,39 @@ export function salePage() {
   // the sale is open), then buy with it, in the same click. A ticket that expired
   // on the way is fetched again, once. A refused ticket (not started, ended, sold
   // out, signed out) is answered like the purchase it stood for.
-  async function purchase() {
+  // `quantity` goes only to a sale of more than one per customer.
+  async function purchase(quantity) {
     const path = `/api/sales/${saleId}/purchase`;
-    if (d.requiresTicket !== "true") return api("POST", path);
+    const units = el.quantity ? { quantity } : {};
+    if (d.requiresTicket !== "true") return el.quantity ? api("POST", path, units) : api("POST", path);
     for (let attempt = 0; ; attempt++) {
       const ticket = await api("POST", `/api/sales/${saleId}/ticket`);
       if (ticket.status !== 200) return ticket;
-      const res = await api("POST", path, { ticket: ticket.data.ticket });
+      const res = await api("POST", path, { ticket: ticket.data.ticket, ...units });
       if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
     }
   }
 
   async function buy() {
     if (el.buy.disabled) return;
+    const quantity = el.quantity ? Number(el.quantity.value) || 1 : 1;
     state.busy = true;
     render();
-    const res = await purchase();
+    const res = await purchase(quantity);
     state.busy = false;
     const code = res.data.error;
+    const placed = quantity > 1 ? `Order for ${quantity} placed` : "Order placed";
     switch (res.status) {
       case 202:
-        state.bought = true;
-        state.left = Math.max(0, state.left - 1);
+        // A sale of more than one per customer may be bought from again, up to
+        // its limit: the shop says when a purchase would pass it.
+        state.held += quantity;
+        state.bought = maxPerUser > 1 ? state.held >= maxPerUser : true;
+        state.left = Math.max(0, state.left - quantity);
         if (d.payWithin) {
-          show("pending", `Order placed — pay within ${d.payWithin} on My orders.`, "", PAY_ON_MY_ORDERS);
+          show("pending", `${placed} — pay within ${d.payWithin} on My orders.`, "", PAY_ON_MY_ORDERS);
         } else {
-          show("pending", "Order placed, pending confirmation.", "We are confirming your order…");
+          show("pending", `${placed}, pending confirmation.`, "We are confirming your order…");
         }
         followOrder(res.data.order_id);
         break;
@@ -216,6 +244,10 @@ export function salePage() {
         if (code === "already_bought") {
           state.bought = true;
           show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
+        } else if (code === "per_user_limit") {
+          show("warning", sentence(messageOf(res, "That would pass this sale's limit per customer.")), `Up to ${maxPerUser} per customer.`, MY_ORDERS);
+        } else if (code === "not_enough_left") {
+          show("warning", sentence(messageOf(res, "Not that many left.")), "Choose fewer and buy again.");
         } else if (code === "not_started") {
           state.status = "upcoming";
           show("warning", "This sale has not started yet.", messageOf(res, ""), null, "upcoming");
@@ -234,7 +266,11 @@ export function salePage() {
         }
         break;
       default:
-        show(...sharedAnswer(res, state, { act: "buy", thing: "sale", signinUrl: d.signinUrl }));
+        if (res.status === 422 && code === "invalid_quantity") {
+          show("warning", sentence(messageOf(res, `Choose from 1 to ${maxPerUser}.`)));
+        } else {
+          show(...sharedAnswer(res, state, { act: "buy", thing: "sale", signinUrl: d.signinUrl }));
+        }
     }
     render();
     presentAnswer(el.outcome);
@@ -244,6 +280,9 @@ export function salePage() {
   el.buy.addEventListener("click", buy);
   if (state.bought) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);
+  } else if (state.held > 0) {
+    const more = maxPerUser - state.held;
+    show("info", `You have ${state.held} from this sale.`, `You may buy ${more} more.`, MY_ORDERS);
   }
   render();
   setInterval(render, 250);
@@ -256,4 +295,9 @@ export function salePage() {
     refresh,
     SALE_POLL_MS,
   );
+}
+
+/** The server's message as a sentence: with its full stop. */
+function sentence(text) {
+  return /[.!?]$/.test(text) ? text : `${text}.`;
 }

@@ -491,3 +491,123 @@ async fn my_orders_shows_paid_and_expired_orders_without_a_pay_button() {
     assert!(!body.contains("badge-awaiting"));
     assert!(!body.contains("is-pending"));
 }
+
+/// The sale page's `<select>` of quantities, up to its end.
+fn quantity_control(body: &str) -> Option<&str> {
+    body.find(r#"<select id="buy-quantity""#)
+        .map(|at| between(&body[at..], "<select", "</select>"))
+}
+
+#[tokio::test]
+async fn sale_page_offers_a_quantity_only_when_a_buyer_may_take_several() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+    let several = app
+        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let one = app
+        .open_sale_with(&admin, 10, json!({"max_per_user": 1}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+
+    let body = app.html(&format!("/sales/{several}"), Some(&user)).await;
+    assert!(
+        body.contains(r#"<label for="buy-quantity">Quantity</label>"#),
+        "a labelled control"
+    );
+    let select = quantity_control(&body).expect("a quantity control");
+    let values: Vec<&str> = select
+        .split(r#"<option value=""#)
+        .skip(1)
+        .map(|o| &o[..o.find('"').unwrap()])
+        .collect();
+    assert_eq!(values, ["1", "2", "3"], "{select}");
+    assert!(body.contains(r#"data-max-per-user="3""#));
+    assert!(body.contains(r#"data-held="0""#));
+    assert!(body.contains(r#"id="buy-limit">Up to 3 per customer</p>"#));
+    assert!(body.contains("<dt>Limit</dt><dd>Up to 3 per customer</dd>"));
+    assert!(!body.contains("One per customer"));
+
+    // One unit held of three: the buyer may still buy, and the page knows it.
+    let resp = app
+        .post_json(
+            &format!("/api/sales/{several}/purchase"),
+            Some(&user.token),
+            &json!({"quantity": 1}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let body = app.html(&format!("/sales/{several}"), Some(&user)).await;
+    assert!(body.contains(r#"data-bought="false""#));
+    assert!(body.contains(r#"data-held="1""#));
+    // All three held: nothing more to buy.
+    let resp = app
+        .post_json(
+            &format!("/api/sales/{several}/purchase"),
+            Some(&user.token),
+            &json!({"quantity": 2}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let body = app.html(&format!("/sales/{several}"), Some(&user)).await;
+    assert!(body.contains(r#"data-bought="true""#));
+    assert!(body.contains(r#"data-held="3""#));
+
+    // One per customer: the page as it always was.
+    let body = app.html(&format!("/sales/{one}"), Some(&user)).await;
+    assert!(quantity_control(&body).is_none(), "no quantity control");
+    assert!(!body.contains("Quantity"));
+    assert!(!body.contains("data-max-per-user"));
+    assert!(!body.contains("data-held"));
+    assert!(body.contains(r#"<p class="buy-limit">One per customer</p>"#));
+    assert!(body.contains("<dt>Limit</dt><dd>One per customer</dd>"));
+}
+
+#[tokio::test]
+async fn my_orders_shows_how_many_units_an_order_has() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let sale = app
+        .open_sale_with(&admin, 10, json!({"max_per_user": 3, "name": "Earbuds"}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let resp = app
+        .post_json(
+            &format!("/api/sales/{sale}/purchase"),
+            Some(&buyer.token),
+            &json!({"quantity": 2}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let order = app.wait_for_orders(sale, 1).await[0].0;
+
+    let body = app.html("/me/orders", Some(&buyer)).await;
+    let row = order_row(&body, order);
+    assert!(row.contains(r#"data-quantity="2""#), "{row}");
+    assert!(
+        row.contains(
+            r#"<span class="order-qty">2<span aria-hidden="true"> ×</span><span class="visually-hidden"> units of</span></span> <a href"#
+        ),
+        "{row}"
+    );
+    // The price of both units ($5.00 each).
+    assert!(
+        row.contains(r#"<td data-label="Price">$10.00</td>"#),
+        "{row}"
+    );
+
+    // An order of one unit shows no quantity.
+    let single = app.live_sale(&admin, 5).await;
+    let other = app.user().await;
+    let one = settled_order(&app, single, &other).await;
+    let body = app.html("/me/orders", Some(&other)).await;
+    let row = order_row(&body, one);
+    assert!(!row.contains("order-qty"), "{row}");
+    assert!(!row.contains("data-quantity"), "{row}");
+}
