@@ -424,11 +424,24 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
 /// Checks every `every` that Redis still holds every active sale and poll, trusted
 /// by the running Redis: a wipe or a restart is repaired within that time even when
 /// no request comes. Zero: never (startup and requests still trigger rebuilds).
-async fn sweep_forever(
-    recovery: Arc<Recovery>,
+async fn sweep_forever(recovery: Arc<Recovery>, every: Duration, shutdown: watch::Receiver<bool>) {
+    every_until_shutdown(every, shutdown, || async {
+        if let Err(e) = recovery.sweep(false).await {
+            tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
+        }
+    })
+    .await
+}
+
+/// Runs `step` every `every` until `shutdown` turns true; zero: never.
+async fn every_until_shutdown<F, Fut>(
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
-) {
+    mut step: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     if every.is_zero() {
         return;
     }
@@ -437,9 +450,7 @@ async fn sweep_forever(
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.changed() => break,
         }
-        if let Err(e) = recovery.sweep(false).await {
-            tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
-        }
+        step().await;
     }
 }
 
@@ -457,20 +468,14 @@ const EXPIRE_LOCK_TTL_MS: u64 = 3_000;
 async fn expire_forever(
     state: web::Data<AppState>,
     every: Duration,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    if every.is_zero() {
-        return;
-    }
-    while !*shutdown.borrow() {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => break,
-        }
+    every_until_shutdown(every, shutdown, || async {
         if let Err(e) = expire_once(&state).await {
             tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
         }
-    }
+    })
+    .await
 }
 
 /// One expiry pass under the lock; a pass already running elsewhere: nothing.

@@ -558,8 +558,7 @@ async fn order_status(
     user: AuthUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
-    let order_id = Uuid::parse_str(&path)
-        .map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))?;
+    let order_id = parse_order_id(&path)?;
     let not_found = || AppError::not_found("no such order");
     if let Some(o) = orders::find(&state.db, order_id).await? {
         if o.user_id != user.id.get() && !user.admin {
@@ -577,14 +576,8 @@ async fn order_status(
             paid_at: o.paid_at,
         }));
     }
-    let sale = orders::sale_of_order(&order_id).ok_or_else(not_found)?;
-    let owner: Option<i64> = redis::cmd("HGET")
-        .arg(&state.keys.sale(sale).pending)
-        .arg(order_id.to_string())
-        .query_async(&mut state.redis.clone())
-        .await?;
-    match owner {
-        Some(owner) if owner == user.id.get() || user.admin => {
+    match pending_owner(&state, &order_id).await? {
+        Some((sale, owner)) if owner == user.id.get() || user.admin => {
             Ok(HttpResponse::Ok().json(OrderStatus {
                 order_id,
                 sale_id: sale.get(),
@@ -626,8 +619,7 @@ async fn pay(
     path: web::Path<String>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
-    let order_id = Uuid::parse_str(&path)
-        .map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))?;
+    let order_id = parse_order_id(&path)?;
     let key = req
         .headers()
         .get("idempotency-key")
@@ -654,18 +646,8 @@ async fn pay(
         payment::Payment::NotFound => {
             // Not in Postgres yet: an order accepted moments ago is in its sale's
             // pending hash until the settlement worker writes it.
-            let settling = match orders::sale_of_order(&order_id) {
-                Some(sale) => {
-                    let owner: Option<i64> = redis::cmd("HGET")
-                        .arg(&state.keys.sale(sale).pending)
-                        .arg(order_id.to_string())
-                        .query_async(&mut state.redis.clone())
-                        .await?;
-                    owner == Some(user.id.get())
-                }
-                None => false,
-            };
-            if settling {
+            let owner = pending_owner(&state, &order_id).await?;
+            if owner.is_some_and(|(_, owner)| owner == user.id.get()) {
                 return Err(AppError::new(
                     ErrorCode::OrderSettling,
                     "the order was accepted moments ago and is not confirmed yet: retry in a second",
@@ -675,6 +657,24 @@ async fn pay(
             Err(AppError::not_found("no such order"))
         }
     }
+}
+
+fn parse_order_id(raw: &str) -> Result<Uuid, AppError> {
+    Uuid::parse_str(raw).map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))
+}
+
+/// An order accepted and not yet in Postgres: its sale (carried by the id) and its
+/// owner, from the sale's pending hash.
+async fn pending_owner(state: &AppState, order: &Uuid) -> Result<Option<(SaleId, i64)>, AppError> {
+    let Some(sale) = orders::sale_of_order(order) else {
+        return Ok(None);
+    };
+    let owner: Option<i64> = redis::cmd("HGET")
+        .arg(&state.keys.sale(sale).pending)
+        .arg(order.to_string())
+        .query_async(&mut state.redis.clone())
+        .await?;
+    Ok(owner.map(|owner| (sale, owner)))
 }
 
 /// The caller's confirmed orders (at most 500, newest first).

@@ -543,6 +543,28 @@ impl TestApp {
         created
     }
 
+    /// The admin's reconcile report of a sale (`GET .../reconcile`).
+    pub async fn reconcile_report(&self, admin: &User, sale: i64) -> Value {
+        self.get_json(
+            &format!("/api/admin/sales/{sale}/reconcile"),
+            Some(&admin.token),
+        )
+        .await
+    }
+
+    /// The admin's repair (`POST .../reconcile`: a rebuild from Postgres), which
+    /// must succeed: the new report.
+    pub async fn repair(&self, admin: &User, sale: i64) -> Value {
+        let resp = self
+            .post(
+                &format!("/api/admin/sales/{sale}/reconcile"),
+                Some(&admin.token),
+            )
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "repair of sale {sale}");
+        resp.json().await.unwrap()
+    }
+
     /// An admin's POST that must create (asserts the 201): the created thing.
     pub async fn admin_create(&self, admin: &User, path: &str, body: &Value) -> Value {
         let resp = self.post_json(path, Some(&admin.token), body).await;

@@ -88,12 +88,7 @@ async fn assert_arithmetic(app: &TestApp, admin: &User, sale: i64, step: &str) {
     let left = app.stock_left(sale).await;
     let buyers = app.buyers(sale).await.len() as i64;
     assert_eq!(total, left + buyers, "{step}: stock_total = left + buyers");
-    let report = app
-        .get_json(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
+    let report = app.reconcile_report(admin, sale).await;
     assert_eq!(report["consistent"], true, "{step}: {report}");
 }
 
@@ -254,13 +249,7 @@ async fn thirty_unpaid(rebuy: bool) {
 
     // A rebuild from Postgres (the admin's repair) comes to the same numbers.
     let buyers_before: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
-    let repaired = app
-        .post(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
-    assert_eq!(repaired.status(), StatusCode::OK);
+    app.repair(&admin, sale).await;
     let buyers_after: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
     assert_eq!(buyers_after, buyers_before);
     assert_eq!(app.stock_left(sale).await, 0);
@@ -535,13 +524,7 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
     // Both expire; their returns are recorded, not applied (a pass that died).
     assert_eq!(payment::expire_due(&app.db, 10).await.unwrap().0, 2);
     // The admin's repair rebuilds the sale: both buyers out, both units back.
-    let repaired = app
-        .post(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
-    assert_eq!(repaired.status(), StatusCode::OK);
+    app.repair(&admin, sale).await;
     assert_eq!(app.stock_left(sale).await, 2);
     assert!(app.buyers(sale).await.is_empty());
     assert_eq!(
@@ -614,13 +597,7 @@ async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    let repaired = app
-        .post(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
-    assert_eq!(repaired.status(), StatusCode::OK);
+    app.repair(&admin, sale).await;
     assert!(
         app.buyers(sale).await.is_empty(),
         "the expired buyer stays out"

@@ -121,12 +121,7 @@ async fn concurrent_quantities_never_pass_the_cap_per_user_or_the_stock() {
             (view["sold"].as_i64(), view["stock_left"].as_i64()),
             (Some(5), Some(0))
         );
-        let report = app
-            .get_json(
-                &format!("/api/admin/sales/{sale}/reconcile"),
-                Some(&admin.token),
-            )
-            .await;
+        let report = app.reconcile_report(&admin, sale).await;
         assert_eq!(report["consistent"], true, "{report}");
         assert_eq!(report["redis_sold"], 5);
     }
@@ -192,14 +187,7 @@ async fn a_purchase_that_cannot_be_served_whole_takes_nothing() {
 
     // A rebuild from Postgres (the admin's repair) comes to the same state.
     let before = redis_units(&app, sale).await;
-    let repaired = app
-        .post(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
-    assert_eq!(repaired.status(), StatusCode::OK);
-    let report: Value = repaired.json().await.unwrap();
+    let report = app.repair(&admin, sale).await;
     assert_eq!(report["consistent"], true, "{report}");
     assert_eq!(redis_units(&app, sale).await, before);
 }
@@ -347,12 +335,7 @@ async fn an_expired_order_gives_back_all_its_units() {
         "per_user_limit",
     )
     .await;
-    let report = app
-        .get_json(
-            &format!("/api/admin/sales/{sale}/reconcile"),
-            Some(&admin.token),
-        )
-        .await;
+    let report = app.reconcile_report(&admin, sale).await;
     assert_eq!(report["consistent"], true, "{report}");
     assert_eq!(report["orders"]["returned"], 2, "{report}");
 }

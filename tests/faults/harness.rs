@@ -1298,47 +1298,34 @@ impl Stack {
 
     /// A live sale (opened 5 s ago, open for an hour) with this stock.
     pub async fn create_sale(&self, stock: i64) -> i64 {
-        let now = chrono::Utc::now();
-        let body = self
-            .admin_post(
-                "/api/admin/sales",
-                &json!({
-                    "name": "Fault test phone",
-                    "description": "fault injection",
-                    "price_cents": 19_900,
-                    "stock": stock,
-                    "starts_at": now - chrono::Duration::seconds(5),
-                    "ends_at": now + chrono::Duration::seconds(3600),
-                    "requires_ticket": false,
-                }),
-            )
-            .await;
-        body["id"].as_i64().unwrap()
+        self.create_sale_with(stock, json!({})).await
     }
 
     /// A live sale like [`Stack::create_sale`] with a payment step: settled orders
     /// wait `window_s` seconds for their payment; `rebuy` is `rebuy_after_expiry`.
     pub async fn create_payment_sale(&self, stock: i64, window_s: i64, rebuy: bool) -> i64 {
+        let extra = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
+        self.create_sale_with(stock, extra).await
+    }
+
+    /// [`Stack::create_sale`] with `extra` fields over its defaults.
+    async fn create_sale_with(&self, stock: i64, extra: Value) -> i64 {
         let now = chrono::Utc::now();
-        let body = self
-            .admin_post(
-                "/api/admin/sales",
-                &json!({
-                    "name": "Fault test phone with payment",
-                    "description": "fault injection",
-                    "price_cents": 19_900,
-                    "stock": stock,
-                    "starts_at": now - chrono::Duration::seconds(5),
-                    "ends_at": now + chrono::Duration::seconds(3600),
-                    "requires_ticket": false,
-                    "payment_window_s": window_s,
-                    "rebuy_after_expiry": rebuy,
-                }),
-            )
-            .await;
-        assert_eq!(body["payment_window_s"], window_s, "{body}");
-        assert_eq!(body["rebuy_after_expiry"], rebuy, "{body}");
-        body["id"].as_i64().unwrap()
+        let mut sale = json!({
+            "name": "Fault test phone",
+            "description": "fault injection",
+            "price_cents": 19_900,
+            "stock": stock,
+            "starts_at": now - chrono::Duration::seconds(5),
+            "ends_at": now + chrono::Duration::seconds(3600),
+            "requires_ticket": false,
+        });
+        for (k, v) in extra.as_object().expect("extra is an object") {
+            sale[k] = v.clone();
+        }
+        self.admin_post("/api/admin/sales", &sale).await["id"]
+            .as_i64()
+            .unwrap()
     }
 
     pub async fn create_sales(&self, stocks: &[i64]) -> Vec<i64> {
