@@ -140,8 +140,4 @@ elseif #asking > 0 then
   end
 end
 
-local out = {}
-for i = 1, n do
-  batch_answer(out, P, code[i], value[i], answers[i])
-end
-return out
+return batch_reply(P, n, code, value, answers)

@@ -44,50 +44,70 @@ local function batch_answer(out, P, code, value, answers)
   end
 end
 
--- Item i's rate limits (its keys follow the script's state keys: the last n * P
--- keys are the items' limit keys), counted in `cache` (lua/lib/limits.lua: written
--- once at the end of the batch). Returns nil when every policy allowed it (and the
--- answers), else the refusal code and value: 7 and the wait in ms, or 8 (never
--- satisfiable).
-local function batch_limits(cache, i, n, P, policies, now)
-  if P == 0 then
-    return nil, 0, nil
-  end
-  local first = #KEYS - n * P + 1
-  local allowed, answers, wait = limits_take(cache, first + (i - 1) * P, policies, now)
-  if allowed then
-    return nil, 0, answers
-  elseif wait == -1 then
-    return 8, 0, answers
-  end
-  return 7, wait, answers
-end
+-- What the first phase decided on, for the replies that report the policies'
+-- answers: the policies, the time, and per admitted item the P states its take was
+-- decided on (item i's at (i - 1) * P + 1 ..).
+local batch_limits_seen = {policies = {}, now = 0, states = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
 -- once, written once), then the window (closed: 3; not open until `opens`: 2 with
--- the ms to go). Returns per item code, value and policy answers (codes of the
--- items decided here), and the items left for the decision: their indexes and
--- their user ids (each item's first argument, from `first_arg`).
+-- the ms to go). Returns per item code, value and policy answers (of the items the
+-- limits refused; an admitted item's are computed by batch_reply, only when its
+-- reply carries them), and the items left for the decision: their indexes and
+-- their user ids (each item's first argument, from `first_arg`). An item's limit
+-- keys follow the script's state keys: the last n * P keys, P per item.
 local function batch_admit(P, policies, first_arg, n, now, closed, opens)
   local cache = limits_cache()
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
+  local first_key = #KEYS - n * P + 1
+  local seen, states = {}, {}
+  batch_limits_seen = {policies = policies, now = now, states = seen}
   for i = 1, n do
-    local refused, wait, a = batch_limits(cache, i, n, P, policies, now)
-    answers[i] = a
-    if refused then
-      code[i], value[i] = refused, wait
-    elseif closed then
-      code[i], value[i] = 3, 0
-    elseif now < opens then
-      code[i], value[i] = 2, opens - now
+    local admitted = P == 0 or limits_take(cache, first_key + (i - 1) * P, policies, now, states)
+    if not admitted then
+      local wait
+      answers[i], wait = limits_answers(policies, states, now)
+      if wait == -1 then
+        code[i], value[i] = 8, 0
+      else
+        code[i], value[i] = 7, wait
+      end
     else
-      asking[#asking + 1] = i
-      users[#users + 1] = ARGV[first_arg + (i - 1) * 2]
+      for p = 1, P do
+        seen[(i - 1) * P + p] = states[p]
+      end
+      if closed then
+        code[i], value[i] = 3, 0
+      elseif now < opens then
+        code[i], value[i] = 2, opens - now
+      else
+        asking[#asking + 1] = i
+        users[#users + 1] = ARGV[first_arg + (i - 1) * 2]
+      end
     end
   end
   limits_write(cache)
   return code, value, answers, asking, users
+end
+
+-- The script's reply: batch_answer per item. An accepted item's policy answers
+-- are computed here, from the states its take was decided on (the same answers
+-- its take would have given).
+local function batch_reply(P, n, code, value, answers)
+  local out, seen = {}, batch_limits_seen
+  local states = {}
+  for i = 1, n do
+    local a = answers[i]
+    if code[i] == 0 and P > 0 and not a then
+      for p = 1, P do
+        states[p] = seen.states[(i - 1) * P + p]
+      end
+      a = limits_answers(seen.policies, states, seen.now)
+    end
+    batch_answer(out, P, code[i], value[i], a)
+  end
+  return out
 end
 
 -- Every one of n items answered `code`, nothing decided or counted: the state is

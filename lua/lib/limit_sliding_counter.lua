@@ -11,6 +11,8 @@
 --   {allowed (1 or 0), remaining, ms until the next request would be allowed,
 --    ms until the whole limit is available again, now in ms},
 --   and, when allowed, the new state and its time to live in ms.
+-- limit_sliding_counter_take(state, now, limit, window): the same decision without
+-- the answer (the new state and its time to live, or nil).
 -- limit_sliding_counter_undo(state, taken_at, window) gives back one request
 -- counted at `taken_at`: the new state, or nil for no change.
 -- A request is allowed when the estimate including it is at most the limit. All the
@@ -65,22 +67,38 @@ local function limit_sliding_counter_answer(allowed, limit, window, p, c, elapse
   return {allowed, remaining, wait, reset, now}
 end
 
-local function limit_sliding_counter(state, now, limit, window)
+-- The window `now` falls in, the ms elapsed in it, and its count and the previous
+-- window's.
+local function limit_sliding_counter_counts(state, now, window)
   local w = math.floor(now / window)
-  local elapsed = now - w * window
   local cur, prev = 0, 0
   if state and state[1] == w then
     cur, prev = state[2], state[3]
   elseif state and state[1] == w - 1 then
     prev = state[2]
   end
+  return w, now - w * window, cur, prev
+end
+
+-- One more request at `now`, when it fits: the new state and its time to live, or
+-- nil (the batch scripts' take; see lua/lib/limit_sliding_log.lua).
+local function limit_sliding_counter_take(state, now, limit, window)
+  local w, elapsed, cur, prev = limit_sliding_counter_counts(state, now, window)
   if prev * (window - elapsed) + (cur + 1) * window > limit * window then
+    return nil
+  end
+  -- This window's count matters until the end of the next window.
+  return {w, cur + 1, prev}, 2 * window - elapsed
+end
+
+local function limit_sliding_counter(state, now, limit, window)
+  local new_state, ttl = limit_sliding_counter_take(state, now, limit, window)
+  local _, elapsed, cur, prev = limit_sliding_counter_counts(state, now, window)
+  if not new_state then
     return limit_sliding_counter_answer(0, limit, window, prev, cur, elapsed, now)
   end
-  cur = cur + 1
-  -- This window's count matters until the end of the next window.
-  return limit_sliding_counter_answer(1, limit, window, prev, cur, elapsed, now),
-    {w, cur, prev}, 2 * window - elapsed
+  return limit_sliding_counter_answer(1, limit, window, prev, cur + 1, elapsed, now),
+    new_state, ttl
 end
 
 local function limit_sliding_counter_undo(state, taken_at, window)

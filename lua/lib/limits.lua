@@ -110,32 +110,45 @@ local function limit_script()
   return answer
 end
 
--- The policies' state as a batch script sees it: each key read at most once, its
--- changes kept here and written once by limits_write.
-local function limits_cache()
-  return {}
+-- Each algorithm's take (lua/lib/limit_*.lua): whether one more request fits and
+-- the new state, without the answer, which a batch computes only for the replies
+-- that carry it. The fixed window and the token bucket take through their full
+-- decision.
+local LIMIT_TAKE = {
+  sl = limit_sliding_log_take,
+  sc = limit_sliding_counter_take,
+}
+
+-- One more request under one policy, when it fits: the new state and its time to
+-- live, else nil.
+local function limit_take(alg, state, now, a, b, c)
+  local take = LIMIT_TAKE[alg]
+  if take then
+    return take(state, now, a, b, c)
+  end
+  local r, new_state, ttl = limit_decide(alg, state, now, a, b, c)
+  if r[1] == 1 then
+    return new_state, ttl
+  end
+  return nil
 end
 
--- Takes every policy for one request, all or nothing: when one refuses, none counts
--- it. `keys`: index in KEYS of this request's first policy key; `policies`:
--- {alg, a, b, c} each; `cache` from limits_cache.
--- Returns allowed (true/false), the per-policy answers, and the largest wait (ms)
--- among the refusing policies (-1 when one can never be satisfied).
-local function limits_take(cache, first_key, policies, now)
-  local answers, entries, states, ttls = {}, {}, {}, {}
-  local refused, wait = false, 0
+-- The policies' state as a batch script sees it: each key read at most once (its
+-- parsed state in `state`, false for none), its changes kept here and written once
+-- by limits_write (`ttl` set for the keys a request counted in).
+local function limits_cache()
+  return {state = {}, alg = {}, ttl = {}}
+end
+
+-- The answers of every policy for one request, decided on `states` (its keys'
+-- states before it, false for none), and the largest wait (ms) among the refusing
+-- policies (-1 when one can never be satisfied).
+local function limits_answers(policies, states, now)
+  local answers, wait = {}, 0
   for p, policy in ipairs(policies) do
-    local key = KEYS[first_key + p - 1]
-    local entry = cache[key]
-    if not entry then
-      entry = {alg = policy[1], state = limit_load(key, policy[1])}
-      cache[key] = entry
-    end
-    local r, new_state, ttl = limit_decide(policy[1], entry.state, now,
-      policy[2], policy[3], policy[4])
-    answers[p], entries[p], states[p], ttls[p] = r, entry, new_state, ttl
+    local r = limit_decide(policy[1], states[p] or nil, now, policy[2], policy[3], policy[4])
+    answers[p] = r
     if r[1] ~= 1 then
-      refused = true
       if r[1] == -1 or wait == -1 then
         wait = -1
       elseif r[3] > wait then
@@ -143,21 +156,58 @@ local function limits_take(cache, first_key, policies, now)
       end
     end
   end
-  if not refused then
-    for p, entry in ipairs(entries) do
-      entry.state, entry.ttl = states[p], ttls[p]
+  return answers, wait
+end
+
+-- Scratch of limits_take: the new states and their times to live of one request.
+local limits_new_state, limits_new_ttl = {}, {}
+
+-- Takes every policy for one request, all or nothing: when one refuses, none counts
+-- it. `first_key`: index in KEYS of this request's first policy key; `policies`:
+-- {alg, a, b, c} each; `cache` from limits_cache. Fills `states[1..P]` with the
+-- states the request was decided on (false for none), from which limits_answers
+-- gives its answers. Returns true when every policy took it.
+local function limits_take(cache, first_key, policies, now, states)
+  local known, P = cache.state, #policies
+  for p = 1, P do
+    local key, alg = KEYS[first_key + p - 1], policies[p][1]
+    local state = known[key]
+    if state == nil then
+      state = limit_load(key, alg) or false
+      known[key], cache.alg[key] = state, alg
     end
+    states[p] = state
   end
-  return not refused, answers, wait
+  for p = 1, P do
+    local policy = policies[p]
+    local new_state, ttl = limit_take(policy[1], states[p] or nil, now, policy[2], policy[3],
+      policy[4])
+    if not new_state then
+      return false
+    end
+    limits_new_state[p], limits_new_ttl[p] = new_state, ttl
+  end
+  for p = 1, P do
+    local key = KEYS[first_key + p - 1]
+    known[key], cache.ttl[key] = limits_new_state[p], limits_new_ttl[p]
+  end
+  return true
 end
 
 -- Writes every key whose state the batch changed, with its expiry.
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
-  for key, entry in pairs(cache) do
-    if entry.ttl then
-      redis.call('SET', key, LIMIT_TEXT[entry.alg](entry.state), 'PX', entry.ttl)
+  local state, alg = cache.state, cache.alg
+  -- A batch's keys of one policy share their time to live: formatted once (Redis
+  -- would format a Lua number with %.14g for each key).
+  local ttl_text = {}
+  for key, ttl in pairs(cache.ttl) do
+    local px = ttl_text[ttl]
+    if not px then
+      px = string.format('%d', ttl)
+      ttl_text[ttl] = px
     end
+    redis.call('SET', key, LIMIT_TEXT[alg[key]](state[key]), 'PX', px)
   end
   redis.set_repl(redis.REPL_ALL)
 end
