@@ -18,12 +18,20 @@ use actix_web::{HttpMessage, ResponseError};
 use futures_util::StreamExt;
 
 use crate::error::{AppError, ErrorCode};
+use crate::metrics::RouteLabel;
 
 #[derive(Clone, Copy)]
 pub struct ClientLimits {
     pub max_header_bytes: usize,
     pub body_timeout: Duration,
+    /// A request answered here, before routing, and its route's label (the
+    /// sold-out purchase: `routes::sale::sold_out_before_routing`), when one is set.
+    pub early: Option<EarlyAnswer>,
 }
+
+/// An answer some request gets before routing (`None`: route it), with the label
+/// of the route that would have answered it the same.
+pub type EarlyAnswer = fn(&ServiceRequest) -> Option<(actix_web::HttpResponse, &'static str)>;
 
 /// Size of the request line and headers as they came on the wire (near enough:
 /// each header counts `name: value\r\n`).
@@ -65,6 +73,11 @@ pub async fn guard(
         );
         let (req, _) = req.into_parts();
         return Ok(closing(ServiceResponse::new(req, e.error_response())));
+    }
+    if let Some((answer, route)) = limits.early.and_then(|early| early(&req)) {
+        req.extensions_mut().insert(RouteLabel(route));
+        let (req, _) = req.into_parts();
+        return Ok(ServiceResponse::new(req, answer));
     }
     if has_body(&req) {
         let payload = with_deadline(req.take_payload(), limits.body_timeout);

@@ -6,9 +6,10 @@
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::middleware::Next;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpMessage, HttpResponse, web};
 
 use crate::error::ErrorCode;
+use crate::metrics::RouteLabel;
 use crate::state::AppState;
 
 /// The middleware (`actix_web::middleware::from_fn`) that times every request.
@@ -21,12 +22,25 @@ pub async fn measure(
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let res = next.call(req).await?;
     if let Some(state) = state {
-        let route = res.request().match_pattern();
-        state.metrics.observed.request(
-            route.as_deref().unwrap_or("unmatched"),
-            res.status().as_u16(),
-            started.elapsed(),
-        );
+        let request = res.request();
+        // The label the route was registered with (an API route's resource, or the
+        // sold-out answer given before routing); else the path matched again.
+        let label = request
+            .app_data::<RouteLabel>()
+            .copied()
+            .or_else(|| request.extensions().get::<RouteLabel>().copied());
+        let matched;
+        let route = match label {
+            Some(RouteLabel(route)) => route,
+            None => {
+                matched = request.match_pattern();
+                matched.as_deref().unwrap_or("unmatched")
+            }
+        };
+        state
+            .metrics
+            .observed
+            .request(route, res.status().as_u16(), started.elapsed());
     }
     Ok(res)
 }

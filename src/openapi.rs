@@ -17,7 +17,7 @@ use utoipa::openapi::{
 use utoipa::{Modify, OpenApi};
 
 crate::routes::routes! {
-    pub fn configure, pub const ROUTES;
+    pub fn configure, pub const ROUTES; mounted "/api";
     get "/openapi.json" => document,
 }
 

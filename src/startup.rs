@@ -310,6 +310,8 @@ fn http_server(
     let client_limits = web::Data::new(crate::conn::ClientLimits {
         max_header_bytes: config.max_header_bytes,
         body_timeout: Duration::from_millis(config.body_timeout_ms),
+        // A storm's most frequent request, answered before routing.
+        early: Some(crate::routes::sale::sold_out_before_routing),
     });
     let mut server = HttpServer::new(move || {
         let worker_state = state.clone();

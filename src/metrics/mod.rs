@@ -135,3 +135,10 @@ mod tests {
         assert_eq!(counter.get(), 20_005);
     }
 }
+
+/// The pattern a request was routed by (`/api/sales/{id}/purchase`), set where the
+/// route is registered (`routes!`, as resource data) or where a request is answered
+/// before routing (`conn::guard`, as a request extension): the label of the request
+/// metrics, so the path is not matched against the patterns a second time.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteLabel(pub &'static str);

@@ -29,7 +29,7 @@ pub use crate::auth::{AdminUser, AuthUser};
 pub(crate) struct Api;
 
 super::routes! {
-    pub fn configure, pub const ROUTES;
+    pub fn configure, pub const ROUTES; mounted "/api";
     post "/auth/signup" => signup,
     post "/auth/signin" => signin,
     post "/auth/signout" => signout,

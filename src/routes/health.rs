@@ -8,7 +8,7 @@ use actix_web::{HttpResponse, web};
 use crate::state::AppState;
 
 super::routes! {
-    pub fn configure, pub const HEALTH_ROUTES;
+    pub fn configure, pub const HEALTH_ROUTES; mounted "";
     get "/healthz" => healthz,
     get "/readyz" => readyz,
 }

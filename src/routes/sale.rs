@@ -46,7 +46,7 @@ use futures_util::StreamExt;
 pub(crate) struct Api;
 
 super::routes! {
-    pub fn configure, pub const ROUTES;
+    pub fn configure, pub const ROUTES; mounted "/api";
     post "/sales/{id}/purchase" => purchase,
     post "/sales/{id}/ticket" => ticket,
     get "/sales" => list,
@@ -513,6 +513,35 @@ fn sold_out() -> AppError {
 }
 
 /// [`sold_out`]'s answer, byte for byte (a unit test compares them).
+/// The purchase route's whole pattern (the `RouteLabel` its resource carries).
+pub const PURCHASE_ROUTE: &str = "/api/sales/{id}/purchase";
+
+/// `POST /api/sales/{id}/purchase` of a sale this process already knows is sold
+/// out, answered before routing (`conn::guard`, as its `early` answer; with the
+/// route's label) with the handler's own first
+/// answer: the flag is the first thing [`purchase`] checks, before the token, so
+/// the answer is the same, and the storm's most frequent request costs no match
+/// against the route patterns. Anything else, including a path only the router
+/// would decode to this route, is left to the router (`None`).
+pub fn sold_out_before_routing(
+    req: &actix_web::dev::ServiceRequest,
+) -> Option<(HttpResponse, &'static str)> {
+    if req.method() != actix_web::http::Method::POST {
+        return None;
+    }
+    let id = req
+        .path()
+        .strip_prefix("/api/sales/")?
+        .strip_suffix("/purchase")?;
+    let sale = SaleId::parse(id).ok()?;
+    let state = req.app_data::<web::Data<AppState>>()?;
+    if !state.sold_out.is_sold_out(sale) {
+        return None;
+    }
+    Metrics::inc(&state.metrics.purchase_sold_out_local);
+    Some((sold_out_from_memory(), PURCHASE_ROUTE))
+}
+
 const SOLD_OUT_BODY: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;
 
 /// The answer of the process's sold-out flag: the hottest answer of a flash sale
@@ -1112,6 +1141,12 @@ mod tests {
     use super::*;
     use actix_web::ResponseError;
     use actix_web::body::to_bytes;
+
+    #[test]
+    fn the_purchase_label_is_the_registered_route() {
+        assert!(ROUTES.contains(&("post", "/sales/{id}/purchase")));
+        assert_eq!(PURCHASE_ROUTE, "/api/sales/{id}/purchase");
+    }
 
     #[actix_web::test]
     async fn the_sold_out_flag_answers_what_the_script_answers() {

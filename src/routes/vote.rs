@@ -34,7 +34,7 @@ use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 pub(crate) struct Api;
 
 super::routes! {
-    pub fn configure, pub const ROUTES;
+    pub fn configure, pub const ROUTES; mounted "/api";
     get "/polls" => list,
     get "/polls/{id}" => show,
     get "/polls/{id}/results" => results,

@@ -64,6 +64,19 @@ async fn metrics_count_purchase_outcomes() {
     // The second buyer meets the script's sold-out; the rest hit the local flag.
     assert_eq!(value("stampede_purchase_sold_out_total"), 1);
     assert_eq!(value("stampede_purchase_sold_out_local_total"), 2);
+    // Every purchase, the two the flag answered before routing among them, is
+    // timed under the route's pattern; nothing fell to `unmatched`.
+    let timed = |class: &str| -> u64 {
+        metric(
+            &text,
+            &format!(
+                "stampede_http_request_duration_seconds_count{{route=\"/api/sales/{{id}}/purchase\",status=\"{class}\"}}"
+            ),
+        )
+    };
+    assert_eq!(timed("2xx"), 1, "{text}");
+    assert_eq!(timed("4xx"), 3, "{text}");
+    assert!(!text.contains("route=\"unmatched\""), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
