@@ -120,10 +120,24 @@ impl ReplicaAcks {
     /// stand on the primary, so a retry answers `already_bought` (or `already_voted`)
     /// while that primary lives, and the order settles; a retry after a failover
     /// that lost them decides again.
+    ///
+    /// A `WAIT` that Redis refuses (the node that took the writes was demoted to a
+    /// replica between the decision and the `WAIT`, a failover in flight) confirms
+    /// nothing either: the same 503, never a 500.
     pub async fn confirm(&self, redis: &mut Redis, key: &str) -> Result<(), AppError> {
-        let acked = redis
+        let acked = match redis
             .wait_for_replicas(key, self.replicas, self.timeout)
-            .await?;
+            .await
+        {
+            Ok(acked) => acked,
+            Err(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
+            {
+                tracing::warn!(error = %e, "WAIT refused: the decisions are not confirmed");
+                0
+            }
+            Err(e) => return Err(e.into()),
+        };
         if acked < self.replicas {
             return Err(AppError::new(
                 ErrorCode::NotReplicated,

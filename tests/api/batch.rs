@@ -333,3 +333,65 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
     assert_eq!(app.stock_left(sale).await, 80, "no second unit");
     assert!(buyers.is_superset(&accepted));
 }
+
+/// A `WAIT` that Redis refuses, as a node demoted to a replica does (a failover
+/// between the decision and its `WAIT`), confirms nothing: 503 `not_replicated`,
+/// never a 500. The node here is a redis-server started as a replica of nobody.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("stampede-demoted-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    struct Kill(std::process::Child, std::path::PathBuf);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_dir_all(&self.1);
+        }
+    }
+    let child = std::process::Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .args([
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--replicaof",
+            "127.0.0.1",
+            "1",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    let _node = Kill(child, dir);
+    let config = stampede::config::Config {
+        redis_url: format!("redis://127.0.0.1:{port}/"),
+        ..stampede::config::Config::default()
+    };
+    let mut redis = None;
+    for _ in 0..100 {
+        if let Ok(r) = stampede::startup::connect_redis(&config).await {
+            redis = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut redis = redis.expect("the replica answers");
+    let acks = stampede::batch::ReplicaAcks {
+        replicas: 1,
+        timeout: Duration::from_millis(100),
+    };
+    let refused = acks.confirm(&mut redis, "k").await.unwrap_err();
+    assert_eq!(
+        refused.error_code(),
+        stampede::error::ErrorCode::NotReplicated,
+        "{refused:?}"
+    );
+}
