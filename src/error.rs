@@ -277,15 +277,20 @@ pub fn is_redis_not_ready(e: &redis::RedisError) -> bool {
 /// Seconds a client should wait before retrying after an outage answer.
 pub const RETRY_AFTER_OUTAGE_SECS: u32 = 1;
 
-/// Postgres down, restarting, shutting down or out of connections: an outage (503).
-/// SQLSTATE class 08 is a connection exception, 57P01 to 57P05 are "the server is
-/// shutting down / starting up", 53300 is too many connections.
+/// Postgres down, restarting, shutting down, out of connections or too slow: an
+/// outage (503). SQLSTATE class 08 is a connection exception, 57P01 to 57P05 are
+/// "the server is shutting down / starting up", 53300 is too many connections,
+/// 57014 a statement cancelled by `statement_timeout` (a read stuck behind a lock
+/// or a slow server, see `database_statement_timeout_ms`), 55P03 a lock not
+/// available in time.
 fn is_db_unreachable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => true,
-        sqlx::Error::Database(db) => db
-            .code()
-            .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300"),
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c.starts_with("08")
+                || c.starts_with("57P")
+                || matches!(c.as_ref(), "53300" | "57014" | "55P03")
+        }),
         _ => false,
     }
 }

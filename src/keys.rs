@@ -114,6 +114,12 @@ impl Keys {
         format!("{}:sessions:ended", self.ns)
     }
 
+    /// The sweep's note of the Redis run it last found whole (see
+    /// [`crate::recover::Sweep`]): `ns:sweep:run`.
+    pub fn sweep_marker(&self) -> String {
+        format!("{}:sweep:run", self.ns)
+    }
+
     /// A lock for a job named in code (never user text): `ns:lock:{name}`, its own
     /// hash tag. See [`crate::lock`].
     pub fn lock(&self, name: &str) -> String {

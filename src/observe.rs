@@ -113,6 +113,40 @@ pub async fn read_settlement_lag(state: &AppState) {
     }
 }
 
+/// How often [`probe_postgres`] asks, and how long it waits for an answer.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Asks Postgres `SELECT 1` through the requests' pool every [`PROBE_EVERY`] and
+/// keeps the answer in `state.postgres`, for `/readyz` (which then answers at
+/// once, whatever Postgres does) and for `/metrics` (`stampede_postgres_up`). A
+/// pool whose connections are all stuck counts as down: the routes that need
+/// Postgres cannot be served either.
+pub async fn probe_postgres(
+    state: web::Data<AppState>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    while !*shutdown.borrow() {
+        let up = matches!(
+            tokio::time::timeout(PROBE_EVERY, sqlx::query("SELECT 1").execute(&state.db)).await,
+            Ok(Ok(_))
+        );
+        if up != state.postgres.is_up() {
+            if up {
+                tracing::info!("Postgres answers again");
+            } else {
+                tracing::warn!(
+                    "Postgres does not answer within a second: the routes that need it answer 503; purchases and votes go on"
+                );
+            }
+        }
+        state.postgres.set(up);
+        tokio::select! {
+            _ = tokio::time::sleep(PROBE_EVERY) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+}
+
 /// `GET /metrics` on the main listener: only with the configured bearer token
 /// (`metrics_token`). Without a configured token the route does not exist there
 /// (404); the metrics listener (loopback by default) serves [`endpoint`] freely.
@@ -192,6 +226,11 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     ] {
         state.metrics.observed.counter_total(name, help, value);
     }
+    state.metrics.observed.gauge(
+        "stampede_postgres_up",
+        "1 when Postgres answered the last probe (every second) within a second, else 0.",
+        f64::from(u8::from(state.postgres.is_up())),
+    );
     let text = state.metrics.render();
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")

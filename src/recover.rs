@@ -26,9 +26,9 @@
 //! `votes` table; tallies counted from that union.
 //!
 //! Triggers: a decision that meets such state ([`Recovery::trigger`], in the
-//! background), the sweep that `serve` runs every couple of seconds over the active
-//! sales and polls (so a wiped Redis is restored before anyone asks), startup, and
-//! `reconcile --repair`.
+//! background), the [`Sweep`] that `serve` runs at startup and every couple of
+//! seconds (so a wiped Redis is restored before anyone asks, at an idle cost that
+//! does not grow with the catalog), and `reconcile --repair`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
@@ -52,6 +52,7 @@ static FENCE: LazyLock<crate::lua::Script> = lua_script!("fence.lua");
 static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
 static RESTORE_POLL: LazyLock<crate::lua::Script> = lua_script!("restore_poll.lua");
 static CHECK_STATE: LazyLock<crate::lua::Script> = lua_script!("check_state.lua");
+static SWEEP_MARKER: LazyLock<crate::lua::Script> = lua_script!("sweep_marker.lua");
 
 /// Lease of a rebuild's lock; a watchdog extends it while the rebuild runs.
 const LOCK_TTL_MS: u64 = 10_000;
@@ -61,8 +62,12 @@ const TOKEN_TTL_MS: u64 = 120_000;
 /// Items per Redis command when reading or writing large sets.
 const CHUNK: usize = 1000;
 /// Sales and polls that ended longer ago than this are left out of the periodic
-/// sweep (startup and `reconcile --repair` still cover them).
+/// sweep's round robin (a full pass and `reconcile --repair` still cover them).
 const SWEEP_RECENT_DAYS: i32 = 7;
+/// Targets a sweep tick checks when nothing says Redis lost its state: with
+/// 1,000 sales of the last week, each is checked every 40 s at the default
+/// 2 s tick (25 checks a second), whatever the size of the catalog.
+const SWEEP_BUDGET: usize = 50;
 /// Stock changes still pending after this long are finished by the sweep.
 const STALE_CHANGE_MS: i64 = 2_000;
 
@@ -208,32 +213,54 @@ impl Recovery {
         }
     }
 
-    /// Checks every sale and poll (only those of the last days unless `all`),
-    /// rebuilds what is missing or untrusted, and finishes stock changes left
-    /// pending. Returns how many targets were rebuilt.
-    pub async fn sweep(&self, all: bool) -> Result<usize, AppError> {
-        // "All": a window no sale can be older than (Postgres timestamps end in
-        // the year 294276; a larger interval would overflow).
-        let days = if all { 365 * 1000 } else { SWEEP_RECENT_DAYS };
-        let sales: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
+    /// Every sale and poll (all of them, or those of the last `days`), most urgent
+    /// first: open ones, then upcoming ones, then the ended ones, the most recently
+    /// ended first. After a restart the shop's live sales are whole again before
+    /// the archive of past ones is touched.
+    pub async fn targets(&self, days: Option<i32>) -> Result<Vec<Target>, AppError> {
+        type Row = (i64, i32, chrono::DateTime<chrono::Utc>);
+        let sales: Vec<Row> = sqlx::query_as(
+            "SELECT id, CASE WHEN closed OR ends_at <= now() THEN 2
+                             WHEN starts_at > now() THEN 1 ELSE 0 END, ends_at
+             FROM sales
+             WHERE $1::int IS NULL OR ends_at > now() - make_interval(days => $1)",
         )
         .bind(days)
         .fetch_all(&self.db)
         .await?;
-        let polls: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM polls WHERE closes_at > now() - make_interval(days => $1) ORDER BY id",
+        let polls: Vec<Row> = sqlx::query_as(
+            "SELECT id, CASE WHEN closed OR closes_at <= now() THEN 2
+                             WHEN opens_at > now() THEN 1 ELSE 0 END, closes_at
+             FROM polls
+             WHERE $1::int IS NULL OR closes_at > now() - make_interval(days => $1)",
         )
         .bind(days)
         .fetch_all(&self.db)
         .await?;
-        let targets = sales
+        let mut ranked: Vec<(
+            i32,
+            std::cmp::Reverse<chrono::DateTime<chrono::Utc>>,
+            Target,
+        )> = sales
             .into_iter()
-            .filter_map(Id::new)
-            .map(Target::Sale)
-            .chain(polls.into_iter().filter_map(Id::new).map(Target::Poll));
+            .filter_map(|(id, rank, end)| {
+                Some((rank, std::cmp::Reverse(end), Target::Sale(Id::new(id)?)))
+            })
+            .chain(polls.into_iter().filter_map(|(id, rank, end)| {
+                Some((rank, std::cmp::Reverse(end), Target::Poll(Id::new(id)?)))
+            }))
+            .collect();
+        ranked.sort_by_key(|(rank, end, _)| (*rank, *end));
+        Ok(ranked.into_iter().map(|(_, _, target)| target).collect())
+    }
+
+    /// Checks each target and rebuilds what is missing or untrusted. Returns how
+    /// many were rebuilt, and whether every one was found or left trusted (a
+    /// rebuild that failed, or that another instance holds, leaves it unsure).
+    async fn check_each(&self, targets: &[Target]) -> Result<(usize, bool), AppError> {
         let mut rebuilt = 0;
-        for target in targets {
+        let mut whole = true;
+        for &target in targets {
             if self.check(target).await? == StateCheck::Trusted {
                 continue;
             }
@@ -243,10 +270,35 @@ impl Recovery {
                     rebuilt += 1;
                     tracing::warn!(%target, ?done, "rebuilt from Postgres");
                 }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(%target, error = ?e, "rebuild failed; will retry"),
+                Ok(None) => whole = false,
+                Err(e) => {
+                    whole = false;
+                    tracing::warn!(%target, error = ?e, "rebuild failed; will retry");
+                }
             }
         }
+        Ok((rebuilt, whole))
+    }
+
+    /// Every sale and poll, most urgent first (see [`Recovery::targets`]): what a
+    /// restart, a failover or a wipe left missing or untrusted is rebuilt. When the
+    /// pass saw every one whole and Redis neither restarted nor lost the marker
+    /// meanwhile, the marker names this Redis run, and later sweeps check only a
+    /// few targets per tick.
+    pub async fn full_pass(&self) -> Result<usize, AppError> {
+        let pass = crate::random::token_hex(8);
+        self.marker("begin", &pass).await?;
+        let targets = self.targets(None).await?;
+        let (rebuilt, whole) = self.check_each(&targets).await?;
+        if whole && self.marker("end", &pass).await? == 0 {
+            tracing::info!("Redis changed during the full sweep; the next sweep starts over");
+        }
+        Ok(rebuilt)
+    }
+
+    /// Finishes stock changes left pending in Postgres by an instance that died
+    /// between its commit and Redis.
+    async fn finish_pending_changes(&self) -> Result<(), AppError> {
         for sale in stock::sales_with_pending_changes(&self.db, STALE_CHANGE_MS).await? {
             let results =
                 stock::apply_pending(&self.db, &mut self.redis.clone(), &self.keys, sale).await?;
@@ -254,7 +306,37 @@ impl Recovery {
                 self.rebuild(Target::Sale(sale), Duration::ZERO).await?;
             }
         }
-        Ok(rebuilt)
+        Ok(())
+    }
+
+    /// `lua/sweep_marker.lua` in one of its modes.
+    async fn marker(&self, mode: &str, pass: &str) -> Result<i64, AppError> {
+        Ok(SWEEP_MARKER
+            .key(self.keys.sweep_marker())
+            .arg(mode)
+            .arg(pass)
+            .invoke_async(&mut self.redis.clone())
+            .await?)
+    }
+
+    /// The run ids of every primary (one on a single node), sorted.
+    async fn primaries(&self) -> Result<Vec<String>, AppError> {
+        let answers = self
+            .redis
+            .clone()
+            .on_every_primary(redis::cmd("INFO").arg("server"))
+            .await?;
+        let mut runs: Vec<String> = answers
+            .into_iter()
+            .filter_map(|(_, v)| redis::from_redis_value::<String>(v).ok())
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("run_id:"))
+                    .map(|r| r.trim().to_string())
+            })
+            .collect();
+        runs.sort();
+        Ok(runs)
     }
 
     async fn rebuild_sale(&self, id: SaleId) -> Result<Option<Rebuilt>, AppError> {
@@ -412,6 +494,73 @@ impl Recovery {
             total: voters.len(),
             stock_left: None,
         }))
+    }
+}
+
+/// The periodic sweep (`serve` runs one, every `sweep_ms`, and once at startup in
+/// the background): so that a wipe or a restart is repaired before anyone asks,
+/// at a cost that does not grow with the catalog.
+///
+/// Each tick asks Redis one question first: does the sweep's marker
+/// (`lua/sweep_marker.lua`) name the running Redis, and (on a cluster) do the
+/// primaries' run ids match the last tick's? If not (a restart, a failover, a
+/// wipe, a first start), the tick is a [`Recovery::full_pass`] over every sale and
+/// poll, most urgent first. If so, it checks the next [`SWEEP_BUDGET`] targets of
+/// those of the last [`SWEEP_RECENT_DAYS`] in turn, for state lost one key at a
+/// time (an eviction, a hand-made `DEL`), which a request also repairs when it
+/// meets it. Then it finishes stock changes left pending.
+pub struct Sweep {
+    recovery: Arc<Recovery>,
+    /// The targets of the last listing, checked a budget at a time.
+    queue: Vec<Target>,
+    next: usize,
+    /// The primaries' run ids at the last tick (`None` before the first).
+    primaries: Option<Vec<String>>,
+}
+
+impl Sweep {
+    pub fn new(recovery: Arc<Recovery>) -> Self {
+        Sweep {
+            recovery,
+            queue: Vec::new(),
+            next: 0,
+            primaries: None,
+        }
+    }
+
+    /// One tick; returns how many sales and polls were rebuilt.
+    pub async fn tick(&mut self) -> Result<usize, AppError> {
+        let rebuilt = if self.whole().await? {
+            self.round_robin().await?
+        } else {
+            let rebuilt = self.recovery.full_pass().await?;
+            // The queue may name sales a full pass has just checked: start over.
+            self.queue.clear();
+            rebuilt
+        };
+        self.recovery.finish_pending_changes().await?;
+        Ok(rebuilt)
+    }
+
+    /// Whether nothing says Redis lost or replaced its state since the last full
+    /// pass: the marker names this run, and no primary's run id changed.
+    async fn whole(&mut self) -> Result<bool, AppError> {
+        let marked = self.recovery.marker("check", "").await? == 1;
+        let primaries = self.recovery.primaries().await?;
+        let same = self.primaries.as_ref().is_none_or(|p| *p == primaries);
+        self.primaries = Some(primaries);
+        Ok(marked && same)
+    }
+
+    async fn round_robin(&mut self) -> Result<usize, AppError> {
+        if self.next >= self.queue.len() {
+            self.queue = self.recovery.targets(Some(SWEEP_RECENT_DAYS)).await?;
+            self.next = 0;
+        }
+        let end = (self.next + SWEEP_BUDGET).min(self.queue.len());
+        let batch = self.queue[self.next..end].to_vec();
+        self.next = end;
+        Ok(self.recovery.check_each(&batch).await?.0)
     }
 }
 

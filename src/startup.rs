@@ -52,25 +52,74 @@ pub struct Application {
     state: web::Data<AppState>,
     shutdown: watch::Sender<bool>,
     settler: Option<JoinHandle<()>>,
-    sweeper: JoinHandle<()>,
-    expirer: JoinHandle<()>,
-    session_feed: JoinHandle<()>,
+    /// The sweep, the expiry, the ended-sessions feed, the metrics upkeep and the
+    /// Postgres probe: each stops when `shutdown` turns true.
+    background: Vec<JoinHandle<()>>,
+    /// Turns true once the startup sweep has run (see [`Application::swept`]).
+    swept: watch::Receiver<bool>,
 }
 
+/// A pool for work that may take long (the CLI commands, rebuilds, the
+/// background jobs): no statement timeout.
 pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
-    let pool = PgPoolOptions::new()
-        .max_connections(config.database_max_connections)
-        .acquire_timeout(Duration::from_secs(5))
-        .connect(&config.database_url)
+    connect_pool(config, Pool::Background).await
+}
+
+/// The pools `serve` keeps apart, so that slow readers cannot starve settlement
+/// or the rebuilds, nor the other way round.
+#[derive(Clone, Copy, Debug)]
+enum Pool {
+    /// Pages and the API: a short wait for a connection, a statement timeout.
+    Requests,
+    /// The settlement worker's own connections.
+    Settlement,
+    /// Rebuilds, the sweep, ended sessions, the CLI.
+    Background,
+}
+
+async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<PgPool> {
+    use sqlx::postgres::PgConnectOptions;
+    let mut options: PgConnectOptions = config.database_url.parse().map_err(|e| {
+        anyhow::anyhow!(
+            "bad database URL {}: {e}",
+            crate::config::redact_url(&config.database_url)
+        )
+    })?;
+    let (size, acquire) = match pool {
+        Pool::Requests => {
+            if config.database_statement_timeout_ms > 0 {
+                options = options.options([(
+                    "statement_timeout",
+                    format!("{}ms", config.database_statement_timeout_ms),
+                )]);
+            }
+            (
+                config.database_max_connections,
+                Duration::from_millis(config.database_acquire_timeout_ms),
+            )
+        }
+        Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
+        Pool::Background => (BACKGROUND_CONNECTIONS, Duration::from_secs(5)),
+    };
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(acquire)
+        .connect_with(options)
         .await
         .map_err(|e| {
             anyhow::anyhow!(
-                "cannot connect to Postgres at {}: {e}",
+                "cannot connect to Postgres at {} ({pool:?} pool): {e}",
                 crate::config::redact_url(&config.database_url)
             )
-        })?;
-    Ok(pool)
+        })
 }
+
+/// Connections of the settlement worker's pool: one transaction at a time, and
+/// one for listing the streams.
+const SETTLEMENT_CONNECTIONS: u32 = 3;
+/// Connections of the background pool: rebuilds (one per sale at a time, a
+/// request's and the sweep's may overlap), expiry, ended sessions.
+const BACKGROUND_CONNECTIONS: u32 = 4;
 
 pub async fn connect_redis(config: &Config) -> anyhow::Result<Redis> {
     connect_redis_with(config, true).await
@@ -100,38 +149,63 @@ pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
 }
 
 impl Application {
-    /// Connects to the stores, runs migrations, loads sales into Redis, creates the
-    /// configured admin, binds the listener and (by default) starts settlement.
+    /// Connects to the stores, runs migrations, creates the configured admin,
+    /// binds the listener and starts the background work: the sweep (whose first
+    /// pass rebuilds what Redis lost, in the background: the listener is bound at
+    /// once, and a request that needs a sale not rebuilt yet starts its rebuild
+    /// and is answered 503 `recovering` meanwhile), settlement, expiry.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
-        let (db, mut redis, keys) = connect_stores(&config).await?;
-        let metrics = Arc::new(crate::metrics::Metrics::default());
-        let recovery = Recovery::new(db.clone(), redis.clone(), keys.clone(), metrics.clone());
-        startup_sweep(&recovery).await;
+        let stores = connect_stores(&config).await?;
+        let metrics = Arc::new(if config.metrics_served() {
+            crate::metrics::Metrics::default()
+        } else {
+            crate::metrics::Metrics::off()
+        });
+        let recovery = Recovery::new(
+            stores.background.clone(),
+            stores.redis.clone(),
+            stores.keys.clone(),
+            metrics.clone(),
+        );
+        let mut redis = stores.redis.clone();
         // What has ended, from Postgres, before anything is served.
-        let (sessions, sessions_resume) =
-            crate::auth::session::Sessions::load(keys.clone(), &db, &mut redis)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
-        let state = app_state(&config, db, redis, keys, metrics, recovery, sessions)?;
+        let (sessions, sessions_resume) = crate::auth::session::Sessions::load(
+            stores.keys.clone(),
+            &stores.background,
+            &mut redis,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
+        let background_db = stores.background.clone();
+        let state = app_state(&config, stores, metrics, recovery, sessions)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let sweeper = tokio::spawn(sweep_forever(
-            state.recovery.clone(),
-            Duration::from_millis(config.sweep_ms),
-            shutdown_rx.clone(),
-        ));
-        let expirer = tokio::spawn(expire_forever(
-            state.clone(),
-            Duration::from_millis(config.expire_ms),
-            shutdown_rx.clone(),
-        ));
-        let session_feed = tokio::spawn(state.sessions.clone().follow(
-            sessions_resume,
-            state.redis.clone(),
-            state.db.clone(),
-            Duration::from_millis(config.session_sync_ms),
-            shutdown_rx.clone(),
-        ));
+        let (swept_tx, swept) = watch::channel(false);
+        let background = vec![
+            tokio::spawn(sweep_forever(
+                state.recovery.clone(),
+                Duration::from_millis(config.sweep_ms),
+                shutdown_rx.clone(),
+                swept_tx,
+            )),
+            tokio::spawn(expire_forever(
+                state.clone(),
+                Duration::from_millis(config.expire_ms),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(state.sessions.clone().follow(
+                sessions_resume,
+                state.redis.clone(),
+                background_db,
+                Duration::from_millis(config.session_sync_ms),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(upkeep_forever(state.clone(), shutdown_rx.clone())),
+            tokio::spawn(crate::observe::probe_postgres(
+                state.clone(),
+                shutdown_rx.clone(),
+            )),
+        ];
         let settler = spawn_settler(&config, &state, shutdown_rx).await?;
 
         let listener = listen(config.listen, LISTEN_BACKLOG)
@@ -149,10 +223,20 @@ impl Application {
             state,
             shutdown,
             settler,
-            sweeper,
-            expirer,
-            session_feed,
+            background,
+            swept,
         })
+    }
+
+    /// Resolves once the startup sweep (the first pass of the sweep, which
+    /// rebuilds every sale and poll Redis lost) has run, whether or not it
+    /// repaired everything. Serving does not wait for it; tests that need a whole
+    /// Redis before their first request do.
+    pub fn swept(&self) -> impl std::future::Future<Output = ()> + use<> {
+        let mut swept = self.swept.clone();
+        async move {
+            let _ = swept.wait_for(|done| *done).await;
+        }
     }
 
     pub fn port(&self) -> u16 {
@@ -188,9 +272,9 @@ impl Application {
         if let Some(settler) = self.settler {
             let _ = settler.await;
         }
-        let _ = self.sweeper.await;
-        let _ = self.expirer.await;
-        let _ = self.session_feed.await;
+        for task in self.background {
+            let _ = task.await;
+        }
         tracing::info!("shut down cleanly");
         Ok(())
     }
@@ -207,48 +291,53 @@ impl Application {
         if let Some(settler) = self.settler {
             let _ = settler.await;
         }
-        let _ = self.sweeper.await;
-        let _ = self.expirer.await;
-        let _ = self.session_feed.await;
+        for task in self.background {
+            let _ = task.await;
+        }
         result
     }
 }
+/// The connections `serve` opens at startup.
+struct Stores {
+    /// The requests' pool (see [`Pool::Requests`]).
+    db: PgPool,
+    /// The background jobs' pool (see [`Pool::Background`]).
+    background: PgPool,
+    redis: Redis,
+    keys: Keys,
+}
+
 /// Checks the configuration, connects to Postgres (and migrates it) and to Redis,
 /// warns when Redis may lose acknowledged decisions, and creates the configured
 /// admin.
-async fn connect_stores(config: &Config) -> anyhow::Result<(PgPool, Redis, Keys)> {
+async fn connect_stores(config: &Config) -> anyhow::Result<Stores> {
     config.validate()?;
-    let db = connect_db(config).await?;
-    migrate(&db).await?;
+    let background = connect_db(config).await?;
+    migrate(&background).await?;
+    let db = connect_pool(config, Pool::Requests).await?;
     let mut redis = connect_redis(config).await?;
     warn_unless_durable(&mut redis).await;
     let keys = Keys::new(&config.redis_namespace);
-    crate::seed::bootstrap_admin(&db, config).await?;
-    Ok((db, redis, keys))
-}
-
-/// Every sale and poll Redis lost, or holds from before a restart, is rebuilt now;
-/// a failure here is not fatal: the sweep and the first decision on each one retry.
-async fn startup_sweep(recovery: &Recovery) {
-    match recovery.sweep(true).await {
-        Ok(0) => {}
-        Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
-        Err(e) => {
-            tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
-        }
-    }
+    crate::seed::bootstrap_admin(&background, config).await?;
+    Ok(Stores {
+        db,
+        background,
+        redis,
+        keys,
+    })
 }
 
 /// The state every request and background task shares.
 fn app_state(
     config: &Config,
-    db: PgPool,
-    redis: Redis,
-    keys: Keys,
+    stores: Stores,
     metrics: Arc<crate::metrics::Metrics>,
     recovery: Arc<Recovery>,
     sessions: crate::auth::session::Sessions,
 ) -> anyhow::Result<web::Data<AppState>> {
+    let Stores {
+        db, redis, keys, ..
+    } = stores;
     let limits = crate::limit::Limits::from_config(&config.limits)
         .map_err(crate::config::ConfigError::Invalid)?;
     Ok(web::Data::new(AppState {
@@ -271,6 +360,7 @@ fn app_state(
             Duration::from_millis(config.live_interval_ms),
             metrics,
         )),
+        postgres: Default::default(),
         keys,
         redis,
         db,
@@ -288,7 +378,7 @@ async fn spawn_settler(
         return Ok(None);
     }
     let settler = Settler::connect(
-        state.db.clone(),
+        connect_pool(config, Pool::Settlement).await?,
         &Target::from_config(config),
         state.keys.clone(),
         config.settle.clone(),
@@ -423,14 +513,38 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
     })
 }
 
-/// Checks every `every` that Redis still holds every active sale and poll, trusted
-/// by the running Redis: a wipe or a restart is repaired within that time even when
-/// no request comes. Zero: never (startup and requests still trigger rebuilds).
-async fn sweep_forever(recovery: Arc<Recovery>, every: Duration, shutdown: watch::Receiver<bool>) {
+/// The startup sweep at once, then a sweep tick every `every` (see
+/// [`crate::recover::Sweep`]): a wipe or a restart is repaired within about that
+/// time even when no request comes. Zero: only the startup sweep (requests still
+/// trigger rebuilds). `swept` turns true after the startup sweep.
+async fn sweep_forever(
+    recovery: Arc<Recovery>,
+    every: Duration,
+    shutdown: watch::Receiver<bool>,
+    swept: watch::Sender<bool>,
+) {
+    let sweep = tokio::sync::Mutex::new(crate::recover::Sweep::new(recovery));
+    match sweep.lock().await.tick().await {
+        Ok(0) => {}
+        Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+        Err(e) => {
+            tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
+        }
+    }
+    let _ = swept.send(true);
     every_until_shutdown(every, shutdown, || async {
-        if let Err(e) = recovery.sweep(false).await {
+        if let Err(e) = sweep.lock().await.tick().await {
             tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
         }
+    })
+    .await
+}
+
+/// Drains the metrics recorder's pending samples every
+/// [`crate::metrics::observed::UPKEEP_EVERY`], whether or not anything scrapes.
+async fn upkeep_forever(state: web::Data<AppState>, shutdown: watch::Receiver<bool>) {
+    every_until_shutdown(crate::metrics::observed::UPKEEP_EVERY, shutdown, || async {
+        state.metrics.observed.upkeep()
     })
     .await
 }

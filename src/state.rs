@@ -49,6 +49,29 @@ pub struct AppState {
     pub recovery: Arc<Recovery>,
     /// One reader per sale or poll watched by open pages (see [`crate::live`]).
     pub live: Arc<crate::live::Feeds>,
+    /// Whether Postgres answered the last probe (see
+    /// [`crate::observe::probe_postgres`]): `/readyz` reads it without waiting.
+    pub postgres: PostgresStatus,
+}
+
+/// What the last Postgres probe found. Starts up: `serve` connected and migrated
+/// before it built the state.
+pub struct PostgresStatus(std::sync::atomic::AtomicBool);
+
+impl Default for PostgresStatus {
+    fn default() -> Self {
+        PostgresStatus(std::sync::atomic::AtomicBool::new(true))
+    }
+}
+
+impl PostgresStatus {
+    pub fn is_up(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set(&self, up: bool) {
+        self.0.store(up, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl crate::cache::CachedReads for AppState {

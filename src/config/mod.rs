@@ -79,8 +79,17 @@ pub struct Config {
     pub admin_password: Option<String>,
     /// Password of the demo users that `stampede seed-demo` creates.
     pub demo_password: Option<String>,
-    /// Postgres pool size.
+    /// Postgres pool size of the requests (pages and the API). The settlement
+    /// worker and the background jobs (rebuilds, expiry, sessions) have small pools
+    /// of their own, so neither starves the other.
     pub database_max_connections: u32,
+    /// How long a request waits for a Postgres connection of its pool before it is
+    /// answered 503 `database_unavailable` with `Retry-After`.
+    pub database_acquire_timeout_ms: u64,
+    /// Postgres's `statement_timeout` on the requests' connections (lock waits
+    /// included): a read stuck behind a lock or a slow server fails with 503 after
+    /// this long instead of holding the buyer (0: no limit).
+    pub database_statement_timeout_ms: u64,
     /// How long one Redis command may take before the request fails with 503. The
     /// client's 500 ms default is too tight when thousands of requests queue on one
     /// multiplexed connection during a stampede on a small machine.
@@ -165,6 +174,8 @@ impl Default for Config {
             admin_password: None,
             demo_password: None,
             database_max_connections: 20,
+            database_acquire_timeout_ms: 1000,
+            database_statement_timeout_ms: 1000,
             redis_response_timeout_ms: 2000,
             replica_acks: 0,
             replica_ack_timeout_ms: 200,
@@ -215,6 +226,14 @@ impl std::fmt::Debug for Config {
             .field("limits", &self.limits)
             .field("admin_username", &self.admin_username)
             .field("database_max_connections", &self.database_max_connections)
+            .field(
+                "database_acquire_timeout_ms",
+                &self.database_acquire_timeout_ms,
+            )
+            .field(
+                "database_statement_timeout_ms",
+                &self.database_statement_timeout_ms,
+            )
             .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
             .field("replica_acks", &self.replica_acks)
             .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
@@ -298,6 +317,12 @@ impl Config {
     }
 
     /// Checks that only make sense once every source has been applied.
+    /// Whether anything can read `/metrics`: the metrics listener, or the main
+    /// listener with a token. When nothing can, nothing is recorded.
+    pub fn metrics_served(&self) -> bool {
+        self.metrics_listen.is_some() || self.metrics_token.is_some()
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.token_secret.len() < 32 {
             return Err(ConfigError::Invalid(
@@ -478,6 +503,14 @@ const ENV: &[(&str, Setter)] = &[
     (
         "STAMPEDE_DATABASE_MAX_CONNECTIONS",
         parsed!(database_max_connections),
+    ),
+    (
+        "STAMPEDE_DATABASE_ACQUIRE_TIMEOUT_MS",
+        parsed!(database_acquire_timeout_ms),
+    ),
+    (
+        "STAMPEDE_DATABASE_STATEMENT_TIMEOUT_MS",
+        parsed!(database_statement_timeout_ms),
     ),
     (
         "STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS",

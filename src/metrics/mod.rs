@@ -21,6 +21,16 @@ macro_rules! counters {
         }
 
         impl Metrics {
+            /// Metrics that nothing will ever read (`/metrics` served nowhere, or a
+            /// CLI command): the counters still count (an atomic add each, no
+            /// memory), the histograms record nothing (see [`Observed::off`]).
+            pub fn off() -> Self {
+                Metrics {
+                    $($field: Counter::default(),)*
+                    observed: Observed::off(),
+                }
+            }
+
             /// Prometheus exposition text of every counter, histogram and gauge.
             pub fn render(&self) -> String {
                 $(

@@ -1,5 +1,6 @@
-//! The health checks: `/healthz` (the process runs) and `/readyz` (both stores
-//! answer).
+//! The health checks: `/healthz` (the process runs), `/readyz` (this instance
+//! can decide purchases and votes: Redis answers; Postgres's state is in the
+//! body) and `/readyz/postgres` (the routes that need Postgres can be served too).
 
 use std::time::Duration;
 
@@ -11,10 +12,11 @@ super::routes! {
     pub fn configure, pub const HEALTH_ROUTES; mounted "";
     get "/healthz" => healthz,
     get "/readyz" => readyz,
+    get "/readyz/postgres" => readyz_postgres,
 }
 
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(healthz, readyz))]
+#[openapi(paths(healthz, readyz, readyz_postgres))]
 pub(crate) struct Api;
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -27,9 +29,10 @@ struct Health {
 struct Readiness {
     /// `ready` or `unavailable`.
     status: &'static str,
-    /// `ok` or `down`.
+    /// `ok` or `down`: every Redis primary answered a `PING` within a second.
     redis: &'static str,
-    /// `ok` or `down`.
+    /// `ok` or `down`: Postgres answered the last probe (every second) within a
+    /// second.
     postgres: &'static str,
 }
 
@@ -40,35 +43,55 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Health { status: "ok" })
 }
 
-/// Ready when both stores answer within a second.
+/// Ready to decide purchases and votes: Redis answers. Deciding needs Redis
+/// alone (settlement waits for Postgres and catches up), so a slow or down
+/// Postgres leaves this 200 and says so in `postgres`; a load balancer that
+/// routes the buy path by it keeps deciding servers in rotation.
 #[utoipa::path(get, path = "/readyz", tag = "meta", responses(
+    (status = 200, description = "Redis answers (Postgres's state in the body)", body = Readiness),
+    (status = 503, description = "Redis does not answer", body = Readiness),
+))]
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let redis_ok = redis_answers(&state).await;
+    answer(redis_ok, state.postgres.is_up(), redis_ok)
+}
+
+/// Ready for every route, the pages and reads that need Postgres too: Redis
+/// answers and Postgres answered its last probe.
+#[utoipa::path(get, path = "/readyz/postgres", tag = "meta", responses(
     (status = 200, description = "Redis and Postgres answer", body = Readiness),
     (status = 503, description = "Redis or Postgres does not answer (which one is said)", body = Readiness),
 ))]
-async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let timeout = Duration::from_secs(1);
+async fn readyz_postgres(state: web::Data<AppState>) -> HttpResponse {
+    let redis_ok = redis_answers(&state).await;
+    let db_ok = state.postgres.is_up();
+    answer(redis_ok, db_ok, redis_ok && db_ok)
+}
+
+/// Every primary answers a `PING` within a second.
+async fn redis_answers(state: &AppState) -> bool {
     let mut redis = state.redis.clone();
-    // On a cluster: every primary answers.
-    let redis_ok = matches!(
-        tokio::time::timeout(timeout, redis.ping_all()).await,
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), redis.ping_all()).await,
         Ok(Ok(()))
-    );
-    let db_ok = matches!(
-        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.db)).await,
-        Ok(Ok(_))
-    );
+    )
+}
+
+fn answer(redis_ok: bool, db_ok: bool, ready: bool) -> HttpResponse {
+    let word = |ok: bool| if ok { "ok" } else { "down" };
     let body = Readiness {
-        status: if redis_ok && db_ok {
-            "ready"
-        } else {
-            "unavailable"
-        },
-        redis: if redis_ok { "ok" } else { "down" },
-        postgres: if db_ok { "ok" } else { "down" },
+        status: if ready { "ready" } else { "unavailable" },
+        redis: word(redis_ok),
+        postgres: word(db_ok),
     };
-    if redis_ok && db_ok {
+    if ready {
         HttpResponse::Ok().json(body)
     } else {
-        HttpResponse::ServiceUnavailable().json(body)
+        HttpResponse::ServiceUnavailable()
+            .insert_header((
+                actix_web::http::header::RETRY_AFTER,
+                crate::error::RETRY_AFTER_OUTAGE_SECS.to_string(),
+            ))
+            .json(body)
     }
 }

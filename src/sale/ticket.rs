@@ -155,11 +155,17 @@ impl TicketWindow<'_> {
 }
 
 /// Which sales require a ticket, as far as this process has read them. The setting
-/// never changes after a sale is created, so an entry is never stale.
+/// never changes after a sale is created, so an entry is never stale. At most
+/// [`TICKET_RULES_MAX`] sales are remembered: past that the memory starts over
+/// (a forgotten sale's setting is read again from its cached record), so a
+/// process that lives through years of sales holds a bounded map.
 #[derive(Default)]
 pub struct TicketRules {
     known: ArcSwap<HashMap<SaleId, bool>>,
 }
+
+/// Most sales [`TicketRules`] remembers at once (about 16 bytes each).
+pub const TICKET_RULES_MAX: usize = 4096;
 
 impl TicketRules {
     /// `Some(requires_ticket)` once this process has read the sale.
@@ -173,7 +179,11 @@ impl TicketRules {
             return;
         }
         self.known.rcu(|known| {
-            let mut known = HashMap::clone(known);
+            let mut known = if known.len() >= TICKET_RULES_MAX {
+                HashMap::new()
+            } else {
+                HashMap::clone(known)
+            };
             known.insert(sale, requires_ticket);
             Arc::new(known)
         });
@@ -258,5 +268,15 @@ mod tests {
             (rules.get(id(1)), rules.get(id(2))),
             (Some(true), Some(false))
         );
+    }
+
+    #[test]
+    fn rules_hold_a_bounded_number_of_sales() {
+        let rules = TicketRules::default();
+        for n in 1..=(3 * TICKET_RULES_MAX as i64) {
+            rules.remember(id(n), n % 2 == 0);
+            assert_eq!(rules.get(id(n)), Some(n % 2 == 0));
+        }
+        assert!(rules.known.load().len() <= TICKET_RULES_MAX);
     }
 }

@@ -20,7 +20,7 @@ async fn healthz_and_readyz_answer() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn readyz_is_503_when_postgres_is_gone() {
+async fn without_postgres_readyz_stays_200_for_the_buy_path_and_readyz_postgres_is_503() {
     let app = spawn_app().await;
     // Terminate the server's database connections and forbid new ones.
     let db_name: String = sqlx::query_scalar("SELECT current_database()")
@@ -41,11 +41,64 @@ async fn readyz_is_503_when_postgres_is_gone() {
         .execute(&mut conn)
         .await
         .unwrap();
-    let resp = app.get("/readyz", None).await;
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body["postgres"], "down");
+    // The probe asks every second and waits a second at most.
+    let mut body = Value::Null;
+    for _ in 0..50 {
+        let resp = app.get("/readyz/postgres", None).await;
+        if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(resp.headers().get("retry-after").is_some());
+            body = resp.json().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(body["postgres"], "down", "/readyz/postgres never said so");
     assert_eq!(body["redis"], "ok");
+    // Deciding needs Redis alone: the buy path's readiness stays 200.
+    let resp = app.get("/readyz", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["status"], "ready");
+    assert_eq!(body["postgres"], "down");
+    let scraped = app.metrics_text().await;
+    assert!(
+        scraped.lines().any(|l| l == "stampede_postgres_up 0"),
+        "stampede_postgres_up not 0"
+    );
+}
+
+/// A table held under an exclusive lock (a migration or `VACUUM FULL` gone
+/// wrong): a read that needs it is answered 503 with `Retry-After` after about
+/// the statement timeout, not when the lock goes; `/readyz` stays 200 and
+/// purchases are decided.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_stuck_behind_a_lock_fails_in_about_a_second_and_purchases_go_on() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let buyer = app.user().await;
+    let mut locker = sqlx::PgConnection::connect(&app.config.database_url)
+        .await
+        .unwrap();
+    let mut tx = sqlx::Connection::begin(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let resp = app.get("/api/me/orders", Some(&buyer.token)).await;
+    let took = started.elapsed();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(resp.headers().get("retry-after").is_some());
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "database_unavailable");
+    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
+    let resp = app.get("/readyz", None).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let resp = app.purchase(sale, &buyer.token).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    tx.rollback().await.unwrap();
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

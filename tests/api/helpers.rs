@@ -345,6 +345,11 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
     let port = app.port();
     let metrics_port = app.metrics_port();
     let state = app.state();
+    // The server answers at once; the tests' first requests expect what Redis
+    // lost to be rebuilt already (one that needs otherwise spawns without it).
+    tokio::time::timeout(Duration::from_secs(60), app.swept())
+        .await
+        .expect("the startup sweep within a minute");
     tokio::spawn(app.run_until_stopped());
     let db = PgPoolOptions::new()
         .max_connections(5)

@@ -335,7 +335,7 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_before_serving() {
+async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_in_the_background() {
     let app = crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 10).await;
@@ -344,7 +344,8 @@ async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_before_serving()
     assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
     wipe(&app).await;
 
-    // A new instance (no sweep, no request yet) rebuilds at startup.
+    // A new instance (no periodic sweep, no request yet) rebuilds at startup
+    // (spawn_sibling waits for its startup sweep; serving does not).
     let sibling = spawn_sibling(&app, |c| c.sweep_ms = 0).await;
     let state = sibling
         .state

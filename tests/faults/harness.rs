@@ -1397,11 +1397,20 @@ impl Stack {
             .expect("FLUSHALL");
     }
 
-    /// `GET /readyz` of one server: status and body.
+    /// `GET /readyz` of one server (ready to decide: Redis answers): status and body.
     pub async fn readyz(&self, index: usize) -> Option<(StatusCode, Value)> {
+        self.readiness(index, "/readyz").await
+    }
+
+    /// `GET /readyz/postgres` of one server (every route: Postgres answers too).
+    pub async fn readyz_postgres(&self, index: usize) -> Option<(StatusCode, Value)> {
+        self.readiness(index, "/readyz/postgres").await
+    }
+
+    async fn readiness(&self, index: usize, path: &str) -> Option<(StatusCode, Value)> {
         let resp = self
             .http
-            .get(format!("{}/readyz", self.servers[index].base()))
+            .get(format!("{}{path}", self.servers[index].base()))
             .timeout(Duration::from_secs(5))
             .send()
             .await

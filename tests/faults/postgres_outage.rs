@@ -1,5 +1,6 @@
 //! Scenario 2: Postgres stopped for 10 s mid-storm. Purchases are decided by
-//! Redis alone meanwhile, `/readyz` names Postgres as down, and the backlog of
+//! Redis alone meanwhile, `/readyz` (the buy path's readiness) stays 200 and
+//! names Postgres as down, `/readyz/postgres` answers 503, and the backlog of
 //! accepted orders settles once Postgres is back.
 
 use std::time::{Duration, Instant};
@@ -33,12 +34,20 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
     stack.pg.stop(mode);
     println!("Postgres stopped ({mode:?}) at {:.1?}", storm.elapsed());
     let mut readyz_down = None;
+    let mut buy_path_unready = 0;
     while down_at.elapsed() < OUTAGE {
-        if let Some((status, body)) = stack.readyz(0).await
+        if let Some((status, body)) = stack.readyz_postgres(0).await
             && status == StatusCode::SERVICE_UNAVAILABLE
             && body["postgres"] == "down"
         {
             readyz_down.get_or_insert(body);
+        }
+        match stack.readyz(0).await {
+            Some((StatusCode::OK, body)) if body["redis"] == "ok" => {}
+            other => {
+                println!("/readyz during the outage: {other:?}");
+                buy_path_unready += 1;
+            }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -68,9 +77,20 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
         during.len()
     );
     assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    let body = readyz_down.expect("/readyz never answered 503 with \"postgres\": \"down\"");
-    assert_eq!(body["redis"], "ok", "readyz during the outage: {body}");
-    assert!(ready_again, "/readyz did not answer 200 again within 20 s");
+    let body =
+        readyz_down.expect("/readyz/postgres never answered 503 with \"postgres\": \"down\"");
+    assert_eq!(
+        body["redis"], "ok",
+        "readyz/postgres during the outage: {body}"
+    );
+    assert_eq!(
+        buy_path_unready, 0,
+        "/readyz must stay 200 while Redis decides purchases"
+    );
+    assert!(
+        ready_again,
+        "/readyz/postgres did not answer 200 again within 20 s"
+    );
     assert!(
         accepted > 0,
         "no purchase was accepted while Postgres was down"
@@ -85,7 +105,7 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
 async fn wait_ready(stack: &Stack, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
-        if let Some((StatusCode::OK, _)) = stack.readyz(0).await {
+        if let Some((StatusCode::OK, _)) = stack.readyz_postgres(0).await {
             return true;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
