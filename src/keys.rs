@@ -143,7 +143,7 @@ impl Keys {
         self.cache(&format!("poll:{id}"), "view")
     }
 
-    /// The cached Postgres records of the public sale list.
+    /// The cached first page of the sale list (records and the moment of its order).
     pub fn sales_list(&self) -> String {
         self.cache("sales", "list")
     }

@@ -33,6 +33,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("conn", Leaf),
     ("random", Leaf),
     ("telemetry", Leaf),
+    ("paging", Leaf),
     ("auth", Capability),
     ("limit", Capability),
     ("lock", Capability),

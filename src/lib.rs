@@ -12,6 +12,7 @@
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
+//! - [`paging`]: paged lists: the `limit` a client may ask for, opaque cursors.
 //! - [`metrics`]: counters and histograms, served at `/metrics` by [`observe`].
 //! - [`observe`]: the request-timing middleware and the `/metrics` handlers.
 //! - [`random`]: random hex tokens.
@@ -50,6 +51,7 @@ pub mod lua;
 pub mod metrics;
 pub mod observe;
 pub mod openapi;
+pub mod paging;
 pub mod random;
 pub mod recover;
 pub mod redis_conn;

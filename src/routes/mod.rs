@@ -56,3 +56,54 @@ pub mod auth;
 pub mod health;
 pub mod sale;
 pub mod vote;
+
+/// The query of a paged list: `?limit=` (1 to 200, default 50) and `?cursor=`
+/// (from the previous page's `X-Next-Cursor`, or its `Link` header).
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct PageQuery {
+    /// Items per page: a whole number from 1 to 200 (default 50); else 400 `invalid_limit`.
+    #[param(value_type = Option<u16>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// Where the page starts: the `X-Next-Cursor` of the page before (opaque); none
+    /// for the first page. One not issued for this list is 400 `invalid_query`.
+    cursor: Option<String>,
+}
+
+impl PageQuery {
+    /// The page size asked for (400 `invalid_limit` when out of range) and the
+    /// cursor, parsed by the list's own `parse` (400 `invalid_query` when malformed).
+    pub(crate) fn parse<C>(
+        &self,
+        parse_cursor: impl FnOnce(&str) -> Result<C, crate::error::AppError>,
+    ) -> Result<(crate::paging::Limit, Option<C>), crate::error::AppError> {
+        let limit = crate::paging::Limit::parse(self.limit.as_deref())?;
+        let cursor = self.cursor.as_deref().map(parse_cursor).transpose()?;
+        Ok((limit, cursor))
+    }
+}
+
+/// A page of a list as JSON: the items as an array (the answer's shape from before
+/// lists were paged), and where there is a next page, its address in
+/// `Link: <...>; rel="next"` and its cursor in `X-Next-Cursor`.
+pub(crate) fn paged_json<T: serde::Serialize>(
+    req: &actix_web::HttpRequest,
+    limit: crate::paging::Limit,
+    page: crate::paging::Page<T>,
+) -> actix_web::HttpResponse {
+    let mut answer = actix_web::HttpResponse::Ok();
+    if let Some(next) = &page.next {
+        // Cursors are base64url: nothing in them needs escaping in a query.
+        let link = format!(
+            "<{}?limit={}&cursor={next}>; rel=\"next\"",
+            req.path(),
+            limit.get()
+        );
+        answer.insert_header((actix_web::http::header::LINK, link));
+        answer.insert_header((NEXT_CURSOR, next.as_str()));
+    }
+    answer.json(page.items)
+}
+
+/// The header that carries the next page's cursor alone.
+pub(crate) const NEXT_CURSOR: &str = "x-next-cursor";

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::{PageQuery, paged_json};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -14,9 +15,9 @@ use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::sale::buy::{BuyReply, BuyRequest};
-use crate::sale::cached::{self, find_view, load_list, load_view};
+use crate::sale::cached::{self, find_view, load_page, load_view};
 use crate::sale::stock::{self, ChangeResult, StockChange};
-use crate::sale::store::{self, NewSale, PurchaseOutcome};
+use crate::sale::store::{self, NewSale, PurchaseOutcome, SaleCursor};
 use crate::sale::ticket::{self, TicketError, TicketWindow, Window};
 use crate::sale::{orders, payment, reconcile};
 use crate::state::{AppState, Worker};
@@ -65,12 +66,24 @@ super::routes! {
     post "/admin/sales/{id}/reconcile" => admin_repair,
 }
 
-/// Every sale, with live stock.
-#[utoipa::path(get, path = "/api/sales", tag = "sales", responses(
-    (status = 200, description = "Sales with live `stock_left`, `sold` and `status`", body = [store::SaleView]),
+/// A page of sales, with live stock, in the list order: open sales (live or sold
+/// out) first, then upcoming ones (soonest opening first), then ended and closed
+/// ones; latest start first within a group except upcoming; the id breaks ties.
+/// The order is taken at the first page's moment for the whole walk.
+#[utoipa::path(get, path = "/api/sales", tag = "sales", params(PageQuery), responses(
+    (status = 200, description = "A page of sales with live `stock_left`, `sold` and `status`; the next page's address in `Link` and its cursor in `X-Next-Cursor`, both absent on the last page", body = [store::SaleView], headers(
+        ("Link" = String, description = "`</api/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
-async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    Ok(HttpResponse::Ok().json(load_list(&state).await?))
+async fn list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    let (limit, after) = query.parse(SaleCursor::parse)?;
+    let page = load_page(&state, after.as_ref(), limit).await?;
+    Ok(paged_json(&req, limit, page))
 }
 
 /// One sale, with live stock.
@@ -825,12 +838,20 @@ async fn admin_create(
     Ok(HttpResponse::Created().json(view))
 }
 
-/// Every sale with live stock (as `GET /api/sales`).
-#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", security(("bearer" = [])), responses(
-    (status = 200, description = "Sales", body = [store::SaleView]),
+/// A page of sales with live stock (as `GET /api/sales`: same order, same cursors).
+#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
+    (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [store::SaleView], headers(
+        ("Link" = String, description = "`</api/admin/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
-async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
-    list(state).await
+async fn admin_list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    _: AdminUser,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    list(req, state, query).await
 }
 
 /// Exactly one of `set` and `add`.

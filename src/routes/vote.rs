@@ -5,6 +5,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::{PageQuery, paged_json};
 use crate::auth::{AdminUser, AuthUser};
 use crate::domain::{self, Id, PollId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -15,7 +16,7 @@ use crate::recover::Target;
 use crate::state::{AppState, Worker};
 use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
 use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
-use crate::vote::store::{self, NewPoll};
+use crate::vote::store::{self, NewPoll, PollCursor};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
 // Routes under `/api` (see `startup`).
@@ -53,21 +54,29 @@ struct PollSummary {
     status: crate::domain::PollStatus,
 }
 
-/// Every poll.
-#[utoipa::path(get, path = "/api/polls", tag = "polls", responses(
-    (status = 200, description = "Polls with their status", body = [PollSummary]),
+/// A page of polls in the list order: open polls first, then upcoming ones, then
+/// closed ones; latest opening first within each, the id breaking ties. The order
+/// is taken at the first page's moment for the whole walk.
+#[utoipa::path(get, path = "/api/polls", tag = "polls", params(PageQuery), responses(
+    (status = 200, description = "A page of polls with their status; the next page's address in `Link` and its cursor in `X-Next-Cursor`, both absent on the last page", body = [PollSummary], headers(
+        ("Link" = String, description = "`</api/polls?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
-async fn list(state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
+async fn list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    let (limit, after) = query.parse(PollCursor::parse)?;
     let now = Utc::now();
-    let polls: Vec<PollSummary> = store::list_polls(&state.db, store::LIST_LIMIT)
+    let page = store::page(&state.db, after.as_ref(), limit)
         .await?
-        .into_iter()
         .map(|poll| PollSummary {
             status: store::status(&poll, now),
             poll,
-        })
-        .collect();
-    Ok(HttpResponse::Ok().json(polls))
+        });
+    Ok(paged_json(&req, limit, page))
 }
 
 /// One poll: question, options, window and live results.
@@ -336,27 +345,36 @@ struct AdminPollSummary {
     voters: i64,
 }
 
-/// Every poll with its status and live voter count, for the admin page's table.
-#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", security(("bearer" = [])), responses(
-    (status = 200, description = "Polls with status and live voter count", body = [AdminPollSummary]),
+/// A page of polls with status and live voter count, for the admin page's table
+/// (the order and cursors of `GET /api/polls`).
+#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
+    (status = 200, description = "A page of polls with status and live voter count; the next page in `Link` and `X-Next-Cursor`, as `GET /api/polls`", body = [AdminPollSummary], headers(
+        ("Link" = String, description = "`</api/admin/polls?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
-async fn admin_list(state: web::Data<AppState>, _: AdminUser) -> Result<HttpResponse, AppError> {
+async fn admin_list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    _: AdminUser,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    let (limit, after) = query.parse(PollCursor::parse)?;
     let now = Utc::now();
-    let polls: Vec<AdminPollSummary> = store::list_with_voters(
+    let page = store::page_with_voters(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
-        store::LIST_LIMIT,
+        after.as_ref(),
+        limit,
     )
     .await?
-    .into_iter()
     .map(|(poll, voters)| AdminPollSummary {
         status: store::status(&poll, now),
         poll,
         voters,
-    })
-    .collect();
-    Ok(HttpResponse::Ok().json(polls))
+    });
+    Ok(paged_json(&req, limit, page))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

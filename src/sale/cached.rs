@@ -3,20 +3,21 @@
 //! request and merged by [`store::views`], so a cached view never shows old stock.
 //!
 //! Anything that changes a `sales` row calls [`invalidate`] after its commit.
-//! Pages and the API read sales through [`load_list`], [`load_view`] and [`find_view`].
+//! Pages and the API read sales through [`load_page`], [`load_view`] and [`find_view`].
 
 use std::time::Duration;
 
-use super::store::{self, SaleRow};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, SaleCursor, SaleRow};
 use crate::cache::CachedReads;
 use crate::domain::SaleId;
 use crate::error::AppError;
+use crate::paging::{self, Limit, Page};
 
 /// How long a cached sale record lives (see [`crate::cache::RECORD_TTL`]).
 pub const VIEW_TTL: Duration = crate::cache::RECORD_TTL;
-
-/// Most sales the public list returns.
-pub const LIST_LIMIT: i64 = 200;
 
 /// One sale's record; `None` (cached too) when there is no such sale.
 pub async fn sale_row<S: CachedReads + ?Sized>(
@@ -32,18 +33,73 @@ pub async fn sale_row<S: CachedReads + ?Sized>(
         .await
 }
 
-/// The records of the public list (newest first, at most [`LIST_LIMIT`]).
-pub async fn list_rows<S: CachedReads + ?Sized>(state: &S) -> Result<Vec<SaleRow>, AppError> {
-    let db = state.db();
-    state
-        .cache()
-        .get_or_rebuild(&state.keys().sales_list(), VIEW_TTL, || async move {
-            Ok(store::list_sales(db, LIST_LIMIT).await?)
-        })
-        .await
+/// How long the cached first page lives. Its order depends on the clock (a sale
+/// that opens moves up), so it lives shorter than a record: a sale's place lags its
+/// opening or end by this at most; its status and numbers never lag (read live).
+pub const FIRST_PAGE_TTL: Duration = Duration::from_secs(5);
+
+/// Sales the cached first page holds: a first page of at most this many (the
+/// API's default, and the pages' sizes) is served from it.
+pub const FIRST_PAGE_CACHED: Limit = Limit::DEFAULT;
+
+/// The first page of the list order (see [`store::list_page`]) as taken at `at`,
+/// as cached: [`FIRST_PAGE_CACHED`] sales and one more, if there is one.
+#[derive(Serialize, Deserialize)]
+struct FirstPage {
+    at: DateTime<Utc>,
+    rows: Vec<SaleRow>,
 }
 
-/// Drops the cached record of `id` and the cached list.
+/// The first page's records through the cache (one Postgres query per
+/// [`FIRST_PAGE_TTL`] across instances); its moment and the rows, one more than
+/// [`FIRST_PAGE_CACHED`] when a second page exists.
+async fn first_page_rows<S: CachedReads + ?Sized>(
+    state: &S,
+) -> Result<(DateTime<Utc>, Vec<SaleRow>), AppError> {
+    let db = state.db();
+    let page: FirstPage = state
+        .cache()
+        .get_or_rebuild(&state.keys().sales_list(), FIRST_PAGE_TTL, || async move {
+            let at = paging::list_moment();
+            let rows = store::list_page(db, at, None, FIRST_PAGE_CACHED.with_one_more()).await?;
+            Ok(FirstPage { at, rows })
+        })
+        .await?;
+    Ok((page.at, page.rows))
+}
+
+/// The records of one page of the list: the first page of up to
+/// [`FIRST_PAGE_CACHED`] through the cache (the hot one: every home page and API
+/// client starts there), the others from Postgres.
+pub async fn page_rows<S: CachedReads + ?Sized>(
+    state: &S,
+    after: Option<&SaleCursor>,
+    limit: Limit,
+) -> Result<Page<SaleRow>, AppError> {
+    let (at, rows) = match after {
+        None if limit.get() <= FIRST_PAGE_CACHED.get() => {
+            let (at, mut rows) = first_page_rows(state).await?;
+            rows.truncate(limit.as_usize() + 1);
+            (at, rows)
+        }
+        None => {
+            let at = paging::list_moment();
+            (
+                at,
+                store::list_page(state.db(), at, None, limit.with_one_more()).await?,
+            )
+        }
+        Some(cursor) => (
+            cursor.at,
+            store::list_page(state.db(), cursor.at, Some(cursor), limit.with_one_more()).await?,
+        ),
+    };
+    Ok(Page::from_rows(rows, limit, |last| {
+        SaleCursor::after(last, at).encode()
+    }))
+}
+
+/// Drops the cached record of `id` and the cached first page of the list.
 pub async fn invalidate<S: CachedReads + ?Sized>(state: &S, id: SaleId) -> Result<(), AppError> {
     let keys = state.keys();
     state
@@ -52,12 +108,19 @@ pub async fn invalidate<S: CachedReads + ?Sized>(state: &S, id: SaleId) -> Resul
         .await
 }
 
-/// The public sale list: cached records, live numbers.
-pub async fn load_list<S: CachedReads + ?Sized>(
+/// One page of the sale list (the API's, the pages'): records as [`page_rows`]
+/// reads them, live numbers; the cursor of the next page.
+pub async fn load_page<S: CachedReads + ?Sized>(
     state: &S,
-) -> Result<Vec<store::SaleView>, AppError> {
-    let rows = list_rows(state).await?;
-    store::views(&mut state.redis().clone(), state.keys(), rows).await
+    after: Option<&SaleCursor>,
+    limit: Limit,
+) -> Result<Page<store::SaleView>, AppError> {
+    let page = page_rows(state, after, limit).await?;
+    let items = store::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    Ok(Page {
+        items,
+        next: page.next,
+    })
 }
 
 /// One sale: its cached record, live numbers; 404 when there is no such sale.

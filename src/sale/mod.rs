@@ -16,8 +16,8 @@ pub mod stock;
 pub mod store;
 pub mod ticket;
 
-pub use cached::{find_view, load_list, load_view};
-pub use store::{PurchaseOutcome, SaleView};
+pub use cached::{find_view, load_page, load_view};
+pub use store::{PurchaseOutcome, SaleCursor, SaleView};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
+use crate::paging::{Limit, Page};
 use crate::settle::ensure_group;
 
 static NEW_POLL: LazyLock<crate::lua::Script> = lua_script!("new_poll.lua");
@@ -143,9 +144,6 @@ pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>,
 // read a poll's record beside its tallies.
 pub use super::cached::{cached_record, invalidate_record};
 
-/// Most polls a list returns.
-pub const LIST_LIMIT: i64 = 200;
-
 /// Votes in Postgres per option of the poll, `(option id, votes)` in option order
 /// (options nobody voted for with 0).
 pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>, sqlx::Error> {
@@ -159,14 +157,119 @@ pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>,
     .await
 }
 
-pub async fn list_polls(db: &PgPool, limit: i64) -> Result<Vec<PollRow>, sqlx::Error> {
+/// The order of every poll list (`GET /api/polls`, the admin's, the pages): by
+/// [`list_rank`] as of one moment (the first page's, carried by the cursor, so a
+/// walk through the pages sees one order even as polls open and close meanwhile),
+/// then latest opening first, the id (highest first) breaking ties. Keyset paging:
+/// a page reads the polls after the cursor's key, never an offset.
+pub async fn list_page(
+    db: &PgPool,
+    at: DateTime<Utc>,
+    after: Option<&PollCursor>,
+    limit: i64,
+) -> Result<Vec<PollRow>, sqlx::Error> {
     sqlx::query_as::<_, PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed FROM polls
-         ORDER BY opens_at DESC, id DESC LIMIT $1",
+        "SELECT id, question, opens_at, closes_at, closed
+         FROM (SELECT id, question, opens_at, closes_at, closed,
+                      CASE WHEN closed OR closes_at <= $1 THEN 2 WHEN opens_at > $1 THEN 1 ELSE 0 END
+                        AS list_rank
+               FROM polls) p
+         WHERE $2::int2 IS NULL
+            OR list_rank > $2
+            OR (list_rank = $2 AND (opens_at, id) < ($3::timestamptz, $4::int8))
+         ORDER BY list_rank, opens_at DESC, id DESC
+         LIMIT $5",
     )
+    .bind(at)
+    .bind(after.map(|c| c.rank))
+    .bind(after.map(|c| c.opens_at))
+    .bind(after.map(|c| c.id))
     .bind(limit)
     .fetch_all(db)
     .await
+}
+
+/// A poll's place in the list order at `at` (the `list_rank` of [`list_page`]'s
+/// SQL, which this must match): 0 open, 1 upcoming, 2 closed (run out or early).
+pub fn list_rank(poll: &PollRow, at: DateTime<Utc>) -> i16 {
+    match status(poll, at) {
+        crate::domain::PollStatus::Open => 0,
+        crate::domain::PollStatus::Upcoming => 1,
+        crate::domain::PollStatus::Closed => 2,
+    }
+}
+
+/// Where the next page of a poll list starts: the moment the walk's order is taken
+/// at, and the sort key of the last poll shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollCursor {
+    pub at: DateTime<Utc>,
+    pub rank: i16,
+    pub opens_at: DateTime<Utc>,
+    pub id: i64,
+}
+
+impl PollCursor {
+    const TAG: &'static str = "p1";
+
+    /// The cursor after `last`, in the order taken at `at`.
+    pub fn after(last: &PollRow, at: DateTime<Utc>) -> Self {
+        PollCursor {
+            at,
+            rank: list_rank(last, at),
+            opens_at: last.opens_at,
+            id: last.id,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        crate::paging::encode_cursor(
+            Self::TAG,
+            &[
+                self.at.timestamp_micros(),
+                i64::from(self.rank),
+                self.opens_at.timestamp_micros(),
+                self.id,
+            ],
+        )
+    }
+
+    /// A cursor of a poll list; anything else is a 400 `invalid_query`.
+    pub fn parse(raw: &str) -> Result<Self, AppError> {
+        let [at, rank, opens_at, id] = crate::paging::decode_cursor::<4>(Self::TAG, raw)?;
+        let time = |us| {
+            DateTime::from_timestamp_micros(us)
+                .ok_or_else(|| crate::paging::bad_cursor("a time out of range"))
+        };
+        let rank = i16::try_from(rank)
+            .ok()
+            .filter(|r| (0..=2).contains(r))
+            .ok_or_else(|| crate::paging::bad_cursor("an unknown rank"))?;
+        if id < 1 {
+            return Err(crate::paging::bad_cursor("an id that is not positive"));
+        }
+        Ok(PollCursor {
+            at: time(at)?,
+            rank,
+            opens_at: time(opens_at)?,
+            id,
+        })
+    }
+}
+
+/// One page of the poll list (see [`list_page`]) from Postgres, and the cursor of
+/// the next page. Polls are not cached: the list is read by people choosing a
+/// poll, not by a stampede.
+pub async fn page(
+    db: &PgPool,
+    after: Option<&PollCursor>,
+    limit: Limit,
+) -> Result<Page<PollRow>, sqlx::Error> {
+    let at = after.map_or_else(crate::paging::list_moment, |c| c.at);
+    let rows = list_page(db, at, after, limit.with_one_more()).await?;
+    Ok(Page::from_rows(rows, limit, |last| {
+        PollCursor::after(last, at).encode()
+    }))
 }
 
 /// Tallies and voter count in one pipelined round trip; no Postgres.
@@ -204,21 +307,26 @@ pub async fn results<C: ConnectionLike>(
     }))
 }
 
-/// Polls (newest opening first), each with its live voter count: one query and one
-/// pipelined Redis round trip, however many polls there are.
-pub async fn list_with_voters<C: ConnectionLike>(
+/// One page of polls (see [`page`]), each with its live voter count: one query and
+/// one pipelined Redis round trip, however long the page.
+pub async fn page_with_voters<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
     keys: &Keys,
-    limit: i64,
-) -> Result<Vec<(PollRow, i64)>, AppError> {
-    let rows = list_polls(db, limit).await?;
-    let ids = rows
+    after: Option<&PollCursor>,
+    limit: Limit,
+) -> Result<Page<(PollRow, i64)>, AppError> {
+    let page = page(db, after, limit).await?;
+    let ids = page
+        .items
         .iter()
         .map(|poll| poll_id(poll.id))
         .collect::<Result<Vec<_>, _>>()?;
     let voters = voter_counts(redis, keys, &ids).await?;
-    Ok(rows.into_iter().zip(voters).collect())
+    Ok(Page {
+        items: page.items.into_iter().zip(voters).collect(),
+        next: page.next,
+    })
 }
 
 /// Voters of many polls (`HLEN` of each voters hash) in one pipelined round trip,

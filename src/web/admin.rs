@@ -7,11 +7,12 @@ use askama::Template;
 use askama_web::WebTemplate;
 
 use super::error::PageError;
-use super::pages::{list_cards, load_nav, to_signin};
+use super::pages::{list_url, load_nav, page_of_cards, to_signin};
 use super::polls;
 use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, option_results};
 use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
+use crate::paging::Limit;
 use crate::sale::payment::{self, OrderCounts};
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
@@ -26,6 +27,42 @@ pub struct AdminPage {
     /// Bounds of the option list of the poll form.
     min_options: usize,
     max_options: usize,
+    /// The next page of each table (the other table stays on its page); none on
+    /// the last.
+    sales_next_url: Option<String>,
+    polls_next_url: Option<String>,
+    /// Either table is past its first page: the page offers the way back.
+    later_page: bool,
+    /// The API pages with the same rows, which the scripts read to keep them current.
+    sales_list_url: String,
+    polls_list_url: String,
+}
+
+/// Rows per page of each table of the admin page.
+const ADMIN_PAGE_ROWS: Limit = Limit::DEFAULT;
+
+/// `?sales_cursor=` and `?polls_cursor=`: where each table of the admin page starts.
+#[derive(serde::Deserialize, Default)]
+pub struct AdminCursors {
+    sales_cursor: Option<String>,
+    polls_cursor: Option<String>,
+}
+
+impl AdminCursors {
+    fn of(req: &HttpRequest) -> Self {
+        web::Query::<AdminCursors>::from_query(req.query_string())
+            .map(web::Query::into_inner)
+            .unwrap_or_default()
+    }
+
+    /// The admin page with the sales table at `sales` and the polls table at `polls`.
+    fn url(sales: Option<&str>, polls: Option<&str>, anchor: &str) -> String {
+        let params: Vec<String> = [("sales_cursor", sales), ("polls_cursor", polls)]
+            .into_iter()
+            .filter_map(|(name, cursor)| cursor.map(|c| format!("{name}={c}")))
+            .collect();
+        format!("/admin?{}#{anchor}", params.join("&"))
+    }
 }
 
 /// Anonymous callers are sent to sign in; signed-in non-admins get a 403 page.
@@ -44,11 +81,27 @@ pub async fn page(
             "This page is for shop administrators. Sign in with an admin account to use it.",
         ));
     }
-    match tokio::try_join!(list_cards(&state), polls::list_cards(&state)) {
+    let at = AdminCursors::of(&req);
+    let (sales_at, polls_at) = (at.sales_cursor.as_deref(), at.polls_cursor.as_deref());
+    match tokio::try_join!(
+        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS),
+        polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS)
+    ) {
         Ok((sales, polls)) => Ok(Either::Left(AdminPage {
             nav,
-            sales,
-            polls,
+            sales_next_url: sales
+                .next
+                .as_deref()
+                .map(|next| AdminCursors::url(Some(next), polls_at, "sales-heading")),
+            polls_next_url: polls
+                .next
+                .as_deref()
+                .map(|next| AdminCursors::url(sales_at, Some(next), "polls-heading")),
+            later_page: sales_at.is_some() || polls_at.is_some(),
+            sales_list_url: list_url("/api/admin/sales", ADMIN_PAGE_ROWS, sales_at),
+            polls_list_url: list_url("/api/admin/polls", ADMIN_PAGE_ROWS, polls_at),
+            sales: sales.items,
+            polls: polls.items,
             min_options: MIN_OPTIONS,
             max_options: MAX_OPTIONS,
         })),

@@ -9,6 +9,8 @@ use super::error::PageError;
 use super::view::{self, Nav, OrderState, SaleCard};
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
+use crate::paging::{Limit, Page};
+use crate::sale::SaleCursor;
 use crate::state::AppState;
 
 #[derive(Template, WebTemplate)]
@@ -18,6 +20,23 @@ pub struct IndexPage {
     sales: Vec<SaleCard>,
     /// The server's clock when rendering, so the cards' countdowns can correct for skew.
     server_now_ms: i64,
+    /// The next page of sales (`/?cursor=...`); none on the last.
+    next_url: Option<String>,
+    /// A page after the first: it offers the way back.
+    later_page: bool,
+    /// The API page with the same sales, which the script reads to keep the cards
+    /// current.
+    list_url: String,
+}
+
+/// Sales on one page of the home page: the shop's first screens, not its whole
+/// stock (the list was 195 KB of HTML at 3,000 sales).
+pub const HOME_PAGE_SALES: Limit = Limit::fixed(24);
+
+/// `?cursor=` of the pages that list: the `X-Next-Cursor` of the API list they show.
+#[derive(serde::Deserialize)]
+pub struct CursorQuery {
+    cursor: Option<String>,
 }
 
 pub async fn index(
@@ -25,23 +44,55 @@ pub async fn index(
     state: web::Data<AppState>,
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, _) = load_nav(&req, &state).await?;
-    match list_cards(&state).await {
-        Ok(mut sales) => {
-            view::sort_for_shop(&mut sales);
+    let cursor = cursor_param(&req);
+    match load_cards(&state, cursor.as_deref()).await {
+        Ok(mut page) => {
+            // The list order puts live and sold-out sales together (only Redis knows
+            // which is which); on the page, what can be bought comes first.
+            view::sort_for_shop(&mut page.items);
             Ok(IndexPage {
                 nav,
-                sales,
+                sales: page.items,
                 server_now_ms: chrono::Utc::now().timestamp_millis(),
+                next_url: page.next.map(|next| format!("/?cursor={next}")),
+                later_page: cursor.is_some(),
+                list_url: list_url("/api/sales", HOME_PAGE_SALES, cursor.as_deref()),
             })
         }
         Err(e) => Err(PageError::from_app(e, nav)),
     }
 }
 
-/// Sales with their live numbers, as the API lists them.
-pub(super) async fn list_cards(state: &AppState) -> Result<Vec<SaleCard>, AppError> {
-    let views = crate::sale::load_list(state).await?;
-    Ok(views.into_iter().map(SaleCard::from).collect())
+/// One page of sale cards, as the API lists them.
+async fn load_cards(state: &AppState, cursor: Option<&str>) -> Result<Page<SaleCard>, AppError> {
+    page_of_cards(state, cursor, HOME_PAGE_SALES).await
+}
+
+/// `limit` sales after `cursor` (a sale list's, else 400) with their live numbers.
+pub(super) async fn page_of_cards(
+    state: &AppState,
+    cursor: Option<&str>,
+    limit: Limit,
+) -> Result<Page<SaleCard>, AppError> {
+    let after = cursor.map(SaleCursor::parse).transpose()?;
+    let page = crate::sale::load_page(state, after.as_ref(), limit).await?;
+    Ok(page.map(SaleCard::from))
+}
+
+/// The `cursor` query parameter of a listing page; an unreadable query has none.
+pub(super) fn cursor_param(req: &HttpRequest) -> Option<String> {
+    web::Query::<CursorQuery>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.into_inner().cursor)
+}
+
+/// The API address of the page a listing page shows (`limit` items after `cursor`).
+pub(super) fn list_url(api: &str, limit: Limit, cursor: Option<&str>) -> String {
+    match cursor {
+        // A cursor that reached here parsed: base64url, nothing to escape.
+        Some(cursor) => format!("{api}?limit={}&cursor={cursor}", limit.get()),
+        None => format!("{api}?limit={}", limit.get()),
+    }
 }
 
 #[derive(Template, WebTemplate)]
@@ -268,8 +319,16 @@ struct MyOrderRow {
     overdue: bool,
 }
 
+/// Sales whose buyers set My orders asks about the caller (pending orders): the
+/// list's cached first page, where open sales, the only ones taking orders, come
+/// first. (A pending order lives until settlement, a moment; one of a sale past
+/// this page shows once settled.)
+const PENDING_SCAN: Limit = crate::sale::cached::FIRST_PAGE_CACHED;
+
 async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppError> {
-    let sales = crate::sale::load_list(state).await?;
+    let sales = crate::sale::load_page(state, None, PENDING_SCAN)
+        .await?
+        .items;
     // Redis before Postgres: an order that settles in between shows as confirmed.
     // Per sale: is the caller a buyer; of a sale of more than one per customer,
     // also the units they hold.

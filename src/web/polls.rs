@@ -8,48 +8,65 @@ use askama_web::WebTemplate;
 use chrono::Utc;
 
 use super::error::PageError;
-use super::pages::load_nav;
+use super::pages::{cursor_param, load_nav};
 use super::view::{self, Nav, OptionResult, PollCard};
 use crate::domain::PollId;
 use crate::error::AppError;
+use crate::paging::{Limit, Page};
 use crate::state::AppState;
-use crate::vote::store::{self, PollRecord, Results};
+use crate::vote::store::{self, PollCursor, PollRecord, Results};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "polls.html")]
 pub struct PollsPage {
     nav: Nav,
     polls: Vec<PollCard>,
+    /// The next page of polls (`/polls?cursor=...`); none on the last.
+    next_url: Option<String>,
+    /// A page after the first: it offers the way back.
+    later_page: bool,
 }
 
+/// Polls on one page of the polls page.
+pub const POLLS_PAGE_POLLS: Limit = Limit::fixed(24);
+
+/// One page of polls in the list order (open, upcoming, closed; see
+/// `vote::store::list_page`).
 pub async fn index(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, _) = load_nav(&req, &state).await?;
-    match list_cards(&state).await {
-        Ok(mut polls) => {
-            polls.sort_by_key(|poll| poll.status.rank());
-            Ok(PollsPage { nav, polls })
-        }
+    let cursor = cursor_param(&req);
+    match page_of_cards(&state, cursor.as_deref(), POLLS_PAGE_POLLS).await {
+        Ok(page) => Ok(PollsPage {
+            nav,
+            polls: page.items,
+            next_url: page.next.map(|next| format!("/polls?cursor={next}")),
+            later_page: cursor.is_some(),
+        }),
         Err(e) => Err(PageError::from_app(e, nav)),
     }
 }
 
-/// Polls with their live voter counts: one query and one pipelined Redis round trip.
-pub(super) async fn list_cards(state: &AppState) -> Result<Vec<PollCard>, AppError> {
+/// `limit` polls after `cursor` (a poll list's, else 400) with their live voter
+/// counts: one query and one pipelined Redis round trip.
+pub(super) async fn page_of_cards(
+    state: &AppState,
+    cursor: Option<&str>,
+    limit: Limit,
+) -> Result<Page<PollCard>, AppError> {
+    let after = cursor.map(PollCursor::parse).transpose()?;
     let now = Utc::now();
-    let rows = store::list_with_voters(
+    let page = store::page_with_voters(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
-        store::LIST_LIMIT,
+        after.as_ref(),
+        limit,
     )
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(poll, voters)| PollCard::new(poll, voters, now))
-        .collect())
+    Ok(page.map(|(poll, voters)| PollCard::new(poll, voters, now)))
 }
 
 #[derive(Template, WebTemplate)]

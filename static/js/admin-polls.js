@@ -110,7 +110,8 @@ export function adminPolls() {
   }
 
   async function refresh() {
-    const res = await api("GET", "/api/admin/polls");
+    // The API page with the rows this table shows (`data-list-url`).
+    const res = await api("GET", rows.dataset.listUrl || "/api/admin/polls");
     if (res.ok && Array.isArray(res.data)) showViews(res.data);
   }
 

@@ -93,7 +93,8 @@ export function adminPage() {
   }
 
   async function refresh() {
-    const res = await api("GET", "/api/admin/sales");
+    // The API page with the rows this table shows (`data-list-url`).
+    const res = await api("GET", rows.dataset.listUrl || "/api/admin/sales");
     if (res.ok && Array.isArray(res.data)) showViews(res.data);
   }
 

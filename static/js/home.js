@@ -78,7 +78,8 @@ export function indexPage() {
   }
 
   async function refresh() {
-    const res = await api("GET", "/api/sales");
+    // The API page with the sales this page shows (`data-list-url`).
+    const res = await api("GET", grid.dataset.listUrl || "/api/sales");
     if (!res.ok || !Array.isArray(res.data)) return;
     for (const view of res.data) {
       const c = cards.get(String(view.id));

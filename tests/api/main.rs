@@ -16,6 +16,7 @@ mod load;
 mod lock;
 mod openapi;
 mod pages;
+mod paging;
 mod payment;
 mod poll_pages;
 mod purchase;
