@@ -44,6 +44,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("vote", Capability),
     ("settle", Capability),
     ("recover", Capability),
+    ("restore", Capability),
     ("seed", Capability),
     ("load", Capability),
     ("state", Composition(0)),

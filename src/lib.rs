@@ -26,7 +26,8 @@
 //! - [`batch`]: decisions in per-sale (per-poll) batches, one script call each.
 //! - [`lua`]: how the Lua scripts of `lua/` are assembled (shared prelude + script).
 //! - [`recover`]: rebuilding a sale's or poll's Redis state from Postgres after a
-//!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile.
+//!   wipe or a restart that may have lost writes; 503 `recovering` meanwhile. The
+//!   driver: each feature's rebuild is its [`restore::Restore`].
 //! - [`settle`]: the worker that moves accepted orders and votes from Redis streams
 //!   to Postgres.
 //! - [`openapi`]: `GET /api/openapi.json`, generated from the handlers with utoipa.
@@ -55,6 +56,7 @@ pub mod paging;
 pub mod random;
 pub mod recover;
 pub mod redis_conn;
+pub mod restore;
 mod routes;
 pub mod sale;
 pub mod seed;

@@ -3,6 +3,7 @@
 
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use stampede::config::Config;
@@ -141,7 +142,8 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
         db.clone(),
         redis.clone(),
         keys.clone(),
-        Default::default(),
+        Arc::new(stampede::metrics::Metrics::off()),
+        startup::features(),
     );
     let mut bad = 0;
     for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {

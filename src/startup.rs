@@ -166,6 +166,7 @@ impl Application {
             stores.redis.clone(),
             stores.keys.clone(),
             metrics.clone(),
+            features(),
         );
         let mut redis = stores.redis.clone();
         // What has ended, from Postgres, before anything is served.
@@ -297,6 +298,14 @@ impl Application {
         result
     }
 }
+/// The features whose Redis state the recovery driver rebuilds.
+pub fn features() -> crate::recover::Features {
+    crate::recover::Features {
+        sales: Arc::new(crate::sale::rebuild::Sales),
+        polls: Arc::new(crate::vote::rebuild::Polls),
+    }
+}
+
 /// The connections `serve` opens at startup.
 struct Stores {
     /// The requests' pool (see [`Pool::Requests`]).

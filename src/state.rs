@@ -90,7 +90,7 @@ impl crate::cache::CachedReads for AppState {
 }
 
 impl crate::vote::cached::PollReads for AppState {
-    fn recovery(&self) -> &Arc<Recovery> {
-        &self.recovery
+    fn recovering(&self, poll: crate::domain::PollId) -> crate::error::AppError {
+        self.recovery.recovering(crate::recover::Target::Poll(poll))
     }
 }

@@ -11,6 +11,7 @@ pub mod buy;
 pub mod cached;
 pub mod orders;
 pub mod payment;
+pub mod rebuild;
 pub mod reconcile;
 pub mod stock;
 pub mod store;

@@ -4,8 +4,6 @@
 //!
 //! Poll creation and closing call [`invalidate_record`] after their commit.
 
-use std::sync::Arc;
-
 use actix_web::web;
 use chrono::Utc;
 use serde::Serialize;
@@ -14,17 +12,17 @@ use super::store::{self, PollRecord};
 use crate::cache::{CachedReads, RECORD_TTL};
 use crate::domain::PollId;
 use crate::error::AppError;
-use crate::recover::{Recovery, Target};
-
-/// What a poll's view needs: the cached reads, and the recovery to start when Redis
-/// lost the poll. The application state implements it (`state.rs`).
+/// What a poll's view needs: the cached reads, and the answer when Redis lost the
+/// poll (which starts its rebuild). The application state implements it
+/// (`state.rs`, through the recovery driver), so polls need no import of it.
 pub trait PollReads: CachedReads {
-    fn recovery(&self) -> &Arc<Recovery>;
+    /// 503 `recovering`, with the poll's rebuild started.
+    fn recovering(&self, poll: PollId) -> AppError;
 }
 
 impl<T: PollReads + ?Sized> PollReads for web::Data<T> {
-    fn recovery(&self) -> &Arc<Recovery> {
-        (**self).recovery()
+    fn recovering(&self, poll: PollId) -> AppError {
+        (**self).recovering(poll)
     }
 }
 
@@ -91,7 +89,7 @@ pub async fn live_results<S: PollReads + ?Sized>(
 /// poll was lost (wiped): rebuild it and answer 503 meanwhile.
 pub async fn missing_from_redis<S: PollReads + ?Sized>(state: &S, poll: PollId) -> AppError {
     match cached_record(state, poll).await {
-        Ok(Some(_)) => state.recovery().recovering(Target::Poll(poll)),
+        Ok(Some(_)) => state.recovering(poll),
         Ok(None) => AppError::not_found(format!("no poll with id {poll}")),
         Err(e) => e,
     }

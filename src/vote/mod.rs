@@ -5,6 +5,7 @@
 
 pub mod cached;
 pub mod cast;
+pub mod rebuild;
 pub mod store;
 
 pub use cached::{PollView, load_view};

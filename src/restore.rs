@@ -1,0 +1,197 @@
+//! What a feature gives the recovery driver ([`crate::recover`]) so that its Redis
+//! state can be rebuilt from Postgres: the [`Restore`] trait, which `sale/` and
+//! `vote/` implement, and the pieces every rebuild uses (the fence that stops
+//! decisions while it runs, chunked reads of sets, hashes and streams). The driver
+//! holds the mechanism (lock, fence check, sweep) and knows no table.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::error::{AppError, ErrorCode};
+use crate::keys::Keys;
+use crate::lua::lua_script;
+use crate::redis_conn::Redis;
+
+static FENCE: LazyLock<crate::lua::Script> = lua_script!("fence.lua");
+
+/// Lifetime of the fence token: a rebuild that died leaves the state fenced at most
+/// this long before the token is gone and any rebuild may start over.
+const TOKEN_TTL_MS: u64 = 120_000;
+/// Items per Redis command when reading or writing large sets.
+pub const CHUNK: usize = 1000;
+
+/// What one rebuild found and wrote.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Buyers or voters settled in Postgres.
+    pub settled: usize,
+    /// Accepted orders or votes still on their way (in the stream).
+    pub unsettled: usize,
+    /// Buyers or voters after the rebuild (the union of everything seen).
+    pub total: usize,
+    /// Units left after the rebuild (sales only).
+    pub stock_left: Option<i64>,
+}
+
+/// How soon a rebuild is wanted: open ones first, then upcoming, then ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Urgency {
+    Open,
+    Upcoming,
+    Ended,
+}
+
+impl Urgency {
+    /// From the rank the listing queries compute (0 open, 1 upcoming, else ended).
+    pub fn from_rank(rank: i32) -> Urgency {
+        match rank {
+            0 => Urgency::Open,
+            1 => Urgency::Upcoming,
+            _ => Urgency::Ended,
+        }
+    }
+}
+
+/// One entry of a feature's listing.
+#[derive(Debug, Clone, Copy)]
+pub struct Listed<I> {
+    pub id: I,
+    pub urgency: Urgency,
+    /// When it ends (or ended): the most recently ended are rebuilt first.
+    pub ends_at: DateTime<Utc>,
+}
+
+/// The stores a rebuild works on.
+#[derive(Clone, Copy)]
+pub struct Stores<'a> {
+    pub db: &'a PgPool,
+    pub redis: &'a Redis,
+    pub keys: &'a Keys,
+}
+
+/// A feature whose Redis state the driver can check and rebuild.
+pub trait Restore: Send + Sync {
+    type Id: Copy + Eq + std::hash::Hash + std::fmt::Display + Send + Sync + 'static;
+
+    /// The keys `lua/check_state.lua` reads: the meta hash (with the run stamp) and
+    /// a key the state cannot be without.
+    fn state_keys(&self, keys: &Keys, id: Self::Id) -> (String, String);
+
+    /// Every one, or those that ended within the last `days`.
+    fn list<'a>(
+        &'a self,
+        db: &'a PgPool,
+        days: Option<i32>,
+    ) -> BoxFuture<'a, Result<Vec<Listed<Self::Id>>, AppError>>;
+
+    /// Rebuilds one (the driver holds its lock): fence, read what Redis still has,
+    /// then what Postgres has, restore. `Ok(None)` when Postgres has no such one.
+    fn rebuild<'a>(
+        &'a self,
+        stores: Stores<'a>,
+        id: Self::Id,
+    ) -> BoxFuture<'a, Result<Option<Rebuilt>, AppError>>;
+
+    /// Finishes work an instance that died left half done (a sale's stock changes
+    /// committed in Postgres and not yet applied in Redis); returns the ones whose
+    /// state must be rebuilt before it can be finished.
+    fn finish_pending<'a>(
+        &'a self,
+        _stores: Stores<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Self::Id>, AppError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// Stops decisions on a sale or poll (`lua/fence.lua`) and returns the token its
+/// restore script must find, or start over.
+pub async fn fence(redis: &mut Redis, meta: &str, rebuild: &str) -> Result<String, AppError> {
+    let token = crate::random::token_hex(16);
+    let _: i64 = FENCE
+        .key(meta)
+        .key(rebuild)
+        .arg(&token)
+        .arg(TOKEN_TTL_MS)
+        .invoke_async(redis)
+        .await?;
+    Ok(token)
+}
+
+/// A rebuild cut short because Redis lost its state again meanwhile: not a bug, an
+/// outage; the next rebuild starts over.
+pub fn interrupted() -> AppError {
+    AppError::new(
+        ErrorCode::Recovering,
+        "Redis lost its data again while it was being restored; try again in a moment",
+    )
+}
+
+/// `(user_id, <field>)` of every entry of a stream, read in chunks.
+pub async fn stream_field(
+    redis: &mut Redis,
+    stream: &str,
+    field: &str,
+) -> Result<Vec<(i64, i64)>, AppError> {
+    let mut out = Vec::new();
+    each_entry(redis, stream, |entry| {
+        if let (Some(user), Some(value)) = (entry.get::<i64>("user_id"), entry.get::<i64>(field)) {
+            out.push((user, value));
+        }
+    })
+    .await?;
+    Ok(out)
+}
+
+/// Calls `f` on every entry of the stream, oldest first, `CHUNK` per read.
+pub async fn each_entry(
+    redis: &mut Redis,
+    stream: &str,
+    mut f: impl FnMut(&redis::streams::StreamId),
+) -> Result<(), AppError> {
+    let mut start = "-".to_string();
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(CHUNK)
+            .query_async(redis)
+            .await?;
+        let n = reply.ids.len();
+        reply.ids.iter().for_each(&mut f);
+        match reply.ids.last() {
+            Some(last) if n == CHUNK => start = format!("({}", last.id),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Every item of a set (`SSCAN`) or every field-value pair of a hash (`HSCAN`, with
+/// `T` a pair), read in chunks so that a large sale never blocks Redis.
+pub async fn scan_all<T: redis::FromRedisValue>(
+    redis: &mut Redis,
+    command: &str,
+    key: &str,
+) -> Result<Vec<T>, AppError> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, items): (u64, Vec<T>) = redis::cmd(command)
+            .arg(key)
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(CHUNK)
+            .query_async(redis)
+            .await?;
+        out.extend(items);
+        if next == 0 {
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}

@@ -1,0 +1,341 @@
+//! Rebuilding a sale's Redis state from Postgres (the [`Restore`] of sales, driven
+//! by [`crate::recover`]): the buyers set, units left, units per buyer, the window
+//! and the run stamp, from the settled orders, the unsettled entries still in the
+//! stream and the pending orders Redis still knows; then the stock changes still
+//! pending.
+//!
+//! The order of the reads matters: Redis first (stream, pending hash, buyers set),
+//! then Postgres. An entry the settlement worker moves meanwhile is still seen in
+//! one of the two, because it deletes a stream entry only after the commit.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use futures_util::future::BoxFuture;
+use sqlx::PgPool;
+
+use crate::domain::{Id, SaleId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::lua::lua_script;
+use crate::redis_conn::Redis;
+use crate::restore::{
+    CHUNK, Listed, Rebuilt, Restore, Stores, Urgency, each_entry, fence, interrupted, scan_all,
+};
+use crate::sale::stock::{self, ChangeResult};
+use crate::sale::store::{self as sales, SaleRow};
+use crate::settle::ensure_group;
+
+static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
+
+/// Stock changes still pending after this long are finished by the sweep.
+const STALE_CHANGE_MS: i64 = 2_000;
+
+/// The sales, as the recovery driver sees them.
+pub struct Sales;
+
+impl Restore for Sales {
+    type Id = SaleId;
+
+    fn state_keys(&self, keys: &Keys, id: SaleId) -> (String, String) {
+        let k = keys.sale(id);
+        (k.meta, k.stock)
+    }
+
+    fn list<'a>(
+        &'a self,
+        db: &'a PgPool,
+        days: Option<i32>,
+    ) -> BoxFuture<'a, Result<Vec<Listed<SaleId>>, AppError>> {
+        Box::pin(async move {
+            let rows: Vec<(i64, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+                "SELECT id, CASE WHEN closed OR ends_at <= now() THEN 2
+                         WHEN starts_at > now() THEN 1 ELSE 0 END, ends_at
+         FROM sales
+         WHERE $1::int IS NULL OR ends_at > now() - make_interval(days => $1)",
+            )
+            .bind(days)
+            .fetch_all(db)
+            .await?;
+            Ok(rows
+                .into_iter()
+                .filter_map(|(id, rank, ends_at)| {
+                    Some(Listed {
+                        id: Id::new(id)?,
+                        urgency: Urgency::from_rank(rank),
+                        ends_at,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn rebuild<'a>(
+        &'a self,
+        stores: Stores<'a>,
+        id: SaleId,
+    ) -> BoxFuture<'a, Result<Option<Rebuilt>, AppError>> {
+        Box::pin(rebuild_sale(stores, id))
+    }
+
+    /// Stock changes left pending in Postgres by an instance that died between
+    /// its commit and Redis: applied now; a sale whose change must wait for a
+    /// rebuild is returned.
+    fn finish_pending<'a>(
+        &'a self,
+        stores: Stores<'a>,
+    ) -> BoxFuture<'a, Result<Vec<SaleId>, AppError>> {
+        Box::pin(async move {
+            let mut rebuild = Vec::new();
+            for sale in stock::sales_with_pending_changes(stores.db, STALE_CHANGE_MS).await? {
+                let results =
+                    stock::apply_pending(stores.db, &mut stores.redis.clone(), stores.keys, sale)
+                        .await?;
+                if results.iter().any(|(_, r)| *r == ChangeResult::Deferred) {
+                    rebuild.push(sale);
+                }
+            }
+            Ok(rebuild)
+        })
+    }
+}
+
+async fn rebuild_sale(stores: Stores<'_>, id: SaleId) -> Result<Option<Rebuilt>, AppError> {
+    let mut redis = stores.redis.clone();
+    let k = stores.keys.sale(id);
+    let mut tx = stores.db.begin().await?;
+    // The row lock: stock changes and window changes of this sale wait for us.
+    let Some(sale) = sqlx::query_as::<_, SaleRow>(concat!(
+        "SELECT ",
+        sales::sale_columns!(),
+        " FROM sales WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id.get())
+    .fetch_optional(&mut *tx)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
+
+    let seen = read_sale(&mut redis, &mut tx, &k, &sale).await?;
+    let missing: Vec<i64> = seen.buyers.difference(&seen.known).copied().collect();
+    for chunk in missing.chunks(CHUNK) {
+        let _: i64 = redis::cmd("SADD")
+            .arg(&k.buyers)
+            .arg(chunk)
+            .query_async(&mut redis)
+            .await?;
+    }
+    let folded = if sale.rebuy_after_expiry {
+        release_expired(&mut tx, &mut redis, &k.buyers, id, &seen).await?
+    } else {
+        Vec::new()
+    };
+    if sale.max_per_user > 1 {
+        restore_units(&mut redis, &k, &seen).await?;
+    }
+    let (left, sold): (i64, i64) = RESTORE_SALE
+        .key(&k.meta)
+        .key(&k.stock)
+        .key(&k.buyers)
+        .key(&k.changes)
+        .key(&k.rebuild)
+        .key(&k.sold)
+        .arg(&token)
+        .arg(sale.starts_at.timestamp_millis())
+        .arg(sale.ends_at.timestamp_millis())
+        .arg(u8::from(sale.closed))
+        .arg(sale.stock_total)
+        .arg(sale.max_per_user)
+        .arg(&folded)
+        .invoke_async(&mut redis)
+        .await?;
+    if left < 0 {
+        tracing::warn!(sale = %id, "Redis lost the rebuild token (wiped or restarted again)");
+        return Err(interrupted());
+    }
+    if sold > sale.stock_total {
+        // Only possible when writes were lost before this rebuild existed.
+        tracing::error!(sale = %id, sold, stock_total = sale.stock_total, "more buyers than units");
+    }
+    ensure_group(&mut redis, &k.orders).await?;
+    stock::apply_pending_locked(&mut tx, &mut redis, stores.keys, id).await?;
+    let stock_left: Option<i64> = redis::cmd("GET")
+        .arg(&k.stock)
+        .query_async(&mut redis)
+        .await?;
+    tx.commit().await?;
+    Ok(Some(Rebuilt {
+        settled: seen.orders.iter().filter(|o| o.holds).count(),
+        unsettled: seen.unsettled.len(),
+        total: sold as usize,
+        stock_left,
+    }))
+}
+
+/// On a sale whose expired buyers may buy again: buyers whose only orders expired
+/// leave the buyers set (a lost `SREM` of their return), and returns still pending
+/// are recorded as applied, since units left are counted from this set next (the
+/// unit is back by construction; applying the return again would count it twice).
+/// Returns their change ids: `restore_sale.lua` remembers them as applied in Redis
+/// too, so that if this rebuild's transaction never commits, applying them later
+/// changes nothing. The caller holds the sale's row lock, so no expiry commits
+/// between its read of the orders and this.
+async fn release_expired(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut Redis,
+    buyers_key: &str,
+    id: SaleId,
+    seen: &SaleSeen,
+) -> Result<Vec<i64>, AppError> {
+    let gone: Vec<i64> = seen
+        .orders
+        .iter()
+        .filter(|o| !o.holds && seen.known.contains(&o.user) && !seen.buyers.contains(&o.user))
+        .map(|o| o.user)
+        .collect::<HashSet<i64>>()
+        .into_iter()
+        .collect();
+    for chunk in gone.chunks(CHUNK) {
+        let _: i64 = redis::cmd("SREM")
+            .arg(buyers_key)
+            .arg(chunk)
+            .query_async(&mut *redis)
+            .await?;
+    }
+    Ok(sqlx::query_scalar(
+        "UPDATE stock_changes SET status = 'applied', delta = 0, applied_at = now()
+         WHERE sale_id = $1 AND kind = 'return' AND status = 'pending' RETURNING id",
+    )
+    .bind(id.get())
+    .fetch_all(&mut *tx)
+    .await?)
+}
+
+/// One order of a sale as its rebuild reads it from Postgres.
+struct SeenOrder {
+    id: uuid::Uuid,
+    user: i64,
+    units: i64,
+    /// It holds its units: not expired, or expired on a sale whose expired buyers
+    /// stay buyers.
+    holds: bool,
+}
+
+/// What a sale's rebuild reads, Redis first and Postgres second (see the module doc).
+struct SaleSeen {
+    /// Orders in Postgres.
+    orders: Vec<SeenOrder>,
+    /// Orders in the stream that Postgres does not have yet: order, user, units.
+    /// (An entry left behind by a worker that died after its commit is Postgres's.)
+    unsettled: Vec<(uuid::Uuid, i64, i64)>,
+    /// The buyers set as Redis has it.
+    known: HashSet<i64>,
+    /// Users holding units: of the orders that hold theirs, of the unsettled ones,
+    /// and of pending orders Postgres does not have.
+    buyers: HashSet<i64>,
+}
+
+async fn read_sale(
+    redis: &mut Redis,
+    tx: &mut sqlx::PgConnection,
+    k: &crate::keys::SaleKeys,
+    sale: &SaleRow,
+) -> Result<SaleSeen, AppError> {
+    let stream = stream_orders(redis, &k.orders).await?;
+    let pending: Vec<(String, i64)> = scan_all(redis, "HSCAN", &k.pending).await?;
+    let known: HashSet<i64> = scan_all(redis, "SSCAN", &k.buyers)
+        .await?
+        .into_iter()
+        .collect();
+    let rows: Vec<(uuid::Uuid, i64, i32, bool)> = sqlx::query_as(
+        "SELECT id, user_id, quantity, (status <> 'expired' OR NOT $2) FROM orders WHERE sale_id = $1",
+    )
+    .bind(sale.id)
+    .bind(sale.rebuy_after_expiry)
+    .fetch_all(&mut *tx)
+    .await?;
+    let orders: Vec<SeenOrder> = rows
+        .into_iter()
+        .map(|(id, user, units, holds)| SeenOrder {
+            id,
+            user,
+            units: i64::from(units),
+            holds,
+        })
+        .collect();
+    let in_pg: HashSet<uuid::Uuid> = orders.iter().map(|o| o.id).collect();
+    let unsettled: Vec<(uuid::Uuid, i64, i64)> = stream
+        .into_iter()
+        .filter(|(order, _, _)| !in_pg.contains(order))
+        .collect();
+    let mut buyers: HashSet<i64> = orders.iter().filter(|o| o.holds).map(|o| o.user).collect();
+    buyers.extend(unsettled.iter().map(|(_, user, _)| *user));
+    buyers.extend(
+        pending
+            .iter()
+            .filter(|(order, _)| uuid::Uuid::parse_str(order).map_or(true, |o| !in_pg.contains(&o)))
+            .map(|(_, user)| *user),
+    );
+    Ok(SaleSeen {
+        orders,
+        unsettled,
+        known,
+        buyers,
+    })
+}
+
+/// On a sale of more than one per customer: units per buyer and units sold, counted
+/// from the orders that hold units in Postgres and the unsettled ones, written over
+/// what Redis had. Then units left are units ever offered minus units sold.
+async fn restore_units(
+    redis: &mut Redis,
+    k: &crate::keys::SaleKeys,
+    seen: &SaleSeen,
+) -> Result<(), AppError> {
+    let mut units: HashMap<i64, i64> = HashMap::new();
+    for o in seen.orders.iter().filter(|o| o.holds) {
+        *units.entry(o.user).or_default() += o.units;
+    }
+    for (_, user, n) in &seen.unsettled {
+        *units.entry(*user).or_default() += n;
+    }
+    let sold: i64 = units.values().sum();
+    let _: () = redis::cmd("DEL")
+        .arg(&k.units)
+        .query_async(&mut *redis)
+        .await?;
+    let flat: Vec<i64> = units.iter().flat_map(|(u, n)| [*u, *n]).collect();
+    for chunk in flat.chunks(2 * CHUNK) {
+        let _: i64 = redis::cmd("HSET")
+            .arg(&k.units)
+            .arg(chunk)
+            .query_async(&mut *redis)
+            .await?;
+    }
+    let _: () = redis::cmd("SET")
+        .arg(&k.sold)
+        .arg(sold)
+        .query_async(&mut *redis)
+        .await?;
+    Ok(())
+}
+
+/// The orders in a sale's stream: order id, user, units.
+async fn stream_orders(
+    redis: &mut Redis,
+    stream: &str,
+) -> Result<Vec<(uuid::Uuid, i64, i64)>, AppError> {
+    let mut out = Vec::new();
+    each_entry(redis, stream, |entry| {
+        let order = entry
+            .get::<String>("order_id")
+            .and_then(|o| uuid::Uuid::parse_str(&o).ok());
+        if let (Some(order), Some(user)) = (order, entry.get::<i64>("user_id")) {
+            out.push((order, user, entry.get::<i64>("quantity").unwrap_or(1)));
+        }
+    })
+    .await?;
+    Ok(out)
+}
