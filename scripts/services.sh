@@ -215,7 +215,7 @@ _stampede_redis() {
   fi
   _say "starting Redis on 127.0.0.1:$port (data in .data/redis)"
   # appendfsync always: Redis writes every decision to disk before it answers, so a
-  # 202 survives a crash of Redis or of the machine (see README, "What a 202 means").
+  # 202 survives a crash of Redis or of the machine (see docs/operations.md, "What a 202 means").
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
     --pidfile "$STAMPEDE_DATA/redis.pid" --logfile "$STAMPEDE_DATA/redis.log" \
     --appendonly yes --appendfsync always --save "" --maxclients 10000

@@ -85,7 +85,7 @@ impl From<Failed> for AppError {
 
 /// With `replica_acks` set, an accepted decision is answered only once that many
 /// replicas of its primary have it (`WAIT`), so a failover to one of them cannot
-/// forget a 202. See "Redis Cluster" in the README.
+/// forget a 202. See "Redis Cluster" in docs/operations.md.
 #[derive(Clone, Copy, Debug)]
 pub struct ReplicaAcks {
     pub replicas: u32,

@@ -13,7 +13,7 @@ use serde::Serialize;
 macro_rules! error_codes {
     ($($(#[doc = $doc:literal])* $variant:ident = ($status:ident, $code:literal),)*) => {
         /// Every `error` code the API answers, each with its one HTTP status. The
-        /// README's "Error codes" table lists them all (a unit test checks it).
+        /// "Error codes" table of `docs/api.md` lists them all (a unit test checks it).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum ErrorCode {
             $($(#[doc = $doc])* $variant,)*
@@ -355,15 +355,15 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
 
-    /// The README's "Error codes" table is the list of codes, each with its status:
-    /// nothing missing, nothing extra, no status that differs.
+    /// The "Error codes" table of `docs/api.md` is the list of codes, each with its
+    /// status: nothing missing, nothing extra, no status that differs.
     #[test]
-    fn the_readme_lists_every_error_code_with_its_status() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("### Error codes")
+    fn the_api_docs_list_every_error_code_with_its_status() {
+        let api_docs = include_str!("../docs/api.md");
+        let section = api_docs
+            .split("\n## Error codes\n")
             .nth(1)
-            .expect("README has an Error codes section");
+            .expect("docs/api.md has an Error codes section");
         let listed: std::collections::BTreeSet<(String, u16)> = section
             .lines()
             .skip_while(|l| !l.starts_with("|---"))

@@ -50,7 +50,7 @@ enum Command {
     SeedDemo,
     /// Rehearse a sale against a running server: prepare users and a sale (or poll),
     /// fire a storm, print throughput, latency percentiles and every answer, then
-    /// check the invariants (exit 1 when one broke). See "Rehearse a sale" in the README.
+    /// check the invariants (exit 1 when one broke). See "Rehearse a sale" in docs/operations.md.
     Load(stampede::load::LoadArgs),
     /// Create an admin, or promote an existing user. The password is read from
     /// STAMPEDE_ADMIN_PASSWORD or, when that is unset, from the first line of stdin.

@@ -439,7 +439,7 @@ fn http_server(
     // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
     .disable_signals()
     .shutdown_timeout(10)
-    // What one client can hold (README, "Limits on connections"): the head must
+    // What one client can hold (docs/api.md, "Limits on connections"): the head must
     // come within client_request_timeout (else 408, or a silent close when
     // nothing came), idle keep-alive connections close, each worker holds at
     // most max_connections; a response not taken within a second is dropped.

@@ -48,7 +48,7 @@ pub struct Config {
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
     pub max_body_bytes: usize,
-    /// What one client can hold (see "Limits on connections" in the README): the
+    /// What one client can hold (see "Limits on connections" in docs/api.md): the
     /// request line and headers must arrive within this long of the connection
     /// opening or of the previous answer, else 408 and the connection is closed
     /// (a connection that sent nothing is closed silently).
@@ -97,7 +97,7 @@ pub struct Config {
     /// Replicas that must have an accepted purchase or vote before its 202 is sent
     /// (`WAIT` on its primary after the batch; 0: answer at once, as Redis
     /// replicates asynchronously). With 1, a failover to a replica never forgets a
-    /// 202. See "Redis Cluster" in the README.
+    /// 202. See "Redis Cluster" in docs/operations.md.
     pub replica_acks: u32,
     /// How long a batch waits for `replica_acks`; past it, the batch is answered 503
     /// `not_replicated` (1 to `redis_response_timeout_ms` - 1).
