@@ -136,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
             batch_size: batch,
             ..SettleConfig::default()
         },
+        stampede::startup::settlers(),
     )
     .await?;
     let started = Instant::now();

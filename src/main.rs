@@ -117,6 +117,7 @@ async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
         &stampede::redis_conn::Target::from_config(config),
         keys,
         config.settle.clone(),
+        startup::settlers(),
     )
     .await?;
     if drain {

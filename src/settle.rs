@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
 use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
 use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
@@ -24,7 +25,6 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::SettleConfig;
-use crate::domain::{Id, PollId, SaleId};
 use crate::keys::Keys;
 use crate::lock::{Lock, LostSignal};
 use crate::metrics::Metrics;
@@ -47,6 +47,8 @@ const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 const RECLAIM_BUDGET: usize = 64;
 
 pub struct Settler {
+    /// The features whose streams this worker settles (see [`Settle`]).
+    features: Vec<Arc<dyn Settle>>,
     /// Where the next periodic reclaim pass starts in the list of streams.
     reclaim_from: usize,
     /// Streams that gave entries in the last read: the next read asks each of them
@@ -86,63 +88,90 @@ pub async fn ensure_group<C: ConnectionLike>(
     }
 }
 
-/// One stream the worker settles, with the keys it touches: a sale's orders (and
-/// the pending hash its order ids leave once settled) or a poll's votes. Built from
-/// an id and [`Keys`], never worked out from a key name.
+/// One stream the worker settles: its key, the hash its entries' ids leave once
+/// settled (a sale's pending orders; none for a poll), and which feature settles
+/// it. A feature builds its streams from ids and [`Keys`] ([`Stream::new`]); the
+/// worker tags them with the feature.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Stream {
-    Orders { key: String, pending: String },
-    Votes { key: String },
+pub struct Stream {
+    key: String,
+    pending: Option<String>,
+    feature: usize,
 }
 
 impl Stream {
-    pub fn of_sale(keys: &Keys, sale: SaleId) -> Stream {
-        let k = keys.sale(sale);
-        Stream::Orders {
-            key: k.orders,
-            pending: k.pending,
-        }
-    }
-
-    pub fn of_poll(keys: &Keys, poll: PollId) -> Stream {
-        Stream::Votes {
-            key: keys.poll(poll).votes,
+    pub fn new(key: String, pending: Option<String>) -> Stream {
+        Stream {
+            key,
+            pending,
+            feature: 0,
         }
     }
 
     pub fn key(&self) -> &str {
-        match self {
-            Stream::Orders { key, .. } | Stream::Votes { key } => key,
-        }
+        &self.key
     }
+}
+
+/// One accepted decision as its stream entry carries it, parsed by its feature
+/// ([`Settle::parse`]): the same columns for every feature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    /// The decision's own id, when it has one (an order's); it leaves the stream's
+    /// pending hash once settled.
+    pub id: Option<Uuid>,
+    /// What it was decided on (the sale, the poll).
+    pub owner: i64,
+    pub user: i64,
+    /// The feature's one number (an order's units, a vote's option).
+    pub value: i64,
+    /// When Redis accepted it.
+    pub at: DateTime<Utc>,
+}
+
+/// What a feature's write of one batch did.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub inserted: u64,
+    /// Ids neither inserted nor already there: Postgres holds another row for the
+    /// same (owner, user), so the two stores disagree.
+    pub conflicting: Vec<Uuid>,
+}
+
+/// A feature whose accepted decisions the worker settles (`sale/settlement.rs`:
+/// orders; `vote/settlement.rs`: votes). The worker holds the mechanism (consumer
+/// group, blocking read, claim, acknowledgement after commit) and knows no table.
+pub trait Settle: Send + Sync {
+    /// The streams that may still get entries: those of the last `days`.
+    fn streams<'a>(
+        &'a self,
+        db: &'a PgPool,
+        keys: &'a Keys,
+        days: i32,
+    ) -> BoxFuture<'a, Result<Vec<Stream>, sqlx::Error>>;
+
+    /// One entry of its streams; `None` for one that is not its own (acknowledged
+    /// without settling, and logged).
+    fn parse(&self, entry: &StreamId) -> Option<Accepted>;
+
+    /// Writes a batch idempotently (`ON CONFLICT DO NOTHING`: an entry delivered
+    /// twice lands once) inside the worker's transaction.
+    fn write<'a>(
+        &'a self,
+        tx: &'a mut sqlx::PgConnection,
+        rows: &'a [Accepted],
+    ) -> BoxFuture<'a, Result<Written, sqlx::Error>>;
 }
 
 /// One event as read from a stream.
 #[derive(Debug, Clone, PartialEq)]
 struct Event {
     stream: String,
-    /// The sale's pending-orders hash (orders only): the order id leaves it once
-    /// the order is in Postgres.
+    /// The stream's pending hash: the decision's id leaves it once settled.
     pending: Option<String>,
     entry_id: String,
-    kind: EventKind,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum EventKind {
-    Order {
-        order_id: Uuid,
-        sale_id: i64,
-        user_id: i64,
-        accepted_at: DateTime<Utc>,
-        quantity: i32,
-    },
-    Vote {
-        poll_id: i64,
-        user_id: i64,
-        option_id: i64,
-        voted_at: DateTime<Utc>,
-    },
+    feature: usize,
+    accepted: Accepted,
 }
 
 /// What one settle step did, for logs and tests.
@@ -161,6 +190,7 @@ impl Settler {
         target: &Target,
         keys: Keys,
         config: SettleConfig,
+        features: Vec<Arc<dyn Settle>>,
     ) -> anyhow::Result<Self> {
         let connect = Duration::from_secs(2);
         let redis = Redis::connect(
@@ -186,6 +216,7 @@ impl Settler {
             .clone()
             .unwrap_or_else(default_consumer_name);
         Ok(Settler {
+            features,
             reclaim_from: 0,
             busy_streams: 1,
             db,
@@ -303,29 +334,16 @@ impl Settler {
         }
     }
 
-    /// The order streams of sales and vote streams of polls that may still get entries.
+    /// The streams of every feature that may still get entries.
     async fn streams(&self) -> anyhow::Result<Vec<Stream>> {
-        let sales: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
-        )
-        .bind(STREAM_RETENTION_DAYS)
-        .fetch_all(&self.db)
-        .await?;
-        let polls: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM polls WHERE closes_at > now() - make_interval(days => $1) ORDER BY id",
-        )
-        .bind(STREAM_RETENTION_DAYS)
-        .fetch_all(&self.db)
-        .await?;
-        let streams = sales
-            .into_iter()
-            .filter_map(Id::new)
-            .map(|id| Stream::of_sale(&self.keys, id));
-        let poll_streams = polls
-            .into_iter()
-            .filter_map(Id::new)
-            .map(|id| Stream::of_poll(&self.keys, id));
-        Ok(streams.chain(poll_streams).collect())
+        let mut all = Vec::new();
+        for (feature, settle) in self.features.iter().enumerate() {
+            let streams = settle
+                .streams(&self.db, &self.keys, STREAM_RETENTION_DAYS)
+                .await?;
+            all.extend(streams.into_iter().map(|s| Stream { feature, ..s }));
+        }
+        Ok(all)
     }
 
     async fn read(
@@ -390,8 +408,14 @@ impl Settler {
                 );
             };
             for entry in key.ids {
-                match parse_event(stream, &entry) {
-                    Some(ev) => events.push(ev),
+                match self.features[stream.feature].parse(&entry) {
+                    Some(accepted) => events.push(Event {
+                        stream: stream.key.clone(),
+                        pending: stream.pending.clone(),
+                        entry_id: entry.id.clone(),
+                        feature: stream.feature,
+                        accepted,
+                    }),
                     None => {
                         // Not one of ours: keep it out of the way, but never silently.
                         tracing::error!(stream = %key.key, entry = %entry.id, "malformed event; acknowledged without settling");
@@ -558,12 +582,34 @@ impl Settler {
         Ok(())
     }
 
+    /// Writes a batch in one transaction, each feature its own rows; returns the
+    /// rows inserted and the ids in conflict.
+    async fn write(&self, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
+        let mut tx = self.db.begin().await?;
+        let (mut inserted, mut conflicting) = (0, Vec::new());
+        for (feature, settle) in self.features.iter().enumerate() {
+            let rows: Vec<Accepted> = events
+                .iter()
+                .filter(|e| e.feature == feature)
+                .map(|e| e.accepted.clone())
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let written = settle.write(&mut tx, &rows).await?;
+            inserted += written.inserted;
+            conflicting.extend(written.conflicting);
+        }
+        tx.commit().await?;
+        Ok((inserted, conflicting))
+    }
+
     async fn settle(&mut self, events: Vec<Event>) -> anyhow::Result<Settled> {
         if events.is_empty() {
             return Ok(Settled::default());
         }
         let started = Instant::now();
-        let (inserted, conflicting) = insert_events(&self.db, &events).await?;
+        let (inserted, conflicting) = self.write(&events).await?;
         if !conflicting.is_empty() {
             // Redis accepted these, but Postgres already holds another order of the
             // same user for the same sale: the two stores disagree (Redis lost its
@@ -592,8 +638,8 @@ impl Settler {
             let done = by_stream.entry(ev.stream.as_str()).or_default();
             done.entries.push(ev.entry_id.as_str());
             done.pending = ev.pending.as_deref();
-            if let EventKind::Order { order_id, .. } = &ev.kind {
-                done.orders.push(order_id.to_string());
+            if let Some(id) = ev.accepted.id {
+                done.orders.push(id.to_string());
             }
         }
         let mut pipe = redis::pipe();
@@ -620,167 +666,6 @@ impl Settler {
 
 /// How often an idle settlement worker on Redis Cluster looks at its streams again.
 const CLUSTER_POLL: Duration = Duration::from_millis(20);
-
-/// Writes a batch of orders and votes in one transaction; returns the rows inserted
-/// and the order ids that were neither inserted nor already there (a different
-/// order holds their (sale, user)).
-async fn insert_events(db: &PgPool, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
-    let (orders, votes) = Columns::of(events);
-    let mut tx = db.begin().await?;
-    let (mut inserted, conflicting) = insert_orders(&mut tx, &orders).await?;
-    inserted += insert_votes(&mut tx, &votes).await?;
-    tx.commit().await?;
-    Ok((inserted, conflicting))
-}
-
-/// One array per column for `UNNEST`: a batch's orders (`ids`, `owners` the sales,
-/// `users`, `times`) or its votes (`owners` the polls, `users`, `options`, `times`).
-#[derive(Default)]
-struct Columns {
-    ids: Vec<Uuid>,
-    owners: Vec<i64>,
-    users: Vec<i64>,
-    options: Vec<i64>,
-    times: Vec<DateTime<Utc>>,
-    /// Orders: units of each.
-    quantities: Vec<i32>,
-}
-
-impl Columns {
-    /// The orders' columns and the votes' columns of `events`, in their order.
-    fn of(events: &[Event]) -> (Columns, Columns) {
-        let (mut orders, mut votes) = (Columns::default(), Columns::default());
-        for ev in events {
-            match &ev.kind {
-                EventKind::Order {
-                    order_id,
-                    sale_id,
-                    user_id,
-                    accepted_at,
-                    quantity,
-                } => {
-                    orders.ids.push(*order_id);
-                    orders.owners.push(*sale_id);
-                    orders.users.push(*user_id);
-                    orders.times.push(*accepted_at);
-                    orders.quantities.push(*quantity);
-                }
-                EventKind::Vote {
-                    poll_id,
-                    user_id,
-                    option_id,
-                    voted_at,
-                } => {
-                    votes.owners.push(*poll_id);
-                    votes.users.push(*user_id);
-                    votes.options.push(*option_id);
-                    votes.times.push(*voted_at);
-                }
-            }
-        }
-        (orders, votes)
-    }
-}
-
-/// Inserts the orders (`ON CONFLICT DO NOTHING`); returns the rows inserted and the
-/// ids of those skipped that are not there (a conflict, not a redelivery).
-async fn insert_orders(
-    tx: &mut sqlx::PgConnection,
-    orders: &Columns,
-) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
-    if orders.ids.is_empty() {
-        return Ok((0, Vec::new()));
-    }
-    let inserted = sqlx::query(
-        // A sale with a payment window makes the order wait for its payment until
-        // `accepted_at` + the window (see migrations/0007_payment.sql).
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit)
-         SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
-                CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
-                CASE WHEN s.payment_window_s > 0
-                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
-                o.quantity, s.max_per_user > 1
-         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[])
-              AS o (id, sale_id, user_id, accepted_at, quantity)
-         JOIN sales s ON s.id = o.sale_id
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&orders.ids)
-    .bind(&orders.owners)
-    .bind(&orders.users)
-    .bind(&orders.times)
-    .bind(&orders.quantities)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if inserted as usize == orders.ids.len() {
-        return Ok((inserted, Vec::new()));
-    }
-    // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
-    let conflicting = sqlx::query_scalar(
-        "SELECT u FROM UNNEST($1::uuid[]) AS u
-         WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
-    )
-    .bind(&orders.ids)
-    .fetch_all(&mut *tx)
-    .await?;
-    Ok((inserted, conflicting))
-}
-
-/// Inserts the votes (`ON CONFLICT DO NOTHING`); returns the rows inserted.
-async fn insert_votes(tx: &mut sqlx::PgConnection, votes: &Columns) -> Result<u64, sqlx::Error> {
-    if votes.owners.is_empty() {
-        return Ok(0);
-    }
-    Ok(sqlx::query(
-        "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
-         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&votes.owners)
-    .bind(&votes.users)
-    .bind(&votes.options)
-    .bind(&votes.times)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected())
-}
-
-fn parse_event(stream: &Stream, entry: &StreamId) -> Option<Event> {
-    let at_ms: i64 = entry.get("at_ms")?;
-    let at = DateTime::from_timestamp_millis(at_ms)?;
-    let kind = if matches!(stream, Stream::Votes { .. }) {
-        EventKind::Vote {
-            poll_id: entry.get("poll_id")?,
-            user_id: entry.get("user_id")?,
-            option_id: entry.get("option_id")?,
-            voted_at: at,
-        }
-    } else {
-        let order_id: String = entry.get("order_id")?;
-        EventKind::Order {
-            order_id: Uuid::parse_str(&order_id).ok()?,
-            sale_id: entry.get("sale_id")?,
-            user_id: entry.get("user_id")?,
-            accepted_at: at,
-            // Absent: one unit (a sale of one per customer writes no quantity).
-            quantity: match entry.get::<i32>("quantity") {
-                Some(q) if q >= 1 => q,
-                Some(_) => return None,
-                None => 1,
-            },
-        }
-    };
-    Some(Event {
-        stream: stream.key().to_string(),
-        pending: match stream {
-            Stream::Orders { pending, .. } => Some(pending.clone()),
-            Stream::Votes { .. } => None,
-        },
-        entry_id: entry.id.clone(),
-        kind,
-    })
-}
 
 fn default_consumer_name() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());

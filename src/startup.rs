@@ -306,6 +306,16 @@ pub fn features() -> crate::recover::Features {
     }
 }
 
+/// The features whose accepted decisions the settlement worker writes to
+/// Postgres, in the order it tags their streams (orders first: a stream made by
+/// [`crate::sale::settlement::stream`] alone is settled as orders).
+pub fn settlers() -> Vec<Arc<dyn crate::settle::Settle>> {
+    vec![
+        Arc::new(crate::sale::settlement::Orders),
+        Arc::new(crate::vote::settlement::Votes),
+    ]
+}
+
 /// The connections `serve` opens at startup.
 struct Stores {
     /// The requests' pool (see [`Pool::Requests`]).
@@ -391,6 +401,7 @@ async fn spawn_settler(
         &Target::from_config(config),
         state.keys.clone(),
         config.settle.clone(),
+        settlers(),
     )
     .await?
     .with_metrics(state.metrics.clone());

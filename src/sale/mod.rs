@@ -13,6 +13,7 @@ pub mod orders;
 pub mod payment;
 pub mod rebuild;
 pub mod reconcile;
+pub mod settlement;
 pub mod stock;
 pub mod store;
 pub mod ticket;

@@ -6,6 +6,7 @@
 pub mod cached;
 pub mod cast;
 pub mod rebuild;
+pub mod settlement;
 pub mod store;
 
 pub use cached::{PollView, load_view};

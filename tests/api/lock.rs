@@ -260,6 +260,7 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
         &stampede::redis_conn::Target::from_config(&app.config),
         app.keys.clone(),
         settle_config,
+        stampede::startup::settlers(),
     )
     .await
     .unwrap();

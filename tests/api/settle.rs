@@ -33,6 +33,7 @@ async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle_ms: u64
             claim_idle_ms,
             consumer: Some(consumer.to_string()),
         },
+        stampede::startup::settlers(),
     )
     .await
     .unwrap()
@@ -198,7 +199,7 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
     for _ in 0..5 {
         let sale = app.live_sale(&admin, 30).await;
         total += buy_all(&app, sale, 30).await.len();
-        streams.push(stampede::settle::Stream::of_sale(
+        streams.push(stampede::sale::settlement::stream(
             &app.keys,
             stampede::domain::Id::new(sale).unwrap(),
         ));

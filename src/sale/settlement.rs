@@ -1,0 +1,126 @@
+//! Settling a sale's accepted orders (the [`Settle`] of sales, driven by
+//! [`crate::settle`]): each entry of `{sale:N}:orders` becomes a row of `orders`,
+//! waiting for its payment when the sale has a payment window.
+
+use chrono::DateTime;
+use futures_util::future::BoxFuture;
+use redis::streams::StreamId;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::domain::{Id, SaleId};
+use crate::keys::Keys;
+use crate::settle::{Accepted, Settle, Stream, Written};
+
+/// The sales, as the settlement worker sees them.
+pub struct Orders;
+
+/// A sale's stream of accepted orders, with its pending-orders hash.
+pub fn stream(keys: &Keys, sale: SaleId) -> Stream {
+    let k = keys.sale(sale);
+    Stream::new(k.orders, Some(k.pending))
+}
+
+impl Settle for Orders {
+    fn streams<'a>(
+        &'a self,
+        db: &'a PgPool,
+        keys: &'a Keys,
+        days: i32,
+    ) -> BoxFuture<'a, Result<Vec<Stream>, sqlx::Error>> {
+        Box::pin(async move {
+            let sales: Vec<i64> = sqlx::query_scalar(
+                "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
+            )
+            .bind(days)
+            .fetch_all(db)
+            .await?;
+            Ok(sales
+                .into_iter()
+                .filter_map(Id::new)
+                .map(|id| stream(keys, id))
+                .collect())
+        })
+    }
+
+    fn parse(&self, entry: &StreamId) -> Option<Accepted> {
+        let at = DateTime::from_timestamp_millis(entry.get("at_ms")?)?;
+        let order_id: String = entry.get("order_id")?;
+        Some(Accepted {
+            id: Some(Uuid::parse_str(&order_id).ok()?),
+            owner: entry.get("sale_id")?,
+            user: entry.get("user_id")?,
+            at,
+            // Absent: one unit (a sale of one per customer writes no quantity).
+            value: match entry.get::<i32>("quantity") {
+                Some(q) if q >= 1 => i64::from(q),
+                Some(_) => return None,
+                None => 1,
+            },
+        })
+    }
+
+    fn write<'a>(
+        &'a self,
+        tx: &'a mut sqlx::PgConnection,
+        rows: &'a [Accepted],
+    ) -> BoxFuture<'a, Result<Written, sqlx::Error>> {
+        Box::pin(insert_orders(tx, rows))
+    }
+}
+
+/// Inserts the orders (`ON CONFLICT DO NOTHING`); returns the rows inserted and the
+/// ids of those skipped that are not there (a conflict, not a redelivery).
+async fn insert_orders(
+    tx: &mut sqlx::PgConnection,
+    rows: &[Accepted],
+) -> Result<Written, sqlx::Error> {
+    let ids: Vec<Uuid> = rows.iter().filter_map(|r| r.id).collect();
+    let sales: Vec<i64> = rows.iter().map(|r| r.owner).collect();
+    let users: Vec<i64> = rows.iter().map(|r| r.user).collect();
+    let times: Vec<DateTime<chrono::Utc>> = rows.iter().map(|r| r.at).collect();
+    let quantities: Vec<i32> = rows
+        .iter()
+        .map(|r| i32::try_from(r.value).unwrap_or(i32::MAX))
+        .collect();
+    let inserted = sqlx::query(
+        // A sale with a payment window makes the order wait for its payment until
+        // `accepted_at` + the window (see migrations/0007_payment.sql).
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit)
+         SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
+                CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
+                CASE WHEN s.payment_window_s > 0
+                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
+                o.quantity, s.max_per_user > 1
+         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[])
+              AS o (id, sale_id, user_id, accepted_at, quantity)
+         JOIN sales s ON s.id = o.sale_id
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(&sales)
+    .bind(&users)
+    .bind(&times)
+    .bind(&quantities)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    if inserted as usize == ids.len() {
+        return Ok(Written {
+            inserted,
+            conflicting: Vec::new(),
+        });
+    }
+    // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
+    let conflicting = sqlx::query_scalar(
+        "SELECT u FROM UNNEST($1::uuid[]) AS u
+         WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
+    )
+    .bind(&ids)
+    .fetch_all(&mut *tx)
+    .await?;
+    Ok(Written {
+        inserted,
+        conflicting,
+    })
+}
