@@ -202,18 +202,20 @@ async def clients(args):
     tasks.append(
         asyncio.ensure_future(sign_in_and_out(host, port, users, password, args.signins_per_s, stop, tally))
     )
-    fewest = state["open"]
+    # Counted every half second while running: once `stop` is set the streams close.
+    fewest = open_at_end = state["open"]
     deadline = time.monotonic() + args.seconds
     while not stop.is_set() and time.monotonic() < deadline:
+        fewest = min(fewest, state["open"])
+        open_at_end = state["open"]
         try:
             await asyncio.wait_for(stop.wait(), 0.5)
         except asyncio.TimeoutError:
             pass
-        fewest = min(fewest, state["open"])
-    open_at_end = state["open"]
     stop.set()
     await asyncio.wait(tasks, timeout=15)
     report = {"streams_open_at_end": open_at_end, "streams_fewest_open": fewest, **tally.counts}
+    # (at the end: the last count before the stop, at most half a second old)
     print(json.dumps(report), flush=True)
 
 
