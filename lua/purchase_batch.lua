@@ -30,15 +30,16 @@
 -- The cost is per batch, not per buyer, except for one XADD per accepted order:
 -- one SMISMEMBER asks about every buyer, and the buyers set, the stock and the
 -- pending hash are written once each; each limit key is read and written once.
+local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT = 1, 5, 9, 10
 local P, first_buyer_arg, n = batch_shape()
 
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'per_user')
 if not meta[1] then
-  return batch_all(P, n, 4)
+  return batch_all(P, n, REPLY_NOT_LOADED)
 end
 if not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
   -- Untrusted, or meta without stock (part of the state was lost): never guess.
-  return batch_all(P, n, 6)
+  return batch_all(P, n, REPLY_RECOVERING)
 end
 
 local policies = batch_policies(P)
@@ -67,11 +68,11 @@ local function decide_units(per_user)
     end
     local h = now_held[user] or tonumber(held[j]) or 0
     if h + q > per_user then
-      code[i], value[i] = 9, h
+      code[i], value[i] = OVER_CAP, h
     elseif stock - taken <= 0 then
-      code[i], value[i] = 5, 0
+      code[i], value[i] = SOLD_OUT, 0
     elseif stock - taken < q then
-      code[i], value[i] = 10, stock - taken
+      code[i], value[i] = NOT_ENOUGH_LEFT, stock - taken
     else
       taken = taken + q
       if h == 0 then
@@ -85,7 +86,7 @@ local function decide_units(per_user)
       pending[#pending + 1] = user
       redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
         'at_ms', now, 'quantity', q)
-      code[i], value[i] = 0, stock - taken
+      code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
   if taken > 0 then
@@ -115,12 +116,12 @@ elseif #asking > 0 then
   for j, i in ipairs(asking) do
     local user = users[j]
     if bought[j] == 1 or accepted[user] then
-      code[i], value[i] = 1, 0
+      code[i], value[i] = ALREADY_BOUGHT, 0
     elseif #ARGV[first_buyer_arg + (i - 1) * 2 + 1] > 36 then
       -- More than one unit asked of a sale of one per customer.
-      code[i], value[i] = 9, 0
+      code[i], value[i] = OVER_CAP, 0
     elseif stock - taken <= 0 then
-      code[i], value[i] = 5, 0
+      code[i], value[i] = SOLD_OUT, 0
     else
       local order = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
       taken = taken + 1
@@ -130,7 +131,7 @@ elseif #asking > 0 then
       pending[#pending + 1] = user
       redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
         'at_ms', now)
-      code[i], value[i] = 0, stock - taken
+      code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
   if taken > 0 then

@@ -17,14 +17,15 @@
 -- The cost is per batch, not per voter, except for one XADD per accepted vote: one
 -- HMGET asks about every voter, the voters hash is written once, each option's
 -- tally read and written once, each limit key read and written once.
+local ALREADY_VOTED, UNKNOWN_OPTION = 1, 5
 local P, first_voter_arg, n = batch_shape()
 
 local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run')
 if not meta[1] then
-  return batch_all(P, n, 4)
+  return batch_all(P, n, REPLY_NOT_LOADED)
 end
 if not same_run(meta[4]) then
-  return batch_all(P, n, 6)
+  return batch_all(P, n, REPLY_RECOVERING)
 end
 
 local policies = batch_policies(P)
@@ -47,9 +48,9 @@ if #asking > 0 then
       is_option[option] = redis.call('SISMEMBER', KEYS[2], option) == 1
     end
     if not is_option[option] then
-      code[i], value[i] = 5, 0
+      code[i], value[i] = UNKNOWN_OPTION, 0
     elseif voted[j] or counted[user] then
-      code[i], value[i] = 1, 0
+      code[i], value[i] = ALREADY_VOTED, 0
     else
       if not tally[option] then
         tally[option] = {tonumber(redis.call('HGET', KEYS[4], option)) or 0, 0}
@@ -61,7 +62,7 @@ if #asking > 0 then
       new_voters[#new_voters + 1] = option
       redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
         'at_ms', now)
-      code[i], value[i] = 0, t[1] + t[2]
+      code[i], value[i] = REPLY_ACCEPTED, t[1] + t[2]
     end
   end
   if #new_voters > 0 then

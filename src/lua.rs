@@ -145,3 +145,70 @@ pub(crate) use lua_script;
 pub fn unexpected_reply(script: &str, reply: impl std::fmt::Debug) -> crate::error::AppError {
     crate::error::AppError::Internal(anyhow::anyhow!("{script}: unexpected reply {reply:?}"))
 }
+
+/// One enum per decision script for the codes its reply carries, each with the
+/// words its script's header gives it: `of` reads a code (an unknown one is
+/// `None`, never some refusal), `LISTED` is the list a test compares with the
+/// script's header ([`codes_in_header`]).
+#[macro_export]
+macro_rules! reply_codes {
+    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident = $code:literal, $words:literal;)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($variant = $code,)*
+        }
+
+        impl $name {
+            /// Every code with the words the script's header gives it.
+            pub const LISTED: &[($name, i64, &str)] = &[$(($name::$variant, $code, $words),)*];
+
+            /// The code the script answered; `None` for one it never answers.
+            pub fn of(code: i64) -> Option<$name> {
+                match code {
+                    $($code => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+pub use reply_codes;
+
+/// The reply codes a script's header lists: the comment lines that start with a
+/// code after `--   `, read as `<code> <words> [(note)]` runs. For the test that
+/// keeps each script's header and its Rust enum the same list.
+pub fn codes_in_header(script: &str) -> Vec<(i64, String)> {
+    let block: Vec<&str> = script
+        .lines()
+        .skip_while(|l| {
+            !l.strip_prefix("--   ")
+                .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .take_while(|l| l.starts_with("--   "))
+        .map(|l| l.trim_start_matches('-'))
+        .collect();
+    let text = block.join("   ");
+    let mut out: Vec<(i64, String)> = Vec::new();
+    let mut depth = 0usize;
+    for token in text.split_whitespace() {
+        let code = token.parse::<i64>().ok().filter(|_| depth == 0);
+        match code {
+            Some(code) => out.push((code, String::new())),
+            None => {
+                if depth == 0
+                    && !token.starts_with('(')
+                    && let Some((_, words)) = out.last_mut()
+                {
+                    if !words.is_empty() {
+                        words.push(' ');
+                    }
+                    words.push_str(token);
+                }
+                depth += token.matches('(').count();
+                depth = depth.saturating_sub(token.matches(')').count());
+            }
+        }
+    }
+    out
+}

@@ -2,6 +2,17 @@
 -- whose ARGV start: id, P (number of policies), now override, then 4 per policy,
 -- then two per item.
 
+-- Reply codes every batch script shares; each script's header lists all of its own
+-- codes with these (a Rust test reads the headers against the reply enums of
+-- src/sale/buy.rs and src/vote/cast.rs).
+local REPLY_ACCEPTED = 0
+local REPLY_NOT_OPEN = 2
+local REPLY_CLOSED = 3
+local REPLY_NOT_LOADED = 4
+local REPLY_RECOVERING = 6
+local REPLY_LIMITED = 7
+local REPLY_LIMIT_NEVER = 8
+
 -- The batch's shape from ARGV: P policies, where the first item's two arguments
 -- start, and the number of items.
 local function batch_shape()
@@ -22,14 +33,14 @@ local function batch_policies(P)
 end
 
 -- Appends one item's answer to `out`: code and value, then, only for the answers
--- that report them (0 accepted, 7 rate limited, 8 never satisfiable), per policy
+-- that report them (accepted, rate limited, never satisfiable), per policy
 -- allowed, remaining, ms until allowed, ms until reset (policies not asked:
 -- allowed, zeros). Other answers (already bought, sold out, ...) are two numbers:
 -- a storm's refusals cost Redis and the server no limit details nobody sends.
 local function batch_answer(out, P, code, value, answers)
   local n = #out
   out[n + 1], out[n + 2] = code, value
-  if code ~= 0 and code ~= 7 and code ~= 8 then
+  if code ~= REPLY_ACCEPTED and code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
     return
   end
   n = n + 2
@@ -50,8 +61,8 @@ end
 local batch_limits_seen = {policies = {}, now = 0, states = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
--- once, written once), then the window (closed: 3; not open until `opens`: 2 with
--- the ms to go). Returns per item code, value and policy answers (of the items the
+-- once, written once), then the window (closed: REPLY_CLOSED; not open until
+-- `opens`: REPLY_NOT_OPEN with the ms to go). Returns per item code, value and policy answers (of the items the
 -- limits refused; an admitted item's are computed by batch_reply, only when its
 -- reply carries them), and the items left for the decision: their indexes and
 -- their user ids (each item's first argument, from `first_arg`). An item's limit
@@ -69,18 +80,18 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens)
       local wait
       answers[i], wait = limits_answers(policies, states, now)
       if wait == -1 then
-        code[i], value[i] = 8, 0
+        code[i], value[i] = REPLY_LIMIT_NEVER, 0
       else
-        code[i], value[i] = 7, wait
+        code[i], value[i] = REPLY_LIMITED, wait
       end
     else
       for p = 1, P do
         seen[(i - 1) * P + p] = states[p]
       end
       if closed then
-        code[i], value[i] = 3, 0
+        code[i], value[i] = REPLY_CLOSED, 0
       elseif now < opens then
-        code[i], value[i] = 2, opens - now
+        code[i], value[i] = REPLY_NOT_OPEN, opens - now
       else
         asking[#asking + 1] = i
         users[#users + 1] = ARGV[first_arg + (i - 1) * 2]
@@ -99,7 +110,7 @@ local function batch_reply(P, n, code, value, answers)
   local states = {}
   for i = 1, n do
     local a = answers[i]
-    if code[i] == 0 and P > 0 and not a then
+    if code[i] == REPLY_ACCEPTED and P > 0 and not a then
       for p = 1, P do
         states[p] = seen.states[(i - 1) * P + p]
       end

@@ -105,29 +105,49 @@ impl PurchaseBatch<'_> {
     }
 }
 
+crate::lua::reply_codes! {
+    /// What `lua/purchase_batch.lua` answers for each buyer, as its header lists
+    /// them (a test reads the header against this list).
+    pub enum PurchaseCode {
+        Accepted = 0, "accepted";
+        AlreadyBought = 1, "already bought";
+        NotStarted = 2, "not started";
+        Ended = 3, "ended or closed";
+        NotLoaded = 4, "not loaded";
+        SoldOut = 5, "sold out";
+        Recovering = 6, "recovering";
+        RateLimited = 7, "rate limited";
+        LimitNever = 8, "rate limit never satisfiable";
+        OverCap = 9, "over the per-customer cap";
+        NotEnoughLeft = 10, "fewer units left than asked for";
+    }
+}
+
 /// Every code the script answers, and nothing else: an unknown code is an error,
 /// never read as some refusal.
 fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, AppError> {
+    let Some(code) = PurchaseCode::of(code) else {
+        return Err(unexpected_reply("purchase_batch.lua", (code, value)));
+    };
     Ok(match code {
-        0 => PurchaseOutcome::Accepted {
+        PurchaseCode::Accepted => PurchaseOutcome::Accepted {
             order_id,
             stock_left: value,
         },
-        1 => PurchaseOutcome::AlreadyBought,
-        2 => PurchaseOutcome::NotStarted {
+        PurchaseCode::AlreadyBought => PurchaseOutcome::AlreadyBought,
+        PurchaseCode::NotStarted => PurchaseOutcome::NotStarted {
             starts_in_ms: value,
         },
-        3 => PurchaseOutcome::Ended,
-        4 => PurchaseOutcome::NotLoaded,
-        5 => PurchaseOutcome::SoldOut,
-        6 => PurchaseOutcome::Recovering,
-        7 => PurchaseOutcome::RateLimited {
+        PurchaseCode::Ended => PurchaseOutcome::Ended,
+        PurchaseCode::NotLoaded => PurchaseOutcome::NotLoaded,
+        PurchaseCode::SoldOut => PurchaseOutcome::SoldOut,
+        PurchaseCode::Recovering => PurchaseOutcome::Recovering,
+        PurchaseCode::RateLimited => PurchaseOutcome::RateLimited {
             retry_after_ms: value.max(0) as u64,
         },
-        8 => PurchaseOutcome::RateLimitUnsatisfiable,
-        9 => PurchaseOutcome::OverPerUserCap { held: value },
-        10 => PurchaseOutcome::NotEnoughLeft { left: value },
-        other => return Err(unexpected_reply("purchase_batch.lua", (other, value))),
+        PurchaseCode::LimitNever => PurchaseOutcome::RateLimitUnsatisfiable,
+        PurchaseCode::OverCap => PurchaseOutcome::OverPerUserCap { held: value },
+        PurchaseCode::NotEnoughLeft => PurchaseOutcome::NotEnoughLeft { left: value },
     })
 }
 
@@ -166,5 +186,25 @@ impl Decider for BuyDecider {
         ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
             .await?;
         Ok(replies)
+    }
+}
+
+#[cfg(test)]
+mod reply_code_tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_header_lists_exactly_the_codes_of_the_enum() {
+        let header = crate::lua::codes_in_header(include_str!("../../lua/purchase_batch.lua"));
+        let listed: Vec<(i64, String)> = PurchaseCode::LISTED
+            .iter()
+            .map(|(_, code, words)| (*code, words.to_string()))
+            .collect();
+        assert_eq!(header, listed);
+        for (variant, code, _) in PurchaseCode::LISTED {
+            assert_eq!(PurchaseCode::of(*code), Some(*variant));
+            assert_eq!(*variant as i64, *code);
+        }
+        assert_eq!(PurchaseCode::of(99), None);
     }
 }

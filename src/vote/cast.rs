@@ -108,20 +108,38 @@ impl VoteBatch<'_> {
 }
 
 fn outcome(code: i64, value: i64) -> Result<VoteOutcome, AppError> {
+    let Some(code) = VoteCode::of(code) else {
+        return Err(unexpected_reply("vote_batch.lua", (code, value)));
+    };
     Ok(match code {
-        0 => VoteOutcome::Accepted { count: value },
-        1 => VoteOutcome::AlreadyVoted,
-        2 => VoteOutcome::NotOpen { opens_in_ms: value },
-        3 => VoteOutcome::Closed,
-        4 => VoteOutcome::NotLoaded,
-        5 => VoteOutcome::UnknownOption,
-        6 => VoteOutcome::Recovering,
-        7 => VoteOutcome::RateLimited {
+        VoteCode::Accepted => VoteOutcome::Accepted { count: value },
+        VoteCode::AlreadyVoted => VoteOutcome::AlreadyVoted,
+        VoteCode::NotOpen => VoteOutcome::NotOpen { opens_in_ms: value },
+        VoteCode::Closed => VoteOutcome::Closed,
+        VoteCode::NotLoaded => VoteOutcome::NotLoaded,
+        VoteCode::UnknownOption => VoteOutcome::UnknownOption,
+        VoteCode::Recovering => VoteOutcome::Recovering,
+        VoteCode::RateLimited => VoteOutcome::RateLimited {
             retry_after_ms: value.max(0) as u64,
         },
-        8 => VoteOutcome::RateLimitUnsatisfiable,
-        other => return Err(unexpected_reply("vote_batch.lua", (other, value))),
+        VoteCode::LimitNever => VoteOutcome::RateLimitUnsatisfiable,
     })
+}
+
+crate::lua::reply_codes! {
+    /// What `lua/vote_batch.lua` answers for each voter, as its header lists them
+    /// (a test reads the header against this list).
+    pub enum VoteCode {
+        Accepted = 0, "accepted";
+        AlreadyVoted = 1, "already voted";
+        NotOpen = 2, "not open yet";
+        Closed = 3, "closed";
+        NotLoaded = 4, "not loaded";
+        UnknownOption = 5, "unknown option";
+        Recovering = 6, "recovering";
+        RateLimited = 7, "rate limited";
+        LimitNever = 8, "rate limit never satisfiable";
+    }
 }
 
 /// Decides the votes of one poll in batches (see [`crate::batch`]).
@@ -159,5 +177,25 @@ impl Decider for VoteDecider {
         ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
             .await?;
         Ok(replies)
+    }
+}
+
+#[cfg(test)]
+mod reply_code_tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_header_lists_exactly_the_codes_of_the_enum() {
+        let header = crate::lua::codes_in_header(include_str!("../../lua/vote_batch.lua"));
+        let listed: Vec<(i64, String)> = VoteCode::LISTED
+            .iter()
+            .map(|(_, code, words)| (*code, words.to_string()))
+            .collect();
+        assert_eq!(header, listed);
+        for (variant, code, _) in VoteCode::LISTED {
+            assert_eq!(VoteCode::of(*code), Some(*variant));
+            assert_eq!(*variant as i64, *code);
+        }
+        assert_eq!(VoteCode::of(99), None);
     }
 }
