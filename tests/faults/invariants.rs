@@ -26,7 +26,7 @@ pub enum AllowedLoss {
     SentBefore(Instant),
     /// A primary whose replica was stopped at `from` died at `to`, and the replica
     /// took over: only 202s of the sales on that shard (ids as bits of `sales`: bit
-    /// N for sale N) answered in between may be lost.
+    /// N for sale N) answered after `from` and sent before `to` may be lost.
     AnsweredWithin {
         from: Instant,
         to: Instant,
@@ -40,9 +40,12 @@ impl AllowedLoss {
             AllowedLoss::None => false,
             AllowedLoss::AnsweredAfter(t) => r.answered >= t,
             AllowedLoss::SentBefore(t) => r.sent < t,
+            // Decided by a node that died at `to` (so sent before it) while its
+            // replica was stopped since `from` (so answered after it). The answer
+            // of a decision made just before the kill may reach the client after.
             AllowedLoss::AnsweredWithin { from, to, sales } => {
                 r.answered >= from
-                    && r.answered <= to
+                    && r.sent <= to
                     && r.sale()
                         .is_some_and(|s| (0..64).contains(&s) && sales & (1 << s) != 0)
             }
