@@ -7,12 +7,14 @@ WORKDIR /src
 COPY . .
 # sqlx query macros must not need a live database inside the image build.
 ENV SQLX_OFFLINE=true
-# Cache mounts keep the crate registry and target/ between builds; the binary is
+# Cache mounts keep the crate registry and target/ between builds; the binaries are
 # copied out in the same step because the cached target/ is not in the layer.
+# `stampede-load` is the load generator, which `stampede load` runs from beside
+# `stampede`.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked \
- && cp target/release/stampede /usr/local/bin/stampede
+    cargo build --release --locked --bins \
+ && cp target/release/stampede target/release/stampede-load /usr/local/bin/
 
 FROM debian:bookworm-slim
 RUN apt-get update \
@@ -22,7 +24,7 @@ RUN apt-get update \
 WORKDIR /app
 # Templates, migrations and Lua scripts are compiled into the binary; only the
 # static files are served from disk.
-COPY --from=build /usr/local/bin/stampede /usr/local/bin/stampede
+COPY --from=build /usr/local/bin/stampede /usr/local/bin/stampede-load /usr/local/bin/
 COPY static/ /app/static/
 USER stampede
 # Inside a container the server must listen on all interfaces to be reachable.

@@ -33,6 +33,10 @@
 //! - [`openapi`]: `GET /api/openapi.json`, generated from the handlers with utoipa.
 //! - [`web`]: browser pages (askama templates) and static files.
 //! - [`seed`]: the first admin and demo data.
+//!
+//! Two binaries use it: `main.rs` (`stampede`: serve, migrate, settle, ...) and
+//! `bin/stampede-load/` (the load generator, a client over the public types here,
+//! which `stampede load` runs).
 
 pub mod auth;
 pub mod batch;
@@ -46,7 +50,6 @@ pub mod keys;
 mod layers;
 pub mod limit;
 pub mod live;
-pub mod load;
 pub mod lock;
 pub mod lua;
 pub mod metrics;

@@ -1,8 +1,10 @@
 //! The `stampede` command: serve, migrate, settle, reconcile, load, seed-demo,
-//! create-admin.
+//! create-admin. `load` runs the `stampede-load` binary (`src/bin/stampede-load/`).
 
+use std::ffi::OsString;
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
@@ -51,7 +53,15 @@ enum Command {
     /// Rehearse a sale against a running server: prepare users and a sale (or poll),
     /// fire a storm, print throughput, latency percentiles and every answer, then
     /// check the invariants (exit 1 when one broke). See "Rehearse a sale" in docs/operations.md.
-    Load(stampede::load::LoadArgs),
+    ///
+    /// Runs `stampede-load`, built beside this binary; `stampede load --help` lists
+    /// its options.
+    #[command(disable_help_flag = true)]
+    Load {
+        /// The mode and options, passed to `stampede-load` as they are.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Create an admin, or promote an existing user. The password is read from
     /// STAMPEDE_ADMIN_PASSWORD or, when that is unset, from the first line of stdin.
     CreateAdmin {
@@ -60,22 +70,28 @@ enum Command {
     },
 }
 
-#[actix_web::main]
-async fn main() -> std::process::ExitCode {
-    stampede::telemetry::init();
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+    let result = match cli.command {
+        // Before any runtime or logging: the process becomes the load generator.
+        Command::Load { args } => forward_load(cli.config.as_deref(), args),
+        command => actix_web::rt::System::new().block_on(async {
+            stampede::telemetry::init();
+            run(cli.config.as_deref(), command).await
+        }),
+    };
+    match result {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load(cli.config.as_deref())?;
-    match cli.command {
+async fn run(config: Option<&Path>, command: Command) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config)?;
+    match command {
         Command::Serve => serve(config).await,
         Command::Migrate => {
             let db = startup::connect_db(&config).await?;
@@ -85,19 +101,50 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Settle { drain } => settle(&config, drain).await,
         Command::Reconcile { repair } => reconcile(&config, repair).await,
-        Command::Load(args) => {
-            let json = args.json;
-            if !stampede::load::run(args, &config).await? {
-                anyhow::bail!(if json {
-                    "an invariant broke (see the checks in the JSON report)"
-                } else {
-                    "an invariant broke (see BROKEN above)"
-                });
-            }
-            Ok(())
-        }
+        Command::Load { .. } => unreachable!("forwarded before the runtime starts"),
         Command::SeedDemo => seed_demo(&config).await,
         Command::CreateAdmin { username } => create_admin(&config, &username).await,
+    }
+    .map(|()| ExitCode::SUCCESS)
+}
+
+/// `stampede load ...`: the load generator is a client, not part of the server, so
+/// it is a binary of its own; this runs the `stampede-load` beside this executable
+/// with the same arguments. `--config` goes along as `STAMPEDE_CONFIG`, which a
+/// `--config` among the arguments still overrides. On Unix the process becomes
+/// `stampede-load` (exec), so its exit status, output and Ctrl-C are the run's own.
+fn forward_load(config: Option<&Path>, args: Vec<OsString>) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe()?;
+    let load = exe.with_file_name(format!("stampede-load{}", std::env::consts::EXE_SUFFIX));
+    let mut command = std::process::Command::new(&load);
+    command.args(args);
+    if let Some(config) = config {
+        command.env("STAMPEDE_CONFIG", config);
+    }
+    let not_run = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => anyhow::anyhow!(
+            "`stampede load` runs the load generator, {}, which is not there: build it \
+             with `cargo build --release --bins` (or `--bin stampede-load`) and keep it \
+             beside `stampede`",
+            load.display()
+        ),
+        _ => anyhow::anyhow!("cannot run {}: {e}", load.display()),
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // argv[0] "stampede load": its usage and errors name the command as typed.
+        Err(not_run(command.arg0("stampede load").exec()))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = command.status().map_err(not_run)?;
+        Ok(ExitCode::from(
+            status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1),
+        ))
     }
 }
 

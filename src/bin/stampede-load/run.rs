@@ -10,12 +10,12 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::{ConnectOptions, PgPool};
+use stampede::config::Config;
 use uuid::Uuid;
 
-use super::client::{Conn, Request, Target};
-use super::prepare;
-use super::{LoadArgs, Mode};
-use crate::config::Config;
+use crate::client::{Conn, Request, Target};
+use crate::prepare;
+use crate::{LoadArgs, Mode};
 
 /// Tries per user in a storm: a 503, a request the server never answered, or one
 /// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...).
@@ -173,7 +173,7 @@ async fn with_ticket(
     plan: &Plan,
     user: usize,
     ticket_path: &str,
-) -> anyhow::Result<super::client::Response> {
+) -> anyhow::Result<crate::client::Response> {
     let request = plan.request(user);
     let ticket = conn
         .send(&Request {
@@ -531,7 +531,7 @@ async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
         .map_err(|e| {
             anyhow::anyhow!(
                 "cannot connect to Postgres at {}: {e}",
-                crate::config::redact_url(&config.database_url)
+                stampede::config::redact_url(&config.database_url)
             )
         })
 }

@@ -5,10 +5,10 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sqlx::PgPool;
+use stampede::auth::token::{Claims, TokenKey};
+use stampede::domain::Id;
 
-use super::client::{Conn, Request, Target};
-use crate::auth::token::{Claims, TokenKey};
-use crate::domain::Id;
+use crate::client::{Conn, Request, Target};
 
 /// The run's users: an admin (for the admin API) and `tokens.len()` shoppers.
 pub struct Users {
