@@ -317,3 +317,49 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
     assert!(!status.success());
     assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
+
+/// The load generator is a binary of its own, `stampede-load`, and `stampede load`
+/// runs the one beside it: the binary alone drives a run, and a `stampede` with no
+/// `stampede-load` beside it says how to build it.
+#[tokio::test(flavor = "multi_thread")]
+async fn stampede_load_runs_the_stampede_load_binary_beside_it() {
+    let app = spawn_app().await;
+    let address = app.address.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_stampede-load"))
+            .args("healthz --requests 40 --concurrency 4 --json".split(' '))
+            .args(["--url", &address])
+            .env_remove("STAMPEDE_CONFIG")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["answers"], json!({"200": 40}), "{report:#}");
+
+    // `stampede` alone in a directory (a hard link: `current_exe` names the link).
+    let alone = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("alone-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&alone).unwrap();
+    let stampede = alone.join("stampede");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_stampede"), &stampede).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_stampede"), &stampede).unwrap();
+    }
+    let out = std::process::Command::new(&stampede)
+        .args(["load", "healthz"])
+        .env_remove("STAMPEDE_CONFIG")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&alone).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stampede-load, which is not there")
+            && stderr.contains("cargo build --release --bins"),
+        "{stderr}"
+    );
+}
