@@ -243,7 +243,9 @@ impl Recovery {
             match self.rebuild(target, Duration::ZERO).await {
                 Ok(Some(done)) => {
                     rebuilt += 1;
-                    tracing::warn!(%target, ?done, "rebuilt from Postgres");
+                    // A restart rebuilds the whole catalog: one line per pass
+                    // (the sweep's), each target at debug.
+                    tracing::debug!(%target, ?done, "rebuilt from Postgres");
                 }
                 Ok(None) => whole = false,
                 Err(e) => {

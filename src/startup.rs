@@ -553,8 +553,10 @@ async fn sweep_forever(
     }
     let _ = swept.send(true);
     every_until_shutdown(every, shutdown, || async {
-        if let Err(e) = sweep.lock().await.tick().await {
-            tracing::debug!(error = ?e, "sweep of Redis state failed; retrying");
+        match sweep.lock().await.tick().await {
+            Ok(0) => {}
+            Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+            Err(e) => tracing::debug!(error = ?e, "sweep of Redis state failed; retrying"),
         }
     })
     .await
