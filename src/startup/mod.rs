@@ -4,27 +4,30 @@
 
 use std::net::TcpListener;
 
-use crate::redis_conn::{Redis, Target, Timeouts};
+use crate::redis_conn::Target;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::dev::Server;
 use actix_web::{App, HttpServer, web};
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::token::TokenKey;
 use crate::config::Config;
 use crate::error::{AppError, ErrorCode};
-use crate::keys::Keys;
-use crate::lock::Lock;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
-use crate::sale::stock::ChangeResult;
 use crate::settle::Settler;
 use crate::state::AppState;
+
+mod connect;
+mod jobs;
+
+use connect::{Pool, Stores, connect_pool, connect_stores};
+pub use connect::{connect_db, connect_redis, connect_worker_redis, migrate};
+pub use jobs::{EXPIRE_LOCK, expire_once};
+use jobs::{expire_forever, sweep_forever, upkeep_forever};
 
 /// How many finished handshakes the kernel holds for the acceptor (capped by
 /// `net.core.somaxconn`, 4096 on current kernels). At a sale's opening thousands of
@@ -57,95 +60,6 @@ pub struct Application {
     background: Vec<JoinHandle<()>>,
     /// Turns true once the startup sweep has run (see [`Application::swept`]).
     swept: watch::Receiver<bool>,
-}
-
-/// A pool for work that may take long (the CLI commands, rebuilds, the
-/// background jobs): no statement timeout.
-pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
-    connect_pool(config, Pool::Background).await
-}
-
-/// The pools `serve` keeps apart, so that slow readers cannot starve settlement
-/// or the rebuilds, nor the other way round.
-#[derive(Clone, Copy, Debug)]
-enum Pool {
-    /// Pages and the API: a short wait for a connection, a statement timeout.
-    Requests,
-    /// The settlement worker's own connections.
-    Settlement,
-    /// Rebuilds, the sweep, ended sessions, the CLI.
-    Background,
-}
-
-async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<PgPool> {
-    use sqlx::postgres::PgConnectOptions;
-    let mut options: PgConnectOptions = config.database_url.parse().map_err(|e| {
-        anyhow::anyhow!(
-            "bad database URL {}: {e}",
-            crate::config::redact_url(&config.database_url)
-        )
-    })?;
-    let (size, acquire) = match pool {
-        Pool::Requests => {
-            if config.database_statement_timeout_ms > 0 {
-                options = options.options([(
-                    "statement_timeout",
-                    format!("{}ms", config.database_statement_timeout_ms),
-                )]);
-            }
-            (
-                config.database_max_connections,
-                Duration::from_millis(config.database_acquire_timeout_ms),
-            )
-        }
-        Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
-        Pool::Background => (BACKGROUND_CONNECTIONS, Duration::from_secs(5)),
-    };
-    PgPoolOptions::new()
-        .max_connections(size)
-        .acquire_timeout(acquire)
-        .connect_with(options)
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot connect to Postgres at {} ({pool:?} pool): {e}",
-                crate::config::redact_url(&config.database_url)
-            )
-        })
-}
-
-/// Connections of the settlement worker's pool: one transaction at a time, and
-/// one for listing the streams.
-const SETTLEMENT_CONNECTIONS: u32 = 3;
-/// Connections of the background pool: rebuilds (one per sale at a time, a
-/// request's and the sweep's may overlap), expiry, ended sessions.
-const BACKGROUND_CONNECTIONS: u32 = 4;
-
-pub async fn connect_redis(config: &Config) -> anyhow::Result<Redis> {
-    connect_redis_with(config, true).await
-}
-
-/// The connection of an HTTP worker, which sends the decision scripts: on a
-/// cluster, a command that failed is never sent again (see [`Timeouts::resend`]).
-pub async fn connect_worker_redis(config: &Config) -> anyhow::Result<Redis> {
-    connect_redis_with(config, false).await
-}
-
-async fn connect_redis_with(config: &Config, resend: bool) -> anyhow::Result<Redis> {
-    let target = Target::from_config(config);
-    let timeouts = Timeouts {
-        connect: Duration::from_secs(2),
-        response: Some(Duration::from_millis(config.redis_response_timeout_ms)),
-        resend,
-    };
-    Redis::connect(&target, timeouts)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {}: {e}", target.describe()))
-}
-
-pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
-    sqlx::migrate!("./migrations").run(db).await?;
-    Ok(())
 }
 
 impl Application {
@@ -314,36 +228,6 @@ pub fn settlers() -> Vec<Arc<dyn crate::settle::Settle>> {
         Arc::new(crate::sale::settlement::Orders),
         Arc::new(crate::vote::settlement::Votes),
     ]
-}
-
-/// The connections `serve` opens at startup.
-struct Stores {
-    /// The requests' pool (see [`Pool::Requests`]).
-    db: PgPool,
-    /// The background jobs' pool (see [`Pool::Background`]).
-    background: PgPool,
-    redis: Redis,
-    keys: Keys,
-}
-
-/// Checks the configuration, connects to Postgres (and migrates it) and to Redis,
-/// warns when Redis may lose acknowledged decisions, and creates the configured
-/// admin.
-async fn connect_stores(config: &Config) -> anyhow::Result<Stores> {
-    config.validate()?;
-    let background = connect_db(config).await?;
-    migrate(&background).await?;
-    let db = connect_pool(config, Pool::Requests).await?;
-    let mut redis = connect_redis(config).await?;
-    warn_unless_durable(&mut redis).await;
-    let keys = Keys::new(&config.redis_namespace);
-    crate::seed::bootstrap_admin(&background, config).await?;
-    Ok(Stores {
-        db,
-        background,
-        redis,
-        keys,
-    })
 }
 
 /// The state every request and background task shares.
@@ -531,174 +415,6 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
         ),
         redis,
     })
-}
-
-/// The startup sweep at once, then a sweep tick every `every` (see
-/// [`crate::recover::Sweep`]): a wipe or a restart is repaired within about that
-/// time even when no request comes. Zero: only the startup sweep (requests still
-/// trigger rebuilds). `swept` turns true after the startup sweep.
-async fn sweep_forever(
-    recovery: Arc<Recovery>,
-    every: Duration,
-    shutdown: watch::Receiver<bool>,
-    swept: watch::Sender<bool>,
-) {
-    let sweep = tokio::sync::Mutex::new(crate::recover::Sweep::new(recovery));
-    match sweep.lock().await.tick().await {
-        Ok(0) => {}
-        Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
-        Err(e) => {
-            tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
-        }
-    }
-    let _ = swept.send(true);
-    every_until_shutdown(every, shutdown, || async {
-        match sweep.lock().await.tick().await {
-            Ok(0) => {}
-            Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
-            Err(e) => tracing::debug!(error = ?e, "sweep of Redis state failed; retrying"),
-        }
-    })
-    .await
-}
-
-/// Drains the metrics recorder's pending samples every
-/// [`crate::metrics::observed::UPKEEP_EVERY`], whether or not anything scrapes.
-async fn upkeep_forever(state: web::Data<AppState>, shutdown: watch::Receiver<bool>) {
-    every_until_shutdown(crate::metrics::observed::UPKEEP_EVERY, shutdown, || async {
-        state.metrics.observed.upkeep()
-    })
-    .await
-}
-
-/// Runs `step` every `every` until `shutdown` turns true; zero: never.
-async fn every_until_shutdown<F, Fut>(
-    every: Duration,
-    mut shutdown: watch::Receiver<bool>,
-    mut step: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    if every.is_zero() {
-        return;
-    }
-    while !*shutdown.borrow() {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => break,
-        }
-        step().await;
-    }
-}
-
-/// Name of the lock (see [`crate::lock`]) held during an expiry pass.
-pub const EXPIRE_LOCK: &str = "orders:expire";
-/// Orders expired per Postgres transaction.
-const EXPIRE_BATCH: i64 = 500;
-/// Lease of the expiry lock; the watchdog extends it while a pass runs, so this
-/// bounds how long a pass that died holds up the next one.
-const EXPIRE_LOCK_TTL_MS: u64 = 3_000;
-
-/// Every `every`, on one instance at a time (the lock): expires the orders past
-/// their payment deadline and gives their units back (see
-/// [`crate::sale::payment::expire_pass`]). Zero: never in this process.
-async fn expire_forever(
-    state: web::Data<AppState>,
-    every: Duration,
-    shutdown: watch::Receiver<bool>,
-) {
-    every_until_shutdown(every, shutdown, || async {
-        if let Err(e) = expire_once(&state).await {
-            tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
-        }
-    })
-    .await
-}
-
-/// One expiry pass under the lock; a pass already running elsewhere: nothing.
-pub async fn expire_once(state: &AppState) -> Result<usize, AppError> {
-    let key = state.keys.lock(EXPIRE_LOCK);
-    let Some(mut guard) = Lock::try_acquire(&state.redis, key, EXPIRE_LOCK_TTL_MS).await? else {
-        return Ok(0);
-    };
-    let _lost = guard.start_watchdog();
-    let pass = crate::sale::payment::expire_pass(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        EXPIRE_BATCH,
-    )
-    .await;
-    let _ = guard.release().await;
-    let pass = pass?;
-    for (sale, results) in &pass.applied {
-        crate::sale::cached::invalidate(state, *sale).await?;
-        if results
-            .iter()
-            .any(|(_, r)| matches!(r, ChangeResult::Applied { left, .. } if *left > 0))
-        {
-            state.sold_out.clear(*sale);
-        }
-    }
-    if pass.expired > 0 {
-        tracing::info!(
-            expired = pass.expired,
-            sales = pass.applied.len(),
-            "unpaid orders expired; units returned"
-        );
-    }
-    Ok(pass.expired)
-}
-
-/// A 202 is only as durable as Redis's persistence: say so at startup when the
-/// Redis we talk to can lose acknowledged decisions in a crash.
-async fn warn_unless_durable(redis: &mut Redis) {
-    // On a cluster every primary answers; the weakest setting is the one reported.
-    let config = |name: &'static str| {
-        let mut redis = redis.clone();
-        async move {
-            let answers = redis
-                .on_every_primary(redis::cmd("CONFIG").arg("GET").arg(name))
-                .await
-                .ok()?;
-            let values: Vec<String> = answers
-                .into_iter()
-                .map(|(_, v)| {
-                    redis::from_redis_value::<Vec<String>>(v)
-                        .ok()
-                        .and_then(|p| p.get(1).cloned())
-                })
-                .collect::<Option<_>>()?;
-            let first = values.first()?.clone();
-            Some(values.into_iter().find(|v| *v != first).unwrap_or(first))
-        }
-    };
-    let appendonly = config("appendonly").await;
-    let fsync = config("appendfsync").await;
-    let eviction = config("maxmemory-policy").await;
-    match (appendonly.as_deref(), fsync.as_deref()) {
-        (Some("yes"), Some("always")) => {
-            tracing::info!("Redis persistence: AOF with appendfsync always (a 202 is on disk)")
-        }
-        (Some(aof), Some(fsync)) => tracing::warn!(
-            appendonly = aof,
-            appendfsync = fsync,
-            "Redis may lose acknowledged purchases and votes in a crash: run it with \
-             appendonly yes and appendfsync always. Sales it forgets are rebuilt from \
-             Postgres, but 202s not yet settled there are lost"
-        ),
-        _ => tracing::warn!(
-            "cannot read Redis persistence settings (CONFIG GET refused): a 202 is only \
-             durable with appendonly yes and appendfsync always"
-        ),
-    }
-    if let Some(policy) = eviction.filter(|p| p != "noeviction") {
-        tracing::warn!(
-            maxmemory_policy = %policy,
-            "Redis may evict keys: a sale's buyers set could vanish; use noeviction"
-        );
-    }
 }
 
 async fn wait_for_signal() {

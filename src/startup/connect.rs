@@ -1,0 +1,181 @@
+//! What `serve` (and the CLI) connects to: the Postgres pools kept apart (the
+//! requests', settlement's, the background jobs'), Redis, the migrations, and the
+//! warning when Redis may lose acknowledged decisions.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::config::Config;
+use crate::keys::Keys;
+use crate::redis_conn::{Redis, Target, Timeouts};
+
+/// A pool for work that may take long (the CLI commands, rebuilds, the
+/// background jobs): no statement timeout.
+pub async fn connect_db(config: &Config) -> anyhow::Result<PgPool> {
+    connect_pool(config, Pool::Background).await
+}
+
+/// The pools `serve` keeps apart, so that slow readers cannot starve settlement
+/// or the rebuilds, nor the other way round.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Pool {
+    /// Pages and the API: a short wait for a connection, a statement timeout.
+    Requests,
+    /// The settlement worker's own connections.
+    Settlement,
+    /// Rebuilds, the sweep, ended sessions, the CLI.
+    Background,
+}
+
+pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<PgPool> {
+    use sqlx::postgres::PgConnectOptions;
+    let mut options: PgConnectOptions = config.database_url.parse().map_err(|e| {
+        anyhow::anyhow!(
+            "bad database URL {}: {e}",
+            crate::config::redact_url(&config.database_url)
+        )
+    })?;
+    let (size, acquire) = match pool {
+        Pool::Requests => {
+            if config.database_statement_timeout_ms > 0 {
+                options = options.options([(
+                    "statement_timeout",
+                    format!("{}ms", config.database_statement_timeout_ms),
+                )]);
+            }
+            (
+                config.database_max_connections,
+                Duration::from_millis(config.database_acquire_timeout_ms),
+            )
+        }
+        Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
+        Pool::Background => (BACKGROUND_CONNECTIONS, Duration::from_secs(5)),
+    };
+    PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(acquire)
+        .connect_with(options)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to Postgres at {} ({pool:?} pool): {e}",
+                crate::config::redact_url(&config.database_url)
+            )
+        })
+}
+
+/// Connections of the settlement worker's pool: one transaction at a time, and
+/// one for listing the streams.
+const SETTLEMENT_CONNECTIONS: u32 = 3;
+/// Connections of the background pool: rebuilds (one per sale at a time, a
+/// request's and the sweep's may overlap), expiry, ended sessions.
+const BACKGROUND_CONNECTIONS: u32 = 4;
+
+pub async fn connect_redis(config: &Config) -> anyhow::Result<Redis> {
+    connect_redis_with(config, true).await
+}
+
+/// The connection of an HTTP worker, which sends the decision scripts: on a
+/// cluster, a command that failed is never sent again (see [`Timeouts::resend`]).
+pub async fn connect_worker_redis(config: &Config) -> anyhow::Result<Redis> {
+    connect_redis_with(config, false).await
+}
+
+async fn connect_redis_with(config: &Config, resend: bool) -> anyhow::Result<Redis> {
+    let target = Target::from_config(config);
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        response: Some(Duration::from_millis(config.redis_response_timeout_ms)),
+        resend,
+    };
+    Redis::connect(&target, timeouts)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {}: {e}", target.describe()))
+}
+
+pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
+    sqlx::migrate!("./migrations").run(db).await?;
+    Ok(())
+}
+
+/// The connections `serve` opens at startup.
+pub(super) struct Stores {
+    /// The requests' pool (see [`Pool::Requests`]).
+    pub(super) db: PgPool,
+    /// The background jobs' pool (see [`Pool::Background`]).
+    pub(super) background: PgPool,
+    pub(super) redis: Redis,
+    pub(super) keys: Keys,
+}
+
+/// Checks the configuration, connects to Postgres (and migrates it) and to Redis,
+/// warns when Redis may lose acknowledged decisions, and creates the configured
+/// admin.
+pub(super) async fn connect_stores(config: &Config) -> anyhow::Result<Stores> {
+    config.validate()?;
+    let background = connect_db(config).await?;
+    migrate(&background).await?;
+    let db = connect_pool(config, Pool::Requests).await?;
+    let mut redis = connect_redis(config).await?;
+    warn_unless_durable(&mut redis).await;
+    let keys = Keys::new(&config.redis_namespace);
+    crate::seed::bootstrap_admin(&background, config).await?;
+    Ok(Stores {
+        db,
+        background,
+        redis,
+        keys,
+    })
+}
+
+/// A 202 is only as durable as Redis's persistence: say so at startup when the
+/// Redis we talk to can lose acknowledged decisions in a crash.
+async fn warn_unless_durable(redis: &mut Redis) {
+    // On a cluster every primary answers; the weakest setting is the one reported.
+    let config = |name: &'static str| {
+        let mut redis = redis.clone();
+        async move {
+            let answers = redis
+                .on_every_primary(redis::cmd("CONFIG").arg("GET").arg(name))
+                .await
+                .ok()?;
+            let values: Vec<String> = answers
+                .into_iter()
+                .map(|(_, v)| {
+                    redis::from_redis_value::<Vec<String>>(v)
+                        .ok()
+                        .and_then(|p| p.get(1).cloned())
+                })
+                .collect::<Option<_>>()?;
+            let first = values.first()?.clone();
+            Some(values.into_iter().find(|v| *v != first).unwrap_or(first))
+        }
+    };
+    let appendonly = config("appendonly").await;
+    let fsync = config("appendfsync").await;
+    let eviction = config("maxmemory-policy").await;
+    match (appendonly.as_deref(), fsync.as_deref()) {
+        (Some("yes"), Some("always")) => {
+            tracing::info!("Redis persistence: AOF with appendfsync always (a 202 is on disk)")
+        }
+        (Some(aof), Some(fsync)) => tracing::warn!(
+            appendonly = aof,
+            appendfsync = fsync,
+            "Redis may lose acknowledged purchases and votes in a crash: run it with \
+             appendonly yes and appendfsync always. Sales it forgets are rebuilt from \
+             Postgres, but 202s not yet settled there are lost"
+        ),
+        _ => tracing::warn!(
+            "cannot read Redis persistence settings (CONFIG GET refused): a 202 is only \
+             durable with appendonly yes and appendfsync always"
+        ),
+    }
+    if let Some(policy) = eviction.filter(|p| p != "noeviction") {
+        tracing::warn!(
+            maxmemory_policy = %policy,
+            "Redis may evict keys: a sale's buyers set could vanish; use noeviction"
+        );
+    }
+}

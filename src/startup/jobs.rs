@@ -1,0 +1,133 @@
+//! The background work of `serve`, each a loop that stops with the server: the
+//! sweep, the expiry of unpaid orders, the metrics upkeep.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::web;
+use tokio::sync::watch;
+
+use crate::error::AppError;
+use crate::lock::Lock;
+use crate::recover::Recovery;
+use crate::sale::stock::ChangeResult;
+use crate::state::AppState;
+
+/// The startup sweep at once, then a sweep tick every `every` (see
+/// [`crate::recover::Sweep`]): a wipe or a restart is repaired within about that
+/// time even when no request comes. Zero: only the startup sweep (requests still
+/// trigger rebuilds). `swept` turns true after the startup sweep.
+pub(super) async fn sweep_forever(
+    recovery: Arc<Recovery>,
+    every: Duration,
+    shutdown: watch::Receiver<bool>,
+    swept: watch::Sender<bool>,
+) {
+    let sweep = tokio::sync::Mutex::new(crate::recover::Sweep::new(recovery));
+    match sweep.lock().await.tick().await {
+        Ok(0) => {}
+        Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+        Err(e) => {
+            tracing::warn!(error = ?e, "startup check of Redis state failed; retrying in the background")
+        }
+    }
+    let _ = swept.send(true);
+    every_until_shutdown(every, shutdown, || async {
+        match sweep.lock().await.tick().await {
+            Ok(0) => {}
+            Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
+            Err(e) => tracing::debug!(error = ?e, "sweep of Redis state failed; retrying"),
+        }
+    })
+    .await
+}
+
+/// Drains the metrics recorder's pending samples every
+/// [`crate::metrics::observed::UPKEEP_EVERY`], whether or not anything scrapes.
+pub(super) async fn upkeep_forever(state: web::Data<AppState>, shutdown: watch::Receiver<bool>) {
+    every_until_shutdown(crate::metrics::observed::UPKEEP_EVERY, shutdown, || async {
+        state.metrics.observed.upkeep()
+    })
+    .await
+}
+
+/// Runs `step` every `every` until `shutdown` turns true; zero: never.
+async fn every_until_shutdown<F, Fut>(
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    mut step: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if every.is_zero() {
+        return;
+    }
+    while !*shutdown.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => break,
+        }
+        step().await;
+    }
+}
+
+/// Name of the lock (see [`crate::lock`]) held during an expiry pass.
+pub const EXPIRE_LOCK: &str = "orders:expire";
+/// Orders expired per Postgres transaction.
+const EXPIRE_BATCH: i64 = 500;
+/// Lease of the expiry lock; the watchdog extends it while a pass runs, so this
+/// bounds how long a pass that died holds up the next one.
+const EXPIRE_LOCK_TTL_MS: u64 = 3_000;
+
+/// Every `every`, on one instance at a time (the lock): expires the orders past
+/// their payment deadline and gives their units back (see
+/// [`crate::sale::payment::expire_pass`]). Zero: never in this process.
+pub(super) async fn expire_forever(
+    state: web::Data<AppState>,
+    every: Duration,
+    shutdown: watch::Receiver<bool>,
+) {
+    every_until_shutdown(every, shutdown, || async {
+        if let Err(e) = expire_once(&state).await {
+            tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
+        }
+    })
+    .await
+}
+
+/// One expiry pass under the lock; a pass already running elsewhere: nothing.
+pub async fn expire_once(state: &AppState) -> Result<usize, AppError> {
+    let key = state.keys.lock(EXPIRE_LOCK);
+    let Some(mut guard) = Lock::try_acquire(&state.redis, key, EXPIRE_LOCK_TTL_MS).await? else {
+        return Ok(0);
+    };
+    let _lost = guard.start_watchdog();
+    let pass = crate::sale::payment::expire_pass(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        EXPIRE_BATCH,
+    )
+    .await;
+    let _ = guard.release().await;
+    let pass = pass?;
+    for (sale, results) in &pass.applied {
+        crate::sale::cached::invalidate(state, *sale).await?;
+        if results
+            .iter()
+            .any(|(_, r)| matches!(r, ChangeResult::Applied { left, .. } if *left > 0))
+        {
+            state.sold_out.clear(*sale);
+        }
+    }
+    if pass.expired > 0 {
+        tracing::info!(
+            expired = pass.expired,
+            sales = pass.applied.len(),
+            "unpaid orders expired; units returned"
+        );
+    }
+    Ok(pass.expired)
+}
