@@ -16,8 +16,12 @@
 //! public types (`Config`, the token key and claims, `Id`), so the server's library
 //! carries none of it.
 
+mod checks;
 mod client;
+mod fire;
 mod prepare;
+mod progress;
+mod report;
 mod run;
 
 use std::path::PathBuf;

@@ -1,0 +1,226 @@
+//! The invariant checks after a run: the sale's stock through the admin API
+//! (Redis and Postgres), and the orders or votes in Postgres once settled.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::client::Target;
+use crate::fire::{STORM_TRIES, UserSeen};
+use crate::prepare;
+use crate::{LoadArgs, Mode};
+
+#[derive(Serialize)]
+pub struct Check {
+    pub invariant: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// A sale's `stock_total` (its Postgres record) and `stock_left` (Redis), read in one
+/// call of the admin API: its report comparing Redis with Postgres.
+pub async fn sale_view(target: &Target, admin: &str, sale: i64) -> anyhow::Result<(i64, i64)> {
+    let path = format!("/api/admin/sales/{sale}/reconcile");
+    let view = prepare::call(target, "GET", &path, admin, None).await?;
+    let total = view["stock_total"].as_i64();
+    let left = view["stock_left"].as_i64();
+    match (total, left) {
+        (Some(total), Some(left)) => Ok((total, left)),
+        _ => anyhow::bail!("sale {sale}: no stock_total / stock_left in {view}"),
+    }
+}
+
+pub async fn count_votes(db: &PgPool, poll: i64, users: &[i64]) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1 AND user_id = ANY($2)")
+            .bind(poll)
+            .bind(users)
+            .fetch_one(db)
+            .await?,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn verify(
+    args: &LoadArgs,
+    target: &Target,
+    admin: &str,
+    db: Option<&PgPool>,
+    sale: Option<i64>,
+    poll: Option<i64>,
+    before: Option<&(i64, i64)>,
+    votes_before: Option<i64>,
+    user_ids: &[i64],
+    per_user: &HashMap<usize, UserSeen>,
+    checks: &mut Vec<Check>,
+) -> anyhow::Result<()> {
+    let mut check = |invariant: &str, ok: bool, detail: String| {
+        checks.push(Check {
+            invariant: invariant.to_string(),
+            ok,
+            detail,
+        })
+    };
+    let accepted: Vec<Uuid> = per_user
+        .values()
+        .flat_map(|u| u.accepted.iter().flatten().copied())
+        .collect();
+    let accepted_count: usize = per_user.values().map(|u| u.accepted.len()).sum();
+    let twice: Vec<usize> = per_user
+        .iter()
+        .filter(|(_, u)| u.accepted.len() > 1)
+        .map(|(user, _)| *user)
+        .collect();
+    check(
+        "nobody accepted twice",
+        twice.is_empty(),
+        format!(
+            "{accepted_count} accepted answers for {} users{}",
+            per_user.values().filter(|u| !u.accepted.is_empty()).count(),
+            if twice.is_empty() {
+                String::new()
+            } else {
+                format!("; accepted twice: users #{twice:?}")
+            }
+        ),
+    );
+    // A user who never saw a 202 but was told `already_*` after a 503 or a lost
+    // answer holds a unit (or a vote) the run did not see accepted; on a sale the
+    // run made, `already_*` alone says the same (nobody bought it before).
+    let made_here = args.sale.is_none() && args.poll.is_none();
+    let unseen = per_user
+        .values()
+        .filter(|u| u.accepted.is_empty() && u.already && (u.ambiguous || made_here))
+        .count();
+    let taken = accepted_count + unseen;
+
+    if let (Some(sale), Some(&(total, left_before))) = (sale, before) {
+        if args.mode == Mode::Storm {
+            let undecided = per_user.values().filter(|u| !u.decided).count()
+                + args.users.saturating_sub(per_user.len());
+            if undecided == 0 {
+                let expected = (left_before as usize).min(args.users);
+                check(
+                    "accepted = min(stock, buyers)",
+                    taken == expected,
+                    format!(
+                        "{taken} units taken ({accepted_count} answered 202, {unseen} after an ambiguous answer); stock {left_before}, buyers {}",
+                        args.users
+                    ),
+                );
+            } else {
+                check(
+                    "accepted = min(stock, buyers)",
+                    taken <= left_before as usize,
+                    format!(
+                        "{undecided} users got no decision (429, 503 or no answer after {STORM_TRIES} tries): only checked that {taken} units taken <= {left_before}"
+                    ),
+                );
+            }
+        }
+        let (_, left_after) = sale_view(target, admin, sale).await?;
+        check(
+            "stock left = stock - accepted",
+            left_after == left_before - taken as i64,
+            format!(
+                "{left_after} left after, {left_before} before, {taken} taken{}",
+                if made_here {
+                    ""
+                } else {
+                    " (an existing sale: other buyers meanwhile would count too)"
+                }
+            ),
+        );
+        if let Some(db) = db {
+            let settled = wait_settled(args, db, sale, total - left_after, &accepted).await?;
+            let missing = accepted.iter().filter(|id| !settled.contains(id)).count();
+            check(
+                "every accepted order in Postgres, once",
+                missing == 0 && settled.len() as i64 == total - left_after,
+                format!(
+                    "Postgres holds {} orders for the sale, {} units sold; {missing} of the {} accepted order ids missing",
+                    settled.len(),
+                    total - left_after,
+                    accepted.len()
+                ),
+            );
+        }
+    }
+    if let (Some(poll), Some(db), Some(before)) = (poll, db, votes_before) {
+        let expected = before + taken as i64;
+        let votes = wait_votes(args, db, poll, user_ids, before, expected).await?;
+        check(
+            "every accepted vote in Postgres, once",
+            votes == expected,
+            format!("{votes} votes of the run's users in Postgres, {expected} expected"),
+        );
+    }
+    Ok(())
+}
+
+/// Waits (with a progress line) until Postgres holds `sold` orders for the sale and
+/// every accepted id, or `--settle-timeout` passes; returns the ids it holds.
+async fn wait_settled(
+    args: &LoadArgs,
+    db: &PgPool,
+    sale: i64,
+    sold: i64,
+    accepted: &[Uuid],
+) -> anyhow::Result<HashSet<Uuid>> {
+    let bar = indicatif::ProgressBar::new(sold.max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} orders in Postgres")
+            .expect("a valid template"),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
+    loop {
+        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM orders WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(db)
+            .await?;
+        let ids: HashSet<Uuid> = ids.into_iter().collect();
+        bar.set_position(ids.len() as u64);
+        let all = ids.len() as i64 >= sold && accepted.iter().all(|id| ids.contains(id));
+        if all || Instant::now() >= deadline {
+            bar.finish_and_clear();
+            return Ok(ids);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits (with a progress line) until Postgres holds `expected` votes of the run's
+/// users in the poll, or `--settle-timeout` passes; returns how many it holds.
+async fn wait_votes(
+    args: &LoadArgs,
+    db: &PgPool,
+    poll: i64,
+    users: &[i64],
+    before: i64,
+    expected: i64,
+) -> anyhow::Result<i64> {
+    let bar = indicatif::ProgressBar::new((expected - before).max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} votes in Postgres")
+            .expect("a valid template"),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
+    loop {
+        let votes = count_votes(db, poll, users).await?;
+        bar.set_position((votes - before).max(0) as u64);
+        if votes >= expected || Instant::now() >= deadline {
+            bar.finish_and_clear();
+            return Ok(votes);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

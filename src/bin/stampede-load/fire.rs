@@ -1,0 +1,277 @@
+//! Firing: what every request sends, the connections that send it (a storm's
+//! retries included), and what each connection saw.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use hdrhistogram::Histogram;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::Mode;
+use crate::client::{Conn, Request, Target};
+use crate::progress::Progress;
+
+/// Tries per user in a storm: a 503, a request the server never answered, or one
+/// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...).
+pub const STORM_TRIES: u32 = 20;
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// An answer as the report counts it: status and error code; status 0: none came.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Kind {
+    pub status: u16,
+    pub code: Option<String>,
+}
+
+impl Kind {
+    pub fn label(&self) -> String {
+        match (self.status, &self.code) {
+            (0, _) => "no answer".to_string(),
+            (s, Some(code)) => format!("{s} {code}"),
+            (s, None) => s.to_string(),
+        }
+    }
+
+    /// The label on the live progress line: short, so that every kind seen fits on
+    /// one line (429s and 503s counted together whatever their code).
+    pub fn short(&self) -> String {
+        match (self.status, &self.code) {
+            (202, _) => "202 accepted".to_string(),
+            (429 | 503, _) => self.status.to_string(),
+            _ => self.label(),
+        }
+    }
+
+    fn retry_in_storm(&self) -> bool {
+        matches!(self.status, 0 | 503) || self.code.as_deref() == Some("not_started")
+    }
+}
+
+/// What every request of the run sends.
+pub struct Plan {
+    pub mode: Mode,
+    pub path: String,
+    pub body: Option<Vec<u8>>,
+    pub tokens: Vec<String>,
+    /// `X-Forwarded-For` per user, when asked for.
+    pub addresses: Vec<String>,
+    /// `--tickets`: where each purchase gets its ticket first.
+    pub ticket_path: Option<String>,
+}
+
+impl Plan {
+    fn request(&self, user: usize) -> Request<'_> {
+        Request {
+            method: if self.mode == Mode::Healthz {
+                "GET"
+            } else {
+                "POST"
+            },
+            path: &self.path,
+            token: self.tokens.get(user).map(String::as_str),
+            forwarded_for: self.addresses.get(user).map(String::as_str),
+            body: self.body.as_deref(),
+        }
+    }
+}
+
+/// What one connection's task saw.
+pub struct Seen {
+    pub latency_us: Histogram<u64>,
+    /// This connection's handles on the live counters of [`Progress`].
+    counters: HashMap<Kind, Arc<AtomicU64>>,
+    /// When this connection got its first answer.
+    pub first_answer: Option<DateTime<Utc>>,
+    /// Per user: 202s (with the order id of a purchase), and whether an answer was
+    /// ambiguous (503 or none: the decision may have run) or `already_*`.
+    pub users: HashMap<usize, UserSeen>,
+}
+
+#[derive(Default, Clone)]
+pub struct UserSeen {
+    pub accepted: Vec<Option<Uuid>>,
+    pub ambiguous: bool,
+    pub already: bool,
+    pub decided: bool,
+}
+
+impl Seen {
+    fn new() -> Self {
+        Seen {
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+            counters: HashMap::new(),
+            first_answer: None,
+            users: HashMap::new(),
+        }
+    }
+}
+
+/// With `--tickets`: the user's ticket, then the purchase carrying it. A ticket
+/// refused (not started yet, ended, sold out, ...) is the attempt's answer.
+async fn with_ticket(
+    conn: &mut Conn,
+    plan: &Plan,
+    user: usize,
+    ticket_path: &str,
+) -> anyhow::Result<crate::client::Response> {
+    let request = plan.request(user);
+    let ticket = conn
+        .send(&Request {
+            path: ticket_path,
+            body: None,
+            ..request
+        })
+        .await?;
+    let parsed = (ticket.status == 200)
+        .then(|| serde_json::from_slice::<Value>(&ticket.body).ok())
+        .flatten();
+    let Some(ticket) = parsed.as_ref().and_then(|v| v["ticket"].as_str()) else {
+        return Ok(ticket);
+    };
+    let body = serde_json::json!({ "ticket": ticket }).to_string();
+    conn.send(&Request {
+        body: Some(body.as_bytes()),
+        ..request
+    })
+    .await
+}
+
+/// Sends one request (with `--tickets`, a ticket request and the purchase) and
+/// records it; returns its kind.
+async fn one(
+    conn: &mut Conn,
+    plan: &Plan,
+    user: usize,
+    seen: &mut Seen,
+    progress: &Progress,
+) -> Kind {
+    let started = Instant::now();
+    let answer = match &plan.ticket_path {
+        Some(ticket_path) => with_ticket(conn, plan, user, ticket_path).await,
+        None => conn.send(&plan.request(user)).await,
+    };
+    let micros = started.elapsed().as_micros().max(1) as u64;
+    let _ = seen.latency_us.record(micros.min(60_000_000));
+    let (kind, order) = match answer {
+        Ok(resp) => {
+            let parsed = (plan.mode != Mode::Healthz)
+                .then(|| serde_json::from_slice::<Value>(&resp.body).ok())
+                .flatten();
+            let code = parsed
+                .as_ref()
+                .filter(|_| resp.status >= 400)
+                .and_then(|v| v["error"].as_str().map(String::from));
+            let order = parsed
+                .as_ref()
+                .and_then(|v| v["order_id"].as_str().and_then(|s| s.parse().ok()));
+            (
+                Kind {
+                    status: resp.status,
+                    code,
+                },
+                order,
+            )
+        }
+        Err(_) => (
+            Kind {
+                status: 0,
+                code: None,
+            },
+            None,
+        ),
+    };
+    if seen.first_answer.is_none() {
+        seen.first_answer = Some(Utc::now());
+    }
+    match seen.counters.get(&kind) {
+        Some(counter) => counter.fetch_add(1, Ordering::Relaxed),
+        None => {
+            let counter = progress.counter(&kind);
+            seen.counters.insert(kind.clone(), counter.clone());
+            counter.fetch_add(1, Ordering::Relaxed)
+        }
+    };
+    if plan.mode != Mode::Healthz {
+        let u = seen.users.entry(user).or_default();
+        match kind.status {
+            202 => u.accepted.push(order),
+            0 | 503 => u.ambiguous = true,
+            _ => {}
+        }
+        u.already |= kind
+            .code
+            .as_deref()
+            .is_some_and(|c| c.starts_with("already_"));
+        u.decided |= matches!(kind.status, 200..=299 | 409 | 410) && !kind.retry_in_storm();
+    }
+    kind
+}
+
+/// When the firing stops.
+pub struct Stop {
+    pub deadline: Instant,
+    pub max_requests: u64,
+}
+
+/// `concurrency` connections; in a storm each takes the next user until every user
+/// had its turn, else each sends the next request until `stop`.
+pub async fn fire(
+    target: &Target,
+    plan: Arc<Plan>,
+    concurrency: usize,
+    release_at: Option<Instant>,
+    stop: Stop,
+    progress: Arc<Progress>,
+) -> Vec<Seen> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(stop);
+    let users = plan.tokens.len().max(1);
+    let tasks: Vec<_> = (0..concurrency.max(1))
+        .map(|_| {
+            let (plan, next, stop, progress) =
+                (plan.clone(), next.clone(), stop.clone(), progress.clone());
+            let mut conn = Conn::new(target.clone(), REQUEST_TIMEOUT);
+            tokio::spawn(async move {
+                let mut seen = Seen::new();
+                if let Some(at) = release_at {
+                    // Connect before the opening, so the storm is requests, not handshakes.
+                    let _ = conn.send(&Request::HEALTHZ).await;
+                    tokio::time::sleep_until(at.into()).await;
+                }
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if plan.mode == Mode::Storm {
+                        if i >= users {
+                            break;
+                        }
+                        for attempt in 1..=STORM_TRIES {
+                            let kind = one(&mut conn, &plan, i, &mut seen, &progress).await;
+                            if !kind.retry_in_storm() || attempt == STORM_TRIES {
+                                break;
+                            }
+                            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt)))
+                                .await;
+                        }
+                    } else {
+                        if i as u64 >= stop.max_requests || Instant::now() >= stop.deadline {
+                            break;
+                        }
+                        one(&mut conn, &plan, i % users, &mut seen, &progress).await;
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for task in tasks {
+        if let Ok(seen) = task.await {
+            out.push(seen);
+        }
+    }
+    out
+}

@@ -1,0 +1,179 @@
+//! The report: the connections' HDR histograms merged, throughput, latency
+//! percentiles, every answer by kind and the checks, printed as text or JSON.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::checks::Check;
+use crate::fire::{Seen, UserSeen};
+use crate::progress::Progress;
+use crate::run::Aim;
+use crate::{LoadArgs, Mode};
+
+#[derive(Serialize)]
+struct Latency {
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+    max_ms: f64,
+}
+
+#[derive(Serialize)]
+pub struct Report {
+    mode: Mode,
+    url: String,
+    sale: Option<i64>,
+    poll: Option<i64>,
+    users: usize,
+    concurrency: usize,
+    requests: u64,
+    seconds: f64,
+    requests_per_second: f64,
+    /// Storm: the opening (--opens-in or --opens-at); the requests were released a
+    /// moment after it.
+    opens_at: Option<DateTime<Utc>>,
+    /// When the first answer came.
+    first_answer_at: Option<DateTime<Utc>>,
+    latency: Latency,
+    answers: BTreeMap<String, u64>,
+    checks: Vec<Check>,
+    pub ok: bool,
+}
+
+/// What all the connections saw, merged.
+pub struct Merged {
+    latency: Histogram<u64>,
+    pub per_user: HashMap<usize, UserSeen>,
+    first_answer_at: Option<DateTime<Utc>>,
+}
+
+impl Merged {
+    pub fn of(seen: Vec<Seen>) -> Merged {
+        let mut merged = Merged {
+            latency: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds"),
+            per_user: HashMap::new(),
+            first_answer_at: None,
+        };
+        for s in seen {
+            merged.latency.add(&s.latency_us).expect("same bounds");
+            merged.first_answer_at = match (merged.first_answer_at, s.first_answer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            for (user, u) in s.users {
+                let e = merged.per_user.entry(user).or_default();
+                e.accepted.extend(u.accepted);
+                e.ambiguous |= u.ambiguous;
+                e.already |= u.already;
+                e.decided |= u.decided;
+            }
+        }
+        merged
+    }
+}
+
+impl Report {
+    pub fn new(
+        args: &LoadArgs,
+        aim: &Aim,
+        needs_users: bool,
+        elapsed: Duration,
+        merged: &Merged,
+        progress: &Progress,
+        checks: Vec<Check>,
+    ) -> Report {
+        let latency = &merged.latency;
+        let requests = latency.len();
+        let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
+        Report {
+            mode: args.mode,
+            url: args.url.clone(),
+            sale: aim.sale,
+            poll: aim.poll,
+            users: if needs_users { args.users } else { 0 },
+            concurrency: args.concurrency,
+            requests,
+            seconds: elapsed.as_secs_f64(),
+            requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
+            opens_at: aim.opens_at,
+            first_answer_at: merged.first_answer_at,
+            latency: Latency {
+                p50_ms: ms(0.50),
+                p90_ms: ms(0.90),
+                p99_ms: ms(0.99),
+                p999_ms: ms(0.999),
+                max_ms: latency.max() as f64 / 1000.0,
+            },
+            answers: progress
+                .counts()
+                .iter()
+                .map(|(k, n)| (k.label(), *n))
+                .collect(),
+            ok: checks.iter().all(|c| c.ok),
+            checks,
+        }
+    }
+}
+
+pub fn print_text(r: &Report) {
+    println!(
+        "{} against {}{}: {} requests in {:.2} s = {:.0} req/s ({} connections)",
+        match r.mode {
+            Mode::Storm => "storm",
+            Mode::Repeat => "repeat",
+            Mode::Soldout => "soldout",
+            Mode::Vote => "vote",
+            Mode::Healthz => "healthz",
+        },
+        r.url,
+        match (r.sale, r.poll) {
+            (Some(s), _) => format!(", sale {s}"),
+            (_, Some(p)) => format!(", poll {p}"),
+            _ => String::new(),
+        },
+        r.requests,
+        r.seconds,
+        r.requests_per_second,
+        r.concurrency
+    );
+    if let (Some(opens), Some(first)) = (r.opens_at, r.first_answer_at) {
+        println!(
+            "opened at {}, first answer at {}",
+            opens.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            first.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        );
+    }
+    let l = &r.latency;
+    println!(
+        "latency: p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+    );
+    println!("answers:");
+    for (kind, n) in &r.answers {
+        println!("  {n:>9}  {kind}");
+    }
+    let limited = r.answers.get("429 rate_limited").copied().unwrap_or(0);
+    if limited * 2 > r.requests {
+        println!(
+            "note: most answers were 429. The per-address limits count every simulated \
+             user as this one machine: start the server with STAMPEDE_LIMITS=off, or with \
+             STAMPEDE_TRUSTED_PROXIES=127.0.0.1 and pass --forwarded-for (an address per user)."
+        );
+    }
+    if !r.checks.is_empty() {
+        println!("invariants:");
+        for c in &r.checks {
+            println!(
+                "  {}  {}: {}",
+                if c.ok { "ok    " } else { "BROKEN" },
+                c.invariant,
+                c.detail
+            );
+        }
+    }
+}
