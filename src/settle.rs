@@ -47,6 +47,14 @@ const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 const RECLAIM_BUDGET: usize = 64;
 
 pub struct Settler {
+    /// Whether this consumer may hold entries delivered and not acknowledged (a
+    /// batch it read, a failed commit, entries it claimed): only then does a step
+    /// read its pending entries (`"0"`) before waiting for new ones, so an idle
+    /// worker sends one blocking read a `block_ms`, not two.
+    maybe_pending: bool,
+    /// When each stream last gave entries (Redis Cluster: the streams polled every
+    /// [`CLUSTER_POLL`] while waiting; the others once a `block_ms`).
+    last_busy: HashMap<String, Instant>,
     /// The features whose streams this worker settles (see [`Settle`]).
     features: Vec<Arc<dyn Settle>>,
     /// Where the next periodic reclaim pass starts in the list of streams.
@@ -216,6 +224,8 @@ impl Settler {
             .clone()
             .unwrap_or_else(default_consumer_name);
         Ok(Settler {
+            maybe_pending: true,
+            last_busy: HashMap::new(),
             features,
             reclaim_from: 0,
             busy_streams: 1,
@@ -305,12 +315,20 @@ impl Settler {
         tracing::info!(consumer = %self.consumer, "settlement worker stopped");
     }
 
-    /// One batch: this consumer's unacknowledged entries first, else new ones.
+    /// One batch: this consumer's unacknowledged entries first (when it may have
+    /// any), else new ones.
     pub async fn step(&mut self, streams: &[Stream]) -> anyhow::Result<Settled> {
-        let mut entries = self.read(streams, "0", None).await?;
+        let mut entries = Vec::new();
+        if self.maybe_pending {
+            entries = self.read(streams, "0", None).await?;
+            self.maybe_pending = !entries.is_empty();
+        }
         if entries.is_empty() {
             entries = self.read(streams, ">", Some(self.config.block_ms)).await?;
         }
+        // Until they are acknowledged (or if the read left some of a stream's
+        // entries for the next batch), some may be pending.
+        self.maybe_pending |= !entries.is_empty();
         self.settle(entries).await
     }
 
@@ -359,7 +377,15 @@ impl Settler {
             .group(SETTLE_GROUP, &self.consumer)
             .count(per_stream);
         let reply: redis::RedisResult<Option<StreamReadReply>> = if self.redis.is_cluster() {
-            self.read_each(streams, from, &opts, block_ms).await
+            let hot: Vec<&Stream> = streams
+                .iter()
+                .filter(|s| {
+                    self.last_busy
+                        .get(s.key())
+                        .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
+                })
+                .collect();
+            self.read_each(streams, &hot, from, &opts, block_ms).await
         } else {
             if let Some(ms) = block_ms {
                 opts = opts.block(ms as usize);
@@ -383,6 +409,11 @@ impl Settler {
         let busy = keys.iter().filter(|k| !k.ids.is_empty()).count();
         if busy > 0 {
             self.busy_streams = busy;
+            let now = Instant::now();
+            for k in keys.iter().filter(|k| !k.ids.is_empty()) {
+                self.last_busy.insert(k.key.clone(), now);
+            }
+            self.last_busy.retain(|_, t| t.elapsed() < CLUSTER_HOT);
         }
         let mut events = self.events_of(streams, keys).await?;
         // At most one batch per transaction. What is left stays delivered to this
@@ -435,17 +466,22 @@ impl Settler {
     /// error: one `XREADGROUP` per stream, all in flight at once, without `BLOCK`
     /// (a blocking read would hold up the node's connection for every other
     /// stream on that node). When all come back empty and the caller would block, it
-    /// reads again every [`CLUSTER_POLL`] until something comes or `block_ms` passes.
+    /// reads again every [`CLUSTER_POLL`] until something comes or `block_ms` passes,
+    /// but only the `hot` streams (those that gave entries in the last
+    /// [`CLUSTER_HOT`]): an idle stream costs one read a `block_ms`, not one every
+    /// 20 ms, and a sale's first order after a quiet spell waits at most that long.
     async fn read_each(
         &self,
         streams: &[Stream],
+        hot: &[&Stream],
         from: &str,
         opts: &StreamReadOptions,
         block_ms: Option<u64>,
     ) -> redis::RedisResult<Option<StreamReadReply>> {
         let deadline = Instant::now() + Duration::from_millis(block_ms.unwrap_or(0));
+        let mut round: Vec<&Stream> = streams.iter().collect();
         loop {
-            let reads = streams.iter().map(|stream| {
+            let reads = round.iter().map(|stream| {
                 let mut redis = self.redis.clone();
                 async move {
                     redis
@@ -467,7 +503,16 @@ impl Settler {
             if keys.iter().any(|k| !k.ids.is_empty()) || now >= deadline {
                 return Ok(Some(StreamReadReply { keys }));
             }
-            tokio::time::sleep(CLUSTER_POLL.min(deadline - now)).await;
+            round = hot.to_vec();
+            let pause = if round.is_empty() {
+                deadline - now
+            } else {
+                CLUSTER_POLL.min(deadline - now)
+            };
+            tokio::time::sleep(pause).await;
+            if round.is_empty() {
+                return Ok(Some(StreamReadReply { keys: Vec::new() }));
+            }
         }
     }
 
@@ -496,6 +541,9 @@ impl Settler {
         };
         let lost = guard.start_watchdog();
         let result = self.reclaim_streams(streams, &lost).await;
+        if result.as_ref().map_or(true, |claimed| *claimed > 0) {
+            self.maybe_pending = true;
+        }
         if let Err(e) = guard.release().await {
             tracing::warn!(error = %e, "releasing the reclaim lock failed; it expires on its own");
         }
@@ -664,8 +712,12 @@ impl Settler {
     }
 }
 
-/// How often an idle settlement worker on Redis Cluster looks at its streams again.
+/// How often a settlement worker on Redis Cluster, waiting for entries, looks again
+/// at the streams that were busy lately.
 const CLUSTER_POLL: Duration = Duration::from_millis(20);
+/// A stream that gave entries this recently is polled every [`CLUSTER_POLL`] on a
+/// cluster; the others once a `block_ms`.
+const CLUSTER_HOT: Duration = Duration::from_secs(10);
 
 fn default_consumer_name() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());

@@ -295,6 +295,10 @@ pub async fn test_config() -> (Config, String, String) {
         token_secret: stampede::auth::random_token_hex(32),
         workers: 2,
         database_max_connections: 10,
+        // Tests that fire hundreds of Postgres-backed requests at once on a busy
+        // 2-core machine queue for those 10 connections longer than the product's
+        // 1 s; the statement timeout stays the product's (tests/api/health.rs).
+        database_acquire_timeout_ms: 5000,
         // Every test client comes from 127.0.0.1: the default per-IP limits would
         // trip tests of other things. tests/api/limit.rs turns them on.
         limits: LimitsConfig::off(),
