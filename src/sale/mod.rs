@@ -7,6 +7,7 @@
 //! the accepted order travels on the sale's stream to the settlement worker, which
 //! writes it to Postgres.
 
+pub mod admin;
 pub mod buy;
 pub mod cached;
 pub mod orders;

@@ -1,13 +1,16 @@
 //! Orders: their ids (UUIDv8 that carry their sale's id, so an order can be found in
-//! its sale's pending hash before it reaches Postgres) and the SQL that reads the
-//! settled ones.
+//! its sale's pending hash before it reaches Postgres), the SQL that reads the
+//! settled ones, and the pending ones (accepted in Redis, not yet settled).
 
 use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::{Id, SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
 
 /// A settled order, as Postgres holds it.
 #[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -86,6 +89,36 @@ pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<
     .bind(limit)
     .fetch_all(db)
     .await
+}
+
+/// An order accepted and not yet in Postgres: its sale (carried by the id) and its
+/// owner, from the sale's pending hash.
+pub async fn pending_owner<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    order: &Uuid,
+) -> Result<Option<(SaleId, i64)>, AppError> {
+    let Some(sale) = sale_of_order(order) else {
+        return Ok(None);
+    };
+    let owner: Option<i64> = redis::cmd("HGET")
+        .arg(&keys.sale(sale).pending)
+        .arg(order.to_string())
+        .query_async(redis)
+        .await?;
+    Ok(owner.map(|owner| (sale, owner)))
+}
+
+/// How many of the sale's accepted orders are not in Postgres yet.
+pub async fn pending_count<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+) -> Result<i64, AppError> {
+    Ok(redis::cmd("HLEN")
+        .arg(&keys.sale(sale).pending)
+        .query_async(redis)
+        .await?)
 }
 
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's

@@ -1,21 +1,19 @@
 //! The admin's routes of sales: create, list, stock, open and close, orders,
 //! reconcile and repair.
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::buyer::list;
 use crate::auth::AdminUser;
-use crate::domain::{self, Id, SaleId};
+use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
-use crate::recover::Target;
 use crate::routes::PageQuery;
-use crate::sale::cached::{self, load_view};
-use crate::sale::stock::{self, ChangeResult, StockChange};
+use crate::sale::cached::load_view;
+use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale};
-use crate::sale::{orders, reconcile};
+use crate::sale::{self, orders, reconcile};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -121,11 +119,8 @@ pub(super) async fn admin_create(
     body: web::Json<CreateSale>,
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
-    let row = store::create_sale(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
-    tracing::info!(sale = row.id, admin = %admin.id, "sale created");
-    let id = Id::new(row.id).expect("serial ids are positive");
-    cached::invalidate(&state, id).await?;
-    let view = load_view(&state, id).await?;
+    let view = sale::admin::create(state.get_ref(), new).await?;
+    tracing::info!(sale = view.sale.id, admin = %admin.id, "sale created");
     Ok(HttpResponse::Created().json(view))
 }
 
@@ -179,24 +174,10 @@ pub(super) async fn admin_stock(
             ));
         }
     };
-    sale_or_404(&state, id).await?;
-    let change_id = stock::record_stock_change(&state.db, id, change, admin.id).await?;
-    // From here on the change is recorded: whatever fails, it is applied later (by
-    // the sweep or the next change), so the answer is 202, never an error that
-    // invites a second, duplicate change.
-    let result = match apply_stock_change(&state, id, change_id).await {
-        Ok(result) => result,
-        Err(e) => {
-            tracing::warn!(sale = %id, change = change_id, error = ?e, "stock change recorded; applying it later");
-            ChangeResult::Deferred
-        }
-    };
+    let (change_id, result) =
+        sale::admin::change_stock(state.get_ref(), id, change, admin.id).await?;
     match result {
         ChangeResult::Applied { delta, left, sold } => {
-            cached::invalidate(&state, id).await?;
-            if left > 0 {
-                state.sold_out.clear(id);
-            }
             tracing::info!(sale = %id, admin = %admin.id, change = change_id, delta, left, sold, "stock changed");
             Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
         }
@@ -226,55 +207,6 @@ struct StockPending {
     message: &'static str,
 }
 
-/// How long an admin's stock change waits for a rebuild of its sale before it
-/// answers 202 (recorded, applied later by the rebuild or the sweep).
-const STOCK_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Applies the recorded change (and any older one still pending). When the sale's
-/// Redis state is missing or untrusted, rebuilds it first (the rebuild applies the
-/// pending changes too) and reads the outcome back.
-async fn apply_stock_change(
-    state: &AppState,
-    id: SaleId,
-    change_id: i64,
-) -> Result<ChangeResult, AppError> {
-    let outcome = |results: &[(i64, ChangeResult)]| {
-        results
-            .iter()
-            .find(|(c, _)| *c == change_id)
-            .map(|(_, r)| *r)
-    };
-    let results =
-        stock::apply_pending(&state.db, &mut state.redis.clone(), &state.keys, id).await?;
-    match outcome(&results) {
-        Some(ChangeResult::Deferred) => {}
-        Some(done) => return Ok(done),
-        // Another request applied it between our insert and our turn at the lock.
-        None => {
-            return stock::change_result(
-                &state.db,
-                &mut state.redis.clone(),
-                &state.keys,
-                id,
-                change_id,
-            )
-            .await;
-        }
-    }
-    state
-        .recovery
-        .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
-        .await?;
-    stock::change_result(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        id,
-        change_id,
-    )
-    .await
-}
-
 /// Opens a sale now (moves `starts_at` back to now, clears an early close).
 #[utoipa::path(post, path = "/api/admin/sales/{id}/open", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The sale", body = store::SaleView),
@@ -287,14 +219,7 @@ pub(super) async fn admin_open(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    let sale = sale_or_404(&state, id).await?;
-    if sale.ends_at <= Utc::now() {
-        return Err(AppError::new(
-            ErrorCode::PastEnd,
-            "this sale's end time has passed; it cannot be opened",
-        ));
-    }
-    set_window(&state, id, store::WindowChange::Open).await?;
+    sale::admin::open(state.get_ref(), id).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale opened");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
@@ -310,32 +235,9 @@ pub(super) async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    set_window(&state, id, store::WindowChange::Close).await?;
+    sale::admin::close(state.get_ref(), id).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
-}
-
-/// Updates the record, then the Redis window when Redis holds the sale. In this
-/// order a rebuild running meanwhile cannot undo the change: it reads the row after
-/// the commit, or its restore runs before this update. A sale Redis lost is rebuilt
-/// (with the new window) before the answer.
-async fn set_window(
-    state: &AppState,
-    id: SaleId,
-    change: store::WindowChange,
-) -> Result<(), AppError> {
-    let row = store::set_window(&state.db, id, change)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
-    let in_redis = store::update_window(&mut state.redis.clone(), &state.keys, &row).await?;
-    cached::invalidate(state, id).await?;
-    if !in_redis {
-        state
-            .recovery
-            .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
-            .await?;
-    }
-    Ok(())
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -375,12 +277,7 @@ pub(super) async fn admin_orders(
             "limit must be 1 to 10000",
         ));
     }
-    sale_or_404(&state, id).await?;
-    let orders = orders::of_sale(&state.db, id, limit).await?;
-    let pending: i64 = redis::cmd("HLEN")
-        .arg(&state.keys.sale(id).pending)
-        .query_async(&mut state.redis.clone())
-        .await?;
+    let (orders, pending) = sale::admin::orders(state.get_ref(), id, limit).await?;
     Ok(HttpResponse::Ok().json(SaleOrders {
         sale_id: id.get(),
         confirmed: orders,
@@ -399,9 +296,7 @@ pub(super) async fn admin_reconcile(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    let sale = sale_or_404(&state, id).await?;
-    let report =
-        reconcile::reconcile(&state.db, &mut state.redis.clone(), &state.keys, &sale).await?;
+    let report = sale::admin::reconciliation(state.get_ref(), id).await?;
     Ok(HttpResponse::Ok().json(report))
 }
 
@@ -416,34 +311,7 @@ pub(super) async fn admin_repair(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    sale_or_404(&state, id).await?;
-    state
-        .recovery
-        .rebuild(Target::Sale(id), STOCK_CHANGE_WAIT)
-        .await?
-        .ok_or_else(|| {
-            AppError::new(
-                ErrorCode::Busy,
-                "another rebuild of this sale is running; try again",
-            )
-            .with_header(header::RETRY_AFTER, "1")
-        })?;
-    state.sold_out.clear(id);
-    cached::invalidate(&state, id).await?;
-    let report = reconcile::reconcile(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        &sale_or_404(&state, id).await?,
-    )
-    .await?;
+    let report = sale::admin::repair(state.get_ref(), id).await?;
     tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
-}
-
-/// The sale's record from Postgres (admin paths: always fresh, never the cache).
-async fn sale_or_404(state: &AppState, id: SaleId) -> Result<store::SaleRow, AppError> {
-    store::fetch_sale(&state.db, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
 }

@@ -7,7 +7,6 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::auth::AuthUser;
-use crate::domain::SaleId;
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::sale::{orders, payment};
 use crate::state::AppState;
@@ -64,7 +63,7 @@ pub(super) async fn order_status(
             paid_at: o.paid_at,
         }));
     }
-    match pending_owner(&state, &order_id).await? {
+    match orders::pending_owner(&mut state.redis.clone(), &state.keys, &order_id).await? {
         Some((sale, owner)) if owner == user.id.get() || user.admin => {
             Ok(HttpResponse::Ok().json(OrderStatus {
                 order_id,
@@ -134,7 +133,8 @@ pub(super) async fn pay(
         payment::Payment::NotFound => {
             // Not in Postgres yet: an order accepted moments ago is in its sale's
             // pending hash until the settlement worker writes it.
-            let owner = pending_owner(&state, &order_id).await?;
+            let owner =
+                orders::pending_owner(&mut state.redis.clone(), &state.keys, &order_id).await?;
             if owner.is_some_and(|(_, owner)| owner == user.id.get()) {
                 return Err(AppError::new(
                     ErrorCode::OrderSettling,
@@ -149,18 +149,4 @@ pub(super) async fn pay(
 
 fn parse_order_id(raw: &str) -> Result<Uuid, AppError> {
     Uuid::parse_str(raw).map_err(|_| AppError::new(ErrorCode::InvalidId, "order id must be a UUID"))
-}
-
-/// An order accepted and not yet in Postgres: its sale (carried by the id) and its
-/// owner, from the sale's pending hash.
-async fn pending_owner(state: &AppState, order: &Uuid) -> Result<Option<(SaleId, i64)>, AppError> {
-    let Some(sale) = orders::sale_of_order(order) else {
-        return Ok(None);
-    };
-    let owner: Option<i64> = redis::cmd("HGET")
-        .arg(&state.keys.sale(sale).pending)
-        .arg(order.to_string())
-        .query_async(&mut state.redis.clone())
-        .await?;
-    Ok(owner.map(|owner| (sale, owner)))
 }

@@ -17,7 +17,7 @@ use crate::recover::Target;
 use crate::sale::buy::{BuyReply, BuyRequest};
 use crate::sale::cached;
 use crate::sale::store::PurchaseOutcome;
-use crate::sale::ticket::{self, TicketError, TicketWindow, Window};
+use crate::sale::ticket::{self, TicketWindow, Window};
 use crate::state::{AppState, Worker};
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -71,7 +71,16 @@ pub(super) async fn purchase(
     }
     let user = AuthUser::of(&req)?;
     let body = PurchaseBody::read(&req, payload, state.config.body_timeout_ms).await?;
-    check_ticket(state, sale, user.id, body.ticket.as_deref()).await?;
+    let ticket = body.ticket.as_deref();
+    ticket::check_purchase(
+        state,
+        &state.tickets,
+        &state.ticket_rules,
+        sale,
+        user.id,
+        ticket,
+    )
+    .await?;
     let quantity = check_quantity(state, sale, body.quantity).await?;
     let ip = state
         .limiter
@@ -229,44 +238,6 @@ impl PurchaseBody {
     }
 }
 
-/// A ticket, when the purchase carries one, must be good for this user and sale
-/// (one HMAC); without one, the sale must not require it (read once per sale and
-/// process, see [`ticket::TicketRules`]). A refused purchase consumes nothing: no
-/// limit counts it and the sale's state is not touched.
-async fn check_ticket(
-    state: &AppState,
-    sale: SaleId,
-    user: domain::UserId,
-    ticket: Option<&str>,
-) -> Result<(), AppError> {
-    if let Some(ticket) = ticket {
-        return state
-            .tickets
-            .verify(ticket, sale, user, Utc::now().timestamp_millis())
-            .map_err(ticket_refused);
-    }
-    let required = match state.ticket_rules.get(sale) {
-        Some(required) => required,
-        None => match cached::sale_row(state, sale).await? {
-            Some(row) => {
-                state.ticket_rules.remember(sale, row.requires_ticket);
-                row.requires_ticket
-            }
-            None => return Err(AppError::not_found(format!("no sale with id {sale}"))),
-        },
-    };
-    if required {
-        return Err(AppError::new(
-            ErrorCode::TicketRequired,
-            format!(
-                "this sale needs a purchase ticket: POST /api/sales/{sale}/ticket once it is open, \
-                 then send {{\"ticket\": \"...\"}} with the purchase"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// The units asked for: 1 unless the body says otherwise; more only up to the
 /// sale's `max_per_user` (its record, read through the cache, only for a request
 /// that asks for more than one).
@@ -301,26 +272,6 @@ async fn check_quantity(
         ));
     }
     Ok(q as u32)
-}
-
-fn ticket_refused(e: TicketError) -> AppError {
-    match e {
-        TicketError::Expired => AppError::new(
-            ErrorCode::TicketExpired,
-            "the purchase ticket has expired: get a new one",
-        ),
-        TicketError::Malformed | TicketError::BadSignature => {
-            AppError::new(ErrorCode::InvalidTicket, "the purchase ticket is not valid")
-        }
-        TicketError::OtherSale => AppError::new(
-            ErrorCode::InvalidTicket,
-            "the purchase ticket is for another sale",
-        ),
-        TicketError::OtherUser => AppError::new(
-            ErrorCode::InvalidTicket,
-            "the purchase ticket is for another user",
-        ),
-    }
 }
 
 /// A purchase ticket.
