@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use super::SoldOutFlags;
 use super::cached::{self, load_view};
-use super::orders::{self, OrderRow};
+use super::orders::{self, BuyerOrder, OrderRow};
+use super::pending::{self, PendingOrder};
 use super::reconcile::{self, Reconciliation};
 use super::stock::{self, ChangeResult, StockChange};
 use super::store::{self, NewSale, SaleRow, SaleView, WindowChange};
@@ -162,8 +163,58 @@ pub async fn orders<S: CachedReads + ?Sized>(
 ) -> Result<(Vec<OrderRow>, i64), AppError> {
     record(state.db(), id).await?;
     let confirmed = orders::of_sale(state.db(), id, limit).await?;
-    let pending = orders::pending_count(&mut state.redis().clone(), state.keys(), id).await?;
+    let pending = pending::count(&mut state.redis().clone(), state.keys(), id).await?;
     Ok((confirmed, pending))
+}
+
+/// A page of a sale's orders for the admin's page: settled ones with their buyers'
+/// names, and the pending ones.
+pub struct OrdersPage {
+    /// This page's settled orders, oldest first.
+    pub confirmed: Vec<BuyerOrder>,
+    pub confirmed_total: i64,
+    /// The oldest pending orders, each with its buyer's name (`None` for an
+    /// account that is gone).
+    pub pending: Vec<(PendingOrder, Option<String>)>,
+    pub pending_total: i64,
+}
+
+/// `per_page` settled orders of the sale after `offset` (oldest first), the count
+/// of all, and the exact pending count with the oldest `pending_shown` pending
+/// orders (Redis first: an order that settles in between shows in both).
+pub async fn orders_page<S: CachedReads + ?Sized>(
+    state: &S,
+    id: SaleId,
+    offset: i64,
+    per_page: i64,
+    pending_shown: usize,
+) -> Result<OrdersPage, AppError> {
+    let db = state.db();
+    let (pending_total, entries) =
+        pending::oldest(&mut state.redis().clone(), state.keys(), id, pending_shown).await?;
+    let confirmed = orders::page_of_sale(db, id, per_page, offset).await?;
+    let confirmed_total = orders::count_of_sale(db, id).await?;
+    let buyers: Vec<i64> = entries.iter().map(|e| e.user).collect();
+    let names = crate::auth::usernames(db, &buyers).await?;
+    let name_of = |user: i64| {
+        names
+            .iter()
+            .find(|(id, _)| *id == user)
+            .map(|(_, name)| name.clone())
+    };
+    let pending = entries
+        .into_iter()
+        .map(|e| {
+            let name = name_of(e.user);
+            (e, name)
+        })
+        .collect();
+    Ok(OrdersPage {
+        confirmed,
+        confirmed_total,
+        pending,
+        pending_total,
+    })
 }
 
 /// Redis against Postgres for the sale (see [`reconcile::reconcile`]).

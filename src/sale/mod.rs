@@ -12,6 +12,7 @@ pub mod buy;
 pub mod cached;
 pub mod orders;
 pub mod payment;
+pub mod pending;
 pub mod rebuild;
 pub mod reconcile;
 pub mod settlement;

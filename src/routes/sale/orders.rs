@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use crate::auth::AuthUser;
 use crate::error::{AppError, ErrorBody, ErrorCode};
-use crate::sale::{orders, payment};
+use crate::sale::{orders, payment, pending};
 use crate::state::AppState;
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -63,7 +63,7 @@ pub(super) async fn order_status(
             paid_at: o.paid_at,
         }));
     }
-    match orders::pending_owner(&mut state.redis.clone(), &state.keys, &order_id).await? {
+    match pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await? {
         Some((sale, owner)) if owner == user.id.get() || user.admin => {
             Ok(HttpResponse::Ok().json(OrderStatus {
                 order_id,
@@ -133,8 +133,7 @@ pub(super) async fn pay(
         payment::Payment::NotFound => {
             // Not in Postgres yet: an order accepted moments ago is in its sale's
             // pending hash until the settlement worker writes it.
-            let owner =
-                orders::pending_owner(&mut state.redis.clone(), &state.keys, &order_id).await?;
+            let owner = pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await?;
             if owner.is_some_and(|(_, owner)| owner == user.id.get()) {
                 return Err(AppError::new(
                     ErrorCode::OrderSettling,
