@@ -1,4 +1,5 @@
 //! Flash sales: records, the purchase script and its batch decider, stock changes,
+//! orders settled and pending, an admin's changes across both stores,
 //! tickets and order ids. Their HTTP routes are `routes::sale`.
 //!
 //! Postgres holds each sale's record; Redis holds its live state under the keys of
