@@ -50,66 +50,20 @@ pub async fn measure(
 /// each scrape. Best effort: a
 /// stream Redis cannot read is left out of this scrape.
 pub async fn read_settlement_lag(state: &AppState) {
-    let sales: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM sales WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
-    )
-    .fetch_all(&state.db)
-    .await
-    .unwrap_or_default();
-    let polls: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM polls WHERE opens_at <= now() AND closes_at > now() - interval '10 minutes'",
-    )
-    .fetch_all(&state.db)
-    .await
-    .unwrap_or_default();
-    for &id in &sales {
-        let Some(sale) = crate::domain::Id::new(id) else {
-            continue;
-        };
-        let left: redis::RedisResult<Option<i64>> = redis::cmd("GET")
-            .arg(state.keys.sale(sale).stock)
-            .query_async(&mut state.redis.clone())
-            .await;
-        if let Ok(Some(left)) = left {
-            state.metrics.observed.stock_left(id, left);
+    let observed = &state.metrics.observed;
+    let mut redis = state.redis.clone();
+    let sales = crate::sale::store::watched(&state.db, &mut redis, &state.keys).await;
+    for sale in sales {
+        if let Some(left) = sale.stock_left {
+            observed.stock_left(sale.id, left);
+        }
+        if let Some((entries, pending)) = sale.backlog {
+            observed.settlement_lag("sale", sale.id, entries, pending);
         }
     }
-    let streams = sales
-        .iter()
-        .filter_map(|&id| {
-            Some((
-                "sale",
-                id,
-                state.keys.sale(crate::domain::Id::new(id)?).orders,
-            ))
-        })
-        .chain(polls.iter().filter_map(|&id| {
-            Some((
-                "poll",
-                id,
-                state.keys.poll(crate::domain::Id::new(id)?).votes,
-            ))
-        }));
-    for (kind, id, stream) in streams {
-        let mut redis = state.redis.clone();
-        let entries: redis::RedisResult<u64> = redis::cmd("XLEN")
-            .arg(&stream)
-            .query_async(&mut redis)
-            .await;
-        // XPENDING's summary: [count, first id, last id, consumers].
-        let pending: redis::RedisResult<(u64, redis::Value, redis::Value, redis::Value)> =
-            redis::cmd("XPENDING")
-                .arg(&stream)
-                .arg(crate::settle::SETTLE_GROUP)
-                .query_async(&mut redis)
-                .await;
-        if let Ok(entries) = entries {
-            let pending = pending.map(|p| p.0).unwrap_or(0);
-            state
-                .metrics
-                .observed
-                .settlement_lag(kind, id, entries, pending);
-        }
+    let polls = crate::vote::store::watched_backlogs(&state.db, &mut redis, &state.keys).await;
+    for (id, (entries, pending)) in polls {
+        observed.settlement_lag("poll", id, entries, pending);
     }
 }
 

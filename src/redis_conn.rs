@@ -238,3 +238,23 @@ fn spans_slots(pipeline: &Pipeline) -> bool {
         None => false,
     }
 }
+
+/// A stream's length and how many of its entries `group` has read and not yet
+/// acknowledged (`XLEN`, and the count of `XPENDING`'s summary). Best effort, for
+/// the gauges a scrape reads: `None` when the length cannot be read; a pending
+/// count that cannot be read (no group yet) counts 0.
+pub async fn stream_backlog<C: ConnectionLike>(
+    redis: &mut C,
+    stream: &str,
+    group: &str,
+) -> Option<(u64, u64)> {
+    let entries: RedisResult<u64> = redis::cmd("XLEN").arg(stream).query_async(redis).await;
+    // XPENDING's summary: [count, first id, last id, consumers].
+    let pending: RedisResult<(u64, Value, Value, Value)> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(group)
+        .query_async(redis)
+        .await;
+    let entries = entries.ok()?;
+    Some((entries, pending.map(|p| p.0).unwrap_or(0)))
+}

@@ -17,11 +17,7 @@ pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()>
         return Ok(());
     };
     let username = Username::parse(name).map_err(|e| anyhow::anyhow!("admin_username: {e}"))?;
-    let promoted = sqlx::query("UPDATE users SET is_admin = TRUE WHERE username = $1")
-        .bind(username.as_str())
-        .execute(db)
-        .await?;
-    if promoted.rows_affected() == 0 {
+    if !auth::promote_admin(db, &username).await? {
         let password = Password::parse(password.clone())
             .map_err(|e| anyhow::anyhow!("admin_password: {e}"))?;
         auth::upsert_user(db, &username, password, true)
@@ -118,13 +114,7 @@ async fn demo_sale(
     demo: DemoSale,
     ends_at: chrono::DateTime<Utc>,
 ) -> anyhow::Result<()> {
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())",
-    )
-    .bind(demo.name)
-    .fetch_one(db)
-    .await?;
-    if exists {
+    if store::unended_named(db, demo.name).await? {
         return Ok(());
     }
     let new = NewSale {
@@ -160,13 +150,7 @@ async fn demo_poll(
     keys: &Keys,
     now: chrono::DateTime<Utc>,
 ) -> anyhow::Result<()> {
-    let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM polls WHERE question = $1 AND closes_at > now())",
-    )
-    .bind(DEMO_POLL)
-    .fetch_one(db)
-    .await?;
-    if exists {
+    if crate::vote::store::open_asking(db, DEMO_POLL).await? {
         return Ok(());
     }
     let record = crate::vote::store::create_poll(

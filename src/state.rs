@@ -94,3 +94,21 @@ impl crate::vote::cached::PollReads for AppState {
         self.recovery.recovering(crate::recover::Target::Poll(poll))
     }
 }
+
+impl crate::sale::admin::SaleAdmin for AppState {
+    fn sold_out(&self) -> &SoldOutFlags {
+        &self.sold_out
+    }
+
+    async fn rebuild_sale(
+        &self,
+        sale: crate::domain::SaleId,
+        wait: std::time::Duration,
+    ) -> Result<bool, crate::error::AppError> {
+        let rebuilt = self
+            .recovery
+            .rebuild(crate::recover::Target::Sale(sale), wait)
+            .await?;
+        Ok(rebuilt.is_some())
+    }
+}

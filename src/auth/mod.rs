@@ -258,6 +258,23 @@ pub async fn user_view(db: &PgPool, user: UserId) -> sqlx::Result<Option<UserVie
         .await
 }
 
+/// The names of those of `users` that exist, `(id, username)` in no order.
+pub async fn usernames(db: &PgPool, users: &[i64]) -> sqlx::Result<Vec<(i64, String)>> {
+    sqlx::query_as("SELECT id, username FROM users WHERE id = ANY($1)")
+        .bind(users)
+        .fetch_all(db)
+        .await
+}
+
+/// Makes the named account an admin; false when there is no such account.
+pub async fn promote_admin(db: &PgPool, username: &Username) -> sqlx::Result<bool> {
+    let promoted = sqlx::query("UPDATE users SET is_admin = TRUE WHERE username = $1")
+        .bind(username.as_str())
+        .execute(db)
+        .await?;
+    Ok(promoted.rows_affected() > 0)
+}
+
 /// The user's password hash; `None` for an account that is gone.
 pub async fn password_hash_of(db: &PgPool, user: UserId) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar("SELECT password_hash FROM users WHERE id = $1")

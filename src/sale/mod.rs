@@ -1,4 +1,5 @@
 //! Flash sales: records, the purchase script and its batch decider, stock changes,
+//! orders settled and pending, an admin's changes across both stores,
 //! tickets and order ids. Their HTTP routes are `routes::sale`.
 //!
 //! Postgres holds each sale's record; Redis holds its live state under the keys of
@@ -7,10 +8,12 @@
 //! the accepted order travels on the sale's stream to the settlement worker, which
 //! writes it to Postgres.
 
+pub mod admin;
 pub mod buy;
 pub mod cached;
 pub mod orders;
 pub mod payment;
+pub mod pending;
 pub mod rebuild;
 pub mod reconcile;
 pub mod settlement;

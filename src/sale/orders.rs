@@ -1,13 +1,19 @@
 //! Orders: their ids (UUIDv8 that carry their sale's id, so an order can be found in
-//! its sale's pending hash before it reaches Postgres) and the SQL that reads the
-//! settled ones.
+//! its sale's pending hash before it reaches Postgres), the SQL that reads the
+//! settled ones, and a buyer's orders with the units still pending (see
+//! [`super::pending`]).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::pending;
+use super::store::SaleView;
+use crate::cache::CachedReads;
 use crate::domain::{Id, SaleId, UserId};
+use crate::error::AppError;
+use crate::paging::Limit;
 
 /// A settled order, as Postgres holds it.
 #[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -33,6 +39,7 @@ pub struct MyOrder {
     pub id: Uuid,
     pub sale_id: i64,
     pub sale_name: String,
+    // The price of one unit (the page multiplies it by the quantity).
     pub price_cents: i64,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
@@ -41,6 +48,10 @@ pub struct MyOrder {
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
     pub quantity: i32,
+    /// `pay_by <= now()` by Postgres's clock, as the payment decides it (the page
+    /// shows it; the API answers `pay_by`).
+    #[serde(skip)]
+    pub overdue: bool,
 }
 
 /// The columns of [`OrderRow`], as a literal so queries stay `&'static str`.
@@ -66,13 +77,79 @@ pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
-                o.status, o.pay_by, o.paid_at, o.quantity
+                o.status, o.pay_by, o.paid_at, o.quantity,
+                COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
     )
     .bind(user.get())
     .fetch_all(db)
     .await
+}
+
+/// Units a buyer holds of a sale whose order has not settled yet.
+pub struct PendingUnits {
+    pub sale_id: i64,
+    pub sale_name: String,
+    pub units: i32,
+    /// What the units cost together.
+    pub price_cents: i64,
+}
+
+/// A buyer's orders: the pending units first, then the settled orders (as
+/// [`of_user`]).
+pub struct MyOrders {
+    pub pending: Vec<PendingUnits>,
+    pub settled: Vec<MyOrder>,
+}
+
+/// Sales whose buyers set is asked about the buyer (pending orders): the list's
+/// cached first page, where open sales, the only ones taking orders, come first.
+/// (A pending order lives until settlement, a moment; one of a sale past this page
+/// shows once settled.)
+const PENDING_SCAN: Limit = super::cached::FIRST_PAGE_CACHED;
+
+/// The buyer's settled orders ([`of_user`]) and the units they hold whose order
+/// has not settled yet: of a sale of the list's first page, whose buyers include
+/// them, when no settled order of theirs holds a unit of it.
+pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
+    reads: &S,
+    user: UserId,
+) -> Result<MyOrders, AppError> {
+    let sales = super::cached::load_page(reads, None, PENDING_SCAN)
+        .await?
+        .items;
+    // Redis before Postgres: an order that settles in between shows as confirmed.
+    let asked: Vec<(SaleId, i32)> = sales
+        .iter()
+        .map(|s| {
+            let id = Id::new(s.sale.id).expect("stored ids are positive");
+            (id, s.sale.max_per_user)
+        })
+        .collect();
+    let bought = pending::bought_of(&mut reads.redis().clone(), reads.keys(), &asked, user).await?;
+    let settled = of_user(reads.db(), user).await?;
+    // A buyer stays in the sale's buyers set while an order holds the unit; an
+    // expired order holds it no more when the sale lets its buyer buy again (the
+    // buyer left the set, and is in it again only for a new, maybe pending, order).
+    let holds = |sale: &SaleView| {
+        settled.iter().any(|o| {
+            o.sale_id == sale.sale.id && (o.status != "expired" || !sale.sale.rebuy_after_expiry)
+        })
+    };
+    let pending = sales
+        .iter()
+        .zip(bought)
+        .filter(|(sale, (bought, _))| *bought && !holds(sale))
+        // No settled order holds a unit of the sale: the units held are all pending.
+        .map(|(sale, (_, held))| PendingUnits {
+            sale_id: sale.sale.id,
+            sale_name: sale.sale.name.clone(),
+            units: held,
+            price_cents: sale.sale.price_cents * i64::from(held),
+        })
+        .collect();
+    Ok(MyOrders { pending, settled })
 }
 
 /// A sale's settled orders, oldest first (at most `limit`).
@@ -86,6 +163,50 @@ pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<
     .bind(limit)
     .fetch_all(db)
     .await
+}
+
+/// A settled order of a sale with its buyer's name, as the admin's page of the
+/// sale's orders reads it.
+#[derive(sqlx::FromRow)]
+pub struct BuyerOrder {
+    pub id: Uuid,
+    pub username: String,
+    pub accepted_at: DateTime<Utc>,
+    pub settled_at: DateTime<Utc>,
+    pub status: String,
+    pub pay_by: Option<DateTime<Utc>>,
+    pub paid_at: Option<DateTime<Utc>>,
+    /// `pay_by <= now()` by Postgres's clock.
+    pub overdue: bool,
+}
+
+/// A page of a sale's settled orders with their buyers' names, oldest first (the
+/// id breaking ties), so pages do not shift as orders settle.
+pub async fn page_of_sale(
+    db: &PgPool,
+    sale: SaleId,
+    limit: i64,
+    offset: i64,
+) -> sqlx::Result<Vec<BuyerOrder>> {
+    sqlx::query_as(
+        "SELECT o.id, u.username, o.accepted_at, o.settled_at, o.status, o.pay_by, o.paid_at,
+                COALESCE(o.pay_by <= now(), false) AS overdue
+         FROM orders o JOIN users u ON u.id = o.user_id
+         WHERE o.sale_id = $1 ORDER BY o.accepted_at, o.id LIMIT $2 OFFSET $3",
+    )
+    .bind(sale.get())
+    .bind(limit)
+    .bind(offset)
+    .fetch_all(db)
+    .await
+}
+
+/// How many settled orders the sale has.
+pub async fn count_of_sale(db: &PgPool, sale: SaleId) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
+        .bind(sale.get())
+        .fetch_one(db)
+        .await
 }
 
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's

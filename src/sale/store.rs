@@ -97,6 +97,54 @@ pub async fn fetch_sale(db: &PgPool, id: SaleId) -> Result<Option<SaleRow>, sqlx
     .await
 }
 
+/// Whether a sale of that name has not ended yet (the demo seed creates one once).
+pub async fn unended_named(db: &PgPool, name: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sales WHERE name = $1 AND ends_at > now())")
+        .bind(name)
+        .fetch_one(db)
+        .await
+}
+
+/// A sale open now or ended in the last ten minutes, as a scrape of `/metrics`
+/// reads it.
+pub struct Watched {
+    pub id: i64,
+    /// Units left, when Redis holds them.
+    pub stock_left: Option<i64>,
+    /// Its orders stream's entries and those settlement read and has not
+    /// acknowledged (see [`crate::redis_conn::stream_backlog`]).
+    pub backlog: Option<(u64, u64)>,
+}
+
+/// The sales open now or ended in the last ten minutes, with their units left and
+/// their settlement backlog. Best effort: no sales when Postgres cannot answer, and
+/// `None` for what Redis cannot.
+pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys) -> Vec<Watched> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM sales WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap_or_default();
+    let mut watched = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(sale) = Id::new(id) else {
+            continue;
+        };
+        let k = keys.sale(sale);
+        let left: redis::RedisResult<Option<i64>> =
+            redis::cmd("GET").arg(&k.stock).query_async(redis).await;
+        let backlog =
+            crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP).await;
+        watched.push(Watched {
+            id,
+            stock_left: left.ok().flatten(),
+            backlog,
+        });
+    }
+    watched
+}
+
 /// Up to `limit` sales, latest start first: `stampede reconcile` walks them all.
 pub async fn list_sales(db: &PgPool, limit: i64) -> Result<Vec<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(

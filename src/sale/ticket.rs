@@ -23,8 +23,9 @@ use hmac::Mac;
 use redis::aio::ConnectionLike;
 
 use crate::auth::token::{self, HmacSha256, TokenError};
+use crate::cache::CachedReads;
 use crate::domain::{Id, SaleId, UserId};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
@@ -187,6 +188,65 @@ impl TicketRules {
             known.insert(sale, requires_ticket);
             Arc::new(known)
         });
+    }
+}
+
+/// A purchase's ticket: when it carries one, it must be good for this user and sale
+/// (one HMAC); without one, the sale must not require it (read once per sale and
+/// process, see [`TicketRules`]). A refused purchase consumes nothing: no
+/// limit counts it and the sale's state is not touched.
+pub async fn check_purchase<S: CachedReads + ?Sized>(
+    reads: &S,
+    key: &TicketKey,
+    rules: &TicketRules,
+    sale: SaleId,
+    user: UserId,
+    ticket: Option<&str>,
+) -> Result<(), AppError> {
+    if let Some(ticket) = ticket {
+        return key
+            .verify(ticket, sale, user, chrono::Utc::now().timestamp_millis())
+            .map_err(ticket_refused);
+    }
+    let required = match rules.get(sale) {
+        Some(required) => required,
+        None => match super::cached::sale_row(reads, sale).await? {
+            Some(row) => {
+                rules.remember(sale, row.requires_ticket);
+                row.requires_ticket
+            }
+            None => return Err(AppError::not_found(format!("no sale with id {sale}"))),
+        },
+    };
+    if required {
+        return Err(AppError::new(
+            ErrorCode::TicketRequired,
+            format!(
+                "this sale needs a purchase ticket: POST /api/sales/{sale}/ticket once it is open, \
+                 then send {{\"ticket\": \"...\"}} with the purchase"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn ticket_refused(e: TicketError) -> AppError {
+    match e {
+        TicketError::Expired => AppError::new(
+            ErrorCode::TicketExpired,
+            "the purchase ticket has expired: get a new one",
+        ),
+        TicketError::Malformed | TicketError::BadSignature => {
+            AppError::new(ErrorCode::InvalidTicket, "the purchase ticket is not valid")
+        }
+        TicketError::OtherSale => AppError::new(
+            ErrorCode::InvalidTicket,
+            "the purchase ticket is for another sale",
+        ),
+        TicketError::OtherUser => AppError::new(
+            ErrorCode::InvalidTicket,
+            "the purchase ticket is for another user",
+        ),
     }
 }
 

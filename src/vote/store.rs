@@ -144,6 +144,47 @@ pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>,
 // read a poll's record beside its tallies.
 pub use super::cached::{cached_record, invalidate_record};
 
+/// Whether a poll asking `question` is still open (the demo seed creates one once).
+pub async fn open_asking(db: &PgPool, question: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM polls WHERE question = $1 AND closes_at > now())",
+    )
+    .bind(question)
+    .fetch_one(db)
+    .await
+}
+
+/// The polls open now or closed in the last ten minutes, each with its votes
+/// stream's entries and those settlement read and has not acknowledged (see
+/// [`crate::redis_conn::stream_backlog`]), as a scrape of `/metrics` reads them.
+/// Best effort: no polls when Postgres cannot answer, none of a poll whose stream
+/// Redis cannot read.
+pub async fn watched_backlogs<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+) -> Vec<(i64, (u64, u64))> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM polls WHERE opens_at <= now() AND closes_at > now() - interval '10 minutes'",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap_or_default();
+    let mut backlogs = Vec::with_capacity(ids.len());
+    for id in ids {
+        let Some(poll) = Id::new(id) else {
+            continue;
+        };
+        let stream = keys.poll(poll).votes;
+        let backlog =
+            crate::redis_conn::stream_backlog(redis, &stream, crate::settle::SETTLE_GROUP).await;
+        if let Some(backlog) = backlog {
+            backlogs.push((id, backlog));
+        }
+    }
+    backlogs
+}
+
 /// Votes in Postgres per option of the poll, `(option id, votes)` in option order
 /// (options nobody voted for with 0).
 pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>, sqlx::Error> {

@@ -13,10 +13,13 @@ use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, option_results};
 use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
 use crate::paging::Limit;
-use crate::sale::payment::{self, OrderCounts};
+use crate::sale::{
+    self,
+    payment::{self, OrderCounts},
+};
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
@@ -241,20 +244,6 @@ pub async fn sale_orders(
     }
 }
 
-/// A settled order of the sale, as the page reads it.
-#[derive(sqlx::FromRow)]
-struct SaleOrderRow {
-    id: uuid::Uuid,
-    username: String,
-    accepted_at: DateTime<Utc>,
-    settled_at: DateTime<Utc>,
-    status: String,
-    pay_by: Option<DateTime<Utc>>,
-    paid_at: Option<DateTime<Utc>>,
-    /// `pay_by <= now()` by Postgres's clock.
-    overdue: bool,
-}
-
 struct FoundOrders {
     confirmed: Vec<OrderRow>,
     confirmed_total: i64,
@@ -264,59 +253,19 @@ struct FoundOrders {
 
 async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrders, AppError> {
     let offset = (page - 1) * ORDERS_PER_PAGE;
-    let keys = state.keys.sale(id);
-    // One round trip: the exact pending count, and the oldest entries of the orders
-    // stream. The purchase script writes an accepted order to the pending hash and
-    // the stream together, and settlement drops it from both together, so the
-    // stream's entries are the pending orders, with the time each was accepted.
-    let (pending_total, stream): (i64, redis::streams::StreamRangeReply) = redis::pipe()
-        .hlen(&keys.pending)
-        .cmd("XRANGE")
-        .arg(&keys.orders)
-        .arg("-")
-        .arg("+")
-        .arg("COUNT")
-        .arg(PENDING_SHOWN)
-        .query_async(&mut state.redis.clone())
-        .await?;
-    let rows: Vec<SaleOrderRow> = sqlx::query_as(
-        "SELECT o.id, u.username, o.accepted_at, o.settled_at, o.status, o.pay_by, o.paid_at,
-                COALESCE(o.pay_by <= now(), false) AS overdue
-         FROM orders o JOIN users u ON u.id = o.user_id
-         WHERE o.sale_id = $1 ORDER BY o.accepted_at, o.id LIMIT $2 OFFSET $3",
-    )
-    .bind(id.get())
-    .bind(ORDERS_PER_PAGE)
-    .bind(offset)
-    .fetch_all(&state.db)
-    .await?;
-    let confirmed_total: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
-        .bind(id.get())
-        .fetch_one(&state.db)
-        .await?;
-    let entries: Vec<PendingEntry> = stream.ids.iter().filter_map(PendingEntry::parse).collect();
-    let buyer_ids: Vec<i64> = entries.iter().map(|e| e.user).collect();
-    let names: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, username FROM users WHERE id = ANY($1)")
-            .bind(&buyer_ids)
-            .fetch_all(&state.db)
-            .await?;
-    let name_of = |user: i64| {
-        names
-            .iter()
-            .find(|(id, _)| *id == user)
-            .map_or_else(|| format!("user #{user}"), |(_, name)| name.clone())
-    };
-    let pending: Vec<PendingRow> = entries
+    let found = sale::admin::orders_page(state, id, offset, ORDERS_PER_PAGE, PENDING_SHOWN).await?;
+    let pending = found
+        .pending
         .into_iter()
-        .map(|e| PendingRow {
-            buyer: name_of(e.user),
+        .map(|(e, name)| PendingRow {
+            buyer: name.unwrap_or_else(|| format!("user #{}", e.user)),
             order_id: e.order_id,
             ordered: e.accepted.into(),
         })
         .collect();
     Ok(FoundOrders {
-        confirmed: rows
+        confirmed: found
+            .confirmed
             .into_iter()
             .zip(offset + 1..)
             .map(|(o, number)| OrderRow {
@@ -328,32 +277,10 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
                 settled: o.settled_at.into(),
             })
             .collect(),
-        confirmed_total,
+        confirmed_total: found.confirmed_total,
         pending,
-        pending_total,
+        pending_total: found.pending_total,
     })
-}
-
-/// An accepted order as its sale's orders stream holds it (`lua/purchase_batch.lua`).
-struct PendingEntry {
-    order_id: String,
-    user: i64,
-    accepted: DateTime<Utc>,
-}
-
-impl PendingEntry {
-    fn parse(entry: &redis::streams::StreamId) -> Option<Self> {
-        // `at_ms` is the script's clock, the time settlement writes to Postgres; the
-        // entry id starts with the same milliseconds, should the field be missing.
-        let at_ms = entry
-            .get::<i64>("at_ms")
-            .or_else(|| entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()))?;
-        Some(PendingEntry {
-            order_id: entry.get("order_id")?,
-            user: entry.get("user_id")?,
-            accepted: DateTime::from_timestamp_millis(at_ms)?,
-        })
-    }
 }
 
 #[derive(Template, WebTemplate)]
@@ -402,15 +329,7 @@ pub async fn poll_tallies(
         Ok(view) => view,
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let settled: Vec<(i64, i64)> = match sqlx::query_as(
-        "SELECT o.id, count(v.user_id) FROM poll_options o
-         LEFT JOIN votes v ON v.option_id = o.id
-         WHERE o.poll_id = $1 GROUP BY o.id",
-    )
-    .bind(id.get())
-    .fetch_all(&state.db)
-    .await
-    {
+    let settled = match crate::vote::store::settled_tallies(&state.db, id).await {
         Ok(rows) => rows,
         Err(e) => return Err(PageError::from_app(e.into(), nav)),
     };

@@ -7,10 +7,10 @@ use askama_web::WebTemplate;
 
 use super::error::PageError;
 use super::view::{self, Nav, OrderState, SaleCard};
-use crate::domain::{Id, SaleId};
+use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::paging::{Limit, Page};
-use crate::sale::SaleCursor;
+use crate::sale::{SaleCursor, orders, pending};
 use crate::state::AppState;
 
 #[derive(Template, WebTemplate)]
@@ -129,35 +129,19 @@ pub async fn sale(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    // A sale of one per customer: a buyer in its buyers set has bought. A sale of
-    // more counts the units each buyer holds: one may buy again up to the cap.
-    let (bought, held) = match user {
+    let holding = match user {
         Some(user) => {
-            let keys = state.keys.sale(id);
-            let asked: redis::RedisResult<(bool, i64)> = if card.sells_several() {
-                redis::cmd("HGET")
-                    .arg(&keys.units)
-                    .arg(user.id.get())
-                    .query_async::<Option<i64>>(&mut state.redis.clone())
-                    .await
-                    .map(|held| {
-                        let held = held.unwrap_or(0).max(0);
-                        (held >= i64::from(card.max_per_user), held)
-                    })
-            } else {
-                redis::cmd("SISMEMBER")
-                    .arg(&keys.buyers)
-                    .arg(user.id.get())
-                    .query_async::<bool>(&mut state.redis.clone())
-                    .await
-                    .map(|member| (member, 0))
-            };
-            match asked {
-                Ok(asked) => asked,
-                Err(e) => return Err(PageError::from_app(e.into(), nav)),
+            let mut redis = state.redis.clone();
+            let asked = pending::holding(&mut redis, &state.keys, id, card.max_per_user, user.id);
+            match asked.await {
+                Ok(holding) => holding,
+                Err(e) => return Err(PageError::from_app(e, nav)),
             }
         }
-        None => (false, 0),
+        None => pending::Holding {
+            bought: false,
+            held: 0,
+        },
     };
     Ok(SalePage {
         signed_in: nav.user.is_some(),
@@ -166,8 +150,8 @@ pub async fn sale(
         signup_url: format!("/signup?next=%2Fsales%2F{id}"),
         sale: card,
         server_now_ms: chrono::Utc::now().timestamp_millis(),
-        bought,
-        held,
+        bought: holding.bought,
+        held: holding.held,
     })
 }
 
@@ -287,7 +271,7 @@ pub async fn my_orders(
     let Some(user) = user else {
         return Ok(Either::Right(to_signin("/me/orders")));
     };
-    match load_orders(&state, user.id.get()).await {
+    match load_orders(&state, user.id).await {
         Ok(orders) => Ok(Either::Left(OrdersPage {
             nav,
             payment_step: orders.iter().any(|o| {
@@ -302,99 +286,26 @@ pub async fn my_orders(
     }
 }
 
-/// A settled order of the caller, as the page reads it.
-#[derive(sqlx::FromRow)]
-struct MyOrderRow {
-    id: uuid::Uuid,
-    sale_id: i64,
-    name: String,
-    /// What the order costs: the sale's price times its units.
-    price_cents: i64,
-    quantity: i32,
-    accepted_at: chrono::DateTime<chrono::Utc>,
-    status: String,
-    pay_by: Option<chrono::DateTime<chrono::Utc>>,
-    paid_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// `pay_by <= now()` by Postgres's clock, as the payment decides it.
-    overdue: bool,
-}
-
-/// Sales whose buyers set My orders asks about the caller (pending orders): the
-/// list's cached first page, where open sales, the only ones taking orders, come
-/// first. (A pending order lives until settlement, a moment; one of a sale past
-/// this page shows once settled.)
-const PENDING_SCAN: Limit = crate::sale::cached::FIRST_PAGE_CACHED;
-
-async fn load_orders(state: &AppState, user: i64) -> Result<Vec<OrderLine>, AppError> {
-    let sales = crate::sale::load_page(state, None, PENDING_SCAN)
-        .await?
-        .items;
-    // Redis before Postgres: an order that settles in between shows as confirmed.
-    // Per sale: is the caller a buyer; of a sale of more than one per customer,
-    // also the units they hold.
-    let mut pipe = redis::pipe();
-    for sale in &sales {
-        let id = Id::new(sale.sale.id).expect("stored ids are positive");
-        let keys = state.keys.sale(id);
-        pipe.sismember(&keys.buyers, user);
-        if sale.sale.max_per_user > 1 {
-            pipe.hget(&keys.units, user);
-        }
-    }
-    let answers: Vec<Option<i64>> = if sales.is_empty() {
-        Vec::new()
-    } else {
-        pipe.query_async(&mut state.redis.clone()).await?
-    };
-    let mut answers = answers.into_iter();
-    let bought: Vec<(bool, i32)> = sales
-        .iter()
-        .map(|sale| {
-            let member = answers.next().flatten().unwrap_or(0) == 1;
-            let held = if sale.sale.max_per_user > 1 {
-                answers.next().flatten().unwrap_or(1)
-            } else {
-                1
-            };
-            (member, i32::try_from(held.clamp(1, 1000)).unwrap_or(1))
-        })
-        .collect();
-    let settled: Vec<MyOrderRow> = sqlx::query_as(
-        "SELECT o.id, o.sale_id, s.name, s.price_cents * o.quantity AS price_cents,
-                o.quantity, o.accepted_at, o.status, o.pay_by,
-                o.paid_at, COALESCE(o.pay_by <= now(), false) AS overdue
-         FROM orders o JOIN sales s ON s.id = o.sale_id
-         WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
-    )
-    .bind(user)
-    .fetch_all(&state.db)
-    .await?;
-    // A buyer stays in the sale's buyers set while an order holds the unit; an
-    // expired order holds it no more when the sale lets its buyer buy again (the
-    // buyer left the set, and is in it again only for a new, maybe pending, order).
-    let holds = |sale: &crate::sale::SaleView| {
-        settled.iter().any(|o| {
-            o.sale_id == sale.sale.id && (o.status != "expired" || !sale.sale.rebuy_after_expiry)
-        })
-    };
-    let mut lines: Vec<OrderLine> = sales
-        .iter()
-        .zip(bought)
-        .filter(|(sale, (bought, _))| *bought && !holds(sale))
-        // No settled order holds a unit of the sale: the units held are all pending.
-        .map(|(sale, (_, held))| OrderLine {
-            sale_id: sale.sale.id,
-            sale_name: sale.sale.name.clone(),
-            quantity: held,
-            price: view::format_price(sale.sale.price_cents * i64::from(held)),
+/// The caller's orders as the page lists them: the units still pending first,
+/// then the settled orders, newest first.
+async fn load_orders(state: &AppState, user: UserId) -> Result<Vec<OrderLine>, AppError> {
+    let mine = orders::of_user_with_pending(state, user).await?;
+    let mut lines: Vec<OrderLine> = mine
+        .pending
+        .into_iter()
+        .map(|p| OrderLine {
+            sale_id: p.sale_id,
+            sale_name: p.sale_name,
+            quantity: p.units,
+            price: view::format_price(p.price_cents),
             settled: None,
         })
         .collect();
-    lines.extend(settled.into_iter().map(|o| OrderLine {
+    lines.extend(mine.settled.into_iter().map(|o| OrderLine {
         sale_id: o.sale_id,
-        sale_name: o.name,
+        sale_name: o.sale_name,
         quantity: o.quantity,
-        price: view::format_price(o.price_cents),
+        price: view::format_price(o.price_cents * i64::from(o.quantity)),
         settled: Some(SettledOrder {
             order_id: o.id.to_string(),
             ordered: o.accepted_at.into(),

@@ -47,15 +47,13 @@ impl Nav {
                 None,
             ));
         };
-        let row: Option<(String, bool)> =
-            sqlx::query_as("SELECT username, is_admin FROM users WHERE id = $1")
-                .bind(user.id.get())
-                .fetch_optional(db)
-                .await?;
-        Ok(match row {
-            Some((username, admin)) => (
+        Ok(match crate::auth::user_view(db, user.id).await? {
+            Some(account) => (
                 Nav {
-                    user: Some(NavUser { username, admin }),
+                    user: Some(NavUser {
+                        username: account.username,
+                        admin: account.is_admin,
+                    }),
                     next: String::new(),
                 },
                 Some(user),

@@ -1,0 +1,317 @@
+//! The admin's routes of sales: create, list, stock, open and close, orders,
+//! reconcile and repair.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::buyer::list;
+use crate::auth::AdminUser;
+use crate::domain::{self, SaleId};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::routes::PageQuery;
+use crate::sale::cached::load_view;
+use crate::sale::stock::{ChangeResult, StockChange};
+use crate::sale::store::{self, NewSale};
+use crate::sale::{self, orders, reconcile};
+use crate::state::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CreateSale {
+    name: String,
+    #[serde(default)]
+    description: String,
+    price_cents: i64,
+    stock: i64,
+    starts_at: DateTime<Utc>,
+    ends_at: DateTime<Utc>,
+    /// The picture: an `https://` address or a path on this site (`/static/...`);
+    /// blank or absent for none (pages show a placeholder).
+    #[serde(default)]
+    image_url: Option<String>,
+    /// Every purchase must carry a ticket from `POST /api/sales/{id}/ticket`, which
+    /// is issued only once the sale is open: a bot firing before the opening gets
+    /// nothing. Default true; fixed once the sale exists.
+    #[serde(default = "yes")]
+    #[schema(default = true)]
+    requires_ticket: bool,
+    /// Seconds a buyer has to pay (`POST /api/orders/{id}/pay`) once the order is
+    /// accepted; an order not paid by then expires and its unit goes back on sale.
+    /// 0 (the default): no payment step. At most 86400. Fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = 0, minimum = 0, maximum = 86400)]
+    payment_window_s: i64,
+    /// Whether a buyer whose order expired unpaid may buy again. Default false: the
+    /// unit goes back on sale for others only. Fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = false)]
+    rebuy_after_expiry: bool,
+    /// Most units one customer may buy (a purchase may ask for several, all or
+    /// nothing). Default 1; at most 100. Fixed once the sale exists.
+    #[serde(default = "one")]
+    #[schema(default = 1, minimum = 1, maximum = 100)]
+    max_per_user: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Longest sale window accepted; anything longer is almost surely a typo.
+const MAX_SALE_DAYS: i64 = 366;
+
+impl CreateSale {
+    fn validate(self) -> Result<NewSale, AppError> {
+        let name = domain::parse_text("name", &self.name, 200, false)?;
+        let description = domain::parse_text("description", &self.description, 5000, true)?;
+        let price_cents = domain::parse_price(self.price_cents)?;
+        let stock = domain::parse_stock("stock", self.stock)?;
+        let image_url = domain::parse_image_url(self.image_url.as_deref())?;
+        let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
+        let max_per_user = domain::parse_max_per_user(self.max_per_user)?;
+        if self.ends_at <= self.starts_at {
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
+                "ends_at must be after starts_at",
+            ));
+        }
+        if self.ends_at - self.starts_at > chrono::Duration::days(MAX_SALE_DAYS) {
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
+                format!("a sale may last at most {MAX_SALE_DAYS} days"),
+            ));
+        }
+        if self.ends_at <= Utc::now() {
+            return Err(AppError::new(
+                ErrorCode::InvalidWindow,
+                "ends_at is in the past",
+            ));
+        }
+        Ok(NewSale {
+            name,
+            description,
+            price_cents,
+            stock,
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            image_url,
+            requires_ticket: self.requires_ticket,
+            payment_window_s,
+            rebuy_after_expiry: self.rebuy_after_expiry,
+            max_per_user,
+        })
+    }
+}
+
+/// Creates a sale.
+#[utoipa::path(post, path = "/api/admin/sales", tag = "admin", request_body = CreateSale, security(("bearer" = [])), responses(
+    (status = 201, description = "The new sale", body = store::SaleView),
+    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, ...) or `invalid_body`", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_create(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    body: web::Json<CreateSale>,
+) -> Result<HttpResponse, AppError> {
+    let new = body.into_inner().validate()?;
+    let view = sale::admin::create(state.get_ref(), new).await?;
+    tracing::info!(sale = view.sale.id, admin = %admin.id, "sale created");
+    Ok(HttpResponse::Created().json(view))
+}
+
+/// A page of sales with live stock (as `GET /api/sales`: same order, same cursors).
+#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
+    (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [store::SaleView], headers(
+        ("Link" = String, description = "`</api/admin/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_list(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    _: AdminUser,
+    query: web::Query<PageQuery>,
+) -> Result<HttpResponse, AppError> {
+    list(req, state, query).await
+}
+
+/// Exactly one of `set` and `add`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StockBody {
+    /// Units left become exactly this.
+    set: Option<i64>,
+    /// Units left grow by this.
+    add: Option<i64>,
+}
+
+/// Sets or tops up a sale's stock, before or during the sale.
+#[utoipa::path(post, path = "/api/admin/sales/{id}/stock", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body = StockBody, security(("bearer" = [])), responses(
+    (status = 200, description = "Applied: the sale", body = store::SaleView),
+    (status = 202, description = "Recorded; applied once the sale's Redis state is rebuilt. Do not send it again", body = StockPending),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_stock` (not exactly one of set/add, or out of range), `stock_too_large`", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_stock(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+    body: web::Json<StockBody>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let change = match (body.set, body.add) {
+        (Some(n), None) => StockChange::Set(domain::parse_stock("set", n)?),
+        (None, Some(n)) => StockChange::Add(domain::parse_stock("add", n)?),
+        _ => {
+            return Err(AppError::new(
+                ErrorCode::InvalidStock,
+                "send exactly one of {\"set\": n} or {\"add\": n}",
+            ));
+        }
+    };
+    let (change_id, result) =
+        sale::admin::change_stock(state.get_ref(), id, change, admin.id).await?;
+    match result {
+        ChangeResult::Applied { delta, left, sold } => {
+            tracing::info!(sale = %id, admin = %admin.id, change = change_id, delta, left, sold, "stock changed");
+            Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+        }
+        ChangeResult::Refused { left, sold } => Err(AppError::new(
+            ErrorCode::StockTooLarge,
+            format!(
+                "a sale may offer at most {} units in all; it has {sold} sold and {left} left",
+                domain::MAX_STOCK
+            ),
+        )),
+        ChangeResult::Deferred => Ok(HttpResponse::Accepted().json(StockPending {
+            status: "pending",
+            change_id,
+            sale_id: id.get(),
+            message: "the change is recorded and will be applied as soon as Redis holds the \
+                      sale again; do not send it again",
+        })),
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct StockPending {
+    /// Always `pending`.
+    status: &'static str,
+    change_id: i64,
+    sale_id: i64,
+    message: &'static str,
+}
+
+/// Opens a sale now (moves `starts_at` back to now, clears an early close).
+#[utoipa::path(post, path = "/api/admin/sales/{id}/open", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`past_end`: its end time has passed", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_open(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    sale::admin::open(state.get_ref(), id).await?;
+    tracing::info!(sale = %id, admin = %admin.id, "sale opened");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+/// Closes a sale early.
+#[utoipa::path(post, path = "/api/admin/sales/{id}/close", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_close(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    sale::admin::close(state.get_ref(), id).await?;
+    tracing::info!(sale = %id, admin = %admin.id, "sale closed");
+    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct Page {
+    /// At most this many orders (1 to 10000, default 1000).
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct SaleOrders {
+    sale_id: i64,
+    /// Orders in Postgres, oldest first.
+    confirmed: Vec<orders::OrderRow>,
+    /// Accepted orders not yet in Postgres.
+    pending_count: i64,
+}
+
+/// A sale's confirmed orders and how many are still pending.
+#[utoipa::path(get, path = "/api/admin/sales/{id}/orders", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1), Page), security(("bearer" = [])), responses(
+    (status = 200, description = "The orders", body = SaleOrders),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_orders(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+    page: web::Query<Page>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let limit = page.limit.unwrap_or(1000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(AppError::new(
+            ErrorCode::InvalidLimit,
+            "limit must be 1 to 10000",
+        ));
+    }
+    let (orders, pending) = sale::admin::orders(state.get_ref(), id, limit).await?;
+    Ok(HttpResponse::Ok().json(SaleOrders {
+        sale_id: id.get(),
+        confirmed: orders,
+        pending_count: pending,
+    }))
+}
+
+/// Redis against Postgres for one sale: who bought, what is pending, what settled.
+#[utoipa::path(get, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The report", body = reconcile::Reconciliation),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_reconcile(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let report = sale::admin::reconciliation(state.get_ref(), id).await?;
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Makes Redis agree with Postgres for one sale: the rebuild of [`crate::recover`].
+#[utoipa::path(post, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "Rebuilt from Postgres: the new report", body = reconcile::Reconciliation),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_repair(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let report = sale::admin::repair(state.get_ref(), id).await?;
+    tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
+    Ok(HttpResponse::Ok().json(report))
+}

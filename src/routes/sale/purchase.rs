@@ -1,0 +1,356 @@
+//! The purchase (the hot path) and its ticket.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{ended, not_started, sold_out, sold_out_from_memory};
+use crate::auth::AuthUser;
+use crate::domain::{self, SaleId};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::limit::Route;
+use crate::metrics::Metrics;
+use crate::recover::Target;
+use crate::sale::buy::{BuyReply, BuyRequest};
+use crate::sale::cached;
+use crate::sale::store::PurchaseOutcome;
+use crate::sale::ticket::{self, TicketWindow, Window};
+use crate::state::{AppState, Worker};
+
+#[derive(Serialize, utoipa::ToSchema)]
+struct Accepted {
+    /// Always `pending`: confirmed once in Postgres.
+    status: &'static str,
+    order_id: Uuid,
+    #[schema(value_type = i64)]
+    sale_id: SaleId,
+}
+
+/// The hot path. The local sold-out flag first: that a sale is sold out is public
+/// (its page says so), so the stampede after the last unit is answered 410 from
+/// memory before the token is even checked. Then the token (no I/O) and the
+/// sale's next batch: one script call decides it, the buy route's rate limits
+/// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
+/// touches no sale state and is counted by no policy.
+#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one and/or the units to buy (1 to the sale's `max_per_user`)", content_type = "application/json"), security(("bearer" = [])), responses(
+    (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`already_bought` (one per customer), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
+    (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
+    (status = 400, description = "`invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\", \"quantity\": n}`), `invalid_quantity` (not 1 to the sale's `max_per_user`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 428, description = "`ticket_required`: the sale wants a ticket from `POST /api/sales/{id}/ticket` with each purchase", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
+pub(super) async fn purchase(
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, AppError> {
+    // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
+    // shared state's reference count is one cache line that every worker thread
+    // would then write twice a request.
+    let (Some(state), Some(worker)) = (
+        req.app_data::<web::Data<AppState>>(),
+        req.app_data::<web::Data<Worker>>(),
+    ) else {
+        return Err(AppError::Internal(anyhow::anyhow!(
+            "the purchase route runs without its state"
+        )));
+    };
+    let sale = SaleId::parse(req.match_info().get("id").unwrap_or_default())?;
+    if state.sold_out.is_sold_out(sale) {
+        Metrics::inc(&state.metrics.purchase_sold_out_local);
+        return Ok(sold_out_from_memory());
+    }
+    let user = AuthUser::of(&req)?;
+    let body = PurchaseBody::read(&req, payload, state.config.body_timeout_ms).await?;
+    let ticket = body.ticket.as_deref();
+    ticket::check_purchase(
+        state,
+        &state.tickets,
+        &state.ticket_rules,
+        sale,
+        user.id,
+        ticket,
+    )
+    .await?;
+    let quantity = check_quantity(state, sale, body.quantity).await?;
+    let ip = state
+        .limiter
+        .limits()
+        .counts_ip(Route::Buy)
+        .then(|| state.limiter.client_ip(&req));
+    let reply = worker
+        .buys
+        .submit(
+            sale,
+            BuyRequest {
+                user: user.id,
+                quantity,
+                ip,
+            },
+        )
+        .await?;
+    count_outcome(&state.metrics, &reply.outcome);
+    purchase_answer(state, sale, reply).await
+}
+
+/// One counter per purchase, by how the batch decided it.
+fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
+    Metrics::inc(match outcome {
+        PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
+        PurchaseOutcome::AlreadyBought | PurchaseOutcome::OverPerUserCap { .. } => {
+            &m.purchase_already_bought
+        }
+        PurchaseOutcome::SoldOut | PurchaseOutcome::NotEnoughLeft { .. } => &m.purchase_sold_out,
+        PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
+        PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
+            // (`judge`, in `purchase_answer`, counts the policy that refused.)
+            &m.purchase_limited
+        }
+        _ => &m.purchase_not_open,
+    });
+}
+
+/// The answer to a purchase the batch decided: 202 with the order, or the refusal.
+async fn purchase_answer(
+    state: &AppState,
+    sale: SaleId,
+    reply: BuyReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
+    // What the buy route's policies said: the RateLimit headers of a 202, or the
+    // 429 (422) of a refusal. Built only for those answers: a storm's refusals
+    // (already bought, sold out) carry no RateLimit headers and pay nothing for them.
+    let judged = || {
+        let policies = state.limiter.limits().for_route(Route::Buy);
+        let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+        state.limiter.judge(&decided)
+    };
+    match outcome {
+        PurchaseOutcome::Accepted { order_id, .. } => {
+            Ok(judged()?.attach(HttpResponse::Accepted().json(Accepted {
+                status: "pending",
+                order_id,
+                sale_id: sale,
+            })))
+        }
+        PurchaseOutcome::AlreadyBought => Err(AppError::new(
+            ErrorCode::AlreadyBought,
+            "you already bought from this sale (one per customer)",
+        )),
+        PurchaseOutcome::OverPerUserCap { held } => Err(AppError::new(
+            ErrorCode::PerUserLimit,
+            format!(
+                "that would take you past this sale's limit per customer; you hold {held} already"
+            ),
+        )),
+        PurchaseOutcome::NotEnoughLeft { left } => Err(AppError::new(
+            ErrorCode::NotEnoughLeft,
+            format!("only {left} left: ask for at most {left} (nothing was taken)"),
+        )),
+        PurchaseOutcome::SoldOut => {
+            state.sold_out.mark(sale);
+            Err(sold_out())
+        }
+        PurchaseOutcome::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
+        PurchaseOutcome::Ended => Err(ended()),
+        PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
+        PurchaseOutcome::NotLoaded => Err(missing_from_redis(state, sale).await),
+        PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
+        PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
+            let _no_policy_refused = judged()?;
+            Err(AppError::Internal(anyhow::anyhow!(
+                "a rate-limited purchase came back with no refusing policy"
+            )))
+        }
+    }
+}
+
+/// The purchase's optional body. No body (or `{}`) means no ticket, one unit.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct PurchaseBody {
+    /// The ticket from `POST /api/sales/{id}/ticket`, for a sale that requires one.
+    #[serde(default)]
+    ticket: Option<String>,
+    /// Units to buy, all or nothing: 1 (the default) to the sale's `max_per_user`.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
+    quantity: Option<i64>,
+}
+
+/// Longest purchase body read (a ticket is about 100 bytes).
+const MAX_PURCHASE_BODY: usize = 4096;
+
+impl PurchaseBody {
+    /// Reads the body only when there is one: most purchases carry none, and they
+    /// pay for no buffer (the `web::Bytes` extractor reserves 8 KiB for every
+    /// request). A body that cannot be read is answered like the JSON extractor's
+    /// errors (408 `body_timeout`, 413, 400).
+    async fn read(
+        req: &HttpRequest,
+        mut payload: web::Payload,
+        body_timeout_ms: u64,
+    ) -> Result<Self, AppError> {
+        let headers = req.headers();
+        let has_body = headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|n| n.as_bytes() != b"0")
+            || headers.contains_key(header::TRANSFER_ENCODING);
+        if !has_body {
+            return Ok(PurchaseBody::default());
+        }
+        let mut body = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk.map_err(|e| crate::conn::body_read_error(&e, body_timeout_ms))?;
+            if body.len() + chunk.len() > MAX_PURCHASE_BODY {
+                return Err(AppError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("a purchase body is at most {MAX_PURCHASE_BODY} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Self::parse(&body)
+    }
+
+    fn parse(body: &[u8]) -> Result<Self, AppError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(PurchaseBody::default());
+        }
+        serde_json::from_slice(body).map_err(|e| {
+            let message =
+                format!("the purchase body must be empty or {{\"ticket\": \"...\", \"quantity\": n}} (both optional): {e}");
+            if e.is_data() {
+                AppError::new(ErrorCode::InvalidBody, message)
+            } else {
+                AppError::new(ErrorCode::InvalidJson, message)
+            }
+        })
+    }
+}
+
+/// The units asked for: 1 unless the body says otherwise; more only up to the
+/// sale's `max_per_user` (its record, read through the cache, only for a request
+/// that asks for more than one).
+async fn check_quantity(
+    state: &AppState,
+    sale: SaleId,
+    quantity: Option<i64>,
+) -> Result<u32, AppError> {
+    let q = match quantity {
+        None | Some(1) => return Ok(1),
+        Some(q) if (2..=i64::from(domain::MAX_PER_USER)).contains(&q) => q,
+        Some(_) => {
+            return Err(AppError::new(
+                ErrorCode::InvalidQuantity,
+                format!(
+                    "quantity must be between 1 and the sale's max_per_user (at most {})",
+                    domain::MAX_PER_USER
+                ),
+            ));
+        }
+    };
+    let row = cached::sale_row(state, sale)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
+    if q > i64::from(row.max_per_user) {
+        return Err(AppError::new(
+            ErrorCode::InvalidQuantity,
+            format!(
+                "this sale sells at most {} per customer: quantity must be 1 to {}",
+                row.max_per_user, row.max_per_user
+            ),
+        ));
+    }
+    Ok(q as u32)
+}
+
+/// A purchase ticket.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Ticket {
+    /// Send it with the purchase: `{"ticket": "..."}`.
+    ticket: String,
+    #[schema(value_type = i64)]
+    sale_id: SaleId,
+    /// Good until then (the server's clock), 30 s after it was issued.
+    expires_at: DateTime<Utc>,
+}
+
+/// A purchase ticket for the signed-in user, once the sale is open by the Redis
+/// clock: what a sale that requires tickets wants with each purchase, so a bot
+/// that fires before the opening gets nothing. Issuing one writes nothing.
+#[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until the sale opens"))),
+    (status = 410, description = "`ended` (past `ends_at`, or closed early) or `sold_out`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a ticket limit refused (per user, per address)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
+pub(super) async fn ticket(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    let sale = SaleId::parse(&path)?;
+    if state.sold_out.is_sold_out(sale) {
+        return Err(sold_out());
+    }
+    // Per user and per address: a bot polling for the opening is cut off.
+    let granted = state
+        .limiter
+        .check(Route::Ticket, Some(user.id), &req)
+        .await?;
+    let window = TicketWindow {
+        keys: &state.keys,
+        sale,
+        now_ms: None,
+    }
+    .run(&mut state.redis.clone())
+    .await?;
+    match window {
+        Window::Open { now_ms } => {
+            let expires_ms = now_ms + ticket::TICKET_TTL_MS;
+            let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
+                AppError::Internal(anyhow::anyhow!("the Redis clock is out of range: {now_ms}"))
+            })?;
+            Ok(granted.attach(
+                HttpResponse::Ok()
+                    .insert_header((header::CACHE_CONTROL, "no-store"))
+                    .json(Ticket {
+                        ticket: state.tickets.issue(sale, user.id, expires_ms),
+                        sale_id: sale,
+                        expires_at,
+                    }),
+            ))
+        }
+        Window::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
+        Window::Ended => Err(ended()),
+        Window::NotLoaded => Err(missing_from_redis(&state, sale).await),
+        Window::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
+    }
+}
+
+/// Redis has no state for this sale: 404 when Postgres has none either (the cached
+/// answer, so unknown ids cost no query each), else the sale was lost (wiped):
+/// rebuild it and answer 503 meanwhile.
+async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
+    match cached::sale_row(state, sale).await {
+        Ok(Some(_)) => state.recovery.recovering(Target::Sale(sale)),
+        Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
+        Err(e) => e,
+    }
+}

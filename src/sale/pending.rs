@@ -1,0 +1,174 @@
+//! Orders accepted in Redis and not yet settled in Postgres: the sale's pending hash
+//! (order id -> user), its orders stream (what the purchase script wrote, with the
+//! time it accepted it), and what a buyer holds of a sale (its buyers set, or its
+//! units per buyer for a sale of more than one per customer). The purchase script
+//! writes them (`lua/purchase_batch.lua`), settlement empties them; the API and the
+//! pages read them only here.
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+
+use super::orders::sale_of_order;
+use crate::domain::{SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use uuid::Uuid;
+
+/// An order accepted and not yet in Postgres: its sale (carried by the id) and its
+/// owner, from the sale's pending hash.
+pub async fn owner<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    order: &Uuid,
+) -> Result<Option<(SaleId, i64)>, AppError> {
+    let Some(sale) = sale_of_order(order) else {
+        return Ok(None);
+    };
+    let owner: Option<i64> = redis::cmd("HGET")
+        .arg(&keys.sale(sale).pending)
+        .arg(order.to_string())
+        .query_async(redis)
+        .await?;
+    Ok(owner.map(|owner| (sale, owner)))
+}
+
+/// How many of the sale's accepted orders are not in Postgres yet.
+pub async fn count<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+) -> Result<i64, AppError> {
+    Ok(redis::cmd("HLEN")
+        .arg(&keys.sale(sale).pending)
+        .query_async(redis)
+        .await?)
+}
+
+/// An accepted order as its sale's orders stream holds it (`lua/purchase_batch.lua`).
+pub struct PendingOrder {
+    pub order_id: String,
+    pub user: i64,
+    /// When the purchase script accepted it: the time its order will carry once
+    /// settled.
+    pub accepted: DateTime<Utc>,
+}
+
+impl PendingOrder {
+    fn parse(entry: &redis::streams::StreamId) -> Option<Self> {
+        // `at_ms` is the script's clock, the time settlement writes to Postgres; the
+        // entry id starts with the same milliseconds, should the field be missing.
+        let at_ms = entry
+            .get::<i64>("at_ms")
+            .or_else(|| entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()))?;
+        Some(PendingOrder {
+            order_id: entry.get("order_id")?,
+            user: entry.get("user_id")?,
+            accepted: DateTime::from_timestamp_millis(at_ms)?,
+        })
+    }
+}
+
+/// The exact count of the sale's pending orders and the oldest `shown` of them, in
+/// one round trip. The purchase script writes an accepted order to the pending hash
+/// and the stream together, and settlement drops it from both together, so the
+/// stream's entries are the pending orders, with the time each was accepted.
+pub async fn oldest<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    shown: usize,
+) -> Result<(i64, Vec<PendingOrder>), AppError> {
+    let keys = keys.sale(sale);
+    let (total, stream): (i64, redis::streams::StreamRangeReply) = redis::pipe()
+        .hlen(&keys.pending)
+        .cmd("XRANGE")
+        .arg(&keys.orders)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(shown)
+        .query_async(redis)
+        .await?;
+    let entries = stream.ids.iter().filter_map(PendingOrder::parse).collect();
+    Ok((total, entries))
+}
+
+/// What a buyer holds of one sale, as its page shows it.
+pub struct Holding {
+    /// The buyer can buy no more: an order of a sale of one per customer, or
+    /// `max_per_user` units of a sale of more.
+    pub bought: bool,
+    /// Units held of a sale of more than one per customer (0 otherwise).
+    pub held: i64,
+}
+
+/// A sale of one per customer: a buyer in its buyers set has bought. A sale of more
+/// counts the units each buyer holds: one may buy again up to the cap.
+pub async fn holding<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    max_per_user: i32,
+    user: UserId,
+) -> Result<Holding, AppError> {
+    let keys = keys.sale(sale);
+    if max_per_user > 1 {
+        let held: Option<i64> = redis::cmd("HGET")
+            .arg(&keys.units)
+            .arg(user.get())
+            .query_async(redis)
+            .await?;
+        let held = held.unwrap_or(0).max(0);
+        Ok(Holding {
+            bought: held >= i64::from(max_per_user),
+            held,
+        })
+    } else {
+        let member: bool = redis::cmd("SISMEMBER")
+            .arg(&keys.buyers)
+            .arg(user.get())
+            .query_async(redis)
+            .await?;
+        Ok(Holding {
+            bought: member,
+            held: 0,
+        })
+    }
+}
+
+/// For each of `sales` (`(id, max_per_user)`), in one round trip: whether the user
+/// is in its buyers set, and the units they hold (of a sale of more than one per
+/// customer; else 1), from 1 to 1,000.
+pub async fn bought_of<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sales: &[(SaleId, i32)],
+    user: UserId,
+) -> Result<Vec<(bool, i32)>, AppError> {
+    if sales.is_empty() {
+        return Ok(Vec::new());
+    }
+    let user = user.get();
+    let mut pipe = redis::pipe();
+    for &(sale, max_per_user) in sales {
+        let keys = keys.sale(sale);
+        pipe.sismember(&keys.buyers, user);
+        if max_per_user > 1 {
+            pipe.hget(&keys.units, user);
+        }
+    }
+    let answers: Vec<Option<i64>> = pipe.query_async(redis).await?;
+    let mut answers = answers.into_iter();
+    Ok(sales
+        .iter()
+        .map(|&(_, max_per_user)| {
+            let member = answers.next().flatten().unwrap_or(0) == 1;
+            let held = if max_per_user > 1 {
+                answers.next().flatten().unwrap_or(1)
+            } else {
+                1
+            };
+            (member, i32::try_from(held.clamp(1, 1000)).unwrap_or(1))
+        })
+        .collect())
+}
