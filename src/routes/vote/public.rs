@@ -1,54 +1,25 @@
-//! HTTP routes of polls: reads, the vote, live results, admin set-up.
+//! Public reads of polls and the vote.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
-use super::{PageQuery, paged_json};
-use crate::auth::{AdminUser, AuthUser};
-use crate::domain::{self, Id, PollId};
+use crate::auth::AuthUser;
+use crate::domain::PollId;
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
+use crate::routes::{PageQuery, paged_json};
 use crate::state::{AppState, Worker};
 use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
 use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
-use crate::vote::store::{self, NewPoll, PollCursor};
-use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
-
-// Routes under `/api` (see `startup`).
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(
-    list,
-    show,
-    results,
-    events,
-    vote,
-    admin_create,
-    admin_list,
-    admin_show,
-    admin_close
-))]
-pub(crate) struct Api;
-
-super::routes! {
-    pub fn configure, pub const ROUTES; mounted "/api";
-    get "/polls" => list,
-    get "/polls/{id}" => show,
-    get "/polls/{id}/results" => results,
-    get "/polls/{id}/events" => events,
-    post "/polls/{id}/votes" => vote,
-    post "/admin/polls" => admin_create,
-    get "/admin/polls" => admin_list,
-    get "/admin/polls/{id}" => admin_show,
-    post "/admin/polls/{id}/close" => admin_close,
-}
+use crate::vote::store::{self, PollCursor};
 
 #[derive(Serialize, utoipa::ToSchema)]
-struct PollSummary {
+pub(super) struct PollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
     status: crate::domain::PollStatus,
@@ -63,7 +34,7 @@ struct PollSummary {
         ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
     (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
-async fn list(
+pub(super) async fn list(
     req: HttpRequest,
     state: web::Data<AppState>,
     query: web::Query<PageQuery>,
@@ -84,7 +55,7 @@ async fn list(
     (status = 200, description = "The poll", body = PollView),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
 ))]
-async fn show(
+pub(super) async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
@@ -102,7 +73,7 @@ async fn show(
     (status = 503, description = "The poll cannot be read now", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
-async fn events(
+pub(super) async fn events(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
@@ -128,7 +99,7 @@ async fn events(
     (status = 200, description = "Live tallies from Redis", body = store::Results),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
 ))]
-async fn results(
+pub(super) async fn results(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
@@ -140,12 +111,12 @@ async fn results(
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct VoteBody {
+pub(super) struct VoteBody {
     option_id: i64,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
-struct VoteAccepted {
+pub(super) struct VoteAccepted {
     /// Always `accepted`.
     status: &'static str,
     #[schema(value_type = i64)]
@@ -167,7 +138,7 @@ struct VoteAccepted {
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
 #[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
-async fn vote(
+pub(super) async fn vote(
     state: web::Data<AppState>,
     worker: web::Data<Worker>,
     user: AuthUser,
@@ -258,177 +229,4 @@ fn unknown_option() -> AppError {
         ErrorCode::UnknownOption,
         "that option does not belong to this poll",
     )
-}
-
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct CreatePoll {
-    question: String,
-    options: Vec<String>,
-    opens_at: DateTime<Utc>,
-    closes_at: DateTime<Utc>,
-}
-
-impl CreatePoll {
-    fn validate(self) -> Result<NewPoll, AppError> {
-        let question = domain::parse_text("question", &self.question, 300, false)?;
-        if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&self.options.len()) {
-            return Err(AppError::new(
-                ErrorCode::InvalidOptions,
-                format!("a poll has {MIN_OPTIONS} to {MAX_OPTIONS} options"),
-            ));
-        }
-        let options = self
-            .options
-            .iter()
-            .map(|o| domain::parse_text("option", o, 200, false))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut seen = std::collections::HashSet::new();
-        if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
-            return Err(AppError::new(
-                ErrorCode::InvalidOptions,
-                "options must be distinct",
-            ));
-        }
-        if self.closes_at <= self.opens_at {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "closes_at must be after opens_at",
-            ));
-        }
-        if self.closes_at <= Utc::now() {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "closes_at is in the past",
-            ));
-        }
-        if self.closes_at - self.opens_at > chrono::Duration::days(366) {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "a poll may stay open at most 366 days",
-            ));
-        }
-        Ok(NewPoll {
-            question,
-            options,
-            opens_at: self.opens_at,
-            closes_at: self.closes_at,
-        })
-    }
-}
-
-/// Creates a poll of 2 to 20 options.
-#[utoipa::path(post, path = "/api/admin/polls", tag = "admin", request_body = CreatePoll, security(("bearer" = [])), responses(
-    (status = 201, description = "The new poll", body = PollView),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_body`", body = ErrorBody<'static>),
-))]
-async fn admin_create(
-    state: web::Data<AppState>,
-    AdminUser(admin): AdminUser,
-    body: web::Json<CreatePoll>,
-) -> Result<HttpResponse, AppError> {
-    let new = body.into_inner().validate()?;
-    let record = store::create_poll(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
-    tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
-    let id = Id::new(record.poll.id).expect("serial ids are positive");
-    // A read of this id before it existed may have cached "no such poll".
-    store::invalidate_record(&state, id).await?;
-    Ok(HttpResponse::Created().json(load_view(&state, id).await?))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-struct AdminPollSummary {
-    #[serde(flatten)]
-    poll: store::PollRow,
-    status: crate::domain::PollStatus,
-    /// Live, from Redis.
-    voters: i64,
-}
-
-/// A page of polls with status and live voter count, for the admin page's table
-/// (the order and cursors of `GET /api/polls`).
-#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
-    (status = 200, description = "A page of polls with status and live voter count; the next page in `Link` and `X-Next-Cursor`, as `GET /api/polls`", body = [AdminPollSummary], headers(
-        ("Link" = String, description = "`</api/admin/polls?limit=50&cursor=...>; rel=\"next\"`: the next page"),
-        ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
-    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
-))]
-async fn admin_list(
-    req: HttpRequest,
-    state: web::Data<AppState>,
-    _: AdminUser,
-    query: web::Query<PageQuery>,
-) -> Result<HttpResponse, AppError> {
-    let (limit, after) = query.parse(PollCursor::parse)?;
-    let now = Utc::now();
-    let page = store::page_with_voters(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        after.as_ref(),
-        limit,
-    )
-    .await?
-    .map(|(poll, voters)| AdminPollSummary {
-        status: store::status(&poll, now),
-        poll,
-        voters,
-    });
-    Ok(paged_json(&req, limit, page))
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-struct AdminPollView {
-    #[serde(flatten)]
-    view: PollView,
-    /// Votes already written to Postgres, per option.
-    settled: Vec<store::Tally>,
-    settled_voters: i64,
-}
-
-/// A poll with live tallies and the tallies already settled in Postgres.
-#[utoipa::path(get, path = "/api/admin/polls/{id}", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The poll", body = AdminPollView),
-    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
-))]
-async fn admin_show(
-    state: web::Data<AppState>,
-    _: AdminUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let id = PollId::parse(&path)?;
-    let view = load_view(&state, id).await?;
-    let rows = store::settled_tallies(&state.db, id).await?;
-    let settled_voters = rows.iter().map(|(_, n)| n).sum();
-    Ok(HttpResponse::Ok().json(AdminPollView {
-        view,
-        settled: rows
-            .into_iter()
-            .map(|(option_id, votes)| store::Tally { option_id, votes })
-            .collect(),
-        settled_voters,
-    }))
-}
-
-/// Closes a poll early.
-#[utoipa::path(post, path = "/api/admin/polls/{id}/close", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The poll", body = PollView),
-    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
-))]
-async fn admin_close(
-    state: web::Data<AppState>,
-    AdminUser(admin): AdminUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let id = PollId::parse(&path)?;
-    let (_, in_redis) = store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    store::invalidate_record(&state, id).await?;
-    if !in_redis {
-        // Lost from Redis: the rebuild writes the closed window from Postgres.
-        return Err(state.recovery.recovering(Target::Poll(id)));
-    }
-    tracing::info!(poll = %id, admin = %admin.id, "poll closed");
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }

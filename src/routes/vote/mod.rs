@@ -1,0 +1,34 @@
+//! HTTP routes of polls: reads, the vote, live results, admin set-up.
+//! One file per concern: public reads and the vote (`public.rs`), the admin's
+//! (`admin.rs`). This file holds the route table and the OpenAPI group.
+
+mod admin;
+mod public;
+
+// Routes under `/api` (see `startup`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    public::list,
+    public::show,
+    public::results,
+    public::events,
+    public::vote,
+    admin::admin_create,
+    admin::admin_list,
+    admin::admin_show,
+    admin::admin_close
+))]
+pub(crate) struct Api;
+
+super::routes! {
+    pub fn configure, pub const ROUTES; mounted "/api";
+    get "/polls" => public::list,
+    get "/polls/{id}" => public::show,
+    get "/polls/{id}/results" => public::results,
+    get "/polls/{id}/events" => public::events,
+    post "/polls/{id}/votes" => public::vote,
+    post "/admin/polls" => admin::admin_create,
+    get "/admin/polls" => admin::admin_list,
+    get "/admin/polls/{id}" => admin::admin_show,
+    post "/admin/polls/{id}/close" => admin::admin_close,
+}
