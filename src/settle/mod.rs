@@ -19,14 +19,13 @@ use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
 use redis::AsyncCommands;
 use redis::aio::ConnectionLike;
-use redis::streams::{StreamAutoClaimOptions, StreamId, StreamReadOptions, StreamReadReply};
+use redis::streams::{StreamId, StreamReadOptions, StreamReadReply};
 use sqlx::PgPool;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::SettleConfig;
 use crate::keys::Keys;
-use crate::lock::{Lock, LostSignal};
 use crate::metrics::Metrics;
 use crate::redis_conn::{Redis, Target, Timeouts};
 
@@ -34,17 +33,6 @@ use crate::redis_conn::{Redis, Target, Timeouts};
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Streams of sales that ended longer ago than this are no longer read.
 const STREAM_RETENTION_DAYS: i32 = 7;
-/// Name of the lock (see [`crate::lock`]) held during a reclaim pass.
-pub const RECLAIM_LOCK: &str = "settle:reclaim";
-/// Lease of the reclaim lock; a watchdog extends it while a pass runs, so this only
-/// bounds how long a crashed worker blocks the next pass.
-const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
-/// Streams one periodic reclaim pass looks at (an `XAUTOCLAIM` and an
-/// `XINFO CONSUMERS` each), in turn: the pass costs the same with 10 open sales or
-/// 10,000. An entry a dead consumer left is taken over at most
-/// `claim_idle_ms + ceil(streams / RECLAIM_BUDGET) * claim_idle_ms / 10` after it
-/// was read (the first pass of a worker looks at every stream).
-const RECLAIM_BUDGET: usize = 64;
 
 pub struct Settler {
     /// Whether this consumer may hold entries delivered and not acknowledged (a
@@ -188,6 +176,9 @@ pub struct Settled {
     pub read: usize,
     pub inserted: u64,
 }
+
+mod reclaim;
+pub use reclaim::RECLAIM_LOCK;
 
 impl Settler {
     /// Opens the worker's own Redis connection: a blocking `XREADGROUP` must not run
@@ -514,120 +505,6 @@ impl Settler {
                 return Ok(Some(StreamReadReply { keys: Vec::new() }));
             }
         }
-    }
-
-    /// The next [`RECLAIM_BUDGET`] streams of `streams`, in turn.
-    fn next_to_reclaim<'a>(&mut self, streams: &'a [Stream]) -> &'a [Stream] {
-        if self.reclaim_from >= streams.len() {
-            self.reclaim_from = 0;
-        }
-        let from = self.reclaim_from;
-        let to = (from + RECLAIM_BUDGET).min(streams.len());
-        self.reclaim_from = to;
-        &streams[from..to]
-    }
-
-    /// Moves entries idle for longer than `claim_idle_ms` (their reader died) to this
-    /// consumer; the next `read(.., "0")` settles them. Skipped while another instance
-    /// holds the reclaim lock: it is doing the same pass. (`XAUTOCLAIM` itself never
-    /// hands one entry to two claimers; the lock saves every instance scanning every
-    /// stream each interval.)
-    async fn reclaim(&mut self, streams: &[Stream]) -> anyhow::Result<usize> {
-        let key = self.keys.lock(RECLAIM_LOCK);
-        let Some(mut guard) = Lock::try_acquire(&self.lock_redis, key, RECLAIM_LOCK_TTL_MS).await?
-        else {
-            tracing::debug!("another instance is reclaiming pending entries; skipped");
-            return Ok(0);
-        };
-        let lost = guard.start_watchdog();
-        let result = self.reclaim_streams(streams, &lost).await;
-        if result.as_ref().map_or(true, |claimed| *claimed > 0) {
-            self.maybe_pending = true;
-        }
-        if let Err(e) = guard.release().await {
-            tracing::warn!(error = %e, "releasing the reclaim lock failed; it expires on its own");
-        }
-        result
-    }
-
-    async fn reclaim_streams(
-        &mut self,
-        streams: &[Stream],
-        lost: &LostSignal,
-    ) -> anyhow::Result<usize> {
-        let mut total = 0;
-        for stream in streams {
-            if lost.is_lost() {
-                // Another instance may be reclaiming now; leave the rest to it.
-                tracing::warn!("reclaim lock lost; pass cut short");
-                break;
-            }
-            let mut start = "0-0".to_string();
-            loop {
-                let opts = StreamAutoClaimOptions::default()
-                    .count(self.config.batch_size)
-                    .with_justid();
-                let reply: redis::RedisResult<redis::streams::StreamAutoClaimReply> = self
-                    .redis
-                    .xautoclaim_options(
-                        stream.key(),
-                        SETTLE_GROUP,
-                        &self.consumer,
-                        self.config.claim_idle_ms,
-                        &start,
-                        opts,
-                    )
-                    .await;
-                let reply = match reply {
-                    Ok(r) => r,
-                    Err(e) if e.code() == Some("NOGROUP") => break,
-                    Err(e) => return Err(e.into()),
-                };
-                total += reply.claimed.len();
-                if reply.next_stream_id == "0-0" {
-                    break;
-                }
-                start = reply.next_stream_id;
-            }
-            self.forget_dead_consumers(stream.key()).await?;
-        }
-        if total > 0 {
-            tracing::info!(
-                claimed = total,
-                "took over pending order events from a stopped consumer"
-            );
-        }
-        Ok(total)
-    }
-
-    /// Removes consumers of the group that have nothing pending and have been idle
-    /// longer than `claim_idle_ms` (workers that died or stopped): without this the
-    /// group lists every worker that ever ran. A consumer with pending entries is
-    /// kept until the claim above has taken them over.
-    async fn forget_dead_consumers(&mut self, stream: &str) -> anyhow::Result<()> {
-        let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
-            self.redis.xinfo_consumers(stream, SETTLE_GROUP).await;
-        let consumers = match reply {
-            Ok(r) => r.consumers,
-            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
-        for c in consumers {
-            if c.name != self.consumer
-                && c.pending == 0
-                && c.idle as u64 > self.config.claim_idle_ms
-            {
-                let _: i64 = redis::cmd("XGROUP")
-                    .arg("DELCONSUMER")
-                    .arg(stream)
-                    .arg(SETTLE_GROUP)
-                    .arg(&c.name)
-                    .query_async(&mut self.redis)
-                    .await?;
-                tracing::info!(stream, consumer = %c.name, "removed a dead settlement consumer");
-            }
-        }
-        Ok(())
     }
 
     /// Writes a batch in one transaction, each feature its own rows; returns the
