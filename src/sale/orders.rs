@@ -15,6 +15,60 @@ use crate::domain::{Id, SaleId, UserId};
 use crate::error::AppError;
 use crate::paging::Limit;
 
+/// Where a settled order stands: the `orders.status` column. Postgres writes
+/// `accepted` or `awaiting_payment` at settlement, `paid` and `expired` later; a
+/// value this version does not know fails the read (an error, never a guess).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OrderStatus {
+    /// The sale has no payment step: the order is complete.
+    Accepted,
+    AwaitingPayment,
+    Paid,
+    /// Not paid in time: its units went back on sale.
+    Expired,
+}
+
+impl OrderStatus {
+    pub const ALL: [OrderStatus; 4] = [
+        OrderStatus::Accepted,
+        OrderStatus::AwaitingPayment,
+        OrderStatus::Paid,
+        OrderStatus::Expired,
+    ];
+
+    /// The column's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrderStatus::Accepted => "accepted",
+            OrderStatus::AwaitingPayment => "awaiting_payment",
+            OrderStatus::Paid => "paid",
+            OrderStatus::Expired => "expired",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<OrderStatus> {
+        OrderStatus::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+impl sqlx::Type<sqlx::Postgres> for OrderStatus {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, sqlx::Postgres> for OrderStatus {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let text = <&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        OrderStatus::parse(text).ok_or_else(|| format!("unknown order status {text:?}").into())
+    }
+}
+
 /// A settled order, as Postgres holds it.
 #[derive(Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct OrderRow {
@@ -23,9 +77,7 @@ pub struct OrderRow {
     pub user_id: i64,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
-    /// `accepted` (the sale has no payment step), `awaiting_payment`, `paid` or
-    /// `expired` (not paid in time: its unit went back on sale).
-    pub status: String,
+    pub status: OrderStatus,
     /// The payment deadline (sales with a payment window).
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
@@ -43,8 +95,7 @@ pub struct MyOrder {
     pub price_cents: i64,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
-    /// As [`OrderRow::status`].
-    pub status: String,
+    pub status: OrderStatus,
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
     pub quantity: i32,
@@ -134,7 +185,8 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     // buyer left the set, and is in it again only for a new, maybe pending, order).
     let holds = |sale: &SaleView| {
         settled.iter().any(|o| {
-            o.sale_id == sale.sale.id && (o.status != "expired" || !sale.sale.rebuy_after_expiry)
+            o.sale_id == sale.sale.id
+                && (o.status != OrderStatus::Expired || !sale.sale.rebuy_after_expiry)
         })
     };
     let pending = sales
@@ -173,7 +225,7 @@ pub struct BuyerOrder {
     pub username: String,
     pub accepted_at: DateTime<Utc>,
     pub settled_at: DateTime<Utc>,
-    pub status: String,
+    pub status: OrderStatus,
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
     /// `pay_by <= now()` by Postgres's clock.
@@ -236,6 +288,18 @@ pub const MAX_ORDERABLE_SALE_ID: i64 = (1 << 48) - 1;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn order_statuses_read_back_what_they_write_and_nothing_else() {
+        for status in OrderStatus::ALL {
+            assert_eq!(OrderStatus::parse(status.as_str()), Some(status));
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::json!(status.as_str())
+            );
+        }
+        assert_eq!(OrderStatus::parse("refunded"), None);
+    }
 
     #[test]
     fn order_ids_carry_their_sale() {

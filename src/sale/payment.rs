@@ -8,6 +8,7 @@
 //! reaches Redis through [`super::stock::apply_pending`], exactly once, whoever
 //! dies in between (the sweep finishes returns left pending).
 
+use super::orders::OrderStatus;
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use serde::Serialize;
@@ -44,7 +45,7 @@ pub enum Payment {
 pub struct Paid {
     pub order_id: Uuid,
     /// Always `paid`.
-    pub status: &'static str,
+    pub status: OrderStatus,
     pub paid_at: DateTime<Utc>,
     pub amount_cents: i64,
 }
@@ -53,7 +54,7 @@ pub struct Paid {
 #[derive(sqlx::FromRow)]
 struct Payable {
     user_id: i64,
-    status: String,
+    status: OrderStatus,
     /// The order's price: the sale's price times its units.
     price_cents: i64,
     /// `pay_by <= now()`: the deadline has passed (the expiry job may not have run).
@@ -157,8 +158,8 @@ async fn decide(
             replayed: false,
         }
     };
-    let answer = match p.status.as_str() {
-        "awaiting_payment" if !p.overdue => {
+    let answer = match p.status {
+        OrderStatus::AwaitingPayment if !p.overdue => {
             let paid_at: DateTime<Utc> = sqlx::query_scalar(
                 "UPDATE orders SET status = 'paid', paid_at = now() WHERE id = $1 RETURNING paid_at",
             )
@@ -167,7 +168,7 @@ async fn decide(
             .await?;
             let body = serde_json::to_value(Paid {
                 order_id: order,
-                status: "paid",
+                status: OrderStatus::Paid,
                 paid_at,
                 amount_cents: p.price_cents,
             })
@@ -179,12 +180,12 @@ async fn decide(
             };
             return Ok((answer, p.price_cents));
         }
-        "awaiting_payment" | "expired" => refusal(
+        OrderStatus::AwaitingPayment | OrderStatus::Expired => refusal(
             ErrorCode::PaymentExpired,
             "the payment deadline has passed: the order expired and its unit went back on sale",
         ),
-        "paid" => refusal(ErrorCode::AlreadyPaid, "this order is already paid"),
-        _ => refusal(
+        OrderStatus::Paid => refusal(ErrorCode::AlreadyPaid, "this order is already paid"),
+        OrderStatus::Accepted => refusal(
             ErrorCode::NoPaymentNeeded,
             "this sale has no payment step: the order is complete",
         ),

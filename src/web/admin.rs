@@ -270,7 +270,7 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
             .zip(offset + 1..)
             .map(|(o, number)| OrderRow {
                 number,
-                state: OrderState::of(&o.status, o.overdue, o.pay_by, o.paid_at),
+                state: OrderState::of(o.status, o.overdue, o.pay_by, o.paid_at),
                 buyer: o.username,
                 order_id: o.id.to_string(),
                 ordered: o.accepted_at.into(),

@@ -309,7 +309,7 @@ async fn load_orders(state: &AppState, user: UserId) -> Result<Vec<OrderLine>, A
         settled: Some(SettledOrder {
             order_id: o.id.to_string(),
             ordered: o.accepted_at.into(),
-            state: OrderState::of(&o.status, o.overdue, o.pay_by, o.paid_at),
+            state: OrderState::of(o.status, o.overdue, o.pay_by, o.paid_at),
         }),
     }));
     Ok(lines)

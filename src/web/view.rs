@@ -2,6 +2,7 @@
 //! the header's account links, sales and polls as cards, prices, times and vote
 //! shares as text.
 
+use crate::sale::orders::OrderStatus;
 use actix_web::HttpRequest;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -247,20 +248,22 @@ impl OrderState {
     /// past its deadline is shown expired before the expiry job gets to it, since a
     /// payment would be refused the same way.
     pub fn of(
-        status: &str,
+        status: OrderStatus,
         overdue: bool,
         pay_by: Option<DateTime<Utc>>,
         paid_at: Option<DateTime<Utc>>,
     ) -> Self {
         match (status, pay_by) {
-            ("awaiting_payment", Some(pay_by)) if !overdue => OrderState::AwaitingPayment {
-                pay_by: pay_by.into(),
-            },
-            ("awaiting_payment" | "expired", _) => OrderState::Expired,
-            ("paid", _) => OrderState::Paid {
+            (OrderStatus::AwaitingPayment, Some(pay_by)) if !overdue => {
+                OrderState::AwaitingPayment {
+                    pay_by: pay_by.into(),
+                }
+            }
+            (OrderStatus::AwaitingPayment | OrderStatus::Expired, _) => OrderState::Expired,
+            (OrderStatus::Paid, _) => OrderState::Paid {
                 paid_at: paid_at.map(Moment::from),
             },
-            _ => OrderState::Confirmed,
+            (OrderStatus::Accepted, _) => OrderState::Confirmed,
         }
     }
 
@@ -563,8 +566,14 @@ mod tests {
     #[test]
     fn an_order_past_its_deadline_shows_expired_before_the_job_runs() {
         let at = Utc::now();
-        let state = |status, overdue, pay_by, paid_at| {
-            OrderState::of(status, overdue, pay_by, paid_at).as_str()
+        let state = |status: &str, overdue, pay_by, paid_at| {
+            OrderState::of(
+                OrderStatus::parse(status).unwrap(),
+                overdue,
+                pay_by,
+                paid_at,
+            )
+            .as_str()
         };
         assert_eq!(state("accepted", false, None, None), "none");
         assert_eq!(
@@ -575,7 +584,7 @@ mod tests {
         assert_eq!(state("expired", true, Some(at), None), "expired");
         assert_eq!(state("paid", false, Some(at), Some(at)), "paid");
         assert!(matches!(
-            OrderState::of("paid", true, Some(at), Some(at)),
+            OrderState::of(OrderStatus::Paid, true, Some(at), Some(at)),
             OrderState::Paid { paid_at: Some(_) }
         ));
     }

@@ -25,7 +25,7 @@ struct OrderStatus {
     /// Once confirmed, on a sale with a payment window: `awaiting_payment`, `paid`
     /// or `expired` (not paid by `pay_by`: its unit went back on sale).
     #[serde(skip_serializing_if = "Option::is_none")]
-    payment: Option<String>,
+    payment: Option<orders::OrderStatus>,
     /// The payment deadline (`POST /api/orders/{id}/pay` before it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pay_by: Option<DateTime<Utc>>,
@@ -58,7 +58,7 @@ pub(super) async fn order_status(
             status: "confirmed",
             accepted_at: Some(o.accepted_at),
             settled_at: Some(o.settled_at),
-            payment: (o.status != "accepted").then_some(o.status),
+            payment: (o.status != orders::OrderStatus::Accepted).then_some(o.status),
             pay_by: o.pay_by,
             paid_at: o.paid_at,
         }));
