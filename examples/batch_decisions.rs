@@ -122,7 +122,7 @@ async fn main() -> anyhow::Result<()> {
             let sale = Id::new(next_sale.fetch_add(1, Ordering::Relaxed) as i64).expect("positive");
             let now = Utc::now();
             let row = SaleRow {
-                id: sale.get(),
+                id: sale,
                 name: "bench".into(),
                 description: String::new(),
                 price_cents: 1,

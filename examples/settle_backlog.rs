@@ -84,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-    let sale_id = Id::new(sale.id).expect("positive");
+    let sale_id = sale.id;
 
     // Fill the stream through the real purchase script, in batches of 64 buyers,
     // 8 batches in flight at a time.

@@ -114,6 +114,41 @@ impl<T> serde::Serialize for Id<T> {
     }
 }
 
+impl<'de, T> serde::Deserialize<'de> for Id<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = i64::deserialize(d)?;
+        Id::new(raw).ok_or_else(|| serde::de::Error::custom(format!("not an id: {raw}")))
+    }
+}
+
+// Rows carry typed ids: a `BIGINT` column reads as an `Id` (a value not positive
+// fails the read) and an `Id` binds as a `BIGINT`.
+impl<T> sqlx::Type<sqlx::Postgres> for Id<T> {
+    fn type_info() -> sqlx::postgres::PgTypeInfo {
+        <i64 as sqlx::Type<sqlx::Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+        <i64 as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r, T> sqlx::Decode<'r, sqlx::Postgres> for Id<T> {
+    fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+        let raw = <i64 as sqlx::Decode<sqlx::Postgres>>::decode(value)?;
+        Id::new(raw).ok_or_else(|| format!("not an id: {raw}").into())
+    }
+}
+
+impl<T> sqlx::Encode<'_, sqlx::Postgres> for Id<T> {
+    fn encode_by_ref(
+        &self,
+        buf: &mut sqlx::postgres::PgArgumentBuffer,
+    ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        <i64 as sqlx::Encode<sqlx::Postgres>>::encode_by_ref(&self.0, buf)
+    }
+}
+
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],

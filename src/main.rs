@@ -199,8 +199,7 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
             .await
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         if repair && !r.consistent {
-            let id = stampede::domain::Id::new(sale.id)
-                .ok_or_else(|| anyhow::anyhow!("bad sale id {}", sale.id))?;
+            let id = sale.id;
             recovery
                 .rebuild(
                     stampede::recover::Target::Sale(id),

@@ -135,11 +135,12 @@ async fn demo_sale(
     let sale = store::create_sale(db, redis, keys, new)
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
-    if let Some(id) = crate::domain::Id::new(sale.id) {
+    {
+        let id = sale.id;
         // A server may be running: let it see the new sale now, not after the TTL.
         crate::cache::invalidate_keys(redis, &[keys.sale_view(id), keys.sales_list()]).await?;
     }
-    tracing::info!(sale = sale.id, name = demo.name, "created demo sale");
+    tracing::info!(sale = %sale.id, name = demo.name, "created demo sale");
     Ok(())
 }
 

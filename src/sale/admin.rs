@@ -18,7 +18,7 @@ use super::reconcile::{self, Reconciliation};
 use super::stock::{self, ChangeResult, StockChange};
 use super::store::{self, NewSale, SaleRow, SaleView, WindowChange};
 use crate::cache::CachedReads;
-use crate::domain::{Id, SaleId, UserId};
+use crate::domain::{SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
 
 /// What an admin's change of a sale needs of the application state, beyond the
@@ -55,7 +55,7 @@ pub async fn create<S: CachedReads + ?Sized>(
     new: NewSale,
 ) -> Result<SaleView, AppError> {
     let row = store::create_sale(state.db(), &mut state.redis().clone(), state.keys(), new).await?;
-    let id = Id::new(row.id).expect("serial ids are positive");
+    let id = row.id;
     cached::invalidate(state, id).await?;
     load_view(state, id).await
 }

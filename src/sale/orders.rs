@@ -174,7 +174,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     let asked: Vec<(SaleId, i32)> = sales
         .iter()
         .map(|s| {
-            let id = Id::new(s.sale.id).expect("stored ids are positive");
+            let id = s.sale.id;
             (id, s.sale.max_per_user)
         })
         .collect();
@@ -185,7 +185,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     // buyer left the set, and is in it again only for a new, maybe pending, order).
     let holds = |sale: &SaleView| {
         settled.iter().any(|o| {
-            o.sale_id == sale.sale.id
+            o.sale_id == sale.sale.id.get()
                 && (o.status != OrderStatus::Expired || !sale.sale.rebuy_after_expiry)
         })
     };
@@ -195,7 +195,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
         .filter(|(sale, (bought, _))| *bought && !holds(sale))
         // No settled order holds a unit of the sale: the units held are all pending.
         .map(|(sale, (_, held))| PendingUnits {
-            sale_id: sale.sale.id,
+            sale_id: sale.sale.id.get(),
             sale_name: sale.sale.name.clone(),
             units: held,
             price_cents: sale.sale.price_cents * i64::from(held),

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::payment::{self, OrderCounts};
-use super::store::{SaleRow, sale_id};
+use super::store::SaleRow;
 use crate::error::AppError;
 use crate::keys::Keys;
 
@@ -45,7 +45,7 @@ pub async fn reconcile<C: ConnectionLike>(
     keys: &Keys,
     sale: &SaleRow,
 ) -> Result<Reconciliation, AppError> {
-    let k = keys.sale(sale_id(sale)?);
+    let k = keys.sale(sale.id);
     let (buyers, pending_owners, left, units_sold): (Vec<i64>, Vec<i64>, Option<i64>, Option<i64>) =
         redis::pipe()
             .smembers(&k.buyers)
@@ -70,7 +70,7 @@ pub async fn reconcile<C: ConnectionLike>(
     .bind(sale.id)
     .fetch_all(db)
     .await?;
-    let orders = payment::counts(db, sale_id(sale)?).await?;
+    let orders = payment::counts(db, sale.id).await?;
     let buyers_set: std::collections::HashSet<i64> = buyers.iter().copied().collect();
     let settled_set: std::collections::HashSet<i64> = settled.iter().copied().collect();
     let mut pending_set: std::collections::HashSet<i64> = pending_owners.iter().copied().collect();
@@ -86,7 +86,7 @@ pub async fn reconcile<C: ConnectionLike>(
     let stock_left = left.unwrap_or(0);
     let redis_sold = units_sold.unwrap_or(buyers.len() as i64);
     Ok(Reconciliation {
-        sale_id: sale.id,
+        sale_id: sale.id.get(),
         redis_sold,
         redis_buyers: buyers.len() as i64,
         pending: pending_owners.len() as i64,

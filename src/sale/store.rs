@@ -22,7 +22,8 @@ static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua"
 /// A sale as stored in Postgres (and, as JSON, in the view cache).
 #[derive(Clone, Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct SaleRow {
-    pub id: i64,
+    #[schema(value_type = i64)]
+    pub id: SaleId,
     pub name: String,
     pub description: String,
     pub price_cents: i64,
@@ -232,7 +233,7 @@ impl SaleCursor {
             at,
             rank: list_rank(last, at),
             starts_at: last.starts_at,
-            id: last.id,
+            id: last.id.get(),
         }
     }
 
@@ -325,7 +326,7 @@ pub async fn put_new_sale<C: ConnectionLike>(
     keys: &Keys,
     row: &SaleRow,
 ) -> Result<(), AppError> {
-    let k = keys.sale(sale_id(row)?);
+    let k = keys.sale(row.id);
     let _: i64 = NEW_SALE
         .key(&k.meta)
         .key(&k.stock)
@@ -380,7 +381,7 @@ pub async fn update_window<C: ConnectionLike>(
     keys: &Keys,
     sale: &SaleRow,
 ) -> Result<bool, AppError> {
-    let k = keys.sale(sale_id(sale)?);
+    let k = keys.sale(sale.id);
     let written: i64 = UPDATE_META
         .key(&k.meta)
         .arg("starts_ms")
@@ -392,11 +393,6 @@ pub async fn update_window<C: ConnectionLike>(
         .invoke_async(redis)
         .await?;
     Ok(written == 1)
-}
-
-pub(crate) fn sale_id(sale: &SaleRow) -> Result<SaleId, AppError> {
-    Id::new(sale.id)
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("sale id {} not positive", sale.id)))
 }
 
 /// Live units left and units sold of each sale, in one pipelined round trip.
@@ -427,7 +423,7 @@ pub async fn views<C: ConnectionLike>(
     keys: &Keys,
     rows: Vec<SaleRow>,
 ) -> Result<Vec<SaleView>, AppError> {
-    let ids: Vec<i64> = rows.iter().map(|s| s.id).collect();
+    let ids: Vec<i64> = rows.iter().map(|s| s.id.get()).collect();
     let numbers = live_numbers(redis, keys, &ids).await?;
     let now = Utc::now();
     Ok(rows
@@ -480,7 +476,7 @@ mod tests {
     fn status_follows_time_and_stock() {
         let now = Utc::now();
         let row = |closed| SaleRow {
-            id: 1,
+            id: Id::new(1).unwrap(),
             name: "x".into(),
             description: String::new(),
             price_cents: 1,
@@ -512,7 +508,7 @@ mod tests {
         let now = Utc::now();
         let minute = chrono::Duration::minutes(1);
         let row = |starts_at, ends_at, closed| SaleRow {
-            id: 1,
+            id: Id::new(1).unwrap(),
             name: "x".into(),
             description: String::new(),
             price_cents: 1,

@@ -210,7 +210,7 @@ impl From<SaleView> for SaleCard {
         let sale = view.sale;
         SaleCard {
             past_end: Utc::now() >= sale.ends_at,
-            id: sale.id,
+            id: sale.id.get(),
             price: format_price(sale.price_cents),
             status: view.status,
             status_label: view.status.label(),

@@ -120,7 +120,7 @@ pub(super) async fn admin_create(
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
     let view = sale::admin::create(state.get_ref(), new).await?;
-    tracing::info!(sale = view.sale.id, admin = %admin.id, "sale created");
+    tracing::info!(sale = %view.sale.id, admin = %admin.id, "sale created");
     Ok(HttpResponse::Created().json(view))
 }
 
