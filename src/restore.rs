@@ -65,6 +65,17 @@ pub struct Listed<I> {
     pub ends_at: DateTime<Utc>,
 }
 
+impl<I> From<(I, i32, DateTime<Utc>)> for Listed<I> {
+    /// A row of a listing query: id, urgency rank (see [`Urgency::from_rank`]), end.
+    fn from((id, rank, ends_at): (I, i32, DateTime<Utc>)) -> Self {
+        Listed {
+            id,
+            urgency: Urgency::from_rank(rank),
+            ends_at,
+        }
+    }
+}
+
 /// The stores a rebuild works on.
 #[derive(Clone, Copy)]
 pub struct Stores<'a> {

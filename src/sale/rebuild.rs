@@ -14,13 +14,13 @@ use std::sync::LazyLock;
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 
-use crate::domain::{Id, SaleId};
+use crate::domain::SaleId;
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
 use crate::redis_conn::Redis;
 use crate::restore::{
-    CHUNK, Listed, Rebuilt, Restore, Stores, Urgency, each_entry, fence, interrupted, scan_all,
+    CHUNK, Listed, Rebuilt, Restore, Stores, each_entry, fence, interrupted, scan_all,
 };
 use crate::sale::stock::{self, ChangeResult};
 use crate::sale::store::{self as sales, SaleRow};
@@ -48,7 +48,7 @@ impl Restore for Sales {
         days: Option<i32>,
     ) -> BoxFuture<'a, Result<Vec<Listed<SaleId>>, AppError>> {
         Box::pin(async move {
-            let rows: Vec<(i64, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+            let rows: Vec<(SaleId, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
                 "SELECT id, CASE WHEN closed OR ends_at <= now() THEN 2
                          WHEN starts_at > now() THEN 1 ELSE 0 END, ends_at
          FROM sales
@@ -57,16 +57,7 @@ impl Restore for Sales {
             .bind(days)
             .fetch_all(db)
             .await?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(id, rank, ends_at)| {
-                    Some(Listed {
-                        id: Id::new(id)?,
-                        urgency: Urgency::from_rank(rank),
-                        ends_at,
-                    })
-                })
-                .collect())
+            Ok(rows.into_iter().map(Listed::from).collect())
         })
     }
 

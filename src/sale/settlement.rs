@@ -8,7 +8,7 @@ use redis::streams::StreamId;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::domain::{Id, SaleId};
+use crate::domain::SaleId;
 use crate::keys::Keys;
 use crate::settle::{Accepted, Settle, Stream, Written};
 
@@ -29,17 +29,13 @@ impl Settle for Orders {
         days: i32,
     ) -> BoxFuture<'a, Result<Vec<Stream>, sqlx::Error>> {
         Box::pin(async move {
-            let sales: Vec<i64> = sqlx::query_scalar(
+            let sales: Vec<SaleId> = sqlx::query_scalar(
                 "SELECT id FROM sales WHERE ends_at > now() - make_interval(days => $1) ORDER BY id",
             )
             .bind(days)
             .fetch_all(db)
             .await?;
-            Ok(sales
-                .into_iter()
-                .filter_map(Id::new)
-                .map(|id| stream(keys, id))
-                .collect())
+            Ok(sales.into_iter().map(|id| stream(keys, id)).collect())
         })
     }
 

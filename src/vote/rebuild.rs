@@ -9,12 +9,12 @@ use std::sync::LazyLock;
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 
-use crate::domain::{Id, PollId};
+use crate::domain::PollId;
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
 use crate::restore::{
-    CHUNK, Listed, Rebuilt, Restore, Stores, Urgency, fence, interrupted, scan_all, stream_field,
+    CHUNK, Listed, Rebuilt, Restore, Stores, fence, interrupted, scan_all, stream_field,
 };
 use crate::settle::ensure_group;
 
@@ -37,7 +37,7 @@ impl Restore for Polls {
         days: Option<i32>,
     ) -> BoxFuture<'a, Result<Vec<Listed<PollId>>, AppError>> {
         Box::pin(async move {
-            let rows: Vec<(i64, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+            let rows: Vec<(PollId, i32, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
                 "SELECT id, CASE WHEN closed OR closes_at <= now() THEN 2
                          WHEN opens_at > now() THEN 1 ELSE 0 END, closes_at
          FROM polls
@@ -46,16 +46,7 @@ impl Restore for Polls {
             .bind(days)
             .fetch_all(db)
             .await?;
-            Ok(rows
-                .into_iter()
-                .filter_map(|(id, rank, ends_at)| {
-                    Some(Listed {
-                        id: Id::new(id)?,
-                        urgency: Urgency::from_rank(rank),
-                        ends_at,
-                    })
-                })
-                .collect())
+            Ok(rows.into_iter().map(Listed::from).collect())
         })
     }
 

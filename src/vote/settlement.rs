@@ -6,7 +6,7 @@ use futures_util::future::BoxFuture;
 use redis::streams::StreamId;
 use sqlx::PgPool;
 
-use crate::domain::{Id, PollId};
+use crate::domain::PollId;
 use crate::keys::Keys;
 use crate::settle::{Accepted, Settle, Stream, Written};
 
@@ -26,17 +26,13 @@ impl Settle for Votes {
         days: i32,
     ) -> BoxFuture<'a, Result<Vec<Stream>, sqlx::Error>> {
         Box::pin(async move {
-            let polls: Vec<i64> = sqlx::query_scalar(
+            let polls: Vec<PollId> = sqlx::query_scalar(
                 "SELECT id FROM polls WHERE closes_at > now() - make_interval(days => $1) ORDER BY id",
             )
             .bind(days)
             .fetch_all(db)
             .await?;
-            Ok(polls
-                .into_iter()
-                .filter_map(Id::new)
-                .map(|id| stream(keys, id))
-                .collect())
+            Ok(polls.into_iter().map(|id| stream(keys, id)).collect())
         })
     }
 
