@@ -95,9 +95,9 @@ pub struct ReplicaAcks {
 impl ReplicaAcks {
     /// From the config: `None` when `replica_acks` is 0.
     pub fn from_config(config: &crate::config::Config) -> Option<Self> {
-        (config.replica_acks > 0).then(|| ReplicaAcks {
+        (config.replica_acks > 0).then_some(ReplicaAcks {
             replicas: config.replica_acks,
-            timeout: std::time::Duration::from_millis(config.replica_ack_timeout_ms),
+            timeout: config.replica_ack_timeout,
         })
     }
 

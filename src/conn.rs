@@ -130,12 +130,12 @@ fn is_body_timeout(e: &PayloadError) -> bool {
 /// A body that a handler could not read itself, as the JSON extractor's handler
 /// answers it: 413 `payload_too_large`, 408 `body_timeout` (which closes the
 /// connection), else 400 `invalid_json`.
-pub fn body_read_error(e: &PayloadError, body_timeout_ms: u64) -> AppError {
+pub fn body_read_error(e: &PayloadError, body_timeout: Duration) -> AppError {
     match e {
         PayloadError::Overflow => {
             AppError::new(ErrorCode::PayloadTooLarge, "the request body is too large")
         }
-        p if is_body_timeout(p) => body_timeout_error(body_timeout_ms),
+        p if is_body_timeout(p) => body_timeout_error(body_timeout),
         _ => AppError::new(
             ErrorCode::InvalidJson,
             format!("the request body could not be read: {e}"),
@@ -143,9 +143,12 @@ pub fn body_read_error(e: &PayloadError, body_timeout_ms: u64) -> AppError {
     }
 }
 
-fn body_timeout_error(limit_ms: u64) -> AppError {
+fn body_timeout_error(limit: Duration) -> AppError {
     AppError::new(
         ErrorCode::BodyTimeout,
-        format!("the request body did not arrive within {limit_ms} ms"),
+        format!(
+            "the request body did not arrive within {} ms",
+            limit.as_millis()
+        ),
     )
 }

@@ -3,10 +3,12 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 pub mod limits;
+mod units;
 
 pub use limits::LimitsConfig;
 
@@ -36,14 +38,17 @@ pub struct Config {
     /// HMAC key for session tokens. At least 32 bytes.
     pub token_secret: String,
     /// How long a session token stays valid.
-    pub token_ttl_secs: u64,
+    #[serde(rename = "token_ttl_secs", with = "units::secs")]
+    pub token_ttl: Duration,
     /// How often each process reads the stream of ended sessions: about the longest
     /// a signed-out token still works on another instance (1 to 60000 ms).
-    pub session_sync_ms: u64,
+    #[serde(rename = "session_sync_ms", with = "units::millis")]
+    pub session_sync: Duration,
     /// How often a watched sale's or poll's live view is read for its event streams
     /// (once per interval per watched sale or poll, however many pages watch it;
     /// 100 to 60000 ms).
-    pub live_interval_ms: u64,
+    #[serde(rename = "live_interval_ms", with = "units::millis")]
+    pub live_interval: Duration,
     /// Mark cookies `Secure` (set this when serving over HTTPS).
     pub cookie_secure: bool,
     /// Largest accepted JSON body.
@@ -52,12 +57,15 @@ pub struct Config {
     /// request line and headers must arrive within this long of the connection
     /// opening or of the previous answer, else 408 and the connection is closed
     /// (a connection that sent nothing is closed silently).
-    pub client_request_timeout_ms: u64,
+    #[serde(rename = "client_request_timeout_ms", with = "units::millis")]
+    pub client_request_timeout: Duration,
     /// The body must arrive within this long of the headers, else 408 `body_timeout`
     /// and the connection is closed.
-    pub body_timeout_ms: u64,
+    #[serde(rename = "body_timeout_ms", with = "units::millis")]
+    pub body_timeout: Duration,
     /// An idle keep-alive connection is closed after this long.
-    pub keep_alive_secs: u64,
+    #[serde(rename = "keep_alive_secs", with = "units::secs")]
+    pub keep_alive: Duration,
     /// Most connections one HTTP worker holds at once; past it the worker stops
     /// accepting until some close.
     pub max_connections: usize,
@@ -66,7 +74,8 @@ pub struct Config {
     pub max_header_bytes: usize,
     /// How long this process trusts its own "sold out" flag before asking Redis again.
     /// Bounds how late another instance notices a top-up.
-    pub sold_out_cache_ms: u64,
+    #[serde(rename = "sold_out_cache_ms", with = "units::millis")]
+    pub sold_out_cache: Duration,
     /// Run the settlement worker inside `serve`.
     pub settle_in_serve: bool,
     pub settle: SettleConfig,
@@ -85,15 +94,18 @@ pub struct Config {
     pub database_max_connections: u32,
     /// How long a request waits for a Postgres connection of its pool before it is
     /// answered 503 `database_unavailable` with `Retry-After`.
-    pub database_acquire_timeout_ms: u64,
+    #[serde(rename = "database_acquire_timeout_ms", with = "units::millis")]
+    pub database_acquire_timeout: Duration,
     /// Postgres's `statement_timeout` on the requests' connections (lock waits
     /// included): a read stuck behind a lock or a slow server fails with 503 after
     /// this long instead of holding the buyer (0: no limit).
-    pub database_statement_timeout_ms: u64,
+    #[serde(rename = "database_statement_timeout_ms", with = "units::millis")]
+    pub database_statement_timeout: Duration,
     /// How long one Redis command may take before the request fails with 503. The
     /// client's 500 ms default is too tight when thousands of requests queue on one
     /// multiplexed connection during a stampede on a small machine.
-    pub redis_response_timeout_ms: u64,
+    #[serde(rename = "redis_response_timeout_ms", with = "units::millis")]
+    pub redis_response_timeout: Duration,
     /// Replicas that must have an accepted purchase or vote before its 202 is sent
     /// (`WAIT` on its primary after the batch; 0: answer at once, as Redis
     /// replicates asynchronously). With 1, a failover to a replica never forgets a
@@ -101,16 +113,19 @@ pub struct Config {
     pub replica_acks: u32,
     /// How long a batch waits for `replica_acks`; past it, the batch is answered 503
     /// `not_replicated` (1 to `redis_response_timeout_ms` - 1).
-    pub replica_ack_timeout_ms: u64,
+    #[serde(rename = "replica_ack_timeout_ms", with = "units::millis")]
+    pub replica_ack_timeout: Duration,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
     /// How often `serve` checks that Redis holds every active sale and poll, trusted
     /// by the running Redis, and rebuilds what a wipe or restart left (0: only on
     /// startup and when a request meets such state).
-    pub sweep_ms: u64,
+    #[serde(rename = "sweep_ms", with = "units::millis")]
+    pub sweep: Duration,
     /// How often `serve` expires orders past their payment deadline and gives their
     /// units back (one instance at a time, under a lock; 0: never in this process).
-    pub expire_ms: u64,
+    #[serde(rename = "expire_ms", with = "units::millis")]
+    pub expire: Duration,
     /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
     /// decides each alone. See `src/batch.rs`.
     pub batch_max: usize,
@@ -120,15 +135,17 @@ pub struct Config {
     pub batch_in_flight: usize,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SettleConfig {
     /// Most stream entries written to Postgres in one transaction.
     pub batch_size: usize,
     /// How long one blocking read waits for new entries.
-    pub block_ms: u64,
+    #[serde(rename = "block_ms", with = "units::millis")]
+    pub block: Duration,
     /// Entries pending longer than this are taken over from a dead consumer.
-    pub claim_idle_ms: u64,
+    #[serde(rename = "claim_idle_ms", with = "units::millis")]
+    pub claim_idle: Duration,
     /// Consumer name inside the group; defaults to host and process id.
     pub consumer: Option<String>,
 }
@@ -137,8 +154,8 @@ impl Default for SettleConfig {
     fn default() -> Self {
         Self {
             batch_size: 2000,
-            block_ms: 1000,
-            claim_idle_ms: 30_000,
+            block: Duration::from_millis(1000),
+            claim_idle: Duration::from_millis(30_000),
             consumer: None,
         }
     }
@@ -155,17 +172,17 @@ impl Default for Config {
             redis_cluster: Vec::new(),
             redis_namespace: "stampede".into(),
             token_secret: String::new(),
-            token_ttl_secs: 24 * 3600,
-            session_sync_ms: 250,
-            live_interval_ms: 1000,
+            token_ttl: Duration::from_secs(24 * 3600),
+            session_sync: Duration::from_millis(250),
+            live_interval: Duration::from_millis(1000),
             cookie_secure: false,
             max_body_bytes: 16 * 1024,
-            client_request_timeout_ms: 5000,
-            body_timeout_ms: 10_000,
-            keep_alive_secs: 5,
+            client_request_timeout: Duration::from_millis(5000),
+            body_timeout: Duration::from_millis(10_000),
+            keep_alive: Duration::from_secs(5),
             max_connections: 25_000,
             max_header_bytes: 16 * 1024,
-            sold_out_cache_ms: 1000,
+            sold_out_cache: Duration::from_millis(1000),
             settle_in_serve: true,
             settle: SettleConfig::default(),
             trusted_proxies: Vec::new(),
@@ -174,20 +191,33 @@ impl Default for Config {
             admin_password: None,
             demo_password: None,
             database_max_connections: 20,
-            database_acquire_timeout_ms: 1000,
-            database_statement_timeout_ms: 1000,
-            redis_response_timeout_ms: 2000,
+            database_acquire_timeout: Duration::from_millis(1000),
+            database_statement_timeout: Duration::from_millis(1000),
+            redis_response_timeout: Duration::from_millis(2000),
             replica_acks: 0,
-            replica_ack_timeout_ms: 200,
+            replica_ack_timeout: Duration::from_millis(200),
             workers: 0,
-            sweep_ms: 2000,
-            expire_ms: 1000,
+            sweep: Duration::from_millis(2000),
+            expire: Duration::from_millis(1000),
             batch_max: 64,
             batch_in_flight: 4,
         }
     }
 }
 
+/// Durations show under their keys, in the keys' units (`sweep_ms: 2000`).
+impl std::fmt::Debug for SettleConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettleConfig")
+            .field("batch_size", &self.batch_size)
+            .field("block_ms", &self.block.as_millis())
+            .field("claim_idle_ms", &self.claim_idle.as_millis())
+            .field("consumer", &self.consumer)
+            .finish()
+    }
+}
+
+/// Secrets redacted; durations as in [`SettleConfig`]'s.
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
@@ -209,17 +239,20 @@ impl std::fmt::Debug for Config {
             )
             .field("redis_namespace", &self.redis_namespace)
             .field("token_secret", &"<redacted>")
-            .field("token_ttl_secs", &self.token_ttl_secs)
-            .field("session_sync_ms", &self.session_sync_ms)
-            .field("live_interval_ms", &self.live_interval_ms)
+            .field("token_ttl_secs", &self.token_ttl.as_secs())
+            .field("session_sync_ms", &self.session_sync.as_millis())
+            .field("live_interval_ms", &self.live_interval.as_millis())
             .field("cookie_secure", &self.cookie_secure)
             .field("max_body_bytes", &self.max_body_bytes)
-            .field("client_request_timeout_ms", &self.client_request_timeout_ms)
-            .field("body_timeout_ms", &self.body_timeout_ms)
-            .field("keep_alive_secs", &self.keep_alive_secs)
+            .field(
+                "client_request_timeout_ms",
+                &self.client_request_timeout.as_millis(),
+            )
+            .field("body_timeout_ms", &self.body_timeout.as_millis())
+            .field("keep_alive_secs", &self.keep_alive.as_secs())
             .field("max_connections", &self.max_connections)
             .field("max_header_bytes", &self.max_header_bytes)
-            .field("sold_out_cache_ms", &self.sold_out_cache_ms)
+            .field("sold_out_cache_ms", &self.sold_out_cache.as_millis())
             .field("settle_in_serve", &self.settle_in_serve)
             .field("settle", &self.settle)
             .field("trusted_proxies", &self.trusted_proxies)
@@ -228,18 +261,24 @@ impl std::fmt::Debug for Config {
             .field("database_max_connections", &self.database_max_connections)
             .field(
                 "database_acquire_timeout_ms",
-                &self.database_acquire_timeout_ms,
+                &self.database_acquire_timeout.as_millis(),
             )
             .field(
                 "database_statement_timeout_ms",
-                &self.database_statement_timeout_ms,
+                &self.database_statement_timeout.as_millis(),
             )
-            .field("redis_response_timeout_ms", &self.redis_response_timeout_ms)
+            .field(
+                "redis_response_timeout_ms",
+                &self.redis_response_timeout.as_millis(),
+            )
             .field("replica_acks", &self.replica_acks)
-            .field("replica_ack_timeout_ms", &self.replica_ack_timeout_ms)
+            .field(
+                "replica_ack_timeout_ms",
+                &self.replica_ack_timeout.as_millis(),
+            )
             .field("workers", &self.workers)
-            .field("sweep_ms", &self.sweep_ms)
-            .field("expire_ms", &self.expire_ms)
+            .field("sweep_ms", &self.sweep.as_millis())
+            .field("expire_ms", &self.expire.as_millis())
             .field("batch_max", &self.batch_max)
             .field("batch_in_flight", &self.batch_in_flight)
             .finish_non_exhaustive()
@@ -324,6 +363,7 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let ms = Duration::from_millis;
         if self.token_secret.len() < 32 {
             return Err(ConfigError::Invalid(
                 "token_secret (STAMPEDE_TOKEN_SECRET) must be at least 32 characters; \
@@ -336,12 +376,12 @@ impl Config {
                 "batch_in_flight (STAMPEDE_BATCH_IN_FLIGHT) must be 1 to 64".into(),
             ));
         }
-        if !(1..=60_000).contains(&self.session_sync_ms) {
+        if !(ms(1)..=ms(60_000)).contains(&self.session_sync) {
             return Err(ConfigError::Invalid(
                 "session_sync_ms (STAMPEDE_SESSION_SYNC_MS) must be 1 to 60000".into(),
             ));
         }
-        if !(100..=60_000).contains(&self.live_interval_ms) {
+        if !(ms(100)..=ms(60_000)).contains(&self.live_interval) {
             return Err(ConfigError::Invalid(
                 "live_interval_ms (STAMPEDE_LIVE_INTERVAL_MS) must be 100 to 60000".into(),
             ));
@@ -372,13 +412,13 @@ impl Config {
                 redact_url(bad)
             )));
         }
-        if self.replica_ack_timeout_ms == 0
-            || self.replica_ack_timeout_ms >= self.redis_response_timeout_ms
+        if self.replica_ack_timeout.is_zero()
+            || self.replica_ack_timeout >= self.redis_response_timeout
         {
             return Err(ConfigError::Invalid(format!(
                 "replica_ack_timeout_ms (STAMPEDE_REPLICA_ACK_TIMEOUT_MS) must be 1 to \
                  {} (below redis_response_timeout_ms, or the WAIT itself times out)",
-                self.redis_response_timeout_ms.saturating_sub(1)
+                self.redis_response_timeout.as_millis().saturating_sub(1)
             )));
         }
         if self.settle.batch_size == 0 {
@@ -409,8 +449,22 @@ fn list(value: &str) -> impl Iterator<Item = &str> {
 /// configuration, the variable's name (for errors) and its value.
 type Setter = fn(&mut Config, &'static str, String) -> Result<(), ConfigError>;
 
-/// `parsed!(field)`: the variable's value parsed into `field` (see [`parse`]).
+/// `parsed!(field)`: the variable's value parsed into `field` (see [`parse`]);
+/// `parsed!(millis field)`, `parsed!(secs field)`: a whole number of milliseconds
+/// or seconds, into a `Duration` field.
 macro_rules! parsed {
+    (millis $($field:ident).+) => {
+        |c: &mut Config, name: &'static str, v: String| -> Result<(), ConfigError> {
+            c.$($field).+ = Duration::from_millis(parse(name, v)?);
+            Ok(())
+        }
+    };
+    (secs $($field:ident).+) => {
+        |c: &mut Config, name: &'static str, v: String| -> Result<(), ConfigError> {
+            c.$($field).+ = Duration::from_secs(parse(name, v)?);
+            Ok(())
+        }
+    };
     ($($field:ident).+) => {
         |c: &mut Config, name: &'static str, v: String| -> Result<(), ConfigError> {
             c.$($field).+ = parse(name, v)?;
@@ -450,8 +504,8 @@ const ENV: &[(&str, Setter)] = &[
         c.metrics_token = Some(v).filter(|t| !t.is_empty());
         Ok(())
     }),
-    ("STAMPEDE_SESSION_SYNC_MS", parsed!(session_sync_ms)),
-    ("STAMPEDE_LIVE_INTERVAL_MS", parsed!(live_interval_ms)),
+    ("STAMPEDE_SESSION_SYNC_MS", parsed!(millis session_sync)),
+    ("STAMPEDE_LIVE_INTERVAL_MS", parsed!(millis live_interval)),
     ("DATABASE_URL", text!(database_url)),
     ("REDIS_URL", text!(redis_url)),
     ("STAMPEDE_REDIS_CLUSTER", |c, _, v| {
@@ -460,23 +514,23 @@ const ENV: &[(&str, Setter)] = &[
     }),
     ("STAMPEDE_REDIS_NAMESPACE", text!(redis_namespace)),
     ("STAMPEDE_TOKEN_SECRET", text!(token_secret)),
-    ("STAMPEDE_TOKEN_TTL_SECS", parsed!(token_ttl_secs)),
+    ("STAMPEDE_TOKEN_TTL_SECS", parsed!(secs token_ttl)),
     ("STAMPEDE_COOKIE_SECURE", parsed!(cookie_secure)),
     ("STAMPEDE_MAX_BODY_BYTES", parsed!(max_body_bytes)),
     (
         "STAMPEDE_CLIENT_REQUEST_TIMEOUT_MS",
-        parsed!(client_request_timeout_ms),
+        parsed!(millis client_request_timeout),
     ),
-    ("STAMPEDE_BODY_TIMEOUT_MS", parsed!(body_timeout_ms)),
-    ("STAMPEDE_KEEP_ALIVE_SECS", parsed!(keep_alive_secs)),
+    ("STAMPEDE_BODY_TIMEOUT_MS", parsed!(millis body_timeout)),
+    ("STAMPEDE_KEEP_ALIVE_SECS", parsed!(secs keep_alive)),
     ("STAMPEDE_MAX_CONNECTIONS", parsed!(max_connections)),
     ("STAMPEDE_MAX_HEADER_BYTES", parsed!(max_header_bytes)),
-    ("STAMPEDE_SOLD_OUT_CACHE_MS", parsed!(sold_out_cache_ms)),
+    ("STAMPEDE_SOLD_OUT_CACHE_MS", parsed!(millis sold_out_cache)),
     ("STAMPEDE_SETTLE_IN_SERVE", parsed!(settle_in_serve)),
     ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
     (
         "STAMPEDE_SETTLE_CLAIM_IDLE_MS",
-        parsed!(settle.claim_idle_ms),
+        parsed!(millis settle.claim_idle),
     ),
     ("STAMPEDE_TRUSTED_PROXIES", |c, name, v| {
         c.trusted_proxies = list(&v)
@@ -506,26 +560,26 @@ const ENV: &[(&str, Setter)] = &[
     ),
     (
         "STAMPEDE_DATABASE_ACQUIRE_TIMEOUT_MS",
-        parsed!(database_acquire_timeout_ms),
+        parsed!(millis database_acquire_timeout),
     ),
     (
         "STAMPEDE_DATABASE_STATEMENT_TIMEOUT_MS",
-        parsed!(database_statement_timeout_ms),
+        parsed!(millis database_statement_timeout),
     ),
     (
         "STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS",
-        parsed!(redis_response_timeout_ms),
+        parsed!(millis redis_response_timeout),
     ),
     ("STAMPEDE_REPLICA_ACKS", parsed!(replica_acks)),
     (
         "STAMPEDE_REPLICA_ACK_TIMEOUT_MS",
-        parsed!(replica_ack_timeout_ms),
+        parsed!(millis replica_ack_timeout),
     ),
     ("STAMPEDE_WORKERS", parsed!(workers)),
     ("STAMPEDE_BATCH_MAX", parsed!(batch_max)),
     ("STAMPEDE_BATCH_IN_FLIGHT", parsed!(batch_in_flight)),
-    ("STAMPEDE_SWEEP_MS", parsed!(sweep_ms)),
-    ("STAMPEDE_EXPIRE_MS", parsed!(expire_ms)),
+    ("STAMPEDE_SWEEP_MS", parsed!(millis sweep)),
+    ("STAMPEDE_EXPIRE_MS", parsed!(millis expire)),
 ];
 
 #[cfg(test)]
@@ -655,6 +709,85 @@ mod tests {
                 .contains("window_ms")
         );
         assert!(toml::from_str::<Config>("[limits]\nenabeld = false\n").is_err());
+    }
+
+    #[test]
+    fn durations_keep_their_units_in_files_and_variables() {
+        let c: Config = toml::from_str(
+            "sweep_ms = 0\nkeep_alive_secs = 7\ntoken_ttl_secs = 60\n\
+             [settle]\nblock_ms = 250\nclaim_idle_ms = 5000\n",
+        )
+        .unwrap();
+        assert_eq!(c.sweep, Duration::ZERO);
+        assert_eq!(c.keep_alive, Duration::from_secs(7));
+        assert_eq!(c.token_ttl, Duration::from_secs(60));
+        assert_eq!(c.settle.block, Duration::from_millis(250));
+        assert_eq!(c.settle.claim_idle, Duration::from_secs(5));
+        assert_eq!(c.expire, Config::default().expire, "unset: the default");
+        assert!(toml::from_str::<Config>("sweep = 2000\n").is_err());
+        assert!(toml::from_str::<Config>("[settle]\nblock = 1000\n").is_err());
+
+        let env: HashMap<&str, &str> = HashMap::from([
+            ("STAMPEDE_SWEEP_MS", "2500"),
+            ("STAMPEDE_KEEP_ALIVE_SECS", " 9 "),
+            ("STAMPEDE_TOKEN_TTL_SECS", "3600"),
+            ("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "1500"),
+        ]);
+        let mut c = Config::default();
+        c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.sweep, Duration::from_millis(2500));
+        assert_eq!(c.keep_alive, Duration::from_secs(9));
+        assert_eq!(c.token_ttl, Duration::from_secs(3600));
+        assert_eq!(c.settle.claim_idle, Duration::from_millis(1500));
+        let err = c
+            .apply_env(|k| (k == "STAMPEDE_EXPIRE_MS").then(|| "1s".to_string()))
+            .unwrap_err();
+        assert!(err.to_string().contains("STAMPEDE_EXPIRE_MS"), "{err}");
+
+        let shown = format!("{c:?}");
+        for key in [
+            "sweep_ms: 2500",
+            "keep_alive_secs: 9",
+            "token_ttl_secs: 3600",
+            "claim_idle_ms: 1500",
+            "block_ms: 1000",
+        ] {
+            assert!(shown.contains(key), "{key} in {shown}");
+        }
+    }
+
+    #[test]
+    fn duration_bounds_are_checked_in_milliseconds() {
+        let ok = Config {
+            token_secret: "x".repeat(32),
+            ..Config::default()
+        };
+        ok.validate().unwrap();
+        let bad = [
+            Config {
+                session_sync: Duration::ZERO,
+                ..ok.clone()
+            },
+            Config {
+                live_interval: Duration::from_millis(99),
+                ..ok.clone()
+            },
+            Config {
+                replica_ack_timeout: Duration::ZERO,
+                ..ok.clone()
+            },
+        ];
+        for c in bad {
+            assert!(c.validate().is_err(), "{c:?}");
+        }
+        let err = Config {
+            replica_ack_timeout: Duration::from_millis(2000),
+            ..ok.clone()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("must be 1 to 1999"), "{err}");
     }
 
     #[test]

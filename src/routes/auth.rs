@@ -177,7 +177,7 @@ async fn signin(
         return Err(wrong());
     };
     let user_id = Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad user id")))?;
-    let expires_at = chrono::Utc::now().timestamp() + state.config.token_ttl_secs as i64;
+    let expires_at = chrono::Utc::now().timestamp() + state.config.token_ttl.as_secs() as i64;
     let token = state.tokens.issue(Claims {
         user_id,
         admin: is_admin,
@@ -186,7 +186,7 @@ async fn signin(
         session: rand::random(),
     });
     let csrf = random_token_hex(16);
-    let max_age = CookieDuration::seconds(state.config.token_ttl_secs as i64);
+    let max_age = CookieDuration::seconds(state.config.token_ttl.as_secs() as i64);
     let session = Cookie::build(SESSION_COOKIE, token.clone())
         .path("/")
         .http_only(true)

@@ -252,7 +252,7 @@ impl Settler {
         let mut claimed_at = Instant::now();
         // A dead consumer's entry is taken over at most `claim_every` after it has been
         // idle for `claim_idle_ms`: about 1.1 times the configured idle time.
-        let claim_every = Duration::from_millis((self.config.claim_idle_ms / 10).max(100));
+        let claim_every = (self.config.claim_idle / 10).max(Duration::from_millis(100));
         let mut backoff = Duration::from_millis(100);
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
@@ -267,7 +267,7 @@ impl Settler {
                 }
             }
             if streams.is_empty() {
-                wait(&mut shutdown, Duration::from_millis(self.config.block_ms)).await;
+                wait(&mut shutdown, self.config.block).await;
                 continue;
             }
             if claim_now || claimed_at.elapsed() >= claim_every {
@@ -315,7 +315,7 @@ impl Settler {
             self.maybe_pending = !entries.is_empty();
         }
         if entries.is_empty() {
-            entries = self.read(streams, ">", Some(self.config.block_ms)).await?;
+            entries = self.read(streams, ">", Some(self.config.block)).await?;
         }
         // Until they are acknowledged (or if the read left some of a stream's
         // entries for the next batch), some may be pending.
@@ -359,7 +359,7 @@ impl Settler {
         &mut self,
         streams: &[Stream],
         from: &str,
-        block_ms: Option<u64>,
+        block: Option<Duration>,
     ) -> anyhow::Result<Vec<Event>> {
         // COUNT applies per stream: spread the batch over the streams that are busy.
         let per_stream =
@@ -376,10 +376,10 @@ impl Settler {
                         .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
                 })
                 .collect();
-            self.read_each(streams, &hot, from, &opts, block_ms).await
+            self.read_each(streams, &hot, from, &opts, block).await
         } else {
-            if let Some(ms) = block_ms {
-                opts = opts.block(ms as usize);
+            if let Some(block) = block {
+                opts = opts.block(block.as_millis() as usize);
             }
             let ids = vec![from; streams.len()];
             let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
@@ -467,9 +467,9 @@ impl Settler {
         hot: &[&Stream],
         from: &str,
         opts: &StreamReadOptions,
-        block_ms: Option<u64>,
+        block: Option<Duration>,
     ) -> redis::RedisResult<Option<StreamReadReply>> {
-        let deadline = Instant::now() + Duration::from_millis(block_ms.unwrap_or(0));
+        let deadline = Instant::now() + block.unwrap_or_default();
         let mut round: Vec<&Stream> = streams.iter().collect();
         loop {
             let reads = round.iter().map(|stream| {

@@ -2,6 +2,8 @@
 //! never acknowledged them (`XAUTOCLAIM`), a few streams a pass, under a lock so
 //! that one instance at a time scans; and forgetting consumers long gone.
 
+use std::time::Duration;
+
 use redis::AsyncCommands;
 use redis::streams::StreamAutoClaimOptions;
 
@@ -78,7 +80,7 @@ impl Settler {
                         stream.key(),
                         SETTLE_GROUP,
                         &self.consumer,
-                        self.config.claim_idle_ms,
+                        self.config.claim_idle.as_millis() as u64,
                         &start,
                         opts,
                     )
@@ -120,7 +122,7 @@ impl Settler {
         for c in consumers {
             if c.name != self.consumer
                 && c.pending == 0
-                && c.idle as u64 > self.config.claim_idle_ms
+                && Duration::from_millis(c.idle as u64) > self.config.claim_idle
             {
                 let _: i64 = redis::cmd("XGROUP")
                     .arg("DELCONSUMER")

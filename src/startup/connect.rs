@@ -39,15 +39,15 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
     })?;
     let (size, acquire) = match pool {
         Pool::Requests => {
-            if config.database_statement_timeout_ms > 0 {
+            if !config.database_statement_timeout.is_zero() {
                 options = options.options([(
                     "statement_timeout",
-                    format!("{}ms", config.database_statement_timeout_ms),
+                    format!("{}ms", config.database_statement_timeout.as_millis()),
                 )]);
             }
             (
                 config.database_max_connections,
-                Duration::from_millis(config.database_acquire_timeout_ms),
+                config.database_acquire_timeout,
             )
         }
         Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
@@ -87,7 +87,7 @@ async fn connect_redis_with(config: &Config, resend: bool) -> anyhow::Result<Red
     let target = Target::from_config(config);
     let timeouts = Timeouts {
         connect: Duration::from_secs(2),
-        response: Some(Duration::from_millis(config.redis_response_timeout_ms)),
+        response: Some(config.redis_response_timeout),
         resend,
     };
     Redis::connect(&target, timeouts)

@@ -99,20 +99,20 @@ impl Application {
         let background = vec![
             tokio::spawn(sweep_forever(
                 state.recovery.clone(),
-                Duration::from_millis(config.sweep_ms),
+                config.sweep,
                 shutdown_rx.clone(),
                 swept_tx,
             )),
             tokio::spawn(expire_forever(
                 state.clone(),
-                Duration::from_millis(config.expire_ms),
+                config.expire,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(state.sessions.clone().follow(
                 sessions_resume,
                 state.redis.clone(),
                 background_db,
-                Duration::from_millis(config.session_sync_ms),
+                config.session_sync,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(upkeep_forever(state.clone(), shutdown_rx.clone())),
@@ -249,7 +249,7 @@ fn app_state(
         tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
         ticket_rules: Default::default(),
         sessions,
-        sold_out: SoldOutFlags::new(Duration::from_millis(config.sold_out_cache_ms)),
+        sold_out: SoldOutFlags::new(config.sold_out_cache),
         limiter: crate::limit::Limiter::new(
             limits,
             redis.clone(),
@@ -259,10 +259,7 @@ fn app_state(
         ),
         cache: crate::cache::Cache::new(redis.clone()),
         recovery,
-        live: Arc::new(crate::live::Feeds::new(
-            Duration::from_millis(config.live_interval_ms),
-            metrics,
-        )),
+        live: Arc::new(crate::live::Feeds::new(config.live_interval, metrics)),
         postgres: Default::default(),
         keys,
         redis,
@@ -300,10 +297,10 @@ fn http_server(
     listener: TcpListener,
 ) -> anyhow::Result<Server> {
     let max_body = config.max_body_bytes;
-    let body_timeout_ms = config.body_timeout_ms;
+    let body_timeout = config.body_timeout;
     let client_limits = web::Data::new(crate::conn::ClientLimits {
         max_header_bytes: config.max_header_bytes,
-        body_timeout: Duration::from_millis(config.body_timeout_ms),
+        body_timeout,
         // A storm's most frequent request, answered before routing.
         early: Some(crate::routes::sale::sold_out_before_routing),
     });
@@ -319,7 +316,7 @@ fn http_server(
             .app_data(client_limits.clone())
             .data_factory(move || build_worker(worker_state.clone()))
             .app_data(state.clone())
-            .app_data(json_config(max_body, body_timeout_ms))
+            .app_data(json_config(max_body, body_timeout))
             .app_data(path_config())
             .app_data(query_config())
             .app_data(web::PayloadConfig::new(max_body))
@@ -338,9 +335,9 @@ fn http_server(
     // come within client_request_timeout (else 408, or a silent close when
     // nothing came), idle keep-alive connections close, each worker holds at
     // most max_connections; a response not taken within a second is dropped.
-    .client_request_timeout(Duration::from_millis(config.client_request_timeout_ms))
+    .client_request_timeout(config.client_request_timeout)
     .client_disconnect_timeout(Duration::from_secs(1))
-    .keep_alive(Duration::from_secs(config.keep_alive_secs))
+    .keep_alive(config.keep_alive)
     .max_connections(config.max_connections)
     .listen(listener)?;
     if config.workers > 0 {
@@ -433,7 +430,7 @@ async fn wait_for_signal() {
     }
 }
 
-fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
+fn json_config(limit: usize, body_timeout: Duration) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
         .error_handler(move |err, _req| {
@@ -443,7 +440,7 @@ fn json_config(limit: usize, body_timeout_ms: u64) -> web::JsonConfig {
                     ErrorCode::PayloadTooLarge,
                     format!("request body is larger than {limit} bytes"),
                 ),
-                E::Payload(p) => crate::conn::body_read_error(p, body_timeout_ms),
+                E::Payload(p) => crate::conn::body_read_error(p, body_timeout),
                 E::ContentType => AppError::new(
                     ErrorCode::UnsupportedMediaType,
                     "send the body as application/json",

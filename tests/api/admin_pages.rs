@@ -240,7 +240,7 @@ async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
 #[tokio::test]
 async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     // The test runs the expiry pass itself.
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = std::time::Duration::ZERO).await;
     let admin = app.admin().await;
     let now = Utc::now();
     let sale = json!({

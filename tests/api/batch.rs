@@ -44,7 +44,7 @@ async fn together(app: &Arc<TestApp>, requests: Vec<(i64, String)>) -> Vec<(i64,
 
 #[tokio::test(flavor = "multi_thread")]
 async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
-    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
+    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache = Duration::ZERO).await);
     let admin = app.admin().await;
     let mut sales = Vec::new();
     for stock in [10, 20, 30, 40, 50] {
@@ -93,7 +93,7 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
 /// exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
-    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
+    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache = Duration::ZERO).await);
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 100).await;
     let stock_key = app.sale_keys(sale).stock;
@@ -212,7 +212,7 @@ async fn eighty_buyers_from_one_address_pass_exactly_sixty() {
     let policy = window_policy("buy-ip", "buy", "ip", "sliding_counter", 60, 60_000);
     let app = Arc::new(
         spawn_app_with(|c| {
-            c.sold_out_cache_ms = 0;
+            c.sold_out_cache = Duration::ZERO;
             c.limits = limits(&[policy]);
         })
         .await,
@@ -290,9 +290,9 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
             c.redis_url = format!("redis://{}/", relay.addr);
             // The relay stands in front of one node: this test runs on one node.
             c.redis_cluster.clear();
-            c.redis_response_timeout_ms = 300;
+            c.redis_response_timeout = Duration::from_millis(300);
             c.settle_in_serve = false;
-            c.sweep_ms = 0;
+            c.sweep = Duration::ZERO;
         })
         .await,
     );

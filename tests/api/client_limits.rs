@@ -58,7 +58,7 @@ async fn a_64_kb_header_is_refused_with_431_and_json_and_the_connection_closed()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_served() {
-    let app = spawn_app_with(|c| c.body_timeout_ms = 2000).await;
+    let app = spawn_app_with(|c| c.body_timeout = Duration::from_secs(2)).await;
     trickled_body_is_cut(
         &app,
         "/api/auth/signin",
@@ -72,7 +72,7 @@ async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_serv
 /// way, 408 `body_timeout` as JSON and the connection closed, and buys nothing.
 #[tokio::test]
 async fn a_purchase_body_trickled_one_byte_a_second_is_cut_with_408() {
-    let app = spawn_app_with(|c| c.body_timeout_ms = 2000).await;
+    let app = spawn_app_with(|c| c.body_timeout = Duration::from_secs(2)).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 5).await;
     let user = app.user().await;
@@ -179,7 +179,7 @@ async fn ten_thousand_idle_connections_do_not_stop_others_and_are_closed() {
         count >= 1000,
         "open files limit {soft} too low for this test"
     );
-    let app = spawn_app_with(|c| c.client_request_timeout_ms = 3000).await;
+    let app = spawn_app_with(|c| c.client_request_timeout = Duration::from_secs(3)).await;
     let port = app.port;
     let started = Instant::now();
     let mut idle = Vec::with_capacity(count);

@@ -298,7 +298,7 @@ pub async fn test_config() -> (Config, String, String) {
         // Tests that fire hundreds of Postgres-backed requests at once on a busy
         // 2-core machine queue for those 10 connections longer than the product's
         // 1 s; the statement timeout stays the product's (tests/api/health.rs).
-        database_acquire_timeout_ms: 5000,
+        database_acquire_timeout: Duration::from_secs(5),
         // Every test client comes from 127.0.0.1: the default per-IP limits would
         // trip tests of other things. tests/api/limit.rs turns them on.
         limits: LimitsConfig::off(),

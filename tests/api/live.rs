@@ -53,7 +53,7 @@ async fn live_reads(app: &TestApp) -> i64 {
 
 #[tokio::test]
 async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_reader() {
-    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    let app = spawn_app_with(|c| c.live_interval = Duration::from_millis(100)).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 5).await;
     let path = format!("/api/sales/{sale}/events");
@@ -110,7 +110,7 @@ async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_
 
 #[tokio::test]
 async fn a_poll_stream_sends_the_tallies_then_each_vote() {
-    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    let app = spawn_app_with(|c| c.live_interval = Duration::from_millis(100)).await;
     let admin = app.admin().await;
     let (poll, options) = app
         .open_poll(&admin, "Which colour?", &["Red", "Blue"])
@@ -134,7 +134,7 @@ async fn a_poll_stream_sends_the_tallies_then_each_vote() {
 
 #[tokio::test]
 async fn streams_of_unknown_or_malformed_ids_are_clear_errors() {
-    let app = spawn_app_with(|c| c.live_interval_ms = 100).await;
+    let app = spawn_app_with(|c| c.live_interval = Duration::from_millis(100)).await;
     assert_error(
         app.get("/api/sales/999999/events", None).await,
         StatusCode::NOT_FOUND,

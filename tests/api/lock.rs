@@ -155,7 +155,7 @@ async fn a_watchdog_keeps_a_1500ms_lease_alive_through_4s_of_work() {
     assert_eq!(guard.release().await.unwrap(), Released::Released);
     assert_eq!(redis_get(redis, &key).await, None);
     // Stopped on release: no extension recreates anything, no loss is reported.
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(redis_get(redis, &key).await, None);
     assert!(!lost.is_lost());
 }
@@ -251,8 +251,8 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
     app.read_as_dead_consumer(sale, "dead-consumer", 10).await;
 
     let settle_config = stampede::config::SettleConfig {
-        claim_idle_ms: 0,
-        block_ms: 10,
+        claim_idle: Duration::ZERO,
+        block: Duration::from_millis(10),
         ..Default::default()
     };
     let mut settler = stampede::settle::Settler::connect(

@@ -425,7 +425,7 @@ async fn my_orders_shows_an_awaiting_order_with_its_deadline_and_a_pay_button() 
 #[tokio::test]
 async fn my_orders_shows_paid_and_expired_orders_without_a_pay_button() {
     // The test runs the expiry pass itself.
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = std::time::Duration::ZERO).await;
     let admin = app.admin().await;
     let buyer = app.user().await;
     let paid_sale = payment_sale(&app, &admin, "Paid phone", 600).await;

@@ -129,7 +129,7 @@ async fn thirty_unpaid_orders_give_back_exactly_thirty_units_once() {
 
 async fn thirty_unpaid(rebuy: bool) {
     // The test drives the expiry pass itself (`expire_once`, what the job runs).
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = payment_sale(&app, &admin, 100, 4, rebuy).await;
     let sale_id = Id::new(sale).unwrap();
@@ -265,7 +265,7 @@ async fn thirty_unpaid(rebuy: bool) {
 /// = expired orders, in both stores.
 #[tokio::test]
 async fn payment_and_expiry_racing_for_200_orders_never_both() {
-    let app = Arc::new(spawn_app_with(|c| c.expire_ms = 0).await);
+    let app = Arc::new(spawn_app_with(|c| c.expire = Duration::ZERO).await);
     let admin = app.admin().await;
     let sale = payment_sale(&app, &admin, 200, 60, false).await;
     let users = app.create_users(200, false).await;
@@ -357,7 +357,7 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
 /// for everything else, changing nothing.
 #[tokio::test]
 async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = payment_sale(&app, &admin, 10, 600, false).await;
     let plain = app.live_sale(&admin, 10).await;
@@ -472,8 +472,8 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
 #[tokio::test]
 async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
     let app = spawn_app_with(|c| {
-        c.expire_ms = 200;
-        c.sold_out_cache_ms = 60_000;
+        c.expire = Duration::from_millis(200);
+        c.sold_out_cache = Duration::from_secs(60);
     })
     .await;
     let admin = app.admin().await;
@@ -514,7 +514,7 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
 /// nothing: not take the unit of the buyer's new order, not count it twice.
 #[tokio::test]
 async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = payment_sale(&app, &admin, 2, 2, true).await;
     let users = app.create_users(2, false).await;
@@ -564,7 +564,7 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
 /// its buyer a buyer again (and lose a unit).
 #[tokio::test]
 async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = payment_sale(&app, &admin, 2, 2, true).await;
     let users = app.create_users(1, false).await;

@@ -14,14 +14,17 @@ use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with};
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
     // The process-local sold-out flag would answer most late requests itself; turn it
     // off so every request reaches the script and the script alone is tested.
-    storm_of_2500_on_stock_100(spawn_app_with(|c| c.sold_out_cache_ms = 0).await).await;
+    storm_of_2500_on_stock_100(
+        spawn_app_with(|c| c.sold_out_cache = std::time::Duration::ZERO).await,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100_one_buyer_per_call() {
     storm_of_2500_on_stock_100(
         spawn_app_with(|c| {
-            c.sold_out_cache_ms = 0;
+            c.sold_out_cache = std::time::Duration::ZERO;
             c.batch_max = 1;
         })
         .await,

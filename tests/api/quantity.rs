@@ -271,7 +271,7 @@ async fn bad_quantities_are_refused_and_change_nothing() {
 /// expired buyers may buy again, its buyer can buy 2 again.
 #[tokio::test]
 async fn an_expired_order_gives_back_all_its_units() {
-    let app = spawn_app_with(|c| c.expire_ms = 0).await;
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = multi_sale(
         &app,

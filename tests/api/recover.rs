@@ -150,14 +150,14 @@ async fn state_from_another_redis_run_is_fenced_and_rebuilt_with_the_buyers_it_f
 /// The periodic sweep would fix the state before the first request; these tests
 /// want to see the request meet it.
 async fn spawn_app_with_slow_sweep() -> TestApp {
-    crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await
+    crate::helpers::spawn_app_with(|c| c.sweep = Duration::ZERO).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unsettled_orders_in_the_stream_count_when_a_sale_is_rebuilt() {
     let app = crate::helpers::spawn_app_with(|c| {
         c.settle_in_serve = false;
-        c.sweep_ms = 0;
+        c.sweep = Duration::ZERO;
     })
     .await;
     let admin = app.admin().await;
@@ -336,7 +336,7 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_in_the_background() {
-    let app = crate::helpers::spawn_app_with(|c| c.sweep_ms = 0).await;
+    let app = crate::helpers::spawn_app_with(|c| c.sweep = Duration::ZERO).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 10).await;
     let buyer = app.user().await;
@@ -346,7 +346,7 @@ async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_in_the_backgroun
 
     // A new instance (no periodic sweep, no request yet) rebuilds at startup
     // (spawn_sibling waits for its startup sweep; serving does not).
-    let sibling = spawn_sibling(&app, |c| c.sweep_ms = 0).await;
+    let sibling = spawn_sibling(&app, |c| c.sweep = Duration::ZERO).await;
     let state = sibling
         .state
         .recovery

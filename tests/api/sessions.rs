@@ -46,7 +46,7 @@ async fn assert_ended(app: &TestApp, token: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn signout_ends_this_session_on_every_instance_and_no_other() {
-    let app = spawn_app_with(|c| c.session_sync_ms = 1000).await;
+    let app = spawn_app_with(|c| c.session_sync = Duration::from_secs(1)).await;
     let sibling = spawn_sibling(&app, |_| {}).await;
     signup(&app, "sessiona").await;
     let first = signin(&app, "sessiona", PASSWORD).await;
@@ -164,7 +164,7 @@ async fn signout_all_and_password_change_end_every_session() {
 /// and one that was running notices the stream lost what it had read and reloads.
 #[tokio::test(flavor = "multi_thread")]
 async fn ended_sessions_stay_ended_when_redis_loses_the_stream() {
-    let app = spawn_app_with(|c| c.session_sync_ms = 100).await;
+    let app = spawn_app_with(|c| c.session_sync = Duration::from_millis(100)).await;
     let running = spawn_sibling(&app, |_| {}).await;
     signup(&app, "sessionc").await;
     let old = signin(&app, "sessionc", PASSWORD).await;

@@ -22,15 +22,15 @@ async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
     accepted
 }
 
-async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle_ms: u64) -> Settler {
+async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle: Duration) -> Settler {
     Settler::connect(
         app.db.clone(),
         &stampede::redis_conn::Target::from_config(&app.config),
         app.keys.clone(),
         SettleConfig {
             batch_size: batch,
-            block_ms: 100,
-            claim_idle_ms,
+            block: Duration::from_millis(100),
+            claim_idle,
             consumer: Some(consumer.to_string()),
         },
         stampede::startup::settlers(),
@@ -67,7 +67,7 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
 
     // Worker A settles in batches of 20 and is killed as soon as something landed:
     // its current batch was read but not acknowledged.
-    let a = settler(&app, "worker-a", 20, 60_000).await;
+    let a = settler(&app, "worker-a", 20, Duration::from_secs(60)).await;
     let (_tx, rx) = watch::channel(false);
     let task = tokio::spawn(a.run(rx));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -95,7 +95,7 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
     );
 
     // Worker B takes over everything idle (claim_idle 0 ms here) and drains.
-    let mut b = settler(&app, "worker-b", 50, 0).await;
+    let mut b = settler(&app, "worker-b", 50, Duration::ZERO).await;
     b.drain().await.unwrap();
 
     let orders = app.orders_in_db(sale).await;
@@ -132,7 +132,7 @@ async fn redelivered_entries_are_written_once() {
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    let mut w = settler(&app, "w1", 4, 0).await;
+    let mut w = settler(&app, "w1", 4, Duration::ZERO).await;
     w.drain().await.unwrap();
     assert_eq!(app.orders_in_db(sale).await.len(), 10);
     for (_, fields) in entries {
@@ -160,7 +160,7 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     let buyer = app.user().await;
     app.buy(sale, &buyer.token).await;
     let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
-    let mut w = settler(&app, "w1", 10, 0)
+    let mut w = settler(&app, "w1", 10, Duration::ZERO)
         .await
         .with_metrics(metrics.clone());
     w.drain().await.unwrap();
@@ -205,7 +205,7 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
         ));
     }
     assert_eq!(total, 150);
-    let mut worker = settler(&app, "batcher", 20, 60_000).await;
+    let mut worker = settler(&app, "batcher", 20, Duration::from_secs(60)).await;
     let mut inserted = 0;
     for _ in 0..100 {
         let done = worker.step(&streams).await.unwrap();
@@ -242,7 +242,7 @@ async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut worker = settler(&app, "survivor", 100, 200).await;
+    let mut worker = settler(&app, "survivor", 100, Duration::from_millis(200)).await;
     worker.drain().await.unwrap();
     assert_eq!(
         app.orders_in_db(sale).await.len(),

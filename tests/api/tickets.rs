@@ -261,7 +261,7 @@ async fn tickets_of_unknown_ended_and_sold_out_sales_are_refused() {
 /// without a valid ticket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_storm_at_the_opening_sells_only_to_ticket_holders() {
-    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache_ms = 0).await);
+    let app = Arc::new(spawn_app_with(|c| c.sold_out_cache = Duration::ZERO).await);
     let admin = app.admin().await;
     let sale = app.create_sale_with(&admin, 150, -1, 3600, true).await;
     let users = app.create_users(350, false).await;

@@ -70,7 +70,7 @@ pub(super) async fn purchase(
         return Ok(sold_out_from_memory());
     }
     let user = AuthUser::of(&req)?;
-    let body = PurchaseBody::read(&req, payload, state.config.body_timeout_ms).await?;
+    let body = PurchaseBody::read(&req, payload, state.config.body_timeout).await?;
     let ticket = body.ticket.as_deref();
     ticket::check_purchase(
         state,
@@ -198,7 +198,7 @@ impl PurchaseBody {
     async fn read(
         req: &HttpRequest,
         mut payload: web::Payload,
-        body_timeout_ms: u64,
+        body_timeout: std::time::Duration,
     ) -> Result<Self, AppError> {
         let headers = req.headers();
         let has_body = headers
@@ -210,7 +210,7 @@ impl PurchaseBody {
         }
         let mut body = web::BytesMut::new();
         while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| crate::conn::body_read_error(&e, body_timeout_ms))?;
+            let chunk = chunk.map_err(|e| crate::conn::body_read_error(&e, body_timeout))?;
             if body.len() + chunk.len() > MAX_PURCHASE_BODY {
                 return Err(AppError::new(
                     ErrorCode::PayloadTooLarge,
