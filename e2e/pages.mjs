@@ -150,6 +150,15 @@ async function inspect(page, name) {
     view: window.innerWidth,
   }));
   check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
+  // A button the page's script has just enabled fades from its disabled colours
+  // (a CSS transition): axe must read the settled page, not a frame mid-fade.
+  await page
+    .waitForFunction(
+      () => !document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === "running"),
+      null,
+      { timeout: 2000 },
+    )
+    .catch(() => {});
   if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
   const violations = await page.evaluate(async () => {
     const result = await window.axe.run(document, { resultTypes: ["violations"] });
