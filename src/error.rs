@@ -87,6 +87,16 @@ error_codes! {
     AlreadyPaid = (CONFLICT, "already_paid"),
     /// A payment of an order of a sale with no payment step.
     NoPaymentNeeded = (CONFLICT, "no_payment_needed"),
+    /// An edit of a field that is fixed once the sale has opened.
+    SaleStarted = (CONFLICT, "sale_started"),
+    /// An edit of a poll that has opened.
+    PollStarted = (CONFLICT, "poll_started"),
+    /// A delete of a sale that had an order (archive it instead).
+    HasOrders = (CONFLICT, "has_orders"),
+    /// A delete of a poll that had a vote (archive it instead).
+    HasVotes = (CONFLICT, "has_votes"),
+    /// A cancel of an order in a state that does not allow it (already cancelled, expired, or paid for a buyer).
+    NotCancellable = (CONFLICT, "not_cancellable"),
     /// A purchase that would take the buyer past the sale's `max_per_user`.
     PerUserLimit = (CONFLICT, "per_user_limit"),
     /// A purchase of more units than are left (some are): nothing taken.

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("random", Leaf),
     ("telemetry", Leaf),
     ("paging", Leaf),
+    ("audit", Capability),
     ("auth", Capability),
     ("limit", Capability),
     ("lock", Capability),

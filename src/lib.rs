@@ -38,6 +38,7 @@
 //! `bin/stampede-load/` (the load generator, a client over the public types here,
 //! which `stampede load` runs).
 
+pub mod audit;
 pub mod auth;
 pub mod batch;
 pub mod cache;

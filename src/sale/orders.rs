@@ -27,15 +27,31 @@ pub enum OrderStatus {
     Paid,
     /// Not paid in time: its units went back on sale.
     Expired,
+    /// Cancelled by the buyer (unpaid) or an admin: its units went back on sale.
+    Cancelled,
+    /// A paid order an admin cancelled: the payment was refunded and its units went
+    /// back on sale.
+    Refunded,
 }
 
 impl OrderStatus {
-    pub const ALL: [OrderStatus; 4] = [
+    pub const ALL: [OrderStatus; 6] = [
         OrderStatus::Accepted,
         OrderStatus::AwaitingPayment,
         OrderStatus::Paid,
         OrderStatus::Expired,
+        OrderStatus::Cancelled,
+        OrderStatus::Refunded,
     ];
+
+    /// The statuses whose units went back on sale (in SQL: `status IN ('expired',
+    /// 'cancelled', 'refunded')`).
+    pub fn returned(self) -> bool {
+        matches!(
+            self,
+            OrderStatus::Expired | OrderStatus::Cancelled | OrderStatus::Refunded
+        )
+    }
 
     /// The column's text.
     pub fn as_str(self) -> &'static str {
@@ -44,6 +60,8 @@ impl OrderStatus {
             OrderStatus::AwaitingPayment => "awaiting_payment",
             OrderStatus::Paid => "paid",
             OrderStatus::Expired => "expired",
+            OrderStatus::Cancelled => "cancelled",
+            OrderStatus::Refunded => "refunded",
         }
     }
 
@@ -186,7 +204,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     let holds = |sale: &SaleView| {
         settled.iter().any(|o| {
             o.sale_id == sale.sale.id.get()
-                && (o.status != OrderStatus::Expired || !sale.sale.rebuy_after_expiry)
+                && (!o.status.returned() || !sale.sale.rebuy_after_expiry)
         })
     };
     let pending = sales

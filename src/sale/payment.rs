@@ -185,6 +185,10 @@ async fn decide(
             "the payment deadline has passed: the order expired and its unit went back on sale",
         ),
         OrderStatus::Paid => refusal(ErrorCode::AlreadyPaid, "this order is already paid"),
+        OrderStatus::Cancelled | OrderStatus::Refunded => refusal(
+            ErrorCode::NotCancellable,
+            "this order was cancelled: its units went back on sale",
+        ),
         OrderStatus::Accepted => refusal(
             ErrorCode::NoPaymentNeeded,
             "this sale has no payment step: the order is complete",

@@ -241,7 +241,9 @@ async fn read_sale(
         .into_iter()
         .collect();
     let rows: Vec<(uuid::Uuid, i64, i32, bool)> = sqlx::query_as(
-        "SELECT id, user_id, quantity, (status <> 'expired' OR NOT $2) FROM orders WHERE sale_id = $1",
+        "SELECT id, user_id, quantity,
+                (status NOT IN ('expired', 'cancelled', 'refunded') OR NOT $2)
+         FROM orders WHERE sale_id = $1",
     )
     .bind(sale.id)
     .bind(sale.rebuy_after_expiry)

@@ -55,7 +55,8 @@ pub async fn reconcile<C: ConnectionLike>(
             .query_async(redis)
             .await?;
     let settled: Vec<i64> = sqlx::query_scalar(
-        "SELECT user_id FROM orders WHERE sale_id = $1 AND (status <> 'expired' OR NOT $2)",
+        "SELECT user_id FROM orders
+         WHERE sale_id = $1 AND (status NOT IN ('expired', 'cancelled', 'refunded') OR NOT $2)",
     )
     .bind(sale.id)
     .bind(sale.rebuy_after_expiry)

@@ -241,6 +241,10 @@ pub enum OrderState {
     Paid { paid_at: Option<Moment> },
     /// Not paid in time: its unit went back on sale.
     Expired,
+    /// Cancelled (by the buyer or an admin): its units went back on sale.
+    Cancelled,
+    /// Cancelled by an admin after payment: refunded.
+    Refunded,
 }
 
 impl OrderState {
@@ -264,6 +268,8 @@ impl OrderState {
                 paid_at: paid_at.map(Moment::from),
             },
             (OrderStatus::Accepted, _) => OrderState::Confirmed,
+            (OrderStatus::Cancelled, _) => OrderState::Cancelled,
+            (OrderStatus::Refunded, _) => OrderState::Refunded,
         }
     }
 
@@ -274,6 +280,8 @@ impl OrderState {
             OrderState::AwaitingPayment { .. } => "awaiting_payment",
             OrderState::Paid { .. } => "paid",
             OrderState::Expired => "expired",
+            OrderState::Cancelled => "cancelled",
+            OrderState::Refunded => "refunded",
         }
     }
 }
