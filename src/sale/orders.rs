@@ -316,7 +316,7 @@ mod tests {
                 serde_json::json!(status.as_str())
             );
         }
-        assert_eq!(OrderStatus::parse("refunded"), None);
+        assert_eq!(OrderStatus::parse("shipped"), None);
     }
 
     #[test]
