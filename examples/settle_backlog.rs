@@ -81,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
             rebuy_after_expiry: false,
             max_per_user: 1,
         },
+        None,
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e:?}"))?;

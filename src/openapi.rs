@@ -92,7 +92,14 @@ impl Modify for CommonAnswers {
             if let Some(op) = item.get.as_mut() {
                 add_common(op, stores, false);
             }
-            if let Some(op) = item.post.as_mut() {
+            for op in [
+                item.post.as_mut(),
+                item.patch.as_mut(),
+                item.delete.as_mut(),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 add_common(op, stores, true);
             }
         }

@@ -132,7 +132,7 @@ async fn demo_sale(
         rebuy_after_expiry: false,
         max_per_user: demo.max_per_user,
     };
-    let sale = store::create_sale(db, redis, keys, new)
+    let sale = store::create_sale(db, redis, keys, new, None)
         .await
         .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
     {

@@ -91,11 +91,22 @@ pub(crate) fn paged_json<T: serde::Serialize>(
     limit: crate::paging::Limit,
     page: crate::paging::Page<T>,
 ) -> actix_web::HttpResponse {
+    paged_json_with(req, limit, page, "")
+}
+
+/// [`paged_json`] for a list with more in its query than the page: `extra`
+/// (`&name=value...`, nothing in it to escape) goes into the next page's link.
+pub(crate) fn paged_json_with<T: serde::Serialize>(
+    req: &actix_web::HttpRequest,
+    limit: crate::paging::Limit,
+    page: crate::paging::Page<T>,
+    extra: &str,
+) -> actix_web::HttpResponse {
     let mut answer = actix_web::HttpResponse::Ok();
     if let Some(next) = &page.next {
         // Cursors are base64url: nothing in them needs escaping in a query.
         let link = format!(
-            "<{}?limit={}&cursor={next}>; rel=\"next\"",
+            "<{}?limit={}{extra}&cursor={next}>; rel=\"next\"",
             req.path(),
             limit.get()
         );

@@ -53,8 +53,10 @@ pub async fn record(db: &sqlx::PgPool, id: SaleId) -> Result<SaleRow, AppError> 
 pub async fn create<S: CachedReads + ?Sized>(
     state: &S,
     new: NewSale,
+    admin: UserId,
 ) -> Result<SaleView, AppError> {
-    let row = store::create_sale(state.db(), &mut state.redis().clone(), state.keys(), new).await?;
+    let mut redis = state.redis().clone();
+    let row = store::create_sale(state.db(), &mut redis, state.keys(), new, Some(admin)).await?;
     let id = row.id;
     cached::invalidate(state, id).await?;
     load_view(state, id).await
@@ -118,7 +120,11 @@ async fn apply_recorded<S: SaleAdmin + ?Sized>(
 
 /// Opens the sale now (moves `starts_at` back to now, clears an early close);
 /// 409 `past_end` when its end time has passed.
-pub async fn open<S: SaleAdmin + ?Sized>(state: &S, id: SaleId) -> Result<(), AppError> {
+pub async fn open<S: SaleAdmin + ?Sized>(
+    state: &S,
+    id: SaleId,
+    admin: UserId,
+) -> Result<(), AppError> {
     let sale = record(state.db(), id).await?;
     if sale.ends_at <= chrono::Utc::now() {
         return Err(AppError::new(
@@ -126,12 +132,16 @@ pub async fn open<S: SaleAdmin + ?Sized>(state: &S, id: SaleId) -> Result<(), Ap
             "this sale's end time has passed; it cannot be opened",
         ));
     }
-    set_window(state, id, WindowChange::Open).await
+    set_window(state, id, WindowChange::Open, admin).await
 }
 
 /// Closes the sale early.
-pub async fn close<S: SaleAdmin + ?Sized>(state: &S, id: SaleId) -> Result<(), AppError> {
-    set_window(state, id, WindowChange::Close).await
+pub async fn close<S: SaleAdmin + ?Sized>(
+    state: &S,
+    id: SaleId,
+    admin: UserId,
+) -> Result<(), AppError> {
+    set_window(state, id, WindowChange::Close, admin).await
 }
 
 /// Updates the record, then the Redis window when Redis holds the sale. In this
@@ -142,8 +152,9 @@ async fn set_window<S: SaleAdmin + ?Sized>(
     state: &S,
     id: SaleId,
     change: WindowChange,
+    admin: UserId,
 ) -> Result<(), AppError> {
-    let row = store::set_window(state.db(), id, change)
+    let row = store::set_window(state.db(), id, change, admin)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
     let in_redis = store::update_window(&mut state.redis().clone(), state.keys(), &row).await?;

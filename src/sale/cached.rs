@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, SaleCursor, SaleRow};
+use super::store::{self, ListScope, SaleCursor, SaleRow};
 use crate::cache::CachedReads;
 use crate::domain::SaleId;
 use crate::error::AppError;
@@ -61,7 +61,14 @@ async fn first_page_rows<S: CachedReads + ?Sized>(
         .cache()
         .get_or_rebuild(&state.keys().sales_list(), FIRST_PAGE_TTL, || async move {
             let at = paging::list_moment();
-            let rows = store::list_page(db, at, None, FIRST_PAGE_CACHED.with_one_more()).await?;
+            let rows = store::list_page(
+                db,
+                at,
+                None,
+                FIRST_PAGE_CACHED.with_one_more(),
+                ListScope::Public,
+            )
+            .await?;
             Ok(FirstPage { at, rows })
         })
         .await?;
@@ -86,17 +93,49 @@ pub async fn page_rows<S: CachedReads + ?Sized>(
             let at = paging::list_moment();
             (
                 at,
-                store::list_page(state.db(), at, None, limit.with_one_more()).await?,
+                store::list_page(
+                    state.db(),
+                    at,
+                    None,
+                    limit.with_one_more(),
+                    ListScope::Public,
+                )
+                .await?,
             )
         }
         Some(cursor) => (
             cursor.at,
-            store::list_page(state.db(), cursor.at, Some(cursor), limit.with_one_more()).await?,
+            store::list_page(
+                state.db(),
+                cursor.at,
+                Some(cursor),
+                limit.with_one_more(),
+                ListScope::Public,
+            )
+            .await?,
         ),
     };
     Ok(Page::from_rows(rows, limit, |last| {
         SaleCursor::after(last, at).encode()
     }))
+}
+
+/// One page of the admin's list of `scope`, from Postgres (never cached: the
+/// admin sees a change at once), with live numbers.
+pub async fn admin_page<S: CachedReads + ?Sized>(
+    state: &S,
+    after: Option<&SaleCursor>,
+    limit: Limit,
+    scope: ListScope,
+) -> Result<Page<store::SaleView>, AppError> {
+    let at = after.map_or_else(paging::list_moment, |c| c.at);
+    let rows = store::list_page(state.db(), at, after, limit.with_one_more(), scope).await?;
+    let page = Page::from_rows(rows, limit, |last| SaleCursor::after(last, at).encode());
+    let items = store::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    Ok(Page {
+        items,
+        next: page.next,
+    })
 }
 
 /// Drops the cached record of `id` and the cached first page of the list.

@@ -61,7 +61,8 @@ pub async fn record_stock_change(
     change: StockChange,
     admin: UserId,
 ) -> Result<i64, AppError> {
-    Ok(sqlx::query_scalar(
+    let mut tx = db.begin().await?;
+    let id: i64 = sqlx::query_scalar(
         "INSERT INTO stock_changes (sale_id, kind, amount, admin_id) VALUES ($1, $2, $3, $4)
          RETURNING id",
     )
@@ -69,8 +70,21 @@ pub async fn record_stock_change(
     .bind(change.kind())
     .bind(change.amount())
     .bind(admin.get())
-    .fetch_one(db)
-    .await?)
+    .fetch_one(&mut *tx)
+    .await?;
+    crate::audit::record(
+        &mut tx,
+        crate::audit::Change {
+            admin,
+            action: crate::audit::Action::Stock,
+            subject: crate::audit::Subject::Sale(sale),
+            before: None,
+            after: Some(serde_json::json!({ change.kind(): change.amount(), "change_id": id })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(id)
 }
 
 /// Applies every recorded, not yet applied stock change of the sale, oldest first,

@@ -46,8 +46,13 @@ pub struct SaleRow {
     /// Whether a buyer whose order expired unpaid may buy again. Fixed at creation.
     pub rebuy_after_expiry: bool,
     /// Most units one buyer may hold (a purchase may ask for several: `quantity`).
-    /// Fixed at creation.
+    /// Fixed once the sale opens.
     pub max_per_user: i32,
+    /// When an admin archived the sale: off the public lists and the home page, its
+    /// page and orders still reachable by link. (Default: views cached before
+    /// archiving existed are of sales not archived.)
+    #[serde(default)]
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -82,7 +87,7 @@ impl SaleView {
 macro_rules! sale_columns {
     () => {
         "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
-         payment_window_s, rebuy_after_expiry, max_per_user"
+         payment_window_s, rebuy_after_expiry, max_per_user, archived_at"
     };
 }
 pub(crate) use sale_columns;
@@ -173,6 +178,7 @@ pub async fn list_page(
     at: DateTime<Utc>,
     after: Option<&SaleCursor>,
     limit: i64,
+    scope: ListScope,
 ) -> Result<Vec<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(
         "SELECT ",
@@ -182,11 +188,17 @@ pub async fn list_page(
         ", CASE WHEN closed THEN 3 WHEN ends_at <= $1 THEN 2 WHEN starts_at > $1 THEN 1 ELSE 0 END
                   AS list_rank
             FROM sales) s
-         WHERE $2::int2 IS NULL
+         WHERE ($2::int2 IS NULL
             OR list_rank > $2
             OR (list_rank = $2 AND CASE WHEN $2 = 1
                   THEN (starts_at, -id) > ($3::timestamptz, -$4::int8)
-                  ELSE (starts_at, id) < ($3::timestamptz, $4::int8) END)
+                  ELSE (starts_at, id) < ($3::timestamptz, $4::int8) END))
+           AND CASE $6::text
+                 WHEN 'archived' THEN archived_at IS NOT NULL
+                 WHEN 'live' THEN archived_at IS NULL AND list_rank = 0
+                 WHEN 'upcoming' THEN archived_at IS NULL AND list_rank = 1
+                 WHEN 'ended' THEN archived_at IS NULL AND list_rank >= 2
+                 ELSE archived_at IS NULL END
          ORDER BY list_rank, CASE WHEN list_rank = 1 THEN starts_at END ASC, starts_at DESC, id DESC
          LIMIT $5"
     ))
@@ -195,8 +207,38 @@ pub async fn list_page(
     .bind(after.map(|c| c.starts_at))
     .bind(after.map(|c| c.id))
     .bind(limit)
+    .bind(scope.as_str())
     .fetch_all(db)
     .await
+}
+
+/// Which sales a list shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ListScope {
+    /// The public lists and the home page: every sale not archived.
+    #[default]
+    Public,
+    /// The admin's, by state: open (live or sold out), upcoming, ended (or closed
+    /// early), all not archived, or the archived ones.
+    All,
+    Live,
+    Upcoming,
+    Ended,
+    Archived,
+}
+
+impl ListScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListScope::Public => "public",
+            ListScope::All => "all",
+            ListScope::Live => "live",
+            ListScope::Upcoming => "upcoming",
+            ListScope::Ended => "ended",
+            ListScope::Archived => "archived",
+        }
+    }
 }
 
 /// A sale's place in the list order at `at` (the `list_rank` of [`list_page`]'s
@@ -293,6 +335,7 @@ pub async fn create_sale<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     new: NewSale,
+    admin: Option<crate::domain::UserId>,
 ) -> Result<SaleRow, AppError> {
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
@@ -314,6 +357,20 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.max_per_user)
     .fetch_one(&mut *tx)
     .await?;
+    if let Some(admin) = admin {
+        let after = serde_json::to_value(&row).map_err(|e| AppError::Internal(e.into()))?;
+        crate::audit::record(
+            &mut tx,
+            crate::audit::Change {
+                admin,
+                action: crate::audit::Action::Create,
+                subject: crate::audit::Subject::Sale(row.id),
+                before: None,
+                after: Some(after),
+            },
+        )
+        .await?;
+    }
     put_new_sale(redis, keys, &row).await?;
     tx.commit().await?;
     Ok(row)
@@ -350,12 +407,18 @@ pub enum WindowChange {
     Close,
 }
 
-/// Applies `change` to the sale's row; the row after it, or `None` for no such sale.
+/// Applies `change` to the sale's row, recorded as the admin's; the row after it,
+/// or `None` for no such sale.
 pub async fn set_window(
     db: &PgPool,
     id: SaleId,
     change: WindowChange,
-) -> sqlx::Result<Option<SaleRow>> {
+    admin: crate::domain::UserId,
+) -> Result<Option<SaleRow>, AppError> {
+    let action = match change {
+        WindowChange::Open => crate::audit::Action::Open,
+        WindowChange::Close => crate::audit::Action::Close,
+    };
     let sql = match change {
         WindowChange::Open => concat!(
             "UPDATE sales SET starts_at = LEAST(starts_at, now()), closed = FALSE, updated_at = now()
@@ -367,10 +430,32 @@ pub async fn set_window(
             sale_columns!()
         ),
     };
-    sqlx::query_as::<_, SaleRow>(sql)
+    let mut tx = db.begin().await?;
+    let before: Option<(DateTime<Utc>, bool)> =
+        sqlx::query_as("SELECT starts_at, closed FROM sales WHERE id = $1 FOR UPDATE")
+            .bind(id.get())
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some((starts_at, closed)) = before else {
+        return Ok(None);
+    };
+    let row = sqlx::query_as::<_, SaleRow>(sql)
         .bind(id.get())
-        .fetch_optional(db)
-        .await
+        .fetch_one(&mut *tx)
+        .await?;
+    crate::audit::record(
+        &mut tx,
+        crate::audit::Change {
+            admin,
+            action,
+            subject: crate::audit::Subject::Sale(id),
+            before: Some(serde_json::json!({ "starts_at": starts_at, "closed": closed })),
+            after: Some(serde_json::json!({ "starts_at": row.starts_at, "closed": row.closed })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(Some(row))
 }
 
 /// Writes a sale's window (as Postgres has it now) into its Redis meta hash, when
@@ -489,6 +574,7 @@ mod tests {
             payment_window_s: 0,
             rebuy_after_expiry: false,
             max_per_user: 1,
+            archived_at: None,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
@@ -521,6 +607,7 @@ mod tests {
             payment_window_s: 0,
             rebuy_after_expiry: false,
             max_per_user: 1,
+            archived_at: None,
         };
         // Sold out (stock 0) is open: only Redis knows stock.
         assert_eq!(list_rank(&row(now - minute, now + minute, false), now), 0);

@@ -10,9 +10,11 @@
 //! a key derived from the token secret for tickets only, so a ticket is never a
 //! session token nor the other way round.
 //!
-//! Whether a sale requires a ticket is chosen when it is created and never changes
-//! afterwards, so each process remembers it once it has read it ([`TicketRules`]):
-//! a purchase without a ticket costs a map lookup, not a read.
+//! Whether a sale requires a ticket may be edited until the sale opens and never
+//! changes afterwards, so each process remembers it once it has read it of an
+//! opened sale ([`TicketRules`]): a purchase without a ticket costs a map lookup,
+//! not a read. Before the opening it is read (through the cache, which an edit
+//! clears) every time.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -212,7 +214,9 @@ pub async fn check_purchase<S: CachedReads + ?Sized>(
         Some(required) => required,
         None => match super::cached::sale_row(reads, sale).await? {
             Some(row) => {
-                rules.remember(sale, row.requires_ticket);
+                if row.starts_at <= chrono::Utc::now() {
+                    rules.remember(sale, row.requires_ticket);
+                }
                 row.requires_ticket
             }
             None => return Err(AppError::not_found(format!("no sale with id {sale}"))),

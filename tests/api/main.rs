@@ -10,6 +10,7 @@ mod cache;
 mod client_limits;
 mod health;
 mod helpers;
+mod lifecycle;
 mod limit;
 mod live;
 mod load;

@@ -5,15 +5,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::buyer::list;
 use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
-use crate::routes::PageQuery;
-use crate::sale::cached::load_view;
+use crate::routes::paged_json_with;
+use crate::sale::cached::{admin_page, load_view};
 use crate::sale::stock::{ChangeResult, StockChange};
-use crate::sale::store::{self, NewSale};
-use crate::sale::{self, orders, reconcile};
+use crate::sale::store::{self, ListScope, NewSale, SaleCursor};
+use crate::sale::{self, lifecycle, orders, reconcile};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -62,9 +61,6 @@ fn yes() -> bool {
     true
 }
 
-/// Longest sale window accepted; anything longer is almost surely a typo.
-const MAX_SALE_DAYS: i64 = 366;
-
 impl CreateSale {
     fn validate(self) -> Result<NewSale, AppError> {
         let name = domain::parse_text("name", &self.name, 200, false)?;
@@ -74,24 +70,7 @@ impl CreateSale {
         let image_url = domain::parse_image_url(self.image_url.as_deref())?;
         let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
         let max_per_user = domain::parse_max_per_user(self.max_per_user)?;
-        if self.ends_at <= self.starts_at {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "ends_at must be after starts_at",
-            ));
-        }
-        if self.ends_at - self.starts_at > chrono::Duration::days(MAX_SALE_DAYS) {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                format!("a sale may last at most {MAX_SALE_DAYS} days"),
-            ));
-        }
-        if self.ends_at <= Utc::now() {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "ends_at is in the past",
-            ));
-        }
+        lifecycle::check_window(self.starts_at, self.ends_at)?;
         Ok(NewSale {
             name,
             description,
@@ -119,25 +98,62 @@ pub(super) async fn admin_create(
     body: web::Json<CreateSale>,
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
-    let view = sale::admin::create(state.get_ref(), new).await?;
+    let view = sale::admin::create(state.get_ref(), new, admin.id).await?;
     tracing::info!(sale = %view.sale.id, admin = %admin.id, "sale created");
     Ok(HttpResponse::Created().json(view))
 }
 
-/// A page of sales with live stock (as `GET /api/sales`: same order, same cursors).
-#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
+/// The admin's list query: a page, and which sales.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct AdminListQuery {
+    /// Items per page: a whole number from 1 to 200 (default 50); else 400 `invalid_limit`.
+    #[param(value_type = Option<u16>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// Where the page starts: the `X-Next-Cursor` of the page before (opaque).
+    cursor: Option<String>,
+    /// `all` (the default: every sale not archived), `live` (open, sold out or
+    /// not), `upcoming`, `ended` (or closed early) or `archived`; else 400
+    /// `invalid_query`.
+    filter: Option<String>,
+}
+
+/// The admin's filter by name.
+pub(crate) fn parse_filter(raw: Option<&str>) -> Result<ListScope, AppError> {
+    match raw.unwrap_or("all") {
+        "all" => Ok(ListScope::All),
+        "live" => Ok(ListScope::Live),
+        "upcoming" => Ok(ListScope::Upcoming),
+        "ended" => Ok(ListScope::Ended),
+        "archived" => Ok(ListScope::Archived),
+        _ => Err(AppError::new(
+            ErrorCode::InvalidQuery,
+            "filter must be one of all, live, upcoming, ended, archived",
+        )),
+    }
+}
+
+/// A page of sales with live stock, in the order of `GET /api/sales`, rehearsals
+/// and archived sales included by `filter`.
+#[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(AdminListQuery), security(("bearer" = [])), responses(
     (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [store::SaleView], headers(
-        ("Link" = String, description = "`</api/admin/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
+        ("Link" = String, description = "`</api/admin/sales?limit=50&filter=all&cursor=...>; rel=\"next\"`: the next page"),
         ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
-    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
+    (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (an unknown filter, or a cursor this server did not issue for this list)", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_list(
     req: HttpRequest,
     state: web::Data<AppState>,
     _: AdminUser,
-    query: web::Query<PageQuery>,
+    query: web::Query<AdminListQuery>,
 ) -> Result<HttpResponse, AppError> {
-    list(req, state, query).await
+    let limit = crate::paging::Limit::parse(query.limit.as_deref())?;
+    let after = query.cursor.as_deref().map(SaleCursor::parse).transpose()?;
+    let scope = parse_filter(query.filter.as_deref())?;
+    let page = admin_page(state.get_ref(), after.as_ref(), limit, scope).await?;
+    let extra = format!("&filter={}", scope.as_str());
+    Ok(paged_json_with(&req, limit, page, &extra))
 }
 
 /// Exactly one of `set` and `add`.
@@ -219,7 +235,7 @@ pub(super) async fn admin_open(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    sale::admin::open(state.get_ref(), id).await?;
+    sale::admin::open(state.get_ref(), id, admin.id).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale opened");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
@@ -235,7 +251,7 @@ pub(super) async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    sale::admin::close(state.get_ref(), id).await?;
+    sale::admin::close(state.get_ref(), id, admin.id).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }

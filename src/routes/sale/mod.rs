@@ -1,6 +1,7 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
 //! purchase and its ticket (`purchase.rs`), an order's status and payment
-//! (`orders.rs`), the admin's set-up (`admin.rs`). This file holds the route table,
+//! (`orders.rs`), the admin's set-up (`admin.rs`), edit, archive, delete and
+//! history (`lifecycle.rs`). This file holds the route table,
 //! the OpenAPI group, the sold-out answer given before routing and the refusals the
 //! purchase and the ticket share.
 
@@ -14,6 +15,7 @@ use crate::state::AppState;
 
 mod admin;
 mod buyer;
+mod lifecycle;
 mod orders;
 mod purchase;
 
@@ -36,7 +38,12 @@ mod purchase;
     admin::admin_close,
     admin::admin_orders,
     admin::admin_reconcile,
-    admin::admin_repair
+    admin::admin_repair,
+    lifecycle::admin_edit,
+    lifecycle::admin_archive,
+    lifecycle::admin_unarchive,
+    lifecycle::admin_delete,
+    lifecycle::admin_history
 ))]
 pub(crate) struct Api;
 
@@ -58,6 +65,11 @@ super::routes! {
     get "/admin/sales/{id}/orders" => admin::admin_orders,
     get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => admin::admin_repair,
+    patch "/admin/sales/{id}" => lifecycle::admin_edit,
+    delete "/admin/sales/{id}" => lifecycle::admin_delete,
+    post "/admin/sales/{id}/archive" => lifecycle::admin_archive,
+    post "/admin/sales/{id}/unarchive" => lifecycle::admin_unarchive,
+    get "/admin/sales/{id}/history" => lifecycle::admin_history,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).

@@ -1,0 +1,347 @@
+//! The days around a sale: an admin's edit, archive and delete (issue 25). Each
+//! takes the sale's row lock first, so a rebuild of the sale (which takes the same
+//! lock) sees all of the change or none of it, and records itself in
+//! `admin_changes` in the same transaction ([`crate::audit`]).
+//!
+//! What may change when:
+//! - before the opening, every field of [`SaleEdit`];
+//! - once the sale has opened (its start has passed), only the words
+//!   (`name`, `description`), the picture and a later `ends_at`: anything else is
+//!   409 `sale_started`. A field sent with the value it already has is no change.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+
+use super::admin::{REBUILD_WAIT, SaleAdmin};
+use super::cached;
+use super::store::{self, SaleRow, SaleView, sale_columns};
+use crate::audit::{self, Action, Change, Subject};
+use crate::domain::{SaleId, UserId};
+use crate::error::{AppError, ErrorCode};
+use crate::lua::{lua_script, unexpected_reply};
+
+static EDIT_SALE: LazyLock<crate::lua::Script> = lua_script!("edit_sale.lua");
+static DELETE_SALE: LazyLock<crate::lua::Script> = lua_script!("delete_sale.lua");
+
+/// Longest sale window accepted; anything longer is almost surely a typo.
+pub const MAX_SALE_DAYS: i64 = 366;
+
+/// A sale's window as a new or edited sale may have it: the end after the start,
+/// in the future, at most [`MAX_SALE_DAYS`] later (422 `invalid_window`).
+pub fn check_window(starts_at: DateTime<Utc>, ends_at: DateTime<Utc>) -> Result<(), AppError> {
+    let refuse = |message: String| Err(AppError::new(ErrorCode::InvalidWindow, message));
+    if ends_at <= starts_at {
+        return refuse("ends_at must be after starts_at".into());
+    }
+    if ends_at - starts_at > chrono::Duration::days(MAX_SALE_DAYS) {
+        return refuse(format!("a sale may last at most {MAX_SALE_DAYS} days"));
+    }
+    if ends_at <= Utc::now() {
+        return refuse("ends_at is in the past".into());
+    }
+    Ok(())
+}
+
+/// An edit, each field already checked on its own (`None`: not sent). The picture
+/// is `Some(None)` to remove it.
+#[derive(Default, Debug)]
+pub struct SaleEdit {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub price_cents: Option<i64>,
+    pub image_url: Option<Option<String>>,
+    pub starts_at: Option<DateTime<Utc>>,
+    pub ends_at: Option<DateTime<Utc>>,
+    pub requires_ticket: Option<bool>,
+    pub payment_window_s: Option<i32>,
+    pub rebuy_after_expiry: Option<bool>,
+    pub max_per_user: Option<i32>,
+}
+
+/// The fields an edit may still change once the sale has opened (`ends_at` only
+/// later).
+const AFTER_OPENING: [&str; 4] = ["name", "description", "image_url", "ends_at"];
+
+impl SaleEdit {
+    /// The row with the edit applied, and the fields that really change (each
+    /// with its value before and after).
+    fn apply(&self, row: &SaleRow) -> (SaleRow, Vec<(&'static str, Value, Value)>) {
+        let mut new = row.clone();
+        let mut changed = Vec::new();
+        macro_rules! field {
+            ($name:ident) => {
+                field!($name, self.$name.clone())
+            };
+            ($name:ident, $value:expr) => {
+                if let Some(value) = $value {
+                    if value != row.$name {
+                        changed.push((stringify!($name), json!(row.$name), json!(value)));
+                        new.$name = value;
+                    }
+                }
+            };
+        }
+        field!(name);
+        field!(description);
+        field!(price_cents);
+        field!(image_url);
+        field!(starts_at);
+        field!(ends_at);
+        field!(requires_ticket);
+        field!(payment_window_s);
+        field!(rebuy_after_expiry);
+        field!(max_per_user);
+        (new, changed)
+    }
+}
+
+/// The sale's row under its lock (`FOR UPDATE`), in `tx`; 404 when there is none.
+async fn locked(tx: &mut sqlx::PgConnection, id: SaleId) -> Result<SaleRow, AppError> {
+    sqlx::query_as::<_, SaleRow>(concat!(
+        "SELECT ",
+        sale_columns!(),
+        " FROM sales WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id.get())
+    .fetch_optional(&mut *tx)
+    .await?
+    .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
+}
+
+fn as_object(fields: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect::<Map<_, _>>(),
+    )
+}
+
+/// Applies an admin's edit (see the module's rules) and answers the sale as it is
+/// now. Nothing changes when any part is refused.
+pub async fn edit<S: SaleAdmin + ?Sized>(
+    state: &S,
+    id: SaleId,
+    edit: SaleEdit,
+    admin: UserId,
+) -> Result<SaleView, AppError> {
+    let mut tx = state.db().begin().await?;
+    let row = locked(&mut tx, id).await?;
+    let (new, changed) = edit.apply(&row);
+    if changed.is_empty() {
+        drop(tx);
+        return cached::load_view(state, id).await;
+    }
+    let opened = row.starts_at <= Utc::now();
+    if opened {
+        if let Some((field, ..)) = changed.iter().find(|(f, ..)| !AFTER_OPENING.contains(f)) {
+            return Err(AppError::new(
+                ErrorCode::SaleStarted,
+                format!(
+                    "this sale has opened: {field} is fixed now (only name, description, \
+                     image_url and a later ends_at may change)"
+                ),
+            ));
+        }
+        if new.ends_at < row.ends_at {
+            return Err(AppError::new(
+                ErrorCode::SaleStarted,
+                "this sale has opened: its end may only move later (close it to end it now)",
+            ));
+        }
+    }
+    if new.starts_at != row.starts_at || new.ends_at != row.ends_at {
+        check_window(new.starts_at, new.ends_at)?;
+    }
+    sqlx::query(
+        "UPDATE sales SET name = $2, description = $3, price_cents = $4, image_url = $5,
+                starts_at = $6, ends_at = $7, requires_ticket = $8, payment_window_s = $9,
+                rebuy_after_expiry = $10, max_per_user = $11, updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(id.get())
+    .bind(&new.name)
+    .bind(&new.description)
+    .bind(new.price_cents)
+    .bind(&new.image_url)
+    .bind(new.starts_at)
+    .bind(new.ends_at)
+    .bind(new.requires_ticket)
+    .bind(new.payment_window_s)
+    .bind(new.rebuy_after_expiry)
+    .bind(new.max_per_user)
+    .execute(&mut *tx)
+    .await?;
+    let before = as_object(changed.iter().map(|(f, b, _)| (*f, b.clone())));
+    let after = as_object(changed.iter().map(|(f, _, a)| (*f, a.clone())));
+    audit::record(
+        &mut tx,
+        Change {
+            admin,
+            action: Action::Edit,
+            subject: Subject::Sale(id),
+            before: Some(before),
+            after: Some(after),
+        },
+    )
+    .await?;
+    // Redis before the commit, under the row lock: a refusal there (buyers already)
+    // rolls the edit back, and a rebuild waiting for the lock reads the new row.
+    let in_redis = put_in_redis(state, &row, &new, opened).await?;
+    tx.commit().await?;
+    cached::invalidate(state, id).await?;
+    if !in_redis {
+        state.rebuild_sale(id, REBUILD_WAIT).await?;
+    }
+    cached::load_view(state, id).await
+}
+
+/// Writes what Redis holds of the edit (the window, the per-customer cap); false
+/// when Redis does not hold the sale (the caller rebuilds it after the commit).
+async fn put_in_redis<S: SaleAdmin + ?Sized>(
+    state: &S,
+    row: &SaleRow,
+    new: &SaleRow,
+    opened: bool,
+) -> Result<bool, AppError> {
+    let same_window = new.starts_at == row.starts_at && new.ends_at == row.ends_at;
+    if same_window && new.max_per_user == row.max_per_user {
+        return Ok(true);
+    }
+    let mut redis = state.redis().clone();
+    if opened {
+        // Only a later end: the window of an open sale, as open and close write it.
+        return store::update_window(&mut redis, state.keys(), new).await;
+    }
+    let k = state.keys().sale(row.id);
+    let written: i64 = EDIT_SALE
+        .key(&k.meta)
+        .key(&k.buyers)
+        .key(&k.sold)
+        .arg(new.starts_at.timestamp_millis())
+        .arg(new.ends_at.timestamp_millis())
+        .arg(new.max_per_user)
+        .invoke_async(&mut redis)
+        .await?;
+    match written {
+        1 => Ok(true),
+        -1 => Ok(false),
+        0 => Err(AppError::new(
+            ErrorCode::SaleStarted,
+            "this sale has opened and sold meanwhile: only name, description, image_url \
+             and a later ends_at may change",
+        )),
+        other => Err(unexpected_reply("edit_sale.lua", other)),
+    }
+}
+
+/// Archives the sale (off the public lists and the home page) or brings it back;
+/// the sale as it is now. Archiving an archived sale changes nothing.
+pub async fn set_archived<S: SaleAdmin + ?Sized>(
+    state: &S,
+    id: SaleId,
+    archived: bool,
+    admin: UserId,
+) -> Result<SaleView, AppError> {
+    let mut tx = state.db().begin().await?;
+    let row = locked(&mut tx, id).await?;
+    if row.archived_at.is_some() != archived {
+        let at: Option<DateTime<Utc>> = sqlx::query_scalar(
+            "UPDATE sales SET archived_at = CASE WHEN $2 THEN now() END, updated_at = now()
+             WHERE id = $1 RETURNING archived_at",
+        )
+        .bind(id.get())
+        .bind(archived)
+        .fetch_one(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            Change {
+                admin,
+                action: if archived {
+                    Action::Archive
+                } else {
+                    Action::Unarchive
+                },
+                subject: Subject::Sale(id),
+                before: Some(json!({ "archived_at": row.archived_at })),
+                after: Some(json!({ "archived_at": at })),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        cached::invalidate(state, id).await?;
+    }
+    cached::load_view(state, id).await
+}
+
+/// Deletes a sale that never had an order, from both stores: 409 `has_orders`
+/// once it has one (settled, or accepted in Redis and not settled yet).
+pub async fn delete<S: SaleAdmin + ?Sized>(
+    state: &S,
+    id: SaleId,
+    admin: UserId,
+) -> Result<(), AppError> {
+    let mut tx = state.db().begin().await?;
+    let row = locked(&mut tx, id).await?;
+    let has_orders: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1)")
+            .bind(id.get())
+            .fetch_one(&mut *tx)
+            .await?;
+    let refused = || {
+        AppError::new(
+            ErrorCode::HasOrders,
+            "this sale has orders, so it stays on record: archive it to hide it",
+        )
+    };
+    if has_orders {
+        return Err(refused());
+    }
+    sqlx::query("DELETE FROM stock_changes WHERE sale_id = $1")
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM sales WHERE id = $1")
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
+    audit::record(
+        &mut tx,
+        Change {
+            admin,
+            action: Action::Delete,
+            subject: Subject::Sale(id),
+            before: Some(serde_json::to_value(&row).map_err(|e| AppError::Internal(e.into()))?),
+            after: None,
+        },
+    )
+    .await?;
+    // Redis first, atomically against purchases: a buyer who got in first keeps
+    // the sale. Once its state is gone, a purchase finds none, and a rebuild waits
+    // for our row lock and then finds no sale.
+    let k = state.keys().sale(id);
+    let removed: i64 = DELETE_SALE
+        .key(&k.meta)
+        .key(&k.stock)
+        .key(&k.buyers)
+        .key(&k.orders)
+        .key(&k.pending)
+        .key(&k.changes)
+        .key(&k.rebuild)
+        .key(&k.units)
+        .key(&k.sold)
+        .invoke_async(&mut state.redis().clone())
+        .await?;
+    match removed {
+        1 => {}
+        0 => return Err(refused()),
+        other => return Err(unexpected_reply("delete_sale.lua", other)),
+    }
+    tx.commit().await?;
+    cached::invalidate(state, id).await?;
+    state.sold_out().clear(id);
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! The days around a sale (issue 25): edit, archive, delete and the history of
+//! admin changes, each refusal changing nothing.
+
+use chrono::{Duration, Utc};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use stampede::domain::Id;
+
+use crate::helpers::{TestApp, User, redis_get, spawn_app};
+
+async fn patch(app: &TestApp, who: &User, sale: i64, body: Value) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .patch(app.url(&format!("/api/admin/sales/{sale}")))
+        .bearer_auth(&who.token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn delete(app: &TestApp, who: &User, sale: i64) -> (StatusCode, Value) {
+    let resp = app
+        .client
+        .delete(app.url(&format!("/api/admin/sales/{sale}")))
+        .bearer_auth(&who.token)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn row(app: &TestApp, sale: i64) -> Value {
+    let rows: Vec<(Value,)> = sqlx::query_as("SELECT to_jsonb(s) FROM sales s WHERE id = $1")
+        .bind(sale)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    rows.into_iter().next().map_or(Value::Null, |(v,)| v)
+}
+
+async fn history(app: &TestApp, admin: &User, sale: i64) -> Vec<Value> {
+    let h = app
+        .get_json(
+            &format!("/api/admin/sales/{sale}/history"),
+            Some(&admin.token),
+        )
+        .await;
+    h.as_array().expect("a list").clone()
+}
+
+fn ids(list: &Value) -> Vec<i64> {
+    list.as_array()
+        .expect("a list")
+        .iter()
+        .map(|s| s["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_upcoming_sale_may_change_every_field_and_the_change_is_recorded() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, 3600, 7200).await;
+    let starts = Utc::now() + Duration::seconds(1800);
+    let (status, body) = patch(
+        &app,
+        &admin,
+        sale,
+        json!({
+            "name": "  Phone X, fixed  ",
+            "description": "new words",
+            "price_cents": 12_345,
+            "image_url": "/static/placeholder.svg",
+            "starts_at": starts,
+            "ends_at": starts + Duration::seconds(600),
+            "requires_ticket": true,
+            "payment_window_s": 300,
+            "rebuy_after_expiry": true,
+            "max_per_user": 3,
+        }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["name"], "Phone X, fixed");
+    assert_eq!(body["price_cents"], 12_345);
+    assert_eq!(body["max_per_user"], 3);
+    assert_eq!(body["requires_ticket"], true);
+    assert_eq!(body["payment_window_s"], 300);
+    // The public view shows it at once (the cache was cleared).
+    let public = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(public["name"], "Phone X, fixed");
+    assert_eq!(public["image_url"], "/static/placeholder.svg");
+    // And Redis holds the new window and cap.
+    let k = app.keys.sale(Id::new(sale).unwrap());
+    let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
+        .arg(&k.meta)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(meta["starts_ms"], starts.timestamp_millis().to_string());
+    assert_eq!(meta["per_user"], "3");
+    assert_eq!(redis_get(&app.redis, &k.sold).await.as_deref(), Some("0"));
+    // Recorded: who, what, before and after.
+    let h = history(&app, &admin, sale).await;
+    assert_eq!(h[0]["action"], "edit");
+    assert_eq!(h[0]["admin_id"], admin.id);
+    assert_eq!(h[0]["before"]["price_cents"], 19_900);
+    assert_eq!(h[0]["after"]["price_cents"], 12_345);
+    assert_eq!(h[0]["after"]["name"], "Phone X, fixed");
+    assert_eq!(h.last().unwrap()["action"], "create");
+    // The picture can be removed again.
+    let (status, body) = patch(&app, &admin, sale, json!({"image_url": null})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["image_url"], Value::Null);
+}
+
+#[tokio::test]
+async fn an_open_sale_keeps_what_buyers_were_promised() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let before = row(&app, sale).await;
+    let ends_before = app.get_json(&format!("/api/sales/{sale}"), None).await["ends_at"].clone();
+    for body in [
+        json!({"price_cents": 1}),
+        json!({"max_per_user": 2}),
+        json!({"requires_ticket": true}),
+        json!({"payment_window_s": 60}),
+        json!({"rebuy_after_expiry": true}),
+        json!({"starts_at": Utc::now() + Duration::seconds(60)}),
+        json!({"ends_at": Utc::now() + Duration::seconds(60)}),
+        // One allowed field does not carry a forbidden one through.
+        json!({"name": "sneaky", "price_cents": 1}),
+    ] {
+        let (status, err) = patch(&app, &admin, sale, body.clone()).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(err["error"], "sale_started", "{body}");
+    }
+    assert_eq!(
+        row(&app, sale).await,
+        before,
+        "a refused edit changed nothing"
+    );
+    // The same value is no change, even for a fixed field.
+    let (status, _) = patch(
+        &app,
+        &admin,
+        sale,
+        json!({"price_cents": 19_900, "name": "Renamed"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let later = Utc::now() + Duration::seconds(7200);
+    let (status, body) = patch(
+        &app,
+        &admin,
+        sale,
+        json!({"ends_at": later, "description": "d"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_ne!(body["ends_at"], ends_before);
+    let k = app.keys.sale(Id::new(sale).unwrap());
+    let ends_ms: String = redis::cmd("HGET")
+        .arg(&k.meta)
+        .arg("ends_ms")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(ends_ms, later.timestamp_millis().to_string());
+    // Buying still works.
+    let buyer = app.user().await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/purchase"), Some(&buyer.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn bad_edits_are_refused_with_nothing_changed() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let sale = app.create_sale(&admin, 10, 3600, 7200).await;
+    let before = row(&app, sale).await;
+    let now = Utc::now();
+    for (body, status, code) in [
+        (json!({"name": ""}), 422, "invalid_text"),
+        (json!({"price_cents": -1}), 422, "invalid_price"),
+        (json!({"max_per_user": 0}), 422, "invalid_quantity"),
+        (
+            json!({"payment_window_s": 90_000}),
+            422,
+            "invalid_payment_window",
+        ),
+        (
+            json!({"image_url": "javascript:alert(1)"}),
+            422,
+            "invalid_image_url",
+        ),
+        (
+            json!({"ends_at": now + Duration::seconds(60)}),
+            422,
+            "invalid_window",
+        ),
+        (
+            json!({"starts_at": now + Duration::days(400)}),
+            422,
+            "invalid_window",
+        ),
+        (json!({"stock": 5}), 422, "invalid_body"),
+        (json!({"name": 5}), 422, "invalid_body"),
+    ] {
+        let (got, err) = patch(&app, &admin, sale, body.clone()).await;
+        assert_eq!(got.as_u16(), status, "{body}: {err}");
+        assert_eq!(err["error"], code, "{body}");
+    }
+    let (got, err) = patch(&app, &buyer, sale, json!({"name": "mine"})).await;
+    assert_eq!(
+        (got, err["error"].as_str()),
+        (StatusCode::FORBIDDEN, Some("forbidden"))
+    );
+    let (got, err) = patch(&app, &admin, 999_999, json!({"name": "x"})).await;
+    assert_eq!(
+        (got, err["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
+    let resp = app
+        .client
+        .patch(app.url("/api/admin/sales/abc"))
+        .bearer_auth(&admin.token)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(row(&app, sale).await, before);
+    assert_eq!(
+        history(&app, &admin, sale).await.len(),
+        1,
+        "only the create"
+    );
+}
+
+#[tokio::test]
+async fn archive_hides_a_sale_from_every_public_surface_and_unarchive_brings_it_back() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let other = app.live_sale(&admin, 5).await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/purchase"), Some(&buyer.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{sale}/archive"),
+            Some(&buyer.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{sale}/archive"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["archived_at"].is_string(), "{body}");
+
+    let public = app.get_json("/api/sales", None).await;
+    assert_eq!(ids(&public), vec![other]);
+    let home = app.html("/", None).await;
+    assert!(
+        !home.contains(&format!("/sales/{sale}\"")),
+        "home page lists the archived sale"
+    );
+    assert!(home.contains(&format!("/sales/{other}\"")));
+    // By link it is still there, and so are its orders.
+    assert_eq!(
+        app.get(&format!("/api/sales/{sale}"), None).await.status(),
+        StatusCode::OK
+    );
+    app.html(&format!("/sales/{sale}"), None).await;
+    // The admin finds it under "archived", not under "all".
+    let all = app.get_json("/api/admin/sales", Some(&admin.token)).await;
+    assert_eq!(ids(&all), vec![other]);
+    let archived = app
+        .get_json("/api/admin/sales?filter=archived", Some(&admin.token))
+        .await;
+    assert_eq!(ids(&archived), vec![sale]);
+    let live = app
+        .get_json("/api/admin/sales?filter=live", Some(&admin.token))
+        .await;
+    assert_eq!(ids(&live), vec![other]);
+    let resp = app
+        .get("/api/admin/sales?filter=nope", Some(&admin.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{sale}/unarchive"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let public = app.get_json("/api/sales", None).await;
+    let mut listed = ids(&public);
+    listed.sort_unstable();
+    assert_eq!(listed, vec![sale, other]);
+    let actions: Vec<String> = history(&app, &admin, sale)
+        .await
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(actions, ["unarchive", "archive", "create"]);
+}
+
+#[tokio::test]
+async fn delete_removes_a_sale_without_orders_from_both_stores_and_refuses_one_with_orders() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let empty = app.live_sale(&admin, 5).await;
+    let sold = app.live_sale(&admin, 5).await;
+    let resp = app
+        .post(&format!("/api/sales/{sold}/purchase"), Some(&buyer.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+
+    // Refused at once, whether or not the order has settled yet.
+    let (status, err) = delete(&app, &admin, sold).await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::CONFLICT, Some("has_orders"))
+    );
+    assert!(row(&app, sold).await.is_object());
+    let (status, _) = delete(&app, &buyer, empty).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    let (status, _) = delete(&app, &admin, empty).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(row(&app, empty).await, Value::Null);
+    let k = app.keys.sale(Id::new(empty).unwrap());
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&k.meta)
+        .arg(&k.stock)
+        .arg(&k.orders)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the sale's Redis state is gone");
+    assert_eq!(
+        app.get(&format!("/api/sales/{empty}"), None).await.status(),
+        StatusCode::NOT_FOUND
+    );
+    let resp = app
+        .post(&format!("/api/sales/{empty}/purchase"), Some(&buyer.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let (status, _) = delete(&app, &admin, empty).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // The record outlives the sale.
+    let h = history(&app, &admin, empty).await;
+    assert_eq!(h[0]["action"], "delete");
+    assert_eq!(h[0]["before"]["id"], empty);
+
+    // Settled now: still refused.
+    app.wait_for_orders(sold, 1).await;
+    let (status, _) = delete(&app, &admin, sold).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn stock_open_and_close_are_recorded() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.create_sale(&admin, 10, 3600, 7200).await;
+    let resp = app
+        .post_json(
+            &format!("/api/admin/sales/{sale}/stock"),
+            Some(&admin.token),
+            &json!({"add": 5}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    app.post(&format!("/api/admin/sales/{sale}/open"), Some(&admin.token))
+        .await;
+    app.post(
+        &format!("/api/admin/sales/{sale}/close"),
+        Some(&admin.token),
+    )
+    .await;
+    let h = history(&app, &admin, sale).await;
+    let actions: Vec<&str> = h.iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["close", "open", "stock", "create"]);
+    assert_eq!(h[2]["after"]["add"], 5);
+    assert_eq!(h[0]["after"]["closed"], true);
+    assert!(h.iter().all(|e| e["admin_id"] == admin.id));
+}
