@@ -138,6 +138,51 @@ pub fn bad_cursor(why: impl Into<Cow<'static, str>>) -> AppError {
     )
 }
 
+/// Which sales or polls a list shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ListScope {
+    /// The public lists and the home page: every one not archived.
+    #[default]
+    Public,
+    /// The admin's, by state: all not archived, open (a sale live or sold out),
+    /// upcoming, ended (or closed early), or the archived ones.
+    All,
+    Live,
+    Upcoming,
+    Ended,
+    Archived,
+}
+
+impl ListScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListScope::Public => "public",
+            ListScope::All => "all",
+            ListScope::Live => "live",
+            ListScope::Upcoming => "upcoming",
+            ListScope::Ended => "ended",
+            ListScope::Archived => "archived",
+        }
+    }
+}
+
+impl ListScope {
+    /// The admin's filter by name (`all` when none): 400 `invalid_query` otherwise.
+    pub fn parse_filter(raw: Option<&str>) -> Result<ListScope, crate::error::AppError> {
+        match raw.unwrap_or("all") {
+            "all" => Ok(ListScope::All),
+            "live" => Ok(ListScope::Live),
+            "upcoming" => Ok(ListScope::Upcoming),
+            "ended" => Ok(ListScope::Ended),
+            "archived" => Ok(ListScope::Archived),
+            _ => Err(crate::error::AppError::new(
+                crate::error::ErrorCode::InvalidQuery,
+                "filter must be one of all, live, upcoming, ended, archived",
+            )),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,6 +166,7 @@ async fn demo_poll(
             opens_at: now - Duration::minutes(1),
             closes_at: now + Duration::days(7),
         },
+        None,
     )
     .await
     .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;

@@ -10,11 +10,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, ListScope, SaleCursor, SaleRow};
+use super::store::{self, SaleCursor, SaleRow};
 use crate::cache::CachedReads;
 use crate::domain::SaleId;
 use crate::error::AppError;
-use crate::paging::{self, Limit, Page};
+use crate::paging::{self, Limit, ListScope, Page};
 
 /// How long a cached sale record lives (see [`crate::cache::RECORD_TTL`]).
 pub const VIEW_TTL: Duration = crate::cache::RECORD_TTL;

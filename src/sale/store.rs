@@ -178,7 +178,7 @@ pub async fn list_page(
     at: DateTime<Utc>,
     after: Option<&SaleCursor>,
     limit: i64,
-    scope: ListScope,
+    scope: crate::paging::ListScope,
 ) -> Result<Vec<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(
         "SELECT ",
@@ -210,35 +210,6 @@ pub async fn list_page(
     .bind(scope.as_str())
     .fetch_all(db)
     .await
-}
-
-/// Which sales a list shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ListScope {
-    /// The public lists and the home page: every sale not archived.
-    #[default]
-    Public,
-    /// The admin's, by state: open (live or sold out), upcoming, ended (or closed
-    /// early), all not archived, or the archived ones.
-    All,
-    Live,
-    Upcoming,
-    Ended,
-    Archived,
-}
-
-impl ListScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ListScope::Public => "public",
-            ListScope::All => "all",
-            ListScope::Live => "live",
-            ListScope::Upcoming => "upcoming",
-            ListScope::Ended => "ended",
-            ListScope::Archived => "archived",
-        }
-    }
 }
 
 /// A sale's place in the list order at `at` (the `list_rank` of [`list_page`]'s

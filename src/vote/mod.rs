@@ -5,6 +5,7 @@
 
 pub mod cached;
 pub mod cast;
+pub mod lifecycle;
 pub mod rebuild;
 pub mod settlement;
 pub mod store;

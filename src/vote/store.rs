@@ -12,7 +12,7 @@ use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
-use crate::paging::{Limit, Page};
+use crate::paging::{Limit, ListScope, Page};
 use crate::settle::ensure_group;
 
 static NEW_POLL: LazyLock<crate::lua::Script> = lua_script!("new_poll.lua");
@@ -25,6 +25,10 @@ pub struct PollRow {
     pub opens_at: DateTime<Utc>,
     pub closes_at: DateTime<Utc>,
     pub closed: bool,
+    /// When an admin archived the poll: off the public lists, still reachable by
+    /// link. (Default: records cached before archiving existed.)
+    #[serde(default)]
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -78,11 +82,12 @@ pub async fn create_poll<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     new: NewPoll,
+    admin: Option<UserId>,
 ) -> Result<PollRecord, AppError> {
     let mut tx = db.begin().await?;
     let poll = sqlx::query_as::<_, PollRow>(
         "INSERT INTO polls (question, opens_at, closes_at) VALUES ($1, $2, $3)
-         RETURNING id, question, opens_at, closes_at, closed",
+         RETURNING id, question, opens_at, closes_at, closed, archived_at",
     )
     .bind(&new.question)
     .bind(new.opens_at)
@@ -101,7 +106,22 @@ pub async fn create_poll<C: ConnectionLike>(
     .fetch_all(&mut *tx)
     .await?;
     let record = PollRecord { poll, options };
-    let k = keys.poll(poll_id(record.poll.id)?);
+    let id = poll_id(record.poll.id)?;
+    if let Some(admin) = admin {
+        let after = serde_json::to_value(&record).map_err(|e| AppError::Internal(e.into()))?;
+        crate::audit::record(
+            &mut tx,
+            crate::audit::Change {
+                admin,
+                action: crate::audit::Action::Create,
+                subject: crate::audit::Subject::Poll(id),
+                before: None,
+                after: Some(after),
+            },
+        )
+        .await?;
+    }
+    let k = keys.poll(id);
     let mut inv = NEW_POLL.prepare_invoke();
     inv.key(&k.meta)
         .key(&k.options)
@@ -123,7 +143,7 @@ fn poll_id(raw: i64) -> Result<PollId, AppError> {
 
 pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>, sqlx::Error> {
     let Some(poll) = sqlx::query_as::<_, PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed FROM polls WHERE id = $1",
+        "SELECT id, question, opens_at, closes_at, closed, archived_at FROM polls WHERE id = $1",
     )
     .bind(id.get())
     .fetch_optional(db)
@@ -208,16 +228,23 @@ pub async fn list_page(
     at: DateTime<Utc>,
     after: Option<&PollCursor>,
     limit: i64,
+    scope: ListScope,
 ) -> Result<Vec<PollRow>, sqlx::Error> {
     sqlx::query_as::<_, PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed
-         FROM (SELECT id, question, opens_at, closes_at, closed,
+        "SELECT id, question, opens_at, closes_at, closed, archived_at
+         FROM (SELECT id, question, opens_at, closes_at, closed, archived_at,
                       CASE WHEN closed OR closes_at <= $1 THEN 2 WHEN opens_at > $1 THEN 1 ELSE 0 END
                         AS list_rank
                FROM polls) p
-         WHERE $2::int2 IS NULL
+         WHERE ($2::int2 IS NULL
             OR list_rank > $2
-            OR (list_rank = $2 AND (opens_at, id) < ($3::timestamptz, $4::int8))
+            OR (list_rank = $2 AND (opens_at, id) < ($3::timestamptz, $4::int8)))
+           AND CASE $6::text
+                 WHEN 'archived' THEN archived_at IS NOT NULL
+                 WHEN 'live' THEN archived_at IS NULL AND list_rank = 0
+                 WHEN 'upcoming' THEN archived_at IS NULL AND list_rank = 1
+                 WHEN 'ended' THEN archived_at IS NULL AND list_rank = 2
+                 ELSE archived_at IS NULL END
          ORDER BY list_rank, opens_at DESC, id DESC
          LIMIT $5",
     )
@@ -226,6 +253,7 @@ pub async fn list_page(
     .bind(after.map(|c| c.opens_at))
     .bind(after.map(|c| c.id))
     .bind(limit)
+    .bind(scope.as_str())
     .fetch_all(db)
     .await
 }
@@ -305,9 +333,10 @@ pub async fn page(
     db: &PgPool,
     after: Option<&PollCursor>,
     limit: Limit,
+    scope: ListScope,
 ) -> Result<Page<PollRow>, sqlx::Error> {
     let at = after.map_or_else(crate::paging::list_moment, |c| c.at);
-    let rows = list_page(db, at, after, limit.with_one_more()).await?;
+    let rows = list_page(db, at, after, limit.with_one_more(), scope).await?;
     Ok(Page::from_rows(rows, limit, |last| {
         PollCursor::after(last, at).encode()
     }))
@@ -356,8 +385,9 @@ pub async fn page_with_voters<C: ConnectionLike>(
     keys: &Keys,
     after: Option<&PollCursor>,
     limit: Limit,
+    scope: ListScope,
 ) -> Result<Page<(PollRow, i64)>, AppError> {
-    let page = page(db, after, limit).await?;
+    let page = page(db, after, limit, scope).await?;
     let ids = page
         .items
         .iter()
@@ -410,14 +440,32 @@ pub async fn close<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     id: PollId,
+    admin: UserId,
 ) -> Result<Option<(PollRecord, bool)>, AppError> {
-    let updated = sqlx::query("UPDATE polls SET closed = TRUE WHERE id = $1")
+    let mut tx = db.begin().await?;
+    let was: Option<bool> = sqlx::query_scalar("SELECT closed FROM polls WHERE id = $1 FOR UPDATE")
         .bind(id.get())
-        .execute(db)
+        .fetch_optional(&mut *tx)
         .await?;
-    if updated.rows_affected() == 0 {
+    let Some(was) = was else {
         return Ok(None);
-    }
+    };
+    sqlx::query("UPDATE polls SET closed = TRUE, updated_at = now() WHERE id = $1")
+        .bind(id.get())
+        .execute(&mut *tx)
+        .await?;
+    crate::audit::record(
+        &mut tx,
+        crate::audit::Change {
+            admin,
+            action: crate::audit::Action::Close,
+            subject: crate::audit::Subject::Poll(id),
+            before: Some(serde_json::json!({ "closed": was })),
+            after: Some(serde_json::json!({ "closed": true })),
+        },
+    )
+    .await?;
+    tx.commit().await?;
     let written: i64 = UPDATE_META
         .key(&keys.poll(id).meta)
         .arg("closed")

@@ -64,6 +64,7 @@ pub(super) async fn page_of_cards(
         &state.keys,
         after.as_ref(),
         limit,
+        crate::paging::ListScope::Public,
     )
     .await?;
     Ok(page.map(|(poll, voters)| PollCard::new(poll, voters, now)))

@@ -405,3 +405,227 @@ async fn stock_open_and_close_are_recorded() {
     assert_eq!(h[0]["after"]["closed"], true);
     assert!(h.iter().all(|e| e["admin_id"] == admin.id));
 }
+
+async fn send(
+    app: &TestApp,
+    method: reqwest::Method,
+    path: &str,
+    who: &User,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = app
+        .client
+        .request(method, app.url(path))
+        .bearer_auth(&who.token);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let voter = app.user().await;
+    let (upcoming, _) = app
+        .create_poll(&admin, "Colour?", &["Red", "Blue"], 3600, 7200)
+        .await;
+    let (open, open_options) = app
+        .create_poll(&admin, "Size?", &["S", "M"], -60, 3600)
+        .await;
+    let patch = reqwest::Method::PATCH;
+
+    // Before the opening: question, options and window.
+    let opens = Utc::now() + Duration::seconds(600);
+    let (status, body) = send(
+        &app,
+        patch.clone(),
+        &format!("/api/admin/polls/{upcoming}"),
+        &admin,
+        Some(json!({"question": "Which colour?", "options": ["Red", "Green", "Blue"], "opens_at": opens})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["question"], "Which colour?");
+    let labels: Vec<&str> = body["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["Red", "Green", "Blue"]);
+    let option_ids: std::collections::BTreeSet<i64> = body["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_i64().unwrap())
+        .collect();
+    let k = app.keys.poll(Id::new(upcoming).unwrap());
+    let in_redis: std::collections::BTreeSet<i64> = redis::cmd("SMEMBERS")
+        .arg(&k.options)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(in_redis, option_ids);
+    for (body, code) in [
+        (json!({"options": ["Only"]}), "invalid_options"),
+        (json!({"options": ["A", "a"]}), "invalid_options"),
+        (
+            json!({"closes_at": Utc::now() - Duration::seconds(5)}),
+            "invalid_window",
+        ),
+        (json!({"question": ""}), "invalid_text"),
+    ] {
+        let (status, err) = send(
+            &app,
+            patch.clone(),
+            &format!("/api/admin/polls/{upcoming}"),
+            &admin,
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(code)),
+            "{body}"
+        );
+    }
+    // Once open: nothing changes.
+    let (status, err) = send(
+        &app,
+        patch.clone(),
+        &format!("/api/admin/polls/{open}"),
+        &admin,
+        Some(json!({"question": "Fit?"})),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::CONFLICT, Some("poll_started"))
+    );
+    let (status, _) = send(
+        &app,
+        patch.clone(),
+        &format!("/api/admin/polls/{open}"),
+        &voter,
+        Some(json!({"question": "Fit?"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        app.get_json(&format!("/api/polls/{open}"), None).await["question"],
+        "Size?"
+    );
+
+    // Archive: off the public list, still there by link and under the filter.
+    let (status, body) = send(
+        &app,
+        reqwest::Method::POST,
+        &format!("/api/admin/polls/{open}/archive"),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body["archived_at"].is_string());
+    assert_eq!(ids(&app.get_json("/api/polls", None).await), vec![upcoming]);
+    assert_eq!(
+        app.get(&format!("/api/polls/{open}"), None).await.status(),
+        StatusCode::OK
+    );
+    let polls_page = app.html("/polls", None).await;
+    assert!(
+        !polls_page.contains("Size?"),
+        "the polls page lists the archived poll"
+    );
+    let archived = app
+        .get_json("/api/admin/polls?filter=archived", Some(&admin.token))
+        .await;
+    assert_eq!(ids(&archived), vec![open]);
+    let (status, _) = send(
+        &app,
+        reqwest::Method::POST,
+        &format!("/api/admin/polls/{open}/unarchive"),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ids(&app.get_json("/api/polls", None).await).len(), 2);
+
+    // Delete: refused once a vote exists (settled or not), done otherwise.
+    assert_eq!(
+        app.vote(open, &voter.token, open_options[0]).await.status(),
+        StatusCode::ACCEPTED
+    );
+    let (status, err) = send(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/api/admin/polls/{open}"),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"].as_str()),
+        (StatusCode::CONFLICT, Some("has_votes"))
+    );
+    let (status, _) = send(
+        &app,
+        reqwest::Method::DELETE,
+        &format!("/api/admin/polls/{upcoming}"),
+        &admin,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(
+        app.get(&format!("/api/polls/{upcoming}"), None)
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&k.meta)
+        .arg(&k.options)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM poll_options WHERE poll_id = $1")
+        .bind(upcoming)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0);
+
+    let h = app
+        .get_json(
+            &format!("/api/admin/polls/{upcoming}/history"),
+            Some(&admin.token),
+        )
+        .await;
+    let actions: Vec<&str> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["delete", "edit", "create"]);
+    let h = app
+        .get_json(
+            &format!("/api/admin/polls/{open}/history"),
+            Some(&admin.token),
+        )
+        .await;
+    let actions: Vec<&str> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["unarchive", "archive", "create"]);
+}

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::paging::ListScope;
 use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
 use crate::sale::stock::{ChangeResult, StockChange};
-use crate::sale::store::{self, ListScope, NewSale, SaleCursor};
+use crate::sale::store::{self, NewSale, SaleCursor};
 use crate::sale::{self, lifecycle, orders, reconcile};
 use crate::state::AppState;
 
@@ -119,21 +120,6 @@ pub(super) struct AdminListQuery {
     filter: Option<String>,
 }
 
-/// The admin's filter by name.
-pub(crate) fn parse_filter(raw: Option<&str>) -> Result<ListScope, AppError> {
-    match raw.unwrap_or("all") {
-        "all" => Ok(ListScope::All),
-        "live" => Ok(ListScope::Live),
-        "upcoming" => Ok(ListScope::Upcoming),
-        "ended" => Ok(ListScope::Ended),
-        "archived" => Ok(ListScope::Archived),
-        _ => Err(AppError::new(
-            ErrorCode::InvalidQuery,
-            "filter must be one of all, live, upcoming, ended, archived",
-        )),
-    }
-}
-
 /// A page of sales with live stock, in the order of `GET /api/sales`, rehearsals
 /// and archived sales included by `filter`.
 #[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(AdminListQuery), security(("bearer" = [])), responses(
@@ -150,7 +136,7 @@ pub(super) async fn admin_list(
 ) -> Result<HttpResponse, AppError> {
     let limit = crate::paging::Limit::parse(query.limit.as_deref())?;
     let after = query.cursor.as_deref().map(SaleCursor::parse).transpose()?;
-    let scope = parse_filter(query.filter.as_deref())?;
+    let scope = ListScope::parse_filter(query.filter.as_deref())?;
     let page = admin_page(state.get_ref(), after.as_ref(), limit, scope).await?;
     let extra = format!("&filter={}", scope.as_str());
     Ok(paged_json_with(&req, limit, page, &extra))

@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::auth::AdminUser;
 use crate::domain::{self, Id, PollId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::paging::ListScope;
 use crate::recover::Target;
-use crate::routes::{PageQuery, paged_json};
+use crate::routes::paged_json_with;
 use crate::state::AppState;
 use crate::vote::cached::{PollView, load_view};
 use crate::vote::store::{self, NewPoll, PollCursor};
@@ -23,45 +24,33 @@ pub(super) struct CreatePoll {
     closes_at: DateTime<Utc>,
 }
 
+/// A poll's options: 2 to 20, each 1 to 200 characters, distinct (ignoring case).
+pub(super) fn parse_options(raw: &[String]) -> Result<Vec<String>, AppError> {
+    if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&raw.len()) {
+        return Err(AppError::new(
+            ErrorCode::InvalidOptions,
+            format!("a poll has {MIN_OPTIONS} to {MAX_OPTIONS} options"),
+        ));
+    }
+    let options = raw
+        .iter()
+        .map(|o| domain::parse_text("option", o, 200, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut seen = std::collections::HashSet::new();
+    if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
+        return Err(AppError::new(
+            ErrorCode::InvalidOptions,
+            "options must be distinct",
+        ));
+    }
+    Ok(options)
+}
+
 impl CreatePoll {
     fn validate(self) -> Result<NewPoll, AppError> {
         let question = domain::parse_text("question", &self.question, 300, false)?;
-        if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&self.options.len()) {
-            return Err(AppError::new(
-                ErrorCode::InvalidOptions,
-                format!("a poll has {MIN_OPTIONS} to {MAX_OPTIONS} options"),
-            ));
-        }
-        let options = self
-            .options
-            .iter()
-            .map(|o| domain::parse_text("option", o, 200, false))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut seen = std::collections::HashSet::new();
-        if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
-            return Err(AppError::new(
-                ErrorCode::InvalidOptions,
-                "options must be distinct",
-            ));
-        }
-        if self.closes_at <= self.opens_at {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "closes_at must be after opens_at",
-            ));
-        }
-        if self.closes_at <= Utc::now() {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "closes_at is in the past",
-            ));
-        }
-        if self.closes_at - self.opens_at > chrono::Duration::days(366) {
-            return Err(AppError::new(
-                ErrorCode::InvalidWindow,
-                "a poll may stay open at most 366 days",
-            ));
-        }
+        let options = parse_options(&self.options)?;
+        crate::vote::lifecycle::check_window(self.opens_at, self.closes_at)?;
         Ok(NewPoll {
             question,
             options,
@@ -82,7 +71,14 @@ pub(super) async fn admin_create(
     body: web::Json<CreatePoll>,
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
-    let record = store::create_poll(&state.db, &mut state.redis.clone(), &state.keys, new).await?;
+    let record = store::create_poll(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        new,
+        Some(admin.id),
+    )
+    .await?;
     tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
     let id = Id::new(record.poll.id).expect("serial ids are positive");
     // A read of this id before it existed may have cached "no such poll".
@@ -99,9 +95,24 @@ pub(super) struct AdminPollSummary {
     voters: i64,
 }
 
+/// The admin's list query: a page, and which polls.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct AdminListQuery {
+    /// Items per page: a whole number from 1 to 200 (default 50); else 400 `invalid_limit`.
+    #[param(value_type = Option<u16>, minimum = 1, maximum = 200)]
+    limit: Option<String>,
+    /// Where the page starts: the `X-Next-Cursor` of the page before (opaque).
+    cursor: Option<String>,
+    /// `all` (the default: every poll not archived), `live` (open), `upcoming`,
+    /// `ended` (closed) or `archived`; else 400 `invalid_query`.
+    filter: Option<String>,
+}
+
 /// A page of polls with status and live voter count, for the admin page's table
-/// (the order and cursors of `GET /api/polls`).
-#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
+/// (the order and cursors of `GET /api/polls`), archived ones by `filter`.
+#[utoipa::path(get, path = "/api/admin/polls", tag = "admin", params(AdminListQuery), security(("bearer" = [])), responses(
     (status = 200, description = "A page of polls with status and live voter count; the next page in `Link` and `X-Next-Cursor`, as `GET /api/polls`", body = [AdminPollSummary], headers(
         ("Link" = String, description = "`</api/admin/polls?limit=50&cursor=...>; rel=\"next\"`: the next page"),
         ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
@@ -111,9 +122,11 @@ pub(super) async fn admin_list(
     req: HttpRequest,
     state: web::Data<AppState>,
     _: AdminUser,
-    query: web::Query<PageQuery>,
+    query: web::Query<AdminListQuery>,
 ) -> Result<HttpResponse, AppError> {
-    let (limit, after) = query.parse(PollCursor::parse)?;
+    let limit = crate::paging::Limit::parse(query.limit.as_deref())?;
+    let after = query.cursor.as_deref().map(PollCursor::parse).transpose()?;
+    let scope = ListScope::parse_filter(query.filter.as_deref())?;
     let now = Utc::now();
     let page = store::page_with_voters(
         &state.db,
@@ -121,6 +134,7 @@ pub(super) async fn admin_list(
         &state.keys,
         after.as_ref(),
         limit,
+        scope,
     )
     .await?
     .map(|(poll, voters)| AdminPollSummary {
@@ -128,7 +142,8 @@ pub(super) async fn admin_list(
         poll,
         voters,
     });
-    Ok(paged_json(&req, limit, page))
+    let extra = format!("&filter={}", scope.as_str());
+    Ok(paged_json_with(&req, limit, page, &extra))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -175,9 +190,15 @@ pub(super) async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
-    let (_, in_redis) = store::close(&state.db, &mut state.redis.clone(), &state.keys, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    let (_, in_redis) = store::close(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        id,
+        admin.id,
+    )
+    .await?
+    .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
     store::invalidate_record(&state, id).await?;
     if !in_redis {
         // Lost from Redis: the rebuild writes the closed window from Postgres.

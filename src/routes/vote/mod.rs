@@ -1,8 +1,9 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
 //! One file per concern: public reads and the vote (`public.rs`), the admin's
-//! (`admin.rs`). This file holds the route table and the OpenAPI group.
+//! (`admin.rs`), edit, archive, delete and history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
 
 mod admin;
+mod lifecycle;
 mod public;
 
 // Routes under `/api` (see `startup`).
@@ -16,7 +17,12 @@ mod public;
     admin::admin_create,
     admin::admin_list,
     admin::admin_show,
-    admin::admin_close
+    admin::admin_close,
+    lifecycle::admin_edit,
+    lifecycle::admin_archive,
+    lifecycle::admin_unarchive,
+    lifecycle::admin_delete,
+    lifecycle::admin_history
 ))]
 pub(crate) struct Api;
 
@@ -31,4 +37,9 @@ super::routes! {
     get "/admin/polls" => admin::admin_list,
     get "/admin/polls/{id}" => admin::admin_show,
     post "/admin/polls/{id}/close" => admin::admin_close,
+    patch "/admin/polls/{id}" => lifecycle::admin_edit,
+    delete "/admin/polls/{id}" => lifecycle::admin_delete,
+    post "/admin/polls/{id}/archive" => lifecycle::admin_archive,
+    post "/admin/polls/{id}/unarchive" => lifecycle::admin_unarchive,
+    get "/admin/polls/{id}/history" => lifecycle::admin_history,
 }

@@ -41,12 +41,17 @@ pub(super) async fn list(
 ) -> Result<HttpResponse, AppError> {
     let (limit, after) = query.parse(PollCursor::parse)?;
     let now = Utc::now();
-    let page = store::page(&state.db, after.as_ref(), limit)
-        .await?
-        .map(|poll| PollSummary {
-            status: store::status(&poll, now),
-            poll,
-        });
+    let page = store::page(
+        &state.db,
+        after.as_ref(),
+        limit,
+        crate::paging::ListScope::Public,
+    )
+    .await?
+    .map(|poll| PollSummary {
+        status: store::status(&poll, now),
+        poll,
+    });
     Ok(paged_json(&req, limit, page))
 }
 

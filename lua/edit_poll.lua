@@ -1,0 +1,19 @@
+-- An admin's edit of a poll that has not opened: its window and options, only
+-- while nobody has voted (a poll that opened meanwhile and has a vote is refused,
+-- and Postgres rolls back).
+-- KEYS[1] meta hash   KEYS[2] options set   KEYS[3] voters hash
+-- ARGV[1] opens_ms   ARGV[2] closes_ms   ARGV[3..] option ids
+-- Returns 1 when written, 0 when the poll has a vote, -1 when Redis does not hold
+-- the poll (the rebuild from Postgres writes all of it).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return -1
+end
+if redis.call('HLEN', KEYS[3]) > 0 then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'opens_ms', ARGV[1], 'closes_ms', ARGV[2])
+redis.call('DEL', KEYS[2])
+for i = 3, #ARGV do
+  redis.call('SADD', KEYS[2], ARGV[i])
+end
+return 1
