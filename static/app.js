@@ -13,6 +13,7 @@ import { api } from "./js/api.js";
 import { showLocalTimes } from "./js/dom.js";
 import { adminPage } from "./js/admin.js";
 import { adminPollPage } from "./js/admin-poll.js";
+import { adminSalePage } from "./js/admin-sale.js";
 import { authPage } from "./js/auth.js";
 import { indexPage } from "./js/home.js";
 import { ordersPage } from "./js/orders.js";
@@ -41,6 +42,7 @@ const pages = {
   orders: ordersPage,
   admin: adminPage,
   "admin-poll": adminPollPage,
+  "admin-sale": adminSalePage,
 };
 
 setUpSignOut();

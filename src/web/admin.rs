@@ -12,7 +12,7 @@ use super::polls;
 use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, option_results};
 use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
-use crate::paging::Limit;
+use crate::paging::{Limit, ListScope};
 use crate::sale::{
     self,
     payment::{self, OrderCounts},
@@ -39,16 +39,40 @@ pub struct AdminPage {
     /// The API pages with the same rows, which the scripts read to keep them current.
     sales_list_url: String,
     polls_list_url: String,
+    /// Which sales and polls the tables show, and the links to the others.
+    sales_filter: &'static str,
+    polls_filter: &'static str,
+    sales_filters: Vec<FilterLink>,
+    polls_filters: Vec<FilterLink>,
 }
+
+/// One tab of a table's filter: its words, its address, whether it is shown now.
+pub struct FilterLink {
+    pub label: &'static str,
+    pub url: String,
+    pub current: bool,
+}
+
+/// The filters of the admin's tables, in the order of their tabs.
+const FILTERS: [(ListScope, &str); 5] = [
+    (ListScope::All, "All"),
+    (ListScope::Live, "Live"),
+    (ListScope::Upcoming, "Upcoming"),
+    (ListScope::Ended, "Ended"),
+    (ListScope::Archived, "Archived"),
+];
 
 /// Rows per page of each table of the admin page.
 const ADMIN_PAGE_ROWS: Limit = Limit::DEFAULT;
 
-/// `?sales_cursor=` and `?polls_cursor=`: where each table of the admin page starts.
+/// `?sales_cursor=` and `?polls_cursor=`: where each table of the admin page
+/// starts; `?sales=` and `?polls=`: which ones each shows (an admin list filter).
 #[derive(serde::Deserialize, Default)]
 pub struct AdminCursors {
     sales_cursor: Option<String>,
     polls_cursor: Option<String>,
+    sales: Option<String>,
+    polls: Option<String>,
 }
 
 impl AdminCursors {
@@ -58,14 +82,46 @@ impl AdminCursors {
             .unwrap_or_default()
     }
 
-    /// The admin page with the sales table at `sales` and the polls table at `polls`.
-    fn url(sales: Option<&str>, polls: Option<&str>, anchor: &str) -> String {
-        let params: Vec<String> = [("sales_cursor", sales), ("polls_cursor", polls)]
+    /// The admin page with the sales table at `sales` and the polls table at
+    /// `polls`, each showing its filter.
+    fn url(
+        sales: Option<&str>,
+        polls: Option<&str>,
+        filters: (ListScope, ListScope),
+        anchor: &str,
+    ) -> String {
+        let mut params: Vec<String> = [("sales_cursor", sales), ("polls_cursor", polls)]
             .into_iter()
             .filter_map(|(name, cursor)| cursor.map(|c| format!("{name}={c}")))
             .collect();
+        for (name, scope) in [("sales", filters.0), ("polls", filters.1)] {
+            if scope != ListScope::All {
+                params.push(format!("{name}={}", scope.as_str()));
+            }
+        }
         format!("/admin?{}#{anchor}", params.join("&"))
     }
+}
+
+/// The tabs of one table's filter; the other table keeps its own.
+fn filter_links(
+    current: ListScope,
+    other: ListScope,
+    sales_table: bool,
+    anchor: &str,
+) -> Vec<FilterLink> {
+    FILTERS
+        .iter()
+        .map(|(scope, label)| FilterLink {
+            label,
+            url: if sales_table {
+                AdminCursors::url(None, None, (*scope, other), anchor)
+            } else {
+                AdminCursors::url(None, None, (other, *scope), anchor)
+            },
+            current: *scope == current,
+        })
+        .collect()
 }
 
 /// Anonymous callers are sent to sign in; signed-in non-admins get a 403 page.
@@ -86,23 +142,41 @@ pub async fn page(
     }
     let at = AdminCursors::of(&req);
     let (sales_at, polls_at) = (at.sales_cursor.as_deref(), at.polls_cursor.as_deref());
+    // An unknown filter shows everything not archived, as no filter does.
+    let sales_scope = ListScope::parse_filter(at.sales.as_deref()).unwrap_or(ListScope::All);
+    let polls_scope = ListScope::parse_filter(at.polls.as_deref()).unwrap_or(ListScope::All);
+    let filters = (sales_scope, polls_scope);
+    let with_filter = |url: String, scope: ListScope| match scope {
+        ListScope::All => url,
+        _ => format!("{url}&filter={}", scope.as_str()),
+    };
     match tokio::try_join!(
-        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS),
-        polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS)
+        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sales_scope),
+        polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS, polls_scope)
     ) {
         Ok((sales, polls)) => Ok(Either::Left(AdminPage {
             nav,
             sales_next_url: sales
                 .next
                 .as_deref()
-                .map(|next| AdminCursors::url(Some(next), polls_at, "sales-heading")),
+                .map(|next| AdminCursors::url(Some(next), polls_at, filters, "sales-heading")),
             polls_next_url: polls
                 .next
                 .as_deref()
-                .map(|next| AdminCursors::url(sales_at, Some(next), "polls-heading")),
+                .map(|next| AdminCursors::url(sales_at, Some(next), filters, "polls-heading")),
             later_page: sales_at.is_some() || polls_at.is_some(),
-            sales_list_url: list_url("/api/admin/sales", ADMIN_PAGE_ROWS, sales_at),
-            polls_list_url: list_url("/api/admin/polls", ADMIN_PAGE_ROWS, polls_at),
+            sales_list_url: with_filter(
+                list_url("/api/admin/sales", ADMIN_PAGE_ROWS, sales_at),
+                sales_scope,
+            ),
+            polls_list_url: with_filter(
+                list_url("/api/admin/polls", ADMIN_PAGE_ROWS, polls_at),
+                polls_scope,
+            ),
+            sales_filter: sales_scope.as_str(),
+            polls_filter: polls_scope.as_str(),
+            sales_filters: filter_links(sales_scope, polls_scope, true, "sales-heading"),
+            polls_filters: filter_links(polls_scope, sales_scope, false, "polls-heading"),
             sales: sales.items,
             polls: polls.items,
             min_options: MIN_OPTIONS,
@@ -160,7 +234,7 @@ pub struct PageQuery {
 
 /// Anonymous callers are sent to sign in, non-admins get a 403 page; the nav and
 /// the admin user for pages under `/admin`.
-async fn admin_nav(
+pub(super) async fn admin_nav(
     req: &HttpRequest,
     state: &AppState,
     back: &'static str,
@@ -291,6 +365,14 @@ pub struct PollTalliesPage {
     options: Vec<TallyRow>,
     live_voters: i64,
     settled_voters: i64,
+    /// Not open yet: the edit form is offered.
+    editable: bool,
+    /// Options one per line, for the edit form.
+    options_text: String,
+    archived_at: Option<Moment>,
+    /// Someone voted: delete is not offered.
+    has_votes: bool,
+    history: Vec<super::admin_sale::HistoryRow>,
 }
 
 pub struct TallyRow {
@@ -345,6 +427,21 @@ pub async fn poll_tallies(
             .find(|(id, _)| *id == option)
             .map_or(0, |(_, n)| *n)
     };
+    let options_text = options
+        .iter()
+        .map(|(_, label)| label.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let history = match crate::audit::history(
+        &state.db,
+        crate::audit::Subject::Poll(id),
+        super::admin_sale::HISTORY_SHOWN,
+    )
+    .await
+    {
+        Ok(rows) => rows,
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
     let (results, _) = option_results(options, &view.results);
     let rows = results
         .into_iter()
@@ -356,10 +453,17 @@ pub async fn poll_tallies(
             percent: r.percent,
         })
         .collect();
+    let settled_voters: i64 = settled.iter().map(|(_, n)| n).sum();
+    let poll = &view.record.poll;
     Ok(Either::Left(PollTalliesPage {
         nav,
+        editable: poll.opens_at > Utc::now() && !poll.closed,
+        options_text,
+        archived_at: poll.archived_at.map(Moment::from),
+        has_votes: view.results.voters > 0 || settled_voters > 0,
+        history: history.iter().map(Into::into).collect(),
         live_voters: view.results.voters,
-        settled_voters: settled.iter().map(|(_, n)| n).sum(),
+        settled_voters,
         poll: PollCard::new(view.record.poll, view.results.voters, Utc::now()),
         options: rows,
     }))

@@ -9,6 +9,7 @@
 //! only), so page data travels in `data-` attributes that the scripts read.
 
 mod admin;
+mod admin_sale;
 mod error;
 mod pages;
 mod polls;
@@ -37,6 +38,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     page(cfg, "/signup", pages::signup);
     page(cfg, "/me/orders", pages::my_orders);
     page(cfg, "/admin", admin::page);
+    page(cfg, "/admin/sales/{id}", admin_sale::page);
     page(cfg, "/admin/sales/{id}/orders", admin::sale_orders);
     page(cfg, "/admin/polls/{id}", admin::poll_tallies);
     cfg.service(

@@ -9,7 +9,7 @@ use super::error::PageError;
 use super::view::{self, Nav, OrderState, SaleCard};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
-use crate::paging::{Limit, Page};
+use crate::paging::{Limit, ListScope, Page};
 use crate::sale::{SaleCursor, orders, pending};
 use crate::state::AppState;
 
@@ -65,17 +65,22 @@ pub async fn index(
 
 /// One page of sale cards, as the API lists them.
 async fn load_cards(state: &AppState, cursor: Option<&str>) -> Result<Page<SaleCard>, AppError> {
-    page_of_cards(state, cursor, HOME_PAGE_SALES).await
+    page_of_cards(state, cursor, HOME_PAGE_SALES, ListScope::Public).await
 }
 
-/// `limit` sales after `cursor` (a sale list's, else 400) with their live numbers.
+/// `limit` sales of `scope` after `cursor` (a sale list's, else 400) with their
+/// live numbers: the public list through the cache, the admin's from Postgres.
 pub(super) async fn page_of_cards(
     state: &AppState,
     cursor: Option<&str>,
     limit: Limit,
+    scope: ListScope,
 ) -> Result<Page<SaleCard>, AppError> {
     let after = cursor.map(SaleCursor::parse).transpose()?;
-    let page = crate::sale::load_page(state, after.as_ref(), limit).await?;
+    let page = match scope {
+        ListScope::Public => crate::sale::load_page(state, after.as_ref(), limit).await?,
+        _ => crate::sale::cached::admin_page(state, after.as_ref(), limit, scope).await?,
+    };
     Ok(page.map(SaleCard::from))
 }
 

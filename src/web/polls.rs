@@ -12,7 +12,7 @@ use super::pages::{cursor_param, load_nav};
 use super::view::{self, Nav, OptionResult, PollCard};
 use crate::domain::PollId;
 use crate::error::AppError;
-use crate::paging::{Limit, Page};
+use crate::paging::{Limit, ListScope, Page};
 use crate::state::AppState;
 use crate::vote::store::{self, PollCursor, PollRecord, Results};
 
@@ -38,7 +38,14 @@ pub async fn index(
 ) -> Result<impl actix_web::Responder, PageError> {
     let (nav, _) = load_nav(&req, &state).await?;
     let cursor = cursor_param(&req);
-    match page_of_cards(&state, cursor.as_deref(), POLLS_PAGE_POLLS).await {
+    match page_of_cards(
+        &state,
+        cursor.as_deref(),
+        POLLS_PAGE_POLLS,
+        ListScope::Public,
+    )
+    .await
+    {
         Ok(page) => Ok(PollsPage {
             nav,
             polls: page.items,
@@ -55,6 +62,7 @@ pub(super) async fn page_of_cards(
     state: &AppState,
     cursor: Option<&str>,
     limit: Limit,
+    scope: ListScope,
 ) -> Result<Page<PollCard>, AppError> {
     let after = cursor.map(PollCursor::parse).transpose()?;
     let now = Utc::now();
@@ -64,7 +72,7 @@ pub(super) async fn page_of_cards(
         &state.keys,
         after.as_ref(),
         limit,
-        crate::paging::ListScope::Public,
+        scope,
     )
     .await?;
     Ok(page.map(|(poll, voters)| PollCard::new(poll, voters, now)))

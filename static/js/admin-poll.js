@@ -1,8 +1,11 @@
 // An admin's poll tallies.
 
-import { api } from "./api.js";
+import { api, messageOf } from "./api.js";
 import { field, setBadge, setText } from "./dom.js";
+import { focusFirstError, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
+import { retireButtons } from "./retire.js";
+import { toLocalInput } from "./time.js";
 
 /**
  * Live and settled tallies follow the poll without a reload: the page asks the
@@ -45,4 +48,62 @@ export function adminPollPage() {
   }
 
   pollWhileVisible(refresh, ADMIN_POLL_MS);
+  const base = `/api/admin/polls/${encodeURIComponent(pollId)}`;
+  const title = root.querySelector("h1");
+  retireButtons(root, base, "poll", () => title.textContent, "/admin#polls-heading");
+  editForm(base);
+}
+
+/** The edit form of a poll not open yet: only what changed is sent. */
+function editForm(base) {
+  const form = document.querySelector('form[data-form="edit-poll"]');
+  if (!form) return;
+  const message = field(document, "edit-message");
+  const f = form.elements;
+  for (const name of ["opens_at", "closes_at"]) {
+    const at = new Date(f[name].dataset.iso);
+    if (!Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
+  }
+  const initial = { question: f.question.value, options: f.options.value, opens_at: f.opens_at.value, closes_at: f.closes_at.value };
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const changed = {};
+    const errors = {};
+    if (f.question.value !== initial.question) changed.question = f.question.value.trim();
+    if (f.options.value !== initial.options) {
+      changed.options = f.options.value.split("\n").map((o) => o.trim()).filter(Boolean);
+    }
+    for (const name of ["opens_at", "closes_at"]) {
+      if (f[name].value === initial[name]) continue;
+      const at = new Date(f[name].value);
+      if (Number.isNaN(at.getTime())) errors[name] = "Pick a date and time.";
+      else changed[name] = at.toISOString();
+    }
+    if (changed.question === "") errors.question = "Ask a question.";
+    showFieldErrors(form, errors);
+    if (Object.keys(errors).length) {
+      say(message, "Check the fields marked above.", false);
+      focusFirstError(form);
+      return;
+    }
+    if (!Object.keys(changed).length) {
+      say(message, "Nothing changed.", true);
+      return;
+    }
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    const res = await api("PATCH", base, changed);
+    button.disabled = false;
+    if (res.ok) {
+      say(message, "Saved.", true);
+      setTimeout(() => location.reload(), 400);
+      return;
+    }
+    const where = { invalid_options: "options", invalid_text: "question", invalid_window: "closes_at" }[res.data.error];
+    if (where) {
+      showFieldErrors(form, { [where]: messageOf(res, "Check this field.") });
+      focusFirstError(form);
+    }
+    say(message, messageOf(res, "Could not save the changes."), false);
+  });
 }

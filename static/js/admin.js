@@ -6,6 +6,16 @@ import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./form
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { toLocalInput } from "./time.js";
+import {
+  IMAGE_HINT,
+  MAX_PAYMENT_WINDOW_S,
+  MAX_PER_USER,
+  MAX_PER_USER_HINT,
+  PAYMENT_WINDOW_HINT,
+  parsePrice,
+  parseUnits,
+  refusalOf,
+} from "./sale-form.js";
 import { adminPolls } from "./admin-polls.js";
 
 export function adminPage() {
@@ -22,17 +32,6 @@ export function adminPage() {
     form.elements.ends_at.value = toLocalInput(new Date(start.getTime() + 7 * 86400 * 1000));
   }
 
-  /** "19.99" -> 1999; null when it is not a price. */
-  function parsePrice(text) {
-    const m = /^\s*(\d{1,9})(?:[.,](\d{1,2}))?\s*$/.exec(text);
-    if (!m) return null;
-    return Number(m[1]) * 100 + Number((m[2] || "0").padEnd(2, "0"));
-  }
-
-  function parseUnits(text) {
-    return /^\s*\d{1,9}\s*$/.test(text) ? Number(text) : null;
-  }
-
   function rowOf(id) {
     return rows.querySelector(`tr[data-sale-id="${CSS.escape(String(id))}"]`);
   }
@@ -43,6 +42,7 @@ export function adminPage() {
     row.dataset.saleId = id;
     field(row, "name").href = `/sales/${encodeURIComponent(id)}`;
     field(row, "orders-link").href = `/admin/sales/${encodeURIComponent(id)}/orders`;
+    field(row, "manage-link").href = `/admin/sales/${encodeURIComponent(id)}`;
     setText(field(row, "id"), `#${id}`);
     const units = field(row, "units");
     units.id = `units-${id}`;
@@ -98,12 +98,6 @@ export function adminPage() {
     if (res.ok && Array.isArray(res.data)) showViews(res.data);
   }
 
-  const MAX_PAYMENT_WINDOW_S = 86400;
-  const PAYMENT_WINDOW_HINT = "Enter whole seconds from 0 (no payment step) to 86,400 (a day).";
-  const MAX_PER_USER = 100;
-  const MAX_PER_USER_HINT = "Enter a whole number from 1 to 100.";
-  const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
-
   /** Every problem of the form, in plain words, by field. */
   function validate() {
     const f = form.elements;
@@ -129,33 +123,6 @@ export function adminPage() {
     return errors;
   }
   revalidateOnInput(form, validate);
-
-  /** The API's refusal, in plain words under the field it is about. */
-  function refusalOf(res) {
-    const message = String(res.data.message || "");
-    switch (res.data.error) {
-      case "invalid_window":
-        if (message.includes("past")) return { ends_at: "The end is in the past: pick a later time." };
-        if (message.includes("at most")) return { ends_at: "A sale can last at most 366 days." };
-        return { ends_at: "The sale must end after it opens." };
-      case "invalid_text":
-        if (message.startsWith("description")) return { description: "The description can have at most 5,000 characters." };
-        return { name: "Give the sale a name of at most 200 characters." };
-      case "invalid_price":
-        return { price: "Enter a price from 0 up, like 499 or 19.99." };
-      case "invalid_image_url":
-        return { image_url: IMAGE_HINT };
-      case "invalid_payment_window":
-        return { payment_window_s: PAYMENT_WINDOW_HINT };
-      case "invalid_quantity":
-        return { max_per_user: MAX_PER_USER_HINT };
-      case "invalid_stock":
-      case "stock_too_large":
-        return { stock: "The stock can be 0 to 10,000,000 units." };
-      default:
-        return null;
-    }
-  }
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -1,7 +1,7 @@
 // Small DOM helpers shared by the pages. Text from the server goes in with
 // `textContent`, never as HTML.
 
-import { localTime } from "./time.js";
+import { localTime, utcTime } from "./time.js";
 
 /** The element of `root` marked `data-field="name"`. */
 export function field(root, name) {
@@ -17,7 +17,9 @@ export function setText(el, text) {
 export function showLocalTimes(root) {
   for (const el of root.querySelectorAll("time[data-local]")) {
     const at = new Date(el.dateTime);
-    if (!Number.isNaN(at.getTime())) setText(el, localTime(at, el.hasAttribute("data-seconds")));
+    if (Number.isNaN(at.getTime())) continue;
+    setText(el, localTime(at, el.hasAttribute("data-seconds")));
+    el.title = utcTime(at);
   }
 }
 
@@ -81,6 +83,7 @@ export function setTimes(root, times) {
     if (t.dateTime !== value) {
       t.dateTime = value;
       setText(t, localTime(new Date(value)));
+      t.title = utcTime(new Date(value));
     }
   }
 }

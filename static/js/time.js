@@ -1,17 +1,28 @@
 // Times and durations as the pages show them, and the server's clock.
 
-const shortDate = { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" };
+// With the zone's short name ("PST", "GMT+1"): a time without its zone is a guess.
+const shortDate = { month: "short", day: "numeric", hour: "numeric", minute: "2-digit", timeZoneName: "short" };
 const sameYear = new Intl.DateTimeFormat(undefined, shortDate);
 const otherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, year: "numeric" });
 
 const withSeconds = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit" });
 const withSecondsOtherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit", year: "numeric" });
 
-/** "Nov 22, 3:09 PM" in the visitor's time zone; the year only when not this one. */
+/** "Nov 22, 3:09 PM PST" in the visitor's time zone; the year only when not this one. */
 export function localTime(date, seconds = false) {
   const thisYear = date.getFullYear() === new Date().getFullYear();
   if (seconds) return (thisYear ? withSeconds : withSecondsOtherYear).format(date);
   return (thisYear ? sameYear : otherYear).format(date);
+}
+
+const utc = new Intl.DateTimeFormat("en-GB", {
+  year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
+  timeZone: "UTC", timeZoneName: "short",
+});
+
+/** "26 Nov 2026, 05:00:00 UTC": the same moment in UTC (shown on hover). */
+export function utcTime(date) {
+  return utc.format(date);
 }
 
 /** A `datetime-local` value: the date's wall time in the visitor's time zone. */

@@ -629,3 +629,79 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
         .collect();
     assert_eq!(actions, ["unarchive", "archive", "create"]);
 }
+
+#[tokio::test]
+async fn the_admin_pages_offer_the_edit_form_the_filters_and_the_history() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let shopper = app.user().await;
+    let upcoming = app.create_sale(&admin, 5, 3600, 7200).await;
+    let live = app.live_sale(&admin, 5).await;
+    let (status, _) = patch(&app, &admin, live, json!({"name": "Phone <b>X</b>"})).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let path = format!("/admin/sales/{upcoming}");
+    assert_eq!(
+        app.browse(&path, None).await.status(),
+        StatusCode::SEE_OTHER
+    );
+    app.html_status(&path, Some(&shopper), StatusCode::FORBIDDEN)
+        .await;
+    let page = app.html(&path, Some(&admin)).await;
+    assert!(page.contains(r#"data-form="edit-sale""#));
+    assert!(!page.contains(
+        r#"id="edit-price" name="price" inputmode="decimal" required value="199.00" disabled"#
+    ));
+    assert!(
+        page.contains(r#"data-action="delete""#),
+        "nobody bought: delete offered"
+    );
+    assert!(page.contains(r#"data-action="archive""#));
+
+    // Once open, the fixed fields are disabled, and the history escapes the words.
+    let page = app
+        .html(&format!("/admin/sales/{live}"), Some(&admin))
+        .await;
+    assert!(
+        page.contains(r#"value="199.00" disabled"#),
+        "the price is fixed once open"
+    );
+    assert!(
+        page.contains("Phone &#60;b&#62;X&#60;/b&#62;")
+            || page.contains("Phone &lt;b&gt;X&lt;/b&gt;")
+    );
+    assert!(!page.contains("<b>X</b>"));
+    assert!(page.contains("Edited"));
+    assert!(page.contains("Created"));
+
+    // The admin list's tabs.
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{live}/archive"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let all = app.html("/admin", Some(&admin)).await;
+    assert!(all.contains(r#"aria-current="page" data-filter="all""#));
+    assert!(all.contains(&format!(r#"href="/admin/sales/{upcoming}""#)));
+    assert!(!all.contains(&format!(r#"href="/admin/sales/{live}""#)));
+    let archived = app.html("/admin?sales=archived", Some(&admin)).await;
+    assert!(archived.contains(&format!(r#"href="/admin/sales/{live}""#)));
+    assert!(!archived.contains(&format!(r#"href="/admin/sales/{upcoming}""#)));
+    assert!(
+        archived.contains("filter=archived"),
+        "the table refreshes from the archived list"
+    );
+
+    // A poll not open yet offers its edit form.
+    let (poll, _) = app
+        .create_poll(&admin, "Colour?", &["Red", "Blue"], 3600, 7200)
+        .await;
+    let page = app
+        .html(&format!("/admin/polls/{poll}"), Some(&admin))
+        .await;
+    assert!(page.contains(r#"data-form="edit-poll""#));
+    assert!(page.contains("Red\nBlue"));
+    assert!(!page.contains("Redis") && !page.contains("Postgres"));
+}

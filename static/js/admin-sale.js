@@ -1,0 +1,91 @@
+// A sale's admin page: the edit form (only the fields that changed are sent, so a
+// sale that has opened accepts the form as long as its fixed fields are left
+// alone), archive, unarchive and delete.
+
+import { api, messageOf } from "./api.js";
+import { field } from "./dom.js";
+import { focusFirstError, say, showFieldErrors } from "./forms.js";
+import { retireButtons } from "./retire.js";
+import { toLocalInput } from "./time.js";
+import { IMAGE_HINT, MAX_PER_USER_HINT, PAYMENT_WINDOW_HINT, parsePrice, parseUnits, refusalOf } from "./sale-form.js";
+
+export function adminSalePage() {
+  const root = document.getElementById("admin-sale");
+  const id = encodeURIComponent(root.dataset.saleId);
+  const form = document.querySelector('form[data-form="edit-sale"]');
+  const editMessage = field(document, "edit-message");
+  const f = form.elements;
+
+  for (const name of ["starts_at", "ends_at"]) {
+    const at = new Date(f[name].dataset.iso);
+    if (!Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
+  }
+
+  /** The form's values as the API takes them; errors by field for the rest. */
+  function read() {
+    const errors = {};
+    const values = {
+      name: f.name.value.trim(),
+      description: f.description.value.trim(),
+      image_url: f.image_url.value.trim() || null,
+      price_cents: parsePrice(f.price.value),
+      max_per_user: parseUnits(f.max_per_user.value),
+      payment_window_s: parseUnits(f.payment_window_s.value),
+      requires_ticket: f.requires_ticket.checked,
+      rebuy_after_expiry: f.rebuy_after_expiry.checked,
+    };
+    if (!values.name) errors.name = "Give the sale a name.";
+    if (values.price_cents === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
+    if (values.image_url && !/^(https:\/\/[^\s/?#@]+|\/(?!\/))[^\s"'<>\\`]*$/.test(values.image_url)) errors.image_url = IMAGE_HINT;
+    if (values.max_per_user === null || values.max_per_user < 1 || values.max_per_user > 100) errors.max_per_user = MAX_PER_USER_HINT;
+    if (values.payment_window_s === null || values.payment_window_s > 86400) errors.payment_window_s = PAYMENT_WINDOW_HINT;
+    for (const [name, words] of [["starts_at", "opens"], ["ends_at", "ends"]]) {
+      const at = new Date(f[name].value);
+      if (Number.isNaN(at.getTime())) errors[name] = `Pick when the sale ${words}.`;
+      // Minutes as the form shows them: unchanged unless the admin changed them.
+      else values[name] = f[name].value === toLocalInput(new Date(f[name].dataset.iso)) ? f[name].dataset.iso : at.toISOString();
+    }
+    return { values, errors };
+  }
+
+  const initial = read().values;
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const { values, errors } = read();
+    showFieldErrors(form, errors);
+    if (Object.keys(errors).length) {
+      say(editMessage, "Check the fields marked above.", false);
+      focusFirstError(form);
+      return;
+    }
+    const changed = {};
+    for (const [name, value] of Object.entries(values)) {
+      if (value !== initial[name]) changed[name] = value;
+    }
+    if (!Object.keys(changed).length) {
+      say(editMessage, "Nothing changed.", true);
+      return;
+    }
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    const res = await api("PATCH", `/api/admin/sales/${id}`, changed);
+    button.disabled = false;
+    if (res.ok) {
+      say(editMessage, "Saved. The shop's pages show the change within a second.", true);
+      // The page's facts and history follow from the server.
+      setTimeout(() => location.reload(), 600);
+      return;
+    }
+    const refusal = refusalOf(res);
+    if (refusal) {
+      showFieldErrors(form, refusal);
+      focusFirstError(form);
+      say(editMessage, "Check the fields marked above.", false);
+    } else {
+      say(editMessage, messageOf(res, "Could not save the changes."), false);
+    }
+  });
+
+  retireButtons(root, `/api/admin/sales/${id}`, "sale", () => f.name.defaultValue, "/admin#sales-heading");
+}
