@@ -37,6 +37,7 @@ export function salePage() {
     // Only on a sale of more than one per customer.
     quantity: field(root, "quantity"),
     buyRow: field(root, "buy-row"),
+    heldNote: field(root, "held-note"),
   };
   // Most units per buyer; 1: no quantity is shown or sent.
   const maxPerUser = Number(d.maxPerUser) || 1;
@@ -68,9 +69,22 @@ export function salePage() {
     return status;
   }
 
+  /**
+   * What this buyer holds of a sale of more than one per customer, in words that
+   * follow the sale: "buy more" only while it sells.
+   */
+  function heldText(status) {
+    if (state.held <= 0) return "";
+    const more = maxPerUser - state.held;
+    const have = `You have ${state.held} from this sale`;
+    if (status !== "live" && status !== "upcoming") return `${have}.`;
+    if (more <= 0) return `${have}, the most one customer may buy.`;
+    return `${have}. You may buy ${more} more.`;
+  }
+
   function buttonLabel(status, waitMs) {
     if (state.busy) return "Placing order…";
-    if (state.bought) return "Purchased";
+    if (state.bought) return maxPerUser > 1 && state.held > 0 ? `You have ${state.held}` : "Purchased";
     if (waitMs > 0) return retryLabel(waitMs);
     switch (status) {
       case "upcoming":
@@ -141,6 +155,11 @@ export function salePage() {
       limitQuantities();
     }
     setText(el.buy, buttonLabel(status, waitMs));
+    if (el.heldNote) {
+      const text = heldText(status);
+      el.heldNote.hidden = !text;
+      setText(el.heldNote, text);
+    }
     followRateLimit(state, waitMs, el.outcome, show);
   }
 
@@ -174,7 +193,12 @@ export function salePage() {
     render();
   }
 
-  async function followOrder(orderId) {
+  /** "the unit goes", "its 2 units go". */
+  function unitsGo(quantity) {
+    return quantity > 1 ? `its ${quantity} units go` : "the unit goes";
+  }
+
+  async function followOrder(orderId, quantity) {
     if (state.following) return;
     state.following = true;
     const started = Date.now();
@@ -187,7 +211,7 @@ export function salePage() {
       if (res.ok && res.data.status === "confirmed") {
         const payBy = new Date(res.data.pay_by);
         if (res.data.payment === "awaiting_payment" && !Number.isNaN(payBy.getTime())) {
-          show("success", `Order confirmed — pay by ${localTime(payBy, true)} on My orders.`, "Not paid by then, the unit goes back on sale.", PAY_ON_MY_ORDERS);
+          show("success", `Order confirmed — pay by ${localTime(payBy, true)} on My orders.`, `Not paid by then, ${unitsGo(quantity)} back on sale.`, PAY_ON_MY_ORDERS);
         } else {
           show("success", "Order confirmed. Thank you!", "", MY_ORDERS);
         }
@@ -238,7 +262,7 @@ export function salePage() {
         } else {
           show("pending", `${placed}, pending confirmation.`, "We are confirming your order…");
         }
-        followOrder(res.data.order_id);
+        followOrder(res.data.order_id, quantity);
         break;
       case 409:
         if (code === "already_bought") {
@@ -278,11 +302,9 @@ export function salePage() {
   }
 
   el.buy.addEventListener("click", buy);
-  if (state.bought) {
+  // A sale of more than one per customer says what the buyer holds under Buy.
+  if (state.bought && maxPerUser <= 1) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);
-  } else if (state.held > 0) {
-    const more = maxPerUser - state.held;
-    show("info", `You have ${state.held} from this sale.`, `You may buy ${more} more.`, MY_ORDERS);
   }
   render();
   setInterval(render, 250);

@@ -705,3 +705,31 @@ async fn the_admin_pages_offer_the_edit_form_the_filters_and_the_history() {
     assert!(page.contains("Red\nBlue"));
     assert!(!page.contains("Redis") && !page.contains("Postgres"));
 }
+
+#[tokio::test]
+async fn the_sale_page_says_what_a_buyer_holds() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let sale = app
+        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let page = app.html(&format!("/sales/{sale}"), Some(&buyer)).await;
+    assert!(
+        page.contains(r#"data-field="held-note" hidden></p>"#),
+        "nothing held yet"
+    );
+    let resp = app
+        .post_json(
+            &format!("/api/sales/{sale}/purchase"),
+            Some(&buyer.token),
+            &json!({"quantity": 2}),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let page = app.html(&format!("/sales/{sale}"), Some(&buyer)).await;
+    assert!(page.contains(r#"data-held="2""#));
+    assert!(page.contains("You have 2 from this sale."), "{page}");
+}
