@@ -438,7 +438,9 @@ try {
     const after = await stockOf();
     check(after === before - 2, `buying 2 takes two units (${before} -> ${after}) ${at}`);
     const button = page.locator('[data-action="buy"]');
-    check((await button.innerText()) === "Purchased" && (await button.isDisabled()) && (await quantity.isDisabled()), `with 2 of 2 held the page offers no more ${at}`);
+    check((await button.innerText()) === "You have 2" && (await button.isDisabled()) && (await quantity.isDisabled()), `with 2 of 2 held the page offers no more ${at}`);
+    const held = await page.locator('[data-field="held-note"]').innerText();
+    check(held === "You have 2 from this sale, the most one customer may buy.", `the page says what the buyer holds (${held}) ${at}`);
     await outcome.filter({ hasText: "Order confirmed" }).waitFor({ timeout: 20000 });
     await inspect(page, "sale-quantity-bought");
 
@@ -719,6 +721,45 @@ try {
     await page.locator('[data-field="settled-voters"]').filter({ hasText: /^1$/ }).waitFor({ timeout: 5000 });
     check((await coffee.locator('[data-field="unsettled"]').innerText()) === "0", `the settled count follows too ${at}`);
     await inspect(page, "admin-poll");
+    await page.context().close();
+  }
+
+  // ---- a sale's whole life: the edit form, archive and the admin's tabs ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const page = await newPage(viewport, admin);
+    const name = `E2E pages ${runId}: to edit (${size})`;
+    const id = await createSale(admin, name, 5, 60, 180);
+    await goto(page, `/admin/sales/${id}`);
+    check(!(await page.getByLabel("Price", { exact: true }).isDisabled()), `before the opening the price can change ${at}`);
+    await page.getByLabel("Name", { exact: true }).fill(`${name}, renamed`);
+    await page.getByLabel("Price", { exact: true }).fill("12.50");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page.locator('[data-field="history"]').getByText("Edited").waitFor({ timeout: 8000 });
+    const edited = await call("GET", `/api/sales/${id}`);
+    check(
+      edited.data.name === `${name}, renamed` && edited.data.price_cents === 1250,
+      `the form edits the sale (${edited.data.name}, ${edited.data.price_cents}) ${at}`,
+    );
+    check(await page.locator('[data-field="history"]').getByText("price_cents: 129900 → 1250").isVisible(), `the history shows the price before and after ${at}`);
+    await inspect(page, "admin-sale-edit");
+
+    await page.getByRole("button", { name: "Archive" }).click();
+    await page.getByRole("button", { name: "Put back on the shop" }).waitFor({ timeout: 8000 });
+    const listed = await call("GET", "/api/sales?limit=200");
+    check(!listed.data.some((s) => s.id === id), `an archived sale is off the public list ${at}`);
+    await goto(page, "/admin?sales=archived#sales-heading");
+    check(await page.locator(`tr[data-sale-id="${id}"]`).isVisible(), `the Archived tab lists it ${at}`);
+    check((await page.getByRole("navigation", { name: "Which sales" }).getByRole("link", { name: "Archived" }).getAttribute("aria-current")) === "page", `the Archived tab is marked current ${at}`);
+    await inspect(page, "admin-archived");
+    await goto(page, "/admin#sales-heading");
+    check(!(await page.locator(`tr[data-sale-id="${id}"]`).count()), `the All tab leaves it out ${at}`);
+
+    // An open sale: what buyers were promised is fixed.
+    await goto(page, `/admin/sales/${liveSale}`);
+    check(await page.getByLabel("Price", { exact: true }).isDisabled(), `once open the price is fixed ${at}`);
+    check(!(await page.getByLabel("Name", { exact: true }).isDisabled()), `once open the name can still change ${at}`);
+    await inspect(page, "admin-sale-open");
     await page.context().close();
   }
 } catch (err) {
