@@ -28,6 +28,7 @@ mod purchase;
     buyer::events,
     orders::order_status,
     orders::pay,
+    orders::cancel,
     buyer::my_orders,
     admin::admin_create,
     admin::admin_list,
@@ -36,7 +37,8 @@ mod purchase;
     admin::admin_close,
     admin::admin_orders,
     admin::admin_reconcile,
-    admin::admin_repair
+    admin::admin_repair,
+    orders::admin_cancel
 ))]
 pub(crate) struct Api;
 
@@ -49,6 +51,7 @@ super::routes! {
     get "/sales/{id}/events" => buyer::events,
     get "/orders/{id}" => orders::order_status,
     post "/orders/{id}/pay" => orders::pay,
+    post "/orders/{id}/cancel" => orders::cancel,
     get "/me/orders" => buyer::my_orders,
     post "/admin/sales" => admin::admin_create,
     get "/admin/sales" => admin::admin_list,
@@ -58,6 +61,7 @@ super::routes! {
     get "/admin/sales/{id}/orders" => admin::admin_orders,
     get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => admin::admin_repair,
+    post "/admin/orders/{id}/cancel" => orders::admin_cancel,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).
