@@ -666,3 +666,71 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
     assert_eq!(stock_total(&app, sale).await, 200 + returned);
     assert_arithmetic(&app, &admin, sale, "after the race").await;
 }
+
+/// The buttons: My orders offers "Cancel order" on an unpaid order only; the
+/// admin's orders page offers "Cancel" on an unpaid order and "Cancel and refund"
+/// on a paid one, and none on a cancelled one, which shows its badge.
+#[tokio::test]
+async fn pages_offer_cancel_where_it_is_allowed_and_show_the_new_state() {
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
+    let admin = app.admin().await;
+    let sale = payment_sale(&app, &admin, 5, 600, false).await;
+    let users = app.create_users(3, false).await;
+    let orders = buy_all(&app, sale, &users).await;
+    assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
+    assert_eq!(
+        pay(&app, &users[1], orders[&users[1].id], "p")
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    let row_of = |body: &str, order: Uuid| -> String {
+        let start = body
+            .find(&format!(r#"data-order-id="{order}""#))
+            .unwrap_or_else(|| panic!("row of {order}"));
+        let rest = &body[start..];
+        rest[..rest.find("</tr>").unwrap()].to_string()
+    };
+
+    let mine = app.html("/me/orders", Some(&users[0])).await;
+    assert!(row_of(&mine, orders[&users[0].id]).contains(r#"data-action="cancel""#));
+    let paid = app.html("/me/orders", Some(&users[1])).await;
+    assert!(!row_of(&paid, orders[&users[1].id]).contains(r#"data-action="cancel""#));
+
+    let path = format!("/admin/sales/{sale}/orders");
+    let page = app.html(&path, Some(&admin)).await;
+    let unpaid_row = row_of(&page, orders[&users[0].id]);
+    assert!(unpaid_row.contains(r#"data-action="cancel""#) && !unpaid_row.contains("refund"));
+    assert!(row_of(&page, orders[&users[1].id]).contains("Cancel and refund"));
+
+    ok_json(
+        cancel(
+            &app,
+            Some(&users[0].token),
+            false,
+            &orders[&users[0].id].to_string(),
+            None,
+        )
+        .await,
+    )
+    .await;
+    ok_json(
+        cancel(
+            &app,
+            Some(&admin.token),
+            true,
+            &orders[&users[1].id].to_string(),
+            None,
+        )
+        .await,
+    )
+    .await;
+    let mine = app.html("/me/orders", Some(&users[0])).await;
+    let row = row_of(&mine, orders[&users[0].id]);
+    assert!(row.contains("Cancelled") && !row.contains(r#"data-action="cancel""#));
+    let page = app.html(&path, Some(&admin)).await;
+    let row = row_of(&page, orders[&users[1].id]);
+    assert!(row.contains("Refunded") && !row.contains(r#"data-action="cancel""#));
+    let row = row_of(&page, orders[&users[0].id]);
+    assert!(row.contains("Cancelled") && !row.contains(r#"data-action="cancel""#));
+}
