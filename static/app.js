@@ -12,6 +12,7 @@
 import { api } from "./js/api.js";
 import { showLocalTimes } from "./js/dom.js";
 import { adminPage } from "./js/admin.js";
+import { adminOrdersPage } from "./js/admin-orders.js";
 import { adminPollPage } from "./js/admin-poll.js";
 import { adminSalePage } from "./js/admin-sale.js";
 import { authPage } from "./js/auth.js";
@@ -41,6 +42,7 @@ const pages = {
   signup: authPage,
   orders: ordersPage,
   admin: adminPage,
+  "admin-orders": adminOrdersPage,
   "admin-poll": adminPollPage,
   "admin-sale": adminSalePage,
 };

@@ -65,6 +65,9 @@ counters! {
     rate_limited: "Requests refused by a rate limit.",
     settled_rows: "Orders and votes written to Postgres by this process's settlement worker.",
     settle_errors: "Settlement steps that failed and will be retried.",
+    order_cancels_buyer: "Orders cancelled by their buyer (units returned).",
+    order_cancels_admin: "Orders cancelled or refunded by an admin (units returned).",
+    order_cancels_refused: "Cancels refused as not_cancellable (already cancelled, expired, or paid for a buyer).",
     settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user): Redis and Postgres disagree.",
 }
 

@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod buy;
 pub mod cached;
+pub mod cancel;
 pub mod lifecycle;
 pub mod orders;
 pub mod payment;

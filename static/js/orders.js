@@ -1,5 +1,6 @@
 // My orders: while one is pending, the page looks again. An order awaiting
-// payment counts down to its deadline and has a Pay button.
+// payment counts down to its deadline and has a Pay button; an unpaid order has a
+// Cancel order button.
 
 import { api, messageOf, retryAfterSeconds } from "./api.js";
 import { field, setText, showOutcome } from "./dom.js";
@@ -57,6 +58,17 @@ function forgetKey(orderId) {
   sessionStorage.removeItem(`pay-key:${orderId}`);
 }
 
+/** The Idempotency-Key of this order's cancel: a retry is the same cancel (answered 200 again). */
+function cancelKey(orderId) {
+  const name = `cancel-key:${orderId}`;
+  let key = sessionStorage.getItem(name);
+  if (!key) {
+    key = newKey();
+    sessionStorage.setItem(name, key);
+  }
+  return key;
+}
+
 /** A random UUID; `crypto.randomUUID` exists only on https and localhost pages. */
 function newKey() {
   if (crypto.randomUUID) return crypto.randomUUID();
@@ -65,10 +77,10 @@ function newKey() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** POST /pay; an order accepted moments ago (`order_settling`) is asked again when the answer says. */
-async function sendPayment(orderId, key) {
+/** POST /pay or /cancel; an order accepted moments ago (`order_settling`) is asked again when the answer says. */
+async function sendPayment(orderId, key, action = "pay") {
   for (let tries = 1; ; tries++) {
-    const res = await api("POST", `/api/orders/${encodeURIComponent(orderId)}/pay`, undefined, { "Idempotency-Key": key });
+    const res = await api("POST", `/api/orders/${encodeURIComponent(orderId)}/${action}`, undefined, { "Idempotency-Key": key });
     if (res.status !== 503 || res.data.error !== "order_settling" || tries >= SETTLING_TRIES) return res;
     await sleep(retryAfterSeconds(res) * 1000);
   }
@@ -173,6 +185,48 @@ function setUpPayments(root) {
     else if (!document.activeElement || document.activeElement === document.body) button.focus();
   }
 
+  async function cancel(row, button) {
+    if (row.dataset.paying) return;
+    const orderId = row.dataset.orderId;
+    const name = nameOf(row);
+    if (!window.confirm(`Cancel your order of “${name}”? ${wentBack(row)[0].toUpperCase()}${wentBack(row).slice(1).replace("went", "goes")}.`)) return;
+    const label = field(button, "cancel-label");
+    row.dataset.paying = "true";
+    inFlight += 1;
+    button.disabled = true;
+    setText(label, "Cancelling…");
+    const res = await sendPayment(orderId, cancelKey(orderId), "cancel");
+    inFlight -= 1;
+    delete row.dataset.paying;
+    button.disabled = false;
+    setText(label, "Cancel order");
+    switch (res.status) {
+      case 200: {
+        const shown = showState(row, "cancelled");
+        setText(shown.box.querySelector(".pay-note"), `${wentBack(row)[0].toUpperCase()}${wentBack(row).slice(1)}.`);
+        answer("success", `Your order of “${name}” is cancelled.`);
+        break;
+      }
+      case 409:
+        answer("info", `The order of “${name}” cannot be cancelled now.`, messageOf(res, "Reload the page to see it as it is now."));
+        break;
+      case 0:
+        answer("error", `Cancel of “${name}” not sent.`, messageOf(res, "Check your connection and try again."));
+        break;
+      case 401:
+      case 403:
+        answer("warning", "Please sign in again to cancel.", "Your session has ended or is out of date.", { href: "/signin?next=%2Fme%2Forders", text: "Sign in" });
+        break;
+      case 404:
+        answer("error", `The order of “${name}” was not found.`, "Reload the page to see your orders as they are now.");
+        break;
+      default:
+        answer("error", `Cancel of “${name}” failed.`, messageOf(res, "Please try again in a moment."));
+    }
+    if (!button.isConnected) presentAnswer(outcome);
+    else if (!document.activeElement || document.activeElement === document.body) button.focus();
+  }
+
   /** Counts each deadline down; at zero the order shows expired, as the server will. */
   function tick() {
     const now = Date.now() + offset;
@@ -193,6 +247,8 @@ function setUpPayments(root) {
   root.addEventListener("click", (event) => {
     const button = event.target.closest('button[data-action="pay"]');
     if (button && !button.disabled) pay(button.closest("tr"), button);
+    const cancelButton = event.target.closest('button[data-action="cancel"]');
+    if (cancelButton && !cancelButton.disabled) cancel(cancelButton.closest("tr"), cancelButton);
   });
   tick();
   setInterval(tick, 250);

@@ -7,6 +7,7 @@ mod auth;
 mod bad_input;
 mod batch;
 mod cache;
+mod cancel;
 mod client_limits;
 mod health;
 mod helpers;

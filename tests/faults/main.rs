@@ -12,6 +12,7 @@ mod storm;
 
 mod aof_loss;
 mod app_kill;
+mod cancel_kill;
 mod cluster_failover;
 mod limit_state;
 mod live_streams;

@@ -30,6 +30,7 @@ mod purchase;
     buyer::events,
     orders::order_status,
     orders::pay,
+    orders::cancel,
     buyer::my_orders,
     admin::admin_create,
     admin::admin_list,
@@ -43,7 +44,8 @@ mod purchase;
     lifecycle::admin_archive,
     lifecycle::admin_unarchive,
     lifecycle::admin_delete,
-    lifecycle::admin_history
+    lifecycle::admin_history,
+    orders::admin_cancel
 ))]
 pub(crate) struct Api;
 
@@ -56,6 +58,7 @@ super::routes! {
     get "/sales/{id}/events" => buyer::events,
     get "/orders/{id}" => orders::order_status,
     post "/orders/{id}/pay" => orders::pay,
+    post "/orders/{id}/cancel" => orders::cancel,
     get "/me/orders" => buyer::my_orders,
     post "/admin/sales" => admin::admin_create,
     get "/admin/sales" => admin::admin_list,
@@ -70,6 +73,7 @@ super::routes! {
     post "/admin/sales/{id}/archive" => lifecycle::admin_archive,
     post "/admin/sales/{id}/unarchive" => lifecycle::admin_unarchive,
     get "/admin/sales/{id}/history" => lifecycle::admin_history,
+    post "/admin/orders/{id}/cancel" => orders::admin_cancel,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).

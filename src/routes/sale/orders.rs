@@ -6,8 +6,10 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::auth::AuthUser;
+use crate::auth::{AdminUser, AuthUser};
 use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::metrics::Metrics;
+use crate::sale::cancel::{self, By};
 use crate::sale::{orders, payment, pending};
 use crate::state::AppState;
 
@@ -135,6 +137,112 @@ pub(super) async fn pay(
             // pending hash until the settlement worker writes it.
             let owner = pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await?;
             if owner.is_some_and(|(_, owner)| owner == user.id.get()) {
+                return Err(AppError::new(
+                    ErrorCode::OrderSettling,
+                    "the order was accepted moments ago and is not confirmed yet: retry in a second",
+                )
+                .with_header(header::RETRY_AFTER, "1"));
+            }
+            Err(AppError::not_found("no such order"))
+        }
+    }
+}
+
+/// Cancels the caller's own order while it is unpaid (`accepted` on a sale with no
+/// payment step, or `awaiting_payment`): it turns `cancelled` and its units go back
+/// on sale, exactly once. A retry with the same `Idempotency-Key` answers the same
+/// (with `Idempotent-Replayed: true`).
+#[utoipa::path(post, path = "/api/orders/{id}/cancel", tag = "sales",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The order id (a UUID)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Optional: any unique string; a retry with it answers the same instead of 409"),
+    ),
+    security(("bearer" = [])), responses(
+    (status = 200, description = "Cancelled: its units went back on sale", body = cancel::Cancelled),
+    (status = 400, description = "`invalid_id`, `invalid_idempotency_key`", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such order of the caller", body = ErrorBody<'static>),
+    (status = 409, description = "`not_cancellable`: already cancelled, expired, or paid (an admin refunds a paid order)", body = ErrorBody<'static>),
+    (status = 503, description = "`order_settling`: accepted moments ago, not yet in Postgres", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+pub(super) async fn cancel(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    cancel_as(&state, By::Buyer(user.id), &path, &req).await
+}
+
+/// Cancels any order not yet cancelled, refunded or expired: an `accepted` or
+/// `awaiting_payment` one turns `cancelled`, a `paid` one `refunded` (its payment
+/// is refunded); its units go back on sale, exactly once. Recorded in the sale's
+/// history. A retry with the same `Idempotency-Key` answers the same (with
+/// `Idempotent-Replayed: true`).
+#[utoipa::path(post, path = "/api/admin/orders/{id}/cancel", tag = "admin",
+    params(
+        ("id" = uuid::Uuid, Path, description = "The order id (a UUID)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "Optional: any unique string; a retry with it answers the same instead of 409"),
+    ),
+    security(("bearer" = [])), responses(
+    (status = 200, description = "Cancelled (or refunded): its units went back on sale", body = cancel::Cancelled),
+    (status = 400, description = "`invalid_id`, `invalid_idempotency_key`", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such order", body = ErrorBody<'static>),
+    (status = 409, description = "`not_cancellable`: already cancelled or refunded, or expired", body = ErrorBody<'static>),
+    (status = 503, description = "`order_settling`: accepted moments ago, not yet in Postgres", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+pub(super) async fn admin_cancel(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+    req: HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    cancel_as(&state, By::Admin(admin.id), &path, &req).await
+}
+
+async fn cancel_as(
+    state: &web::Data<AppState>,
+    by: By,
+    raw_id: &str,
+    req: &HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    let order_id = parse_order_id(raw_id)?;
+    let key = match req.headers().get("idempotency-key") {
+        Some(v) => Some(payment::parse_key(Some(v.to_str().unwrap_or("\u{0}")))?),
+        None => None,
+    };
+    let counter = match by {
+        By::Buyer(_) => &state.metrics.order_cancels_buyer,
+        By::Admin(_) => &state.metrics.order_cancels_admin,
+    };
+    let outcome = cancel::cancel(state.get_ref(), by, order_id, key).await;
+    if matches!(&outcome, Err(e) if e.error_code() == ErrorCode::NotCancellable) {
+        Metrics::inc(&state.metrics.order_cancels_refused);
+    }
+    match outcome? {
+        cancel::Outcome::Done { answer, replayed } => {
+            if !replayed {
+                Metrics::inc(counter);
+                tracing::info!(order = %order_id, by = ?by, status = answer.status.as_str(),
+                    units = answer.units_returned, "order cancelled; units returned");
+            }
+            let mut reply = HttpResponse::Ok();
+            reply.insert_header((header::CACHE_CONTROL, "no-store"));
+            if replayed {
+                reply.insert_header(("Idempotent-Replayed", "true"));
+            }
+            Ok(reply.json(answer))
+        }
+        cancel::Outcome::NotFound => {
+            // Not in Postgres yet: an order accepted moments ago is in its sale's
+            // pending hash until the settlement worker writes it.
+            let owner = pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await?;
+            let visible = match by {
+                By::Buyer(user) => owner.is_some_and(|(_, owner)| owner == user.get()),
+                By::Admin(_) => owner.is_some(),
+            };
+            if visible {
                 return Err(AppError::new(
                     ErrorCode::OrderSettling,
                     "the order was accepted moments ago and is not confirmed yet: retry in a second",

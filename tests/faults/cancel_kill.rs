@@ -1,0 +1,302 @@
+//! Scenario: a stream of cancels (buyers' and admins', refunds among them) over
+//! two servers, one of which is SIGKILLed in the middle of it and restarted. Every
+//! cancel is retried under its `Idempotency-Key` until answered (a retry of a
+//! cancel that committed before the kill is replayed, never refused). Afterwards,
+//! once the sweep has finished any return a killed request left pending: every
+//! cancelled order's units came back exactly once, none lost, in both stores, and
+//! no answer was a 5xx other than a 503 with `Retry-After`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream;
+use serde_json::Value;
+use stampede::domain::Id;
+use uuid::Uuid;
+
+use crate::harness::{Options, Stack, User};
+use crate::invariants::{final_answers, reconcile};
+use crate::storm::{self, Op, Record, Work};
+
+const UNITS: i64 = 300;
+/// Of each sale's 300 orders, these are cancelled (the others stay live).
+const CANCELLED: i64 = 200;
+/// Cancels answered before server #0 is killed.
+const KILL_AFTER: usize = 120;
+
+fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
+    records
+        .iter()
+        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
+        .filter_map(|r| Some((r.user, r.order_id()?)))
+        .collect()
+}
+
+/// POSTs until decided: no answer, or a 503 (which must carry `Retry-After` and a
+/// code), is sent again under the same key, to whichever server is up. Any other
+/// 5xx fails the test. Returns the status and the body.
+async fn post_until_decided(
+    stack: &Stack,
+    path: &str,
+    token: &str,
+    key: &str,
+    unavailable: &AtomicUsize,
+) -> (u16, Value) {
+    for attempt in 0..100 {
+        let bases = stack.live_bases();
+        let base = &bases[attempt % bases.len().max(1)];
+        let resp = stack
+            .http
+            .post(format!("{base}{path}"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", key)
+            .send()
+            .await;
+        let Ok(resp) = resp else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        if status == 503 {
+            assert!(
+                retry_after && body["error"].is_string(),
+                "a 503 to {path} without Retry-After or error code: {body}"
+            );
+            unavailable.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        assert!(status < 500, "{path}: {status} {body}");
+        return (status, body);
+    }
+    panic!("{path} undecided after 100 tries");
+}
+
+async fn redis_int(stack: &Stack, key: String) -> i64 {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async::<Option<i64>>(&mut stack.redis().await)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+async fn buyers(stack: &Stack, sale: i64) -> i64 {
+    redis::cmd("SCARD")
+        .arg(stack.keys.sale(Id::new(sale).unwrap()).buyers)
+        .query_async(&mut stack.redis().await)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
+    let mut stack = Stack::start(
+        "cancel-kill",
+        Options {
+            servers: 2,
+            extra: vec![("STAMPEDE_EXPIRE_MS", "200"), ("STAMPEDE_SWEEP_MS", "200")],
+            ..Options::default()
+        },
+    )
+    .await;
+    let keep = stack.create_payment_sale(UNITS, 600, false).await;
+    let rebuy = stack.create_payment_sale(UNITS, 600, true).await;
+    let users = stack.create_users(UNITS as usize, false).await;
+    let mut items: Vec<Work> = Vec::new();
+    for sale in [keep, rebuy] {
+        items.extend(users.iter().map(|u| Work {
+            user: u.id,
+            token: Arc::from(u.token.as_str()),
+            op: Op::Purchase { sale },
+            server: 0,
+        }));
+    }
+    storm::spread(&mut items, 2);
+    let bought = storm::run_together(&stack.http, stack.bases(), items, 32).await;
+    assert!(
+        final_answers(&bought).iter().all(|r| r.is_accepted()),
+        "every purchase 202"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let settled: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)")
+                .bind([keep, rebuy])
+                .fetch_one(&stack.db)
+                .await
+                .unwrap();
+        if settled == 2 * UNITS {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{settled} orders settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let unavailable = AtomicUsize::new(0);
+
+    // A third of the keep sale's buyers pay: their orders will be refunded.
+    let keep_orders = orders_of(&bought, keep);
+    let rebuy_orders = orders_of(&bought, rebuy);
+    let payers: Vec<&User> = users.iter().step_by(3).collect();
+    let paid = stream::iter(payers.iter().map(|u| {
+        let path = format!("/api/orders/{}/pay", keep_orders[&u.id]);
+        let unavailable = &unavailable;
+        let stack = &stack;
+        async move {
+            post_until_decided(stack, &path, &u.token, "pay", unavailable)
+                .await
+                .0
+        }
+    }))
+    .buffer_unordered(16)
+    .collect::<Vec<u16>>()
+    .await;
+    assert!(paid.iter().all(|s| *s == 200), "payments: {paid:?}");
+
+    // The cancels: the first 200 orders of each sale (by user), the buyer's own
+    // where it is unpaid and the user's index is even, else an admin's.
+    struct Cancel {
+        path: String,
+        token: String,
+        key: String,
+        refund: bool,
+    }
+    let mut cancels = Vec::new();
+    for (i, u) in users.iter().enumerate().take(CANCELLED as usize) {
+        for (sale_orders, is_keep) in [(&keep_orders, true), (&rebuy_orders, false)] {
+            let order = sale_orders[&u.id];
+            let refund = is_keep && i % 3 == 0;
+            let (path, token) = if i % 2 == 0 && !refund {
+                (format!("/api/orders/{order}/cancel"), u.token.clone())
+            } else {
+                (
+                    format!("/api/admin/orders/{order}/cancel"),
+                    stack.admin.token.clone(),
+                )
+            };
+            cancels.push(Cancel {
+                path,
+                token,
+                key: format!("cancel-{order}"),
+                refund,
+            });
+        }
+    }
+    let answered = AtomicUsize::new(0);
+    let started = Instant::now();
+    let stack_ref = &stack;
+    let firing = stream::iter(cancels.iter().map(|c| {
+        let (answered, unavailable) = (&answered, &unavailable);
+        async move {
+            let (status, body) =
+                post_until_decided(stack_ref, &c.path, &c.token, &c.key, unavailable).await;
+            answered.fetch_add(1, Ordering::Relaxed);
+            (status, body, c.refund)
+        }
+    }))
+    .buffer_unordered(8)
+    .collect::<Vec<_>>();
+    // Kill server #0 mid-stream (and bring it back) while the cancels keep going.
+    let killer = async {
+        while answered.load(Ordering::Relaxed) < KILL_AFTER {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (answered.load(Ordering::Relaxed), started.elapsed())
+    };
+    let (answers, (at, when)) = tokio::join!(firing, async {
+        let (at, when) = killer.await;
+        // `kill9` needs the stack mutably, which the stream holds shared: the
+        // same SIGKILL by pid (the child is reaped below).
+        let pid = stack_ref.servers[0].pid().expect("server #0 runs");
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        (at, when)
+    });
+    println!(
+        "server #0 killed after {at} cancels at {when:.1?}; {} answers, {} 503s",
+        answers.len(),
+        unavailable.load(Ordering::Relaxed)
+    );
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+    )
+    .bind([keep, rebuy])
+    .fetch_one(&stack.db)
+    .await
+    .unwrap();
+    println!("returns still pending after the stream: {pending}");
+    for (status, body, refund) in &answers {
+        assert_eq!(*status, 200, "{body}");
+        let want = if *refund { "refunded" } else { "cancelled" };
+        assert_eq!(body["status"], want, "{body}");
+        assert_eq!(body["units_returned"], 1, "{body}");
+    }
+    // A fresh server #0; its sweep (and the survivor's) finish what the kill left.
+    stack.servers[0].kill9();
+    stack.restart_server(0).await;
+    stack.wait_stock_changes_applied(&[keep, rebuy]).await;
+
+    for (sale, rebuy_after_expiry) in [(keep, false), (rebuy, true)] {
+        let statuses: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
+            "SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status",
+        )
+        .bind(sale)
+        .fetch_all(&stack.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+        let refunded = if rebuy_after_expiry { 0 } else { 67 };
+        let cancelled = CANCELLED - refunded;
+        assert_eq!(statuses.get("cancelled").copied().unwrap_or(0), cancelled);
+        assert_eq!(statuses.get("refunded").copied().unwrap_or(0), refunded);
+        let returns: (i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'applied'), COALESCE(sum(delta), 0)::int8
+             FROM stock_changes WHERE sale_id = $1 AND kind = 'return'",
+        )
+        .bind(sale)
+        .fetch_one(&stack.db)
+        .await
+        .unwrap();
+        let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
+            .bind(sale)
+            .fetch_one(&stack.db)
+            .await
+            .unwrap();
+        let k = stack.keys.sale(Id::new(sale).unwrap());
+        let left = redis_int(&stack, k.stock).await;
+        let buyers = buyers(&stack, sale).await;
+        let step = format!("sale {sale} (rebuy {rebuy_after_expiry})");
+        assert_eq!(
+            returns.0, CANCELLED,
+            "{step}: one return per cancelled order"
+        );
+        assert_eq!(returns.1, CANCELLED, "{step}: every return applied");
+        assert_eq!(left, CANCELLED, "{step}: every unit back once in Redis");
+        if rebuy_after_expiry {
+            assert_eq!(returns.2, 0, "{step}");
+            assert_eq!(total, UNITS, "{step}");
+            assert_eq!(buyers, UNITS - CANCELLED, "{step}");
+        } else {
+            assert_eq!(returns.2, CANCELLED, "{step}");
+            assert_eq!(total, UNITS + CANCELLED, "{step}");
+            assert_eq!(buyers, UNITS, "{step}");
+        }
+        assert_eq!(total, left + buyers, "{step}: stock_total = left + buyers");
+        let report = reconcile(&stack, sale).await.expect("a reconcile report");
+        assert_eq!(report["consistent"], true, "{step}: {report}");
+    }
+    let refunds: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM payments WHERE refunded_at IS NOT NULL AND http_status = 200",
+    )
+    .fetch_one(&stack.db)
+    .await
+    .unwrap();
+    assert_eq!(refunds, 67, "each refunded order's payment marked once");
+}
