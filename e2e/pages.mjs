@@ -762,6 +762,41 @@ try {
     await inspect(page, "admin-sale-open");
     await page.context().close();
   }
+
+  // ---- cancel: the buyer in My orders, the admin on a sale's orders ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const name = `E2E pages ${runId}: to cancel (${size})`;
+    const sale = await createSale(admin, name, 5, -1, 600, null, { payment_window_s: 600 });
+    const settled = async (token, orderId) =>
+      until(`order ${orderId} confirmed`, async () => (await call("GET", `/api/orders/${orderId}`, token)).data?.status === "confirmed", 15000);
+    const buyer = await signUpApi(`e2ep-${runId}-k-${size}`);
+    const bought = await buyApi(sale, buyer.token);
+    check(bought.status === 202, `the buyer's purchase is accepted (${bought.status}) ${at}`);
+    await settled(buyer.token, bought.data.order_id);
+    const page = await newPage(viewport, buyer);
+    await goto(page, "/me/orders");
+    const row = page.locator(`tr[data-order-id="${bought.data.order_id}"]`);
+    await row.getByRole("button", { name: /Cancel order/ }).click();
+    await row.locator(".badge", { hasText: "Cancelled" }).waitFor({ timeout: 8000 });
+    const left = (await call("GET", `/api/sales/${sale}`)).data.stock_left;
+    check(left === 5, `the buyer's cancel gives the unit back (${left} of 5 left) ${at}`);
+    await inspect(page, "orders-cancelled");
+    await page.context().close();
+
+    const other = await signUpApi(`e2ep-${runId}-l-${size}`);
+    const second = await buyApi(sale, other.token);
+    await settled(other.token, second.data.order_id);
+    const adminPage = await newPage(viewport, admin);
+    await goto(adminPage, `/admin/sales/${sale}/orders`);
+    const adminRow = adminPage.locator(`tr[data-order-id="${second.data.order_id}"]`);
+    await adminRow.getByRole("button", { name: /^Cancel/ }).click();
+    await adminRow.locator(".badge", { hasText: "Cancelled" }).waitFor({ timeout: 8000 });
+    await inspect(adminPage, "admin-orders-cancelled");
+    await goto(adminPage, `/admin/sales/${sale}`);
+    check(await adminPage.locator('[data-field="history"]').getByText("Order cancelled").isVisible(), `the sale's history shows the admin's cancel ${at}`);
+    await adminPage.context().close();
+  }
 } catch (err) {
   problems.push(`aborted: ${err.stack || err.message}`);
 } finally {
