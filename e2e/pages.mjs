@@ -730,6 +730,8 @@ try {
     const page = await newPage(viewport, admin);
     const name = `E2E pages ${runId}: to edit (${size})`;
     const id = await createSale(admin, name, 5, 60, 180);
+    const watcher = await newPage(viewport);
+    await goto(watcher, `/sales/${id}`);
     await goto(page, `/admin/sales/${id}`);
     check(!(await page.getByLabel("Price", { exact: true }).isDisabled()), `before the opening the price can change ${at}`);
     await page.getByLabel("Name", { exact: true }).fill(`${name}, renamed`);
@@ -742,6 +744,12 @@ try {
       `the form edits the sale (${edited.data.name}, ${edited.data.price_cents}) ${at}`,
     );
     check(await page.locator('[data-field="history"]').getByText("price_cents: 129900 → 1250").isVisible(), `the history shows the price before and after ${at}`);
+    // A shopper's open page shows the edit without a reload, within a second or so.
+    const savedAt = Date.now();
+    await watcher.locator('h1[data-field="name"]').filter({ hasText: "renamed" }).waitFor({ timeout: 5000 });
+    const price = await watcher.locator('[data-field="price"]').innerText();
+    check(price === "$12.50", `the open sale page shows the new name and price (${price}) ${Date.now() - savedAt} ms after the save was seen ${at}`);
+    await watcher.context().close();
     await inspect(page, "admin-sale-edit");
 
     await page.getByRole("button", { name: "Archive" }).click();

@@ -3,7 +3,7 @@
 import { api, messageOf } from "./api.js";
 import { field, setBadge, setText, showOutcome } from "./dom.js";
 import { liveOrPoll } from "./live.js";
-import { groupDigits } from "./numbers.js";
+import { formatPrice, groupDigits } from "./numbers.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
 import { clockOffset, formatDuration, localTime } from "./time.js";
 
@@ -38,6 +38,10 @@ export function salePage() {
     quantity: field(root, "quantity"),
     buyRow: field(root, "buy-row"),
     heldNote: field(root, "held-note"),
+    name: field(root, "name"),
+    price: field(root, "price"),
+    description: field(root, "description"),
+    picture: field(root, "picture"),
   };
   // Most units per buyer; 1: no quantity is shown or sent.
   const maxPerUser = Number(d.maxPerUser) || 1;
@@ -176,8 +180,27 @@ export function salePage() {
     showOutcome(el.outcome, kind, title, detail, link);
   }
 
+  /** An admin's edit reaches an open page with the next view (within a second). */
+  function applyWords(view) {
+    if (typeof view.name === "string" && el.name) {
+      setText(el.name, view.name);
+      document.title = `${view.name} · Stampede`;
+    }
+    if (typeof view.description === "string" && el.description) {
+      setText(el.description, view.description);
+      el.description.hidden = !view.description;
+    }
+    if (Number.isFinite(view.price_cents) && el.price) setText(el.price, formatPrice(view.price_cents));
+    if (el.picture && "image_url" in view) {
+      const src = view.image_url || "/static/products/placeholder.svg";
+      if (el.picture.getAttribute("src") !== src) el.picture.setAttribute("src", src);
+      el.picture.alt = view.image_url ? view.name || "" : "";
+    }
+  }
+
   function applyView(view) {
     if (!view || typeof view !== "object") return;
+    applyWords(view);
     if (typeof view.status === "string") state.status = view.status;
     if (Number.isFinite(view.stock_left)) state.left = Math.max(0, view.stock_left);
     if (Number.isFinite(view.stock_total)) state.total = Math.max(view.stock_total, state.left);
