@@ -61,23 +61,34 @@ async fn first_page_rows<S: CachedReads + ?Sized>(
         .cache()
         .get_or_rebuild(&state.keys().sales_list(), FIRST_PAGE_TTL, || async move {
             let at = paging::list_moment();
-            let rows = store::list_page(db, at, None, FIRST_PAGE_CACHED.with_one_more()).await?;
+            let rows =
+                store::list_page(db, at, None, FIRST_PAGE_CACHED.with_one_more(), false).await?;
             Ok(FirstPage { at, rows })
         })
         .await?;
     Ok((page.at, page.rows))
 }
 
-/// The records of one page of the list: the first page of up to
+/// Who a list is for: the public (no rehearsals) or an admin (every sale).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Audience {
+    Public,
+    Admin,
+}
+
+/// The records of one page of the list: the public first page of up to
 /// [`FIRST_PAGE_CACHED`] through the cache (the hot one: every home page and API
-/// client starts there), the others from Postgres.
+/// client starts there), the others (and every admin page, which holds the
+/// rehearsals too) from Postgres.
 pub async fn page_rows<S: CachedReads + ?Sized>(
     state: &S,
     after: Option<&SaleCursor>,
     limit: Limit,
+    audience: Audience,
 ) -> Result<Page<SaleRow>, AppError> {
+    let rehearsals = audience == Audience::Admin;
     let (at, rows) = match after {
-        None if limit.get() <= FIRST_PAGE_CACHED.get() => {
+        None if !rehearsals && limit.get() <= FIRST_PAGE_CACHED.get() => {
             let (at, mut rows) = first_page_rows(state).await?;
             rows.truncate(limit.as_usize() + 1);
             (at, rows)
@@ -86,12 +97,19 @@ pub async fn page_rows<S: CachedReads + ?Sized>(
             let at = paging::list_moment();
             (
                 at,
-                store::list_page(state.db(), at, None, limit.with_one_more()).await?,
+                store::list_page(state.db(), at, None, limit.with_one_more(), rehearsals).await?,
             )
         }
         Some(cursor) => (
             cursor.at,
-            store::list_page(state.db(), cursor.at, Some(cursor), limit.with_one_more()).await?,
+            store::list_page(
+                state.db(),
+                cursor.at,
+                Some(cursor),
+                limit.with_one_more(),
+                rehearsals,
+            )
+            .await?,
         ),
     };
     Ok(Page::from_rows(rows, limit, |last| {
@@ -114,13 +132,28 @@ pub async fn load_page<S: CachedReads + ?Sized>(
     state: &S,
     after: Option<&SaleCursor>,
     limit: Limit,
+    audience: Audience,
 ) -> Result<Page<store::SaleView>, AppError> {
-    let page = page_rows(state, after, limit).await?;
+    let page = page_rows(state, after, limit, audience).await?;
     let items = store::views(&mut state.redis().clone(), state.keys(), page.items).await?;
     Ok(Page {
         items,
         next: page.next,
     })
+}
+
+/// One sale as the public may see it: 404 for a rehearsal unless `admin` (the
+/// purchase, its ticket and the events read the record without this check, so a
+/// rehearsal still sells to the load tool).
+pub async fn load_public_view<S: CachedReads + ?Sized>(
+    state: &S,
+    id: SaleId,
+    admin: bool,
+) -> Result<store::SaleView, AppError> {
+    match find_view(state, id).await? {
+        Some(view) if admin || !view.sale.rehearsal => Ok(view),
+        _ => Err(AppError::not_found(format!("no sale with id {id}"))),
+    }
 }
 
 /// One sale: its cached record, live numbers; 404 when there is no such sale.

@@ -185,9 +185,10 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     reads: &S,
     user: UserId,
 ) -> Result<MyOrders, AppError> {
-    let sales = super::cached::load_page(reads, None, PENDING_SCAN)
-        .await?
-        .items;
+    let sales =
+        super::cached::load_page(reads, None, PENDING_SCAN, super::cached::Audience::Public)
+            .await?
+            .items;
     // Redis before Postgres: an order that settles in between shows as confirmed.
     let asked: Vec<(SaleId, i32)> = sales
         .iter()

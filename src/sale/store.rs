@@ -48,6 +48,11 @@ pub struct SaleRow {
     /// Most units one buyer may hold (a purchase may ask for several: `quantity`).
     /// Fixed at creation.
     pub max_per_user: i32,
+    /// A rehearsal (`stampede load`): fixed at creation, never on a public page or
+    /// list (only admins see it), removed with its orders by
+    /// [`super::rehearsal::cleanup`]. No serde default, like `requires_ticket`: a
+    /// view cached before rehearsals existed is rebuilt, never read as public.
+    pub rehearsal: bool,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -82,7 +87,7 @@ impl SaleView {
 macro_rules! sale_columns {
     () => {
         "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
-         payment_window_s, rebuy_after_expiry, max_per_user"
+         payment_window_s, rebuy_after_expiry, max_per_user, rehearsal"
     };
 }
 pub(crate) use sale_columns;
@@ -168,11 +173,15 @@ pub async fn list_sales(db: &PgPool, limit: i64) -> Result<Vec<SaleRow>, sqlx::E
 /// Keyset paging: a page reads the sales after the cursor's key, never an offset.
 /// The rank depends on the clock, so no index serves this order; sorting the whole
 /// table (thousands of rows) for a page costs about a millisecond.
+///
+/// Rehearsals are in it only when `rehearsals` (the admin's lists): a public list
+/// never holds one, filtered here, before the cache stores the first page.
 pub async fn list_page(
     db: &PgPool,
     at: DateTime<Utc>,
     after: Option<&SaleCursor>,
     limit: i64,
+    rehearsals: bool,
 ) -> Result<Vec<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(
         "SELECT ",
@@ -181,7 +190,7 @@ pub async fn list_page(
         sale_columns!(),
         ", CASE WHEN closed THEN 3 WHEN ends_at <= $1 THEN 2 WHEN starts_at > $1 THEN 1 ELSE 0 END
                   AS list_rank
-            FROM sales) s
+            FROM sales WHERE $6 OR NOT rehearsal) s
          WHERE $2::int2 IS NULL
             OR list_rank > $2
             OR (list_rank = $2 AND CASE WHEN $2 = 1
@@ -195,6 +204,7 @@ pub async fn list_page(
     .bind(after.map(|c| c.starts_at))
     .bind(after.map(|c| c.id))
     .bind(limit)
+    .bind(rehearsals)
     .fetch_all(db)
     .await
 }
@@ -284,6 +294,7 @@ pub struct NewSale {
     pub payment_window_s: i32,
     pub rebuy_after_expiry: bool,
     pub max_per_user: i32,
+    pub rehearsal: bool,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -297,8 +308,8 @@ pub async fn create_sale<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
-                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ",
+                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -312,6 +323,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
     .bind(new.max_per_user)
+    .bind(new.rehearsal)
     .fetch_one(&mut *tx)
     .await?;
     put_new_sale(redis, keys, &row).await?;
@@ -489,6 +501,7 @@ mod tests {
             payment_window_s: 0,
             rebuy_after_expiry: false,
             max_per_user: 1,
+            rehearsal: false,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
@@ -521,6 +534,7 @@ mod tests {
             payment_window_s: 0,
             rebuy_after_expiry: false,
             max_per_user: 1,
+            rehearsal: false,
         };
         // Sold out (stock 0) is open: only Redis knows stock.
         assert_eq!(list_rank(&row(now - minute, now + minute, false), now), 0);

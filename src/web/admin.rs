@@ -87,7 +87,7 @@ pub async fn page(
     let at = AdminCursors::of(&req);
     let (sales_at, polls_at) = (at.sales_cursor.as_deref(), at.polls_cursor.as_deref());
     match tokio::try_join!(
-        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS),
+        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sale::Audience::Admin),
         polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS)
     ) {
         Ok((sales, polls)) => Ok(Either::Left(AdminPage {

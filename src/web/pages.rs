@@ -10,7 +10,7 @@ use super::view::{self, Nav, OrderState, SaleCard};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::paging::{Limit, Page};
-use crate::sale::{SaleCursor, orders, pending};
+use crate::sale::{Audience, SaleCursor, orders, pending};
 use crate::state::AppState;
 
 #[derive(Template, WebTemplate)]
@@ -65,7 +65,7 @@ pub async fn index(
 
 /// One page of sale cards, as the API lists them.
 async fn load_cards(state: &AppState, cursor: Option<&str>) -> Result<Page<SaleCard>, AppError> {
-    page_of_cards(state, cursor, HOME_PAGE_SALES).await
+    page_of_cards(state, cursor, HOME_PAGE_SALES, Audience::Public).await
 }
 
 /// `limit` sales after `cursor` (a sale list's, else 400) with their live numbers.
@@ -73,9 +73,10 @@ pub(super) async fn page_of_cards(
     state: &AppState,
     cursor: Option<&str>,
     limit: Limit,
+    audience: Audience,
 ) -> Result<Page<SaleCard>, AppError> {
     let after = cursor.map(SaleCursor::parse).transpose()?;
-    let page = crate::sale::load_page(state, after.as_ref(), limit).await?;
+    let page = crate::sale::load_page(state, after.as_ref(), limit, audience).await?;
     Ok(page.map(SaleCard::from))
 }
 
@@ -124,7 +125,8 @@ pub async fn sale(
             "Sale addresses end in a number, like /sales/1.",
         ));
     };
-    let card = match load_card(&state, id).await {
+    let admin = user.as_ref().is_some_and(|u| u.admin);
+    let card = match load_card(&state, id, admin).await {
         Ok(Some(card)) => card,
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
@@ -155,8 +157,17 @@ pub async fn sale(
     })
 }
 
-async fn load_card(state: &AppState, id: SaleId) -> Result<Option<SaleCard>, AppError> {
-    Ok(crate::sale::find_view(state, id).await?.map(SaleCard::from))
+/// The sale's card; none for no such sale, or a rehearsal shown to anyone but an
+/// admin.
+async fn load_card(
+    state: &AppState,
+    id: SaleId,
+    admin: bool,
+) -> Result<Option<SaleCard>, AppError> {
+    Ok(crate::sale::find_view(state, id)
+        .await?
+        .filter(|view| admin || !view.sale.rehearsal)
+        .map(SaleCard::from))
 }
 
 #[derive(Template, WebTemplate)]

@@ -5,15 +5,16 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::buyer::list;
+use super::buyer::list_for;
 use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::routes::PageQuery;
+use crate::sale::Audience;
 use crate::sale::cached::load_view;
 use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale};
-use crate::sale::{self, orders, reconcile};
+use crate::sale::{self, orders, reconcile, rehearsal};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -52,6 +53,12 @@ pub(super) struct CreateSale {
     #[serde(default = "one")]
     #[schema(default = 1, minimum = 1, maximum = 100)]
     max_per_user: i64,
+    /// A rehearsal (`stampede load` makes its sales so): never on a public page or
+    /// list, buyable by anyone who knows its id, removed with its orders by
+    /// `POST /api/admin/rehearsals/cleanup`. Default false; fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = false)]
+    rehearsal: bool,
 }
 
 fn one() -> i64 {
@@ -104,6 +111,7 @@ impl CreateSale {
             payment_window_s,
             rebuy_after_expiry: self.rebuy_after_expiry,
             max_per_user,
+            rehearsal: self.rehearsal,
         })
     }
 }
@@ -124,7 +132,8 @@ pub(super) async fn admin_create(
     Ok(HttpResponse::Created().json(view))
 }
 
-/// A page of sales with live stock (as `GET /api/sales`: same order, same cursors).
+/// A page of sales with live stock (as `GET /api/sales`: same order, same cursors),
+/// rehearsals included (`rehearsal: true`).
 #[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(PageQuery), security(("bearer" = [])), responses(
     (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [store::SaleView], headers(
         ("Link" = String, description = "`</api/admin/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
@@ -137,7 +146,7 @@ pub(super) async fn admin_list(
     _: AdminUser,
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, AppError> {
-    list(req, state, query).await
+    list_for(req, state, query, Audience::Admin).await
 }
 
 /// Exactly one of `set` and `add`.
@@ -314,4 +323,19 @@ pub(super) async fn admin_repair(
     let report = sale::admin::repair(state.get_ref(), id).await?;
     tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
+}
+
+/// Removes every rehearsal sale (`stampede load`'s) with its orders, payments,
+/// stock changes, admin changes and Redis keys, and the rehearsal users nothing
+/// else names; never a real sale or user. The same as `stampede load --cleanup`.
+#[utoipa::path(post, path = "/api/admin/rehearsals/cleanup", tag = "admin", security(("bearer" = [])), responses(
+    (status = 200, description = "What was removed", body = rehearsal::Cleaned),
+))]
+pub(super) async fn admin_cleanup_rehearsals(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+) -> Result<HttpResponse, AppError> {
+    let cleaned = rehearsal::cleanup(&state.db, &mut state.redis.clone(), &state.keys).await?;
+    tracing::warn!(admin = %admin.id, sales = cleaned.sales, orders = cleaned.orders, users = cleaned.users, "rehearsals cleaned up");
+    Ok(HttpResponse::Ok().json(cleaned))
 }

@@ -36,7 +36,8 @@ mod purchase;
     admin::admin_close,
     admin::admin_orders,
     admin::admin_reconcile,
-    admin::admin_repair
+    admin::admin_repair,
+    admin::admin_cleanup_rehearsals
 ))]
 pub(crate) struct Api;
 
@@ -58,6 +59,7 @@ super::routes! {
     get "/admin/sales/{id}/orders" => admin::admin_orders,
     get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => admin::admin_repair,
+    post "/admin/rehearsals/cleanup" => admin::admin_cleanup_rehearsals,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).
