@@ -22,6 +22,7 @@ mod poll_pages;
 mod purchase;
 mod quantity;
 mod recover;
+mod rehearsal;
 mod sessions;
 mod settle;
 mod shutdown;
