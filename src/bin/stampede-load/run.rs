@@ -382,29 +382,6 @@ async fn prepare_only(
     Ok(true)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn opens_at_is_a_moment_to_come_within_a_day_for_a_storm() {
-        let now = Utc::now();
-        let soon = now + chrono::Duration::minutes(1);
-        assert!(check_opens_at(Mode::Storm, soon, now).is_ok());
-        let past = check_opens_at(Mode::Storm, now - chrono::Duration::seconds(1), now);
-        assert!(past.unwrap_err().to_string().contains("is in the past"));
-        let far = check_opens_at(Mode::Storm, now + chrono::Duration::hours(25), now);
-        assert!(
-            far.unwrap_err()
-                .to_string()
-                .contains("more than a day ahead")
-        );
-        let vote = check_opens_at(Mode::Vote, soon, now);
-        assert!(vote.unwrap_err().to_string().contains("is for storm"));
-        assert!(release_instant(now - chrono::Duration::seconds(1)).is_err());
-    }
-}
-
 /// `stampede load --cleanup`: every rehearsal sale and user out of Postgres and
 /// Redis (`stampede::sale::rehearsal::cleanup`, as the admin API does).
 pub async fn cleanup(config: &Config, json: bool) -> anyhow::Result<()> {
@@ -429,4 +406,27 @@ pub async fn cleanup(config: &Config, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_at_is_a_moment_to_come_within_a_day_for_a_storm() {
+        let now = Utc::now();
+        let soon = now + chrono::Duration::minutes(1);
+        assert!(check_opens_at(Mode::Storm, soon, now).is_ok());
+        let past = check_opens_at(Mode::Storm, now - chrono::Duration::seconds(1), now);
+        assert!(past.unwrap_err().to_string().contains("is in the past"));
+        let far = check_opens_at(Mode::Storm, now + chrono::Duration::hours(25), now);
+        assert!(
+            far.unwrap_err()
+                .to_string()
+                .contains("more than a day ahead")
+        );
+        let vote = check_opens_at(Mode::Vote, soon, now);
+        assert!(vote.unwrap_err().to_string().contains("is for storm"));
+        assert!(release_instant(now - chrono::Duration::seconds(1)).is_err());
+    }
 }
