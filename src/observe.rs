@@ -55,15 +55,15 @@ pub async fn read_settlement_lag(state: &AppState) {
     let sales = crate::sale::store::watched(&state.db, &mut redis, &state.keys).await;
     for sale in sales {
         if let Some(left) = sale.stock_left {
-            observed.stock_left(sale.id, left);
+            observed.stock_left(sale.id, sale.rehearsal, left);
         }
         if let Some((entries, pending)) = sale.backlog {
-            observed.settlement_lag("sale", sale.id, entries, pending);
+            observed.settlement_lag("sale", sale.id, Some(sale.rehearsal), entries, pending);
         }
     }
     let polls = crate::vote::store::watched_backlogs(&state.db, &mut redis, &state.keys).await;
     for (id, (entries, pending)) in polls {
-        observed.settlement_lag("poll", id, entries, pending);
+        observed.settlement_lag("poll", id, None, entries, pending);
     }
 }
 

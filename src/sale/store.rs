@@ -115,6 +115,8 @@ pub async fn unended_named(db: &PgPool, name: &str) -> Result<bool, sqlx::Error>
 /// reads it.
 pub struct Watched {
     pub id: i64,
+    /// A rehearsal (`stampede load`): its gauges say so.
+    pub rehearsal: bool,
     /// Units left, when Redis holds them.
     pub stock_left: Option<i64>,
     /// Its orders stream's entries and those settlement read and has not
@@ -126,14 +128,15 @@ pub struct Watched {
 /// their settlement backlog. Best effort: no sales when Postgres cannot answer, and
 /// `None` for what Redis cannot.
 pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys) -> Vec<Watched> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM sales WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
+    let ids: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT id, rehearsal FROM sales
+         WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
     )
     .fetch_all(db)
     .await
     .unwrap_or_default();
     let mut watched = Vec::with_capacity(ids.len());
-    for id in ids {
+    for (id, rehearsal) in ids {
         let Some(sale) = Id::new(id) else {
             continue;
         };
@@ -144,6 +147,7 @@ pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys)
             crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP).await;
         watched.push(Watched {
             id,
+            rehearsal,
             stock_left: left.ok().flatten(),
             backlog,
         });

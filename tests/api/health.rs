@@ -292,14 +292,16 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
             assert_eq!(
                 series(
                     &text,
-                    &format!(r#"stampede_settle_stream_entries{{kind="sale",id="{sale}"}}"#)
+                    &format!(
+                        r#"stampede_settle_stream_entries{{kind="sale",id="{sale}",rehearsal="false"}}"#
+                    )
                 ),
                 0.0
             );
             assert_eq!(
                 series(
                     &text,
-                    &format!(r#"stampede_sale_stock_left{{id="{sale}"}}"#)
+                    &format!(r#"stampede_sale_stock_left{{id="{sale}",rehearsal="false"}}"#)
                 ),
                 9.0
             );
