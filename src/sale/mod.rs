@@ -11,6 +11,7 @@
 pub mod admin;
 pub mod buy;
 pub mod cached;
+pub mod export;
 pub mod orders;
 pub mod payment;
 pub mod pending;

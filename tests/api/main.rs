@@ -28,3 +28,4 @@ mod settle;
 mod shutdown;
 mod tickets;
 mod vote;
+mod what_sold;

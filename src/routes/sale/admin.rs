@@ -14,7 +14,7 @@ use crate::sale::Audience;
 use crate::sale::cached::load_view;
 use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale};
-use crate::sale::{self, orders, reconcile, rehearsal};
+use crate::sale::{self, export, orders, reconcile, rehearsal};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -265,6 +265,8 @@ struct SaleOrders {
     confirmed: Vec<orders::OrderRow>,
     /// Accepted orders not yet in Postgres.
     pending_count: i64,
+    /// Units and revenue of all the sale's settled orders (not only those listed).
+    totals: export::SaleTotals,
 }
 
 /// A sale's confirmed orders and how many are still pending.
@@ -287,11 +289,39 @@ pub(super) async fn admin_orders(
         ));
     }
     let (orders, pending) = sale::admin::orders(state.get_ref(), id, limit).await?;
+    let record = sale::admin::record(&state.db, id).await?;
+    let totals = export::totals(&state.db, id, record.price_cents).await?;
     Ok(HttpResponse::Ok().json(SaleOrders {
         sale_id: id.get(),
         confirmed: orders,
         pending_count: pending,
+        totals,
     }))
+}
+
+/// Every settled order of the sale as CSV, oldest first, streamed: a header row,
+/// then `order_id,buyer,user_id,units,status,accepted_at,settled_at,paid_at,amount_cents`
+/// (`amount_cents`: the price times the units).
+#[utoipa::path(get, path = "/api/admin/sales/{id}/orders.csv", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "`text/csv`, as an attachment", content_type = "text/csv", body = String, headers(
+        ("Content-Disposition" = String, description = "`attachment; filename=\"sale-<id>-orders.csv\"`"))),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_orders_csv(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let record = sale::admin::record(&state.db, id).await?;
+    let body = export::orders_csv(state.db.clone(), id, record.price_cents);
+    Ok(HttpResponse::Ok()
+        .content_type("text/csv; charset=utf-8")
+        .insert_header((
+            actix_web::http::header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"sale-{id}-orders.csv\""),
+        ))
+        .streaming(body))
 }
 
 /// Redis against Postgres for one sale: who bought, what is pending, what settled.

@@ -35,6 +35,7 @@ mod purchase;
     admin::admin_open,
     admin::admin_close,
     admin::admin_orders,
+    admin::admin_orders_csv,
     admin::admin_reconcile,
     admin::admin_repair,
     admin::admin_cleanup_rehearsals
@@ -57,6 +58,7 @@ super::routes! {
     post "/admin/sales/{id}/open" => admin::admin_open,
     post "/admin/sales/{id}/close" => admin::admin_close,
     get "/admin/sales/{id}/orders" => admin::admin_orders,
+    get "/admin/sales/{id}/orders.csv" => admin::admin_orders_csv,
     get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => admin::admin_repair,
     post "/admin/rehearsals/cleanup" => admin::admin_cleanup_rehearsals,
