@@ -136,6 +136,7 @@ async fn main() -> anyhow::Result<()> {
                 rebuy_after_expiry: false,
                 max_per_user: 1,
                 archived_at: None,
+                rehearsal: false,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

@@ -80,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
             payment_window_s: 0,
             rebuy_after_expiry: false,
             max_per_user: 1,
+            rehearsal: false,
         },
         None,
     )

@@ -65,10 +65,17 @@ _stampede_secrets() {
   grep -q '^STAMPEDE_ADMIN_PASSWORD=' "$f" || echo "STAMPEDE_ADMIN_PASSWORD=$(_rand_word)" >>"$f"
   chmod 600 "$f"
 
-  # Values the caller set in the environment win over the file.
+  # Values the caller set in the environment win over the file. The services'
+  # addresses in the file (written by ensure_services, for `set -a; . .data/env`)
+  # are never read back here: whether the caller gave DATABASE_URL and REDIS_URL
+  # decides which services are used.
   local tok=${STAMPEDE_TOKEN_SECRET:-} demo=${STAMPEDE_DEMO_PASSWORD:-} adm=${STAMPEDE_ADMIN_PASSWORD:-}
+  local db=${DATABASE_URL-__unset__} rd=${REDIS_URL-__unset__} cl=${STAMPEDE_REDIS_CLUSTER-__unset__}
   # shellcheck disable=SC1090
   source "$f" || return 1
+  if [[ $db == __unset__ ]]; then unset DATABASE_URL; else DATABASE_URL=$db; fi
+  if [[ $rd == __unset__ ]]; then unset REDIS_URL; else REDIS_URL=$rd; fi
+  if [[ $cl == __unset__ ]]; then unset STAMPEDE_REDIS_CLUSTER; else STAMPEDE_REDIS_CLUSTER=$cl; fi
   export STAMPEDE_TOKEN_SECRET="${tok:-$STAMPEDE_TOKEN_SECRET}"
   export STAMPEDE_DEMO_PASSWORD="${demo:-$STAMPEDE_DEMO_PASSWORD}"
   export STAMPEDE_ADMIN_PASSWORD="${adm:-$STAMPEDE_ADMIN_PASSWORD}"
@@ -110,6 +117,22 @@ ensure_services() {
   export STAMPEDE_SERVICES=private # scripts/run says where the data lives
   export DATABASE_URL="postgres://stampede:${PG_PASSWORD}@127.0.0.1:${pg_port}/stampede"
   export REDIS_URL="redis://127.0.0.1:${redis_port}/"
+  # So that `set -a; . .data/env` gives a shell (stampede load, psql) this server's
+  # services too (docs/operations.md, "Rehearse a sale").
+  stampede_env_set DATABASE_URL "$DATABASE_URL"
+  stampede_env_set REDIS_URL "$REDIS_URL"
+}
+
+# Sets NAME=VALUE in .data/env (replacing an older line); with no VALUE, removes it.
+stampede_env_set() {
+  local f="$STAMPEDE_DATA/env" name=$1 value=${2-}
+  [[ -f $f ]] || return 0
+  local rest
+  rest=$(grep -v "^${name}=" "$f" || true)
+  {
+    [[ -z $rest ]] || printf '%s\n' "$rest"
+    [[ -z $value ]] || printf '%s=%s\n' "$name" "$value"
+  } >"$f.new" && chmod 600 "$f.new" && mv "$f.new" "$f"
 }
 
 # Debian packages, only when something is missing (apt-get update only then).

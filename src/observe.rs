@@ -55,15 +55,15 @@ pub async fn read_settlement_lag(state: &AppState) {
     let sales = crate::sale::store::watched(&state.db, &mut redis, &state.keys).await;
     for sale in sales {
         if let Some(left) = sale.stock_left {
-            observed.stock_left(sale.id, left);
+            observed.stock_left(sale.id, sale.rehearsal, left);
         }
         if let Some((entries, pending)) = sale.backlog {
-            observed.settlement_lag("sale", sale.id, entries, pending);
+            observed.settlement_lag("sale", sale.id, Some(sale.rehearsal), entries, pending);
         }
     }
     let polls = crate::vote::store::watched_backlogs(&state.db, &mut redis, &state.keys).await;
     for (id, (entries, pending)) in polls {
-        observed.settlement_lag("poll", id, entries, pending);
+        observed.settlement_lag("poll", id, None, entries, pending);
     }
 }
 
@@ -133,6 +133,9 @@ pub async fn guarded_endpoint(
     Ok(endpoint(state).await)
 }
 
+/// How long a scrape waits for Redis's `PING` (`stampede_redis_up`).
+const REDIS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     read_settlement_lag(&state).await;
     let cache = state.cache.stats();
@@ -184,6 +187,16 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
         "stampede_postgres_up",
         "1 when Postgres answered the last probe (every second) within a second, else 0.",
         f64::from(u8::from(state.postgres.is_up())),
+    );
+    // Asked at the scrape (PING on every primary, as `/readyz` does), bounded so
+    // that a Redis that hangs still lets the scrape answer.
+    let redis_up = tokio::time::timeout(REDIS_PROBE_TIMEOUT, state.redis.clone().ping_all())
+        .await
+        .is_ok_and(|answer| answer.is_ok());
+    state.metrics.observed.gauge(
+        "stampede_redis_up",
+        "1 when every Redis primary answered PING within a second at this scrape, else 0.",
+        f64::from(u8::from(redis_up)),
     );
     let text = state.metrics.render();
     HttpResponse::Ok()

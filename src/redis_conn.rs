@@ -169,6 +169,43 @@ impl Redis {
         Ok(redis::from_redis_value(answer.extract_error()?)?)
     }
 
+    /// Every key matching `pattern` on the node that holds `slot_key`'s slot
+    /// (`SCAN ... MATCH`, all of it): on a cluster the one primary of that slot,
+    /// so `pattern` should only match keys of that hash tag. For rare admin work
+    /// (removing a rehearsal's keys), never a request's path.
+    pub async fn keys_in_slot_of(
+        &mut self,
+        slot_key: &str,
+        pattern: &str,
+    ) -> RedisResult<Vec<String>> {
+        let mut found = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000);
+            let answer = match self {
+                Redis::Node(conn) => conn.req_packed_command(&cmd).await?,
+                Redis::Cluster(conn) => {
+                    let route = Route::with_key(slot_key.as_bytes(), SlotAddr::Master);
+                    let routing =
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+                    conn.route_command(cmd, routing).await?
+                }
+            };
+            let (next, keys): (u64, Vec<String>) =
+                redis::from_redis_value(answer.extract_error()?)?;
+            found.extend(keys);
+            if next == 0 {
+                return Ok(found);
+            }
+            cursor = next;
+        }
+    }
+
     /// `PING` on every primary: all must answer (`/readyz`).
     pub async fn ping_all(&mut self) -> RedisResult<()> {
         for (node, answer) in self.on_every_primary(&redis::cmd("PING")).await? {

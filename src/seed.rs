@@ -131,6 +131,7 @@ async fn demo_sale(
         payment_window_s: 600,
         rebuy_after_expiry: false,
         max_per_user: demo.max_per_user,
+        rehearsal: false,
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await

@@ -212,19 +212,34 @@ impl Observed {
         );
     }
 
-    /// Sets the settlement-lag gauges of one sale's or poll's stream.
-    pub fn settlement_lag(&self, kind: &'static str, id: i64, entries: u64, pending: u64) {
+    /// Sets the settlement-lag gauges of one sale's or poll's stream. A sale's
+    /// carry `rehearsal="true"` or `"false"` (`stampede load`'s sales), so that
+    /// dashboards and alerts can leave rehearsals out; a poll's have no such label.
+    pub fn settlement_lag(
+        &self,
+        kind: &'static str,
+        id: i64,
+        rehearsal: Option<bool>,
+        entries: u64,
+        pending: u64,
+    ) {
         for (name, value) in [(STREAM_ENTRIES, entries), (PENDING_ENTRIES, pending)] {
-            let labels = vec![Label::new("kind", kind), Label::new("id", id.to_string())];
+            let mut labels = vec![Label::new("kind", kind), Label::new("id", id.to_string())];
+            if let Some(rehearsal) = rehearsal {
+                labels.push(Label::new("rehearsal", rehearsal_label(rehearsal)));
+            }
             self.recorder
                 .register_gauge(&Key::from_parts(name, labels), &META)
                 .set(value as f64);
         }
     }
 
-    /// Sets the stock-left gauge of one sale.
-    pub fn stock_left(&self, id: i64, left: i64) {
-        let labels = vec![Label::new("id", id.to_string())];
+    /// Sets the stock-left gauge of one sale (labelled `rehearsal` as above).
+    pub fn stock_left(&self, id: i64, rehearsal: bool, left: i64) {
+        let labels = vec![
+            Label::new("id", id.to_string()),
+            Label::new("rehearsal", rehearsal_label(rehearsal)),
+        ];
         self.recorder
             .register_gauge(&Key::from_parts(STOCK_LEFT, labels), &META)
             .set(left as f64);
@@ -254,6 +269,10 @@ impl Observed {
     pub fn render(&self) -> String {
         self.handle.render()
     }
+}
+
+fn rehearsal_label(rehearsal: bool) -> &'static str {
+    if rehearsal { "true" } else { "false" }
 }
 
 /// Runs `use_` on the handles registered for `name`: under the read lock when they

@@ -75,9 +75,10 @@ async fn first_page_rows<S: CachedReads + ?Sized>(
     Ok((page.at, page.rows))
 }
 
-/// The records of one page of the list: the first page of up to
-/// [`FIRST_PAGE_CACHED`] through the cache (the hot one: every home page and API
-/// client starts there), the others from Postgres.
+/// The records of one page of the public list (no archived sale, no rehearsal):
+/// the first page of up to [`FIRST_PAGE_CACHED`] through the cache (the hot one:
+/// every home page and API client starts there), the others from Postgres. The
+/// admin's lists are [`admin_page`].
 pub async fn page_rows<S: CachedReads + ?Sized>(
     state: &S,
     after: Option<&SaleCursor>,
@@ -160,6 +161,20 @@ pub async fn load_page<S: CachedReads + ?Sized>(
         items,
         next: page.next,
     })
+}
+
+/// One sale as the public may see it: 404 for a rehearsal unless `admin` (the
+/// purchase, its ticket and the events read the record without this check, so a
+/// rehearsal still sells to the load tool).
+pub async fn load_public_view<S: CachedReads + ?Sized>(
+    state: &S,
+    id: SaleId,
+    admin: bool,
+) -> Result<store::SaleView, AppError> {
+    match find_view(state, id).await? {
+        Some(view) if admin || !view.sale.rehearsal => Ok(view),
+        _ => Err(AppError::not_found(format!("no sale with id {id}"))),
+    }
 }
 
 /// One sale: its cached record, live numbers; 404 when there is no such sale.

@@ -12,18 +12,20 @@ pub mod admin;
 pub mod buy;
 pub mod cached;
 pub mod cancel;
+pub mod export;
 pub mod lifecycle;
 pub mod orders;
 pub mod payment;
 pub mod pending;
 pub mod rebuild;
 pub mod reconcile;
+pub mod rehearsal;
 pub mod settlement;
 pub mod stock;
 pub mod store;
 pub mod ticket;
 
-pub use cached::{find_view, load_page, load_view};
+pub use cached::{find_view, load_page, load_public_view, load_view};
 pub use store::{PurchaseOutcome, SaleCursor, SaleView};
 
 use std::collections::HashMap;

@@ -248,6 +248,8 @@ pub struct BuyerOrder {
     pub paid_at: Option<DateTime<Utc>>,
     /// `pay_by <= now()` by Postgres's clock.
     pub overdue: bool,
+    /// Units bought.
+    pub quantity: i32,
 }
 
 /// A page of a sale's settled orders with their buyers' names, oldest first (the
@@ -260,7 +262,7 @@ pub async fn page_of_sale(
 ) -> sqlx::Result<Vec<BuyerOrder>> {
     sqlx::query_as(
         "SELECT o.id, u.username, o.accepted_at, o.settled_at, o.status, o.pay_by, o.paid_at,
-                COALESCE(o.pay_by <= now(), false) AS overdue
+                COALESCE(o.pay_by <= now(), false) AS overdue, o.quantity
          FROM orders o JOIN users u ON u.id = o.user_id
          WHERE o.sale_id = $1 ORDER BY o.accepted_at, o.id LIMIT $2 OFFSET $3",
     )

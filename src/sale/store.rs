@@ -53,6 +53,11 @@ pub struct SaleRow {
     /// archiving existed are of sales not archived.)
     #[serde(default)]
     pub archived_at: Option<DateTime<Utc>>,
+    /// A rehearsal (`stampede load`): fixed at creation, never on a public page or
+    /// list (only admins see it), removed with its orders by
+    /// [`super::rehearsal::cleanup`]. No serde default, like `requires_ticket`: a
+    /// view cached before rehearsals existed is rebuilt, never read as public.
+    pub rehearsal: bool,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -87,7 +92,7 @@ impl SaleView {
 macro_rules! sale_columns {
     () => {
         "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
-         payment_window_s, rebuy_after_expiry, max_per_user, archived_at"
+         payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal"
     };
 }
 pub(crate) use sale_columns;
@@ -115,6 +120,8 @@ pub async fn unended_named(db: &PgPool, name: &str) -> Result<bool, sqlx::Error>
 /// reads it.
 pub struct Watched {
     pub id: i64,
+    /// A rehearsal (`stampede load`): its gauges say so.
+    pub rehearsal: bool,
     /// Units left, when Redis holds them.
     pub stock_left: Option<i64>,
     /// Its orders stream's entries and those settlement read and has not
@@ -126,14 +133,15 @@ pub struct Watched {
 /// their settlement backlog. Best effort: no sales when Postgres cannot answer, and
 /// `None` for what Redis cannot.
 pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys) -> Vec<Watched> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM sales WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
+    let ids: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT id, rehearsal FROM sales
+         WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
     )
     .fetch_all(db)
     .await
     .unwrap_or_default();
     let mut watched = Vec::with_capacity(ids.len());
-    for id in ids {
+    for (id, rehearsal) in ids {
         let Some(sale) = Id::new(id) else {
             continue;
         };
@@ -144,6 +152,7 @@ pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys)
             crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP).await;
         watched.push(Watched {
             id,
+            rehearsal,
             stock_left: left.ok().flatten(),
             backlog,
         });
@@ -173,6 +182,9 @@ pub async fn list_sales(db: &PgPool, limit: i64) -> Result<Vec<SaleRow>, sqlx::E
 /// Keyset paging: a page reads the sales after the cursor's key, never an offset.
 /// The rank depends on the clock, so no index serves this order; sorting the whole
 /// table (thousands of rows) for a page costs about a millisecond.
+///
+/// Rehearsals are in it only when `rehearsals` (the admin's lists): a public list
+/// never holds one, filtered here, before the cache stores the first page.
 pub async fn list_page(
     db: &PgPool,
     at: DateTime<Utc>,
@@ -198,6 +210,7 @@ pub async fn list_page(
                  WHEN 'live' THEN archived_at IS NULL AND list_rank = 0
                  WHEN 'upcoming' THEN archived_at IS NULL AND list_rank = 1
                  WHEN 'ended' THEN archived_at IS NULL AND list_rank >= 2
+                 WHEN 'public' THEN archived_at IS NULL AND NOT rehearsal
                  ELSE archived_at IS NULL END
          ORDER BY list_rank, CASE WHEN list_rank = 1 THEN starts_at END ASC, starts_at DESC, id DESC
          LIMIT $5"
@@ -297,6 +310,7 @@ pub struct NewSale {
     pub payment_window_s: i32,
     pub rebuy_after_expiry: bool,
     pub max_per_user: i32,
+    pub rehearsal: bool,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -311,8 +325,8 @@ pub async fn create_sale<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
-                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING ",
+                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -326,6 +340,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
     .bind(new.max_per_user)
+    .bind(new.rehearsal)
     .fetch_one(&mut *tx)
     .await?;
     if let Some(admin) = admin {
@@ -546,6 +561,7 @@ mod tests {
             rebuy_after_expiry: false,
             max_per_user: 1,
             archived_at: None,
+            rehearsal: false,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
@@ -579,6 +595,7 @@ mod tests {
             rebuy_after_expiry: false,
             max_per_user: 1,
             archived_at: None,
+            rehearsal: false,
         };
         // Sold out (stock 0) is open: only Redis knows stock.
         assert_eq!(list_rank(&row(now - minute, now + minute, false), now), 0);

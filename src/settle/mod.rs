@@ -40,6 +40,10 @@ pub struct Settler {
     /// read its pending entries (`"0"`) before waiting for new ones, so an idle
     /// worker sends one blocking read a `block_ms`, not two.
     maybe_pending: bool,
+    /// A read met a stream or group that is gone: list the streams again before
+    /// the next read (a sale removed since the last listing, such as a rehearsal
+    /// cleaned up, is no longer read).
+    relist: bool,
     /// When each stream last gave entries (Redis Cluster: the streams polled every
     /// [`CLUSTER_POLL`] while waiting; the others once a `block_ms`).
     last_busy: HashMap<String, Instant>,
@@ -216,6 +220,7 @@ impl Settler {
             .unwrap_or_else(default_consumer_name);
         Ok(Settler {
             maybe_pending: true,
+            relist: false,
             last_busy: HashMap::new(),
             features,
             reclaim_from: 0,
@@ -257,7 +262,8 @@ impl Settler {
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
         while !*shutdown.borrow() {
-            if refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+            if self.relist || refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
+                self.relist = false;
                 match self.streams().await {
                     Ok(s) => {
                         streams = s;
@@ -387,11 +393,16 @@ impl Settler {
         };
         let reply = match reply {
             Ok(r) => r,
-            // A stream or group vanished (FLUSHALL, a new Redis): recreate and go on.
+            // A stream or group vanished (FLUSHALL, a new Redis, a removed
+            // rehearsal): recreate those Postgres still lists, and go on with a
+            // fresh list (a removed sale's stream is never recreated).
             Err(e) if e.code() == Some("NOGROUP") => {
-                for stream in streams {
+                let listed: std::collections::HashSet<String> =
+                    self.streams().await?.into_iter().map(|s| s.key).collect();
+                for stream in streams.iter().filter(|s| listed.contains(s.key())) {
                     ensure_group(&mut self.redis, stream.key()).await?;
                 }
+                self.relist = true;
                 return Ok(Vec::new());
             }
             Err(e) => return Err(e.into()),

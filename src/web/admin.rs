@@ -9,12 +9,13 @@ use askama_web::WebTemplate;
 use super::error::PageError;
 use super::pages::{list_url, load_nav, page_of_cards, to_signin};
 use super::polls;
-use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, option_results};
+use super::view::{Moment, Nav, OrderState, PollCard, SaleCard, format_price, option_results};
 use crate::domain::{PollId, SaleId};
 use crate::error::AppError;
 use crate::paging::{Limit, ListScope};
 use crate::sale::{
     self,
+    export::{self, SaleTotals},
     payment::{self, OrderCounts},
 };
 use crate::state::AppState;
@@ -208,6 +209,10 @@ pub struct SaleOrdersPage {
     first: i64,
     /// The orders by payment status, for a sale with a payment window.
     payments: Option<OrderCounts>,
+    /// Units and revenue of every settled order.
+    totals: SaleTotals,
+    revenue_paid: String,
+    revenue_awaiting: String,
 }
 
 pub struct OrderRow {
@@ -217,6 +222,9 @@ pub struct OrderRow {
     pub ordered: Moment,
     pub settled: Moment,
     pub state: OrderState,
+    pub units: i32,
+    /// The price times the units.
+    pub amount: String,
 }
 
 pub struct PendingRow {
@@ -280,8 +288,11 @@ pub async fn sale_orders(
             ));
         }
     };
-    let sale = match crate::sale::find_view(&state, id).await {
-        Ok(Some(view)) => SaleCard::from(view),
+    let (sale, price_cents) = match crate::sale::find_view(&state, id).await {
+        Ok(Some(view)) => {
+            let price = view.sale.price_cents;
+            (SaleCard::from(view), price)
+        }
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
@@ -292,8 +303,9 @@ pub async fn sale_orders(
             Ok(None)
         }
     };
-    match tokio::try_join!(load_orders(&state, id, page), payments) {
-        Ok((found, payments)) => {
+    let totals = export::totals(&state.db, id, price_cents);
+    match tokio::try_join!(load_orders(&state, id, page, price_cents), payments, totals) {
+        Ok((found, payments, totals)) => {
             let pages = ((found.confirmed_total + ORDERS_PER_PAGE - 1) / ORDERS_PER_PAGE).max(1);
             if page > pages {
                 return Err(PageError::not_found(
@@ -312,6 +324,9 @@ pub async fn sale_orders(
                 pages,
                 first: (page - 1) * ORDERS_PER_PAGE + 1,
                 payments,
+                revenue_paid: format_price(totals.revenue_paid_cents),
+                revenue_awaiting: format_price(totals.revenue_awaiting_cents),
+                totals,
             }))
         }
         Err(e) => Err(PageError::from_app(e, nav)),
@@ -325,7 +340,12 @@ struct FoundOrders {
     pending_total: i64,
 }
 
-async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrders, AppError> {
+async fn load_orders(
+    state: &AppState,
+    id: SaleId,
+    page: i64,
+    price_cents: i64,
+) -> Result<FoundOrders, AppError> {
     let offset = (page - 1) * ORDERS_PER_PAGE;
     let found = sale::admin::orders_page(state, id, offset, ORDERS_PER_PAGE, PENDING_SHOWN).await?;
     let pending = found
@@ -349,6 +369,8 @@ async fn load_orders(state: &AppState, id: SaleId, page: i64) -> Result<FoundOrd
                 order_id: o.id.to_string(),
                 ordered: o.accepted_at.into(),
                 settled: o.settled_at.into(),
+                units: o.quantity,
+                amount: format_price(i64::from(o.quantity).saturating_mul(price_cents)),
             })
             .collect(),
         confirmed_total: found.confirmed_total,

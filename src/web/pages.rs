@@ -129,7 +129,8 @@ pub async fn sale(
             "Sale addresses end in a number, like /sales/1.",
         ));
     };
-    let card = match load_card(&state, id).await {
+    let admin = user.as_ref().is_some_and(|u| u.admin);
+    let card = match load_card(&state, id, admin).await {
         Ok(Some(card)) => card,
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
@@ -160,8 +161,17 @@ pub async fn sale(
     })
 }
 
-async fn load_card(state: &AppState, id: SaleId) -> Result<Option<SaleCard>, AppError> {
-    Ok(crate::sale::find_view(state, id).await?.map(SaleCard::from))
+/// The sale's card; none for no such sale, or a rehearsal shown to anyone but an
+/// admin.
+async fn load_card(
+    state: &AppState,
+    id: SaleId,
+    admin: bool,
+) -> Result<Option<SaleCard>, AppError> {
+    Ok(crate::sale::find_view(state, id)
+        .await?
+        .filter(|view| admin || !view.sale.rehearsal)
+        .map(SaleCard::from))
 }
 
 #[derive(Template, WebTemplate)]

@@ -137,6 +137,8 @@ pub struct SaleCard {
     pub rebuy_after_expiry: bool,
     /// Most units one buyer may hold; more than 1: the page offers a quantity.
     pub max_per_user: i32,
+    /// A rehearsal (`stampede load`): only admins see it, marked "Rehearsal".
+    pub rehearsal: bool,
 }
 
 impl SaleCard {
@@ -227,6 +229,7 @@ impl From<SaleView> for SaleCard {
             payment_window_s: sale.payment_window_s,
             rebuy_after_expiry: sale.rebuy_after_expiry,
             max_per_user: sale.max_per_user,
+            rehearsal: sale.rehearsal,
         }
     }
 }

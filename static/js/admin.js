@@ -74,6 +74,8 @@ export function adminPage() {
 
   function fillRow(row, view) {
     setText(field(row, "name"), view.name);
+    const rehearsal = field(row, "rehearsal");
+    if (rehearsal) rehearsal.hidden = !view.rehearsal;
     const label = field(row, "units-label") || row.querySelector("label");
     setText(label, `Units for ${view.name}`);
     setBadge(field(row, "badge"), view.status);
@@ -214,6 +216,22 @@ export function adminPage() {
       say(adminMessage, done, true);
     } else {
       say(adminMessage, `“${name}”: ${messageOf(res, "the change failed.")}`, false);
+    }
+  });
+
+  const cleanup = document.querySelector('button[data-action="cleanup-rehearsals"]');
+  const cleanupMessage = field(document, "rehearsals-message");
+  cleanup?.addEventListener("click", async () => {
+    if (!confirm("Remove every rehearsal sale with its orders, and the load tool's users? Real sales are not touched.")) return;
+    cleanup.disabled = true;
+    const res = await api("POST", "/api/admin/rehearsals/cleanup");
+    cleanup.disabled = false;
+    if (res.ok) {
+      const d = res.data;
+      say(cleanupMessage, `Removed ${d.sales} rehearsal sales, ${d.orders} orders and ${d.users} users.`, true);
+      await refresh();
+    } else {
+      say(cleanupMessage, messageOf(res, "Could not remove the rehearsals."), false);
     }
   });
 

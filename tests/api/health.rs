@@ -114,6 +114,8 @@ async fn metrics_count_purchase_outcomes() {
     let text = app.metrics_text().await;
     let value = |name: &str| -> u64 { metric(&text, name) };
     assert_eq!(value("stampede_purchase_accepted_total"), 1);
+    // Redis answers: the gauge the alert rules read (deploy/alerts.yml).
+    assert_eq!(value("stampede_redis_up"), 1);
     // The second buyer meets the script's sold-out; the rest hit the local flag.
     assert_eq!(value("stampede_purchase_sold_out_total"), 1);
     assert_eq!(value("stampede_purchase_sold_out_local_total"), 2);
@@ -292,14 +294,16 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
             assert_eq!(
                 series(
                     &text,
-                    &format!(r#"stampede_settle_stream_entries{{kind="sale",id="{sale}"}}"#)
+                    &format!(
+                        r#"stampede_settle_stream_entries{{kind="sale",id="{sale}",rehearsal="false"}}"#
+                    )
                 ),
                 0.0
             );
             assert_eq!(
                 series(
                     &text,
-                    &format!(r#"stampede_sale_stock_left{{id="{sale}"}}"#)
+                    &format!(r#"stampede_sale_stock_left{{id="{sale}",rehearsal="false"}}"#)
                 ),
                 9.0
             );

@@ -25,6 +25,10 @@ async fn load_text(app: &TestApp, args: &str) -> (std::process::ExitStatus, Stri
         .arg(&app.address)
         .env("DATABASE_URL", &app.config.database_url)
         .env("STAMPEDE_TOKEN_SECRET", &app.config.token_secret)
+        // The same Redis and namespace (for --cleanup).
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
         .env_remove("STAMPEDE_CONFIG")
         .env("RUST_LOG", "warn");
     // The server runs in this test's runtime: wait for the child off it.
@@ -361,5 +365,62 @@ async fn stampede_load_runs_the_stampede_load_binary_beside_it() {
         stderr.contains("stampede-load, which is not there")
             && stderr.contains("cargo build --release --bins"),
         "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let real = app.live_sale(&admin, 5).await;
+    let buyer = app.user().await;
+    app.buy(real, &buyer.token).await;
+    let (status, report, stderr) = load(
+        &app,
+        "storm --users 40 --stock 10 --opens-in 1 --concurrency 16",
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    let sale = report["sale"].as_i64().expect("the report names its sale");
+    let rehearsal: bool = sqlx::query_scalar("SELECT rehearsal FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(rehearsal, "stampede load makes rehearsal sales");
+    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE rehearsal")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(users, 41, "40 shoppers and the run's admin");
+    let public = app.get_json("/api/sales", None).await;
+    assert!(
+        !public.as_array().unwrap().iter().any(|s| s["id"] == sale),
+        "a rehearsal is on no public list"
+    );
+
+    let (status, stdout, stderr) = load_text(&app, "--cleanup --json").await;
+    assert!(status.success(), "{stderr}");
+    let cleaned: Value = serde_json::from_str(stdout.trim()).expect(&stdout);
+    assert_eq!(cleaned["sales"], 1, "{cleaned}");
+    assert_eq!(cleaned["orders"], 10, "{cleaned}");
+    assert_eq!(cleaned["users"], 41, "{cleaned}");
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM sales WHERE rehearsal) + (SELECT count(*) FROM users WHERE rehearsal)",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    let meta: bool = redis::cmd("EXISTS")
+        .arg(app.sale_keys(sale).meta)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert!(!meta);
+    assert_eq!(
+        app.orders_in_db(real).await.len(),
+        1,
+        "the real sale keeps its order"
     );
 }

@@ -120,7 +120,7 @@ async fn sale_page_carries_what_the_script_needs() {
     let sale = create_named_sale(&app, &admin, "Red bike", "Fast.\nLight.").await;
 
     let body = app.html(&format!("/sales/{sale}"), None).await;
-    assert!(body.contains("<h1>Red bike</h1>"));
+    assert!(body.contains(r#"<h1 data-field="name">Red bike</h1>"#));
     assert!(body.contains("Fast.\nLight."));
     assert!(body.contains("$1,234.56"));
     assert!(body.contains(&format!(r#"data-sale-id="{sale}""#)));

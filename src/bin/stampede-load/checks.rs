@@ -98,7 +98,7 @@ pub async fn verify(
     let taken = accepted_count + unseen;
 
     if let (Some(sale), Some(&(total, left_before))) = (sale, before) {
-        if args.mode == Mode::Storm {
+        if args.mode() == Mode::Storm {
             let undecided = per_user.values().filter(|u| !u.decided).count()
                 + args.users.saturating_sub(per_user.len());
             if undecided == 0 {

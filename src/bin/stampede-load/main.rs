@@ -60,9 +60,15 @@ pub struct LoadArgs {
     /// environment variables override it.
     #[arg(long, env = "STAMPEDE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// What to fire.
-    #[arg(value_enum)]
-    pub mode: Mode,
+    /// What to fire (not with --cleanup).
+    #[arg(value_enum, required_unless_present = "cleanup")]
+    mode: Option<Mode>,
+    /// Fire nothing: remove every rehearsal sale (the sales this tool made) with
+    /// its orders, payments, stock changes and Redis keys, and the users it made,
+    /// from the database and Redis of the config (DATABASE_URL, REDIS_URL). Never
+    /// touches a sale or user that is not a rehearsal one. Prints the counts.
+    #[arg(long, conflicts_with_all = ["mode", "sale", "poll", "prepare_only"])]
+    pub cleanup: bool,
     /// The server to drive (its base URL). Loopback only, unless --allow-remote.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub url: String,
@@ -125,6 +131,13 @@ pub struct LoadArgs {
     pub warm_up: bool,
 }
 
+impl LoadArgs {
+    /// What to fire (the argument is required unless --cleanup, which fires nothing).
+    pub fn mode(&self) -> Mode {
+        self.mode.unwrap_or(Mode::Storm)
+    }
+}
+
 /// `--opens-at`: an RFC 3339 time, with its offset.
 fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s)
@@ -150,6 +163,9 @@ async fn main() -> std::process::ExitCode {
 
 async fn load(args: LoadArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref())?;
+    if args.cleanup {
+        return run::cleanup(&config, args.json).await;
+    }
     let json = args.json;
     if !run::run(args, &config).await? {
         anyhow::bail!(if json {

@@ -18,7 +18,8 @@ pub struct Users {
 }
 
 /// `n` shoppers and one admin in one INSERT, named `load<random>-<n>`. They cannot
-/// sign in (no password); their tokens last `ttl_secs`.
+/// sign in (no password); their tokens last `ttl_secs`. They are rehearsal users
+/// (`users.rehearsal`): `stampede load --cleanup` removes them with the rehearsals.
 pub async fn make_users(
     db: &PgPool,
     secret: &str,
@@ -27,8 +28,8 @@ pub async fn make_users(
 ) -> anyhow::Result<Users> {
     let prefix = format!("load{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     let ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO users (username, password_hash, is_admin)
-         SELECT $1 || '-' || g, 'no password: made by stampede load', g = 0
+        "INSERT INTO users (username, password_hash, is_admin, rehearsal)
+         SELECT $1 || '-' || g, 'no password: made by stampede load', g = 0, TRUE
          FROM generate_series(0, $2) g ORDER BY g RETURNING id",
     )
     .bind(&prefix)
@@ -88,7 +89,8 @@ pub async fn call(
     Ok(serde_json::from_slice(&resp.body)?)
 }
 
-/// A new sale with `stock` units, open from `starts_at` for an hour.
+/// A new rehearsal sale with `stock` units, open from `starts_at` for an hour: never
+/// on a public page or list, removed by `stampede load --cleanup`.
 pub async fn create_sale(
     target: &Target,
     admin: &str,
@@ -111,6 +113,7 @@ pub async fn create_sale(
             // Without --tickets the rehearsal measures the decision alone: a ticket
             // is one more request per buyer (and one HMAC per purchase).
             "requires_ticket": requires_ticket,
+            "rehearsal": true,
         })),
     )
     .await?;

@@ -91,7 +91,7 @@ impl Report {
         let requests = latency.len();
         let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
         Report {
-            mode: args.mode,
+            mode: args.mode(),
             url: args.url.clone(),
             sale: aim.sale,
             poll: aim.poll,

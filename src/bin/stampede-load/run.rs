@@ -21,7 +21,7 @@ use crate::{LoadArgs, Mode};
 pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     let target = Target::parse(&args.url, args.allow_remote)?;
     preflight(&args, &target).await?;
-    let needs_users = args.mode != Mode::Healthz;
+    let needs_users = args.mode() != Mode::Healthz;
     let db = match needs_users {
         true => Some(connect_db(config).await?),
         false => None,
@@ -107,7 +107,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
 /// Refuses a bad `--opens-at`, and a URL where no Stampede answers.
 async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
     if let Some(at) = args.opens_at {
-        check_opens_at(args.mode, at, Utc::now())?;
+        check_opens_at(args.mode(), at, Utc::now())?;
     }
     anyhow::ensure!(
         Conn::new(target.clone(), REQUEST_TIMEOUT)
@@ -165,7 +165,7 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
         opens_at: None,
         release_at: None,
     };
-    match args.mode {
+    match args.mode() {
         Mode::Healthz => Ok(aim("/healthz".to_string())),
         Mode::Vote => {
             let (poll, option) = match args.poll {
@@ -193,7 +193,7 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
         Mode::Storm | Mode::Repeat | Mode::Soldout => {
             // A storm opens at --opens-at, or --opens-in seconds from now (a sale it
             // makes; a given sale only with --opens-at); the others buy at once.
-            let opens_at = match (args.mode, args.sale) {
+            let opens_at = match (args.mode(), args.sale) {
                 (Mode::Storm, None) => Some(args.opens_at.unwrap_or_else(|| {
                     Utc::now() + chrono::Duration::seconds(args.opens_in.max(1) as i64)
                 })),
@@ -203,7 +203,7 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
             let sale = match args.sale {
                 Some(sale) => sale,
                 None => {
-                    let stock = if args.mode == Mode::Soldout {
+                    let stock = if args.mode() == Mode::Soldout {
                         0
                     } else {
                         args.stock
@@ -253,7 +253,7 @@ async fn plan(
         );
     }
     Ok(Plan {
-        mode: args.mode,
+        mode: args.mode(),
         path: aim.path.clone(),
         body: aim.body.clone(),
         tokens,
@@ -380,6 +380,32 @@ async fn prepare_only(
     }
     std::fs::write(file, text)?;
     Ok(true)
+}
+
+/// `stampede load --cleanup`: every rehearsal sale and user out of Postgres and
+/// Redis (`stampede::sale::rehearsal::cleanup`, as the admin API does).
+pub async fn cleanup(config: &Config, json: bool) -> anyhow::Result<()> {
+    let db = stampede::startup::connect_db(config).await?;
+    let mut redis = stampede::startup::connect_redis(config).await?;
+    let keys = stampede::keys::Keys::new(&config.redis_namespace);
+    let cleaned = stampede::sale::rehearsal::cleanup(&db, &mut redis, &keys)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    if json {
+        println!("{}", serde_json::to_string(&cleaned)?);
+    } else {
+        println!(
+            "removed {} rehearsal sales, {} orders, {} users{}",
+            cleaned.sales,
+            cleaned.orders,
+            cleaned.users,
+            match cleaned.users_kept {
+                0 => String::new(),
+                n => format!(" ({n} rehearsal users kept: a real sale, poll or change names them)"),
+            }
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
 use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale, SaleCursor};
-use crate::sale::{self, lifecycle, orders, reconcile};
+use crate::sale::{self, export, lifecycle, orders, reconcile, rehearsal};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -52,6 +52,12 @@ pub(super) struct CreateSale {
     #[serde(default = "one")]
     #[schema(default = 1, minimum = 1, maximum = 100)]
     max_per_user: i64,
+    /// A rehearsal (`stampede load` makes its sales so): never on a public page or
+    /// list, buyable by anyone who knows its id, removed with its orders by
+    /// `POST /api/admin/rehearsals/cleanup`. Default false; fixed once the sale exists.
+    #[serde(default)]
+    #[schema(default = false)]
+    rehearsal: bool,
 }
 
 fn one() -> i64 {
@@ -84,6 +90,7 @@ impl CreateSale {
             payment_window_s,
             rebuy_after_expiry: self.rebuy_after_expiry,
             max_per_user,
+            rehearsal: self.rehearsal,
         })
     }
 }
@@ -258,6 +265,8 @@ struct SaleOrders {
     confirmed: Vec<orders::OrderRow>,
     /// Accepted orders not yet in Postgres.
     pending_count: i64,
+    /// Units and revenue of all the sale's settled orders (not only those listed).
+    totals: export::SaleTotals,
 }
 
 /// A sale's confirmed orders and how many are still pending.
@@ -280,11 +289,39 @@ pub(super) async fn admin_orders(
         ));
     }
     let (orders, pending) = sale::admin::orders(state.get_ref(), id, limit).await?;
+    let record = sale::admin::record(&state.db, id).await?;
+    let totals = export::totals(&state.db, id, record.price_cents).await?;
     Ok(HttpResponse::Ok().json(SaleOrders {
         sale_id: id.get(),
         confirmed: orders,
         pending_count: pending,
+        totals,
     }))
+}
+
+/// Every settled order of the sale as CSV, oldest first, streamed: a header row,
+/// then `order_id,buyer,user_id,units,status,accepted_at,settled_at,paid_at,amount_cents`
+/// (`amount_cents`: the price times the units).
+#[utoipa::path(get, path = "/api/admin/sales/{id}/orders.csv", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "`text/csv`, as an attachment", content_type = "text/csv", body = String, headers(
+        ("Content-Disposition" = String, description = "`attachment; filename=\"sale-<id>-orders.csv\"`"))),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_orders_csv(
+    state: web::Data<AppState>,
+    _: AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = SaleId::parse(&path)?;
+    let record = sale::admin::record(&state.db, id).await?;
+    let body = export::orders_csv(state.db.clone(), id, record.price_cents);
+    Ok(HttpResponse::Ok()
+        .content_type("text/csv; charset=utf-8")
+        .insert_header((
+            actix_web::http::header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"sale-{id}-orders.csv\""),
+        ))
+        .streaming(body))
 }
 
 /// Redis against Postgres for one sale: who bought, what is pending, what settled.
@@ -316,4 +353,19 @@ pub(super) async fn admin_repair(
     let report = sale::admin::repair(state.get_ref(), id).await?;
     tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
     Ok(HttpResponse::Ok().json(report))
+}
+
+/// Removes every rehearsal sale (`stampede load`'s) with its orders, payments,
+/// stock changes, admin changes and Redis keys, and the rehearsal users nothing
+/// else names; never a real sale or user. The same as `stampede load --cleanup`.
+#[utoipa::path(post, path = "/api/admin/rehearsals/cleanup", tag = "admin", security(("bearer" = [])), responses(
+    (status = 200, description = "What was removed", body = rehearsal::Cleaned),
+))]
+pub(super) async fn admin_cleanup_rehearsals(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+) -> Result<HttpResponse, AppError> {
+    let cleaned = rehearsal::cleanup(&state.db, &mut state.redis.clone(), &state.keys).await?;
+    tracing::warn!(admin = %admin.id, sales = cleaned.sales, orders = cleaned.orders, users = cleaned.users, "rehearsals cleaned up");
+    Ok(HttpResponse::Ok().json(cleaned))
 }

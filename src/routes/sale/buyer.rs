@@ -7,8 +7,9 @@ use crate::auth::AuthUser;
 use crate::domain::SaleId;
 use crate::error::{AppError, ErrorBody};
 use crate::live::Topic;
+use crate::routes::auth::optional_user;
 use crate::routes::{PageQuery, paged_json};
-use crate::sale::cached::{find_view, load_page, load_view};
+use crate::sale::cached::{find_view, load_page, load_public_view};
 use crate::sale::orders;
 use crate::sale::store::{self, SaleCursor};
 use crate::state::AppState;
@@ -33,17 +34,19 @@ pub(super) async fn list(
     Ok(paged_json(&req, limit, page))
 }
 
-/// One sale, with live stock.
+/// One sale, with live stock. A rehearsal is 404 except to an admin.
 #[utoipa::path(get, path = "/api/sales/{id}", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "The sale", body = store::SaleView),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such sale (or a rehearsal, to anyone but an admin)", body = ErrorBody<'static>),
 ))]
 pub(super) async fn show(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    let admin = optional_user(&req)?.is_some_and(|u| u.admin);
+    Ok(HttpResponse::Ok().json(load_public_view(&state, id, admin).await?))
 }
 
 /// The sale's live view as server-sent events: the JSON of `GET /api/sales/{id}`

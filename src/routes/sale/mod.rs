@@ -38,6 +38,7 @@ mod purchase;
     admin::admin_open,
     admin::admin_close,
     admin::admin_orders,
+    admin::admin_orders_csv,
     admin::admin_reconcile,
     admin::admin_repair,
     lifecycle::admin_edit,
@@ -45,7 +46,8 @@ mod purchase;
     lifecycle::admin_unarchive,
     lifecycle::admin_delete,
     lifecycle::admin_history,
-    orders::admin_cancel
+    orders::admin_cancel,
+    admin::admin_cleanup_rehearsals
 ))]
 pub(crate) struct Api;
 
@@ -66,6 +68,7 @@ super::routes! {
     post "/admin/sales/{id}/open" => admin::admin_open,
     post "/admin/sales/{id}/close" => admin::admin_close,
     get "/admin/sales/{id}/orders" => admin::admin_orders,
+    get "/admin/sales/{id}/orders.csv" => admin::admin_orders_csv,
     get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => admin::admin_repair,
     patch "/admin/sales/{id}" => lifecycle::admin_edit,
@@ -74,6 +77,7 @@ super::routes! {
     post "/admin/sales/{id}/unarchive" => lifecycle::admin_unarchive,
     get "/admin/sales/{id}/history" => lifecycle::admin_history,
     post "/admin/orders/{id}/cancel" => orders::admin_cancel,
+    post "/admin/rehearsals/cleanup" => admin::admin_cleanup_rehearsals,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).

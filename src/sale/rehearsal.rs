@@ -1,0 +1,168 @@
+//! Rehearsals: the sales `stampede load` makes (`sales.rehearsal`, fixed at
+//! creation) and its users (`users.rehearsal`). They never show on a public page
+//! or list (the list's SQL leaves them out, `GET /api/sales/{id}` and the sale page
+//! answer 404 to all but admins), and [`cleanup`] removes them from both stores:
+//! `stampede load --cleanup`, `POST /api/admin/rehearsals/cleanup`, the admin
+//! page's button.
+//!
+//! The order keeps a server from rebuilding a sale being removed: the sales' rows
+//! are locked first (`FOR UPDATE`: a rebuild, a stock change, a window change and
+//! the expiry of its orders wait for them, then find no row and do nothing); their
+//! Redis keys go next, so no purchase is decided meanwhile (a purchase finds no
+//! meta hash: "not loaded", and the rebuild it starts waits on the row lock); the
+//! rows go in the same transaction; after the commit the keys are removed again, in
+//! case the settlement worker recreated an orders stream in between (it recreates
+//! a stream only of a sale Postgres still lists, see `settle`).
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::domain::{Id, SaleId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::redis_conn::Redis;
+
+/// What a cleanup removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Cleaned {
+    /// Rehearsal sales removed (with their stock changes, payments and admin
+    /// changes).
+    pub sales: i64,
+    /// Their orders.
+    pub orders: i64,
+    /// Rehearsal users removed (with their ended-sessions rows).
+    pub users: i64,
+    /// Rehearsal users kept because something that stays names them: an order of
+    /// a real sale, a vote (`stampede load vote` votes in a real poll), a stock or
+    /// admin change of a real sale. Normally 0 after storms.
+    pub users_kept: i64,
+}
+
+/// Removes every rehearsal sale with its orders, payments, stock changes, admin
+/// changes and Redis keys, and every rehearsal user nothing else names (see the
+/// module's note for the order). Never touches a sale or user that is not a
+/// rehearsal one. Safe while nothing runs against those sales; an open one is
+/// removed too (its buyers then get 404).
+pub async fn cleanup(db: &PgPool, redis: &mut Redis, keys: &Keys) -> Result<Cleaned, AppError> {
+    let mut tx = db.begin().await?;
+    // Thousands of users and orders: more than a request's statement timeout.
+    sqlx::query("SET LOCAL statement_timeout = '120s'")
+        .execute(&mut *tx)
+        .await?;
+    let ids: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM sales WHERE rehearsal ORDER BY id FOR UPDATE")
+            .fetch_all(&mut *tx)
+            .await?;
+    let sales: Vec<SaleId> = ids.iter().filter_map(|&id| Id::new(id)).collect();
+    remove_keys(redis, keys, &sales).await?;
+
+    sqlx::query("DELETE FROM stock_changes WHERE sale_id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "DELETE FROM payments WHERE order_id IN (SELECT id FROM orders WHERE sale_id = ANY($1))",
+    )
+    .bind(&ids)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("DELETE FROM admin_changes WHERE sale_id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    let orders = sqlx::query("DELETE FROM orders WHERE sale_id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    let removed = sqlx::query("DELETE FROM sales WHERE id = ANY($1) AND rehearsal")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    // Users: only rehearsal ones nothing that stays refers to (`signed_out_sessions`
+    // goes with them: ON DELETE CASCADE).
+    let users = sqlx::query(
+        "DELETE FROM users u WHERE u.rehearsal
+           AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.user_id = u.id OR o.cancelled_by = u.id)
+           AND NOT EXISTS (SELECT 1 FROM votes v WHERE v.user_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.user_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM stock_changes c WHERE c.admin_id = u.id)
+           AND NOT EXISTS (SELECT 1 FROM admin_changes a WHERE a.admin_id = u.id)",
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    let users_kept: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE rehearsal")
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+
+    remove_keys(redis, keys, &sales).await?;
+    let _: () = redis::cmd("DEL")
+        .arg(keys.sales_list())
+        .query_async(redis)
+        .await?;
+    let cleaned = Cleaned {
+        sales: removed as i64,
+        orders: orders as i64,
+        users: users as i64,
+        users_kept,
+    };
+    tracing::info!(?cleaned, "rehearsals removed");
+    Ok(cleaned)
+}
+
+/// Every key of each sale's hash tag in this namespace: its state (meta, stock,
+/// buyers, orders stream, pending, changes, units, sold, rebuild token), its
+/// per-sale rate-limit keys and its cached record. Found with `SCAN` on the node of
+/// its slot, plus the known names (so a key a scan could miss is removed anyway).
+async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result<(), AppError> {
+    for &sale in sales {
+        let k = keys.sale(sale);
+        let pattern = format!("{}:*{{sale:{sale}}}*", glob_escape(keys.namespace()));
+        let mut names = redis.keys_in_slot_of(&k.meta, &pattern).await?;
+        names.extend([
+            k.meta,
+            k.stock,
+            k.buyers,
+            k.orders,
+            k.pending,
+            k.changes,
+            k.rebuild,
+            k.units,
+            k.sold,
+            keys.sale_view(sale),
+        ]);
+        names.sort();
+        names.dedup();
+        // All in one slot: one DEL per chunk works on a cluster too.
+        for chunk in names.chunks(500) {
+            let _: () = redis::cmd("DEL").arg(chunk).query_async(redis).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` as a literal inside a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_escape_keeps_a_namespace_literal() {
+        assert_eq!(glob_escape("stampede"), "stampede");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

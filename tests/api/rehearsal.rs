@@ -1,0 +1,357 @@
+//! Rehearsals (`stampede load`'s sales and users): never on a public page or list,
+//! still sold to whoever knows the id; the cleanup removes every row and key of
+//! them and nothing else, and only an admin may ask for it.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, User, assert_error, spawn_app};
+
+/// Every Redis key of the sale's hash tag in the app's namespace.
+async fn keys_of_sale(app: &TestApp, sale: i64) -> Vec<String> {
+    let k = app.sale_keys(sale);
+    app.redis
+        .clone()
+        .keys_in_slot_of(
+            &k.meta,
+            &format!("{}:*{{sale:{sale}}}*", app.keys.namespace()),
+        )
+        .await
+        .unwrap()
+}
+
+async fn rehearsal_sale(app: &TestApp, admin: &User, stock: i64, extra: Value) -> i64 {
+    let mut overrides = json!({"name": "Rehearsal gadget", "rehearsal": true});
+    for (k, v) in extra.as_object().unwrap() {
+        overrides[k] = v.clone();
+    }
+    app.open_sale_with(admin, stock, overrides).await["id"]
+        .as_i64()
+        .unwrap()
+}
+
+async fn mark_rehearsal_users(app: &TestApp, users: &[&User]) {
+    let ids: Vec<i64> = users.iter().map(|u| u.id).collect();
+    sqlx::query("UPDATE users SET rehearsal = TRUE WHERE id = ANY($1)")
+        .bind(&ids)
+        .execute(&app.db)
+        .await
+        .unwrap();
+}
+
+fn ids_of(list: &Value) -> Vec<i64> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rehearsal_is_on_no_public_surface_yet_sells() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let real = app
+        .open_sale_with(&admin, 5, json!({"name": "Real phone"}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let created = app
+        .open_sale_with(
+            &admin,
+            5,
+            json!({"name": "Rehearsal gadget", "rehearsal": true}),
+        )
+        .await;
+    let rehearsal = created["id"].as_i64().unwrap();
+    // A real sale says it is not one.
+    let real_view = app.get_json(&format!("/api/sales/{real}"), None).await;
+    assert_eq!(real_view["rehearsal"], false);
+
+    // Public lists: the cached first page, a larger (uncached) one, a later page.
+    for path in ["/api/sales", "/api/sales?limit=100", "/api/sales?limit=1"] {
+        let mut next = Some(path.to_string());
+        let mut seen = Vec::new();
+        while let Some(p) = next.take() {
+            let resp = app.get(&p, Some(&buyer.token)).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            next = resp
+                .headers()
+                .get("x-next-cursor")
+                .map(|c| format!("/api/sales?limit=1&cursor={}", c.to_str().unwrap()));
+            seen.extend(ids_of(&resp.json().await.unwrap()));
+        }
+        assert!(seen.contains(&real), "{path}: {seen:?}");
+        assert!(!seen.contains(&rehearsal), "{path}: {seen:?}");
+    }
+    // The admin's list has it, marked.
+    let admin_list = app.get_json("/api/admin/sales", Some(&admin.token)).await;
+    let row = admin_list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == rehearsal)
+        .expect("the admin list holds the rehearsal");
+    assert_eq!(row["rehearsal"], true);
+
+    // The home page, signed out and signed in.
+    for session in [None, Some(&buyer)] {
+        let home = app.html("/", session).await;
+        assert!(home.contains("Real phone"));
+        assert!(!home.contains("Rehearsal gadget"), "{home}");
+        assert!(!home.contains(&format!("/sales/{rehearsal}\"")));
+    }
+    // The sale itself: 404 to all but an admin.
+    for token in [None, Some(buyer.token.as_str())] {
+        let resp = app.get(&format!("/api/sales/{rehearsal}"), token).await;
+        assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    }
+    let seen = app
+        .get_json(&format!("/api/sales/{rehearsal}"), Some(&admin.token))
+        .await;
+    assert_eq!(seen["rehearsal"], true);
+    app.html_status(
+        &format!("/sales/{rehearsal}"),
+        Some(&buyer),
+        StatusCode::NOT_FOUND,
+    )
+    .await;
+    app.html_status(&format!("/sales/{rehearsal}"), None, StatusCode::NOT_FOUND)
+        .await;
+    let page = app.html(&format!("/sales/{rehearsal}"), Some(&admin)).await;
+    assert!(page.contains("Rehearsal gadget"));
+    let admin_page = app.html("/admin", Some(&admin)).await;
+    assert!(
+        admin_page.contains("data-field=\"rehearsal\" title=\"A rehearsal (stampede load): never on a public page or list\">Rehearsal"),
+        "{admin_page}"
+    );
+
+    // Yet it sells, and its events stream, as the load tool needs.
+    app.buy(rehearsal, &buyer.token).await;
+    assert_eq!(app.wait_for_orders(rehearsal, 1).await.len(), 1);
+    let events = app
+        .client
+        .get(app.url(&format!("/api/sales/{rehearsal}/events")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    drop(events);
+}
+
+#[tokio::test]
+async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let shoppers = app.create_users(3, false).await;
+    let load_users = app.create_users(4, false).await;
+    let (a, b) = (&shoppers[0], &shoppers[1]);
+    mark_rehearsal_users(&app, &load_users.iter().collect::<Vec<_>>()).await;
+
+    // A real sale with real orders, one of them by a rehearsal user (kept).
+    let real = app
+        .open_sale_with(&admin, 10, json!({"max_per_user": 2}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    for buyer in [a, b, &load_users[3]] {
+        app.buy(real, &buyer.token).await;
+    }
+    // Two rehearsals: one with a payment step (a payment, a stock change), one open
+    // and still with pending state.
+    let paid = rehearsal_sale(&app, &admin, 10, json!({"payment_window_s": 600})).await;
+    let plain = rehearsal_sale(&app, &admin, 10, json!({})).await;
+    let mut order_ids = Vec::new();
+    for user in &load_users[..3] {
+        let resp = app.purchase(paid, &user.token).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+        let body: Value = resp.json().await.unwrap();
+        order_ids.push(body["order_id"].as_str().unwrap().to_string());
+        app.buy(plain, &user.token).await;
+    }
+    let resp = app.change_stock(&admin, paid, &json!({"add": 5})).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    app.wait_for_orders(paid, 3).await;
+    app.wait_for_orders(plain, 3).await;
+    app.wait_for_orders(real, 3).await;
+    let pay = app
+        .client
+        .post(app.url(&format!("/api/orders/{}/pay", order_ids[0])))
+        .bearer_auth(&load_users[0].token)
+        .header("Idempotency-Key", "rehearsal-pay-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pay.status(), StatusCode::OK, "{:?}", pay.text().await);
+    sqlx::query("INSERT INTO admin_changes (admin_id, action, sale_id) VALUES ($1, 'close', $2)")
+        .bind(admin.id)
+        .bind(paid)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO admin_changes (admin_id, action, sale_id) VALUES ($1, 'close', $2)")
+        .bind(admin.id)
+        .bind(real)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    // A rehearsal user's ended session.
+    let out = app
+        .post("/api/auth/signout", Some(&load_users[1].token))
+        .await;
+    assert_eq!(out.status(), StatusCode::NO_CONTENT);
+    assert!(!keys_of_sale(&app, paid).await.is_empty());
+    let real_keys = keys_of_sale(&app, real).await;
+    let real_left = app.stock_left(real).await;
+
+    let resp = app
+        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cleaned: Value = resp.json().await.unwrap();
+    assert_eq!(cleaned["sales"], 2, "{cleaned}");
+    assert_eq!(cleaned["orders"], 6, "{cleaned}");
+    assert_eq!(cleaned["users"], 3, "{cleaned}");
+    assert_eq!(cleaned["users_kept"], 1, "{cleaned}");
+
+    let count = |sql: &'static str| {
+        let db = app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .bind(vec![paid, plain])
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM sales WHERE id = ANY($1) OR rehearsal OR $1 IS NULL").await,
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM orders WHERE sale_id = ANY($1)").await,
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1)").await,
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM admin_changes WHERE sale_id = ANY($1)").await,
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM payments WHERE cardinality($1) > 0").await,
+        0
+    );
+    let ids: Vec<i64> = load_users.iter().map(|u| u.id).collect();
+    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM users WHERE id = ANY($1) ORDER BY id")
+        .bind(&ids)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left, [load_users[3].id], "the one with a real order stays");
+    let sessions: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM signed_out_sessions WHERE user_id = ANY($1)")
+            .bind(&ids)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(sessions, 0);
+
+    // Redis: nothing of the rehearsals, also after settlement has read its streams
+    // again (it must not recreate a removed sale's stream).
+    for sale in [paid, plain] {
+        assert_eq!(keys_of_sale(&app, sale).await, Vec::<String>::new());
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for sale in [paid, plain] {
+        assert_eq!(keys_of_sale(&app, sale).await, Vec::<String>::new());
+        let resp = app
+            .get(&format!("/api/sales/{sale}"), Some(&admin.token))
+            .await;
+        assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+        let resp = app.purchase(sale, &shoppers[2].token).await;
+        assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+    }
+    for sale in [paid, plain] {
+        // Only the cache's note that there is no such sale, which those reads made.
+        let state: Vec<String> = keys_of_sale(&app, sale)
+            .await
+            .into_iter()
+            .filter(|k| *k != app.keys.sale_view(stampede::domain::Id::new(sale).unwrap()))
+            .collect();
+        assert_eq!(state, Vec::<String>::new(), "a purchase rebuilt nothing");
+    }
+
+    // The real sale: untouched in both stores, and it still sells.
+    assert_eq!(app.orders_in_db(real).await.len(), 3);
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM admin_changes WHERE sale_id = $1")
+        .bind(real)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(history, 2, "its creation and the close above");
+    let mut now_keys = keys_of_sale(&app, real).await;
+    let mut before = real_keys.clone();
+    now_keys.sort();
+    before.sort();
+    assert_eq!(now_keys, before);
+    assert_eq!(app.stock_left(real).await, real_left);
+    let report = app.reconcile_report(&admin, real).await;
+    assert_eq!(report["consistent"], true, "{report}");
+    app.buy(real, &shoppers[2].token).await;
+
+    // Again: nothing left to remove.
+    let again: Value = app
+        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["sales"], 0);
+    assert_eq!(again["orders"], 0);
+    assert_eq!(again["users"], 0);
+}
+
+#[tokio::test]
+async fn cleanup_needs_an_admin_and_a_csrf_token_in_a_browser() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let buyer = app.user().await;
+    let sale = rehearsal_sale(&app, &admin, 3, json!({})).await;
+    let path = "/api/admin/rehearsals/cleanup";
+    assert_error(
+        app.post(path, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    assert_error(
+        app.post(path, Some(&buyer.token)).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    // The admin's cookie session without the CSRF header.
+    let resp = app
+        .client
+        .post(app.url(path))
+        .header(
+            "Cookie",
+            format!("stampede_session={}; stampede_csrf=abc123", admin.token),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    let still: i64 = sqlx::query_scalar("SELECT count(*) FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(still, 1);
+}
