@@ -222,6 +222,47 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     Ok(MyOrders { pending, settled })
 }
 
+/// Most orders [`of_buyer_in_sale`] names.
+const BUYER_ORDERS: i64 = 100;
+
+/// The buyer's orders of one sale, settled (any status) or pending, oldest first:
+/// what `already_bought` names. A refusal, so it reads off the hot path, bounded:
+/// the settled ones (one indexed query); when none of them holds its unit (none, or
+/// all expired or cancelled), also the pending ones (one `XRANGE` of at most
+/// [`pending::BUYER_SCAN`] entries), and when there are none, Postgres again (an
+/// order settled between the two reads).
+pub async fn of_buyer_in_sale<S: CachedReads + ?Sized>(
+    reads: &S,
+    sale: SaleId,
+    user: UserId,
+) -> Result<Vec<Uuid>, AppError> {
+    let settled = || {
+        sqlx::query_as::<_, (Uuid, bool)>(
+            "SELECT id, status IN ('expired', 'cancelled', 'refunded') FROM orders
+             WHERE user_id = $1 AND sale_id = $2 ORDER BY accepted_at, id LIMIT $3",
+        )
+        .bind(user.get())
+        .bind(sale.get())
+        .bind(BUYER_ORDERS)
+        .fetch_all(reads.db())
+    };
+    let mut found = settled().await?;
+    if found.iter().any(|(_, returned)| !returned) {
+        return Ok(found.into_iter().map(|(id, _)| id).collect());
+    }
+    let pending = pending::of_buyer(&mut reads.redis().clone(), reads.keys(), sale, user).await?;
+    if pending.is_empty() {
+        found = settled().await?;
+    }
+    let mut ids: Vec<Uuid> = found.into_iter().map(|(id, _)| id).collect();
+    for id in pending {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
 /// A sale's settled orders, oldest first (at most `limit`).
 pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<OrderRow>> {
     sqlx::query_as(concat!(

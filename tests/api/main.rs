@@ -10,6 +10,7 @@ mod cache;
 mod client_limits;
 mod health;
 mod helpers;
+mod idempotency;
 mod lifecycle;
 mod limit;
 mod live;
