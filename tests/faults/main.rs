@@ -13,6 +13,7 @@ mod storm;
 mod aof_loss;
 mod app_kill;
 mod cluster_failover;
+mod idempotent_retry;
 mod limit_state;
 mod live_streams;
 mod payment_expiry;
