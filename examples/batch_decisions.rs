@@ -149,6 +149,7 @@ async fn main() -> anyhow::Result<()> {
                         sale,
                         policies: &[],
                         now_ms: None,
+                        key_ttl: std::time::Duration::from_secs(86_400),
                     };
                     call.run(&mut redis.clone(), chunk)
                         .await
@@ -184,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
                                 sale,
                                 policies: &policies,
                                 now_ms: None,
+                                key_ttl: std::time::Duration::from_secs(86_400),
                             };
                             match call.run(&mut redis, &buyers).await {
                                 Ok(replies) => {
@@ -230,6 +232,7 @@ fn buyer(u: u64) -> BuyRequest {
         user: Id::new(u as i64).expect("positive"),
         quantity: 1,
         ip: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, (u % 250) as u8 + 1))),
+        key: None,
     }
 }
 

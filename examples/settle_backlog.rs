@@ -103,6 +103,7 @@ async fn main() -> anyhow::Result<()> {
                         user: Id::new(uid).expect("positive"),
                         quantity: 1,
                         ip: None,
+                        key: None,
                     })
                     .collect();
                 let batch = PurchaseBatch {
@@ -110,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
                     sale: sale_id,
                     policies: &[],
                     now_ms: None,
+                    key_ttl: std::time::Duration::from_secs(86_400),
                 };
                 batch.run(&mut redis, &buyers).await.map(|replies| {
                     replies

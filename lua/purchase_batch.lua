@@ -1,25 +1,30 @@
 -- Decide a batch of purchases of one sale atomically, each buyer in order, with the
 -- buy route's rate limits checked inside the decision (per user and per client
--- address, under the sale's hash tag).
+-- address, under the sale's hash tag), and each buyer's idempotency key remembered
+-- with the decision.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run, per_user)   KEYS[2] stock counter
 -- KEYS[3] buyers set   KEYS[4] orders stream   KEYS[5] pending hash (order id -> user)
 -- KEYS[6] units hash (user -> units held)   KEYS[7] units sold counter (KEYS[6] and
 -- KEYS[7] are used only by a sale of more than one per customer)
--- KEYS[7 + (i - 1) * P + p]: buyer i's state for rate-limit policy p
+-- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
+-- KEYS[8 + (i - 1) * P + p]: buyer i's state for rate-limit policy p
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
--- Redis clock; tests replay exact timings)
--- ARGV[4 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
--- then per buyer: user id, order id (`<uuid>`, or `<uuid>:<quantity>` for more
--- than one unit)
+-- Redis clock; tests replay exact timings)   ARGV[4] ms the keys hash lives after
+-- its last write
+-- ARGV[5 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
+-- then per buyer: user id, order id (`<uuid>`; `<uuid>:<quantity>` for more than
+-- one unit; `<uuid>:<quantity>:<idempotency key>` with a key)
 -- Returns, per buyer, code and value, and for codes 0, 7 and 8 then per policy:
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
--- is back.
+-- is back; for code 11 then the stored answer (a string).
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)
 --   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
 --   9 over the per-customer cap (value = units the buyer holds)
 --   10 fewer units left than asked for (value = units left; nothing taken)
+--   11 replayed (the key's first answer follows as text)
+--   12 key used with another quantity (value = the quantity it was first used with)
 --
 -- A sale of one per customer (per_user absent or 1) decides with the buyers set:
 -- SMISMEMBER, SADD, DECRBY. A sale of more keeps units per buyer (HMGET, HSET) and
@@ -27,10 +32,19 @@
 -- A buyer refused by a limit is counted by no policy and touches no sale state.
 -- When the sale is not loaded or not trusted, nothing is counted or decided.
 --
+-- Idempotency keys: a buyer with a key whose answer is remembered gets it again
+-- (code 11), counted by no limit and touching nothing; the same key with another
+-- quantity is code 12. A decision (accepted, already bought, sold out, over the
+-- cap, not enough left) made for a keyed buyer is remembered in the keys hash
+-- (one HMGET, one HSET and one PEXPIRE per batch that has keys), and an accepted
+-- one's stream entry carries the key (`idem`), so Postgres keeps it on the order.
+-- The same key twice in one batch: the second gets the first's answer. A batch
+-- without keys sends and runs no command for them.
+--
 -- The cost is per batch, not per buyer, except for one XADD per accepted order:
 -- one SMISMEMBER asks about every buyer, and the buyers set, the stock and the
 -- pending hash are written once each; each limit key is read and written once.
-local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT = 1, 5, 9, 10
+local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED = 1, 5, 9, 10, 12
 local P, first_buyer_arg, n = batch_shape()
 
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'per_user')
@@ -42,15 +56,95 @@ if not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
   return batch_all(P, n, REPLY_RECOVERING)
 end
 
+-- Each buyer's order id, quantity and key (nil without one).
+local orders, quantity, idem = {}, {}, {}
+local keyed = false
+for i = 1, n do
+  local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
+  if #arg == 36 then
+    orders[i], quantity[i] = arg, 1
+  else
+    local q, key = string.match(arg, '^:(%d+):?(.*)$', 37)
+    orders[i], quantity[i] = string.sub(arg, 1, 36), tonumber(q)
+    if key and key ~= '' then
+      idem[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key
+      keyed = true
+    end
+  end
+end
+
+-- Keys remembered, and keys twice in this batch: answered now, or after the
+-- decision (a repeat of a key first seen in this batch).
+local code, value, texts = {}, {}, {}
+local skip, first_of, stored = nil, {}, {}
+if keyed then
+  skip = {}
+  local fields, asked = {}, {}
+  for i = 1, n do
+    local f = idem[i]
+    if f then
+      if first_of[f] then
+        skip[i] = true
+      else
+        first_of[f] = i
+        fields[#fields + 1] = f
+        asked[#asked + 1] = i
+      end
+    end
+  end
+  local known = batch_variadic('HMGET', KEYS[8], fields)
+  for j, i in ipairs(asked) do
+    if known[j] then
+      stored[fields[j]] = known[j]
+      skip[i] = true
+    end
+  end
+end
+
+-- The answer to a buyer whose key has a remembered answer.
+local function replay(i, s)
+  local q = tonumber(string.match(s, '^(%d+):'))
+  if q ~= quantity[i] then
+    code[i], value[i] = KEY_REUSED, q
+  else
+    code[i], value[i], texts[i] = REPLY_REPLAYED, 0, s
+  end
+end
+for i = 1, n do
+  if idem[i] and stored[idem[i]] then
+    replay(i, stored[idem[i]])
+  end
+end
+
 local policies = batch_policies(P)
 local now = clock_ms(ARGV[3])
 local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local starts = tonumber(meta[1])
 
--- The window and the limits, buyer by buyer; who is left goes on to the sale.
 -- The limits and the window, item by item; who is left goes on to the decision.
-local code, value, answers, asking, users = batch_admit(P, policies, first_buyer_arg, n, now, closed,
-  starts)
+local admit_code, admit_value, answers, asking, users = batch_admit(P, policies,
+  first_buyer_arg, n, now, closed, starts, skip)
+for i = 1, n do
+  if admit_code[i] then
+    code[i], value[i] = admit_code[i], admit_value[i]
+  end
+end
+
+local function xadd(i, user, q)
+  if idem[i] and q > 1 then
+    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
+      'at_ms', now, 'quantity', q, 'idem', string.sub(idem[i], #user + 2))
+  elseif idem[i] then
+    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
+      'at_ms', now, 'idem', string.sub(idem[i], #user + 2))
+  elseif q > 1 then
+    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
+      'at_ms', now, 'quantity', q)
+  else
+    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
+      'at_ms', now)
+  end
+end
 
 -- A sale of more than one per customer: units per buyer, all or nothing.
 local function decide_units(per_user)
@@ -60,12 +154,7 @@ local function decide_units(per_user)
   local now_held, changed, new_buyers, pending = {}, {}, {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
-    local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
-    local order, q = arg, 1
-    local at = string.find(arg, ':', 1, true)
-    if at then
-      order, q = string.sub(arg, 1, at - 1), tonumber(string.sub(arg, at + 1))
-    end
+    local q = quantity[i]
     local h = now_held[user] or tonumber(held[j]) or 0
     if h + q > per_user then
       code[i], value[i] = OVER_CAP, h
@@ -82,10 +171,9 @@ local function decide_units(per_user)
         changed[#changed + 1] = user
       end
       now_held[user] = h + q
-      pending[#pending + 1] = order
+      pending[#pending + 1] = orders[i]
       pending[#pending + 1] = user
-      redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
-        'at_ms', now, 'quantity', q)
+      xadd(i, user, q)
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -117,20 +205,18 @@ elseif #asking > 0 then
     local user = users[j]
     if bought[j] == 1 or accepted[user] then
       code[i], value[i] = ALREADY_BOUGHT, 0
-    elseif #ARGV[first_buyer_arg + (i - 1) * 2 + 1] > 36 then
+    elseif quantity[i] > 1 then
       -- More than one unit asked of a sale of one per customer.
       code[i], value[i] = OVER_CAP, 0
     elseif stock - taken <= 0 then
       code[i], value[i] = SOLD_OUT, 0
     else
-      local order = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
       taken = taken + 1
       accepted[user] = true
       new_buyers[#new_buyers + 1] = user
-      pending[#pending + 1] = order
+      pending[#pending + 1] = orders[i]
       pending[#pending + 1] = user
-      redis.call('XADD', KEYS[4], '*', 'order_id', order, 'sale_id', ARGV[1], 'user_id', user,
-        'at_ms', now)
+      xadd(i, user, 1)
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -141,4 +227,36 @@ elseif #asking > 0 then
   end
 end
 
-return batch_reply(P, n, code, value, answers)
+-- Remember the decisions made for keys; answer a key's repeats in this batch.
+if keyed then
+  local remembered = {}
+  for i = 1, n do
+    local f, c = idem[i], code[i]
+    if f and first_of[f] == i and not stored[f] and (c == REPLY_ACCEPTED or c == ALREADY_BOUGHT
+        or c == SOLD_OUT or c == OVER_CAP or c == NOT_ENOUGH_LEFT) then
+      local s = quantity[i] .. ':' .. c .. ':' .. value[i] .. ':' ..
+        (c == REPLY_ACCEPTED and orders[i] or '')
+      stored[f] = s
+      remembered[#remembered + 1] = f
+      remembered[#remembered + 1] = s
+    end
+  end
+  for i = 1, n do
+    local f = idem[i]
+    if f and first_of[f] ~= i then
+      local first = first_of[f]
+      if stored[f] then
+        replay(i, stored[f])
+      else
+        -- The first was not decided (window, limits): the same answer.
+        code[i], value[i], answers[i] = code[first], value[first], answers[first]
+      end
+    end
+  end
+  if #remembered > 0 then
+    batch_variadic('HSET', KEYS[8], remembered)
+    redis.call('PEXPIRE', KEYS[8], ARGV[4])
+  end
+end
+
+return batch_reply(P, n, code, value, answers, texts)

@@ -5,7 +5,7 @@
 -- KEYS[5] votes stream
 -- KEYS[5 + (i - 1) * P + p]: voter i's state for rate-limit policy p
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
--- Redis clock)   ARGV[4 ..]: per policy: algorithm code, a, b, c
+-- Redis clock)   ARGV[4] unused ('')   ARGV[5 ..]: per policy: algorithm code, a, b, c
 -- then per voter: user id, option id
 -- Returns, per voter, code and value, and for codes 0, 7 and 8 then per policy:
 -- allowed, remaining, ms until allowed again, ms until the quota is back.

@@ -68,7 +68,8 @@ impl Failed {
     fn redis_unavailable() -> Self {
         Failed::Unavailable {
             code: ErrorCode::RedisUnavailable,
-            message: "Redis did not answer in time; try again (a retry never buys a second unit)"
+            message: "Redis did not answer in time; try again with the same Idempotency-Key \
+                      (a retry under it never buys a second unit)"
                 .into(),
         }
     }
@@ -316,21 +317,24 @@ pub struct Item {
 }
 
 /// An item's second argument: the order id a purchase gets if accepted, with the
-/// units it asks for (sent as `<uuid>`, or `<uuid>:<quantity>` when more than
-/// one), or the option a vote is for.
+/// units it asks for and its idempotency key (sent as `<uuid>`, `<uuid>:<quantity>`
+/// when more than one, `<uuid>:<quantity>:<key>` with a key), or the option a vote
+/// is for.
 #[derive(Clone, Copy, Debug)]
 pub enum ItemArg {
-    Order(Uuid, u32),
+    Order(Uuid, u32, Option<crate::domain::PurchaseKey>),
     Option(i64),
 }
 
 impl redis::ToRedisArgs for ItemArg {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         match self {
-            ItemArg::Order(id, quantity) => {
+            ItemArg::Order(id, quantity, key) => {
                 let mut buf = Uuid::encode_buffer();
                 let id = id.hyphenated().encode_lower(&mut buf);
-                if *quantity > 1 {
+                if let Some(key) = key {
+                    out.write_arg_fmt(format_args!("{id}:{quantity}:{}", key.as_str()));
+                } else if *quantity > 1 {
                     out.write_arg_fmt(format_args!("{id}:{quantity}"));
                 } else {
                     out.write_arg(id.as_bytes());
@@ -342,11 +346,13 @@ impl redis::ToRedisArgs for ItemArg {
 }
 
 /// What a batch script answered for one item: its code, value, and each policy's
-/// decision (empty unless the answer reports them: see [`rows`]).
+/// decision (empty unless the answer reports them: see [`rows`]), and the stored
+/// answer a replay carries.
 pub struct Row {
     pub code: i64,
     pub value: i64,
     pub limits: Vec<Decision>,
+    pub text: Option<String>,
 }
 
 /// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
@@ -366,6 +372,9 @@ pub struct Call<'a> {
     pub limit_key: &'a (dyn Fn(&str, &str) -> String + Sync),
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
+    /// The script's own number (ARGV[4]): for the purchase, how long the keys hash
+    /// lives after its last write, in ms; 0 for the vote.
+    pub extra: u64,
 }
 
 impl Call<'_> {
@@ -382,7 +391,8 @@ impl Call<'_> {
         self.limit_keys(&mut inv, items)?;
         inv.arg(self.id)
             .arg(self.policies.len())
-            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default());
+            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default())
+            .arg(self.extra);
         for policy in self.policies {
             let (code, a, b, c) = policy.algorithm.lua_args();
             inv.arg(code).arg(a).arg(b).arg(c);
@@ -390,7 +400,7 @@ impl Call<'_> {
         for item in items {
             inv.arg(item.user.get()).arg(item.arg);
         }
-        let flat: Vec<i64> = inv.invoke_async(redis).await?;
+        let flat: Vec<redis::Value> = inv.invoke_async(redis).await?;
         rows(self.name, &flat, self.policies.len(), items.len())
     }
 
@@ -452,17 +462,36 @@ fn reports_limits(code: i64) -> bool {
     matches!(code, 0 | 7 | 8)
 }
 
+/// The answer that carries a string after its code and value: a replay
+/// (`REPLY_REPLAYED` in `lua/lib/batch.lua`), with the answer stored under its key.
+pub const REPLAYED: i64 = 11;
+
 /// Splits a batch script's flat reply into one row per item: code, value, and 4
-/// numbers per policy where [`reports_limits`]. Anything but exactly `items` rows
-/// is an error.
-fn rows(script: &str, flat: &[i64], policies: usize, items: usize) -> Result<Vec<Row>, AppError> {
-    let wrong = || unexpected_reply(script, format!("{} numbers for {items} items", flat.len()));
+/// numbers per policy where [`reports_limits`], one string after a [`REPLAYED`].
+/// Anything but exactly `items` rows, or a string anywhere else, is an error.
+fn rows(
+    script: &str,
+    flat: &[redis::Value],
+    policies: usize,
+    items: usize,
+) -> Result<Vec<Row>, AppError> {
+    let wrong = || unexpected_reply(script, format!("{} values for {items} items", flat.len()));
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => Ok(*n),
+        _ => Err(wrong()),
+    };
     let mut out = Vec::with_capacity(items);
+    let mut numbers = Vec::with_capacity(4 * policies);
     let mut rest = flat;
     while let [code, value, tail @ ..] = rest {
-        let (limits, tail) = if reports_limits(*code) {
+        let (code, value) = (int(code)?, int(value)?);
+        let (limits, tail) = if reports_limits(code) {
             let (four, tail) = tail.split_at_checked(4 * policies).ok_or_else(wrong)?;
-            let limits = four
+            numbers.clear();
+            for v in four {
+                numbers.push(int(v)?);
+            }
+            let limits = numbers
                 .chunks(4)
                 .map(|four| decision(script, four))
                 .collect::<Result<_, _>>()?;
@@ -470,10 +499,18 @@ fn rows(script: &str, flat: &[i64], policies: usize, items: usize) -> Result<Vec
         } else {
             (Vec::new(), tail)
         };
+        let (text, tail) = match (code, tail) {
+            (REPLAYED, [redis::Value::BulkString(s), tail @ ..]) => {
+                (Some(String::from_utf8_lossy(s).into_owned()), tail)
+            }
+            (REPLAYED, _) => return Err(wrong()),
+            _ => (None, tail),
+        };
         out.push(Row {
-            code: *code,
-            value: *value,
+            code,
+            value,
             limits,
+            text,
         });
         rest = tail;
     }
@@ -507,9 +544,11 @@ mod tests {
     #[test]
     fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {
         // Two policies: accepted (with both), already bought (none), limited (with both).
-        let flat = [
+        let ints =
+            |n: &[i64]| -> Vec<redis::Value> { n.iter().map(|&n| redis::Value::Int(n)).collect() };
+        let flat = ints(&[
             0, 9, 1, 4, 0, 10, 1, 99, 0, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
-        ];
+        ]);
         let parsed = rows("t.lua", &flat, 2, 3).unwrap();
         assert_eq!(
             parsed
@@ -523,8 +562,19 @@ mod tests {
         // Too few or too many numbers, or rows, are an error, never a guess.
         assert!(rows("t.lua", &flat[..flat.len() - 1], 2, 3).is_err());
         assert!(rows("t.lua", &flat, 2, 2).is_err());
-        assert!(rows("t.lua", &[1, 0, 5], 2, 1).is_err());
+        assert!(rows("t.lua", &ints(&[1, 0, 5]), 2, 1).is_err());
         // An unknown verdict is an error too.
-        assert!(rows("t.lua", &[0, 1, 3, 0, 0, 0], 1, 1).is_err());
+        assert!(rows("t.lua", &ints(&[0, 1, 3, 0, 0, 0]), 1, 1).is_err());
+        // A replay carries its stored answer; a string anywhere else is an error.
+        let mut replay = ints(&[REPLAYED, 0]);
+        replay.push(redis::Value::BulkString(b"1:0:5:x".to_vec()));
+        replay.extend(ints(&[1, 0]));
+        let parsed = rows("t.lua", &replay, 2, 2).unwrap();
+        assert_eq!(parsed[0].text.as_deref(), Some("1:0:5:x"));
+        assert_eq!(parsed[1].text, None);
+        assert!(rows("t.lua", &ints(&[REPLAYED, 0]), 2, 1).is_err());
+        let mut stray = ints(&[1, 0]);
+        stray.push(redis::Value::BulkString(b"x".to_vec()));
+        assert!(rows("t.lua", &stray, 2, 1).is_err());
     }
 }

@@ -156,6 +156,52 @@ fn truncate(s: &str, max: usize) -> &str {
     }
 }
 
+/// A purchase's `Idempotency-Key`: 1 to [`PurchaseKey::MAX`] characters of
+/// `[A-Za-z0-9_.:-]` (a UUID, or random hex, fits), compared exactly. Held inline
+/// (`Copy`, no allocation): it rides in the batch with its buyer, and only a key so
+/// parsed reaches a Redis key or argument.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct PurchaseKey {
+    len: u8,
+    bytes: [u8; PurchaseKey::MAX],
+}
+
+impl PurchaseKey {
+    /// Most characters in a key.
+    pub const MAX: usize = 64;
+
+    pub fn parse(raw: &[u8]) -> Result<Self, AppError> {
+        let ok = (1..=Self::MAX).contains(&raw.len())
+            && raw
+                .iter()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'));
+        if !ok {
+            return Err(AppError::new(
+                ErrorCode::InvalidIdempotencyKey,
+                "the Idempotency-Key header of a purchase must be 1 to 64 characters of \
+                 letters, digits, '_', '.', ':' or '-' (a UUID will do)",
+            ));
+        }
+        let mut bytes = [0; Self::MAX];
+        bytes[..raw.len()].copy_from_slice(raw);
+        Ok(PurchaseKey {
+            len: raw.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII was let in.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for PurchaseKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PurchaseKey({:?})", self.as_str())
+    }
+}
+
 /// 3 to 32 characters from `[A-Za-z0-9_.-]`, compared case-insensitively (stored lower-case).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Username(String);
@@ -338,6 +384,21 @@ pub fn parse_image_url(raw: Option<&str>) -> Result<Option<String>, AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn purchase_keys_are_parsed_text_only() {
+        for ok in [
+            "a",
+            "550e8400-e29b-41d4-a716-446655440000",
+            "x_y.z:1",
+            &"k".repeat(64),
+        ] {
+            assert_eq!(PurchaseKey::parse(ok.as_bytes()).unwrap().as_str(), ok);
+        }
+        for bad in ["", " a", "a b", "{sale:1}", "ä", "a*", &"k".repeat(65)] {
+            assert!(PurchaseKey::parse(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn image_urls_are_https_or_paths_on_this_site() {

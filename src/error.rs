@@ -49,7 +49,7 @@ error_codes! {
     InvalidQuery = (BAD_REQUEST, "invalid_query"),
     /// A paging limit out of range.
     InvalidLimit = (BAD_REQUEST, "invalid_limit"),
-    /// A payment without an `Idempotency-Key` header, or with a malformed one.
+    /// A payment without an `Idempotency-Key` header, or a payment or cancel with a malformed one; a purchase's key out of its form (1 to 64 of `A-Z a-z 0-9 _ . : -`).
     InvalidIdempotencyKey = (BAD_REQUEST, "invalid_idempotency_key"),
     /// No session: sign in.
     Unauthorized = (UNAUTHORIZED, "unauthorized"),
@@ -125,7 +125,7 @@ error_codes! {
     InvalidQuantity = (UNPROCESSABLE_ENTITY, "invalid_quantity"),
     /// A payment window out of range (0 to 86400 seconds).
     InvalidPaymentWindow = (UNPROCESSABLE_ENTITY, "invalid_payment_window"),
-    /// An `Idempotency-Key` already used for the payment of another order.
+    /// An `Idempotency-Key` already used for the payment of another order, or a purchase's key first sent with another quantity.
     IdempotencyKeyReused = (UNPROCESSABLE_ENTITY, "idempotency_key_reused"),
     /// A stock change that would pass 10,000,000 units ever offered.
     StockTooLarge = (UNPROCESSABLE_ENTITY, "stock_too_large"),

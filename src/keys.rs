@@ -32,6 +32,10 @@ pub struct SaleKeys {
     /// Integer: units sold (sales of more than one per customer only; a sale of
     /// one per customer counts its buyers set).
     pub sold: String,
+    /// Hash `<user>:<idempotency key>` -> `<quantity>:<code>:<value>:<order id>`: the
+    /// answers given to purchases that carried a key (`lua/purchase_batch.lua`),
+    /// expiring `purchase_key_ttl` after its last write; rebuilt from the orders.
+    pub idem: String,
 }
 
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
@@ -74,6 +78,7 @@ impl Keys {
             rebuild: format!("{base}:rebuild"),
             units: format!("{base}:units"),
             sold: format!("{base}:sold"),
+            idem: format!("{base}:idem"),
         }
     }
 
@@ -163,7 +168,8 @@ mod tests {
     fn sale_keys_share_one_hash_tag() {
         let k = Keys::new("t1").sale(Id::new(42).unwrap());
         for key in [
-            &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.changes, &k.rebuild,
+            &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.changes, &k.rebuild, &k.units,
+            &k.sold, &k.idem,
         ] {
             assert!(key.starts_with("t1:{sale:42}:"), "{key}");
         }

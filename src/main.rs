@@ -191,7 +191,7 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
         redis.clone(),
         keys.clone(),
         Arc::new(stampede::metrics::Metrics::off()),
-        startup::features(),
+        startup::features(config),
     );
     let mut bad = 0;
     for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {

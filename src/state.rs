@@ -36,6 +36,8 @@ pub struct AppState {
     pub tickets: crate::sale::ticket::TicketKey,
     /// Which sales require a ticket, once read.
     pub ticket_rules: crate::sale::ticket::TicketRules,
+    /// What buyers hold of a sale, for `already_bought` (see `sale::orders::HeldOrders`).
+    pub held_orders: crate::sale::orders::HeldOrders,
     /// Whether a token's session still stands: what has ended, in memory, fed by
     /// the ended-sessions stream (see [`crate::auth::session`]).
     pub sessions: crate::auth::session::Sessions,

@@ -1,6 +1,7 @@
 -- Shared by the batch decision scripts (lua/purchase_batch.lua, lua/vote_batch.lua),
--- whose ARGV start: id, P (number of policies), now override, then 4 per policy,
--- then two per item.
+-- whose ARGV start: id, P (number of policies), now override, a number of the
+-- script's own (the purchase: how long an idempotency key is remembered, in ms),
+-- then 4 per policy, then two per item.
 
 -- Reply codes every batch script shares; each script's header lists all of its own
 -- codes with these (a Rust test reads the headers against the reply enums of
@@ -12,12 +13,15 @@ local REPLY_NOT_LOADED = 4
 local REPLY_RECOVERING = 6
 local REPLY_LIMITED = 7
 local REPLY_LIMIT_NEVER = 8
+-- An answer given before, under the same idempotency key: code and value, then the
+-- stored answer as one string (see lua/purchase_batch.lua).
+local REPLY_REPLAYED = 11
 
 -- The batch's shape from ARGV: P policies, where the first item's two arguments
 -- start, and the number of items.
 local function batch_shape()
   local P = tonumber(ARGV[2])
-  local first = 4 + 4 * P
+  local first = 5 + 4 * P
   return P, first, (#ARGV - first + 1) / 2
 end
 
@@ -25,7 +29,7 @@ end
 local function batch_policies(P)
   local policies = {}
   for p = 1, P do
-    local at = 4 + (p - 1) * 4
+    local at = 5 + (p - 1) * 4
     policies[p] = {ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
       tonumber(ARGV[at + 3])}
   end
@@ -66,8 +70,9 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}}
 -- limits refused; an admitted item's are computed by batch_reply, only when its
 -- reply carries them), and the items left for the decision: their indexes and
 -- their user ids (each item's first argument, from `first_arg`). An item's limit
--- keys follow the script's state keys: the last n * P keys, P per item.
-local function batch_admit(P, policies, first_arg, n, now, closed, opens)
+-- keys follow the script's state keys: the last n * P keys, P per item. Items whose
+-- index `skip` holds (answered already: a replay) are neither counted nor asking.
+local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local cache = limits_cache()
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
@@ -75,8 +80,11 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens)
   local seen, states = {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen}
   for i = 1, n do
-    local admitted = P == 0 or limits_take(cache, first_key + (i - 1) * P, policies, now, states)
-    if not admitted then
+    local admitted = skip and skip[i] or P == 0 or
+      limits_take(cache, first_key + (i - 1) * P, policies, now, states)
+    if skip and skip[i] then
+      -- Answered by the caller.
+    elseif not admitted then
       local wait
       answers[i], wait = limits_answers(policies, states, now)
       if wait == -1 then
@@ -104,8 +112,9 @@ end
 
 -- The script's reply: batch_answer per item. An accepted item's policy answers
 -- are computed here, from the states its take was decided on (the same answers
--- its take would have given).
-local function batch_reply(P, n, code, value, answers)
+-- its take would have given). `texts` (optional): per item, a string that follows
+-- its code and value (a replayed answer's).
+local function batch_reply(P, n, code, value, answers, texts)
   local out, seen = {}, batch_limits_seen
   local states = {}
   for i = 1, n do
@@ -117,6 +126,9 @@ local function batch_reply(P, n, code, value, answers)
       a = limits_answers(seen.policies, states, seen.now)
     end
     batch_answer(out, P, code[i], value[i], a)
+    if texts and texts[i] then
+      out[#out + 1] = texts[i]
+    end
   end
   return out
 end

@@ -102,6 +102,10 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_MAX_CONNECTIONS", parsed!(max_connections)),
     ("STAMPEDE_MAX_HEADER_BYTES", parsed!(max_header_bytes)),
     ("STAMPEDE_SOLD_OUT_CACHE_MS", parsed!(millis sold_out_cache)),
+    (
+        "STAMPEDE_PURCHASE_KEY_TTL_SECS",
+        parsed!(secs purchase_key_ttl),
+    ),
     ("STAMPEDE_SETTLE_IN_SERVE", parsed!(settle_in_serve)),
     ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
     (

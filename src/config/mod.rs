@@ -78,6 +78,11 @@ pub struct Config {
     /// Bounds how late another instance notices a top-up.
     #[serde(rename = "sold_out_cache_ms", with = "units::millis")]
     pub sold_out_cache: Duration,
+    /// How long a purchase's `Idempotency-Key` is remembered at least: a sale's
+    /// keys expire this long after its last purchase with a key, and a rebuild
+    /// restores the keys of orders accepted less than this long ago (1 s to 30 days).
+    #[serde(rename = "purchase_key_ttl_secs", with = "units::secs")]
+    pub purchase_key_ttl: Duration,
     /// Run the settlement worker inside `serve`.
     pub settle_in_serve: bool,
     pub settle: SettleConfig,
@@ -185,6 +190,7 @@ impl Default for Config {
             max_connections: 25_000,
             max_header_bytes: 16 * 1024,
             sold_out_cache: Duration::from_millis(1000),
+            purchase_key_ttl: Duration::from_secs(24 * 3600),
             settle_in_serve: true,
             settle: SettleConfig::default(),
             trusted_proxies: Vec::new(),
@@ -255,6 +261,7 @@ impl std::fmt::Debug for Config {
             .field("max_connections", &self.max_connections)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("sold_out_cache_ms", &self.sold_out_cache.as_millis())
+            .field("purchase_key_ttl_secs", &self.purchase_key_ttl.as_secs())
             .field("settle_in_serve", &self.settle_in_serve)
             .field("settle", &self.settle)
             .field("trusted_proxies", &self.trusted_proxies)
@@ -381,6 +388,12 @@ impl Config {
         if !(ms(1)..=ms(60_000)).contains(&self.session_sync) {
             return Err(ConfigError::Invalid(
                 "session_sync_ms (STAMPEDE_SESSION_SYNC_MS) must be 1 to 60000".into(),
+            ));
+        }
+        if !(ms(1000)..=ms(30 * 86_400_000)).contains(&self.purchase_key_ttl) {
+            return Err(ConfigError::Invalid(
+                "purchase_key_ttl_secs (STAMPEDE_PURCHASE_KEY_TTL_SECS) must be 1 to 2592000"
+                    .into(),
             ));
         }
         if !(ms(100)..=ms(60_000)).contains(&self.live_interval) {

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::orders::{MAX_ORDERABLE_SALE_ID, new_order_id};
 use super::store::PurchaseOutcome;
 use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
-use crate::domain::{SaleId, UserId};
+use crate::domain::{PurchaseKey, SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
@@ -30,6 +30,8 @@ pub struct BuyRequest {
     pub quantity: u32,
     /// The client address, when a policy counts per address.
     pub ip: Option<IpAddr>,
+    /// The `Idempotency-Key` the purchase carried, if any.
+    pub key: Option<PurchaseKey>,
 }
 
 /// What the script decided for one buyer, and what each policy said.
@@ -39,6 +41,9 @@ pub struct BuyReply {
     /// One per policy of the buy route, in order (empty when limits are off, and unless the
     /// answer is accepted or refused by a limit: see `batch::rows`).
     pub limits: Vec<Decision>,
+    /// The answer first given to this idempotency key, given again (no limit
+    /// counted it, nothing was decided).
+    pub replayed: bool,
 }
 
 /// `lua/purchase_batch.lua` for one sale.
@@ -49,6 +54,9 @@ pub struct PurchaseBatch<'a> {
     pub policies: &'a [Policy],
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
+    /// How long the sale's idempotency keys hash lives after its last write
+    /// (`purchase_key_ttl`).
+    pub key_ttl: std::time::Duration,
 }
 
 impl PurchaseBatch<'_> {
@@ -63,6 +71,7 @@ impl PurchaseBatch<'_> {
             let unknown = BuyReply {
                 outcome: PurchaseOutcome::UnknownSale,
                 limits: Vec::new(),
+                replayed: false,
             };
             return Ok(vec![unknown; buyers.len()]);
         }
@@ -77,29 +86,36 @@ impl PurchaseBatch<'_> {
             .map(|(buyer, order_id)| Item {
                 user: buyer.user,
                 ip: buyer.ip,
-                arg: ItemArg::Order(*order_id, buyer.quantity),
+                arg: ItemArg::Order(*order_id, buyer.quantity, buyer.key),
             })
             .collect();
         let rows = crate::batch::Call {
             script: &PURCHASE_BATCH,
             name: "purchase_batch.lua",
             state_keys: &[
-                &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.units, &k.sold,
+                &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.units, &k.sold, &k.idem,
             ],
             id: self.sale.get(),
             policies: self.policies,
             limit_key: &|policy, subject| self.keys.sale_rate_limit(self.sale, policy, subject),
             now_ms: self.now_ms,
+            extra: u64::try_from(self.key_ttl.as_millis()).unwrap_or(u64::MAX),
         }
         .run(redis, &items)
         .await?;
         rows.into_iter()
             .zip(order_ids)
-            .map(|(row, order_id)| {
-                Ok(BuyReply {
+            .map(|(row, order_id)| match row.text {
+                Some(stored) if row.code == crate::batch::REPLAYED => Ok(BuyReply {
+                    outcome: replayed(&stored)?,
+                    limits: row.limits,
+                    replayed: true,
+                }),
+                _ => Ok(BuyReply {
                     outcome: outcome(row.code, row.value, order_id)?,
                     limits: row.limits,
-                })
+                    replayed: false,
+                }),
             })
             .collect()
     }
@@ -120,6 +136,36 @@ crate::lua::reply_codes! {
         LimitNever = 8, "rate limit never satisfiable";
         OverCap = 9, "over the per-customer cap";
         NotEnoughLeft = 10, "fewer units left than asked for";
+        Replayed = 11, "replayed";
+        KeyReused = 12, "key used with another quantity";
+    }
+}
+
+/// The answer stored under an idempotency key (`<quantity>:<code>:<value>:<order
+/// id>`, see `lua/purchase_batch.lua`), given again. Only a decision is stored: any
+/// other code, or text of another shape, is an error.
+fn replayed(stored: &str) -> Result<PurchaseOutcome, AppError> {
+    let bad = || unexpected_reply("purchase_batch.lua", ("stored answer", stored.to_string()));
+    let mut parts = stored.splitn(4, ':');
+    let (Some(_quantity), Some(code), Some(value), Some(order)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    let code: i64 = code.parse().map_err(|_| bad())?;
+    let value: i64 = value.parse().map_err(|_| bad())?;
+    match PurchaseCode::of(code) {
+        Some(PurchaseCode::Accepted) => {
+            let order_id = Uuid::parse_str(order).map_err(|_| bad())?;
+            outcome(code, value, order_id)
+        }
+        Some(
+            PurchaseCode::AlreadyBought
+            | PurchaseCode::SoldOut
+            | PurchaseCode::OverCap
+            | PurchaseCode::NotEnoughLeft,
+        ) => outcome(code, value, Uuid::nil()),
+        _ => Err(bad()),
     }
 }
 
@@ -148,6 +194,11 @@ fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, App
         PurchaseCode::LimitNever => PurchaseOutcome::RateLimitUnsatisfiable,
         PurchaseCode::OverCap => PurchaseOutcome::OverPerUserCap { held: value },
         PurchaseCode::NotEnoughLeft => PurchaseOutcome::NotEnoughLeft { left: value },
+        PurchaseCode::KeyReused => PurchaseOutcome::KeyReused { quantity: value },
+        // A replay carries its stored answer (`batch::rows`); without it, a bug.
+        PurchaseCode::Replayed => {
+            return Err(unexpected_reply("purchase_batch.lua", (code as i64, value)));
+        }
     })
 }
 
@@ -158,6 +209,8 @@ pub struct BuyDecider {
     pub policies: Vec<Policy>,
     /// Replicas that must have an accepted decision before it is answered.
     pub replica_acks: Option<ReplicaAcks>,
+    /// `purchase_key_ttl`.
+    pub key_ttl: std::time::Duration,
 }
 
 impl Decider for BuyDecider {
@@ -176,9 +229,12 @@ impl Decider for BuyDecider {
             sale,
             policies: &self.policies,
             now_ms: None,
+            key_ttl: self.key_ttl,
         }
         .run(&mut redis, &batch)
         .await?;
+        // A replayed acceptance is waited for too: its first answer may have been a
+        // 503 `not_replicated`.
         let accepted = replies
             .iter()
             .any(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. }));

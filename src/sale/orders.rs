@@ -222,6 +222,136 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     Ok(MyOrders { pending, settled })
 }
 
+/// Most orders [`of_buyer_in_sale`] names.
+const BUYER_ORDERS: i64 = 100;
+
+/// How long a process remembers what a buyer holds of a sale (see [`HeldOrders`]).
+pub const HELD_ORDERS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most (sale, buyer) pairs a process remembers (about 100 bytes each); past
+/// that it starts over.
+pub const HELD_ORDERS_MAX: usize = 65_536;
+/// How long an `already_bought` waits for the buyer's orders before it answers
+/// without them: the refusal never waits on a slow Postgres.
+pub const HELD_ORDERS_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What buyers hold of a sale, as the `already_bought` answer names it, in this
+/// process's memory for [`HELD_ORDERS_TTL`]: a storm of repeat buyers (tens of
+/// thousands of refusals a second) costs one Postgres read per buyer and sale
+/// every ten seconds, not one per refusal. Only a settled order that still holds
+/// its units is remembered (a pending one settles in a moment; a cancel may show
+/// for up to the TTL).
+#[derive(Default)]
+pub struct HeldOrders {
+    known: std::sync::Mutex<std::collections::HashMap<(SaleId, UserId), Held>>,
+}
+
+/// When a buyer's orders were read, and what they were.
+type Held = (std::time::Instant, Vec<Uuid>);
+
+impl HeldOrders {
+    fn get(&self, sale: SaleId, user: UserId) -> Option<Vec<Uuid>> {
+        let known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known
+            .get(&(sale, user))
+            .filter(|(at, _)| at.elapsed() < HELD_ORDERS_TTL)
+            .map(|(_, ids)| ids.clone())
+    }
+
+    fn remember(&self, sale: SaleId, user: UserId, ids: &[Uuid]) {
+        let mut known = self
+            .known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() >= HELD_ORDERS_MAX {
+            known.clear();
+        }
+        known.insert((sale, user), (std::time::Instant::now(), ids.to_vec()));
+    }
+}
+
+/// [`of_buyer_in_sale`] through this process's memory ([`HeldOrders`]), waiting
+/// at most [`HELD_ORDERS_WAIT`]: `None` when the orders could not be read in time
+/// (Postgres slow or down), so the refusal goes out without them.
+pub async fn held_by<S: CachedReads + ?Sized>(
+    reads: &S,
+    memory: &HeldOrders,
+    sale: SaleId,
+    user: UserId,
+) -> Option<Vec<Uuid>> {
+    if let Some(ids) = memory.get(sale, user) {
+        return Some(ids);
+    }
+    match tokio::time::timeout(
+        HELD_ORDERS_WAIT,
+        of_buyer_in_sale_settled(reads, sale, user),
+    )
+    .await
+    {
+        Ok(Ok((ids, settled_holds))) => {
+            if settled_holds {
+                memory.remember(sale, user, &ids);
+            }
+            Some(ids)
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(sale = %sale, user = %user, error = ?e, "already_bought without its orders");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// The buyer's orders of one sale, settled (any status) or pending, oldest first:
+/// what `already_bought` names. A refusal, so it reads off the hot path, bounded:
+/// the settled ones (one indexed query); when none of them holds its unit (none, or
+/// all expired or cancelled), also the pending ones (one `XRANGE` of at most
+/// [`pending::BUYER_SCAN`] entries), and when there are none, Postgres again (an
+/// order settled between the two reads).
+pub async fn of_buyer_in_sale<S: CachedReads + ?Sized>(
+    reads: &S,
+    sale: SaleId,
+    user: UserId,
+) -> Result<Vec<Uuid>, AppError> {
+    Ok(of_buyer_in_sale_settled(reads, sale, user).await?.0)
+}
+
+/// [`of_buyer_in_sale`], and whether a settled order among them still holds its
+/// units (then the answer stays true until a cancel).
+async fn of_buyer_in_sale_settled<S: CachedReads + ?Sized>(
+    reads: &S,
+    sale: SaleId,
+    user: UserId,
+) -> Result<(Vec<Uuid>, bool), AppError> {
+    let settled = || {
+        sqlx::query_as::<_, (Uuid, bool)>(
+            "SELECT id, status IN ('expired', 'cancelled', 'refunded') FROM orders
+             WHERE user_id = $1 AND sale_id = $2 ORDER BY accepted_at, id LIMIT $3",
+        )
+        .bind(user.get())
+        .bind(sale.get())
+        .bind(BUYER_ORDERS)
+        .fetch_all(reads.db())
+    };
+    let mut found = settled().await?;
+    if found.iter().any(|(_, returned)| !returned) {
+        return Ok((found.into_iter().map(|(id, _)| id).collect(), true));
+    }
+    let pending = pending::of_buyer(&mut reads.redis().clone(), reads.keys(), sale, user).await?;
+    if pending.is_empty() {
+        found = settled().await?;
+    }
+    let mut ids: Vec<Uuid> = found.into_iter().map(|(id, _)| id).collect();
+    for id in pending {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok((ids, false))
+}
+
 /// A sale's settled orders, oldest first (at most `limit`).
 pub async fn of_sale(db: &PgPool, sale: SaleId, limit: i64) -> sqlx::Result<Vec<OrderRow>> {
     sqlx::query_as(concat!(

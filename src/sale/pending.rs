@@ -93,6 +93,36 @@ pub async fn oldest<C: ConnectionLike>(
     Ok((total, entries))
 }
 
+/// Most stream entries [`of_buyer`] reads: the pending orders of a sale are those
+/// accepted within the settlement lag, normally far fewer.
+pub const BUYER_SCAN: usize = 1000;
+
+/// The buyer's orders of the sale that are not in Postgres yet, among the first
+/// [`BUYER_SCAN`] entries of its orders stream (one `XRANGE`): for the answer
+/// `already_bought`, which names them.
+pub async fn of_buyer<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    user: UserId,
+) -> Result<Vec<Uuid>, AppError> {
+    let stream: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(&keys.sale(sale).orders)
+        .arg("-")
+        .arg("+")
+        .arg("COUNT")
+        .arg(BUYER_SCAN)
+        .query_async(redis)
+        .await?;
+    Ok(stream
+        .ids
+        .iter()
+        .filter_map(PendingOrder::parse)
+        .filter(|o| o.user == user.get())
+        .filter_map(|o| Uuid::parse_str(&o.order_id).ok())
+        .collect())
+}
+
 /// What a buyer holds of one sale, as its page shows it.
 pub struct Holding {
     /// The buyer can buy no more: an order of a sale of one per customer, or

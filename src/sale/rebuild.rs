@@ -32,7 +32,11 @@ static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lu
 const STALE_CHANGE_MS: i64 = 2_000;
 
 /// The sales, as the recovery driver sees them.
-pub struct Sales;
+pub struct Sales {
+    /// `purchase_key_ttl`: the idempotency keys of orders accepted less than this
+    /// long ago are restored.
+    pub key_ttl: std::time::Duration,
+}
 
 impl Restore for Sales {
     type Id = SaleId;
@@ -66,7 +70,7 @@ impl Restore for Sales {
         stores: Stores<'a>,
         id: SaleId,
     ) -> BoxFuture<'a, Result<Option<Rebuilt>, AppError>> {
-        Box::pin(rebuild_sale(stores, id))
+        Box::pin(rebuild_sale(stores, id, self.key_ttl))
     }
 
     /// Stock changes left pending in Postgres by an instance that died between
@@ -91,7 +95,11 @@ impl Restore for Sales {
     }
 }
 
-async fn rebuild_sale(stores: Stores<'_>, id: SaleId) -> Result<Option<Rebuilt>, AppError> {
+async fn rebuild_sale(
+    stores: Stores<'_>,
+    id: SaleId,
+    key_ttl: std::time::Duration,
+) -> Result<Option<Rebuilt>, AppError> {
     let mut redis = stores.redis.clone();
     let k = stores.keys.sale(id);
     let mut tx = stores.db.begin().await?;
@@ -109,7 +117,8 @@ async fn rebuild_sale(stores: Stores<'_>, id: SaleId) -> Result<Option<Rebuilt>,
     };
     let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
 
-    let seen = read_sale(&mut redis, &mut tx, &k, &sale).await?;
+    let seen = read_sale(&mut redis, &mut tx, &k, &sale, key_ttl).await?;
+    restore_keys(&mut redis, &k, &seen, key_ttl).await?;
     let missing: Vec<i64> = seen.buyers.difference(&seen.known).copied().collect();
     for chunk in missing.chunks(CHUNK) {
         let _: i64 = redis::cmd("SADD")
@@ -221,6 +230,9 @@ struct SaleSeen {
     /// Orders in the stream that Postgres does not have yet: order, user, units.
     /// (An entry left behind by a worker that died after its commit is Postgres's.)
     unsettled: Vec<(uuid::Uuid, i64, i64)>,
+    /// Idempotency keys of orders accepted within `purchase_key_ttl`, settled or
+    /// not: `<user>:<key>` and the answer stored under it.
+    keys: Vec<(String, String)>,
     /// The buyers set as Redis has it.
     known: HashSet<i64>,
     /// Users holding units: of the orders that hold theirs, of the unsettled ones,
@@ -233,6 +245,7 @@ async fn read_sale(
     tx: &mut sqlx::PgConnection,
     k: &crate::keys::SaleKeys,
     sale: &SaleRow,
+    key_ttl: std::time::Duration,
 ) -> Result<SaleSeen, AppError> {
     let stream = stream_orders(redis, &k.orders).await?;
     let pending: Vec<(String, i64)> = scan_all(redis, "HSCAN", &k.pending).await?;
@@ -240,29 +253,46 @@ async fn read_sale(
         .await?
         .into_iter()
         .collect();
-    let rows: Vec<(uuid::Uuid, i64, i32, bool)> = sqlx::query_as(
+    let key_ttl_ms = i64::try_from(key_ttl.as_millis()).unwrap_or(i64::MAX);
+    let rows: Vec<(uuid::Uuid, i64, i32, bool, Option<String>)> = sqlx::query_as(
         "SELECT id, user_id, quantity,
-                (status NOT IN ('expired', 'cancelled', 'refunded') OR NOT $2)
+                (status NOT IN ('expired', 'cancelled', 'refunded') OR NOT $2),
+                CASE WHEN accepted_at > now() - make_interval(secs => $3::float8 / 1000)
+                     THEN idempotency_key END
          FROM orders WHERE sale_id = $1",
     )
     .bind(sale.id)
     .bind(sale.rebuy_after_expiry)
+    .bind(key_ttl_ms)
     .fetch_all(&mut *tx)
     .await?;
-    let orders: Vec<SeenOrder> = rows
-        .into_iter()
-        .map(|(id, user, units, holds)| SeenOrder {
+    let stored = |user: i64, key: &str, units: i64, order: &uuid::Uuid| {
+        (format!("{user}:{key}"), format!("{units}:0:0:{order}"))
+    };
+    let mut keys = Vec::new();
+    let mut orders = Vec::with_capacity(rows.len());
+    for (id, user, units, holds, key) in rows {
+        if let Some(key) = key {
+            keys.push(stored(user, &key, i64::from(units), &id));
+        }
+        orders.push(SeenOrder {
             id,
             user,
             units: i64::from(units),
             holds,
-        })
-        .collect();
+        });
+    }
     let in_pg: HashSet<uuid::Uuid> = orders.iter().map(|o| o.id).collect();
-    let unsettled: Vec<(uuid::Uuid, i64, i64)> = stream
-        .into_iter()
-        .filter(|(order, _, _)| !in_pg.contains(order))
-        .collect();
+    let since_ms = chrono::Utc::now()
+        .timestamp_millis()
+        .saturating_sub(key_ttl_ms);
+    let mut unsettled = Vec::new();
+    for o in stream.into_iter().filter(|o| !in_pg.contains(&o.order)) {
+        if let Some(key) = o.key.as_deref().filter(|_| o.at_ms > since_ms) {
+            keys.push(stored(o.user, key, o.units, &o.order));
+        }
+        unsettled.push((o.order, o.user, o.units));
+    }
     let mut buyers: HashSet<i64> = orders.iter().filter(|o| o.holds).map(|o| o.user).collect();
     buyers.extend(unsettled.iter().map(|(_, user, _)| *user));
     buyers.extend(
@@ -274,9 +304,39 @@ async fn read_sale(
     Ok(SaleSeen {
         orders,
         unsettled,
+        keys,
         known,
         buyers,
     })
+}
+
+/// The idempotency keys of the orders read (those accepted within the TTL), written
+/// into the sale's keys hash before the sale is stamped trusted: a retry with a key
+/// whose 202 Redis forgot gets that 202 again, never a second order. What the hash
+/// still holds stays (a refusal's answer, kept by a restart). Its expiry is reset.
+async fn restore_keys(
+    redis: &mut Redis,
+    k: &crate::keys::SaleKeys,
+    seen: &SaleSeen,
+    key_ttl: std::time::Duration,
+) -> Result<(), AppError> {
+    if seen.keys.is_empty() {
+        return Ok(());
+    }
+    for chunk in seen.keys.chunks(CHUNK) {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(&k.idem);
+        for (field, answer) in chunk {
+            cmd.arg(field).arg(answer);
+        }
+        let _: i64 = cmd.query_async(&mut *redis).await?;
+    }
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&k.idem)
+        .arg(u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX))
+        .query_async(&mut *redis)
+        .await?;
+    Ok(())
 }
 
 /// On a sale of more than one per customer: units per buyer and units sold, counted
@@ -315,18 +375,32 @@ async fn restore_units(
     Ok(())
 }
 
-/// The orders in a sale's stream: order id, user, units.
-async fn stream_orders(
-    redis: &mut Redis,
-    stream: &str,
-) -> Result<Vec<(uuid::Uuid, i64, i64)>, AppError> {
+/// An order in a sale's stream, as a rebuild reads it.
+struct StreamOrder {
+    order: uuid::Uuid,
+    user: i64,
+    units: i64,
+    at_ms: i64,
+    key: Option<String>,
+}
+
+/// The orders in a sale's stream.
+async fn stream_orders(redis: &mut Redis, stream: &str) -> Result<Vec<StreamOrder>, AppError> {
     let mut out = Vec::new();
     each_entry(redis, stream, |entry| {
         let order = entry
             .get::<String>("order_id")
             .and_then(|o| uuid::Uuid::parse_str(&o).ok());
         if let (Some(order), Some(user)) = (order, entry.get::<i64>("user_id")) {
-            out.push((order, user, entry.get::<i64>("quantity").unwrap_or(1)));
+            out.push(StreamOrder {
+                order,
+                user,
+                units: entry.get::<i64>("quantity").unwrap_or(1),
+                at_ms: entry.get::<i64>("at_ms").unwrap_or(i64::MAX),
+                key: entry
+                    .get::<String>("idem")
+                    .filter(|k| crate::domain::PurchaseKey::parse(k.as_bytes()).is_ok()),
+            });
         }
     })
     .await?;

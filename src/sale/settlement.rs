@@ -53,6 +53,11 @@ impl Settle for Orders {
                 Some(_) => return None,
                 None => 1,
             },
+            // Only a parsed key reached the script; should anything else be there,
+            // the order settles without it (never lost over its key).
+            key: entry
+                .get::<String>("idem")
+                .filter(|k| crate::domain::PurchaseKey::parse(k.as_bytes()).is_ok()),
         })
     }
 
@@ -79,17 +84,35 @@ async fn insert_orders(
         .iter()
         .map(|r| i32::try_from(r.value).unwrap_or(i32::MAX))
         .collect();
+    // A key Redis forgot (older than `purchase_key_ttl`) and then met again made a
+    // second order: it settles without the key, which stays its first order's
+    // (the unique index would otherwise refuse the order itself).
+    let mut seen = std::collections::HashSet::new();
+    let keys: Vec<Option<&str>> = rows
+        .iter()
+        .map(|r| {
+            r.key
+                .as_deref()
+                .filter(|k| seen.insert((r.owner, r.user, *k)))
+        })
+        .collect();
     let inserted = sqlx::query(
         // A sale with a payment window makes the order wait for its payment until
         // `accepted_at` + the window (see migrations/0007_payment.sql).
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit)
+        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit,
+                             idempotency_key)
          SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
                 CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
                 CASE WHEN s.payment_window_s > 0
                      THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
-                o.quantity, s.max_per_user > 1
-         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[])
-              AS o (id, sale_id, user_id, accepted_at, quantity)
+                o.quantity, s.max_per_user > 1,
+                CASE WHEN NOT EXISTS (SELECT 1 FROM orders k
+                                      WHERE k.sale_id = o.sale_id AND k.user_id = o.user_id
+                                        AND k.idempotency_key = o.idempotency_key
+                                        AND k.id <> o.id)
+                     THEN o.idempotency_key END
+         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[], $6::text[])
+              AS o (id, sale_id, user_id, accepted_at, quantity, idempotency_key)
          JOIN sales s ON s.id = o.sale_id
          ON CONFLICT DO NOTHING",
     )
@@ -98,6 +121,7 @@ async fn insert_orders(
     .bind(&users)
     .bind(&times)
     .bind(&quantities)
+    .bind(&keys)
     .execute(&mut *tx)
     .await?
     .rows_affected();

@@ -537,6 +537,10 @@ pub enum PurchaseOutcome {
     NotEnoughLeft {
         left: i64,
     },
+    /// The idempotency key was first used with another quantity: nothing decided.
+    KeyReused {
+        quantity: i64,
+    },
 }
 
 #[cfg(test)]

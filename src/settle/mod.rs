@@ -127,6 +127,8 @@ pub struct Accepted {
     pub value: i64,
     /// When Redis accepted it.
     pub at: DateTime<Utc>,
+    /// The idempotency key the request carried (a purchase's), if any.
+    pub key: Option<String>,
 }
 
 /// What a feature's write of one batch did.

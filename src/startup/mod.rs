@@ -80,7 +80,7 @@ impl Application {
             stores.redis.clone(),
             stores.keys.clone(),
             metrics.clone(),
-            features(),
+            features(&config),
         );
         let mut redis = stores.redis.clone();
         // What has ended, from Postgres, before anything is served.
@@ -213,9 +213,11 @@ impl Application {
     }
 }
 /// The features whose Redis state the recovery driver rebuilds.
-pub fn features() -> crate::recover::Features {
+pub fn features(config: &Config) -> crate::recover::Features {
     crate::recover::Features {
-        sales: Arc::new(crate::sale::rebuild::Sales),
+        sales: Arc::new(crate::sale::rebuild::Sales {
+            key_ttl: config.purchase_key_ttl,
+        }),
         polls: Arc::new(crate::vote::rebuild::Polls),
     }
 }
@@ -248,6 +250,7 @@ fn app_state(
         tokens: TokenKey::new(config.token_secret.as_bytes()),
         tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
         ticket_rules: Default::default(),
+        held_orders: Default::default(),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),
         limiter: crate::limit::Limiter::new(
@@ -383,6 +386,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 keys: state.keys.clone(),
                 policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
                 replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
+                key_ttl: state.config.purchase_key_ttl,
             },
             redis.clone(),
             max,

@@ -93,6 +93,7 @@ impl VoteBatch<'_> {
             policies: self.policies,
             limit_key: &|policy, subject| self.keys.poll_rate_limit(self.poll, policy, subject),
             now_ms: self.now_ms,
+            extra: 0,
         }
         .run(redis, &items)
         .await?;

@@ -42,6 +42,7 @@ impl Settle for Votes {
             owner: entry.get("poll_id")?,
             user: entry.get("user_id")?,
             value: entry.get("option_id")?,
+            key: None,
             at: DateTime::from_timestamp_millis(entry.get("at_ms")?)?,
         })
     }

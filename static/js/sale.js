@@ -10,6 +10,18 @@ import { clockOffset, formatDuration, localTime } from "./time.js";
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
 const PAY_ON_MY_ORDERS = { href: "/me/orders", text: "Go to My orders" };
+// A purchase whose answer was lost (503, dropped connection) is retried with its
+// key, never sent as a new purchase: at most this long, waiting Retry-After (at
+// least 1 s, at most 5 s) between tries.
+const RETRY_FOR_MS = 60_000;
+
+/** A new Idempotency-Key: one per press of Buy. */
+function newPurchaseKey() {
+  if (window.crypto && typeof window.crypto.randomUUID === "function") return window.crypto.randomUUID();
+  const bytes = new Uint8Array(16);
+  window.crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
 
 export function salePage() {
   const root = document.getElementById("sale");
@@ -251,16 +263,36 @@ export function salePage() {
   // the sale is open), then buy with it, in the same click. A ticket that expired
   // on the way is fetched again, once. A refused ticket (not started, ended, sold
   // out, signed out) is answered like the purchase it stood for.
-  // `quantity` goes only to a sale of more than one per customer.
-  async function purchase(quantity) {
+  // `quantity` goes only to a sale of more than one per customer. `key`: the
+  // press's Idempotency-Key, the same on every retry of it.
+  async function purchaseOnce(quantity, key) {
     const path = `/api/sales/${saleId}/purchase`;
     const units = el.quantity ? { quantity } : {};
-    if (d.requiresTicket !== "true") return el.quantity ? api("POST", path, units) : api("POST", path);
+    const headers = { "Idempotency-Key": key };
+    if (d.requiresTicket !== "true") {
+      return el.quantity ? api("POST", path, units, headers) : api("POST", path, undefined, headers);
+    }
     for (let attempt = 0; ; attempt++) {
       const ticket = await api("POST", `/api/sales/${saleId}/ticket`);
       if (ticket.status !== 200) return ticket;
-      const res = await api("POST", path, { ticket: ticket.data.ticket, ...units });
+      const res = await api("POST", path, { ticket: ticket.data.ticket, ...units }, headers);
       if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
+    }
+  }
+
+  // One press of Buy: its answer, retrying a 503 or a dropped connection with the
+  // same key ("still trying"), so a purchase the shop decided but whose answer was
+  // lost is answered, never made twice.
+  async function purchase(quantity) {
+    const key = newPurchaseKey();
+    const until = Date.now() + RETRY_FOR_MS;
+    for (;;) {
+      const res = await purchaseOnce(quantity, key);
+      if ((res.status !== 0 && res.status !== 503) || Date.now() >= until) return res;
+      const seconds = Math.min(5, Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1));
+      show("info", "Still trying…", "The shop did not answer yet; your order is being retried, never placed twice.");
+      presentAnswer(el.outcome);
+      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
     }
   }
 

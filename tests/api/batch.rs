@@ -146,12 +146,14 @@ async fn one_user_twice_in_one_batch_buys_once() {
         user: Id::new(id).unwrap(),
         quantity: 1,
         ip: None,
+        key: None,
     };
     let replies = PurchaseBatch {
         keys: &app.keys,
         sale: Id::new(sale).unwrap(),
         policies: &[],
         now_ms: None,
+        key_ttl: std::time::Duration::from_secs(86_400),
     }
     .run(
         &mut app.redis.clone(),

@@ -82,6 +82,7 @@ async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
             "nobody accepted twice",
             "accepted = min(stock, buyers)",
             "stock left = stock - accepted",
+            "units per buyer = keys accepted",
             "every accepted order in Postgres, once"
         ]
     );
@@ -175,6 +176,7 @@ async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
         [
             ("nobody accepted twice".to_string(), true),
             ("stock left = stock - accepted".to_string(), true),
+            ("units per buyer = keys accepted".to_string(), true),
             ("every accepted order in Postgres, once".to_string(), true),
         ],
         "{report:#}"
@@ -194,7 +196,7 @@ async fn a_soldout_run_answers_only_sold_out() {
     assert!(status.success(), "{stderr}\n{report:#}");
     assert_eq!(report["answers"], json!({"410 sold_out": 60}), "{report:#}");
     let checks = checks(&report);
-    assert_eq!(checks.len(), 3, "{report:#}");
+    assert_eq!(checks.len(), 4, "{report:#}");
     assert!(checks.iter().all(|(_, ok)| *ok), "{report:#}");
     let sale = report["sale"].as_i64().unwrap();
     assert!(app.orders_in_db(sale).await.is_empty());
@@ -239,6 +241,7 @@ async fn a_broken_invariant_is_named_and_the_run_fails() {
         [
             ("nobody accepted twice".to_string(), true),
             ("stock left = stock - accepted".to_string(), true),
+            ("units per buyer = keys accepted".to_string(), true),
             ("every accepted order in Postgres, once".to_string(), false),
         ],
         "{report:#}"

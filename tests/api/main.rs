@@ -11,6 +11,7 @@ mod cancel;
 mod client_limits;
 mod health;
 mod helpers;
+mod idempotency;
 mod lifecycle;
 mod limit;
 mod live;

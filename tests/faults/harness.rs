@@ -1309,7 +1309,7 @@ impl Stack {
     }
 
     /// [`Stack::create_sale`] with `extra` fields over its defaults.
-    async fn create_sale_with(&self, stock: i64, extra: Value) -> i64 {
+    pub async fn create_sale_with(&self, stock: i64, extra: Value) -> i64 {
         let now = chrono::Utc::now();
         let mut sale = json!({
             "name": "Fault test phone",

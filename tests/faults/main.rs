@@ -14,6 +14,7 @@ mod aof_loss;
 mod app_kill;
 mod cancel_kill;
 mod cluster_failover;
+mod idempotent_retry;
 mod limit_state;
 mod live_streams;
 mod payment_expiry;

@@ -64,21 +64,38 @@ pub async fn verify(
             detail,
         })
     };
-    let accepted: Vec<Uuid> = per_user
+    // Distinct order ids: a 202 given again under the same key names the same order.
+    let distinct = |u: &UserSeen| -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = Vec::new();
+        for id in u.accepted.iter().flatten() {
+            if !ids.contains(id) {
+                ids.push(*id);
+            }
+        }
+        ids
+    };
+    let accepted: Vec<Uuid> = per_user.values().flat_map(distinct).collect();
+    let accepted_count: usize = per_user
         .values()
-        .flat_map(|u| u.accepted.iter().flatten().copied())
-        .collect();
-    let accepted_count: usize = per_user.values().map(|u| u.accepted.len()).sum();
+        .map(|u| {
+            let ids = distinct(u).len();
+            // Answers without an order id in their body still count, once each.
+            ids + u.accepted.iter().filter(|id| id.is_none()).count()
+        })
+        .sum();
+    let replays: usize =
+        per_user.values().map(|u| u.accepted.len()).sum::<usize>() - accepted_count;
     let twice: Vec<usize> = per_user
         .iter()
-        .filter(|(_, u)| u.accepted.len() > 1)
+        .filter(|(_, u)| distinct(u).len() > 1)
         .map(|(user, _)| *user)
         .collect();
     check(
         "nobody accepted twice",
         twice.is_empty(),
         format!(
-            "{accepted_count} accepted answers for {} users{}",
+            "{accepted_count} orders accepted for {} users ({replays} more 202s were the same order \
+             again, under its key){}",
             per_user.values().filter(|u| !u.accepted.is_empty()).count(),
             if twice.is_empty() {
                 String::new()
@@ -137,6 +154,10 @@ pub async fn verify(
         if let Some(db) = db {
             let settled = wait_settled(args, db, sale, total - left_after, &accepted).await?;
             let missing = accepted.iter().filter(|id| !settled.contains(id)).count();
+            if per_user.values().any(|u| !u.keys.is_empty()) {
+                let (ok, detail) = exactly_once(db, sale, user_ids, per_user).await?;
+                check("units per buyer = keys accepted", ok, detail);
+            }
             check(
                 "every accepted order in Postgres, once",
                 missing == 0 && settled.len() as i64 == total - left_after,
@@ -159,6 +180,60 @@ pub async fn verify(
         );
     }
     Ok(())
+}
+
+/// Exactly once under `Idempotency-Key`: every key's 202s name one order, and no
+/// buyer holds more units in Postgres than the keys that got a 202 (one unit
+/// each), plus the keys whose last answer was ambiguous (decided, answer lost, out
+/// of tries). Fewer (orders not settled in time) is the next check's to report.
+async fn exactly_once(
+    db: &PgPool,
+    sale: i64,
+    user_ids: &[i64],
+    per_user: &HashMap<usize, UserSeen>,
+) -> anyhow::Result<(bool, String)> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, SUM(quantity)::int8 FROM orders WHERE sale_id = $1 AND user_id = ANY($2)
+         GROUP BY user_id",
+    )
+    .bind(sale)
+    .bind(user_ids)
+    .fetch_all(db)
+    .await?;
+    let units: HashMap<i64, i64> = rows.into_iter().collect();
+    let (mut split, mut over, mut under, mut unresolved_held, mut keys_accepted) = (0, 0, 0, 0, 0);
+    for (index, seen) in per_user {
+        let accepted = seen.keys.values().filter(|k| !k.orders.is_empty()).count() as i64;
+        let unresolved = seen
+            .keys
+            .values()
+            .filter(|k| k.orders.is_empty() && k.unresolved)
+            .count() as i64;
+        split += seen.keys.values().filter(|k| k.orders.len() > 1).count();
+        keys_accepted += accepted;
+        let held = user_ids
+            .get(*index)
+            .and_then(|id| units.get(id))
+            .copied()
+            .unwrap_or(0);
+        if held > accepted + unresolved {
+            over += 1;
+        } else if held < accepted {
+            // Not settled (yet): the check of accepted orders in Postgres says so.
+            under += 1;
+        } else if held > accepted {
+            unresolved_held += 1;
+        }
+    }
+    Ok((
+        split == 0 && over == 0,
+        format!(
+            "{keys_accepted} keys got a 202; {split} keys named two orders; {over} buyers hold \
+             more units in Postgres than keys accepted; {under} hold fewer (not settled); \
+             {unresolved_held} hold a unit whose every answer was lost (503 or none, out of \
+             tries)"
+        ),
+    ))
 }
 
 /// Waits (with a progress line) until Postgres holds `sold` orders for the sale and

@@ -58,6 +58,8 @@ pub struct Request<'a> {
     pub path: &'a str,
     pub token: Option<&'a str>,
     pub forwarded_for: Option<&'a str>,
+    /// `Idempotency-Key` (a purchase's).
+    pub idempotency_key: Option<&'a str>,
     pub body: Option<&'a [u8]>,
 }
 
@@ -68,6 +70,7 @@ impl Request<'static> {
         path: "/healthz",
         token: None,
         forwarded_for: None,
+        idempotency_key: None,
         body: None,
     };
 }
@@ -136,6 +139,11 @@ impl Conn {
         if let Some(ip) = req.forwarded_for {
             out.extend_from_slice(b"X-Forwarded-For: ");
             out.extend_from_slice(ip.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Some(key) = req.idempotency_key {
+            out.extend_from_slice(b"Idempotency-Key: ");
+            out.extend_from_slice(key.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         match req.body {

@@ -16,7 +16,8 @@ use crate::client::{Conn, Request, Target};
 use crate::progress::Progress;
 
 /// Tries per user in a storm: a 503, a request the server never answered, or one
-/// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...).
+/// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...),
+/// with the same `Idempotency-Key`: the same purchase, never a second one.
 pub const STORM_TRIES: u32 = 20;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -61,10 +62,17 @@ pub struct Plan {
     pub addresses: Vec<String>,
     /// `--tickets`: where each purchase gets its ticket first.
     pub ticket_path: Option<String>,
+    /// Purchases carry an `Idempotency-Key` (not `--no-keys`).
+    pub keys: bool,
+}
+
+/// A new `Idempotency-Key`: 32 random hex characters.
+fn new_key() -> String {
+    Uuid::new_v4().simple().to_string()
 }
 
 impl Plan {
-    fn request(&self, user: usize) -> Request<'_> {
+    fn request<'a>(&'a self, user: usize, key: Option<&'a str>) -> Request<'a> {
         Request {
             method: if self.mode == Mode::Healthz {
                 "GET"
@@ -74,6 +82,7 @@ impl Plan {
             path: &self.path,
             token: self.tokens.get(user).map(String::as_str),
             forwarded_for: self.addresses.get(user).map(String::as_str),
+            idempotency_key: key,
             body: self.body.as_deref(),
         }
     }
@@ -94,9 +103,18 @@ pub struct Seen {
 #[derive(Default, Clone)]
 pub struct UserSeen {
     pub accepted: Vec<Option<Uuid>>,
+    /// Per `Idempotency-Key` sent: the order ids its 202s named (one, however many
+    /// replays), and whether its last answer was ambiguous (503 or none).
+    pub keys: HashMap<String, KeySeen>,
     pub ambiguous: bool,
     pub already: bool,
     pub decided: bool,
+}
+
+#[derive(Default, Clone)]
+pub struct KeySeen {
+    pub orders: Vec<Uuid>,
+    pub unresolved: bool,
 }
 
 impl Seen {
@@ -117,12 +135,14 @@ async fn with_ticket(
     plan: &Plan,
     user: usize,
     ticket_path: &str,
+    key: Option<&str>,
 ) -> anyhow::Result<crate::client::Response> {
-    let request = plan.request(user);
+    let request = plan.request(user, key);
     let ticket = conn
         .send(&Request {
             path: ticket_path,
             body: None,
+            idempotency_key: None,
             ..request
         })
         .await?;
@@ -146,13 +166,14 @@ async fn one(
     conn: &mut Conn,
     plan: &Plan,
     user: usize,
+    key: Option<&str>,
     seen: &mut Seen,
     progress: &Progress,
 ) -> Kind {
     let started = Instant::now();
     let answer = match &plan.ticket_path {
-        Some(ticket_path) => with_ticket(conn, plan, user, ticket_path).await,
-        None => conn.send(&plan.request(user)).await,
+        Some(ticket_path) => with_ticket(conn, plan, user, ticket_path, key).await,
+        None => conn.send(&plan.request(user, key)).await,
     };
     let micros = started.elapsed().as_micros().max(1) as u64;
     let _ = seen.latency_us.record(micros.min(60_000_000));
@@ -202,6 +223,13 @@ async fn one(
             0 | 503 => u.ambiguous = true,
             _ => {}
         }
+        if let Some(key) = key {
+            let k = u.keys.entry(key.to_string()).or_default();
+            k.unresolved = matches!(kind.status, 0 | 503);
+            if let Some(order) = order.filter(|o| kind.status == 202 && !k.orders.contains(o)) {
+                k.orders.push(order);
+            }
+        }
         u.already |= kind
             .code
             .as_deref()
@@ -248,8 +276,12 @@ pub async fn fire(
                         if i >= users {
                             break;
                         }
+                        // One purchase, one key, however often it is retried.
+                        let key = plan.keys.then(new_key);
                         for attempt in 1..=STORM_TRIES {
-                            let kind = one(&mut conn, &plan, i, &mut seen, &progress).await;
+                            let kind =
+                                one(&mut conn, &plan, i, key.as_deref(), &mut seen, &progress)
+                                    .await;
                             if !kind.retry_in_storm() || attempt == STORM_TRIES {
                                 break;
                             }
@@ -260,7 +292,17 @@ pub async fn fire(
                         if i as u64 >= stop.max_requests || Instant::now() >= stop.deadline {
                             break;
                         }
-                        one(&mut conn, &plan, i % users, &mut seen, &progress).await;
+                        // Each request a purchase of its own: a key of its own.
+                        let key = plan.keys.then(new_key);
+                        one(
+                            &mut conn,
+                            &plan,
+                            i % users,
+                            key.as_deref(),
+                            &mut seen,
+                            &progress,
+                        )
+                        .await;
                     }
                 }
                 seen

@@ -115,6 +115,10 @@ pub struct LoadArgs {
     /// the run makes then requires tickets; latency is that of the pair.
     #[arg(long, conflicts_with = "prepare_only")]
     pub tickets: bool,
+    /// Send purchases without an `Idempotency-Key` (by default each purchase has a
+    /// new one, and a storm retries an ambiguous answer with the same key).
+    #[arg(long)]
+    pub no_keys: bool,
     /// How long to wait for settlement before the Postgres checks.
     #[arg(long, default_value_t = 60)]
     pub settle_timeout: u64,

@@ -77,6 +77,7 @@ pub async fn call(
             path,
             token: Some(token),
             forwarded_for: None,
+            idempotency_key: None,
             body: body.as_deref().map(str::as_bytes),
         })
         .await?;

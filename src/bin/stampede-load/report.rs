@@ -71,6 +71,15 @@ impl Merged {
                 e.ambiguous |= u.ambiguous;
                 e.already |= u.already;
                 e.decided |= u.decided;
+                for (key, k) in u.keys {
+                    let m = e.keys.entry(key).or_default();
+                    m.unresolved = k.unresolved;
+                    for order in k.orders {
+                        if !m.orders.contains(&order) {
+                            m.orders.push(order);
+                        }
+                    }
+                }
             }
         }
         merged

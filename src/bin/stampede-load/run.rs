@@ -259,6 +259,7 @@ async fn plan(
         tokens,
         addresses,
         ticket_path,
+        keys: aim.sale.is_some() && !args.no_keys,
     })
 }
 

@@ -16,9 +16,23 @@ use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::sale::buy::{BuyReply, BuyRequest};
 use crate::sale::cached;
+use crate::sale::orders;
 use crate::sale::store::PurchaseOutcome;
 use crate::sale::ticket::{self, TicketWindow, Window};
 use crate::state::{AppState, Worker};
+
+/// 409 `already_bought`: the error body, and the buyer's orders of the sale.
+#[derive(Serialize, utoipa::ToSchema)]
+struct AlreadyBought {
+    error: &'static str,
+    message: &'static str,
+    /// The buyer's orders of this sale, pending or confirmed, oldest first (at
+    /// most 100; `GET /api/orders/{id}` tells each one's state). Absent when they
+    /// could not be read in time (the refusal never waits on a slow database):
+    /// `GET /api/me/orders` lists them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order_ids: Option<Vec<Uuid>>,
+}
 
 #[derive(Serialize, utoipa::ToSchema)]
 struct Accepted {
@@ -35,15 +49,17 @@ struct Accepted {
 /// sale's next batch: one script call decides it, the buy route's rate limits
 /// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
 /// touches no sale state and is counted by no policy.
-#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one and/or the units to buy (1 to the sale's `max_per_user`)", content_type = "application/json"), security(("bearer" = [])), responses(
+#[utoipa::path(post, path = "/api/sales/{id}/purchase", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1),
+    ("Idempotency-Key" = Option<String>, Header, description = "Optional: 1 to 64 characters of letters, digits, `_`, `.`, `:` or `-`, new for each purchase and sent unchanged with every retry of it; a retry gets the first answer again (with `Idempotent-Replayed: true`)")), request_body(content = Option<PurchaseBody>, description = "Empty, or the purchase ticket for a sale that requires one and/or the units to buy (1 to the sale's `max_per_user`)", content_type = "application/json"), security(("bearer" = [])), responses(
     (status = 202, description = "Accepted: the order is pending, confirmed once in Postgres", body = Accepted, headers(
-        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+        ("RateLimit" = String), ("RateLimit-Policy" = String),
+        ("Idempotent-Replayed" = String, description = "`true` when this is the first answer to this Idempotency-Key given again"))),
+    (status = 400, description = "`invalid_idempotency_key`: an Idempotency-Key header out of its form, or `invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`already_bought` (one per customer), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+    (status = 409, description = "`already_bought` (one per customer; the body names the buyer's orders of the sale in `order_ids`: AlreadyBought), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
     (status = 410, description = "`sold_out` or `ended` (past `ends_at`, or closed early)", body = ErrorBody<'static>),
-    (status = 400, description = "`invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
-    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\", \"quantity\": n}`), `invalid_quantity` (not 1 to the sale's `max_per_user`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_body` (JSON other than `{\"ticket\": \"...\", \"quantity\": n}`), `invalid_quantity` (not 1 to the sale's `max_per_user`), `invalid_ticket` (not issued here, or for another user or sale), `ticket_expired`, `idempotency_key_reused` (the key was first sent with another quantity), or `rate_limit_unsatisfiable`: a limit policy can never grant this request", body = ErrorBody<'static>),
     (status = 428, description = "`ticket_required`: the sale wants a ticket from `POST /api/sales/{id}/ticket` with each purchase", body = ErrorBody<'static>),
     (status = 429, description = "`rate_limited`: a buy limit refused", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
@@ -82,6 +98,10 @@ pub(super) async fn purchase(
     )
     .await?;
     let quantity = check_quantity(state, sale, body.quantity).await?;
+    let key = match req.headers().get("idempotency-key") {
+        Some(v) => Some(domain::PurchaseKey::parse(v.as_bytes())?),
+        None => None,
+    };
     let ip = state
         .limiter
         .limits()
@@ -95,20 +115,36 @@ pub(super) async fn purchase(
                 user: user.id,
                 quantity,
                 ip,
+                key,
             },
         )
         .await?;
     count_outcome(&state.metrics, &reply.outcome);
-    purchase_answer(state, sale, reply).await
+    let replayed = reply.replayed;
+    match purchase_answer(state, sale, user.id, reply).await {
+        Ok(mut answer) if replayed => {
+            answer.headers_mut().insert(
+                IDEMPOTENT_REPLAYED,
+                header::HeaderValue::from_static("true"),
+            );
+            Ok(answer)
+        }
+        Err(e) if replayed => Err(e.with_header(IDEMPOTENT_REPLAYED, "true")),
+        answer => answer,
+    }
 }
+
+/// Marks an answer given again under the same `Idempotency-Key`.
+const IDEMPOTENT_REPLAYED: header::HeaderName =
+    header::HeaderName::from_static("idempotent-replayed");
 
 /// One counter per purchase, by how the batch decided it.
 fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
-        PurchaseOutcome::AlreadyBought | PurchaseOutcome::OverPerUserCap { .. } => {
-            &m.purchase_already_bought
-        }
+        PurchaseOutcome::AlreadyBought
+        | PurchaseOutcome::OverPerUserCap { .. }
+        | PurchaseOutcome::KeyReused { .. } => &m.purchase_already_bought,
         PurchaseOutcome::SoldOut | PurchaseOutcome::NotEnoughLeft { .. } => &m.purchase_sold_out,
         PurchaseOutcome::NotLoaded | PurchaseOutcome::Recovering => &m.purchase_unavailable,
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
@@ -123,6 +159,7 @@ fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
 async fn purchase_answer(
     state: &AppState,
     sale: SaleId,
+    user: domain::UserId,
     reply: BuyReply,
 ) -> Result<HttpResponse, AppError> {
     let outcome = reply.outcome;
@@ -142,9 +179,27 @@ async fn purchase_answer(
                 sale_id: sale,
             })))
         }
-        PurchaseOutcome::AlreadyBought => Err(AppError::new(
-            ErrorCode::AlreadyBought,
-            "you already bought from this sale (one per customer)",
+        PurchaseOutcome::AlreadyBought => {
+            // A refusal: one bounded read off the batch names what the buyer holds,
+            // so a client that lost its 202 learns its order.
+            let order_ids = orders::held_by(state, &state.held_orders, sale, user).await;
+            let message = if order_ids.is_some() {
+                "you already bought from this sale (one per customer): order_ids names your order"
+            } else {
+                "you already bought from this sale (one per customer): see GET /api/me/orders"
+            };
+            Ok(HttpResponse::Conflict().json(AlreadyBought {
+                error: ErrorCode::AlreadyBought.as_str(),
+                message,
+                order_ids,
+            }))
+        }
+        PurchaseOutcome::KeyReused { quantity } => Err(AppError::new(
+            ErrorCode::IdempotencyKeyReused,
+            format!(
+                "this Idempotency-Key was first sent with quantity {quantity}: send a new key \
+                 for another purchase"
+            ),
         )),
         PurchaseOutcome::OverPerUserCap { held } => Err(AppError::new(
             ErrorCode::PerUserLimit,

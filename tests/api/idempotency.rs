@@ -1,0 +1,329 @@
+//! A retried purchase is the same purchase (issue 26): `Idempotency-Key` on
+//! `POST /api/sales/{id}/purchase` gets the first answer again, concurrently, after
+//! settlement and after a wipe and rebuild; the same key with another quantity is
+//! refused; no key buys as before; one user's key is not another's. And
+//! `already_bought` names the buyer's order, pending or confirmed.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use reqwest::{Response, StatusCode};
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+
+/// A purchase with an `Idempotency-Key` (and a quantity, when given).
+async fn buy_keyed(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    key: &str,
+    quantity: Option<i64>,
+) -> Response {
+    let mut req = app
+        .client
+        .post(app.url(&format!("/api/sales/{sale}/purchase")))
+        .bearer_auth(&user.token)
+        .header("Idempotency-Key", key);
+    if let Some(q) = quantity {
+        req = req.json(&json!({ "quantity": q }));
+    }
+    req.send().await.expect("purchase sent")
+}
+
+/// A 202's order id, and whether it was a replay.
+async fn accepted(resp: Response) -> (uuid::Uuid, bool) {
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let replayed = resp
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let body: Value = resp.json().await.unwrap();
+    (
+        body["order_id"].as_str().unwrap().parse().unwrap(),
+        replayed,
+    )
+}
+
+/// Units of the sale per user in Postgres.
+async fn units_of(app: &TestApp, sale: i64, user: &User) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COALESCE(SUM(quantity), 0)::int8 FROM orders WHERE sale_id = $1 AND user_id = $2",
+    )
+    .bind(sale)
+    .bind(user.id)
+    .fetch_one(&app.db)
+    .await
+    .unwrap()
+}
+
+async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64) -> i64 {
+    app.open_sale_with(admin, stock, json!({ "max_per_user": max }))
+        .await["id"]
+        .as_i64()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let buyer = app.user().await;
+
+    let (order, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
+    assert!(!replayed, "the first answer is no replay");
+    let (again, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
+    assert_eq!((again, replayed), (order, true));
+    assert_eq!(app.stock_left(sale).await, 9, "one unit taken");
+
+    // A new key is a new purchase: one per customer, so already_bought, naming
+    // the order the buyer holds; that refusal is replayed under its key.
+    let resp = buy_keyed(&app, sale, &buyer, "press-2", None).await;
+    assert!(resp.headers().get("idempotent-replayed").is_none());
+    let body = assert_error(resp, StatusCode::CONFLICT, "already_bought").await;
+    assert_eq!(body["order_ids"], json!([order.to_string()]), "{body}");
+    let resp = buy_keyed(&app, sale, &buyer, "press-2", None).await;
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    assert_error(resp, StatusCode::CONFLICT, "already_bought").await;
+
+    // Settled, the order carries its key.
+    app.wait_for_orders(sale, 1).await;
+    let key: Option<String> =
+        sqlx::query_scalar("SELECT idempotency_key FROM orders WHERE id = $1")
+            .bind(order)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(key.as_deref(), Some("press-1"));
+    // And after settlement the key still answers the same 202.
+    let (after, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
+    assert_eq!((after, replayed), (order, true));
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    // Redis forgets the keys of a sale after the configured time, not never.
+    let ttl = crate::helpers::redis_pttl(&app.redis, &app.sale_keys(sale).idem).await;
+    assert!(ttl > 0 && ttl <= 86_400_000, "{ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fifty_at_once_with_one_key_buy_once() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    // Five per customer: without the key, fifty purchases would take five units.
+    let sale = multi_sale(&app, &admin, 100, 5).await;
+    let buyer = app.user().await;
+    let answers = futures_util::future::join_all(
+        (0..50).map(|_| buy_keyed(&app, sale, &buyer, "one-press", Some(1))),
+    )
+    .await;
+    let mut orders = HashSet::new();
+    let mut replays = 0;
+    for resp in answers {
+        let (order, replayed) = accepted(resp).await;
+        orders.insert(order);
+        replays += usize::from(replayed);
+    }
+    assert_eq!(orders.len(), 1, "one order for one key");
+    assert_eq!(replays, 49, "every answer but the first is a replay");
+    assert_eq!(app.stock_left(sale).await, 99);
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(units_of(&app, sale, &buyer).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_quantity_under_the_same_key_is_refused_and_takes_nothing() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let buyer = app.user().await;
+    let (order, _) = accepted(buy_keyed(&app, sale, &buyer, "k1", Some(2)).await).await;
+    let body = assert_error(
+        buy_keyed(&app, sale, &buyer, "k1", Some(3)).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_key_reused",
+    )
+    .await;
+    assert!(body["message"].as_str().unwrap().contains('2'), "{body}");
+    // No body is one unit: another quantity too.
+    assert_error(
+        buy_keyed(&app, sale, &buyer, "k1", None).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_key_reused",
+    )
+    .await;
+    assert_eq!(
+        accepted(buy_keyed(&app, sale, &buyer, "k1", Some(2)).await).await,
+        (order, true)
+    );
+    assert_eq!(app.stock_left(sale).await, 18);
+    // A refusal stored under a key is replayed as it was: over the cap.
+    assert_error(
+        buy_keyed(&app, sale, &buyer, "k2", Some(4)).await,
+        StatusCode::CONFLICT,
+        "per_user_limit",
+    )
+    .await;
+    let resp = buy_keyed(&app, sale, &buyer, "k2", Some(4)).await;
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    assert_error(resp, StatusCode::CONFLICT, "per_user_limit").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_key_buys_as_before_and_bad_keys_are_refused() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let buyer = app.user().await;
+    // Without a key, each purchase is a new one, up to the cap.
+    for _ in 0..2 {
+        assert_eq!(
+            app.purchase(sale, &buyer.token).await.status(),
+            StatusCode::ACCEPTED
+        );
+    }
+    assert_eq!(app.stock_left(sale).await, 18);
+    let long = "k".repeat(65);
+    for bad in ["", "a b", "{sale:1}", "x*", long.as_str()] {
+        let resp = buy_keyed(&app, sale, &buyer, bad, None).await;
+        assert_error(resp, StatusCode::BAD_REQUEST, "invalid_idempotency_key").await;
+    }
+    assert_eq!(
+        app.stock_left(sale).await,
+        18,
+        "a refused key takes nothing"
+    );
+    // The longest key there may be works.
+    let longest = "k".repeat(64);
+    accepted(buy_keyed(&app, sale, &buyer, &longest, None).await).await;
+    // Two users, one key: two purchases.
+    let other = app.user().await;
+    let (a, _) = accepted(buy_keyed(&app, sale, &buyer, "same", None).await).await;
+    let (b, replayed) = accepted(buy_keyed(&app, sale, &other, "same", None).await).await;
+    assert_ne!(a, b);
+    assert!(!replayed, "another user's key is not this user's");
+    assert_eq!(app.wait_for_orders(sale, 5).await.len(), 5);
+}
+
+/// Deletes every key of this test's namespace, as `FLUSHALL` would.
+async fn wipe(app: &TestApp) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", app.config.redis_namespace))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let mut pipe = redis::pipe();
+    for key in &keys {
+        pipe.del(key).ignore();
+    }
+    let _: () = pipe.query_async(&mut app.redis.clone()).await.unwrap();
+}
+
+/// A keyed purchase retried through 503 `recovering`.
+async fn keyed_through_recovery(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    key: &str,
+    quantity: Option<i64>,
+) -> Response {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = buy_keyed(app, sale, user, key, quantity).await;
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            return resp;
+        }
+        assert!(Instant::now() < deadline, "the sale never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keys_survive_a_wipe_settled_or_not() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let (a, b) = (app.user().await, app.user().await);
+    let (settled, _) = accepted(buy_keyed(&app, sale, &a, "first", Some(2)).await).await;
+    app.wait_for_orders(sale, 1).await;
+    // b's order may or may not have settled when Redis is wiped.
+    let (unsettled, _) = accepted(buy_keyed(&app, sale, &b, "mine", Some(1)).await).await;
+
+    wipe(&app).await;
+
+    let (again, replayed) =
+        accepted(keyed_through_recovery(&app, sale, &a, "first", Some(2)).await).await;
+    assert_eq!(
+        (again, replayed),
+        (settled, true),
+        "a settled key is restored"
+    );
+    let (again, replayed) =
+        accepted(keyed_through_recovery(&app, sale, &b, "mine", Some(1)).await).await;
+    assert_eq!((again, replayed), (unsettled, true));
+    // A new key is a new purchase.
+    let (new, replayed) = accepted(buy_keyed(&app, sale, &a, "second", Some(1)).await).await;
+    assert!(!replayed && new != settled);
+    app.wait_for_orders(sale, 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(units_of(&app, sale, &a).await, 3);
+    assert_eq!(units_of(&app, sale, &b).await, 1);
+    assert_eq!(app.stock_left(sale).await, 16);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
+    let app = spawn_app_with(|c| c.purchase_key_ttl = Duration::from_secs(2)).await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let buyer = app.user().await;
+    let (old, _) = accepted(buy_keyed(&app, sale, &buyer, "old", None).await).await;
+    app.wait_for_orders(sale, 1).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // Expired in Redis with the sale's last keyed write.
+    let (new, replayed) = accepted(buy_keyed(&app, sale, &buyer, "old", None).await).await;
+    assert!(!replayed && new != old, "an expired key is a new purchase");
+    app.wait_for_orders(sale, 2).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    wipe(&app).await;
+    let (newer, replayed) =
+        accepted(keyed_through_recovery(&app, sale, &buyer, "old", None).await).await;
+    assert!(
+        !replayed && newer != new,
+        "a rebuild restores no expired key"
+    );
+    // Every order settled; the key stays with its first order only.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.orders_in_db(sale).await.len() < 3 {
+        assert!(Instant::now() < deadline, "all three settle");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keyed: Vec<(uuid::Uuid, Option<String>)> = sqlx::query_as(
+        "SELECT id, idempotency_key FROM orders WHERE sale_id = $1 ORDER BY accepted_at",
+    )
+    .bind(sale)
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(keyed[0], (old, Some("old".to_string())));
+    assert_eq!(keyed[1], (new, None));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn already_bought_names_a_pending_order() {
+    // No settlement: the order stays pending in Redis.
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let buyer = app.user().await;
+    let resp = app.purchase(sale, &buyer.token).await;
+    let (order, _) = accepted(resp).await;
+    let body = assert_error(
+        app.purchase(sale, &buyer.token).await,
+        StatusCode::CONFLICT,
+        "already_bought",
+    )
+    .await;
+    assert_eq!(body["order_ids"], json!([order.to_string()]), "{body}");
+    assert!(app.orders_in_db(sale).await.is_empty(), "still pending");
+}
