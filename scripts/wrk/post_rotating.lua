@@ -4,6 +4,8 @@
 -- "PATH TOKEN" sends that request to its own path instead. If the first line holds a
 -- JSON body after the path ("/api/polls/7/votes {"option_id":12}"), every
 -- request sends it. $BENCH_OFFSET (default 0) says where in the list to start.
+-- With $BENCH_KEYS=1 every request carries an Idempotency-Key of its own (the
+-- purchase's retry key: "b" and the request's place in the list).
 local f = assert(io.open(os.getenv("BENCH_TOKENS")))
 local path, body = f:read("*l"):match("^(%S+) ?(.*)$")
 local tokens, paths = {}, {}
@@ -25,6 +27,7 @@ end
 -- the next string, so the generator's own CPU stays near what a plain `wrk URL`
 -- costs. Not all up front in init: a list of hundreds of thousands of fresh
 -- buyers (each sent once) would take seconds to format before the first request.
+local with_keys = os.getenv("BENCH_KEYS") == "1"
 local requests, n = {}, #tokens
 local i = tonumber(os.getenv("BENCH_OFFSET") or "0") % n
 request = function()
@@ -35,6 +38,9 @@ request = function()
   local r = requests[i]
   if not r then
     headers["Authorization"] = "Bearer " .. tokens[i]
+    if with_keys then
+      headers["Idempotency-Key"] = "b" .. i
+    end
     r = wrk.format("POST", paths[i], headers, body)
     requests[i] = r
   end
