@@ -239,15 +239,20 @@ async fn keyed_through_recovery(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn keys_survive_a_wipe_settled_or_not() {
+async fn keys_of_settled_orders_survive_a_wipe() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = multi_sale(&app, &admin, 20, 5).await;
     let (a, b) = (app.user().await, app.user().await);
     let (settled, _) = accepted(buy_keyed(&app, sale, &a, "first", Some(2)).await).await;
     app.wait_for_orders(sale, 1).await;
-    // b's order may or may not have settled when Redis is wiped.
+    // Settled too before the wipe: an accepted order that had not reached Postgres
+    // is lost with a wiped Redis (stream and all), and so is its key (on a cluster,
+    // whose settlement polls, that was the case often enough to fail this test).
+    // Keys of orders still in the stream come back after a restart: see
+    // `recover.rs` and the fault suite.
     let (unsettled, _) = accepted(buy_keyed(&app, sale, &b, "mine", Some(1)).await).await;
+    app.wait_for_orders(sale, 2).await;
 
     wipe(&app).await;
 

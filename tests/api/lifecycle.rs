@@ -52,6 +52,17 @@ async fn history(app: &TestApp, admin: &User, sale: i64) -> Vec<Value> {
     h.as_array().expect("a list").clone()
 }
 
+/// The actions of a history (`GET .../history`), newest first.
+async fn actions(app: &TestApp, admin: &User, path: String) -> Vec<String> {
+    app.get_json(&path, Some(&admin.token))
+        .await
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|e| e["action"].as_str().unwrap().to_string())
+        .collect()
+}
+
 fn ids(list: &Value) -> Vec<i64> {
     list.as_array()
         .expect("a list")
@@ -315,12 +326,11 @@ async fn archive_hides_a_sale_from_every_public_surface_and_unarchive_brings_it_
     let mut listed = ids(&public);
     listed.sort_unstable();
     assert_eq!(listed, vec![sale, other]);
-    let actions: Vec<String> = history(&app, &admin, sale)
-        .await
-        .iter()
-        .map(|e| e["action"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(actions, ["unarchive", "archive", "create"]);
+    let path = format!("/api/admin/sales/{sale}/history");
+    assert_eq!(
+        actions(&app, &admin, path).await,
+        ["unarchive", "archive", "create"]
+    );
 }
 
 #[tokio::test]
@@ -398,9 +408,12 @@ async fn stock_open_and_close_are_recorded() {
         Some(&admin.token),
     )
     .await;
+    let path = format!("/api/admin/sales/{sale}/history");
+    assert_eq!(
+        actions(&app, &admin, path).await,
+        ["close", "open", "stock", "create"]
+    );
     let h = history(&app, &admin, sale).await;
-    let actions: Vec<&str> = h.iter().map(|e| e["action"].as_str().unwrap()).collect();
-    assert_eq!(actions, ["close", "open", "stock", "create"]);
     assert_eq!(h[2]["after"]["add"], 5);
     assert_eq!(h[0]["after"]["closed"], true);
     assert!(h.iter().all(|e| e["admin_id"] == admin.id));
@@ -602,32 +615,9 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
         .unwrap();
     assert_eq!(rows, 0);
 
-    let h = app
-        .get_json(
-            &format!("/api/admin/polls/{upcoming}/history"),
-            Some(&admin.token),
-        )
-        .await;
-    let actions: Vec<&str> = h
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
-    assert_eq!(actions, ["delete", "edit", "create"]);
-    let h = app
-        .get_json(
-            &format!("/api/admin/polls/{open}/history"),
-            Some(&admin.token),
-        )
-        .await;
-    let actions: Vec<&str> = h
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["action"].as_str().unwrap())
-        .collect();
-    assert_eq!(actions, ["unarchive", "archive", "create"]);
+    let history = |poll: i64| actions(&app, &admin, format!("/api/admin/polls/{poll}/history"));
+    assert_eq!(history(upcoming).await, ["delete", "edit", "create"]);
+    assert_eq!(history(open).await, ["unarchive", "archive", "create"]);
 }
 
 #[tokio::test]
