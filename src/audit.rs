@@ -118,9 +118,11 @@ pub struct Entry {
     pub action: String,
     /// The order, for a cancel or a refund.
     pub order_id: Option<Uuid>,
-    #[schema(value_type = Object)]
+    /// The fields before the change; null for a create (and a stock change).
+    #[schema(value_type = Option<Object>)]
     pub before: Option<serde_json::Value>,
-    #[schema(value_type = Object)]
+    /// The fields after the change; null for a delete.
+    #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
 }
 
