@@ -277,6 +277,17 @@ pub async fn set_archived<S: SaleAdmin + ?Sized>(
     cached::load_view(state, id).await
 }
 
+/// Whether the sale has an order in Postgres (settled: one still only in Redis
+/// shows in its sold count).
+pub async fn has_orders<'c, E: sqlx::PgExecutor<'c>>(db: E, id: SaleId) -> Result<bool, AppError> {
+    Ok(
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1)")
+            .bind(id.get())
+            .fetch_one(db)
+            .await?,
+    )
+}
+
 /// Deletes a sale that never had an order, from both stores: 409 `has_orders`
 /// once it has one (settled, or accepted in Redis and not settled yet).
 pub async fn delete<S: SaleAdmin + ?Sized>(
@@ -286,11 +297,7 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
 ) -> Result<(), AppError> {
     let mut tx = state.db().begin().await?;
     let row = locked(&mut tx, id).await?;
-    let has_orders: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1)")
-            .bind(id.get())
-            .fetch_one(&mut *tx)
-            .await?;
+    let has_orders = has_orders(&mut *tx, id).await?;
     let refused = || {
         AppError::new(
             ErrorCode::HasOrders,

@@ -134,14 +134,7 @@ pub async fn page(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let has_orders = async {
-        let settled: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1)")
-                .bind(id.get())
-                .fetch_one(&state.db)
-                .await?;
-        Ok::<_, crate::error::AppError>(settled)
-    };
+    let has_orders = crate::sale::lifecycle::has_orders(&state.db, id);
     let history = audit::history(&state.db, Subject::Sale(id), HISTORY_SHOWN);
     let (has_orders, history) = match tokio::try_join!(has_orders, history) {
         Ok(found) => found,
