@@ -41,9 +41,10 @@
 -- The same key twice in one batch: the second gets the first's answer. A batch
 -- without keys sends and runs no command for them.
 --
--- The cost is per batch, not per buyer, except for one XADD per accepted order:
--- one SMISMEMBER asks about every buyer, and the buyers set, the stock and the
--- pending hash are written once each; each limit key is read and written once.
+-- The cost is per batch, not per buyer: one SMISMEMBER asks about every buyer, the
+-- buyers set, the stock and the pending hash are written once each, and the
+-- batch's accepted orders are one stream entry (one XADD; settlement reads,
+-- acknowledges and deletes them together); each limit key is read and written once.
 local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED = 1, 5, 9, 10, 12
 local P, first_buyer_arg, n = batch_shape()
 
@@ -130,20 +131,21 @@ for i = 1, n do
   end
 end
 
-local function xadd(i, user, q)
-  if idem[i] and q > 1 then
-    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
-      'at_ms', now, 'quantity', q, 'idem', string.sub(idem[i], #user + 2))
-  elseif idem[i] then
-    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
-      'at_ms', now, 'idem', string.sub(idem[i], #user + 2))
-  elseif q > 1 then
-    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
-      'at_ms', now, 'quantity', q)
+-- The batch's accepted orders, written as one stream entry (`record`, then
+-- `append_entry` once): `sale_id`, `at_ms` (the time every order of the batch was
+-- accepted) and `orders`, one `<order>:<user>:<quantity>[:<key>]` per order,
+-- separated by spaces (a key has no space, and comes last).
+local entry = {}
+local function record(i, user, q)
+  if idem[i] then
+    entry[#entry + 1] = orders[i] .. ':' .. user .. ':' .. q .. ':' .. string.sub(idem[i], #user + 2)
   else
-    redis.call('XADD', KEYS[4], '*', 'order_id', orders[i], 'sale_id', ARGV[1], 'user_id', user,
-      'at_ms', now)
+    entry[#entry + 1] = orders[i] .. ':' .. user .. ':' .. q
   end
+end
+local function append_entry()
+  redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders',
+    table.concat(entry, ' '))
 end
 
 -- A sale of more than one per customer: units per buyer, all or nothing.
@@ -173,7 +175,7 @@ local function decide_units(per_user)
       now_held[user] = h + q
       pending[#pending + 1] = orders[i]
       pending[#pending + 1] = user
-      xadd(i, user, q)
+      record(i, user, q)
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -190,6 +192,7 @@ local function decide_units(per_user)
     redis.call('DECRBY', KEYS[2], taken)
     redis.call('INCRBY', KEYS[7], taken)
     batch_variadic('HSET', KEYS[5], pending)
+    append_entry()
   end
 end
 
@@ -216,7 +219,7 @@ elseif #asking > 0 then
       new_buyers[#new_buyers + 1] = user
       pending[#pending + 1] = orders[i]
       pending[#pending + 1] = user
-      xadd(i, user, 1)
+      record(i, user, 1)
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -224,6 +227,7 @@ elseif #asking > 0 then
     batch_variadic('SADD', KEYS[3], new_buyers)
     redis.call('DECRBY', KEYS[2], taken)
     batch_variadic('HSET', KEYS[5], pending)
+    append_entry()
   end
 end
 

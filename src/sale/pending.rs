@@ -54,24 +54,26 @@ pub struct PendingOrder {
 }
 
 impl PendingOrder {
-    fn parse(entry: &redis::streams::StreamId) -> Option<Self> {
-        // `at_ms` is the script's clock, the time settlement writes to Postgres; the
-        // entry id starts with the same milliseconds, should the field be missing.
-        let at_ms = entry
-            .get::<i64>("at_ms")
-            .or_else(|| entry.id.split_once('-').and_then(|(ms, _)| ms.parse().ok()))?;
-        Some(PendingOrder {
-            order_id: entry.get("order_id")?,
-            user: entry.get("user_id")?,
-            accepted: DateTime::from_timestamp_millis(at_ms)?,
-        })
+    /// The orders of one stream entry (see [`super::entry`]).
+    fn of_entry(entry: &redis::streams::StreamId) -> Vec<Self> {
+        super::entry::orders_of(entry)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|o| {
+                Some(PendingOrder {
+                    order_id: o.order.to_string(),
+                    user: o.user,
+                    accepted: DateTime::from_timestamp_millis(o.at_ms)?,
+                })
+            })
+            .collect()
     }
 }
 
 /// The exact count of the sale's pending orders and the oldest `shown` of them, in
 /// one round trip. The purchase script writes an accepted order to the pending hash
 /// and the stream together, and settlement drops it from both together, so the
-/// stream's entries are the pending orders, with the time each was accepted.
+/// stream's entries hold the pending orders, with the time each was accepted.
 pub async fn oldest<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
@@ -89,12 +91,15 @@ pub async fn oldest<C: ConnectionLike>(
         .arg(shown)
         .query_async(redis)
         .await?;
-    let entries = stream.ids.iter().filter_map(PendingOrder::parse).collect();
+    let mut entries: Vec<PendingOrder> =
+        stream.ids.iter().flat_map(PendingOrder::of_entry).collect();
+    entries.truncate(shown);
     Ok((total, entries))
 }
 
-/// Most stream entries [`of_buyer`] reads: the pending orders of a sale are those
-/// accepted within the settlement lag, normally far fewer.
+/// Most stream entries [`of_buyer`] reads (each a decision batch's orders): the
+/// pending orders of a sale are those accepted within the settlement lag, normally
+/// far fewer.
 pub const BUYER_SCAN: usize = 1000;
 
 /// The buyer's orders of the sale that are not in Postgres yet, among the first
@@ -117,7 +122,7 @@ pub async fn of_buyer<C: ConnectionLike>(
     Ok(stream
         .ids
         .iter()
-        .filter_map(PendingOrder::parse)
+        .flat_map(PendingOrder::of_entry)
         .filter(|o| o.user == user.get())
         .filter_map(|o| Uuid::parse_str(&o.order_id).ok())
         .collect())

@@ -375,33 +375,14 @@ async fn restore_units(
     Ok(())
 }
 
-/// An order in a sale's stream, as a rebuild reads it.
-struct StreamOrder {
-    order: uuid::Uuid,
-    user: i64,
-    units: i64,
-    at_ms: i64,
-    key: Option<String>,
-}
-
 /// The orders in a sale's stream.
-async fn stream_orders(redis: &mut Redis, stream: &str) -> Result<Vec<StreamOrder>, AppError> {
+async fn stream_orders(
+    redis: &mut Redis,
+    stream: &str,
+) -> Result<Vec<super::entry::EntryOrder>, AppError> {
     let mut out = Vec::new();
     each_entry(redis, stream, |entry| {
-        let order = entry
-            .get::<String>("order_id")
-            .and_then(|o| uuid::Uuid::parse_str(&o).ok());
-        if let (Some(order), Some(user)) = (order, entry.get::<i64>("user_id")) {
-            out.push(StreamOrder {
-                order,
-                user,
-                units: entry.get::<i64>("quantity").unwrap_or(1),
-                at_ms: entry.get::<i64>("at_ms").unwrap_or(i64::MAX),
-                key: entry
-                    .get::<String>("idem")
-                    .filter(|k| crate::domain::PurchaseKey::parse(k.as_bytes()).is_ok()),
-            });
-        }
+        out.extend(super::entry::orders_of(entry).unwrap_or_default());
     })
     .await?;
     Ok(out)

@@ -1,6 +1,7 @@
 //! Settling a sale's accepted orders (the [`Settle`] of sales, driven by
-//! [`crate::settle`]): each entry of `{sale:N}:orders` becomes a row of `orders`,
-//! waiting for its payment when the sale has a payment window.
+//! [`crate::settle`]): each order of an entry of `{sale:N}:orders` (one entry per
+//! decision batch, see [`entry`]) becomes a row of `orders`, waiting for its payment
+//! when the sale has a payment window.
 
 use chrono::DateTime;
 use futures_util::future::BoxFuture;
@@ -8,6 +9,7 @@ use redis::streams::StreamId;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::entry;
 use crate::domain::SaleId;
 use crate::keys::Keys;
 use crate::settle::{Accepted, Settle, Stream, Written};
@@ -39,26 +41,21 @@ impl Settle for Orders {
         })
     }
 
-    fn parse(&self, entry: &StreamId) -> Option<Accepted> {
-        let at = DateTime::from_timestamp_millis(entry.get("at_ms")?)?;
-        let order_id: String = entry.get("order_id")?;
-        Some(Accepted {
-            id: Some(Uuid::parse_str(&order_id).ok()?),
-            owner: entry.get("sale_id")?,
-            user: entry.get("user_id")?,
-            at,
-            // Absent: one unit (a sale of one per customer writes no quantity).
-            value: match entry.get::<i32>("quantity") {
-                Some(q) if q >= 1 => i64::from(q),
-                Some(_) => return None,
-                None => 1,
-            },
-            // Only a parsed key reached the script; should anything else be there,
-            // the order settles without it (never lost over its key).
-            key: entry
-                .get::<String>("idem")
-                .filter(|k| crate::domain::PurchaseKey::parse(k.as_bytes()).is_ok()),
-        })
+    fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>> {
+        let sale = entry::sale_of(entry)?;
+        entry::orders_of(entry)?
+            .into_iter()
+            .map(|o| {
+                Some(Accepted {
+                    id: Some(o.order),
+                    owner: sale,
+                    user: o.user,
+                    at: DateTime::from_timestamp_millis(o.at_ms)?,
+                    value: o.units,
+                    key: o.key,
+                })
+            })
+            .collect()
     }
 
     fn write<'a>(
@@ -106,14 +103,18 @@ async fn insert_orders(
                 CASE WHEN s.payment_window_s > 0
                      THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
                 o.quantity, s.max_per_user > 1,
-                CASE WHEN NOT EXISTS (SELECT 1 FROM orders k
+                CASE WHEN o.idempotency_key IS NULL THEN NULL
+                     WHEN NOT EXISTS (SELECT 1 FROM orders k
                                       WHERE k.sale_id = o.sale_id AND k.user_id = o.user_id
                                         AND k.idempotency_key = o.idempotency_key
                                         AND k.id <> o.id)
                      THEN o.idempotency_key END
          FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[], $6::text[])
               AS o (id, sale_id, user_id, accepted_at, quantity, idempotency_key)
+         -- In place of foreign keys (migrations/0012): an order of a sale or a user
+         -- that is gone is not written (and is reported below).
          JOIN sales s ON s.id = o.sale_id
+         JOIN users u ON u.id = o.user_id
          ON CONFLICT DO NOTHING",
     )
     .bind(&ids)
@@ -131,7 +132,8 @@ async fn insert_orders(
             conflicting: Vec::new(),
         });
     }
-    // Skipped rows are redeliveries (the id is there) or conflicts (it is not).
+    // Skipped rows are redeliveries (the id is there) or conflicts (it is not: another
+    // order of the same buyer, or a sale or user that is gone).
     let conflicting = sqlx::query_scalar(
         "SELECT u FROM UNNEST($1::uuid[]) AS u
          WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",

@@ -124,8 +124,9 @@ pub struct Watched {
     pub rehearsal: bool,
     /// Units left, when Redis holds them.
     pub stock_left: Option<i64>,
-    /// Its orders stream's entries and those settlement read and has not
-    /// acknowledged (see [`crate::redis_conn::stream_backlog`]).
+    /// Its orders accepted and not yet in Postgres (its pending hash: a stream
+    /// entry carries a whole decision batch), and the stream entries settlement
+    /// read and has not acknowledged (see [`crate::redis_conn::stream_backlog`]).
     pub backlog: Option<(u64, u64)>,
 }
 
@@ -148,8 +149,12 @@ pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys)
         let k = keys.sale(sale);
         let left: redis::RedisResult<Option<i64>> =
             redis::cmd("GET").arg(&k.stock).query_async(redis).await;
+        let orders: redis::RedisResult<u64> =
+            redis::cmd("HLEN").arg(&k.pending).query_async(redis).await;
         let backlog =
-            crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP).await;
+            crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP)
+                .await
+                .and_then(|(_, delivered)| Some((orders.ok()?, delivered)));
         watched.push(Watched {
             id,
             rehearsal,

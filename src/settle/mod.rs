@@ -52,9 +52,12 @@ pub struct Settler {
     /// Where the next periodic reclaim pass starts in the list of streams.
     reclaim_from: usize,
     /// Streams that gave entries in the last read: the next read asks each of them
-    /// for `batch_size / busy_streams`, so one transaction stays near `batch_size`
-    /// rows however many streams have a backlog.
+    /// for `batch_size / busy_streams` rows, so one transaction stays near
+    /// `batch_size` rows however many streams have a backlog.
     busy_streams: usize,
+    /// Decisions per entry in the last read (a sale's entry carries its whole
+    /// decision batch): the next read asks for `batch_size / per_entry` entries.
+    per_entry: usize,
     db: PgPool,
     redis: Redis,
     /// For the reclaim lock: commands with a response timeout, never queued behind
@@ -152,9 +155,10 @@ pub trait Settle: Send + Sync {
         days: i32,
     ) -> BoxFuture<'a, Result<Vec<Stream>, sqlx::Error>>;
 
-    /// One entry of its streams; `None` for one that is not its own (acknowledged
-    /// without settling, and logged).
-    fn parse(&self, entry: &StreamId) -> Option<Accepted>;
+    /// The decisions one entry of its streams carries (a sale's entry: every order
+    /// its batch accepted; a poll's: one vote); `None` for an entry that is not its
+    /// own (acknowledged without settling, and logged).
+    fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>>;
 
     /// Writes a batch idempotently (`ON CONFLICT DO NOTHING`: an entry delivered
     /// twice lands once) inside the worker's transaction.
@@ -173,7 +177,7 @@ struct Event {
     pending: Option<String>,
     entry_id: String,
     feature: usize,
-    accepted: Accepted,
+    accepted: Vec<Accepted>,
 }
 
 /// What one settle step did, for logs and tests.
@@ -227,6 +231,7 @@ impl Settler {
             features,
             reclaim_from: 0,
             busy_streams: 1,
+            per_entry: 1,
             db,
             redis,
             lock_redis,
@@ -369,9 +374,12 @@ impl Settler {
         from: &str,
         block: Option<Duration>,
     ) -> anyhow::Result<Vec<Event>> {
-        // COUNT applies per stream: spread the batch over the streams that are busy.
-        let per_stream =
-            (self.config.batch_size / self.busy_streams.clamp(1, streams.len().max(1))).max(1);
+        // COUNT applies per stream, and counts entries: spread the batch over the
+        // streams that are busy, in entries of the size the last read saw.
+        let per_stream = (self.config.batch_size
+            / self.busy_streams.clamp(1, streams.len().max(1))
+            / self.per_entry.max(1))
+        .max(1);
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
             .count(per_stream);
@@ -420,9 +428,23 @@ impl Settler {
             self.last_busy.retain(|_, t| t.elapsed() < CLUSTER_HOT);
         }
         let mut events = self.events_of(streams, keys).await?;
-        // At most one batch per transaction. What is left stays delivered to this
-        // consumer and comes back with the next read of its pending entries ("0").
-        events.truncate(self.config.batch_size.max(1));
+        let decisions: usize = events.iter().map(|e| e.accepted.len()).sum();
+        if !events.is_empty() {
+            self.per_entry = decisions.div_ceil(events.len()).max(1);
+        }
+        // At most one batch per transaction (whole entries: at least one). What is
+        // left stays delivered to this consumer and comes back with the next read of
+        // its pending entries ("0").
+        let mut rows = 0;
+        let keep = events
+            .iter()
+            .position(|e| {
+                rows += e.accepted.len();
+                rows > self.config.batch_size.max(1)
+            })
+            .unwrap_or(events.len())
+            .max(1);
+        events.truncate(keep);
         Ok(events)
     }
 
@@ -529,7 +551,7 @@ impl Settler {
             let rows: Vec<Accepted> = events
                 .iter()
                 .filter(|e| e.feature == feature)
-                .map(|e| e.accepted.clone())
+                .flat_map(|e| e.accepted.iter().cloned())
                 .collect();
             if rows.is_empty() {
                 continue;
@@ -550,9 +572,10 @@ impl Settler {
         let (inserted, conflicting) = self.write(&events).await?;
         if !conflicting.is_empty() {
             // Redis accepted these, but Postgres already holds another order of the
-            // same user for the same sale: the two stores disagree (Redis lost its
-            // buyers set, or two deployments share one database). Nothing to retry;
-            // say so loudly and leave the repair to `stampede reconcile`.
+            // same user for the same sale (or the sale or the user is gone): the two
+            // stores disagree (Redis lost its buyers set, or two deployments share
+            // one database). Nothing to retry; say so loudly and leave the repair to
+            // `stampede reconcile`.
             self.metrics.settle_conflicts.add(conflicting.len() as u64);
             tracing::error!(
                 count = conflicting.len(),
@@ -576,9 +599,11 @@ impl Settler {
             let done = by_stream.entry(ev.stream.as_str()).or_default();
             done.entries.push(ev.entry_id.as_str());
             done.pending = ev.pending.as_deref();
-            if let Some(id) = ev.accepted.id {
-                done.orders.push(id.to_string());
-            }
+            done.orders.extend(
+                ev.accepted
+                    .iter()
+                    .filter_map(|a| a.id.map(|id| id.to_string())),
+            );
         }
         let mut pipe = redis::pipe();
         for (stream, done) in &by_stream {
@@ -596,7 +621,7 @@ impl Settler {
             .settle_batch_seconds
             .record(started.elapsed().as_secs_f64());
         Ok(Settled {
-            read: events.len(),
+            read: events.iter().map(|e| e.accepted.len()).sum(),
             inserted,
         })
     }

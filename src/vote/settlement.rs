@@ -36,15 +36,15 @@ impl Settle for Votes {
         })
     }
 
-    fn parse(&self, entry: &StreamId) -> Option<Accepted> {
-        Some(Accepted {
+    fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>> {
+        Some(vec![Accepted {
             id: None,
             owner: entry.get("poll_id")?,
             user: entry.get("user_id")?,
             value: entry.get("option_id")?,
             key: None,
             at: DateTime::from_timestamp_millis(entry.get("at_ms")?)?,
-        })
+        }])
     }
 
     fn write<'a>(

@@ -178,7 +178,7 @@ async fn one_user_twice_in_one_batch_buys_once() {
         .query_async(&mut app.redis.clone())
         .await
         .unwrap();
-    assert!(pending <= 2, "one stream entry per accepted order");
+    assert!(pending <= 2, "one stream entry per batch that accepted");
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
 }
 
