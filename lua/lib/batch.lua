@@ -61,8 +61,8 @@ end
 
 -- What the first phase decided on, for the replies that report the policies'
 -- answers: the policies, the time, and per admitted item the P states its take was
--- decided on (item i's at (i - 1) * P + 1 ..).
-local batch_limits_seen = {policies = {}, now = 0, states = {}}
+-- decided on and the P states it left (item i's at (i - 1) * P + 1 ..).
+local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
 -- once, written once), then the window (closed: REPLY_CLOSED; not open until
@@ -77,8 +77,8 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
   local first_key = #KEYS - n * P + 1
-  local seen, states = {}, {}
-  batch_limits_seen = {policies = policies, now = now, states = seen}
+  local seen, after, states = {}, {}, {}
+  batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
   for i = 1, n do
     local admitted = skip and skip[i] or P == 0 or
       limits_take(cache, first_key + (i - 1) * P, policies, now, states)
@@ -95,6 +95,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     else
       for p = 1, P do
         seen[(i - 1) * P + p] = states[p]
+        after[(i - 1) * P + p] = limits_new_state[p]
       end
       if closed then
         code[i], value[i] = REPLY_CLOSED, 0
@@ -111,19 +112,20 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
 end
 
 -- The script's reply: batch_answer per item. An accepted item's policy answers
--- are computed here, from the states its take was decided on (the same answers
--- its take would have given). `texts` (optional): per item, a string that follows
+-- are computed here, from the states its take was decided on and left (the
+-- answers its take would have given). `texts` (optional): per item, a string that follows
 -- its code and value (a replayed answer's).
 local function batch_reply(P, n, code, value, answers, texts)
   local out, seen = {}, batch_limits_seen
-  local states = {}
+  local before, after = {}, {}
   for i = 1, n do
     local a = answers[i]
     if code[i] == REPLY_ACCEPTED and P > 0 and not a then
       for p = 1, P do
-        states[p] = seen.states[(i - 1) * P + p]
+        before[p] = seen.states[(i - 1) * P + p]
+        after[p] = seen.after[(i - 1) * P + p]
       end
-      a = limits_answers(seen.policies, states, seen.now)
+      a = limits_answers_taken(seen.policies, before, after, seen.now)
     end
     batch_answer(out, P, code[i], value[i], a)
     if texts and texts[i] then

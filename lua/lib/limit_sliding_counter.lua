@@ -101,6 +101,13 @@ local function limit_sliding_counter(state, now, limit, window)
     new_state, ttl
 end
 
+-- The answer limit_sliding_counter gave a request it allowed, from the state after
+-- it ({window number, count with it, previous count}).
+local function limit_sliding_counter_taken(state, now, limit, window)
+  return limit_sliding_counter_answer(1, limit, window, state[3], state[2],
+    now - state[1] * window, now)
+end
+
 local function limit_sliding_counter_undo(state, taken_at, window)
   if not state or state[1] ~= math.floor(taken_at / window) or state[2] <= 0 then
     return nil

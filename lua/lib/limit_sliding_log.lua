@@ -120,6 +120,17 @@ local function limit_sliding_log(state, now, limit, window)
   return {1, limit - count, wait, window, now}, live, window
 end
 
+-- The answer limit_sliding_log gave a request it allowed, from the log after it:
+-- no second decision for a reply that reports it.
+local function limit_sliding_log_taken(log, now, limit, window)
+  local count = #log / LOG_WIDTH
+  local wait = 0
+  if count >= limit then
+    wait = limit_sliding_log_at(log, count - limit + 1) + window - now
+  end
+  return {1, limit - count, wait, window, now}
+end
+
 local function limit_sliding_log_undo(state, taken_at)
   local log, n = limit_sliding_log_len(state)
   local entry = limit_sliding_log_entry(taken_at)

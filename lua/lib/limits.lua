@@ -159,6 +159,25 @@ local function limits_answers(policies, states, now)
   return answers, wait
 end
 
+-- The answers of every policy for a request every policy took, the same as
+-- limits_answers on the states before it (`before`): the sliding log and counter
+-- read them off the states after it (`after`) instead of deciding again; the other
+-- algorithms decide again.
+local function limits_answers_taken(policies, before, after, now)
+  local answers = {}
+  for p, policy in ipairs(policies) do
+    local alg = policy[1]
+    if alg == 'sl' then
+      answers[p] = limit_sliding_log_taken(after[p], now, policy[2], policy[3])
+    elseif alg == 'sc' then
+      answers[p] = limit_sliding_counter_taken(after[p], now, policy[2], policy[3])
+    else
+      answers[p] = limit_decide(alg, before[p] or nil, now, policy[2], policy[3], policy[4])
+    end
+  end
+  return answers
+end
+
 -- Scratch of limits_take: the new states and their times to live of one request.
 local limits_new_state, limits_new_ttl = {}, {}
 

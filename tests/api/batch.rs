@@ -397,3 +397,139 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
         "{refused:?}"
     );
 }
+
+/// An accepted purchase reports each policy's answer exactly as the limiter script
+/// (`lua/limit.lua`) answers the same requests at the same times: the batch reads
+/// the sliding log's and counter's answers off the state its take left
+/// (`limits_answers_taken` in lua/lib/limits.lua) and decides the others again.
+/// Three batches: one user at the log's limit, a refusal that counts nowhere, and a
+/// batch in the counter's next window.
+#[tokio::test(flavor = "multi_thread")]
+async fn accepted_purchases_report_what_the_limiter_script_answers() {
+    use stampede::limit::{self, Algorithm, Attempt, Policy, Route, Subject};
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app
+        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 5}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let (a, b) = (app.user().await.id, app.user().await.id);
+    let policy = |name: &str, subject, algorithm| Policy {
+        name: name.into(),
+        route: Route::Buy,
+        subject,
+        algorithm,
+        fail_open: false,
+    };
+    let policies = vec![
+        policy(
+            "u-log",
+            Subject::User,
+            Algorithm::SlidingLog {
+                limit: 4,
+                window_ms: 1000,
+            },
+        ),
+        policy(
+            "u-fixed",
+            Subject::User,
+            Algorithm::FixedWindow {
+                limit: 5,
+                window_ms: 1000,
+            },
+        ),
+        policy(
+            "ip-counter",
+            Subject::Ip,
+            Algorithm::SlidingCounter {
+                limit: 9,
+                window_ms: 1000,
+            },
+        ),
+        policy(
+            "ip-bucket",
+            Subject::Ip,
+            Algorithm::TokenBucket {
+                capacity: 10,
+                refill_per_sec: 2.0,
+                cost: 1,
+            },
+        ),
+    ];
+    let ip: std::net::IpAddr = "10.0.0.7".parse().unwrap();
+    let buyer = |id: i64| BuyRequest {
+        user: Id::new(id).unwrap(),
+        quantity: 1,
+        ip: Some(ip),
+        key: None,
+    };
+    // Whole seconds, so every window starts at t0.
+    let t0 = chrono::Utc::now().timestamp_millis() / 1000 * 1000;
+    let batches = [
+        (t0, vec![a, a, a, b, b]),
+        (t0 + 600, vec![a, b, a]),
+        (t0 + 1300, vec![b, a]),
+    ];
+    let mut redis = app.redis.clone();
+    let mut accepted = 0;
+    for (now, users) in batches {
+        let replies = PurchaseBatch {
+            keys: &app.keys,
+            sale: Id::new(sale).unwrap(),
+            policies: &policies,
+            now_ms: Some(now),
+            key_ttl: Duration::from_secs(86_400),
+        }
+        .run(
+            &mut redis,
+            &users.iter().map(|u| buyer(*u)).collect::<Vec<_>>(),
+        )
+        .await
+        .unwrap();
+        for (user, reply) in users.iter().zip(&replies) {
+            if !matches!(reply.outcome, PurchaseOutcome::Accepted { .. }) {
+                // Refused by a limit: counted by none, so the script is not asked.
+                assert!(
+                    matches!(reply.outcome, PurchaseOutcome::RateLimited { .. }),
+                    "{reply:?}"
+                );
+                continue;
+            }
+            accepted += 1;
+            assert_eq!(reply.limits.len(), policies.len());
+            for (p, got) in policies.iter().zip(&reply.limits) {
+                let subject = match p.subject {
+                    Subject::User => user.to_string(),
+                    _ => ip.to_string(),
+                };
+                let key = app.keys.rate_limit(&format!("ref-{}", p.name), &subject);
+                let want = limit::take(
+                    &mut redis,
+                    &Attempt {
+                        algorithm: &p.algorithm,
+                        key: &key,
+                    },
+                    Some(now),
+                )
+                .await
+                .unwrap();
+                assert_eq!(
+                    (got.verdict, got.remaining, got.retry_after_ms, got.reset_ms),
+                    (
+                        want.verdict,
+                        want.remaining,
+                        want.retry_after_ms,
+                        want.reset_ms
+                    ),
+                    "{} for user {user} at t0 + {} ms",
+                    p.name,
+                    now - t0
+                );
+            }
+        }
+    }
+    // a: 3, then 1 (the log's 4th: its last), the 5th refused; b: 2, 1, 1; a once more in
+    // the next window.
+    assert_eq!(accepted, 9);
+}
