@@ -145,7 +145,8 @@ pub struct Config {
 #[derive(Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SettleConfig {
-    /// Most stream entries written to Postgres in one transaction.
+    /// Most rows (orders, votes) written to Postgres in one transaction: whole
+    /// stream entries up to it, at least one.
     pub batch_size: usize,
     /// How long one blocking read waits for new entries.
     #[serde(rename = "block_ms", with = "units::millis")]
