@@ -3,15 +3,17 @@
 -- once Postgres commits the delete, 404).
 -- KEYS[1] meta   KEYS[2] stock   KEYS[3] buyers   KEYS[4] orders stream
 -- KEYS[5] pending hash   KEYS[6] changes   KEYS[7] rebuild token   KEYS[8] units
--- KEYS[9] units sold
+-- KEYS[9] units sold   KEYS[10] the orders stream of earlier versions
 -- Returns 1 when removed (or never there), 0 when the sale has a buyer or an order.
 if redis.call('SCARD', KEYS[3]) > 0 or redis.call('HLEN', KEYS[5]) > 0
     or redis.call('HLEN', KEYS[8]) > 0
     or tonumber(redis.call('GET', KEYS[9]) or '0') > 0 then
   return 0
 end
-if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('XLEN', KEYS[4]) > 0 then
-  return 0
+for _, stream in ipairs({KEYS[4], KEYS[10]}) do
+  if redis.call('EXISTS', stream) == 1 and redis.call('XLEN', stream) > 0 then
+    return 0
+  end
 end
 redis.call('DEL', unpack(KEYS))
 return 1

@@ -18,8 +18,14 @@ pub struct SaleKeys {
     pub stock: String,
     /// Set of user ids that bought.
     pub buyers: String,
-    /// Stream of accepted order events, read by the settlement worker.
+    /// Stream of accepted orders, one entry per decision batch
+    /// ([`crate::sale::entry`]), read by the settlement worker: `{sale:N}:accepted`.
     pub orders: String,
+    /// The stream earlier versions wrote, one entry per order: `{sale:N}:orders`.
+    /// Read (settled, rebuilt from) and removed, never written: a worker of an
+    /// earlier version reads it and never sees a batch entry, which it could not
+    /// parse (it would acknowledge it unsettled), so a rolling upgrade loses nothing.
+    pub orders_legacy: String,
     /// Hash order id -> user id of accepted orders not yet in Postgres.
     pub pending: String,
     /// Hash stock change id -> applied delta: what `lua/stock_change.lua` applied, so
@@ -72,7 +78,8 @@ impl Keys {
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
             buyers: format!("{base}:buyers"),
-            orders: format!("{base}:orders"),
+            orders: format!("{base}:accepted"),
+            orders_legacy: format!("{base}:orders"),
             pending: format!("{base}:pending"),
             changes: format!("{base}:changes"),
             rebuild: format!("{base}:rebuild"),
@@ -168,8 +175,17 @@ mod tests {
     fn sale_keys_share_one_hash_tag() {
         let k = Keys::new("t1").sale(Id::new(42).unwrap());
         for key in [
-            &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.changes, &k.rebuild, &k.units,
-            &k.sold, &k.idem,
+            &k.meta,
+            &k.stock,
+            &k.buyers,
+            &k.orders,
+            &k.orders_legacy,
+            &k.pending,
+            &k.changes,
+            &k.rebuild,
+            &k.units,
+            &k.sold,
+            &k.idem,
         ] {
             assert!(key.starts_with("t1:{sale:42}:"), "{key}");
         }

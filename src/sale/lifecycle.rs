@@ -340,6 +340,7 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         .key(&k.rebuild)
         .key(&k.units)
         .key(&k.sold)
+        .key(&k.orders_legacy)
         .invoke_async(&mut state.redis().clone())
         .await?;
     match removed {

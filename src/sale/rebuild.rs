@@ -247,7 +247,9 @@ async fn read_sale(
     sale: &SaleRow,
     key_ttl: std::time::Duration,
 ) -> Result<SaleSeen, AppError> {
-    let stream = stream_orders(redis, &k.orders).await?;
+    // Earlier versions' stream too: orders an older server accepted during an upgrade.
+    let mut stream = stream_orders(redis, &k.orders).await?;
+    stream.extend(stream_orders(redis, &k.orders_legacy).await?);
     let pending: Vec<(String, i64)> = scan_all(redis, "HSCAN", &k.pending).await?;
     let known: HashSet<i64> = scan_all(redis, "SSCAN", &k.buyers)
         .await?

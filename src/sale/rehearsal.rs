@@ -127,6 +127,7 @@ async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result
             k.stock,
             k.buyers,
             k.orders,
+            k.orders_legacy,
             k.pending,
             k.changes,
             k.rebuild,

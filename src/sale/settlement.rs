@@ -1,7 +1,8 @@
 //! Settling a sale's accepted orders (the [`Settle`] of sales, driven by
-//! [`crate::settle`]): each order of an entry of `{sale:N}:orders` (one entry per
-//! decision batch, see [`entry`]) becomes a row of `orders`, waiting for its payment
-//! when the sale has a payment window.
+//! [`crate::settle`]): each order of an entry of `{sale:N}:accepted` (one entry per
+//! decision batch, see [`entry`]), or of an earlier version's `{sale:N}:orders`,
+//! becomes a row of `orders`, waiting for its payment when the sale has a payment
+//! window.
 
 use chrono::DateTime;
 use futures_util::future::BoxFuture;
@@ -23,6 +24,13 @@ pub fn stream(keys: &Keys, sale: SaleId) -> Stream {
     Stream::new(k.orders, Some(k.pending))
 }
 
+/// The stream earlier versions wrote the sale's orders to (one entry per order):
+/// read only while it holds entries (see [`Stream::legacy`]).
+pub fn legacy_stream(keys: &Keys, sale: SaleId) -> Stream {
+    let k = keys.sale(sale);
+    Stream::legacy(k.orders_legacy, Some(k.pending))
+}
+
 impl Settle for Orders {
     fn streams<'a>(
         &'a self,
@@ -37,7 +45,10 @@ impl Settle for Orders {
             .bind(days)
             .fetch_all(db)
             .await?;
-            Ok(sales.into_iter().map(|id| stream(keys, id)).collect())
+            Ok(sales
+                .into_iter()
+                .flat_map(|id| [stream(keys, id), legacy_stream(keys, id)])
+                .collect())
         })
     }
 

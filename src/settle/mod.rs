@@ -33,6 +33,10 @@ use crate::redis_conn::{Redis, Target, Timeouts};
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
 /// Streams of sales that ended longer ago than this are no longer read.
 const STREAM_RETENTION_DAYS: i32 = 7;
+/// How often the worker looks for entries in the streams earlier versions wrote
+/// ([`Stream::legacy`]): an order an older server accepted during a rolling
+/// upgrade is settled at most this much later.
+const LEGACY_EVERY: Duration = Duration::from_secs(30);
 
 pub struct Settler {
     /// Whether this consumer may hold entries delivered and not acknowledged (a
@@ -51,6 +55,9 @@ pub struct Settler {
     features: Vec<Arc<dyn Settle>>,
     /// Where the next periodic reclaim pass starts in the list of streams.
     reclaim_from: usize,
+    /// The legacy streams found holding entries, and when they were last looked at.
+    legacy_live: std::collections::HashSet<String>,
+    legacy_checked_at: Option<Instant>,
     /// Streams that gave entries in the last read: the next read asks each of them
     /// for `batch_size / busy_streams` rows, so one transaction stays near
     /// `batch_size` rows however many streams have a backlog.
@@ -100,6 +107,7 @@ pub struct Stream {
     key: String,
     pending: Option<String>,
     feature: usize,
+    legacy: bool,
 }
 
 impl Stream {
@@ -108,6 +116,18 @@ impl Stream {
             key,
             pending,
             feature: 0,
+            legacy: false,
+        }
+    }
+
+    /// A stream an earlier version wrote and this one only reads (a sale's
+    /// one-order-per-entry stream): read only while it holds entries, which the
+    /// worker checks every [`LEGACY_EVERY`], so that a catalog of sales costs no
+    /// second read per sale once an upgrade is over.
+    pub fn legacy(key: String, pending: Option<String>) -> Stream {
+        Stream {
+            legacy: true,
+            ..Stream::new(key, pending)
         }
     }
 
@@ -230,6 +250,8 @@ impl Settler {
             last_busy: HashMap::new(),
             features,
             reclaim_from: 0,
+            legacy_live: std::collections::HashSet::new(),
+            legacy_checked_at: None,
             busy_streams: 1,
             per_entry: 1,
             db,
@@ -338,6 +360,7 @@ impl Settler {
 
     /// Reads until every stream is drained; for tests and `stampede settle --drain`.
     pub async fn drain(&mut self) -> anyhow::Result<u64> {
+        self.legacy_checked_at = None;
         let streams = self.streams().await?;
         let mut inserted = 0;
         if streams.is_empty() {
@@ -356,8 +379,9 @@ impl Settler {
         }
     }
 
-    /// The streams of every feature that may still get entries.
-    async fn streams(&self) -> anyhow::Result<Vec<Stream>> {
+    /// The streams of every feature that may still get entries: a legacy stream
+    /// only while it holds some (looked at every [`LEGACY_EVERY`]).
+    async fn streams(&mut self) -> anyhow::Result<Vec<Stream>> {
         let mut all = Vec::new();
         for (feature, settle) in self.features.iter().enumerate() {
             let streams = settle
@@ -365,6 +389,30 @@ impl Settler {
                 .await?;
             all.extend(streams.into_iter().map(|s| Stream { feature, ..s }));
         }
+        if self
+            .legacy_checked_at
+            .is_none_or(|t| t.elapsed() >= LEGACY_EVERY)
+        {
+            let legacy: Vec<&str> = all.iter().filter(|s| s.legacy).map(Stream::key).collect();
+            let lengths = futures_util::future::try_join_all(legacy.iter().map(|key| {
+                let mut redis = self.lock_redis.clone();
+                async move {
+                    redis::cmd("XLEN")
+                        .arg(*key)
+                        .query_async::<u64>(&mut redis)
+                        .await
+                }
+            }))
+            .await?;
+            self.legacy_live = legacy
+                .iter()
+                .zip(lengths)
+                .filter(|(_, n)| *n > 0)
+                .map(|(key, _)| key.to_string())
+                .collect();
+            self.legacy_checked_at = Some(Instant::now());
+        }
+        all.retain(|s| !s.legacy || self.legacy_live.contains(s.key()));
         Ok(all)
     }
 

@@ -262,3 +262,75 @@ async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
     };
     assert_eq!(consumers, vec!["survivor".to_string()]);
 }
+
+/// A rolling upgrade: a server of the previous version still takes purchases and
+/// writes them its way, one entry per order in `{sale:N}:orders` (a worker of that
+/// version reads only that stream, so it never meets a batch entry it could not
+/// parse). This version's worker finds that stream holding entries and settles
+/// them with the batch entries of `{sale:N}:accepted`, each order once.
+#[tokio::test(flavor = "multi_thread")]
+async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let new_buyers = buy_all(&app, sale, 3).await;
+    let k = app.sale_keys(sale);
+    let old_buyers = app.create_users(2, false).await;
+    let mut redis = app.redis.clone();
+    let mut old_orders = HashSet::new();
+    for user in &old_buyers {
+        let order = stampede::sale::orders::new_order_id(stampede::domain::Id::new(sale).unwrap());
+        old_orders.insert(order);
+        let _: String = redis::cmd("XADD")
+            .arg(&k.orders_legacy)
+            .arg("*")
+            .arg("order_id")
+            .arg(order.to_string())
+            .arg("sale_id")
+            .arg(sale)
+            .arg("user_id")
+            .arg(user.id)
+            .arg("at_ms")
+            .arg(chrono::Utc::now().timestamp_millis())
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let _: () = redis::pipe()
+            .hset(&k.pending, order.to_string(), user.id)
+            .ignore()
+            .sadd(&k.buyers, user.id)
+            .ignore()
+            .decr(&k.stock, 1)
+            .ignore()
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+    }
+    assert_ne!(k.orders, k.orders_legacy);
+
+    let mut w = settler(&app, "w1", 100, Duration::ZERO).await;
+    assert_eq!(w.drain().await.unwrap(), 5);
+    let orders = app.orders_in_db(sale).await;
+    assert_eq!(orders.len(), 5, "{orders:?}");
+    let users: HashSet<i64> = orders.iter().map(|(_, u)| *u).collect();
+    assert!(new_buyers.iter().all(|u| users.contains(u)));
+    assert!(old_buyers.iter().all(|u| users.contains(&u.id)));
+    assert!(
+        old_orders
+            .iter()
+            .all(|o| orders.iter().any(|(id, _)| id == o))
+    );
+    let (legacy_left, accepted_left, pending_left): (i64, i64, i64) = redis::pipe()
+        .xlen(&k.orders_legacy)
+        .xlen(&k.orders)
+        .hlen(&k.pending)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!((legacy_left, accepted_left, pending_left), (0, 0, 0));
+    // Drained again: nothing twice.
+    assert_eq!(w.drain().await.unwrap(), 0);
+    assert_eq!(app.orders_in_db(sale).await.len(), 5);
+    // The sale's reconcile agrees in both stores.
+    assert_eq!(app.reconcile_report(&admin, sale).await["consistent"], true);
+}
