@@ -122,9 +122,9 @@ pub async fn of_buyer<C: ConnectionLike>(
     Ok(stream
         .ids
         .iter()
-        .flat_map(PendingOrder::of_entry)
+        .flat_map(|e| super::entry::orders_of(e).unwrap_or_default())
         .filter(|o| o.user == user.get())
-        .filter_map(|o| Uuid::parse_str(&o.order_id).ok())
+        .map(|o| o.order)
         .collect())
 }
 

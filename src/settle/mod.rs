@@ -67,8 +67,8 @@ pub struct Settler {
     per_entry: usize,
     db: PgPool,
     redis: Redis,
-    /// For the reclaim lock: commands with a response timeout, never queued behind
-    /// a blocking read.
+    /// For the reclaim lock and the look at legacy streams: commands with a response
+    /// timeout, never queued behind a blocking read.
     lock_redis: Redis,
     keys: Keys,
     config: SettleConfig,
