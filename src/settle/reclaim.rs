@@ -63,7 +63,7 @@ impl Settler {
         lost: &LostSignal,
     ) -> anyhow::Result<usize> {
         let mut total = 0;
-        for stream in streams {
+        'streams: for stream in streams {
             if lost.is_lost() {
                 // Another instance may be reclaiming now; leave the rest to it.
                 tracing::warn!("reclaim lock lost; pass cut short");
@@ -87,7 +87,10 @@ impl Settler {
                     .await;
                 let reply = match reply {
                     Ok(r) => r,
-                    Err(e) if e.code() == Some("NOGROUP") => break,
+                    // The stream or its group is gone (a new or wiped Redis, a
+                    // removed sale): nothing to claim, and no consumers to forget; a
+                    // read recreates what Postgres still lists. The pass goes on.
+                    Err(e) if e.code() == Some("NOGROUP") => continue 'streams,
                     Err(e) => return Err(e.into()),
                 };
                 total += reply.claimed.len();
