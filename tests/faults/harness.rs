@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -112,14 +112,48 @@ fn chown_postgres(path: &Path) {
 
 /// A port outside the kernel's ephemeral range (32768+), so that no outgoing
 /// connection of a server can sit on it while its owner is down for a restart.
+///
+/// Nothing listens on a port between this call and its owner's start, so a
+/// bind probe alone could hand the same port to two tests running side by side
+/// (nextest runs each in a process of its own), or twice to one test (a cluster
+/// asks for twelve). Each port is therefore also reserved with a file named after
+/// it, created exclusively and holding this process's id; a reservation whose
+/// process is gone is taken over.
 pub fn free_port() -> u16 {
+    let dir = std::env::temp_dir().join("stampede-test-ports");
+    let _ = fs::create_dir_all(&dir);
     let mut rng = rand::rng();
     loop {
         let port = rng.random_range(20_000..32_000);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
+        if TcpListener::bind(("127.0.0.1", port)).is_err() || !reserve_port(&dir, port) {
+            continue;
+        }
+        return port;
+    }
+}
+
+fn reserve_port(dir: &Path, port: u16) -> bool {
+    let path = dir.join(port.to_string());
+    let me = std::process::id().to_string();
+    for _ in 0..2 {
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut f) => return f.write_all(me.as_bytes()).is_ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let holder = fs::read_to_string(&path).unwrap_or_default();
+                let alive = holder
+                    .trim()
+                    .parse::<u32>()
+                    .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+                if alive || holder.trim().is_empty() {
+                    return false;
+                }
+                // The holder is gone: drop its reservation and try once more.
+                let _ = fs::remove_file(&path);
+            }
+            Err(_) => return false,
         }
     }
+    false
 }
 
 /// The last `lines` lines of a log file.
