@@ -81,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
             rebuy_after_expiry: false,
             max_per_user: 1,
             rehearsal: false,
+            waiting_room: None,
         },
         None,
     )

@@ -7,7 +7,8 @@
 -- KEYS[6] units hash (user -> units held)   KEYS[7] units sold counter (KEYS[6] and
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
--- KEYS[8 + (i - 1) * P + p]: buyer i's state for rate-limit policy p
+-- KEYS[9] admissions open (a sale with a waiting room: user -> expiry ms)
+-- KEYS[9 + (i - 1) * P + p]: buyer i's state for rate-limit policy p
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock; tests replay exact timings)   ARGV[4] ms the keys hash lives after
 -- its last write
@@ -25,6 +26,7 @@
 --   10 fewer units left than asked for (value = units left; nothing taken)
 --   11 replayed (the key's first answer follows as text)
 --   12 key used with another quantity (value = the quantity it was first used with)
+--   13 not admitted
 --
 -- A sale of one per customer (per_user absent or 1) decides with the buyers set:
 -- SMISMEMBER, SADD, DECRBY. A sale of more keeps units per buyer (HMGET, HSET) and
@@ -45,10 +47,10 @@
 -- buyers set, the stock and the pending hash are written once each, and the
 -- batch's accepted orders are one stream entry (one XADD; settlement reads,
 -- acknowledges and deletes them together); each limit key is read and written once.
-local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED = 1, 5, 9, 10, 12
+local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED, NOT_ADMITTED = 1, 5, 9, 10, 12, 13
 local P, first_buyer_arg, n = batch_shape()
 
-local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'per_user')
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'per_user', 'wr')
 if not meta[1] then
   return batch_all(P, n, REPLY_NOT_LOADED)
 end
@@ -131,6 +133,24 @@ for i = 1, n do
   end
 end
 
+-- A sale with a waiting room sells only to shoppers admitted and not expired
+-- (KEYS[9], see lua/queue_admit.lua); an accepted one's admission is used up.
+local waiting_room = (tonumber(meta[6]) or 0) > 0
+if waiting_room and #asking > 0 then
+  local expiry = batch_variadic('ZMSCORE', KEYS[9], users)
+  local still, still_users = {}, {}
+  for j, i in ipairs(asking) do
+    local e = tonumber(expiry[j])
+    if e and e > now then
+      still[#still + 1] = i
+      still_users[#still_users + 1] = users[j]
+    else
+      code[i], value[i] = NOT_ADMITTED, 0
+    end
+  end
+  asking, users = still, still_users
+end
+
 -- The batch's accepted orders, written as one stream entry (`record`, then
 -- `append_entry` once): `sale_id`, `at_ms` (the time every order of the batch was
 -- accepted) and `orders`, one `<order>:<user>:<quantity>[:<key>]` per order,
@@ -193,6 +213,9 @@ local function decide_units(per_user)
     redis.call('INCRBY', KEYS[7], taken)
     batch_variadic('HSET', KEYS[5], pending)
     append_entry()
+    if waiting_room then
+      batch_variadic('ZREM', KEYS[9], new_buyers)
+    end
   end
 end
 
@@ -228,6 +251,9 @@ elseif #asking > 0 then
     redis.call('DECRBY', KEYS[2], taken)
     batch_variadic('HSET', KEYS[5], pending)
     append_entry()
+    if waiting_room then
+      batch_variadic('ZREM', KEYS[9], new_buyers)
+    end
   end
 end
 

@@ -7,8 +7,9 @@
 -- counter (on a sale of more than one per customer, written by the rebuild first)
 -- ARGV[1] token   ARGV[2] starts_ms   ARGV[3] ends_ms   ARGV[4] closed (0|1)
 -- ARGV[5] units ever offered (stock_total, applied changes only)
--- ARGV[6] most units per customer   ARGV[7 ..] ids of returns the rebuild already
--- counted (left out their buyers): remembered as applied with delta 0
+-- ARGV[6] most units per customer   ARGV[7] waiting room: admissions a second (0:
+-- none)   ARGV[8] when its line opens (ms)   ARGV[9 ..] ids of returns the rebuild
+-- already counted (left out their buyers): remembered as applied with delta 0
 -- Returns {units left, units sold}, or {-1, 0} when the token is gone (start over).
 if redis.call('GET', KEYS[5]) ~= ARGV[1] then
   return {-1, 0}
@@ -21,10 +22,10 @@ end
 redis.call('SET', KEYS[2], left)
 -- Changes not yet recorded as applied in Postgres are applied again after this.
 redis.call('DEL', KEYS[4])
-for i = 7, #ARGV do
+for i = 9, #ARGV do
   redis.call('HSET', KEYS[4], ARGV[i], 0)
 end
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[2], 'ends_ms', ARGV[3], 'closed', ARGV[4],
-  'per_user', ARGV[6], 'run', redis_run())
+  'per_user', ARGV[6], 'wr', ARGV[7], 'q_opens_ms', ARGV[8], 'run', redis_run())
 redis.call('DEL', KEYS[5])
 return {left, sold}

@@ -63,6 +63,8 @@ error_codes! {
     BadCredentials = (UNAUTHORIZED, "bad_credentials"),
     /// Signed in, but not allowed (admin routes).
     Forbidden = (FORBIDDEN, "forbidden"),
+    /// A sale with a waiting room: a ticket or purchase without an admission (or after it expired).
+    NotAdmitted = (FORBIDDEN, "not_admitted"),
     /// A cookie session's unsafe request without the matching `X-CSRF-Token` header.
     CsrfFailed = (FORBIDDEN, "csrf_failed"),
     /// A password change whose current password is wrong.
@@ -81,6 +83,10 @@ error_codes! {
     NotOpen = (CONFLICT, "not_open"),
     /// An admin action on a sale whose end time has passed.
     PastEnd = (CONFLICT, "past_end"),
+    /// A waiting room's line before `queue_opens_at` (`Retry-After`).
+    QueueNotOpen = (CONFLICT, "queue_not_open"),
+    /// A waiting-room request on a sale that has no waiting room.
+    NoWaitingRoom = (CONFLICT, "no_waiting_room"),
     /// Sign-up with a username in use.
     UsernameTaken = (CONFLICT, "username_taken"),
     /// A payment of an order that is already paid (under another key).
@@ -131,6 +137,8 @@ error_codes! {
     StockTooLarge = (UNPROCESSABLE_ENTITY, "stock_too_large"),
     /// An end before the start, in the past, or too far away.
     InvalidWindow = (UNPROCESSABLE_ENTITY, "invalid_window"),
+    /// A waiting room's settings: `queue_opens_at` missing or not before `starts_at`, or `admit_per_second` not 1 to 100,000.
+    InvalidWaitingRoom = (UNPROCESSABLE_ENTITY, "invalid_waiting_room"),
     /// A picture address that is neither `https://` nor a path on this site.
     InvalidImageUrl = (UNPROCESSABLE_ENTITY, "invalid_image_url"),
     /// A poll's options: too few, too many, or repeated.

@@ -42,6 +42,18 @@ pub struct SaleKeys {
     /// answers given to purchases that carried a key (`lua/purchase_batch.lua`),
     /// expiring `purchase_key_ttl` after its last write; rebuilt from the orders.
     pub idem: String,
+    /// The waiting room's line (a sale with one, see [`crate::sale::queue`]): sorted
+    /// set user id -> place.
+    pub queue: String,
+    /// Hash: the waiting room's state (`head`, `served`, `credit`, `last_ms`, `seq`,
+    /// `joins`, `admitted`, `passed`).
+    pub queue_state: String,
+    /// Sorted set user id -> expiry ms: admissions not yet used or expired.
+    pub queue_open: String,
+    /// Hash user id -> expiry ms: every admission ever given (nobody twice).
+    pub queue_admitted: String,
+    /// Stream of joins not yet copied to Postgres (`queue_places`).
+    pub queue_joins: String,
 }
 
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
@@ -86,6 +98,11 @@ impl Keys {
             units: format!("{base}:units"),
             sold: format!("{base}:sold"),
             idem: format!("{base}:idem"),
+            queue: format!("{base}:queue"),
+            queue_state: format!("{base}:queue:state"),
+            queue_open: format!("{base}:queue:open"),
+            queue_admitted: format!("{base}:queue:admitted"),
+            queue_joins: format!("{base}:queue:joins"),
         }
     }
 

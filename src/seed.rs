@@ -132,6 +132,7 @@ async fn demo_sale(
         rebuy_after_expiry: false,
         max_per_user: demo.max_per_user,
         rehearsal: false,
+        waiting_room: None,
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await

@@ -160,4 +160,8 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_BATCH_IN_FLIGHT", parsed!(batch_in_flight)),
     ("STAMPEDE_SWEEP_MS", parsed!(millis sweep)),
     ("STAMPEDE_EXPIRE_MS", parsed!(millis expire)),
+    (
+        "STAMPEDE_QUEUE_ADMISSION_MS",
+        parsed!(millis queue_admission),
+    ),
 ];

@@ -133,6 +133,10 @@ pub struct Config {
     /// units back (one instance at a time, under a lock; 0: never in this process).
     #[serde(rename = "expire_ms", with = "units::millis")]
     pub expire: Duration,
+    /// How long a waiting room's admission (and its purchase ticket) lasts before it
+    /// passes to the next in line (see `src/sale/queue.rs`).
+    #[serde(rename = "queue_admission_ms", with = "units::millis")]
+    pub queue_admission: Duration,
     /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
     /// decides each alone. See `src/batch.rs`.
     pub batch_max: usize,
@@ -208,6 +212,7 @@ impl Default for Config {
             workers: 0,
             sweep: Duration::from_millis(2000),
             expire: Duration::from_millis(1000),
+            queue_admission: Duration::from_millis(30_000),
             batch_max: 64,
             batch_in_flight: 4,
         }
@@ -289,6 +294,7 @@ impl std::fmt::Debug for Config {
             .field("workers", &self.workers)
             .field("sweep_ms", &self.sweep.as_millis())
             .field("expire_ms", &self.expire.as_millis())
+            .field("queue_admission_ms", &self.queue_admission.as_millis())
             .field("batch_max", &self.batch_max)
             .field("batch_in_flight", &self.batch_in_flight)
             .finish_non_exhaustive()

@@ -93,7 +93,15 @@ impl PurchaseBatch<'_> {
             script: &PURCHASE_BATCH,
             name: "purchase_batch.lua",
             state_keys: &[
-                &k.meta, &k.stock, &k.buyers, &k.orders, &k.pending, &k.units, &k.sold, &k.idem,
+                &k.meta,
+                &k.stock,
+                &k.buyers,
+                &k.orders,
+                &k.pending,
+                &k.units,
+                &k.sold,
+                &k.idem,
+                &k.queue_open,
             ],
             id: self.sale.get(),
             policies: self.policies,
@@ -138,6 +146,7 @@ crate::lua::reply_codes! {
         NotEnoughLeft = 10, "fewer units left than asked for";
         Replayed = 11, "replayed";
         KeyReused = 12, "key used with another quantity";
+        NotAdmitted = 13, "not admitted";
     }
 }
 
@@ -195,6 +204,7 @@ fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, App
         PurchaseCode::OverCap => PurchaseOutcome::OverPerUserCap { held: value },
         PurchaseCode::NotEnoughLeft => PurchaseOutcome::NotEnoughLeft { left: value },
         PurchaseCode::KeyReused => PurchaseOutcome::KeyReused { quantity: value },
+        PurchaseCode::NotAdmitted => PurchaseOutcome::NotAdmitted,
         // A replay carries its stored answer (`batch::rows`); without it, a bug.
         PurchaseCode::Replayed => {
             return Err(unexpected_reply("purchase_batch.lua", (code as i64, value)));

@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub mod orders;
 pub mod payment;
 pub mod pending;
+pub mod queue;
 pub mod rebuild;
 pub mod reconcile;
 pub mod rehearsal;

@@ -135,6 +135,9 @@ async fn rebuild_sale(
     if sale.max_per_user > 1 {
         restore_units(&mut redis, &k, &seen).await?;
     }
+    if sale.waiting_room {
+        super::queue::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
+    }
     let (left, sold): (i64, i64) = RESTORE_SALE
         .key(&k.meta)
         .key(&k.stock)
@@ -148,6 +151,8 @@ async fn rebuild_sale(
         .arg(u8::from(sale.closed))
         .arg(sale.stock_total)
         .arg(sale.max_per_user)
+        .arg(super::queue::rate_in_meta(&sale))
+        .arg(super::queue::opens_ms_in_meta(&sale))
         .arg(&folded)
         .invoke_async(&mut redis)
         .await?;

@@ -58,6 +58,14 @@ pub struct SaleRow {
     /// [`super::rehearsal::cleanup`]. No serde default, like `requires_ticket`: a
     /// view cached before rehearsals existed is rebuilt, never read as public.
     pub rehearsal: bool,
+    /// A waiting room (see [`super::queue`]): the sale sells only to shoppers
+    /// admitted from its line. Fixed once the sale opens. No serde default, like
+    /// `requires_ticket`: a view cached before waiting rooms existed is rebuilt.
+    pub waiting_room: bool,
+    /// With a waiting room: when its line opens (at or before `starts_at`).
+    pub queue_opens_at: Option<DateTime<Utc>>,
+    /// With a waiting room: shoppers admitted a second from the opening.
+    pub admit_per_second: Option<i32>,
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.
@@ -68,6 +76,10 @@ pub struct SaleView {
     pub stock_left: i64,
     pub sold: i64,
     pub status: crate::domain::SaleStatus,
+    /// A sale with a waiting room: its line in numbers (an open page follows its
+    /// place with `served`). Absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<super::queue::QueueNumbers>,
 }
 
 impl SaleView {
@@ -84,6 +96,7 @@ impl SaleView {
             stock_left,
             sold,
             status,
+            line: None,
         }
     }
 }
@@ -92,7 +105,8 @@ impl SaleView {
 macro_rules! sale_columns {
     () => {
         "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
-         payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal"
+         payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal, waiting_room, \
+         queue_opens_at, admit_per_second"
     };
 }
 pub(crate) use sale_columns;
@@ -316,6 +330,9 @@ pub struct NewSale {
     pub rebuy_after_expiry: bool,
     pub max_per_user: i32,
     pub rehearsal: bool,
+    /// A waiting room, checked (see [`super::queue::WaitingRoom::check`]); the sale
+    /// then requires a ticket (an admission is one).
+    pub waiting_room: Option<super::queue::WaitingRoom>,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -330,8 +347,9 @@ pub async fn create_sale<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
-                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING ",
+                            requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal,
+                            waiting_room, queue_opens_at, admit_per_second)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -341,11 +359,14 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.starts_at)
     .bind(new.ends_at)
     .bind(&new.image_url)
-    .bind(new.requires_ticket)
+    .bind(new.requires_ticket || new.waiting_room.is_some())
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
     .bind(new.max_per_user)
     .bind(new.rehearsal)
+    .bind(new.waiting_room.is_some())
+    .bind(new.waiting_room.map(|w| w.queue_opens_at))
+    .bind(new.waiting_room.map(|w| w.admit_per_second))
     .fetch_one(&mut *tx)
     .await?;
     if let Some(admin) = admin {
@@ -384,6 +405,8 @@ pub async fn put_new_sale<C: ConnectionLike>(
         .arg(u8::from(row.closed))
         .arg(row.stock_total)
         .arg(row.max_per_user)
+        .arg(super::queue::rate_in_meta(row))
+        .arg(super::queue::opens_ms_in_meta(row))
         .invoke_async(redis)
         .await?;
     crate::settle::ensure_group(redis, &k.orders).await?;
@@ -502,11 +525,30 @@ pub async fn views<C: ConnectionLike>(
     let ids: Vec<i64> = rows.iter().map(|s| s.id.get()).collect();
     let numbers = live_numbers(redis, keys, &ids).await?;
     let now = Utc::now();
-    Ok(rows
+    let mut views: Vec<SaleView> = rows
         .into_iter()
         .zip(numbers)
         .map(|(row, (left, sold))| SaleView::new(row, left, sold, now))
-        .collect())
+        .collect();
+    // The waiting rooms' lines, in one more round trip when there are any.
+    let with_line: Vec<usize> = (0..views.len())
+        .filter(|&i| views[i].sale.waiting_room)
+        .collect();
+    if !with_line.is_empty() {
+        let mut pipe = redis::pipe();
+        for &i in &with_line {
+            super::queue::pipe_numbers(&mut pipe, &keys.sale(views[i].sale.id));
+        }
+        let replies: Vec<redis::Value> = pipe.query_async(redis).await?;
+        for (n, &i) in with_line.iter().enumerate() {
+            let at = |j: usize| replies.get(n * 3 + j).cloned().unwrap_or(redis::Value::Nil);
+            let line: i64 = redis::from_redis_value(at(0)).unwrap_or(0);
+            let state: Vec<Option<i64>> = redis::from_redis_value(at(1)).unwrap_or_default();
+            let open: i64 = redis::from_redis_value(at(2)).unwrap_or(0);
+            views[i].line = Some(super::queue::QueueNumbers::from_replies(line, &state, open));
+        }
+    }
+    Ok(views)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,6 +588,8 @@ pub enum PurchaseOutcome {
     KeyReused {
         quantity: i64,
     },
+    /// A sale with a waiting room: the buyer holds no admission, or it expired.
+    NotAdmitted,
 }
 
 #[cfg(test)]
@@ -571,6 +615,9 @@ mod tests {
             max_per_user: 1,
             archived_at: None,
             rehearsal: false,
+            waiting_room: false,
+            queue_opens_at: None,
+            admit_per_second: None,
         };
         assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
         assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
@@ -605,6 +652,9 @@ mod tests {
             max_per_user: 1,
             archived_at: None,
             rehearsal: false,
+            waiting_room: false,
+            queue_opens_at: None,
+            admit_per_second: None,
         };
         // Sold out (stock 0) is open: only Redis knows stock.
         assert_eq!(list_rank(&row(now - minute, now + minute, false), now), 0);

@@ -92,6 +92,7 @@ impl Application {
         .await
         .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
         let background_db = stores.background.clone();
+        let queue_db = stores.background.clone();
         let state = app_state(&config, stores, metrics, recovery, sessions)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -116,6 +117,14 @@ impl Application {
                 shutdown_rx.clone(),
             )),
             tokio::spawn(upkeep_forever(state.clone(), shutdown_rx.clone())),
+            tokio::spawn(crate::sale::queue::admit_forever(
+                queue_db,
+                state.redis.clone(),
+                state.keys.clone(),
+                config.queue_admission,
+                state.metrics.clone(),
+                shutdown_rx.clone(),
+            )),
             tokio::spawn(crate::observe::probe_postgres(
                 state.clone(),
                 shutdown_rx.clone(),

@@ -31,4 +31,5 @@ mod settle;
 mod shutdown;
 mod tickets;
 mod vote;
+mod waiting_room;
 mod what_sold;

@@ -11,6 +11,7 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::paging::ListScope;
 use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
+use crate::sale::queue::WaitingRoom;
 use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::{self, NewSale, SaleCursor};
 use crate::sale::{self, export, lifecycle, orders, reconcile, rehearsal};
@@ -58,6 +59,22 @@ pub(super) struct CreateSale {
     #[serde(default)]
     #[schema(default = false)]
     rehearsal: bool,
+    /// A waiting room (a fair line at the opening): shoppers join it from
+    /// `queue_opens_at` (`POST /api/sales/{id}/queue`), those who joined before
+    /// `starts_at` are put in a random order, later ones follow in arrival order,
+    /// and from the opening they are admitted at `admit_per_second`; only an
+    /// admitted shopper buys (the sale then requires a ticket: an admission is one).
+    /// Default false; fixed once the sale opens.
+    #[serde(default)]
+    #[schema(default = false)]
+    waiting_room: bool,
+    /// With a waiting room: when its line opens, at or before `starts_at`.
+    #[serde(default)]
+    queue_opens_at: Option<DateTime<Utc>>,
+    /// With a waiting room: shoppers admitted a second from the opening, 1 to 100000.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100000)]
+    admit_per_second: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -78,6 +95,20 @@ impl CreateSale {
         let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
         let max_per_user = domain::parse_max_per_user(self.max_per_user)?;
         lifecycle::check_window(self.starts_at, self.ends_at)?;
+        let waiting_room = if self.waiting_room {
+            Some(WaitingRoom::check(
+                self.queue_opens_at,
+                self.admit_per_second,
+                self.starts_at,
+            )?)
+        } else if self.queue_opens_at.is_some() || self.admit_per_second.is_some() {
+            return Err(AppError::new(
+                ErrorCode::InvalidWaitingRoom,
+                "queue_opens_at and admit_per_second go with waiting_room: true",
+            ));
+        } else {
+            None
+        };
         Ok(NewSale {
             name,
             description,
@@ -91,6 +122,7 @@ impl CreateSale {
             rebuy_after_expiry: self.rebuy_after_expiry,
             max_per_user,
             rehearsal: self.rehearsal,
+            waiting_room,
         })
     }
 }

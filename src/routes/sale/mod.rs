@@ -18,6 +18,7 @@ mod buyer;
 mod lifecycle;
 mod orders;
 mod purchase;
+mod queue;
 
 // Routes under `/api` (see `startup`): the purchase first, so the hot path matches
 // the first pattern the router tries.
@@ -25,6 +26,8 @@ mod purchase;
 #[openapi(paths(
     purchase::purchase,
     purchase::ticket,
+    queue::join,
+    queue::me,
     buyer::list,
     buyer::show,
     buyer::events,
@@ -55,6 +58,8 @@ super::routes! {
     pub fn configure, pub const ROUTES; mounted "/api";
     post "/sales/{id}/purchase" => purchase::purchase,
     post "/sales/{id}/ticket" => purchase::ticket,
+    post "/sales/{id}/queue" => queue::join,
+    get "/sales/{id}/queue/me" => queue::me,
     get "/sales" => buyer::list,
     get "/sales/{id}" => buyer::show,
     get "/sales/{id}/events" => buyer::events,

@@ -55,6 +55,7 @@ struct Accepted {
         ("RateLimit" = String), ("RateLimit-Policy" = String),
         ("Idempotent-Replayed" = String, description = "`true` when this is the first answer to this Idempotency-Key given again"))),
     (status = 400, description = "`invalid_idempotency_key`: an Idempotency-Key header out of its form, or `invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room and the buyer's admission is missing or expired (nothing taken)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`already_bought` (one per customer; the body names the buyer's orders of the sale in `order_ids`: AlreadyBought), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
@@ -211,6 +212,7 @@ async fn purchase_answer(
             ErrorCode::NotEnoughLeft,
             format!("only {left} left: ask for at most {left} (nothing was taken)"),
         )),
+        PurchaseOutcome::NotAdmitted => Err(not_admitted(sale)),
         PurchaseOutcome::SoldOut => {
             state.sold_out.mark(sale);
             Err(sold_out())
@@ -227,6 +229,16 @@ async fn purchase_answer(
             )))
         }
     }
+}
+
+/// 403 `not_admitted`: a sale with a waiting room sells to admitted shoppers only.
+pub(super) fn not_admitted(sale: SaleId) -> AppError {
+    AppError::new(
+        ErrorCode::NotAdmitted,
+        format!(
+            "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy once              GET /api/sales/{sale}/queue/me says you are admitted"
+        ),
+    )
 }
 
 /// The purchase's optional body. No body (or `{}`) means no ticket, one unit.
@@ -346,6 +358,7 @@ struct Ticket {
 #[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until the sale opens"))),
@@ -378,7 +391,11 @@ pub(super) async fn ticket(
     .await?;
     match window {
         Window::Open { now_ms } => {
-            let expires_ms = now_ms + ticket::TICKET_TTL_MS;
+            // A sale with a waiting room: the ticket is the admission's.
+            let admission = super::queue::admission_ticket(&state, sale, user.id).await?;
+            let expires_ms = admission
+                .as_ref()
+                .map_or(now_ms + ticket::TICKET_TTL_MS, |(_, e)| *e);
             let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
                 AppError::Internal(anyhow::anyhow!("the Redis clock is out of range: {now_ms}"))
             })?;
@@ -386,7 +403,9 @@ pub(super) async fn ticket(
                 HttpResponse::Ok()
                     .insert_header((header::CACHE_CONTROL, "no-store"))
                     .json(Ticket {
-                        ticket: state.tickets.issue(sale, user.id, expires_ms),
+                        ticket: admission
+                            .map(|(t, _)| t)
+                            .unwrap_or_else(|| state.tickets.issue(sale, user.id, expires_ms)),
                         sale_id: sale,
                         expires_at,
                     }),
@@ -402,7 +421,7 @@ pub(super) async fn ticket(
 /// Redis has no state for this sale: 404 when Postgres has none either (the cached
 /// answer, so unknown ids cost no query each), else the sale was lost (wiped):
 /// rebuild it and answer 503 meanwhile.
-async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
+pub(super) async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
     match cached::sale_row(state, sale).await {
         Ok(Some(_)) => state.recovery.recovering(Target::Sale(sale)),
         Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
