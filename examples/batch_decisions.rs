@@ -137,6 +137,9 @@ async fn main() -> anyhow::Result<()> {
                 max_per_user: 1,
                 archived_at: None,
                 rehearsal: false,
+                waiting_room: false,
+                queue_opens_at: None,
+                admit_per_second: None,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await
