@@ -61,6 +61,13 @@ pub async fn read_settlement_lag(state: &AppState) {
             observed.settlement_lag("sale", sale.id, Some(sale.rehearsal), entries, pending);
         }
     }
+    if let Ok(rooms) = crate::sale::queue::active_sales(&state.db).await {
+        for sale in rooms {
+            if let Ok(n) = crate::sale::queue::numbers(&mut redis, &state.keys, sale).await {
+                observed.queue(sale.get(), n.waiting, n.open);
+            }
+        }
+    }
     let polls = crate::vote::store::watched_backlogs(&state.db, &mut redis, &state.keys).await;
     for (id, (entries, pending)) in polls {
         observed.settlement_lag("poll", id, None, entries, pending);

@@ -33,6 +33,8 @@ const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
 const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
 const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
 const STOCK_LEFT: &str = "stampede_sale_stock_left";
+const QUEUE_WAITING: &str = "stampede_queue_waiting";
+const QUEUE_OPEN: &str = "stampede_queue_admissions_open";
 const LIMIT_DECISIONS: &str = "stampede_limit_decisions_total";
 
 static META: Metadata<'static> = Metadata::new("stampede", Level::INFO, None);
@@ -124,6 +126,20 @@ impl Default for Observed {
             STOCK_LEFT.into(),
             Some(Unit::Count),
             SharedString::const_str("Units left of an open sale, as Redis holds them."),
+        );
+        recorder.describe_gauge(
+            QUEUE_WAITING.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "People in a sale's waiting room not yet reached by admission (the line's length still to serve).",
+            ),
+        );
+        recorder.describe_gauge(
+            QUEUE_OPEN.into(),
+            Some(Unit::Count),
+            SharedString::const_str(
+                "Admissions of a sale's waiting room running now (admitted, not yet bought or expired).",
+            ),
         );
         let histogram =
             |name: &'static str| recorder.register_histogram(&Key::from_name(name), &META);
@@ -243,6 +259,18 @@ impl Observed {
         self.recorder
             .register_gauge(&Key::from_parts(STOCK_LEFT, labels), &META)
             .set(left as f64);
+    }
+
+    /// Sets the waiting-room gauges of one sale: people waiting, admissions open.
+    pub fn queue(&self, id: i64, waiting: i64, open: i64) {
+        for (name, value) in [(QUEUE_WAITING, waiting), (QUEUE_OPEN, open)] {
+            self.recorder
+                .register_gauge(
+                    &Key::from_parts(name, vec![Label::new("id", id.to_string())]),
+                    &META,
+                )
+                .set(value as f64);
+        }
     }
 
     /// Sets the counter `name` to `value`, for counters kept elsewhere (the sharded

@@ -58,6 +58,9 @@ pub struct SaleEdit {
     pub payment_window_s: Option<i32>,
     pub rebuy_after_expiry: Option<bool>,
     pub max_per_user: Option<i32>,
+    pub waiting_room: Option<bool>,
+    pub queue_opens_at: Option<DateTime<Utc>>,
+    pub admit_per_second: Option<i32>,
 }
 
 /// The fields an edit may still change once the sale has opened (`ends_at` only
@@ -93,6 +96,9 @@ impl SaleEdit {
         field!(payment_window_s);
         field!(rebuy_after_expiry);
         field!(max_per_user);
+        field!(waiting_room);
+        field!(queue_opens_at, self.queue_opens_at.map(Some));
+        field!(admit_per_second, self.admit_per_second.map(Some));
         (new, changed)
     }
 }
@@ -129,7 +135,7 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
 ) -> Result<SaleView, AppError> {
     let mut tx = state.db().begin().await?;
     let row = locked(&mut tx, id).await?;
-    let (new, changed) = edit.apply(&row);
+    let (new, mut changed) = edit.apply(&row);
     if changed.is_empty() {
         drop(tx);
         return cached::load_view(state, id).await;
@@ -155,10 +161,32 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     if new.starts_at != row.starts_at || new.ends_at != row.ends_at {
         check_window(new.starts_at, new.ends_at)?;
     }
+    let mut new = new;
+    if new.waiting_room {
+        crate::sale::queue::WaitingRoom::check(
+            new.queue_opens_at,
+            new.admit_per_second.map(i64::from),
+            new.starts_at,
+        )?;
+        if edit.requires_ticket == Some(false) {
+            return Err(AppError::new(
+                ErrorCode::InvalidWaitingRoom,
+                "a sale with a waiting room requires a ticket (an admission is one)",
+            ));
+        }
+        if !new.requires_ticket {
+            changed.push(("requires_ticket", json!(false), json!(true)));
+            new.requires_ticket = true;
+        }
+    } else if edit.waiting_room == Some(false) {
+        new.queue_opens_at = None;
+        new.admit_per_second = None;
+    }
     sqlx::query(
         "UPDATE sales SET name = $2, description = $3, price_cents = $4, image_url = $5,
                 starts_at = $6, ends_at = $7, requires_ticket = $8, payment_window_s = $9,
-                rebuy_after_expiry = $10, max_per_user = $11, updated_at = now()
+                rebuy_after_expiry = $10, max_per_user = $11, waiting_room = $12,
+                queue_opens_at = $13, admit_per_second = $14, updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
@@ -172,6 +200,9 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
     .bind(new.max_per_user)
+    .bind(new.waiting_room)
+    .bind(new.queue_opens_at)
+    .bind(new.admit_per_second)
     .execute(&mut *tx)
     .await?;
     let before = as_object(changed.iter().map(|(f, b, _)| (*f, b.clone())));
@@ -207,7 +238,9 @@ async fn put_in_redis<S: SaleAdmin + ?Sized>(
     opened: bool,
 ) -> Result<bool, AppError> {
     let same_window = new.starts_at == row.starts_at && new.ends_at == row.ends_at;
-    if same_window && new.max_per_user == row.max_per_user {
+    let same_room = crate::sale::queue::rate_in_meta(new) == crate::sale::queue::rate_in_meta(row)
+        && crate::sale::queue::opens_ms_in_meta(new) == crate::sale::queue::opens_ms_in_meta(row);
+    if same_window && new.max_per_user == row.max_per_user && same_room {
         return Ok(true);
     }
     let mut redis = state.redis().clone();
@@ -223,6 +256,8 @@ async fn put_in_redis<S: SaleAdmin + ?Sized>(
         .arg(new.starts_at.timestamp_millis())
         .arg(new.ends_at.timestamp_millis())
         .arg(new.max_per_user)
+        .arg(crate::sale::queue::rate_in_meta(new))
+        .arg(crate::sale::queue::opens_ms_in_meta(new))
         .invoke_async(&mut redis)
         .await?;
     match written {
@@ -307,10 +342,13 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
     if has_orders {
         return Err(refused());
     }
-    sqlx::query("DELETE FROM stock_changes WHERE sale_id = $1")
-        .bind(id.get())
-        .execute(&mut *tx)
-        .await?;
+    for table in [
+        "DELETE FROM stock_changes WHERE sale_id = $1",
+        "DELETE FROM queue_places WHERE sale_id = $1",
+        "DELETE FROM queue_admissions WHERE sale_id = $1",
+    ] {
+        sqlx::query(table).bind(id.get()).execute(&mut *tx).await?;
+    }
     sqlx::query("DELETE FROM sales WHERE id = $1")
         .bind(id.get())
         .execute(&mut *tx)
@@ -341,6 +379,11 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         .key(&k.units)
         .key(&k.sold)
         .key(&k.orders_legacy)
+        .key(&k.queue)
+        .key(&k.queue_state)
+        .key(&k.queue_open)
+        .key(&k.queue_admitted)
+        .key(&k.queue_joins)
         .invoke_async(&mut state.redis().clone())
         .await?;
     match removed {

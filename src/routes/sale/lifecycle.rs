@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer};
 use crate::audit::{self, Subject};
 use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
-use crate::error::{AppError, ErrorBody};
+use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::sale::lifecycle::{self, SaleEdit};
 use crate::sale::store;
 use crate::state::AppState;
@@ -43,6 +43,13 @@ pub(super) struct EditSale {
     rebuy_after_expiry: Option<bool>,
     #[schema(minimum = 1, maximum = 100)]
     max_per_user: Option<i64>,
+    /// A waiting room (see creation); with it the sale requires a ticket.
+    waiting_room: Option<bool>,
+    /// When the waiting room's line opens, at or before `starts_at`.
+    queue_opens_at: Option<DateTime<Utc>>,
+    /// Shoppers admitted a second from the opening, 1 to 100000.
+    #[schema(minimum = 1, maximum = 100000)]
+    admit_per_second: Option<i64>,
 }
 
 impl EditSale {
@@ -72,6 +79,22 @@ impl EditSale {
             max_per_user: self
                 .max_per_user
                 .map(domain::parse_max_per_user)
+                .transpose()?,
+            waiting_room: self.waiting_room,
+            queue_opens_at: self.queue_opens_at,
+            admit_per_second: self
+                .admit_per_second
+                .map(|r| {
+                    i32::try_from(r)
+                        .ok()
+                        .filter(|r| (1..=crate::sale::queue::MAX_ADMIT_PER_SECOND).contains(r))
+                        .ok_or_else(|| {
+                            AppError::new(
+                                ErrorCode::InvalidWaitingRoom,
+                                "admit_per_second must be 1 to 100000",
+                            )
+                        })
+                })
                 .transpose()?,
         })
     }
