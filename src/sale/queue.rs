@@ -4,7 +4,7 @@
 //! A sale created with `waiting_room: true` has a line that opens at
 //! `queue_opens_at`, and sells only to shoppers admitted from it:
 //!
-//! - **Joining** (`lua/queue_join.lua`): one place per account, the same answer
+//! - **Joining** (`lua/queue_place.lua`): one place per account, the same answer
 //!   however often it joins. A place is a score in the line (a sorted set): whoever
 //!   joins before `starts_at` holds a random one below 2^52 drawn by the server, so
 //!   the line's early part is in random order whenever they came (arriving a second
@@ -23,7 +23,7 @@
 //!   the purchase script checks the admission itself (`lua/purchase_batch.lua`,
 //!   code 13): a purchase without one is refused with nothing taken. A purchase
 //!   accepted uses the admission up.
-//! - **Where am I** (`lua/queue_me.lua`): state, place, people ahead (a `ZCOUNT`:
+//! - **Where am I** (the same script, reading only): state, place, people ahead (a `ZCOUNT`:
 //!   logarithmic in the line), an estimated wait. The sale's view carries the
 //!   line's numbers (`served`: places the admission has reached), so an open page
 //!   learns its place once and follows it over the sale's event stream.
@@ -55,9 +55,8 @@ use crate::metrics::Metrics;
 
 use super::store::SaleRow;
 
-static QUEUE_JOIN: LazyLock<crate::lua::Script> = lua_script!("queue_join.lua");
+static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_script!("queue_place.lua");
 static QUEUE_ADMIT: LazyLock<crate::lua::Script> = lua_script!("queue_admit.lua");
-static QUEUE_ME: LazyLock<crate::lua::Script> = lua_script!("queue_me.lua");
 
 /// Most shoppers one admission step admits.
 const ADMIT_MAX: usize = 1000;
@@ -144,23 +143,27 @@ pub enum QueueState {
     SoldOut,
 }
 
-/// A shopper's standing, as `lua/queue_me.lua` reads it.
+/// Where a shopper stands, as `lua/queue_place.lua` reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Standing {
     pub state: QueueState,
     /// 1-based place in the line (0: none).
     pub position: i64,
     /// People waiting before this one; `None` before the opening (the early
-    /// joiners' order is drawn then).
+    /// joiners' order is drawn then) and unless waiting.
     pub ahead: Option<i64>,
     /// When an admission ends (admitted only), Redis clock.
     pub expires_ms: Option<i64>,
     /// People not yet reached by admission.
     pub waiting: i64,
     pub now_ms: i64,
+    /// The sale's opening (ms): the draw, and the first admissions.
+    pub starts_ms: i64,
+    /// Shoppers admitted a second.
+    pub admit_per_second: i64,
 }
 
-/// What a step of a sale's waiting room (or a read) found beside an answer.
+/// Why a waiting room's script did nothing.
 #[derive(Debug)]
 pub enum Unavailable {
     NotLoaded,
@@ -168,21 +171,13 @@ pub enum Unavailable {
     NoWaitingRoom,
 }
 
-fn unavailable(code: i64, script: &'static str) -> Result<Unavailable, AppError> {
-    Ok(match code {
-        4 => Unavailable::NotLoaded,
-        6 => Unavailable::Recovering,
-        13 => Unavailable::NoWaitingRoom,
-        other => return Err(unexpected_reply(script, other)),
-    })
-}
-
-/// What a join came to.
+/// What a join (or a read) came to.
 #[derive(Debug)]
-pub enum Joined {
-    /// In the line (`new`: this call took the place).
-    InLine {
+pub enum Place {
+    /// Where the shopper stands; `new`: this call took the place.
+    Standing {
         new: bool,
+        standing: Standing,
     },
     NotOpenYet {
         opens_in_ms: i64,
@@ -192,79 +187,82 @@ pub enum Joined {
     Unavailable(Unavailable),
 }
 
-/// `lua/queue_join.lua`: a place for `user` (the same one again if held).
-pub async fn join<C: ConnectionLike>(
+/// `lua/queue_place.lua`: with `join`, a place for `user` (the same one again if
+/// held); in any case, where `user` stands. One call.
+pub async fn place<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     sale: SaleId,
     user: UserId,
+    join: bool,
     now_ms: Option<i64>,
-) -> Result<Joined, AppError> {
+) -> Result<Place, AppError> {
     let k = keys.sale(sale);
     // The early place: uniform in [1, 2^52), exact in a double.
     let early: u64 = rand::random_range(1..(1u64 << 52));
-    let (code, value, _place): (i64, i64, String) = QUEUE_JOIN
+    let reply: Vec<i64> = QUEUE_PLACE
         .key(&k.meta)
         .key(&k.stock)
         .key(&k.queue)
         .key(&k.queue_state)
         .key(&k.queue_joins)
+        .key(&k.queue_open)
+        .key(&k.queue_admitted)
+        .key(&k.buyers)
         .arg(user.get())
         .arg(early)
         .arg(now_ms.map(|t| t.to_string()).unwrap_or_default())
+        .arg(if join { "1" } else { "0" })
         .invoke_async(redis)
         .await?;
-    Ok(match code {
-        0 => Joined::InLine { new: value == 1 },
-        2 => Joined::NotOpenYet { opens_in_ms: value },
-        3 => Joined::Ended,
-        5 => Joined::SoldOut,
-        other => Joined::Unavailable(unavailable(other, "queue_join.lua")?),
-    })
-}
-
-/// `lua/queue_me.lua`: where `user` stands.
-pub async fn standing<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    sale: SaleId,
-    user: UserId,
-    now_ms: Option<i64>,
-) -> Result<Result<Standing, Unavailable>, AppError> {
-    let k = keys.sale(sale);
-    let (code, state, position, ahead, expiry, waiting, now): (i64, i64, i64, i64, i64, i64, i64) =
-        QUEUE_ME
-            .key(&k.meta)
-            .key(&k.stock)
-            .key(&k.queue)
-            .key(&k.queue_state)
-            .key(&k.queue_open)
-            .key(&k.queue_admitted)
-            .key(&k.buyers)
-            .arg(user.get())
-            .arg(now_ms.map(|t| t.to_string()).unwrap_or_default())
-            .invoke_async(redis)
-            .await?;
-    if code != 0 {
-        return Ok(Err(unavailable(code, "queue_me.lua")?));
-    }
-    let state = match state {
-        0 => QueueState::NotJoined,
-        1 => QueueState::Waiting,
-        2 => QueueState::Admitted,
-        3 => QueueState::Passed,
-        4 => QueueState::Bought,
-        5 => QueueState::SoldOut,
-        other => return Err(unexpected_reply("queue_me.lua", ("state", other))),
-    };
-    Ok(Ok(Standing {
+    let [
+        code,
+        value,
         state,
         position,
-        ahead: (state == QueueState::Waiting && ahead >= 0).then_some(ahead),
-        expires_ms: (state == QueueState::Admitted).then_some(expiry),
+        ahead,
+        expiry,
         waiting,
-        now_ms: now,
-    }))
+        now,
+        starts,
+        rate,
+    ] = reply[..]
+    else {
+        return Err(unexpected_reply("queue_place.lua", reply));
+    };
+    Ok(match code {
+        0 => {
+            let state = match state {
+                0 => QueueState::NotJoined,
+                1 => QueueState::Waiting,
+                2 => QueueState::Admitted,
+                3 => QueueState::Passed,
+                4 => QueueState::Bought,
+                5 => QueueState::SoldOut,
+                other => return Err(unexpected_reply("queue_place.lua", ("state", other))),
+            };
+            Place::Standing {
+                new: value == 1,
+                standing: Standing {
+                    state,
+                    position,
+                    ahead: (state == QueueState::Waiting && ahead >= 0).then_some(ahead),
+                    expires_ms: (state == QueueState::Admitted).then_some(expiry),
+                    waiting,
+                    now_ms: now,
+                    starts_ms: starts,
+                    admit_per_second: rate.max(1),
+                },
+            }
+        }
+        2 => Place::NotOpenYet { opens_in_ms: value },
+        3 => Place::Ended,
+        4 => Place::Unavailable(Unavailable::NotLoaded),
+        5 => Place::SoldOut,
+        6 => Place::Unavailable(Unavailable::Recovering),
+        13 => Place::Unavailable(Unavailable::NoWaitingRoom),
+        other => return Err(unexpected_reply("queue_place.lua", other)),
+    })
 }
 
 /// What one admission step did.
@@ -303,7 +301,10 @@ pub async fn admit_step<C: ConnectionLike>(
     };
     match code {
         0 | 2 | 3 => {}
-        other => return Ok(Err(unavailable(other, "queue_admit.lua")?)),
+        4 => return Ok(Err(Unavailable::NotLoaded)),
+        6 => return Ok(Err(Unavailable::Recovering)),
+        13 => return Ok(Err(Unavailable::NoWaitingRoom)),
+        other => return Err(unexpected_reply("queue_admit.lua", other)),
     }
     let mut admitted = Vec::with_capacity(reply.len() / 2);
     for pair in reply[2..].chunks(2) {

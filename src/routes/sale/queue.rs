@@ -15,7 +15,7 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::sale::cached;
-use crate::sale::queue::{self, Joined, QueueState, Standing, Unavailable};
+use crate::sale::queue::{self, Place, QueueState, Standing, Unavailable};
 use crate::state::AppState;
 
 /// Where the signed-in shopper stands in a sale's waiting room.
@@ -65,37 +65,59 @@ fn no_waiting_room(sale: SaleId) -> AppError {
 }
 
 /// The view of a standing; an admitted shopper's ticket is issued here (one HMAC).
-async fn view(
-    state: &AppState,
-    sale: SaleId,
-    user: UserId,
-    s: Standing,
-) -> Result<QueueView, AppError> {
-    let row = cached::sale_row(state, sale)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
-    let rate = row.admit_per_second.unwrap_or(1).max(1);
-    let drawn = s.now_ms >= row.starts_at.timestamp_millis();
-    let expires_at = s.expires_ms.and_then(DateTime::from_timestamp_millis);
-    Ok(QueueView {
+fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView {
+    let drawn = s.now_ms >= s.starts_ms;
+    QueueView {
         sale_id: sale,
         state: s.state,
         position: (drawn && s.position > 0).then_some(s.position),
         ahead: s.ahead,
-        estimated_wait_s: s.ahead.map(|a| (a + i64::from(rate)) / i64::from(rate)),
+        estimated_wait_s: s
+            .ahead
+            .map(|a| (a + s.admit_per_second) / s.admit_per_second),
         waiting: s.waiting,
-        admit_per_second: rate,
-        starts_at: row.starts_at,
+        admit_per_second: i32::try_from(s.admit_per_second).unwrap_or(i32::MAX),
+        starts_at: DateTime::from_timestamp_millis(s.starts_ms).unwrap_or_default(),
         ticket: s.expires_ms.map(|e| state.tickets.issue(sale, user, e)),
-        expires_at,
-    })
+        expires_at: s.expires_ms.and_then(DateTime::from_timestamp_millis),
+    }
 }
 
-/// Where the caller stands, or why it cannot be read.
-async fn standing(state: &AppState, sale: SaleId, user: UserId) -> Result<Standing, AppError> {
-    match queue::standing(&mut state.redis.clone(), &state.keys, sale, user, None).await? {
-        Ok(s) => Ok(s),
-        Err(why) => Err(unavailable(state, sale, why).await),
+/// `lua/queue_place.lua` (joining with `join`): where the caller stands, or the
+/// refusal.
+async fn place(
+    state: &AppState,
+    sale: SaleId,
+    user: UserId,
+    join: bool,
+) -> Result<Standing, AppError> {
+    match queue::place(
+        &mut state.redis.clone(),
+        &state.keys,
+        sale,
+        user,
+        join,
+        None,
+    )
+    .await?
+    {
+        Place::Standing { new, standing } => {
+            if new {
+                Metrics::inc(&state.metrics.queue_joins);
+            }
+            Ok(standing)
+        }
+        Place::NotOpenYet { opens_in_ms } => {
+            let secs = (opens_in_ms + 999) / 1000;
+            Err(AppError::new(
+                ErrorCode::QueueNotOpen,
+                format!("this sale's waiting room opens in {secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
+        }
+        Place::Ended => Err(ended()),
+        Place::SoldOut => Err(sold_out()),
+        Place::Unavailable(why) => Err(unavailable(state, sale, why).await),
     }
 }
 
@@ -123,27 +145,8 @@ pub(super) async fn join(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let joined = queue::join(&mut state.redis.clone(), &state.keys, sale, user.id, None).await?;
-    match joined {
-        Joined::InLine { new } => {
-            if new {
-                Metrics::inc(&state.metrics.queue_joins);
-            }
-        }
-        Joined::NotOpenYet { opens_in_ms } => {
-            let secs = (opens_in_ms + 999) / 1000;
-            return Err(AppError::new(
-                ErrorCode::QueueNotOpen,
-                format!("this sale's waiting room opens in {secs} s"),
-            )
-            .with_header(header::RETRY_AFTER, secs.max(1).to_string()));
-        }
-        Joined::Ended => return Err(ended()),
-        Joined::SoldOut => return Err(sold_out()),
-        Joined::Unavailable(why) => return Err(unavailable(&state, sale, why).await),
-    }
-    let s = standing(&state, sale, user.id).await?;
-    Ok(answer(view(&state, sale, user.id, s).await?))
+    let s = place(&state, sale, user.id, true).await?;
+    Ok(answer(view(&state, sale, user.id, s)))
 }
 
 /// Where the signed-in shopper stands in the sale's waiting room: state, place,
@@ -163,8 +166,8 @@ pub(super) async fn me(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let s = standing(&state, sale, user.id).await?;
-    Ok(answer(view(&state, sale, user.id, s).await?))
+    let s = place(&state, sale, user.id, false).await?;
+    Ok(answer(view(&state, sale, user.id, s)))
 }
 
 /// The ticket of a sale with a waiting room: only an admitted shopper gets one,
@@ -180,7 +183,7 @@ pub(super) async fn admission_ticket(
     if !row.waiting_room {
         return Ok(None);
     }
-    let s = standing(state, sale, user).await?;
+    let s = place(state, sale, user, false).await?;
     match (s.state, s.expires_ms) {
         (QueueState::Admitted, Some(e)) => Ok(Some((state.tickets.issue(sale, user, e), e))),
         (QueueState::SoldOut, _) => Err(sold_out()),
