@@ -11,6 +11,7 @@ use crate::domain::{PollStatus, SaleStatus};
 use crate::error::AppError;
 use crate::routes::auth::{self, AuthUser};
 use crate::sale::SaleView;
+use crate::sale::queue::QueueNumbers;
 use crate::vote::store::{PollRow, Results};
 
 /// The account part of the page header.
@@ -139,6 +140,15 @@ pub struct SaleCard {
     pub max_per_user: i32,
     /// A rehearsal (`stampede load`): only admins see it, marked "Rehearsal".
     pub rehearsal: bool,
+    /// Shoppers buy through a waiting room (see `crate::sale::queue`): the sale
+    /// page shows the line instead of a plain Buy.
+    pub waiting_room: bool,
+    /// With a waiting room: when its line opens.
+    pub queue_opens_at: Option<Moment>,
+    /// With a waiting room: shoppers admitted a second from the opening.
+    pub admit_per_second: i32,
+    /// With a waiting room: the line in numbers when the page was made.
+    pub line: Option<QueueNumbers>,
 }
 
 impl SaleCard {
@@ -199,12 +209,49 @@ impl SaleCard {
         matches!(self.status, SaleStatus::Upcoming | SaleStatus::Closed) && !self.past_end
     }
 
+    /// "1,000 a second": the pace of the waiting room's admissions.
+    pub fn admission_rate_text(&self) -> String {
+        format!(
+            "{} a second",
+            group_digits(i64::from(self.admit_per_second))
+        )
+    }
+
+    /// A waiting room's line in numbers, as the sale's admin page lists them (the
+    /// `field` is the view's `line` member that `js/admin-sale.js` keeps current).
+    pub fn line_facts(&self) -> Vec<LineFact> {
+        let Some(n) = self.line else {
+            return Vec::new();
+        };
+        [
+            ("Joined", "line", n.line),
+            ("Waiting", "waiting", n.waiting),
+            ("Let in", "admitted", n.admitted),
+            ("Let in, not bought yet", "open", n.open),
+            ("Passed unused", "passed", n.passed),
+        ]
+        .into_iter()
+        .map(|(label, field, value)| LineFact {
+            label,
+            field,
+            value: group_digits(value),
+        })
+        .collect()
+    }
+
     pub fn can_close(&self) -> bool {
         matches!(
             self.status,
             SaleStatus::Upcoming | SaleStatus::Live | SaleStatus::SoldOut
         )
     }
+}
+
+/// One number of a waiting room's line on the admin page.
+pub struct LineFact {
+    pub label: &'static str,
+    pub field: &'static str,
+    pub value: String,
 }
 
 impl From<SaleView> for SaleCard {
@@ -230,6 +277,13 @@ impl From<SaleView> for SaleCard {
             rebuy_after_expiry: sale.rebuy_after_expiry,
             max_per_user: sale.max_per_user,
             rehearsal: sale.rehearsal,
+            waiting_room: sale.waiting_room,
+            queue_opens_at: sale
+                .queue_opens_at
+                .filter(|_| sale.waiting_room)
+                .map(Moment::from),
+            admit_per_second: sale.admit_per_second.unwrap_or(0),
+            line: view.line,
         }
     }
 }

@@ -3,8 +3,10 @@
 // alone), archive, unarchive and delete.
 
 import { api, messageOf } from "./api.js";
-import { field } from "./dom.js";
+import { field, setText } from "./dom.js";
 import { focusFirstError, say, showFieldErrors } from "./forms.js";
+import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
+import { groupDigits } from "./numbers.js";
 import { retireButtons } from "./retire.js";
 import { toLocalInput } from "./time.js";
 import { IMAGE_HINT, MAX_PER_USER_HINT, PAYMENT_WINDOW_HINT, parsePrice, parseUnits, refusalOf } from "./sale-form.js";
@@ -86,6 +88,20 @@ export function adminSalePage() {
       say(editMessage, messageOf(res, "Could not save the changes."), false);
     }
   });
+
+  // A waiting room's line: its numbers follow the sale's view.
+  const lineFacts = field(root, "line-facts");
+  if (lineFacts) {
+    pollWhileVisible(async () => {
+      const res = await api("GET", `/api/sales/${id}`);
+      const line = res.ok && res.data.line;
+      if (!line) return;
+      for (const dd of lineFacts.querySelectorAll("[data-line]")) {
+        const n = line[dd.dataset.line];
+        if (Number.isFinite(n)) setText(dd, groupDigits(n));
+      }
+    }, ADMIN_POLL_MS);
+  }
 
   retireButtons(root, `/api/admin/sales/${id}`, "sale", () => f.name.defaultValue, "/admin#sales-heading");
 }

@@ -7,11 +7,14 @@ import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { toLocalInput } from "./time.js";
 import {
+  ADMIT_RATE_HINT,
   IMAGE_HINT,
+  MAX_ADMIT_PER_SECOND,
   MAX_PAYMENT_WINDOW_S,
   MAX_PER_USER,
   MAX_PER_USER_HINT,
   PAYMENT_WINDOW_HINT,
+  QUEUE_OPENS_HINT,
   parsePrice,
   parseUnits,
   refusalOf,
@@ -30,7 +33,21 @@ export function adminPage() {
     start.setSeconds(0, 0);
     form.elements.starts_at.value = toLocalInput(start);
     form.elements.ends_at.value = toLocalInput(new Date(start.getTime() + 7 * 86400 * 1000));
+    showQueueFields();
   }
+
+  /**
+   * The waiting room's fields, only with the box ticked; the line opens with the
+   * sale unless the admin says earlier.
+   */
+  function showQueueFields() {
+    const f = form.elements;
+    const on = f.waiting_room.checked;
+    field(form, "queue-opens-field").hidden = !on;
+    field(form, "admit-rate-field").hidden = !on;
+    if (on && !f.queue_opens_at.value) f.queue_opens_at.value = f.starts_at.value;
+  }
+  form.elements.waiting_room.addEventListener("change", showQueueFields);
 
   function rowOf(id) {
     return rows.querySelector(`tr[data-sale-id="${CSS.escape(String(id))}"]`);
@@ -122,6 +139,13 @@ export function adminPage() {
     if (paymentWindow === null || paymentWindow > MAX_PAYMENT_WINDOW_S) errors.payment_window_s = PAYMENT_WINDOW_HINT;
     const perUser = parseUnits(f.max_per_user.value);
     if (perUser === null || perUser < 1 || perUser > MAX_PER_USER) errors.max_per_user = MAX_PER_USER_HINT;
+    if (f.waiting_room.checked) {
+      const opens = new Date(f.queue_opens_at.value);
+      if (Number.isNaN(opens.getTime())) errors.queue_opens_at = "Pick when the line opens.";
+      else if (!errors.starts_at && opens > starts) errors.queue_opens_at = QUEUE_OPENS_HINT;
+      const rate = parseUnits(f.admit_per_second.value);
+      if (rate === null || rate < 1 || rate > MAX_ADMIT_PER_SECOND) errors.admit_per_second = ADMIT_RATE_HINT;
+    }
     return errors;
   }
   revalidateOnInput(form, validate);
@@ -156,6 +180,13 @@ export function adminPage() {
       payment_window_s: parseUnits(f.payment_window_s.value),
       rebuy_after_expiry: f.rebuy_after_expiry.checked,
       max_per_user: parseUnits(f.max_per_user.value),
+      ...(f.waiting_room.checked
+        ? {
+            waiting_room: true,
+            queue_opens_at: new Date(f.queue_opens_at.value).toISOString(),
+            admit_per_second: parseUnits(f.admit_per_second.value),
+          }
+        : {}),
     });
     button.disabled = false;
     if (res.status === 201) {

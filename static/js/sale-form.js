@@ -6,6 +6,9 @@ export const MAX_PAYMENT_WINDOW_S = 86400;
 export const PAYMENT_WINDOW_HINT = "Enter whole seconds from 0 (no payment step) to 86,400 (a day).";
 export const MAX_PER_USER = 100;
 export const MAX_PER_USER_HINT = "Enter a whole number from 1 to 100.";
+export const MAX_ADMIT_PER_SECOND = 100000;
+export const ADMIT_RATE_HINT = "Enter a whole number from 1 to 100,000.";
+export const QUEUE_OPENS_HINT = "The line must open at or before the sale opens.";
 export const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
 
 /** "19.99" -> 1999; null when it is not a price. */
@@ -38,6 +41,10 @@ export function refusalOf(res) {
       return { payment_window_s: PAYMENT_WINDOW_HINT };
     case "invalid_quantity":
       return { max_per_user: MAX_PER_USER_HINT };
+    case "invalid_waiting_room":
+      if (message.includes("admit_per_second must") || message.includes("needs admit_per_second")) return { admit_per_second: ADMIT_RATE_HINT };
+      if (message.includes("queue_opens_at")) return { queue_opens_at: QUEUE_OPENS_HINT };
+      return null;
     case "invalid_stock":
     case "stock_too_large":
       return { stock: "The stock can be 0 to 10,000,000 units." };

@@ -6,6 +6,7 @@ import { liveOrPoll } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
 import { clockOffset, formatDuration, localTime } from "./time.js";
+import { waitingRoom } from "./queue.js";
 
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
@@ -75,6 +76,21 @@ export function salePage() {
     // sale moves on (a top-up, a close, an opening), the message goes.
     outcomeFor: "",
   };
+
+  // A sale with a waiting room: Buy only once admitted from its line (queue.js).
+  const queue =
+    d.waitingRoom === "true"
+      ? waitingRoom({
+          root,
+          saleId,
+          sale: state,
+          now,
+          show: (...args) => show(...args),
+          clear: clearOutcome,
+          changed: () => render(),
+          signinUrl: d.signinUrl,
+        })
+      : null;
 
   /** The server's last word, moved on by the clock between polls. */
   function currentStatus() {
@@ -148,11 +164,7 @@ export function salePage() {
     renderFacts(status);
     // A closed sale answers purchases "ended": one message serves both.
     const still = state.outcomeFor === status || (state.outcomeFor === "ended" && status === "closed");
-    if (state.outcomeFor && !still) {
-      state.outcomeFor = "";
-      el.outcome.replaceChildren();
-      el.outcome.className = "outcome";
-    }
+    if (state.outcomeFor && !still) clearOutcome();
     const untilStart = state.startsAt - now();
     el.countdown.hidden = status !== "upcoming";
     if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
@@ -160,11 +172,13 @@ export function salePage() {
     // Signed out, a sale that can still be bought offers signing in instead.
     const offerSignIn = !state.signedIn && (status === "live" || status === "upcoming");
     if (el.signInToBuy) el.signInToBuy.hidden = !offerSignIn;
-    el.buy.hidden = offerSignIn;
+    // In a waiting room Buy is there only while admitted (or its answer awaited).
+    const noBuy = offerSignIn || (queue !== null && !queue.canBuy() && !state.busy);
+    el.buy.hidden = noBuy;
     el.buy.disabled =
       status !== "live" || !state.signedIn || state.bought || state.busy || waitMs > 0;
     if (el.quantity) {
-      el.buyRow.hidden = offerSignIn;
+      el.buyRow.hidden = noBuy;
       // Chosen ahead of the opening too; not once nothing more can be bought.
       el.quantity.disabled =
         !(status === "live" || status === "upcoming") || !state.signedIn || state.bought || state.busy;
@@ -177,6 +191,13 @@ export function salePage() {
       setText(el.heldNote, text);
     }
     followRateLimit(state, waitMs, el.outcome, show);
+    if (queue) queue.render(status);
+  }
+
+  function clearOutcome() {
+    state.outcomeFor = "";
+    el.outcome.replaceChildren();
+    el.outcome.className = "outcome";
   }
 
   /** No more than this buyer may still take can be chosen (known units only: the shop decides). */
@@ -224,7 +245,10 @@ export function salePage() {
 
   async function refresh() {
     const res = await api("GET", `/api/sales/${saleId}`);
-    if (res.ok) applyView(res.data);
+    if (res.ok) {
+      applyView(res.data);
+      if (queue) queue.onView(res.data);
+    }
     render();
   }
 
@@ -273,7 +297,9 @@ export function salePage() {
       return el.quantity ? api("POST", path, units, headers) : api("POST", path, undefined, headers);
     }
     for (let attempt = 0; ; attempt++) {
-      const ticket = await api("POST", `/api/sales/${saleId}/ticket`);
+      // Admitted from the waiting room: the admission's ticket is at hand.
+      const held = attempt === 0 && queue ? queue.ticket() : null;
+      const ticket = held ? { status: 200, data: { ticket: held } } : await api("POST", `/api/sales/${saleId}/ticket`);
       if (ticket.status !== 200) return ticket;
       const res = await api("POST", path, { ticket: ticket.data.ticket, ...units }, headers);
       if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
@@ -312,6 +338,7 @@ export function salePage() {
         state.held += quantity;
         state.bought = maxPerUser > 1 ? state.held >= maxPerUser : true;
         state.left = Math.max(0, state.left - quantity);
+        if (queue) queue.bought();
         if (d.payWithin) {
           show("pending", `${placed} — pay within ${d.payWithin} on My orders.`, "", PAY_ON_MY_ORDERS);
         } else {
@@ -345,7 +372,9 @@ export function salePage() {
         }
         break;
       default:
-        if (res.status === 422 && code === "invalid_quantity") {
+        if (res.status === 403 && code === "not_admitted") {
+          show("warning", "It is not your turn to buy.", "Your turn has not come yet, or it has passed.");
+        } else if (res.status === 422 && code === "invalid_quantity") {
           show("warning", sentence(messageOf(res, `Choose from 1 to ${maxPerUser}.`)));
         } else {
           show(...sharedAnswer(res, state, { act: "buy", thing: "sale", signinUrl: d.signinUrl }));
@@ -354,11 +383,13 @@ export function salePage() {
     render();
     presentAnswer(el.outcome);
     refresh();
+    // Refused in a waiting room: where this shopper stands now.
+    if (queue && res.status !== 202) queue.recheck();
   }
 
   el.buy.addEventListener("click", buy);
   // A sale of more than one per customer says what the buyer holds under Buy.
-  if (state.bought && maxPerUser <= 1) {
+  if (state.bought && maxPerUser <= 1 && !queue) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);
   }
   render();
@@ -367,6 +398,7 @@ export function salePage() {
     `/api/sales/${saleId}/events`,
     (view) => {
       applyView(view);
+      if (queue) queue.onView(view);
       render();
     },
     refresh,

@@ -15,6 +15,13 @@ export function localTime(date, seconds = false) {
   return (thisYear ? sameYear : otherYear).format(date);
 }
 
+const clock = new Intl.DateTimeFormat(undefined, { hour: "numeric", minute: "2-digit" });
+
+/** "3:09 PM" (or "15:09"): the time of day only, in the visitor's time zone. */
+export function clockTime(date) {
+  return clock.format(date);
+}
+
 const utc = new Intl.DateTimeFormat("en-GB", {
   year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
   timeZone: "UTC", timeZoneName: "short",

@@ -1,0 +1,343 @@
+// A sale's waiting room (issue 29) in the browser, at 1280x800 and 390x844, against
+// a running, seeded server (scripts/browser-test starts one):
+// - the opening: a shopper joins the line of a sale that opens a few seconds later,
+//   reads that the order is drawn at the opening, then sees "You're in!" with a
+//   countdown, buys with the button (the admission's ticket) and finds the order
+//   on My orders;
+// - a line that moves: three shoppers ahead (one admitted, the only unit held for
+//   them), the page's shopper joins and reads "2 people ahead of you"; the admin
+//   tops the stock up unit by unit, each admitting the next, and the page counts
+//   down to "You're in!" from the sale's event stream alone: it asks the shop where
+//   it stands only once its turn has come;
+// - signed out, the page offers to sign in to join the line;
+// - the sale's admin page lists the line's numbers, and the admin form creates a
+//   waiting-room sale (its fields show once ticked; a line opening after the sale
+//   is refused by its field).
+// Every state shown is scanned with axe-core and must not scroll sideways; the
+// screenshots (pages-sale-queue-*, pages-admin-sale-queue-*) go to E2E_OUT.
+// It creates its own sales and users (named "E2E queue ...", "e2eq-...").
+
+import { check, launchChromium, problems, required } from "./lib.mjs";
+import { mkdir, readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import { randomBytes } from "node:crypto";
+
+const require = createRequire(import.meta.url);
+const axeSource = await readFile(require.resolve("axe-core/axe.min.js"), "utf8");
+const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
+const out = process.env.E2E_OUT || "/tmp/stampede-e2e";
+const demoPassword = required("STAMPEDE_DEMO_PASSWORD");
+const adminUser = process.env.STAMPEDE_ADMIN_USERNAME || "admin";
+const adminPassword = required("STAMPEDE_ADMIN_PASSWORD");
+const runId = randomBytes(3).toString("hex");
+const SIZES = [
+  ["desktop", { width: 1280, height: 800 }],
+  ["phone", { width: 390, height: 844 }],
+];
+
+// ---- the API, for setting the scene -----------------------------------------
+
+async function call(method, path, token, body) {
+  const resp = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      Accept: "application/json",
+      ...(token ? { Authorization: `Bearer ${token}` } : {}),
+      ...(body ? { "Content-Type": "application/json" } : {}),
+    },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await resp.text();
+  return { status: resp.status, data: text ? JSON.parse(text) : null };
+}
+
+async function signInApi(username, password) {
+  const res = await call("POST", "/api/auth/signin", null, { username, password });
+  if (res.status !== 200) throw new Error(`sign-in of ${username}: ${res.status}`);
+  return res.data;
+}
+
+async function signUpApi(username) {
+  const res = await call("POST", "/api/auth/signup", null, { username, password: demoPassword });
+  if (res.status !== 201) throw new Error(`sign-up of ${username}: ${res.status}`);
+  return signInApi(username, demoPassword);
+}
+
+/** A sale with a waiting room whose line is open, opening `startsInS` from now. */
+async function queueSale(admin, name, stock, startsInS, rate) {
+  const now = Date.now();
+  const res = await call("POST", "/api/admin/sales", admin.token, {
+    name,
+    description: "Made by e2e/waiting_room.mjs.",
+    price_cents: 4_900,
+    stock,
+    starts_at: new Date(now + startsInS * 1000).toISOString(),
+    ends_at: new Date(now + 3600 * 1000).toISOString(),
+    waiting_room: true,
+    queue_opens_at: new Date(Math.min(now - 60 * 1000, now + startsInS * 1000)).toISOString(),
+    admit_per_second: rate,
+  });
+  if (res.status !== 201) throw new Error(`create sale: ${res.status} ${JSON.stringify(res.data)}`);
+  return res.data.id;
+}
+
+/** Asks `cond` every 100 ms until it holds; fails after `timeout` ms. */
+async function until(what, cond, timeout = 10000) {
+  const end = Date.now() + timeout;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const standing = async (sale, user) => (await call("GET", `/api/sales/${sale}/queue/me`, user.token)).data;
+
+// ---- the browser ------------------------------------------------------------
+
+await mkdir(out, { recursive: true });
+const browser = await launchChromium();
+
+/** A page of a new context, signed in as `session` (the sign-in answer) if given. */
+async function newPage(viewport, session) {
+  const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
+  if (session) {
+    await context.addCookies([
+      { name: "stampede_session", value: session.token, url: base, httpOnly: true, sameSite: "Lax" },
+      { name: "stampede_csrf", value: session.csrf_token, url: base, sameSite: "Lax" },
+    ]);
+  }
+  const page = await context.newPage();
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
+      problems.push(`console error on ${page.url()}: ${msg.text()}`);
+    }
+  });
+  page.on("pageerror", (err) => problems.push(`script error on ${page.url()}: ${err.message}`));
+  page.on("dialog", (dialog) => dialog.accept());
+  return page;
+}
+
+/** Screenshot, sideways-scroll check and axe scan of the page as it is now (as e2e/pages.mjs). */
+async function inspect(page, name) {
+  const size = page.viewportSize().width < 600 ? "phone" : "desktop";
+  const label = `${name} (${size})`;
+  const widths = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, view: window.innerWidth }));
+  check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
+  await page
+    .waitForFunction(
+      () => !document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === "running"),
+      null,
+      { timeout: 2000 },
+    )
+    .catch(() => {});
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ["violations"] });
+    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
+  });
+  check(violations.length === 0, `${label}: axe finds no violation${violations.length ? `: ${violations.join("; ")}` : ""}`);
+  const path = `${out}/pages-${name}-${size}.png`;
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path, fullPage: true });
+  console.log(`     screenshot ${path}`);
+}
+
+function isInViewport(el) {
+  const r = el.getBoundingClientRect();
+  return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth && r.height > 0;
+}
+
+async function goto(page, path) {
+  await page.goto(`${base}${path}`);
+  await page.waitForLoadState("load");
+}
+
+/** Counts the page's reads of its standing (`GET .../queue/me`). */
+function countStandingReads(page, sale) {
+  const counted = { reads: 0 };
+  page.on("request", (r) => {
+    if (r.method() === "GET" && new URL(r.url()).pathname === `/api/sales/${sale}/queue/me`) counted.reads += 1;
+  });
+  return counted;
+}
+
+try {
+  const admin = await signInApi(adminUser, adminPassword);
+
+  // ---- the opening: join early, the draw, "You're in!", Buy, My orders ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const name = `E2E queue ${runId}: the opening (${size})`;
+    const shopper = await signUpApi(`e2eq-${runId}-o-${size}`);
+    const page = await newPage(viewport, shopper);
+    // Opens in a few seconds: time to load the page, join and scan it first.
+    const sale = await queueSale(admin, name, 1, 6, 1000);
+    await goto(page, `/sales/${sale}`);
+    const status = page.locator('[data-field="queue-status"]');
+    const join = page.getByRole("button", { name: "Join the line" });
+    await join.waitFor({ timeout: 5000 });
+    check(await page.getByText("gets a place drawn at random").isVisible(), `before the opening the page says early joiners are drawn at random ${at}`);
+    check(await page.evaluate(isInViewport, await join.elementHandle()), `Join the line is on screen without scrolling ${at}`);
+    await join.click();
+    await status.filter({ hasText: "You're in the line." }).waitFor({ timeout: 5000 });
+    check(
+      await page.getByText(/The order is drawn at random when the sale opens at \d/).isVisible(),
+      `after joining the page says the order is drawn at the opening ${at}`,
+    );
+    check(await page.locator('[data-field="queue-standing"]').evaluate((el) => el === document.activeElement), `after Join the focus is on the standing ${at}`);
+    check(!(await page.getByRole("button", { name: "Buy now" }).isVisible()), `no Buy while in the line ${at}`);
+    await inspect(page, "sale-queue-joined");
+    check(Date.now() < Date.parse((await call("GET", `/api/sales/${sale}`)).data.starts_at), `the joined state was seen before the opening ${at}`);
+
+    // The opening: the draw, then the admission (stock 1, one shopper: ours).
+    await status.filter({ hasText: "You're in!" }).waitFor({ timeout: 15000 });
+    const buy = page.getByRole("button", { name: "Buy now" });
+    check(await buy.isEnabled(), `at the opening the page says You're in! and offers Buy ${at}`);
+    const countdown = page.locator('[data-field="queue-expiry-time"]');
+    const first = await countdown.innerText();
+    await page.waitForFunction(([el, was]) => el.textContent !== was, [await countdown.elementHandle(), first], { timeout: 3000 });
+    check(/^00:[0-3]\d$/.test(await countdown.innerText()), `the admission counts down (${first} -> ${await countdown.innerText()}) ${at}`);
+    check(await page.evaluate(isInViewport, await buy.elementHandle()), `Buy is on screen without scrolling ${at}`);
+    await inspect(page, "sale-queue-admitted");
+
+    const sent = [];
+    page.on("request", (r) => {
+      if (r.method() === "POST" && new URL(r.url()).pathname === `/api/sales/${sale}/purchase`) sent.push(r.postDataJSON());
+    });
+    await buy.click();
+    const outcome = page.locator('[data-field="outcome"]');
+    await outcome.filter({ hasText: /Order placed|Order confirmed/ }).waitFor({ timeout: 5000 });
+    check(sent.length === 1 && typeof sent[0].ticket === "string", `Buy sends the admission's ticket ${at}`);
+    await status.filter({ hasText: "You bought from this sale." }).waitFor({ timeout: 5000 });
+    await outcome.filter({ hasText: "Order confirmed" }).waitFor({ timeout: 20000 });
+    await inspect(page, "sale-queue-bought");
+    await goto(page, "/me/orders");
+    await page.getByRole("link", { name }).waitFor({ timeout: 5000 });
+    check(true, `My orders lists the order from the waiting room ${at}`);
+    await page.context().close();
+  }
+
+  // ---- a line that moves, followed live ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const sale = await queueSale(admin, `E2E queue ${runId}: a long line (${size})`, 1, -60, 1);
+    const [first, second, third, shopper] = await Promise.all(
+      ["a", "b", "c", "s"].map((who) => signUpApi(`e2eq-${runId}-${who}-${size}`)),
+    );
+    // The first is admitted (the admitter picks a new sale up within 2 s), holding
+    // the only unit; the next two wait behind.
+    await call("POST", `/api/sales/${sale}/queue`, first.token);
+    await until("the first shopper's admission", async () => (await standing(sale, first)).state === "admitted");
+    await call("POST", `/api/sales/${sale}/queue`, second.token);
+    await call("POST", `/api/sales/${sale}/queue`, third.token);
+
+    // Signed out: the page offers to sign in to join.
+    const anonymous = await newPage(viewport);
+    await goto(anonymous, `/sales/${sale}`);
+    const signIn = anonymous.getByRole("link", { name: "Sign in to join the line" });
+    check(
+      (await signIn.isVisible()) && (await signIn.getAttribute("href")) === `/signin?next=%2Fsales%2F${sale}`,
+      `signed out, the waiting room offers to sign in and come back ${at}`,
+    );
+    await inspect(anonymous, "sale-queue-anonymous");
+    await anonymous.context().close();
+
+    const page = await newPage(viewport, shopper);
+    const counted = countStandingReads(page, sale);
+    await goto(page, `/sales/${sale}`);
+    const status = page.locator('[data-field="queue-status"]');
+    await page.getByRole("button", { name: "Join the line" }).waitFor({ timeout: 5000 });
+    check(await page.getByText("2 people waiting").isVisible(), `the open line says how many wait ${at}`);
+    await inspect(page, "sale-queue-open");
+    await page.getByRole("button", { name: "Join the line" }).click();
+    await status.filter({ hasText: /^2 people ahead of you, about \d+ s\.$/ }).waitFor({ timeout: 5000 });
+    check(await page.getByText("Your place in the line: 4.").isVisible(), `joined, the page says 2 people ahead and the place ${at}`);
+    await inspect(page, "sale-queue-waiting");
+
+    // Each unit added admits the next in line; the page follows the event stream.
+    const readsAfterJoin = counted.reads;
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 1 });
+    await status.filter({ hasText: /^1 person ahead of you/ }).waitFor({ timeout: 8000 });
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 1 });
+    await status.filter({ hasText: /^You're next/ }).waitFor({ timeout: 8000 });
+    check(counted.reads === readsAfterJoin, `the place moved on from the event stream alone (${counted.reads - readsAfterJoin} reads of the standing) ${at}`);
+    await call("POST", `/api/admin/sales/${sale}/stock`, admin.token, { add: 1 });
+    await status.filter({ hasText: "You're in!" }).waitFor({ timeout: 8000 });
+    check(
+      counted.reads - readsAfterJoin <= 2,
+      `the page asked where it stands only once its turn came (${counted.reads - readsAfterJoin} reads) ${at}`,
+    );
+
+    // The admin's view of the line: 4 in line, 3 admitted and open, 1 waiting... then
+    // the shopper's admission too.
+    const adminPage = await newPage(viewport, admin);
+    await goto(adminPage, `/admin/sales/${sale}`);
+    const fact = (name) => adminPage.locator(`[data-line="${name}"]`).innerText();
+    check(
+      (await fact("line")) === "4" && (await fact("admitted")) === "4" && (await fact("open")) === "4" && (await fact("waiting")) === "0",
+      `the sale's admin page lists the line (${await fact("line")} in line, ${await fact("admitted")} admitted, ${await fact("open")} open, ${await fact("waiting")} waiting) ${at}`,
+    );
+    check(await adminPage.getByText("1 a second").isVisible(), `the admin page shows the admission rate ${at}`);
+    await inspect(adminPage, "admin-sale-queue");
+    await adminPage.context().close();
+    await page.context().close();
+  }
+
+  // ---- the admin form: a sale with a waiting room ----
+  {
+    const [size, viewport] = SIZES[0];
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const page = await newPage(viewport, admin);
+    await goto(page, "/admin");
+    const opens = page.getByLabel("Line opens (your local time)");
+    check(!(await opens.isVisible()), `the waiting room's fields show only once ticked ${at}`);
+    const name = `E2E queue ${runId}: made in the form (${size})`;
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Price", { exact: true }).fill("9.99");
+    await page.getByLabel("Stock", { exact: true }).fill("20");
+    await page.getByLabel(/Waiting room/).check();
+    check(await opens.isVisible(), `ticked, the line's fields show ${at}`);
+    const starts = await page.getByLabel("Opens (your local time)", { exact: true }).inputValue();
+    check((await opens.inputValue()) === starts, `the line opens with the sale unless set earlier (${await opens.inputValue()}) ${at}`);
+    // A line that opens after the sale is refused by its field.
+    const later = await page.evaluate((s) => {
+      const d = new Date(new Date(s).getTime() + 3600000);
+      const pad = (n) => String(n).padStart(2, "0");
+      return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    }, starts);
+    await opens.fill(later);
+    await page.getByRole("button", { name: "Create sale" }).click();
+    await page.locator("#sale-queue-opens-error").filter({ hasText: "at or before the sale opens" }).waitFor({ timeout: 3000 });
+    check((await opens.getAttribute("aria-invalid")) === "true", `a line opening after the sale is marked by its field ${at}`);
+    await opens.fill(starts);
+    await page.getByLabel("Shoppers let in a second").fill("250");
+    // The form from the top of the page, so the sticky header stays out of the picture.
+    await page.evaluate(() => window.scrollTo(0, 0));
+    const box = await page.locator('form[data-form="create-sale"]').evaluate((form) => {
+      const r = form.getBoundingClientRect();
+      return { x: r.x + scrollX - 8, y: r.y + scrollY - 8, width: r.width + 16, height: r.height + 16 };
+    });
+    await page.screenshot({ path: `${out}/pages-admin-sale-form-queue-${size}.png`, fullPage: true, clip: box });
+    await page.getByRole("button", { name: "Create sale" }).click();
+    const created = page.locator('[data-field="create-message"]');
+    await created.filter({ hasText: name }).waitFor({ timeout: 5000 });
+    const id = /\(#(\d+)\)/.exec(await created.innerText())?.[1];
+    const made = (await call("GET", `/api/sales/${id}`)).data;
+    check(
+      made.waiting_room === true && made.admit_per_second === 250 && made.queue_opens_at === made.starts_at,
+      `the form creates the waiting room (${made.waiting_room}, ${made.admit_per_second} a second, line opens ${made.queue_opens_at}) ${at}`,
+    );
+    check(!(await opens.isVisible()), `the form is ready for the next sale ${at}`);
+    await page.context().close();
+  }
+} catch (err) {
+  problems.push(`aborted: ${err.stack || err.message}`);
+} finally {
+  await browser.close();
+}
+
+if (problems.length) {
+  console.error(`\n${problems.length} problem(s):\n- ${problems.join("\n- ")}`);
+  process.exit(1);
+}
+console.log(`\nwaiting room run passed; screenshots in ${out}`);

@@ -1,0 +1,284 @@
+// The sale page's waiting room (issue 29): join the line, follow your place live,
+// buy once admitted. The page learns its place once (`GET .../queue/me`) and then
+// follows it over the sale's event stream: each event's `line.served` (places the
+// admission has reached) moves "people ahead of you" on with no request. It asks
+// the shop again only when its turn may have come (served reached its place), once
+// at the opening (when the early joiners' order is drawn), when an admission runs
+// out, and when the last unit goes.
+
+import { api, messageOf } from "./api.js";
+import { field, setText } from "./dom.js";
+import { groupDigits } from "./numbers.js";
+import { sharedAnswer } from "./refusals.js";
+import { clockTime, formatDuration, localTime } from "./time.js";
+
+const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
+// Not everyone asks in the same millisecond at the opening.
+const OPENING_SPREAD_MS = 500;
+// A read that failed (503 while the sale is rebuilt, a dropped connection) is
+// asked again after this long.
+const RETRY_MS = 2000;
+
+/** "12 s", "3 min", "1 h 05 min": a wait, roughly. */
+function waitText(seconds) {
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+}
+
+/** "1 person", "1,204 people". */
+function people(n) {
+  return n === 1 ? "1 person" : `${groupDigits(n)} people`;
+}
+
+/**
+ * The waiting room of the sale page `root`. `sale` is the page's state (status,
+ * signed in, bought, units left, opening), `now` the server's clock, `statusOf`
+ * the sale's status now, `show` the page's answer box and `changed` re-renders the
+ * page. Returns what the page asks of it.
+ */
+export function waitingRoom({ root, saleId, sale, now, show, clear, changed, signinUrl }) {
+  const d = root.dataset;
+  const el = {
+    standing: field(root, "queue-standing"),
+    status: field(root, "queue-status"),
+    detail: field(root, "queue-detail"),
+    expiry: field(root, "queue-expiry"),
+    expiryTime: field(root, "queue-expiry-time"),
+    join: root.querySelector('[data-action="join"]'),
+    opensLabel: field(root, "queue-opens-label"),
+  };
+  const opensAt = Number(d.queueOpensAt) || sale.startsAt;
+  const q = {
+    // null: not known yet (the first answer is on its way).
+    state: sale.bought ? "bought" : null,
+    position: null,
+    served: null,
+    waiting: null,
+    rate: Number(d.admitPerSecond) || 1,
+    ticket: null,
+    expiresAt: 0, // server clock
+    asking: false,
+    joining: false,
+    askedAtServed: -1,
+    openingAsks: 0,
+    askedAtExpiry: false,
+    lastLeft: sale.left,
+    retry: 0,
+  };
+
+  const lineOpen = () => now() >= opensAt;
+  const drawn = () => now() >= sale.startsAt;
+
+  function apply(me) {
+    if (!me || typeof me.state !== "string") return;
+    q.state = me.state;
+    q.position = Number.isFinite(me.position) ? me.position : null;
+    if (Number.isFinite(me.waiting)) q.waiting = me.waiting;
+    if (Number.isFinite(me.admit_per_second) && me.admit_per_second > 0) q.rate = me.admit_per_second;
+    // Places reached, as this answer implies: the events take over from here.
+    if (q.position !== null && Number.isFinite(me.ahead)) {
+      q.served = Math.max(q.served ?? 0, q.position - me.ahead - 1);
+    }
+    q.ticket = me.state === "admitted" && typeof me.ticket === "string" ? me.ticket : null;
+    const expires = Date.parse(me.expires_at);
+    q.expiresAt = me.state === "admitted" && !Number.isNaN(expires) ? expires : 0;
+    q.askedAtExpiry = false;
+    if (me.state === "bought") sale.bought = true;
+  }
+
+  /** Where this shopper stands, from the shop. */
+  async function ask() {
+    if (q.asking || !sale.signedIn) return;
+    q.asking = true;
+    const res = await api("GET", `/api/sales/${saleId}/queue/me`);
+    q.asking = false;
+    if (res.ok) {
+      apply(res.data);
+      // At the opening the order may not be drawn yet on the shop's clock: once more.
+      if (q.state === "waiting" && q.position === null && drawn() && q.openingAsks < 5) {
+        q.openingAsks += 1;
+        setTimeout(ask, 1000);
+      }
+    } else if (res.status === 401) {
+      sale.signedIn = false;
+    } else {
+      clearTimeout(q.retry);
+      q.retry = setTimeout(ask, RETRY_MS);
+    }
+    changed();
+  }
+
+  async function join() {
+    if (q.joining) return;
+    q.joining = true;
+    changed();
+    const res = await api("POST", `/api/sales/${saleId}/queue`);
+    q.joining = false;
+    const code = res.data.error;
+    if (res.ok) {
+      apply(res.data);
+      clear();
+    } else if (res.status === 409 && code === "queue_not_open") {
+      show("info", "The line is not open yet.", messageOf(res, ""));
+    } else if (res.status === 410) {
+      sale.status = code === "ended" ? "ended" : "sold_out";
+      if (code !== "ended") sale.left = 0;
+      show("error", code === "ended" ? "This sale has ended." : "Sold out.", "", null, sale.status);
+    } else {
+      show(...sharedAnswer(res, sale, { act: "join the line", thing: "sale", signinUrl }));
+    }
+    changed();
+    // The button is gone once in the line: the focus goes to where the page says
+    // so (or to the refusal), not to the page's top.
+    if (el.join.hidden) (res.ok ? el.standing : field(root, "outcome")).focus({ preventScroll: true });
+  }
+
+  /** Each view of the sale (the event stream's, or a poll's). */
+  function onView(view) {
+    if (view && view.line && Number.isFinite(view.line.served)) {
+      q.served = view.line.served;
+      q.waiting = view.line.waiting;
+    }
+    if (!sale.signedIn) return;
+    if (q.state === "waiting") {
+      if (q.position !== null && q.served >= q.position && q.askedAtServed !== q.served) {
+        // The admission reached our place: admitted (or passed, sold out).
+        q.askedAtServed = q.served;
+        ask();
+      } else if (q.position === null && view && view.status && view.status !== "upcoming" && q.openingAsks === 0) {
+        // The opening: the order is drawn now.
+        q.openingAsks = 1;
+        setTimeout(ask, Math.random() * OPENING_SPREAD_MS);
+      }
+    }
+    if (sale.left === 0 && q.lastLeft !== 0 && (q.state === "waiting" || q.state === "admitted")) ask();
+    q.lastLeft = sale.left;
+  }
+
+  /** What the panel says: [status, detail, detail link]. */
+  function words(status) {
+    const opening = clockTime(new Date(sale.startsAt));
+    if (!sale.signedIn) {
+      if (status === "live" || status === "upcoming") {
+        return ["Join the line to buy.", "This sale sells through a waiting room: sign in, join the line, and buy when your turn comes.", null];
+      }
+    }
+    if (q.state === "bought" || sale.bought) return ["You bought from this sale.", "Your order is on My orders.", MY_ORDERS];
+    if (status === "ended" || status === "closed") return ["The line is closed: this sale is over.", "", null];
+    if (!sale.signedIn) return ["This sale is sold out.", "", null];
+    switch (q.state) {
+      case null:
+        return ["Checking your place in the line…", "", null];
+      case "not_joined":
+        if (status === "sold_out") return ["Sold out.", "Every unit is taken.", null];
+        if (!lineOpen()) {
+          return [
+            `The line opens at ${localTime(new Date(opensAt))}.`,
+            `In ${formatDuration(opensAt - now())}. Everyone who joins before the sale opens at ${opening} gets a place drawn at random then: no need to rush.`,
+            null,
+          ];
+        }
+        if (!drawn()) {
+          return ["The line is open.", `Everyone who joins before the sale opens at ${opening} gets a place drawn at random then: no need to rush.`, null];
+        }
+        return [
+          "The line is open.",
+          q.waiting ? `${people(q.waiting)} waiting. Join now and you go to the end of the line.` : "Join now: nobody is waiting.",
+          null,
+        ];
+      case "waiting": {
+        if (q.position === null) {
+          return [
+            "You're in the line.",
+            `The order is drawn at random when the sale opens at ${opening}. Keep this page open: it follows the line by itself.`,
+            null,
+          ];
+        }
+        const ahead = Math.max(0, q.position - (q.served ?? 0) - 1);
+        const wait = Math.floor(ahead / q.rate) + 1;
+        const keep = "Keep this page open: it follows the line by itself.";
+        if (q.served !== null && q.served >= q.position) return ["Your turn is coming…", keep, null];
+        return [
+          ahead === 0 ? `You're next, about ${waitText(wait)}.` : `${people(ahead)} ahead of you, about ${waitText(wait)}.`,
+          `Your place in the line: ${groupDigits(q.position)}. Shoppers are let in at ${groupDigits(q.rate)} a second. ${keep}`,
+          null,
+        ];
+      }
+      case "admitted":
+        return ["You're in!", "A unit is held for you: buy it before your turn ends.", null];
+      case "passed":
+        return ["Your turn passed.", "You were let in but did not buy in time; the line moved on.", null];
+      case "sold_out":
+        return ["Sold out.", "Every unit went to shoppers ahead of you in the line.", null];
+      default:
+        return ["You're not in the line.", "", null];
+    }
+  }
+
+  function render(status) {
+    // An admission that ran out: ask once what became of it.
+    if (q.state === "admitted" && now() >= q.expiresAt && !q.askedAtExpiry) {
+      q.askedAtExpiry = true;
+      ask();
+    }
+    // Events lost at the opening (or no event stream): the clock asks instead.
+    if (q.state === "waiting" && q.position === null && now() >= sale.startsAt + 2000 && q.openingAsks === 0) {
+      q.openingAsks = 1;
+      ask();
+    }
+    const [status_, detail, link] = words(status);
+    setText(el.status, status_);
+    showDetail(detail, link);
+    const canJoin = sale.signedIn && q.state === "not_joined" && lineOpen() && (status === "live" || status === "upcoming");
+    el.join.hidden = !canJoin;
+    el.join.disabled = q.joining;
+    setText(el.join, q.joining ? "Joining…" : "Join the line");
+    setText(el.opensLabel, lineOpen() ? "Line opened" : "Line opens");
+    const admitted = canBuy();
+    el.expiry.hidden = !admitted;
+    if (admitted) setText(el.expiryTime, formatDuration(q.expiresAt - now()));
+  }
+
+  function showDetail(text, link) {
+    const want = `${text}|${link ? link.href : ""}`;
+    el.detail.hidden = !text;
+    if (el.detail.dataset.shown === want) return;
+    el.detail.dataset.shown = want;
+    el.detail.replaceChildren(document.createTextNode(text + (link ? " " : "")));
+    if (link) {
+      const a = document.createElement("a");
+      a.href = link.href;
+      a.textContent = link.text;
+      el.detail.append(a);
+    }
+  }
+
+  /** Admitted, with time left: the page offers Buy. */
+  function canBuy() {
+    return q.state === "admitted" && now() < q.expiresAt;
+  }
+
+  el.join.addEventListener("click", join);
+  // What the shop knows already: nothing to ask before the line opens (nobody can
+  // have joined), after the end, or once bought.
+  if (sale.signedIn && !sale.bought) {
+    if (lineOpen()) ask();
+    else q.state = "not_joined";
+  }
+
+  return {
+    onView,
+    render,
+    canBuy,
+    /** The admission's ticket, while it lasts. */
+    ticket: () => (canBuy() ? q.ticket : null),
+    bought() {
+      q.state = "bought";
+      q.ticket = null;
+    },
+    /** After a purchase that was refused: where do we stand now? */
+    recheck: ask,
+  };
+}
