@@ -164,21 +164,42 @@ impl TicketWindow<'_> {
 /// process that lives through years of sales holds a bounded map.
 #[derive(Default)]
 pub struct TicketRules {
-    known: ArcSwap<HashMap<SaleId, bool>>,
+    known: ArcSwap<HashMap<SaleId, Rule>>,
+}
+
+/// What a sale wants with a purchase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// Nothing: anyone signed in may buy.
+    None,
+    /// A purchase ticket.
+    Ticket,
+    /// An admission from its waiting room (whose ticket the purchase carries).
+    Admission,
+}
+
+impl Rule {
+    pub fn of(requires_ticket: bool, waiting_room: bool) -> Rule {
+        match (requires_ticket, waiting_room) {
+            (_, true) => Rule::Admission,
+            (true, false) => Rule::Ticket,
+            (false, false) => Rule::None,
+        }
+    }
 }
 
 /// Most sales [`TicketRules`] remembers at once (about 16 bytes each).
 pub const TICKET_RULES_MAX: usize = 4096;
 
 impl TicketRules {
-    /// `Some(requires_ticket)` once this process has read the sale.
-    pub fn get(&self, sale: SaleId) -> Option<bool> {
+    /// `Some(rule)` once this process has read the sale.
+    pub fn get(&self, sale: SaleId) -> Option<Rule> {
         self.known.load().get(&sale).copied()
     }
 
     /// Remembers a sale's setting (once per sale and process: the map is copied).
-    pub fn remember(&self, sale: SaleId, requires_ticket: bool) {
-        if self.get(sale) == Some(requires_ticket) {
+    pub fn remember(&self, sale: SaleId, rule: Rule) {
+        if self.get(sale) == Some(rule) {
             return;
         }
         self.known.rcu(|known| {
@@ -187,7 +208,7 @@ impl TicketRules {
             } else {
                 HashMap::clone(known)
             };
-            known.insert(sale, requires_ticket);
+            known.insert(sale, rule);
             Arc::new(known)
         });
     }
@@ -210,19 +231,29 @@ pub async fn check_purchase<S: CachedReads + ?Sized>(
             .verify(ticket, sale, user, chrono::Utc::now().timestamp_millis())
             .map_err(ticket_refused);
     }
-    let required = match rules.get(sale) {
-        Some(required) => required,
+    let rule = match rules.get(sale) {
+        Some(rule) => rule,
         None => match super::cached::sale_row(reads, sale).await? {
             Some(row) => {
+                let rule = Rule::of(row.requires_ticket, row.waiting_room);
                 if row.starts_at <= chrono::Utc::now() {
-                    rules.remember(sale, row.requires_ticket);
+                    rules.remember(sale, rule);
                 }
-                row.requires_ticket
+                rule
             }
             None => return Err(AppError::not_found(format!("no sale with id {sale}"))),
         },
     };
-    if required {
+    if rule == Rule::Admission {
+        return Err(AppError::new(
+            ErrorCode::NotAdmitted,
+            format!(
+                "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy with \
+                 the ticket GET /api/sales/{sale}/queue/me gives once you are admitted"
+            ),
+        ));
+    }
+    if rule == Rule::Ticket {
         return Err(AppError::new(
             ErrorCode::TicketRequired,
             format!(
@@ -326,11 +357,12 @@ mod tests {
     fn rules_remember_each_sale() {
         let rules = TicketRules::default();
         assert_eq!(rules.get(id(1)), None);
-        rules.remember(id(1), true);
-        rules.remember(id(2), false);
+        rules.remember(id(1), Rule::Ticket);
+        rules.remember(id(2), Rule::None);
+        rules.remember(id(3), Rule::Admission);
         assert_eq!(
-            (rules.get(id(1)), rules.get(id(2))),
-            (Some(true), Some(false))
+            (rules.get(id(1)), rules.get(id(2)), rules.get(id(3))),
+            (Some(Rule::Ticket), Some(Rule::None), Some(Rule::Admission))
         );
     }
 
@@ -338,8 +370,9 @@ mod tests {
     fn rules_hold_a_bounded_number_of_sales() {
         let rules = TicketRules::default();
         for n in 1..=(3 * TICKET_RULES_MAX as i64) {
-            rules.remember(id(n), n % 2 == 0);
-            assert_eq!(rules.get(id(n)), Some(n % 2 == 0));
+            let rule = Rule::of(n % 2 == 0, false);
+            rules.remember(id(n), rule);
+            assert_eq!(rules.get(id(n)), Some(rule));
         }
         assert!(rules.known.load().len() <= TICKET_RULES_MAX);
     }

@@ -96,8 +96,8 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
     // No purchase without an admission, nothing taken.
     assert_error(
         app.purchase(sale, &users[0].token).await,
-        StatusCode::PRECONDITION_REQUIRED,
-        "ticket_required",
+        StatusCode::FORBIDDEN,
+        "not_admitted",
     )
     .await;
     assert_eq!(app.stock_left(sale).await, 2);
