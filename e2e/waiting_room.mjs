@@ -12,9 +12,13 @@
 // - signed out, the page offers to sign in to join the line;
 // - the sale's admin page lists the line's numbers, and the admin form creates a
 //   waiting-room sale (its fields show once ticked; a line opening after the sale
-//   is refused by its field).
+//   is refused by its field);
+// - a sale's edit form adds a waiting room to an upcoming sale (a line opening
+//   early, a rate; only the changed fields are sent, wrong values are refused by
+//   their fields), and shows an opened sale's waiting room disabled.
 // Every state shown is scanned with axe-core and must not scroll sideways; the
-// screenshots (pages-sale-queue-*, pages-admin-sale-queue-*) go to E2E_OUT.
+// screenshots (pages-sale-queue-*, pages-admin-sale-queue-*, pages-admin-sale-edit-queue-*,
+// pages-admin-sale-open-queue-*) go to E2E_OUT.
 // It creates its own sales and users (named "E2E queue ...", "e2eq-...").
 
 import { check, launchChromium, problems, required } from "./lib.mjs";
@@ -329,6 +333,135 @@ try {
     );
     check(!(await opens.isVisible()), `the form is ready for the next sale ${at}`);
     await page.context().close();
+  }
+
+  // ---- the edit form: a waiting room added before the opening, fixed after ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const now = Date.now();
+    const made = await call("POST", "/api/admin/sales", admin.token, {
+      name: `E2E queue ${runId}: a line added (${size})`,
+      description: "Made by e2e/waiting_room.mjs.",
+      price_cents: 4_900,
+      stock: 10,
+      starts_at: new Date(now + 2 * 3600 * 1000).toISOString(),
+      ends_at: new Date(now + 5 * 3600 * 1000).toISOString(),
+      requires_ticket: false,
+    });
+    if (made.status !== 201) throw new Error(`create sale: ${made.status} ${JSON.stringify(made.data)}`);
+    const sale = made.data.id;
+    const page = await newPage(viewport, admin);
+    await goto(page, `/admin/sales/${sale}`);
+    const form = page.locator('form[data-form="edit-sale"]');
+    const box = form.getByLabel(/Waiting room/);
+    const opens = form.getByLabel("Line opens (your local time)");
+    const rate = form.getByLabel("Shoppers let in a second");
+    const ticket = form.getByLabel("Require a purchase ticket");
+    check(
+      !(await box.isChecked()) && (await box.isEnabled()) && !(await opens.isVisible()) && !(await rate.isVisible()),
+      `an upcoming sale without a waiting room: the box unticked, the line's fields hidden ${at}`,
+    );
+    check(!(await ticket.isChecked()) && (await ticket.isEnabled()), `its ticket box is the admin's to tick ${at}`);
+    await box.check();
+    check((await opens.isVisible()) && (await rate.isVisible()), `ticked, the line's fields show ${at}`);
+    const starts = await form.getByLabel("Opens (your local time)", { exact: true }).inputValue();
+    check((await opens.inputValue()) === starts, `the line opens with the sale unless set earlier (${await opens.inputValue()}) ${at}`);
+    check((await ticket.isChecked()) && (await ticket.isDisabled()), `with a waiting room the ticket box is ticked and held ${at}`);
+
+    // Refused by their fields: a rate out of range, a line opening after the sale.
+    const shift = (value, minutes) =>
+      page.evaluate(
+        ([v, m]) => {
+          const d = new Date(new Date(v).getTime() + m * 60000);
+          const pad = (n) => String(n).padStart(2, "0");
+          return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+        },
+        [value, minutes],
+      );
+    const patches = [];
+    page.on("request", (r) => {
+      if (r.method() === "PATCH" && new URL(r.url()).pathname === `/api/admin/sales/${sale}`) patches.push(r.postDataJSON());
+    });
+    await rate.fill("0");
+    await opens.fill(await shift(starts, 30));
+    await form.getByRole("button", { name: "Save changes" }).click();
+    await form.locator("#edit-admit-rate-error").filter({ hasText: "1 to 100,000" }).waitFor({ timeout: 3000 });
+    await form.locator("#edit-queue-opens-error").filter({ hasText: "at or before the sale opens" }).waitFor({ timeout: 3000 });
+    check(
+      (await rate.getAttribute("aria-invalid")) === "true" && (await opens.getAttribute("aria-invalid")) === "true",
+      `a rate of 0 and a line opening after the sale are marked by their fields ${at}`,
+    );
+    check(patches.length === 0, `nothing is sent while a field is wrong ${at}`);
+
+    // The line opens a quarter of an hour early and lets 300 in a second.
+    const earlier = await shift(starts, -15);
+    await opens.fill(earlier);
+    await rate.fill("300");
+    check(
+      (await rate.getAttribute("aria-invalid")) === null && (await opens.getAttribute("aria-invalid")) === null,
+      `fixed, the fields' errors go ${at}`,
+    );
+    check(
+      (await form.locator('[data-field="edit-message"]').innerText()) === "",
+      `and so does the form's "check the fields" ${at}`,
+    );
+    await inspect(page, "admin-sale-edit-queue");
+    // The form from the top of the page, so the sticky header stays out of the picture.
+    await page.evaluate(() => window.scrollTo(0, 0));
+    const clip = await form.evaluate((el) => {
+      const r = el.getBoundingClientRect();
+      return { x: Math.max(0, r.x + scrollX - 8), y: r.y + scrollY - 8, width: r.width + 16, height: r.height + 16 };
+    });
+    await page.screenshot({ path: `${out}/pages-admin-sale-edit-queue-form-${size}.png`, fullPage: true, clip });
+    await form.getByRole("button", { name: "Save changes" }).click();
+    await page.locator('[data-field="history"]').getByText("waiting_room: false → true").waitFor({ timeout: 8000 });
+    const wanted = await page.evaluate((v) => new Date(v).toISOString(), earlier);
+    const sent = patches[0] || {};
+    check(
+      patches.length === 1 && JSON.stringify(Object.keys(sent).sort()) === JSON.stringify(["admit_per_second", "queue_opens_at", "requires_ticket", "waiting_room"]),
+      `the form sends only what changed (${JSON.stringify(sent)}) ${at}`,
+    );
+    const edited = (await call("GET", `/api/sales/${sale}`)).data;
+    check(
+      edited.waiting_room === true &&
+        edited.admit_per_second === 300 &&
+        Date.parse(edited.queue_opens_at) === Date.parse(wanted) &&
+        edited.requires_ticket === true &&
+        Date.parse(edited.starts_at) === Date.parse(made.data.starts_at),
+      `the API shows the waiting room (${edited.waiting_room}, ${edited.admit_per_second} a second, line opens ${edited.queue_opens_at}, wanted ${wanted}, ticket ${edited.requires_ticket}) ${at}`,
+    );
+    // The page after the save (reloaded): the form as saved, the line's panel.
+    await page.waitForLoadState("load");
+    check(
+      (await box.isChecked()) && (await opens.inputValue()) === earlier && (await rate.inputValue()) === "300",
+      `after the save the form shows the waiting room as saved ${at}`,
+    );
+    check(await page.getByText("300 a second").isVisible(), `the line's panel shows the new rate ${at}`);
+    // Unticked again (not saved): the fields go, the ticket box is the admin's again.
+    await box.uncheck();
+    check(!(await opens.isVisible()) && (await ticket.isEnabled()), `unticked, the line's fields hide and the ticket box is free ${at}`);
+    await page.context().close();
+
+    // An opened sale: the waiting room is fixed.
+    const open = await queueSale(admin, `E2E queue ${runId}: opened, fixed (${size})`, 5, -60, 7);
+    const openPage = await newPage(viewport, admin);
+    await goto(openPage, `/admin/sales/${open}`);
+    const openForm = openPage.locator('form[data-form="edit-sale"]');
+    const fixed = [
+      openForm.getByLabel(/Waiting room/),
+      openForm.getByLabel("Line opens (your local time)"),
+      openForm.getByLabel("Shoppers let in a second"),
+      openForm.getByLabel("Require a purchase ticket"),
+    ];
+    const states = await Promise.all(fixed.map(async (l) => (await l.isVisible()) && (await l.isDisabled())));
+    check(states.every(Boolean), `once open the waiting room, its line's opening, its rate and the ticket box show disabled (${states}) ${at}`);
+    check(
+      (await fixed[0].isChecked()) && (await fixed[2].inputValue()) === "7" && (await fixed[1].inputValue()) !== "",
+      `once open the fields still show the sale's waiting room ${at}`,
+    );
+    check(!(await openForm.getByLabel("Name", { exact: true }).isDisabled()), `once open the name can still change ${at}`);
+    await inspect(openPage, "admin-sale-open-queue");
+    await openPage.context().close();
   }
 } catch (err) {
   problems.push(`aborted: ${err.stack || err.message}`);

@@ -1,15 +1,25 @@
 // A sale's admin page: the edit form (only the fields that changed are sent, so a
 // sale that has opened accepts the form as long as its fixed fields are left
-// alone), archive, unarchive and delete.
+// alone; its waiting room as on the new-sale form), archive, unarchive and delete.
 
 import { api, messageOf } from "./api.js";
 import { field, setText } from "./dom.js";
-import { focusFirstError, say, showFieldErrors } from "./forms.js";
+import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { groupDigits } from "./numbers.js";
 import { retireButtons } from "./retire.js";
 import { toLocalInput } from "./time.js";
-import { IMAGE_HINT, MAX_PER_USER_HINT, PAYMENT_WINDOW_HINT, parsePrice, parseUnits, refusalOf } from "./sale-form.js";
+import {
+  ADMIT_RATE_HINT,
+  IMAGE_HINT,
+  MAX_ADMIT_PER_SECOND,
+  MAX_PER_USER_HINT,
+  PAYMENT_WINDOW_HINT,
+  QUEUE_OPENS_HINT,
+  parsePrice,
+  parseUnits,
+  refusalOf,
+} from "./sale-form.js";
 
 export function adminSalePage() {
   const root = document.getElementById("admin-sale");
@@ -18,10 +28,40 @@ export function adminSalePage() {
   const editMessage = field(document, "edit-message");
   const f = form.elements;
 
-  for (const name of ["starts_at", "ends_at"]) {
+  for (const name of ["starts_at", "ends_at", "queue_opens_at"]) {
     const at = new Date(f[name].dataset.iso);
-    if (!Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
+    if (f[name].dataset.iso && !Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
   }
+
+  // Fixed once the sale has opened: the page renders them disabled.
+  const opened = f.waiting_room.disabled;
+  // The ticket box as the admin left it, for when the waiting room is unticked.
+  let ticketChoice = f.requires_ticket.checked;
+
+  /**
+   * The waiting room's fields, only with the box ticked; the line opens with the
+   * sale unless the admin says earlier. With a waiting room the sale requires a
+   * ticket (the server insists), so the ticket box is ticked and held.
+   */
+  function showQueueFields() {
+    const on = f.waiting_room.checked;
+    field(form, "queue-opens-field").hidden = !on;
+    field(form, "admit-rate-field").hidden = !on;
+    if (on && !f.queue_opens_at.value) f.queue_opens_at.value = f.starts_at.value;
+    if (opened) return;
+    if (on) {
+      if (!f.requires_ticket.disabled) ticketChoice = f.requires_ticket.checked;
+      f.requires_ticket.checked = true;
+      f.requires_ticket.disabled = true;
+      f.requires_ticket.setAttribute("aria-describedby", "edit-waiting-room-help");
+    } else if (f.requires_ticket.disabled) {
+      f.requires_ticket.checked = ticketChoice;
+      f.requires_ticket.disabled = false;
+      f.requires_ticket.removeAttribute("aria-describedby");
+    }
+  }
+  f.waiting_room.addEventListener("change", showQueueFields);
+  showQueueFields();
 
   /** The form's values as the API takes them; errors by field for the rest. */
   function read() {
@@ -35,6 +75,7 @@ export function adminSalePage() {
       payment_window_s: parseUnits(f.payment_window_s.value),
       requires_ticket: f.requires_ticket.checked,
       rebuy_after_expiry: f.rebuy_after_expiry.checked,
+      waiting_room: f.waiting_room.checked,
     };
     if (!values.name) errors.name = "Give the sale a name.";
     if (values.price_cents === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
@@ -47,10 +88,33 @@ export function adminSalePage() {
       // Minutes as the form shows them: unchanged unless the admin changed them.
       else values[name] = f[name].value === toLocalInput(new Date(f[name].dataset.iso)) ? f[name].dataset.iso : at.toISOString();
     }
+    // The line's settings only with a waiting room (unticking it drops them).
+    if (values.waiting_room) {
+      const opens = f.queue_opens_at;
+      const at = new Date(opens.value);
+      if (Number.isNaN(at.getTime())) errors.queue_opens_at = "Pick when the line opens.";
+      else {
+        // Unchanged as above; the opening's own minute is the opening itself.
+        if (opens.dataset.iso && opens.value === toLocalInput(new Date(opens.dataset.iso))) values.queue_opens_at = opens.dataset.iso;
+        else if (opens.value === f.starts_at.value && values.starts_at) values.queue_opens_at = values.starts_at;
+        else values.queue_opens_at = at.toISOString();
+        if (values.starts_at && new Date(values.queue_opens_at) > new Date(values.starts_at)) errors.queue_opens_at = QUEUE_OPENS_HINT;
+      }
+      values.admit_per_second = parseUnits(f.admit_per_second.value);
+      if (values.admit_per_second === null || values.admit_per_second < 1 || values.admit_per_second > MAX_ADMIT_PER_SECOND) {
+        errors.admit_per_second = ADMIT_RATE_HINT;
+      }
+    }
     return { values, errors };
   }
 
   const initial = read().values;
+  revalidateOnInput(form, () => {
+    const { errors } = read();
+    // Every field fixed: the form's "check the fields" goes too.
+    if (!Object.keys(errors).length && editMessage.classList.contains("is-error")) setText(editMessage, "");
+    return errors;
+  });
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -43,7 +43,10 @@ export function refusalOf(res) {
       return { max_per_user: MAX_PER_USER_HINT };
     case "invalid_waiting_room":
       if (message.includes("admit_per_second must") || message.includes("needs admit_per_second")) return { admit_per_second: ADMIT_RATE_HINT };
+      if (message.includes("needs queue_opens_at")) return { queue_opens_at: "Pick when the line opens." };
       if (message.includes("queue_opens_at")) return { queue_opens_at: QUEUE_OPENS_HINT };
+      // An edit that keeps the waiting room but drops the ticket.
+      if (message.includes("requires a ticket")) return { waiting_room: "A sale with a waiting room requires a purchase ticket." };
       return null;
     case "invalid_stock":
     case "stock_too_large":
