@@ -37,6 +37,9 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         None => (String::new(), Vec::new(), Vec::new()),
     };
     let aim = aim(&args, &target, &admin).await?;
+    if let (true, Some(db)) = (args.waiting_room, &db) {
+        return crate::waiting::run(&args, &target, db, &admin, &user_ids, tokens, &aim).await;
+    }
     let plan = Arc::new(plan(&args, &target, &admin, &aim, tokens).await?);
     if let Some(file) = &args.prepare_only {
         return prepare_only(&args, &target, &plan, file).await;
@@ -110,6 +113,10 @@ async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
         check_opens_at(args.mode(), at, Utc::now())?;
     }
     anyhow::ensure!(
+        !args.waiting_room || args.mode() == Mode::Storm,
+        "--waiting-room is for storm (the line is joined before the opening)"
+    );
+    anyhow::ensure!(
         Conn::new(target.clone(), REQUEST_TIMEOUT)
             .send(&Request::HEALTHZ)
             .await
@@ -153,7 +160,7 @@ pub struct Aim {
     path: String,
     body: Option<Vec<u8>>,
     pub opens_at: Option<DateTime<Utc>>,
-    release_at: Option<Instant>,
+    pub release_at: Option<Instant>,
 }
 
 async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Aim> {
@@ -210,7 +217,12 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
                     };
                     let opens =
                         opens_at.unwrap_or_else(|| Utc::now() - chrono::Duration::seconds(5));
-                    prepare::create_sale(target, admin, stock, opens, args.tickets).await?
+                    // --waiting-room: the line opens now, the sale at the opening.
+                    let room = args.waiting_room.then(|| prepare::WaitingRoom {
+                        opens_at: Utc::now() - chrono::Duration::seconds(5),
+                        admit_per_second: args.admit_per_second,
+                    });
+                    prepare::create_sale(target, admin, stock, opens, args.tickets, room).await?
                 }
             };
             Ok(Aim {
