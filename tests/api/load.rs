@@ -523,10 +523,39 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
     assert_eq!(left, 0, "the line's Redis keys are gone");
 }
 
-/// `--waiting-room` is for a storm on a sale the run makes.
+/// `--waiting-room` is for a storm on a sale the run makes; with `--prepare-only
+/// --warm-up` (scripts/bench-queue) it writes the join and every user is in line.
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
     let app = spawn_app().await;
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("queue-{}.tokens", uuid::Uuid::new_v4().simple()));
+    let (status, _, stderr) = load_text(
+        &app,
+        &format!(
+            "storm --waiting-room --users 20 --opens-in 60 --prepare-only {} --warm-up",
+            file.display()
+        ),
+    )
+    .await;
+    assert!(status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let path = text.lines().next().unwrap();
+    let sale: i64 = path
+        .strip_prefix("/api/sales/")
+        .and_then(|p| p.strip_suffix("/queue"))
+        .expect(path)
+        .parse()
+        .unwrap();
+    assert_eq!(text.lines().count(), 21, "the path, then 20 tokens");
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(app.sale_keys(sale).queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 20, "every user joined in the warm-up");
+
     let (status, _, stderr) = load(&app, "repeat --waiting-room --users 5").await;
     assert!(!status.success());
     assert!(stderr.contains("--waiting-room is for storm"), "{stderr}");

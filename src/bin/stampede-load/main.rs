@@ -123,8 +123,10 @@ pub struct LoadArgs {
     /// (`GET .../queue/me`, gently: often only when its turn is near) and buys with
     /// its admission's ticket when admitted. Prints joins/s, admissions/s against the
     /// set pace, passes and purchases, and checks the waiting room's invariants in
-    /// Postgres (see "Rehearse a sale" in docs/operations.md).
-    #[arg(long, conflicts_with_all = ["sale", "poll", "prepare_only", "tickets"])]
+    /// Postgres (see "Rehearse a sale" in docs/operations.md). With --prepare-only:
+    /// the request written is the join (`POST /api/sales/{id}/queue`), and with
+    /// --warm-up every user is in the line (scripts/bench-queue).
+    #[arg(long, conflicts_with_all = ["sale", "poll", "tickets"])]
     pub waiting_room: bool,
     /// With --waiting-room: shoppers admitted a second from the opening (1 to 100000).
     #[arg(long, default_value_t = 1000, requires = "waiting_room",

@@ -37,7 +37,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         None => (String::new(), Vec::new(), Vec::new()),
     };
     let aim = aim(&args, &target, &admin).await?;
-    if let (true, Some(db)) = (args.waiting_room, &db) {
+    if let (true, Some(db), None) = (args.waiting_room, &db, &args.prepare_only) {
         return crate::waiting::run(&args, &target, db, &admin, &user_ids, tokens, &aim).await;
     }
     let plan = Arc::new(plan(&args, &target, &admin, &aim, tokens).await?);
@@ -225,11 +225,17 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
                     prepare::create_sale(target, admin, stock, opens, args.tickets, room).await?
                 }
             };
+            // --waiting-room --prepare-only: the request an outside generator sends
+            // is the join.
+            let path = match args.waiting_room {
+                true => format!("/api/sales/{sale}/queue"),
+                false => format!("/api/sales/{sale}/purchase"),
+            };
             Ok(Aim {
                 sale: Some(sale),
                 opens_at,
                 release_at: opens_at.map(release_instant).transpose()?,
-                ..aim(format!("/api/sales/{sale}/purchase"))
+                ..aim(path)
             })
         }
     }
@@ -271,7 +277,7 @@ async fn plan(
         tokens,
         addresses,
         ticket_path,
-        keys: aim.sale.is_some() && !args.no_keys,
+        keys: aim.sale.is_some() && !args.no_keys && !args.waiting_room,
     })
 }
 
