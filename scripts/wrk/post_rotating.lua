@@ -5,7 +5,8 @@
 -- JSON body after the path ("/api/polls/7/votes {"option_id":12}"), every
 -- request sends it. $BENCH_OFFSET (default 0) says where in the list to start.
 -- With $BENCH_KEYS=1 every request carries an Idempotency-Key of its own (the
--- purchase's retry key: "b" and the request's place in the list).
+-- purchase's retry key: "b" and the request's place in the list). $BENCH_METHOD
+-- (default POST) is the method of every request (GET: no body is sent).
 local f = assert(io.open(os.getenv("BENCH_TOKENS")))
 local path, body = f:read("*l"):match("^(%S+) ?(.*)$")
 local tokens, paths = {}, {}
@@ -17,7 +18,8 @@ for line in f:lines() do
 end
 f:close()
 local headers = {}
-if body == "" then
+local method = os.getenv("BENCH_METHOD") or "POST"
+if body == "" or method == "GET" then
   body = nil -- wrk.format then sends no body and no Content-Length
 else
   headers["Content-Type"] = "application/json"
@@ -34,7 +36,7 @@ local function format(k)
   if with_keys then
     headers["Idempotency-Key"] = "b" .. k
   end
-  return wrk.format("POST", paths[k], headers, body)
+  return wrk.format(method, paths[k], headers, body)
 end
 
 -- The first $BENCH_PREFORMAT requests from the offset (default: up to 100,000) are

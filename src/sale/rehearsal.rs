@@ -39,7 +39,7 @@ pub struct Cleaned {
 }
 
 /// Removes every rehearsal sale with its orders, payments, stock changes, admin
-/// changes and Redis keys, and every rehearsal user nothing else names (see the
+/// changes, waiting-room places and admissions and Redis keys, and every rehearsal user nothing else names (see the
 /// module's note for the order). Never touches a sale or user that is not a
 /// rehearsal one. Safe while nothing runs against those sales; an open one is
 /// removed too (its buyers then get 404).
@@ -67,6 +67,15 @@ pub async fn cleanup(db: &PgPool, redis: &mut Redis, keys: &Keys) -> Result<Clea
     .execute(&mut *tx)
     .await?;
     sqlx::query("DELETE FROM admin_changes WHERE sale_id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    // A waiting room's line and admissions (no foreign key names the sale).
+    sqlx::query("DELETE FROM queue_places WHERE sale_id = ANY($1)")
+        .bind(&ids)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM queue_admissions WHERE sale_id = ANY($1)")
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
@@ -114,7 +123,8 @@ pub async fn cleanup(db: &PgPool, redis: &mut Redis, keys: &Keys) -> Result<Clea
 }
 
 /// Every key of each sale's hash tag in this namespace: its state (meta, stock,
-/// buyers, orders stream, pending, changes, units, sold, rebuild token), its
+/// buyers, orders stream, pending, changes, units, sold, rebuild token, the waiting
+/// room's line, state, admissions and joins stream), its
 /// per-sale rate-limit keys and its cached record. Found with `SCAN` on the node of
 /// its slot, plus the known names (so a key a scan could miss is removed anyway).
 async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result<(), AppError> {
@@ -133,6 +143,11 @@ async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result
             k.rebuild,
             k.units,
             k.sold,
+            k.queue,
+            k.queue_state,
+            k.queue_open,
+            k.queue_admitted,
+            k.queue_joins,
             keys.sale_view(sale),
         ]);
         names.sort();

@@ -427,3 +427,142 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
         "the real sale keeps its order"
     );
 }
+
+/// `storm --waiting-room`: 300 users join the line of a 50-unit sale before its
+/// opening, follow their standing, and the 50 admitted (at the head of the line, at
+/// the set pace) buy with their admission's ticket; the other 250 end sold out.
+/// Every check holds, storm's and the waiting room's, and `--cleanup` then removes
+/// the line from Postgres and Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitted() {
+    let app = spawn_app().await;
+    let (status, report, stderr) = load(
+        &app,
+        "storm --waiting-room --admit-per-second 200 --users 300 --stock 50 --opens-in 2 \
+         --concurrency 32",
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(answers(&report, "join 200 waiting"), 300, "{report:#}");
+    assert_eq!(answers(&report, "purchase 202"), 50, "{report:#}");
+    assert_eq!(answers(&report, "queue/me 200 sold_out"), 250, "{report:#}");
+    let names: Vec<String> = checks(&report).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "no 5xx",
+            "every standing final",
+            "nobody accepted twice",
+            "accepted = min(stock, buyers)",
+            "stock left = stock - accepted",
+            "units per buyer = keys accepted",
+            "every accepted order in Postgres, once",
+            "every order's buyer was admitted",
+            "nobody admitted twice",
+            "admissions follow the line order",
+            "admissions never ahead of the pace",
+            "orders = units sold",
+        ],
+        "{report:#}"
+    );
+    assert!(checks(&report).iter().all(|(_, ok)| *ok), "{report:#}");
+    let wr = &report["waiting_room"];
+    assert_eq!(wr["joined"], 300, "{wr:#}");
+    assert_eq!(wr["joined_before_opening"], true, "{wr:#}");
+    assert_eq!(wr["admitted"], 50, "{wr:#}");
+    assert_eq!(wr["purchases"], 50, "{wr:#}");
+    assert_eq!(wr["passes"], 0, "{wr:#}");
+    assert_eq!(
+        wr["standings"],
+        json!({"bought": 50, "sold_out": 250}),
+        "{wr:#}"
+    );
+
+    // What the report says, seen independently.
+    let sale = report["sale"].as_i64().unwrap();
+    let waiting_room: bool = sqlx::query_scalar("SELECT waiting_room FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert!(waiting_room, "the run's sale has a waiting room");
+    assert_eq!(app.orders_in_db(sale).await.len(), 50);
+    let (places, admissions): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+                (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
+    )
+    .bind(sale)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((places, admissions), (300, 50));
+
+    // --cleanup removes the line too: its rows and its Redis keys.
+    let (status, _, stderr) = load_text(&app, "--cleanup --json").await;
+    assert!(status.success(), "{stderr}");
+    let (places, admissions): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+                (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
+    )
+    .bind(sale)
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!((places, admissions), (0, 0));
+    let k = app.sale_keys(sale);
+    let left: i64 = redis::cmd("EXISTS")
+        .arg(&k.queue)
+        .arg(&k.queue_state)
+        .arg(&k.queue_open)
+        .arg(&k.queue_admitted)
+        .arg(&k.queue_joins)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the line's Redis keys are gone");
+}
+
+/// `--waiting-room` is for a storm on a sale the run makes; with `--prepare-only
+/// --warm-up` (scripts/bench-queue) it writes the join and every user is in line.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
+    let app = spawn_app().await;
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("queue-{}.tokens", uuid::Uuid::new_v4().simple()));
+    let (status, _, stderr) = load_text(
+        &app,
+        &format!(
+            "storm --waiting-room --users 20 --opens-in 60 --prepare-only {} --warm-up",
+            file.display()
+        ),
+    )
+    .await;
+    assert!(status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let path = text.lines().next().unwrap();
+    let sale: i64 = path
+        .strip_prefix("/api/sales/")
+        .and_then(|p| p.strip_suffix("/queue"))
+        .expect(path)
+        .parse()
+        .unwrap();
+    assert_eq!(text.lines().count(), 21, "the path, then 20 tokens");
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(app.sale_keys(sale).queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 20, "every user joined in the warm-up");
+
+    let (status, _, stderr) = load(&app, "repeat --waiting-room --users 5").await;
+    assert!(!status.success());
+    assert!(stderr.contains("--waiting-room is for storm"), "{stderr}");
+    let (status, _, stderr) = load(&app, "storm --waiting-room --sale 1 --users 5").await;
+    assert!(!status.success());
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (status, _, stderr) = load(&app, "storm --admit-per-second 10 --users 5").await;
+    assert!(!status.success());
+    assert!(stderr.contains("--waiting-room"), "{stderr}");
+}

@@ -10,7 +10,9 @@
 //! Modes: `storm` (every user tries once, all released at the opening), `repeat`
 //! (users keep trying for `--seconds`), `soldout` (a sale with no stock), `vote`
 //! (users keep voting in a poll) and `healthz` (a trivial route: how fast this
-//! generator itself is, to compare with `wrk`).
+//! generator itself is, to compare with `wrk`). `storm --waiting-room` rehearses a
+//! sale with a waiting room: join, follow the line, buy when admitted
+//! (`waiting.rs`).
 //!
 //! A client, not part of the server: it is a binary of its own over the library's
 //! public types (`Config`, the token key and claims, `Id`), so the server's library
@@ -23,6 +25,7 @@ mod prepare;
 mod progress;
 mod report;
 mod run;
+mod waiting;
 
 use std::path::PathBuf;
 
@@ -115,6 +118,20 @@ pub struct LoadArgs {
     /// the run makes then requires tickets; latency is that of the pair.
     #[arg(long, conflicts_with = "prepare_only")]
     pub tickets: bool,
+    /// Storm: the sale the run makes has a waiting room (issue 29) whose line opens
+    /// now: every user joins it before the opening, then follows its standing
+    /// (`GET .../queue/me`, gently: often only when its turn is near) and buys with
+    /// its admission's ticket when admitted. Prints joins/s, admissions/s against the
+    /// set pace, passes and purchases, and checks the waiting room's invariants in
+    /// Postgres (see "Rehearse a sale" in docs/operations.md). With --prepare-only:
+    /// the request written is the join (`POST /api/sales/{id}/queue`), and with
+    /// --warm-up every user is in the line (scripts/bench-queue).
+    #[arg(long, conflicts_with_all = ["sale", "poll", "tickets"])]
+    pub waiting_room: bool,
+    /// With --waiting-room: shoppers admitted a second from the opening (1 to 100000).
+    #[arg(long, default_value_t = 1000, requires = "waiting_room",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub admit_per_second: u32,
     /// Send purchases without an `Idempotency-Key` (by default each purchase has a
     /// new one, and a storm retries an ambiguous answer with the same key).
     #[arg(long)]

@@ -90,21 +90,27 @@ pub async fn call(
     Ok(serde_json::from_slice(&resp.body)?)
 }
 
+/// A sale's waiting room as the run makes it: its line opens at `opens_at` and
+/// admits `admit_per_second` from the sale's opening.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitingRoom {
+    pub opens_at: DateTime<Utc>,
+    pub admit_per_second: u32,
+}
+
 /// A new rehearsal sale with `stock` units, open from `starts_at` for an hour: never
-/// on a public page or list, removed by `stampede load --cleanup`.
+/// on a public page or list, removed by `stampede load --cleanup`. With a waiting
+/// room it sells only to shoppers admitted from its line (and so requires tickets:
+/// an admission is one).
 pub async fn create_sale(
     target: &Target,
     admin: &str,
     stock: i64,
     starts_at: DateTime<Utc>,
     requires_ticket: bool,
+    waiting_room: Option<WaitingRoom>,
 ) -> anyhow::Result<i64> {
-    let sale = call(
-        target,
-        "POST",
-        "/api/admin/sales",
-        admin,
-        Some(&json!({
+    let mut body = json!({
             "name": format!("Load test {}", Utc::now().format("%H:%M:%S")),
             "description": "Made by stampede load.",
             "price_cents": 100,
@@ -115,9 +121,13 @@ pub async fn create_sale(
             // is one more request per buyer (and one HMAC per purchase).
             "requires_ticket": requires_ticket,
             "rehearsal": true,
-        })),
-    )
-    .await?;
+    });
+    if let Some(room) = waiting_room {
+        body["waiting_room"] = json!(true);
+        body["queue_opens_at"] = json!(room.opens_at);
+        body["admit_per_second"] = json!(room.admit_per_second);
+    }
+    let sale = call(target, "POST", "/api/admin/sales", admin, Some(&body)).await?;
     sale["id"]
         .as_i64()
         .ok_or_else(|| anyhow::anyhow!("no sale id in {sale}"))

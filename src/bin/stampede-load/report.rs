@@ -12,15 +12,29 @@ use crate::checks::Check;
 use crate::fire::{Seen, UserSeen};
 use crate::progress::Progress;
 use crate::run::Aim;
+use crate::waiting::WaitingRoomReport;
 use crate::{LoadArgs, Mode};
 
 #[derive(Serialize)]
-struct Latency {
+pub struct Latency {
     p50_ms: f64,
     p90_ms: f64,
     p99_ms: f64,
     p999_ms: f64,
     max_ms: f64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Latency {
+        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+        Latency {
+            p50_ms: ms(0.50),
+            p90_ms: ms(0.90),
+            p99_ms: ms(0.99),
+            p999_ms: ms(0.999),
+            max_ms: h.max() as f64 / 1000.0,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -41,6 +55,9 @@ pub struct Report {
     first_answer_at: Option<DateTime<Utc>>,
     latency: Latency,
     answers: BTreeMap<String, u64>,
+    /// `storm --waiting-room`: the line's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting_room: Option<WaitingRoomReport>,
     checks: Vec<Check>,
     pub ok: bool,
 }
@@ -98,7 +115,6 @@ impl Report {
     ) -> Report {
         let latency = &merged.latency;
         let requests = latency.len();
-        let ms = |q: f64| latency.value_at_quantile(q) as f64 / 1000.0;
         Report {
             mode: args.mode(),
             url: args.url.clone(),
@@ -111,18 +127,45 @@ impl Report {
             requests_per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
             opens_at: aim.opens_at,
             first_answer_at: merged.first_answer_at,
-            latency: Latency {
-                p50_ms: ms(0.50),
-                p90_ms: ms(0.90),
-                p99_ms: ms(0.99),
-                p999_ms: ms(0.999),
-                max_ms: latency.max() as f64 / 1000.0,
-            },
+            latency: Latency::of(latency),
             answers: progress
                 .counts()
                 .iter()
                 .map(|(k, n)| (k.label(), *n))
                 .collect(),
+            waiting_room: None,
+            ok: checks.iter().all(|c| c.ok),
+            checks,
+        }
+    }
+
+    /// The report of `storm --waiting-room`: every request of the run (joins,
+    /// standings, purchases, the line's numbers), its answers by phase
+    /// (`join 200 waiting`, `queue/me 200 admitted`, `purchase 202`, ...).
+    pub fn waiting_room(
+        args: &LoadArgs,
+        aim: &Aim,
+        elapsed: Duration,
+        latency: &Histogram<u64>,
+        answers: BTreeMap<String, u64>,
+        checks: Vec<Check>,
+        waiting_room: WaitingRoomReport,
+    ) -> Report {
+        Report {
+            mode: args.mode(),
+            url: args.url.clone(),
+            sale: aim.sale,
+            poll: None,
+            users: args.users,
+            concurrency: args.concurrency,
+            requests: latency.len(),
+            seconds: elapsed.as_secs_f64(),
+            requests_per_second: latency.len() as f64 / elapsed.as_secs_f64().max(1e-9),
+            opens_at: aim.opens_at,
+            first_answer_at: None,
+            latency: Latency::of(latency),
+            answers,
+            waiting_room: Some(waiting_room),
             ok: checks.iter().all(|c| c.ok),
             checks,
         }
@@ -166,6 +209,9 @@ pub fn print_text(r: &Report) {
     for (kind, n) in &r.answers {
         println!("  {n:>9}  {kind}");
     }
+    if let Some(w) = &r.waiting_room {
+        print_waiting_room(w);
+    }
     let limited = r.answers.get("429 rate_limited").copied().unwrap_or(0);
     if limited * 2 > r.requests {
         println!(
@@ -185,4 +231,43 @@ pub fn print_text(r: &Report) {
             );
         }
     }
+}
+
+fn print_waiting_room(w: &WaitingRoomReport) {
+    println!("waiting room:");
+    println!(
+        "  joins:       {} in {:.2} s = {:.0}/s (p50 {:.2} ms, p99 {:.2} ms){}",
+        w.joined,
+        w.join_seconds,
+        w.joins_per_second,
+        w.join_latency.p50_ms,
+        w.join_latency.p99_ms,
+        if w.joined_before_opening {
+            ", all before the opening"
+        } else {
+            ", NOT all before the opening"
+        }
+    );
+    println!(
+        "  admissions:  {} in {:.2} s from the opening = {:.0}/s (set: {}/s; never more than the units left)",
+        w.admitted, w.admission_seconds, w.admissions_per_second, w.admit_per_second
+    );
+    println!(
+        "  standings:   {} GET queue/me (at most {} by one user; p50 {:.2} ms, p99 {:.2} ms)",
+        w.polls, w.polls_per_user_max, w.poll_latency.p50_ms, w.poll_latency.p99_ms
+    );
+    println!(
+        "  purchases:   {} accepted (p50 {:.2} ms, p99 {:.2} ms); passes: {}",
+        w.purchases, w.purchase_latency.p50_ms, w.purchase_latency.p99_ms, w.passes
+    );
+    println!(
+        "  after {:.2} s of following: {}",
+        w.follow_seconds,
+        w.standings
+            .iter()
+            .map(|(s, n)| format!("{n} {s}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!("  line: {}", w.line);
 }

@@ -37,6 +37,9 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         None => (String::new(), Vec::new(), Vec::new()),
     };
     let aim = aim(&args, &target, &admin).await?;
+    if let (true, Some(db), None) = (args.waiting_room, &db, &args.prepare_only) {
+        return crate::waiting::run(&args, &target, db, &admin, &user_ids, tokens, &aim).await;
+    }
     let plan = Arc::new(plan(&args, &target, &admin, &aim, tokens).await?);
     if let Some(file) = &args.prepare_only {
         return prepare_only(&args, &target, &plan, file).await;
@@ -110,6 +113,10 @@ async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
         check_opens_at(args.mode(), at, Utc::now())?;
     }
     anyhow::ensure!(
+        !args.waiting_room || args.mode() == Mode::Storm,
+        "--waiting-room is for storm (the line is joined before the opening)"
+    );
+    anyhow::ensure!(
         Conn::new(target.clone(), REQUEST_TIMEOUT)
             .send(&Request::HEALTHZ)
             .await
@@ -153,7 +160,7 @@ pub struct Aim {
     path: String,
     body: Option<Vec<u8>>,
     pub opens_at: Option<DateTime<Utc>>,
-    release_at: Option<Instant>,
+    pub release_at: Option<Instant>,
 }
 
 async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Aim> {
@@ -210,14 +217,25 @@ async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Result<Ai
                     };
                     let opens =
                         opens_at.unwrap_or_else(|| Utc::now() - chrono::Duration::seconds(5));
-                    prepare::create_sale(target, admin, stock, opens, args.tickets).await?
+                    // --waiting-room: the line opens now, the sale at the opening.
+                    let room = args.waiting_room.then(|| prepare::WaitingRoom {
+                        opens_at: Utc::now() - chrono::Duration::seconds(5),
+                        admit_per_second: args.admit_per_second,
+                    });
+                    prepare::create_sale(target, admin, stock, opens, args.tickets, room).await?
                 }
+            };
+            // --waiting-room --prepare-only: the request an outside generator sends
+            // is the join.
+            let path = match args.waiting_room {
+                true => format!("/api/sales/{sale}/queue"),
+                false => format!("/api/sales/{sale}/purchase"),
             };
             Ok(Aim {
                 sale: Some(sale),
                 opens_at,
                 release_at: opens_at.map(release_instant).transpose()?,
-                ..aim(format!("/api/sales/{sale}/purchase"))
+                ..aim(path)
             })
         }
     }
@@ -259,7 +277,7 @@ async fn plan(
         tokens,
         addresses,
         ticket_path,
-        keys: aim.sale.is_some() && !args.no_keys,
+        keys: aim.sale.is_some() && !args.no_keys && !args.waiting_room,
     })
 }
 
