@@ -1,92 +1,120 @@
--- A shopper's place in a sale's waiting room (see src/sale/queue.rs): joining it
--- (ARGV[4] = '1': one place per account, the same answer however often it joins),
--- and where the shopper stands, in one call.
+-- Shoppers' places in a sale's waiting room (see src/sale/queue.rs), a batch of
+-- them in one call: joining (one place per account, the same answer however often
+-- it joins) or only reading, and where each stands.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run, wr = admissions a second,
 -- q_opens_ms)   KEYS[2] stock counter   KEYS[3] line (sorted set user -> place)
 -- KEYS[4] queue state hash (head, seq, joins, ...)   KEYS[5] joins stream (copied
 -- to Postgres by the admitter)   KEYS[6] admissions open (user -> expiry ms)
 -- KEYS[7] admissions ever (user -> expiry ms)   KEYS[8] buyers set
--- ARGV[1] user id   ARGV[2] the place of an early joiner: a random integer in
--- [1, 2^52) drawn by the server   ARGV[3] now in ms ('' = the Redis clock)
--- ARGV[4] '1' to join, '0' only to read
+-- ARGV[1] now in ms ('' = the Redis clock), then per shopper: user id, the place
+-- it takes if it joins before the opening (a random integer in [1, 2^52) drawn by
+-- the server), '1' to join or '0' only to read
 -- A place is a score: everyone who joins before the opening holds a random one
 -- below 2^52 (so the line's early part is in random order, whenever they came);
 -- a later joiner holds 2^52 + n, n counting the late joins (arrival order).
--- Returns {code, value, state, position, ahead, expiry ms, waiting, now ms,
--- starts_ms, admissions a second}; code:
+-- Returns {now ms, starts_ms, admissions a second, waiting}, then per shopper
+-- {code, value, state, position, ahead, expiry ms}; code:
 --   0 done (value 1: this call took a new place, else 0), then the standing:
 --     state 0 not in line, 1 waiting, 2 admitted (until expiry), 3 passed
 --     (admitted, never bought, expired), 4 bought, 5 sold out (waiting, no unit
 --     left); position: 1-based place (0: none); ahead: people still waiting before
---     this one (-1 before the opening: the early order is drawn then); waiting:
---     people not yet reached by admission
+--     this one (-1 before the opening: the early order is drawn then)
 --   2 the line does not open yet (value = ms until it does)   3 ended or closed
 --   4 not loaded   5 sold out   6 recovering   13 the sale has no waiting room
+-- waiting: people not yet reached by admission, after this batch's joins.
+local n = (#ARGV - 1) / 3
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'wr', 'q_opens_ms')
-local now = clock_ms(ARGV[3])
-local function refused(code, value)
-  return {code, value, 0, 0, 0, 0, 0, now, 0, 0}
+local now = clock_ms(ARGV[1])
+local out = {now, 0, 0, 0}
+local function all(code)
+  for _ = 1, n do
+    out[#out + 1] = code
+    for _ = 1, 5 do
+      out[#out + 1] = 0
+    end
+  end
+  return out
 end
 if not meta[1] then
-  return refused(4, 0)
+  return all(4)
 end
 if not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
-  return refused(6, 0)
+  return all(6)
 end
 local rate = tonumber(meta[5]) or 0
 if rate <= 0 then
-  return refused(13, 0)
+  return all(13)
 end
 local starts = tonumber(meta[1])
-local user = ARGV[1]
-local place = redis.call('ZSCORE', KEYS[3], user)
-local new = 0
-if not place and ARGV[4] == '1' then
-  if meta[3] == '1' or now >= tonumber(meta[2]) then
-    return refused(3, 0)
-  end
-  local opens = math.min(tonumber(meta[6]) or starts, starts)
-  if now < opens then
-    return refused(2, opens - now)
-  end
-  if tonumber(redis.call('GET', KEYS[2])) <= 0 then
-    return refused(5, 0)
-  end
-  if now < starts then
-    place = ARGV[2]
-  else
-    place = string.format('%.0f', 4503599627370496 + redis.call('HINCRBY', KEYS[4], 'seq', 1))
-  end
-  redis.call('ZADD', KEYS[3], place, user)
-  redis.call('HINCRBY', KEYS[4], 'joins', 1)
-  redis.call('XADD', KEYS[5], '*', 'u', user, 'p', place, 't', now)
-  new = 1
-end
-
-local function standing(state, position, ahead, expiry, waiting)
-  return {0, new, state, position, ahead, expiry, waiting, now, starts, rate}
-end
+out[2], out[3] = starts, rate
+local ended = meta[3] == '1' or now >= tonumber(meta[2])
+local opens = math.min(tonumber(meta[6]) or starts, starts)
+local stock = tonumber(redis.call('GET', KEYS[2]))
 local head = redis.call('HGET', KEYS[4], 'head')
 local after_head = head and ('(' .. head) or '-inf'
-local waiting = redis.call('ZCOUNT', KEYS[3], after_head, '+inf')
-local position = place and redis.call('ZCOUNT', KEYS[3], '-inf', place) or 0
-if redis.call('SISMEMBER', KEYS[8], user) == 1 then
-  return standing(4, position, 0, 0, waiting)
-end
-if redis.call('HEXISTS', KEYS[7], user) == 1 then
-  local expiry = tonumber(redis.call('ZSCORE', KEYS[6], user))
-  if expiry and expiry > now then
-    return standing(2, position, 0, expiry, waiting)
+
+-- Joins first, in order (a user twice in the batch holds one place).
+local places, new = {}, {}
+local refusal = {}
+for i = 1, n do
+  local user = ARGV[2 + (i - 1) * 3]
+  local place = redis.call('ZSCORE', KEYS[3], user)
+  if not place and ARGV[4 + (i - 1) * 3] == '1' then
+    if ended then
+      refusal[i] = {3, 0}
+    elseif now < opens then
+      refusal[i] = {2, opens - now}
+    elseif stock <= 0 then
+      refusal[i] = {5, 0}
+    else
+      if now < starts then
+        place = ARGV[3 + (i - 1) * 3]
+      else
+        place = string.format('%.0f', 4503599627370496 + redis.call('HINCRBY', KEYS[4], 'seq', 1))
+      end
+      redis.call('ZADD', KEYS[3], place, user)
+      redis.call('HINCRBY', KEYS[4], 'joins', 1)
+      redis.call('XADD', KEYS[5], '*', 'u', user, 'p', place, 't', now)
+      new[i] = 1
+    end
   end
-  return standing(3, position, 0, 0, waiting)
+  places[i] = place
 end
-if not place then
-  return standing(0, 0, 0, 0, waiting)
+
+-- Then where each stands.
+out[4] = redis.call('ZCOUNT', KEYS[3], after_head, '+inf')
+local function standing(i, state, position, ahead, expiry)
+  local o = #out
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+    0, new[i] or 0, state, position, ahead, expiry
 end
-if tonumber(redis.call('GET', KEYS[2])) <= 0 then
-  return standing(5, position, 0, 0, waiting)
+for i = 1, n do
+  local user = ARGV[2 + (i - 1) * 3]
+  local place = places[i]
+  if refusal[i] then
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+      refusal[i][1], refusal[i][2], 0, 0, 0, 0
+  else
+    local position = place and redis.call('ZCOUNT', KEYS[3], '-inf', place) or 0
+    if redis.call('SISMEMBER', KEYS[8], user) == 1 then
+      standing(i, 4, position, 0, 0)
+    elseif redis.call('HEXISTS', KEYS[7], user) == 1 then
+      local expiry = tonumber(redis.call('ZSCORE', KEYS[6], user))
+      if expiry and expiry > now then
+        standing(i, 2, position, 0, expiry)
+      else
+        standing(i, 3, position, 0, 0)
+      end
+    elseif not place then
+      standing(i, 0, 0, 0, 0)
+    elseif stock <= 0 then
+      standing(i, 5, position, 0, 0)
+    elseif now < starts then
+      standing(i, 1, position, -1, 0)
+    else
+      standing(i, 1, position, redis.call('ZCOUNT', KEYS[3], after_head, '(' .. place), 0)
+    end
+  end
 end
-if now < starts then
-  return standing(1, position, -1, 0, waiting)
-end
-return standing(1, position, redis.call('ZCOUNT', KEYS[3], after_head, '(' .. place), 0, waiting)
+return out

@@ -23,6 +23,8 @@ pub struct Worker {
     pub redis: Redis,
     pub buys: Arc<crate::batch::Batcher<crate::sale::buy::BuyDecider>>,
     pub votes: Arc<crate::batch::Batcher<crate::vote::cast::VoteDecider>>,
+    /// Joins and position queries of waiting rooms.
+    pub queue: Arc<crate::batch::Batcher<crate::sale::queue::QueueDecider>>,
 }
 
 pub struct AppState {

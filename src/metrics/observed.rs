@@ -29,6 +29,7 @@ const GAUGE_IDLE_SECS: u64 = 120;
 const REQUEST_SECONDS: &str = "stampede_http_request_duration_seconds";
 const BUY_BATCH: &str = "stampede_buy_batch_size";
 const VOTE_BATCH: &str = "stampede_vote_batch_size";
+const QUEUE_BATCH: &str = "stampede_queue_batch_size";
 const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
 const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
 const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
@@ -54,6 +55,7 @@ pub struct Observed {
     limits: RwLock<HashMap<String, [Counter; 3]>>,
     pub buy_batch_size: Histogram,
     pub vote_batch_size: Histogram,
+    pub queue_batch_size: Histogram,
     pub settle_batch_seconds: Histogram,
 }
 
@@ -76,6 +78,7 @@ impl Default for Observed {
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(SETTLE_SECONDS.into()), &seconds))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUY_BATCH.into()), &sizes))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(VOTE_BATCH.into()), &sizes))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(QUEUE_BATCH.into()), &sizes))
             .expect("non-empty bucket lists")
             .build_recorder();
         let describe = |name: &'static str, unit: Unit, help: &'static str| {
@@ -90,6 +93,11 @@ impl Default for Observed {
             BUY_BATCH,
             Unit::Count,
             "Purchases decided by one purchase script call.",
+        );
+        describe(
+            QUEUE_BATCH,
+            Unit::Count,
+            "Joins and position queries of a waiting room answered by one script call.",
         );
         describe(
             VOTE_BATCH,
@@ -147,6 +155,7 @@ impl Default for Observed {
             enabled: true,
             buy_batch_size: histogram(BUY_BATCH),
             vote_batch_size: histogram(VOTE_BATCH),
+            queue_batch_size: histogram(QUEUE_BATCH),
             settle_batch_seconds: histogram(SETTLE_SECONDS),
             handle: recorder.handle(),
             requests: RwLock::new(HashMap::new()),
@@ -165,6 +174,7 @@ impl Observed {
             enabled: false,
             buy_batch_size: Histogram::noop(),
             vote_batch_size: Histogram::noop(),
+            queue_batch_size: Histogram::noop(),
             settle_batch_seconds: Histogram::noop(),
             ..Observed::default()
         }

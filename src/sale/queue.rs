@@ -187,8 +187,93 @@ pub enum Place {
     Unavailable(Unavailable),
 }
 
-/// `lua/queue_place.lua`: with `join`, a place for `user` (the same one again if
-/// held); in any case, where `user` stands. One call.
+/// One shopper's ask of a batch: a place (`join`) or only where it stands.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub user: UserId,
+    pub join: bool,
+}
+
+/// `lua/queue_place.lua` for a batch of shoppers of one sale, in one call: each
+/// joins (with `join`: a place, the same one again if held) and reads where it
+/// stands. One answer per ask, in order.
+pub async fn places<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    asks: &[Ask],
+    now_ms: Option<i64>,
+) -> Result<Vec<Place>, AppError> {
+    let k = keys.sale(sale);
+    let mut call = QUEUE_PLACE.prepare_invoke();
+    call.key(&k.meta)
+        .key(&k.stock)
+        .key(&k.queue)
+        .key(&k.queue_state)
+        .key(&k.queue_joins)
+        .key(&k.queue_open)
+        .key(&k.queue_admitted)
+        .key(&k.buyers)
+        .arg(now_ms.map(|t| t.to_string()).unwrap_or_default());
+    for ask in asks {
+        // The early place: uniform in [1, 2^52), exact in a double.
+        let early: u64 = rand::random_range(1..(1u64 << 52));
+        call.arg(ask.user.get())
+            .arg(early)
+            .arg(if ask.join { "1" } else { "0" });
+    }
+    let reply: Vec<i64> = call.invoke_async(redis).await?;
+    let bad = || unexpected_reply("queue_place.lua", reply.len());
+    let [now, starts, rate, waiting] = reply.first_chunk::<4>().copied().ok_or_else(bad)?;
+    let rows = &reply[4..];
+    if rows.len() != asks.len() * 6 {
+        return Err(bad());
+    }
+    rows.chunks(6)
+        .map(|row| {
+            let &[code, value, state, position, ahead, expiry] = row else {
+                return Err(bad());
+            };
+            Ok(match code {
+                0 => {
+                    let state = match state {
+                        0 => QueueState::NotJoined,
+                        1 => QueueState::Waiting,
+                        2 => QueueState::Admitted,
+                        3 => QueueState::Passed,
+                        4 => QueueState::Bought,
+                        5 => QueueState::SoldOut,
+                        other => {
+                            return Err(unexpected_reply("queue_place.lua", ("state", other)));
+                        }
+                    };
+                    Place::Standing {
+                        new: value == 1,
+                        standing: Standing {
+                            state,
+                            position,
+                            ahead: (state == QueueState::Waiting && ahead >= 0).then_some(ahead),
+                            expires_ms: (state == QueueState::Admitted).then_some(expiry),
+                            waiting,
+                            now_ms: now,
+                            starts_ms: starts,
+                            admit_per_second: rate.max(1),
+                        },
+                    }
+                }
+                2 => Place::NotOpenYet { opens_in_ms: value },
+                3 => Place::Ended,
+                4 => Place::Unavailable(Unavailable::NotLoaded),
+                5 => Place::SoldOut,
+                6 => Place::Unavailable(Unavailable::Recovering),
+                13 => Place::Unavailable(Unavailable::NoWaitingRoom),
+                other => return Err(unexpected_reply("queue_place.lua", other)),
+            })
+        })
+        .collect()
+}
+
+/// [`places`] for one shopper.
 pub async fn place<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
@@ -197,72 +282,31 @@ pub async fn place<C: ConnectionLike>(
     join: bool,
     now_ms: Option<i64>,
 ) -> Result<Place, AppError> {
-    let k = keys.sale(sale);
-    // The early place: uniform in [1, 2^52), exact in a double.
-    let early: u64 = rand::random_range(1..(1u64 << 52));
-    let reply: Vec<i64> = QUEUE_PLACE
-        .key(&k.meta)
-        .key(&k.stock)
-        .key(&k.queue)
-        .key(&k.queue_state)
-        .key(&k.queue_joins)
-        .key(&k.queue_open)
-        .key(&k.queue_admitted)
-        .key(&k.buyers)
-        .arg(user.get())
-        .arg(early)
-        .arg(now_ms.map(|t| t.to_string()).unwrap_or_default())
-        .arg(if join { "1" } else { "0" })
-        .invoke_async(redis)
-        .await?;
-    let [
-        code,
-        value,
-        state,
-        position,
-        ahead,
-        expiry,
-        waiting,
-        now,
-        starts,
-        rate,
-    ] = reply[..]
-    else {
-        return Err(unexpected_reply("queue_place.lua", reply));
-    };
-    Ok(match code {
-        0 => {
-            let state = match state {
-                0 => QueueState::NotJoined,
-                1 => QueueState::Waiting,
-                2 => QueueState::Admitted,
-                3 => QueueState::Passed,
-                4 => QueueState::Bought,
-                5 => QueueState::SoldOut,
-                other => return Err(unexpected_reply("queue_place.lua", ("state", other))),
-            };
-            Place::Standing {
-                new: value == 1,
-                standing: Standing {
-                    state,
-                    position,
-                    ahead: (state == QueueState::Waiting && ahead >= 0).then_some(ahead),
-                    expires_ms: (state == QueueState::Admitted).then_some(expiry),
-                    waiting,
-                    now_ms: now,
-                    starts_ms: starts,
-                    admit_per_second: rate.max(1),
-                },
-            }
-        }
-        2 => Place::NotOpenYet { opens_in_ms: value },
-        3 => Place::Ended,
-        4 => Place::Unavailable(Unavailable::NotLoaded),
-        5 => Place::SoldOut,
-        6 => Place::Unavailable(Unavailable::Recovering),
-        13 => Place::Unavailable(Unavailable::NoWaitingRoom),
-        other => return Err(unexpected_reply("queue_place.lua", other)),
-    })
+    let mut one = places(redis, keys, sale, &[Ask { user, join }], now_ms).await?;
+    one.pop()
+        .ok_or_else(|| unexpected_reply("queue_place.lua", "no answer"))
+}
+
+/// Answers the joins and position queries of one sale in batches (see
+/// [`crate::batch`]): a storm of joins at the line's opening, or of pages asking
+/// where they stand, costs one script call per batch, like purchases.
+pub struct QueueDecider {
+    pub keys: Keys,
+}
+
+impl crate::batch::Decider for QueueDecider {
+    type Key = SaleId;
+    type Request = Ask;
+    type Reply = Place;
+
+    async fn decide(
+        &self,
+        mut redis: crate::redis_conn::Redis,
+        sale: SaleId,
+        batch: Vec<Ask>,
+    ) -> Result<Vec<Place>, AppError> {
+        places(&mut redis, &self.keys, sale, &batch, None).await
+    }
 }
 
 /// What one admission step did.

@@ -423,6 +423,20 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 sizes: |m| &m.observed.vote_batch_size,
             },
         ),
+        queue: Batcher::new(
+            crate::sale::queue::QueueDecider {
+                keys: state.keys.clone(),
+            },
+            redis.clone(),
+            max,
+            state.config.batch_in_flight,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.queue_batches,
+                requests: |m| &m.queue_batched,
+                sizes: |m| &m.observed.queue_batch_size,
+            },
+        ),
         redis,
     })
 }

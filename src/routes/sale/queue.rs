@@ -15,8 +15,8 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::sale::cached;
-use crate::sale::queue::{self, Place, QueueState, Standing, Unavailable};
-use crate::state::AppState;
+use crate::sale::queue::{self, Ask, Place, QueueState, Standing, Unavailable};
+use crate::state::{AppState, Worker};
 
 /// Where the signed-in shopper stands in a sale's waiting room.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -83,24 +83,30 @@ fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView 
     }
 }
 
-/// `lua/queue_place.lua` (joining with `join`): where the caller stands, or the
-/// refusal.
+/// `lua/queue_place.lua` (joining with `join`), through this worker's batch of the
+/// sale when there is one: where the caller stands, or the refusal.
 async fn place(
     state: &AppState,
+    worker: Option<&Worker>,
     sale: SaleId,
     user: UserId,
     join: bool,
 ) -> Result<Standing, AppError> {
-    match queue::place(
-        &mut state.redis.clone(),
-        &state.keys,
-        sale,
-        user,
-        join,
-        None,
-    )
-    .await?
-    {
+    let placed = match worker {
+        Some(w) => w.queue.submit(sale, Ask { user, join }).await?,
+        None => {
+            queue::place(
+                &mut state.redis.clone(),
+                &state.keys,
+                sale,
+                user,
+                join,
+                None,
+            )
+            .await?
+        }
+    };
+    match placed {
         Place::Standing { new, standing } => {
             if new {
                 Metrics::inc(&state.metrics.queue_joins);
@@ -141,11 +147,12 @@ fn answer(view: QueueView) -> HttpResponse {
 ))]
 pub(super) async fn join(
     state: web::Data<AppState>,
+    worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let s = place(&state, sale, user.id, true).await?;
+    let s = place(&state, Some(&worker), sale, user.id, true).await?;
     Ok(answer(view(&state, sale, user.id, s)))
 }
 
@@ -162,11 +169,12 @@ pub(super) async fn join(
 ))]
 pub(super) async fn me(
     state: web::Data<AppState>,
+    worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let s = place(&state, sale, user.id, false).await?;
+    let s = place(&state, Some(&worker), sale, user.id, false).await?;
     Ok(answer(view(&state, sale, user.id, s)))
 }
 
@@ -183,7 +191,7 @@ pub(super) async fn admission_ticket(
     if !row.waiting_room {
         return Ok(None);
     }
-    let s = place(state, sale, user, false).await?;
+    let s = place(state, None, sale, user, false).await?;
     match (s.state, s.expires_ms) {
         (QueueState::Admitted, Some(e)) => Ok(Some((state.tickets.issue(sale, user, e), e))),
         (QueueState::SoldOut, _) => Err(sold_out()),
