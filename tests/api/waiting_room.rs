@@ -189,3 +189,484 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
     assert_eq!(view["line"]["admitted"], 3, "{view}");
     assert_eq!(view["line"]["passed"], 1, "{view}");
 }
+
+/// The 2^52 of `src/sale/queue.rs`: every early place is below it, a late joiner's
+/// place is 2^52 + n.
+const LATE_PLACES: i64 = 1 << 52;
+
+/// One join as the client saw it.
+struct JoinRecord {
+    user: i64,
+    sent: tokio::time::Instant,
+    answered: tokio::time::Instant,
+    status: StatusCode,
+    body: Value,
+}
+
+/// Every user of `users` joins once, `concurrency` at a time.
+async fn join_many(
+    app: &TestApp,
+    sale: i64,
+    users: &[User],
+    concurrency: usize,
+) -> Vec<JoinRecord> {
+    use futures_util::stream::{self, StreamExt};
+    stream::iter(users.iter().map(|u| async move {
+        let sent = tokio::time::Instant::now();
+        let resp = join(app, sale, u).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        JoinRecord {
+            user: u.id,
+            sent,
+            answered: tokio::time::Instant::now(),
+            status,
+            body,
+        }
+    }))
+    .buffer_unordered(concurrency)
+    .collect()
+    .await
+}
+
+/// The line, head first: (user, place).
+async fn line_of(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
+    let raw: Vec<(i64, f64)> = redis::cmd("ZRANGE")
+        .arg(app.sale_keys(sale).queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
+}
+
+/// The admissions Postgres holds: (user, expires_at in ms).
+async fn admissions_in_db(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
+         FROM queue_admissions WHERE sale_id = $1",
+    )
+    .bind(sale)
+    .fetch_all(&app.db)
+    .await
+    .unwrap()
+}
+
+/// A ticket signed with the server's key for any user, good for a minute: it
+/// passes the ticket check, so only the purchase script's admission check is left.
+fn signed_ticket(app: &TestApp, sale: i64, user: i64) -> String {
+    use stampede::domain::Id;
+    app.state.tickets.issue(
+        Id::new(sale).unwrap(),
+        Id::new(user).unwrap(),
+        chrono::Utc::now().timestamp_millis() + 60_000,
+    )
+}
+
+/// What a sale holds now: units left, buyers, pending orders, orders in Postgres.
+async fn taken(app: &TestApp, sale: i64) -> (i64, Vec<i64>, i64, usize) {
+    let mut buyers = app.buyers(sale).await;
+    buyers.sort_unstable();
+    let pending: i64 = redis::cmd("HLEN")
+        .arg(app.sale_keys(sale).pending)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    (
+        app.stock_left(sale).await,
+        buyers,
+        pending,
+        app.orders_in_db(sale).await.len(),
+    )
+}
+
+/// Issue 29's main scenario: 10,000 shoppers join before the opening, 2,000 after,
+/// 500 units at 200 admissions a second, each admission good for 3 s. Shoppers buy
+/// as soon as they are admitted, except every account whose id ends in 0, which
+/// lets its admission pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_sold_out() {
+    const EARLY: usize = 10_000;
+    const LATE: usize = 2_000;
+    const UNITS: i64 = 500;
+    const RATE: i64 = 200;
+    const LIFE_MS: i64 = 3_000;
+    let started = std::time::Instant::now();
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(LIFE_MS as u64)).await;
+    let admin = app.admin().await;
+    // The line is open; the sale opens when the admin opens it (below), after the
+    // early joins.
+    let sale = waiting_room_sale(&app, &admin, UNITS, 1_800_000, RATE).await;
+    let users = app.create_users(EARLY + LATE, false).await;
+    let (early, late) = users.split_at(EARLY);
+    let k = app.sale_keys(sale);
+    let skips = |user: i64| user % 10 == 0;
+
+    // 10,000 join before the opening: all in line, no order yet.
+    let early_joins = join_many(&app, sale, early, 64).await;
+    println!("{EARLY} early joins in {:.1?}", started.elapsed());
+    for j in &early_joins {
+        assert_eq!(j.status, StatusCode::OK, "user {}: {}", j.user, j.body);
+        assert_eq!(j.body["state"], "waiting", "{}", j.body);
+        assert_eq!(
+            j.body["ahead"],
+            Value::Null,
+            "drawn at the opening: {}",
+            j.body
+        );
+        assert_eq!(j.body["position"], Value::Null, "{}", j.body);
+    }
+
+    // A watcher: never more admissions open than units left (read atomically).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (redis, k, stop) = (app.redis.clone(), k.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut samples = 0u64;
+            let mut broken = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (left, open): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .get(&k.stock)
+                    .zcard(&k.queue_open)
+                    .query_async(&mut redis.clone())
+                    .await
+                    .unwrap();
+                samples += 1;
+                if open > left {
+                    broken.push((open, left));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (samples, broken)
+        })
+    };
+
+    // The opening; then 2,000 more join while admission runs.
+    let resp = app.open_sale(&admin, sale).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let starts_ms: i64 = redis::cmd("HGET")
+        .arg(&k.meta)
+        .arg("starts_ms")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let opened = std::time::Instant::now();
+
+    // Bots: the 50 last early joiners in line order can never be admitted (10,000
+    // ahead of 500 units); a purchase with a ticket the server signed is refused
+    // by the purchase script, nothing taken.
+    let line_early = line_of(&app, sale).await;
+    assert_eq!(line_early.len(), EARLY);
+    let bots: Vec<i64> = line_early[EARLY - 50..].iter().map(|(u, _)| *u).collect();
+    let by_id: std::collections::HashMap<i64, &User> = users.iter().map(|u| (u.id, u)).collect();
+    let bot_answers = futures_util::future::join_all(bots.iter().map(|&b| {
+        let (app, by_id) = (&app, &by_id);
+        async move {
+            let resp = buy_with_ticket(app, sale, by_id[&b], &signed_ticket(app, sale, b)).await;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap();
+            (status, body)
+        }
+    }));
+
+    // Shoppers: every admitted account buys with its ticket from queue/me at once,
+    // except those that skip.
+    let shoppers = async {
+        let mut seen = std::collections::HashSet::new();
+        let mut buys = tokio::task::JoinSet::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let open: Vec<i64> = redis::cmd("ZRANGE")
+                .arg(&k.queue_open)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut app.redis.clone())
+                .await
+                .unwrap();
+            for u in open {
+                if !seen.insert(u) || skips(u) {
+                    continue;
+                }
+                let (client, base, token) = (
+                    app.client.clone(),
+                    app.address.clone(),
+                    by_id[&u].token.clone(),
+                );
+                buys.spawn(async move {
+                    let m: Value = client
+                        .get(format!("{base}/api/sales/{sale}/queue/me"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(m["state"], "admitted", "user {u}: {m}");
+                    let resp = client
+                        .post(format!("{base}/api/sales/{sale}/purchase"))
+                        .bearer_auth(&token)
+                        .json(&json!({ "ticket": m["ticket"] }))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = resp.status();
+                    (u, status, resp.text().await.unwrap())
+                });
+            }
+            if app.stock_left(sale).await == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not sold out after 60 s: {} units left",
+                app.stock_left(sale).await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        buys.join_all().await
+    };
+    let (late_joins, bought, bot_answers) =
+        tokio::join!(join_many(&app, sale, late, 64), shoppers, bot_answers);
+    let sold_out_in = opened.elapsed();
+    println!(
+        "sold out {sold_out_in:.1?} after the opening ({:.1?} in all)",
+        started.elapsed()
+    );
+
+    // Every admitted shopper who bought got its unit: never more admitted than left.
+    for (u, status, body) in &bought {
+        assert_eq!(*status, StatusCode::ACCEPTED, "admitted user {u}: {body}");
+    }
+    assert_eq!(bought.len() as i64, UNITS, "one purchase per unit");
+    let mut refused = 0;
+    for (status, body) in &bot_answers {
+        match (status.as_u16(), body["error"].as_str()) {
+            (403, Some("not_admitted")) => refused += 1,
+            (410, Some("sold_out")) => {}
+            other => panic!("a purchase without an admission answered {other:?}: {body}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "no bot was refused not_admitted: {bot_answers:?}"
+    );
+    for j in &late_joins {
+        assert_eq!(j.status, StatusCode::OK, "user {}: {}", j.user, j.body);
+        assert!(
+            matches!(j.body["state"].as_str(), Some("waiting" | "sold_out")),
+            "{}",
+            j.body
+        );
+    }
+
+    // The skipped admissions expire and pass.
+    tokio::time::sleep(Duration::from_millis(LIFE_MS as u64 + 500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (samples, broken) = watcher.await.unwrap();
+    assert!(
+        broken.is_empty(),
+        "admissions open > units left (open, left): {broken:?} of {samples} samples"
+    );
+
+    // Orders: exactly 500 in Postgres, stock arithmetic exact in both stores.
+    let orders = app.wait_for_orders(sale, UNITS as usize).await;
+    assert_eq!(orders.len() as i64, UNITS);
+    let (left, buyers, pending, _) = taken(&app, sale).await;
+    assert_eq!(left, 0);
+    assert_eq!(pending, 0);
+    assert_eq!(buyers.len() as i64, UNITS);
+    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left + buyers.len() as i64, total);
+    let mut order_users: Vec<i64> = orders.iter().map(|(_, u)| *u).collect();
+    order_users.sort_unstable();
+    assert_eq!(order_users, buyers, "Postgres buyers == Redis buyers");
+    let mut accepted: Vec<i64> = bought.iter().map(|(u, _, _)| *u).collect();
+    accepted.sort_unstable();
+    assert_eq!(accepted, buyers, "every 202 once in both stores");
+
+    // Admissions: once per account, the same in both stores; every buyer admitted;
+    // the admitted who did not buy are exactly those that skipped.
+    let admissions = admissions_in_db(&app, sale).await;
+    let admitted: std::collections::HashSet<i64> = admissions.iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        admitted.len(),
+        admissions.len(),
+        "one admission per account"
+    );
+    let admitted_in_redis: i64 = redis::cmd("HLEN")
+        .arg(&k.queue_admitted)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(admitted_in_redis, admissions.len() as i64);
+    for b in &buyers {
+        assert!(admitted.contains(b), "buyer {b} has no admission");
+    }
+    let mut passed: Vec<i64> = admitted
+        .iter()
+        .copied()
+        .filter(|u| buyers.binary_search(u).is_err())
+        .collect();
+    passed.sort_unstable();
+    let mut skipped: Vec<i64> = admitted.iter().copied().filter(|u| skips(*u)).collect();
+    skipped.sort_unstable();
+    assert_eq!(
+        passed, skipped,
+        "the admitted who did not buy are the skippers"
+    );
+    let n = admissions.len();
+    println!("{n} admitted, {} passed", passed.len());
+
+    // The line: one place per account; the early joiners below 2^52, the late ones
+    // 2^52 + 1..=2,000; every join copied to Postgres with its place.
+    let line = line_of(&app, sale).await;
+    assert_eq!(line.len(), EARLY + LATE, "one place per account");
+    let mut early_ids: Vec<i64> = line[..EARLY].iter().map(|(u, _)| *u).collect();
+    early_ids.sort_unstable();
+    let mut expected: Vec<i64> = early.iter().map(|u| u.id).collect();
+    expected.sort_unstable();
+    assert_eq!(early_ids, expected, "the early joiners first");
+    assert!(
+        line[..EARLY]
+            .iter()
+            .all(|(_, p)| (1..LATE_PLACES).contains(p))
+    );
+    let late_places: Vec<i64> = line[EARLY..].iter().map(|(_, p)| p - LATE_PLACES).collect();
+    assert_eq!(late_places, (1..=LATE as i64).collect::<Vec<_>>());
+    let place: std::collections::HashMap<i64, i64> = line.iter().copied().collect();
+    // Late joiners in arrival order: a join answered before another was sent is
+    // ahead of it.
+    for b in &late_joins {
+        for a in late_joins.iter().filter(|a| a.answered < b.sent) {
+            assert!(
+                place[&a.user] < place[&b.user],
+                "late user {} joined before {} but stands behind",
+                a.user,
+                b.user
+            );
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let copied: Vec<(i64, f64)> = loop {
+        let rows: Vec<(i64, f64)> =
+            sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
+                .bind(sale)
+                .fetch_all(&app.db)
+                .await
+                .unwrap();
+        if rows.len() >= EARLY + LATE || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(copied.len(), EARLY + LATE, "every join copied once");
+    for (u, p) in &copied {
+        assert_eq!(place[u], *p as i64, "user {u}'s place in Postgres");
+    }
+
+    // Admissions follow the line exactly: by admission time (its expiry minus the
+    // life, Redis clock), then place, they are the line's first n.
+    let mut in_order: Vec<(i64, i64, i64)> = admissions
+        .iter()
+        .map(|(u, e)| (e - LIFE_MS, place[u], *u))
+        .collect();
+    in_order.sort_unstable();
+    let admitted_order: Vec<i64> = in_order.iter().map(|(_, _, u)| *u).collect();
+    let head: Vec<i64> = line[..n].iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        admitted_order, head,
+        "admitted in line order, nobody skipped"
+    );
+
+    // The early part is drawn, not arrival order: an early joiner's arrival earns
+    // nothing. Of the n admitted (all early joiners), about half arrived in the
+    // first half (a binomial(n, 1/2): 0.3 n to 0.7 n is beyond 9 standard
+    // deviations), and the line is not the arrival order.
+    let mut arrival: Vec<&JoinRecord> = early_joins.iter().collect();
+    arrival.sort_by_key(|j| j.sent);
+    let first_half: std::collections::HashSet<i64> =
+        arrival[..EARLY / 2].iter().map(|j| j.user).collect();
+    let lucky = admitted_order
+        .iter()
+        .filter(|u| first_half.contains(u))
+        .count();
+    assert!(
+        (n * 3 / 10..=n * 7 / 10).contains(&lucky),
+        "{lucky} of {n} admitted arrived in the first half: not a fair draw"
+    );
+    let arrival_order: Vec<i64> = arrival.iter().map(|j| j.user).collect();
+    let line_order: Vec<i64> = line[..EARLY].iter().map(|(u, _)| *u).collect();
+    assert_ne!(
+        line_order, arrival_order,
+        "the early line is the arrival order"
+    );
+
+    // The pace: credit starts at 0 at the opening and grows at RATE a second, so
+    // by any admission time t at most RATE * (t - opening) / 1000 were admitted,
+    // and in any span [t1, t2] at most RATE (one second's credit, its cap) plus
+    // RATE * (t2 - t1) / 1000.
+    let times: Vec<i64> = in_order.iter().map(|(t, _, _)| *t).collect();
+    assert!(times[0] >= starts_ms, "admitted before the opening");
+    for (i, t) in times.iter().enumerate() {
+        let by_t = times.partition_point(|x| x <= t) as i64;
+        assert!(
+            by_t * 1000 <= RATE * (t - starts_ms),
+            "{by_t} admitted by {} ms after the opening (rate {RATE}/s)",
+            t - starts_ms
+        );
+        for t2 in &times[i..] {
+            let within =
+                times.partition_point(|x| x <= t2) as i64 - times.partition_point(|x| x < t) as i64;
+            assert!(
+                within * 1000 <= RATE * 1000 + RATE * (t2 - t),
+                "{within} admitted within {} ms",
+                t2 - t
+            );
+        }
+    }
+
+    // After the sell-out: everyone still waiting hears sold_out, the line's numbers
+    // add up, and a newcomer cannot join.
+    let view: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    let total_line = (EARLY + LATE) as i64;
+    assert_eq!(
+        view["line"],
+        json!({
+            "line": total_line,
+            "served": n,
+            "waiting": total_line - n as i64,
+            "admitted": n,
+            "passed": passed.len(),
+            "open": 0,
+        }),
+        "{view}"
+    );
+    let waiting: Vec<i64> = line[n..].iter().map(|(u, _)| *u).collect();
+    for u in waiting.iter().step_by(40).chain(waiting.last()) {
+        let m = me(&app, sale, by_id[u]).await;
+        assert_eq!(m["state"], "sold_out", "user {u}: {m}");
+        assert_eq!(m["waiting"], total_line - n as i64, "{m}");
+    }
+    for u in passed.iter().take(20) {
+        assert_eq!(me(&app, sale, by_id[u]).await["state"], "passed");
+    }
+    for u in buyers.iter().take(20) {
+        assert_eq!(me(&app, sale, by_id[u]).await["state"], "bought");
+    }
+    let newcomer = app.user().await;
+    assert_error(
+        join(&app, sale, &newcomer).await,
+        StatusCode::GONE,
+        "sold_out",
+    )
+    .await;
+    println!("done in {:.1?}", started.elapsed());
+}
