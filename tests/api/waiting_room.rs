@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app_with};
+use crate::helpers::{TestApp, User, assert_error, patched, spawn_app, spawn_app_with};
 
 /// A sale with a waiting room whose line is open now and that opens in
 /// `starts_in_ms`, admitting `rate` a second: its id.
@@ -669,4 +669,374 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     )
     .await;
     println!("done in {:.1?}", started.elapsed());
+}
+
+/// The users in the sale's open admissions now.
+async fn open_admissions(app: &TestApp, sale: i64) -> Vec<i64> {
+    redis::cmd("ZRANGE")
+        .arg(app.sale_keys(sale).queue_open)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap()
+}
+
+/// A bot that joins a thousand times holds one place, and no purchase without an
+/// open admission takes anything, whatever ticket it carries; an admitted shopper
+/// buys once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(3000)).await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 2, 2000, 1000).await;
+    let users = app.create_users(5, false).await;
+    let bot = &users[0];
+    let k = app.sale_keys(sale);
+
+    // 1,000 joins of one account, 64 at a time: one place, the same answer each time.
+    let bots: Vec<&User> = std::iter::repeat_n(bot, 1000).collect();
+    let joins = {
+        use futures_util::stream::{self, StreamExt};
+        stream::iter(bots.iter().map(|u| async {
+            let resp = join(&app, sale, u).await;
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }))
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+    };
+    let first = &joins[0].1;
+    for (status, body) in &joins {
+        assert_eq!(*status, StatusCode::OK, "{body}");
+        assert_eq!(body, first, "the same answer every time");
+    }
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(&k.queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 1, "one place for 1,000 joins");
+    let joins_counted: i64 = redis::cmd("HGET")
+        .arg(&k.queue_state)
+        .arg("joins")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(joins_counted, 1);
+    for u in &users[1..] {
+        assert_eq!(join(&app, sale, u).await.status(), StatusCode::OK);
+    }
+    let before = taken(&app, sale).await;
+    assert_eq!(before, (2, vec![], 0, 0));
+
+    // Before the opening: no ticket, nothing.
+    assert_error(
+        app.purchase(sale, &bot.token).await,
+        StatusCode::PRECONDITION_REQUIRED,
+        "ticket_required",
+    )
+    .await;
+    assert_error(
+        buy_with_ticket(&app, sale, bot, &signed_ticket(&app, sale, bot.id)).await,
+        StatusCode::CONFLICT,
+        "not_started",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, before, "nothing taken");
+
+    // At the opening two are admitted (two units), three wait.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let admitted = loop {
+        let open = open_admissions(&app, sale).await;
+        if open.len() == 2 {
+            break open;
+        }
+        assert!(open.len() < 2, "more admitted than units: {open:?}");
+        assert!(tokio::time::Instant::now() < deadline, "nobody admitted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let by_id = |id: i64| users.iter().find(|u| u.id == id).unwrap();
+    let (buyer, idle) = (by_id(admitted[0]), by_id(admitted[1]));
+    let waiting = users.iter().find(|u| !admitted.contains(&u.id)).unwrap();
+    assert_eq!(me(&app, sale, waiting).await["state"], "waiting");
+    let buyer_ticket = me(&app, sale, buyer).await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let idle_ticket = me(&app, sale, idle).await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A waiting shopper: no ticket, a forged one, someone else's, one the server
+    // signed (only the purchase script's admission check is left): all refused,
+    // nothing taken.
+    assert_error(
+        app.purchase(sale, &waiting.token).await,
+        StatusCode::PRECONDITION_REQUIRED,
+        "ticket_required",
+    )
+    .await;
+    for forged in [
+        "forged",
+        "t1.not-a-signature",
+        &buyer_ticket[..buyer_ticket.len() - 2],
+    ] {
+        assert_error(
+            buy_with_ticket(&app, sale, waiting, forged).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_ticket",
+        )
+        .await;
+    }
+    assert_error(
+        buy_with_ticket(&app, sale, waiting, &buyer_ticket).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_ticket",
+    )
+    .await;
+    assert_error(
+        buy_with_ticket(&app, sale, waiting, &signed_ticket(&app, sale, waiting.id)).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        app.post(&format!("/api/sales/{sale}/ticket"), Some(&waiting.token))
+            .await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, before, "nothing taken");
+
+    // The admitted buyer buys once; again (its ticket, a fresh signed one) it is
+    // refused, nothing more taken.
+    let resp = buy_with_ticket(&app, sale, buyer, &buyer_ticket).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::ACCEPTED,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    for ticket in [buyer_ticket.clone(), signed_ticket(&app, sale, buyer.id)] {
+        let resp = buy_with_ticket(&app, sale, buyer, &ticket).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        println!("a second purchase of an admitted buyer: {status} {body}");
+        assert!(
+            matches!(
+                (status.as_u16(), body["error"].as_str()),
+                (409, Some("already_bought")) | (403, Some("not_admitted"))
+            ),
+            "a second purchase answered {status}: {body}"
+        );
+    }
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
+    let after_buy = taken(&app, sale).await;
+    assert_eq!(after_buy, (1, vec![buyer.id], 0, 1), "one unit taken, once");
+
+    // The idle admission expires: its ticket is refused, and a ticket the server
+    // signed too (the script finds no open admission); it passes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while me(&app, sale, idle).await["state"] != "passed" {
+        assert!(tokio::time::Instant::now() < deadline, "never passed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_error(
+        buy_with_ticket(&app, sale, idle, &idle_ticket).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "ticket_expired",
+    )
+    .await;
+    assert_error(
+        buy_with_ticket(&app, sale, idle, &signed_ticket(&app, sale, idle.id)).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        app.post(&format!("/api/sales/{sale}/ticket"), Some(&idle.token))
+            .await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        app.purchase(sale, &idle.token).await,
+        StatusCode::PRECONDITION_REQUIRED,
+        "ticket_required",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, after_buy, "nothing taken");
+    // Joining again changes nothing for the one who passed.
+    let again: Value = join(&app, sale, idle).await.json().await.unwrap();
+    assert_eq!(again["state"], "passed", "{again}");
+    let admissions = admissions_in_db(&app, sale).await;
+    assert!(admissions.iter().any(|(u, _)| *u == buyer.id));
+    assert!(admissions.iter().any(|(u, _)| *u == idle.id));
+}
+
+/// Joining and reading the line with bad input, and creating a waiting room with
+/// bad settings: clear 4xx JSON answers, nothing created.
+#[tokio::test]
+async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+
+    // A sale without a waiting room.
+    let plain = app.live_sale(&admin, 5).await;
+    assert_error(
+        join(&app, plain, &user).await,
+        StatusCode::CONFLICT,
+        "no_waiting_room",
+    )
+    .await;
+    assert_error(
+        app.get(&format!("/api/sales/{plain}/queue/me"), Some(&user.token))
+            .await,
+        StatusCode::CONFLICT,
+        "no_waiting_room",
+    )
+    .await;
+    // Unknown sale, bad ids.
+    assert_error(
+        join(&app, 424242, &user).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/sales/424242/queue/me", Some(&user.token))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    for bad in ["abc", "0", "-1", "1.5", "99999999999999999999999"] {
+        assert_error(
+            app.post(&format!("/api/sales/{bad}/queue"), Some(&user.token))
+                .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        )
+        .await;
+        assert_error(
+            app.get(&format!("/api/sales/{bad}/queue/me"), Some(&user.token))
+                .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        )
+        .await;
+    }
+    // Not signed in; a bad token.
+    let sale = waiting_room_sale(&app, &admin, 5, 60_000, 10).await;
+    for (token, code) in [
+        (None, "unauthorized"),
+        (Some("not-a-token"), "invalid_token"),
+    ] {
+        assert_error(
+            app.post(&format!("/api/sales/{sale}/queue"), token).await,
+            StatusCode::UNAUTHORIZED,
+            code,
+        )
+        .await;
+        assert_error(
+            app.get(&format!("/api/sales/{sale}/queue/me"), token).await,
+            StatusCode::UNAUTHORIZED,
+            code,
+        )
+        .await;
+    }
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(app.sale_keys(sale).queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 0, "nobody joined");
+    assert_eq!(me(&app, sale, &user).await["state"], "not_joined");
+
+    // A line that does not open yet: 409 with Retry-After; a closed sale: 410.
+    let now = chrono::Utc::now();
+    let later = app
+        .admin_create(
+            &admin,
+            "/api/admin/sales",
+            &json!({
+                "name": "Later phone", "price_cents": 500, "stock": 5,
+                "starts_at": now + chrono::Duration::seconds(600),
+                "ends_at": now + chrono::Duration::seconds(1200),
+                "waiting_room": true,
+                "queue_opens_at": now + chrono::Duration::seconds(300),
+                "admit_per_second": 10,
+            }),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let resp = join(&app, later, &user).await;
+    let retry: i64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&retry), "Retry-After {retry}");
+    assert_error(resp, StatusCode::CONFLICT, "queue_not_open").await;
+    assert_eq!(app.close_sale(&admin, sale).await.status(), StatusCode::OK);
+    assert_error(join(&app, sale, &user).await, StatusCode::GONE, "ended").await;
+
+    // Creation with bad waiting-room settings: 422 invalid_waiting_room, no sale.
+    let sales_before = app.count("SELECT count(*) FROM sales").await;
+    let starts = now + chrono::Duration::seconds(60);
+    let base = json!({
+        "name": "Bad room", "price_cents": 500, "stock": 5,
+        "starts_at": starts,
+        "ends_at": now + chrono::Duration::seconds(3600),
+        "waiting_room": true,
+        "queue_opens_at": now,
+        "admit_per_second": 10,
+    });
+    let mut bad = Vec::new();
+    let without = |field: &str| {
+        let mut b = base.clone();
+        b.as_object_mut().unwrap().remove(field);
+        b
+    };
+    bad.push(without("queue_opens_at"));
+    bad.push(without("admit_per_second"));
+    for patch in [
+        json!({ "admit_per_second": 0 }),
+        json!({ "admit_per_second": -1 }),
+        json!({ "admit_per_second": 100_001 }),
+        json!({ "queue_opens_at": starts + chrono::Duration::seconds(1) }),
+        json!({ "waiting_room": false }),
+    ] {
+        bad.push(patched(&base, &patch));
+    }
+    for body in &bad {
+        let resp = app
+            .post_json("/api/admin/sales", Some(&admin.token), body)
+            .await;
+        assert_error(
+            resp,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_waiting_room",
+        )
+        .await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM sales").await,
+        sales_before,
+        "nothing created"
+    );
+    // The edges are fine: the line opening with the sale, 1 and 100,000 a second.
+    for patch in [
+        json!({ "queue_opens_at": starts, "admit_per_second": 1 }),
+        json!({ "admit_per_second": 100_000 }),
+    ] {
+        app.admin_create(&admin, "/api/admin/sales", &patched(&base, &patch))
+            .await;
+    }
 }
