@@ -1,7 +1,7 @@
 //! The waiting room (issue 29) under faults: a line of a few hundred shoppers,
 //! admitted at a pace while they buy, and in the middle of the admissions a server
 //! killed with SIGKILL and restarted, Redis (AOF, `appendfsync always`) killed and
-//! restarted, or Redis wiped. Afterwards: places
+//! restarted, Redis wiped, or Postgres stopped for a moment. Afterwards: places
 //! kept, nobody admitted twice (the `queue_admissions` key, and Redis's admissions
 //! equal to Postgres's), no unit sold without an admission, and the purchase
 //! invariants of every scenario (`invariants.rs`).
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use stampede::domain::Id;
 use stampede::keys::SaleKeys;
 
-use crate::harness::{Fsync, Options, Stack, User};
+use crate::harness::{Fsync, Options, PgStop, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Op, Outcome, Record};
 
@@ -40,6 +40,8 @@ enum Fault {
     RestartRedis,
     /// `FLUSHALL`.
     WipeRedis,
+    /// Postgres stopped (fast) for seven seconds.
+    StopPostgres,
 }
 
 /// What the shoppers need, cloned into their tasks (the stack itself is changed by
@@ -367,7 +369,10 @@ async fn scenario(name: &str, fault: Fault) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let gap: Option<Duration> = Some(Duration::from_millis(20));
+    let gap = match fault {
+        Fault::StopPostgres => None,
+        _ => Some(Duration::from_millis(20)),
+    };
     let mut late = Some(tokio::spawn(late_joins(
         shop.clone(),
         users[EARLY..].to_vec(),
@@ -409,6 +414,13 @@ async fn scenario(name: &str, fault: Fault) {
             stack.flushall().await;
             wiped = Some(Instant::now());
             loss = AllowedLoss::SentBefore(Instant::now());
+        }
+        Fault::StopPostgres => {
+            stack.pg.stop(PgStop::Fast);
+            // Longer than the background pool's 5 s wait for a connection: the
+            // admitter's listing of sales gives up, and it steps the sales it knows.
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            stack.pg.start();
         }
     }
     println!("fault over at {:.1?}", fault_at.elapsed());
@@ -577,4 +589,9 @@ async fn waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admiss
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission() {
     scenario("wr-wipe", Fault::WipeRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_records_every_admission_when_postgres_stops_mid_admission() {
+    scenario("wr-pg-stop", Fault::StopPostgres).await;
 }
