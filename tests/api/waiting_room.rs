@@ -796,12 +796,17 @@ async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
         "invalid_ticket",
     )
     .await;
-    assert_error(
+    let refused = assert_error(
         buy_with_ticket(&app, sale, waiting, &signed_ticket(&app, sale, waiting.id)).await,
         StatusCode::FORBIDDEN,
         "not_admitted",
     )
     .await;
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("/queue/me") && !message.contains("  "),
+        "{message}"
+    );
     assert_error(
         app.post(&format!("/api/sales/{sale}/ticket"), Some(&waiting.token))
             .await,
