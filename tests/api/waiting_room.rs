@@ -7,7 +7,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, patched, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
+};
 
 /// A sale with a waiting room whose line is open now and that opens in
 /// `starts_in_ms`, admitting `rate` a second: its id.
@@ -280,6 +282,32 @@ async fn taken(app: &TestApp, sale: i64) -> (i64, Vec<i64>, i64, usize) {
         pending,
         app.orders_in_db(sale).await.len(),
     )
+}
+
+/// The pace of `lua/queue_admit.lua`: credit starts at 0 at the opening
+/// (`starts_ms`) and grows at `rate` a second, capped at one second's, and each
+/// admission spends one. So by any admission time t at most rate * (t - opening)
+/// / 1000 were admitted, and within any span [t1, t2] at most rate (the cap) plus
+/// rate * (t2 - t1) / 1000. `times`: the admission times (Redis clock), sorted.
+fn assert_pace(times: &[i64], starts_ms: i64, rate: i64) {
+    assert!(times[0] >= starts_ms, "admitted before the opening");
+    for (i, t) in times.iter().enumerate() {
+        let by_t = times.partition_point(|x| x <= t) as i64;
+        assert!(
+            by_t * 1000 <= rate * (t - starts_ms),
+            "{by_t} admitted by {} ms after the opening (rate {rate}/s)",
+            t - starts_ms
+        );
+        for t2 in &times[i..] {
+            let within =
+                times.partition_point(|x| x <= t2) as i64 - times.partition_point(|x| x < t) as i64;
+            assert!(
+                within * 1000 <= rate * 1000 + rate * (t2 - t),
+                "{within} admitted within {} ms (rate {rate}/s)",
+                t2 - t
+            );
+        }
+    }
 }
 
 /// Issue 29's main scenario: 10,000 shoppers join before the opening, 2,000 after,
@@ -614,24 +642,7 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     // and in any span [t1, t2] at most RATE (one second's credit, its cap) plus
     // RATE * (t2 - t1) / 1000.
     let times: Vec<i64> = in_order.iter().map(|(t, _, _)| *t).collect();
-    assert!(times[0] >= starts_ms, "admitted before the opening");
-    for (i, t) in times.iter().enumerate() {
-        let by_t = times.partition_point(|x| x <= t) as i64;
-        assert!(
-            by_t * 1000 <= RATE * (t - starts_ms),
-            "{by_t} admitted by {} ms after the opening (rate {RATE}/s)",
-            t - starts_ms
-        );
-        for t2 in &times[i..] {
-            let within =
-                times.partition_point(|x| x <= t2) as i64 - times.partition_point(|x| x < t) as i64;
-            assert!(
-                within * 1000 <= RATE * 1000 + RATE * (t2 - t),
-                "{within} admitted within {} ms",
-                t2 - t
-            );
-        }
-    }
+    assert_pace(&times, starts_ms, RATE);
 
     // After the sell-out: everyone still waiting hears sold_out, the line's numbers
     // add up, and a newcomer cannot join.
@@ -1044,4 +1055,76 @@ async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
         app.admin_create(&admin, "/api/admin/sales", &patched(&base, &patch))
             .await;
     }
+}
+
+/// Three servers step the same waiting room (every server runs an admitter): the
+/// script paces them together by the Redis clock, so the sale's rate holds, the
+/// line's order too, and nobody is admitted twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_twice() {
+    const JOINERS: usize = 600;
+    const RATE: i64 = 100;
+    const LIFE_MS: i64 = 60_000;
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(LIFE_MS as u64)).await;
+    let _second = spawn_sibling(&app, |_| {}).await;
+    let _third = spawn_sibling(&app, |_| {}).await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 1000, 1_800_000, RATE).await;
+    let users = app.create_users(JOINERS, false).await;
+    for j in join_many(&app, sale, &users, 32).await {
+        assert_eq!(j.status, StatusCode::OK, "{}", j.body);
+    }
+    assert_eq!(app.open_sale(&admin, sale).await.status(), StatusCode::OK);
+    let starts_ms: i64 = redis::cmd("HGET")
+        .arg(app.sale_keys(sale).meta)
+        .arg("starts_ms")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    // Everyone is admitted in about 6 s (1,000 units, nobody buys).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let admissions = loop {
+        let a = admissions_in_db(&app, sale).await;
+        if a.len() >= JOINERS {
+            break a;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {JOINERS} admitted after 30 s",
+            a.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(admissions.len(), JOINERS);
+    let in_redis: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
+        .arg(app.sale_keys(sale).queue_admitted)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let in_db: std::collections::HashMap<i64, i64> = admissions.iter().copied().collect();
+    assert_eq!(
+        in_redis, in_db,
+        "one admission each, the same in both stores"
+    );
+    let line = line_of(&app, sale).await;
+    let place: std::collections::HashMap<i64, i64> = line.iter().copied().collect();
+    let mut in_order: Vec<(i64, i64, i64)> = admissions
+        .iter()
+        .map(|(u, e)| (e - LIFE_MS, place[u], *u))
+        .collect();
+    in_order.sort_unstable();
+    let order: Vec<i64> = in_order.iter().map(|(_, _, u)| *u).collect();
+    let line_order: Vec<i64> = line.iter().map(|(u, _)| *u).collect();
+    assert_eq!(order, line_order, "admitted in line order");
+    let times: Vec<i64> = in_order.iter().map(|(t, _, _)| *t).collect();
+    assert_pace(&times, starts_ms, RATE);
+    let view: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        view["line"],
+        json!({
+            "line": JOINERS, "served": JOINERS, "waiting": 0,
+            "admitted": JOINERS, "passed": 0, "open": JOINERS,
+        }),
+        "{view}"
+    );
 }
