@@ -114,7 +114,8 @@ fn answer(view: QueueView) -> HttpResponse {
     (status = 409, description = "`queue_not_open` (with `Retry-After`: seconds until the line opens) or `no_waiting_room`", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `queue_not_open`: seconds until the line opens"))),
     (status = 410, description = "`ended` or `sold_out`", body = ErrorBody<'static>),
-    (status = 503, description = "`recovering`: the sale's state is being rebuilt (`Retry-After`)", body = ErrorBody<'static>),
+    (status = 503, description = "`recovering`: the sale's state is being rebuilt", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
 pub(super) async fn join(
     state: web::Data<AppState>,
@@ -153,7 +154,8 @@ pub(super) async fn join(
     (status = 200, description = "Where the caller stands (`not_joined` when not in line)", body = QueueView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`no_waiting_room`", body = ErrorBody<'static>),
-    (status = 503, description = "`recovering`: the sale's state is being rebuilt (`Retry-After`)", body = ErrorBody<'static>),
+    (status = 503, description = "`recovering`: the sale's state is being rebuilt", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
 pub(super) async fn me(
     state: web::Data<AppState>,
