@@ -516,6 +516,14 @@ async fn scenario(name: &str, fault: Fault) {
         .await
         .unwrap();
     if in_redis != admissions {
+        let unwritten: i64 = redis::cmd("XLEN")
+            .arg(&k.queue_admits)
+            .query_async(&mut stack.redis().await)
+            .await
+            .unwrap();
+        failures.push(format!(
+            "{unwritten} admissions still in the stream to Postgres"
+        ));
         let only_redis: Vec<_> = in_redis
             .iter()
             .filter(|(u, e)| admissions.get(u) != Some(e))
