@@ -134,21 +134,17 @@ for i = 1, n do
 end
 
 -- A sale with a waiting room sells only to shoppers admitted and not expired
--- (KEYS[9], see lua/queue_admit.lua); an accepted one's admission is used up.
+-- (KEYS[9], see lua/queue_admit.lua): `admitted[j]` for each buyer left; an
+-- accepted one's admission is used up. (Someone who bought already is told so.)
 local waiting_room = (tonumber(meta[6]) or 0) > 0
+local admitted = nil
 if waiting_room and #asking > 0 then
+  admitted = {}
   local expiry = batch_variadic('ZMSCORE', KEYS[9], users)
-  local still, still_users = {}, {}
-  for j, i in ipairs(asking) do
+  for j = 1, #users do
     local e = tonumber(expiry[j])
-    if e and e > now then
-      still[#still + 1] = i
-      still_users[#still_users + 1] = users[j]
-    else
-      code[i], value[i] = NOT_ADMITTED, 0
-    end
+    admitted[j] = e ~= nil and e > now
   end
-  asking, users = still, still_users
 end
 
 -- The batch's accepted orders, written as one stream entry (`record`, then
@@ -178,7 +174,9 @@ local function decide_units(per_user)
     local user = users[j]
     local q = quantity[i]
     local h = now_held[user] or tonumber(held[j]) or 0
-    if h + q > per_user then
+    if admitted and not admitted[j] then
+      code[i], value[i] = NOT_ADMITTED, 0
+    elseif h + q > per_user then
       code[i], value[i] = OVER_CAP, h
     elseif stock - taken <= 0 then
       code[i], value[i] = SOLD_OUT, 0
@@ -231,6 +229,8 @@ elseif #asking > 0 then
     local user = users[j]
     if bought[j] == 1 or accepted[user] then
       code[i], value[i] = ALREADY_BOUGHT, 0
+    elseif admitted and not admitted[j] then
+      code[i], value[i] = NOT_ADMITTED, 0
     elseif quantity[i] > 1 then
       -- More than one unit asked of a sale of one per customer.
       code[i], value[i] = OVER_CAP, 0

@@ -6,6 +6,10 @@
 -- (places at or before head), credit and last_ms (the pace), admitted, passed
 -- KEYS[5] admissions open (sorted set user -> expiry ms: admitted, not yet bought,
 -- not expired)   KEYS[6] admissions ever (hash user -> expiry ms)
+-- KEYS[7] admissions not yet written to Postgres (stream: one entry per admission,
+-- `u` user, `e` expiry ms; the admitter copies and deletes them, so an admission
+-- reaches Postgres even when the write right after this step fails or its server
+-- dies first)
 -- ARGV[1] now in ms ('' = the Redis clock)   ARGV[2] an admission's life in ms
 -- ARGV[3] most admitted by this call
 -- First, admissions past their life leave the open set: they passed. Then, once the
@@ -55,6 +59,7 @@ if k > 0 then
     -- Never twice: a place restored after a wipe may belong to someone admitted.
     if redis.call('HSETNX', KEYS[6], user, expires) == 1 then
       redis.call('ZADD', KEYS[5], expires, user)
+      redis.call('XADD', KEYS[7], '*', 'u', user, 'e', expires)
       out[#out + 1] = user
       out[#out + 1] = expires
       admitted = admitted + 1

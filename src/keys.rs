@@ -54,6 +54,8 @@ pub struct SaleKeys {
     pub queue_admitted: String,
     /// Stream of joins not yet copied to Postgres (`queue_places`).
     pub queue_joins: String,
+    /// Stream of admissions not yet written to Postgres (`queue_admissions`).
+    pub queue_admits: String,
 }
 
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
@@ -103,6 +105,7 @@ impl Keys {
             queue_open: format!("{base}:queue:open"),
             queue_admitted: format!("{base}:queue:admitted"),
             queue_joins: format!("{base}:queue:joins"),
+            queue_admits: format!("{base}:queue:admits"),
         }
     }
 

@@ -31,7 +31,8 @@
 //! **Durability.** Redis (AOF) holds the line; a restart keeps every place. Postgres
 //! keeps what a wipe must not lose: the admitter copies joins into `queue_places`
 //! (a few hundred ms behind) and writes every admission into `queue_admissions`
-//! right after giving it. A sale's rebuild after a wipe ([`restore`]) puts the line
+//! right after giving it (from a stream the admission step fills, so one whose
+//! write failed, or whose server died first, is written by a later step). A sale's rebuild after a wipe ([`restore`]) puts the line
 //! back from `queue_places`, every admission back as given (nobody is admitted a
 //! second time; one still running is open again), and the head after the last
 //! place admitted. A join in the last moments before a wipe that was not copied
@@ -335,6 +336,7 @@ pub async fn admit_step<C: ConnectionLike>(
         .key(&k.queue_state)
         .key(&k.queue_open)
         .key(&k.queue_admitted)
+        .key(&k.queue_admits)
         .arg(now_ms.map(|t| t.to_string()).unwrap_or_default())
         .arg(life_ms)
         .arg(ADMIT_MAX)
@@ -384,6 +386,59 @@ pub async fn record_admissions(
     .execute(db)
     .await?;
     Ok(())
+}
+
+/// Writes the admissions Redis gave and has not yet seen written (its admissions
+/// stream, filled by `lua/queue_admit.lua` in the step that gives them) into
+/// `queue_admissions`, then drops them from the stream. An admission whose write
+/// failed (Postgres down) or whose server died before it is written by the next
+/// step of any server. Returns how many were written.
+pub async fn copy_admissions<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+) -> Result<usize, AppError> {
+    let k = keys.sale(sale);
+    let mut copied = 0;
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(&k.queue_admits)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(COPY_BATCH)
+            .query_async(redis)
+            .await?;
+        if reply.ids.is_empty() {
+            return Ok(copied);
+        }
+        let mut admitted = Vec::with_capacity(reply.ids.len());
+        for entry in &reply.ids {
+            let field = |name: &str| {
+                entry
+                    .get::<String>(name)
+                    .and_then(|s| s.parse::<i64>().ok())
+            };
+            match (field("u").and_then(UserId::new), field("e")) {
+                (Some(u), Some(e)) => admitted.push((u, e)),
+                _ => {
+                    tracing::warn!(sale = %sale, id = %entry.id, "a malformed admission entry was dropped")
+                }
+            }
+        }
+        record_admissions(db, sale, &admitted).await?;
+        let ids: Vec<&str> = reply.ids.iter().map(|e| e.id.as_str()).collect();
+        let _: i64 = redis::cmd("XDEL")
+            .arg(&k.queue_admits)
+            .arg(&ids)
+            .query_async(redis)
+            .await?;
+        copied += ids.len();
+        if reply.ids.len() < COPY_BATCH {
+            return Ok(copied);
+        }
+    }
 }
 
 /// Copies the joins Redis holds and Postgres does not yet into `queue_places`,
@@ -622,7 +677,8 @@ pub const STEP_EVERY: Duration = Duration::from_millis(100);
 const LIST_EVERY: Duration = Duration::from_secs(2);
 
 /// Every [`STEP_EVERY`], for each active waiting room: copy its new joins into
-/// Postgres, then one admission step, whose admissions are written into Postgres.
+/// Postgres, then one admission step, then write into Postgres the admissions not
+/// yet written (this step's, and any a failed write or a dead server left).
 /// Every server runs it; the script paces them together.
 pub async fn admit_forever<C: ConnectionLike + Clone + Send>(
     db: PgPool,
@@ -670,9 +726,10 @@ pub async fn step_once<C: ConnectionLike>(
     let life_ms = i64::try_from(life.as_millis()).unwrap_or(i64::MAX).max(1);
     // Not in Redis, or not trusted: the sweep (or the next request) rebuilds it.
     if let Ok(step) = admit_step(redis, keys, sale, life_ms, None).await? {
-        record_admissions(db, sale, &step.admitted).await?;
         metrics.queue_admitted.add(step.admitted.len() as u64);
         metrics.queue_passed.add(step.passed.max(0) as u64);
     }
+    // This step's admissions, and any an earlier step could not write.
+    copy_admissions(db, redis, keys, sale).await?;
     Ok(())
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app_with};
+use crate::helpers::{
+    TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
+};
 
 /// A sale with a waiting room whose line is open now and that opens in
 /// `starts_in_ms`, admitting `rate` a second: its id.
@@ -188,4 +190,940 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
     assert_eq!(view["line"]["line"], 4, "{view}");
     assert_eq!(view["line"]["admitted"], 3, "{view}");
     assert_eq!(view["line"]["passed"], 1, "{view}");
+}
+
+/// The 2^52 of `src/sale/queue.rs`: every early place is below it, a late joiner's
+/// place is 2^52 + n.
+const LATE_PLACES: i64 = 1 << 52;
+
+/// One join as the client saw it.
+struct JoinRecord {
+    user: i64,
+    sent: tokio::time::Instant,
+    answered: tokio::time::Instant,
+    status: StatusCode,
+    body: Value,
+}
+
+/// Every user of `users` joins once, `concurrency` at a time.
+async fn join_many(
+    app: &TestApp,
+    sale: i64,
+    users: &[User],
+    concurrency: usize,
+) -> Vec<JoinRecord> {
+    use futures_util::stream::{self, StreamExt};
+    stream::iter(users.iter().map(|u| async move {
+        let sent = tokio::time::Instant::now();
+        let resp = join(app, sale, u).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        JoinRecord {
+            user: u.id,
+            sent,
+            answered: tokio::time::Instant::now(),
+            status,
+            body,
+        }
+    }))
+    .buffer_unordered(concurrency)
+    .collect()
+    .await
+}
+
+/// The line, head first: (user, place).
+async fn line_of(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
+    let raw: Vec<(i64, f64)> = redis::cmd("ZRANGE")
+        .arg(app.sale_keys(sale).queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
+}
+
+/// The admissions Postgres holds: (user, expires_at in ms).
+async fn admissions_in_db(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
+    sqlx::query_as(
+        "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
+         FROM queue_admissions WHERE sale_id = $1",
+    )
+    .bind(sale)
+    .fetch_all(&app.db)
+    .await
+    .unwrap()
+}
+
+/// A ticket signed with the server's key for any user, good for a minute: it
+/// passes the ticket check, so only the purchase script's admission check is left.
+fn signed_ticket(app: &TestApp, sale: i64, user: i64) -> String {
+    use stampede::domain::Id;
+    app.state.tickets.issue(
+        Id::new(sale).unwrap(),
+        Id::new(user).unwrap(),
+        chrono::Utc::now().timestamp_millis() + 60_000,
+    )
+}
+
+/// What a sale holds now: units left, buyers, pending orders, orders in Postgres.
+async fn taken(app: &TestApp, sale: i64) -> (i64, Vec<i64>, i64, usize) {
+    let mut buyers = app.buyers(sale).await;
+    buyers.sort_unstable();
+    let pending: i64 = redis::cmd("HLEN")
+        .arg(app.sale_keys(sale).pending)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    (
+        app.stock_left(sale).await,
+        buyers,
+        pending,
+        app.orders_in_db(sale).await.len(),
+    )
+}
+
+/// The pace of `lua/queue_admit.lua`: credit starts at 0 at the opening
+/// (`starts_ms`) and grows at `rate` a second, capped at one second's, and each
+/// admission spends one. So by any admission time t at most rate * (t - opening)
+/// / 1000 were admitted, and within any span [t1, t2] at most rate (the cap) plus
+/// rate * (t2 - t1) / 1000. `times`: the admission times (Redis clock), sorted.
+fn assert_pace(times: &[i64], starts_ms: i64, rate: i64) {
+    assert!(times[0] >= starts_ms, "admitted before the opening");
+    for (i, t) in times.iter().enumerate() {
+        let by_t = times.partition_point(|x| x <= t) as i64;
+        assert!(
+            by_t * 1000 <= rate * (t - starts_ms),
+            "{by_t} admitted by {} ms after the opening (rate {rate}/s)",
+            t - starts_ms
+        );
+        for t2 in &times[i..] {
+            let within =
+                times.partition_point(|x| x <= t2) as i64 - times.partition_point(|x| x < t) as i64;
+            assert!(
+                within * 1000 <= rate * 1000 + rate * (t2 - t),
+                "{within} admitted within {} ms (rate {rate}/s)",
+                t2 - t
+            );
+        }
+    }
+}
+
+/// Issue 29's main scenario: 10,000 shoppers join before the opening, 2,000 after,
+/// 500 units at 200 admissions a second, each admission good for 3 s. Shoppers buy
+/// as soon as they are admitted, except every account whose id ends in 0, which
+/// lets its admission pass.
+#[tokio::test(flavor = "multi_thread")]
+async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_sold_out() {
+    const EARLY: usize = 10_000;
+    const LATE: usize = 2_000;
+    const UNITS: i64 = 500;
+    const RATE: i64 = 200;
+    const LIFE_MS: i64 = 3_000;
+    let started = std::time::Instant::now();
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(LIFE_MS as u64)).await;
+    let admin = app.admin().await;
+    // The line is open; the sale opens when the admin opens it (below), after the
+    // early joins.
+    let sale = waiting_room_sale(&app, &admin, UNITS, 1_800_000, RATE).await;
+    let users = app.create_users(EARLY + LATE, false).await;
+    let (early, late) = users.split_at(EARLY);
+    let k = app.sale_keys(sale);
+    let skips = |user: i64| user % 10 == 0;
+
+    // 10,000 join before the opening: all in line, no order yet.
+    let early_joins = join_many(&app, sale, early, 64).await;
+    println!("{EARLY} early joins in {:.1?}", started.elapsed());
+    for j in &early_joins {
+        assert_eq!(j.status, StatusCode::OK, "user {}: {}", j.user, j.body);
+        assert_eq!(j.body["state"], "waiting", "{}", j.body);
+        assert_eq!(
+            j.body["ahead"],
+            Value::Null,
+            "drawn at the opening: {}",
+            j.body
+        );
+        assert_eq!(j.body["position"], Value::Null, "{}", j.body);
+    }
+
+    // A watcher: never more admissions open than units left (read atomically).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (redis, k, stop) = (app.redis.clone(), k.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut samples = 0u64;
+            let mut broken = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (left, open): (i64, i64) = redis::pipe()
+                    .atomic()
+                    .get(&k.stock)
+                    .zcard(&k.queue_open)
+                    .query_async(&mut redis.clone())
+                    .await
+                    .unwrap();
+                samples += 1;
+                if open > left {
+                    broken.push((open, left));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (samples, broken)
+        })
+    };
+
+    // The opening; then 2,000 more join while admission runs.
+    let resp = app.open_sale(&admin, sale).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let starts_ms: i64 = redis::cmd("HGET")
+        .arg(&k.meta)
+        .arg("starts_ms")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let opened = std::time::Instant::now();
+
+    // Bots: the 50 last early joiners in line order can never be admitted (10,000
+    // ahead of 500 units); a purchase with a ticket the server signed is refused
+    // by the purchase script, nothing taken.
+    let line_early = line_of(&app, sale).await;
+    assert_eq!(line_early.len(), EARLY);
+    let bots: Vec<i64> = line_early[EARLY - 50..].iter().map(|(u, _)| *u).collect();
+    let by_id: std::collections::HashMap<i64, &User> = users.iter().map(|u| (u.id, u)).collect();
+    let bot_answers = futures_util::future::join_all(bots.iter().map(|&b| {
+        let (app, by_id) = (&app, &by_id);
+        async move {
+            let resp = buy_with_ticket(app, sale, by_id[&b], &signed_ticket(app, sale, b)).await;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap();
+            (status, body)
+        }
+    }));
+
+    // Shoppers: every admitted account buys with its ticket from queue/me at once,
+    // except those that skip.
+    let shoppers = async {
+        let mut seen = std::collections::HashSet::new();
+        let mut buys = tokio::task::JoinSet::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let open: Vec<i64> = redis::cmd("ZRANGE")
+                .arg(&k.queue_open)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut app.redis.clone())
+                .await
+                .unwrap();
+            for u in open {
+                if !seen.insert(u) || skips(u) {
+                    continue;
+                }
+                let (client, base, token) = (
+                    app.client.clone(),
+                    app.address.clone(),
+                    by_id[&u].token.clone(),
+                );
+                buys.spawn(async move {
+                    let m: Value = client
+                        .get(format!("{base}/api/sales/{sale}/queue/me"))
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    assert_eq!(m["state"], "admitted", "user {u}: {m}");
+                    let resp = client
+                        .post(format!("{base}/api/sales/{sale}/purchase"))
+                        .bearer_auth(&token)
+                        .json(&json!({ "ticket": m["ticket"] }))
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = resp.status();
+                    (u, status, resp.text().await.unwrap())
+                });
+            }
+            if app.stock_left(sale).await == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not sold out after 60 s: {} units left",
+                app.stock_left(sale).await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        buys.join_all().await
+    };
+    let (late_joins, bought, bot_answers) =
+        tokio::join!(join_many(&app, sale, late, 64), shoppers, bot_answers);
+    let sold_out_in = opened.elapsed();
+    println!(
+        "sold out {sold_out_in:.1?} after the opening ({:.1?} in all)",
+        started.elapsed()
+    );
+
+    // Every admitted shopper who bought got its unit: never more admitted than left.
+    for (u, status, body) in &bought {
+        assert_eq!(*status, StatusCode::ACCEPTED, "admitted user {u}: {body}");
+    }
+    assert_eq!(bought.len() as i64, UNITS, "one purchase per unit");
+    let mut refused = 0;
+    for (status, body) in &bot_answers {
+        match (status.as_u16(), body["error"].as_str()) {
+            (403, Some("not_admitted")) => refused += 1,
+            (410, Some("sold_out")) => {}
+            other => panic!("a purchase without an admission answered {other:?}: {body}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "no bot was refused not_admitted: {bot_answers:?}"
+    );
+    for j in &late_joins {
+        assert_eq!(j.status, StatusCode::OK, "user {}: {}", j.user, j.body);
+        assert!(
+            matches!(j.body["state"].as_str(), Some("waiting" | "sold_out")),
+            "{}",
+            j.body
+        );
+    }
+
+    // The skipped admissions expire and pass.
+    tokio::time::sleep(Duration::from_millis(LIFE_MS as u64 + 500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (samples, broken) = watcher.await.unwrap();
+    assert!(
+        broken.is_empty(),
+        "admissions open > units left (open, left): {broken:?} of {samples} samples"
+    );
+
+    // Orders: exactly 500 in Postgres, stock arithmetic exact in both stores.
+    let orders = app.wait_for_orders(sale, UNITS as usize).await;
+    assert_eq!(orders.len() as i64, UNITS);
+    let (left, buyers, pending, _) = taken(&app, sale).await;
+    assert_eq!(left, 0);
+    assert_eq!(pending, 0);
+    assert_eq!(buyers.len() as i64, UNITS);
+    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(left + buyers.len() as i64, total);
+    let mut order_users: Vec<i64> = orders.iter().map(|(_, u)| *u).collect();
+    order_users.sort_unstable();
+    assert_eq!(order_users, buyers, "Postgres buyers == Redis buyers");
+    let mut accepted: Vec<i64> = bought.iter().map(|(u, _, _)| *u).collect();
+    accepted.sort_unstable();
+    assert_eq!(accepted, buyers, "every 202 once in both stores");
+
+    // Admissions: once per account, the same in both stores; every buyer admitted;
+    // the admitted who did not buy are exactly those that skipped.
+    let admissions = admissions_in_db(&app, sale).await;
+    let admitted: std::collections::HashSet<i64> = admissions.iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        admitted.len(),
+        admissions.len(),
+        "one admission per account"
+    );
+    let admitted_in_redis: i64 = redis::cmd("HLEN")
+        .arg(&k.queue_admitted)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(admitted_in_redis, admissions.len() as i64);
+    for b in &buyers {
+        assert!(admitted.contains(b), "buyer {b} has no admission");
+    }
+    let mut passed: Vec<i64> = admitted
+        .iter()
+        .copied()
+        .filter(|u| buyers.binary_search(u).is_err())
+        .collect();
+    passed.sort_unstable();
+    let mut skipped: Vec<i64> = admitted.iter().copied().filter(|u| skips(*u)).collect();
+    skipped.sort_unstable();
+    assert_eq!(
+        passed, skipped,
+        "the admitted who did not buy are the skippers"
+    );
+    let n = admissions.len();
+    println!("{n} admitted, {} passed", passed.len());
+
+    // The line: one place per account; the early joiners below 2^52, the late ones
+    // 2^52 + 1..=2,000; every join copied to Postgres with its place.
+    let line = line_of(&app, sale).await;
+    assert_eq!(line.len(), EARLY + LATE, "one place per account");
+    let mut early_ids: Vec<i64> = line[..EARLY].iter().map(|(u, _)| *u).collect();
+    early_ids.sort_unstable();
+    let mut expected: Vec<i64> = early.iter().map(|u| u.id).collect();
+    expected.sort_unstable();
+    assert_eq!(early_ids, expected, "the early joiners first");
+    assert!(
+        line[..EARLY]
+            .iter()
+            .all(|(_, p)| (1..LATE_PLACES).contains(p))
+    );
+    let late_places: Vec<i64> = line[EARLY..].iter().map(|(_, p)| p - LATE_PLACES).collect();
+    assert_eq!(late_places, (1..=LATE as i64).collect::<Vec<_>>());
+    let place: std::collections::HashMap<i64, i64> = line.iter().copied().collect();
+    // Late joiners in arrival order: a join answered before another was sent is
+    // ahead of it.
+    for b in &late_joins {
+        for a in late_joins.iter().filter(|a| a.answered < b.sent) {
+            assert!(
+                place[&a.user] < place[&b.user],
+                "late user {} joined before {} but stands behind",
+                a.user,
+                b.user
+            );
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let copied: Vec<(i64, f64)> = loop {
+        let rows: Vec<(i64, f64)> =
+            sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
+                .bind(sale)
+                .fetch_all(&app.db)
+                .await
+                .unwrap();
+        if rows.len() >= EARLY + LATE || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(copied.len(), EARLY + LATE, "every join copied once");
+    for (u, p) in &copied {
+        assert_eq!(place[u], *p as i64, "user {u}'s place in Postgres");
+    }
+
+    // Admissions follow the line exactly: by admission time (its expiry minus the
+    // life, Redis clock), then place, they are the line's first n.
+    let mut in_order: Vec<(i64, i64, i64)> = admissions
+        .iter()
+        .map(|(u, e)| (e - LIFE_MS, place[u], *u))
+        .collect();
+    in_order.sort_unstable();
+    let admitted_order: Vec<i64> = in_order.iter().map(|(_, _, u)| *u).collect();
+    let head: Vec<i64> = line[..n].iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        admitted_order, head,
+        "admitted in line order, nobody skipped"
+    );
+
+    // The early part is drawn, not arrival order: an early joiner's arrival earns
+    // nothing. Of the n admitted (all early joiners), about half arrived in the
+    // first half (a binomial(n, 1/2): 0.3 n to 0.7 n is beyond 9 standard
+    // deviations), and the line is not the arrival order.
+    let mut arrival: Vec<&JoinRecord> = early_joins.iter().collect();
+    arrival.sort_by_key(|j| j.sent);
+    let first_half: std::collections::HashSet<i64> =
+        arrival[..EARLY / 2].iter().map(|j| j.user).collect();
+    let lucky = admitted_order
+        .iter()
+        .filter(|u| first_half.contains(u))
+        .count();
+    assert!(
+        (n * 3 / 10..=n * 7 / 10).contains(&lucky),
+        "{lucky} of {n} admitted arrived in the first half: not a fair draw"
+    );
+    let arrival_order: Vec<i64> = arrival.iter().map(|j| j.user).collect();
+    let line_order: Vec<i64> = line[..EARLY].iter().map(|(u, _)| *u).collect();
+    assert_ne!(
+        line_order, arrival_order,
+        "the early line is the arrival order"
+    );
+
+    // The pace: credit starts at 0 at the opening and grows at RATE a second, so
+    // by any admission time t at most RATE * (t - opening) / 1000 were admitted,
+    // and in any span [t1, t2] at most RATE (one second's credit, its cap) plus
+    // RATE * (t2 - t1) / 1000.
+    let times: Vec<i64> = in_order.iter().map(|(t, _, _)| *t).collect();
+    assert_pace(&times, starts_ms, RATE);
+
+    // After the sell-out: everyone still waiting hears sold_out, the line's numbers
+    // add up, and a newcomer cannot join.
+    let view: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    let total_line = (EARLY + LATE) as i64;
+    assert_eq!(
+        view["line"],
+        json!({
+            "line": total_line,
+            "served": n,
+            "waiting": total_line - n as i64,
+            "admitted": n,
+            "passed": passed.len(),
+            "open": 0,
+        }),
+        "{view}"
+    );
+    let waiting: Vec<i64> = line[n..].iter().map(|(u, _)| *u).collect();
+    for u in waiting.iter().step_by(40).chain(waiting.last()) {
+        let m = me(&app, sale, by_id[u]).await;
+        assert_eq!(m["state"], "sold_out", "user {u}: {m}");
+        assert_eq!(m["waiting"], total_line - n as i64, "{m}");
+    }
+    for u in passed.iter().take(20) {
+        assert_eq!(me(&app, sale, by_id[u]).await["state"], "passed");
+    }
+    for u in buyers.iter().take(20) {
+        assert_eq!(me(&app, sale, by_id[u]).await["state"], "bought");
+    }
+    let newcomer = app.user().await;
+    assert_error(
+        join(&app, sale, &newcomer).await,
+        StatusCode::GONE,
+        "sold_out",
+    )
+    .await;
+    println!("done in {:.1?}", started.elapsed());
+}
+
+/// The users in the sale's open admissions now.
+async fn open_admissions(app: &TestApp, sale: i64) -> Vec<i64> {
+    redis::cmd("ZRANGE")
+        .arg(app.sale_keys(sale).queue_open)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap()
+}
+
+/// A bot that joins a thousand times holds one place, and no purchase without an
+/// open admission takes anything, whatever ticket it carries; an admitted shopper
+/// buys once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(3000)).await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 2, 2000, 1000).await;
+    let users = app.create_users(5, false).await;
+    let bot = &users[0];
+    let k = app.sale_keys(sale);
+
+    // 1,000 joins of one account, 64 at a time: one place, the same answer each time.
+    let bots: Vec<&User> = std::iter::repeat_n(bot, 1000).collect();
+    let joins = {
+        use futures_util::stream::{self, StreamExt};
+        stream::iter(bots.iter().map(|u| async {
+            let resp = join(&app, sale, u).await;
+            (resp.status(), resp.json::<Value>().await.unwrap())
+        }))
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await
+    };
+    let first = &joins[0].1;
+    for (status, body) in &joins {
+        assert_eq!(*status, StatusCode::OK, "{body}");
+        assert_eq!(body, first, "the same answer every time");
+    }
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(&k.queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 1, "one place for 1,000 joins");
+    let joins_counted: i64 = redis::cmd("HGET")
+        .arg(&k.queue_state)
+        .arg("joins")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(joins_counted, 1);
+    for u in &users[1..] {
+        assert_eq!(join(&app, sale, u).await.status(), StatusCode::OK);
+    }
+    let before = taken(&app, sale).await;
+    assert_eq!(before, (2, vec![], 0, 0));
+
+    // Before the opening: no ticket, nothing.
+    assert_error(
+        app.purchase(sale, &bot.token).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        buy_with_ticket(&app, sale, bot, &signed_ticket(&app, sale, bot.id)).await,
+        StatusCode::CONFLICT,
+        "not_started",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, before, "nothing taken");
+
+    // At the opening two are admitted (two units), three wait.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let admitted = loop {
+        let open = open_admissions(&app, sale).await;
+        if open.len() == 2 {
+            break open;
+        }
+        assert!(open.len() < 2, "more admitted than units: {open:?}");
+        assert!(tokio::time::Instant::now() < deadline, "nobody admitted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let by_id = |id: i64| users.iter().find(|u| u.id == id).unwrap();
+    let (buyer, idle) = (by_id(admitted[0]), by_id(admitted[1]));
+    let waiting = users.iter().find(|u| !admitted.contains(&u.id)).unwrap();
+    assert_eq!(me(&app, sale, waiting).await["state"], "waiting");
+    let buyer_ticket = me(&app, sale, buyer).await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let idle_ticket = me(&app, sale, idle).await["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A waiting shopper: no ticket, a forged one, someone else's, one the server
+    // signed (only the purchase script's admission check is left): all refused,
+    // nothing taken.
+    assert_error(
+        app.purchase(sale, &waiting.token).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    for forged in [
+        "forged",
+        "t1.not-a-signature",
+        &buyer_ticket[..buyer_ticket.len() - 2],
+    ] {
+        assert_error(
+            buy_with_ticket(&app, sale, waiting, forged).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_ticket",
+        )
+        .await;
+    }
+    assert_error(
+        buy_with_ticket(&app, sale, waiting, &buyer_ticket).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_ticket",
+    )
+    .await;
+    let refused = assert_error(
+        buy_with_ticket(&app, sale, waiting, &signed_ticket(&app, sale, waiting.id)).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains("/queue/me") && !message.contains("  "),
+        "{message}"
+    );
+    assert_error(
+        app.post(&format!("/api/sales/{sale}/ticket"), Some(&waiting.token))
+            .await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, before, "nothing taken");
+
+    // The admitted buyer buys once; again (its ticket, a fresh signed one) it is
+    // refused, nothing more taken.
+    let resp = buy_with_ticket(&app, sale, buyer, &buyer_ticket).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::ACCEPTED,
+        "{}",
+        resp.text().await.unwrap()
+    );
+    for ticket in [buyer_ticket.clone(), signed_ticket(&app, sale, buyer.id)] {
+        let resp = buy_with_ticket(&app, sale, buyer, &ticket).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert!(
+            matches!(
+                (status.as_u16(), body["error"].as_str()),
+                (409, Some("already_bought"))
+            ),
+            "a second purchase answered {status}: {body}"
+        );
+    }
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
+    let after_buy = taken(&app, sale).await;
+    assert_eq!(after_buy, (1, vec![buyer.id], 0, 1), "one unit taken, once");
+
+    // The idle admission expires: its ticket is refused, and a ticket the server
+    // signed too (the script finds no open admission); it passes.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while me(&app, sale, idle).await["state"] != "passed" {
+        assert!(tokio::time::Instant::now() < deadline, "never passed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_error(
+        buy_with_ticket(&app, sale, idle, &idle_ticket).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "ticket_expired",
+    )
+    .await;
+    assert_error(
+        buy_with_ticket(&app, sale, idle, &signed_ticket(&app, sale, idle.id)).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        app.post(&format!("/api/sales/{sale}/ticket"), Some(&idle.token))
+            .await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_error(
+        app.purchase(sale, &idle.token).await,
+        StatusCode::FORBIDDEN,
+        "not_admitted",
+    )
+    .await;
+    assert_eq!(taken(&app, sale).await, after_buy, "nothing taken");
+    // Joining again changes nothing for the one who passed.
+    let again: Value = join(&app, sale, idle).await.json().await.unwrap();
+    assert_eq!(again["state"], "passed", "{again}");
+    let admissions = admissions_in_db(&app, sale).await;
+    assert!(admissions.iter().any(|(u, _)| *u == buyer.id));
+    assert!(admissions.iter().any(|(u, _)| *u == idle.id));
+}
+
+/// Joining and reading the line with bad input, and creating a waiting room with
+/// bad settings: clear 4xx JSON answers, nothing created.
+#[tokio::test]
+async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+
+    // A sale without a waiting room.
+    let plain = app.live_sale(&admin, 5).await;
+    assert_error(
+        join(&app, plain, &user).await,
+        StatusCode::CONFLICT,
+        "no_waiting_room",
+    )
+    .await;
+    assert_error(
+        app.get(&format!("/api/sales/{plain}/queue/me"), Some(&user.token))
+            .await,
+        StatusCode::CONFLICT,
+        "no_waiting_room",
+    )
+    .await;
+    // Unknown sale, bad ids.
+    assert_error(
+        join(&app, 424242, &user).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    assert_error(
+        app.get("/api/sales/424242/queue/me", Some(&user.token))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    )
+    .await;
+    for bad in ["abc", "0", "-1", "1.5", "99999999999999999999999"] {
+        assert_error(
+            app.post(&format!("/api/sales/{bad}/queue"), Some(&user.token))
+                .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        )
+        .await;
+        assert_error(
+            app.get(&format!("/api/sales/{bad}/queue/me"), Some(&user.token))
+                .await,
+            StatusCode::BAD_REQUEST,
+            "invalid_id",
+        )
+        .await;
+    }
+    // Not signed in; a bad token.
+    let sale = waiting_room_sale(&app, &admin, 5, 60_000, 10).await;
+    for (token, code) in [
+        (None, "unauthorized"),
+        (Some("not-a-token"), "invalid_token"),
+    ] {
+        assert_error(
+            app.post(&format!("/api/sales/{sale}/queue"), token).await,
+            StatusCode::UNAUTHORIZED,
+            code,
+        )
+        .await;
+        assert_error(
+            app.get(&format!("/api/sales/{sale}/queue/me"), token).await,
+            StatusCode::UNAUTHORIZED,
+            code,
+        )
+        .await;
+    }
+    let line: i64 = redis::cmd("ZCARD")
+        .arg(app.sale_keys(sale).queue)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(line, 0, "nobody joined");
+    assert_eq!(me(&app, sale, &user).await["state"], "not_joined");
+
+    // A line that does not open yet: 409 with Retry-After; a closed sale: 410.
+    let now = chrono::Utc::now();
+    let later = app
+        .admin_create(
+            &admin,
+            "/api/admin/sales",
+            &json!({
+                "name": "Later phone", "price_cents": 500, "stock": 5,
+                "starts_at": now + chrono::Duration::seconds(600),
+                "ends_at": now + chrono::Duration::seconds(1200),
+                "waiting_room": true,
+                "queue_opens_at": now + chrono::Duration::seconds(300),
+                "admit_per_second": 10,
+            }),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let resp = join(&app, later, &user).await;
+    let retry: i64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=300).contains(&retry), "Retry-After {retry}");
+    assert_error(resp, StatusCode::CONFLICT, "queue_not_open").await;
+    assert_eq!(app.close_sale(&admin, sale).await.status(), StatusCode::OK);
+    assert_error(join(&app, sale, &user).await, StatusCode::GONE, "ended").await;
+
+    // Creation with bad waiting-room settings: 422 invalid_waiting_room, no sale.
+    let sales_before = app.count("SELECT count(*) FROM sales").await;
+    let starts = now + chrono::Duration::seconds(60);
+    let base = json!({
+        "name": "Bad room", "price_cents": 500, "stock": 5,
+        "starts_at": starts,
+        "ends_at": now + chrono::Duration::seconds(3600),
+        "waiting_room": true,
+        "queue_opens_at": now,
+        "admit_per_second": 10,
+    });
+    let mut bad = Vec::new();
+    let without = |field: &str| {
+        let mut b = base.clone();
+        b.as_object_mut().unwrap().remove(field);
+        b
+    };
+    bad.push(without("queue_opens_at"));
+    bad.push(without("admit_per_second"));
+    for patch in [
+        json!({ "admit_per_second": 0 }),
+        json!({ "admit_per_second": -1 }),
+        json!({ "admit_per_second": 100_001 }),
+        json!({ "queue_opens_at": starts + chrono::Duration::seconds(1) }),
+        json!({ "waiting_room": false }),
+    ] {
+        bad.push(patched(&base, &patch));
+    }
+    for body in &bad {
+        let resp = app
+            .post_json("/api/admin/sales", Some(&admin.token), body)
+            .await;
+        assert_error(
+            resp,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_waiting_room",
+        )
+        .await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM sales").await,
+        sales_before,
+        "nothing created"
+    );
+    // The edges are fine: the line opening with the sale, 1 and 100,000 a second.
+    for patch in [
+        json!({ "queue_opens_at": starts, "admit_per_second": 1 }),
+        json!({ "admit_per_second": 100_000 }),
+    ] {
+        app.admin_create(&admin, "/api/admin/sales", &patched(&base, &patch))
+            .await;
+    }
+}
+
+/// Three servers step the same waiting room (every server runs an admitter): the
+/// script paces them together by the Redis clock, so the sale's rate holds, the
+/// line's order too, and nobody is admitted twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_twice() {
+    const JOINERS: usize = 600;
+    const RATE: i64 = 100;
+    const LIFE_MS: i64 = 60_000;
+    let app = spawn_app_with(|c| c.queue_admission = Duration::from_millis(LIFE_MS as u64)).await;
+    let _second = spawn_sibling(&app, |_| {}).await;
+    let _third = spawn_sibling(&app, |_| {}).await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 1000, 1_800_000, RATE).await;
+    let users = app.create_users(JOINERS, false).await;
+    for j in join_many(&app, sale, &users, 32).await {
+        assert_eq!(j.status, StatusCode::OK, "{}", j.body);
+    }
+    assert_eq!(app.open_sale(&admin, sale).await.status(), StatusCode::OK);
+    let starts_ms: i64 = redis::cmd("HGET")
+        .arg(app.sale_keys(sale).meta)
+        .arg("starts_ms")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    // Everyone is admitted in about 6 s (1,000 units, nobody buys).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let admissions = loop {
+        let a = admissions_in_db(&app, sale).await;
+        if a.len() >= JOINERS {
+            break a;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} of {JOINERS} admitted after 30 s",
+            a.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(admissions.len(), JOINERS);
+    let in_redis: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
+        .arg(app.sale_keys(sale).queue_admitted)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let in_db: std::collections::HashMap<i64, i64> = admissions.iter().copied().collect();
+    assert_eq!(
+        in_redis, in_db,
+        "one admission each, the same in both stores"
+    );
+    let line = line_of(&app, sale).await;
+    let place: std::collections::HashMap<i64, i64> = line.iter().copied().collect();
+    let mut in_order: Vec<(i64, i64, i64)> = admissions
+        .iter()
+        .map(|(u, e)| (e - LIFE_MS, place[u], *u))
+        .collect();
+    in_order.sort_unstable();
+    let order: Vec<i64> = in_order.iter().map(|(_, _, u)| *u).collect();
+    let line_order: Vec<i64> = line.iter().map(|(u, _)| *u).collect();
+    assert_eq!(order, line_order, "admitted in line order");
+    let times: Vec<i64> = in_order.iter().map(|(t, _, _)| *t).collect();
+    assert_pace(&times, starts_ms, RATE);
+    let view: Value = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        view["line"],
+        json!({
+            "line": JOINERS, "served": JOINERS, "waiting": 0,
+            "admitted": JOINERS, "passed": 0, "open": JOINERS,
+        }),
+        "{view}"
+    );
 }

@@ -275,9 +275,15 @@ fn check_answers(records: &[Record], failures: &mut Vec<String>) {
             (408, _) => None,
             _ => {
                 let documented = match r.op {
+                    // 403 and 422 only on a sale with a waiting room: an admission
+                    // used up or run out (waiting_room.rs).
                     Op::Purchase { .. } => matches!(
                         (*status, code.as_deref()),
-                        (202, _) | (409, Some("already_bought")) | (410, Some("sold_out"))
+                        (202, _)
+                            | (409, Some("already_bought"))
+                            | (410, Some("sold_out"))
+                            | (403, Some("not_admitted"))
+                            | (422, Some("ticket_expired"))
                     ),
                     Op::Vote { .. } => {
                         matches!(

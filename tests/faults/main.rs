@@ -22,6 +22,7 @@ mod postgres_outage;
 mod redis_restart;
 mod redis_wipe;
 mod stock_changes;
+mod waiting_room;
 
 /// Units of the sales of a standard storm (1,500 users): the small ones sell out
 /// early, the large ones keep accepting while the fault happens, and the last one

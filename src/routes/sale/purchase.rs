@@ -236,7 +236,8 @@ pub(super) fn not_admitted(sale: SaleId) -> AppError {
     AppError::new(
         ErrorCode::NotAdmitted,
         format!(
-            "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy once              GET /api/sales/{sale}/queue/me says you are admitted"
+            "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy once \
+             GET /api/sales/{sale}/queue/me says you are admitted"
         ),
     )
 }

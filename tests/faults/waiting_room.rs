@@ -1,0 +1,605 @@
+//! The waiting room (issue 29) under faults: a line of a few hundred shoppers,
+//! admitted at a pace while they buy, and in the middle of the admissions a server
+//! killed with SIGKILL and restarted, Redis (AOF, `appendfsync always`) killed and
+//! restarted, Redis wiped, or Postgres stopped for a moment. Afterwards: places
+//! kept, nobody admitted twice (the `queue_admissions` key, and Redis's admissions
+//! equal to Postgres's), no unit sold without an admission, and the purchase
+//! invariants of every scenario (`invariants.rs`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use reqwest::Client;
+use serde_json::{Value, json};
+use stampede::domain::Id;
+use stampede::keys::SaleKeys;
+
+use crate::harness::{Fsync, Options, PgStop, Stack, User};
+use crate::invariants::{AllowedLoss, assert_invariants};
+use crate::storm::{Op, Outcome, Record};
+
+/// An admission's life (`STAMPEDE_QUEUE_ADMISSION_MS`).
+const LIFE_MS: i64 = 2000;
+const RATE: i64 = 40;
+const UNITS: i64 = 120;
+const EARLY: usize = 300;
+const LATE: usize = 100;
+
+/// An account that lets its admission pass.
+fn skips(user: i64) -> bool {
+    user % 7 == 0
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// SIGKILL of server #0 (of two), restarted a second later.
+    KillServer,
+    /// SIGKILL of Redis, started again (same AOF) a second later.
+    RestartRedis,
+    /// `FLUSHALL`.
+    WipeRedis,
+    /// Postgres stopped (fast) for seven seconds.
+    StopPostgres,
+}
+
+/// What the shoppers need, cloned into their tasks (the stack itself is changed by
+/// the fault meanwhile).
+#[derive(Clone)]
+struct Shop {
+    http: Client,
+    bases: Vec<String>,
+    redis_url: String,
+    k: SaleKeys,
+    sale: i64,
+}
+
+/// One HTTP attempt: when sent and answered, and what came back (the JSON body too).
+async fn attempt(
+    shop: &Shop,
+    server: usize,
+    post: bool,
+    path: &str,
+    token: &str,
+    body: Option<&Value>,
+) -> (Instant, Instant, Outcome, Value) {
+    let url = format!("{}{path}", shop.bases[server % shop.bases.len()]);
+    let mut req = if post {
+        shop.http.post(url)
+    } else {
+        shop.http.get(url)
+    };
+    req = req.bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    let sent = Instant::now();
+    match req.send().await {
+        Err(e) => (
+            sent,
+            Instant::now(),
+            Outcome::NoAnswer(e.to_string()),
+            Value::Null,
+        ),
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            match resp.text().await {
+                Err(e) => (
+                    sent,
+                    Instant::now(),
+                    Outcome::NoAnswer(e.to_string()),
+                    Value::Null,
+                ),
+                Ok(text) => {
+                    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    let outcome = Outcome::Answer {
+                        status,
+                        code: json["error"].as_str().map(String::from),
+                        order_id: json["order_id"].as_str().and_then(|s| s.parse().ok()),
+                        retry_after,
+                    };
+                    (sent, Instant::now(), outcome, json)
+                }
+            }
+        }
+    }
+}
+
+/// Worth another try: no answer, 503, or 408 (never read).
+fn again(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::NoAnswer(_)
+            | Outcome::Answer {
+                status: 408 | 503,
+                ..
+            }
+    )
+}
+
+/// A join, tried (on the servers in turn) until answered: the user, and when the
+/// 200 came, if it got one.
+async fn join(shop: Shop, user: User, first: usize) -> Option<(i64, Instant)> {
+    let path = format!("/api/sales/{}/queue", shop.sale);
+    for i in 0..100 {
+        let (_, answered, outcome, body) =
+            attempt(&shop, first + i, true, &path, &user.token, None).await;
+        if again(&outcome) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        let Outcome::Answer { status, .. } = outcome else {
+            unreachable!()
+        };
+        assert!(status < 500, "join of user {}: {status} {body}", user.id);
+        return (status == 200).then_some((user.id, answered));
+    }
+    panic!("user {}'s join never answered", user.id);
+}
+
+/// The late joiners: one every `gap`, or all at once (16 at a time).
+async fn late_joins(shop: Shop, users: Vec<User>, gap: Option<Duration>) -> Vec<(i64, Instant)> {
+    match gap {
+        Some(gap) => {
+            let mut got = Vec::new();
+            for (i, u) in users.into_iter().enumerate() {
+                got.extend(join(shop.clone(), u, i).await);
+                tokio::time::sleep(gap).await;
+            }
+            got
+        }
+        None => {
+            use futures_util::stream::{self, StreamExt};
+            stream::iter(
+                users
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, u)| join(shop.clone(), u, i)),
+            )
+            .buffer_unordered(16)
+            .filter_map(|j| async move { j })
+            .collect()
+            .await
+        }
+    }
+}
+
+/// An admitted shopper: its ticket from queue/me, then the purchase, each tried
+/// until answered. Every purchase attempt is a record.
+async fn buy(shop: Shop, user: User, first: usize) -> Vec<Record> {
+    let me = format!("/api/sales/{}/queue/me", shop.sale);
+    let purchase = format!("/api/sales/{}/purchase", shop.sale);
+    let mut records = Vec::new();
+    for i in 0..100 {
+        let server = first + i;
+        let (_, _, outcome, standing) = attempt(&shop, server, false, &me, &user.token, None).await;
+        if again(&outcome) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
+        if standing["state"] != "admitted" {
+            // Bought (an answer we did not hear), or its admission ran out meanwhile.
+            return records;
+        }
+        let body = json!({ "ticket": standing["ticket"] });
+        let (sent, answered, outcome, _) =
+            attempt(&shop, server, true, &purchase, &user.token, Some(&body)).await;
+        let retry = again(&outcome);
+        records.push(Record {
+            user: user.id,
+            op: Op::Purchase { sale: shop.sale },
+            server: server % shop.bases.len(),
+            attempt: i as u32,
+            sent,
+            answered,
+            outcome,
+        });
+        if !retry {
+            return records;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    records
+}
+
+/// Reads the open admissions and the units left (`None` while Redis cannot tell).
+async fn open_and_left(shop: &Shop) -> Option<(Vec<i64>, Option<i64>)> {
+    let client = redis::Client::open(shop.redis_url.as_str()).ok()?;
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(1),
+        client.get_multiplexed_async_connection(),
+    )
+    .await
+    .ok()?
+    .ok()?;
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        redis::pipe()
+            .atomic()
+            .zrange(&shop.k.queue_open, 0, -1)
+            .get(&shop.k.stock)
+            .query_async(&mut conn),
+    )
+    .await
+    .ok()?
+    .ok()
+}
+
+/// Shoppers: every admitted account that does not skip buys at once, until the sale
+/// is sold out (or `stop`). Returns the purchase records.
+async fn shoppers(
+    shop: Shop,
+    users: Arc<HashMap<i64, User>>,
+    stop: Arc<AtomicBool>,
+) -> Vec<Record> {
+    let mut seen = HashSet::new();
+    let mut buys = tokio::task::JoinSet::new();
+    let mut n = 0usize;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some((open, left)) = open_and_left(&shop).await {
+            for u in open {
+                if seen.insert(u) && !skips(u) {
+                    n += 1;
+                    buys.spawn(buy(shop.clone(), users[&u].clone(), n));
+                }
+            }
+            if left == Some(0) {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    buys.join_all().await.into_iter().flatten().collect()
+}
+
+async fn admin_open(stack: &Stack, sale: i64) {
+    let resp = stack
+        .http
+        .post(format!("{}/api/admin/sales/{sale}/open", stack.live_base()))
+        .bearer_auth(&stack.admin.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+}
+
+async fn places_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
+    let rows: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(&stack.db)
+            .await
+            .unwrap();
+    rows.into_iter().map(|(u, p)| (u, p as i64)).collect()
+}
+
+async fn admissions_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
+         FROM queue_admissions WHERE sale_id = $1",
+    )
+    .bind(sale)
+    .fetch_all(&stack.db)
+    .await
+    .unwrap();
+    rows.into_iter().collect()
+}
+
+async fn line_in_redis(stack: &Stack, k: &SaleKeys) -> HashMap<i64, i64> {
+    let raw: Vec<(i64, f64)> = redis::cmd("ZRANGE")
+        .arg(&k.queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut stack.redis().await)
+        .await
+        .unwrap();
+    raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
+}
+
+async fn scenario(name: &str, fault: Fault) {
+    let started = Instant::now();
+    let mut stack = Stack::start(
+        name,
+        Options {
+            servers: 2,
+            fsync: Fsync::Always,
+            extra: vec![("STAMPEDE_QUEUE_ADMISSION_MS", "2000")],
+            ..Options::default()
+        },
+    )
+    .await;
+    let users = stack.create_users(EARLY + LATE, false).await;
+    let now = chrono::Utc::now();
+    let sale = stack
+        .create_sale_with(
+            UNITS,
+            json!({
+                "starts_at": now + chrono::Duration::seconds(1800),
+                "waiting_room": true,
+                "queue_opens_at": now - chrono::Duration::seconds(5),
+                "admit_per_second": RATE,
+            }),
+        )
+        .await;
+    let k = stack.keys.sale(Id::new(sale).unwrap());
+    let shop = Shop {
+        http: stack.http.clone(),
+        bases: stack.bases(),
+        redis_url: stack.redis.url(),
+        k: k.clone(),
+        sale,
+    };
+    let by_id: Arc<HashMap<i64, User>> =
+        Arc::new(users.iter().map(|u| (u.id, u.clone())).collect());
+
+    // The early joiners, then the opening.
+    let mut joined: HashMap<i64, Instant> = futures_util::future::join_all(
+        users[..EARLY]
+            .iter()
+            .enumerate()
+            .map(|(i, u)| join(shop.clone(), u.clone(), i)),
+    )
+    .await
+    .into_iter()
+    .flatten()
+    .collect();
+    assert_eq!(joined.len(), EARLY, "every early joiner got a place");
+    admin_open(&stack, sale).await;
+    let opened = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let shopping = tokio::spawn(shoppers(shop.clone(), by_id.clone(), stop.clone()));
+
+    // Admissions run; the late joiners come while the fault happens (one every
+    // 20 ms), or, before Postgres stops, all at once: while it is down nobody
+    // joins, so the admitter has no join to copy and goes on admitting.
+    // (A server lists the active waiting rooms every 2 s: the first admissions
+    // may take that long.)
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while admissions_in_db(&stack, sale).await.len() < 40 {
+        assert!(
+            Instant::now() < deadline,
+            "admissions had not begun after 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let gap = match fault {
+        Fault::StopPostgres => None,
+        _ => Some(Duration::from_millis(20)),
+    };
+    let mut late = Some(tokio::spawn(late_joins(
+        shop.clone(),
+        users[EARLY..].to_vec(),
+        gap,
+    )));
+    if gap.is_none() {
+        joined.extend(late.take().unwrap().await.unwrap());
+        // ... and every join is copied already.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while places_in_db(&stack, sale).await.len() < joined.len() {
+            assert!(Instant::now() < deadline, "joins not copied in 10 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let admitted_before = admissions_in_db(&stack, sale).await;
+    let copied_before = places_in_db(&stack, sale).await;
+    let fault_at = Instant::now();
+    println!(
+        "{fault:?} at {:.1?} after the opening: {} admitted, {} places copied",
+        opened.elapsed(),
+        admitted_before.len(),
+        copied_before.len()
+    );
+    assert!(!admitted_before.is_empty(), "admissions had begun");
+    let mut loss = AllowedLoss::None;
+    let mut wiped = None;
+    match fault {
+        Fault::KillServer => {
+            stack.servers[0].kill9();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stack.restart_server(0).await;
+        }
+        Fault::RestartRedis => {
+            stack.redis.kill9();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stack.start_redis().await;
+        }
+        Fault::WipeRedis => {
+            stack.flushall().await;
+            wiped = Some(Instant::now());
+            loss = AllowedLoss::SentBefore(Instant::now());
+        }
+        Fault::StopPostgres => {
+            stack.pg.stop(PgStop::Fast);
+            // Longer than the background pool's 5 s wait for a connection: the
+            // admitter's listing of sales gives up, and it steps the sales it knows.
+            tokio::time::sleep(Duration::from_secs(7)).await;
+            stack.pg.start();
+        }
+    }
+    println!("fault over at {:.1?}", fault_at.elapsed());
+    if let Some(late) = late {
+        joined.extend(late.await.unwrap());
+    }
+
+    // Until sold out (bounded).
+    let sell_out = tokio::time::timeout(Duration::from_secs(40), async {
+        loop {
+            if let Some((_, Some(0))) = open_and_left(&shop).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let records = shopping.await.unwrap();
+    println!(
+        "sold out: {} ({:.1?} after the opening), {} purchase attempts, {:.1?} in all",
+        sell_out.is_ok(),
+        opened.elapsed(),
+        records.len(),
+        started.elapsed()
+    );
+    assert!(sell_out.is_ok(), "the sale sells out after the fault");
+
+    // The purchase invariants: every 202 in Postgres once, no oversell, units
+    // arithmetic exact in both stores, no 5xx.
+    assert_invariants(&stack, &records, &[sale], &[], loss).await;
+    // Admissions running out pass; the copy of joins catches up.
+    tokio::time::sleep(Duration::from_millis(LIFE_MS as u64 + 500)).await;
+
+    let mut failures: Vec<String> = Vec::new();
+    // Places kept.
+    let line = line_in_redis(&stack, &k).await;
+    let copied = places_in_db(&stack, sale).await;
+    match fault {
+        Fault::WipeRedis => {
+            // A join answered after the wipe keeps its place; one before it, if it
+            // was copied to Postgres before the wipe.
+            let wiped = wiped.unwrap();
+            for (u, at) in &joined {
+                if *at > wiped && !line.contains_key(u) {
+                    failures.push(format!(
+                        "user {u} joined (200) after the wipe and is not in the line"
+                    ));
+                }
+            }
+            for (u, p) in &copied_before {
+                if line.get(u) != Some(p) {
+                    failures.push(format!(
+                        "user {u}'s place {p} (in queue_places before the wipe) is {:?} after it",
+                        line.get(u)
+                    ));
+                }
+            }
+        }
+        _ => {
+            for u in joined.keys() {
+                if !line.contains_key(u) {
+                    failures.push(format!("user {u} got a place (200) and is not in the line"));
+                }
+            }
+            if line.len() != joined.len() {
+                failures.push(format!("{} in line, {} joined", line.len(), joined.len()));
+            }
+        }
+    }
+    for (u, p) in &copied {
+        if line.get(u) != Some(p) {
+            failures.push(format!(
+                "user {u}: place {p} in Postgres, {:?} in Redis",
+                line.get(u)
+            ));
+        }
+    }
+    if copied.len() != line.len() {
+        failures.push(format!(
+            "{} places in Postgres, {} in Redis",
+            copied.len(),
+            line.len()
+        ));
+    }
+
+    // Nobody admitted twice: Redis's admissions (user -> expiry) are Postgres's,
+    // and every admission given before the fault is there as given.
+    let admissions = admissions_in_db(&stack, sale).await;
+    let in_redis: HashMap<i64, i64> = redis::cmd("HGETALL")
+        .arg(&k.queue_admitted)
+        .query_async(&mut stack.redis().await)
+        .await
+        .unwrap();
+    if in_redis != admissions {
+        let unwritten: i64 = redis::cmd("XLEN")
+            .arg(&k.queue_admits)
+            .query_async(&mut stack.redis().await)
+            .await
+            .unwrap();
+        failures.push(format!(
+            "{unwritten} admissions still in the stream to Postgres"
+        ));
+        let only_redis: Vec<_> = in_redis
+            .iter()
+            .filter(|(u, e)| admissions.get(u) != Some(e))
+            .take(10)
+            .collect();
+        let only_pg: Vec<_> = admissions
+            .iter()
+            .filter(|(u, e)| in_redis.get(u) != Some(e))
+            .take(10)
+            .collect();
+        failures.push(format!(
+            "admissions differ: {} in Redis, {} in Postgres; Redis only/other {only_redis:?}; Postgres only/other {only_pg:?}",
+            in_redis.len(),
+            admissions.len()
+        ));
+    }
+    for (u, e) in &admitted_before {
+        if admissions.get(u) != Some(e) {
+            failures.push(format!(
+                "user {u} admitted until {e} before the fault, now {:?}",
+                admissions.get(u)
+            ));
+        }
+    }
+    // No unit sold without an admission.
+    let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_all(&stack.db)
+        .await
+        .unwrap();
+    let unadmitted: Vec<i64> = buyers
+        .iter()
+        .copied()
+        .filter(|u| !admissions.contains_key(u))
+        .collect();
+    if !unadmitted.is_empty() {
+        failures.push(format!("orders of users never admitted: {unadmitted:?}"));
+    }
+    // Only those who skip let an admission pass unused... unless its holder's
+    // purchase was in flight when the fault came (then it may have run out).
+    let bought: HashSet<i64> = buyers.iter().copied().collect();
+    let idle: Vec<i64> = admissions
+        .keys()
+        .copied()
+        .filter(|u| !bought.contains(u) && !skips(*u))
+        .collect();
+    println!(
+        "line {}, {} admitted, {} orders, admitted and not buying though not skipping: {idle:?}",
+        line.len(),
+        admissions.len(),
+        buyers.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} waiting-room invariant(s) broken:\n- {}",
+        failures.len(),
+        failures.join("\n- ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_keeps_places_and_admissions_when_a_server_is_killed_mid_admission() {
+    scenario("wr-kill", Fault::KillServer).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admission() {
+    scenario("wr-redis-restart", Fault::RestartRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission() {
+    scenario("wr-wipe", Fault::WipeRedis).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_room_records_every_admission_when_postgres_stops_mid_admission() {
+    scenario("wr-pg-stop", Fault::StopPostgres).await;
+}
