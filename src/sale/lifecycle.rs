@@ -384,6 +384,7 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         .key(&k.queue_open)
         .key(&k.queue_admitted)
         .key(&k.queue_joins)
+        .key(&k.queue_admits)
         .invoke_async(&mut state.redis().clone())
         .await?;
     match removed {

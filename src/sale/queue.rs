@@ -30,15 +30,16 @@
 //!
 //! **Durability.** Redis (AOF) holds the line; a restart keeps every place. Postgres
 //! keeps what a wipe must not lose: the admitter copies joins into `queue_places`
-//! (a few hundred ms behind) and writes every admission into `queue_admissions`
-//! right after giving it (from a stream the admission step fills, so one whose
-//! write failed, or whose server died first, is written by a later step). A sale's rebuild after a wipe ([`restore`]) puts the line
-//! back from `queue_places`, every admission back as given (nobody is admitted a
-//! second time; one still running is open again), and the head after the last
-//! place admitted. A join in the last moments before a wipe that was not copied
-//! yet is lost: that shopper joins again and goes to the end. An admission lost
-//! with Redis before it reached Postgres was never usable (the purchase script
-//! checks the admission Redis holds), and its holder is admitted again in turn.
+//! and admissions into `queue_admissions` (a step behind, about 100 ms) from two
+//! streams the scripts fill, so one whose write failed, or whose server died first,
+//! is written by a later step or another server. A sale's rebuild after a wipe
+//! ([`restore`]) puts the line back from `queue_places`, every admission back as
+//! given (nobody is admitted a second time; one still running is open again), and
+//! the head after the last place admitted. What the last step before a wipe had not
+//! copied yet is lost with Redis: a join (that shopper joins again, at the end), or
+//! an admission, usable for those few milliseconds only (a purchase it allowed is
+//! an order, and its buyer is in the buyers set the rebuild restores, so it is not
+//! sold twice); its holder, if they did not buy, is admitted again in turn.
 
 use std::sync::LazyLock;
 use std::time::Duration;

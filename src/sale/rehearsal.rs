@@ -148,6 +148,7 @@ async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result
             k.queue_open,
             k.queue_admitted,
             k.queue_joins,
+            k.queue_admits,
             keys.sale_view(sale),
         ]);
         names.sort();
