@@ -389,6 +389,49 @@ pub async fn record_admissions(
     Ok(())
 }
 
+/// Drains `stream` into Postgres: reads its entries oldest first, [`COPY_BATCH`] at
+/// a time, hands each read to `write` (which writes it, idempotently: several
+/// servers may drain at once), and only then deletes what it read. An entry whose
+/// write failed stays for the next drain. Returns how many entries it took.
+async fn drain<C, W, Fut>(redis: &mut C, stream: &str, mut write: W) -> Result<usize, AppError>
+where
+    C: ConnectionLike,
+    W: FnMut(Vec<redis::streams::StreamId>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), AppError>>,
+{
+    let mut copied = 0;
+    loop {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(COPY_BATCH)
+            .query_async(redis)
+            .await?;
+        let n = reply.ids.len();
+        if n == 0 {
+            return Ok(copied);
+        }
+        let ids: Vec<String> = reply.ids.iter().map(|e| e.id.clone()).collect();
+        write(reply.ids).await?;
+        let _: i64 = redis::cmd("XDEL")
+            .arg(stream)
+            .arg(&ids)
+            .query_async(redis)
+            .await?;
+        copied += n;
+        if n < COPY_BATCH {
+            return Ok(copied);
+        }
+    }
+}
+
+/// A field of a stream entry, parsed.
+fn field<T: std::str::FromStr>(entry: &redis::streams::StreamId, name: &str) -> Option<T> {
+    entry.get::<String>(name).and_then(|s| s.parse().ok())
+}
+
 /// Writes the admissions Redis gave and has not yet seen written (its admissions
 /// stream, filled by `lua/queue_admit.lua` in the step that gives them) into
 /// `queue_admissions`, then drops them from the stream. An admission whose write
@@ -401,45 +444,19 @@ pub async fn copy_admissions<C: ConnectionLike>(
     sale: SaleId,
 ) -> Result<usize, AppError> {
     let k = keys.sale(sale);
-    let mut copied = 0;
-    loop {
-        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-            .arg(&k.queue_admits)
-            .arg("-")
-            .arg("+")
-            .arg("COUNT")
-            .arg(COPY_BATCH)
-            .query_async(redis)
-            .await?;
-        if reply.ids.is_empty() {
-            return Ok(copied);
-        }
-        let mut admitted = Vec::with_capacity(reply.ids.len());
-        for entry in &reply.ids {
-            let field = |name: &str| {
-                entry
-                    .get::<String>(name)
-                    .and_then(|s| s.parse::<i64>().ok())
-            };
-            match (field("u").and_then(UserId::new), field("e")) {
+    drain(redis, &k.queue_admits, |entries| async move {
+        let mut admitted = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            match (field(entry, "u").and_then(UserId::new), field(entry, "e")) {
                 (Some(u), Some(e)) => admitted.push((u, e)),
                 _ => {
                     tracing::warn!(sale = %sale, id = %entry.id, "a malformed admission entry was dropped")
                 }
             }
         }
-        record_admissions(db, sale, &admitted).await?;
-        let ids: Vec<&str> = reply.ids.iter().map(|e| e.id.as_str()).collect();
-        let _: i64 = redis::cmd("XDEL")
-            .arg(&k.queue_admits)
-            .arg(&ids)
-            .query_async(redis)
-            .await?;
-        copied += ids.len();
-        if reply.ids.len() < COPY_BATCH {
-            return Ok(copied);
-        }
-    }
+        record_admissions(db, sale, &admitted).await
+    })
+    .await
 }
 
 /// Copies the joins Redis holds and Postgres does not yet into `queue_places`,
@@ -452,28 +469,15 @@ pub async fn copy_joins<C: ConnectionLike>(
     sale: SaleId,
 ) -> Result<usize, AppError> {
     let k = keys.sale(sale);
-    let mut copied = 0;
-    loop {
-        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-            .arg(&k.queue_joins)
-            .arg("-")
-            .arg("+")
-            .arg("COUNT")
-            .arg(COPY_BATCH)
-            .query_async(redis)
-            .await?;
-        if reply.ids.is_empty() {
-            return Ok(copied);
-        }
-        let mut users = Vec::with_capacity(reply.ids.len());
-        let mut places = Vec::with_capacity(reply.ids.len());
-        let mut times = Vec::with_capacity(reply.ids.len());
-        for entry in &reply.ids {
-            let field = |name: &str| entry.get::<String>(name);
+    drain(redis, &k.queue_joins, |entries| async move {
+        let mut users = Vec::with_capacity(entries.len());
+        let mut places = Vec::with_capacity(entries.len());
+        let mut times = Vec::with_capacity(entries.len());
+        for entry in &entries {
             let (Some(u), Some(p), Some(t)) = (
-                field("u").and_then(|s| s.parse::<i64>().ok()),
-                field("p").and_then(|s| s.parse::<f64>().ok()),
-                field("t").and_then(|s| s.parse::<i64>().ok()),
+                field::<i64>(entry, "u"),
+                field::<f64>(entry, "p"),
+                field::<i64>(entry, "t"),
             ) else {
                 tracing::warn!(sale = %sale, id = %entry.id, "a malformed join entry was dropped");
                 continue;
@@ -493,17 +497,9 @@ pub async fn copy_joins<C: ConnectionLike>(
         .bind(&times)
         .execute(db)
         .await?;
-        let ids: Vec<&str> = reply.ids.iter().map(|e| e.id.as_str()).collect();
-        let _: i64 = redis::cmd("XDEL")
-            .arg(&k.queue_joins)
-            .arg(&ids)
-            .query_async(redis)
-            .await?;
-        copied += ids.len();
-        if reply.ids.len() < COPY_BATCH {
-            return Ok(copied);
-        }
-    }
+        Ok(())
+    })
+    .await
 }
 
 /// A sale's line in numbers (the view, the admin page, `/metrics`).
