@@ -177,7 +177,8 @@ error_codes! {
     NotReplicated = (SERVICE_UNAVAILABLE, "not_replicated"),
     /// The rate limiter's Redis did not answer (`Retry-After`).
     RateLimiterUnavailable = (SERVICE_UNAVAILABLE, "rate_limiter_unavailable"),
-    /// A cache rebuild is taking too long (`Retry-After`).
+    /// A cache rebuild is taking too long, or a password hash waited too long
+    /// for its turn (`Retry-After`).
     Busy = (SERVICE_UNAVAILABLE, "busy"),
 }
 

@@ -144,17 +144,13 @@ pub struct UserView {
 /// Argon2 costs tens of milliseconds of CPU and 19 MiB: run it on the blocking
 /// pool, at most one hash per core, in memory kept for it ([`password`]), so the
 /// async workers keep answering buyers and a storm of sign-ins waits its turn
-/// instead of asking for memory.
+/// instead of asking for memory (503 `busy` after [`password::TURN_WAIT`]).
 pub async fn hash_password(password: Password) -> Result<String, AppError> {
-    password::hash(password.expose().to_string())
-        .await
-        .map_err(AppError::Internal)
+    password::hash(password.expose().to_string()).await
 }
 
 pub async fn verify_password(hash: String, password: String) -> Result<bool, AppError> {
-    password::verify(hash, password)
-        .await
-        .map_err(AppError::Internal)
+    password::verify(hash, password).await
 }
 
 /// A fixed, valid hash to verify against when the user does not exist, so a wrong

@@ -9,7 +9,9 @@
 //! blocking pool's 512 threads) could ask for gigabytes at once. Here at most
 //! [`HASHERS`] hashes run at a time, one per core, each in a block of memory taken
 //! from a pool and put back: the memory for hashing is one block per core,
-//! allocated once, and sign-ins beyond that wait their turn.
+//! allocated once, and sign-ins beyond that wait their turn, for at most
+//! [`TURN_WAIT`]: then 503 `busy` with `Retry-After`, so a storm of sign-ins is
+//! told to come back instead of piling up behind the hashes.
 //!
 //! The hashes are the library's own (the same PHC string and verification), as
 //! the tests check both ways.
@@ -18,6 +20,11 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 
 use argon2::password_hash::{Output, ParamsString, PasswordHash, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
+
+use crate::error::{AppError, ErrorCode};
+
+/// Longest a sign-in, sign-up or password change waits for a hashing turn.
+pub const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How many hashes run at once: one per core.
 pub static HASHERS: LazyLock<usize> = LazyLock::new(|| {
@@ -42,17 +49,22 @@ static POOL: LazyLock<Pool> = LazyLock::new(|| Pool {
 });
 
 /// Runs `f` over at least `blocks` blocks of memory, on the blocking pool, once a
-/// turn is free (at most [`HASHERS`] at a time). Argon2 writes every block before it
-/// reads it, so a buffer needs no clearing between hashes.
+/// turn is free (at most [`HASHERS`] at a time; 503 `busy` after waiting `wait`).
+/// Argon2 writes every block before it reads it, so a buffer needs no clearing
+/// between hashes.
 async fn with_memory<T: Send + 'static>(
+    wait: std::time::Duration,
     blocks: usize,
-    f: impl FnOnce(&mut [Block]) -> T + Send + 'static,
-) -> Result<T, actix_web::error::BlockingError> {
-    let turn = POOL
-        .turns
-        .acquire()
-        .await
-        .expect("the semaphore is never closed");
+    f: impl FnOnce(&mut [Block]) -> anyhow::Result<T> + Send + 'static,
+) -> Result<T, AppError> {
+    let Ok(turn) = tokio::time::timeout(wait, POOL.turns.acquire()).await else {
+        return Err(AppError::new(
+            ErrorCode::Busy,
+            "too many sign-ins at once; try again in a moment",
+        )
+        .with_header(actix_web::http::header::RETRY_AFTER, "1"));
+    };
+    let turn = turn.expect("the semaphore is never closed");
     actix_web::web::block(move || {
         let _turn = turn;
         if blocks > POOLED_BLOCKS {
@@ -75,13 +87,15 @@ async fn with_memory<T: Send + 'static>(
         out
     })
     .await
+    .map_err(|e| AppError::Internal(anyhow::anyhow!("blocking pool: {e}")))?
+    .map_err(AppError::Internal)
 }
 
 /// A new hash of `password` at the shipped cost, with a random 16-byte salt.
-pub async fn hash(password: String) -> anyhow::Result<String> {
+pub async fn hash(password: String) -> Result<String, AppError> {
     let params = Params::default();
     let blocks = params.block_count();
-    with_memory(blocks, move |memory| {
+    with_memory(TURN_WAIT, blocks, move |memory| {
         let mut salt = [0u8; 16];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut salt);
         let argon2 = Argon2::new(Algorithm::Argon2id, Version::V0x13, params.clone());
@@ -102,20 +116,25 @@ pub async fn hash(password: String) -> anyhow::Result<String> {
         Ok(phc.to_string())
     })
     .await
-    .map_err(|e| anyhow::anyhow!("blocking pool: {e}"))?
 }
 
 /// Whether `password` matches the stored PHC string `stored` (any Argon2 variant,
 /// version and cost it names; compared in constant time). A stored string that
 /// does not parse is an error, not a mismatch.
-pub async fn verify(stored: String, password: String) -> anyhow::Result<bool> {
-    let blocks = {
-        let parsed = PasswordHash::new(&stored).map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
-        Params::try_from(&parsed)
-            .map_err(|e| anyhow::anyhow!("stored hash: {e}"))?
-            .block_count()
-    };
-    with_memory(blocks, move |memory| {
+pub async fn verify(stored: String, password: String) -> Result<bool, AppError> {
+    verify_within(TURN_WAIT, stored, password).await
+}
+
+async fn verify_within(
+    wait: std::time::Duration,
+    stored: String,
+    password: String,
+) -> Result<bool, AppError> {
+    let blocks = PasswordHash::new(&stored)
+        .and_then(|parsed| Params::try_from(&parsed))
+        .map_err(|e| AppError::Internal(anyhow::anyhow!("stored hash: {e}")))?
+        .block_count();
+    with_memory(wait, blocks, move |memory| {
         let parsed = PasswordHash::new(&stored).map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
         let algorithm = Algorithm::try_from(parsed.algorithm)
             .map_err(|e| anyhow::anyhow!("stored hash: {e}"))?;
@@ -140,7 +159,6 @@ pub async fn verify(stored: String, password: String) -> anyhow::Result<bool> {
         Ok(computed == expected)
     })
     .await
-    .map_err(|e| anyhow::anyhow!("blocking pool: {e}"))?
 }
 
 #[cfg(test)]
@@ -204,6 +222,19 @@ mod tests {
                 .is_err()
         );
         assert!(verify("not a hash".into(), "pw".into()).await.is_err());
+    }
+
+    #[actix_web::test]
+    async fn a_sign_in_that_gets_no_turn_in_time_is_told_busy() {
+        let stored = hash("pw".into()).await.unwrap();
+        let short = std::time::Duration::from_millis(50);
+        let all = POOL.turns.acquire_many(*HASHERS as u32).await.unwrap();
+        let refused = verify_within(short, stored.clone(), "pw".into())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), "busy");
+        drop(all);
+        assert!(verify_within(short, stored, "pw".into()).await.unwrap());
     }
 
     #[actix_web::test]

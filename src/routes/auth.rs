@@ -123,6 +123,8 @@ struct SigninResponse {
     (status = 429, description = "`rate_limited`: too many sign-ups from this address", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 503, description = "`busy`: more sign-ins at once than hashing turns for 5 s", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"))),
 ))]
 async fn signup(
     state: web::Data<AppState>,
@@ -145,6 +147,8 @@ async fn signup(
     (status = 429, description = "`rate_limited`: too many sign-ins", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 503, description = "`busy`: more sign-ins at once than hashing turns for 5 s", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"))),
 ))]
 #[tracing::instrument(skip_all)]
 async fn signin(
@@ -279,6 +283,8 @@ pub struct PasswordChange {
     (status = 429, description = "`rate_limited` (counted like sign-in)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
+    (status = 503, description = "`busy`: more sign-ins at once than hashing turns for 5 s", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"))),
 ))]
 async fn change_password(
     req: HttpRequest,
