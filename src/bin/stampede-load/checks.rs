@@ -20,6 +20,17 @@ pub struct Check {
     pub detail: String,
 }
 
+/// A recorder of checks into `checks`: `record(invariant, ok, detail)`.
+pub fn recorder(checks: &mut Vec<Check>) -> impl FnMut(&str, bool, String) + '_ {
+    |invariant, ok, detail| {
+        checks.push(Check {
+            invariant: invariant.to_string(),
+            ok,
+            detail,
+        })
+    }
+}
+
 /// A sale's `stock_total` (its Postgres record) and `stock_left` (Redis), read in one
 /// call of the admin API: its report comparing Redis with Postgres.
 pub async fn sale_view(target: &Target, admin: &str, sale: i64) -> anyhow::Result<(i64, i64)> {
@@ -57,13 +68,7 @@ pub async fn verify(
     per_user: &HashMap<usize, UserSeen>,
     checks: &mut Vec<Check>,
 ) -> anyhow::Result<()> {
-    let mut check = |invariant: &str, ok: bool, detail: String| {
-        checks.push(Check {
-            invariant: invariant.to_string(),
-            ok,
-            detail,
-        })
-    };
+    let mut check = recorder(checks);
     // Distinct order ids: a 202 given again under the same key names the same order.
     let distinct = |u: &UserSeen| -> Vec<Uuid> {
         let mut ids: Vec<Uuid> = Vec::new();

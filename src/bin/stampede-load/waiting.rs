@@ -776,13 +776,7 @@ async fn queue_checks(
     (stock_total, stock_left): (i64, i64),
     checks: &mut Vec<Check>,
 ) -> anyhow::Result<()> {
-    let mut check = |invariant: &str, ok: bool, detail: String| {
-        checks.push(Check {
-            invariant: invariant.to_string(),
-            ok,
-            detail,
-        })
-    };
+    let mut check = super::checks::recorder(checks);
     let (orders, units, not_admitted): (i64, i64, i64) = sqlx::query_as(
         "SELECT count(*), COALESCE(SUM(quantity), 0)::int8,
                 count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM queue_admissions a
