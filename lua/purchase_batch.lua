@@ -3,7 +3,7 @@
 -- address, under the sale's hash tag), and each buyer's idempotency key remembered
 -- with the decision.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run, per_user)   KEYS[2] stock counter
--- KEYS[3] buyers set   KEYS[4] orders stream   KEYS[5] pending hash (order id -> user)
+-- KEYS[3] buyers set   KEYS[4] orders stream   KEYS[5] pending hash (see below)
 -- KEYS[6] units hash (user -> units held)   KEYS[7] units sold counter (KEYS[6] and
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
@@ -14,7 +14,8 @@
 -- its last write
 -- ARGV[5 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
 -- then per buyer: user id, order id (`<uuid>`; `<uuid>:<quantity>` for more than
--- one unit; `<uuid>:<quantity>:<idempotency key>` with a key)
+-- one unit; `<uuid>:<quantity>:<idempotency key>` with a key). Every order id of
+-- one call shares its batch tag (characters 15 to 28, see src/sale/orders.rs).
 -- Returns, per buyer, code and value, and for codes 0, 7 and 8 then per policy:
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
 -- is back; for code 11 then the stored answer (a string).
@@ -44,9 +45,18 @@
 -- without keys sends and runs no command for them.
 --
 -- The cost is per batch, not per buyer: one SMISMEMBER asks about every buyer, the
--- buyers set, the stock and the pending hash are written once each, and the
--- batch's accepted orders are one stream entry (one XADD; settlement reads,
--- acknowledges and deletes them together); each limit key is read and written once.
+-- buyers set and the stock are written once each, and the batch's accepted orders
+-- are one stream entry (one XADD; settlement reads, acknowledges and deletes them
+-- together) and one field of the pending hash; each limit key is read and written
+-- once.
+--
+-- The pending hash holds the orders accepted and not yet settled, by batch: the
+-- field is the batch tag, its value the entry's `orders` text (the same string as
+-- the stream entry's; a second batch that drew the same tag appends to it, so a
+-- tag never loses an order). Field `#` counts the orders the batch fields hold and
+-- `#b` the batch fields; settlement takes both down (lua/settle_pending.lua) and
+-- removes them at zero. Fields of 36 characters are an earlier version's (order id
+-- -> user), counted by neither; src/sale/pending.rs reads both.
 local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED, NOT_ADMITTED = 1, 5, 9, 10, 12, 13
 local P, first_buyer_arg, n = batch_shape()
 
@@ -160,8 +170,17 @@ local function record(i, user, q)
   end
 end
 local function append_entry()
-  redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders',
-    table.concat(entry, ' '))
+  local text = table.concat(entry, ' ')
+  redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
+  local tag = string.sub(orders[asking[1]], 15, 28)
+  local before = redis.call('HGET', KEYS[5], tag)
+  if before then
+    redis.call('HSET', KEYS[5], tag, before .. ' ' .. text)
+  else
+    redis.call('HSET', KEYS[5], tag, text)
+    redis.call('HINCRBY', KEYS[5], '#b', 1)
+  end
+  redis.call('HINCRBY', KEYS[5], '#', #entry)
 end
 
 -- A sale of more than one per customer: units per buyer, all or nothing.
@@ -169,7 +188,7 @@ local function decide_units(per_user)
   local held = batch_variadic('HMGET', KEYS[6], users)
   local stock = tonumber(redis.call('GET', KEYS[2]))
   local taken = 0
-  local now_held, changed, new_buyers, pending = {}, {}, {}, {}
+  local now_held, changed, new_buyers = {}, {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
     local q = quantity[i]
@@ -191,8 +210,6 @@ local function decide_units(per_user)
         changed[#changed + 1] = user
       end
       now_held[user] = h + q
-      pending[#pending + 1] = orders[i]
-      pending[#pending + 1] = user
       record(i, user, q)
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
@@ -209,7 +226,6 @@ local function decide_units(per_user)
     end
     redis.call('DECRBY', KEYS[2], taken)
     redis.call('INCRBY', KEYS[7], taken)
-    batch_variadic('HSET', KEYS[5], pending)
     append_entry()
     if waiting_room then
       batch_variadic('ZREM', KEYS[9], new_buyers)
@@ -224,7 +240,7 @@ elseif #asking > 0 then
   local bought = batch_variadic('SMISMEMBER', KEYS[3], users)
   local stock = tonumber(redis.call('GET', KEYS[2]))
   local taken = 0
-  local accepted, new_buyers, pending = {}, {}, {}
+  local accepted, new_buyers = {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
     if bought[j] == 1 or accepted[user] then
@@ -240,16 +256,13 @@ elseif #asking > 0 then
       taken = taken + 1
       accepted[user] = true
       new_buyers[#new_buyers + 1] = user
-      pending[#pending + 1] = orders[i]
-      pending[#pending + 1] = user
-      record(i, user, 1)
+      record(i, user, '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
   if taken > 0 then
     batch_variadic('SADD', KEYS[3], new_buyers)
     redis.call('DECRBY', KEYS[2], taken)
-    batch_variadic('HSET', KEYS[5], pending)
     append_entry()
     if waiting_room then
       batch_variadic('ZREM', KEYS[9], new_buyers)

@@ -11,7 +11,7 @@ use redis::aio::ConnectionLike;
 use crate::redis_conn::Redis;
 use uuid::Uuid;
 
-use super::orders::{MAX_ORDERABLE_SALE_ID, new_order_id};
+use super::orders::{MAX_ORDERABLE_SALE_ID, new_order_ids};
 use super::store::PurchaseOutcome;
 use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
 use crate::domain::{PurchaseKey, SaleId, UserId};
@@ -78,8 +78,20 @@ impl PurchaseBatch<'_> {
         if buyers.is_empty() {
             return Ok(Vec::new());
         }
+        self.run_with_ids(redis, buyers, new_order_ids(self.sale, buyers.len()))
+            .await
+    }
+
+    /// [`Self::run`] with the order ids given, one per buyer, all of one batch tag
+    /// (see [`new_order_ids`]; tests make two batches share one).
+    pub async fn run_with_ids<C: ConnectionLike>(
+        &self,
+        redis: &mut C,
+        buyers: &[BuyRequest],
+        order_ids: Vec<Uuid>,
+    ) -> Result<Vec<BuyReply>, AppError> {
+        assert_eq!(order_ids.len(), buyers.len(), "one order id per buyer");
         let k = self.keys.sale(self.sale);
-        let order_ids: Vec<Uuid> = buyers.iter().map(|_| new_order_id(self.sale)).collect();
         let items: Vec<Item> = buyers
             .iter()
             .zip(&order_ids)

@@ -414,11 +414,34 @@ pub async fn count_of_sale(db: &PgPool, sale: SaleId) -> sqlx::Result<i64> {
 /// Order ids carry their sale id in the first six bytes (a UUIDv8), so an order's
 /// status can be found in its sale's pending hash before it reaches Postgres.
 pub fn new_order_id(sale: SaleId) -> Uuid {
+    new_order_ids(sale, 1)[0]
+}
+
+/// `n` order ids for one decision batch: the sale id in bytes 0 to 5, then the
+/// batch tag, six random bytes the batch shares (42 random bits beside the UUID's
+/// version and variant), then four random bytes of each order's own. The sale's
+/// pending hash keeps a batch's orders under its tag ([`batch_tag`]), so the script
+/// writes one field per batch; an order id is still 74 random bits, 32 of them its
+/// own.
+pub fn new_order_ids(sale: SaleId, n: usize) -> Vec<Uuid> {
     use rand::RngCore;
+    let mut rng = rand::rng();
     let mut bytes = [0u8; 16];
-    rand::rng().fill_bytes(&mut bytes);
     bytes[..6].copy_from_slice(&sale.get().to_be_bytes()[2..]);
-    Uuid::new_v8(bytes)
+    rng.fill_bytes(&mut bytes[6..12]);
+    (0..n)
+        .map(|_| {
+            rng.fill_bytes(&mut bytes[12..]);
+            Uuid::new_v8(bytes)
+        })
+        .collect()
+}
+
+/// The batch tag of an order id as text, the field of its batch in the sale's
+/// pending hash: characters 15 to 28 of the hyphenated id (bytes 6 to 11), as
+/// `lua/purchase_batch.lua` takes them.
+pub fn batch_tag(order: &str) -> Option<&str> {
+    order.get(14..28)
 }
 
 /// The sale an order id was minted for, if it is one of ours.
@@ -460,5 +483,24 @@ mod tests {
             assert_eq!(sale_of_order(&order), Some(sale));
         }
         assert_eq!(sale_of_order(&Uuid::new_v4()), None);
+    }
+
+    #[test]
+    fn a_batch_shares_its_tag_and_nothing_else() {
+        let sale = Id::new(7).unwrap();
+        let ids = new_order_ids(sale, 64);
+        let texts: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        let tag = batch_tag(&texts[0]).unwrap();
+        assert_eq!(tag.len(), 14);
+        assert!(texts.iter().all(|t| batch_tag(t) == Some(tag)));
+        let distinct: std::collections::HashSet<&Uuid> = ids.iter().collect();
+        assert_eq!(distinct.len(), 64);
+        for id in &ids {
+            assert_eq!(id.get_version_num(), 8);
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+            assert_eq!(sale_of_order(id), Some(sale));
+        }
+        let other = new_order_ids(sale, 1)[0].to_string();
+        assert_ne!(batch_tag(&other), Some(tag));
     }
 }

@@ -1,5 +1,5 @@
 //! Orders accepted in Redis and not yet settled in Postgres: the sale's pending hash
-//! (order id -> user), its orders stream (what the purchase script wrote, with the
+//! (one field per decision batch, see [`PendingHash`]), its orders stream (what the purchase script wrote, with the
 //! time it accepted it), and what a buyer holds of a sale (its buyers set, or its
 //! units per buyer for a sale of more than one per customer). The purchase script
 //! writes them (`lua/purchase_batch.lua`), settlement empties them; the API and the
@@ -8,11 +8,63 @@
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 
-use super::orders::sale_of_order;
+use super::orders::{batch_tag, sale_of_order};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use uuid::Uuid;
+
+/// The layout of a sale's pending hash (written by `lua/purchase_batch.lua`, emptied
+/// by `lua/settle_pending.lua`):
+/// - one field per decision batch, named by the batch tag its order ids share
+///   ([`batch_tag`]), whose value is the batch's orders as its stream entry holds
+///   them (`<order>:<user>:<quantity>[:<key>]`, separated by spaces);
+/// - `#`, the orders the batch fields hold, and `#b`, the batch fields (both absent
+///   when there are none);
+/// - fields of a whole order id (36 characters), an earlier version's: order id ->
+///   user, counted by neither counter.
+pub struct PendingHash;
+
+impl PendingHash {
+    /// Field counting the orders of the batch fields.
+    pub const ORDERS: &'static str = "#";
+    /// Field counting the batch fields.
+    pub const FIELDS: &'static str = "#b";
+
+    /// Every pending order of a hash read whole (`HGETALL`): order id and user.
+    pub fn orders(fields: Vec<(String, String)>) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for (field, value) in fields {
+            if field == Self::ORDERS || field == Self::FIELDS {
+                continue;
+            }
+            if field.len() == 36 {
+                if let Ok(user) = value.parse() {
+                    out.push((field, user));
+                }
+                continue;
+            }
+            out.extend(value.split(' ').filter_map(Self::item));
+        }
+        out
+    }
+
+    /// One order of a batch field: `<order>:<user>:...`.
+    fn item(item: &str) -> Option<(String, i64)> {
+        let mut parts = item.splitn(3, ':');
+        let order = parts.next()?;
+        let user = parts.next()?.parse().ok()?;
+        (order.len() == 36).then(|| (order.to_string(), user))
+    }
+
+    /// The pending orders, from `HLEN` and the two counters: the batch fields'
+    /// orders, and an earlier version's fields one order each.
+    pub fn count(len: i64, orders: Option<i64>, fields: Option<i64>) -> i64 {
+        let counters = i64::from(orders.is_some()) + i64::from(fields.is_some());
+        let legacy = len - counters - fields.unwrap_or(0);
+        orders.unwrap_or(0) + legacy.max(0)
+    }
+}
 
 /// An order accepted and not yet in Postgres: its sale (carried by the id) and its
 /// owner, from the sale's pending hash.
@@ -24,11 +76,23 @@ pub async fn owner<C: ConnectionLike>(
     let Some(sale) = sale_of_order(order) else {
         return Ok(None);
     };
-    let owner: Option<i64> = redis::cmd("HGET")
+    let id = order.to_string();
+    let Some(tag) = batch_tag(&id) else {
+        return Ok(None);
+    };
+    let (legacy, batch): (Option<i64>, Option<String>) = redis::cmd("HMGET")
         .arg(&keys.sale(sale).pending)
-        .arg(order.to_string())
+        .arg(&id)
+        .arg(tag)
         .query_async(redis)
         .await?;
+    let owner = legacy.or_else(|| {
+        batch?
+            .split(' ')
+            .filter_map(PendingHash::item)
+            .find(|(o, _)| *o == id)
+            .map(|(_, user)| user)
+    });
     Ok(owner.map(|owner| (sale, owner)))
 }
 
@@ -38,10 +102,14 @@ pub async fn count<C: ConnectionLike>(
     keys: &Keys,
     sale: SaleId,
 ) -> Result<i64, AppError> {
-    Ok(redis::cmd("HLEN")
-        .arg(&keys.sale(sale).pending)
+    let pending = &keys.sale(sale).pending;
+    let (len, orders, fields): (i64, Option<i64>, Option<i64>) = redis::pipe()
+        .hlen(pending)
+        .hget(pending, PendingHash::ORDERS)
+        .hget(pending, PendingHash::FIELDS)
         .query_async(redis)
-        .await?)
+        .await?;
+    Ok(PendingHash::count(len, orders, fields))
 }
 
 /// An accepted order as its sale's orders stream holds it (`lua/purchase_batch.lua`).
@@ -72,8 +140,8 @@ impl PendingOrder {
 
 /// The exact count of the sale's pending orders and the oldest `shown` of them, in
 /// one round trip. The purchase script writes an accepted order to the pending hash
-/// and the stream together, and settlement drops it from both together, so the
-/// stream's entries hold the pending orders, with the time each was accepted.
+/// and the stream together, and settlement drops it from both, so the stream's
+/// entries hold the pending orders, with the time each was accepted.
 pub async fn oldest<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
@@ -81,8 +149,15 @@ pub async fn oldest<C: ConnectionLike>(
     shown: usize,
 ) -> Result<(i64, Vec<PendingOrder>), AppError> {
     let keys = keys.sale(sale);
-    let (total, stream): (i64, redis::streams::StreamRangeReply) = redis::pipe()
+    let (len, orders, fields, stream): (
+        i64,
+        Option<i64>,
+        Option<i64>,
+        redis::streams::StreamRangeReply,
+    ) = redis::pipe()
         .hlen(&keys.pending)
+        .hget(&keys.pending, PendingHash::ORDERS)
+        .hget(&keys.pending, PendingHash::FIELDS)
         .cmd("XRANGE")
         .arg(&keys.orders)
         .arg("-")
@@ -94,7 +169,7 @@ pub async fn oldest<C: ConnectionLike>(
     let mut entries: Vec<PendingOrder> =
         stream.ids.iter().flat_map(PendingOrder::of_entry).collect();
     entries.truncate(shown);
-    Ok((total, entries))
+    Ok((PendingHash::count(len, orders, fields), entries))
 }
 
 /// Most stream entries [`of_buyer`] reads (each a decision batch's orders): the

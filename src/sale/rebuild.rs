@@ -255,7 +255,7 @@ async fn read_sale(
     // Earlier versions' stream too: orders an older server accepted during an upgrade.
     let mut stream = stream_orders(redis, &k.orders).await?;
     stream.extend(stream_orders(redis, &k.orders_legacy).await?);
-    let pending: Vec<(String, i64)> = scan_all(redis, "HSCAN", &k.pending).await?;
+    let pending = super::pending::PendingHash::orders(scan_all(redis, "HSCAN", &k.pending).await?);
     let known: HashSet<i64> = scan_all(redis, "SSCAN", &k.buyers)
         .await?
         .into_iter()

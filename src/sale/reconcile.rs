@@ -46,14 +46,14 @@ pub async fn reconcile<C: ConnectionLike>(
     sale: &SaleRow,
 ) -> Result<Reconciliation, AppError> {
     let k = keys.sale(sale.id);
-    let (buyers, pending_owners, left, units_sold): (Vec<i64>, Vec<i64>, Option<i64>, Option<i64>) =
-        redis::pipe()
-            .smembers(&k.buyers)
-            .hvals(&k.pending)
-            .get(&k.stock)
-            .get(&k.sold)
-            .query_async(redis)
-            .await?;
+    type Read = (Vec<i64>, Vec<(String, String)>, Option<i64>, Option<i64>);
+    let (buyers, pending, left, units_sold): Read = redis::pipe()
+        .smembers(&k.buyers)
+        .hgetall(&k.pending)
+        .get(&k.stock)
+        .get(&k.sold)
+        .query_async(redis)
+        .await?;
     let settled: Vec<i64> = sqlx::query_scalar(
         "SELECT user_id FROM orders
          WHERE sale_id = $1 AND (status NOT IN ('expired', 'cancelled', 'refunded') OR NOT $2)",
@@ -74,6 +74,10 @@ pub async fn reconcile<C: ConnectionLike>(
     let orders = payment::counts(db, sale.id).await?;
     let buyers_set: std::collections::HashSet<i64> = buyers.iter().copied().collect();
     let settled_set: std::collections::HashSet<i64> = settled.iter().copied().collect();
+    let pending_owners: Vec<i64> = super::pending::PendingHash::orders(pending)
+        .into_iter()
+        .map(|(_, user)| user)
+        .collect();
     let mut pending_set: std::collections::HashSet<i64> = pending_owners.iter().copied().collect();
     pending_set.extend(returning);
     let mut missing_in_postgres: Vec<i64> = buyers_set

@@ -163,8 +163,9 @@ pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys)
         let k = keys.sale(sale);
         let left: redis::RedisResult<Option<i64>> =
             redis::cmd("GET").arg(&k.stock).query_async(redis).await;
-        let orders: redis::RedisResult<u64> =
-            redis::cmd("HLEN").arg(&k.pending).query_async(redis).await;
+        let orders: Result<u64, AppError> = super::pending::count(redis, keys, sale)
+            .await
+            .map(|n| u64::try_from(n).unwrap_or(0));
         let backlog =
             crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP)
                 .await

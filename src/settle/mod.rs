@@ -26,8 +26,27 @@ use uuid::Uuid;
 
 use crate::config::SettleConfig;
 use crate::keys::Keys;
+use crate::lua::Script;
 use crate::metrics::Metrics;
 use crate::redis_conn::{Redis, Target, Timeouts};
+
+static SETTLE_PENDING: std::sync::LazyLock<Script> =
+    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/settle_pending.lua")));
+
+/// Drops settled orders (their ids) from a sale's pending hash, whichever layout
+/// holds them (`lua/settle_pending.lua`, see [`crate::sale::pending::PendingHash`]);
+/// returns how many it held. Orders it no longer holds (a redelivery) count nothing.
+pub async fn drop_pending<C: ConnectionLike>(
+    redis: &mut C,
+    pending: &str,
+    orders: &[String],
+) -> redis::RedisResult<i64> {
+    SETTLE_PENDING
+        .key(pending)
+        .arg(orders)
+        .invoke_async(redis)
+        .await
+}
 
 /// How often the list of sale and poll streams is re-read from Postgres.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -653,15 +672,19 @@ impl Settler {
                     .filter_map(|a| a.id.map(|id| id.to_string())),
             );
         }
+        // The pending hash first: a failure after it leaves the entries to be
+        // delivered again, which finds their rows written and their orders gone.
+        for done in by_stream.values() {
+            if let Some(pending) = done.pending
+                && !done.orders.is_empty()
+            {
+                drop_pending(&mut self.redis, pending, &done.orders).await?;
+            }
+        }
         let mut pipe = redis::pipe();
         for (stream, done) in &by_stream {
             pipe.xack(*stream, SETTLE_GROUP, &done.entries).ignore();
             pipe.xdel(*stream, &done.entries).ignore();
-            if let Some(pending) = done.pending
-                && !done.orders.is_empty()
-            {
-                pipe.hdel(pending, &done.orders).ignore();
-            }
         }
         let _: () = pipe.query_async(&mut self.redis).await?;
         self.metrics

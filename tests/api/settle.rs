@@ -334,3 +334,138 @@ async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
     // The sale's reconcile agrees in both stores.
     assert_eq!(app.reconcile_report(&admin, sale).await["consistent"], true);
 }
+
+/// The pending hash holds one field per decision batch, under the batch tag its
+/// order ids share. Two batches that drew the same tag share the field (the second
+/// appends), so no order is lost; settlement drops exactly the orders it settled,
+/// once (a redelivery drops nothing), and the counters and the hash go at zero.
+/// An earlier version's field (one per order) is read and dropped beside them.
+#[tokio::test(flavor = "multi_thread")]
+async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order() {
+    use stampede::sale::buy::{BuyRequest, PurchaseBatch};
+    use stampede::sale::orders::{batch_tag, new_order_ids};
+    use stampede::sale::pending;
+
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let id = stampede::domain::Id::new(sale).unwrap();
+    let users = app.create_users(6, false).await;
+    let k = app.sale_keys(sale);
+    let mut redis = app.redis.clone();
+    let batch = PurchaseBatch {
+        keys: &app.keys,
+        sale: id,
+        policies: &[],
+        now_ms: None,
+        key_ttl: Duration::from_secs(86_400),
+    };
+    let buyer = |u: &crate::helpers::User| BuyRequest {
+        user: stampede::domain::Id::new(u.id).unwrap(),
+        quantity: 1,
+        ip: None,
+        key: None,
+    };
+    // Five ids of one tag: three for a first batch, two for a second.
+    let ids = new_order_ids(id, 5);
+    let texts: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    let tag = batch_tag(&texts[0]).unwrap().to_string();
+    let first: Vec<BuyRequest> = users[..3].iter().map(buyer).collect();
+    let second: Vec<BuyRequest> = users[3..5].iter().map(buyer).collect();
+    for (buyers, ids) in [(&first, ids[..3].to_vec()), (&second, ids[3..].to_vec())] {
+        let replies = batch.run_with_ids(&mut redis, buyers, ids).await.unwrap();
+        assert!(
+            replies.iter().all(|r| matches!(
+                r.outcome,
+                stampede::sale::store::PurchaseOutcome::Accepted { .. }
+            )),
+            "{replies:?}"
+        );
+    }
+    // An earlier version's pending order: its own field, order id -> user.
+    let legacy = new_order_ids(id, 1)[0].to_string();
+    let _: () = redis::pipe()
+        .hset(&k.pending, &legacy, users[5].id)
+        .ignore()
+        .sadd(&k.buyers, users[5].id)
+        .ignore()
+        .decr(&k.stock, 1)
+        .ignore()
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&k.pending)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let fields: HashSet<String> = fields.into_iter().collect();
+    let expected: HashSet<String> = [tag.clone(), "#".into(), "#b".into(), legacy.clone()]
+        .into_iter()
+        .collect();
+    assert_eq!(fields, expected);
+    let count = |app: &TestApp| {
+        let mut redis = app.redis.clone();
+        let keys = app.keys.clone();
+        async move { pending::count(&mut redis, &keys, id).await.unwrap() }
+    };
+    assert_eq!(count(&app).await, 6);
+    // Each pending order is its owner's, and nobody else's.
+    let owners = texts.iter().chain([&legacy]).zip(&users);
+    for (order, user) in owners.clone() {
+        let answer = app
+            .get_json(&format!("/api/orders/{order}"), Some(&user.token))
+            .await;
+        assert_eq!(answer["status"], "pending", "{answer}");
+        assert_eq!(answer["user_id"], user.id);
+    }
+    let other = app
+        .get(&format!("/api/orders/{}", texts[0]), Some(&users[4].token))
+        .await;
+    assert_eq!(other.status(), StatusCode::NOT_FOUND);
+    assert_eq!(app.reconcile_report(&admin, sale).await["consistent"], true);
+
+    // The first batch settles: its three orders go, the second's two stay.
+    let dropped = stampede::settle::drop_pending(&mut redis, &k.pending, &texts[..3])
+        .await
+        .unwrap();
+    assert_eq!(dropped, 3);
+    assert_eq!(count(&app).await, 3);
+    let again = stampede::settle::drop_pending(&mut redis, &k.pending, &texts[..3])
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "a redelivery drops nothing");
+    assert_eq!(count(&app).await, 3);
+    for (order, user) in owners.clone().skip(3) {
+        let answer = app
+            .get_json(&format!("/api/orders/{order}"), Some(&user.token))
+            .await;
+        assert_eq!(answer["status"], "pending", "{answer}");
+    }
+    let gone = app
+        .get(&format!("/api/orders/{}", texts[0]), Some(&users[0].token))
+        .await;
+    assert_eq!(
+        gone.status(),
+        StatusCode::NOT_FOUND,
+        "settled here, not in Postgres"
+    );
+
+    // The rest, with the earlier version's order: the hash is gone.
+    let rest: Vec<String> = texts[3..].iter().cloned().chain([legacy.clone()]).collect();
+    let dropped = stampede::settle::drop_pending(&mut redis, &k.pending, &rest)
+        .await
+        .unwrap();
+    assert_eq!(dropped, 3);
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&k.pending)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        !exists,
+        "an empty pending hash is removed, counters and all"
+    );
+    assert_eq!(count(&app).await, 0);
+}

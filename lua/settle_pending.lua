@@ -1,0 +1,72 @@
+-- Drops settled orders from a sale's pending hash (see lua/purchase_batch.lua),
+-- after settlement wrote them to Postgres.
+-- KEYS[1] pending hash
+-- ARGV: the order ids settled (`<uuid>`, 36 characters each)
+-- Returns the number of orders dropped.
+--
+-- A batch field (the orders' batch tag, characters 15 to 28 of their ids) loses the
+-- orders named and goes when it holds none; `#` and `#b` go down by the orders and
+-- the fields dropped, and both go at zero, so an empty hash is gone. A field named
+-- by an order id itself is an earlier version's (one per order), counted by
+-- neither: deleted only while the hash holds such fields. An order settled twice
+-- (a redelivery) is found the second time in no field and counts nothing.
+local key = KEYS[1]
+local tags, asked = {}, {}
+for i = 1, #ARGV do
+  local order = ARGV[i]
+  local tag = string.sub(order, 15, 28)
+  local ids = asked[tag]
+  if not ids then
+    ids = {}
+    asked[tag] = ids
+    tags[#tags + 1] = tag
+  end
+  ids[order] = true
+end
+
+local orders, fields = 0, 0
+for _, tag in ipairs(tags) do
+  local text = redis.call('HGET', key, tag)
+  if text then
+    local ids, kept, dropped = asked[tag], {}, 0
+    for item in string.gmatch(text, '%S+') do
+      if ids[string.sub(item, 1, 36)] then
+        dropped = dropped + 1
+      else
+        kept[#kept + 1] = item
+      end
+    end
+    if dropped > 0 then
+      orders = orders + dropped
+      if #kept == 0 then
+        redis.call('HDEL', key, tag)
+        fields = fields + 1
+      else
+        redis.call('HSET', key, tag, table.concat(kept, ' '))
+      end
+    end
+  end
+end
+
+-- (A Lua -0 would reach Redis as "-0", not an integer: only counts that moved.)
+local counted = tonumber(redis.call('HGET', key, '#b') or '0')
+if fields > 0 then
+  counted = redis.call('HINCRBY', key, '#b', -fields)
+end
+if orders > 0 then
+  redis.call('HINCRBY', key, '#', -orders)
+end
+if counted <= 0 then
+  redis.call('HDEL', key, '#', '#b')
+end
+
+-- An earlier version's fields: whatever the hash holds beyond the batch fields and
+-- the two counters.
+local legacy = 0
+local len = redis.call('HLEN', key)
+if len > math.max(counted, 0) + (counted > 0 and 2 or 0) then
+  for from = 1, #ARGV, 1000 do
+    legacy = legacy + redis.call('HDEL', key, unpack(ARGV, from, math.min(from + 999, #ARGV)))
+  end
+end
+return orders + legacy
