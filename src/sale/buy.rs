@@ -90,7 +90,14 @@ impl PurchaseBatch<'_> {
         buyers: &[BuyRequest],
         order_ids: Vec<Uuid>,
     ) -> Result<Vec<BuyReply>, AppError> {
-        assert_eq!(order_ids.len(), buyers.len(), "one order id per buyer");
+        let tag = |id: &Uuid| -> [u8; 6] { id.as_bytes()[6..12].try_into().unwrap_or_default() };
+        if order_ids.len() != buyers.len()
+            || order_ids.iter().any(|id| tag(id) != tag(&order_ids[0]))
+        {
+            return Err(AppError::Internal(anyhow::anyhow!(
+                "a purchase batch needs one order id per buyer, all of one batch tag"
+            )));
+        }
         let k = self.keys.sale(self.sale);
         let items: Vec<Item> = buyers
             .iter()
