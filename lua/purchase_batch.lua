@@ -173,12 +173,10 @@ local function append_entry()
   local text = table.concat(entry, ' ')
   redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
   local tag = string.sub(orders[asking[1]], 15, 28)
-  local before = redis.call('HGET', KEYS[5], tag)
-  if before then
-    redis.call('HSET', KEYS[5], tag, before .. ' ' .. text)
-  else
-    redis.call('HSET', KEYS[5], tag, text)
+  if redis.call('HSETNX', KEYS[5], tag, text) == 1 then
     redis.call('HINCRBY', KEYS[5], '#b', 1)
+  else
+    redis.call('HSET', KEYS[5], tag, redis.call('HGET', KEYS[5], tag) .. ' ' .. text)
   end
   redis.call('HINCRBY', KEYS[5], '#', #entry)
 end

@@ -66,6 +66,25 @@ impl PendingHash {
     }
 }
 
+static SETTLE_PENDING: std::sync::LazyLock<crate::lua::Script> = std::sync::LazyLock::new(|| {
+    crate::lua::Script::new(include_str!("../../lua/settle_pending.lua"))
+});
+
+/// Drops settled orders (their ids) from a sale's pending hash, whichever layout
+/// holds them (`lua/settle_pending.lua`, see [`PendingHash`]); returns how many it
+/// held. Orders it no longer holds (a redelivery) count nothing.
+pub async fn drop_settled<C: ConnectionLike>(
+    redis: &mut C,
+    pending: &str,
+    orders: &[String],
+) -> redis::RedisResult<i64> {
+    SETTLE_PENDING
+        .key(pending)
+        .arg(orders)
+        .invoke_async(redis)
+        .await
+}
+
 /// An order accepted and not yet in Postgres: its sale (carried by the id) and its
 /// owner, from the sale's pending hash.
 pub async fn owner<C: ConnectionLike>(

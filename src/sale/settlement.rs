@@ -13,6 +13,7 @@ use uuid::Uuid;
 use super::entry;
 use crate::domain::SaleId;
 use crate::keys::Keys;
+use crate::redis_conn::Redis;
 use crate::settle::{Accepted, Settle, Stream, Written};
 
 /// The sales, as the settlement worker sees them.
@@ -75,6 +76,18 @@ impl Settle for Orders {
         rows: &'a [Accepted],
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>> {
         Box::pin(insert_orders(tx, rows))
+    }
+
+    fn drop_pending<'a>(
+        &'a self,
+        redis: &'a mut Redis,
+        pending: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, redis::RedisResult<()>> {
+        Box::pin(async move {
+            super::pending::drop_settled(redis, pending, ids).await?;
+            Ok(())
+        })
     }
 }
 

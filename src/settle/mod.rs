@@ -26,27 +26,8 @@ use uuid::Uuid;
 
 use crate::config::SettleConfig;
 use crate::keys::Keys;
-use crate::lua::Script;
 use crate::metrics::Metrics;
 use crate::redis_conn::{Redis, Target, Timeouts};
-
-static SETTLE_PENDING: std::sync::LazyLock<Script> =
-    std::sync::LazyLock::new(|| Script::new(include_str!("../../lua/settle_pending.lua")));
-
-/// Drops settled orders (their ids) from a sale's pending hash, whichever layout
-/// holds them (`lua/settle_pending.lua`, see [`crate::sale::pending::PendingHash`]);
-/// returns how many it held. Orders it no longer holds (a redelivery) count nothing.
-pub async fn drop_pending<C: ConnectionLike>(
-    redis: &mut C,
-    pending: &str,
-    orders: &[String],
-) -> redis::RedisResult<i64> {
-    SETTLE_PENDING
-        .key(pending)
-        .arg(orders)
-        .invoke_async(redis)
-        .await
-}
 
 /// How often the list of sale and poll streams is re-read from Postgres.
 const REFRESH_EVERY: Duration = Duration::from_secs(2);
@@ -206,6 +187,19 @@ pub trait Settle: Send + Sync {
         tx: &'a mut sqlx::PgConnection,
         rows: &'a [Accepted],
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>>;
+
+    /// Drops settled decisions (their ids) from a stream's pending hash, after
+    /// their rows are committed; the feature owns that hash's layout. Ids the hash
+    /// no longer holds (a redelivery) change nothing. Nothing to do by default.
+    fn drop_pending<'a>(
+        &'a self,
+        redis: &'a mut Redis,
+        pending: &'a str,
+        ids: &'a [String],
+    ) -> BoxFuture<'a, redis::RedisResult<()>> {
+        let _ = (redis, pending, ids);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// One event as read from a stream.
@@ -659,6 +653,7 @@ impl Settler {
         struct Done<'a> {
             entries: Vec<&'a str>,
             pending: Option<&'a str>,
+            feature: usize,
             orders: Vec<String>,
         }
         let mut by_stream: HashMap<&str, Done<'_>> = HashMap::new();
@@ -666,6 +661,7 @@ impl Settler {
             let done = by_stream.entry(ev.stream.as_str()).or_default();
             done.entries.push(ev.entry_id.as_str());
             done.pending = ev.pending.as_deref();
+            done.feature = ev.feature;
             done.orders.extend(
                 ev.accepted
                     .iter()
@@ -678,7 +674,9 @@ impl Settler {
             if let Some(pending) = done.pending
                 && !done.orders.is_empty()
             {
-                drop_pending(&mut self.redis, pending, &done.orders).await?;
+                self.features[done.feature]
+                    .drop_pending(&mut self.redis, pending, &done.orders)
+                    .await?;
             }
         }
         let mut pipe = redis::pipe();

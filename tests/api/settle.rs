@@ -427,12 +427,12 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     assert_eq!(app.reconcile_report(&admin, sale).await["consistent"], true);
 
     // The first batch settles: its three orders go, the second's two stay.
-    let dropped = stampede::settle::drop_pending(&mut redis, &k.pending, &texts[..3])
+    let dropped = pending::drop_settled(&mut redis, &k.pending, &texts[..3])
         .await
         .unwrap();
     assert_eq!(dropped, 3);
     assert_eq!(count(&app).await, 3);
-    let again = stampede::settle::drop_pending(&mut redis, &k.pending, &texts[..3])
+    let again = pending::drop_settled(&mut redis, &k.pending, &texts[..3])
         .await
         .unwrap();
     assert_eq!(again, 0, "a redelivery drops nothing");
@@ -454,7 +454,7 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
 
     // The rest, with the earlier version's order: the hash is gone.
     let rest: Vec<String> = texts[3..].iter().cloned().chain([legacy.clone()]).collect();
-    let dropped = stampede::settle::drop_pending(&mut redis, &k.pending, &rest)
+    let dropped = pending::drop_settled(&mut redis, &k.pending, &rest)
         .await
         .unwrap();
     assert_eq!(dropped, 3);
