@@ -7,9 +7,13 @@
 //! that certain rather than a race of milliseconds, Postgres is stopped (settlement
 //! backs up, as under a storm that outruns it) and the victim's replica is stopped
 //! (SIGSTOP, and the primary drops its link) for 700 ms before the primary is
-//! killed: every decision of that moment is on the primary only. With `replica_acks = 1` those decisions are answered 503
-//! `not_replicated` and no 202 is lost; without it they are answered 202 and every
-//! one of them is lost (the second test shows exactly those, and only those).
+//! killed: every decision of that moment is on the primary only. With
+//! `replica_acks = 1` those decisions are answered 503 `not_replicated` and no 202
+//! is lost; without it they are answered 202 and every one of them is lost (the
+//! second test shows exactly those). Just before the pause the test waits until
+//! the replica has applied every write the primary had made; a 202 answered
+//! between that moment and the pause may still have been in flight to the replica,
+//! and only those may be lost besides.
 
 use std::time::{Duration, Instant};
 
@@ -85,6 +89,10 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
 
     stack.pg.stop(PgStop::Fast);
     let cluster = stack.cluster.as_mut().unwrap();
+    // Everything answered before `replicated_at` is on the replica; what is answered
+    // between it and the pause may still be in flight to it when it stops, so it
+    // may or may not survive.
+    let replicated_at = cluster.replicated_up_to_now(primary, replica).await;
     cluster.nodes[replica].pause();
     // A stopped process still receives into its socket buffer: the primary must
     // also drop the link, or the replica reads what was sent once it runs again.
@@ -94,7 +102,11 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
     cluster.nodes[primary].kill9();
     let killed_at = Instant::now();
     cluster.nodes[replica].resume();
-    println!("replica paused at {paused_at:?}, primary killed 700 ms later");
+    println!(
+        "replica had every write {:.1?} before its pause, paused at {paused_at:?}, \
+         primary killed 700 ms later",
+        paused_at - replicated_at
+    );
     cluster.wait_healthy(Duration::from_secs(30)).await;
     let healed_at = Instant::now();
     println!(
@@ -180,7 +192,7 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
         AllowedLoss::None
     } else {
         AllowedLoss::AnsweredWithin {
-            from: paused_at,
+            from: replicated_at,
             to: killed_at,
             sales: victim_sales.iter().fold(0, |m, s| m | (1 << s)),
         }

@@ -756,6 +756,39 @@ impl Cluster {
             .ok()
     }
 
+    /// Waits until `replica` has applied everything `primary` had written when this
+    /// was called, and returns that moment: every write answered before it is on the
+    /// replica. (Replication is asynchronous: a decision answered a moment before a
+    /// replica stops may still be in flight to it, in either node's socket buffers.)
+    pub async fn replicated_up_to_now(&self, primary: usize, replica: usize) -> Instant {
+        let at = Instant::now();
+        let target = self
+            .repl_offset(primary, "master_repl_offset")
+            .await
+            .expect("the primary's replication offset");
+        let deadline = at + Duration::from_secs(10);
+        loop {
+            let applied = self.repl_offset(replica, "slave_repl_offset").await;
+            if applied.is_some_and(|o| o >= target) {
+                return at;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not reach offset {target} in 10 s (at {applied:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    async fn repl_offset(&self, node: usize, field: &str) -> Option<i64> {
+        let info: String = self
+            .query(node, redis::cmd("INFO").arg("replication"))
+            .await?;
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.parse().ok())
+    }
+
     /// The shards as the first running node sees them (`CLUSTER NODES`).
     pub async fn shards(&self) -> Vec<Shard> {
         for (i, node) in self.nodes.iter().enumerate() {

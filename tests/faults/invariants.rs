@@ -24,9 +24,10 @@ pub enum AllowedLoss {
     /// Redis was wiped, the wipe done at this instant: only requests sent before it
     /// (accepted, not yet settled) may be lost; everything sent after it counts.
     SentBefore(Instant),
-    /// A primary whose replica was stopped at `from` died at `to`, and the replica
-    /// took over: only 202s of the sales on that shard (ids as bits of `sales`: bit
-    /// N for sale N) answered after `from` and sent before `to` may be lost.
+    /// A primary whose replica had every write up to `from` (and was stopped just
+    /// after) died at `to`, and the replica took over: only 202s of the sales on
+    /// that shard (ids as bits of `sales`: bit N for sale N) answered after `from`
+    /// and sent before `to` may be lost.
     AnsweredWithin {
         from: Instant,
         to: Instant,
@@ -40,8 +41,8 @@ impl AllowedLoss {
             AllowedLoss::None => false,
             AllowedLoss::AnsweredAfter(t) => r.answered >= t,
             AllowedLoss::SentBefore(t) => r.sent < t,
-            // Decided by a node that died at `to` (so sent before it) while its
-            // replica was stopped since `from` (so answered after it). The answer
+            // Decided by a node that died at `to` (so sent before it) after its
+            // replica last had every write, at `from` (so answered after it). The answer
             // of a decision made just before the kill may reach the client after.
             AllowedLoss::AnsweredWithin { from, to, sales } => {
                 r.answered >= from
