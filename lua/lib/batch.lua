@@ -79,6 +79,15 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local first_key = #KEYS - n * P + 1
   local seen, after, states = {}, {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
+  if P > 0 then
+    local counted = {}
+    for i = 1, n do
+      if not (skip and skip[i]) then
+        counted[#counted + 1] = i
+      end
+    end
+    limits_preload(cache, first_key, policies, counted)
+  end
   for i = 1, n do
     local admitted = skip and skip[i] or P == 0 or
       limits_take(cache, first_key + (i - 1) * P, policies, now, states)
@@ -113,21 +122,20 @@ end
 
 -- The script's reply: batch_answer per item. An accepted item's policy answers
 -- are computed here, from the states its take was decided on and left (the
--- answers its take would have given). `texts` (optional): per item, a string that follows
--- its code and value (a replayed answer's).
+-- answers its take would have given), straight into the reply. `texts` (optional):
+-- per item, a string that follows its code and value (a replayed answer's).
 local function batch_reply(P, n, code, value, answers, texts)
   local out, seen = {}, batch_limits_seen
-  local before, after = {}, {}
   for i = 1, n do
     local a = answers[i]
     if code[i] == REPLY_ACCEPTED and P > 0 and not a then
-      for p = 1, P do
-        before[p] = seen.states[(i - 1) * P + p]
-        after[p] = seen.after[(i - 1) * P + p]
-      end
-      a = limits_answers_taken(seen.policies, before, after, seen.now)
+      local m = #out
+      out[m + 1], out[m + 2] = code[i], value[i]
+      limits_append_taken(out, m + 2, seen.policies, seen.states, seen.after, (i - 1) * P,
+        seen.now)
+    else
+      batch_answer(out, P, code[i], value[i], a)
     end
-    batch_answer(out, P, code[i], value[i], a)
     if texts and texts[i] then
       out[#out + 1] = texts[i]
     end
@@ -141,25 +149,6 @@ local function batch_all(P, n, code)
   local out = {}
   for _ = 1, n do
     batch_answer(out, P, code, 0, nil)
-  end
-  return out
-end
-
--- Redis answers at most this many arguments to one command from a script at once
--- (Lua's unpack has a stack limit): variadic calls go in chunks of it.
-local BATCH_CHUNK = 1000
-
--- redis.call(cmd, key, items...) in chunks; returns the replies, concatenated when
--- they are arrays.
-local function batch_variadic(cmd, key, items)
-  local out = {}
-  for from = 1, #items, BATCH_CHUNK do
-    local r = redis.call(cmd, key, unpack(items, from, math.min(from + BATCH_CHUNK - 1, #items)))
-    if type(r) == 'table' then
-      for _, v in ipairs(r) do
-        out[#out + 1] = v
-      end
-    end
   end
   return out
 end

@@ -13,6 +13,8 @@
 --   and, when allowed, the new state and its time to live in ms.
 -- limit_sliding_counter_take(state, now, limit, window): the same decision without
 -- the answer (the new state and its time to live, or nil).
+-- limit_sliding_counter_taken(state, now, limit, window): the remaining, wait and
+-- reset of the answer it gave a request it allowed, from the state after it.
 -- limit_sliding_counter_undo(state, taken_at, window) gives back one request
 -- counted at `taken_at`: the new state, or nil for no change.
 -- A request is allowed when the estimate including it is at most the limit. All the
@@ -45,9 +47,8 @@ local function limit_sliding_counter_first_fit(limit, window, p, c)
   return math.max(e, 0)
 end
 
--- {allowed, remaining, wait, reset, now} for counts p, c at `elapsed` ms into the
--- window.
-local function limit_sliding_counter_answer(allowed, limit, window, p, c, elapsed, now)
+-- Remaining, wait and reset for counts p, c at `elapsed` ms into the window.
+local function limit_sliding_counter_numbers(limit, window, p, c, elapsed)
   local remaining = math.max(
     math.floor((limit * window - p * (window - elapsed) - c * window) / window), 0)
   local wait
@@ -64,6 +65,13 @@ local function limit_sliding_counter_answer(allowed, limit, window, p, c, elapse
   elseif p > 0 then
     reset = window - elapsed
   end
+  return remaining, wait, reset
+end
+
+-- {allowed, remaining, wait, reset, now} for counts p, c at `elapsed` ms into the
+-- window.
+local function limit_sliding_counter_answer(allowed, limit, window, p, c, elapsed, now)
+  local remaining, wait, reset = limit_sliding_counter_numbers(limit, window, p, c, elapsed)
   return {allowed, remaining, wait, reset, now}
 end
 
@@ -102,10 +110,11 @@ local function limit_sliding_counter(state, now, limit, window)
 end
 
 -- The answer limit_sliding_counter gave a request it allowed, from the state after
--- it ({window number, count with it, previous count}).
+-- it ({window number, count with it, previous count}): its remaining, wait and
+-- reset (see limit_sliding_log_taken).
 local function limit_sliding_counter_taken(state, now, limit, window)
-  return limit_sliding_counter_answer(1, limit, window, state[3], state[2],
-    now - state[1] * window, now)
+  return limit_sliding_counter_numbers(limit, window, state[3], state[2],
+    now - state[1] * window)
 end
 
 local function limit_sliding_counter_undo(state, taken_at, window)

@@ -121,14 +121,15 @@ local function limit_sliding_log(state, now, limit, window)
 end
 
 -- The answer limit_sliding_log gave a request it allowed, from the log after it:
--- no second decision for a reply that reports it.
+-- no second decision for a reply that reports it. Its remaining, wait and reset as
+-- three numbers (a batch's reply takes them without a table per request).
 local function limit_sliding_log_taken(log, now, limit, window)
   local count = #log / LOG_WIDTH
   local wait = 0
   if count >= limit then
     wait = limit_sliding_log_at(log, count - limit + 1) + window - now
   end
-  return {1, limit - count, wait, window, now}
+  return limit - count, wait, window
 end
 
 local function limit_sliding_log_undo(state, taken_at)

@@ -4,7 +4,8 @@
 -- and cost.
 --
 -- Every policy's state for one subject is one string key. A script reads and
--- parses it once (GET, limit_*_read) and, when it counted something, formats and
+-- parses it once (GET, or a batch's keys all with one MGET: limits_preload;
+-- limit_*_read) and, when it counted something, formats and
 -- writes it once (limit_*_text, SET with PX, so no key is ever left without an
 -- expiry), however many of its requests count in that key: the algorithms compute
 -- on parsed state (a batch's requests from one address share one counter).
@@ -140,6 +141,40 @@ local function limits_cache()
   return {state = {}, alg = {}, ttl = {}}
 end
 
+-- Reads the keys of the batch's items `items` (indexes, from 1) into `cache`, all
+-- with one MGET (a GET per key costs Redis a command call each; a key of another
+-- type reads as nil there, so as no state). `first_key`: index in KEYS of the first
+-- item's first policy key.
+local function limits_preload(cache, first_key, policies, items)
+  local P = #policies
+  local known, algs = cache.state, cache.alg
+  local keys, key_alg = {}, {}
+  for _, i in ipairs(items) do
+    for p = 1, P do
+      local key = KEYS[first_key + (i - 1) * P + p - 1]
+      if known[key] == nil then
+        known[key] = false
+        keys[#keys + 1], key_alg[#keys + 1] = key, policies[p][1]
+      end
+    end
+  end
+  for from = 1, #keys, BATCH_CHUNK do
+    local texts = redis.call('MGET', unpack(keys, from, math.min(from + BATCH_CHUNK - 1, #keys)))
+    for j, text in ipairs(texts) do
+      local k = from + j - 1
+      local alg = key_alg[k]
+      local read = LIMIT_READ[alg]
+      if not read then
+        error('unknown rate-limit algorithm ' .. tostring(alg))
+      end
+      algs[keys[k]] = alg
+      if text then
+        known[keys[k]] = read(text) or false
+      end
+    end
+  end
+end
+
 -- The answers of every policy for one request, decided on `states` (its keys'
 -- states before it, false for none), and the largest wait (ms) among the refusing
 -- policies (-1 when one can never be satisfied).
@@ -159,23 +194,31 @@ local function limits_answers(policies, states, now)
   return answers, wait
 end
 
--- The answers of every policy for a request every policy took, the same as
--- limits_answers on the states before it (`before`): the sliding log and counter
--- read them off the states after it (`after`) instead of deciding again; the other
--- algorithms decide again.
-local function limits_answers_taken(policies, before, after, now)
-  local answers = {}
+-- Appends to `out`, from its index n + 1, the answers of every policy for a
+-- request every policy took, four numbers each (allowed, remaining, wait, reset),
+-- the same as limits_answers on the states before it: the sliding log and counter
+-- read them off the states after it instead of deciding again, and without a table
+-- per answer; the other algorithms decide again. `before` and `after` hold the
+-- request's states at from + 1 .. from + P. Returns the index of the last number.
+local function limits_append_taken(out, n, policies, before, after, from, now)
   for p, policy in ipairs(policies) do
     local alg = policy[1]
+    local remaining, wait, reset
     if alg == 'sl' then
-      answers[p] = limit_sliding_log_taken(after[p], now, policy[2], policy[3])
+      remaining, wait, reset = limit_sliding_log_taken(after[from + p], now, policy[2],
+        policy[3])
     elseif alg == 'sc' then
-      answers[p] = limit_sliding_counter_taken(after[p], now, policy[2], policy[3])
+      remaining, wait, reset = limit_sliding_counter_taken(after[from + p], now, policy[2],
+        policy[3])
     else
-      answers[p] = limit_decide(alg, before[p] or nil, now, policy[2], policy[3], policy[4])
+      local r = limit_decide(alg, before[from + p] or nil, now, policy[2], policy[3],
+        policy[4])
+      remaining, wait, reset = r[2], r[3], r[4]
     end
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, remaining, wait, reset
+    n = n + 4
   end
-  return answers
+  return n
 end
 
 -- Scratch of limits_take: the new states and their times to live of one request.

@@ -18,3 +18,22 @@ local function same_run(stamp)
   end
   return string.find(redis.call('INFO', 'server'), 'run_id:' .. stamp, 1, true) ~= nil
 end
+
+-- Redis answers at most this many arguments to one command from a script at once
+-- (Lua's unpack has a stack limit): variadic calls go in chunks of it.
+local BATCH_CHUNK = 1000
+
+-- redis.call(cmd, key, items...) in chunks; returns the replies, concatenated when
+-- they are arrays. (Here, before lua/lib/limits.lua, which reads in chunks too.)
+local function batch_variadic(cmd, key, items)
+  local out = {}
+  for from = 1, #items, BATCH_CHUNK do
+    local r = redis.call(cmd, key, unpack(items, from, math.min(from + BATCH_CHUNK - 1, #items)))
+    if type(r) == 'table' then
+      for _, v in ipairs(r) do
+        out[#out + 1] = v
+      end
+    end
+  end
+  return out
+end

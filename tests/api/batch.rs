@@ -22,6 +22,21 @@ use crate::helpers::{
     spawn_app, spawn_app_with, test_redis_cluster, test_redis_url, window_policy,
 };
 
+/// A buy-route policy that refuses when Redis cannot answer.
+fn policy(
+    name: &str,
+    subject: stampede::limit::Subject,
+    algorithm: stampede::limit::Algorithm,
+) -> stampede::limit::Policy {
+    stampede::limit::Policy {
+        name: name.into(),
+        route: stampede::limit::Route::Buy,
+        subject,
+        algorithm,
+        fail_open: false,
+    }
+}
+
 /// Sends all requests at once (a barrier) and returns the statuses.
 async fn together(app: &Arc<TestApp>, requests: Vec<(i64, String)>) -> Vec<(i64, StatusCode)> {
     let barrier = Arc::new(Barrier::new(requests.len()));
@@ -401,12 +416,12 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
 /// An accepted purchase reports each policy's answer exactly as the limiter script
 /// (`lua/limit.lua`) answers the same requests at the same times: the batch reads
 /// the sliding log's and counter's answers off the state its take left
-/// (`limits_answers_taken` in lua/lib/limits.lua) and decides the others again.
+/// (`limits_append_taken` in lua/lib/limits.lua) and decides the others again.
 /// Three batches: one user at the log's limit, a refusal that counts nowhere, and a
 /// batch in the counter's next window.
 #[tokio::test(flavor = "multi_thread")]
 async fn accepted_purchases_report_what_the_limiter_script_answers() {
-    use stampede::limit::{self, Algorithm, Attempt, Policy, Route, Subject};
+    use stampede::limit::{self, Algorithm, Attempt, Subject};
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = app
@@ -415,13 +430,6 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
         .as_i64()
         .unwrap();
     let (a, b) = (app.user().await.id, app.user().await.id);
-    let policy = |name: &str, subject, algorithm| Policy {
-        name: name.into(),
-        route: Route::Buy,
-        subject,
-        algorithm,
-        fail_open: false,
-    };
     let policies = vec![
         policy(
             "u-log",
@@ -532,4 +540,80 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
     // a: 3, then 1 (the log's 4th: its last), the 5th refused; b: 2, 1, 1; a once more in
     // the next window.
     assert_eq!(accepted, 9);
+}
+
+/// A batch reads its limit keys in chunks of 1,000 (one `MGET` each): 700 buyers
+/// under two policies are 1,400 keys, and the state of a key past the first chunk
+/// is read like any other. The last buyer's log is full, so it alone is refused
+/// by the limit; everyone else is counted once and buys.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
+    use stampede::limit::{Algorithm, Subject};
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = Id::new(app.live_sale(&admin, 1_000).await).unwrap();
+    let users = app.create_users(700, false).await;
+    let policies = vec![
+        policy(
+            "buy-user",
+            Subject::User,
+            Algorithm::SlidingLog {
+                limit: 1,
+                window_ms: 60_000,
+            },
+        ),
+        policy(
+            "buy-ip",
+            Subject::Ip,
+            Algorithm::SlidingCounter {
+                limit: 100_000,
+                window_ms: 60_000,
+            },
+        ),
+    ];
+    let buyer = |n: usize| BuyRequest {
+        user: Id::new(users[n].id).unwrap(),
+        quantity: 1,
+        ip: Some(std::net::IpAddr::from([
+            10,
+            1,
+            (n / 250) as u8,
+            (n % 250) as u8,
+        ])),
+        key: None,
+    };
+    let batch = PurchaseBatch {
+        keys: &app.keys,
+        sale,
+        policies: &policies,
+        now_ms: None,
+        key_ttl: Duration::from_secs(86_400),
+    };
+    let mut redis = app.redis.clone();
+    let last = users.len() - 1;
+    let first = batch.run(&mut redis, &[buyer(last)]).await.unwrap();
+    assert!(matches!(first[0].outcome, PurchaseOutcome::Accepted { .. }));
+
+    let all: Vec<BuyRequest> = (0..users.len()).map(buyer).collect();
+    let replies = batch.run(&mut redis, &all).await.unwrap();
+    for (n, reply) in replies.iter().enumerate() {
+        if n == last {
+            assert!(
+                matches!(reply.outcome, PurchaseOutcome::RateLimited { .. }),
+                "the last buyer's full log (key 1,399 of 1,400) was read: {reply:?}"
+            );
+        } else {
+            assert!(
+                matches!(reply.outcome, PurchaseOutcome::Accepted { .. }),
+                "buyer {n}: {reply:?}"
+            );
+        }
+    }
+    assert_eq!(app.stock_left(sale.get()).await, 1_000 - 700);
+    for n in [0, 499, 500, 698, last] {
+        let key = app
+            .keys
+            .sale_rate_limit(sale, "buy-user", &format!("u{}", users[n].id));
+        assert_eq!(sliding_log_entries(&mut redis, &key).await, 1, "buyer {n}");
+    }
 }
