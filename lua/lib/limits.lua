@@ -134,9 +134,10 @@ local function limit_take(alg, state, now, a, b, c)
   return nil
 end
 
--- The policies' state as a batch script sees it: each key read at most once (its
--- parsed state in `state`, false for none), its changes kept here and written once
--- by limits_write (`ttl` set for the keys a request counted in).
+-- The policies' state as a batch script sees it: each key read once, by
+-- limits_preload (its parsed state in `state`, false for none), its changes kept
+-- here and written once by limits_write (`ttl` set for the keys a request counted
+-- in).
 local function limits_cache()
   return {state = {}, alg = {}, ttl = {}}
 end
@@ -226,19 +227,14 @@ local limits_new_state, limits_new_ttl = {}, {}
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
 -- it. `first_key`: index in KEYS of this request's first policy key; `policies`:
--- {alg, a, b, c} each; `cache` from limits_cache. Fills `states[1..P]` with the
+-- {alg, a, b, c} each; `cache` from limits_cache, its keys read by limits_preload
+-- (every key of the batch's counted requests). Fills `states[1..P]` with the
 -- states the request was decided on (false for none), from which limits_answers
 -- gives its answers. Returns true when every policy took it.
 local function limits_take(cache, first_key, policies, now, states)
   local known, P = cache.state, #policies
   for p = 1, P do
-    local key, alg = KEYS[first_key + p - 1], policies[p][1]
-    local state = known[key]
-    if state == nil then
-      state = limit_load(key, alg) or false
-      known[key], cache.alg[key] = state, alg
-    end
-    states[p] = state
+    states[p] = known[KEYS[first_key + p - 1]]
   end
   for p = 1, P do
     local policy = policies[p]
