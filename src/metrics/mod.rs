@@ -65,6 +65,7 @@ counters! {
     rate_limited: "Requests refused by a rate limit.",
     settled_rows: "Orders and votes written to Postgres by this process's settlement worker.",
     settle_errors: "Settlement steps that failed and will be retried.",
+    settle_rewrites: "Settlement batches written a second time with ON CONFLICT DO NOTHING, because their plain INSERT met a row already there (a redelivery after a failure, or an order in conflict).",
     order_cancels_buyer: "Orders cancelled by their buyer (units returned).",
     order_cancels_admin: "Orders cancelled or refunded by an admin (units returned).",
     order_cancels_refused: "Cancels refused as not_cancellable (already cancelled, expired, or paid for a buyer).",

@@ -14,7 +14,7 @@ use super::entry;
 use crate::domain::SaleId;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use crate::settle::{Accepted, Settle, Stream, Written};
+use crate::settle::{Accepted, Insert, Settle, Stream, Written};
 
 /// The sales, as the settlement worker sees them.
 pub struct Orders;
@@ -74,8 +74,9 @@ impl Settle for Orders {
         &'a self,
         tx: &'a mut sqlx::PgConnection,
         rows: &'a [Accepted],
+        insert: Insert,
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>> {
-        Box::pin(insert_orders(tx, rows))
+        Box::pin(insert_orders(tx, rows, insert))
     }
 
     fn drop_pending<'a>(
@@ -91,11 +92,46 @@ impl Settle for Orders {
     }
 }
 
-/// Inserts the orders (`ON CONFLICT DO NOTHING`); returns the rows inserted and the
-/// ids of those skipped that are not there (a conflict, not a redelivery).
+/// The insert of a batch of orders, with `$tail` after it (nothing, or
+/// `ON CONFLICT DO NOTHING`).
+macro_rules! insert_orders_sql {
+    ($tail:literal) => {
+        concat!(
+            // A sale with a payment window makes the order wait for its payment
+            // until `accepted_at` + the window (see migrations/0007_payment.sql).
+            "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity,
+                                 multi_unit, idempotency_key)
+             SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
+                    CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
+                    CASE WHEN s.payment_window_s > 0
+                         THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
+                    o.quantity, s.max_per_user > 1,
+                    CASE WHEN o.idempotency_key IS NULL THEN NULL
+                         WHEN NOT EXISTS (SELECT 1 FROM orders k
+                                          WHERE k.sale_id = o.sale_id AND k.user_id = o.user_id
+                                            AND k.idempotency_key = o.idempotency_key
+                                            AND k.id <> o.id)
+                         THEN o.idempotency_key END
+             FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[],
+                         $6::text[])
+                  AS o (id, sale_id, user_id, accepted_at, quantity, idempotency_key)
+             -- In place of foreign keys (migrations/0012): an order of a sale or a user
+             -- that is gone is not written (and is reported below).
+             JOIN sales s ON s.id = o.sale_id
+             JOIN users u ON u.id = o.user_id",
+            $tail
+        )
+    };
+}
+
+/// Inserts the orders (`Fresh`: a plain insert, failing on an order already there;
+/// `Tolerant`: `ON CONFLICT DO NOTHING`); returns the rows inserted and the ids of
+/// those skipped that are not there (a conflict, not a redelivery, or a sale or
+/// user that is gone).
 async fn insert_orders(
     tx: &mut sqlx::PgConnection,
     rows: &[Accepted],
+    insert: Insert,
 ) -> Result<Written, sqlx::Error> {
     let ids: Vec<Uuid> = rows.iter().filter_map(|r| r.id).collect();
     let sales: Vec<i64> = rows.iter().map(|r| r.owner).collect();
@@ -117,39 +153,20 @@ async fn insert_orders(
                 .filter(|k| seen.insert((r.owner, r.user, *k)))
         })
         .collect();
-    let inserted = sqlx::query(
-        // A sale with a payment window makes the order wait for its payment until
-        // `accepted_at` + the window (see migrations/0007_payment.sql).
-        "INSERT INTO orders (id, sale_id, user_id, accepted_at, status, pay_by, quantity, multi_unit,
-                             idempotency_key)
-         SELECT o.id, o.sale_id, o.user_id, o.accepted_at,
-                CASE WHEN s.payment_window_s > 0 THEN 'awaiting_payment' ELSE 'accepted' END,
-                CASE WHEN s.payment_window_s > 0
-                     THEN o.accepted_at + make_interval(secs => s.payment_window_s) END,
-                o.quantity, s.max_per_user > 1,
-                CASE WHEN o.idempotency_key IS NULL THEN NULL
-                     WHEN NOT EXISTS (SELECT 1 FROM orders k
-                                      WHERE k.sale_id = o.sale_id AND k.user_id = o.user_id
-                                        AND k.idempotency_key = o.idempotency_key
-                                        AND k.id <> o.id)
-                     THEN o.idempotency_key END
-         FROM UNNEST($1::uuid[], $2::int8[], $3::int8[], $4::timestamptz[], $5::int4[], $6::text[])
-              AS o (id, sale_id, user_id, accepted_at, quantity, idempotency_key)
-         -- In place of foreign keys (migrations/0012): an order of a sale or a user
-         -- that is gone is not written (and is reported below).
-         JOIN sales s ON s.id = o.sale_id
-         JOIN users u ON u.id = o.user_id
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&ids)
-    .bind(&sales)
-    .bind(&users)
-    .bind(&times)
-    .bind(&quantities)
-    .bind(&keys)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let sql = match insert {
+        Insert::Fresh => insert_orders_sql!(""),
+        Insert::Tolerant => insert_orders_sql!(" ON CONFLICT DO NOTHING"),
+    };
+    let inserted = sqlx::query(sql)
+        .bind(&ids)
+        .bind(&sales)
+        .bind(&users)
+        .bind(&times)
+        .bind(&quantities)
+        .bind(&keys)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
     if inserted as usize == ids.len() {
         return Ok(Written {
             inserted,

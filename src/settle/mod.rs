@@ -6,10 +6,14 @@
 //! acknowledged (a failed commit is retried this way); if there are none, block on
 //! new entries. Every `claim_idle_ms / 2` it takes over entries that another
 //! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`, under a
-//! lock so that one instance at a time scans the streams. Writes use
-//! `ON CONFLICT DO NOTHING` on the order id and on (sale, user) among orders not
-//! expired, and on (poll, user)
-//! for votes, so an entry that is delivered twice lands once.
+//! lock so that one instance at a time scans the streams. A batch is first written
+//! with a plain `INSERT` ([`Insert::Fresh`]): a batch of new rows, the usual case,
+//! needs no `ON CONFLICT` (Postgres's speculative insertion checks every unique
+//! index before each row, about 2 µs a row here). When a row is already there
+//! (Postgres answers a unique violation), the transaction is rolled back and the
+//! batch written again with `ON CONFLICT DO NOTHING` ([`Insert::Tolerant`]) on the
+//! order id and on (sale, user) among orders not expired, and on (poll, user) for
+//! votes, so an entry that is delivered twice lands once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -154,6 +158,17 @@ pub struct Accepted {
     pub key: Option<String>,
 }
 
+/// How [`Settle::write`] inserts a batch's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Insert {
+    /// A plain `INSERT`: a row whose id or (owner, user) is already there fails the
+    /// statement with a unique violation, and the worker writes the batch again,
+    /// [`Insert::Tolerant`].
+    Fresh,
+    /// `INSERT ... ON CONFLICT DO NOTHING`: rows already there are skipped.
+    Tolerant,
+}
+
 /// What a feature's write of one batch did.
 #[derive(Debug, Default)]
 pub struct Written {
@@ -180,12 +195,14 @@ pub trait Settle: Send + Sync {
     /// own (acknowledged without settling, and logged).
     fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>>;
 
-    /// Writes a batch idempotently (`ON CONFLICT DO NOTHING`: an entry delivered
-    /// twice lands once) inside the worker's transaction.
+    /// Writes a batch inside the worker's transaction: `Fresh`, failing on a row
+    /// already there; `Tolerant`, idempotently (`ON CONFLICT DO NOTHING`: an entry
+    /// delivered twice lands once).
     fn write<'a>(
         &'a self,
         tx: &'a mut sqlx::PgConnection,
         rows: &'a [Accepted],
+        insert: Insert,
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>>;
 
     /// Drops settled decisions (their ids) from a stream's pending hash, after
@@ -604,8 +621,31 @@ impl Settler {
     }
 
     /// Writes a batch in one transaction, each feature its own rows; returns the
-    /// rows inserted and the ids in conflict.
+    /// rows inserted and the ids in conflict. Plain inserts first; a batch that
+    /// meets a row already there (a redelivery, or an order in conflict) is
+    /// written again, skipping those rows.
     async fn write(&self, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
+        match self.write_as(events, Insert::Fresh).await {
+            Err(e)
+                if e.as_database_error()
+                    .is_some_and(|d| d.is_unique_violation()) =>
+            {
+                Metrics::inc(&self.metrics.settle_rewrites);
+                tracing::debug!(
+                    error = %e,
+                    "a settlement batch met rows already in Postgres; writing it again, skipping them"
+                );
+                self.write_as(events, Insert::Tolerant).await
+            }
+            written => written,
+        }
+    }
+
+    async fn write_as(
+        &self,
+        events: &[Event],
+        insert: Insert,
+    ) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
         let mut tx = self.db.begin().await?;
         let (mut inserted, mut conflicting) = (0, Vec::new());
         for (feature, settle) in self.features.iter().enumerate() {
@@ -617,7 +657,7 @@ impl Settler {
             if rows.is_empty() {
                 continue;
             }
-            let written = settle.write(&mut tx, &rows).await?;
+            let written = settle.write(&mut tx, &rows, insert).await?;
             inserted += written.inserted;
             conflicting.extend(written.conflicting);
         }

@@ -8,7 +8,7 @@ use sqlx::PgPool;
 
 use crate::domain::PollId;
 use crate::keys::Keys;
-use crate::settle::{Accepted, Settle, Stream, Written};
+use crate::settle::{Accepted, Insert, Settle, Stream, Written};
 
 /// The polls, as the settlement worker sees them.
 pub struct Votes;
@@ -51,32 +51,42 @@ impl Settle for Votes {
         &'a self,
         tx: &'a mut sqlx::PgConnection,
         rows: &'a [Accepted],
+        insert: Insert,
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>> {
-        Box::pin(insert_votes(tx, rows))
+        Box::pin(insert_votes(tx, rows, insert))
     }
 }
 
-/// Inserts the votes (`ON CONFLICT DO NOTHING`); returns the rows inserted.
+/// Inserts the votes (`Fresh`: a plain insert, failing on a vote already there;
+/// `Tolerant`: `ON CONFLICT DO NOTHING`); returns the rows inserted.
 async fn insert_votes(
     tx: &mut sqlx::PgConnection,
     rows: &[Accepted],
+    insert: Insert,
 ) -> Result<Written, sqlx::Error> {
     let polls: Vec<i64> = rows.iter().map(|r| r.owner).collect();
     let users: Vec<i64> = rows.iter().map(|r| r.user).collect();
     let options: Vec<i64> = rows.iter().map(|r| r.value).collect();
     let times: Vec<DateTime<chrono::Utc>> = rows.iter().map(|r| r.at).collect();
-    let inserted = sqlx::query(
-        "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
-         SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
-         ON CONFLICT DO NOTHING",
-    )
-    .bind(&polls)
-    .bind(&users)
-    .bind(&options)
-    .bind(&times)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
+    let sql = match insert {
+        Insert::Fresh => {
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
+             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])"
+        }
+        Insert::Tolerant => {
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
+             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
+             ON CONFLICT DO NOTHING"
+        }
+    };
+    let inserted = sqlx::query(sql)
+        .bind(&polls)
+        .bind(&users)
+        .bind(&options)
+        .bind(&times)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
     Ok(Written {
         inserted,
         conflicting: Vec::new(),
