@@ -261,8 +261,29 @@ async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
     )
     .await?;
     if drain {
-        let n = settler.drain().await?;
-        println!("settled {n} new orders");
+        // A backlog of millions takes minutes: a line on stderr every 2 s.
+        let started = std::time::Instant::now();
+        let mut reported = started;
+        let n = settler
+            .drain_reporting(|rows| {
+                if reported.elapsed() >= std::time::Duration::from_secs(2) {
+                    reported = std::time::Instant::now();
+                    eprintln!(
+                        "settling: {rows} rows written so far, {:.0} a second",
+                        rows as f64 / started.elapsed().as_secs_f64()
+                    );
+                }
+            })
+            .await?;
+        let secs = started.elapsed().as_secs_f64();
+        if n == 0 {
+            println!("nothing to settle");
+        } else {
+            println!(
+                "settled {n} new orders and votes in {secs:.1} s ({:.0} a second)",
+                n as f64 / secs.max(0.001)
+            );
+        }
         return Ok(());
     }
     let (tx, rx) = tokio::sync::watch::channel(false);

@@ -388,8 +388,15 @@ impl Settler {
         self.settle(entries).await
     }
 
-    /// Reads until every stream is drained; for tests and `stampede settle --drain`.
+    /// Reads until every stream is drained; returns the rows inserted. For tests
+    /// and `stampede settle --drain`.
     pub async fn drain(&mut self) -> anyhow::Result<u64> {
+        self.drain_reporting(|_| {}).await
+    }
+
+    /// [`Settler::drain`], calling `progress` with the rows inserted so far after
+    /// each committed batch.
+    pub async fn drain_reporting(&mut self, mut progress: impl FnMut(u64)) -> anyhow::Result<u64> {
         self.legacy_checked_at = None;
         let streams = self.streams().await?;
         let mut inserted = 0;
@@ -406,6 +413,7 @@ impl Settler {
                 return Ok(inserted);
             }
             inserted += self.settle(entries).await?.inserted;
+            progress(inserted);
         }
     }
 

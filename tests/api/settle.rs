@@ -136,7 +136,13 @@ async fn redelivered_entries_are_written_once() {
     let mut w = settler(&app, "w1", 4, Duration::ZERO)
         .await
         .with_metrics(metrics.clone());
-    w.drain().await.unwrap();
+    // The drain reports the rows written so far after each batch (of 4 here).
+    let mut progress = Vec::new();
+    assert_eq!(
+        w.drain_reporting(|rows| progress.push(rows)).await.unwrap(),
+        10
+    );
+    assert_eq!(progress, [4, 8, 10]);
     assert_eq!(app.orders_in_db(sale).await.len(), 10);
     assert_eq!(
         metrics.settle_rewrites.get(),
@@ -166,7 +172,11 @@ async fn redelivered_entries_are_written_once() {
         metrics.settle_rewrites.get() >= 1,
         "the copies met their rows: their batches were written again"
     );
-    assert_eq!(metrics.settle_conflicts.get(), 0, "a redelivery is no conflict");
+    assert_eq!(
+        metrics.settle_conflicts.get(),
+        0,
+        "a redelivery is no conflict"
+    );
     assert_eq!(pending_in_group(&app, sale).await, 0);
 }
 
