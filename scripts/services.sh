@@ -211,7 +211,11 @@ _stampede_postgres() {
       rm -f "$pgdata/postmaster.pid" "$sock/.s.PGSQL.$port.lock"
     fi
     _say "starting Postgres on 127.0.0.1:$port (data in .data/pg)"
-    local opts="-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB -c fsync=on"
+    # authentication_timeout: a client that opens a connection and stops answering
+    # mid-authentication (a test's runtime blocked in its teardown) holds up every
+    # DROP DATABASE until the server gives up on it; 60 s by default, 5 s here
+    # (loopback authentication takes milliseconds).
+    local opts="-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB -c fsync=on -c authentication_timeout=5s"
     _as_pg "$bin/pg_ctl" -D "$pgdata" -l "$log" -o "$opts" start -w >/dev/null ||
       { tail -n 20 "$log" >&2; _die "Postgres did not start, see .data/pg.log"; }
   fi
