@@ -1,19 +1,28 @@
 -- Drops settled orders from a sale's pending hash (see lua/purchase_batch.lua),
 -- after settlement wrote them to Postgres.
 -- KEYS[1] pending hash
--- ARGV: the order ids settled (`<uuid>`, 36 characters each)
+-- ARGV: one per settled stream entry, its record: a batch entry's `orders` text
+-- (`<order>:<user>:<quantity>[:<key>]`, separated by spaces, the same string the
+-- purchase script wrote to the batch's field), or the order id of an earlier
+-- version's entry (one order, 36 characters).
 -- Returns the number of orders dropped.
 --
 -- A batch field (the orders' batch tag, characters 15 to 28 of their ids) loses the
--- orders named and goes when it holds none; `#` and `#b` go down by the orders and
--- the fields dropped, and both go at zero, so an empty hash is gone. A field named
--- by an order id itself is an earlier version's (one per order), counted by
--- neither: deleted only while the hash holds such fields. An order settled twice
--- (a redelivery) is found the second time in no field and counts nothing.
+-- entry's orders and goes when it holds none; `#` and `#b` go down by the orders
+-- and the fields dropped, and both go at zero, so an empty hash is gone. Usually
+-- the field holds exactly the entry's text: one HGET, a comparison and an HDEL,
+-- with no work per order. When it holds more (a second batch drew the same tag and
+-- appended to it) or less (some of its orders were dropped before), its items are
+-- matched order by order. A field named by an order id itself is an earlier
+-- version's (one per order), counted by neither: deleted only while the hash holds
+-- such fields. An order settled twice (a redelivery) is found the second time in
+-- no field and counts nothing.
 local key = KEYS[1]
-local tags, asked = {}, {}
-for i = 1, #ARGV do
-  local order = ARGV[i]
+local orders, fields = 0, 0
+
+-- The orders matched one by one: their ids, by batch tag.
+local tags, asked, ids_asked = {}, {}, {}
+local function ask(order)
   local tag = string.sub(order, 15, 28)
   local ids = asked[tag]
   if not ids then
@@ -22,9 +31,34 @@ for i = 1, #ARGV do
     tags[#tags + 1] = tag
   end
   ids[order] = true
+  ids_asked[#ids_asked + 1] = order
 end
 
-local orders, fields = 0, 0
+for i = 1, #ARGV do
+  local record = ARGV[i]
+  if #record == 36 then
+    ask(record)
+  else
+    local tag = string.sub(record, 15, 28)
+    local text = redis.call('HGET', key, tag)
+    if text == record then
+      redis.call('HDEL', key, tag)
+      fields = fields + 1
+      -- Its orders: one more than its spaces (a plain find per space; gsub's
+      -- pattern machinery cost as much as all the rest of the call).
+      local at = 0
+      repeat
+        orders = orders + 1
+        at = string.find(record, ' ', at + 1, true)
+      until not at
+    elseif text then
+      for item in string.gmatch(record, '%S+') do
+        ask(string.sub(item, 1, 36))
+      end
+    end
+  end
+end
+
 for _, tag in ipairs(tags) do
   local text = redis.call('HGET', key, tag)
   if text then
@@ -64,9 +98,10 @@ end
 -- the two counters.
 local legacy = 0
 local len = redis.call('HLEN', key)
-if len > math.max(counted, 0) + (counted > 0 and 2 or 0) then
-  for from = 1, #ARGV, 1000 do
-    legacy = legacy + redis.call('HDEL', key, unpack(ARGV, from, math.min(from + 999, #ARGV)))
+if #ids_asked > 0 and len > math.max(counted, 0) + (counted > 0 and 2 or 0) then
+  for from = 1, #ids_asked, 1000 do
+    legacy = legacy + redis.call('HDEL', key,
+      unpack(ids_asked, from, math.min(from + 999, #ids_asked)))
   end
 end
 return orders + legacy

@@ -70,17 +70,19 @@ static SETTLE_PENDING: std::sync::LazyLock<crate::lua::Script> = std::sync::Lazy
     crate::lua::Script::new(include_str!("../../lua/settle_pending.lua"))
 });
 
-/// Drops settled orders (their ids) from a sale's pending hash, whichever layout
-/// holds them (`lua/settle_pending.lua`, see [`PendingHash`]); returns how many it
-/// held. Orders it no longer holds (a redelivery) count nothing.
+/// Drops settled orders from a sale's pending hash (`lua/settle_pending.lua`, see
+/// [`PendingHash`]); `records`: per settled stream entry, its `orders` text (a
+/// batch's field holds the same string: dropped whole, without work per order,
+/// when it holds nothing else) or an earlier version's entry's order id. Returns
+/// how many orders it held. Orders it no longer holds (a redelivery) count nothing.
 pub async fn drop_settled<C: ConnectionLike>(
     redis: &mut C,
     pending: &str,
-    orders: &[String],
+    records: &[String],
 ) -> redis::RedisResult<i64> {
     SETTLE_PENDING
         .key(pending)
-        .arg(orders)
+        .arg(records)
         .invoke_async(redis)
         .await
 }

@@ -79,14 +79,22 @@ impl Settle for Orders {
         Box::pin(insert_orders(tx, rows, insert))
     }
 
+    /// A batch entry's `orders` text (the value of its batch's field in the
+    /// pending hash), or an earlier version's entry's order id (its own field).
+    fn pending_record(&self, entry: &StreamId) -> Option<String> {
+        entry
+            .get::<String>("orders")
+            .or_else(|| entry.get::<String>("order_id"))
+    }
+
     fn drop_pending<'a>(
         &'a self,
         redis: &'a mut Redis,
         pending: &'a str,
-        ids: &'a [String],
+        records: &'a [String],
     ) -> BoxFuture<'a, redis::RedisResult<()>> {
         Box::pin(async move {
-            super::pending::drop_settled(redis, pending, ids).await?;
+            super::pending::drop_settled(redis, pending, records).await?;
             Ok(())
         })
     }

@@ -195,6 +195,14 @@ pub trait Settle: Send + Sync {
     /// own (acknowledged without settling, and logged).
     fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>>;
 
+    /// What [`Settle::drop_pending`] is given for one of its entries once settled:
+    /// the entry's record as the feature's pending hash knows it. None by default
+    /// (a feature without a pending hash).
+    fn pending_record(&self, entry: &StreamId) -> Option<String> {
+        let _ = entry;
+        None
+    }
+
     /// Writes a batch inside the worker's transaction: `Fresh`, failing on a row
     /// already there; `Tolerant`, idempotently (`ON CONFLICT DO NOTHING`: an entry
     /// delivered twice lands once).
@@ -205,16 +213,17 @@ pub trait Settle: Send + Sync {
         insert: Insert,
     ) -> BoxFuture<'a, Result<Written, sqlx::Error>>;
 
-    /// Drops settled decisions (their ids) from a stream's pending hash, after
-    /// their rows are committed; the feature owns that hash's layout. Ids the hash
-    /// no longer holds (a redelivery) change nothing. Nothing to do by default.
+    /// Drops settled decisions from a stream's pending hash, after their rows are
+    /// committed: `records`, the [`Settle::pending_record`] of each settled entry;
+    /// the feature owns that hash's layout. Decisions the hash no longer holds (a
+    /// redelivery) change nothing. Nothing to do by default.
     fn drop_pending<'a>(
         &'a self,
         redis: &'a mut Redis,
         pending: &'a str,
-        ids: &'a [String],
+        records: &'a [String],
     ) -> BoxFuture<'a, redis::RedisResult<()>> {
-        let _ = (redis, pending, ids);
+        let _ = (redis, pending, records);
         Box::pin(async { Ok(()) })
     }
 }
@@ -228,6 +237,8 @@ struct Event {
     entry_id: String,
     feature: usize,
     accepted: Vec<Accepted>,
+    /// What the feature's pending hash knows the entry by ([`Settle::pending_record`]).
+    record: Option<String>,
 }
 
 /// What one settle step did, for logs and tests.
@@ -551,13 +562,19 @@ impl Settler {
                 );
             };
             for entry in key.ids {
-                match self.features[stream.feature].parse(&entry) {
+                let feature = &self.features[stream.feature];
+                match feature.parse(&entry) {
                     Some(accepted) => events.push(Event {
                         stream: stream.key.clone(),
                         pending: stream.pending.clone(),
                         entry_id: entry.id.clone(),
                         feature: stream.feature,
                         accepted,
+                        record: stream
+                            .pending
+                            .is_some()
+                            .then(|| feature.pending_record(&entry))
+                            .flatten(),
                     }),
                     None => {
                         // Not one of ours: keep it out of the way, but never silently.
@@ -702,7 +719,7 @@ impl Settler {
             entries: Vec<&'a str>,
             pending: Option<&'a str>,
             feature: usize,
-            orders: Vec<String>,
+            records: Vec<String>,
         }
         let mut by_stream: HashMap<&str, Done<'_>> = HashMap::new();
         for ev in &events {
@@ -710,20 +727,16 @@ impl Settler {
             done.entries.push(ev.entry_id.as_str());
             done.pending = ev.pending.as_deref();
             done.feature = ev.feature;
-            done.orders.extend(
-                ev.accepted
-                    .iter()
-                    .filter_map(|a| a.id.map(|id| id.to_string())),
-            );
+            done.records.extend(ev.record.iter().cloned());
         }
         // The pending hash first: a failure after it leaves the entries to be
         // delivered again, which finds their rows written and their orders gone.
         for done in by_stream.values() {
             if let Some(pending) = done.pending
-                && !done.orders.is_empty()
+                && !done.records.is_empty()
             {
                 self.features[done.feature]
-                    .drop_pending(&mut self.redis, pending, &done.orders)
+                    .drop_pending(&mut self.redis, pending, &done.records)
                     .await?;
             }
         }

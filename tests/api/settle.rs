@@ -1,7 +1,7 @@
 //! Nothing lost: a settlement worker that dies mid-batch leaves its entries pending,
 //! and a new worker lands every accepted order exactly once.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -366,8 +366,10 @@ async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
 /// The pending hash holds one field per decision batch, under the batch tag its
 /// order ids share. Two batches that drew the same tag share the field (the second
 /// appends), so no order is lost; settlement drops exactly the orders it settled,
-/// once (a redelivery drops nothing), and the counters and the hash go at zero.
-/// An earlier version's field (one per order) is read and dropped beside them.
+/// once (a redelivery drops nothing), and the counters and the hash go at zero:
+/// order by order while the field holds more than the settled entry, whole once it
+/// holds just that entry. An earlier version's field (one per order) is read and
+/// dropped beside them.
 #[tokio::test(flavor = "multi_thread")]
 async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order() {
     use stampede::sale::buy::{BuyRequest, PurchaseBatch};
@@ -454,13 +456,28 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     assert_eq!(other.status(), StatusCode::NOT_FOUND);
     assert_eq!(app.reconcile_report(&admin, sale).await["consistent"], true);
 
+    // What settlement hands over: each stream entry's `orders` text.
+    let entries: Vec<(String, HashMap<String, String>)> = redis::cmd("XRANGE")
+        .arg(&k.orders)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let records: Vec<String> = entries
+        .into_iter()
+        .map(|(_, fields)| fields["orders"].clone())
+        .collect();
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(records[0].starts_with(&texts[0]), "{records:?}");
+
     // The first batch settles: its three orders go, the second's two stay.
-    let dropped = pending::drop_settled(&mut redis, &k.pending, &texts[..3])
+    let dropped = pending::drop_settled(&mut redis, &k.pending, &records[..1])
         .await
         .unwrap();
     assert_eq!(dropped, 3);
     assert_eq!(count(&app).await, 3);
-    let again = pending::drop_settled(&mut redis, &k.pending, &texts[..3])
+    let again = pending::drop_settled(&mut redis, &k.pending, &records[..1])
         .await
         .unwrap();
     assert_eq!(again, 0, "a redelivery drops nothing");
@@ -481,11 +498,15 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     );
 
     // The rest, with the earlier version's order: the hash is gone.
-    let rest: Vec<String> = texts[3..].iter().cloned().chain([legacy.clone()]).collect();
+    let rest = [records[1].clone(), legacy.clone()];
     let dropped = pending::drop_settled(&mut redis, &k.pending, &rest)
         .await
         .unwrap();
     assert_eq!(dropped, 3);
+    let again = pending::drop_settled(&mut redis, &k.pending, &rest)
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "a redelivery drops nothing");
     let exists: bool = redis::cmd("EXISTS")
         .arg(&k.pending)
         .query_async(&mut redis)
