@@ -8,11 +8,13 @@
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
 -- KEYS[9] admissions open (a sale with a waiting room: user -> expiry ms)
--- KEYS[9 + (i - 1) * P + p]: buyer i's state for rate-limit policy p
+-- KEYS[9 + p]: rate-limit policy p's key (a per-user policy's buckets are named
+-- after it)   then per buyer, one key per per-address policy: its state there
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock; tests replay exact timings)   ARGV[4] ms the keys hash lives after
 -- its last write
--- ARGV[5 ..]: per policy: algorithm code, a, b, c (see lua/lib/limits.lua)
+-- ARGV[5 ..]: per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a
+-- key per buyer; see lua/lib/batch.lua and lua/lib/limits.lua)
 -- then per buyer: user id, order id (`<uuid>`; `<uuid>:<quantity>` for more than
 -- one unit; `<uuid>:<quantity>:<idempotency key>` with a key). Every order id of
 -- one call shares its batch tag (characters 15 to 28, see src/sale/orders.rs).
@@ -48,7 +50,7 @@
 -- buyers set and the stock are written once each, and the batch's accepted orders
 -- are one stream entry (one XADD; settlement reads, acknowledges and deletes them
 -- together) and one field of the pending hash; each limit key is read and written
--- once.
+-- once (a per-user policy's states: one HMGET or two, one HSET, for the batch).
 --
 -- The pending hash holds the orders accepted and not yet settled, by batch: the
 -- field is the batch tag, its value the entry's `orders` text (the same string as

@@ -3,9 +3,11 @@
 -- KEYS[1] meta hash (opens_ms, closes_ms, closed, run)   KEYS[2] options set
 -- KEYS[3] voters hash (user id -> option id)   KEYS[4] tally hash (option -> count)
 -- KEYS[5] votes stream
--- KEYS[5 + (i - 1) * P + p]: voter i's state for rate-limit policy p
+-- KEYS[5 + p]: rate-limit policy p's key (a per-user policy's buckets are named
+-- after it)   then per voter, one key per per-address policy: its state there
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
--- Redis clock)   ARGV[4] unused ('')   ARGV[5 ..]: per policy: algorithm code, a, b, c
+-- Redis clock)   ARGV[4] unused ('')   ARGV[5 ..]: per policy: algorithm code, a, b,
+-- c, subject ('u' per user, 'k' a key per voter; see lua/lib/batch.lua)
 -- then per voter: user id, option id
 -- Returns, per voter, code and value, and for codes 0, 7 and 8 then per policy:
 -- allowed, remaining, ms until allowed again, ms until the quota is back.

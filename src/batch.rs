@@ -356,8 +356,10 @@ pub struct Row {
 }
 
 /// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
-/// KEYS = the five state keys, then each item's limit keys; ARGV = id, number of
-/// policies, now override, four per policy, then two per item (user id, then
+/// KEYS = the script's state keys, one key per policy (a per-user policy's buckets
+/// are named after it), then each item's keys of the per-address policies; ARGV =
+/// id, number of policies, now override, the script's own number, five per policy
+/// (the fifth: `u` per user, `k` a key per item), then two per item (user id, then
 /// [`ItemArg`]).
 pub struct Call<'a> {
     pub script: &'a crate::lua::Script,
@@ -368,7 +370,9 @@ pub struct Call<'a> {
     pub id: i64,
     pub policies: &'a [Policy],
     /// A policy's limit key for a subject (`Keys::sale_rate_limit` of the sale, or
-    /// the poll's); called once per policy, with an empty subject, for the prefix.
+    /// the poll's); called once per policy: with `b` for the name a per-user
+    /// policy's buckets start with, with an empty subject for a per-address
+    /// policy's prefix.
     pub limit_key: &'a (dyn Fn(&str, &str) -> String + Sync),
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
@@ -388,14 +392,29 @@ impl Call<'_> {
         for key in self.state_keys.iter().copied() {
             inv.key(key);
         }
-        self.limit_keys(&mut inv, items)?;
+        let prefixes: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| match p.subject {
+                Subject::User => (self.limit_key)(&p.name, BUCKETS),
+                Subject::Ip => (self.limit_key)(&p.name, ""),
+            })
+            .collect();
+        for prefix in &prefixes {
+            inv.key(prefix.as_str());
+        }
+        self.address_keys(&mut inv, items, &prefixes)?;
         inv.arg(self.id)
             .arg(self.policies.len())
             .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default())
             .arg(self.extra);
         for policy in self.policies {
             let (code, a, b, c) = policy.algorithm.lua_args();
-            inv.arg(code).arg(a).arg(b).arg(c);
+            let subject = match policy.subject {
+                Subject::User => "u",
+                Subject::Ip => "k",
+            };
+            inv.arg(code).arg(a).arg(b).arg(c).arg(subject);
         }
         for item in items {
             inv.arg(item.user.get()).arg(item.arg);
@@ -404,48 +423,42 @@ impl Call<'_> {
         rows(self.name, &flat, self.policies.len(), items.len())
     }
 
-    /// Adds each item's limit keys, one per policy in order: the policy's prefix,
-    /// then the user id or the address.
-    fn limit_keys(
+    /// Adds each item's keys of the per-address policies, in the policies' order:
+    /// the policy's prefix, then the address. (A per-user policy keeps its users'
+    /// states as fields of its buckets, named by the user ids the items carry.)
+    fn address_keys(
         &self,
         inv: &mut crate::lua::Invocation<'_>,
         items: &[Item],
+        prefixes: &[String],
     ) -> Result<(), AppError> {
-        let prefixes: Vec<String> = self
-            .policies
-            .iter()
-            .map(|p| (self.limit_key)(&p.name, ""))
-            .collect();
+        if self.policies.iter().all(|p| p.subject == Subject::User) {
+            return Ok(());
+        }
         // A batch's keys are built in one buffer, with no formatting machinery: a
         // hot sale's batch holds up to a few hundred of them.
         let mut key = String::new();
-        let mut user_id = itoa::Buffer::new();
         let mut last_ip: Option<(IpAddr, String)> = None;
         for item in items {
-            for (policy, prefix) in self.policies.iter().zip(&prefixes) {
+            for (policy, prefix) in self.policies.iter().zip(prefixes) {
+                if policy.subject != Subject::Ip {
+                    continue;
+                }
+                let Some(ip) = item.ip else {
+                    return Err(AppError::Internal(anyhow::anyhow!(
+                        "policy {} counts per address, but no address was given",
+                        policy.name
+                    )));
+                };
                 key.clear();
                 key.push_str(prefix);
-                match (policy.subject, item.ip) {
-                    (Subject::User, _) => {
-                        key.push('u');
-                        key.push_str(user_id.format(item.user.get()));
-                    }
-                    (Subject::Ip, Some(ip)) => {
-                        // Requests of a batch mostly come from few addresses.
-                        match &last_ip {
-                            Some((seen, text)) if *seen == ip => key.push_str(text),
-                            _ => {
-                                let text = crate::limit::http::ip_subject(ip);
-                                key.push_str(&text);
-                                last_ip = Some((ip, text));
-                            }
-                        }
-                    }
-                    (Subject::Ip, None) => {
-                        return Err(AppError::Internal(anyhow::anyhow!(
-                            "policy {} counts per address, but no address was given",
-                            policy.name
-                        )));
+                // Requests of a batch mostly come from few addresses.
+                match &last_ip {
+                    Some((seen, text)) if *seen == ip => key.push_str(text),
+                    _ => {
+                        let text = crate::limit::http::ip_subject(ip);
+                        key.push_str(&text);
+                        last_ip = Some((ip, text));
                     }
                 }
                 inv.key(key.as_str());
@@ -454,6 +467,13 @@ impl Call<'_> {
         Ok(())
     }
 }
+
+/// What the name of a per-user policy's buckets starts with, after the policy's
+/// prefix (`ns:{sale:42}:rl:buy-user:b`; the bucket's number follows, see
+/// `limits_cache` in `lua/lib/limits.lua`). A policy counts either users or
+/// addresses, so its buckets never meet a per-address key; an earlier version's
+/// per-user keys (`...:buy-user:u7`) are not read, and expire within a window.
+pub const BUCKETS: &str = "b";
 
 /// The answers that carry each policy's decision (see `batch_answer` in
 /// `lua/lib/batch.lua`): accepted, rate limited, never satisfiable. The others are

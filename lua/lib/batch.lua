@@ -1,7 +1,11 @@
 -- Shared by the batch decision scripts (lua/purchase_batch.lua, lua/vote_batch.lua),
 -- whose ARGV start: id, P (number of policies), now override, a number of the
 -- script's own (the purchase: how long an idempotency key is remembered, in ms),
--- then 4 per policy, then two per item.
+-- then 5 per policy (algorithm code, a, b, c, subject: 'u' per user, 'k' a key per
+-- item), then two per item (the user id first). Their KEYS end with one key per
+-- policy (a per-user policy's buckets are named after it, see limits_cache in
+-- lua/lib/limits.lua; the others' is unused), then per item one key per 'k'
+-- policy, in the policies' order.
 
 -- Reply codes every batch script shares; each script's header lists all of its own
 -- codes with these (a Rust test reads the headers against the reply enums of
@@ -21,17 +25,17 @@ local REPLY_REPLAYED = 11
 -- start, and the number of items.
 local function batch_shape()
   local P = tonumber(ARGV[2])
-  local first = 5 + 4 * P
+  local first = 5 + 5 * P
   return P, first, (#ARGV - first + 1) / 2
 end
 
--- The route's policies from ARGV: {algorithm code, a, b, c} each.
+-- The route's policies from ARGV: {algorithm code, a, b, c, per user} each.
 local function batch_policies(P)
   local policies = {}
   for p = 1, P do
-    local at = 5 + (p - 1) * 4
+    local at = 5 + (p - 1) * 5
     policies[p] = {ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-      tonumber(ARGV[at + 3])}
+      tonumber(ARGV[at + 3]), ARGV[at + 4] == 'u'}
   end
   return policies
 end
@@ -69,28 +73,50 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 -- `opens`: REPLY_NOT_OPEN with the ms to go). Returns per item code, value and policy answers (of the items the
 -- limits refused; an admitted item's are computed by batch_reply, only when its
 -- reply carries them), and the items left for the decision: their indexes and
--- their user ids (each item's first argument, from `first_arg`). An item's limit
--- keys follow the script's state keys: the last n * P keys, P per item. Items whose
--- index `skip` holds (answered already: a replay) are neither counted nor asking.
+-- their user ids (each item's first argument, from `first_arg`). The limit keys
+-- end KEYS (see the top of this file). Items whose index `skip` holds (answered
+-- already: a replay) are neither counted nor asking.
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
-  local cache = limits_cache()
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
-  local first_key = #KEYS - n * P + 1
-  local seen, after, states = {}, {}, {}
+  local seen, after, states, ids = {}, {}, {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
+  local cache, ids_of
   if P > 0 then
+    local keyed = 0
+    for p = 1, P do
+      if not policies[p][5] then
+        keyed = keyed + 1
+      end
+    end
+    local first_item_key = #KEYS - n * keyed + 1
+    cache = limits_cache(policies, first_item_key - P, now)
+    -- Item i's subject per policy: its user id, or its own key.
+    ids_of = function(i, out)
+      local k = first_item_key + (i - 1) * keyed
+      for p = 1, P do
+        if policies[p][5] then
+          out[p] = ARGV[first_arg + (i - 1) * 2]
+        else
+          out[p] = KEYS[k]
+          k = k + 1
+        end
+      end
+    end
     local counted = {}
     for i = 1, n do
       if not (skip and skip[i]) then
         counted[#counted + 1] = i
       end
     end
-    limits_preload(cache, first_key, policies, counted)
+    limits_preload(cache, policies, counted, ids_of)
   end
   for i = 1, n do
-    local admitted = skip and skip[i] or P == 0 or
-      limits_take(cache, first_key + (i - 1) * P, policies, now, states)
+    local admitted = skip and skip[i] or P == 0
+    if not admitted then
+      ids_of(i, ids)
+      admitted = limits_take(cache, ids, policies, now, states)
+    end
     if skip and skip[i] then
       -- Answered by the caller.
     elseif not admitted then
@@ -116,7 +142,9 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
       end
     end
   end
-  limits_write(cache)
+  if cache then
+    limits_write(cache)
+  end
   return code, value, answers, asking, users
 end
 

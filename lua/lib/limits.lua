@@ -134,44 +134,113 @@ local function limit_take(alg, state, now, a, b, c)
   return nil
 end
 
--- The policies' state as a batch script sees it: each key read once, by
--- limits_preload (its parsed state in `state`, false for none), its changes kept
--- here and written once by limits_write (`ttl` set for the keys a request counted
--- in).
-local function limits_cache()
-  return {state = {}, alg = {}, ttl = {}}
+-- How long a policy's state matters after its last write, in ms: at most the time
+-- to live the algorithm gives it (see lua/lib/limit_*.lua).
+local function limit_span(alg, a, b, c)
+  if alg == 'sl' or alg == 'fw' then
+    return b
+  elseif alg == 'sc' then
+    return 2 * b
+  elseif alg == 'tb' then
+    return math.max(2 * math.ceil(a * 1000 / b), 1)
+  end
+  error('unknown rate-limit algorithm ' .. tostring(alg))
 end
 
--- Reads the keys of the batch's items `items` (indexes, from 1) into `cache`, all
--- with one MGET (a GET per key costs Redis a command call each; a key of another
--- type reads as nil there, so as no state). `first_key`: index in KEYS of the first
--- item's first policy key.
-local function limits_preload(cache, first_key, policies, items)
-  local P = #policies
-  local known, algs = cache.state, cache.alg
-  local keys, key_alg = {}, {}
-  for _, i in ipairs(items) do
-    for p = 1, P do
-      local key = KEYS[first_key + (i - 1) * P + p - 1]
-      if known[key] == nil then
-        known[key] = false
-        keys[#keys + 1], key_alg[#keys + 1] = key, policies[p][1]
+-- The policies' state as a batch script sees it, per policy p: `tables[p]` maps a
+-- subject (a key name, or a user id for a policy kept in buckets) to its parsed
+-- state (false for none), read once by limits_preload; its changes are kept there
+-- and written once by limits_write (`ttl[p]` set for the subjects a request
+-- counted in).
+--
+-- A policy per user (policy[5] true) keeps its users' states in buckets: hashes
+-- named after the policy's key (KEYS[first_policy_key + p - 1]) and the number of
+-- the span (limit_span) `now` falls in, one field per user. A fresh buyer thus
+-- costs Redis a field in a hash, written with the batch's other fields by one
+-- HSET, instead of a key of its own with an expiry (a SET each, its own expiry to
+-- track and delete later): about a third of what the limits cost per new buyer.
+-- A state written in span b no longer counts by the end of span b + 1 (its time to
+-- live is at most a span), so a user's state is the field in the current bucket,
+-- else the one in the previous bucket; a bucket two spans old is deleted with
+-- UNLINK (freed off Redis's main thread) by the first batch that writes the
+-- current one, and every bucket expires three spans after its start anyway.
+-- A clock replayed backwards (tests) across a span would miss the later bucket.
+local function limits_cache(policies, first_policy_key, now)
+  local c = {tables = {}, ttl = {}, policies = policies, buckets = {}}
+  for p, policy in ipairs(policies) do
+    c.tables[p], c.ttl[p] = {}, {}
+    if policy[5] then
+      local span = limit_span(policy[1], policy[2], policy[3], policy[4])
+      local b = math.floor(now / span)
+      local base = KEYS[first_policy_key + p - 1]
+      c.buckets[p] = {current = base .. b, previous = base .. (b - 1), stale = base .. (b - 2),
+        expire = string.format('%d', (b + 3) * span - now)}
+    end
+  end
+  return c
+end
+
+-- Reads `ids` (distinct subjects) of policy p into `t`; returns those not found.
+-- `cmd` and `key`: MGET (ids are key names) or HMGET of a bucket.
+local function limits_read(t, read, cmd, key, ids)
+  local missing = {}
+  for from = 1, #ids, BATCH_CHUNK do
+    local to = math.min(from + BATCH_CHUNK - 1, #ids)
+    local texts
+    if key then
+      texts = redis.call(cmd, key, unpack(ids, from, to))
+    else
+      texts = redis.call(cmd, unpack(ids, from, to))
+    end
+    for j = 1, to - from + 1 do
+      local text = texts[j]
+      if text then
+        t[ids[from + j - 1]] = read(text) or false
+      else
+        missing[#missing + 1] = ids[from + j - 1]
       end
     end
   end
-  for from = 1, #keys, BATCH_CHUNK do
-    local texts = redis.call('MGET', unpack(keys, from, math.min(from + BATCH_CHUNK - 1, #keys)))
-    for j, text in ipairs(texts) do
-      local k = from + j - 1
-      local alg = key_alg[k]
-      local read = LIMIT_READ[alg]
-      if not read then
-        error('unknown rate-limit algorithm ' .. tostring(alg))
+  return missing
+end
+
+-- Reads the states of the batch's items `items` (indexes, from 1) into `cache`:
+-- per policy, its key-per-subject states with one MGET (a GET per key costs Redis a
+-- command call each; a key of another type reads as nil there, so as no state),
+-- its bucketed states with one HMGET of the current bucket and one of the previous
+-- for the users not in it. `ids_of(i, ids)` fills ids[1..P] with item i's subjects.
+local function limits_preload(cache, policies, items, ids_of)
+  local P = #policies
+  local wanted, ids = {}, {}
+  for p = 1, P do
+    wanted[p] = {}
+  end
+  for _, i in ipairs(items) do
+    ids_of(i, ids)
+    for p = 1, P do
+      local t, id = cache.tables[p], ids[p]
+      if t[id] == nil then
+        t[id] = false
+        local w = wanted[p]
+        w[#w + 1] = id
       end
-      algs[keys[k]] = alg
-      if text then
-        known[keys[k]] = read(text) or false
+    end
+  end
+  for p = 1, P do
+    local read = LIMIT_READ[policies[p][1]]
+    if not read then
+      error('unknown rate-limit algorithm ' .. tostring(policies[p][1]))
+    end
+    local t, bucket = cache.tables[p], cache.buckets[p]
+    if #wanted[p] == 0 then
+      -- Nothing to read.
+    elseif bucket then
+      local missing = limits_read(t, read, 'HMGET', bucket.current, wanted[p])
+      if #missing > 0 then
+        limits_read(t, read, 'HMGET', bucket.previous, missing)
       end
+    else
+      limits_read(t, read, 'MGET', nil, wanted[p])
     end
   end
 end
@@ -226,15 +295,15 @@ end
 local limits_new_state, limits_new_ttl = {}, {}
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
--- it. `first_key`: index in KEYS of this request's first policy key; `policies`:
--- {alg, a, b, c} each; `cache` from limits_cache, its keys read by limits_preload
--- (every key of the batch's counted requests). Fills `states[1..P]` with the
--- states the request was decided on (false for none), from which limits_answers
--- gives its answers. Returns true when every policy took it.
-local function limits_take(cache, first_key, policies, now, states)
-  local known, P = cache.state, #policies
+-- it. `ids`: the request's subject per policy (see limits_cache); `policies`:
+-- {alg, a, b, c, per user} each; `cache` from limits_cache, the states read by
+-- limits_preload (every subject of the batch's counted requests). Fills
+-- `states[1..P]` with the states the request was decided on (false for none), from
+-- which limits_answers gives its answers. Returns true when every policy took it.
+local function limits_take(cache, ids, policies, now, states)
+  local tables, P = cache.tables, #policies
   for p = 1, P do
-    states[p] = known[KEYS[first_key + p - 1]]
+    states[p] = tables[p][ids[p]]
   end
   for p = 1, P do
     local policy = policies[p]
@@ -245,27 +314,46 @@ local function limits_take(cache, first_key, policies, now, states)
     end
     limits_new_state[p], limits_new_ttl[p] = new_state, ttl
   end
+  local ttls = cache.ttl
   for p = 1, P do
-    local key = KEYS[first_key + p - 1]
-    known[key], cache.ttl[key] = limits_new_state[p], limits_new_ttl[p]
+    local id = ids[p]
+    tables[p][id], ttls[p][id] = limits_new_state[p], limits_new_ttl[p]
   end
   return true
 end
 
--- Writes every key whose state the batch changed, with its expiry.
+-- Writes every state the batch changed: a key per subject with its expiry (SET
+-- PX), a bucket's fields with one HSET (and the bucket's expiry; the bucket two
+-- spans old goes).
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
-  local state, alg = cache.state, cache.alg
-  -- A batch's keys of one policy share their time to live: formatted once (Redis
-  -- would format a Lua number with %.14g for each key).
-  local ttl_text = {}
-  for key, ttl in pairs(cache.ttl) do
-    local px = ttl_text[ttl]
-    if not px then
-      px = string.format('%d', ttl)
-      ttl_text[ttl] = px
+  for p, policy in ipairs(cache.policies) do
+    local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
+    if bucket then
+      local fields = {}
+      for id in pairs(cache.ttl[p]) do
+        fields[#fields + 1] = id
+        fields[#fields + 1] = text(t[id])
+      end
+      if #fields > 0 then
+        -- BATCH_CHUNK is even: a chunk never splits a field from its value.
+        batch_variadic('HSET', bucket.current, fields)
+        redis.call('PEXPIRE', bucket.current, bucket.expire)
+        redis.call('UNLINK', bucket.stale)
+      end
+    else
+      -- A batch's keys of one policy share their time to live: formatted once
+      -- (Redis would format a Lua number with %.14g for each key).
+      local ttl_text = {}
+      for key, ttl in pairs(cache.ttl[p]) do
+        local px = ttl_text[ttl]
+        if not px then
+          px = string.format('%d', ttl)
+          ttl_text[ttl] = px
+        end
+        redis.call('SET', key, text(t[key]), 'PX', px)
+      end
     end
-    redis.call('SET', key, LIMIT_TEXT[alg[key]](state[key]), 'PX', px)
   end
   redis.set_repl(redis.REPL_ALL)
 end

@@ -18,8 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, flush_scripts_on_node_of, limits, node_of, sliding_log_entries, socket_addr_of,
-    spawn_app, spawn_app_with, test_redis_cluster, test_redis_url, window_policy,
+    TestApp, flush_scripts_on_node_of, limits, node_of, socket_addr_of, spawn_app, spawn_app_with,
+    test_redis_cluster, test_redis_url, user_log_entries, window_policy,
 };
 
 /// A buy-route policy that refuses when Redis cannot answer.
@@ -215,12 +215,7 @@ async fn twelve_buys_of_one_user_released_together_pass_exactly_five() {
     assert_eq!(count(StatusCode::TOO_MANY_REQUESTS), 7);
     // The refused seven left nothing: one unit sold, five entries in the log.
     assert_eq!(app.stock_left(sale).await, 9);
-    let log = sliding_log_entries(
-        &mut app.redis.clone(),
-        &app.keys
-            .sale_rate_limit(Id::new(sale).unwrap(), "buy-user", &format!("u{}", user.id)),
-    )
-    .await;
+    let log = user_log_entries(&app, sale, "buy-user", user.id).await;
     assert_eq!(log, 5);
 }
 
@@ -611,9 +606,10 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
     }
     assert_eq!(app.stock_left(sale.get()).await, 1_000 - 700);
     for n in [0, 499, 500, 698, last] {
-        let key = app
-            .keys
-            .sale_rate_limit(sale, "buy-user", &format!("u{}", users[n].id));
-        assert_eq!(sliding_log_entries(&mut redis, &key).await, 1, "buyer {n}");
+        assert_eq!(
+            user_log_entries(&app, sale.get(), "buy-user", users[n].id).await,
+            1,
+            "buyer {n}"
+        );
     }
 }

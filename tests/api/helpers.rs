@@ -1003,7 +1003,45 @@ impl Drop for TestApp {
 /// times in ms, 13 digits each (lua/lib/limit_sliding_log.lua); no key is none.
 pub async fn sliding_log_entries(redis: &mut Redis, key: &str) -> usize {
     let state: Option<String> = redis::cmd("GET").arg(key).query_async(redis).await.unwrap();
-    let state = state.unwrap_or_default();
+    log_entries(state.unwrap_or_default())
+}
+
+/// The names of a per-user policy's buckets of one sale, newest first: the hashes
+/// the batched routes keep their users' limit states in (`limits_cache` in
+/// lua/lib/limits.lua), `...:rl:buy-user:b<span number>`.
+pub async fn user_limit_buckets(app: &TestApp, sale: i64, policy: &str) -> Vec<String> {
+    let prefix = app
+        .keys
+        .sale_rate_limit(Id::new(sale).unwrap(), policy, stampede::batch::BUCKETS);
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let span = |k: &String| k[prefix.len()..].parse::<i64>().expect("a bucket's number");
+    keys.sort_by_key(|k| std::cmp::Reverse(span(k)));
+    keys
+}
+
+/// How many requests `user`'s sliding log holds under a per-user policy of a sale's
+/// buy route: the user's field in the newest bucket that has one (a later bucket's
+/// field holds every entry still in the window); none is none.
+pub async fn user_log_entries(app: &TestApp, sale: i64, policy: &str, user: i64) -> usize {
+    for bucket in user_limit_buckets(app, sale, policy).await {
+        let state: Option<String> = redis::cmd("HGET")
+            .arg(&bucket)
+            .arg(user)
+            .query_async(&mut app.redis.clone())
+            .await
+            .unwrap();
+        if let Some(state) = state {
+            return log_entries(state);
+        }
+    }
+    0
+}
+
+fn log_entries(state: String) -> usize {
     assert!(
         state.len().is_multiple_of(13) && state.bytes().all(|b| b.is_ascii_digit()),
         "not a sliding log: {state:?}"

@@ -13,7 +13,7 @@ use stampede::sale::ticket::TicketKey;
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, User, assert_error, limits, sliding_log_entries, spawn_app_with, window_policy,
+    TestApp, User, assert_error, limits, spawn_app_with, user_log_entries, window_policy,
 };
 
 async fn ticket(app: &TestApp, sale: i64, user: &User) -> reqwest::Response {
@@ -50,12 +50,7 @@ fn user_limit() -> LimitsConfig {
 }
 
 async fn counted(app: &TestApp, sale: i64, user: &User) -> usize {
-    sliding_log_entries(
-        &mut app.redis.clone(),
-        &app.keys
-            .sale_rate_limit(Id::new(sale).unwrap(), "buy-user", &format!("u{}", user.id)),
-    )
-    .await
+    user_log_entries(app, sale, "buy-user", user.id).await
 }
 
 #[tokio::test]

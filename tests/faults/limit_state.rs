@@ -43,6 +43,30 @@ async fn limit_keys(stack: &Stack) -> Vec<String> {
         .expect("KEYS")
 }
 
+/// How many subjects the limit keys hold: a per-address key is one; a per-user
+/// policy's bucket (a hash, see `limits_cache` in lua/lib/limits.lua) one per field.
+async fn limit_subjects(stack: &Stack, keys: &[String]) -> usize {
+    let mut redis = stack.redis().await;
+    let mut n = 0;
+    for key in keys {
+        let kind: String = redis::cmd("TYPE")
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .expect("TYPE");
+        n += if kind == "hash" {
+            redis::cmd("HLEN")
+                .arg(key)
+                .query_async::<usize>(&mut redis)
+                .await
+                .expect("HLEN")
+        } else {
+            1
+        };
+    }
+    n
+}
+
 /// The AOF's files (base and increments) as one byte string.
 fn aof_bytes(stack: &Stack) -> Vec<u8> {
     let incr = stack.redis.aof_incr_file();
@@ -90,9 +114,11 @@ async fn limit_windows_stay_out_of_the_aof_and_a_redis_kill_loses_no_202() {
     );
 
     let counted = limit_keys(&stack).await;
+    let subjects = limit_subjects(&stack, &counted).await;
     assert!(
-        counted.len() > users.len(),
-        "every buyer's limits were counted in Redis: {} limit keys for {} users",
+        subjects > users.len(),
+        "every buyer's limits were counted in Redis: {subjects} subjects in {} limit keys \
+         for {} users",
         counted.len(),
         users.len()
     );
