@@ -18,8 +18,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, flush_scripts_on_node_of, limits, node_of, socket_addr_of, spawn_app, spawn_app_with,
-    test_redis_cluster, test_redis_url, user_log_entries, window_policy,
+    TestApp, flush_scripts_on_node_of, limits, node_of, redis_pttl, socket_addr_of, spawn_app,
+    spawn_app_with, test_redis_cluster, test_redis_url, user_limit_buckets, user_log_entries,
+    window_policy,
 };
 
 /// A buy-route policy that refuses when Redis cannot answer.
@@ -535,6 +536,89 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
     // a: 3, then 1 (the log's 4th: its last), the 5th refused; b: 2, 1, 1; a once more in
     // the next window.
     assert_eq!(accepted, 9);
+}
+
+/// A per-user policy keeps its users' states in buckets, one hash per span of its
+/// window (`limits_cache` in lua/lib/limits.lua): a user's state written in one
+/// span still counts in the next (read from the previous bucket), a bucket two
+/// spans old is deleted by the next write, and every bucket carries an expiry of
+/// at most three spans. Replayed clock, a sliding log of 2 per 1,000 ms.
+#[tokio::test(flavor = "multi_thread")]
+async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go() {
+    use stampede::limit::{Algorithm, Subject};
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app
+        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let user = app.user().await.id;
+    let policies = vec![policy(
+        "u-log",
+        Subject::User,
+        Algorithm::SlidingLog {
+            limit: 2,
+            window_ms: 1000,
+        },
+    )];
+    let buyer = BuyRequest {
+        user: Id::new(user).unwrap(),
+        quantity: 1,
+        ip: None,
+        key: None,
+    };
+    let span0 = chrono::Utc::now().timestamp_millis() / 1000;
+    let mut redis = app.redis.clone();
+    let mut buy_at = async |now: i64| {
+        PurchaseBatch {
+            keys: &app.keys,
+            sale: Id::new(sale).unwrap(),
+            policies: &policies,
+            now_ms: Some(now),
+            key_ttl: Duration::from_secs(86_400),
+        }
+        .run(&mut redis, std::slice::from_ref(&buyer))
+        .await
+        .unwrap()
+        .remove(0)
+        .outcome
+    };
+    let bucket = |span: i64| {
+        app.keys
+            .sale_rate_limit(Id::new(sale).unwrap(), "u-log", stampede::batch::BUCKETS)
+            + &span.to_string()
+    };
+    let accepted = |o: &PurchaseOutcome| matches!(o, PurchaseOutcome::Accepted { .. });
+
+    // Two in span 0 (late in it); the third, 300 ms later in span 1, is refused:
+    // the log from span 0's bucket still holds both.
+    assert!(accepted(&buy_at(span0 * 1000 + 800).await));
+    assert!(accepted(&buy_at(span0 * 1000 + 900).await));
+    let third = buy_at(span0 * 1000 + 1100).await;
+    assert!(
+        matches!(third, PurchaseOutcome::RateLimited { .. }),
+        "{third:?}"
+    );
+    assert_eq!(
+        user_limit_buckets(&app, sale, "u-log").await,
+        vec![bucket(span0)],
+        "a refused request writes nothing"
+    );
+    // In span 1, past the first entry's window: allowed, written to span 1's bucket
+    // with the live entry carried over.
+    assert!(accepted(&buy_at(span0 * 1000 + 1850).await));
+    assert_eq!(user_log_entries(&app, sale, "u-log", user).await, 2);
+    // Span 2: span 0's bucket goes with the first write.
+    assert!(accepted(&buy_at(span0 * 1000 + 2950).await));
+    assert_eq!(
+        user_limit_buckets(&app, sale, "u-log").await,
+        vec![bucket(span0 + 2), bucket(span0 + 1)]
+    );
+    for key in user_limit_buckets(&app, sale, "u-log").await {
+        let ttl = redis_pttl(&app.redis, &key).await;
+        assert!(ttl > 0 && ttl <= 3_000, "{key}: PTTL {ttl}");
+    }
 }
 
 /// A batch reads its limit keys in chunks of 1,000 (one `MGET` each): 700 buyers
