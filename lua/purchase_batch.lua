@@ -66,7 +66,10 @@ local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run
 if not meta[1] then
   return batch_all(P, n, REPLY_NOT_LOADED)
 end
-if not same_run(meta[4]) or redis.call('EXISTS', KEYS[2]) == 0 then
+-- The stock, read once here: nothing else in this script changes it before the
+-- decision does.
+local stock_left = same_run(meta[4]) and redis.call('GET', KEYS[2])
+if not stock_left then
   -- Untrusted, or meta without stock (part of the state was lost): never guess.
   return batch_all(P, n, REPLY_RECOVERING)
 end
@@ -186,7 +189,7 @@ end
 -- A sale of more than one per customer: units per buyer, all or nothing.
 local function decide_units(per_user)
   local held = batch_variadic('HMGET', KEYS[6], users)
-  local stock = tonumber(redis.call('GET', KEYS[2]))
+  local stock = tonumber(stock_left)
   local taken = 0
   local now_held, changed, new_buyers = {}, {}, {}
   for j, i in ipairs(asking) do
@@ -238,7 +241,7 @@ if #asking > 0 and per_user > 1 then
   decide_units(per_user)
 elseif #asking > 0 then
   local bought = batch_variadic('SMISMEMBER', KEYS[3], users)
-  local stock = tonumber(redis.call('GET', KEYS[2]))
+  local stock = tonumber(stock_left)
   local taken = 0
   local accepted, new_buyers = {}, {}
   for j, i in ipairs(asking) do

@@ -163,7 +163,9 @@ end
 -- live is at most a span), so a user's state is the field in the current bucket,
 -- else the one in the previous bucket; a bucket two spans old is deleted with
 -- UNLINK (freed off Redis's main thread) by the first batch that writes the
--- current one, and every bucket expires three spans after its start anyway.
+-- current one, and every bucket expires three spans after its start anyway. That
+-- first batch also writes field `#` (no user id looks like it), which tells the
+-- later ones that the bucket's expiry is set: they send neither PEXPIRE nor UNLINK.
 -- A clock replayed backwards (tests) across a span would miss the later bucket.
 local function limits_cache(policies, first_policy_key, now)
   local c = {tables = {}, ttl = {}, policies = policies, buckets = {}}
@@ -235,7 +237,18 @@ local function limits_preload(cache, policies, items, ids_of)
     if #wanted[p] == 0 then
       -- Nothing to read.
     elseif bucket then
-      local missing = limits_read(t, read, 'HMGET', bucket.current, wanted[p])
+      -- Field `#` marks a bucket set up (its expiry set, the stale one gone): asked
+      -- with the users, in the same HMGET.
+      local w = wanted[p]
+      w[#w + 1] = '#'
+      local missing = limits_read(t, read, 'HMGET', bucket.current, w)
+      w[#w] = nil
+      t['#'] = nil
+      if missing[#missing] == '#' then
+        missing[#missing] = nil
+      else
+        bucket.ready = true
+      end
       if #missing > 0 then
         limits_read(t, read, 'HMGET', bucket.previous, missing)
       end
@@ -336,10 +349,16 @@ local function limits_write(cache)
         fields[#fields + 1] = text(t[id])
       end
       if #fields > 0 then
+        if not bucket.ready then
+          fields[#fields + 1] = '#'
+          fields[#fields + 1] = '1'
+        end
         -- BATCH_CHUNK is even: a chunk never splits a field from its value.
         batch_variadic('HSET', bucket.current, fields)
-        redis.call('PEXPIRE', bucket.current, bucket.expire)
-        redis.call('UNLINK', bucket.stale)
+        if not bucket.ready then
+          redis.call('PEXPIRE', bucket.current, bucket.expire)
+          redis.call('UNLINK', bucket.stale)
+        end
       end
     else
       -- A batch's keys of one policy share their time to live: formatted once

@@ -44,7 +44,8 @@ async fn limit_keys(stack: &Stack) -> Vec<String> {
 }
 
 /// How many subjects the limit keys hold: a per-address key is one; a per-user
-/// policy's bucket (a hash, see `limits_cache` in lua/lib/limits.lua) one per field.
+/// policy's bucket (a hash, see `limits_cache` in lua/lib/limits.lua) one per field
+/// but its mark `#`.
 async fn limit_subjects(stack: &Stack, keys: &[String]) -> usize {
     let mut redis = stack.redis().await;
     let mut n = 0;
@@ -55,11 +56,18 @@ async fn limit_subjects(stack: &Stack, keys: &[String]) -> usize {
             .await
             .expect("TYPE");
         n += if kind == "hash" {
-            redis::cmd("HLEN")
+            let fields: usize = redis::cmd("HLEN")
                 .arg(key)
-                .query_async::<usize>(&mut redis)
+                .query_async(&mut redis)
                 .await
-                .expect("HLEN")
+                .expect("HLEN");
+            let mark: usize = redis::cmd("HEXISTS")
+                .arg(key)
+                .arg("#")
+                .query_async(&mut redis)
+                .await
+                .expect("HEXISTS");
+            fields - mark
         } else {
             1
         };
