@@ -18,9 +18,11 @@
 -- then per buyer: user id, order id (`<uuid>`; `<uuid>:<quantity>` for more than
 -- one unit; `<uuid>:<quantity>:<idempotency key>` with a key). Every order id of
 -- one call shares its batch tag (characters 15 to 28, see src/sale/orders.rs).
--- Returns, per buyer, code and value, and for codes 0, 7 and 8 then per policy:
+-- Returns, per buyer, code and value, and for codes 7 and 8 then per policy:
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
--- is back; for code 11 then the stored answer (a string).
+-- is back; for code 0 per policy remaining and ms until the quota is back (allowed,
+-- and its wait is not needed: see limits_append_taken); for code 11 then the stored
+-- answer (a string).
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)

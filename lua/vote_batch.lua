@@ -9,8 +9,9 @@
 -- Redis clock)   ARGV[4] unused ('')   ARGV[5 ..]: per policy: algorithm code, a, b,
 -- c, subject ('u' per user, 'k' a key per voter; see lua/lib/batch.lua)
 -- then per voter: user id, option id
--- Returns, per voter, code and value, and for codes 0, 7 and 8 then per policy:
--- allowed, remaining, ms until allowed again, ms until the quota is back.
+-- Returns, per voter, code and value, and for codes 7 and 8 then per policy:
+-- allowed, remaining, ms until allowed again, ms until the quota is back; for code
+-- 0 per policy remaining and ms until the quota is back.
 --   0 accepted (value = the option's new count)   1 already voted   2 not open yet
 --   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
 --   5 unknown option   6 recovering (state not trusted by this Redis run)

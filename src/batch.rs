@@ -475,19 +475,25 @@ impl Call<'_> {
 /// per-user keys (`...:buy-user:u7`) are not read, and expire within a window.
 pub const BUCKETS: &str = "b";
 
-/// The answers that carry each policy's decision (see `batch_answer` in
-/// `lua/lib/batch.lua`): accepted, rate limited, never satisfiable. The others are
-/// a code and a value only.
-fn reports_limits(code: i64) -> bool {
-    matches!(code, 0 | 7 | 8)
+/// How many numbers per policy an answer carries (see `batch_answer` in
+/// `lua/lib/batch.lua`): rate limited and never satisfiable 4 (verdict, remaining,
+/// ms until allowed, ms until reset); accepted 2 (remaining, ms until reset: an
+/// allowed request's wait is read by nobody, so the script neither computes nor
+/// sends it); the others none, a code and a value only.
+fn numbers_per_policy(code: i64) -> usize {
+    match code {
+        7 | 8 => 4,
+        0 => 2,
+        _ => 0,
+    }
 }
 
 /// The answer that carries a string after its code and value: a replay
 /// (`REPLY_REPLAYED` in `lua/lib/batch.lua`), with the answer stored under its key.
 pub const REPLAYED: i64 = 11;
 
-/// Splits a batch script's flat reply into one row per item: code, value, and 4
-/// numbers per policy where [`reports_limits`], one string after a [`REPLAYED`].
+/// Splits a batch script's flat reply into one row per item: code, value, the
+/// [`numbers_per_policy`] of each policy, one string after a [`REPLAYED`].
 /// Anything but exactly `items` rows, or a string anywhere else, is an error.
 fn rows(
     script: &str,
@@ -505,19 +511,23 @@ fn rows(
     let mut rest = flat;
     while let [code, value, tail @ ..] = rest {
         let (code, value) = (int(code)?, int(value)?);
-        let (limits, tail) = if reports_limits(code) {
-            let (four, tail) = tail.split_at_checked(4 * policies).ok_or_else(wrong)?;
-            numbers.clear();
-            for v in four {
-                numbers.push(int(v)?);
+        let (limits, tail) = match numbers_per_policy(code) {
+            0 => (Vec::new(), tail),
+            each => {
+                let (mine, tail) = tail.split_at_checked(each * policies).ok_or_else(wrong)?;
+                numbers.clear();
+                for v in mine {
+                    numbers.push(int(v)?);
+                }
+                let limits = numbers
+                    .chunks(each)
+                    .map(|n| match *n {
+                        [remaining, reset] => decision(script, &[1, remaining, 0, reset]),
+                        _ => decision(script, n),
+                    })
+                    .collect::<Result<_, _>>()?;
+                (limits, tail)
             }
-            let limits = numbers
-                .chunks(4)
-                .map(|four| decision(script, four))
-                .collect::<Result<_, _>>()?;
-            (limits, tail)
-        } else {
-            (Vec::new(), tail)
         };
         let (text, tail) = match (code, tail) {
             (REPLAYED, [redis::Value::BulkString(s), tail @ ..]) => {
@@ -563,11 +573,12 @@ mod tests {
 
     #[test]
     fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {
-        // Two policies: accepted (with both), already bought (none), limited (with both).
+        // Two policies: accepted (remaining and reset of both), already bought (none),
+        // limited (all four of both).
         let ints =
             |n: &[i64]| -> Vec<redis::Value> { n.iter().map(|&n| redis::Value::Int(n)).collect() };
         let flat = ints(&[
-            0, 9, 1, 4, 0, 10, 1, 99, 0, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
+            0, 9, 4, 10, 99, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
         ]);
         let parsed = rows("t.lua", &flat, 2, 3).unwrap();
         assert_eq!(
@@ -579,12 +590,20 @@ mod tests {
         );
         assert_eq!(parsed[2].limits[0].verdict, Verdict::Denied);
         assert_eq!(parsed[2].limits[0].retry_after_ms, 500);
+        let accepted = &parsed[0].limits;
+        assert_eq!(
+            accepted
+                .iter()
+                .map(|d| (d.verdict, d.remaining, d.retry_after_ms, d.reset_ms))
+                .collect::<Vec<_>>(),
+            [(Verdict::Allowed, 4, 0, 10), (Verdict::Allowed, 99, 0, 10)]
+        );
         // Too few or too many numbers, or rows, are an error, never a guess.
         assert!(rows("t.lua", &flat[..flat.len() - 1], 2, 3).is_err());
         assert!(rows("t.lua", &flat, 2, 2).is_err());
         assert!(rows("t.lua", &ints(&[1, 0, 5]), 2, 1).is_err());
         // An unknown verdict is an error too.
-        assert!(rows("t.lua", &ints(&[0, 1, 3, 0, 0, 0]), 1, 1).is_err());
+        assert!(rows("t.lua", &ints(&[7, 1, 3, 0, 0, 0]), 1, 1).is_err());
         // A replay carries its stored answer; a string anywhere else is an error.
         let mut replay = ints(&[REPLAYED, 0]);
         replay.push(redis::Value::BulkString(b"1:0:5:x".to_vec()));

@@ -41,14 +41,22 @@ local function batch_policies(P)
 end
 
 -- Appends one item's answer to `out`: code and value, then, only for the answers
--- that report them (accepted, rate limited, never satisfiable), per policy
--- allowed, remaining, ms until allowed, ms until reset (policies not asked:
--- allowed, zeros). Other answers (already bought, sold out, ...) are two numbers:
--- a storm's refusals cost Redis and the server no limit details nobody sends.
+-- that report them, per policy: for rate limited and never satisfiable, allowed,
+-- remaining, ms until allowed, ms until reset (policies not asked: allowed, zeros);
+-- for accepted, remaining and ms until reset (zeros here: an accepted item's come
+-- from limits_append_taken). Other answers (already bought, sold out, ...) are two
+-- numbers: a storm's refusals cost Redis and the server no limit details nobody
+-- sends.
 local function batch_answer(out, P, code, value, answers)
   local n = #out
   out[n + 1], out[n + 2] = code, value
-  if code ~= REPLY_ACCEPTED and code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
+  if code == REPLY_ACCEPTED then
+    for p = 1, P do
+      out[n + 1 + 2 * p], out[n + 2 + 2 * p] = 0, 0
+    end
+    return
+  end
+  if code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
     return
   end
   n = n + 2

@@ -13,8 +13,8 @@
 --   and, when allowed, the new state and its time to live in ms.
 -- limit_sliding_counter_take(state, now, limit, window): the same decision without
 -- the answer (the new state and its time to live, or nil).
--- limit_sliding_counter_taken(state, now, limit, window): the remaining, wait and
--- reset of the answer it gave a request it allowed, from the state after it.
+-- limit_sliding_counter_taken(state, now, limit, window): the remaining and reset
+-- of the answer it gave a request it allowed, from the state after it.
 -- limit_sliding_counter_undo(state, taken_at, window) gives back one request
 -- counted at `taken_at`: the new state, or nil for no change.
 -- A request is allowed when the estimate including it is at most the limit. All the
@@ -110,11 +110,13 @@ local function limit_sliding_counter(state, now, limit, window)
 end
 
 -- The answer limit_sliding_counter gave a request it allowed, from the state after
--- it ({window number, count with it, previous count}): its remaining, wait and
--- reset (see limit_sliding_log_taken).
+-- it ({window number, count with it, previous count}): its remaining and reset (see
+-- limit_sliding_log_taken), as limit_sliding_counter_numbers has them (the count
+-- with it is at least 1).
 local function limit_sliding_counter_taken(state, now, limit, window)
-  return limit_sliding_counter_numbers(limit, window, state[3], state[2],
-    now - state[1] * window)
+  local elapsed = now - state[1] * window
+  return math.max(math.floor((limit * window - state[3] * (window - elapsed) -
+    state[2] * window) / window), 0), 2 * window - elapsed
 end
 
 local function limit_sliding_counter_undo(state, taken_at, window)

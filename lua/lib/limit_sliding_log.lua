@@ -121,15 +121,11 @@ local function limit_sliding_log(state, now, limit, window)
 end
 
 -- The answer limit_sliding_log gave a request it allowed, from the log after it:
--- no second decision for a reply that reports it. Its remaining, wait and reset as
--- three numbers (a batch's reply takes them without a table per request).
-local function limit_sliding_log_taken(log, now, limit, window)
-  local count = #log / LOG_WIDTH
-  local wait = 0
-  if count >= limit then
-    wait = limit_sliding_log_at(log, count - limit + 1) + window - now
-  end
-  return limit - count, wait, window
+-- no second decision for a reply that reports it. Its remaining and reset as two
+-- numbers (a batch's reply takes them without a table per request; it reports no
+-- wait for an allowed request, see limits_append_taken).
+local function limit_sliding_log_taken(log, limit, window)
+  return limit - #log / LOG_WIDTH, window
 end
 
 local function limit_sliding_log_undo(state, taken_at)

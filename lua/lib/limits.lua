@@ -278,28 +278,30 @@ local function limits_answers(policies, states, now)
 end
 
 -- Appends to `out`, from its index n + 1, the answers of every policy for a
--- request every policy took, four numbers each (allowed, remaining, wait, reset),
--- the same as limits_answers on the states before it: the sliding log and counter
--- read them off the states after it instead of deciding again, and without a table
--- per answer; the other algorithms decide again. `before` and `after` hold the
+-- request every policy took, two numbers each (remaining, reset), as
+-- limits_answers gives them on the states before it: an allowed request's answer is
+-- read for its RateLimit header only, never for a Retry-After, so neither its
+-- verdict (allowed) nor its wait is sent (the wait was most of the work: a sliding
+-- counter's first fit, a full log's entry). The sliding log and counter read
+-- remaining and reset off the states after it instead of deciding again, and
+-- without a table per answer; the other algorithms decide again. `before` and `after` hold the
 -- request's states at from + 1 .. from + P. Returns the index of the last number.
 local function limits_append_taken(out, n, policies, before, after, from, now)
   for p, policy in ipairs(policies) do
     local alg = policy[1]
-    local remaining, wait, reset
+    local remaining, reset
     if alg == 'sl' then
-      remaining, wait, reset = limit_sliding_log_taken(after[from + p], now, policy[2],
-        policy[3])
+      remaining, reset = limit_sliding_log_taken(after[from + p], policy[2], policy[3])
     elseif alg == 'sc' then
-      remaining, wait, reset = limit_sliding_counter_taken(after[from + p], now, policy[2],
+      remaining, reset = limit_sliding_counter_taken(after[from + p], now, policy[2],
         policy[3])
     else
       local r = limit_decide(alg, before[from + p] or nil, now, policy[2], policy[3],
         policy[4])
-      remaining, wait, reset = r[2], r[3], r[4]
+      remaining, reset = r[2], r[4]
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, remaining, wait, reset
-    n = n + 4
+    out[n + 1], out[n + 2] = remaining, reset
+    n = n + 2
   end
   return n
 end
