@@ -47,10 +47,22 @@ local function limit_sliding_counter_first_fit(limit, window, p, c)
   return math.max(e, 0)
 end
 
--- Remaining, wait and reset for counts p, c at `elapsed` ms into the window.
-local function limit_sliding_counter_numbers(limit, window, p, c, elapsed)
+-- Remaining and reset for counts p, c at `elapsed` ms into the window.
+local function limit_sliding_counter_left(limit, window, p, c, elapsed)
   local remaining = math.max(
     math.floor((limit * window - p * (window - elapsed) - c * window) / window), 0)
+  local reset = 0
+  if c > 0 then
+    reset = 2 * window - elapsed
+  elseif p > 0 then
+    reset = window - elapsed
+  end
+  return remaining, reset
+end
+
+-- Remaining, wait and reset for counts p, c at `elapsed` ms into the window.
+local function limit_sliding_counter_numbers(limit, window, p, c, elapsed)
+  local remaining, reset = limit_sliding_counter_left(limit, window, p, c, elapsed)
   local wait
   local f = limit_sliding_counter_first_fit(limit, window, p, c)
   if f ~= nil then
@@ -58,12 +70,6 @@ local function limit_sliding_counter_numbers(limit, window, p, c, elapsed)
   else
     -- Not in this window: in the next one, this window's count becomes the previous.
     wait = (window - elapsed) + (limit_sliding_counter_first_fit(limit, window, c, 0) or window)
-  end
-  local reset = 0
-  if c > 0 then
-    reset = 2 * window - elapsed
-  elseif p > 0 then
-    reset = window - elapsed
   end
   return remaining, wait, reset
 end
@@ -111,12 +117,10 @@ end
 
 -- The answer limit_sliding_counter gave a request it allowed, from the state after
 -- it ({window number, count with it, previous count}): its remaining and reset (see
--- limit_sliding_log_taken), as limit_sliding_counter_numbers has them (the count
--- with it is at least 1).
+-- limit_sliding_log_taken).
 local function limit_sliding_counter_taken(state, now, limit, window)
-  local elapsed = now - state[1] * window
-  return math.max(math.floor((limit * window - state[3] * (window - elapsed) -
-    state[2] * window) / window), 0), 2 * window - elapsed
+  return limit_sliding_counter_left(limit, window, state[3], state[2],
+    now - state[1] * window)
 end
 
 local function limit_sliding_counter_undo(state, taken_at, window)

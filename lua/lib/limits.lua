@@ -284,8 +284,9 @@ end
 -- verdict (allowed) nor its wait is sent (the wait was most of the work: a sliding
 -- counter's first fit, a full log's entry). The sliding log and counter read
 -- remaining and reset off the states after it instead of deciding again, and
--- without a table per answer; the other algorithms decide again. `before` and `after` hold the
--- request's states at from + 1 .. from + P. Returns the index of the last number.
+-- without a table per answer; the other algorithms decide again. `before` and
+-- `after` hold the request's states at from + 1 .. from + P. Returns the index of
+-- the last number.
 local function limits_append_taken(out, n, policies, before, after, from, now)
   for p, policy in ipairs(policies) do
     local alg = policy[1]
