@@ -80,6 +80,9 @@ pub struct Settler {
     metrics: Arc<Metrics>,
 }
 
+static DROP_EMPTY_STREAM: std::sync::LazyLock<crate::lua::Script> =
+    crate::lua::lua_script!("drop_empty_stream.lua");
+
 /// Name of the consumer group the settlement worker reads every stream with.
 pub const SETTLE_GROUP: &str = "settle";
 
@@ -502,12 +505,31 @@ impl Settler {
             Ok(r) => r,
             // A stream or group vanished (FLUSHALL, a new Redis, a removed
             // rehearsal): recreate those Postgres still lists, and go on with a
-            // fresh list (a removed sale's stream is never recreated).
+            // fresh list. A sale removed between the listing and the recreation
+            // (a rehearsal cleanup commits, then removes its keys) would get its
+            // stream back, empty, after the cleanup's last pass: list again and
+            // remove what was recreated for a sale no longer listed, only while
+            // it has no entries (`lua/drop_empty_stream.lua`).
             Err(e) if e.code() == Some("NOGROUP") => {
                 let listed: std::collections::HashSet<String> =
                     self.streams().await?.into_iter().map(|s| s.key).collect();
-                for stream in streams.iter().filter(|s| listed.contains(s.key())) {
-                    ensure_group(&mut self.redis, stream.key()).await?;
+                let recreated: Vec<&str> = streams
+                    .iter()
+                    .map(Stream::key)
+                    .filter(|key| listed.contains(*key))
+                    .collect();
+                for key in &recreated {
+                    ensure_group(&mut self.redis, key).await?;
+                }
+                if !recreated.is_empty() {
+                    let still: std::collections::HashSet<String> =
+                        self.streams().await?.into_iter().map(|s| s.key).collect();
+                    for key in recreated.iter().filter(|key| !still.contains(**key)) {
+                        let _: i64 = DROP_EMPTY_STREAM
+                            .key(*key)
+                            .invoke_async(&mut self.redis)
+                            .await?;
+                    }
                 }
                 self.relist = true;
                 return Ok(Vec::new());

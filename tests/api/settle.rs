@@ -518,3 +518,60 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     );
     assert_eq!(count(&app).await, 0);
 }
+
+/// The settlement worker's guard against recreating a removed sale's stream
+/// (`lua/drop_empty_stream.lua`): a stream goes only while it has no entries, so
+/// an accepted order is never dropped with it.
+#[tokio::test]
+async fn the_recreated_stream_guard_removes_only_an_empty_stream() {
+    let app = crate::helpers::spawn_app().await;
+    let guard = redis::Script::new(include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/lua/drop_empty_stream.lua"
+    )));
+    let mut redis = app.redis.clone();
+    let sale = stampede::domain::Id::new(990_001).unwrap();
+    let empty = app.keys.sale(sale).orders;
+    let full = app
+        .keys
+        .sale(stampede::domain::Id::new(990_002).unwrap())
+        .orders;
+    for key in [&empty, &full] {
+        stampede::settle::ensure_group(&mut redis, key)
+            .await
+            .unwrap();
+    }
+    let _: String = redis::cmd("XADD")
+        .arg(&full)
+        .arg("*")
+        .arg("o")
+        .arg("1")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+
+    let removed: i64 = guard.key(&full).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(removed, 0, "a stream with an entry stays");
+    let len: i64 = redis::cmd("XLEN")
+        .arg(&full)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(len, 1);
+    let removed: i64 = guard.key(&empty).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(removed, 1, "an empty stream goes");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&empty)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0);
+    let removed: i64 = guard.key(&empty).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(removed, 0, "an absent stream is left absent");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&empty)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "and is not created");
+}
