@@ -124,11 +124,13 @@ fn again(outcome: &Outcome) -> bool {
 }
 
 /// A join, tried (on the servers in turn) until answered: the user, and when the
-/// 200 came, if it got one.
+/// attempt that got a 200 was sent, if one did. (Its send time, not its answer's: a
+/// join sent before a wipe may run before it and be answered after it, and the
+/// wipe may take it: only a join sent after the wipe must keep its place.)
 async fn join(shop: Shop, user: User, first: usize) -> Option<(i64, Instant)> {
     let path = format!("/api/sales/{}/queue", shop.sale);
     for i in 0..100 {
-        let (_, answered, outcome, body) =
+        let (sent, _, outcome, body) =
             attempt(&shop, first + i, true, &path, &user.token, None).await;
         if again(&outcome) {
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -138,7 +140,7 @@ async fn join(shop: Shop, user: User, first: usize) -> Option<(i64, Instant)> {
             unreachable!()
         };
         assert!(status < 500, "join of user {}: {status} {body}", user.id);
-        return (status == 200).then_some((user.id, answered));
+        return (status == 200).then_some((user.id, sent));
     }
     panic!("user {}'s join never answered", user.id);
 }
@@ -461,13 +463,13 @@ async fn scenario(name: &str, fault: Fault) {
     let copied = places_in_db(&stack, sale).await;
     match fault {
         Fault::WipeRedis => {
-            // A join answered after the wipe keeps its place; one before it, if it
+            // A join sent after the wipe keeps its place; one before it, if it
             // was copied to Postgres before the wipe.
             let wiped = wiped.unwrap();
             for (u, at) in &joined {
                 if *at > wiped && !line.contains_key(u) {
                     failures.push(format!(
-                        "user {u} joined (200) after the wipe and is not in the line"
+                        "user {u} joined (200, sent after the wipe) and is not in the line"
                     ));
                 }
             }
