@@ -12,7 +12,8 @@
 //! meta hash: "not loaded", and the rebuild it starts waits on the row lock); the
 //! rows go in the same transaction; after the commit the keys are removed again, in
 //! case the settlement worker recreated an orders stream in between (it recreates
-//! a stream only of a sale Postgres still lists, see `settle`).
+//! a stream only of a sale Postgres still lists, and one it recreated for a sale
+//! removed meanwhile it removes again while empty, see `settle`).
 
 use serde::Serialize;
 use sqlx::PgPool;
