@@ -428,8 +428,8 @@ pub fn new_order_id(sale: SaleId) -> Uuid {
 /// order they were accepted, so settlement's inserts land on the index's newest
 /// leaf pages instead of pages all over it (with random tags, 5.9 to 6.0 µs of
 /// Postgres per inserted order against 4.5 to 4.6 µs; see docs/capacity.md). An
-/// id says to the minute when its batch was decided, which its order's
-/// `accepted_at` says too and only its owner and admins can read.
+/// id tells when its batch was decided (to the millisecond, within 49.7 days),
+/// which its order's `accepted_at` tells too; only its owner and admins see it.
 pub fn new_order_ids(sale: SaleId, n: usize) -> Vec<Uuid> {
     use rand::RngCore;
     let mut rng = rand::rng();
