@@ -433,6 +433,11 @@ impl Settler {
 
     /// The streams of every feature that may still get entries: a legacy stream
     /// only while it holds some (looked at every [`LEGACY_EVERY`]).
+    /// The keys of the streams Postgres lists now (see [`Settler::streams`]).
+    async fn listed_keys(&mut self) -> anyhow::Result<std::collections::HashSet<String>> {
+        Ok(self.streams().await?.into_iter().map(|s| s.key).collect())
+    }
+
     async fn streams(&mut self) -> anyhow::Result<Vec<Stream>> {
         let mut all = Vec::new();
         for (feature, settle) in self.features.iter().enumerate() {
@@ -511,8 +516,7 @@ impl Settler {
             // remove what was recreated for a sale no longer listed, only while
             // it has no entries (`lua/drop_empty_stream.lua`).
             Err(e) if e.code() == Some("NOGROUP") => {
-                let listed: std::collections::HashSet<String> =
-                    self.streams().await?.into_iter().map(|s| s.key).collect();
+                let listed = self.listed_keys().await?;
                 let recreated: Vec<&str> = streams
                     .iter()
                     .map(Stream::key)
@@ -522,8 +526,7 @@ impl Settler {
                     ensure_group(&mut self.redis, key).await?;
                 }
                 if !recreated.is_empty() {
-                    let still: std::collections::HashSet<String> =
-                        self.streams().await?.into_iter().map(|s| s.key).collect();
+                    let still = self.listed_keys().await?;
                     for key in recreated.iter().filter(|key| !still.contains(**key)) {
                         let _: i64 = DROP_EMPTY_STREAM
                             .key(*key)

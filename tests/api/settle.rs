@@ -550,28 +550,21 @@ async fn the_recreated_stream_guard_removes_only_an_empty_stream() {
         .await
         .unwrap();
 
+    // A one-key integer reply (XLEN, EXISTS).
+    async fn count(redis: &mut stampede::redis_conn::Redis, cmd: &str, key: &str) -> i64 {
+        redis::cmd(cmd).arg(key).query_async(redis).await.unwrap()
+    }
     let removed: i64 = guard.key(&full).invoke_async(&mut redis).await.unwrap();
     assert_eq!(removed, 0, "a stream with an entry stays");
-    let len: i64 = redis::cmd("XLEN")
-        .arg(&full)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(len, 1);
+    assert_eq!(count(&mut redis, "XLEN", &full).await, 1);
     let removed: i64 = guard.key(&empty).invoke_async(&mut redis).await.unwrap();
     assert_eq!(removed, 1, "an empty stream goes");
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(&empty)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(exists, 0);
+    assert_eq!(count(&mut redis, "EXISTS", &empty).await, 0);
     let removed: i64 = guard.key(&empty).invoke_async(&mut redis).await.unwrap();
     assert_eq!(removed, 0, "an absent stream is left absent");
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(&empty)
-        .query_async(&mut redis)
-        .await
-        .unwrap();
-    assert_eq!(exists, 0, "and is not created");
+    assert_eq!(
+        count(&mut redis, "EXISTS", &empty).await,
+        0,
+        "and is not created"
+    );
 }
