@@ -25,6 +25,8 @@ pub struct Worker {
     pub votes: Arc<crate::batch::Batcher<crate::vote::cast::VoteDecider>>,
     /// Joins and position queries of waiting rooms.
     pub queue: Arc<crate::batch::Batcher<crate::sale::queue::QueueDecider>>,
+    /// Reads of what buyers hold of a sale, for `already_bought`.
+    pub held: Arc<crate::batch::Batcher<crate::sale::orders::HeldReader>>,
 }
 
 pub struct AppState {

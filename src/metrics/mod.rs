@@ -71,6 +71,8 @@ counters! {
     order_cancels_refused: "Cancels refused as not_cancellable (already cancelled, expired, or paid for a buyer).",
     queue_batches: "Waiting-room script calls (each answers a batch of joins and position queries of one sale).",
     queue_batched: "Joins and position queries answered in batches.",
+    held_batches: "Reads of buyers' orders for already_bought answers (each one Postgres query for a batch of buyers of one sale; a buyer's answer is then remembered for 10 s).",
+    held_batched: "Buyers whose orders were read in batches for already_bought answers.",
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",
     queue_admitted: "Shoppers admitted from waiting rooms by this process's admitter.",
     queue_passed: "Admissions that expired unused (their room went to the next in line), as this process's admitter found them.",

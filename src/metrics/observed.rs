@@ -32,6 +32,7 @@ const REQUEST_SECONDS: &str = "stampede_http_request_duration_seconds";
 const BUY_BATCH: &str = "stampede_buy_batch_size";
 const VOTE_BATCH: &str = "stampede_vote_batch_size";
 const QUEUE_BATCH: &str = "stampede_queue_batch_size";
+const HELD_BATCH: &str = "stampede_held_batch_size";
 const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
 const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
 const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
@@ -58,6 +59,7 @@ pub struct Observed {
     pub buy_batch_size: Histogram,
     pub vote_batch_size: Histogram,
     pub queue_batch_size: Histogram,
+    pub held_batch_size: Histogram,
     pub settle_batch_seconds: Histogram,
 }
 
@@ -81,6 +83,7 @@ impl Default for Observed {
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(BUY_BATCH.into()), &sizes))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(VOTE_BATCH.into()), &sizes))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(QUEUE_BATCH.into()), &sizes))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(HELD_BATCH.into()), &sizes))
             .expect("non-empty bucket lists")
             .build_recorder();
         let describe = |name: &'static str, unit: Unit, help: &'static str| {
@@ -100,6 +103,11 @@ impl Default for Observed {
             QUEUE_BATCH,
             Unit::Count,
             "Joins and position queries of a waiting room answered by one script call.",
+        );
+        describe(
+            HELD_BATCH,
+            Unit::Count,
+            "Buyers whose orders one read of Postgres found for their already_bought answers.",
         );
         describe(
             VOTE_BATCH,
@@ -158,6 +166,7 @@ impl Default for Observed {
             buy_batch_size: histogram(BUY_BATCH),
             vote_batch_size: histogram(VOTE_BATCH),
             queue_batch_size: histogram(QUEUE_BATCH),
+            held_batch_size: histogram(HELD_BATCH),
             settle_batch_seconds: histogram(SETTLE_SECONDS),
             handle: recorder.handle(),
             requests: RwLock::new(HashMap::new()),
@@ -177,6 +186,7 @@ impl Observed {
             buy_batch_size: Histogram::noop(),
             vote_batch_size: Histogram::noop(),
             queue_batch_size: Histogram::noop(),
+            held_batch_size: Histogram::noop(),
             settle_batch_seconds: Histogram::noop(),
             ..Observed::default()
         }

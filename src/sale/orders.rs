@@ -242,11 +242,11 @@ pub const HELD_ORDERS_WAIT: std::time::Duration = std::time::Duration::from_mill
 /// for up to the TTL).
 #[derive(Default)]
 pub struct HeldOrders {
-    known: std::sync::Mutex<std::collections::HashMap<(SaleId, UserId), Held>>,
+    known: std::sync::Mutex<std::collections::HashMap<(SaleId, UserId), Remembered>>,
 }
 
 /// When a buyer's orders were read, and what they were.
-type Held = (std::time::Instant, Vec<Uuid>);
+type Remembered = (std::time::Instant, Vec<Uuid>);
 
 impl HeldOrders {
     fn get(&self, sale: SaleId, user: UserId) -> Option<Vec<Uuid>> {
@@ -272,84 +272,167 @@ impl HeldOrders {
     }
 }
 
-/// [`of_buyer_in_sale`] through this process's memory ([`HeldOrders`]), waiting
-/// at most [`HELD_ORDERS_WAIT`]: `None` when the orders could not be read in time
+/// [`HeldReader`] through this process's memory ([`HeldOrders`]), waiting at most
+/// [`HELD_ORDERS_WAIT`]: `None` when the orders could not be read in time
 /// (Postgres slow or down), so the refusal goes out without them.
-pub async fn held_by<S: CachedReads + ?Sized>(
-    reads: &S,
+pub async fn held_by(
     memory: &HeldOrders,
+    reader: &std::sync::Arc<crate::batch::Batcher<HeldReader>>,
     sale: SaleId,
     user: UserId,
 ) -> Option<Vec<Uuid>> {
     if let Some(ids) = memory.get(sale, user) {
         return Some(ids);
     }
-    match tokio::time::timeout(
-        HELD_ORDERS_WAIT,
-        of_buyer_in_sale_settled(reads, sale, user),
-    )
-    .await
-    {
-        Ok(Ok((ids, settled_holds))) => {
-            if settled_holds {
-                memory.remember(sale, user, &ids);
+    match tokio::time::timeout(HELD_ORDERS_WAIT, reader.submit(sale, user)).await {
+        Ok(Ok(Some(held))) => {
+            if held.settled_holds {
+                memory.remember(sale, user, &held.ids);
             }
-            Some(ids)
+            Some(held.ids)
         }
-        Ok(Err(e)) => {
-            tracing::debug!(sale = %sale, user = %user, error = ?e, "already_bought without its orders");
-            None
-        }
-        Err(_) => None,
+        _ => None,
     }
 }
 
-/// The buyer's orders of one sale, settled (any status) or pending, oldest first:
-/// what `already_bought` names. A refusal, so it reads off the hot path, bounded:
-/// the settled ones (one indexed query); when none of them holds its unit (none, or
-/// all expired or cancelled), also the pending ones (one `XRANGE` of at most
-/// [`pending::BUYER_SCAN`] entries), and when there are none, Postgres again (an
-/// order settled between the two reads).
-pub async fn of_buyer_in_sale<S: CachedReads + ?Sized>(
-    reads: &S,
-    sale: SaleId,
-    user: UserId,
-) -> Result<Vec<Uuid>, AppError> {
-    Ok(of_buyer_in_sale_settled(reads, sale, user).await?.0)
+/// Most buyers of one sale whose orders one read asks for.
+pub const HELD_READ_MAX: usize = 256;
+/// Most reads of one sale's buyers' orders out at once, per HTTP worker.
+pub const HELD_READS_IN_FLIGHT: usize = 2;
+
+/// Reads what buyers hold of a sale for their `already_bought` answers in
+/// batches (see [`crate::batch`]): the refusals of one sale that wait together
+/// are one Postgres query, not one each. A storm of repeat buyers' first
+/// refusals (each buyer's first in [`HELD_ORDERS_TTL`]) would otherwise be a
+/// query per refusal, which costs the machine about as much as ten refusals.
+pub struct HeldReader {
+    pub db: PgPool,
+    pub keys: crate::keys::Keys,
 }
 
-/// [`of_buyer_in_sale`], and whether a settled order among them still holds its
-/// units (then the answer stays true until a cancel).
-async fn of_buyer_in_sale_settled<S: CachedReads + ?Sized>(
-    reads: &S,
+/// A buyer's orders of one sale, as [`of_buyers_in_sale`] found them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Held {
+    /// Settled (any status) or pending, oldest first.
+    pub ids: Vec<Uuid>,
+    /// A settled order among them still holds its units: the answer stays true
+    /// until a cancel, so it may be remembered.
+    pub settled_holds: bool,
+}
+
+impl crate::batch::Decider for HeldReader {
+    type Key = SaleId;
+    type Request = UserId;
+    /// `None`: not read in time, or the read failed (the refusal goes without).
+    type Reply = Option<Held>;
+
+    async fn decide(
+        &self,
+        mut redis: crate::redis_conn::Redis,
+        sale: SaleId,
+        users: Vec<UserId>,
+    ) -> Result<Vec<Option<Held>>, AppError> {
+        let read = of_buyers_in_sale(&self.db, &mut redis, &self.keys, sale, &users);
+        Ok(match tokio::time::timeout(HELD_ORDERS_WAIT, read).await {
+            Ok(Ok(held)) => held.into_iter().map(Some).collect(),
+            Ok(Err(e)) => {
+                tracing::debug!(sale = %sale, error = ?e, "already_bought without its orders");
+                vec![None; users.len()]
+            }
+            Err(_) => vec![None; users.len()],
+        })
+    }
+}
+
+/// Each buyer's orders of one sale, settled (any status) or pending, oldest first
+/// (at most [`BUYER_ORDERS`] settled ones): what `already_bought` names. A refusal,
+/// so it reads off the hot path, bounded, for a batch of buyers at once: their
+/// settled orders (one query); for those of them none of whose orders holds its
+/// units (none, or all expired or cancelled), also the pending ones (one `XRANGE`
+/// of at most [`pending::BUYER_SCAN`] entries), and for those with none pending,
+/// Postgres again (an order settled between the two reads). One answer per buyer
+/// asked for, in order (a buyer asked twice is read once).
+pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &crate::keys::Keys,
     sale: SaleId,
-    user: UserId,
-) -> Result<(Vec<Uuid>, bool), AppError> {
-    let settled = || {
-        sqlx::query_as::<_, (Uuid, bool)>(
-            "SELECT id, status IN ('expired', 'cancelled', 'refunded') FROM orders
-             WHERE user_id = $1 AND sale_id = $2 ORDER BY accepted_at, id LIMIT $3",
-        )
-        .bind(user.get())
-        .bind(sale.get())
-        .bind(BUYER_ORDERS)
-        .fetch_all(reads.db())
+    users: &[UserId],
+) -> Result<Vec<Held>, AppError> {
+    let mut distinct: Vec<i64> = users.iter().map(|u| u.get()).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut settled = settled_of_buyers(db, sale, &distinct).await?;
+    let holds = |found: Option<&Vec<(Uuid, bool)>>| {
+        found.is_some_and(|f| f.iter().any(|(_, returned)| !returned))
     };
-    let mut found = settled().await?;
-    if found.iter().any(|(_, returned)| !returned) {
-        return Ok((found.into_iter().map(|(id, _)| id).collect(), true));
-    }
-    let pending = pending::of_buyer(&mut reads.redis().clone(), reads.keys(), sale, user).await?;
-    if pending.is_empty() {
-        found = settled().await?;
-    }
-    let mut ids: Vec<Uuid> = found.into_iter().map(|(id, _)| id).collect();
-    for id in pending {
-        if !ids.contains(&id) {
-            ids.push(id);
+    let unsure: Vec<i64> = distinct
+        .iter()
+        .copied()
+        .filter(|u| !holds(settled.get(u)))
+        .collect();
+    let mut pending = std::collections::HashMap::new();
+    if !unsure.is_empty() {
+        pending = pending::of_buyers(redis, keys, sale, &unsure).await?;
+        let again: Vec<i64> = unsure
+            .iter()
+            .copied()
+            .filter(|u| pending.get(u).is_none_or(Vec::is_empty))
+            .collect();
+        if !again.is_empty() {
+            for u in &again {
+                settled.remove(u);
+            }
+            settled.extend(settled_of_buyers(db, sale, &again).await?);
         }
     }
-    Ok((ids, false))
+    Ok(users
+        .iter()
+        .map(|user| {
+            let found = settled.get(&user.get());
+            let settled_holds = holds(found);
+            let mut ids: Vec<Uuid> = found.into_iter().flatten().map(|(id, _)| *id).collect();
+            if !settled_holds {
+                for id in pending.get(&user.get()).into_iter().flatten() {
+                    if !ids.contains(id) {
+                        ids.push(*id);
+                    }
+                }
+            }
+            Held { ids, settled_holds }
+        })
+        .collect())
+}
+
+/// Each buyer's settled orders of the sale, oldest first, at most [`BUYER_ORDERS`]
+/// each, with whether each was returned (expired, cancelled or refunded): one
+/// query for them all, each buyer's through the `(user_id)` index. A buyer
+/// without any is absent.
+async fn settled_of_buyers(
+    db: &PgPool,
+    sale: SaleId,
+    users: &[i64],
+) -> sqlx::Result<std::collections::HashMap<i64, Vec<(Uuid, bool)>>> {
+    let rows: Vec<(i64, Uuid, bool)> = sqlx::query_as(
+        "SELECT b.user_id, o.id, o.returned
+         FROM unnest($2::bigint[]) AS b(user_id)
+         CROSS JOIN LATERAL (
+             SELECT id, accepted_at, status IN ('expired', 'cancelled', 'refunded') AS returned
+             FROM orders WHERE user_id = b.user_id AND sale_id = $1
+             ORDER BY accepted_at, id LIMIT $3) o
+         ORDER BY b.user_id, o.accepted_at, o.id",
+    )
+    .bind(sale.get())
+    .bind(users)
+    .bind(BUYER_ORDERS)
+    .fetch_all(db)
+    .await?;
+    let mut found: std::collections::HashMap<i64, Vec<(Uuid, bool)>> =
+        std::collections::HashMap::new();
+    for (user, id, returned) in rows {
+        found.entry(user).or_default().push((id, returned));
+    }
+    Ok(found)
 }
 
 /// A sale's settled orders, oldest first (at most `limit`).

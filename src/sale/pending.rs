@@ -193,20 +193,21 @@ pub async fn oldest<C: ConnectionLike>(
     Ok((PendingHash::count(len, orders, fields), entries))
 }
 
-/// Most stream entries [`of_buyer`] reads (each a decision batch's orders): the
+/// Most stream entries [`of_buyers`] reads (each a decision batch's orders): the
 /// pending orders of a sale are those accepted within the settlement lag, normally
 /// far fewer.
 pub const BUYER_SCAN: usize = 1000;
 
-/// The buyer's orders of the sale that are not in Postgres yet, among the first
-/// [`BUYER_SCAN`] entries of its orders stream (one `XRANGE`): for the answer
-/// `already_bought`, which names them.
-pub async fn of_buyer<C: ConnectionLike>(
+/// The buyers' orders of the sale that are not in Postgres yet, among the first
+/// [`BUYER_SCAN`] entries of its orders stream (one `XRANGE` for them all): for the
+/// answer `already_bought`, which names them. Each buyer asked for is in the map,
+/// with no orders when none is pending; orders in the order of the stream.
+pub async fn of_buyers<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     sale: SaleId,
-    user: UserId,
-) -> Result<Vec<Uuid>, AppError> {
+    users: &[i64],
+) -> Result<std::collections::HashMap<i64, Vec<Uuid>>, AppError> {
     let stream: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
         .arg(&keys.sale(sale).orders)
         .arg("-")
@@ -215,13 +216,18 @@ pub async fn of_buyer<C: ConnectionLike>(
         .arg(BUYER_SCAN)
         .query_async(redis)
         .await?;
-    Ok(stream
+    let mut found: std::collections::HashMap<i64, Vec<Uuid>> =
+        users.iter().map(|u| (*u, Vec::new())).collect();
+    for order in stream
         .ids
         .iter()
         .flat_map(|e| super::entry::orders_of(e).unwrap_or_default())
-        .filter(|o| o.user == user.get())
-        .map(|o| o.order)
-        .collect())
+    {
+        if let Some(orders) = found.get_mut(&order.user) {
+            orders.push(order.order);
+        }
+    }
+    Ok(found)
 }
 
 /// What a buyer holds of one sale, as its page shows it.

@@ -437,6 +437,21 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 sizes: |m| &m.observed.queue_batch_size,
             },
         ),
+        held: Batcher::new(
+            crate::sale::orders::HeldReader {
+                db: state.db.clone(),
+                keys: state.keys.clone(),
+            },
+            redis.clone(),
+            crate::sale::orders::HELD_READ_MAX,
+            crate::sale::orders::HELD_READS_IN_FLIGHT,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.held_batches,
+                requests: |m| &m.held_batched,
+                sizes: |m| &m.observed.held_batch_size,
+            },
+        ),
         redis,
     })
 }

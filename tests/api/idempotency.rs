@@ -332,3 +332,69 @@ async fn already_bought_names_a_pending_order() {
     assert_eq!(body["order_ids"], json!([order.to_string()]), "{body}");
     assert!(app.orders_in_db(sale).await.is_empty(), "still pending");
 }
+
+/// Refusals that arrive together have their buyers' orders read together (one
+/// Postgres query for a batch of buyers of a sale, not one per refusal), and each
+/// still names that buyer's own order: settled for some, pending for others.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_read_together_each_name_the_buyers_own_order() {
+    let app = std::sync::Arc::new(spawn_app_with(|c| c.settle_in_serve = false).await);
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 1000).await;
+    let users = app.create_users(300, false).await;
+    let mut own = std::collections::HashMap::new();
+    for u in &users[..150] {
+        own.insert(u.id, accepted(app.purchase(sale, &u.token).await).await.0);
+    }
+    // The first half settles (a worker drains the stream); the second stays pending.
+    let mut worker = stampede::settle::Settler::connect(
+        app.db.clone(),
+        &stampede::redis_conn::Target::from_config(&app.config),
+        app.keys.clone(),
+        stampede::config::SettleConfig {
+            batch_size: 1000,
+            block: Duration::from_millis(100),
+            claim_idle: Duration::from_secs(60),
+            consumer: Some("test".to_string()),
+        },
+        stampede::startup::settlers(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(worker.drain().await.unwrap(), 150);
+    for u in &users[150..] {
+        own.insert(u.id, accepted(app.purchase(sale, &u.token).await).await.0);
+    }
+
+    // Every buyer twice, all at once.
+    let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2 * users.len()));
+    let mut tasks = Vec::new();
+    for u in users.iter().chain(&users) {
+        let (app, barrier, id, token) = (app.clone(), barrier.clone(), u.id, u.token.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (id, app.purchase(sale, &token).await)
+        }));
+    }
+    for t in tasks {
+        let (id, resp) = t.await.unwrap();
+        let body = assert_error(resp, StatusCode::CONFLICT, "already_bought").await;
+        assert_eq!(
+            body["order_ids"],
+            json!([own[&id].to_string()]),
+            "user {id}: {body}"
+        );
+    }
+    let m = &app.state.metrics;
+    let (reads, buyers) = (m.held_batches.get(), m.held_batched.get());
+    assert!(buyers >= 300, "every buyer's orders were read: {buyers}");
+    assert!(
+        reads < buyers,
+        "{buyers} buyers' orders in {reads} reads: read together"
+    );
+    assert_eq!(
+        app.orders_in_db(sale).await.len(),
+        150,
+        "the rest still pending"
+    );
+}

@@ -122,7 +122,7 @@ pub(super) async fn purchase(
         .await?;
     count_outcome(&state.metrics, &reply.outcome);
     let replayed = reply.replayed;
-    match purchase_answer(state, sale, user.id, reply).await {
+    match purchase_answer(state, worker, sale, user.id, reply).await {
         Ok(mut answer) if replayed => {
             answer.headers_mut().insert(
                 IDEMPOTENT_REPLAYED,
@@ -159,6 +159,7 @@ fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
 /// The answer to a purchase the batch decided: 202 with the order, or the refusal.
 async fn purchase_answer(
     state: &AppState,
+    worker: &Worker,
     sale: SaleId,
     user: domain::UserId,
     reply: BuyReply,
@@ -183,7 +184,7 @@ async fn purchase_answer(
         PurchaseOutcome::AlreadyBought => {
             // A refusal: one bounded read off the batch names what the buyer holds,
             // so a client that lost its 202 learns its order.
-            let order_ids = orders::held_by(state, &state.held_orders, sale, user).await;
+            let order_ids = orders::held_by(&state.held_orders, &worker.held, sale, user).await;
             let message = if order_ids.is_some() {
                 "you already bought from this sale (one per customer): order_ids names your order"
             } else {
