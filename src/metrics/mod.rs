@@ -73,6 +73,7 @@ counters! {
     queue_batched: "Joins and position queries answered in batches.",
     held_batches: "Reads of buyers' orders for already_bought answers (each one Postgres query for a batch of buyers of one sale; a buyer's answer is then remembered for 10 s).",
     held_batched: "Buyers whose orders were read in batches for already_bought answers.",
+    held_unread: "already_bought answers sent without the buyer's orders: not read within 100 ms (Postgres slow or down).",
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",
     queue_admitted: "Shoppers admitted from waiting rooms by this process's admitter.",
     queue_passed: "Admissions that expired unused (their room went to the next in line), as this process's admitter found them.",

@@ -188,6 +188,7 @@ async fn purchase_answer(
             let message = if order_ids.is_some() {
                 "you already bought from this sale (one per customer): order_ids names your order"
             } else {
+                Metrics::inc(&state.metrics.held_unread);
                 "you already bought from this sale (one per customer): see GET /api/me/orders"
             };
             Ok(HttpResponse::Conflict().json(AlreadyBought {
