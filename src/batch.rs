@@ -42,6 +42,13 @@ pub trait Decider: Send + Sync + 'static {
     type Request: Send + 'static;
     type Reply: Send + 'static;
 
+    /// Whether a request whose caller stopped waiting (its answer's receiver
+    /// dropped: a timeout, a closed connection) is left out of the next batch. A
+    /// decision is made whoever waits for it (a purchase taken is taken); a read
+    /// nobody waits for is work for nobody, and leaving it out bounds the queue of
+    /// a key whose reads are slow by what arrives while its callers still wait.
+    const DROP_ABANDONED: bool = false;
+
     /// Decides `batch` in one script call; one reply per request, in order.
     fn decide(
         &self,
@@ -253,6 +260,9 @@ impl<D: Decider> Batcher<D> {
                 let Some(queue) = queues.get_mut(&key) else {
                     return;
                 };
+                if D::DROP_ABANDONED {
+                    queue.waiting.retain(|(_, tx)| !tx.is_closed());
+                }
                 if queue.waiting.is_empty() {
                     queue.flushing -= 1;
                     if queue.flushing == 0 {

@@ -107,7 +107,7 @@ impl Default for Observed {
         describe(
             HELD_BATCH,
             Unit::Count,
-            "Buyers whose orders one read of Postgres found for their already_bought answers.",
+            "Refusals whose buyer's orders one read answered (already_bought).",
         );
         describe(
             VOTE_BATCH,

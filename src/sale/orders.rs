@@ -222,7 +222,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
     Ok(MyOrders { pending, settled })
 }
 
-/// Most orders [`of_buyer_in_sale`] names.
+/// Most settled orders of one buyer [`of_buyers_in_sale`] names.
 const BUYER_ORDERS: i64 = 100;
 
 /// How long a process remembers what a buyer holds of a sale (see [`HeldOrders`]).
@@ -274,7 +274,8 @@ impl HeldOrders {
 
 /// [`HeldReader`] through this process's memory ([`HeldOrders`]), waiting at most
 /// [`HELD_ORDERS_WAIT`]: `None` when the orders could not be read in time
-/// (Postgres slow or down), so the refusal goes out without them.
+/// (Postgres or Redis slow or down, or the read's queue long), so the refusal goes
+/// out without them.
 pub async fn held_by(
     memory: &HeldOrders,
     reader: &std::sync::Arc<crate::batch::Batcher<HeldReader>>,
@@ -304,9 +305,16 @@ pub const HELD_READS_IN_FLIGHT: usize = 2;
 /// batches (see [`crate::batch`]): the refusals of one sale that wait together
 /// are one Postgres query, not one each. A storm of repeat buyers' first
 /// refusals (each buyer's first in [`HELD_ORDERS_TTL`]) would otherwise be a
-/// query per refusal, which costs the machine about as much as ten refusals.
+/// query per refusal, which costs the machine about as much as ten refusals. A
+/// refusal that stopped waiting is left out of the next read
+/// ([`crate::batch::Decider::DROP_ABANDONED`]), and a read takes at most
+/// [`HELD_ORDERS_WAIT`], so while Postgres is slow the queue holds at most what
+/// arrives in about that time.
 pub struct HeldReader {
     pub db: PgPool,
+    /// The process's shared connection, not the worker's: a long `XRANGE` reply
+    /// never holds up the decisions on the worker's connection.
+    pub redis: crate::redis_conn::Redis,
     pub keys: crate::keys::Keys,
 }
 
@@ -325,22 +333,17 @@ impl crate::batch::Decider for HeldReader {
     type Request = UserId;
     /// `None`: not read in time, or the read failed (the refusal goes without).
     type Reply = Option<Held>;
+    const DROP_ABANDONED: bool = true;
 
     async fn decide(
         &self,
-        mut redis: crate::redis_conn::Redis,
+        _worker_redis: crate::redis_conn::Redis,
         sale: SaleId,
         users: Vec<UserId>,
     ) -> Result<Vec<Option<Held>>, AppError> {
-        let read = of_buyers_in_sale(&self.db, &mut redis, &self.keys, sale, &users);
-        Ok(match tokio::time::timeout(HELD_ORDERS_WAIT, read).await {
-            Ok(Ok(held)) => held.into_iter().map(Some).collect(),
-            Ok(Err(e)) => {
-                tracing::debug!(sale = %sale, error = ?e, "already_bought without its orders");
-                vec![None; users.len()]
-            }
-            Err(_) => vec![None; users.len()],
-        })
+        let deadline = tokio::time::Instant::now() + HELD_ORDERS_WAIT;
+        let mut redis = self.redis.clone();
+        Ok(of_buyers_in_sale(&self.db, &mut redis, &self.keys, sale, &users, deadline).await)
     }
 }
 
@@ -351,18 +354,35 @@ impl crate::batch::Decider for HeldReader {
 /// units (none, or all expired or cancelled), also the pending ones (one `XRANGE`
 /// of at most [`pending::BUYER_SCAN`] entries), and for those with none pending,
 /// Postgres again (an order settled between the two reads). One answer per buyer
-/// asked for, in order (a buyer asked twice is read once).
+/// asked for, in order (a buyer asked twice is read once): `None` for a buyer whose
+/// reads failed or were not done by `deadline` (a buyer whose settled order holds
+/// is answered by the first query alone, whatever the later reads do).
 pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
     keys: &crate::keys::Keys,
     sale: SaleId,
     users: &[UserId],
-) -> Result<Vec<Held>, AppError> {
+    deadline: tokio::time::Instant,
+) -> Vec<Option<Held>> {
+    let failed = |e: &dyn std::fmt::Debug| {
+        tracing::debug!(sale = %sale, buyers = users.len(), error = ?e, "already_bought without its orders");
+    };
     let mut distinct: Vec<i64> = users.iter().map(|u| u.get()).collect();
     distinct.sort_unstable();
     distinct.dedup();
-    let mut settled = settled_of_buyers(db, sale, &distinct).await?;
+    let settled =
+        match tokio::time::timeout_at(deadline, settled_of_buyers(db, sale, &distinct)).await {
+            Ok(Ok(settled)) => settled,
+            Ok(Err(e)) => {
+                failed(&e);
+                return vec![None; users.len()];
+            }
+            Err(e) => {
+                failed(&e);
+                return vec![None; users.len()];
+            }
+        };
     let holds = |found: Option<&Vec<(Uuid, bool)>>| {
         found.is_some_and(|f| f.iter().any(|(_, returned)| !returned))
     };
@@ -371,37 +391,69 @@ pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
         .copied()
         .filter(|u| !holds(settled.get(u)))
         .collect();
-    let mut pending = std::collections::HashMap::new();
-    if !unsure.is_empty() {
-        pending = pending::of_buyers(redis, keys, sale, &unsure).await?;
+    // The pending orders of those, and their settled ones read again where none is.
+    let later = async {
+        if unsure.is_empty() {
+            return Ok(Default::default());
+        }
+        let pending = pending::of_buyers(redis, keys, sale, &unsure).await?;
         let again: Vec<i64> = unsure
             .iter()
             .copied()
             .filter(|u| pending.get(u).is_none_or(Vec::is_empty))
             .collect();
-        if !again.is_empty() {
-            for u in &again {
-                settled.remove(u);
-            }
-            settled.extend(settled_of_buyers(db, sale, &again).await?);
+        let reread = if again.is_empty() {
+            Default::default()
+        } else {
+            settled_of_buyers(db, sale, &again).await?
+        };
+        Ok::<_, AppError>((pending, reread))
+    };
+    let later = match tokio::time::timeout_at(deadline, later).await {
+        Ok(Ok(later)) => Some(later),
+        Ok(Err(e)) => {
+            failed(&e);
+            None
         }
-    }
-    Ok(users
+        Err(e) => {
+            failed(&e);
+            None
+        }
+    };
+    users
         .iter()
         .map(|user| {
-            let found = settled.get(&user.get());
-            let settled_holds = holds(found);
-            let mut ids: Vec<Uuid> = found.into_iter().flatten().map(|(id, _)| *id).collect();
-            if !settled_holds {
-                for id in pending.get(&user.get()).into_iter().flatten() {
-                    if !ids.contains(id) {
-                        ids.push(*id);
-                    }
+            let u = user.get();
+            let ids_of = |found: Option<&Vec<(Uuid, bool)>>| -> Vec<Uuid> {
+                found.into_iter().flatten().map(|(id, _)| *id).collect()
+            };
+            if holds(settled.get(&u)) {
+                return Some(Held {
+                    ids: ids_of(settled.get(&u)),
+                    settled_holds: true,
+                });
+            }
+            let (pending, reread) = later.as_ref()?;
+            let pending = pending.get(&u).map(Vec::as_slice).unwrap_or_default();
+            // No pending order: Postgres's second answer (an order may have settled
+            // between the reads; it holds then).
+            let found = if pending.is_empty() {
+                reread.get(&u)
+            } else {
+                settled.get(&u)
+            };
+            let mut ids = ids_of(found);
+            for id in pending {
+                if !ids.contains(id) {
+                    ids.push(*id);
                 }
             }
-            Held { ids, settled_holds }
+            Some(Held {
+                ids,
+                settled_holds: holds(found),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Each buyer's settled orders of the sale, oldest first, at most [`BUYER_ORDERS`]

@@ -440,6 +440,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
         held: Batcher::new(
             crate::sale::orders::HeldReader {
                 db: state.db.clone(),
+                redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
             redis.clone(),

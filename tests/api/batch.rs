@@ -696,3 +696,76 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
         );
     }
 }
+
+/// A decider that takes 500 ms a batch and records what each batch held.
+struct Recorder<const DROP: bool> {
+    batches: Arc<std::sync::Mutex<Vec<Vec<u32>>>>,
+}
+
+impl<const DROP: bool> stampede::batch::Decider for Recorder<DROP> {
+    type Key = u32;
+    type Request = u32;
+    type Reply = u32;
+    const DROP_ABANDONED: bool = DROP;
+
+    async fn decide(
+        &self,
+        _redis: stampede::redis_conn::Redis,
+        _key: u32,
+        batch: Vec<u32>,
+    ) -> Result<Vec<u32>, stampede::error::AppError> {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.batches.lock().unwrap().push(batch.clone());
+        Ok(batch)
+    }
+}
+
+/// Requests queued behind a batch in flight whose callers stop waiting: a decider
+/// that drops abandoned requests (the `already_bought` read) leaves them out of the
+/// next batch; one that does not (the decisions) decides them all the same.
+async fn batches_after_callers_leave<const DROP: bool>() -> Vec<Vec<u32>> {
+    use stampede::batch::{Batcher, Counters};
+    let metrics = Arc::new(stampede::metrics::Metrics::off());
+    let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let batcher = Batcher::new(
+        Recorder::<DROP> {
+            batches: batches.clone(),
+        },
+        crate::helpers::test_redis().await,
+        64,
+        1,
+        Counters {
+            metrics,
+            batches: |m| &m.held_batches,
+            requests: |m| &m.held_batched,
+            sizes: |m| &m.observed.held_batch_size,
+        },
+    );
+    let first = tokio::spawn({
+        let b = batcher.clone();
+        async move { b.submit(7, 0).await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for r in 1..=10 {
+        let gone = tokio::time::timeout(Duration::from_millis(5), batcher.submit(7, r)).await;
+        assert!(
+            gone.is_err(),
+            "request {r} waits behind the batch in flight"
+        );
+    }
+    assert_eq!(batcher.submit(7, 11).await.unwrap(), 11);
+    assert_eq!(first.await.unwrap(), 0);
+    batches.lock().unwrap().clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn requests_nobody_waits_for_are_dropped_only_by_a_decider_that_asks() {
+    assert_eq!(
+        batches_after_callers_leave::<true>().await,
+        vec![vec![0], vec![11]]
+    );
+    assert_eq!(
+        batches_after_callers_leave::<false>().await,
+        vec![vec![0], (1..=11).collect::<Vec<u32>>()]
+    );
+}
