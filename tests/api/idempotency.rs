@@ -503,4 +503,14 @@ async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
         read(soon()).await,
         vec![holds_held.clone(), None, None, None, None, holds_held, None]
     );
+    // Postgres unreachable: nothing is read, and nothing fails.
+    let dead = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+        .unwrap();
+    let mut redis = app.redis.clone();
+    assert_eq!(
+        of_buyers_in_sale(&dead, &mut redis, &app.keys, sale_id, asked, soon()).await,
+        vec![None; 7]
+    );
 }
