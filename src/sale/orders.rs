@@ -365,24 +365,13 @@ pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
     users: &[UserId],
     deadline: tokio::time::Instant,
 ) -> Vec<Option<Held>> {
-    let failed = |e: &dyn std::fmt::Debug| {
-        tracing::debug!(sale = %sale, buyers = users.len(), error = ?e, "already_bought without its orders");
-    };
     let mut distinct: Vec<i64> = users.iter().map(|u| u.get()).collect();
     distinct.sort_unstable();
     distinct.dedup();
-    let settled =
-        match tokio::time::timeout_at(deadline, settled_of_buyers(db, sale, &distinct)).await {
-            Ok(Ok(settled)) => settled,
-            Ok(Err(e)) => {
-                failed(&e);
-                return vec![None; users.len()];
-            }
-            Err(e) => {
-                failed(&e);
-                return vec![None; users.len()];
-            }
-        };
+    let Some(settled) = by_deadline(deadline, sale, settled_of_buyers(db, sale, &distinct)).await
+    else {
+        return vec![None; users.len()];
+    };
     let holds = |found: Option<&Vec<(Uuid, bool)>>| {
         found.is_some_and(|f| f.iter().any(|(_, returned)| !returned))
     };
@@ -409,24 +398,14 @@ pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
         };
         Ok::<_, AppError>((pending, reread))
     };
-    let later = match tokio::time::timeout_at(deadline, later).await {
-        Ok(Ok(later)) => Some(later),
-        Ok(Err(e)) => {
-            failed(&e);
-            None
-        }
-        Err(e) => {
-            failed(&e);
-            None
-        }
+    let later = by_deadline(deadline, sale, later).await;
+    let ids_of = |found: Option<&Vec<(Uuid, bool)>>| -> Vec<Uuid> {
+        found.into_iter().flatten().map(|(id, _)| *id).collect()
     };
     users
         .iter()
         .map(|user| {
             let u = user.get();
-            let ids_of = |found: Option<&Vec<(Uuid, bool)>>| -> Vec<Uuid> {
-                found.into_iter().flatten().map(|(id, _)| *id).collect()
-            };
             if holds(settled.get(&u)) {
                 return Some(Held {
                     ids: ids_of(settled.get(&u)),
@@ -454,6 +433,25 @@ pub async fn of_buyers_in_sale<C: redis::aio::ConnectionLike>(
             })
         })
         .collect()
+}
+
+/// A read of [`of_buyers_in_sale`] done by `deadline`, or `None` (it failed or took
+/// too long: the refusals it was for go without their orders).
+async fn by_deadline<T, E: std::fmt::Debug>(
+    deadline: tokio::time::Instant,
+    sale: SaleId,
+    read: impl std::future::Future<Output = Result<T, E>>,
+) -> Option<T> {
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(found)) => return Some(found),
+        Ok(Err(e)) => {
+            tracing::debug!(sale = %sale, error = ?e, "already_bought without its orders")
+        }
+        Err(_) => {
+            tracing::debug!(sale = %sale, "already_bought without its orders: not read in time")
+        }
+    }
+    None
 }
 
 /// Each buyer's settled orders of the sale, oldest first, at most [`BUYER_ORDERS`]
