@@ -7,6 +7,7 @@
 -- With $BENCH_KEYS=1 every request carries an Idempotency-Key of its own (the
 -- purchase's retry key: "b" and the request's place in the list). $BENCH_METHOD
 -- (default POST) is the method of every request (GET: no body is sent).
+-- $BENCH_READY: see init below.
 local f = assert(io.open(os.getenv("BENCH_TOKENS")))
 local path, body = f:read("*l"):match("^(%S+) ?(.*)$")
 local tokens, paths = {}, {}
@@ -48,6 +49,12 @@ init = function()
   for step = 1, math.min(n, tonumber(os.getenv("BENCH_PREFORMAT") or "100000")) do
     local k = (offset + step - 1) % n + 1
     requests[k] = format(k)
+  end
+  -- $BENCH_READY (optional): a file created once the formatting is done, so that
+  -- scripts/bench counts CPU time from there, not from wrk's start.
+  local ready = os.getenv("BENCH_READY")
+  if ready and ready ~= "" then
+    assert(io.open(ready, "w")):close()
   end
 end
 
