@@ -87,43 +87,50 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local code, value, answers = {}, {}, {}
   local asking, users = {}, {}
-  local seen, after, states, ids = {}, {}, {}, {}
+  local seen, after, states = {}, {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
-  local cache, ids_of
+  -- Per counted item i, its subject per policy p at subjects[(i - 1) * P + p]: its
+  -- user id (a per-user policy), or its own key.
+  local cache, subjects
+  -- A 202's numbers read the states before its take only for the algorithms other
+  -- than the sliding log and counter (limits_append_taken).
+  local before_read = false
   if P > 0 then
-    local keyed = 0
     for p = 1, P do
-      if not policies[p][5] then
+      before_read = before_read or (policies[p][1] ~= 'sl' and policies[p][1] ~= 'sc')
+    end
+    local keyed, per_user = 0, {}
+    for p = 1, P do
+      per_user[p] = policies[p][5]
+      if not per_user[p] then
         keyed = keyed + 1
       end
     end
     local first_item_key = #KEYS - n * keyed + 1
     cache = limits_cache(policies, first_item_key - P, now)
-    -- Item i's subject per policy: its user id, or its own key.
-    ids_of = function(i, out)
-      local k = first_item_key + (i - 1) * keyed
-      for p = 1, P do
-        if policies[p][5] then
-          out[p] = ARGV[first_arg + (i - 1) * 2]
-        else
-          out[p] = KEYS[k]
-          k = k + 1
-        end
-      end
-    end
+    subjects = {}
     local counted = {}
     for i = 1, n do
       if not (skip and skip[i]) then
         counted[#counted + 1] = i
+        local k, base, user = first_item_key + (i - 1) * keyed, (i - 1) * P,
+          ARGV[first_arg + (i - 1) * 2]
+        for p = 1, P do
+          if per_user[p] then
+            subjects[base + p] = user
+          else
+            subjects[base + p] = KEYS[k]
+            k = k + 1
+          end
+        end
       end
     end
-    limits_preload(cache, policies, counted, ids_of)
+    limits_preload(cache, policies, counted, subjects)
   end
   for i = 1, n do
     local admitted = skip and skip[i] or P == 0
     if not admitted then
-      ids_of(i, ids)
-      admitted = limits_take(cache, ids, policies, now, states)
+      admitted = limits_take(cache, subjects, (i - 1) * P, policies, now, states)
     end
     if skip and skip[i] then
       -- Answered by the caller.
@@ -136,9 +143,12 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
         code[i], value[i] = REPLY_LIMITED, wait
       end
     else
+      local base = (i - 1) * P
       for p = 1, P do
-        seen[(i - 1) * P + p] = states[p]
-        after[(i - 1) * P + p] = limits_new_state[p]
+        if before_read then
+          seen[base + p] = states[p]
+        end
+        after[base + p] = limits_new_state[p]
       end
       if closed then
         code[i], value[i] = REPLY_CLOSED, 0

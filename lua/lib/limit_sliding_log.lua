@@ -96,6 +96,13 @@ end
 -- nil. The batch scripts take with this, and ask limit_sliding_log for the answer
 -- only where a reply reports it.
 local function limit_sliding_log_take(state, now, limit, window)
+  if not state then
+    -- A subject with no log (a fresh buyer): its first entry, if any fits.
+    if limit < 1 then
+      return nil
+    end
+    return limit_sliding_log_entry(now), window
+  end
   local log, n, first = limit_sliding_log_window(state, now, window)
   if n - first + 1 >= limit then
     return nil

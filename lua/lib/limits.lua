@@ -210,17 +210,18 @@ end
 -- per policy, its key-per-subject states with one MGET (a GET per key costs Redis a
 -- command call each; a key of another type reads as nil there, so as no state),
 -- its bucketed states with one HMGET of the current bucket and one of the previous
--- for the users not in it. `ids_of(i, ids)` fills ids[1..P] with item i's subjects.
-local function limits_preload(cache, policies, items, ids_of)
+-- for the users not in it. Item i's subject under policy p is
+-- subjects[(i - 1) * P + p] (see batch_admit).
+local function limits_preload(cache, policies, items, subjects)
   local P = #policies
-  local wanted, ids = {}, {}
+  local wanted = {}
   for p = 1, P do
     wanted[p] = {}
   end
   for _, i in ipairs(items) do
-    ids_of(i, ids)
+    local base = (i - 1) * P
     for p = 1, P do
-      local t, id = cache.tables[p], ids[p]
+      local t, id = cache.tables[p], subjects[base + p]
       if t[id] == nil then
         t[id] = false
         local w = wanted[p]
@@ -311,15 +312,16 @@ end
 local limits_new_state, limits_new_ttl = {}, {}
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
--- it. `ids`: the request's subject per policy (see limits_cache); `policies`:
+-- it. Its subject under policy p is subjects[base + p] (a key name, or a user id
+-- for a policy kept in buckets; see limits_cache); `policies`:
 -- {alg, a, b, c, per user} each; `cache` from limits_cache, the states read by
 -- limits_preload (every subject of the batch's counted requests). Fills
 -- `states[1..P]` with the states the request was decided on (false for none), from
 -- which limits_answers gives its answers. Returns true when every policy took it.
-local function limits_take(cache, ids, policies, now, states)
+local function limits_take(cache, subjects, base, policies, now, states)
   local tables, P = cache.tables, #policies
   for p = 1, P do
-    states[p] = tables[p][ids[p]]
+    states[p] = tables[p][subjects[base + p]]
   end
   for p = 1, P do
     local policy = policies[p]
@@ -332,7 +334,7 @@ local function limits_take(cache, ids, policies, now, states)
   end
   local ttls = cache.ttl
   for p = 1, P do
-    local id = ids[p]
+    local id = subjects[base + p]
     tables[p][id], ttls[p][id] = limits_new_state[p], limits_new_ttl[p]
   end
   return true
@@ -347,9 +349,17 @@ local function limits_write(cache)
     local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
     if bucket then
       local fields = {}
-      for id in pairs(cache.ttl[p]) do
-        fields[#fields + 1] = id
-        fields[#fields + 1] = text(t[id])
+      if text == limit_sliding_log_text then
+        -- The log's text is its state.
+        for id in pairs(cache.ttl[p]) do
+          fields[#fields + 1] = id
+          fields[#fields + 1] = t[id]
+        end
+      else
+        for id in pairs(cache.ttl[p]) do
+          fields[#fields + 1] = id
+          fields[#fields + 1] = text(t[id])
+        end
       end
       if #fields > 0 then
         if not bucket.ready then
