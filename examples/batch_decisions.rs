@@ -16,9 +16,16 @@
 //!
 //! `only` measures just the figures whose label contains it (say `"64 repeat"`).
 //!
+//! The calls go over [`CONNECTIONS`] connections, as an app tier's do (each HTTP
+//! worker of each server has its own): Redis reads at most 16 KB of one
+//! connection in a turn of its event loop, and under `appendfsync always` every
+//! turn that wrote waits for its `fsync`, so from a single connection it would
+//! decide about three calls of 64 buyers per `fsync`. "64 new buyers, one
+//! connection" measures that too (the figure of earlier runs).
+//!
 //! Works in its own key namespace on the Redis named by REDIS_URL (loopback only)
-//! and deletes it afterwards. Prints `batch N <kind>[, both limit shapes]: D
-//! decisions/s (C calls/s)` lines, `seconds` (default 5) each.
+//! and deletes it afterwards. Prints `batch N <kind>[, both limit shapes][, one
+//! connection]: D decisions/s (C calls/s ...)` lines, `seconds` (default 5) each.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -33,8 +40,12 @@ use stampede::limit::{Algorithm, Policy, Route, Subject};
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
 use stampede::sale::store::{SaleRow, put_new_sale};
 
-/// Callers in flight: enough to keep Redis busy from one connection.
+/// Callers in flight: four per connection, as a server's worker keeps its batches
+/// (`batch_in_flight`).
 const IN_FLIGHT: usize = 32;
+
+/// Connections the callers share: as many as four servers of two HTTP workers.
+const CONNECTIONS: usize = 8;
 
 /// Users who bought in the warm-up of the "repeat buyers" figures.
 const REPEAT_USERS: u64 = 20_000;
@@ -80,6 +91,10 @@ async fn main() -> anyhow::Result<()> {
         ..Config::default()
     };
     let redis = stampede::startup::connect_redis(&config).await?;
+    let mut pool = vec![redis.clone()];
+    for _ in 1..CONNECTIONS {
+        pool.push(stampede::startup::connect_redis(&config).await?);
+    }
     let keys = Keys::new(&config.redis_namespace);
     let policies = vec![
         policy(
@@ -100,21 +115,31 @@ async fn main() -> anyhow::Result<()> {
         ),
     ];
     let next_sale = AtomicU64::new(1);
+    // (kind, buyers per call, connections)
     let figures = [
-        (Kind::New, 1usize),
-        (Kind::New, 16),
-        (Kind::New, 64),
-        (Kind::Repeat, 1),
-        (Kind::Repeat, 64),
-        (Kind::SoldOut, 1),
-        (Kind::SoldOut, 64),
+        (Kind::New, 1usize, CONNECTIONS),
+        (Kind::New, 16, CONNECTIONS),
+        (Kind::New, 64, CONNECTIONS),
+        (Kind::New, 64, 1),
+        (Kind::Repeat, 1, CONNECTIONS),
+        (Kind::Repeat, 64, CONNECTIONS),
+        (Kind::SoldOut, 1, CONNECTIONS),
+        (Kind::SoldOut, 64, CONNECTIONS),
     ];
     for limits in [false, true] {
-        for (kind, batch) in figures {
+        for (kind, batch, connections) in figures {
+            if limits && connections == 1 {
+                continue;
+            }
             let label = format!(
-                "batch {batch} {}{}",
+                "batch {batch} {}{}{}",
                 kind.label(),
-                if limits { ", both limit shapes" } else { "" }
+                if limits { ", both limit shapes" } else { "" },
+                if connections == 1 {
+                    ", one connection"
+                } else {
+                    ""
+                }
             );
             if !label.contains(&only) {
                 continue;
@@ -165,9 +190,9 @@ async fn main() -> anyhow::Result<()> {
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let started = Instant::now();
             let tasks: Vec<_> = (0..IN_FLIGHT)
-                .map(|_| {
+                .map(|t| {
                     let (mut redis, keys, decided, calls, next_user) = (
-                        redis.clone(),
+                        pool[t % connections].clone(),
                         keys.clone(),
                         decided.clone(),
                         calls.clone(),
@@ -209,9 +234,10 @@ async fn main() -> anyhow::Result<()> {
             }
             let secs = started.elapsed().as_secs_f64();
             println!(
-                "{label}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight)",
+                "{label}: {:.0} decisions/s ({:.0} calls/s, {IN_FLIGHT} calls in flight over {connections} connection{})",
                 decided.load(Ordering::Relaxed) as f64 / secs,
                 calls.load(Ordering::Relaxed) as f64 / secs,
+                if connections == 1 { "" } else { "s" },
             );
         }
     }
