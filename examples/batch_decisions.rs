@@ -40,8 +40,9 @@ use stampede::limit::{Algorithm, Policy, Route, Subject};
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
 use stampede::sale::store::{SaleRow, put_new_sale};
 
-/// Callers in flight: four per connection, as a server's worker keeps its batches
-/// (`batch_in_flight`).
+/// Callers in flight: four per connection over [`CONNECTIONS`], as a server's worker
+/// keeps its batches (`batch_in_flight`); all of them on the one connection of
+/// the one-connection figure.
 const IN_FLIGHT: usize = 32;
 
 /// Connections the callers share: as many as four servers of two HTTP workers.

@@ -73,7 +73,9 @@ end
 
 -- What the first phase decided on, for the replies that report the policies'
 -- answers: the policies, the time, and per admitted item the P states its take was
--- decided on and the P states it left (item i's at (i - 1) * P + 1 ..).
+-- decided on (kept only when a policy's 202 numbers read them: an algorithm other
+-- than the sliding log and counter) and the P states it left (item i's at
+-- (i - 1) * P + 1 ..).
 local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at

@@ -50,11 +50,25 @@ init = function()
     local k = (offset + step - 1) % n + 1
     requests[k] = format(k)
   end
-  -- $BENCH_READY (optional): a file created once the formatting is done, so that
-  -- scripts/bench counts CPU time from there, not from wrk's start.
+  -- $BENCH_READY (optional): once the formatting is done, wrk's pid is written
+  -- there (whole: a file renamed into place), and wrk waits for a line on the FIFO
+  -- $BENCH_GO before its clock starts, so that scripts/bench counts CPU time
+  -- from the start of the run, not from wrk's launch.
   local ready = os.getenv("BENCH_READY")
   if ready and ready ~= "" then
-    assert(io.open(ready, "w")):close()
+    local stat = assert(io.open("/proc/self/stat"))
+    local pid = stat:read("*n")
+    stat:close()
+    local f = assert(io.open(ready .. ".tmp", "w"))
+    f:write(tostring(pid), "\n")
+    f:close()
+    assert(os.rename(ready .. ".tmp", ready))
+    local go = os.getenv("BENCH_GO")
+    if go and go ~= "" then
+      local g = assert(io.open(go, "r"))
+      g:read("*l")
+      g:close()
+    end
   end
 end
 
