@@ -98,11 +98,9 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   -- than the sliding log and counter (limits_append_taken).
   local before_read = false
   if P > 0 then
-    for p = 1, P do
-      before_read = before_read or (policies[p][1] ~= 'sl' and policies[p][1] ~= 'sc')
-    end
     local keyed, per_user = 0, {}
     for p = 1, P do
+      before_read = before_read or (policies[p][1] ~= 'sl' and policies[p][1] ~= 'sc')
       per_user[p] = policies[p][5]
       if not per_user[p] then
         keyed = keyed + 1

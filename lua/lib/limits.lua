@@ -349,17 +349,9 @@ local function limits_write(cache)
     local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
     if bucket then
       local fields = {}
-      if text == limit_sliding_log_text then
-        -- The log's text is its state.
-        for id in pairs(cache.ttl[p]) do
-          fields[#fields + 1] = id
-          fields[#fields + 1] = t[id]
-        end
-      else
-        for id in pairs(cache.ttl[p]) do
-          fields[#fields + 1] = id
-          fields[#fields + 1] = text(t[id])
-        end
+      for id in pairs(cache.ttl[p]) do
+        fields[#fields + 1] = id
+        fields[#fields + 1] = text(t[id])
       end
       if #fields > 0 then
         if not bucket.ready then
