@@ -88,7 +88,7 @@ pub struct Stores<'a> {
 pub trait Restore: Send + Sync {
     type Id: Copy + Eq + std::hash::Hash + std::fmt::Display + Send + Sync + 'static;
 
-    /// The keys `lua/check_state.lua` reads: the meta hash (with the run stamp) and
+    /// The keys the sweep checks (`Recovery::check_many`): the meta hash (with the run stamp) and
     /// a key the state cannot be without.
     fn state_keys(&self, keys: &Keys, id: Self::Id) -> (String, String);
 

@@ -10,9 +10,11 @@
 //!
 //! Ending a session is rare; it is announced on a Redis stream,
 //! `ns:sessions:ended` ([`crate::keys::Keys::sessions_ended`]), that every process
-//! reads every `session_sync_ms` (250 ms by default): a signed-out token keeps
-//! working on another instance for at most about that long, on the instance that
-//! signed it out not at all. A process loads the record from Postgres at startup,
+//! waits on with a blocking `XREAD` of its own connection: a signed-out token stops
+//! working on another instance as soon as that instance reads the announcement (a
+//! round trip), on the instance that signed it out at once. Where the blocking
+//! connection fails, a process reads the stream every `session_sync_ms` (250 ms by
+//! default) instead. A process loads the record from Postgres at startup,
 //! and again whenever the stream cannot tell it everything since it last read
 //! (Redis wiped or restored from an older copy, or the stream trimmed past it).
 
@@ -20,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::redis_conn::Redis;
+use crate::redis_conn::{Redis, Target, Timeouts};
 use sqlx::PgPool;
 use tokio::sync::watch;
 
@@ -34,6 +36,9 @@ use crate::keys::Keys;
 const STREAM_MAX: usize = 100_000;
 /// Announcements read per round trip when catching up.
 const READ_BATCH: usize = 1_000;
+/// How long the follower's blocking read waits for an announcement before it reads
+/// the stream again anyway (and forgets expired sign-outs).
+const WAIT_AT_MOST: Duration = Duration::from_secs(5);
 
 /// Whether a token's session still stands.
 #[derive(Debug, PartialEq, Eq)]
@@ -265,28 +270,72 @@ impl Sessions {
         Ok(())
     }
 
-    /// Reads the stream every `every` until shutdown: applies what others ended,
-    /// reloads from Postgres when the stream lost what this process has not read,
-    /// and forgets signed-out sessions whose tokens have expired.
+    /// Follows the stream until shutdown: applies what others ended, reloads from
+    /// Postgres when the stream lost what this process has not read, and forgets
+    /// signed-out sessions whose tokens have expired. Between reads it waits on a
+    /// blocking `XREAD` of its own connection (to `target`) for the next
+    /// announcement, at most [`WAIT_AT_MOST`]: an idle server asks Redis nothing in
+    /// between, and an announcement is applied as soon as it is written. Where
+    /// that connection cannot be had or fails, it reads every `every` instead.
     /// `resume`: what [`Sessions::load`] returned.
     pub async fn follow(
         self,
         resume: Option<String>,
         mut redis: Redis,
+        target: Target,
         db: PgPool,
         every: Duration,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let key = self.keys.sessions_ended();
         let mut follower = Follower {
             sessions: self,
             last: resume,
         };
+        let mut waiter: Option<Redis> = None;
         while !*shutdown.borrow() {
-            if let Err(e) = follower.catch_up(&mut redis, &db).await {
-                tracing::warn!(error = %crate::error::error_chain(&e), "reading the ended-sessions stream failed; retrying");
+            let read = follower.catch_up(&mut redis, &db).await;
+            if let Err(e) = &read {
+                tracing::warn!(error = %crate::error::error_chain(e), "reading the ended-sessions stream failed; retrying");
             }
+            let wait = async {
+                let Some(last) = follower.last.clone().filter(|_| read.is_ok()) else {
+                    return tokio::time::sleep(every).await;
+                };
+                if waiter.is_none() {
+                    waiter = Redis::connect(
+                        &target,
+                        Timeouts {
+                            connect: Duration::from_secs(2),
+                            response: None,
+                            resend: false,
+                        },
+                    )
+                    .await
+                    .inspect_err(|e| tracing::debug!(error = %e, "no blocking connection for the ended-sessions stream; polling"))
+                    .ok();
+                }
+                let Some(conn) = waiter.as_mut() else {
+                    return tokio::time::sleep(every).await;
+                };
+                let next: redis::RedisResult<redis::Value> = redis::cmd("XREAD")
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("BLOCK")
+                    .arg(WAIT_AT_MOST.as_millis() as u64)
+                    .arg("STREAMS")
+                    .arg(&key)
+                    .arg(&last)
+                    .query_async(conn)
+                    .await;
+                if let Err(e) = next {
+                    tracing::debug!(error = %e, "waiting on the ended-sessions stream failed; polling");
+                    waiter = None;
+                    tokio::time::sleep(every).await;
+                }
+            };
             tokio::select! {
-                _ = tokio::time::sleep(every) => {}
+                _ = wait => {}
                 _ = shutdown.changed() => break,
             }
         }

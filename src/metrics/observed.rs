@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ::metrics::{Counter, Histogram, Key, Label, Level, Metadata, Recorder, SharedString, Unit};
@@ -16,6 +17,7 @@ use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
 use metrics_util::MetricKindMask;
+use tokio::sync::Notify;
 
 /// How often `serve` drains the histograms' pending samples (see
 /// [`Observed::upkeep`]): at 100,000 requests a second, 250 ms holds about 25,000
@@ -23,8 +25,9 @@ use metrics_util::MetricKindMask;
 /// allocator's slack around them made RSS saw between 72 and 100 MB in
 /// `scripts/soak` with metrics on. At 1 s RSS still stepped up by 5 to 10 MB in a
 /// 40 s run (an upkeep late under load, the allocator keeping what the larger
-/// backlog took), only with metrics on. A drain costs well under a millisecond, so
-/// four a second cost nothing an idle server notices.
+/// backlog took), only with metrics on. After an interval in which nothing was
+/// recorded the loop waits for the next sample instead ([`Observed::until_upkeep`]):
+/// an idle server is not woken four times a second for nothing.
 pub const UPKEEP_EVERY: Duration = Duration::from_millis(250);
 /// How long a gauge nobody sets stays in `/metrics`.
 const GAUGE_IDLE_SECS: u64 = 120;
@@ -61,6 +64,10 @@ pub struct Observed {
     pub queue_batch_size: Histogram,
     pub held_batch_size: Histogram,
     pub settle_batch_seconds: Histogram,
+    /// Set by the first sample after an upkeep (see [`Observed::touched`]): an
+    /// upkeep loop that found nothing new waits on `wake` instead of a timer.
+    dirty: AtomicBool,
+    wake: Notify,
 }
 
 impl Default for Observed {
@@ -172,6 +179,8 @@ impl Default for Observed {
             requests: RwLock::new(HashMap::new()),
             limits: RwLock::new(HashMap::new()),
             recorder,
+            dirty: AtomicBool::new(false),
+            wake: Notify::new(),
         }
     }
 }
@@ -197,6 +206,27 @@ impl Observed {
     /// only when asked: without it, every sample recorded between two scrapes
     /// (or for ever, when nothing scrapes) stays in memory. `serve` calls it every
     /// [`UPKEEP_EVERY`].
+    /// Says a sample was recorded: wakes an upkeep loop that waits for one. One
+    /// relaxed load per sample while samples come (the flag is already set).
+    pub fn touched(&self) {
+        if !self.dirty.load(Ordering::Relaxed) && !self.dirty.swap(true, Ordering::AcqRel) {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The upkeep loop's pause: [`UPKEEP_EVERY`] while samples come; after an
+    /// interval with none, until the next one (an idle server's upkeep does not
+    /// wake it at all).
+    pub async fn until_upkeep(&self) {
+        tokio::time::sleep(UPKEEP_EVERY).await;
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            // A sample recorded after the swap leaves a permit: no wait then.
+            self.wake.notified().await;
+            self.dirty.store(false, Ordering::Release);
+            tokio::time::sleep(UPKEEP_EVERY).await;
+        }
+    }
+
     pub fn upkeep(&self) {
         if self.enabled {
             self.handle.run_upkeep();
@@ -208,6 +238,7 @@ impl Observed {
         if !self.enabled {
             return;
         }
+        self.touched();
         let class = usize::from(status / 100).clamp(2, 5) - 2;
         with_handles(
             &self.requests,

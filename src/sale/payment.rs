@@ -239,6 +239,18 @@ pub async fn expire_due(db: &PgPool, limit: i64) -> Result<(usize, Vec<SaleId>),
     Ok((due.len(), sales.into_iter().filter_map(Id::new).collect()))
 }
 
+/// Whether an expiry pass has anything to do: an unpaid order past its deadline,
+/// or a return an earlier pass recorded and did not apply (what
+/// [`expire_pass`] looks for). One indexed question, no lock.
+pub async fn expiry_due(db: &PgPool) -> Result<bool, AppError> {
+    Ok(sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM orders WHERE status = 'awaiting_payment' AND pay_by <= now())
+             OR EXISTS (SELECT 1 FROM stock_changes WHERE kind = 'return' AND status = 'pending')",
+    )
+    .fetch_one(db)
+    .await?)
+}
+
 /// What one expiry pass did.
 #[derive(Debug, Default, Clone)]
 pub struct ExpiryPass {

@@ -688,8 +688,14 @@ pub async fn admit_forever<C: ConnectionLike + Clone + Send>(
     let mut sales: Vec<SaleId> = Vec::new();
     let mut listed_at: Option<std::time::Instant> = None;
     while !*shutdown.borrow() {
+        // With no waiting room active, nothing to step: wake only to list them
+        // again (an idle server wakes 0.5 times a second here, not 10).
+        let pause = match (sales.is_empty(), listed_at) {
+            (true, Some(t)) => LIST_EVERY.saturating_sub(t.elapsed()).max(STEP_EVERY),
+            _ => STEP_EVERY,
+        };
         tokio::select! {
-            _ = tokio::time::sleep(STEP_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => break,
         }
         if listed_at.is_none_or(|t| t.elapsed() >= LIST_EVERY) {

@@ -775,6 +775,7 @@ impl Settler {
             .observed
             .settle_batch_seconds
             .record(started.elapsed().as_secs_f64());
+        self.metrics.observed.touched();
         Ok(Settled {
             read: events.iter().map(|e| e.accepted.len()).sum(),
             inserted,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis::streams::StreamAutoClaimOptions;
+use redis::streams::{StreamAutoClaimOptions, StreamAutoClaimReply, StreamInfoConsumersReply};
 
 use super::{SETTLE_GROUP, Settler, Stream};
 use crate::lock::{Lock, LostSignal};
@@ -15,8 +15,8 @@ pub const RECLAIM_LOCK: &str = "settle:reclaim";
 /// Lease of the reclaim lock; a watchdog extends it while a pass runs, so this only
 /// bounds how long a crashed worker blocks the next pass.
 const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
-/// Streams one periodic reclaim pass looks at (an `XAUTOCLAIM` and an
-/// `XINFO CONSUMERS` each), in turn: the pass costs the same with 10 open sales or
+/// Streams one periodic reclaim pass looks at (an `XINFO CONSUMERS` each, all in
+/// one round trip, and an `XAUTOCLAIM` of those where a consumer holds entries), in turn: the pass costs the same with 10 open sales or
 /// 10,000. An entry a dead consumer left is taken over at most
 /// `claim_idle_ms + ceil(streams / RECLAIM_BUDGET) * claim_idle_ms / 10` after it
 /// was read (the first pass of a worker looks at every stream).
@@ -62,44 +62,48 @@ impl Settler {
         streams: &[Stream],
         lost: &LostSignal,
     ) -> anyhow::Result<usize> {
+        // Who reads each stream and how much each holds, for every stream of the
+        // turn in one round trip (an idle server's pass wakes Redis once, not once
+        // a stream); each stream alone where the pipeline as a whole fails (on a
+        // cluster, one stream's error fails it). Only a stream where some consumer
+        // holds entries can have any to take over: the others cost no `XAUTOCLAIM`.
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for stream in streams {
+            pipe.xinfo_consumers(stream.key(), SETTLE_GROUP);
+        }
+        let mut replies: Vec<Option<redis::RedisResult<StreamInfoConsumersReply>>> = match pipe
+            .query_async::<Vec<redis::RedisResult<StreamInfoConsumersReply>>>(&mut self.redis)
+            .await
+        {
+            Ok(replies) if replies.len() == streams.len() => {
+                replies.into_iter().map(Some).collect()
+            }
+            _ => streams.iter().map(|_| None).collect(),
+        };
         let mut total = 0;
-        'streams: for stream in streams {
+        for (stream, reply) in streams.iter().zip(replies.iter_mut()) {
             if lost.is_lost() {
                 // Another instance may be reclaiming now; leave the rest to it.
                 tracing::warn!("reclaim lock lost; pass cut short");
                 break;
             }
-            let mut start = "0-0".to_string();
-            loop {
-                let opts = StreamAutoClaimOptions::default()
-                    .count(self.config.batch_size)
-                    .with_justid();
-                let reply: redis::RedisResult<redis::streams::StreamAutoClaimReply> = self
-                    .redis
-                    .xautoclaim_options(
-                        stream.key(),
-                        SETTLE_GROUP,
-                        &self.consumer,
-                        self.config.claim_idle.as_millis() as u64,
-                        &start,
-                        opts,
-                    )
-                    .await;
-                let reply = match reply {
-                    Ok(r) => r,
-                    // The stream or its group is gone (a new or wiped Redis, a
-                    // removed sale): nothing to claim, and no consumers to forget; a
-                    // read recreates what Postgres still lists. The pass goes on.
-                    Err(e) if e.code() == Some("NOGROUP") => continue 'streams,
-                    Err(e) => return Err(e.into()),
-                };
-                total += reply.claimed.len();
-                if reply.next_stream_id == "0-0" {
-                    break;
-                }
-                start = reply.next_stream_id;
+            let reply = match reply.take() {
+                Some(reply) => reply,
+                None => self.redis.xinfo_consumers(stream.key(), SETTLE_GROUP).await,
+            };
+            let consumers = match reply {
+                Ok(r) => r.consumers,
+                // The stream or its group is gone (a new or wiped Redis, a removed
+                // sale): nothing to claim, and no consumers to forget; a read
+                // recreates what Postgres still lists. The pass goes on.
+                Err(e) if e.code() == Some("NOGROUP") => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if consumers.iter().any(|c| c.pending > 0) {
+                total += self.claim_idle_entries(stream.key()).await?;
             }
-            self.forget_dead_consumers(stream.key()).await?;
+            self.forget_dead_consumers(stream.key(), &consumers).await?;
         }
         if total > 0 {
             tracing::info!(
@@ -110,18 +114,48 @@ impl Settler {
         Ok(total)
     }
 
+    /// `XAUTOCLAIM`s a stream's entries idle for longer than `claim_idle_ms`, page
+    /// after page; returns how many it took. A stream or group gone meanwhile: 0.
+    async fn claim_idle_entries(&mut self, stream: &str) -> anyhow::Result<usize> {
+        let mut start = "0-0".to_string();
+        let mut claimed = 0;
+        loop {
+            let opts = StreamAutoClaimOptions::default()
+                .count(self.config.batch_size)
+                .with_justid();
+            let reply: redis::RedisResult<StreamAutoClaimReply> = self
+                .redis
+                .xautoclaim_options(
+                    stream,
+                    SETTLE_GROUP,
+                    &self.consumer,
+                    self.config.claim_idle.as_millis() as u64,
+                    &start,
+                    opts,
+                )
+                .await;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) if e.code() == Some("NOGROUP") => return Ok(claimed),
+                Err(e) => return Err(e.into()),
+            };
+            claimed += reply.claimed.len();
+            if reply.next_stream_id == "0-0" {
+                return Ok(claimed);
+            }
+            start = reply.next_stream_id;
+        }
+    }
+
     /// Removes consumers of the group that have nothing pending and have been idle
     /// longer than `claim_idle_ms` (workers that died or stopped): without this the
     /// group lists every worker that ever ran. A consumer with pending entries is
-    /// kept until the claim above has taken them over.
-    async fn forget_dead_consumers(&mut self, stream: &str) -> anyhow::Result<()> {
-        let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
-            self.redis.xinfo_consumers(stream, SETTLE_GROUP).await;
-        let consumers = match reply {
-            Ok(r) => r.consumers,
-            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
+    /// kept until a claim has taken them over (a later pass forgets it).
+    async fn forget_dead_consumers(
+        &mut self,
+        stream: &str,
+        consumers: &[redis::streams::StreamInfoConsumer],
+    ) -> anyhow::Result<()> {
         for c in consumers {
             if c.name != self.consumer
                 && c.pending == 0

@@ -112,6 +112,7 @@ impl Application {
             tokio::spawn(state.sessions.clone().follow(
                 sessions_resume,
                 state.redis.clone(),
+                crate::redis_conn::Target::from_config(&config),
                 background_db,
                 config.session_sync,
                 shutdown_rx.clone(),

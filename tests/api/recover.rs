@@ -350,10 +350,59 @@ async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_in_the_backgroun
     let state = sibling
         .state
         .recovery
-        .check(stampede::recover::Target::Sale(Id::new(sale).unwrap()))
+        .check_many(&[stampede::recover::Target::Sale(Id::new(sale).unwrap())])
         .await
         .unwrap();
-    assert_eq!(state, stampede::recover::StateCheck::Trusted);
+    assert_eq!(state, [stampede::recover::StateCheck::Trusted]);
     assert_eq!(app.stock_left(sale).await, 9);
     assert_eq!(app.buyers(sale).await, vec![buyer.id]);
+}
+
+/// The sweep's check tells the three states apart, for several sales in one round
+/// trip (on a cluster: keys of several slots): whole and stamped by the running
+/// Redis; stamped by another run, or missing its stock key (untrusted); no meta
+/// hash at all (not loaded). Nothing is rebuilt by the check itself.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweeps_check_tells_trusted_untrusted_and_missing_state_apart() {
+    use stampede::recover::{StateCheck, Target};
+    let app = crate::helpers::spawn_app_with(|c| c.sweep = Duration::ZERO).await;
+    let admin = app.admin().await;
+    let mut sales = Vec::new();
+    for _ in 0..4 {
+        sales.push(Id::new(app.live_sale(&admin, 10).await).unwrap());
+    }
+    let targets: Vec<Target> = sales.iter().map(|s| Target::Sale(*s)).collect();
+    let recovery = &app.state.recovery;
+    assert_eq!(
+        recovery.check_many(&targets).await.unwrap(),
+        [StateCheck::Trusted; 4]
+    );
+    let mut redis = app.redis.clone();
+    let _: () = redis::cmd("HSET")
+        .arg(app.keys.sale(sales[1]).meta)
+        .arg("run")
+        .arg("0123456789abcdef0123456789abcdef01234567")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(app.keys.sale(sales[2]).stock)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(app.keys.sale(sales[3]).meta)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        recovery.check_many(&targets).await.unwrap(),
+        [
+            StateCheck::Trusted,
+            StateCheck::Untrusted,
+            StateCheck::Untrusted,
+            StateCheck::NotLoaded
+        ]
+    );
+    assert_eq!(recovery.check_many(&[]).await.unwrap(), []);
 }
