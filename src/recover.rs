@@ -203,6 +203,19 @@ impl Recovery {
             return Ok(Vec::new());
         }
         let runs = self.primaries().await?;
+        self.check_against(targets, &runs).await
+    }
+
+    /// [`Recovery::check_many`] with the primaries' run ids already read (the
+    /// sweep's tick has just read them).
+    async fn check_against(
+        &self,
+        targets: &[Target],
+        runs: &[String],
+    ) -> Result<Vec<StateCheck>, AppError> {
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut pipe = redis::pipe();
         for &target in targets {
             let (meta, must_have) = self.state_keys(target);
@@ -262,11 +275,20 @@ impl Recovery {
     /// Checks each target and rebuilds what is missing or untrusted. Returns how
     /// many were rebuilt, and whether every one was found or left trusted (a
     /// rebuild that failed, or that another instance holds, leaves it unsure).
-    async fn check_each(&self, targets: &[Target]) -> Result<(usize, bool), AppError> {
+    /// `runs`: the primaries' run ids, when the caller has just read them; else
+    /// they are read again for each round trip of checks.
+    async fn check_each(
+        &self,
+        targets: &[Target],
+        runs: Option<&[String]>,
+    ) -> Result<(usize, bool), AppError> {
         let mut rebuilt = 0;
         let mut whole = true;
         for chunk in targets.chunks(CHECK_CHUNK) {
-            let checks = self.check_many(chunk).await?;
+            let checks = match runs {
+                Some(runs) => self.check_against(chunk, runs).await?,
+                None => self.check_many(chunk).await?,
+            };
             for (&target, check) in chunk.iter().zip(checks) {
                 if check != StateCheck::Trusted {
                     let (done, sure) = self.rebuild_checked(target).await;
@@ -306,7 +328,7 @@ impl Recovery {
         let pass = crate::random::token_hex(8);
         self.marker("begin", &pass).await?;
         let targets = self.targets(None).await?;
-        let (rebuilt, whole) = self.check_each(&targets).await?;
+        let (rebuilt, whole) = self.check_each(&targets, None).await?;
         if whole && self.marker("end", &pass).await? == 0 {
             tracing::info!("Redis changed during the full sweep; the next sweep starts over");
         }
@@ -419,7 +441,11 @@ impl Sweep {
         let end = (self.next + SWEEP_BUDGET).min(self.queue.len());
         let batch = self.queue[self.next..end].to_vec();
         self.next = end;
-        Ok(self.recovery.check_each(&batch).await?.0)
+        Ok(self
+            .recovery
+            .check_each(&batch, self.primaries.as_deref())
+            .await?
+            .0)
     }
 }
 

@@ -262,14 +262,24 @@ impl ConnectionLike for Redis {
 }
 
 /// Whether the pipeline's commands name keys of more than one slot. Every command
-/// our pipelines send names its key first (`GET key`, `HLEN key`, `XACK key ..`).
+/// our pipelines send names its key first (`GET key`, `HLEN key`, `XACK key ..`),
+/// or right after a subcommand (`XINFO CONSUMERS key ..`, `XGROUP ..`).
 fn spans_slots(pipeline: &Pipeline) -> bool {
-    let mut slots = pipeline
-        .cmd_iter()
-        .filter_map(|cmd| match cmd.args_iter().nth(1) {
+    let mut slots = pipeline.cmd_iter().filter_map(|cmd| {
+        let mut args = cmd.args_iter();
+        let at = match args.next() {
+            Some(redis::Arg::Simple(name))
+                if name.eq_ignore_ascii_case(b"XINFO") || name.eq_ignore_ascii_case(b"XGROUP") =>
+            {
+                1
+            }
+            _ => 0,
+        };
+        match args.nth(at) {
             Some(redis::Arg::Simple(key)) => Some(Slot::for_key(key)),
             _ => None,
-        });
+        }
+    });
     match slots.next() {
         Some(first) => slots.any(|slot| slot != first),
         None => false,

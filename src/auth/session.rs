@@ -318,18 +318,23 @@ impl Sessions {
                 let Some(conn) = waiter.as_mut() else {
                     return tokio::time::sleep(every).await;
                 };
-                let next: redis::RedisResult<redis::Value> = redis::cmd("XREAD")
-                    .arg("COUNT")
-                    .arg(1)
-                    .arg("BLOCK")
-                    .arg(WAIT_AT_MOST.as_millis() as u64)
-                    .arg("STREAMS")
-                    .arg(&key)
-                    .arg(&last)
-                    .query_async(conn)
-                    .await;
-                if let Err(e) = next {
-                    tracing::debug!(error = %e, "waiting on the ended-sessions stream failed; polling");
+                // The connection has no response timeout (the read blocks): a Redis
+                // that vanished without closing it must not hold the follower.
+                let next = tokio::time::timeout(
+                    WAIT_AT_MOST + Duration::from_secs(2),
+                    redis::cmd("XREAD")
+                        .arg("COUNT")
+                        .arg(1)
+                        .arg("BLOCK")
+                        .arg(WAIT_AT_MOST.as_millis() as u64)
+                        .arg("STREAMS")
+                        .arg(&key)
+                        .arg(&last)
+                        .query_async::<redis::Value>(conn),
+                )
+                .await;
+                if !matches!(next, Ok(Ok(_))) {
+                    tracing::debug!(answer = ?next, "waiting on the ended-sessions stream failed; polling");
                     waiter = None;
                     tokio::time::sleep(every).await;
                 }

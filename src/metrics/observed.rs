@@ -205,9 +205,16 @@ impl Observed {
     /// buckets, and drops gauges idle past their timeout. The exporter does this
     /// only when asked: without it, every sample recorded between two scrapes
     /// (or for ever, when nothing scrapes) stays in memory. `serve` calls it every
-    /// [`UPKEEP_EVERY`].
-    /// Says a sample was recorded: wakes an upkeep loop that waits for one. One
-    /// relaxed load per sample while samples come (the flag is already set).
+    /// [`UPKEEP_EVERY`] while samples come.
+    pub fn upkeep(&self) {
+        if self.enabled {
+            self.handle.run_upkeep();
+        }
+    }
+
+    /// Says a sample was recorded (call it after recording): wakes an upkeep loop
+    /// that waits for one. One relaxed load per sample while samples come (the
+    /// flag is already set).
     pub fn touched(&self) {
         if !self.dirty.load(Ordering::Relaxed) && !self.dirty.swap(true, Ordering::AcqRel) {
             self.wake.notify_one();
@@ -227,18 +234,11 @@ impl Observed {
         }
     }
 
-    pub fn upkeep(&self) {
-        if self.enabled {
-            self.handle.run_upkeep();
-        }
-    }
-
     /// Records one answered request.
     pub fn request(&self, route: &str, status: u16, took: Duration) {
         if !self.enabled {
             return;
         }
-        self.touched();
         let class = usize::from(status / 100).clamp(2, 5) - 2;
         with_handles(
             &self.requests,
@@ -255,6 +255,7 @@ impl Observed {
                 })
             },
         );
+        self.touched();
     }
 
     /// Counts one policy's answer for one request: `answer` 0 allowed, 1 denied,

@@ -222,8 +222,9 @@ async fn signin(
     Ok(granted.attach(resp))
 }
 
-/// Ends this session: its token stops working on every instance (within
-/// `session_sync_ms` on the others), and the cookies are cleared. Without a valid
+/// Ends this session: its token stops working on every instance (on the others as
+/// soon as they read the announcement, a Redis round trip later), and the cookies
+/// are cleared. Without a valid
 /// token there is nothing to end and the answer is the same 204. A browser session
 /// must echo its CSRF cookie, so another site cannot sign people out.
 #[utoipa::path(post, path = "/api/auth/signout", tag = "auth", responses(

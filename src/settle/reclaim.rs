@@ -95,9 +95,10 @@ impl Settler {
             let consumers = match reply {
                 Ok(r) => r.consumers,
                 // The stream or its group is gone (a new or wiped Redis, a removed
-                // sale): nothing to claim, and no consumers to forget; a read
-                // recreates what Postgres still lists. The pass goes on.
-                Err(e) if e.code() == Some("NOGROUP") => continue,
+                // sale; `XINFO` answers "no such key" for a missing stream):
+                // nothing to claim, and no consumers to forget; a read recreates
+                // what Postgres still lists. The pass goes on.
+                Err(e) if gone(&e) => continue,
                 Err(e) => return Err(e.into()),
             };
             if consumers.iter().any(|c| c.pending > 0) {
@@ -136,7 +137,7 @@ impl Settler {
                 .await;
             let reply = match reply {
                 Ok(r) => r,
-                Err(e) if e.code() == Some("NOGROUP") => return Ok(claimed),
+                Err(e) if gone(&e) => return Ok(claimed),
                 Err(e) => return Err(e.into()),
             };
             claimed += reply.claimed.len();
@@ -173,4 +174,10 @@ impl Settler {
         }
         Ok(())
     }
+}
+
+/// A stream, or its group, that does not exist: `NOGROUP`, or `XINFO`'s "no such
+/// key".
+fn gone(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOGROUP") || e.to_string().contains("no such key")
 }

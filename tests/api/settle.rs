@@ -568,3 +568,27 @@ async fn the_recreated_stream_guard_removes_only_an_empty_stream() {
         "and is not created"
     );
 }
+
+/// A listed sale whose stream is gone (a wipe of that key, a sale removed before
+/// the next listing) is skipped by the reclaim pass (`XINFO` answers "no such key"
+/// there, not `NOGROUP`): the other sales' orders still settle, and a drain does
+/// not fail.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listed_sale_without_its_stream_does_not_stop_the_reclaim_pass_or_a_drain() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let gone = app.live_sale(&admin, 10).await;
+    let kept = app.live_sale(&admin, 10).await;
+    buy_all(&app, gone, 3).await;
+    let bought = buy_all(&app, kept, 4).await;
+    assert_eq!(bought.len(), 4);
+    let _: i64 = redis::cmd("DEL")
+        .arg(app.sale_keys(gone).orders)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let mut worker = settler(&app, "after-the-loss", 100, Duration::from_millis(200)).await;
+    assert_eq!(worker.drain().await.unwrap(), 4);
+    assert_eq!(app.orders_in_db(kept).await.len(), 4);
+    assert_eq!(worker.drain().await.unwrap(), 0);
+}
