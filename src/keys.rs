@@ -86,6 +86,19 @@ impl Keys {
         &self.ns
     }
 
+    /// A sale's settlement keys alone: its stream, its earlier versions' stream
+    /// and its pending hash ([`SaleKeys::orders`], `orders_legacy`, `pending`),
+    /// for the settlement worker's listing of every recent sale every 2 s (three
+    /// strings a sale, not the eighteen of [`Keys::sale`]).
+    pub fn sale_streams(&self, id: SaleId) -> (String, String, String) {
+        let base = format!("{}:{{sale:{}}}", self.ns, id);
+        (
+            format!("{base}:accepted"),
+            format!("{base}:orders"),
+            format!("{base}:pending"),
+        )
+    }
+
     pub fn sale(&self, id: SaleId) -> SaleKeys {
         let base = format!("{}:{{sale:{}}}", self.ns, id);
         SaleKeys {
@@ -209,6 +222,17 @@ mod tests {
         ] {
             assert!(key.starts_with("t1:{sale:42}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn the_settlement_listing_names_the_same_keys_as_the_sale() {
+        let keys = Keys::new("t1");
+        let id = Id::new(42).unwrap();
+        let k = keys.sale(id);
+        assert_eq!(
+            keys.sale_streams(id),
+            (k.orders, k.orders_legacy, k.pending)
+        );
     }
 
     #[test]

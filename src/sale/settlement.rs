@@ -21,15 +21,15 @@ pub struct Orders;
 
 /// A sale's stream of accepted orders, with its pending-orders hash.
 pub fn stream(keys: &Keys, sale: SaleId) -> Stream {
-    let k = keys.sale(sale);
-    Stream::new(k.orders, Some(k.pending))
+    let (orders, _, pending) = keys.sale_streams(sale);
+    Stream::new(orders, Some(pending))
 }
 
 /// The stream earlier versions wrote the sale's orders to (one entry per order):
 /// read only while it holds entries (see [`Stream::legacy`]).
 pub fn legacy_stream(keys: &Keys, sale: SaleId) -> Stream {
-    let k = keys.sale(sale);
-    Stream::legacy(k.orders_legacy, Some(k.pending))
+    let (_, legacy, pending) = keys.sale_streams(sale);
+    Stream::legacy(legacy, Some(pending))
 }
 
 impl Settle for Orders {
@@ -48,7 +48,13 @@ impl Settle for Orders {
             .await?;
             Ok(sales
                 .into_iter()
-                .flat_map(|id| [stream(keys, id), legacy_stream(keys, id)])
+                .flat_map(|id| {
+                    let (orders, legacy, pending) = keys.sale_streams(id);
+                    [
+                        Stream::new(orders, Some(pending.clone())),
+                        Stream::legacy(legacy, Some(pending)),
+                    ]
+                })
                 .collect())
         })
     }
