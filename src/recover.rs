@@ -213,9 +213,6 @@ impl Recovery {
         targets: &[Target],
         runs: &[String],
     ) -> Result<Vec<StateCheck>, AppError> {
-        if targets.is_empty() {
-            return Ok(Vec::new());
-        }
         let mut pipe = redis::pipe();
         for &target in targets {
             let (meta, must_have) = self.state_keys(target);

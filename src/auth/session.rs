@@ -299,43 +299,12 @@ impl Sessions {
                 tracing::warn!(error = %crate::error::error_chain(e), "reading the ended-sessions stream failed; retrying");
             }
             let wait = async {
-                let Some(last) = follower.last.clone().filter(|_| read.is_ok()) else {
-                    return tokio::time::sleep(every).await;
+                let last = follower.last.clone().filter(|_| read.is_ok());
+                let waited = match last {
+                    Some(last) => wait_for_announcement(&mut waiter, &target, &key, &last).await,
+                    None => false,
                 };
-                if waiter.is_none() {
-                    waiter = Redis::connect(
-                        &target,
-                        Timeouts {
-                            connect: Duration::from_secs(2),
-                            response: None,
-                            resend: false,
-                        },
-                    )
-                    .await
-                    .inspect_err(|e| tracing::debug!(error = %e, "no blocking connection for the ended-sessions stream; polling"))
-                    .ok();
-                }
-                let Some(conn) = waiter.as_mut() else {
-                    return tokio::time::sleep(every).await;
-                };
-                // The connection has no response timeout (the read blocks): a Redis
-                // that vanished without closing it must not hold the follower.
-                let next = tokio::time::timeout(
-                    WAIT_AT_MOST + Duration::from_secs(2),
-                    redis::cmd("XREAD")
-                        .arg("COUNT")
-                        .arg(1)
-                        .arg("BLOCK")
-                        .arg(WAIT_AT_MOST.as_millis() as u64)
-                        .arg("STREAMS")
-                        .arg(&key)
-                        .arg(&last)
-                        .query_async::<redis::Value>(conn),
-                )
-                .await;
-                if !matches!(next, Ok(Ok(_))) {
-                    tracing::debug!(answer = ?next, "waiting on the ended-sessions stream failed; polling");
-                    waiter = None;
+                if !waited {
                     tokio::time::sleep(every).await;
                 }
             };
@@ -345,6 +314,55 @@ impl Sessions {
             }
         }
     }
+}
+
+/// Waits on the stream, after `last`, for the next announcement: at most
+/// [`WAIT_AT_MOST`], on a blocking connection of its own (`waiter`, opened here
+/// when there is none). False when it could not wait that way (no connection, or
+/// the read failed: the connection is dropped), and the caller polls instead.
+async fn wait_for_announcement(
+    waiter: &mut Option<Redis>,
+    target: &Target,
+    key: &str,
+    last: &str,
+) -> bool {
+    if waiter.is_none() {
+        *waiter = Redis::connect(
+            target,
+            Timeouts {
+                connect: Duration::from_secs(2),
+                response: None,
+                resend: false,
+            },
+        )
+        .await
+        .inspect_err(|e| tracing::debug!(error = %e, "no blocking connection for the ended-sessions stream; polling"))
+        .ok();
+    }
+    let Some(conn) = waiter.as_mut() else {
+        return false;
+    };
+    // The connection has no response timeout (the read blocks): a Redis that
+    // vanished without closing it must not hold the follower.
+    let next = tokio::time::timeout(
+        WAIT_AT_MOST + Duration::from_secs(2),
+        redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(1)
+            .arg("BLOCK")
+            .arg(WAIT_AT_MOST.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(key)
+            .arg(last)
+            .query_async::<redis::Value>(conn),
+    )
+    .await;
+    if matches!(next, Ok(Ok(_))) {
+        return true;
+    }
+    tracing::debug!(answer = ?next, "waiting on the ended-sessions stream failed; polling");
+    *waiter = None;
+    false
 }
 
 struct Follower {
