@@ -3,8 +3,9 @@
 -- end. A restart or a failover (a new run id) or a wipe (the key gone) makes the next
 -- periodic sweep a full pass again; otherwise it checks a few targets per tick.
 -- KEYS[1] the marker
--- ARGV[1] 'check': 1 when the marker names this run, else 0 (writes nothing)
---         'begin': a full pass starts (the marker says so, naming this run and
+-- (Whether the marker names this run, each tick, is a GET the sweep compares
+-- with the primaries' run ids it reads anyway: src/recover.rs, Sweep::whole.)
+-- ARGV[1] 'begin': a full pass starts (the marker says so, naming this run and
 --                  the pass)
 --         'end':   the pass is over: 1 and the marker names this run when the mark
 --                  this pass's 'begin' left is still there (no wipe, no restart and
@@ -13,12 +14,7 @@
 local run = redis_run()
 local mode = ARGV[1]
 local marker = redis.call('GET', KEYS[1])
-if mode == 'check' then
-  if marker == run then
-    return 1
-  end
-  return 0
-elseif mode == 'begin' then
+if mode == 'begin' then
   redis.call('SET', KEYS[1], 'pass:' .. run .. ':' .. ARGV[2])
   return 1
 elseif mode == 'end' then

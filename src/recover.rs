@@ -49,10 +49,18 @@ const LOCK_TTL_MS: u64 = 10_000;
 /// Sales and polls that ended longer ago than this are left out of the periodic
 /// sweep's round robin (a full pass and `reconcile --repair` still cover them).
 const SWEEP_RECENT_DAYS: i32 = 7;
-/// Targets a sweep tick checks when nothing says Redis lost its state: with
+/// Most targets a sweep tick checks when nothing says Redis lost its state: with
 /// 1,000 sales of the last week, each is checked every 40 s at the default
 /// 2 s tick (25 checks a second), whatever the size of the catalog.
 const SWEEP_BUDGET: usize = 50;
+/// Ticks a round robin over the recent targets takes when they are fewer than
+/// [`SWEEP_BUDGET`] times this: each is still checked every 40 s at the default
+/// tick, with fewer checks a tick (300 sales: 15 a tick, not 50).
+const SWEEP_ROUND_TICKS: usize = 20;
+/// Every how many sweep ticks the work dead instances left half done is looked
+/// for (two Postgres queries): every 10 s at the default tick. A full pass
+/// always looks.
+const PENDING_EVERY_TICKS: u32 = 5;
 /// Checks sent to Redis in one pipelined round trip (see [`Recovery::check_many`]);
 /// a full pass over 30,000 sales sends 118 of them, each followed by the rebuilds
 /// its answers asked for, most urgent first.
@@ -394,6 +402,8 @@ pub struct Sweep {
     next: usize,
     /// The primaries' run ids at the last tick (`None` before the first).
     primaries: Option<Vec<String>>,
+    /// Ticks since the last look for half-done work.
+    since_pending: u32,
 }
 
 impl Sweep {
@@ -403,12 +413,14 @@ impl Sweep {
             queue: Vec::new(),
             next: 0,
             primaries: None,
+            since_pending: 0,
         }
     }
 
     /// One tick; returns how many sales and polls were rebuilt.
     pub async fn tick(&mut self) -> Result<usize, AppError> {
-        let rebuilt = if self.whole().await? {
+        let whole = self.whole().await?;
+        let rebuilt = if whole {
             self.round_robin().await?
         } else {
             let rebuilt = self.recovery.full_pass().await?;
@@ -416,15 +428,25 @@ impl Sweep {
             self.queue.clear();
             rebuilt
         };
-        self.recovery.finish_pending_work().await?;
+        self.since_pending += 1;
+        if !whole || self.since_pending >= PENDING_EVERY_TICKS {
+            self.recovery.finish_pending_work().await?;
+            self.since_pending = 0;
+        }
         Ok(rebuilt)
     }
 
     /// Whether nothing says Redis lost or replaced its state since the last full
-    /// pass: the marker names this run, and no primary's run id changed.
+    /// pass: the marker names a running primary (on one node: this run), and no
+    /// primary's run id changed. A `GET` and an `INFO server` per primary, no script.
     async fn whole(&mut self) -> Result<bool, AppError> {
-        let marked = self.recovery.marker("check", "").await? == 1;
+        let marker: Option<String> = redis::cmd("GET")
+            .arg(self.recovery.keys.sweep_marker())
+            .query_async(&mut self.recovery.redis.clone())
+            .await?;
         let primaries = self.recovery.primaries().await?;
+        // A pass in progress marks `pass:...`, never a run id.
+        let marked = marker.is_some_and(|m| primaries.contains(&m));
         let same = self.primaries.as_ref().is_none_or(|p| *p == primaries);
         self.primaries = Some(primaries);
         Ok(marked && same)
@@ -435,7 +457,12 @@ impl Sweep {
             self.queue = self.recovery.targets(Some(SWEEP_RECENT_DAYS)).await?;
             self.next = 0;
         }
-        let end = (self.next + SWEEP_BUDGET).min(self.queue.len());
+        let budget = self
+            .queue
+            .len()
+            .div_ceil(SWEEP_ROUND_TICKS)
+            .clamp(1, SWEEP_BUDGET);
+        let end = (self.next + budget).min(self.queue.len());
         let batch = self.queue[self.next..end].to_vec();
         self.next = end;
         Ok(self

@@ -58,6 +58,32 @@ pub struct AppState {
     /// Whether Postgres answered the last probe (see
     /// [`crate::observe::probe_postgres`]): `/readyz` reads it without waiting.
     pub postgres: PostgresStatus,
+    /// Nudges to the background loops that wait long while nothing happens.
+    pub wake: Wake,
+}
+
+/// In-process nudges to background loops that, idle, wait seconds between looks
+/// (see `docs/resources.md`): what happens in this process reaches them at once;
+/// what happens in another, at their next look.
+#[derive(Default)]
+pub struct Wake {
+    /// A sale or poll was created or changed: the settlement worker stops waiting
+    /// and lists its streams again.
+    pub settle: Arc<tokio::sync::Notify>,
+    /// The same: the waiting-room loop lists the active rooms again.
+    pub rooms: Arc<tokio::sync::Notify>,
+    /// The settlement worker committed a batch: the expiry job looks at the next
+    /// payment deadline again.
+    pub expire: Arc<tokio::sync::Notify>,
+}
+
+impl Wake {
+    /// A sale or poll was created or changed here (its window, its waiting room,
+    /// opened or closed).
+    pub fn catalog_changed(&self) {
+        self.settle.notify_one();
+        self.rooms.notify_one();
+    }
 }
 
 /// What the last Postgres probe found. Starts up: `serve` connected and migrated

@@ -38,7 +38,7 @@ const STREAM_MAX: usize = 100_000;
 const READ_BATCH: usize = 1_000;
 /// How long the follower's blocking read waits for an announcement before it reads
 /// the stream again anyway (and forgets expired sign-outs).
-const WAIT_AT_MOST: Duration = Duration::from_secs(5);
+const WAIT_AT_MOST: Duration = Duration::from_secs(15);
 
 /// Whether a token's session still stands.
 #[derive(Debug, PartialEq, Eq)]

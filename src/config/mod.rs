@@ -152,7 +152,8 @@ pub struct SettleConfig {
     /// Most rows (orders, votes) written to Postgres in one transaction: whole
     /// stream entries up to it, at least one.
     pub batch_size: usize,
-    /// How long one blocking read waits for new entries.
+    /// How long one blocking read waits for new entries after a read that gave
+    /// some; after empty ones, up to five times this (at most 5 s).
     #[serde(rename = "block_ms", with = "units::millis")]
     pub block: Duration,
     /// Entries pending longer than this are taken over from a dead consumer.

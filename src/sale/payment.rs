@@ -239,16 +239,20 @@ pub async fn expire_due(db: &PgPool, limit: i64) -> Result<(usize, Vec<SaleId>),
     Ok((due.len(), sales.into_iter().filter_map(Id::new).collect()))
 }
 
-/// Whether an expiry pass has anything to do: an unpaid order past its deadline,
-/// or a return an earlier pass recorded and did not apply (what
-/// [`expire_pass`] looks for). One indexed question, no lock.
-pub async fn expiry_due(db: &PgPool) -> Result<bool, AppError> {
-    Ok(sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM orders WHERE status = 'awaiting_payment' AND pay_by <= now())
-             OR EXISTS (SELECT 1 FROM stock_changes WHERE kind = 'return' AND status = 'pending')",
+/// When an expiry pass next has something to do: now (zero) when an unpaid order
+/// is past its deadline or a return an earlier pass recorded was not applied (what
+/// [`expire_pass`] looks for); else in how long the earliest unpaid order falls
+/// due; `None` when no order awaits payment. One indexed question, no lock.
+pub async fn expiry_next(db: &PgPool) -> Result<Option<std::time::Duration>, AppError> {
+    let seconds: Option<f64> = sqlx::query_scalar(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM stock_changes WHERE kind = 'return' AND status = 'pending')
+                     THEN 0
+                     ELSE extract(epoch FROM (SELECT min(pay_by) FROM orders WHERE status = 'awaiting_payment') - now())
+                END::float8",
     )
     .fetch_one(db)
-    .await?)
+    .await?;
+    Ok(seconds.map(|s| std::time::Duration::from_secs_f64(s.max(0.0))))
 }
 
 /// What one expiry pass did.

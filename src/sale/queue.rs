@@ -42,7 +42,7 @@
 //! sold twice); its holder, if they did not buy, is admitted again in turn.
 
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use redis::aio::ConnectionLike;
@@ -658,20 +658,49 @@ pub async fn restore<C: ConnectionLike>(
 /// A waiting room's sales that may need a step: line open or sale open, not ended,
 /// not closed (read from Postgres every few seconds by [`admit_forever`]).
 pub async fn active_sales(db: &PgPool) -> Result<Vec<SaleId>, AppError> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM sales WHERE waiting_room AND NOT closed
-           AND queue_opens_at <= now() + interval '1 second' AND ends_at > now() - interval '1 minute'
+    Ok(rooms_soon(db, Duration::ZERO).await?.0)
+}
+
+/// [`active_sales`], and in how long the first line to open within `within`
+/// after them does (`None`: none).
+async fn rooms_soon(
+    db: &PgPool,
+    within: Duration,
+) -> Result<(Vec<SaleId>, Option<Duration>), AppError> {
+    let rows: Vec<(i64, f64)> = sqlx::query_as(
+        "SELECT id, greatest(extract(epoch FROM queue_opens_at - now()), 0)::float8 FROM sales
+         WHERE waiting_room AND NOT closed
+           AND queue_opens_at <= now() + interval '1 second' + make_interval(secs => $1)
+           AND ends_at > now() - interval '1 minute'
          ORDER BY id LIMIT 1000",
     )
+    .bind(within.as_secs_f64())
     .fetch_all(db)
     .await?;
-    Ok(ids.into_iter().filter_map(SaleId::new).collect())
+    let (active, soon): (Vec<_>, Vec<_>) = rows.into_iter().partition(|&(_, s)| s <= 1.0);
+    let next = soon
+        .into_iter()
+        .map(|(_, s)| s)
+        .reduce(f64::min)
+        .map(|s| Duration::from_secs_f64(s - 1.0));
+    Ok((
+        active
+            .into_iter()
+            .filter_map(|(id, _)| SaleId::new(id))
+            .collect(),
+        next,
+    ))
 }
 
 /// How often each server steps every active waiting room.
 pub const STEP_EVERY: Duration = Duration::from_millis(100);
-/// How often the active waiting rooms are read again from Postgres.
+/// How often the active waiting rooms are read again from Postgres while some are
+/// active.
 const LIST_EVERY: Duration = Duration::from_secs(2);
+/// How often, while none is active: a room created or changed in this process is
+/// listed at once (`wake`), one opening at a time set in advance within this, and
+/// one created elsewhere to open at once within this.
+const LIST_IDLE_EVERY: Duration = Duration::from_secs(5);
 
 /// Every [`STEP_EVERY`], for each active waiting room: copy its new joins into
 /// Postgres, then one admission step, then write into Postgres the admissions not
@@ -683,28 +712,41 @@ pub async fn admit_forever<C: ConnectionLike + Clone + Send>(
     keys: Keys,
     life: Duration,
     metrics: std::sync::Arc<Metrics>,
+    wake: std::sync::Arc<tokio::sync::Notify>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut sales: Vec<SaleId> = Vec::new();
-    let mut listed_at: Option<std::time::Instant> = None;
+    let mut list_at = Instant::now() + STEP_EVERY;
     while !*shutdown.borrow() {
         // With no waiting room active, nothing to step: wake only to list them
-        // again (an idle server wakes 0.5 times a second here, not 10).
-        let pause = match (sales.is_empty(), listed_at) {
-            (true, Some(t)) => LIST_EVERY.saturating_sub(t.elapsed()).max(STEP_EVERY),
-            _ => STEP_EVERY,
+        // again (an idle server wakes every 5 s here, not 10 times a second).
+        let pause = if sales.is_empty() {
+            list_at.saturating_duration_since(Instant::now())
+        } else {
+            STEP_EVERY
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
+            _ = wake.notified() => list_at = Instant::now(),
             _ = shutdown.changed() => break,
         }
-        if listed_at.is_none_or(|t| t.elapsed() >= LIST_EVERY) {
-            match active_sales(&db).await {
-                Ok(s) => {
-                    sales = s;
-                    listed_at = Some(std::time::Instant::now());
+        if Instant::now() >= list_at {
+            match rooms_soon(&db, LIST_IDLE_EVERY).await {
+                Ok((active, opening)) => {
+                    sales = active;
+                    let every = if sales.is_empty() {
+                        LIST_IDLE_EVERY
+                    } else {
+                        LIST_EVERY
+                    };
+                    // A line that opens within that: listed as it opens.
+                    let every = opening.map_or(every, |o| o.min(every)).max(STEP_EVERY);
+                    list_at = Instant::now() + every;
                 }
-                Err(e) => tracing::debug!(error = ?e, "listing waiting rooms failed; retrying"),
+                Err(e) => {
+                    tracing::debug!(error = ?e, "listing waiting rooms failed; retrying");
+                    list_at = Instant::now() + STEP_EVERY * 10;
+                }
             }
         }
         for &sale in &sales {

@@ -69,6 +69,15 @@ pub struct Settler {
     /// Decisions per entry in the last read (a sale's entry carries its whole
     /// decision batch): the next read asks for `batch_size / per_entry` entries.
     per_entry: usize,
+    /// How long the next blocking read waits: `block_ms` after a read that gave
+    /// entries, doubled after each empty one up to [`Settler::idle_block`].
+    block: Duration,
+    /// Notified to stop a blocking read at once and list the streams again (a
+    /// sale or poll created in this process, or shutdown).
+    wake: Arc<tokio::sync::Notify>,
+    /// Notified after a batch is committed (the expiry job looks at the next
+    /// payment deadline again).
+    settled: Option<Arc<tokio::sync::Notify>>,
     db: PgPool,
     redis: Redis,
     /// For the reclaim lock and the look at legacy streams: commands with a response
@@ -298,6 +307,9 @@ impl Settler {
             legacy_checked_at: None,
             busy_streams: 1,
             per_entry: 1,
+            block: config.block,
+            wake: Arc::new(tokio::sync::Notify::new()),
+            settled: None,
             db,
             redis,
             lock_redis,
@@ -316,6 +328,30 @@ impl Settler {
         self
     }
 
+    /// `wake` stops a blocking read and makes the worker list its streams again
+    /// (`serve` notifies it when a sale or poll is created); `settled` is notified
+    /// after each committed batch.
+    pub fn with_wakes(
+        mut self,
+        wake: Arc<tokio::sync::Notify>,
+        settled: Arc<tokio::sync::Notify>,
+    ) -> Self {
+        self.wake = wake;
+        self.settled = Some(settled);
+        self
+    }
+
+    /// The longest a blocking read waits while the streams stay empty: five
+    /// `block_ms`, at most 5 s (never less than `block_ms`). An idle worker sends
+    /// one read (over every stream) that long, not one a `block_ms`; a sale
+    /// created in another process is listed within that time, one created here
+    /// at once.
+    fn idle_block(&self) -> Duration {
+        (self.config.block * 5)
+            .min(Duration::from_secs(5))
+            .max(self.config.block)
+    }
+
     pub fn consumer(&self) -> &str {
         &self.consumer
     }
@@ -325,6 +361,18 @@ impl Settler {
     /// `block_ms`, which bounds how long shutdown waits.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(consumer = %self.consumer, "settlement worker started");
+        // Shutdown stops a blocking read at once.
+        let stop = {
+            let (mut shutdown, wake) = (shutdown.clone(), self.wake.clone());
+            tokio::spawn(async move {
+                while !*shutdown.borrow() {
+                    if shutdown.changed().await.is_err() {
+                        break;
+                    }
+                }
+                wake.notify_one();
+            })
+        };
         let mut streams: Vec<Stream> = Vec::new();
         let mut refreshed_at: Option<Instant> = None;
         let mut claimed_at = Instant::now();
@@ -346,7 +394,11 @@ impl Settler {
                 }
             }
             if streams.is_empty() {
-                wait(&mut shutdown, self.config.block).await;
+                let wake = self.wake.clone();
+                tokio::select! {
+                    _ = wait(&mut shutdown, self.idle_block()) => {}
+                    _ = wake.notified() => self.relist = true,
+                }
                 continue;
             }
             if claim_now || claimed_at.elapsed() >= claim_every {
@@ -382,6 +434,7 @@ impl Settler {
                 }
             }
         }
+        stop.abort();
         tracing::info!(consumer = %self.consumer, "settlement worker stopped");
     }
 
@@ -394,7 +447,12 @@ impl Settler {
             self.maybe_pending = !entries.is_empty();
         }
         if entries.is_empty() {
-            entries = self.read(streams, ">", Some(self.config.block)).await?;
+            entries = self.read(streams, ">", Some(self.block)).await?;
+            self.block = if entries.is_empty() {
+                (self.block * 2).min(self.idle_block())
+            } else {
+                self.config.block
+            };
         }
         // Until they are acknowledged (or if the read left some of a stream's
         // entries for the next batch), some may be pending.
@@ -488,24 +546,46 @@ impl Settler {
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
             .count(per_stream);
-        let reply: redis::RedisResult<Option<StreamReadReply>> = if self.redis.is_cluster() {
-            let hot: Vec<&Stream> = streams
-                .iter()
-                .filter(|s| {
-                    self.last_busy
-                        .get(s.key())
-                        .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
-                })
-                .collect();
-            self.read_each(streams, &hot, from, &opts, block).await
-        } else {
-            if let Some(block) = block {
-                opts = opts.block(block.as_millis() as usize);
+        let wake = self.wake.clone();
+        let reading = async {
+            if self.redis.is_cluster() {
+                let hot: Vec<&Stream> = streams
+                    .iter()
+                    .filter(|s| {
+                        self.last_busy
+                            .get(s.key())
+                            .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
+                    })
+                    .collect();
+                self.read_each(streams, &hot, from, &opts, block).await
+            } else {
+                if let Some(block) = block {
+                    opts = opts.block(block.as_millis() as usize);
+                }
+                let ids = vec![from; streams.len()];
+                let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
+                self.redis.xread_options(&keys, &ids, &opts).await
             }
-            let ids = vec![from; streams.len()];
-            let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
-            self.redis.xread_options(&keys, &ids, &opts).await
         };
+        // A waiting read stops when `wake` is notified (a new sale or poll here,
+        // shutdown): list the streams again, then go on.
+        let reply: Option<redis::RedisResult<Option<StreamReadReply>>> = if block.is_some() {
+            tokio::select! {
+                reply = reading => Some(reply),
+                _ = wake.notified() => None,
+            }
+        } else {
+            Some(reading.await)
+        };
+        let reply = reply.unwrap_or_else(|| {
+            // The read may have been delivered entries whose reply is now
+            // dropped: they are this consumer's pending entries, which the next
+            // step reads first.
+            self.maybe_pending = true;
+            self.relist = true;
+            self.block = self.config.block;
+            Ok(None)
+        });
         let reply = match reply {
             Ok(r) => r,
             // A stream or group vanished (FLUSHALL, a new Redis, a removed
@@ -776,6 +856,9 @@ impl Settler {
             .settle_batch_seconds
             .record(started.elapsed().as_secs_f64());
         self.metrics.observed.touched();
+        if let Some(settled) = &self.settled {
+            settled.notify_one();
+        }
         Ok(Settled {
             read: events.iter().map(|e| e.accepted.len()).sum(),
             inserted,

@@ -15,21 +15,29 @@ pub const RECLAIM_LOCK: &str = "settle:reclaim";
 /// Lease of the reclaim lock; a watchdog extends it while a pass runs, so this only
 /// bounds how long a crashed worker blocks the next pass.
 const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
-/// Streams one periodic reclaim pass looks at (an `XINFO CONSUMERS` each, all in
-/// one round trip, and an `XAUTOCLAIM` of those where a consumer holds entries), in turn: the pass costs the same with 10 open sales or
-/// 10,000. An entry a dead consumer left is taken over at most
-/// `claim_idle_ms + ceil(streams / RECLAIM_BUDGET) * claim_idle_ms / 10` after it
-/// was read (the first pass of a worker looks at every stream).
+/// Most streams one periodic reclaim pass looks at (an `XINFO CONSUMERS` each, all
+/// in one round trip, and an `XAUTOCLAIM` of those where a consumer holds
+/// entries), in turn: the pass costs no more with 10,000 open sales than with 640.
 pub(super) const RECLAIM_BUDGET: usize = 64;
+/// Passes a turn through the streams takes when they are fewer than
+/// [`RECLAIM_BUDGET`] times this: a pass every `claim_idle_ms / 10`, so a turn takes
+/// `claim_idle_ms`. An entry a dead consumer left is taken over at most
+/// `claim_idle_ms` after it was read plus one turn (the first pass of a worker
+/// looks at every stream): twice `claim_idle_ms` up to 640 streams.
+const RECLAIM_TURN_PASSES: usize = 10;
 
 impl Settler {
-    /// The next [`RECLAIM_BUDGET`] streams of `streams`, in turn.
+    /// The next tenth of `streams` (at most [`RECLAIM_BUDGET`]), in turn.
     pub(super) fn next_to_reclaim<'a>(&mut self, streams: &'a [Stream]) -> &'a [Stream] {
         if self.reclaim_from >= streams.len() {
             self.reclaim_from = 0;
         }
         let from = self.reclaim_from;
-        let to = (from + RECLAIM_BUDGET).min(streams.len());
+        let budget = streams
+            .len()
+            .div_ceil(RECLAIM_TURN_PASSES)
+            .clamp(1, RECLAIM_BUDGET);
+        let to = (from + budget).min(streams.len());
         self.reclaim_from = to;
         &streams[from..to]
     }
@@ -37,9 +45,20 @@ impl Settler {
     /// Moves entries idle for longer than `claim_idle_ms` (their reader died) to this
     /// consumer; the next `read(.., "0")` settles them. Skipped while another instance
     /// holds the reclaim lock: it is doing the same pass. (`XAUTOCLAIM` itself never
-    /// hands one entry to two claimers; the lock saves every instance scanning every
-    /// stream each interval.)
+    /// hands one entry to two claimers; the lock saves every instance claiming on
+    /// every stream each interval.) Who holds what is read first, without the lock:
+    /// where no consumer holds an entry (an idle server), there is nothing to take
+    /// over, and the pass takes no lock (two writes fewer).
     pub(super) async fn reclaim(&mut self, streams: &[Stream]) -> anyhow::Result<usize> {
+        let replies = self.consumers_of(streams).await;
+        let nothing_held = replies.iter().all(|reply| match reply {
+            Some(Ok(r)) => r.consumers.iter().all(|c| c.pending == 0),
+            Some(Err(e)) => gone(e),
+            None => false,
+        });
+        if nothing_held {
+            return self.reclaim_streams(streams, replies, None).await;
+        }
         let key = self.keys.lock(RECLAIM_LOCK);
         let Some(mut guard) = Lock::try_acquire(&self.lock_redis, key, RECLAIM_LOCK_TTL_MS).await?
         else {
@@ -47,7 +66,7 @@ impl Settler {
             return Ok(0);
         };
         let lost = guard.start_watchdog();
-        let result = self.reclaim_streams(streams, &lost).await;
+        let result = self.reclaim_streams(streams, replies, Some(&lost)).await;
         if result.as_ref().map_or(true, |claimed| *claimed > 0) {
             self.maybe_pending = true;
         }
@@ -57,11 +76,12 @@ impl Settler {
         result
     }
 
-    async fn reclaim_streams(
+    /// Who reads each stream and how much each holds: `None` for a stream to ask
+    /// alone.
+    async fn consumers_of(
         &mut self,
         streams: &[Stream],
-        lost: &LostSignal,
-    ) -> anyhow::Result<usize> {
+    ) -> Vec<Option<redis::RedisResult<StreamInfoConsumersReply>>> {
         // Who reads each stream and how much each holds, for every stream of the
         // turn in one round trip (an idle server's pass wakes Redis once, not once
         // a stream); each stream alone where the pipeline as a whole fails (on a
@@ -72,7 +92,7 @@ impl Settler {
         for stream in streams {
             pipe.xinfo_consumers(stream.key(), SETTLE_GROUP);
         }
-        let mut replies: Vec<Option<redis::RedisResult<StreamInfoConsumersReply>>> = match pipe
+        match pipe
             .query_async::<Vec<redis::RedisResult<StreamInfoConsumersReply>>>(&mut self.redis)
             .await
         {
@@ -80,10 +100,23 @@ impl Settler {
                 replies.into_iter().map(Some).collect()
             }
             _ => streams.iter().map(|_| None).collect(),
-        };
+        }
+    }
+
+    /// Claims what consumers hold too long, and forgets dead consumers, on the
+    /// streams `replies` describe; `lost`: the reclaim lock's, when held.
+    async fn reclaim_streams(
+        &mut self,
+        streams: &[Stream],
+        mut replies: Vec<Option<redis::RedisResult<StreamInfoConsumersReply>>>,
+        lost: Option<&LostSignal>,
+    ) -> anyhow::Result<usize> {
         let mut total = 0;
+        let mut dead = redis::pipe();
+        dead.ignore_errors();
+        let mut forgotten = 0;
         for (stream, reply) in streams.iter().zip(replies.iter_mut()) {
-            if lost.is_lost() {
+            if lost.is_some_and(LostSignal::is_lost) {
                 // Another instance may be reclaiming now; leave the rest to it.
                 tracing::warn!("reclaim lock lost; pass cut short");
                 break;
@@ -104,7 +137,14 @@ impl Settler {
             if consumers.iter().any(|c| c.pending > 0) {
                 total += self.claim_idle_entries(stream.key()).await?;
             }
-            self.forget_dead_consumers(stream.key(), &consumers).await?;
+            forgotten += self.dead_consumers(&mut dead, stream.key(), &consumers);
+        }
+        if forgotten > 0 {
+            // One round trip (and, under `appendfsync always`, one fsync) for the
+            // pass, not one a consumer: a restarted fleet leaves one a stream.
+            let _: Vec<redis::RedisResult<redis::Value>> =
+                dead.query_async(&mut self.redis).await?;
+            tracing::info!(forgotten, "removed dead settlement consumers");
         }
         if total > 0 {
             tracing::info!(
@@ -148,31 +188,33 @@ impl Settler {
         }
     }
 
-    /// Removes consumers of the group that have nothing pending and have been idle
+    /// The consumers of the group that have nothing pending and have been idle
     /// longer than `claim_idle_ms` (workers that died or stopped): without this the
     /// group lists every worker that ever ran. A consumer with pending entries is
-    /// kept until a claim has taken them over (a later pass forgets it).
-    async fn forget_dead_consumers(
-        &mut self,
+    /// kept until a claim has taken them over (a later pass forgets it). Adds
+    /// their `XGROUP DELCONSUMER` to `pipe` (the pass sends them together); returns
+    /// how many.
+    fn dead_consumers(
+        &self,
+        pipe: &mut redis::Pipeline,
         stream: &str,
         consumers: &[redis::streams::StreamInfoConsumer],
-    ) -> anyhow::Result<()> {
+    ) -> usize {
+        let mut n = 0;
         for c in consumers {
             if c.name != self.consumer
                 && c.pending == 0
                 && Duration::from_millis(c.idle as u64) > self.config.claim_idle
             {
-                let _: i64 = redis::cmd("XGROUP")
+                pipe.cmd("XGROUP")
                     .arg("DELCONSUMER")
                     .arg(stream)
                     .arg(SETTLE_GROUP)
-                    .arg(&c.name)
-                    .query_async(&mut self.redis)
-                    .await?;
-                tracing::info!(stream, consumer = %c.name, "removed a dead settlement consumer");
+                    .arg(&c.name);
+                n += 1;
             }
         }
-        Ok(())
+        n
     }
 }
 

@@ -88,30 +88,66 @@ const EXPIRE_BATCH: i64 = 500;
 /// bounds how long a pass that died holds up the next one.
 const EXPIRE_LOCK_TTL_MS: u64 = 3_000;
 
-/// Every `every`, on one instance at a time (the lock): expires the orders past
-/// their payment deadline and gives their units back (see
-/// [`crate::sale::payment::expire_pass`]). Zero: never in this process.
+/// On one instance at a time (the lock): expires the orders past their payment
+/// deadline and gives their units back (see
+/// [`crate::sale::payment::expire_pass`]). It looks when the earliest unpaid order
+/// falls due, at most every `every` and at least every five `every` (5 s at most),
+/// and after the settlement worker here commits a batch (new orders, perhaps with
+/// a short window), not sooner than `every` after its last look. Zero: never in
+/// this process.
 pub(super) async fn expire_forever(
     state: web::Data<AppState>,
     every: Duration,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) {
-    every_until_shutdown(every, shutdown, || async {
-        if let Err(e) = expire_once(&state).await {
-            tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
+    if every.is_zero() {
+        return;
+    }
+    let idle = (every * 5).min(Duration::from_secs(5)).max(every);
+    let wake = state.wake.expire.clone();
+    let mut looked = tokio::time::Instant::now();
+    let mut pause = every;
+    while !*shutdown.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep_until(looked + pause) => {}
+            _ = wake.notified() => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(looked + every) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+            _ = shutdown.changed() => break,
         }
-    })
-    .await
+        looked = tokio::time::Instant::now();
+        pause = match crate::sale::payment::expiry_next(&state.db).await {
+            Ok(Some(next)) if next.is_zero() => {
+                if let Err(e) = expire_locked(&state).await {
+                    tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
+                }
+                every
+            }
+            Ok(next) => next.unwrap_or(idle).clamp(every, idle),
+            Err(e) => {
+                tracing::warn!(error = ?e, "expiry of unpaid orders failed; retrying");
+                every
+            }
+        };
+    }
 }
 
-/// One expiry pass under the lock; a pass already running elsewhere: nothing.
+/// One expiry pass under the lock, when something is due; a pass already running
+/// elsewhere: nothing.
 pub async fn expire_once(state: &AppState) -> Result<usize, AppError> {
-    // Most passes find nothing due: asking Postgres first, without the lock, spares
-    // Redis two writes (and their fsyncs) a second on an idle server. What falls due
-    // just after the question is the next pass's.
-    if !crate::sale::payment::expiry_due(&state.db).await? {
+    // Most looks find nothing due: asking Postgres first, without the lock, spares
+    // Redis two writes (and their fsyncs). What falls due just after the question
+    // is the next look's.
+    if crate::sale::payment::expiry_next(&state.db).await? != Some(Duration::ZERO) {
         return Ok(0);
     }
+    expire_locked(state).await
+}
+
+async fn expire_locked(state: &AppState) -> Result<usize, AppError> {
     let key = state.keys.lock(EXPIRE_LOCK);
     let Some(mut guard) = Lock::try_acquire(&state.redis, key, EXPIRE_LOCK_TTL_MS).await? else {
         return Ok(0);

@@ -124,6 +124,7 @@ impl Application {
                 state.keys.clone(),
                 config.queue_admission,
                 state.metrics.clone(),
+                state.wake.rooms.clone(),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(crate::observe::probe_postgres(
@@ -274,6 +275,7 @@ fn app_state(
         recovery,
         live: Arc::new(crate::live::Feeds::new(config.live_interval, metrics)),
         postgres: Default::default(),
+        wake: Default::default(),
         keys,
         redis,
         db,
@@ -298,7 +300,8 @@ async fn spawn_settler(
         settlers(),
     )
     .await?
-    .with_metrics(state.metrics.clone());
+    .with_metrics(state.metrics.clone())
+    .with_wakes(state.wake.settle.clone(), state.wake.expire.clone());
     Ok(Some(tokio::spawn(settler.run(shutdown))))
 }
 

@@ -139,6 +139,7 @@ pub(super) async fn admin_create(
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
     let view = sale::admin::create(state.get_ref(), new, admin.id).await?;
+    state.wake.catalog_changed();
     tracing::info!(sale = %view.sale.id, admin = %admin.id, "sale created");
     Ok(HttpResponse::Created().json(view))
 }
@@ -261,6 +262,7 @@ pub(super) async fn admin_open(
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     sale::admin::open(state.get_ref(), id, admin.id).await?;
+    state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale opened");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }
@@ -277,6 +279,7 @@ pub(super) async fn admin_close(
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     sale::admin::close(state.get_ref(), id, admin.id).await?;
+    state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
 }

@@ -116,6 +116,7 @@ pub(super) async fn admin_edit(
     let id = SaleId::parse(&path)?;
     let edit = body.into_inner().validate()?;
     let view = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
+    state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale edited");
     Ok(HttpResponse::Ok().json(view))
 }

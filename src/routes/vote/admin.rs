@@ -79,6 +79,7 @@ pub(super) async fn admin_create(
         Some(admin.id),
     )
     .await?;
+    state.wake.catalog_changed();
     tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
     let id = Id::new(record.poll.id).expect("serial ids are positive");
     // A read of this id before it existed may have cached "no such poll".

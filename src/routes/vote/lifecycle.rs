@@ -53,6 +53,7 @@ pub(super) async fn admin_edit(
         closes_at: body.closes_at,
     };
     let in_redis = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
+    state.wake.catalog_changed();
     tracing::info!(poll = %id, admin = %admin.id, "poll edited");
     if !in_redis {
         return Err(state.recovery.recovering(Target::Poll(id)));
