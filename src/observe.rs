@@ -74,8 +74,10 @@ pub async fn read_settlement_lag(state: &AppState) {
     }
 }
 
-/// How often [`probe_postgres`] asks, and how long it waits for an answer.
-const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// How often [`probe_postgres`] asks.
+const PROBE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long it waits for an answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Takes a connection from the requests' pool every [`PROBE_EVERY`] (sqlx pings a
 /// connection when it is taken from the pool, and when it goes back: two round
@@ -90,7 +92,7 @@ pub async fn probe_postgres(
 ) {
     while !*shutdown.borrow() {
         let up = matches!(
-            tokio::time::timeout(PROBE_EVERY, state.db.acquire()).await,
+            tokio::time::timeout(PROBE_TIMEOUT, state.db.acquire()).await,
             Ok(Ok(_))
         );
         if up != state.postgres.is_up() {

@@ -413,7 +413,8 @@ impl Sweep {
             queue: Vec::new(),
             next: 0,
             primaries: None,
-            since_pending: 0,
+            // The first tick looks (at startup, and with `sweep_ms` zero the only one).
+            since_pending: PENDING_EVERY_TICKS,
         }
     }
 
@@ -440,11 +441,15 @@ impl Sweep {
     /// pass: the marker names a running primary (on one node: this run), and no
     /// primary's run id changed. A `GET` and an `INFO server` per primary, no script.
     async fn whole(&mut self) -> Result<bool, AppError> {
-        let marker: Option<String> = redis::cmd("GET")
-            .arg(self.recovery.keys.sweep_marker())
-            .query_async(&mut self.recovery.redis.clone())
-            .await?;
-        let primaries = self.recovery.primaries().await?;
+        // Both at once: on one node their answers come back together.
+        let mut redis = self.recovery.redis.clone();
+        let marker_key = self.recovery.keys.sweep_marker();
+        let get = redis::cmd("GET").arg(&marker_key).clone();
+        let (marker, primaries) = tokio::join!(
+            get.query_async::<Option<String>>(&mut redis),
+            self.recovery.primaries()
+        );
+        let (marker, primaries) = (marker?, primaries?);
         // A pass in progress marks `pass:...`, never a run id.
         let marked = marker.is_some_and(|m| primaries.contains(&m));
         let same = self.primaries.as_ref().is_none_or(|p| *p == primaries);

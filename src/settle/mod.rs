@@ -342,13 +342,18 @@ impl Settler {
     }
 
     /// The longest a blocking read waits while the streams stay empty: five
-    /// `block_ms`, at most 5 s (never less than `block_ms`). An idle worker sends
+    /// `block_ms`, at most 5 s and a quarter of `claim_idle_ms` (never less than
+    /// `block_ms`). An idle worker sends
     /// one read (over every stream) that long, not one a `block_ms`; a sale
     /// created in another process is listed within that time, one created here
     /// at once.
-    fn idle_block(&self) -> Duration {
+    pub(super) fn idle_block(&self) -> Duration {
         (self.config.block * 5)
             .min(Duration::from_secs(5))
+            // A consumer idle past `claim_idle_ms` with nothing pending counts as
+            // dead and is removed (see `reclaim.rs`): a live one waiting in a
+            // read must never look so.
+            .min(self.config.claim_idle / 4)
             .max(self.config.block)
     }
 
@@ -357,8 +362,8 @@ impl Settler {
     }
 
     /// Runs until `shutdown` turns true. A batch in progress is committed and
-    /// acknowledged before it returns; the blocking read wakes at least every
-    /// `block_ms`, which bounds how long shutdown waits.
+    /// acknowledged before it returns; shutdown stops a blocking read at once (on
+    /// one node `CLIENT UNBLOCK`; else within `block_ms`).
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(consumer = %self.consumer, "settlement worker started");
         // Shutdown stops a blocking read at once.
@@ -405,7 +410,7 @@ impl Settler {
                 let turn = if claim_now {
                     &streams[..]
                 } else {
-                    self.next_to_reclaim(&streams)
+                    self.next_to_reclaim(&streams, claim_every)
                 };
                 let turn = turn.to_vec();
                 claim_now = false;
@@ -546,44 +551,72 @@ impl Settler {
         let mut opts = StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
             .count(per_stream);
-        let wake = self.wake.clone();
-        let reading = async {
-            if self.redis.is_cluster() {
-                let hot: Vec<&Stream> = streams
-                    .iter()
-                    .filter(|s| {
-                        self.last_busy
-                            .get(s.key())
-                            .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
-                    })
-                    .collect();
-                self.read_each(streams, &hot, from, &opts, block).await
-            } else {
-                if let Some(block) = block {
-                    opts = opts.block(block.as_millis() as usize);
+        // A long wait on a single node can be cut short (`CLIENT UNBLOCK`, from
+        // another connection: the read answers at once with what it has): its
+        // connection's id, asked just before.
+        let cluster = self.redis.is_cluster();
+        let unblock = match block {
+            Some(b) if b > self.config.block && !cluster => redis::cmd("CLIENT")
+                .arg("ID")
+                .query_async::<i64>(&mut self.redis)
+                .await
+                .ok(),
+            _ => None,
+        };
+        let (wake, mut lock_redis) = (self.wake.clone(), self.lock_redis.clone());
+        let (reply, woken) = {
+            let mut reading = std::pin::pin!(async {
+                if cluster {
+                    let hot: Vec<&Stream> = streams
+                        .iter()
+                        .filter(|s| {
+                            self.last_busy
+                                .get(s.key())
+                                .is_some_and(|t| t.elapsed() < CLUSTER_HOT)
+                        })
+                        .collect();
+                    self.read_each(streams, &hot, from, &opts, block).await
+                } else {
+                    if let Some(block) = block {
+                        opts = opts.block(block.as_millis() as usize);
+                    }
+                    let ids = vec![from; streams.len()];
+                    let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
+                    self.redis.xread_options(&keys, &ids, &opts).await
                 }
-                let ids = vec![from; streams.len()];
-                let keys: Vec<&str> = streams.iter().map(Stream::key).collect();
-                self.redis.xread_options(&keys, &ids, &opts).await
+            });
+            // A waiting read stops when `wake` is notified (a sale or poll created
+            // or changed here, shutdown): then the streams are listed again.
+            if block.is_some() {
+                tokio::select! {
+                    reply = &mut reading => (Some(reply), false),
+                    _ = wake.notified() => {
+                        if let Some(id) = unblock {
+                            let _ = redis::cmd("CLIENT")
+                                .arg("UNBLOCK")
+                                .arg(id)
+                                .query_async::<i64>(&mut lock_redis)
+                                .await;
+                        }
+                        // On one node the read's answer is awaited (at once when
+                        // unblocked; else within `block_ms`), so no entry it was
+                        // handed goes unseen. A cluster's polling read is dropped.
+                        (if cluster { None } else { Some(reading.await) }, true)
+                    }
+                }
+            } else {
+                (Some(reading.await), false)
             }
         };
-        // A waiting read stops when `wake` is notified (a new sale or poll here,
-        // shutdown): list the streams again, then go on.
-        let reply: Option<redis::RedisResult<Option<StreamReadReply>>> = if block.is_some() {
-            tokio::select! {
-                reply = reading => Some(reply),
-                _ = wake.notified() => None,
-            }
-        } else {
-            Some(reading.await)
-        };
-        let reply = reply.unwrap_or_else(|| {
-            // The read may have been delivered entries whose reply is now
-            // dropped: they are this consumer's pending entries, which the next
-            // step reads first.
-            self.maybe_pending = true;
+        if woken {
             self.relist = true;
             self.block = self.config.block;
+        }
+        let reply = reply.unwrap_or_else(|| {
+            // The polling reads may have been handed entries whose replies are
+            // now dropped: they are this consumer's pending entries, which the
+            // next step reads first.
+            self.maybe_pending = true;
             Ok(None)
         });
         let reply = match reply {

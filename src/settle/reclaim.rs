@@ -19,24 +19,31 @@ const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 /// in one round trip, and an `XAUTOCLAIM` of those where a consumer holds
 /// entries), in turn: the pass costs no more with 10,000 open sales than with 640.
 pub(super) const RECLAIM_BUDGET: usize = 64;
-/// Passes a turn through the streams takes when they are fewer than
-/// [`RECLAIM_BUDGET`] times this: a pass every `claim_idle_ms / 10`, so a turn takes
-/// `claim_idle_ms`. An entry a dead consumer left is taken over at most
-/// `claim_idle_ms` after it was read plus one turn (the first pass of a worker
-/// looks at every stream): twice `claim_idle_ms` up to 640 streams.
-const RECLAIM_TURN_PASSES: usize = 10;
+/// Fewest streams a pass looks at (all of them when there are fewer).
+const RECLAIM_LEAST: usize = 16;
 
 impl Settler {
-    /// The next tenth of `streams` (at most [`RECLAIM_BUDGET`]), in turn.
-    pub(super) fn next_to_reclaim<'a>(&mut self, streams: &'a [Stream]) -> &'a [Stream] {
+    /// The next streams of `streams` in turn: as many as a turn through them all
+    /// within `claim_idle_ms` needs, passes coming every `every` (the loop's
+    /// interval, or its longest read when idle), at least [`RECLAIM_LEAST`] and at
+    /// most [`RECLAIM_BUDGET`]. An entry a dead consumer left is then taken over
+    /// at most about twice `claim_idle_ms` after it was read, up to some hundreds
+    /// of streams.
+    pub(super) fn next_to_reclaim<'a>(
+        &mut self,
+        streams: &'a [Stream],
+        every: Duration,
+    ) -> &'a [Stream] {
         if self.reclaim_from >= streams.len() {
             self.reclaim_from = 0;
         }
         let from = self.reclaim_from;
+        let every = every.max(self.idle_block()).max(Duration::from_millis(1));
+        let passes = (self.config.claim_idle.as_millis() / every.as_millis()).max(1) as usize;
         let budget = streams
             .len()
-            .div_ceil(RECLAIM_TURN_PASSES)
-            .clamp(1, RECLAIM_BUDGET);
+            .div_ceil(passes)
+            .clamp(RECLAIM_LEAST, RECLAIM_BUDGET);
         let to = (from + budget).min(streams.len());
         self.reclaim_from = to;
         &streams[from..to]
@@ -142,9 +149,14 @@ impl Settler {
         if forgotten > 0 {
             // One round trip (and, under `appendfsync always`, one fsync) for the
             // pass, not one a consumer: a restarted fleet leaves one a stream.
-            let _: Vec<redis::RedisResult<redis::Value>> =
-                dead.query_async(&mut self.redis).await?;
-            tracing::info!(forgotten, "removed dead settlement consumers");
+            match dead
+                .query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut self.redis)
+                .await
+            {
+                Ok(_) => tracing::info!(forgotten, "removed dead settlement consumers"),
+                // A later pass tries again; the claims above stand.
+                Err(e) => tracing::warn!(error = %e, "removing dead settlement consumers failed"),
+            }
         }
         if total > 0 {
             tracing::info!(

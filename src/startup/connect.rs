@@ -56,6 +56,13 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(acquire)
+        // sqlx pings a connection as it goes back to the pool, and, by default,
+        // again as it is taken. The requests keep that (a request never meets a
+        // connection Postgres closed); the background work, which runs every few
+        // seconds on an idle server and retries what fails, does without the
+        // second: a connection a Postgres restart closed fails one query, and is
+        // dropped.
+        .test_before_acquire(matches!(pool, Pool::Requests))
         .connect_with(options)
         .await
         .map_err(|e| {

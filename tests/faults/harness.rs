@@ -349,10 +349,13 @@ fn pg_template() -> PathBuf {
 
 fn pg_options(port: u16, sock: &Path) -> String {
     // fsync off: a test's data need not survive a machine crash, only a process
-    // crash, and the OS keeps written pages across that.
+    // crash, and the OS keeps written pages across that. synchronous_commit stays
+    // on: off, a commit is acknowledged before its WAL is even written to the OS,
+    // and an immediate shutdown (a crash) loses it (the postgres_outage test lost
+    // the batch committed just before the crash, once settlement began at once).
     format!(
         "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
-         -c synchronous_commit=off -c full_page_writes=off -c max_connections=100 \
+         -c synchronous_commit=on -c full_page_writes=off -c max_connections=100 \
          -c shared_buffers=32MB",
         sock.display()
     )
