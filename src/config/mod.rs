@@ -153,7 +153,8 @@ pub struct SettleConfig {
     /// stream entries up to it, at least one.
     pub batch_size: usize,
     /// How long one blocking read waits for new entries after a read that gave
-    /// some; after empty ones, up to five times this (at most 5 s).
+    /// some; after empty ones, up to five times this (at most 5 s, and a quarter of
+    /// `claim_idle_ms`).
     #[serde(rename = "block_ms", with = "units::millis")]
     pub block: Duration,
     /// Entries pending longer than this are taken over from a dead consumer.

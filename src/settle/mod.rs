@@ -4,9 +4,10 @@
 //!
 //! Each loop: re-read entries already delivered to this consumer but not yet
 //! acknowledged (a failed commit is retried this way); if there are none, block on
-//! new entries. Every `claim_idle_ms / 2` it takes over entries that another
-//! consumer read and never acknowledged (it crashed) with `XAUTOCLAIM`, under a
-//! lock so that one instance at a time scans the streams. A batch is first written
+//! new entries. Every `claim_idle_ms / 10` (or after each read, when an idle
+//! worker waits longer) it takes over entries that another consumer read and never
+//! acknowledged (it crashed) with `XAUTOCLAIM`, under a lock so that one instance
+//! at a time claims. A batch is first written
 //! with a plain `INSERT` ([`Insert::Fresh`]): a batch of new rows, the usual case,
 //! needs no `ON CONFLICT` (Postgres's speculative insertion checks every unique
 //! index before each row, about 2 µs a row here). When a row is already there
@@ -362,8 +363,8 @@ impl Settler {
     }
 
     /// Runs until `shutdown` turns true. A batch in progress is committed and
-    /// acknowledged before it returns; shutdown stops a blocking read at once (on
-    /// one node `CLIENT UNBLOCK`; else within `block_ms`).
+    /// acknowledged before it returns; shutdown stops a long blocking read at once
+    /// on one node (`CLIENT UNBLOCK`); else it waits for the read's end.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
         tracing::info!(consumer = %self.consumer, "settlement worker started");
         // Shutdown stops a blocking read at once.
@@ -591,17 +592,35 @@ impl Settler {
                 tokio::select! {
                     reply = &mut reading => (Some(reply), false),
                     _ = wake.notified() => {
-                        if let Some(id) = unblock {
-                            let _ = redis::cmd("CLIENT")
+                        // On one node the read's answer is awaited, so no entry it
+                        // was handed goes unseen: at once when unblocked (asked
+                        // again every 20 ms while Redis answers that nothing is
+                        // blocked, for at most 1 s: the read may not have reached
+                        // it yet), else when its wait ends. A cluster's polling
+                        // read is dropped.
+                        let mut tries = 0;
+                        let reply = loop {
+                            if cluster {
+                                break None;
+                            }
+                            let Some(id) = unblock.filter(|_| tries < 50) else {
+                                break Some(reading.await);
+                            };
+                            tries += 1;
+                            let unblocked = redis::cmd("CLIENT")
                                 .arg("UNBLOCK")
                                 .arg(id)
                                 .query_async::<i64>(&mut lock_redis)
                                 .await;
-                        }
-                        // On one node the read's answer is awaited (at once when
-                        // unblocked; else within `block_ms`), so no entry it was
-                        // handed goes unseen. A cluster's polling read is dropped.
-                        (if cluster { None } else { Some(reading.await) }, true)
+                            if !matches!(unblocked, Ok(0)) {
+                                break Some(reading.await);
+                            }
+                            tokio::select! {
+                                reply = &mut reading => break Some(reply),
+                                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                            }
+                        };
+                        (reply, true)
                     }
                 }
             } else {
@@ -650,7 +669,11 @@ impl Settler {
                 self.relist = true;
                 return Ok(Vec::new());
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                // The read may have been handed entries before it failed.
+                self.maybe_pending = true;
+                return Err(e.into());
+            }
         };
         let keys = reply.map(|r| r.keys).unwrap_or_default();
         let busy = keys.iter().filter(|k| !k.ids.is_empty()).count();

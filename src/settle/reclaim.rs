@@ -19,6 +19,9 @@ const RECLAIM_LOCK_TTL_MS: u64 = 10_000;
 /// in one round trip, and an `XAUTOCLAIM` of those where a consumer holds
 /// entries), in turn: the pass costs no more with 10,000 open sales than with 640.
 pub(super) const RECLAIM_BUDGET: usize = 64;
+
+static FORGET_CONSUMER: std::sync::LazyLock<crate::lua::Script> =
+    crate::lua::lua_script!("forget_consumer.lua");
 /// Fewest streams a pass looks at (all of them when there are fewer).
 const RECLAIM_LEAST: usize = 16;
 
@@ -119,9 +122,7 @@ impl Settler {
         lost: Option<&LostSignal>,
     ) -> anyhow::Result<usize> {
         let mut total = 0;
-        let mut dead = redis::pipe();
-        dead.ignore_errors();
-        let mut forgotten = 0;
+        let mut dead: Vec<(&str, String)> = Vec::new();
         for (stream, reply) in streams.iter().zip(replies.iter_mut()) {
             if lost.is_some_and(LostSignal::is_lost) {
                 // Another instance may be reclaiming now; leave the rest to it.
@@ -144,18 +145,33 @@ impl Settler {
             if consumers.iter().any(|c| c.pending > 0) {
                 total += self.claim_idle_entries(stream.key()).await?;
             }
-            forgotten += self.dead_consumers(&mut dead, stream.key(), &consumers);
+            dead.extend(
+                self.dead_consumers(&consumers)
+                    .map(|name| (stream.key(), name)),
+            );
         }
-        if forgotten > 0 {
-            // One round trip (and, under `appendfsync always`, one fsync) for the
-            // pass, not one a consumer: a restarted fleet leaves one a stream.
-            match dead
-                .query_async::<Vec<redis::RedisResult<redis::Value>>>(&mut self.redis)
-                .await
-            {
-                Ok(_) => tracing::info!(forgotten, "removed dead settlement consumers"),
-                // A later pass tries again; the claims above stand.
-                Err(e) => tracing::warn!(error = %e, "removing dead settlement consumers failed"),
+        if !dead.is_empty() {
+            // All at once (a restarted fleet leaves one a stream): on one node,
+            // one round trip. A later pass tries again where one fails; the claims
+            // above stand.
+            let removed = futures_util::future::join_all(dead.iter().map(|(stream, name)| {
+                let mut redis = self.lock_redis.clone();
+                async move {
+                    FORGET_CONSUMER
+                        .key(*stream)
+                        .arg(SETTLE_GROUP)
+                        .arg(name.as_str())
+                        .invoke_async::<i64>(&mut redis)
+                        .await
+                }
+            }))
+            .await;
+            let forgotten = removed.iter().filter(|r| matches!(r, Ok(1))).count();
+            if let Some(Err(e)) = removed.iter().find(|r| r.is_err()) {
+                tracing::warn!(error = %e, "removing dead settlement consumers failed");
+            }
+            if forgotten > 0 {
+                tracing::info!(forgotten, "removed dead settlement consumers");
             }
         }
         if total > 0 {
@@ -203,30 +219,20 @@ impl Settler {
     /// The consumers of the group that have nothing pending and have been idle
     /// longer than `claim_idle_ms` (workers that died or stopped): without this the
     /// group lists every worker that ever ran. A consumer with pending entries is
-    /// kept until a claim has taken them over (a later pass forgets it). Adds
-    /// their `XGROUP DELCONSUMER` to `pipe` (the pass sends them together); returns
-    /// how many.
-    fn dead_consumers(
-        &self,
-        pipe: &mut redis::Pipeline,
-        stream: &str,
-        consumers: &[redis::streams::StreamInfoConsumer],
-    ) -> usize {
-        let mut n = 0;
-        for c in consumers {
-            if c.name != self.consumer
-                && c.pending == 0
-                && Duration::from_millis(c.idle as u64) > self.config.claim_idle
-            {
-                pipe.cmd("XGROUP")
-                    .arg("DELCONSUMER")
-                    .arg(stream)
-                    .arg(SETTLE_GROUP)
-                    .arg(&c.name);
-                n += 1;
-            }
-        }
-        n
+    /// kept until a claim has taken them over (a later pass forgets it). Each is
+    /// removed by `lua/forget_consumer.lua`, only while it still holds nothing.
+    fn dead_consumers<'a>(
+        &'a self,
+        consumers: &'a [redis::streams::StreamInfoConsumer],
+    ) -> impl Iterator<Item = String> + 'a {
+        consumers
+            .iter()
+            .filter(|c| {
+                c.name != self.consumer
+                    && c.pending == 0
+                    && Duration::from_millis(c.idle as u64) > self.config.claim_idle
+            })
+            .map(|c| c.name.clone())
     }
 }
 

@@ -53,15 +53,21 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
         Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
         Pool::Background => (BACKGROUND_CONNECTIONS, Duration::from_secs(5)),
     };
+    if !matches!(pool, Pool::Requests) {
+        // A settled batch is acknowledged in Redis, and an expiry's return given
+        // back, only after its commit: that commit must survive a Postgres crash,
+        // whatever the server's default says.
+        options = options.options([("synchronous_commit", "on")]);
+    }
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(acquire)
         // sqlx pings a connection as it goes back to the pool, and, by default,
-        // again as it is taken. The requests keep that (a request never meets a
-        // connection Postgres closed); the background work, which runs every few
-        // seconds on an idle server and retries what fails, does without the
-        // second: a connection a Postgres restart closed fails one query, and is
-        // dropped.
+        // again as it is taken. The requests' pool keeps that; the background work,
+        // which runs every few seconds on an idle server and retries what fails,
+        // does without the second: a connection a Postgres restart closed fails
+        // one query, and is dropped (a rebuild a request started is one: that
+        // request is answered 503 `recovering`, and the next starts it again).
         .test_before_acquire(matches!(pool, Pool::Requests))
         .connect_with(options)
         .await

@@ -592,3 +592,66 @@ async fn a_listed_sale_without_its_stream_does_not_stop_the_reclaim_pass_or_a_dr
     assert_eq!(app.orders_in_db(kept).await.len(), 4);
     assert_eq!(worker.drain().await.unwrap(), 0);
 }
+
+/// The removal of a dead consumer looks again, in the same step, at what it holds
+/// (`lua/forget_consumer.lua`): a worker that stalled past the claim time and then
+/// read entries (after the reclaim pass saw it idle with nothing pending) keeps
+/// them, where `XGROUP DELCONSUMER` alone would drop them from the group's pending
+/// list and their orders would never be settled.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_that_holds_entries_is_never_removed_as_dead() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 3).await;
+    buy_all(&app, sale, 3).await;
+    let key = app.sale_keys(sale).orders;
+    let forget = redis::Script::new(include_str!("../../lua/forget_consumer.lua"));
+    let consumers = |app: &TestApp| {
+        let (mut redis, key) = (app.redis.clone(), key.clone());
+        async move {
+            let reply: redis::streams::StreamInfoConsumersReply =
+                redis::AsyncCommands::xinfo_consumers(&mut redis, &key, "settle")
+                    .await
+                    .unwrap();
+            reply
+                .consumers
+                .into_iter()
+                .map(|c| (c.name, c.pending))
+                .collect::<Vec<_>>()
+        }
+    };
+    // The stalled worker came back and read entries: it is kept, holding them.
+    app.read_as_dead_consumer(sale, "stalled", 4).await;
+    let held = consumers(&app).await;
+    assert!(
+        held.iter().any(|(name, pending)| name == "stalled" && *pending > 0),
+        "{held:?}"
+    );
+    let removed: i64 = forget
+        .key(&key)
+        .arg("settle")
+        .arg("stalled")
+        .invoke_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(removed, 0);
+    assert_eq!(consumers(&app).await, held, "nothing it held was dropped");
+    // One that holds nothing goes.
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(&key)
+        .arg("settle")
+        .arg("idle")
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let removed: i64 = forget
+        .key(&key)
+        .arg("settle")
+        .arg("idle")
+        .invoke_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(consumers(&app).await, held);
+}
