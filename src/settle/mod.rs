@@ -592,35 +592,7 @@ impl Settler {
                 tokio::select! {
                     reply = &mut reading => (Some(reply), false),
                     _ = wake.notified() => {
-                        // On one node the read's answer is awaited, so no entry it
-                        // was handed goes unseen: at once when unblocked (asked
-                        // again every 20 ms while Redis answers that nothing is
-                        // blocked, for at most 1 s: the read may not have reached
-                        // it yet), else when its wait ends. A cluster's polling
-                        // read is dropped.
-                        let mut tries = 0;
-                        let reply = loop {
-                            if cluster {
-                                break None;
-                            }
-                            let Some(id) = unblock.filter(|_| tries < 50) else {
-                                break Some(reading.await);
-                            };
-                            tries += 1;
-                            let unblocked = redis::cmd("CLIENT")
-                                .arg("UNBLOCK")
-                                .arg(id)
-                                .query_async::<i64>(&mut lock_redis)
-                                .await;
-                            if !matches!(unblocked, Ok(0)) {
-                                break Some(reading.await);
-                            }
-                            tokio::select! {
-                                reply = &mut reading => break Some(reply),
-                                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
-                            }
-                        };
-                        (reply, true)
+                        (after_wake(reading, unblock, &mut lock_redis, cluster).await, true)
                     }
                 }
             } else {
@@ -943,4 +915,37 @@ async fn wait(shutdown: &mut watch::Receiver<bool>, d: Duration) {
         _ = tokio::time::sleep(d) => {}
         _ = shutdown.changed() => {}
     }
+}
+
+/// The answer of a waiting read that a wake interrupts (`None`: dropped). On one
+/// node the read's answer is awaited, so no entry it was handed goes unseen: at
+/// once when `CLIENT UNBLOCK` of its connection (`unblock`, its id) frees it (asked
+/// again every 20 ms while Redis answers that nothing is blocked, for at most 1 s:
+/// the read may not have reached it yet), else when its wait ends. A cluster's
+/// polling read is dropped.
+async fn after_wake<F: std::future::Future>(
+    mut reading: std::pin::Pin<&mut F>,
+    unblock: Option<i64>,
+    lock_redis: &mut Redis,
+    cluster: bool,
+) -> Option<F::Output> {
+    if cluster {
+        return None;
+    }
+    for _ in 0..50 {
+        let Some(id) = unblock else { break };
+        let unblocked = redis::cmd("CLIENT")
+            .arg("UNBLOCK")
+            .arg(id)
+            .query_async::<i64>(lock_redis)
+            .await;
+        if !matches!(unblocked, Ok(0)) {
+            break;
+        }
+        tokio::select! {
+            reply = &mut reading => return Some(reply),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+    Some(reading.await)
 }

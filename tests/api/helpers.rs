@@ -793,6 +793,19 @@ impl TestApp {
 
     /// Reads up to `count` new entries of the sale's orders stream as `consumer` of the
     /// settlement group and acknowledges none: a worker that died mid-batch.
+    /// Adds `consumer` to the settlement group of `sale`'s stream, holding nothing
+    /// (a worker that started and never read).
+    pub async fn create_consumer(&self, sale: i64, consumer: &str) {
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(&self.sale_keys(sale).orders)
+            .arg(stampede::settle::SETTLE_GROUP)
+            .arg(consumer)
+            .query_async(&mut self.redis.clone())
+            .await
+            .unwrap();
+    }
+
     pub async fn read_as_dead_consumer(&self, sale: i64, consumer: &str, count: usize) {
         let _: redis::Value = redis::cmd("XREADGROUP")
             .arg("GROUP")

@@ -260,14 +260,7 @@ async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
     app.read_as_dead_consumer(sale, "ghost-with-entries", 4)
         .await;
     let key = app.sale_keys(sale).orders;
-    let _: i64 = redis::cmd("XGROUP")
-        .arg("CREATECONSUMER")
-        .arg(&key)
-        .arg("settle")
-        .arg("ghost-idle")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    app.create_consumer(sale, "ghost-idle").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let mut worker = settler(&app, "survivor", 100, Duration::from_millis(200)).await;
@@ -639,14 +632,7 @@ async fn a_consumer_that_holds_entries_is_never_removed_as_dead() {
     assert_eq!(forget("stalled").await, 0);
     assert_eq!(consumers(&app).await, held, "nothing it held was dropped");
     // One that holds nothing goes.
-    let _: i64 = redis::cmd("XGROUP")
-        .arg("CREATECONSUMER")
-        .arg(&key)
-        .arg("settle")
-        .arg("idle")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    app.create_consumer(sale, "idle").await;
     assert_eq!(forget("idle").await, 1);
     assert_eq!(consumers(&app).await, held);
 }
