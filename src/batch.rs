@@ -171,7 +171,10 @@ struct Queue<D: Decider> {
 /// The batcher of one worker for one kind of decision.
 pub struct Batcher<D: Decider> {
     decider: D,
-    redis: Redis,
+    /// The worker's connections for this batcher, taken in turn by its batches
+    /// (one, unless batches wait on their connection: see [`Batcher::new`]).
+    connections: Vec<Redis>,
+    next: std::sync::atomic::AtomicUsize,
     max: usize,
     /// Most batches of one key out at once.
     in_flight: usize,
@@ -192,17 +195,22 @@ pub struct Counters {
 
 impl<D: Decider> Batcher<D> {
     /// `max`: most requests in one call (1: every request alone); `in_flight`: most
-    /// calls of one key out at once.
+    /// calls of one key out at once. `connections` (at least one) are taken in turn,
+    /// a batch's call and whatever follows it on one: with `replica_acks`, each
+    /// batch's `WAIT` blocks its connection in Redis until the replicas answer, so
+    /// batches in flight on one connection would wait for each other's `WAIT`.
     pub fn new(
         decider: D,
-        redis: Redis,
+        connections: Vec<Redis>,
         max: usize,
         in_flight: usize,
         counters: Counters,
     ) -> Arc<Self> {
+        assert!(!connections.is_empty(), "a batcher needs a connection");
         Arc::new(Batcher {
             decider,
-            redis,
+            connections,
+            next: std::sync::atomic::AtomicUsize::new(0),
             max: max.max(1),
             in_flight: in_flight.max(1),
             queues: Mutex::new(HashMap::new()),
@@ -279,7 +287,9 @@ impl<D: Decider> Batcher<D> {
             (c.batches)(&c.metrics).add(1);
             (c.requests)(&c.metrics).add(n as u64);
             (c.sizes)(&c.metrics).record(n as f64);
-            match self.decider.decide(self.redis.clone(), key, requests).await {
+            let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let redis = self.connections[turn % self.connections.len()].clone();
+            match self.decider.decide(redis, key, requests).await {
                 Ok(replies) if replies.len() == n => {
                     for (tx, reply) in senders.into_iter().zip(replies) {
                         let _ = tx.send(Ok(reply));

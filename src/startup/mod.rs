@@ -393,6 +393,15 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
     use crate::limit::Route;
     let redis = connect_worker_redis(&state.config).await?;
     let max = state.config.batch_max;
+    // With replica acknowledgements a batch's `WAIT` holds its connection until a
+    // replica answers: the buy and vote batchers get a connection per batch they
+    // may have in flight, so their batches do not queue behind each other's `WAIT`.
+    let mut deciding = vec![redis.clone()];
+    if state.config.replica_acks > 0 {
+        for _ in 1..state.config.batch_in_flight {
+            deciding.push(connect_worker_redis(&state.config).await?);
+        }
+    }
     Ok(crate::state::Worker {
         buys: Batcher::new(
             crate::sale::buy::BuyDecider {
@@ -401,7 +410,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
                 key_ttl: state.config.purchase_key_ttl,
             },
-            redis.clone(),
+            deciding.clone(),
             max,
             state.config.batch_in_flight,
             Counters {
@@ -417,7 +426,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
                 replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
             },
-            redis.clone(),
+            deciding.clone(),
             max,
             state.config.batch_in_flight,
             Counters {
@@ -431,7 +440,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             crate::sale::queue::QueueDecider {
                 keys: state.keys.clone(),
             },
-            redis.clone(),
+            vec![redis.clone()],
             max,
             state.config.batch_in_flight,
             Counters {
@@ -447,7 +456,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
-            redis.clone(),
+            vec![redis.clone()],
             crate::sale::orders::HELD_READ_MAX,
             crate::sale::orders::HELD_READS_IN_FLIGHT,
             Counters {

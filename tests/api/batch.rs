@@ -731,7 +731,7 @@ async fn batches_after_callers_leave<const DROP: bool>() -> Vec<Vec<u32>> {
         Recorder::<DROP> {
             batches: batches.clone(),
         },
-        crate::helpers::test_redis().await,
+        vec![crate::helpers::test_redis().await],
         64,
         1,
         Counters {
