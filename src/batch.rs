@@ -20,6 +20,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use std::net::IpAddr;
@@ -171,10 +172,10 @@ struct Queue<D: Decider> {
 /// The batcher of one worker for one kind of decision.
 pub struct Batcher<D: Decider> {
     decider: D,
-    /// The worker's connections for this batcher, taken in turn by its batches
-    /// (one, unless batches wait on their connection: see [`Batcher::new`]).
-    connections: Vec<Redis>,
-    next: std::sync::atomic::AtomicUsize,
+    /// The worker's connections for this batcher, each with the number of its
+    /// batches out now: a batch takes the least busy (one connection, unless
+    /// batches wait on their connection: see [`Batcher::new`]).
+    connections: Vec<(Redis, AtomicUsize)>,
     max: usize,
     /// Most batches of one key out at once.
     in_flight: usize,
@@ -182,6 +183,23 @@ pub struct Batcher<D: Decider> {
     /// held for a queue push or drain, never across an await.
     queues: Mutex<HashMap<D::Key, Queue<D>>>,
     counters: Counters,
+}
+
+/// One batch out on a connection, counted while it lives (a batch whose task ends
+/// early, a panic, counts no more).
+struct Out<'a>(&'a AtomicUsize);
+
+impl<'a> Out<'a> {
+    fn count(out: &'a AtomicUsize) -> Self {
+        out.fetch_add(1, Ordering::Relaxed);
+        Out(out)
+    }
+}
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Where a batcher counts, for `/metrics`: batches sent and requests decided.
@@ -195,10 +213,11 @@ pub struct Counters {
 
 impl<D: Decider> Batcher<D> {
     /// `max`: most requests in one call (1: every request alone); `in_flight`: most
-    /// calls of one key out at once. `connections` (at least one) are taken in turn,
-    /// a batch's call and whatever follows it on one: with `replica_acks`, each
-    /// batch's `WAIT` blocks its connection in Redis until the replicas answer, so
-    /// batches in flight on one connection would wait for each other's `WAIT`.
+    /// calls of one key out at once. Each batch takes the connection (of
+    /// `connections`, at least one) with the fewest batches out, and sends its call
+    /// and whatever follows it on that one: with `replica_acks`, each batch's `WAIT`
+    /// blocks its connection in Redis until the replicas answer, so batches out on
+    /// one connection wait for each other's `WAIT`.
     pub fn new(
         decider: D,
         connections: Vec<Redis>,
@@ -209,13 +228,23 @@ impl<D: Decider> Batcher<D> {
         assert!(!connections.is_empty(), "a batcher needs a connection");
         Arc::new(Batcher {
             decider,
-            connections,
-            next: std::sync::atomic::AtomicUsize::new(0),
+            connections: connections
+                .into_iter()
+                .map(|c| (c, AtomicUsize::new(0)))
+                .collect(),
             max: max.max(1),
             in_flight: in_flight.max(1),
             queues: Mutex::new(HashMap::new()),
             counters,
         })
+    }
+
+    /// The connection with the fewest batches out now, and its count.
+    fn least_busy(&self) -> &(Redis, AtomicUsize) {
+        self.connections
+            .iter()
+            .min_by_key(|(_, out)| out.load(Ordering::Relaxed))
+            .unwrap_or(&self.connections[0])
     }
 
     /// Decides `request` in the next batch for `key` and returns its own reply.
@@ -287,9 +316,12 @@ impl<D: Decider> Batcher<D> {
             (c.batches)(&c.metrics).add(1);
             (c.requests)(&c.metrics).add(n as u64);
             (c.sizes)(&c.metrics).record(n as f64);
-            let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let redis = self.connections[turn % self.connections.len()].clone();
-            match self.decider.decide(redis, key, requests).await {
+            let (redis, out) = self.least_busy();
+            let decided = {
+                let _out = Out::count(out);
+                self.decider.decide(redis.clone(), key, requests).await
+            };
+            match decided {
                 Ok(replies) if replies.len() == n => {
                     for (tx, reply) in senders.into_iter().zip(replies) {
                         let _ = tx.send(Ok(reply));

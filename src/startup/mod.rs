@@ -387,21 +387,27 @@ fn metrics_server(
     Ok((port, server))
 }
 
-/// One worker's own Redis connection and batchers, made on the worker's thread.
+/// One worker's own Redis connection (and, with `replica_acks`, the connections of
+/// its buy and vote batches) and batchers, made on the worker's thread.
 async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state::Worker> {
     use crate::batch::{Batcher, Counters};
     use crate::limit::Route;
     let redis = connect_worker_redis(&state.config).await?;
     let max = state.config.batch_max;
     // With replica acknowledgements a batch's `WAIT` holds its connection until a
-    // replica answers: the buy and vote batchers get a connection per batch they
-    // may have in flight, so their batches do not queue behind each other's `WAIT`.
-    let mut deciding = vec![redis.clone()];
-    if state.config.replica_acks > 0 {
-        for _ in 1..state.config.batch_in_flight {
+    // replica answers: the buy and vote batchers then get `batch_in_flight`
+    // connections of their own, a batch taking the least busy, so batches rarely
+    // queue behind another's `WAIT`, and the worker's own connection (the queue's
+    // and the held orders' batches, sessions) never does.
+    let deciding = if state.config.replica_acks > 0 {
+        let mut deciding = Vec::new();
+        for _ in 0..state.config.batch_in_flight.max(1) {
             deciding.push(connect_worker_redis(&state.config).await?);
         }
-    }
+        deciding
+    } else {
+        vec![redis.clone()]
+    };
     Ok(crate::state::Worker {
         buys: Batcher::new(
             crate::sale::buy::BuyDecider {
