@@ -110,44 +110,75 @@ impl ReplicaAcks {
         })
     }
 
-    /// [`ReplicaAcks::confirm`] when acknowledgements are configured and the batch
-    /// accepted something (a batch of refusals changed nothing worth waiting for).
-    pub async fn confirm_accepted(
-        acks: Option<&Self>,
-        redis: &mut Redis,
-        key: &str,
-        accepted: bool,
-    ) -> Result<(), AppError> {
-        match acks {
-            Some(acks) if accepted => acks.confirm(redis, key).await,
-            _ => Ok(()),
+    /// `redis` for one batch whose accepted decisions must reach the replicas of
+    /// `key`'s primary before they are answered: see [`ThenWait`].
+    pub fn then_wait<'a>(&self, redis: &'a mut Redis, key: &'a str) -> ThenWait<'a> {
+        ThenWait {
+            redis,
+            key,
+            acks: *self,
+            waited: None,
         }
     }
 
-    /// Waits for the replicas of `key`'s primary to have this connection's writes.
-    /// Too few in time: 503 `not_replicated` for the whole batch. Its decisions
-    /// stand on the primary, so a retry answers `already_bought` (or `already_voted`)
-    /// while that primary lives, and the order settles; a retry after a failover
-    /// that lost them decides again.
+    /// `WAIT replicas timeout`.
+    fn wait_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("WAIT");
+        // 0 would mean "wait for ever".
+        cmd.arg(self.replicas)
+            .arg((self.timeout.as_millis() as u64).max(1));
+        cmd
+    }
+}
+
+/// A connection for one batch with replica acknowledgements: it sends each script
+/// call (`EVALSHA`, and `EVAL` after a `NOSCRIPT`) with `WAIT` right behind it, in
+/// one pipeline to the primary of the batch's key, so both travel on one link and
+/// are lost together. Sent one after the other, a reconnect in between (or, on a
+/// cluster, a slot map refreshed after a failover) would put the `WAIT` on a link
+/// that has written nothing, and Redis answers such a `WAIT` at once with every
+/// replica: a 202 that no replica may have. Other commands pass through.
+///
+/// The `WAIT` goes with every call, also one that accepts nothing (Redis counts the
+/// replication offset of a client's last command, read or write, so it waits about
+/// one replica round trip); [`ThenWait::confirm`] reads its answer only when the
+/// batch accepted.
+pub struct ThenWait<'a> {
+    redis: &'a mut Redis,
+    key: &'a str,
+    acks: ReplicaAcks,
+    /// What the `WAIT` behind the last script call answered.
+    waited: Option<redis::RedisResult<u32>>,
+}
+
+impl ThenWait<'_> {
+    /// Whether the batch may be answered: always when it accepted nothing, else
+    /// only when the `WAIT` behind its script saw enough replicas have it. Too few
+    /// in time: 503 `not_replicated` for the whole batch. Its decisions stand on the
+    /// primary, so a retry answers `already_bought` (or `already_voted`) while that
+    /// primary lives, and the order settles; a retry after a failover that lost
+    /// them decides again.
     ///
     /// A `WAIT` that Redis refuses (the node that took the writes was demoted to a
-    /// replica between the decision and the `WAIT`, a failover in flight) confirms
-    /// nothing either: the same 503, never a 500.
-    pub async fn confirm(&self, redis: &mut Redis, key: &str) -> Result<(), AppError> {
-        let acked = match redis
-            .wait_for_replicas(key, self.replicas, self.timeout)
-            .await
-        {
-            Ok(acked) => acked,
-            Err(e)
+    /// replica, a failover in flight) confirms nothing either: the same 503, never
+    /// a 500.
+    pub fn confirm(self, accepted: bool) -> Result<(), AppError> {
+        if !accepted {
+            return Ok(());
+        }
+        let acked = match self.waited {
+            Some(Ok(acked)) => acked,
+            Some(Err(e))
                 if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) =>
             {
                 tracing::warn!(error = %e, "WAIT refused: the decisions are not confirmed");
                 0
             }
-            Err(e) => return Err(e.into()),
+            Some(Err(e)) => return Err(e.into()),
+            // No script was sent, so nothing was accepted: never reached.
+            None => 0,
         };
-        if acked < self.replicas {
+        if acked < self.acks.replicas {
             return Err(AppError::new(
                 ErrorCode::NotReplicated,
                 "the decision was not confirmed by a Redis replica in time; try again \
@@ -155,6 +186,54 @@ impl ReplicaAcks {
             ));
         }
         Ok(())
+    }
+}
+
+impl ConnectionLike for ThenWait<'_> {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        let script = matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name))
+            if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL"));
+        if !script {
+            return self.redis.req_packed_command(cmd);
+        }
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            pipe.add_command(cmd.clone())
+                .add_command(self.acks.wait_cmd());
+            let mut answers = self.redis.pipeline_on_primary_of(self.key, pipe).await?;
+            let (Some(waited), Some(answer), true) =
+                (answers.pop(), answers.pop(), answers.is_empty())
+            else {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "a script and its WAIT did not get two answers",
+                )));
+            };
+            // An error of the WAIT (MOVED, a refusal) as its own kind, not as
+            // "not a number".
+            self.waited = Some(
+                waited
+                    .extract_error()
+                    .and_then(|v| Ok(redis::from_redis_value(v)?)),
+            );
+            Ok(answer)
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.redis.req_packed_commands(pipeline, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.redis.get_db()
     }
 }
 
@@ -172,10 +251,8 @@ struct Queue<D: Decider> {
 /// The batcher of one worker for one kind of decision.
 pub struct Batcher<D: Decider> {
     decider: D,
-    /// The worker's connections for this batcher, each with the number of its
-    /// batches out now: a batch takes the least busy (one connection, unless
-    /// batches wait on their connection: see [`Batcher::new`]).
-    connections: Vec<(Redis, AtomicUsize)>,
+    /// The connections this batcher's batches go on (see [`Connections`]).
+    connections: Arc<Connections>,
     max: usize,
     /// Most batches of one key out at once.
     in_flight: usize,
@@ -183,6 +260,35 @@ pub struct Batcher<D: Decider> {
     /// held for a queue push or drain, never across an await.
     queues: Mutex<HashMap<D::Key, Queue<D>>>,
     counters: Counters,
+}
+
+/// Redis connections that batchers of one worker share, each with the number of
+/// batches out on it now: a batch takes the least busy and sends its call and
+/// whatever follows it on that one. With `replica_acks`, each batch's `WAIT` holds
+/// its connection in Redis until the replicas answer, so batches out on one
+/// connection wait for each other's `WAIT`: the buy and vote batchers then share
+/// `batch_in_flight` connections of their own (see `startup`), counted together.
+/// Otherwise a batcher has the worker's one connection.
+pub struct Connections(Vec<(Redis, AtomicUsize)>);
+
+impl Connections {
+    pub fn new(connections: Vec<Redis>) -> Arc<Self> {
+        assert!(!connections.is_empty(), "a batcher needs a connection");
+        Arc::new(Connections(
+            connections
+                .into_iter()
+                .map(|c| (c, AtomicUsize::new(0)))
+                .collect(),
+        ))
+    }
+
+    /// The connection with the fewest batches out now, and its count.
+    fn least_busy(&self) -> &(Redis, AtomicUsize) {
+        self.0
+            .iter()
+            .min_by_key(|(_, out)| out.load(Ordering::Relaxed))
+            .unwrap_or(&self.0[0])
+    }
 }
 
 /// One batch out on a connection, counted while it lives (a batch whose task ends
@@ -213,38 +319,23 @@ pub struct Counters {
 
 impl<D: Decider> Batcher<D> {
     /// `max`: most requests in one call (1: every request alone); `in_flight`: most
-    /// calls of one key out at once. Each batch takes the connection (of
-    /// `connections`, at least one) with the fewest batches out, and sends its call
-    /// and whatever follows it on that one: with `replica_acks`, each batch's `WAIT`
-    /// blocks its connection in Redis until the replicas answer, so batches out on
-    /// one connection wait for each other's `WAIT`.
+    /// calls of one key out at once. Each batch takes the least busy of
+    /// `connections`.
     pub fn new(
         decider: D,
-        connections: Vec<Redis>,
+        connections: Arc<Connections>,
         max: usize,
         in_flight: usize,
         counters: Counters,
     ) -> Arc<Self> {
-        assert!(!connections.is_empty(), "a batcher needs a connection");
         Arc::new(Batcher {
             decider,
-            connections: connections
-                .into_iter()
-                .map(|c| (c, AtomicUsize::new(0)))
-                .collect(),
+            connections,
             max: max.max(1),
             in_flight: in_flight.max(1),
             queues: Mutex::new(HashMap::new()),
             counters,
         })
-    }
-
-    /// The connection with the fewest batches out now, and its count.
-    fn least_busy(&self) -> &(Redis, AtomicUsize) {
-        self.connections
-            .iter()
-            .min_by_key(|(_, out)| out.load(Ordering::Relaxed))
-            .unwrap_or(&self.connections[0])
     }
 
     /// Decides `request` in the next batch for `key` and returns its own reply.
@@ -316,7 +407,7 @@ impl<D: Decider> Batcher<D> {
             (c.batches)(&c.metrics).add(1);
             (c.requests)(&c.metrics).add(n as u64);
             (c.sizes)(&c.metrics).record(n as f64);
-            let (redis, out) = self.least_busy();
+            let (redis, out) = self.connections.least_busy();
             let decided = {
                 let _out = Out::count(out);
                 self.decider.decide(redis.clone(), key, requests).await

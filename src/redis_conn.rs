@@ -143,30 +143,30 @@ impl Redis {
         }
     }
 
-    /// `WAIT replicas timeout` on the primary of `key`'s slot, over the connection
-    /// that wrote the decision: blocks until that many replicas have every write
-    /// this connection sent to that primary so far, or `timeout` passes. Returns how
-    /// many replicas have them.
-    pub async fn wait_for_replicas(
+    /// `pipeline` on the primary of `key`'s slot, over one link: its commands go
+    /// out in one write and are answered or lost together (a reconnect between
+    /// them cannot happen). A command's server error is its answer
+    /// (`Value::ServerError`), not the call's error. On a cluster the slot's
+    /// primary is the one redis-rs knows now; a moved slot answers `MOVED`.
+    pub async fn pipeline_on_primary_of(
         &mut self,
         key: &str,
-        replicas: u32,
-        timeout: Duration,
-    ) -> RedisResult<u32> {
-        let mut cmd = redis::cmd("WAIT");
-        // 0 would mean "wait for ever".
-        cmd.arg(replicas).arg((timeout.as_millis() as u64).max(1));
-        let answer = match self {
-            Redis::Node(conn) => conn.req_packed_command(&cmd).await?,
+        pipeline: Pipeline,
+    ) -> RedisResult<Vec<Value>> {
+        let count = pipeline.len();
+        match self {
+            Redis::Node(conn) => conn.req_packed_commands(&pipeline, 0, count).await,
             Redis::Cluster(conn) => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                conn.route_command(cmd, routing).await?
+                conn.route_pipeline(
+                    pipeline,
+                    0,
+                    count,
+                    SingleNodeRoutingInfo::SpecificNode(route),
+                )
+                .await
             }
-        };
-        // A server error (MOVED during a failover, say) as its own error kind, not
-        // as "not a number".
-        Ok(redis::from_redis_value(answer.extract_error()?)?)
+        }
     }
 
     /// Every key matching `pattern` on the node that holds `slot_key`'s slot

@@ -18,7 +18,7 @@ use crate::sale::SoldOutFlags;
 /// What each HTTP worker has of its own, built on the worker's thread when the
 /// worker starts (`App::data_factory`): its Redis connection, whose I/O task runs
 /// on that thread, and its batchers (with `replica_acks`, the buy and vote batchers
-/// have `batch_in_flight` connections of their own, made on that thread too). A
+/// share `batch_in_flight` connections of their own, made on that thread too). A
 /// purchase is written to Redis and its answer read on the thread that serves the
 /// request: no hop to another thread.
 pub struct Worker {

@@ -253,23 +253,26 @@ impl Decider for BuyDecider {
         sale: SaleId,
         batch: Vec<BuyRequest>,
     ) -> Result<Vec<BuyReply>, AppError> {
-        let replies = PurchaseBatch {
+        let call = PurchaseBatch {
             keys: &self.keys,
             sale,
             policies: &self.policies,
             now_ms: None,
             key_ttl: self.key_ttl,
-        }
-        .run(&mut redis, &batch)
-        .await?;
+        };
+        let Some(acks) = &self.replica_acks else {
+            return call.run(&mut redis, &batch).await;
+        };
+        let key = self.keys.sale(sale).stock;
+        let mut redis = acks.then_wait(&mut redis, &key);
+        let replies = call.run(&mut redis, &batch).await?;
         // A replayed acceptance is waited for too: its first answer may have been a
         // 503 `not_replicated`.
-        let accepted = replies
-            .iter()
-            .any(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. }));
-        let key = self.keys.sale(sale).stock;
-        ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
-            .await?;
+        redis.confirm(
+            replies
+                .iter()
+                .any(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. })),
+        )?;
         Ok(replies)
     }
 }

@@ -390,23 +390,24 @@ fn metrics_server(
 /// One worker's own Redis connection (and, with `replica_acks`, the connections of
 /// its buy and vote batches) and batchers, made on the worker's thread.
 async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state::Worker> {
-    use crate::batch::{Batcher, Counters};
+    use crate::batch::{Batcher, Connections, Counters};
     use crate::limit::Route;
     let redis = connect_worker_redis(&state.config).await?;
     let max = state.config.batch_max;
     // With replica acknowledgements a batch's `WAIT` holds its connection until a
-    // replica answers: the buy and vote batchers then get `batch_in_flight`
+    // replica answers: the buy and vote batchers then share `batch_in_flight`
     // connections of their own, a batch taking the least busy, so batches rarely
     // queue behind another's `WAIT`, and the worker's own connection (the queue's
     // and the held orders' batches, sessions) never does.
+    let own = Connections::new(vec![redis.clone()]);
     let deciding = if state.config.replica_acks > 0 {
         let mut deciding = Vec::new();
         for _ in 0..state.config.batch_in_flight.max(1) {
             deciding.push(connect_worker_redis(&state.config).await?);
         }
-        deciding
+        Connections::new(deciding)
     } else {
-        vec![redis.clone()]
+        own.clone()
     };
     Ok(crate::state::Worker {
         buys: Batcher::new(
@@ -446,7 +447,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             crate::sale::queue::QueueDecider {
                 keys: state.keys.clone(),
             },
-            vec![redis.clone()],
+            own.clone(),
             max,
             state.config.batch_in_flight,
             Counters {
@@ -462,7 +463,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
                 redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
-            vec![redis.clone()],
+            own,
             crate::sale::orders::HELD_READ_MAX,
             crate::sale::orders::HELD_READS_IN_FLIGHT,
             Counters {

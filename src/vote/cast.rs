@@ -163,20 +163,23 @@ impl Decider for VoteDecider {
         poll: PollId,
         batch: Vec<VoteRequest>,
     ) -> Result<Vec<VoteReply>, AppError> {
-        let replies = VoteBatch {
+        let call = VoteBatch {
             keys: &self.keys,
             poll,
             policies: &self.policies,
             now_ms: None,
-        }
-        .run(&mut redis, &batch)
-        .await?;
-        let accepted = replies
-            .iter()
-            .any(|r| matches!(r.outcome, VoteOutcome::Accepted { .. }));
+        };
+        let Some(acks) = &self.replica_acks else {
+            return call.run(&mut redis, &batch).await;
+        };
         let key = self.keys.poll(poll).tally;
-        ReplicaAcks::confirm_accepted(self.replica_acks.as_ref(), &mut redis, &key, accepted)
-            .await?;
+        let mut redis = acks.then_wait(&mut redis, &key);
+        let replies = call.run(&mut redis, &batch).await?;
+        redis.confirm(
+            replies
+                .iter()
+                .any(|r| matches!(r.outcome, VoteOutcome::Accepted { .. })),
+        )?;
         Ok(replies)
     }
 }

@@ -401,12 +401,84 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
         replicas: 1,
         timeout: Duration::from_millis(100),
     };
-    let refused = acks.confirm(&mut redis, "k").await.unwrap_err();
+    let mut conn = acks.then_wait(&mut redis, "k");
+    // A script a replica runs (it writes nothing); the WAIT behind it is refused.
+    let one: i64 = redis::cmd("EVAL")
+        .arg("return 1")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+    let refused = conn.confirm(true).unwrap_err();
     assert_eq!(
         refused.error_code(),
         stampede::error::ErrorCode::NotReplicated,
         "{refused:?}"
     );
+}
+
+/// With replica acknowledgements a batch's script and its `WAIT` go in one
+/// pipeline. Where Redis has lost the script (`NOSCRIPT`: a restart, a failover, a
+/// flush), the pipeline goes again with the script's body: the purchase is decided
+/// once, and only the `WAIT` that followed the script that ran confirms it (here it
+/// cannot: more replicas than any test Redis has). A batch that accepted nothing
+/// is answered without one.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_once() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let a = app.user().await;
+    let buyer = BuyRequest {
+        user: Id::new(a.id).unwrap(),
+        quantity: 1,
+        ip: None,
+        key: None,
+    };
+    let call = PurchaseBatch {
+        keys: &app.keys,
+        sale: Id::new(sale).unwrap(),
+        policies: &[],
+        now_ms: None,
+        key_ttl: Duration::from_secs(86_400),
+    };
+    let acks = stampede::batch::ReplicaAcks {
+        replicas: 5,
+        timeout: Duration::from_millis(50),
+    };
+    let key = app.sale_keys(sale).stock;
+    flush_scripts_on_node_of(&key);
+    let mut redis = app.redis.clone();
+
+    let mut conn = acks.then_wait(&mut redis, &key);
+    let replies = call
+        .run(&mut conn, std::slice::from_ref(&buyer))
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            replies[0].outcome,
+            PurchaseOutcome::Accepted { stock_left: 9, .. }
+        ),
+        "{:?}",
+        replies[0].outcome
+    );
+    let refused = conn.confirm(true).unwrap_err();
+    assert_eq!(
+        refused.error_code(),
+        stampede::error::ErrorCode::NotReplicated,
+        "{refused:?}"
+    );
+    assert_eq!(app.stock_left(sale).await, 9, "decided once");
+    assert_eq!(app.buyers(sale).await, vec![a.id]);
+
+    let mut conn = acks.then_wait(&mut redis, &key);
+    let replies = call.run(&mut conn, &[buyer]).await.unwrap();
+    assert_eq!(replies[0].outcome, PurchaseOutcome::AlreadyBought);
+    conn.confirm(false).unwrap();
+    assert_eq!(app.stock_left(sale).await, 9);
+    assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
 }
 
 /// An accepted purchase reports each policy's answer (remaining and reset; an
@@ -724,14 +796,14 @@ impl<const DROP: bool> stampede::batch::Decider for Recorder<DROP> {
 /// that drops abandoned requests (the `already_bought` read) leaves them out of the
 /// next batch; one that does not (the decisions) decides them all the same.
 async fn batches_after_callers_leave<const DROP: bool>() -> Vec<Vec<u32>> {
-    use stampede::batch::{Batcher, Counters};
+    use stampede::batch::{Batcher, Connections, Counters};
     let metrics = Arc::new(stampede::metrics::Metrics::off());
     let batches = Arc::new(std::sync::Mutex::new(Vec::new()));
     let batcher = Batcher::new(
         Recorder::<DROP> {
             batches: batches.clone(),
         },
-        vec![crate::helpers::test_redis().await],
+        Connections::new(vec![crate::helpers::test_redis().await]),
         64,
         1,
         Counters {
