@@ -45,6 +45,12 @@
 -- cap, not enough left) made for a keyed buyer is remembered in the keys hash
 -- (one HMGET, one HSET and one PEXPIRE per batch that has keys), and an accepted
 -- one's stream entry carries the key (`idem`), so Postgres keeps it on the order.
+-- A batch that replays an answer refreshes the hash's expiry (PEXPIRE) even when
+-- it remembers nothing new: that write is what lets a `WAIT` behind this call
+-- (replica_acks) cover the replayed decision: from Redis 7.2 a client's
+-- replication offset moves only with a command that wrote, so without it a replay
+-- on a link that wrote nothing would be confirmed at once, whether or not a
+-- replica has the first decision (7.0 moves it with every command).
 -- The same key twice in one batch: the second gets the first's answer. A batch
 -- without keys sends and runs no command for them.
 --
@@ -122,12 +128,14 @@ if keyed then
 end
 
 -- The answer to a buyer whose key has a remembered answer.
+local replayed = false
 local function replay(i, s)
   local q = tonumber(string.match(s, '^(%d+):'))
   if q ~= quantity[i] then
     code[i], value[i] = KEY_REUSED, q
   else
     code[i], value[i], texts[i] = REPLY_REPLAYED, 0, s
+    replayed = true
   end
 end
 for i = 1, n do
@@ -303,6 +311,8 @@ if keyed then
   end
   if #remembered > 0 then
     batch_variadic('HSET', KEYS[8], remembered)
+  end
+  if #remembered > 0 or replayed then
     redis.call('PEXPIRE', KEYS[8], ARGV[4])
   end
 end

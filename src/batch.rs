@@ -139,10 +139,14 @@ impl ReplicaAcks {
 /// that has written nothing, and Redis answers such a `WAIT` at once with every
 /// replica: a 202 that no replica may have. Other commands pass through.
 ///
-/// The `WAIT` goes with every call, also one that accepts nothing (Redis counts the
-/// replication offset of a client's last command, read or write, so it waits about
-/// one replica round trip); [`ThenWait::confirm`] reads its answer only when the
-/// batch accepted.
+/// The `WAIT` goes with every call, also one that accepts nothing, and waits until
+/// a replica has the client's replication offset: as of its last command on Redis
+/// 7.0 (everything written so far), of its last command that wrote from 7.2 (a
+/// batch that wrote nothing, no decision and no limit state, is answered at once).
+/// That is about one round trip to the replica; with the replica gone, the whole
+/// timeout. [`ThenWait::confirm`] reads its answer only when the batch accepted. A
+/// replayed acceptance writes (the purchase script refreshes its keys hash), so its
+/// `WAIT` covers the first decision on every version.
 pub struct ThenWait<'a> {
     redis: &'a mut Redis,
     key: &'a str,
@@ -212,8 +216,8 @@ impl ConnectionLike for ThenWait<'_> {
                     "a script and its WAIT did not get two answers",
                 )));
             };
-            // An error of the WAIT (MOVED, a refusal) as its own kind, not as
-            // "not a number".
+            // An error of the WAIT (refused by a node demoted to a replica) as its
+            // own kind, not as "not a number".
             self.waited = Some(
                 waited
                     .extract_error()

@@ -146,8 +146,10 @@ impl Redis {
     /// `pipeline` on the primary of `key`'s slot, over one link: its commands go
     /// out in one write and are answered or lost together (a reconnect between
     /// them cannot happen). A command's server error is its answer
-    /// (`Value::ServerError`), not the call's error. On a cluster the slot's
-    /// primary is the one redis-rs knows now; a moved slot answers `MOVED`.
+    /// (`Value::ServerError`), not the call's error, except on a cluster for the
+    /// errors redis-rs acts on (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+    /// `READONLY`, `LOADING`, `MASTERDOWN`): they fail the whole pipeline, which a
+    /// connection made without `resend` does not send again.
     pub async fn pipeline_on_primary_of(
         &mut self,
         key: &str,

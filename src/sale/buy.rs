@@ -267,7 +267,8 @@ impl Decider for BuyDecider {
         let mut redis = acks.then_wait(&mut redis, &key);
         let replies = call.run(&mut redis, &batch).await?;
         // A replayed acceptance is waited for too: its first answer may have been a
-        // 503 `not_replicated`.
+        // 503 `not_replicated` (the script writes on a replay, so the `WAIT` covers
+        // the first decision).
         redis.confirm(
             replies
                 .iter()

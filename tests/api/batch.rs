@@ -347,56 +347,190 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
     assert!(buyers.is_superset(&accepted));
 }
 
+/// The batch sent through `conn` accepted, and the `WAIT` behind it did not
+/// confirm it: 503 `not_replicated`.
+fn assert_not_replicated(conn: stampede::batch::ThenWait<'_>) {
+    let refused = conn.confirm(true).unwrap_err();
+    assert_eq!(
+        refused.error_code(),
+        stampede::error::ErrorCode::NotReplicated,
+        "{refused:?}"
+    );
+}
+
+/// The purchase script for `sale` of `app`, without limits, at the Redis clock.
+fn unlimited_batch(app: &TestApp, sale: i64) -> PurchaseBatch<'_> {
+    PurchaseBatch {
+        keys: &app.keys,
+        sale: Id::new(sale).unwrap(),
+        policies: &[],
+        now_ms: None,
+        key_ttl: Duration::from_secs(86_400),
+    }
+}
+
+/// A redis-server of the test's own on a free loopback port, without persistence,
+/// killed and its directory removed when dropped.
+struct OwnRedis {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl OwnRedis {
+    fn start(args: &[&str]) -> OwnRedis {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("stampede-own-redis-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(args)
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        OwnRedis { child, dir, port }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A connection of Stampede's own kind, once the server answers.
+    async fn connect(&self) -> stampede::redis_conn::Redis {
+        let config = stampede::config::Config {
+            redis_url: self.url(),
+            ..stampede::config::Config::default()
+        };
+        for _ in 0..100 {
+            if let Ok(r) = stampede::startup::connect_redis(&config).await {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{} does not answer", self.url());
+    }
+
+    /// Sends the process `signal` (`-STOP`, `-CONT`).
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A purchase whose first answer was 503 `not_replicated`, sent again with its key
+/// on another connection, is confirmed only once a replica has the first decision.
+/// From Redis 7.2 a client's replication offset moves only with a command that
+/// wrote, so the `WAIT` behind a replay on a connection that wrote nothing would
+/// count every replica still connected at once, whatever it has; the purchase
+/// script writes on a replay for that. The replica here is stopped (SIGSTOP): still connected,
+/// acknowledging nothing, so both answers are `not_replicated`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
+    let primary = OwnRedis::start(&["--repl-diskless-sync-delay", "0"]);
+    let replica = OwnRedis::start(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let mut probe = primary.connect().await;
+    for attempt in 0.. {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut probe)
+            .await
+            .unwrap();
+        if info.contains("connected_slaves:1") && info.contains(",state=online,") {
+            break;
+        }
+        assert!(attempt < 200, "the replica did not sync: {info}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = primary.url();
+    let app = spawn_app_with(move |c| {
+        c.redis_url = url;
+        c.redis_cluster.clear();
+        c.settle_in_serve = false;
+    })
+    .await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let a = app.user().await;
+    let buyer = BuyRequest {
+        user: Id::new(a.id).unwrap(),
+        quantity: 1,
+        ip: None,
+        key: Some(stampede::domain::PurchaseKey::parse(b"press-1").unwrap()),
+    };
+    let call = unlimited_batch(&app, sale);
+    let acks = stampede::batch::ReplicaAcks {
+        replicas: 1,
+        timeout: Duration::from_millis(100),
+    };
+    let key = app.sale_keys(sale).stock;
+    replica.signal("-STOP");
+
+    let mut first = primary.connect().await;
+    let mut conn = acks.then_wait(&mut first, &key);
+    let replies = call
+        .run(&mut conn, std::slice::from_ref(&buyer))
+        .await
+        .unwrap();
+    let PurchaseOutcome::Accepted { order_id, .. } = replies[0].outcome else {
+        panic!("{:?}", replies[0].outcome);
+    };
+    assert_not_replicated(conn);
+    // What sending the script and its `WAIT` together prevents: a `WAIT` on a link
+    // that has sent nothing else counts the stopped replica at once.
+    let mut bare = TcpStream::connect(("127.0.0.1", primary.port))
+        .await
+        .unwrap();
+    bare.write_all(b"WAIT 1 100\r\n").await.unwrap();
+    let mut answer = [0u8; 4];
+    bare.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b":1\r\n", "a bare WAIT is answered at once");
+
+    // The retry, on a connection that has written nothing. (On Redis 7.0 its
+    // read-only script alone moves the offset its `WAIT` waits for; from 7.2 only
+    // a write does, which the script makes on a replay.)
+    let mut second = primary.connect().await;
+    let mut conn = acks.then_wait(&mut second, &key);
+    let replies = call
+        .run(&mut conn, std::slice::from_ref(&buyer))
+        .await
+        .unwrap();
+    assert!(replies[0].replayed, "{:?}", replies[0]);
+    assert!(
+        matches!(replies[0].outcome, PurchaseOutcome::Accepted { order_id: o, .. } if o == order_id),
+        "{:?}",
+        replies[0].outcome
+    );
+    // The replica has acknowledged nothing since before the first decision.
+    assert_not_replicated(conn);
+    replica.signal("-CONT");
+    assert_eq!(app.stock_left(sale).await, 9, "one unit taken");
+}
+
 /// A `WAIT` that Redis refuses, as a node demoted to a replica does (a failover
 /// between the decision and its `WAIT`), confirms nothing: 503 `not_replicated`,
 /// never a 500. The node here is a redis-server started as a replica of nobody.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!("stampede-demoted-{port}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    struct Kill(std::process::Child, std::path::PathBuf);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-            let _ = std::fs::remove_dir_all(&self.1);
-        }
-    }
-    let child = std::process::Command::new("redis-server")
-        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-        .args([
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--replicaof",
-            "127.0.0.1",
-            "1",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let _node = Kill(child, dir);
-    let config = stampede::config::Config {
-        redis_url: format!("redis://127.0.0.1:{port}/"),
-        ..stampede::config::Config::default()
-    };
-    let mut redis = None;
-    for _ in 0..100 {
-        if let Ok(r) = stampede::startup::connect_redis(&config).await {
-            redis = Some(r);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let mut redis = redis.expect("the replica answers");
+    let node = OwnRedis::start(&["--replicaof", "127.0.0.1", "1"]);
+    let mut redis = node.connect().await;
     let acks = stampede::batch::ReplicaAcks {
         replicas: 1,
         timeout: Duration::from_millis(100),
@@ -410,12 +544,7 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
         .await
         .unwrap();
     assert_eq!(one, 1);
-    let refused = conn.confirm(true).unwrap_err();
-    assert_eq!(
-        refused.error_code(),
-        stampede::error::ErrorCode::NotReplicated,
-        "{refused:?}"
-    );
+    assert_not_replicated(conn);
 }
 
 /// With replica acknowledgements a batch's script and its `WAIT` go in one
@@ -436,13 +565,7 @@ async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_on
         ip: None,
         key: None,
     };
-    let call = PurchaseBatch {
-        keys: &app.keys,
-        sale: Id::new(sale).unwrap(),
-        policies: &[],
-        now_ms: None,
-        key_ttl: Duration::from_secs(86_400),
-    };
+    let call = unlimited_batch(&app, sale);
     let acks = stampede::batch::ReplicaAcks {
         replicas: 5,
         timeout: Duration::from_millis(50),
@@ -464,12 +587,7 @@ async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_on
         "{:?}",
         replies[0].outcome
     );
-    let refused = conn.confirm(true).unwrap_err();
-    assert_eq!(
-        refused.error_code(),
-        stampede::error::ErrorCode::NotReplicated,
-        "{refused:?}"
-    );
+    assert_not_replicated(conn);
     assert_eq!(app.stock_left(sale).await, 9, "decided once");
     assert_eq!(app.buyers(sale).await, vec![a.id]);
 
