@@ -43,10 +43,10 @@
 -- (code 11), counted by no limit and touching nothing; the same key with another
 -- quantity is code 12. A decision (accepted, already bought, sold out, over the
 -- cap, not enough left) made for a keyed buyer is remembered in the keys hash
--- (one HMGET, one HSET and one PEXPIRE per batch that has keys), and an accepted
+-- (at most one HMGET, one HSET and one PEXPIRE per batch that has keys), and an accepted
 -- one's stream entry carries the key (`idem`), so Postgres keeps it on the order.
--- A batch that replays an answer refreshes the hash's expiry (PEXPIRE) even when
--- it remembers nothing new: that write is what lets a `WAIT` behind this call
+-- A batch that replays an acceptance refreshes the hash's expiry (PEXPIRE) even
+-- when it remembers nothing new: that write is what lets a `WAIT` behind this call
 -- (replica_acks) cover the replayed decision: from Redis 7.2 a client's
 -- replication offset moves only with a command that wrote, so without it a replay
 -- on a link that wrote nothing would be confirmed at once, whether or not a
@@ -135,7 +135,8 @@ local function replay(i, s)
     code[i], value[i] = KEY_REUSED, q
   else
     code[i], value[i], texts[i] = REPLY_REPLAYED, 0, s
-    replayed = true
+    -- An acceptance (code 0) given again: see the keys hash's expiry below.
+    replayed = replayed or string.find(s, '^%d+:0:') ~= nil
   end
 end
 for i = 1, n do

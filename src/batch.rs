@@ -142,7 +142,8 @@ impl ReplicaAcks {
 /// The `WAIT` goes with every call, also one that accepts nothing, and waits until
 /// a replica has the client's replication offset: as of its last command on Redis
 /// 7.0 (everything written so far), of its last command that wrote from 7.2 (a
-/// batch that wrote nothing, no decision and no limit state, is answered at once).
+/// batch that wrote nothing, no decision and no limit state, waits only for the
+/// connection's earlier writes).
 /// That is about one round trip to the replica; with the replica gone, the whole
 /// timeout. [`ThenWait::confirm`] reads its answer only when the batch accepted. A
 /// replayed acceptance writes (the purchase script refreshes its keys hash), so its

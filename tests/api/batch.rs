@@ -441,7 +441,8 @@ impl Drop for OwnRedis {
 /// wrote, so the `WAIT` behind a replay on a connection that wrote nothing would
 /// count every replica still connected at once, whatever it has; the purchase
 /// script writes on a replay for that. The replica here is stopped (SIGSTOP): still connected,
-/// acknowledging nothing, so both answers are `not_replicated`.
+/// acknowledging nothing, so both answers are `not_replicated`; running again, it
+/// confirms the next replay.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
     let primary = OwnRedis::start(&["--repl-diskless-sync-delay", "0"]);
@@ -505,13 +506,24 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
 
     // The retry, on a connection that has written nothing. (On Redis 7.0 its
     // read-only script alone moves the offset its `WAIT` waits for; from 7.2 only
-    // a write does, which the script makes on a replay.)
+    // a write does, which the script makes on a replay: it refreshes the keys
+    // hash's expiry, here to a longer one, which shows that it wrote.)
+    let retry = PurchaseBatch {
+        key_ttl: Duration::from_secs(2 * 86_400),
+        ..unlimited_batch(&app, sale)
+    };
     let mut second = primary.connect().await;
     let mut conn = acks.then_wait(&mut second, &key);
-    let replies = call
+    let replies = retry
         .run(&mut conn, std::slice::from_ref(&buyer))
         .await
         .unwrap();
+    let idem = app.sale_keys(sale).idem;
+    let ttl = crate::helpers::redis_pttl(&app.redis, &idem).await;
+    assert!(
+        ttl > 86_400_000,
+        "the replay refreshed the keys hash: {ttl}"
+    );
     assert!(replies[0].replayed, "{:?}", replies[0]);
     assert!(
         matches!(replies[0].outcome, PurchaseOutcome::Accepted { order_id: o, .. } if o == order_id),
@@ -520,7 +532,21 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
     );
     // The replica has acknowledged nothing since before the first decision.
     assert_not_replicated(conn);
+
+    // Running again, the replica catches up: the next replay is confirmed.
     replica.signal("-CONT");
+    let patient = stampede::batch::ReplicaAcks {
+        replicas: 1,
+        timeout: Duration::from_secs(5),
+    };
+    let mut third = primary.connect().await;
+    let mut conn = patient.then_wait(&mut third, &key);
+    let replies = call
+        .run(&mut conn, std::slice::from_ref(&buyer))
+        .await
+        .unwrap();
+    assert!(replies[0].replayed, "{:?}", replies[0]);
+    conn.confirm(true).unwrap();
     assert_eq!(app.stock_left(sale).await, 9, "one unit taken");
 }
 
