@@ -178,12 +178,12 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
         ),
         (
             "stampede_lock_acquired_total",
-            "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim).",
+            "Lock attempts that got the lock (rebuilds, cache fills, settlement reclaim, the settling lease).",
             crate::lock::STATS.acquired.get(),
         ),
         (
             "stampede_lock_contended_total",
-            "Lock attempts that found the lock held by another holder.",
+            "Lock attempts that found the lock held by another holder (a standby settlement worker's, once a second).",
             crate::lock::STATS.contended.get(),
         ),
         (
@@ -194,6 +194,13 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     ] {
         state.metrics.observed.counter_total(name, help, value);
     }
+    state.metrics.observed.gauge(
+        "stampede_settle_leading",
+        "1 while this process's settlement worker holds the settling lease and reads the streams (settle.exclusive), else 0.",
+        f64::from(u8::from(
+            crate::settle::LEADING.load(std::sync::atomic::Ordering::Relaxed),
+        )),
+    );
     state.metrics.observed.gauge(
         "stampede_postgres_up",
         "1 when Postgres answered the last probe (every second) within a second, else 0.",

@@ -108,6 +108,7 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ),
     ("STAMPEDE_SETTLE_IN_SERVE", parsed!(settle_in_serve)),
     ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
+    ("STAMPEDE_SETTLE_EXCLUSIVE", parsed!(settle.exclusive)),
     (
         "STAMPEDE_SETTLE_CLAIM_IDLE_MS",
         parsed!(millis settle.claim_idle),

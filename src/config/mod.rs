@@ -162,6 +162,12 @@ pub struct SettleConfig {
     pub claim_idle: Duration,
     /// Consumer name inside the group; defaults to host and process id.
     pub consumer: Option<String>,
+    /// One running worker settles at a time (the others stand by, and one takes
+    /// over within seconds when it stops): workers that read the same streams side
+    /// by side split each storm into small transactions, which cost Postgres and
+    /// Redis more per order (see `src/settle/lease.rs`). `false`: every worker
+    /// reads, for a database that gains from parallel inserts.
+    pub exclusive: bool,
 }
 
 impl Default for SettleConfig {
@@ -171,6 +177,7 @@ impl Default for SettleConfig {
             block: Duration::from_millis(1000),
             claim_idle: Duration::from_millis(30_000),
             consumer: None,
+            exclusive: true,
         }
     }
 }
@@ -229,6 +236,7 @@ impl std::fmt::Debug for SettleConfig {
             .field("block_ms", &self.block.as_millis())
             .field("claim_idle_ms", &self.claim_idle.as_millis())
             .field("consumer", &self.consumer)
+            .field("exclusive", &self.exclusive)
             .finish()
     }
 }

@@ -261,7 +261,9 @@ pub struct Settled {
     pub inserted: u64,
 }
 
+mod lease;
 mod reclaim;
+pub use lease::{LEADING, LEASE_TTL_MS, SETTLE_LEASE, STANDBY_EVERY};
 pub use reclaim::RECLAIM_LOCK;
 
 impl Settler {
@@ -362,7 +364,9 @@ impl Settler {
         &self.consumer
     }
 
-    /// Runs until `shutdown` turns true. A batch in progress is committed and
+    /// Runs until `shutdown` turns true. With `exclusive` (the default) it reads only
+    /// while it holds the settling lease, and stands by otherwise (see `lease.rs`);
+    /// it releases the lease when it stops. A batch in progress is committed and
     /// acknowledged before it returns; shutdown stops a long blocking read at once
     /// on one node (`CLIENT UNBLOCK`); else it waits for the read's end.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
@@ -388,7 +392,26 @@ impl Settler {
         let mut backoff = Duration::from_millis(100);
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
+        let mut lease = lease::Lease::default();
         while !*shutdown.borrow() {
+            if self.config.exclusive {
+                let key = self.keys.lock(SETTLE_LEASE);
+                match lease.hold(&self.lock_redis, key, &self.consumer).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Leading later, first take over what the last leader left.
+                        claim_now = true;
+                        wait(&mut shutdown, STANDBY_EVERY).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot ask for the settlement lease");
+                        wait(&mut shutdown, backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
             if self.relist || refreshed_at.is_none_or(|t| t.elapsed() >= REFRESH_EVERY) {
                 self.relist = false;
                 match self.streams().await {
@@ -441,6 +464,7 @@ impl Settler {
             }
         }
         stop.abort();
+        lease.release().await;
         tracing::info!(consumer = %self.consumer, "settlement worker stopped");
     }
 

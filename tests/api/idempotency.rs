@@ -344,6 +344,7 @@ async fn settle_all(app: &TestApp) -> u64 {
             block: Duration::from_millis(100),
             claim_idle: Duration::from_secs(60),
             consumer: Some("test".to_string()),
+            ..Default::default()
         },
         stampede::startup::settlers(),
     )

@@ -32,6 +32,7 @@ async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle: Durati
             block: Duration::from_millis(100),
             claim_idle,
             consumer: Some(consumer.to_string()),
+            ..SettleConfig::default()
         },
         stampede::startup::settlers(),
     )
@@ -635,4 +636,196 @@ async fn a_consumer_that_holds_entries_is_never_removed_as_dead() {
     app.create_consumer(sale, "idle").await;
     assert_eq!(forget("idle").await, 1);
     assert_eq!(consumers(&app).await, held);
+}
+
+/// Who has read a sale's stream (the settlement group's consumers).
+async fn readers(app: &TestApp, sale: i64) -> Vec<String> {
+    let reply: redis::RedisResult<redis::streams::StreamInfoConsumersReply> =
+        redis::AsyncCommands::xinfo_consumers(
+            &mut app.redis.clone(),
+            app.sale_keys(sale).orders,
+            "settle",
+        )
+        .await;
+    let mut names: Vec<String> = reply
+        .map(|r| r.consumers.into_iter().map(|c| c.name).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Waits (at most `within`) until `sale` has `n` orders in Postgres.
+async fn wait_settled(app: &TestApp, sale: i64, n: usize, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let settled = app.orders_in_db(sale).await.len();
+        if settled == n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{settled} of {n} orders settled after {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Two running workers (`exclusive`, the default): one reads every stream and the
+/// other stands by, so a storm is settled in the one worker's batches. When the
+/// leader stops, it lets the lease go and the standby settles what comes next.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 100).await;
+    // The leader first, so that which one leads is known.
+    let (stop_a, rx_a) = watch::channel(false);
+    let a = tokio::spawn(
+        settler(&app, "worker-a", 100, Duration::from_secs(60))
+            .await
+            .run(rx_a),
+    );
+    let lease = app.keys.lock(stampede::settle::SETTLE_LEASE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while redis_get(&app, &lease).await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker A never took the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        app.metrics_text()
+            .await
+            .lines()
+            .any(|l| l == "stampede_settle_leading 1"),
+        "/metrics shows that a worker of this process leads"
+    );
+    let (stop_b, rx_b) = watch::channel(false);
+    let b = tokio::spawn(
+        settler(&app, "worker-b", 100, Duration::from_secs(60))
+            .await
+            .run(rx_b),
+    );
+
+    let first = buy_all(&app, sale, 40).await;
+    assert_eq!(first.len(), 40);
+    wait_settled(&app, sale, 40, Duration::from_secs(10)).await;
+    // B has asked for the lease at least once meanwhile (it asks once a second).
+    tokio::time::sleep(stampede::settle::STANDBY_EVERY + Duration::from_millis(200)).await;
+    assert_eq!(
+        readers(&app, sale).await,
+        ["worker-a"],
+        "the standby read nothing"
+    );
+
+    // A stops: it lets the lease go, and B leads at its next attempt.
+    stop_a.send_replace(true);
+    a.await.unwrap();
+    assert_eq!(redis_get(&app, &lease).await, None, "A released the lease");
+    let second = buy_all(&app, sale, 30).await;
+    assert_eq!(second.len(), 30);
+    wait_settled(
+        &app,
+        sale,
+        70,
+        stampede::settle::STANDBY_EVERY + Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(readers(&app, sale).await, ["worker-a", "worker-b"]);
+    let users: HashSet<i64> = app
+        .orders_in_db(sale)
+        .await
+        .iter()
+        .map(|(_, u)| *u)
+        .collect();
+    assert_eq!(users, &first | &second, "every buyer once");
+
+    stop_b.send_replace(true);
+    b.await.unwrap();
+    assert_eq!(redis_get(&app, &lease).await, None, "B released the lease");
+    assert!(
+        app.metrics_text()
+            .await
+            .lines()
+            .any(|l| l == "stampede_settle_leading 0"),
+        "no worker of this process leads any more"
+    );
+}
+
+/// A lease someone else holds (a worker that died holding it, here a lock taken by
+/// hand) keeps a worker standing by until it expires; then the worker settles.
+/// With `exclusive` off, the same worker reads at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let bought = buy_all(&app, sale, 5).await;
+    assert_eq!(bought.len(), 5);
+
+    let key = app.keys.lock(stampede::settle::SETTLE_LEASE);
+    let held = stampede::lock::Lock::try_acquire(&app.redis, key.clone(), 1_500)
+        .await
+        .unwrap()
+        .expect("the lease is free");
+    let (stop, rx) = watch::channel(false);
+    let worker = tokio::spawn(
+        settler(&app, "standby", 100, Duration::from_secs(60))
+            .await
+            .run(rx),
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        app.orders_in_db(sale).await.is_empty(),
+        "nothing settled under another's lease"
+    );
+    assert!(readers(&app, sale).await.is_empty());
+    // The holder "died": its lease runs out, never released.
+    std::mem::forget(held);
+    wait_settled(
+        &app,
+        sale,
+        5,
+        stampede::settle::STANDBY_EVERY + Duration::from_secs(10),
+    )
+    .await;
+    stop.send_replace(true);
+    worker.await.unwrap();
+
+    // Not exclusive: a second sale settles though the lease is held.
+    let other = app.live_sale(&admin, 10).await;
+    let bought = buy_all(&app, other, 3).await;
+    assert_eq!(bought.len(), 3);
+    let _held = stampede::lock::Lock::try_acquire(&app.redis, key, 60_000)
+        .await
+        .unwrap()
+        .expect("the lease is free again");
+    let free = Settler::connect(
+        app.db.clone(),
+        &stampede::redis_conn::Target::from_config(&app.config),
+        app.keys.clone(),
+        SettleConfig {
+            block: Duration::from_millis(100),
+            consumer: Some("free".to_string()),
+            exclusive: false,
+            ..SettleConfig::default()
+        },
+        stampede::startup::settlers(),
+    )
+    .await
+    .unwrap();
+    let (stop, rx) = watch::channel(false);
+    let worker = tokio::spawn(free.run(rx));
+    wait_settled(&app, other, 3, Duration::from_secs(10)).await;
+    stop.send_replace(true);
+    worker.await.unwrap();
+}
+
+async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap()
 }

@@ -2,7 +2,9 @@
 //! killed while its settlement worker holds delivered, unacknowledged order
 //! entries (Postgres is held down for a moment so that the worker cannot commit
 //! them), so only a takeover (`XAUTOCLAIM` by another consumer after
-//! `STAMPEDE_SETTLE_CLAIM_IDLE_MS`) can bring those orders to Postgres.
+//! `STAMPEDE_SETTLE_CLAIM_IDLE_MS`) can bring those orders to Postgres. The killed
+//! worker held the settling lease, which it never released: the next worker
+//! (the restarted server's, or the sibling's) waits it out first.
 
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,28 @@ async fn hold_entries_in_worker(stack: &mut Stack, index: usize, sales: &[i64]) 
         assert!(
             Instant::now() < deadline,
             "server #{index}'s settlement worker never held an entry"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The server whose settlement worker reads the streams: the one that holds the
+/// settling lease (`settle.exclusive`, the default), found as the one whose
+/// consumer has read sale `newest`'s stream.
+async fn settling_server(stack: &Stack, newest: i64) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let readers = stack.consumers(newest).await;
+        let reading = (0..stack.servers.len()).find(|&i| {
+            let tag = format!("-{}-", stack.servers[i].pid().expect("server runs"));
+            readers.iter().any(|name| name.contains(&tag))
+        });
+        if let Some(i) = reading {
+            return i;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no server's settlement worker read sale {newest}'s stream"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -112,10 +136,14 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
         Plan::default(),
     );
     storm.wait_accepted(400, Duration::from_secs(20)).await;
-    let held = hold_entries_in_worker(&mut stack, 1, &sales).await;
-    stack.servers[1].kill9();
+    // The one that settles (the other stands by): only its death leaves entries
+    // behind, and the survivor must take the lease over before it can claim them.
+    let newest = *sales.iter().max().expect("sales");
+    let killed = settling_server(&stack, newest).await;
+    let held = hold_entries_in_worker(&mut stack, killed, &sales).await;
+    stack.servers[killed].kill9();
     println!(
-        "server #1 killed for good at {:.1?} holding {held} unacknowledged entries",
+        "server #{killed}, the settling one, killed for good at {:.1?} holding {held} unacknowledged entries",
         storm.elapsed()
     );
     stack.pg.start();
