@@ -198,7 +198,10 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
         "stampede_settle_leading",
         "1 while this process's settlement worker holds the settling lease and reads the streams (settle.exclusive), else 0.",
         f64::from(u8::from(
-            crate::settle::LEADING.load(std::sync::atomic::Ordering::Relaxed),
+            state
+                .metrics
+                .settle_leading
+                .load(std::sync::atomic::Ordering::Relaxed),
         )),
     );
     state.metrics.observed.gauge(

@@ -18,6 +18,9 @@ macro_rules! counters {
             $(pub $field: Counter,)*
             /// Histograms and gauges (see [`observed`]).
             pub observed: Observed,
+            /// Whether this process's settlement worker holds the settling lease
+            /// (`stampede_settle_leading`, set by `settle/lease.rs`).
+            pub settle_leading: std::sync::atomic::AtomicBool,
         }
 
         impl Metrics {
@@ -28,6 +31,7 @@ macro_rules! counters {
                 Metrics {
                     $($field: Counter::default(),)*
                     observed: Observed::off(),
+                    settle_leading: Default::default(),
                 }
             }
 

@@ -263,7 +263,7 @@ pub struct Settled {
 
 mod lease;
 mod reclaim;
-pub use lease::{LEADING, LEASE_TTL_MS, SETTLE_LEASE, STANDBY_EVERY};
+pub use lease::{FAILURES_BEFORE_HANDING_OVER, LEASE_TTL_MS, SETTLE_LEASE, STANDBY_EVERY};
 pub use reclaim::RECLAIM_LOCK;
 
 impl Settler {
@@ -392,7 +392,7 @@ impl Settler {
         let mut backoff = Duration::from_millis(100);
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
-        let mut lease = lease::Lease::default();
+        let mut lease = lease::Lease::new(self.metrics.clone());
         while !*shutdown.borrow() {
             if self.config.exclusive {
                 let key = self.keys.lock(SETTLE_LEASE);
@@ -401,10 +401,12 @@ impl Settler {
                     Ok(false) => {
                         // Leading later, first take over what the last leader left.
                         claim_now = true;
+                        self.standing_by(&streams).await;
                         wait(&mut shutdown, STANDBY_EVERY).await;
                         continue;
                     }
                     Err(e) => {
+                        claim_now = true;
                         tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "cannot ask for the settlement lease");
                         wait(&mut shutdown, backoff).await;
                         backoff = (backoff * 2).min(Duration::from_secs(5));
@@ -419,7 +421,13 @@ impl Settler {
                         streams = s;
                         refreshed_at = Some(Instant::now());
                     }
-                    Err(e) => tracing::warn!(error = %e, "cannot list sale streams"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list sale streams");
+                        if lease.failed(&self.consumer).await {
+                            wait(&mut shutdown, STANDBY_EVERY * 2).await;
+                            continue;
+                        }
+                    }
                 }
             }
             if streams.is_empty() {
@@ -446,6 +454,7 @@ impl Settler {
             match self.step(&streams).await {
                 Ok(done) => {
                     backoff = Duration::from_millis(100);
+                    lease.succeeded();
                     if done.read > 0 {
                         tracing::debug!(
                             read = done.read,
@@ -458,6 +467,12 @@ impl Settler {
                     Metrics::inc(&self.metrics.settle_errors);
                     // Entries stay pending for this consumer and are retried next loop.
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "settlement step failed");
+                    if lease.failed(&self.consumer).await {
+                        // Another worker may fare better: it leads at its next
+                        // attempt, while this one waits longer than a standby does.
+                        wait(&mut shutdown, STANDBY_EVERY * 2).await;
+                        continue;
+                    }
                     wait(&mut shutdown, backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -488,6 +503,27 @@ impl Settler {
         // entries for the next batch), some may be pending.
         self.maybe_pending |= !entries.is_empty();
         self.settle(entries).await
+    }
+
+    /// A standby's one duty: entries it read while it led and could not
+    /// acknowledge (a failed commit, the lease lost meanwhile) are settled here, at
+    /// once, not left for the next leader's reclaim after `claim_idle_ms`. It reads
+    /// nothing new.
+    async fn standing_by(&mut self, streams: &[Stream]) {
+        if !self.maybe_pending || streams.is_empty() {
+            return;
+        }
+        let settled = match self.read(streams, "0", None).await {
+            Ok(entries) => {
+                self.maybe_pending = !entries.is_empty();
+                self.settle(entries).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = settled {
+            Metrics::inc(&self.metrics.settle_errors);
+            tracing::warn!(error = %e, "settling this worker's own pending entries failed");
+        }
     }
 
     /// Reads until every stream is drained; returns the rows inserted. For tests

@@ -23,10 +23,9 @@ async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
 }
 
 async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle: Duration) -> Settler {
-    Settler::connect(
+    settler_on(
+        app,
         app.db.clone(),
-        &stampede::redis_conn::Target::from_config(&app.config),
-        app.keys.clone(),
         SettleConfig {
             batch_size: batch,
             block: Duration::from_millis(100),
@@ -34,6 +33,17 @@ async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle: Durati
             consumer: Some(consumer.to_string()),
             ..SettleConfig::default()
         },
+    )
+    .await
+}
+
+/// A worker of `app`'s Redis namespace writing to `db`, configured by `config`.
+async fn settler_on(app: &TestApp, db: sqlx::PgPool, config: SettleConfig) -> Settler {
+    Settler::connect(
+        db,
+        &stampede::redis_conn::Target::from_config(&app.config),
+        app.keys.clone(),
+        config,
         stampede::startup::settlers(),
     )
     .await
@@ -679,10 +689,15 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 100).await;
     // The leader first, so that which one leads is known.
+    let (metrics_a, metrics_b) = (
+        std::sync::Arc::new(stampede::metrics::Metrics::default()),
+        std::sync::Arc::new(stampede::metrics::Metrics::default()),
+    );
     let (stop_a, rx_a) = watch::channel(false);
     let a = tokio::spawn(
         settler(&app, "worker-a", 100, Duration::from_secs(60))
             .await
+            .with_metrics(metrics_a.clone())
             .run(rx_a),
     );
     let lease = app.keys.lock(stampede::settle::SETTLE_LEASE);
@@ -694,17 +709,18 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    let leading = |m: &std::sync::Arc<stampede::metrics::Metrics>| {
+        m.settle_leading.load(std::sync::atomic::Ordering::Relaxed)
+    };
     assert!(
-        app.metrics_text()
-            .await
-            .lines()
-            .any(|l| l == "stampede_settle_leading 1"),
-        "/metrics shows that a worker of this process leads"
+        leading(&metrics_a),
+        "A's metrics say it leads (stampede_settle_leading)"
     );
     let (stop_b, rx_b) = watch::channel(false);
     let b = tokio::spawn(
         settler(&app, "worker-b", 100, Duration::from_secs(60))
             .await
+            .with_metrics(metrics_b.clone())
             .run(rx_b),
     );
 
@@ -719,10 +735,16 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
         "the standby read nothing"
     );
 
-    // A stops: it lets the lease go, and B leads at its next attempt.
+    // A stops: it lets the lease go (B may take it at once), and B leads at its
+    // next attempt.
+    let a_token = redis_get(&app, &lease).await.expect("A holds the lease");
     stop_a.send_replace(true);
     a.await.unwrap();
-    assert_eq!(redis_get(&app, &lease).await, None, "A released the lease");
+    assert_ne!(
+        redis_get(&app, &lease).await,
+        Some(a_token),
+        "A released the lease"
+    );
     let second = buy_all(&app, sale, 30).await;
     assert_eq!(second.len(), 30);
     wait_settled(
@@ -745,11 +767,8 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
     b.await.unwrap();
     assert_eq!(redis_get(&app, &lease).await, None, "B released the lease");
     assert!(
-        app.metrics_text()
-            .await
-            .lines()
-            .any(|l| l == "stampede_settle_leading 0"),
-        "no worker of this process leads any more"
+        !leading(&metrics_a) && !leading(&metrics_b),
+        "neither leads any more"
     );
 }
 
@@ -765,7 +784,7 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
     assert_eq!(bought.len(), 5);
 
     let key = app.keys.lock(stampede::settle::SETTLE_LEASE);
-    let held = stampede::lock::Lock::try_acquire(&app.redis, key.clone(), 1_500)
+    let held = stampede::lock::Lock::try_acquire(&app.redis, key.clone(), 60_000)
         .await
         .unwrap()
         .expect("the lease is free");
@@ -775,14 +794,21 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
             .await
             .run(rx),
     );
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    // Long enough for two attempts.
+    tokio::time::sleep(stampede::settle::STANDBY_EVERY * 2 + Duration::from_millis(300)).await;
     assert!(
         app.orders_in_db(sale).await.is_empty(),
         "nothing settled under another's lease"
     );
     assert!(readers(&app, sale).await.is_empty());
-    // The holder "died": its lease runs out, never released.
+    // The holder "died": its lease runs out (at once here), never released.
     std::mem::forget(held);
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(&key)
+        .arg(100)
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
     wait_settled(
         &app,
         sale,
@@ -801,25 +827,72 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
         .await
         .unwrap()
         .expect("the lease is free again");
-    let free = Settler::connect(
+    let free = settler_on(
+        &app,
         app.db.clone(),
-        &stampede::redis_conn::Target::from_config(&app.config),
-        app.keys.clone(),
         SettleConfig {
             block: Duration::from_millis(100),
             consumer: Some("free".to_string()),
             exclusive: false,
             ..SettleConfig::default()
         },
-        stampede::startup::settlers(),
     )
-    .await
-    .unwrap();
+    .await;
     let (stop, rx) = watch::channel(false);
     let worker = tokio::spawn(free.run(rx));
     wait_settled(&app, other, 3, Duration::from_secs(10)).await;
     stop.send_replace(true);
     worker.await.unwrap();
+}
+
+/// A leader that cannot settle (its Postgres unreachable here, while its watchdog
+/// keeps the lease alive) hands the lease over after a few failures in a row, and
+/// a worker that can settles.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_that_cannot_settle_hands_the_lease_over() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let bought = buy_all(&app, sale, 4).await;
+    assert_eq!(bought.len(), 4);
+
+    let unreachable = sqlx::postgres::PgPoolOptions::new()
+        .acquire_timeout(Duration::from_millis(200))
+        .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+        .unwrap();
+    let broken = settler_on(
+        &app,
+        unreachable,
+        SettleConfig {
+            block: Duration::from_millis(100),
+            consumer: Some("broken".to_string()),
+            ..SettleConfig::default()
+        },
+    )
+    .await;
+    let (stop_a, rx_a) = watch::channel(false);
+    let a = tokio::spawn(broken.run(rx_a));
+    let lease = app.keys.lock(stampede::settle::SETTLE_LEASE);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while redis_get(&app, &lease).await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broken worker never took the lease"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (stop_b, rx_b) = watch::channel(false);
+    let b = tokio::spawn(
+        settler(&app, "working", 100, Duration::from_secs(60))
+            .await
+            .run(rx_b),
+    );
+    wait_settled(&app, sale, 4, Duration::from_secs(20)).await;
+    assert_eq!(readers(&app, sale).await, ["working"]);
+    stop_a.send_replace(true);
+    stop_b.send_replace(true);
+    a.await.unwrap();
+    b.await.unwrap();
 }
 
 async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
