@@ -86,7 +86,7 @@ impl Lease {
     pub(super) async fn hold(
         &mut self,
         redis: &Redis,
-        key: String,
+        key: &str,
         consumer: &str,
     ) -> redis::RedisResult<bool> {
         if self.held.as_ref().is_some_and(|(_, lost)| lost.is_lost()) {

@@ -263,7 +263,7 @@ pub struct Settled {
 
 mod lease;
 mod reclaim;
-pub use lease::{FAILURES_BEFORE_HANDING_OVER, LEASE_TTL_MS, SETTLE_LEASE, STANDBY_EVERY};
+pub use lease::{SETTLE_LEASE, STANDBY_EVERY};
 pub use reclaim::RECLAIM_LOCK;
 
 impl Settler {
@@ -393,10 +393,13 @@ impl Settler {
         // Take over what a dead consumer left at once, not after the first interval.
         let mut claim_now = true;
         let mut lease = lease::Lease::new(self.metrics.clone());
+        let lease_key = self.keys.lock(SETTLE_LEASE);
         while !*shutdown.borrow() {
             if self.config.exclusive {
-                let key = self.keys.lock(SETTLE_LEASE);
-                match lease.hold(&self.lock_redis, key, &self.consumer).await {
+                match lease
+                    .hold(&self.lock_redis, &lease_key, &self.consumer)
+                    .await
+                {
                     Ok(true) => {}
                     Ok(false) => {
                         // Leading later, first take over what the last leader left.
@@ -486,11 +489,7 @@ impl Settler {
     /// One batch: this consumer's unacknowledged entries first (when it may have
     /// any), else new ones.
     pub async fn step(&mut self, streams: &[Stream]) -> anyhow::Result<Settled> {
-        let mut entries = Vec::new();
-        if self.maybe_pending {
-            entries = self.read(streams, "0", None).await?;
-            self.maybe_pending = !entries.is_empty();
-        }
+        let mut entries = self.read_own_pending(streams).await?;
         if entries.is_empty() {
             entries = self.read(streams, ">", Some(self.block)).await?;
             self.block = if entries.is_empty() {
@@ -505,6 +504,17 @@ impl Settler {
         self.settle(entries).await
     }
 
+    /// Entries delivered to this consumer and not acknowledged, read only when it
+    /// may hold some (none read: it holds none, until its next read of new ones).
+    async fn read_own_pending(&mut self, streams: &[Stream]) -> anyhow::Result<Vec<Event>> {
+        if !self.maybe_pending {
+            return Ok(Vec::new());
+        }
+        let entries = self.read(streams, "0", None).await?;
+        self.maybe_pending = !entries.is_empty();
+        Ok(entries)
+    }
+
     /// A standby's one duty: entries it read while it led and could not
     /// acknowledge (a failed commit, the lease lost meanwhile) are settled here, at
     /// once, not left for the next leader's reclaim after `claim_idle_ms`. It reads
@@ -513,11 +523,8 @@ impl Settler {
         if !self.maybe_pending || streams.is_empty() {
             return;
         }
-        let settled = match self.read(streams, "0", None).await {
-            Ok(entries) => {
-                self.maybe_pending = !entries.is_empty();
-                self.settle(entries).await
-            }
+        let settled = match self.read_own_pending(streams).await {
+            Ok(entries) => self.settle(entries).await,
             Err(e) => Err(e),
         };
         if let Err(e) = settled {
