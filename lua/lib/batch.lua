@@ -29,13 +29,16 @@ local function batch_shape()
   return P, first, (#ARGV - first + 1) / 2
 end
 
--- The route's policies from ARGV: {algorithm code, a, b, c, per user} each.
+-- The route's policies from ARGV: {algorithm code, a, b, c, per user, take, taken}
+-- each, with the algorithm's take and its 202 numbers found once per batch
+-- (limit_taker, limit_taken_of), not per request.
 local function batch_policies(P)
   local policies = {}
   for p = 1, P do
     local at = 5 + (p - 1) * 5
     policies[p] = {ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
-      tonumber(ARGV[at + 3]), ARGV[at + 4] == 'u'}
+      tonumber(ARGV[at + 3]), ARGV[at + 4] == 'u', limit_taker(ARGV[at]),
+      limit_taken_of(ARGV[at])}
   end
   return policies
 end
@@ -46,20 +49,20 @@ end
 -- for accepted, remaining and ms until reset (zeros here: an accepted item's come
 -- from limits_append_taken). Other answers (already bought, sold out, ...) are two
 -- numbers: a storm's refusals cost Redis and the server no limit details nobody
--- sends.
-local function batch_answer(out, P, code, value, answers)
-  local n = #out
+-- sends. `out` holds n numbers before; returns how many it holds after (the reply
+-- grows by index, not by `#out`, which Lua computes by a search each time).
+local function batch_answer(out, n, P, code, value, answers)
   out[n + 1], out[n + 2] = code, value
   if code == REPLY_ACCEPTED then
     for p = 1, P do
       out[n + 1 + 2 * p], out[n + 2 + 2 * p] = 0, 0
     end
-    return
-  end
-  if code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
-    return
+    return n + 2 + 2 * P
   end
   n = n + 2
+  if code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
+    return n
+  end
   for p = 1, P do
     local r = answers and answers[p]
     if r then
@@ -69,6 +72,7 @@ local function batch_answer(out, P, code, value, answers)
     end
     n = n + 4
   end
+  return n
 end
 
 -- What the first phase decided on, for the replies that report the policies'
@@ -88,7 +92,7 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 -- already: a replay) are neither counted nor asking.
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local code, value, answers = {}, {}, {}
-  local asking, users = {}, {}
+  local asking, users, left = {}, {}, 0
   local seen, after, states = {}, {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
   -- Per counted item i, its subject per policy p at subjects[(i - 1) * P + p]: its
@@ -109,10 +113,11 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     local first_item_key = #KEYS - n * keyed + 1
     cache = limits_cache(policies, first_item_key - P, now)
     subjects = {}
-    local counted = {}
+    local counted, c = {}, 0
     for i = 1, n do
       if not (skip and skip[i]) then
-        counted[#counted + 1] = i
+        c = c + 1
+        counted[c] = i
         local k, base, user = first_item_key + (i - 1) * keyed, (i - 1) * P,
           ARGV[first_arg + (i - 1) * 2]
         for p = 1, P do
@@ -155,8 +160,8 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
       elseif now < opens then
         code[i], value[i] = REPLY_NOT_OPEN, opens - now
       else
-        asking[#asking + 1] = i
-        users[#users + 1] = ARGV[first_arg + (i - 1) * 2]
+        left = left + 1
+        asking[left], users[left] = i, ARGV[first_arg + (i - 1) * 2]
       end
     end
   end
@@ -171,19 +176,19 @@ end
 -- answers its take would have given), straight into the reply. `texts` (optional):
 -- per item, a string that follows its code and value (a replayed answer's).
 local function batch_reply(P, n, code, value, answers, texts)
-  local out, seen = {}, batch_limits_seen
+  local out, seen, m = {}, batch_limits_seen, 0
   for i = 1, n do
     local a = answers[i]
     if code[i] == REPLY_ACCEPTED and P > 0 and not a then
-      local m = #out
       out[m + 1], out[m + 2] = code[i], value[i]
-      limits_append_taken(out, m + 2, seen.policies, seen.states, seen.after, (i - 1) * P,
+      m = limits_append_taken(out, m + 2, seen.policies, seen.states, seen.after, (i - 1) * P,
         seen.now)
     else
-      batch_answer(out, P, code[i], value[i], a)
+      m = batch_answer(out, m, P, code[i], value[i], a)
     end
     if texts and texts[i] then
-      out[#out + 1] = texts[i]
+      m = m + 1
+      out[m] = texts[i]
     end
   end
   return out
@@ -192,9 +197,9 @@ end
 -- Every one of n items answered `code`, nothing decided or counted: the state is
 -- missing or not trusted by this Redis run.
 local function batch_all(P, n, code)
-  local out = {}
+  local out, m = {}, 0
   for _ = 1, n do
-    batch_answer(out, P, code, 0, nil)
+    m = batch_answer(out, m, P, code, 0, nil)
   end
   return out
 end

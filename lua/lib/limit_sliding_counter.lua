@@ -13,7 +13,7 @@
 --   and, when allowed, the new state and its time to live in ms.
 -- limit_sliding_counter_take(state, now, limit, window): the same decision without
 -- the answer (the new state and its time to live, or nil).
--- limit_sliding_counter_taken(state, now, limit, window): the remaining and reset
+-- limit_sliding_counter_taken(_, state, now, limit, window): the remaining and reset
 -- of the answer it gave a request it allowed, from the state after it.
 -- limit_sliding_counter_undo(state, taken_at, window) gives back one request
 -- counted at `taken_at`: the new state, or nil for no change.
@@ -118,7 +118,7 @@ end
 -- The answer limit_sliding_counter gave a request it allowed, from the state after
 -- it ({window number, count with it, previous count}): its remaining and reset (see
 -- limit_sliding_log_taken).
-local function limit_sliding_counter_taken(state, now, limit, window)
+local function limit_sliding_counter_taken(_, state, now, limit, window)
   return limit_sliding_counter_left(limit, window, state[3], state[2],
     now - state[1] * window)
 end

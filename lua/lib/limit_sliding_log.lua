@@ -130,8 +130,10 @@ end
 -- The answer limit_sliding_log gave a request it allowed, from the log after it:
 -- no second decision for a reply that reports it. Its remaining and reset as two
 -- numbers (a batch's reply takes them without a table per request; it reports no
--- wait for an allowed request, see limits_append_taken).
-local function limit_sliding_log_taken(log, limit, window)
+-- wait for an allowed request, see limits_append_taken). The arguments every
+-- algorithm's are called with (limit_taken_of): the state before the take (not
+-- needed here), the log after it, now (not needed), limit and window.
+local function limit_sliding_log_taken(_, log, _, limit, window)
   return limit - #log / LOG_WIDTH, window
 end
 

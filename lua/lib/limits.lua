@@ -134,6 +134,30 @@ local function limit_take(alg, state, now, a, b, c)
   return nil
 end
 
+-- A policy's take, found once per batch rather than per request: the algorithm's
+-- own (state, now, a, b, c), or limit_take's full decision for the others.
+local function limit_taker(alg)
+  return LIMIT_TAKE[alg] or function(state, now, a, b, c)
+    return limit_take(alg, state, now, a, b, c)
+  end
+end
+
+-- A policy's numbers for a request it took, (before, after, now, a, b, c) ->
+-- remaining, reset (see limits_append_taken), found once per batch: the sliding
+-- log and counter read them off the state after the take, the others decide again
+-- on the state before it.
+local function limit_taken_of(alg)
+  if alg == 'sl' then
+    return limit_sliding_log_taken
+  elseif alg == 'sc' then
+    return limit_sliding_counter_taken
+  end
+  return function(before, _, now, a, b, c)
+    local r = limit_decide(alg, before or nil, now, a, b, c)
+    return r[2], r[4]
+  end
+end
+
 -- How long a policy's state matters after its last write, in ms: at most the time
 -- to live the algorithm gives it (see lua/lib/limit_*.lua).
 local function limit_span(alg, a, b, c)
@@ -289,20 +313,10 @@ end
 -- `after` hold the request's states at from + 1 .. from + P. Returns the index of
 -- the last number.
 local function limits_append_taken(out, n, policies, before, after, from, now)
-  for p, policy in ipairs(policies) do
-    local alg = policy[1]
-    local remaining, reset
-    if alg == 'sl' then
-      remaining, reset = limit_sliding_log_taken(after[from + p], policy[2], policy[3])
-    elseif alg == 'sc' then
-      remaining, reset = limit_sliding_counter_taken(after[from + p], now, policy[2],
-        policy[3])
-    else
-      local r = limit_decide(alg, before[from + p] or nil, now, policy[2], policy[3],
-        policy[4])
-      remaining, reset = r[2], r[4]
-    end
-    out[n + 1], out[n + 2] = remaining, reset
+  for p = 1, #policies do
+    local policy = policies[p]
+    out[n + 1], out[n + 2] = policy[7](before[from + p], after[from + p], now, policy[2],
+      policy[3], policy[4])
     n = n + 2
   end
   return n
@@ -313,21 +327,23 @@ local limits_new_state, limits_new_ttl = {}, {}
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
 -- it. Its subject under policy p is subjects[base + p] (a key name, or a user id
--- for a policy kept in buckets; see limits_cache); `policies`:
--- {alg, a, b, c, per user} each; `cache` from limits_cache, the states read by
--- limits_preload (every subject of the batch's counted requests). Fills
+-- for a policy kept in buckets; see limits_cache); `policies`: {alg, a, b, c, per
+-- user, take, taken} each (batch_policies); `cache` from limits_cache, the states
+-- read by limits_preload (every subject of the batch's counted requests). Fills
 -- `states[1..P]` with the states the request was decided on (false for none), from
 -- which limits_answers gives its answers. Returns true when every policy took it.
 local function limits_take(cache, subjects, base, policies, now, states)
   local tables, P = cache.tables, #policies
   for p = 1, P do
-    states[p] = tables[p][subjects[base + p]]
-  end
-  for p = 1, P do
     local policy = policies[p]
-    local new_state, ttl = limit_take(policy[1], states[p] or nil, now, policy[2], policy[3],
-      policy[4])
+    local state = tables[p][subjects[base + p]]
+    states[p] = state
+    local new_state, ttl = policy[6](state or nil, now, policy[2], policy[3], policy[4])
     if not new_state then
+      -- The states of the policies not asked, for the refusal's answers.
+      for q = p + 1, P do
+        states[q] = tables[q][subjects[base + q]]
+      end
       return false
     end
     limits_new_state[p], limits_new_ttl[p] = new_state, ttl
