@@ -701,21 +701,21 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
             .run(rx_a),
     );
     let lease = app.keys.lock(stampede::settle::SETTLE_LEASE);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while redis_get(&app, &lease).await.is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "worker A never took the lease"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     let leading = |m: &std::sync::Arc<stampede::metrics::Metrics>| {
         m.settle_leading.load(std::sync::atomic::Ordering::Relaxed)
     };
-    assert!(
-        leading(&metrics_a),
-        "A's metrics say it leads (stampede_settle_leading)"
-    );
+    // The worker sets its flag once Redis has answered its SET: wait for both.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while redis_get(&app, &lease).await.is_none() || !leading(&metrics_a) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "worker A never took the lease and said so (stampede_settle_leading): \
+             lease {:?}, flag {}",
+            redis_get(&app, &lease).await,
+            leading(&metrics_a)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let (stop_b, rx_b) = watch::channel(false);
     let b = tokio::spawn(
         settler(&app, "worker-b", 100, Duration::from_secs(60))
