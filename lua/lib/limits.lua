@@ -120,25 +120,16 @@ local LIMIT_TAKE = {
   sc = limit_sliding_counter_take,
 }
 
--- One more request under one policy, when it fits: the new state and its time to
--- live, else nil.
-local function limit_take(alg, state, now, a, b, c)
-  local take = LIMIT_TAKE[alg]
-  if take then
-    return take(state, now, a, b, c)
-  end
-  local r, new_state, ttl = limit_decide(alg, state, now, a, b, c)
-  if r[1] == 1 then
-    return new_state, ttl
-  end
-  return nil
-end
-
--- A policy's take, found once per batch rather than per request: the algorithm's
--- own (state, now, a, b, c), or limit_take's full decision for the others.
+-- A policy's take, found once per batch rather than per request: (state, now, a,
+-- b, c) -> the new state and its time to live when one more request fits, else
+-- nil. The algorithm's own take, or its full decision for the others.
 local function limit_taker(alg)
   return LIMIT_TAKE[alg] or function(state, now, a, b, c)
-    return limit_take(alg, state, now, a, b, c)
+    local r, new_state, ttl = limit_decide(alg, state, now, a, b, c)
+    if r[1] == 1 then
+      return new_state, ttl
+    end
+    return nil
   end
 end
 
