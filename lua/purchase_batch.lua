@@ -68,6 +68,9 @@
 -- removes them at zero. Fields of 36 characters are an earlier version's (order id
 -- -> user), counted by neither; src/sale/pending.rs reads both.
 local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED, NOT_ADMITTED = 1, 5, 9, 10, 12, 13
+-- The codes a key remembers, as text with their ':' (see the end of this script).
+local CODE_TEXT = {[REPLY_ACCEPTED] = '0:', [ALREADY_BOUGHT] = '1:', [SOLD_OUT] = '5:',
+  [OVER_CAP] = '9:', [NOT_ENOUGH_LEFT] = '10:'}
 local P, first_buyer_arg, n = batch_shape()
 
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'per_user', 'wr')
@@ -82,8 +85,10 @@ if not stock_left then
   return batch_all(P, n, REPLY_RECOVERING)
 end
 
--- Each buyer's order id, quantity and key (nil without one).
-local orders, quantity, idem = {}, {}, {}
+-- Each buyer's order id, quantity and key (nil without one); the quantity also
+-- as the text it came in, when it came (absent: 1), for the stream entry and the
+-- answer remembered with a key.
+local orders, quantity, idem, quantity_text = {}, {}, {}, {}
 local keyed = false
 for i = 1, n do
   local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
@@ -91,7 +96,7 @@ for i = 1, n do
     orders[i], quantity[i] = arg, 1
   else
     local q, key = string.match(arg, '^:(%d+):?(.*)$', 37)
-    orders[i], quantity[i] = string.sub(arg, 1, 36), tonumber(q)
+    orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 36), tonumber(q), q
     if key and key ~= '' then
       idem[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key
       keyed = true
@@ -224,7 +229,7 @@ local function decide_units(per_user)
         changed[#changed + 1] = user
       end
       now_held[user] = h + q
-      record(i, user, q)
+      record(i, user, quantity_text[i] or '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -291,7 +296,9 @@ if keyed then
     local f, c = idem[i], code[i]
     if f and first_of[f] == i and not stored[f] and (c == REPLY_ACCEPTED or c == ALREADY_BOUGHT
         or c == SOLD_OUT or c == OVER_CAP or c == NOT_ENOUGH_LEFT) then
-      local s = quantity[i] .. ':' .. c .. ':' .. value[i] .. ':' ..
+      -- Texts, not numbers, joined: Lua 5.1 turns a number into text with
+      -- sprintf('%.14g') at each `..`, three a buyer here.
+      local s = quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
         (c == REPLY_ACCEPTED and orders[i] or '')
       stored[f] = s
       remembered[#remembered + 1] = f
