@@ -335,7 +335,12 @@ async fn already_bought_names_a_pending_order() {
 
 /// Settles every order accepted so far (the app runs no worker of its own here).
 async fn settle_all(app: &TestApp) -> u64 {
-    let mut worker = stampede::settle::Settler::connect(
+    settler(app).await.drain().await.unwrap()
+}
+
+/// A settlement worker of `app`'s namespace, batches of up to 1,000 rows.
+async fn settler(app: &TestApp) -> stampede::settle::Settler {
+    stampede::settle::Settler::connect(
         app.db.clone(),
         &stampede::redis_conn::Target::from_config(&app.config),
         app.keys.clone(),
@@ -349,8 +354,68 @@ async fn settle_all(app: &TestApp) -> u64 {
         stampede::startup::settlers(),
     )
     .await
-    .unwrap();
-    worker.drain().await.unwrap()
+    .unwrap()
+}
+
+/// Settlement writes keyed orders with its plain insert, keys as they came; only
+/// a second order under a key Redis had forgotten (its first order in Postgres with
+/// the key) makes that insert fail on the key's unique index, and the batch's
+/// rewrite settles the second order without the key, the others of the batch with
+/// theirs.
+#[tokio::test(flavor = "multi_thread")]
+async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rewrite() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let buyers = app.create_users(3, false).await;
+    let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
+    let mut worker = settler(&app).await.with_metrics(metrics.clone());
+
+    let (first, _) = accepted(buy_keyed(&app, sale, &buyers[0], "k", None).await).await;
+    let (other, _) = accepted(buy_keyed(&app, sale, &buyers[1], "k", None).await).await;
+    assert_eq!(worker.drain().await.unwrap(), 2);
+    assert_eq!(
+        metrics.settle_rewrites.get(),
+        0,
+        "keyed orders go in with the plain insert"
+    );
+
+    // Redis forgets buyer 0's key (as after `purchase_key_ttl`): the same key is a
+    // new purchase, settled in one batch with a new keyed order of buyer 2.
+    let idem = app.sale_keys(sale).idem;
+    let _: i64 = redis::cmd("HDEL")
+        .arg(&idem)
+        .arg(format!("{}:k", buyers[0].id))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    let (second, replayed) = accepted(buy_keyed(&app, sale, &buyers[0], "k", None).await).await;
+    assert!(
+        !replayed && second != first,
+        "a forgotten key is a new purchase"
+    );
+    let (third, _) = accepted(buy_keyed(&app, sale, &buyers[2], "k", None).await).await;
+    assert_eq!(worker.drain().await.unwrap(), 2);
+    assert_eq!(
+        metrics.settle_rewrites.get(),
+        1,
+        "the forgotten key's order failed the plain insert once"
+    );
+    let mut keyed: Vec<(uuid::Uuid, Option<String>)> =
+        sqlx::query_as("SELECT id, idempotency_key FROM orders WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    keyed.sort();
+    let mut expected = vec![
+        (first, Some("k".to_string())),
+        (other, Some("k".to_string())),
+        (second, None),
+        (third, Some("k".to_string())),
+    ];
+    expected.sort();
+    assert_eq!(keyed, expected);
 }
 
 /// Refusals that arrive together have their buyers' orders read together (one
