@@ -338,23 +338,10 @@ async fn settle_all(app: &TestApp) -> u64 {
     settler(app).await.drain().await.unwrap()
 }
 
-/// A settlement worker of `app`'s namespace, batches of up to 1,000 rows.
+/// A settlement worker of `app`'s namespace (settle.rs's), batches of up to 1,000
+/// rows.
 async fn settler(app: &TestApp) -> stampede::settle::Settler {
-    stampede::settle::Settler::connect(
-        app.db.clone(),
-        &stampede::redis_conn::Target::from_config(&app.config),
-        app.keys.clone(),
-        stampede::config::SettleConfig {
-            batch_size: 1000,
-            block: Duration::from_millis(100),
-            claim_idle: Duration::from_secs(60),
-            consumer: Some("test".to_string()),
-            ..Default::default()
-        },
-        stampede::startup::settlers(),
-    )
-    .await
-    .unwrap()
+    crate::settle::settler(app, "test", 1000, Duration::from_secs(60)).await
 }
 
 /// Settlement writes keyed orders with its plain insert, keys as they came; only

@@ -22,7 +22,12 @@ async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
     accepted
 }
 
-async fn settler(app: &TestApp, consumer: &str, batch: usize, claim_idle: Duration) -> Settler {
+pub(crate) async fn settler(
+    app: &TestApp,
+    consumer: &str,
+    batch: usize,
+    claim_idle: Duration,
+) -> Settler {
     settler_on(
         app,
         app.db.clone(),
