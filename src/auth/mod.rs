@@ -70,6 +70,9 @@ pub fn authenticate(
 
 /// Signature, expiry and (cookie, unsafe method) CSRF: no store involved.
 pub fn verified_claims(req: &HttpRequest, tokens: &TokenKey) -> Result<Claims, AppError> {
+    // The header's text is borrowed (every purchase and vote comes this way); a
+    // cookie is parsed into a value of its own, kept here while the token is read.
+    let cookie;
     let (token, from_cookie) = match req.headers().get(header::AUTHORIZATION) {
         Some(value) => {
             let value = value.to_str().map_err(|_| {
@@ -81,15 +84,18 @@ pub fn verified_claims(req: &HttpRequest, tokens: &TokenKey) -> Result<Claims, A
                     "Authorization must be 'Bearer <token>'",
                 )
             })?;
-            (token.trim().to_string(), false)
+            (token.trim(), false)
         }
         None => match req.cookie(SESSION_COOKIE) {
-            Some(c) => (c.value().to_string(), true),
+            Some(c) => {
+                cookie = c;
+                (cookie.value(), true)
+            }
             None => return Err(AppError::new(ErrorCode::Unauthorized, "sign in first")),
         },
     };
     let claims = tokens
-        .verify(&token, chrono::Utc::now().timestamp())
+        .verify(token, chrono::Utc::now().timestamp())
         .map_err(|e| match e {
             TokenError::Expired => AppError::new(
                 ErrorCode::TokenExpired,

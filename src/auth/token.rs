@@ -129,10 +129,14 @@ pub(crate) fn open(mac: &HmacSha256, signed: &str, max_len: usize) -> Result<Vec
     }
     let (payload_b64, sig_b64) = signed.split_once('.').ok_or(TokenError::Malformed)?;
     let payload = B64.decode(payload_b64).map_err(|_| TokenError::Malformed)?;
-    let sig = B64.decode(sig_b64).map_err(|_| TokenError::Malformed)?;
+    // A MAC is 32 bytes: decoded on the stack (anything longer does not fit: malformed).
+    let mut sig = [0u8; 48];
+    let sig_len = B64
+        .decode_slice(sig_b64, &mut sig)
+        .map_err(|_| TokenError::Malformed)?;
     let mut mac = mac.clone();
     mac.update(&payload);
-    mac.verify_slice(&sig)
+    mac.verify_slice(&sig[..sig_len])
         .map_err(|_| TokenError::BadSignature)?;
     Ok(payload)
 }

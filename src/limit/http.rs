@@ -35,25 +35,25 @@ pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-poli
 #[derive(Clone, Debug, Default)]
 #[must_use = "attach the RateLimit headers to the success answer"]
 pub struct Granted {
-    headers: Option<(String, String)>,
+    /// `(RateLimit-Policy, RateLimit)`, made once from the text [`headers`] wrote
+    /// (the value takes the text's buffer: no copy).
+    headers: Option<(HeaderValue, HeaderValue)>,
 }
 
 impl Granted {
     /// Adds `RateLimit-Policy` and `RateLimit` (nothing when no policy applied).
-    pub fn attach(&self, mut resp: HttpResponse) -> HttpResponse {
-        if let Some((policy, state)) = &self.headers {
-            for (name, value) in [(RATELIMIT_POLICY, policy), (RATELIMIT, state)] {
-                if let Ok(value) = HeaderValue::from_str(value) {
-                    resp.headers_mut().insert(name, value);
-                }
-            }
+    pub fn attach(self, mut resp: HttpResponse) -> HttpResponse {
+        if let Some((policy, state)) = self.headers {
+            resp.headers_mut().insert(RATELIMIT_POLICY, policy);
+            resp.headers_mut().insert(RATELIMIT, state);
         }
         resp
     }
 
     /// `(RateLimit-Policy, RateLimit)` values, if any policy applied.
     pub fn header_values(&self) -> Option<(&str, &str)> {
-        self.headers.as_ref().map(|(p, s)| (p.as_str(), s.as_str()))
+        let (policy, state) = self.headers.as_ref()?;
+        Some((policy.to_str().ok()?, state.to_str().ok()?))
     }
 }
 
@@ -264,8 +264,14 @@ impl Limiter {
             .with_header(RATELIMIT_POLICY, policy_header)
             .with_header(RATELIMIT, state_header));
         }
+        if decided.is_empty() {
+            return Ok(Granted::default());
+        }
+        // The text is `[a-z0-9_-]` names, digits and `";=, `: always a valid value.
+        let values = HeaderValue::try_from(policy_header)
+            .and_then(|policy| HeaderValue::try_from(state_header).map(|state| (policy, state)));
         Ok(Granted {
-            headers: (!decided.is_empty()).then_some((policy_header, state_header)),
+            headers: values.ok(),
         })
     }
 
@@ -306,9 +312,11 @@ impl std::fmt::Display for Unavailable {
 /// The values of `RateLimit-Policy` and `RateLimit`: one list member per policy,
 /// e.g. `"buy-user";q=5;w=10` and `"buy-user";r=4;t=10`. `t` is the time until the
 /// whole quota is back. A refunded policy shows what it has after the refund.
+/// Written piece by piece into two strings (every 202 and vote carries them: the
+/// `format!` of each member cost about 0.3 us of a purchase).
 fn headers(decided: &[(&Policy, Decision)], refunded: bool) -> (String, String) {
-    let mut policy = String::new();
-    let mut state = String::new();
+    let mut policy = String::with_capacity(40 * decided.len());
+    let mut state = String::with_capacity(40 * decided.len());
     for (p, d) in decided {
         let quota = p.algorithm.quota();
         let remaining = if refunded && d.allowed() {
@@ -320,24 +328,49 @@ fn headers(decided: &[(&Policy, Decision)], refunded: bool) -> (String, String) 
             policy.push_str(", ");
             state.push_str(", ");
         }
-        policy.push_str(&policy_item(
+        push_item(
+            &mut policy,
             &p.name,
-            quota,
-            ceil_secs(p.algorithm.window_ms()),
-        ));
-        state.push_str(&state_item(&p.name, remaining, ceil_secs(d.reset_ms)));
+            ("q", quota),
+            ("w", ceil_secs(p.algorithm.window_ms())),
+        );
+        push_item(
+            &mut state,
+            &p.name,
+            ("r", remaining),
+            ("t", ceil_secs(d.reset_ms)),
+        );
     }
     (policy, state)
 }
 
+/// Appends `"<name>";<a>=<x>;<b>=<y>` (names are `[a-z0-9_-]`: nothing to escape).
+fn push_item(out: &mut String, name: &str, (a, x): (&str, u64), (b, y): (&str, u64)) {
+    let mut digits = itoa::Buffer::new();
+    out.push('"');
+    out.push_str(name);
+    out.push_str("\";");
+    out.push_str(a);
+    out.push('=');
+    out.push_str(digits.format(x));
+    out.push(';');
+    out.push_str(b);
+    out.push('=');
+    out.push_str(digits.format(y));
+}
+
 /// `"<name>";q=<limit>;w=<window in s>` (names are `[a-z0-9_-]`: nothing to escape).
 pub fn policy_item(name: &str, quota: u64, window_secs: u64) -> String {
-    format!("\"{name}\";q={quota};w={window_secs}")
+    let mut out = String::new();
+    push_item(&mut out, name, ("q", quota), ("w", window_secs));
+    out
 }
 
 /// `"<name>";r=<remaining>;t=<seconds>`.
 pub fn state_item(name: &str, remaining: u64, reset_secs: u64) -> String {
-    format!("\"{name}\";r={remaining};t={reset_secs}")
+    let mut out = String::new();
+    push_item(&mut out, name, ("r", remaining), ("t", reset_secs));
+    out
 }
 
 /// Whole seconds, rounded up.
