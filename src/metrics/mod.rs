@@ -81,7 +81,7 @@ counters! {
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",
     queue_admitted: "Shoppers admitted from waiting rooms by this process's admitter.",
     queue_passed: "Admissions that expired unused (their room went to the next in line), as this process's admitter found them.",
-    settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user): Redis and Postgres disagree.",
+    settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user), or their sale or user is gone (a user a rehearsal cleanup removed): Redis and Postgres disagree.",
 }
 
 impl Metrics {

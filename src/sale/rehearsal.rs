@@ -15,6 +15,8 @@
 //! a stream only of a sale Postgres still lists, and one it recreated for a sale
 //! removed meanwhile it removes again while empty, see `settle`).
 
+use std::time::Duration;
+
 use serde::Serialize;
 use sqlx::PgPool;
 
@@ -22,6 +24,12 @@ use crate::domain::{Id, SaleId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
+
+/// How long after the last token of a removed user expires its removal stays open
+/// (settlement looks up each order's user meanwhile): room for an order accepted
+/// with such a token and not yet settled, a settlement lag no storm or outage of a
+/// day reaches.
+pub const REMOVAL_OPEN_AFTER_TOKENS: Duration = Duration::from_secs(24 * 3600);
 
 /// What a cleanup removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -44,7 +52,16 @@ pub struct Cleaned {
 /// module's note for the order). Never touches a sale or user that is not a
 /// rehearsal one. Safe while nothing runs against those sales; an open one is
 /// removed too (its buyers then get 404).
-pub async fn cleanup(db: &PgPool, redis: &mut Redis, keys: &Keys) -> Result<Cleaned, AppError> {
+///
+/// `token_ttl` is the deployment's (`Config::token_ttl`): a removed user's token
+/// issued before the removal lives that long, and settlement guards against the
+/// orders it could still buy until then and [`REMOVAL_OPEN_AFTER_TOKENS`] after.
+pub async fn cleanup(
+    db: &PgPool,
+    redis: &mut Redis,
+    keys: &Keys,
+    token_ttl: Duration,
+) -> Result<Cleaned, AppError> {
     let mut tx = db.begin().await?;
     // Thousands of users and orders: more than a request's statement timeout.
     sqlx::query("SET LOCAL statement_timeout = '120s'")
@@ -103,6 +120,19 @@ pub async fn cleanup(db: &PgPool, redis: &mut Redis, keys: &Keys) -> Result<Clea
     .execute(&mut *tx)
     .await?
     .rows_affected();
+    if users > 0 {
+        // Settlement looks up each order's user while this removal is open: see
+        // migrations/0015_user_removals.sql and [`REMOVAL_OPEN_AFTER_TOKENS`].
+        let open = token_ttl + REMOVAL_OPEN_AFTER_TOKENS;
+        sqlx::query(
+            "INSERT INTO user_removals (until, users)
+             VALUES (now() + make_interval(secs => $1), $2)",
+        )
+        .bind(open.as_secs_f64())
+        .bind(users as i64)
+        .execute(&mut *tx)
+        .await?;
+    }
     let users_kept: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE rehearsal")
         .fetch_one(&mut *tx)
         .await?;

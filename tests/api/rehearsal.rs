@@ -7,7 +7,10 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app};
+use stampede::sale::rehearsal::REMOVAL_OPEN_AFTER_TOKENS;
+
+use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::settle::settler;
 
 /// Every Redis key of the sale's hash tag in the app's namespace.
 async fn keys_of_sale(app: &TestApp, sale: i64) -> Vec<String> {
@@ -354,4 +357,63 @@ async fn cleanup_needs_an_admin_and_a_csrf_token_in_a_browser() {
         .await
         .unwrap();
     assert_eq!(still, 1);
+}
+
+/// Settlement looks an order's user up only while a removal of users by the cleanup
+/// is open (migrations/0015). A rehearsal user's order of a real sale, accepted
+/// before the cleanup and not settled yet, is then not written (it is counted as a
+/// conflict); the other buyer's order is.
+#[tokio::test]
+async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let shopper = app.user().await;
+    let load_users = app.create_users(1, false).await;
+    let load_user = &load_users[0];
+    mark_rehearsal_users(&app, &[load_user]).await;
+    let real = app.open_sale_with(&admin, 10, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    for buyer in [&shopper, load_user] {
+        let resp = app.purchase(real, &buyer.token).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+
+    // The rehearsal user has no order in Postgres yet: the cleanup removes it, and
+    // records the removal open for a token's life and a day.
+    let resp = app
+        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let cleaned: Value = resp.json().await.unwrap();
+    assert_eq!(cleaned["users"], 1, "{cleaned}");
+    let (users, open_for): (i64, f64) = sqlx::query_as(
+        "SELECT users, extract(epoch FROM until - removed_at)::float8 FROM user_removals",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert_eq!(users, 1);
+    let expected = (app.config.token_ttl + REMOVAL_OPEN_AFTER_TOKENS).as_secs_f64();
+    assert!(
+        (open_for - expected).abs() < 5.0,
+        "{open_for} s, not {expected}"
+    );
+
+    let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
+    let mut worker = settler(&app, "after-cleanup", 100, Duration::from_secs(30))
+        .await
+        .with_metrics(metrics.clone());
+    worker.drain().await.unwrap();
+    let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
+        .bind(real)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        buyers,
+        [shopper.id],
+        "the removed user's order is not written"
+    );
+    assert_eq!(metrics.settle_conflicts.get(), 1);
 }

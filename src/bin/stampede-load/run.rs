@@ -407,7 +407,7 @@ pub async fn cleanup(config: &Config, json: bool) -> anyhow::Result<()> {
     let db = stampede::startup::connect_db(config).await?;
     let mut redis = stampede::startup::connect_redis(config).await?;
     let keys = stampede::keys::Keys::new(&config.redis_namespace);
-    let cleaned = stampede::sale::rehearsal::cleanup(&db, &mut redis, &keys)
+    let cleaned = stampede::sale::rehearsal::cleanup(&db, &mut redis, &keys, config.token_ttl)
         .await
         .map_err(|e| anyhow::anyhow!("{e:?}"))?;
     if json {

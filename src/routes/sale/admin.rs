@@ -400,7 +400,13 @@ pub(super) async fn admin_cleanup_rehearsals(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
 ) -> Result<HttpResponse, AppError> {
-    let cleaned = rehearsal::cleanup(&state.db, &mut state.redis.clone(), &state.keys).await?;
+    let cleaned = rehearsal::cleanup(
+        &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
+        state.config.token_ttl,
+    )
+    .await?;
     tracing::warn!(admin = %admin.id, sales = cleaned.sales, orders = cleaned.orders, users = cleaned.users, "rehearsals cleaned up");
     Ok(HttpResponse::Ok().json(cleaned))
 }
