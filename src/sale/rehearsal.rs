@@ -14,6 +14,11 @@
 //! case the settlement worker recreated an orders stream in between (it recreates
 //! a stream only of a sale Postgres still lists, and one it recreated for a sale
 //! removed meanwhile it removes again while empty, see `settle`).
+//!
+//! Removed users are recorded (`user_removals`, migrations/0015): settlement looks
+//! up each order's user only while a removal is open, so an order of a removed
+//! user that still arrives (its token lives on; an order accepted before the
+//! cleanup may not be settled yet) is not written.
 
 use std::time::Duration;
 
