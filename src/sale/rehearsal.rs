@@ -36,6 +36,9 @@ use crate::redis_conn::Redis;
 /// day reaches.
 pub const REMOVAL_OPEN_AFTER_TOKENS: Duration = Duration::from_secs(24 * 3600);
 
+/// The longest a removal stays open, whatever `token_ttl` says.
+const REMOVAL_OPEN_AT_MOST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// What a cleanup removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Cleaned {
@@ -128,7 +131,11 @@ pub async fn cleanup(
     if users > 0 {
         // Settlement looks up each order's user while this removal is open: see
         // migrations/0015_user_removals.sql and [`REMOVAL_OPEN_AFTER_TOKENS`].
-        let open = token_ttl + REMOVAL_OPEN_AFTER_TOKENS;
+        // (At most a century: a `token_ttl` past that is a setting's mistake, and
+        // neither the sum nor Postgres's timestamp may overflow on it.)
+        let open = token_ttl
+            .saturating_add(REMOVAL_OPEN_AFTER_TOKENS)
+            .min(REMOVAL_OPEN_AT_MOST);
         sqlx::query(
             "INSERT INTO user_removals (until, users)
              VALUES (now() + make_interval(secs => $1), $2)",

@@ -417,3 +417,29 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
     );
     assert_eq!(metrics.settle_conflicts.get(), 1);
 }
+
+/// A `token_ttl` past any sense opens the removal for a century, no longer: the
+/// cleanup neither overflows nor fails on it.
+#[tokio::test]
+async fn a_huge_token_ttl_opens_a_removal_for_a_century() {
+    let app = spawn_app().await;
+    let load_users = app.create_users(1, false).await;
+    mark_rehearsal_users(&app, &[&load_users[0]]).await;
+    let cleaned = stampede::sale::rehearsal::cleanup(
+        &app.db,
+        &mut app.redis.clone(),
+        &app.keys,
+        Duration::MAX,
+    )
+    .await
+    .unwrap();
+    assert_eq!(cleaned.users, 1);
+    let years: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM until - removed_at)::float8 / (365 * 24 * 3600)
+         FROM user_removals",
+    )
+    .fetch_one(&app.db)
+    .await
+    .unwrap();
+    assert!((years - 100.0).abs() < 0.01, "{years} years");
+}
