@@ -44,6 +44,15 @@ async fn mark_rehearsal_users(app: &TestApp, users: &[&User]) {
         .unwrap();
 }
 
+/// `POST /api/admin/rehearsals/cleanup` as `admin`: 200 and what it removed.
+async fn clean_up(app: &TestApp, admin: &User) -> Value {
+    let resp = app
+        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.unwrap()
+}
+
 fn ids_of(list: &Value) -> Vec<i64> {
     list.as_array()
         .unwrap()
@@ -210,11 +219,7 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
     let real_keys = keys_of_sale(&app, real).await;
     let real_left = app.stock_left(real).await;
 
-    let resp = app
-        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
-        .await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let cleaned: Value = resp.json().await.unwrap();
+    let cleaned = clean_up(&app, &admin).await;
     assert_eq!(cleaned["sales"], 2, "{cleaned}");
     assert_eq!(cleaned["orders"], 6, "{cleaned}");
     assert_eq!(cleaned["users"], 3, "{cleaned}");
@@ -381,11 +386,7 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
 
     // The rehearsal user has no order in Postgres yet: the cleanup removes it, and
     // records the removal open for a token's life and a day.
-    let resp = app
-        .post("/api/admin/rehearsals/cleanup", Some(&admin.token))
-        .await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    let cleaned: Value = resp.json().await.unwrap();
+    let cleaned = clean_up(&app, &admin).await;
     assert_eq!(cleaned["users"], 1, "{cleaned}");
     let (users, open_for): (i64, f64) = sqlx::query_as(
         "SELECT users, extract(epoch FROM until - removed_at)::float8 FROM user_removals",
