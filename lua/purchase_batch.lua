@@ -182,16 +182,26 @@ end
 -- `append_entry` once): `sale_id`, `at_ms` (the time every order of the batch was
 -- accepted) and `orders`, one `<order>:<user>:<quantity>[:<key>]` per order,
 -- separated by spaces (a key has no space, and comes last).
-local entry = {}
+-- `entry` holds the pieces of that text, joined once by table.concat (an order's
+-- own text would be a string made, hashed and collected per buyer); `recorded`
+-- counts the orders.
+local entry, pieces, recorded = {}, 0, 0
 local function record(i, user, q)
+  if recorded > 0 then
+    pieces = pieces + 1
+    entry[pieces] = ' '
+  end
+  recorded = recorded + 1
+  entry[pieces + 1], entry[pieces + 2], entry[pieces + 3], entry[pieces + 4], entry[pieces + 5] =
+    orders[i], ':', user, ':', q
+  pieces = pieces + 5
   if idem[i] then
-    entry[#entry + 1] = orders[i] .. ':' .. user .. ':' .. q .. ':' .. string.sub(idem[i], #user + 2)
-  else
-    entry[#entry + 1] = orders[i] .. ':' .. user .. ':' .. q
+    entry[pieces + 1], entry[pieces + 2] = ':', string.sub(idem[i], #user + 2)
+    pieces = pieces + 2
   end
 end
 local function append_entry()
-  local text = table.concat(entry, ' ')
+  local text = table.concat(entry)
   redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
   local tag = string.sub(orders[asking[1]], 15, 28)
   if redis.call('HSETNX', KEYS[5], tag, text) == 1 then
@@ -199,7 +209,7 @@ local function append_entry()
   else
     redis.call('HSET', KEYS[5], tag, redis.call('HGET', KEYS[5], tag) .. ' ' .. text)
   end
-  redis.call('HINCRBY', KEYS[5], '#', #entry)
+  redis.call('HINCRBY', KEYS[5], '#', recorded)
 end
 
 -- A sale of more than one per customer: units per buyer, all or nothing.

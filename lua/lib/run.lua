@@ -26,6 +26,16 @@ local BATCH_CHUNK = 1000
 -- redis.call(cmd, key, items...) in chunks; returns the replies, concatenated when
 -- they are arrays. (Here, before lua/lib/limits.lua, which reads in chunks too.)
 local function batch_variadic(cmd, key, items)
+  if #items == 0 then
+    return {}
+  elseif #items <= BATCH_CHUNK then
+    -- One call: its reply as it is (an array), not a copy of it.
+    local r = redis.call(cmd, key, unpack(items))
+    if type(r) == 'table' then
+      return r
+    end
+    return {}
+  end
   local out = {}
   for from = 1, #items, BATCH_CHUNK do
     local r = redis.call(cmd, key, unpack(items, from, math.min(from + BATCH_CHUNK - 1, #items)))
