@@ -158,7 +158,10 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ),
     ("STAMPEDE_WORKERS", parsed!(workers)),
     ("STAMPEDE_BATCH_MAX", parsed!(batch_max)),
-    ("STAMPEDE_BATCH_IN_FLIGHT", parsed!(batch_in_flight)),
+    ("STAMPEDE_BATCH_IN_FLIGHT", |c, name, v| {
+        c.batch_in_flight = Some(parse(name, v)?);
+        Ok(())
+    }),
     ("STAMPEDE_SWEEP_MS", parsed!(millis sweep)),
     ("STAMPEDE_EXPIRE_MS", parsed!(millis expire)),
     (

@@ -402,7 +402,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
     let own = Connections::new(vec![redis.clone()]);
     let deciding = if state.config.replica_acks > 0 {
         let mut deciding = Vec::new();
-        for _ in 0..state.config.batch_in_flight.max(1) {
+        for _ in 0..state.config.batch_in_flight() {
             deciding.push(connect_worker_redis(&state.config).await?);
         }
         Connections::new(deciding)
@@ -419,7 +419,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
             deciding.clone(),
             max,
-            state.config.batch_in_flight,
+            state.config.batch_in_flight(),
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.buy_batches,
@@ -435,7 +435,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
             deciding.clone(),
             max,
-            state.config.batch_in_flight,
+            state.config.batch_in_flight(),
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.vote_batches,
@@ -449,7 +449,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
             own.clone(),
             max,
-            state.config.batch_in_flight,
+            state.config.batch_in_flight(),
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.queue_batches,
