@@ -40,9 +40,10 @@ use stampede::limit::{Algorithm, Policy, Route, Subject};
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
 use stampede::sale::store::{SaleRow, put_new_sale};
 
-/// Callers in flight: four per connection over [`CONNECTIONS`], as a server's worker
-/// keeps its batches (`batch_in_flight`); all of them on the one connection of
-/// the one-connection figure.
+/// Callers in flight: four per connection over [`CONNECTIONS`] (a server's worker
+/// keeps two batches of a sale out by default, `batch_in_flight`, four with
+/// replica acknowledgements; the figure keeps the count it always had, so runs
+/// compare); all of them on the one connection of the one-connection figure.
 const IN_FLIGHT: usize = 32;
 
 /// Connections the callers share: as many as four servers of two HTTP workers.
