@@ -15,6 +15,8 @@
 //!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds] [only]
 //!
 //! `only` measures just the figures whose label contains it (say `"64 repeat"`).
+//! The buyers come from 250 addresses, or from `BATCH_ADDRESSES` (1 to 250: 1 is
+//! what `scripts/bench`'s HTTP figures send, all from 127.0.0.1).
 //!
 //! The calls go over [`CONNECTIONS`] connections, as an app tier's do (each HTTP
 //! worker of each server has its own): Redis reads at most 16 KB of one
@@ -257,12 +259,21 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// User `u`, from one of 250 addresses.
+/// User `u`, from one of `BATCH_ADDRESSES` addresses (1 to 250; default 250).
 fn buyer(u: u64) -> BuyRequest {
+    static ADDRESSES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let addresses = *ADDRESSES.get_or_init(|| {
+        std::env::var("BATCH_ADDRESSES")
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .filter(|a| (1..=250).contains(a))
+            .unwrap_or(250)
+    });
+    let last = (u % addresses) as u8 + 1;
     BuyRequest {
         user: Id::new(u as i64).expect("positive"),
         quantity: 1,
-        ip: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, (u % 250) as u8 + 1))),
+        ip: Some(IpAddr::V4(Ipv4Addr::new(127, 0, 0, last))),
         key: None,
     }
 }
