@@ -5,7 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app};
+use crate::helpers::{TestApp, spawn_app, spawn_app_with};
 
 /// Runs `stampede load <args> --json` against `app` (`args` split at spaces); the exit
 /// status and the report.
@@ -565,4 +565,45 @@ async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
     let (status, _, stderr) = load(&app, "storm --admit-per-second 10 --users 5").await;
     assert!(!status.success());
     assert!(stderr.contains("--waiting-room"), "{stderr}");
+}
+
+/// `--warm-up` asks again whoever got an ambiguous answer. Here every purchase is
+/// decided but answered 503 `not_replicated` (more replica acknowledgements asked
+/// for than the test Redis has replicas); asked again, each user is found to have
+/// bought (409 `already_bought`: a batch that accepted nothing waits for no
+/// replica), so the warm-up succeeds with each user holding exactly one order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_up_asks_again_whoever_got_an_ambiguous_answer() {
+    let app = spawn_app_with(|c| {
+        c.replica_acks = 5;
+        c.replica_ack_timeout = std::time::Duration::from_millis(50);
+    })
+    .await;
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("warm-{}.tokens", uuid::Uuid::new_v4().simple()));
+    let (status, _, stderr) = load_text(
+        &app,
+        &format!(
+            "repeat --users 20 --stock 100 --prepare-only {} --warm-up",
+            file.display()
+        ),
+    )
+    .await;
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warm-up: 20 of 20 users got no clear answer; asking them again"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let path = text.lines().next().unwrap();
+    let sale: i64 = path
+        .strip_prefix("/api/sales/")
+        .and_then(|p| p.strip_suffix("/purchase"))
+        .expect(path)
+        .parse()
+        .unwrap();
+    assert_eq!(app.buyers(sale).await.len(), 20, "each user bought once");
+    assert_eq!(app.stock_left(sale).await, 80);
+    assert_eq!(app.wait_for_orders(sale, 20).await.len(), 20);
 }

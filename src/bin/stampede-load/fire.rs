@@ -53,6 +53,7 @@ impl Kind {
 }
 
 /// What every request of the run sends.
+#[derive(Clone)]
 pub struct Plan {
     pub mode: Mode,
     pub path: String,
@@ -109,6 +110,8 @@ pub struct UserSeen {
     pub ambiguous: bool,
     pub already: bool,
     pub decided: bool,
+    /// Some answer was a 2xx.
+    pub succeeded: bool,
 }
 
 #[derive(Default, Clone)]
@@ -235,6 +238,7 @@ async fn one(
             .as_deref()
             .is_some_and(|c| c.starts_with("already_"));
         u.decided |= matches!(kind.status, 200..=299 | 409 | 410) && !kind.retry_in_storm();
+        u.succeeded |= (200..=299).contains(&kind.status);
     }
     kind
 }

@@ -147,7 +147,9 @@ pub struct LoadArgs {
     #[arg(long)]
     pub prepare_only: Option<PathBuf>,
     /// With --prepare-only: let every user make one request first (and fail unless
-    /// each succeeds), so that every later request is a repeat.
+    /// each succeeds), so that every later request is a repeat. A user answered 503
+    /// or not at all is asked again, up to five tries, and then an `already_*`
+    /// answer counts as success (the first request went through).
     #[arg(long, requires = "prepare_only")]
     pub warm_up: bool,
 }

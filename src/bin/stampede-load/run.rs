@@ -351,6 +351,84 @@ async fn progress_note<T>(
     fut.await
 }
 
+/// How often `--warm-up` asks a user whose answer was ambiguous.
+const WARM_UP_TRIES: u32 = 5;
+
+/// `--warm-up`: every user once, so that every later request is a repeat (in a
+/// storm plan each user has one turn anyway; otherwise the request cap does it).
+/// Each user's first request must succeed (2xx). One whose answer was ambiguous
+/// (a 503, such as `not_replicated` when a replica was slow to confirm, or none)
+/// may have bought or voted all the same: it is asked again after a pause, up to
+/// [`WARM_UP_TRIES`] times in all, and then a 2xx or an `already_*` answer (its
+/// first request went through) is as good. Any other answer fails the warm-up.
+async fn warm_up(args: &LoadArgs, target: &Target, plan: &Arc<Plan>) -> anyhow::Result<()> {
+    let mut left: Vec<usize> = (0..plan.tokens.len()).collect();
+    let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
+    for attempt in 1..=WARM_UP_TRIES {
+        let round = Arc::new(Plan {
+            tokens: left.iter().map(|&i| plan.tokens[i].clone()).collect(),
+            addresses: if plan.addresses.is_empty() {
+                Vec::new()
+            } else {
+                left.iter().map(|&i| plan.addresses[i].clone()).collect()
+            },
+            ..Plan::clone(plan)
+        });
+        let progress = Arc::new(Progress::default());
+        let seen = fire(
+            target,
+            round.clone(),
+            args.concurrency,
+            None,
+            Stop {
+                deadline: Instant::now() + Duration::from_secs(600),
+                max_requests: round.tokens.len() as u64,
+            },
+            progress.clone(),
+        )
+        .await;
+        for (k, n) in progress.counts() {
+            *kinds.entry(k.label()).or_default() += n;
+        }
+        let mut users: std::collections::HashMap<usize, crate::fire::UserSeen> =
+            std::collections::HashMap::new();
+        for s in seen {
+            users.extend(s.users);
+        }
+        let mut again = Vec::new();
+        for (j, &user) in left.iter().enumerate() {
+            let u = users.get(&j).cloned().unwrap_or_default();
+            if u.succeeded || (attempt > 1 && u.already) {
+                continue;
+            }
+            anyhow::ensure!(
+                u.ambiguous || !users.contains_key(&j),
+                "warm-up: each of the {} users' first request must succeed (a 503 or no \
+                 answer is asked again), got {kinds:?}",
+                plan.tokens.len()
+            );
+            again.push(user);
+        }
+        if again.is_empty() {
+            return Ok(());
+        }
+        if !args.json {
+            eprintln!(
+                "warm-up: {} of {} users got no clear answer; asking them again",
+                again.len(),
+                plan.tokens.len()
+            );
+        }
+        left = again;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    anyhow::bail!(
+        "warm-up: {} of the {} users got no clear answer in {WARM_UP_TRIES} tries: {kinds:?}",
+        left.len(),
+        plan.tokens.len()
+    )
+}
+
 /// `--prepare-only`: the request and the tokens for an outside generator.
 async fn prepare_only(
     args: &LoadArgs,
@@ -359,33 +437,7 @@ async fn prepare_only(
     file: &std::path::Path,
 ) -> anyhow::Result<bool> {
     if args.warm_up && !plan.tokens.is_empty() {
-        // Every user once, so that every later request is a repeat (in a storm
-        // plan each user has one turn anyway; otherwise the request cap does it).
-        let progress = Arc::new(Progress::default());
-        fire(
-            target,
-            plan.clone(),
-            args.concurrency,
-            None,
-            Stop {
-                deadline: Instant::now() + Duration::from_secs(600),
-                max_requests: plan.tokens.len() as u64,
-            },
-            progress.clone(),
-        )
-        .await;
-        let counts = progress.counts();
-        let accepted: u64 = counts
-            .iter()
-            .filter(|(k, _)| (200..300).contains(&k.status))
-            .map(|(_, n)| n)
-            .sum();
-        let kinds: BTreeMap<String, u64> = counts.iter().map(|(k, n)| (k.label(), *n)).collect();
-        anyhow::ensure!(
-            accepted == plan.tokens.len() as u64,
-            "warm-up: each of the {} users' first request must succeed, got {kinds:?}",
-            plan.tokens.len()
-        );
+        warm_up(args, target, plan).await?;
     }
     let mut text = plan.path.clone();
     if let Some(body) = &plan.body {
