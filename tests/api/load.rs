@@ -40,6 +40,29 @@ async fn load_text(app: &TestApp, args: &str) -> (std::process::ExitStatus, Stri
     (out.status, stdout, stderr)
 }
 
+/// Runs `stampede load <args> --prepare-only FILE`, which must succeed; the file's
+/// text and stderr.
+async fn prepared(app: &TestApp, args: &str) -> (String, String) {
+    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("prepared-{}.tokens", uuid::Uuid::new_v4().simple()));
+    let (status, _, stderr) =
+        load_text(app, &format!("{args} --prepare-only {}", file.display())).await;
+    assert!(status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    (text, stderr)
+}
+
+/// The sale id in a prepared file's first line, `/api/sales/<id><suffix>`.
+fn sale_in(text: &str, suffix: &str) -> i64 {
+    let path = text.lines().next().unwrap();
+    path.strip_prefix("/api/sales/")
+        .and_then(|p| p.strip_suffix(suffix))
+        .expect(path)
+        .parse()
+        .unwrap()
+}
+
 /// The report's checks: (invariant, ok).
 fn checks(report: &Value) -> Vec<(String, bool)> {
     report["checks"]
@@ -528,26 +551,12 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
     let app = spawn_app().await;
-    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("queue-{}.tokens", uuid::Uuid::new_v4().simple()));
-    let (status, _, stderr) = load_text(
+    let (text, _) = prepared(
         &app,
-        &format!(
-            "storm --waiting-room --users 20 --opens-in 60 --prepare-only {} --warm-up",
-            file.display()
-        ),
+        "storm --waiting-room --users 20 --opens-in 60 --warm-up",
     )
     .await;
-    assert!(status.success(), "{stderr}");
-    let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::remove_file(&file).unwrap();
-    let path = text.lines().next().unwrap();
-    let sale: i64 = path
-        .strip_prefix("/api/sales/")
-        .and_then(|p| p.strip_suffix("/queue"))
-        .expect(path)
-        .parse()
-        .unwrap();
+    let sale = sale_in(&text, "/queue");
     assert_eq!(text.lines().count(), 21, "the path, then 20 tokens");
     let line: i64 = redis::cmd("ZCARD")
         .arg(app.sale_keys(sale).queue)
@@ -579,30 +588,12 @@ async fn a_warm_up_asks_again_whoever_got_an_ambiguous_answer() {
         c.replica_ack_timeout = std::time::Duration::from_millis(50);
     })
     .await;
-    let file = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("warm-{}.tokens", uuid::Uuid::new_v4().simple()));
-    let (status, _, stderr) = load_text(
-        &app,
-        &format!(
-            "repeat --users 20 --stock 100 --prepare-only {} --warm-up",
-            file.display()
-        ),
-    )
-    .await;
-    assert!(status.success(), "{stderr}");
+    let (text, stderr) = prepared(&app, "repeat --users 20 --stock 100 --warm-up").await;
     assert!(
         stderr.contains("warm-up: 20 of 20 users got no clear answer; asking them again"),
         "{stderr}"
     );
-    let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::remove_file(&file).unwrap();
-    let path = text.lines().next().unwrap();
-    let sale: i64 = path
-        .strip_prefix("/api/sales/")
-        .and_then(|p| p.strip_suffix("/purchase"))
-        .expect(path)
-        .parse()
-        .unwrap();
+    let sale = sale_in(&text, "/purchase");
     assert_eq!(app.buyers(sale).await.len(), 20, "each user bought once");
     assert_eq!(app.stock_left(sale).await, 80);
     assert_eq!(app.wait_for_orders(sale, 20).await.len(), 20);
