@@ -418,6 +418,13 @@ impl Config {
                     .into(),
             ));
         }
+        // A call of 1,024 new buyers with both limit shapes holds Redis for about 6 ms
+        // (about 6 µs a decision: docs/capacity.md), every other client waiting.
+        if !(1..=1024).contains(&self.batch_max) {
+            return Err(ConfigError::Invalid(
+                "batch_max (STAMPEDE_BATCH_MAX) must be 1 to 1024".into(),
+            ));
+        }
         if self.batch_in_flight.is_some_and(|n| !(1..=64).contains(&n)) {
             return Err(ConfigError::Invalid(
                 "batch_in_flight (STAMPEDE_BATCH_IN_FLIGHT) must be 1 to 64".into(),
@@ -559,6 +566,25 @@ mod tests {
                 .unwrap();
             let err = c.validate().unwrap_err().to_string();
             assert!(err.contains("STAMPEDE_BATCH_IN_FLIGHT"), "{err}");
+        }
+    }
+
+    #[test]
+    fn batch_max_is_one_to_1024() {
+        let mut c = Config {
+            token_secret: "x".repeat(32),
+            ..Config::default()
+        };
+        for good in ["1", "64", "1024"] {
+            c.apply_env(|k| (k == "STAMPEDE_BATCH_MAX").then(|| good.to_string()))
+                .unwrap();
+            c.validate().unwrap();
+        }
+        for bad in ["0", "1025"] {
+            c.apply_env(|k| (k == "STAMPEDE_BATCH_MAX").then(|| bad.to_string()))
+                .unwrap();
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("STAMPEDE_BATCH_MAX"), "{err}");
         }
     }
 
