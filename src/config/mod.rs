@@ -418,8 +418,9 @@ impl Config {
                     .into(),
             ));
         }
-        // A call of 1,024 new buyers with both limit shapes holds Redis for about 6 ms
-        // (about 6 µs a decision: docs/capacity.md), every other client waiting.
+        // A call of 1,024 new buyers with both limit shapes holds Redis for about 8 ms
+        // (about 120,000 such decisions a second on Redis alone: BENCHMARKS.md), every
+        // other client waiting.
         if !(1..=1024).contains(&self.batch_max) {
             return Err(ConfigError::Invalid(
                 "batch_max (STAMPEDE_BATCH_MAX) must be 1 to 1024".into(),
