@@ -53,7 +53,6 @@ impl Kind {
 }
 
 /// What every request of the run sends.
-#[derive(Clone)]
 pub struct Plan {
     pub mode: Mode,
     pub path: String,
@@ -73,6 +72,23 @@ fn new_key() -> String {
 }
 
 impl Plan {
+    /// The same plan for `users` alone (indexes into `tokens`), in that order.
+    pub fn of_users(&self, users: &[usize]) -> Plan {
+        Plan {
+            mode: self.mode,
+            path: self.path.clone(),
+            body: self.body.clone(),
+            tokens: users.iter().map(|&i| self.tokens[i].clone()).collect(),
+            addresses: if self.addresses.is_empty() {
+                Vec::new()
+            } else {
+                users.iter().map(|&i| self.addresses[i].clone()).collect()
+            },
+            ticket_path: self.ticket_path.clone(),
+            keys: self.keys,
+        }
+    }
+
     fn request<'a>(&'a self, user: usize, key: Option<&'a str>) -> Request<'a> {
         Request {
             method: if self.mode == Mode::Healthz {

@@ -365,15 +365,7 @@ async fn warm_up(args: &LoadArgs, target: &Target, plan: &Arc<Plan>) -> anyhow::
     let mut left: Vec<usize> = (0..plan.tokens.len()).collect();
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     for attempt in 1..=WARM_UP_TRIES {
-        let round = Arc::new(Plan {
-            tokens: left.iter().map(|&i| plan.tokens[i].clone()).collect(),
-            addresses: if plan.addresses.is_empty() {
-                Vec::new()
-            } else {
-                left.iter().map(|&i| plan.addresses[i].clone()).collect()
-            },
-            ..Plan::clone(plan)
-        });
+        let round = Arc::new(plan.of_users(&left));
         let progress = Arc::new(Progress::default());
         let seen = fire(
             target,
@@ -390,19 +382,20 @@ async fn warm_up(args: &LoadArgs, target: &Target, plan: &Arc<Plan>) -> anyhow::
         for (k, n) in progress.counts() {
             *kinds.entry(k.label()).or_default() += n;
         }
-        let mut users: std::collections::HashMap<usize, crate::fire::UserSeen> =
-            std::collections::HashMap::new();
-        for s in seen {
-            users.extend(s.users);
-        }
+        let users: std::collections::HashMap<usize, crate::fire::UserSeen> =
+            seen.into_iter().flat_map(|s| s.users).collect();
         let mut again = Vec::new();
         for (j, &user) in left.iter().enumerate() {
-            let u = users.get(&j).cloned().unwrap_or_default();
-            if u.succeeded || (attempt > 1 && u.already) {
+            // No answer at all (the request never got one) is as ambiguous as a 503.
+            let (done, ambiguous) = match users.get(&j) {
+                Some(u) => (u.succeeded || (attempt > 1 && u.already), u.ambiguous),
+                None => (false, true),
+            };
+            if done {
                 continue;
             }
             anyhow::ensure!(
-                u.ambiguous || !users.contains_key(&j),
+                ambiguous,
                 "warm-up: each of the {} users' first request must succeed (a 503 or no \
                  answer is asked again), got {kinds:?}",
                 plan.tokens.len()
