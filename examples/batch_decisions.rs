@@ -40,7 +40,8 @@ use stampede::domain::{Id, MAX_STOCK};
 use stampede::keys::Keys;
 use stampede::limit::{Algorithm, Policy, Route, Subject};
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
-use stampede::sale::store::{SaleRow, put_new_sale};
+use stampede::sale::record::SaleRow;
+use stampede::sale::store::put_new_sale;
 
 /// Callers in flight: four per connection over [`CONNECTIONS`] (a server's worker
 /// keeps two batches of a sale out by default, `batch_in_flight`, four with

@@ -14,8 +14,9 @@ use sqlx::{Connection, PgConnection};
 use stampede::config::{Config, SettleConfig};
 use stampede::domain::Id;
 use stampede::keys::Keys;
+use stampede::sale::buy::PurchaseOutcome;
 use stampede::sale::buy::{BuyRequest, PurchaseBatch};
-use stampede::sale::store::{self, NewSale, PurchaseOutcome};
+use stampede::sale::store::{self, NewSale};
 use stampede::settle::Settler;
 
 const DB: &str = "stampede_bench_settle";

@@ -3,8 +3,9 @@
 -- and Postgres rolls back).
 -- KEYS[1] meta hash   KEYS[2] options set   KEYS[3] voters hash
 -- ARGV[1] opens_ms   ARGV[2] closes_ms   ARGV[3..] option ids
--- Returns 1 when written, 0 when the poll has a vote, -1 when Redis does not hold
--- the poll (the rebuild from Postgres writes all of it).
+-- Returns:
+--   1 written   0 the poll has a vote   -1 not loaded (the rebuild from Postgres
+--   writes all of it)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end

@@ -4,8 +4,9 @@
 -- KEYS[1] meta hash   KEYS[2] buyers set   KEYS[3] units sold counter
 -- ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] most units per customer
 -- ARGV[4] waiting room: admissions a second (0: none)   ARGV[5] when its line opens
--- Returns 1 when written, 0 when the sale has buyers, -1 when Redis does not hold
--- the sale (the rebuild from Postgres writes all of it).
+-- Returns:
+--   1 written   0 the sale has buyers   -1 not loaded (the rebuild from Postgres
+--   writes all of it)
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return -1
 end

@@ -1,4 +1,4 @@
--- One step of a sale's waiting room (see src/sale/queue.rs), run by every server
+-- One step of a sale's waiting room (see src/sale/queue/), run by every server
 -- a few times a second; atomic and paced by the Redis clock, so any number of
 -- servers admit at the sale's rate together.
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] line (user -> place)

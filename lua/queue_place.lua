@@ -1,4 +1,4 @@
--- Shoppers' places in a sale's waiting room (see src/sale/queue.rs), a batch of
+-- Shoppers' places in a sale's waiting room (see src/sale/queue/), a batch of
 -- them in one call: joining (one place per account, the same answer however often
 -- it joins) or only reading, and where each stands.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run, wr = admissions a second,
@@ -14,13 +14,14 @@
 -- a later joiner holds 2^52 + n, n counting the late joins (arrival order).
 -- Returns {now ms, starts_ms, admissions a second, waiting}, then per shopper
 -- {code, value, state, position, ahead, expiry ms}; code:
---   0 done (value 1: this call took a new place, else 0), then the standing:
---     state 0 not in line, 1 waiting, 2 admitted (until expiry), 3 passed
---     (admitted, never bought, expired), 4 bought, 5 sold out (waiting, no unit
---     left); position: 1-based place (0: none); ahead: people still waiting before
---     this one (-1 before the opening: the early order is drawn then)
+--   0 done (value 1: this call took a new place, else 0; then the standing)
 --   2 the line does not open yet (value = ms until it does)   3 ended or closed
 --   4 not loaded   5 sold out   6 recovering   13 the sale has no waiting room
+-- The standing, with code 0: position, the 1-based place (0: none); ahead, people
+-- still waiting before this one (-1 before the opening: the early order is drawn
+-- then); expiry, an admission's end; state:
+--   0 not in line   1 waiting   2 admitted (until expiry)   3 passed (admitted,
+--   never bought, expired)   4 bought   5 sold out (waiting, no unit left)
 -- waiting: people not yet reached by admission, after this batch's joins.
 local n = (#ARGV - 1) / 3
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'wr', 'q_opens_ms')

@@ -146,41 +146,79 @@ pub fn unexpected_reply(script: &str, reply: impl std::fmt::Debug) -> crate::err
     crate::error::AppError::Internal(anyhow::anyhow!("{script}: unexpected reply {reply:?}"))
 }
 
-/// One enum per decision script for the codes its reply carries, each with the
-/// words its script's header gives it: `of` reads a code (an unknown one is
-/// `None`, never some refusal), `LISTED` is the list a test compares with the
-/// script's header ([`codes_in_header`]).
+/// One enum per script for the codes its reply carries, each with the words its
+/// script's header gives it: `of` reads a code (an unknown one is `None`, never
+/// some refusal), `LISTED` is the list the generated test (named after
+/// `checked_by`) compares with the script's header ([`codes_in_header`]), so a
+/// code added on one side only fails `cargo test`. A code may be a constant
+/// shared by several scripts (`crate::batch::REPLAYED`), never a second literal.
 #[macro_export]
 macro_rules! reply_codes {
-    ($(#[$meta:meta])* pub enum $name:ident { $($variant:ident = $code:literal, $words:literal;)* }) => {
+    ($(#[$meta:meta])* pub enum $name:ident in $script:literal, checked_by $test:ident {
+        $($variant:ident = $code:expr, $words:literal;)*
+    }) => {
+        $crate::lua::reply_codes! {
+            $(#[$meta])* pub enum $name in $script under "", checked_by $test {
+                $($variant = $code, $words;)*
+            }
+        }
+    };
+    ($(#[$meta:meta])* pub enum $name:ident in $script:literal under $heading:literal, checked_by $test:ident {
+        $($variant:ident = $code:expr, $words:literal;)*
+    }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(i64)]
         pub enum $name {
             $($variant = $code,)*
         }
 
         impl $name {
+            /// The script, as `lua/` names it.
+            pub const SCRIPT: &str = $script;
+
             /// Every code with the words the script's header gives it.
             pub const LISTED: &[($name, i64, &str)] = &[$(($name::$variant, $code, $words),)*];
 
             /// The code the script answered; `None` for one it never answers.
             pub fn of(code: i64) -> Option<$name> {
-                match code {
-                    $($code => Some($name::$variant),)*
-                    _ => None,
-                }
+                $(if code == $code {
+                    return Some($name::$variant);
+                })*
+                None
             }
+        }
+
+        #[cfg(test)]
+        #[test]
+        fn $test() {
+            let script = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $script));
+            let listed: Vec<(i64, String)> = $name::LISTED
+                .iter()
+                .map(|(_, code, words)| (*code, words.to_string()))
+                .collect();
+            let heading = Some($heading).filter(|h: &&str| !h.is_empty());
+            assert_eq!($crate::lua::codes_in_header(script, heading), listed, "{}", $script);
+            for (variant, code, _) in $name::LISTED {
+                assert_eq!($name::of(*code), Some(*variant));
+                assert_eq!(*variant as i64, *code);
+            }
+            assert_eq!($name::of(i64::MIN), None);
         }
     };
 }
 pub use reply_codes;
 
 /// The reply codes a script's header lists: the comment lines that start with a
-/// code after `--   `, read as `<code> <words> [(note)]` runs. For the test that
+/// code after `--   `, read as `<code> <words> [(note)]` runs; with `heading`, the
+/// first such block after the line that holds it (a second list of one script). For the test that
 /// keeps each script's header and its Rust enum the same list.
-pub fn codes_in_header(script: &str) -> Vec<(i64, String)> {
-    let block: Vec<&str> = script
-        .lines()
+pub fn codes_in_header(script: &str, heading: Option<&str>) -> Vec<(i64, String)> {
+    let mut lines = script.lines();
+    if let Some(heading) = heading {
+        lines.by_ref().find(|l| l.contains(heading));
+    }
+    let block: Vec<&str> = lines
         .skip_while(|l| {
             !l.strip_prefix("--   ")
                 .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))

@@ -308,7 +308,7 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
         startup::features(config),
     );
     let mut bad = 0;
-    for sale in stampede::sale::store::list_sales(&db, i64::MAX).await? {
+    for sale in stampede::sale::list::list_sales(&db, i64::MAX).await? {
         let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
             .await
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -322,7 +322,7 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| anyhow::anyhow!("{e:?}"))?
                 .ok_or_else(|| anyhow::anyhow!("sale {id}: another rebuild holds the lock"))?;
-            let sale = stampede::sale::store::fetch_sale(&db, id)
+            let sale = stampede::sale::record::fetch_sale(&db, id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
             r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)

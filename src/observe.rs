@@ -52,7 +52,7 @@ pub async fn measure(
 pub async fn read_settlement_lag(state: &AppState) {
     let observed = &state.metrics.observed;
     let mut redis = state.redis.clone();
-    let sales = crate::sale::store::watched(&state.db, &mut redis, &state.keys).await;
+    let sales = crate::sale::numbers::watched(&state.db, &mut redis, &state.keys).await;
     for sale in sales {
         if let Some(left) = sale.stock_left {
             observed.stock_left(sale.id, sale.rehearsal, left);
@@ -61,9 +61,10 @@ pub async fn read_settlement_lag(state: &AppState) {
             observed.settlement_lag("sale", sale.id, Some(sale.rehearsal), entries, pending);
         }
     }
-    if let Ok(rooms) = crate::sale::queue::active_sales(&state.db).await {
+    if let Ok(rooms) = crate::sale::queue::admit::active_sales(&state.db).await {
         for sale in rooms {
-            if let Ok(n) = crate::sale::queue::numbers(&mut redis, &state.keys, sale).await {
+            if let Ok(n) = crate::sale::queue::numbers::numbers(&mut redis, &state.keys, sale).await
+            {
                 observed.queue(sale.get(), n.waiting, n.open);
             }
         }

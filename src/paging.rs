@@ -1,7 +1,7 @@
 //! Paged lists: the page size a client may ask for ([`Limit`]), the opaque cursor
 //! that says where the next page starts ([`encode_cursor`], [`decode_cursor`]) and
 //! a page of items ([`Page`]). What a cursor holds (the sort key of the last item
-//! shown) is the list's own business: `sale::store::SaleCursor`,
+//! shown) is the list's own business: `sale::list::SaleCursor`,
 //! `vote::store::PollCursor`.
 
 use std::borrow::Cow;

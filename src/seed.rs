@@ -8,6 +8,7 @@ use crate::auth;
 use crate::config::Config;
 use crate::domain::{Password, Username};
 use crate::keys::Keys;
+use crate::sale::record;
 use crate::sale::store::{self, NewSale};
 
 /// Creates the admin named in the configuration, or makes sure it is an admin.
@@ -114,7 +115,7 @@ async fn demo_sale(
     demo: DemoSale,
     ends_at: chrono::DateTime<Utc>,
 ) -> anyhow::Result<()> {
-    if store::unended_named(db, demo.name).await? {
+    if record::unended_named(db, demo.name).await? {
         return Ok(());
     }
     let new = NewSale {

@@ -26,9 +26,9 @@ pub struct Worker {
     pub buys: Arc<crate::batch::Batcher<crate::sale::buy::BuyDecider>>,
     pub votes: Arc<crate::batch::Batcher<crate::vote::cast::VoteDecider>>,
     /// Joins and position queries of waiting rooms.
-    pub queue: Arc<crate::batch::Batcher<crate::sale::queue::QueueDecider>>,
+    pub queue: Arc<crate::batch::Batcher<crate::sale::queue::join::QueueDecider>>,
     /// Reads of what buyers hold of a sale, for `already_bought`.
-    pub held: Arc<crate::batch::Batcher<crate::sale::orders::HeldReader>>,
+    pub held: Arc<crate::batch::Batcher<crate::sale::held::HeldReader>>,
 }
 
 pub struct AppState {
@@ -42,8 +42,8 @@ pub struct AppState {
     pub tickets: crate::sale::ticket::TicketKey,
     /// Which sales require a ticket, once read.
     pub ticket_rules: crate::sale::ticket::TicketRules,
-    /// What buyers hold of a sale, for `already_bought` (see `sale::orders::HeldOrders`).
-    pub held_orders: crate::sale::orders::HeldOrders,
+    /// What buyers hold of a sale, for `already_bought` (see `sale::held::HeldOrders`).
+    pub held_orders: crate::sale::held::HeldOrders,
     /// Whether a token's session still stands: what has ended, in memory, fed by
     /// the ended-sessions stream (see [`crate::auth::session`]).
     pub sessions: crate::auth::session::Sessions,

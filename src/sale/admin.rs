@@ -15,8 +15,9 @@ use super::cached::{self, load_view};
 use super::orders::{self, BuyerOrder, OrderRow};
 use super::pending::{self, PendingOrder};
 use super::reconcile::{self, Reconciliation};
+use super::record::{self, SaleRow, SaleView};
 use super::stock::{self, ChangeResult, StockChange};
-use super::store::{self, NewSale, SaleRow, SaleView, WindowChange};
+use super::store::{self, NewSale, WindowChange};
 use crate::cache::CachedReads;
 use crate::domain::{SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
@@ -43,7 +44,7 @@ pub const REBUILD_WAIT: Duration = Duration::from_secs(5);
 
 /// The sale's record from Postgres; 404 `not_found` when there is no such sale.
 pub async fn record(db: &sqlx::PgPool, id: SaleId) -> Result<SaleRow, AppError> {
-    store::fetch_sale(db, id)
+    record::fetch_sale(db, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
 }

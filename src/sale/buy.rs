@@ -11,11 +11,11 @@ use redis::aio::ConnectionLike;
 use crate::redis_conn::Redis;
 use uuid::Uuid;
 
-use super::orders::{MAX_ORDERABLE_SALE_ID, new_order_ids};
-use super::store::PurchaseOutcome;
+use super::order_id::{MAX_ORDERABLE_SALE_ID, new_order_ids};
 use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
-use crate::domain::{PurchaseKey, SaleId, UserId};
-use crate::error::AppError;
+use crate::cache::CachedReads;
+use crate::domain::{self, PurchaseKey, SaleId, UserId};
+use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
@@ -148,10 +148,87 @@ impl PurchaseBatch<'_> {
     }
 }
 
+/// The units asked for: 1 unless the body says otherwise; more only up to the
+/// sale's `max_per_user` (its record, read through the cache, only for a request
+/// that asks for more than one).
+pub async fn check_quantity<S: CachedReads + ?Sized>(
+    reads: &S,
+    sale: SaleId,
+    quantity: Option<i64>,
+) -> Result<u32, AppError> {
+    let q = match quantity {
+        None | Some(1) => return Ok(1),
+        Some(q) if (2..=i64::from(domain::MAX_PER_USER)).contains(&q) => q,
+        Some(_) => {
+            return Err(AppError::new(
+                ErrorCode::InvalidQuantity,
+                format!(
+                    "quantity must be between 1 and the sale's max_per_user (at most {})",
+                    domain::MAX_PER_USER
+                ),
+            ));
+        }
+    };
+    let row = super::cached::sale_row(reads, sale)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
+    if q > i64::from(row.max_per_user) {
+        return Err(AppError::new(
+            ErrorCode::InvalidQuantity,
+            format!(
+                "this sale sells at most {} per customer: quantity must be 1 to {}",
+                row.max_per_user, row.max_per_user
+            ),
+        ));
+    }
+    Ok(q as u32)
+}
+
+/// What a purchase came to: one per buyer of a decision batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurchaseOutcome {
+    Accepted {
+        order_id: Uuid,
+        stock_left: i64,
+    },
+    AlreadyBought,
+    NotStarted {
+        starts_in_ms: i64,
+    },
+    Ended,
+    UnknownSale,
+    SoldOut,
+    /// Redis does not hold this sale: unknown, or lost (wiped). Postgres decides which.
+    NotLoaded,
+    /// Redis holds the sale but this Redis run has not verified it (a restart may have
+    /// lost writes), or a rebuild is in progress: rebuild before deciding.
+    Recovering,
+    /// A policy of the buy route refused; nothing was counted or consumed.
+    RateLimited {
+        retry_after_ms: u64,
+    },
+    /// A token-bucket policy costs more than it can ever hold.
+    RateLimitUnsatisfiable,
+    /// The units asked for would take the buyer past the sale's `max_per_user`;
+    /// nothing taken. `held`: units the buyer holds already.
+    OverPerUserCap {
+        held: i64,
+    },
+    /// Fewer units left than asked for (but some): nothing taken.
+    NotEnoughLeft {
+        left: i64,
+    },
+    /// The idempotency key was first used with another quantity: nothing decided.
+    KeyReused {
+        quantity: i64,
+    },
+    /// A sale with a waiting room: the buyer holds no admission, or it expired.
+    NotAdmitted,
+}
+
 crate::lua::reply_codes! {
-    /// What `lua/purchase_batch.lua` answers for each buyer, as its header lists
-    /// them (a test reads the header against this list).
-    pub enum PurchaseCode {
+    /// What `lua/purchase_batch.lua` answers for each buyer, as its header lists them.
+    pub enum PurchaseCode in "purchase_batch.lua", checked_by purchase_codes_are_the_scripts {
         Accepted = 0, "accepted";
         AlreadyBought = 1, "already bought";
         NotStarted = 2, "not started";
@@ -163,7 +240,7 @@ crate::lua::reply_codes! {
         LimitNever = 8, "rate limit never satisfiable";
         OverCap = 9, "over the per-customer cap";
         NotEnoughLeft = 10, "fewer units left than asked for";
-        Replayed = 11, "replayed";
+        Replayed = crate::batch::REPLAYED, "replayed";
         KeyReused = 12, "key used with another quantity";
         NotAdmitted = 13, "not admitted";
     }
@@ -275,25 +352,5 @@ impl Decider for BuyDecider {
                 .any(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. })),
         )?;
         Ok(replies)
-    }
-}
-
-#[cfg(test)]
-mod reply_code_tests {
-    use super::*;
-
-    #[test]
-    fn the_scripts_header_lists_exactly_the_codes_of_the_enum() {
-        let header = crate::lua::codes_in_header(include_str!("../../lua/purchase_batch.lua"));
-        let listed: Vec<(i64, String)> = PurchaseCode::LISTED
-            .iter()
-            .map(|(_, code, words)| (*code, words.to_string()))
-            .collect();
-        assert_eq!(header, listed);
-        for (variant, code, _) in PurchaseCode::LISTED {
-            assert_eq!(PurchaseCode::of(*code), Some(*variant));
-            assert_eq!(*variant as i64, *code);
-        }
-        assert_eq!(PurchaseCode::of(99), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Sale records read through the Redis cache ([`crate::cache`]). Only the Postgres
 //! record ([`SaleRow`]) is cached; units left and sold are read from Redis on every
-//! request and merged by [`store::views`], so a cached view never shows old stock.
+//! request and merged by [`numbers::views`], so a cached view never shows old stock.
 //!
 //! Anything that changes a `sales` row calls [`invalidate`] after its commit.
 //! Pages and the API read sales through [`load_page`], [`load_view`] and [`find_view`].
@@ -10,7 +10,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::store::{self, SaleCursor, SaleRow};
+use super::list;
+use super::list::SaleCursor;
+use super::numbers;
+use super::record;
+use super::record::SaleRow;
 use crate::cache::CachedReads;
 use crate::domain::SaleId;
 use crate::error::AppError;
@@ -28,7 +32,7 @@ pub async fn sale_row<S: CachedReads + ?Sized>(
     state
         .cache()
         .get_or_rebuild(&state.keys().sale_view(id), VIEW_TTL, || async move {
-            Ok(store::fetch_sale(db, id).await?)
+            Ok(record::fetch_sale(db, id).await?)
         })
         .await
 }
@@ -42,7 +46,7 @@ pub const FIRST_PAGE_TTL: Duration = Duration::from_secs(5);
 /// API's default, and the pages' sizes) is served from it.
 pub const FIRST_PAGE_CACHED: Limit = Limit::DEFAULT;
 
-/// The first page of the list order (see [`store::list_page`]) as taken at `at`,
+/// The first page of the list order (see [`list::list_page`]) as taken at `at`,
 /// as cached: [`FIRST_PAGE_CACHED`] sales and one more, if there is one.
 #[derive(Serialize, Deserialize)]
 struct FirstPage {
@@ -61,7 +65,7 @@ async fn first_page_rows<S: CachedReads + ?Sized>(
         .cache()
         .get_or_rebuild(&state.keys().sales_list(), FIRST_PAGE_TTL, || async move {
             let at = paging::list_moment();
-            let rows = store::list_page(
+            let rows = list::list_page(
                 db,
                 at,
                 None,
@@ -94,7 +98,7 @@ pub async fn page_rows<S: CachedReads + ?Sized>(
             let at = paging::list_moment();
             (
                 at,
-                store::list_page(
+                list::list_page(
                     state.db(),
                     at,
                     None,
@@ -106,7 +110,7 @@ pub async fn page_rows<S: CachedReads + ?Sized>(
         }
         Some(cursor) => (
             cursor.at,
-            store::list_page(
+            list::list_page(
                 state.db(),
                 cursor.at,
                 Some(cursor),
@@ -128,11 +132,11 @@ pub async fn admin_page<S: CachedReads + ?Sized>(
     after: Option<&SaleCursor>,
     limit: Limit,
     scope: ListScope,
-) -> Result<Page<store::SaleView>, AppError> {
+) -> Result<Page<record::SaleView>, AppError> {
     let at = after.map_or_else(paging::list_moment, |c| c.at);
-    let rows = store::list_page(state.db(), at, after, limit.with_one_more(), scope).await?;
+    let rows = list::list_page(state.db(), at, after, limit.with_one_more(), scope).await?;
     let page = Page::from_rows(rows, limit, |last| SaleCursor::after(last, at).encode());
-    let items = store::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    let items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
     Ok(Page {
         items,
         next: page.next,
@@ -154,9 +158,9 @@ pub async fn load_page<S: CachedReads + ?Sized>(
     state: &S,
     after: Option<&SaleCursor>,
     limit: Limit,
-) -> Result<Page<store::SaleView>, AppError> {
+) -> Result<Page<record::SaleView>, AppError> {
     let page = page_rows(state, after, limit).await?;
-    let items = store::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    let items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
     Ok(Page {
         items,
         next: page.next,
@@ -170,7 +174,7 @@ pub async fn load_public_view<S: CachedReads + ?Sized>(
     state: &S,
     id: SaleId,
     admin: bool,
-) -> Result<store::SaleView, AppError> {
+) -> Result<record::SaleView, AppError> {
     match find_view(state, id).await? {
         Some(view) if admin || !view.sale.rehearsal => Ok(view),
         _ => Err(AppError::not_found(format!("no sale with id {id}"))),
@@ -181,7 +185,7 @@ pub async fn load_public_view<S: CachedReads + ?Sized>(
 pub async fn load_view<S: CachedReads + ?Sized>(
     state: &S,
     id: SaleId,
-) -> Result<store::SaleView, AppError> {
+) -> Result<record::SaleView, AppError> {
     find_view(state, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))
@@ -191,10 +195,10 @@ pub async fn load_view<S: CachedReads + ?Sized>(
 pub async fn find_view<S: CachedReads + ?Sized>(
     state: &S,
     id: SaleId,
-) -> Result<Option<store::SaleView>, AppError> {
+) -> Result<Option<record::SaleView>, AppError> {
     let Some(row) = sale_row(state, id).await? else {
         return Ok(None);
     };
-    let mut views = store::views(&mut state.redis().clone(), state.keys(), vec![row]).await?;
+    let mut views = numbers::views(&mut state.redis().clone(), state.keys(), vec![row]).await?;
     Ok(views.pop())
 }

@@ -16,7 +16,8 @@ use serde_json::{Map, Value, json};
 
 use super::admin::{REBUILD_WAIT, SaleAdmin};
 use super::cached;
-use super::store::{self, SaleRow, SaleView, sale_columns};
+use super::record::{SaleRow, SaleView, sale_columns};
+use super::store;
 use crate::audit::{self, Action, Change, Subject};
 use crate::domain::{SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
@@ -24,6 +25,23 @@ use crate::lua::{lua_script, unexpected_reply};
 
 static EDIT_SALE: LazyLock<crate::lua::Script> = lua_script!("edit_sale.lua");
 static DELETE_SALE: LazyLock<crate::lua::Script> = lua_script!("delete_sale.lua");
+
+crate::lua::reply_codes! {
+    /// What `lua/edit_sale.lua` answers, as its header lists them.
+    pub enum EditCode in "edit_sale.lua", checked_by edit_codes_are_the_scripts {
+        Written = 1, "written";
+        HasBuyers = 0, "the sale has buyers";
+        NotLoaded = -1, "not loaded";
+    }
+}
+
+crate::lua::reply_codes! {
+    /// What `lua/delete_sale.lua` answers, as its header lists them.
+    pub enum DeleteCode in "delete_sale.lua", checked_by delete_codes_are_the_scripts {
+        Removed = 1, "removed";
+        HasOrders = 0, "the sale has a buyer or an order";
+    }
+}
 
 /// Longest sale window accepted; anything longer is almost surely a typo.
 pub const MAX_SALE_DAYS: i64 = 366;
@@ -163,7 +181,7 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     }
     let mut new = new;
     if new.waiting_room {
-        crate::sale::queue::WaitingRoom::check(
+        crate::sale::queue::room::WaitingRoom::check(
             new.queue_opens_at,
             new.admit_per_second.map(i64::from),
             new.starts_at,
@@ -238,8 +256,10 @@ async fn put_in_redis<S: SaleAdmin + ?Sized>(
     opened: bool,
 ) -> Result<bool, AppError> {
     let same_window = new.starts_at == row.starts_at && new.ends_at == row.ends_at;
-    let same_room = crate::sale::queue::rate_in_meta(new) == crate::sale::queue::rate_in_meta(row)
-        && crate::sale::queue::opens_ms_in_meta(new) == crate::sale::queue::opens_ms_in_meta(row);
+    let same_room = crate::sale::queue::room::rate_in_meta(new)
+        == crate::sale::queue::room::rate_in_meta(row)
+        && crate::sale::queue::room::opens_ms_in_meta(new)
+            == crate::sale::queue::room::opens_ms_in_meta(row);
     if same_window && new.max_per_user == row.max_per_user && same_room {
         return Ok(true);
     }
@@ -256,19 +276,19 @@ async fn put_in_redis<S: SaleAdmin + ?Sized>(
         .arg(new.starts_at.timestamp_millis())
         .arg(new.ends_at.timestamp_millis())
         .arg(new.max_per_user)
-        .arg(crate::sale::queue::rate_in_meta(new))
-        .arg(crate::sale::queue::opens_ms_in_meta(new))
+        .arg(crate::sale::queue::room::rate_in_meta(new))
+        .arg(crate::sale::queue::room::opens_ms_in_meta(new))
         .invoke_async(&mut redis)
         .await?;
-    match written {
-        1 => Ok(true),
-        -1 => Ok(false),
-        0 => Err(AppError::new(
+    match EditCode::of(written) {
+        Some(EditCode::Written) => Ok(true),
+        Some(EditCode::NotLoaded) => Ok(false),
+        Some(EditCode::HasBuyers) => Err(AppError::new(
             ErrorCode::SaleStarted,
             "this sale has opened and sold meanwhile: only name, description, image_url \
              and a later ends_at may change",
         )),
-        other => Err(unexpected_reply("edit_sale.lua", other)),
+        None => Err(unexpected_reply("edit_sale.lua", written)),
     }
 }
 
@@ -387,10 +407,10 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         .key(&k.queue_admits)
         .invoke_async(&mut state.redis().clone())
         .await?;
-    match removed {
-        1 => {}
-        0 => return Err(refused()),
-        other => return Err(unexpected_reply("delete_sale.lua", other)),
+    match DeleteCode::of(removed) {
+        Some(DeleteCode::Removed) => {}
+        Some(DeleteCode::HasOrders) => return Err(refused()),
+        None => return Err(unexpected_reply("delete_sale.lua", removed)),
     }
     tx.commit().await?;
     cached::invalidate(state, id).await?;

@@ -14,13 +14,18 @@ pub mod cached;
 pub mod cancel;
 pub mod entry;
 pub mod export;
+pub mod held;
 pub mod lifecycle;
+pub mod list;
+pub mod numbers;
+pub mod order_id;
 pub mod orders;
 pub mod payment;
 pub mod pending;
 pub mod queue;
 pub mod rebuild;
 pub mod reconcile;
+pub mod record;
 pub mod rehearsal;
 pub mod settlement;
 pub mod stock;
@@ -28,7 +33,6 @@ pub mod store;
 pub mod ticket;
 
 pub use cached::{find_view, load_page, load_public_view, load_view};
-pub use store::{PurchaseOutcome, SaleCursor, SaleView};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 
-use super::orders::{batch_tag, sale_of_order};
+use super::order_id::{batch_tag, sale_of_order};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;

@@ -22,8 +22,8 @@ use crate::redis_conn::Redis;
 use crate::restore::{
     CHUNK, Listed, Rebuilt, Restore, Stores, each_entry, fence, interrupted, scan_all,
 };
+use crate::sale::record::{self as sales, SaleRow};
 use crate::sale::stock::{self, ChangeResult};
-use crate::sale::store::{self as sales, SaleRow};
 use crate::settle::ensure_group;
 
 static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
@@ -136,7 +136,7 @@ async fn rebuild_sale(
         restore_units(&mut redis, &k, &seen).await?;
     }
     if sale.waiting_room {
-        super::queue::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
+        super::queue::restore::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
     }
     let (left, sold): (i64, i64) = RESTORE_SALE
         .key(&k.meta)
@@ -151,8 +151,8 @@ async fn rebuild_sale(
         .arg(u8::from(sale.closed))
         .arg(sale.stock_total)
         .arg(sale.max_per_user)
-        .arg(super::queue::rate_in_meta(&sale))
-        .arg(super::queue::opens_ms_in_meta(&sale))
+        .arg(super::queue::room::rate_in_meta(&sale))
+        .arg(super::queue::room::opens_ms_in_meta(&sale))
         .arg(&folded)
         .invoke_async(&mut redis)
         .await?;

@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::payment::{self, OrderCounts};
-use super::store::SaleRow;
+use super::record::SaleRow;
 use crate::error::AppError;
 use crate::keys::Keys;
 

@@ -8,13 +8,23 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
-use super::store::live_numbers;
+use super::numbers::live_numbers;
 use crate::domain::{Id, MAX_STOCK, SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
 static STOCK_CHANGE: LazyLock<crate::lua::Script> = lua_script!("stock_change.lua");
+
+crate::lua::reply_codes! {
+    /// What `lua/stock_change.lua` answers, as its header lists them.
+    pub enum StockCode in "stock_change.lua", checked_by stock_codes_are_the_scripts {
+        Applied = 0, "applied";
+        Refused = 1, "refused: units ever offered would pass the maximum";
+        NotLoaded = 4, "not loaded";
+        Recovering = 6, "recovering";
+    }
+}
 
 /// An admin's stock change, as the API takes it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,15 +162,15 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             .arg(buyer.unwrap_or(0))
             .invoke_async(redis)
             .await?;
-        let result = match code {
-            0 => ChangeResult::Applied { delta, left, sold },
-            1 => ChangeResult::Refused { left, sold },
-            4 | 6 => {
+        let result = match StockCode::of(code) {
+            Some(StockCode::Applied) => ChangeResult::Applied { delta, left, sold },
+            Some(StockCode::Refused) => ChangeResult::Refused { left, sold },
+            Some(StockCode::NotLoaded | StockCode::Recovering) => {
                 // This and every later change wait for the rebuild.
                 results.push((id, ChangeResult::Deferred));
                 break;
             }
-            other => return Err(unexpected_reply("stock_change.lua", (other, delta))),
+            None => return Err(unexpected_reply("stock_change.lua", (code, delta))),
         };
         record_change(tx, sale, id, &result).await?;
         results.push((id, result));

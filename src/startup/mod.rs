@@ -118,7 +118,7 @@ impl Application {
                 shutdown_rx.clone(),
             )),
             tokio::spawn(upkeep_forever(state.clone(), shutdown_rx.clone())),
-            tokio::spawn(crate::sale::queue::admit_forever(
+            tokio::spawn(crate::sale::queue::admit::admit_forever(
                 queue_db,
                 state.redis.clone(),
                 state.keys.clone(),
@@ -444,7 +444,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
         ),
         queue: Batcher::new(
-            crate::sale::queue::QueueDecider {
+            crate::sale::queue::join::QueueDecider {
                 keys: state.keys.clone(),
             },
             own.clone(),
@@ -458,14 +458,14 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             },
         ),
         held: Batcher::new(
-            crate::sale::orders::HeldReader {
+            crate::sale::held::HeldReader {
                 db: state.db.clone(),
                 redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
             own,
-            crate::sale::orders::HELD_READ_MAX,
-            crate::sale::orders::HELD_READS_IN_FLIGHT,
+            crate::sale::held::HELD_READ_MAX,
+            crate::sale::held::HELD_READS_IN_FLIGHT,
             Counters {
                 metrics: state.metrics.clone(),
                 batches: |m| &m.held_batches,

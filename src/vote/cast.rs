@@ -128,9 +128,8 @@ fn outcome(code: i64, value: i64) -> Result<VoteOutcome, AppError> {
 }
 
 crate::lua::reply_codes! {
-    /// What `lua/vote_batch.lua` answers for each voter, as its header lists them
-    /// (a test reads the header against this list).
-    pub enum VoteCode {
+    /// What `lua/vote_batch.lua` answers for each voter, as its header lists them.
+    pub enum VoteCode in "vote_batch.lua", checked_by vote_codes_are_the_scripts {
         Accepted = 0, "accepted";
         AlreadyVoted = 1, "already voted";
         NotOpen = 2, "not open yet";
@@ -181,25 +180,5 @@ impl Decider for VoteDecider {
                 .any(|r| matches!(r.outcome, VoteOutcome::Accepted { .. })),
         )?;
         Ok(replies)
-    }
-}
-
-#[cfg(test)]
-mod reply_code_tests {
-    use super::*;
-
-    #[test]
-    fn the_scripts_header_lists_exactly_the_codes_of_the_enum() {
-        let header = crate::lua::codes_in_header(include_str!("../../lua/vote_batch.lua"));
-        let listed: Vec<(i64, String)> = VoteCode::LISTED
-            .iter()
-            .map(|(_, code, words)| (*code, words.to_string()))
-            .collect();
-        assert_eq!(header, listed);
-        for (variant, code, _) in VoteCode::LISTED {
-            assert_eq!(VoteCode::of(*code), Some(*variant));
-            assert_eq!(*variant as i64, *code);
-        }
-        assert_eq!(VoteCode::of(99), None);
     }
 }

@@ -18,6 +18,23 @@ use crate::lua::{lua_script, unexpected_reply};
 static EDIT_POLL: LazyLock<crate::lua::Script> = lua_script!("edit_poll.lua");
 static DELETE_POLL: LazyLock<crate::lua::Script> = lua_script!("delete_poll.lua");
 
+crate::lua::reply_codes! {
+    /// What `lua/edit_poll.lua` answers, as its header lists them.
+    pub enum EditCode in "edit_poll.lua", checked_by edit_codes_are_the_scripts {
+        Written = 1, "written";
+        HasVotes = 0, "the poll has a vote";
+        NotLoaded = -1, "not loaded";
+    }
+}
+
+crate::lua::reply_codes! {
+    /// What `lua/delete_poll.lua` answers, as its header lists them.
+    pub enum DeleteCode in "delete_poll.lua", checked_by delete_codes_are_the_scripts {
+        Removed = 1, "removed";
+        HasVotes = 0, "the poll has a vote";
+    }
+}
+
 /// An edit, each field already checked on its own (`None`: not sent). New options
 /// replace the old ones (new ids).
 #[derive(Default, Debug)]
@@ -149,16 +166,16 @@ pub async fn edit<S: CachedReads + ?Sized>(
         invocation.arg(*option);
     }
     let written: i64 = invocation.invoke_async(&mut state.redis().clone()).await?;
-    let in_redis = match written {
-        1 => true,
-        -1 => false,
-        0 => {
+    let in_redis = match EditCode::of(written) {
+        Some(EditCode::Written) => true,
+        Some(EditCode::NotLoaded) => false,
+        Some(EditCode::HasVotes) => {
             return Err(AppError::new(
                 ErrorCode::PollStarted,
                 "this poll has opened and has votes: it can no longer change",
             ));
         }
-        other => return Err(unexpected_reply("edit_poll.lua", other)),
+        None => return Err(unexpected_reply("edit_poll.lua", written)),
     };
     tx.commit().await?;
     store::invalidate_record(state, id).await?;
@@ -256,10 +273,10 @@ pub async fn delete<S: CachedReads + ?Sized>(
         .key(&k.rebuild)
         .invoke_async(&mut state.redis().clone())
         .await?;
-    match removed {
-        1 => {}
-        0 => return Err(refused()),
-        other => return Err(unexpected_reply("delete_poll.lua", other)),
+    match DeleteCode::of(removed) {
+        Some(DeleteCode::Removed) => {}
+        Some(DeleteCode::HasVotes) => return Err(refused()),
+        None => return Err(unexpected_reply("delete_poll.lua", removed)),
     }
     tx.commit().await?;
     store::invalidate_record(state, id).await

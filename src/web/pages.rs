@@ -10,7 +10,8 @@ use super::view::{self, Nav, OrderState, SaleCard};
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::paging::{Limit, ListScope, Page};
-use crate::sale::{SaleCursor, orders, pending};
+use crate::sale::list::SaleCursor;
+use crate::sale::{orders, pending};
 use crate::state::AppState;
 
 #[derive(Template, WebTemplate)]

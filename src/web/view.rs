@@ -10,8 +10,8 @@ use sqlx::PgPool;
 use crate::domain::{PollStatus, SaleStatus};
 use crate::error::AppError;
 use crate::routes::auth::{self, AuthUser};
-use crate::sale::SaleView;
-use crate::sale::queue::QueueNumbers;
+use crate::sale::queue::numbers::QueueNumbers;
+use crate::sale::record::SaleView;
 use crate::vote::store::{PollRow, Results};
 
 /// The account part of the page header.

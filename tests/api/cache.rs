@@ -443,7 +443,7 @@ async fn bench_cold_page_stampede() {
     let mut tasks = JoinSet::new();
     for _ in 0..READERS {
         let db = a.state.db.clone();
-        tasks.spawn(async move { stampede::sale::store::fetch_sale(&db, id).await.unwrap() });
+        tasks.spawn(async move { stampede::sale::record::fetch_sale(&db, id).await.unwrap() });
     }
     tasks.join_all().await;
     println!(

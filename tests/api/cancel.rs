@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
-use stampede::sale::orders::new_order_id;
+use stampede::sale::order_id::new_order_id;
 use uuid::Uuid;
 
 use crate::helpers::{TestApp, User, assert_error, spawn_app_with, spawn_sibling};

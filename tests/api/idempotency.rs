@@ -486,7 +486,7 @@ async fn refusals_read_together_each_name_the_buyers_own_order() {
 /// another's orders.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
-    use stampede::sale::orders::{Held, of_buyers_in_sale};
+    use stampede::sale::held::{Held, of_buyers_in_sale};
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, 100).await;

@@ -316,7 +316,8 @@ async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
     let mut redis = app.redis.clone();
     let mut old_orders = HashSet::new();
     for user in &old_buyers {
-        let order = stampede::sale::orders::new_order_id(stampede::domain::Id::new(sale).unwrap());
+        let order =
+            stampede::sale::order_id::new_order_id(stampede::domain::Id::new(sale).unwrap());
         old_orders.insert(order);
         let _: String = redis::cmd("XADD")
             .arg(&k.orders_legacy)
@@ -382,7 +383,7 @@ async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
 #[tokio::test(flavor = "multi_thread")]
 async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order() {
     use stampede::sale::buy::{BuyRequest, PurchaseBatch};
-    use stampede::sale::orders::{batch_tag, new_order_ids};
+    use stampede::sale::order_id::{batch_tag, new_order_ids};
     use stampede::sale::pending;
 
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
@@ -416,7 +417,7 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
         assert!(
             replies.iter().all(|r| matches!(
                 r.outcome,
-                stampede::sale::store::PurchaseOutcome::Accepted { .. }
+                stampede::sale::buy::PurchaseOutcome::Accepted { .. }
             )),
             "{replies:?}"
         );

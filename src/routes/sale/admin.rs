@@ -11,9 +11,11 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::paging::ListScope;
 use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
-use crate::sale::queue::WaitingRoom;
+use crate::sale::list::SaleCursor;
+use crate::sale::queue::room::WaitingRoom;
+use crate::sale::record;
 use crate::sale::stock::{ChangeResult, StockChange};
-use crate::sale::store::{self, NewSale, SaleCursor};
+use crate::sale::store::NewSale;
 use crate::sale::{self, export, lifecycle, orders, reconcile, rehearsal};
 use crate::state::AppState;
 
@@ -129,7 +131,7 @@ impl CreateSale {
 
 /// Creates a sale.
 #[utoipa::path(post, path = "/api/admin/sales", tag = "admin", request_body = CreateSale, security(("bearer" = [])), responses(
-    (status = 201, description = "The new sale", body = store::SaleView),
+    (status = 201, description = "The new sale", body = record::SaleView),
     (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, ...) or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
@@ -163,7 +165,7 @@ pub(super) struct AdminListQuery {
 /// A page of sales with live stock, in the order of `GET /api/sales`, rehearsals
 /// and archived sales included by `filter`.
 #[utoipa::path(get, path = "/api/admin/sales", tag = "admin", params(AdminListQuery), security(("bearer" = [])), responses(
-    (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [store::SaleView], headers(
+    (status = 200, description = "A page of sales; the next page in `Link` and `X-Next-Cursor`, as `GET /api/sales`", body = [record::SaleView], headers(
         ("Link" = String, description = "`</api/admin/sales?limit=50&filter=all&cursor=...>; rel=\"next\"`: the next page"),
         ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
     (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (an unknown filter, or a cursor this server did not issue for this list)", body = ErrorBody<'static>),
@@ -194,7 +196,7 @@ pub(super) struct StockBody {
 
 /// Sets or tops up a sale's stock, before or during the sale.
 #[utoipa::path(post, path = "/api/admin/sales/{id}/stock", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body = StockBody, security(("bearer" = [])), responses(
-    (status = 200, description = "Applied: the sale", body = store::SaleView),
+    (status = 200, description = "Applied: the sale", body = record::SaleView),
     (status = 202, description = "Recorded; applied once the sale's Redis state is rebuilt. Do not send it again", body = StockPending),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 422, description = "`invalid_stock` (not exactly one of set/add, or out of range), `stock_too_large`", body = ErrorBody<'static>),
@@ -251,7 +253,7 @@ struct StockPending {
 
 /// Opens a sale now (moves `starts_at` back to now, clears an early close).
 #[utoipa::path(post, path = "/api/admin/sales/{id}/open", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 200, description = "The sale", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`past_end`: its end time has passed", body = ErrorBody<'static>),
 ))]
@@ -269,7 +271,7 @@ pub(super) async fn admin_open(
 
 /// Closes a sale early.
 #[utoipa::path(post, path = "/api/admin/sales/{id}/close", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 200, description = "The sale", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_close(

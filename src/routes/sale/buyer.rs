@@ -10,8 +10,9 @@ use crate::live::Topic;
 use crate::routes::auth::optional_user;
 use crate::routes::{PageQuery, paged_json};
 use crate::sale::cached::{find_view, load_page, load_public_view};
+use crate::sale::list::SaleCursor;
 use crate::sale::orders;
-use crate::sale::store::{self, SaleCursor};
+use crate::sale::record;
 use crate::state::AppState;
 
 /// A page of sales, with live stock, in the list order: open sales (live or sold
@@ -19,7 +20,7 @@ use crate::state::AppState;
 /// ones; latest start first within a group except upcoming; the id breaks ties.
 /// The order is taken at the first page's moment for the whole walk.
 #[utoipa::path(get, path = "/api/sales", tag = "sales", params(PageQuery), responses(
-    (status = 200, description = "A page of sales with live `stock_left`, `sold` and `status`; the next page's address in `Link` and its cursor in `X-Next-Cursor`, both absent on the last page", body = [store::SaleView], headers(
+    (status = 200, description = "A page of sales with live `stock_left`, `sold` and `status`; the next page's address in `Link` and its cursor in `X-Next-Cursor`, both absent on the last page", body = [record::SaleView], headers(
         ("Link" = String, description = "`</api/sales?limit=50&cursor=...>; rel=\"next\"`: the next page"),
         ("X-Next-Cursor" = String, description = "The `cursor` of the next page"))),
     (status = 400, description = "`invalid_limit` (not 1 to 200) or `invalid_query` (a cursor this server did not issue for this list)", body = ErrorBody<'static>),
@@ -36,7 +37,7 @@ pub(super) async fn list(
 
 /// One sale, with live stock. A rehearsal is 404 except to an admin.
 #[utoipa::path(get, path = "/api/sales/{id}", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
-    (status = 200, description = "The sale", body = store::SaleView),
+    (status = 200, description = "The sale", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale (or a rehearsal, to anyone but an admin)", body = ErrorBody<'static>),
 ))]
 pub(super) async fn show(

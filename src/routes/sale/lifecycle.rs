@@ -10,7 +10,8 @@ use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::sale::lifecycle::{self, SaleEdit};
-use crate::sale::store;
+use crate::sale::record;
+
 use crate::state::AppState;
 
 /// A field that may be sent as `null` (`Some(None)`), as a value, or not at all.
@@ -87,7 +88,9 @@ impl EditSale {
                 .map(|r| {
                     i32::try_from(r)
                         .ok()
-                        .filter(|r| (1..=crate::sale::queue::MAX_ADMIT_PER_SECOND).contains(r))
+                        .filter(|r| {
+                            (1..=crate::sale::queue::room::MAX_ADMIT_PER_SECOND).contains(r)
+                        })
                         .ok_or_else(|| {
                             AppError::new(
                                 ErrorCode::InvalidWaitingRoom,
@@ -102,7 +105,7 @@ impl EditSale {
 
 /// Edits a sale. Open pages and caches show the change within a second.
 #[utoipa::path(patch, path = "/api/admin/sales/{id}", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body = EditSale, security(("bearer" = [])), responses(
-    (status = 200, description = "The sale as it is now", body = store::SaleView),
+    (status = 200, description = "The sale as it is now", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`sale_started`: a field fixed once the sale has opened (or an earlier `ends_at`)", body = ErrorBody<'static>),
     (status = 422, description = "A field that fails its check (`invalid_text`, `invalid_price`, `invalid_window`, `invalid_image_url`, `invalid_payment_window`, `invalid_quantity`) or `invalid_body`", body = ErrorBody<'static>),
@@ -124,7 +127,7 @@ pub(super) async fn admin_edit(
 /// Archives a sale: off the home page and the public lists (`GET /api/sales`); its
 /// page and orders stay reachable by link and in the admin (`?filter=archived`).
 #[utoipa::path(post, path = "/api/admin/sales/{id}/archive", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The sale, with `archived_at`", body = store::SaleView),
+    (status = 200, description = "The sale, with `archived_at`", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_archive(
@@ -140,7 +143,7 @@ pub(super) async fn admin_archive(
 
 /// Brings an archived sale back onto the public lists.
 #[utoipa::path(post, path = "/api/admin/sales/{id}/unarchive", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The sale, `archived_at` null", body = store::SaleView),
+    (status = 200, description = "The sale, `archived_at` null", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_unarchive(

@@ -1,31 +1,31 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
 //! purchase and its ticket (`purchase.rs`), an order's status and payment
 //! (`orders.rs`), the admin's set-up (`admin.rs`), edit, archive, delete and
-//! history (`lifecycle.rs`). This file holds the route table,
-//! the OpenAPI group, the sold-out answer given before routing and the refusals the
-//! purchase and the ticket share.
+//! history (`lifecycle.rs`); the refusals the purchase, the ticket and the waiting
+//! room share are in `answers.rs`. This file holds the route table, the OpenAPI
+//! group and the sold-out answer given before routing.
 
-use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 
 use crate::domain::SaleId;
-use crate::error::{AppError, ErrorCode};
 use crate::metrics::Metrics;
 use crate::state::AppState;
 
 mod admin;
+mod answers;
 mod buyer;
 mod lifecycle;
 mod orders;
 mod purchase;
 mod queue;
+mod ticket;
 
 // Routes under `/api` (see `startup`): the purchase first, so the hot path matches
 // the first pattern the router tries.
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(
     purchase::purchase,
-    purchase::ticket,
+    ticket::ticket,
     queue::join,
     queue::me,
     buyer::list,
@@ -57,7 +57,7 @@ pub(crate) struct Api;
 super::routes! {
     pub fn configure, pub const ROUTES; mounted "/api";
     post "/sales/{id}/purchase" => purchase::purchase,
-    post "/sales/{id}/ticket" => purchase::ticket,
+    post "/sales/{id}/ticket" => ticket::ticket,
     post "/sales/{id}/queue" => queue::join,
     get "/sales/{id}/queue/me" => queue::me,
     get "/sales" => buyer::list,
@@ -111,63 +111,16 @@ pub fn sold_out_before_routing(
         return None;
     }
     Metrics::inc(&state.metrics.purchase_sold_out_local);
-    Some((sold_out_from_memory(), PURCHASE_ROUTE))
-}
-
-const SOLD_OUT_BODY: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;
-
-/// The answer of the process's sold-out flag: the hottest answer of a flash sale
-/// (everyone after the last unit), so a fixed body with no error value, no
-/// serializer and no allocation for it. [`sold_out`]'s answer, byte for byte (a
-/// unit test compares them).
-fn sold_out_from_memory() -> HttpResponse {
-    HttpResponse::Gone()
-        .content_type(actix_web::http::header::ContentType::json())
-        .body(SOLD_OUT_BODY)
-}
-
-/// 409 `not_started`, with `Retry-After` in whole seconds until the opening.
-fn not_started(starts_in_ms: i64) -> AppError {
-    let secs = (starts_in_ms + 999) / 1000;
-    AppError::new(
-        ErrorCode::NotStarted,
-        format!("this sale has not started; it opens in {secs} s"),
-    )
-    .with_header(header::RETRY_AFTER, secs.max(1).to_string())
-}
-
-fn ended() -> AppError {
-    AppError::new(ErrorCode::Ended, "this sale has ended")
-}
-
-fn sold_out() -> AppError {
-    AppError::new(ErrorCode::SoldOut, "sold out")
+    Some((answers::sold_out_from_memory(), PURCHASE_ROUTE))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use actix_web::ResponseError;
-    use actix_web::body::to_bytes;
 
     #[test]
     fn the_purchase_label_is_the_registered_route() {
         assert!(ROUTES.contains(&("post", "/sales/{id}/purchase")));
         assert_eq!(PURCHASE_ROUTE, "/api/sales/{id}/purchase");
-    }
-
-    #[actix_web::test]
-    async fn the_sold_out_flag_answers_what_the_script_answers() {
-        let from_script = sold_out().error_response();
-        let from_memory = sold_out_from_memory();
-        assert_eq!(from_memory.status(), from_script.status());
-        assert_eq!(
-            from_memory.headers().get(header::CONTENT_TYPE),
-            from_script.headers().get(header::CONTENT_TYPE)
-        );
-        assert_eq!(
-            to_bytes(from_memory.into_body()).await.unwrap(),
-            to_bytes(from_script.into_body()).await.unwrap()
-        );
     }
 }

@@ -2,23 +2,21 @@
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{ended, not_started, sold_out, sold_out_from_memory};
+use super::answers;
 use crate::auth::AuthUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::limit::Route;
 use crate::metrics::Metrics;
 use crate::recover::Target;
-use crate::sale::buy::{BuyReply, BuyRequest};
-use crate::sale::cached;
-use crate::sale::orders;
-use crate::sale::store::PurchaseOutcome;
-use crate::sale::ticket::{self, TicketWindow, Window};
+use crate::sale::buy::PurchaseOutcome;
+use crate::sale::buy::{self, BuyReply, BuyRequest};
+use crate::sale::held;
+use crate::sale::ticket;
 use crate::state::{AppState, Worker};
 
 /// 409 `already_bought`: the error body, and the buyer's orders of the sale.
@@ -84,7 +82,7 @@ pub(super) async fn purchase(
     let sale = SaleId::parse(req.match_info().get("id").unwrap_or_default())?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
-        return Ok(sold_out_from_memory());
+        return Ok(answers::sold_out_from_memory());
     }
     let user = AuthUser::of(&req)?;
     let body = PurchaseBody::read(&req, payload, state.config.body_timeout).await?;
@@ -98,7 +96,7 @@ pub(super) async fn purchase(
         ticket,
     )
     .await?;
-    let quantity = check_quantity(state, sale, body.quantity).await?;
+    let quantity = buy::check_quantity(state.get_ref(), sale, body.quantity).await?;
     let key = match req.headers().get("idempotency-key") {
         Some(v) => Some(domain::PurchaseKey::parse(v.as_bytes())?),
         None => None,
@@ -184,7 +182,7 @@ async fn purchase_answer(
         PurchaseOutcome::AlreadyBought => {
             // A refusal: one bounded read off the batch names what the buyer holds,
             // so a client that lost its 202 learns its order.
-            let order_ids = orders::held_by(&state.held_orders, &worker.held, sale, user).await;
+            let order_ids = held::held_by(&state.held_orders, &worker.held, sale, user).await;
             let message = if order_ids.is_some() {
                 "you already bought from this sale (one per customer): order_ids names your order"
             } else {
@@ -214,15 +212,15 @@ async fn purchase_answer(
             ErrorCode::NotEnoughLeft,
             format!("only {left} left: ask for at most {left} (nothing was taken)"),
         )),
-        PurchaseOutcome::NotAdmitted => Err(not_admitted(sale)),
+        PurchaseOutcome::NotAdmitted => Err(answers::not_admitted(sale)),
         PurchaseOutcome::SoldOut => {
             state.sold_out.mark(sale);
-            Err(sold_out())
+            Err(answers::sold_out())
         }
-        PurchaseOutcome::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
-        PurchaseOutcome::Ended => Err(ended()),
+        PurchaseOutcome::NotStarted { starts_in_ms } => Err(answers::not_started(starts_in_ms)),
+        PurchaseOutcome::Ended => Err(answers::ended()),
         PurchaseOutcome::UnknownSale => Err(AppError::not_found(format!("no sale with id {sale}"))),
-        PurchaseOutcome::NotLoaded => Err(missing_from_redis(state, sale).await),
+        PurchaseOutcome::NotLoaded => Err(answers::missing_from_redis(state, sale).await),
         PurchaseOutcome::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
         PurchaseOutcome::RateLimited { .. } | PurchaseOutcome::RateLimitUnsatisfiable => {
             let _no_policy_refused = judged()?;
@@ -231,17 +229,6 @@ async fn purchase_answer(
             )))
         }
     }
-}
-
-/// 403 `not_admitted`: a sale with a waiting room sells to admitted shoppers only.
-pub(super) fn not_admitted(sale: SaleId) -> AppError {
-    AppError::new(
-        ErrorCode::NotAdmitted,
-        format!(
-            "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy once \
-             GET /api/sales/{sale}/queue/me says you are admitted"
-        ),
-    )
 }
 
 /// The purchase's optional body. No body (or `{}`) means no ticket, one unit.
@@ -305,129 +292,5 @@ impl PurchaseBody {
                 AppError::new(ErrorCode::InvalidJson, message)
             }
         })
-    }
-}
-
-/// The units asked for: 1 unless the body says otherwise; more only up to the
-/// sale's `max_per_user` (its record, read through the cache, only for a request
-/// that asks for more than one).
-async fn check_quantity(
-    state: &AppState,
-    sale: SaleId,
-    quantity: Option<i64>,
-) -> Result<u32, AppError> {
-    let q = match quantity {
-        None | Some(1) => return Ok(1),
-        Some(q) if (2..=i64::from(domain::MAX_PER_USER)).contains(&q) => q,
-        Some(_) => {
-            return Err(AppError::new(
-                ErrorCode::InvalidQuantity,
-                format!(
-                    "quantity must be between 1 and the sale's max_per_user (at most {})",
-                    domain::MAX_PER_USER
-                ),
-            ));
-        }
-    };
-    let row = cached::sale_row(state, sale)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
-    if q > i64::from(row.max_per_user) {
-        return Err(AppError::new(
-            ErrorCode::InvalidQuantity,
-            format!(
-                "this sale sells at most {} per customer: quantity must be 1 to {}",
-                row.max_per_user, row.max_per_user
-            ),
-        ));
-    }
-    Ok(q as u32)
-}
-
-/// A purchase ticket.
-#[derive(Serialize, utoipa::ToSchema)]
-struct Ticket {
-    /// Send it with the purchase: `{"ticket": "..."}`.
-    ticket: String,
-    #[schema(value_type = i64)]
-    sale_id: SaleId,
-    /// Good until then (the server's clock), 30 s after it was issued.
-    expires_at: DateTime<Utc>,
-}
-
-/// A purchase ticket for the signed-in user, once the sale is open by the Redis
-/// clock: what a sale that requires tickets wants with each purchase, so a bot
-/// that fires before the opening gets nothing. Issuing one writes nothing.
-#[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
-        ("RateLimit" = String), ("RateLimit-Policy" = String))),
-    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`)", body = ErrorBody<'static>),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
-        ("Retry-After" = u32, description = "Seconds until the sale opens"))),
-    (status = 410, description = "`ended` (past `ends_at`, or closed early) or `sold_out`", body = ErrorBody<'static>),
-    (status = 429, description = "`rate_limited`: a ticket limit refused (per user, per address)", body = ErrorBody<'static>, headers(
-        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
-        ("RateLimit" = String), ("RateLimit-Policy" = String))),
-))]
-pub(super) async fn ticket(
-    state: web::Data<AppState>,
-    user: AuthUser,
-    path: web::Path<String>,
-    req: HttpRequest,
-) -> Result<HttpResponse, AppError> {
-    let sale = SaleId::parse(&path)?;
-    if state.sold_out.is_sold_out(sale) {
-        return Err(sold_out());
-    }
-    // Per user and per address: a bot polling for the opening is cut off.
-    let granted = state
-        .limiter
-        .check(Route::Ticket, Some(user.id), &req)
-        .await?;
-    let window = TicketWindow {
-        keys: &state.keys,
-        sale,
-        now_ms: None,
-    }
-    .run(&mut state.redis.clone())
-    .await?;
-    match window {
-        Window::Open { now_ms } => {
-            // A sale with a waiting room: the ticket is the admission's.
-            let admission = super::queue::admission_ticket(&state, sale, user.id).await?;
-            let expires_ms = admission
-                .as_ref()
-                .map_or(now_ms + ticket::TICKET_TTL_MS, |(_, e)| *e);
-            let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
-                AppError::Internal(anyhow::anyhow!("the Redis clock is out of range: {now_ms}"))
-            })?;
-            Ok(granted.attach(
-                HttpResponse::Ok()
-                    .insert_header((header::CACHE_CONTROL, "no-store"))
-                    .json(Ticket {
-                        ticket: admission
-                            .map(|(t, _)| t)
-                            .unwrap_or_else(|| state.tickets.issue(sale, user.id, expires_ms)),
-                        sale_id: sale,
-                        expires_at,
-                    }),
-            ))
-        }
-        Window::NotStarted { starts_in_ms } => Err(not_started(starts_in_ms)),
-        Window::Ended => Err(ended()),
-        Window::NotLoaded => Err(missing_from_redis(&state, sale).await),
-        Window::Recovering => Err(state.recovery.recovering(Target::Sale(sale))),
-    }
-}
-
-/// Redis has no state for this sale: 404 when Postgres has none either (the cached
-/// answer, so unknown ids cost no query each), else the sale was lost (wiped):
-/// rebuild it and answer 503 meanwhile.
-pub(super) async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
-    match cached::sale_row(state, sale).await {
-        Ok(Some(_)) => state.recovery.recovering(Target::Sale(sale)),
-        Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
-        Err(e) => e,
     }
 }

@@ -1,21 +1,20 @@
 //! A sale's waiting room: joining its line and where a shopper stands (see
 //! [`crate::sale::queue`]). The ticket of an admitted shopper is issued by
-//! `POST /api/sales/{id}/ticket` (`purchase.rs`), and is also in the answer here.
+//! `POST /api/sales/{id}/ticket` (`ticket.rs`), and is also in the answer here
+//! ([`crate::sale::ticket::grant::of_admission`]).
 
 use actix_web::http::header;
 use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
-use super::purchase::missing_from_redis;
-use super::{ended, sold_out};
+use super::answers;
 use crate::auth::AuthUser;
 use crate::domain::{SaleId, UserId};
-use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::error::{AppError, ErrorBody};
 use crate::metrics::Metrics;
-use crate::recover::Target;
-use crate::sale::cached;
-use crate::sale::queue::{self, Ask, Place, QueueState, Standing, Unavailable};
+use crate::sale::queue::join::{Ask, Place, QueueState, Standing};
+use crate::sale::ticket::grant;
 use crate::state::{AppState, Worker};
 
 /// Where the signed-in shopper stands in a sale's waiting room.
@@ -49,21 +48,6 @@ pub(super) struct QueueView {
     expires_at: Option<DateTime<Utc>>,
 }
 
-async fn unavailable(state: &AppState, sale: SaleId, why: Unavailable) -> AppError {
-    match why {
-        Unavailable::NotLoaded => missing_from_redis(state, sale).await,
-        Unavailable::Recovering => state.recovery.recovering(Target::Sale(sale)),
-        Unavailable::NoWaitingRoom => no_waiting_room(sale),
-    }
-}
-
-fn no_waiting_room(sale: SaleId) -> AppError {
-    AppError::new(
-        ErrorCode::NoWaitingRoom,
-        format!("sale {sale} has no waiting room: buy it directly"),
-    )
-}
-
 /// The view of a standing; an admitted shopper's ticket is issued here (one HMAC).
 fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView {
     let drawn = s.now_ms >= s.starts_ms;
@@ -78,52 +62,28 @@ fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView 
         waiting: s.waiting,
         admit_per_second: i32::try_from(s.admit_per_second).unwrap_or(i32::MAX),
         starts_at: DateTime::from_timestamp_millis(s.starts_ms).unwrap_or_default(),
-        ticket: s.expires_ms.map(|e| state.tickets.issue(sale, user, e)),
+        ticket: grant::of_admission(&state.tickets, sale, user, &s).map(|(ticket, _)| ticket),
         expires_at: s.expires_ms.and_then(DateTime::from_timestamp_millis),
     }
 }
 
 /// `lua/queue_place.lua` (joining with `join`), through this worker's batch of the
-/// sale when there is one: where the caller stands, or the refusal.
+/// sale: where the caller stands, or the refusal.
 async fn place(
     state: &AppState,
-    worker: Option<&Worker>,
+    worker: &Worker,
     sale: SaleId,
     user: UserId,
     join: bool,
 ) -> Result<Standing, AppError> {
-    let placed = match worker {
-        Some(w) => w.queue.submit(sale, Ask { user, join }).await?,
-        None => {
-            queue::place(
-                &mut state.redis.clone(),
-                &state.keys,
-                sale,
-                user,
-                join,
-                None,
-            )
-            .await?
-        }
-    };
-    match placed {
+    match worker.queue.submit(sale, Ask { user, join }).await? {
         Place::Standing { new, standing } => {
             if new {
                 Metrics::inc(&state.metrics.queue_joins);
             }
             Ok(standing)
         }
-        Place::NotOpenYet { opens_in_ms } => {
-            let secs = (opens_in_ms + 999) / 1000;
-            Err(AppError::new(
-                ErrorCode::QueueNotOpen,
-                format!("this sale's waiting room opens in {secs} s"),
-            )
-            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
-        }
-        Place::Ended => Err(ended()),
-        Place::SoldOut => Err(sold_out()),
-        Place::Unavailable(why) => Err(unavailable(state, sale, why).await),
+        refused => Err(answers::line_refusal(state, sale, refused).await),
     }
 }
 
@@ -152,7 +112,7 @@ pub(super) async fn join(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let s = place(&state, Some(&worker), sale, user.id, true).await?;
+    let s = place(&state, &worker, sale, user.id, true).await?;
     Ok(answer(view(&state, sale, user.id, s)))
 }
 
@@ -174,27 +134,6 @@ pub(super) async fn me(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let s = place(&state, Some(&worker), sale, user.id, false).await?;
+    let s = place(&state, &worker, sale, user.id, false).await?;
     Ok(answer(view(&state, sale, user.id, s)))
-}
-
-/// The ticket of a sale with a waiting room: only an admitted shopper gets one,
-/// good as long as the admission (`Ok(None)`: the sale has no waiting room).
-pub(super) async fn admission_ticket(
-    state: &AppState,
-    sale: SaleId,
-    user: UserId,
-) -> Result<Option<(String, i64)>, AppError> {
-    let Some(row) = cached::sale_row(state, sale).await? else {
-        return Err(AppError::not_found(format!("no sale with id {sale}")));
-    };
-    if !row.waiting_room {
-        return Ok(None);
-    }
-    let s = place(state, None, sale, user, false).await?;
-    match (s.state, s.expires_ms) {
-        (QueueState::Admitted, Some(e)) => Ok(Some((state.tickets.issue(sale, user, e), e))),
-        (QueueState::SoldOut, _) => Err(sold_out()),
-        _ => Err(super::purchase::not_admitted(sale)),
-    }
 }

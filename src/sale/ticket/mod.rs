@@ -22,16 +22,13 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use hmac::Mac;
 
-use redis::aio::ConnectionLike;
-
 use crate::auth::token::{self, HmacSha256, TokenError};
 use crate::cache::CachedReads;
 use crate::domain::{Id, SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
-use crate::keys::Keys;
-use crate::lua::{lua_script, unexpected_reply};
 
-static TICKET_WINDOW: std::sync::LazyLock<crate::lua::Script> = lua_script!("ticket_window.lua");
+pub mod grant;
+pub mod window;
 
 /// How long a ticket stays good: long enough for a person's click to reach the
 /// purchase (the page asks for one right before it buys), short enough that
@@ -109,51 +106,6 @@ impl TicketKey {
             return Err(TicketError::Expired);
         }
         Ok(())
-    }
-}
-
-/// Where a sale stands for issuing a ticket, by the Redis clock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Window {
-    /// Open at `now_ms`: a ticket may be issued.
-    Open {
-        now_ms: i64,
-    },
-    NotStarted {
-        starts_in_ms: i64,
-    },
-    Ended,
-    NotLoaded,
-    Recovering,
-}
-
-/// `lua/ticket_window.lua` for one sale: reads the window and the Redis clock.
-pub struct TicketWindow<'a> {
-    pub keys: &'a Keys,
-    pub sale: SaleId,
-    /// Tests only: this Redis time instead of the Redis clock.
-    pub now_ms: Option<i64>,
-}
-
-impl TicketWindow<'_> {
-    pub async fn run<C: ConnectionLike>(&self, redis: &mut C) -> Result<Window, AppError> {
-        let k = self.keys.sale(self.sale);
-        let (code, value, now_ms): (i64, i64, i64) = TICKET_WINDOW
-            .key(&k.meta)
-            .key(&k.stock)
-            .arg(self.now_ms.map(|t| t.to_string()).unwrap_or_default())
-            .invoke_async(redis)
-            .await?;
-        Ok(match code {
-            0 => Window::Open { now_ms },
-            2 => Window::NotStarted {
-                starts_in_ms: value,
-            },
-            3 => Window::Ended,
-            4 => Window::NotLoaded,
-            6 => Window::Recovering,
-            other => return Err(unexpected_reply("ticket_window.lua", (other, value))),
-        })
     }
 }
 

@@ -4,8 +4,10 @@
 //! imports. An import is a `crate::<module>` path (in a `use` or inline) outside
 //! comments and `#[cfg(test)]` modules.
 
+mod files;
+mod source;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 /// The layers, lowest first. Composition modules are ordered among themselves too
 /// (each may import only those before it), so the order is a total one there.
@@ -65,57 +67,6 @@ fn layer(module: &str) -> Option<Layer> {
     LAYERS.iter().find(|(m, _)| *m == module).map(|(_, l)| *l)
 }
 
-/// `text` without comments (line, block, doc). String literals are kept as they
-/// are: none in `src/` holds `crate::`.
-fn strip_comments(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        if let Some(after) = rest.strip_prefix("//") {
-            rest = after.find('\n').map_or("", |i| &after[i..]);
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.find("*/").map_or("", |i| &after[i + 2..]);
-        } else {
-            let c = rest.chars().next().unwrap_or_default();
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
-        }
-    }
-    out
-}
-
-/// `text` without its `#[cfg(test)] mod name { ... }` blocks.
-fn strip_test_modules(text: &str) -> String {
-    let mut out = text.to_string();
-    while let Some(start) = out.find("#[cfg(test)]") {
-        let after = &out[start..];
-        let Some(open) = after.find('{') else { break };
-        let head = &after[..open];
-        if !head.contains("mod ") || head.contains(';') {
-            // `#[cfg(test)] mod x;` or an item that is not a module: drop the attribute.
-            out.replace_range(start..start + "#[cfg(test)]".len(), "");
-            continue;
-        }
-        let mut depth = 0;
-        let mut end = out.len();
-        for (i, c) in after[open..].char_indices() {
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        end = start + open + i + 1;
-                        break;
-                    }
-                }
-                _ => {}
-            }
-        }
-        out.replace_range(start..end, "");
-    }
-    out
-}
-
 /// The top-level modules `text` names through `crate::`: `crate::a::b`,
 /// `use crate::{a, b::c}`.
 fn imports_of(text: &str) -> BTreeSet<String> {
@@ -156,21 +107,9 @@ fn imports_of(text: &str) -> BTreeSet<String> {
 
 /// Each top-level module of `src/` with the modules it imports.
 fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
-    fn visit(dir: &Path, files: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("read src/") {
-            let path = entry.expect("dir entry").path();
-            if path.is_dir() {
-                visit(&path, files);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    visit(&src, &mut files);
+    let src = source::src_dir();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in files {
+    for file in source::rust_files(&src) {
         let rel = file.strip_prefix(&src).expect("under src/");
         let first = rel.components().next().expect("a component");
         let first = first.as_os_str().to_string_lossy();
@@ -178,8 +117,7 @@ fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
         if SKIPPED.contains(&module.as_str()) {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("read a source file");
-        let imports = imports_of(&strip_test_modules(&strip_comments(&text)));
+        let imports = imports_of(&source::program_text(&file));
         let entry = graph.entry(module.clone()).or_default();
         entry.extend(imports.into_iter().filter(|m| *m != module));
     }
@@ -262,7 +200,7 @@ fn no_import_cycle() {
 fn the_reader_finds_imports() {
     let text = "use crate::a::b;\nuse crate::{c, d::{e, f}, g};\nfn x() { crate::h::i(); $crate::j; }\n\
                 // crate::k\n#[cfg(test)]\nmod tests { use crate::l; }\n";
-    let found = imports_of(&strip_test_modules(&strip_comments(text)));
+    let found = imports_of(&source::strip_test_modules(&source::strip_comments(text)));
     let want: BTreeSet<String> = ["a", "c", "d", "g", "h"].map(String::from).into();
     assert_eq!(found, want);
 }

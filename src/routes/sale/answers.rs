@@ -1,0 +1,138 @@
+//! The refusals that the purchase, its ticket and the waiting room share, and the
+//! sold-out answer given from memory.
+
+use actix_web::HttpResponse;
+use actix_web::http::header;
+
+use crate::domain::SaleId;
+use crate::error::{AppError, ErrorCode};
+use crate::recover::Target;
+use crate::sale::cached;
+use crate::sale::queue::join::{Place, Unavailable};
+use crate::sale::ticket::window::Window;
+use crate::state::AppState;
+
+const SOLD_OUT_BODY: &[u8] = br#"{"error":"sold_out","message":"sold out"}"#;
+
+/// The answer of the process's sold-out flag: the hottest answer of a flash sale
+/// (everyone after the last unit), so a fixed body with no error value, no
+/// serializer and no allocation for it. [`sold_out`]'s answer, byte for byte (a
+/// unit test compares them).
+pub(super) fn sold_out_from_memory() -> HttpResponse {
+    HttpResponse::Gone()
+        .content_type(actix_web::http::header::ContentType::json())
+        .body(SOLD_OUT_BODY)
+}
+
+/// 409 `not_started`, with `Retry-After` in whole seconds until the opening.
+pub(super) fn not_started(starts_in_ms: i64) -> AppError {
+    let secs = (starts_in_ms + 999) / 1000;
+    AppError::new(
+        ErrorCode::NotStarted,
+        format!("this sale has not started; it opens in {secs} s"),
+    )
+    .with_header(header::RETRY_AFTER, secs.max(1).to_string())
+}
+
+pub(super) fn ended() -> AppError {
+    AppError::new(ErrorCode::Ended, "this sale has ended")
+}
+
+pub(super) fn sold_out() -> AppError {
+    AppError::new(ErrorCode::SoldOut, "sold out")
+}
+
+/// 403 `not_admitted`: a sale with a waiting room sells to admitted shoppers only.
+pub(super) fn not_admitted(sale: SaleId) -> AppError {
+    AppError::new(
+        ErrorCode::NotAdmitted,
+        format!(
+            "this sale has a waiting room: join it (POST /api/sales/{sale}/queue) and buy once \
+             GET /api/sales/{sale}/queue/me says you are admitted"
+        ),
+    )
+}
+
+/// Redis has no state for this sale: 404 when Postgres has none either (the cached
+/// answer, so unknown ids cost no query each), else the sale was lost (wiped):
+/// rebuild it and answer 503 meanwhile.
+pub(super) async fn missing_from_redis(state: &AppState, sale: SaleId) -> AppError {
+    match cached::sale_row(state, sale).await {
+        Ok(Some(_)) => state.recovery.recovering(Target::Sale(sale)),
+        Ok(None) => AppError::not_found(format!("no sale with id {sale}")),
+        Err(e) => e,
+    }
+}
+
+pub(super) async fn unavailable(state: &AppState, sale: SaleId, why: Unavailable) -> AppError {
+    match why {
+        Unavailable::NotLoaded => missing_from_redis(state, sale).await,
+        Unavailable::Recovering => state.recovery.recovering(Target::Sale(sale)),
+        Unavailable::NoWaitingRoom => no_waiting_room(sale),
+    }
+}
+
+pub(super) fn no_waiting_room(sale: SaleId) -> AppError {
+    AppError::new(
+        ErrorCode::NoWaitingRoom,
+        format!("sale {sale} has no waiting room: buy it directly"),
+    )
+}
+
+/// The waiting room's answer when it is no standing: its line not open yet (409
+/// `queue_not_open` with `Retry-After`), the sale ended or sold out, or its state
+/// unavailable.
+pub(super) async fn line_refusal(state: &AppState, sale: SaleId, place: Place) -> AppError {
+    match place {
+        Place::NotOpenYet { opens_in_ms } => {
+            let secs = (opens_in_ms + 999) / 1000;
+            AppError::new(
+                ErrorCode::QueueNotOpen,
+                format!("this sale's waiting room opens in {secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, secs.max(1).to_string())
+        }
+        Place::Ended => ended(),
+        Place::SoldOut => sold_out(),
+        Place::Unavailable(why) => unavailable(state, sale, why).await,
+        Place::Standing { .. } => AppError::Internal(anyhow::anyhow!(
+            "a standing in the waiting room taken for a refusal"
+        )),
+    }
+}
+
+/// A sale not open by the Redis clock: 409 `not_started` with `Retry-After`, 410
+/// `ended`, or the sale's state missing or being rebuilt.
+pub(super) async fn window_refusal(state: &AppState, sale: SaleId, window: Window) -> AppError {
+    match window {
+        Window::NotStarted { starts_in_ms } => not_started(starts_in_ms),
+        Window::Ended => ended(),
+        Window::NotLoaded => missing_from_redis(state, sale).await,
+        Window::Recovering => state.recovery.recovering(Target::Sale(sale)),
+        Window::Open { .. } => {
+            AppError::Internal(anyhow::anyhow!("an open sale's window taken for a refusal"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_web::ResponseError;
+    use actix_web::body::to_bytes;
+
+    #[actix_web::test]
+    async fn the_sold_out_flag_answers_what_the_script_answers() {
+        let from_script = sold_out().error_response();
+        let from_memory = sold_out_from_memory();
+        assert_eq!(from_memory.status(), from_script.status());
+        assert_eq!(
+            from_memory.headers().get(header::CONTENT_TYPE),
+            from_script.headers().get(header::CONTENT_TYPE)
+        );
+        assert_eq!(
+            to_bytes(from_memory.into_body()).await.unwrap(),
+            to_bytes(from_script.into_body()).await.unwrap()
+        );
+    }
+}

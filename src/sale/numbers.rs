@@ -1,0 +1,121 @@
+//! A sale's live numbers from Redis: units left and sold for the views
+//! ([`live_numbers`], [`views`]) and what `/metrics` shows of open sales
+//! ([`watched`]).
+
+use chrono::Utc;
+use redis::aio::ConnectionLike;
+use sqlx::PgPool;
+
+use super::record::{SaleRow, SaleView};
+use crate::domain::Id;
+use crate::error::AppError;
+use crate::keys::Keys;
+
+/// A sale open now or ended in the last ten minutes, as a scrape of `/metrics`
+/// reads it.
+pub struct Watched {
+    pub id: i64,
+    /// A rehearsal (`stampede load`): its gauges say so.
+    pub rehearsal: bool,
+    /// Units left, when Redis holds them.
+    pub stock_left: Option<i64>,
+    /// Its orders accepted and not yet in Postgres (its pending hash: a stream
+    /// entry carries a whole decision batch), and the stream entries settlement
+    /// read and has not acknowledged (see [`crate::redis_conn::stream_backlog`]).
+    pub backlog: Option<(u64, u64)>,
+}
+
+/// The sales open now or ended in the last ten minutes, with their units left and
+/// their settlement backlog. Best effort: no sales when Postgres cannot answer, and
+/// `None` for what Redis cannot.
+pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys) -> Vec<Watched> {
+    let ids: Vec<(i64, bool)> = sqlx::query_as(
+        "SELECT id, rehearsal FROM sales
+         WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap_or_default();
+    let mut watched = Vec::with_capacity(ids.len());
+    for (id, rehearsal) in ids {
+        let Some(sale) = Id::new(id) else {
+            continue;
+        };
+        let k = keys.sale(sale);
+        let left: redis::RedisResult<Option<i64>> =
+            redis::cmd("GET").arg(&k.stock).query_async(redis).await;
+        let orders: Result<u64, AppError> = super::pending::count(redis, keys, sale)
+            .await
+            .map(|n| u64::try_from(n).unwrap_or(0));
+        let backlog =
+            crate::redis_conn::stream_backlog(redis, &k.orders, crate::settle::SETTLE_GROUP)
+                .await
+                .and_then(|(_, delivered)| Some((orders.ok()?, delivered)));
+        watched.push(Watched {
+            id,
+            rehearsal,
+            stock_left: left.ok().flatten(),
+            backlog,
+        });
+    }
+    watched
+}
+
+/// Live units left and units sold of each sale, in one pipelined round trip.
+pub async fn live_numbers<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    ids: &[i64],
+) -> Result<Vec<(i64, i64)>, AppError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for &id in ids {
+        let k =
+            keys.sale(Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad id")))?);
+        pipe.get(&k.stock).scard(&k.buyers).get(&k.sold);
+    }
+    let flat: Vec<Option<i64>> = pipe.query_async(redis).await?;
+    // Units sold: the counter of a sale of more than one per customer, else buyers.
+    Ok(flat
+        .chunks(3)
+        .map(|n| (n[0].unwrap_or(0), n[2].or(n[1]).unwrap_or(0)))
+        .collect())
+}
+
+pub async fn views<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    rows: Vec<SaleRow>,
+) -> Result<Vec<SaleView>, AppError> {
+    let ids: Vec<i64> = rows.iter().map(|s| s.id.get()).collect();
+    let numbers = live_numbers(redis, keys, &ids).await?;
+    let now = Utc::now();
+    let mut views: Vec<SaleView> = rows
+        .into_iter()
+        .zip(numbers)
+        .map(|(row, (left, sold))| SaleView::new(row, left, sold, now))
+        .collect();
+    // The waiting rooms' lines, in one more round trip when there are any.
+    let with_line: Vec<usize> = (0..views.len())
+        .filter(|&i| views[i].sale.waiting_room)
+        .collect();
+    if !with_line.is_empty() {
+        let mut pipe = redis::pipe();
+        for &i in &with_line {
+            super::queue::numbers::pipe_numbers(&mut pipe, &keys.sale(views[i].sale.id));
+        }
+        let replies: Vec<redis::Value> = pipe.query_async(redis).await?;
+        for (n, &i) in with_line.iter().enumerate() {
+            let at = |j: usize| replies.get(n * 3 + j).cloned().unwrap_or(redis::Value::Nil);
+            let line: i64 = redis::from_redis_value(at(0)).unwrap_or(0);
+            let state: Vec<Option<i64>> = redis::from_redis_value(at(1)).unwrap_or_default();
+            let open: i64 = redis::from_redis_value(at(2)).unwrap_or(0);
+            views[i].line = Some(super::queue::numbers::QueueNumbers::from_replies(
+                line, &state, open,
+            ));
+        }
+    }
+    Ok(views)
+}

@@ -1,0 +1,226 @@
+//! Joining the line and where one stands (`lua/queue_place.lua`), a batch of
+//! shoppers of one sale a call.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionLike;
+use serde::Serialize;
+
+use crate::domain::{SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::lua::{lua_script, unexpected_reply};
+
+static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_script!("queue_place.lua");
+
+crate::lua::reply_codes! {
+    /// What `lua/queue_place.lua` answers for each shopper, as its header lists them.
+    pub enum PlaceCode in "queue_place.lua", checked_by place_codes_are_the_scripts {
+        Done = 0, "done";
+        NotOpenYet = 2, "the line does not open yet";
+        Ended = 3, "ended or closed";
+        NotLoaded = 4, "not loaded";
+        SoldOut = 5, "sold out";
+        Recovering = 6, "recovering";
+        NoWaitingRoom = 13, "the sale has no waiting room";
+    }
+}
+
+crate::lua::reply_codes! {
+    /// Where `lua/queue_place.lua` says a shopper stands (with [`PlaceCode::Done`]).
+    pub enum PlaceState in "queue_place.lua" under "The standing, with code 0",
+        checked_by place_states_are_the_scripts {
+        NotInLine = 0, "not in line";
+        Waiting = 1, "waiting";
+        Admitted = 2, "admitted";
+        Passed = 3, "passed";
+        Bought = 4, "bought";
+        SoldOut = 5, "sold out";
+    }
+}
+
+/// Where a shopper stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    /// Not in the line.
+    NotJoined,
+    /// In the line, not yet admitted.
+    Waiting,
+    /// Admitted: the ticket buys until `expires_at`.
+    Admitted,
+    /// Admitted, and the admission expired unused: the room went to the next.
+    Passed,
+    /// Bought (the admission is used).
+    Bought,
+    /// Waiting, and no unit is left.
+    SoldOut,
+}
+
+/// Where a shopper stands, as `lua/queue_place.lua` reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Standing {
+    pub state: QueueState,
+    /// 1-based place in the line (0: none).
+    pub position: i64,
+    /// People waiting before this one; `None` before the opening (the early
+    /// joiners' order is drawn then) and unless waiting.
+    pub ahead: Option<i64>,
+    /// When an admission ends (admitted only), Redis clock.
+    pub expires_ms: Option<i64>,
+    /// People not yet reached by admission.
+    pub waiting: i64,
+    pub now_ms: i64,
+    /// The sale's opening (ms): the draw, and the first admissions.
+    pub starts_ms: i64,
+    /// Shoppers admitted a second.
+    pub admit_per_second: i64,
+}
+
+/// Why a waiting room's script did nothing.
+#[derive(Debug)]
+pub enum Unavailable {
+    NotLoaded,
+    Recovering,
+    NoWaitingRoom,
+}
+
+/// What a join (or a read) came to.
+#[derive(Debug)]
+pub enum Place {
+    /// Where the shopper stands; `new`: this call took the place.
+    Standing {
+        new: bool,
+        standing: Standing,
+    },
+    NotOpenYet {
+        opens_in_ms: i64,
+    },
+    Ended,
+    SoldOut,
+    Unavailable(Unavailable),
+}
+
+/// One shopper's ask of a batch: a place (`join`) or only where it stands.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask {
+    pub user: UserId,
+    pub join: bool,
+}
+
+/// `lua/queue_place.lua` for a batch of shoppers of one sale, in one call: each
+/// joins (with `join`: a place, the same one again if held) and reads where it
+/// stands. One answer per ask, in order.
+pub async fn places<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    asks: &[Ask],
+    now_ms: Option<i64>,
+) -> Result<Vec<Place>, AppError> {
+    let k = keys.sale(sale);
+    let mut call = QUEUE_PLACE.prepare_invoke();
+    call.key(&k.meta)
+        .key(&k.stock)
+        .key(&k.queue)
+        .key(&k.queue_state)
+        .key(&k.queue_joins)
+        .key(&k.queue_open)
+        .key(&k.queue_admitted)
+        .key(&k.buyers)
+        .arg(now_ms.map(|t| t.to_string()).unwrap_or_default());
+    for ask in asks {
+        // The early place: uniform in [1, 2^52), exact in a double.
+        let early: u64 = rand::random_range(1..(1u64 << 52));
+        call.arg(ask.user.get())
+            .arg(early)
+            .arg(if ask.join { "1" } else { "0" });
+    }
+    let reply: Vec<i64> = call.invoke_async(redis).await?;
+    let bad = || unexpected_reply("queue_place.lua", reply.len());
+    let [now, starts, rate, waiting] = reply.first_chunk::<4>().copied().ok_or_else(bad)?;
+    let rows = &reply[4..];
+    if rows.len() != asks.len() * 6 {
+        return Err(bad());
+    }
+    rows.chunks(6)
+        .map(|row| {
+            let &[code, value, state, position, ahead, expiry] = row else {
+                return Err(bad());
+            };
+            let Some(code) = PlaceCode::of(code) else {
+                return Err(unexpected_reply("queue_place.lua", code));
+            };
+            Ok(match code {
+                PlaceCode::Done => {
+                    let state = match PlaceState::of(state) {
+                        Some(PlaceState::NotInLine) => QueueState::NotJoined,
+                        Some(PlaceState::Waiting) => QueueState::Waiting,
+                        Some(PlaceState::Admitted) => QueueState::Admitted,
+                        Some(PlaceState::Passed) => QueueState::Passed,
+                        Some(PlaceState::Bought) => QueueState::Bought,
+                        Some(PlaceState::SoldOut) => QueueState::SoldOut,
+                        None => {
+                            return Err(unexpected_reply("queue_place.lua", ("state", state)));
+                        }
+                    };
+                    Place::Standing {
+                        new: value == 1,
+                        standing: Standing {
+                            state,
+                            position,
+                            ahead: (state == QueueState::Waiting && ahead >= 0).then_some(ahead),
+                            expires_ms: (state == QueueState::Admitted).then_some(expiry),
+                            waiting,
+                            now_ms: now,
+                            starts_ms: starts,
+                            admit_per_second: rate.max(1),
+                        },
+                    }
+                }
+                PlaceCode::NotOpenYet => Place::NotOpenYet { opens_in_ms: value },
+                PlaceCode::Ended => Place::Ended,
+                PlaceCode::NotLoaded => Place::Unavailable(Unavailable::NotLoaded),
+                PlaceCode::SoldOut => Place::SoldOut,
+                PlaceCode::Recovering => Place::Unavailable(Unavailable::Recovering),
+                PlaceCode::NoWaitingRoom => Place::Unavailable(Unavailable::NoWaitingRoom),
+            })
+        })
+        .collect()
+}
+
+/// [`places`] for one shopper.
+pub async fn place<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    user: UserId,
+    join: bool,
+    now_ms: Option<i64>,
+) -> Result<Place, AppError> {
+    let mut one = places(redis, keys, sale, &[Ask { user, join }], now_ms).await?;
+    one.pop()
+        .ok_or_else(|| unexpected_reply("queue_place.lua", "no answer"))
+}
+
+/// Answers the joins and position queries of one sale in batches (see
+/// [`crate::batch`]): a storm of joins at the line's opening, or of pages asking
+/// where they stand, costs one script call per batch, like purchases.
+pub struct QueueDecider {
+    pub keys: Keys,
+}
+
+impl crate::batch::Decider for QueueDecider {
+    type Key = SaleId;
+    type Request = Ask;
+    type Reply = Place;
+
+    async fn decide(
+        &self,
+        mut redis: crate::redis_conn::Redis,
+        sale: SaleId,
+        batch: Vec<Ask>,
+    ) -> Result<Vec<Place>, AppError> {
+        places(&mut redis, &self.keys, sale, &batch, None).await
+    }
+}

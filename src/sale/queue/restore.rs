@@ -1,0 +1,110 @@
+//! A sale's waiting room put back from Postgres after Redis lost it.
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+
+use super::admit::COPY_BATCH;
+use crate::domain::SaleId;
+use crate::error::AppError;
+use crate::keys::SaleKeys;
+
+/// The first place of a late joiner (2^52): every early place is below it.
+pub const LATE_PLACES: f64 = 4_503_599_627_370_496.0;
+/// Puts back what Redis lost of a sale's waiting room (called by the sale's
+/// rebuild, under its row lock, before the state is trusted again). It merges,
+/// never replaces: after a restart Redis still holds places and admissions newer
+/// than Postgres's copy, and keeps them. From Postgres: every place it holds
+/// (`ZADD NX`), every admission (nobody is admitted twice; one still running is
+/// open again unless its holder bought), and, when the line's state is gone (a
+/// wipe), the head after the last place admitted, with the pace starting over.
+pub async fn restore<C: ConnectionLike>(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut C,
+    k: &SaleKeys,
+    sale: SaleId,
+    buyers: &std::collections::HashSet<i64>,
+) -> Result<(), AppError> {
+    let places: Vec<(i64, f64)> =
+        sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1 ORDER BY place")
+            .bind(sale.get())
+            .fetch_all(&mut *tx)
+            .await?;
+    let admissions: Vec<(i64, DateTime<Utc>)> =
+        sqlx::query_as("SELECT user_id, expires_at FROM queue_admissions WHERE sale_id = $1")
+            .bind(sale.get())
+            .fetch_all(&mut *tx)
+            .await?;
+    for chunk in places.chunks(COPY_BATCH) {
+        let mut cmd = redis::cmd("ZADD");
+        cmd.arg(&k.queue).arg("NX");
+        for (user, place) in chunk {
+            cmd.arg(format!("{place:.0}")).arg(user);
+        }
+        let _: i64 = cmd.query_async(redis).await?;
+    }
+    let now = Utc::now().timestamp_millis();
+    for chunk in admissions.chunks(COPY_BATCH) {
+        let mut pipe = redis::pipe();
+        for (user, expires) in chunk {
+            let e = expires.timestamp_millis();
+            pipe.hset_nx(&k.queue_admitted, user, e).ignore();
+            if e > now && !buyers.contains(user) {
+                pipe.cmd("ZADD")
+                    .arg(&k.queue_open)
+                    .arg("NX")
+                    .arg(e)
+                    .arg(user)
+                    .ignore();
+            }
+        }
+        let _: () = pipe.query_async(redis).await?;
+    }
+    let state_kept: bool = redis::cmd("EXISTS")
+        .arg(&k.queue_state)
+        .query_async(redis)
+        .await?;
+    if state_kept {
+        return Ok(());
+    }
+    // The head: the last place in line order whose holder was admitted.
+    let admitted: std::collections::HashSet<i64> = admissions.iter().map(|(u, _)| *u).collect();
+    let mut head: Option<f64> = None;
+    let mut served = 0i64;
+    for (i, (user, place)) in places.iter().enumerate() {
+        if admitted.contains(user) {
+            head = Some(*place);
+            served = i as i64 + 1;
+        }
+    }
+    let late = places
+        .iter()
+        .map(|(_, p)| *p)
+        .filter(|p| *p >= LATE_PLACES)
+        .fold(LATE_PLACES, f64::max);
+    let passed = admissions
+        .iter()
+        .filter(|(u, e)| e.timestamp_millis() <= now && !buyers.contains(u))
+        .count();
+    let mut state = redis::cmd("HSET");
+    state
+        .arg(&k.queue_state)
+        .arg("served")
+        .arg(served)
+        .arg("admitted")
+        .arg(admissions.len())
+        .arg("passed")
+        .arg(passed)
+        .arg("joins")
+        .arg(places.len())
+        .arg("seq")
+        .arg(format!("{:.0}", late - LATE_PLACES))
+        .arg("last_ms")
+        .arg(now)
+        .arg("credit")
+        .arg(0);
+    if let Some(h) = head {
+        state.arg("head").arg(format!("{h:.0}"));
+    }
+    let _: i64 = state.query_async(redis).await?;
+    Ok(())
+}
