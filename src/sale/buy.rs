@@ -12,13 +12,14 @@ use crate::redis_conn::Redis;
 use uuid::Uuid;
 
 use super::order_id::{MAX_ORDERABLE_SALE_ID, new_order_ids};
-use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
+use crate::batch::{Decider, Item, ItemArg};
 use crate::cache::CachedReads;
 use crate::domain::{self, PurchaseKey, SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
+use crate::redis_conn::acks::ReplicaAcks;
 
 static PURCHASE_BATCH: LazyLock<crate::lua::Script> = lua_script!("purchase_batch.lua");
 
@@ -39,7 +40,7 @@ pub struct BuyRequest {
 pub struct BuyReply {
     pub outcome: PurchaseOutcome,
     /// One per policy of the buy route, in order (empty when limits are off, and unless the
-    /// answer is accepted or refused by a limit: see `batch::rows`).
+    /// answer is accepted or refused by a limit: see `batch::call::rows`).
     pub limits: Vec<Decision>,
     /// The answer first given to this idempotency key, given again (no limit
     /// counted it, nothing was decided).
@@ -301,7 +302,7 @@ fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, App
         PurchaseCode::NotEnoughLeft => PurchaseOutcome::NotEnoughLeft { left: value },
         PurchaseCode::KeyReused => PurchaseOutcome::KeyReused { quantity: value },
         PurchaseCode::NotAdmitted => PurchaseOutcome::NotAdmitted,
-        // A replay carries its stored answer (`batch::rows`); without it, a bug.
+        // A replay carries its stored answer (`batch::call::rows`); without it, a bug.
         PurchaseCode::Replayed => {
             return Err(unexpected_reply("purchase_batch.lua", (code as i64, value)));
         }

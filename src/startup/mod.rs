@@ -414,7 +414,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             crate::sale::buy::BuyDecider {
                 keys: state.keys.clone(),
                 policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
-                replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
+                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
                 key_ttl: state.config.purchase_key_ttl,
             },
             deciding.clone(),
@@ -431,7 +431,7 @@ async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state
             crate::vote::cast::VoteDecider {
                 keys: state.keys.clone(),
                 policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
-                replica_acks: crate::batch::ReplicaAcks::from_config(&state.config),
+                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
             },
             deciding.clone(),
             max,

@@ -9,12 +9,13 @@ use redis::aio::ConnectionLike;
 
 use crate::redis_conn::Redis;
 
-use crate::batch::{Decider, Item, ItemArg, ReplicaAcks};
+use crate::batch::{Decider, Item, ItemArg};
 use crate::domain::{PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
+use crate::redis_conn::acks::ReplicaAcks;
 
 static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_script!("vote_batch.lua");
 

@@ -349,7 +349,7 @@ async fn a_batch_redis_answers_too_late_gets_503_and_a_retry_never_sells_twice()
 
 /// The batch sent through `conn` accepted, and the `WAIT` behind it did not
 /// confirm it: 503 `not_replicated`.
-fn assert_not_replicated(conn: stampede::batch::ThenWait<'_>) {
+fn assert_not_replicated(conn: stampede::redis_conn::acks::ThenWait<'_>) {
     let refused = conn.confirm(true).unwrap_err();
     assert_eq!(
         refused.error_code(),
@@ -477,7 +477,7 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
         key: Some(stampede::domain::PurchaseKey::parse(b"press-1").unwrap()),
     };
     let call = unlimited_batch(&app, sale);
-    let acks = stampede::batch::ReplicaAcks {
+    let acks = stampede::redis_conn::acks::ReplicaAcks {
         replicas: 1,
         timeout: Duration::from_millis(100),
     };
@@ -535,7 +535,7 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
 
     // Running again, the replica catches up: the next replay is confirmed.
     replica.signal("-CONT");
-    let patient = stampede::batch::ReplicaAcks {
+    let patient = stampede::redis_conn::acks::ReplicaAcks {
         replicas: 1,
         timeout: Duration::from_secs(5),
     };
@@ -557,7 +557,7 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
 async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
     let node = OwnRedis::start(&["--replicaof", "127.0.0.1", "1"]);
     let mut redis = node.connect().await;
-    let acks = stampede::batch::ReplicaAcks {
+    let acks = stampede::redis_conn::acks::ReplicaAcks {
         replicas: 1,
         timeout: Duration::from_millis(100),
     };
@@ -592,7 +592,7 @@ async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_on
         key: None,
     };
     let call = unlimited_batch(&app, sale);
-    let acks = stampede::batch::ReplicaAcks {
+    let acks = stampede::redis_conn::acks::ReplicaAcks {
         replicas: 5,
         timeout: Duration::from_millis(50),
     };

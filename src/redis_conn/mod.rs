@@ -16,6 +16,8 @@
 //! - a blocking `XREADGROUP` over several streams is a `CROSSSLOT` error: the
 //!   settlement worker reads stream by stream on a cluster (see `settle`).
 
+pub mod acks;
+
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};

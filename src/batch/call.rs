@@ -1,0 +1,321 @@
+//! The KEYS/ARGV layout the batch scripts share (`lua/lib/batch.lua`): one key
+//! per limit policy, then each item's arguments ([`Call`]), and the reply's rows
+//! ([`rows`]), each a code, a value and the policies' numbers.
+
+use std::net::IpAddr;
+
+use redis::aio::ConnectionLike;
+use uuid::Uuid;
+
+use crate::domain::UserId;
+use crate::error::AppError;
+use crate::limit::{Decision, Policy, Subject, Verdict};
+use crate::lua::unexpected_reply;
+
+/// One request of a batch script call: who asks, from where (when a policy counts
+/// per address), and its second argument. Its limit keys are built by
+/// [`Call::run`], one per policy, in order.
+pub struct Item {
+    pub user: UserId,
+    pub ip: Option<IpAddr>,
+    pub arg: ItemArg,
+}
+
+/// An item's second argument: the order id a purchase gets if accepted, with the
+/// units it asks for and its idempotency key (sent as `<uuid>`, `<uuid>:<quantity>`
+/// when more than one, `<uuid>:<quantity>:<key>` with a key), or the option a vote
+/// is for.
+#[derive(Clone, Copy, Debug)]
+pub enum ItemArg {
+    Order(Uuid, u32, Option<crate::domain::PurchaseKey>),
+    Option(i64),
+}
+
+impl redis::ToRedisArgs for ItemArg {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        match self {
+            ItemArg::Order(id, quantity, key) => {
+                let mut buf = Uuid::encode_buffer();
+                let id = id.hyphenated().encode_lower(&mut buf);
+                if let Some(key) = key {
+                    out.write_arg_fmt(format_args!("{id}:{quantity}:{}", key.as_str()));
+                } else if *quantity > 1 {
+                    out.write_arg_fmt(format_args!("{id}:{quantity}"));
+                } else {
+                    out.write_arg(id.as_bytes());
+                }
+            }
+            ItemArg::Option(n) => n.write_redis_args(out),
+        }
+    }
+}
+
+/// What a batch script answered for one item: its code, value, and each policy's
+/// decision (empty unless the answer reports them: see [`rows`]), and the stored
+/// answer a replay carries.
+pub struct Row {
+    pub code: i64,
+    pub value: i64,
+    pub limits: Vec<Decision>,
+    pub text: Option<String>,
+}
+
+/// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
+/// KEYS = the script's state keys, one key per policy (a per-user policy's buckets
+/// are named after it), then each item's keys of the per-address policies; ARGV =
+/// id, number of policies, now override, the script's own number, five per policy
+/// (the fifth: `u` per user, `k` a key per item), then two per item (user id, then
+/// [`ItemArg`]).
+pub struct Call<'a> {
+    pub script: &'a crate::lua::Script,
+    /// The script's file name, for errors.
+    pub name: &'a str,
+    /// The script's own keys; the items' limit keys follow them.
+    pub state_keys: &'a [&'a str],
+    pub id: i64,
+    pub policies: &'a [Policy],
+    /// A policy's limit key for a subject (`Keys::sale_rate_limit` of the sale, or
+    /// the poll's); called once per policy: with `b` for the name a per-user
+    /// policy's buckets start with, with an empty subject for a per-address
+    /// policy's prefix.
+    pub limit_key: &'a (dyn Fn(&str, &str) -> String + Sync),
+    /// Tests only: decide at this Redis time instead of the Redis clock.
+    pub now_ms: Option<i64>,
+    /// The script's own number (ARGV[4]): for the purchase, how long the keys hash
+    /// lives after its last write, in ms; 0 for the vote.
+    pub extra: u64,
+}
+
+impl Call<'_> {
+    /// Runs the script for `items`; checks the reply's shape (see [`rows`]).
+    pub async fn run<C: ConnectionLike>(
+        &self,
+        redis: &mut C,
+        items: &[Item],
+    ) -> Result<Vec<Row>, AppError> {
+        let mut inv = self.script.prepare_invoke();
+        for key in self.state_keys.iter().copied() {
+            inv.key(key);
+        }
+        let prefixes: Vec<String> = self
+            .policies
+            .iter()
+            .map(|p| match p.subject {
+                Subject::User => (self.limit_key)(&p.name, BUCKETS),
+                Subject::Ip => (self.limit_key)(&p.name, ""),
+            })
+            .collect();
+        for prefix in &prefixes {
+            inv.key(prefix.as_str());
+        }
+        self.address_keys(&mut inv, items, &prefixes)?;
+        inv.arg(self.id)
+            .arg(self.policies.len())
+            .arg(self.now_ms.map(|n| n.to_string()).unwrap_or_default())
+            .arg(self.extra);
+        for policy in self.policies {
+            let (code, a, b, c) = policy.algorithm.lua_args();
+            let subject = match policy.subject {
+                Subject::User => "u",
+                Subject::Ip => "k",
+            };
+            inv.arg(code).arg(a).arg(b).arg(c).arg(subject);
+        }
+        for item in items {
+            inv.arg(item.user.get()).arg(item.arg);
+        }
+        let flat: Vec<redis::Value> = inv.invoke_async(redis).await?;
+        rows(self.name, &flat, self.policies.len(), items.len())
+    }
+
+    /// Adds each item's keys of the per-address policies, in the policies' order:
+    /// the policy's prefix, then the address. (A per-user policy keeps its users'
+    /// states as fields of its buckets, named by the user ids the items carry.)
+    fn address_keys(
+        &self,
+        inv: &mut crate::lua::Invocation<'_>,
+        items: &[Item],
+        prefixes: &[String],
+    ) -> Result<(), AppError> {
+        // A batch's keys are built in one buffer, with no formatting machinery: a
+        // hot sale's batch holds up to a few hundred of them.
+        let mut key = String::new();
+        let mut last_ip: Option<(IpAddr, String)> = None;
+        for item in items {
+            for (policy, prefix) in self.policies.iter().zip(prefixes) {
+                if policy.subject != Subject::Ip {
+                    continue;
+                }
+                let Some(ip) = item.ip else {
+                    return Err(AppError::Internal(anyhow::anyhow!(
+                        "policy {} counts per address, but no address was given",
+                        policy.name
+                    )));
+                };
+                key.clear();
+                key.push_str(prefix);
+                // Requests of a batch mostly come from few addresses.
+                match &last_ip {
+                    Some((seen, text)) if *seen == ip => key.push_str(text),
+                    _ => {
+                        let text = crate::limit::http::ip_subject(ip);
+                        key.push_str(&text);
+                        last_ip = Some((ip, text));
+                    }
+                }
+                inv.key(key.as_str());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the name of a per-user policy's buckets starts with, after the policy's
+/// prefix (`ns:{sale:42}:rl:buy-user:b`; the bucket's number follows, see
+/// `limits_cache` in `lua/lib/limits.lua`). A policy counts either users or
+/// addresses, so its buckets never meet a per-address key; an earlier version's
+/// per-user keys (`...:buy-user:u7`) are not read, and expire within a window.
+pub const BUCKETS: &str = "b";
+
+/// How many numbers per policy an answer carries (see `batch_answer` in
+/// `lua/lib/batch.lua`): rate limited and never satisfiable 4 (verdict, remaining,
+/// ms until allowed, ms until reset); accepted 2 (remaining, ms until reset: an
+/// allowed request's wait is read by nobody, so the script neither computes nor
+/// sends it); the others none, a code and a value only.
+fn numbers_per_policy(code: i64) -> usize {
+    match code {
+        7 | 8 => 4,
+        0 => 2,
+        _ => 0,
+    }
+}
+
+/// The answer that carries a string after its code and value: a replay
+/// (`REPLY_REPLAYED` in `lua/lib/batch.lua`), with the answer stored under its key.
+pub const REPLAYED: i64 = 11;
+
+/// Splits a batch script's flat reply into one row per item: code, value, the
+/// [`numbers_per_policy`] of each policy, one string after a [`REPLAYED`].
+/// Anything but exactly `items` rows, or a string anywhere else, is an error.
+fn rows(
+    script: &str,
+    flat: &[redis::Value],
+    policies: usize,
+    items: usize,
+) -> Result<Vec<Row>, AppError> {
+    let wrong = || unexpected_reply(script, format!("{} values for {items} items", flat.len()));
+    let int = |v: &redis::Value| match v {
+        redis::Value::Int(n) => Ok(*n),
+        _ => Err(wrong()),
+    };
+    let mut out = Vec::with_capacity(items);
+    let mut numbers = Vec::with_capacity(4 * policies);
+    let mut rest = flat;
+    while let [code, value, tail @ ..] = rest {
+        let (code, value) = (int(code)?, int(value)?);
+        let (limits, tail) = match numbers_per_policy(code) {
+            0 => (Vec::new(), tail),
+            each => {
+                let (mine, tail) = tail.split_at_checked(each * policies).ok_or_else(wrong)?;
+                numbers.clear();
+                for v in mine {
+                    numbers.push(int(v)?);
+                }
+                let limits = numbers
+                    .chunks(each)
+                    .map(|n| match *n {
+                        [remaining, reset] => decision(script, &[1, remaining, 0, reset]),
+                        _ => decision(script, n),
+                    })
+                    .collect::<Result<_, _>>()?;
+                (limits, tail)
+            }
+        };
+        let (text, tail) = match (code, tail) {
+            (REPLAYED, [redis::Value::BulkString(s), tail @ ..]) => {
+                (Some(String::from_utf8_lossy(s).into_owned()), tail)
+            }
+            (REPLAYED, _) => return Err(wrong()),
+            _ => (None, tail),
+        };
+        out.push(Row {
+            code,
+            value,
+            limits,
+            text,
+        });
+        rest = tail;
+    }
+    if !rest.is_empty() || out.len() != items {
+        return Err(wrong());
+    }
+    Ok(out)
+}
+
+/// One policy's answer: allowed (1, 0, or -1 never), remaining, ms until allowed,
+/// ms until reset. Any other verdict is an error, never read as a refusal.
+fn decision(script: &str, four: &[i64]) -> Result<Decision, AppError> {
+    Ok(Decision {
+        verdict: match four[0] {
+            1 => Verdict::Allowed,
+            0 => Verdict::Denied,
+            -1 => Verdict::Never,
+            other => return Err(unexpected_reply(script, ("verdict", other))),
+        },
+        remaining: four[1].max(0) as u64,
+        retry_after_ms: four[2].max(0) as u64,
+        reset_ms: four[3].max(0) as u64,
+        now_ms: 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {
+        // Two policies: accepted (remaining and reset of both), already bought (none),
+        // limited (all four of both).
+        let ints =
+            |n: &[i64]| -> Vec<redis::Value> { n.iter().map(|&n| redis::Value::Int(n)).collect() };
+        let flat = ints(&[
+            0, 9, 4, 10, 99, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
+        ]);
+        let parsed = rows("t.lua", &flat, 2, 3).unwrap();
+        assert_eq!(
+            parsed
+                .iter()
+                .map(|r| (r.code, r.value, r.limits.len()))
+                .collect::<Vec<_>>(),
+            [(0, 9, 2), (1, 0, 0), (7, 500, 2)]
+        );
+        assert_eq!(parsed[2].limits[0].verdict, Verdict::Denied);
+        assert_eq!(parsed[2].limits[0].retry_after_ms, 500);
+        let accepted = &parsed[0].limits;
+        assert_eq!(
+            accepted
+                .iter()
+                .map(|d| (d.verdict, d.remaining, d.retry_after_ms, d.reset_ms))
+                .collect::<Vec<_>>(),
+            [(Verdict::Allowed, 4, 0, 10), (Verdict::Allowed, 99, 0, 10)]
+        );
+        // Too few or too many numbers, or rows, are an error, never a guess.
+        assert!(rows("t.lua", &flat[..flat.len() - 1], 2, 3).is_err());
+        assert!(rows("t.lua", &flat, 2, 2).is_err());
+        assert!(rows("t.lua", &ints(&[1, 0, 5]), 2, 1).is_err());
+        // An unknown verdict is an error too.
+        assert!(rows("t.lua", &ints(&[7, 1, 3, 0, 0, 0]), 1, 1).is_err());
+        // A replay carries its stored answer; a string anywhere else is an error.
+        let mut replay = ints(&[REPLAYED, 0]);
+        replay.push(redis::Value::BulkString(b"1:0:5:x".to_vec()));
+        replay.extend(ints(&[1, 0]));
+        let parsed = rows("t.lua", &replay, 2, 2).unwrap();
+        assert_eq!(parsed[0].text.as_deref(), Some("1:0:5:x"));
+        assert_eq!(parsed[1].text, None);
+        assert!(rows("t.lua", &ints(&[REPLAYED, 0]), 2, 1).is_err());
+        let mut stray = ints(&[1, 0]);
+        stray.push(redis::Value::BulkString(b"x".to_vec()));
+        assert!(rows("t.lua", &stray, 2, 1).is_err());
+    }
+}
