@@ -1,11 +1,9 @@
 //! HTTP routes of accounts and sessions (sign-up, sign-in, sign-out, password
-//! change), and the `AuthUser` / `AdminUser` extractors, which take the token key
-//! and the sessions from the application state and run [`auth::authenticate`].
+//! change). The `AuthUser` / `AdminUser` extractors are in `extract.rs`.
 
 use actix_web::cookie::{Cookie, SameSite, time::Duration as CookieDuration};
 use actix_web::http::header;
-use actix_web::{FromRequest, HttpRequest, HttpResponse, dev::Payload, web};
-use futures_util::future::{Ready, ready};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::token::Claims;
@@ -19,9 +17,11 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::limit::Route;
 use crate::state::AppState;
 
-// The callers these extractors produce: the pages take them from here, beside
-// `optional_user`.
-pub use crate::auth::{AdminUser, AuthUser};
+// The callers the extractors produce (`extract.rs`): the pages take them from
+// here, beside `optional_user`.
+pub use super::extract::optional_user;
+use super::extract::redis_of;
+pub use crate::auth::AuthUser;
 
 // Routes under `/api` (see `startup`).
 #[derive(utoipa::OpenApi)]
@@ -36,73 +36,6 @@ super::routes! {
     post "/auth/signout-all" => signout_all,
     get "/me" => me,
     post "/me/password" => change_password,
-}
-
-impl AuthUser {
-    /// The caller of `req`, checked as the extractor checks it (for a handler that
-    /// answers some requests before it looks at who asks).
-    pub fn of(req: &HttpRequest) -> Result<AuthUser, AppError> {
-        authenticate(req).map(|(user, _)| user)
-    }
-}
-
-impl FromRequest for AuthUser {
-    type Error = AppError;
-    type Future = Ready<Result<Self, AppError>>;
-
-    /// No I/O: the token is checked here and its session in this process's memory,
-    /// so the buy path's extractor is ready at once.
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req).map(|(user, _)| user))
-    }
-}
-
-impl FromRequest for AdminUser {
-    type Error = AppError;
-    type Future = Ready<Result<Self, AppError>>;
-
-    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(authenticate(req).and_then(|(user, _)| {
-            if user.admin {
-                Ok(AdminUser(user))
-            } else {
-                Err(AppError::new(
-                    ErrorCode::Forbidden,
-                    "this needs an admin account",
-                ))
-            }
-        }))
-    }
-}
-
-/// The caller, if any valid token of a standing session came with the request
-/// (pages use this). A store failure is the caller's failure, not "signed out".
-pub fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
-    match authenticate(req) {
-        Ok((user, _)) => Ok(Some(user)),
-        Err(e @ (AppError::Redis(_) | AppError::Database(_) | AppError::Internal(_))) => Err(e),
-        Err(_) => Ok(None),
-    }
-}
-
-fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, AppError> {
-    req.app_data::<web::Data<AppState>>()
-        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))
-}
-
-/// This worker's own Redis connection when there is one, else the shared one.
-fn redis_of(req: &HttpRequest, state: &AppState) -> crate::redis_conn::Redis {
-    match req.app_data::<web::Data<crate::state::Worker>>() {
-        Some(worker) => worker.redis.clone(),
-        None => state.redis.clone(),
-    }
-}
-
-/// The caller's token checked against this process's keys and sessions (see
-/// [`auth::authenticate`]).
-fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
-    let state = app_state(req)?;
-    auth::authenticate(req, &state.tokens, &state.sessions)
 }
 
 #[derive(Serialize, utoipa::ToSchema)]

@@ -53,6 +53,7 @@ pub(crate) use http_method;
 pub(crate) use routes;
 
 pub mod auth;
+mod extract;
 pub mod health;
 pub mod sale;
 pub mod vote;

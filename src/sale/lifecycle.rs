@@ -1,4 +1,5 @@
-//! The days around a sale: an admin's edit, archive and delete (issue 25). Each
+//! The days around a sale: an admin's edit and archive (issue 25), and the
+//! row lock they and the delete (`delete.rs`) take first. Each
 //! takes the sale's row lock first, so a rebuild of the sale (which takes the same
 //! lock) sees all of the change or none of it, and records itself in
 //! `admin_changes` in the same transaction ([`crate::audit`]).
@@ -24,7 +25,6 @@ use crate::error::{AppError, ErrorCode};
 use crate::lua::{lua_script, unexpected_reply};
 
 static EDIT_SALE: LazyLock<crate::lua::Script> = lua_script!("edit_sale.lua");
-static DELETE_SALE: LazyLock<crate::lua::Script> = lua_script!("delete_sale.lua");
 
 crate::lua::reply_codes! {
     /// What `lua/edit_sale.lua` answers, as its header lists them.
@@ -32,14 +32,6 @@ crate::lua::reply_codes! {
         Written = 1, "written";
         HasBuyers = 0, "the sale has buyers";
         NotLoaded = -1, "not loaded";
-    }
-}
-
-crate::lua::reply_codes! {
-    /// What `lua/delete_sale.lua` answers, as its header lists them.
-    pub enum DeleteCode in "delete_sale.lua", checked_by delete_codes_are_the_scripts {
-        Removed = 1, "removed";
-        HasOrders = 0, "the sale has a buyer or an order";
     }
 }
 
@@ -122,7 +114,7 @@ impl SaleEdit {
 }
 
 /// The sale's row under its lock (`FOR UPDATE`), in `tx`; 404 when there is none.
-async fn locked(tx: &mut sqlx::PgConnection, id: SaleId) -> Result<SaleRow, AppError> {
+pub(super) async fn locked(tx: &mut sqlx::PgConnection, id: SaleId) -> Result<SaleRow, AppError> {
     sqlx::query_as::<_, SaleRow>(concat!(
         "SELECT ",
         sale_columns!(),
@@ -330,90 +322,4 @@ pub async fn set_archived<S: SaleAdmin + ?Sized>(
         cached::invalidate(state, id).await?;
     }
     cached::load_view(state, id).await
-}
-
-/// Whether the sale has an order in Postgres (settled: one still only in Redis
-/// shows in its sold count).
-pub async fn has_orders<'c, E: sqlx::PgExecutor<'c>>(db: E, id: SaleId) -> Result<bool, AppError> {
-    Ok(
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1)")
-            .bind(id.get())
-            .fetch_one(db)
-            .await?,
-    )
-}
-
-/// Deletes a sale that never had an order, from both stores: 409 `has_orders`
-/// once it has one (settled, or accepted in Redis and not settled yet).
-pub async fn delete<S: SaleAdmin + ?Sized>(
-    state: &S,
-    id: SaleId,
-    admin: UserId,
-) -> Result<(), AppError> {
-    let mut tx = state.db().begin().await?;
-    let row = locked(&mut tx, id).await?;
-    let has_orders = has_orders(&mut *tx, id).await?;
-    let refused = || {
-        AppError::new(
-            ErrorCode::HasOrders,
-            "this sale has orders, so it stays on record: archive it to hide it",
-        )
-    };
-    if has_orders {
-        return Err(refused());
-    }
-    for table in [
-        "DELETE FROM stock_changes WHERE sale_id = $1",
-        "DELETE FROM queue_places WHERE sale_id = $1",
-        "DELETE FROM queue_admissions WHERE sale_id = $1",
-    ] {
-        sqlx::query(table).bind(id.get()).execute(&mut *tx).await?;
-    }
-    sqlx::query("DELETE FROM sales WHERE id = $1")
-        .bind(id.get())
-        .execute(&mut *tx)
-        .await?;
-    audit::record(
-        &mut tx,
-        Change {
-            admin,
-            action: Action::Delete,
-            subject: Subject::Sale(id),
-            before: Some(serde_json::to_value(&row).map_err(|e| AppError::Internal(e.into()))?),
-            after: None,
-        },
-    )
-    .await?;
-    // Redis first, atomically against purchases: a buyer who got in first keeps
-    // the sale. Once its state is gone, a purchase finds none, and a rebuild waits
-    // for our row lock and then finds no sale.
-    let k = state.keys().sale(id);
-    let removed: i64 = DELETE_SALE
-        .key(&k.meta)
-        .key(&k.stock)
-        .key(&k.buyers)
-        .key(&k.orders)
-        .key(&k.pending)
-        .key(&k.changes)
-        .key(&k.rebuild)
-        .key(&k.units)
-        .key(&k.sold)
-        .key(&k.orders_legacy)
-        .key(&k.queue)
-        .key(&k.queue_state)
-        .key(&k.queue_open)
-        .key(&k.queue_admitted)
-        .key(&k.queue_joins)
-        .key(&k.queue_admits)
-        .invoke_async(&mut state.redis().clone())
-        .await?;
-    match DeleteCode::of(removed) {
-        Some(DeleteCode::Removed) => {}
-        Some(DeleteCode::HasOrders) => return Err(refused()),
-        None => return Err(unexpected_reply("delete_sale.lua", removed)),
-    }
-    tx.commit().await?;
-    cached::invalidate(state, id).await?;
-    state.sold_out().clear(id);
-    Ok(())
 }

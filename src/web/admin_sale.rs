@@ -134,7 +134,7 @@ pub async fn page(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let has_orders = crate::sale::lifecycle::has_orders(&state.db, id);
+    let has_orders = crate::sale::delete::has_orders(&state.db, id);
     let history = audit::history(&state.db, Subject::Sale(id), HISTORY_SHOWN);
     let (has_orders, history) = match tokio::try_join!(has_orders, history) {
         Ok(found) => found,

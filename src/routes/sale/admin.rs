@@ -1,5 +1,5 @@
-//! The admin's routes of sales: create, list, stock, open and close, orders,
-//! reconcile and repair.
+//! The admin's routes of sales: create, list, stock, open and close. What sold is
+//! `sold.rs`; reconcile, repair and the rehearsals' cleanup are `repair.rs`.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
@@ -16,7 +16,7 @@ use crate::sale::queue::room::WaitingRoom;
 use crate::sale::record;
 use crate::sale::stock::{ChangeResult, StockChange};
 use crate::sale::store::NewSale;
-use crate::sale::{self, export, lifecycle, orders, reconcile, rehearsal};
+use crate::sale::{self, lifecycle};
 use crate::state::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -284,131 +284,4 @@ pub(super) async fn admin_close(
     state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale closed");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
-}
-
-#[derive(Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub(super) struct Page {
-    /// At most this many orders (1 to 10000, default 1000).
-    #[param(minimum = 1, maximum = 10000)]
-    limit: Option<i64>,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-struct SaleOrders {
-    sale_id: i64,
-    /// Orders in Postgres, oldest first.
-    confirmed: Vec<orders::OrderRow>,
-    /// Accepted orders not yet in Postgres.
-    pending_count: i64,
-    /// Units and revenue of all the sale's settled orders (not only those listed).
-    totals: export::SaleTotals,
-}
-
-/// A sale's confirmed orders and how many are still pending.
-#[utoipa::path(get, path = "/api/admin/sales/{id}/orders", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1), Page), security(("bearer" = [])), responses(
-    (status = 200, description = "The orders", body = SaleOrders),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-))]
-pub(super) async fn admin_orders(
-    state: web::Data<AppState>,
-    _: AdminUser,
-    path: web::Path<String>,
-    page: web::Query<Page>,
-) -> Result<HttpResponse, AppError> {
-    let id = SaleId::parse(&path)?;
-    let limit = page.limit.unwrap_or(1000);
-    if !(1..=10_000).contains(&limit) {
-        return Err(AppError::new(
-            ErrorCode::InvalidLimit,
-            "limit must be 1 to 10000",
-        ));
-    }
-    let (orders, pending) = sale::admin::orders(state.get_ref(), id, limit).await?;
-    let record = sale::admin::record(&state.db, id).await?;
-    let totals = export::totals(&state.db, id, record.price_cents).await?;
-    Ok(HttpResponse::Ok().json(SaleOrders {
-        sale_id: id.get(),
-        confirmed: orders,
-        pending_count: pending,
-        totals,
-    }))
-}
-
-/// Every settled order of the sale as CSV, oldest first, streamed: a header row,
-/// then `order_id,buyer,user_id,units,status,accepted_at,settled_at,paid_at,amount_cents`
-/// (`amount_cents`: the price times the units).
-#[utoipa::path(get, path = "/api/admin/sales/{id}/orders.csv", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "`text/csv`, as an attachment", content_type = "text/csv", body = String, headers(
-        ("Content-Disposition" = String, description = "`attachment; filename=\"sale-<id>-orders.csv\"`"))),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-))]
-pub(super) async fn admin_orders_csv(
-    state: web::Data<AppState>,
-    _: AdminUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let id = SaleId::parse(&path)?;
-    let record = sale::admin::record(&state.db, id).await?;
-    let body = export::orders_csv(state.db.clone(), id, record.price_cents);
-    Ok(HttpResponse::Ok()
-        .content_type("text/csv; charset=utf-8")
-        .insert_header((
-            actix_web::http::header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"sale-{id}-orders.csv\""),
-        ))
-        .streaming(body))
-}
-
-/// Redis against Postgres for one sale: who bought, what is pending, what settled.
-#[utoipa::path(get, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The report", body = reconcile::Reconciliation),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-))]
-pub(super) async fn admin_reconcile(
-    state: web::Data<AppState>,
-    _: AdminUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let id = SaleId::parse(&path)?;
-    let report = sale::admin::reconciliation(state.get_ref(), id).await?;
-    Ok(HttpResponse::Ok().json(report))
-}
-
-/// Makes Redis agree with Postgres for one sale: the rebuild of [`crate::recover`].
-#[utoipa::path(post, path = "/api/admin/sales/{id}/reconcile", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "Rebuilt from Postgres: the new report", body = reconcile::Reconciliation),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-))]
-pub(super) async fn admin_repair(
-    state: web::Data<AppState>,
-    AdminUser(admin): AdminUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let id = SaleId::parse(&path)?;
-    let report = sale::admin::repair(state.get_ref(), id).await?;
-    tracing::warn!(sale = %id, admin = %admin.id, consistent = report.consistent, "sale repaired from Postgres");
-    Ok(HttpResponse::Ok().json(report))
-}
-
-/// Removes every rehearsal sale (`stampede load`'s) with its orders, payments,
-/// stock changes, admin changes and Redis keys, and the rehearsal users nothing
-/// else names; never a real sale or user. The same as `stampede load --cleanup`.
-#[utoipa::path(post, path = "/api/admin/rehearsals/cleanup", tag = "admin", security(("bearer" = [])), responses(
-    (status = 200, description = "What was removed", body = rehearsal::Cleaned),
-))]
-pub(super) async fn admin_cleanup_rehearsals(
-    state: web::Data<AppState>,
-    AdminUser(admin): AdminUser,
-) -> Result<HttpResponse, AppError> {
-    let cleaned = rehearsal::cleanup(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        state.config.token_ttl,
-    )
-    .await?;
-    tracing::warn!(admin = %admin.id, sales = cleaned.sales, orders = cleaned.orders, users = cleaned.users, "rehearsals cleaned up");
-    Ok(HttpResponse::Ok().json(cleaned))
 }

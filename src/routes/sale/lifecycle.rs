@@ -9,6 +9,7 @@ use crate::audit::{self, Subject};
 use crate::auth::AdminUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::sale::delete;
 use crate::sale::lifecycle::{self, SaleEdit};
 use crate::sale::record;
 
@@ -169,7 +170,7 @@ pub(super) async fn admin_delete(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
-    lifecycle::delete(state.get_ref(), id, admin.id).await?;
+    delete::delete(state.get_ref(), id, admin.id).await?;
     tracing::info!(sale = %id, admin = %admin.id, "sale deleted");
     Ok(HttpResponse::NoContent().finish())
 }

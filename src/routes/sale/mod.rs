@@ -1,6 +1,7 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
 //! purchase and its ticket (`purchase.rs`), an order's status and payment
-//! (`orders.rs`), the admin's set-up (`admin.rs`), edit, archive, delete and
+//! (`orders.rs`), the admin's set-up (`admin.rs`), what sold (`sold.rs`), upkeep
+//! (`repair.rs`), edit, archive, delete and
 //! history (`lifecycle.rs`); the refusals the purchase, the ticket and the waiting
 //! room share are in `answers.rs`. This file holds the route table, the OpenAPI
 //! group and the sold-out answer given before routing.
@@ -18,6 +19,8 @@ mod lifecycle;
 mod orders;
 mod purchase;
 mod queue;
+mod repair;
+mod sold;
 mod ticket;
 
 // Routes under `/api` (see `startup`): the purchase first, so the hot path matches
@@ -40,17 +43,17 @@ mod ticket;
     admin::admin_stock,
     admin::admin_open,
     admin::admin_close,
-    admin::admin_orders,
-    admin::admin_orders_csv,
-    admin::admin_reconcile,
-    admin::admin_repair,
+    sold::admin_orders,
+    sold::admin_orders_csv,
+    repair::admin_reconcile,
+    repair::admin_repair,
     lifecycle::admin_edit,
     lifecycle::admin_archive,
     lifecycle::admin_unarchive,
     lifecycle::admin_delete,
     lifecycle::admin_history,
     orders::admin_cancel,
-    admin::admin_cleanup_rehearsals
+    repair::admin_cleanup_rehearsals
 ))]
 pub(crate) struct Api;
 
@@ -72,17 +75,17 @@ super::routes! {
     post "/admin/sales/{id}/stock" => admin::admin_stock,
     post "/admin/sales/{id}/open" => admin::admin_open,
     post "/admin/sales/{id}/close" => admin::admin_close,
-    get "/admin/sales/{id}/orders" => admin::admin_orders,
-    get "/admin/sales/{id}/orders.csv" => admin::admin_orders_csv,
-    get "/admin/sales/{id}/reconcile" => admin::admin_reconcile,
-    post "/admin/sales/{id}/reconcile" => admin::admin_repair,
+    get "/admin/sales/{id}/orders" => sold::admin_orders,
+    get "/admin/sales/{id}/orders.csv" => sold::admin_orders_csv,
+    get "/admin/sales/{id}/reconcile" => repair::admin_reconcile,
+    post "/admin/sales/{id}/reconcile" => repair::admin_repair,
     patch "/admin/sales/{id}" => lifecycle::admin_edit,
     delete "/admin/sales/{id}" => lifecycle::admin_delete,
     post "/admin/sales/{id}/archive" => lifecycle::admin_archive,
     post "/admin/sales/{id}/unarchive" => lifecycle::admin_unarchive,
     get "/admin/sales/{id}/history" => lifecycle::admin_history,
     post "/admin/orders/{id}/cancel" => orders::admin_cancel,
-    post "/admin/rehearsals/cleanup" => admin::admin_cleanup_rehearsals,
+    post "/admin/rehearsals/cleanup" => repair::admin_cleanup_rehearsals,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).
