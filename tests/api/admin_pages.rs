@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{between, escaped_in, spawn_app, spawn_app_with};
+use crate::helpers::{between, escaped_in, spawn_app, spawn_app_with, spawn_with_live_sale};
 
 /// The `datetime` of every "Ordered" cell of a page, in order.
 fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
@@ -23,9 +23,7 @@ fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
 
 #[tokio::test]
 async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale(5).await;
     let buyers = app.create_users(3, false).await;
     for buyer in &buyers {
         app.buy(sale, &buyer.token).await;
@@ -71,9 +69,7 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
 
 #[tokio::test]
 async fn orders_page_pages_fifty_orders_at_a_time() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 60).await;
+    let (app, admin, sale) = spawn_with_live_sale(60).await;
     let buyers = app.create_users(52, false).await;
     for buyer in &buyers {
         app.buy(sale, &buyer.token).await;
@@ -214,9 +210,7 @@ async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
 
 #[tokio::test]
 async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1_234_567).await;
+    let (app, _, sale) = spawn_with_live_sale(1_234_567).await;
     let body = app.html(&format!("/sales/{sale}"), None).await;
     let back = format!("next=%2Fsales%2F{sale}");
     assert!(body.contains(&format!(

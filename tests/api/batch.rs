@@ -19,8 +19,8 @@ use tokio::sync::Barrier;
 
 use crate::helpers::{
     TestApp, flush_scripts_on_node_of, limits, node_of, redis_pttl, socket_addr_of, spawn_app,
-    spawn_app_with, test_redis_cluster, test_redis_url, user_limit_buckets, user_log_entries,
-    window_policy,
+    spawn_app_with, spawn_with_live_sale, test_redis_cluster, test_redis_url, user_limit_buckets,
+    user_log_entries, window_policy,
 };
 
 /// A buy-route policy that refuses when Redis cannot answer.
@@ -154,9 +154,7 @@ async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_user_twice_in_one_batch_buys_once() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let (a, b) = (app.user().await, app.user().await);
     let buyer = |id: i64| BuyRequest {
         user: Id::new(id).unwrap(),
@@ -581,9 +579,7 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
 /// is answered without one.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_once() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let a = app.user().await;
     let buyer = BuyRequest {
         user: Id::new(a.id).unwrap(),

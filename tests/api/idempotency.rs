@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{
+    Db, TestApp, User, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale,
+};
 
 /// A purchase with an `Idempotency-Key` (and a quantity, when given).
 async fn buy_keyed(
@@ -66,9 +68,7 @@ async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let buyer = app.user().await;
 
     let (order, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
@@ -89,12 +89,9 @@ async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
 
     // Settled, the order carries its key.
     app.wait_for_orders(sale, 1).await;
-    let key: Option<String> =
-        sqlx::query_scalar("SELECT idempotency_key FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let key: Option<String> = app
+        .scalar("SELECT idempotency_key FROM orders WHERE id = $1", order)
+        .await;
     assert_eq!(key.as_deref(), Some("press-1"));
     // And after settlement the key still answers the same 202.
     let (after, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
@@ -303,13 +300,12 @@ async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
         assert!(Instant::now() < deadline, "all three settle");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let keyed: Vec<(uuid::Uuid, Option<String>)> = sqlx::query_as(
-        "SELECT id, idempotency_key FROM orders WHERE sale_id = $1 ORDER BY accepted_at",
-    )
-    .bind(sale)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
+    let keyed: Vec<(uuid::Uuid, Option<String>)> = app
+        .rows(
+            "SELECT id, idempotency_key FROM orders WHERE sale_id = $1 ORDER BY accepted_at",
+            sale,
+        )
+        .await;
     assert_eq!(keyed[0], (old, Some("old".to_string())));
     assert_eq!(keyed[1], (new, None));
 }
@@ -388,12 +384,12 @@ async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rew
         1,
         "the forgotten key's order failed the plain insert once"
     );
-    let mut keyed: Vec<(uuid::Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, idempotency_key FROM orders WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
+    let mut keyed: Vec<(uuid::Uuid, Option<String>)> = app
+        .rows(
+            "SELECT id, idempotency_key FROM orders WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     keyed.sort();
     let mut expected = vec![
         (first, Some("k".to_string())),

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
 
-use crate::helpers::{TestApp, User, redis_get, spawn_app};
+use crate::helpers::{Db, TestApp, User, redis_get, spawn_app, spawn_with_live_sale};
 
 async fn patch(app: &TestApp, who: &User, sale: i64, body: Value) -> (StatusCode, Value) {
     let resp = app
@@ -34,11 +34,9 @@ async fn delete(app: &TestApp, who: &User, sale: i64) -> (StatusCode, Value) {
 }
 
 async fn row(app: &TestApp, sale: i64) -> Value {
-    let rows: Vec<(Value,)> = sqlx::query_as("SELECT to_jsonb(s) FROM sales s WHERE id = $1")
-        .bind(sale)
-        .fetch_all(&app.db)
-        .await
-        .unwrap();
+    let rows: Vec<(Value,)> = app
+        .rows("SELECT to_jsonb(s) FROM sales s WHERE id = $1", sale)
+        .await;
     rows.into_iter().next().map_or(Value::Null, |(v,)| v)
 }
 
@@ -131,9 +129,7 @@ async fn an_upcoming_sale_may_change_every_field_and_the_change_is_recorded() {
 
 #[tokio::test]
 async fn an_open_sale_keeps_what_buyers_were_promised() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale(5).await;
     let before = row(&app, sale).await;
     let ends_before = app.get_json(&format!("/api/sales/{sale}"), None).await["ends_at"].clone();
     for body in [
@@ -608,11 +604,12 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
         .await
         .unwrap();
     assert_eq!(left, 0);
-    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM poll_options WHERE poll_id = $1")
-        .bind(upcoming)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let (rows,): (i64,) = app
+        .row(
+            "SELECT count(*) FROM poll_options WHERE poll_id = $1",
+            upcoming,
+        )
+        .await;
     assert_eq!(rows, 0);
 
     let history = |poll: i64| actions(&app, &admin, format!("/api/admin/polls/{poll}/history"));

@@ -5,7 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, spawn_app, spawn_app_with, spawn_with_live_sale};
 
 /// Runs `stampede load <args> --json` against `app` (`args` split at spaces); the exit
 /// status and the report.
@@ -135,11 +135,9 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
     assert_eq!(answers(&report, "410 sold_out"), 170, "{report:#}");
     assert_eq!(answers(&report, "428 ticket_required"), 0, "{report:#}");
     let sale = report["sale"].as_i64().unwrap();
-    let requires: bool = sqlx::query_scalar("SELECT requires_ticket FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let requires: bool = app
+        .scalar("SELECT requires_ticket FROM sales WHERE id = $1", sale)
+        .await;
     assert!(requires, "the run's sale requires tickets");
 
     let (status, _, stderr) = load(&app, &format!("repeat --sale {sale} --users 5")).await;
@@ -232,9 +230,7 @@ async fn a_soldout_run_answers_only_sold_out() {
 /// exits non-zero, with `--json` and with the text report.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_invariant_is_named_and_the_run_fails() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     assert_eq!(app.stock_left(sale).await, 10);
     let stock = app.sale_keys(sale).stock;
     let _: () = redis::cmd("SET")
@@ -316,11 +312,9 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
         "first answer {first} long after the opening {opens}"
     );
     let sale = report["sale"].as_i64().unwrap();
-    let starts: DateTime<Utc> = sqlx::query_scalar("SELECT starts_at FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let starts: DateTime<Utc> = app
+        .scalar("SELECT starts_at FROM sales WHERE id = $1", sale)
+        .await;
     assert_eq!(starts, opens);
 
     let past =
@@ -396,9 +390,7 @@ async fn stampede_load_runs_the_stampede_load_binary_beside_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let real = app.live_sale(&admin, 5).await;
+    let (app, _, real) = spawn_with_live_sale(5).await;
     let buyer = app.user().await;
     app.buy(real, &buyer.token).await;
     let (status, report, stderr) = load(
@@ -408,11 +400,9 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
     let sale = report["sale"].as_i64().expect("the report names its sale");
-    let rehearsal: bool = sqlx::query_scalar("SELECT rehearsal FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let rehearsal: bool = app
+        .scalar("SELECT rehearsal FROM sales WHERE id = $1", sale)
+        .await;
     assert!(rehearsal, "stampede load makes rehearsal sales");
     let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE rehearsal")
         .fetch_one(&app.db)
@@ -504,34 +494,30 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
 
     // What the report says, seen independently.
     let sale = report["sale"].as_i64().unwrap();
-    let waiting_room: bool = sqlx::query_scalar("SELECT waiting_room FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let waiting_room: bool = app
+        .scalar("SELECT waiting_room FROM sales WHERE id = $1", sale)
+        .await;
     assert!(waiting_room, "the run's sale has a waiting room");
     assert_eq!(app.orders_in_db(sale).await.len(), 50);
-    let (places, admissions): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+    let (places, admissions): (i64, i64) = app
+        .row(
+            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
                 (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!((places, admissions), (300, 50));
 
     // --cleanup removes the line too: its rows and its Redis keys.
     let (status, _, stderr) = load_text(&app, "--cleanup --json").await;
     assert!(status.success(), "{stderr}");
-    let (places, admissions): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+    let (places, admissions): (i64, i64) = app
+        .row(
+            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
                 (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!((places, admissions), (0, 0));
     let k = app.sale_keys(sale);
     let left: i64 = redis::cmd("EXISTS")

@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
@@ -107,9 +107,7 @@ async fn storm_of_2500_on_stock_100(app: TestApp) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accepted_order_is_pending_then_confirmed() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, admin, sale) = spawn_with_live_sale(3).await;
     let buyer = app.user().await;
     let resp = app.purchase(sale, &buyer.token).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -209,9 +207,7 @@ async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sold_out_flag_is_cleared_by_a_top_up() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1).await;
+    let (app, admin, sale) = spawn_with_live_sale(1).await;
     let users = app.create_users(3, false).await;
     app.buy(sale, &users[0].token).await;
     assert_error(
@@ -240,9 +236,7 @@ async fn sold_out_flag_is_cleared_by_a_top_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scripts_are_reloaded_after_script_flush() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale(5).await;
     let users = app.create_users(2, false).await;
     app.buy(sale, &users[0].token).await;
     let _: () = redis::cmd("SCRIPT")
@@ -256,9 +250,7 @@ async fn scripts_are_reloaded_after_script_flush() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sales_are_listed_with_live_stock() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 7).await;
+    let (app, _, sale) = spawn_with_live_sale(7).await;
     let buyer = app.user().await;
     app.purchase(sale, &buyer.token).await;
     let list: Value = app.get_json("/api/sales", None).await;
@@ -277,9 +269,7 @@ async fn sales_are_listed_with_live_stock() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_reports_agreement_and_a_lost_order() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale(10).await;
     let users = app.create_users(4, false).await;
     for u in &users {
         app.buy(sale, &u.token).await;
@@ -308,9 +298,7 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn repair_restores_lost_buyers_and_stock_from_postgres() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale(10).await;
     let users = app.create_users(3, false).await;
     for u in &users {
         app.buy(sale, &u.token).await;
@@ -363,9 +351,7 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
 /// changes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_known_sold_out_sale_answers_410_before_the_token_is_checked() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sold = app.live_sale(&admin, 1).await;
+    let (app, admin, sold) = spawn_with_live_sale(1).await;
     let open = app.live_sale(&admin, 5).await;
     let users = app.create_users(2, false).await;
     app.buy(sold, &users[0].token).await;

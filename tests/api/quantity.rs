@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, spawn_app, spawn_app_with};
 
 /// A sale open now, for an hour, of `stock` units at 500, at most `max` per customer.
 async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64, extra: Value) -> i64 {
@@ -48,14 +48,12 @@ async fn redis_units(app: &TestApp, sale: i64) -> (HashMap<i64, i64>, i64, i64) 
 
 /// Postgres: units per buyer over the orders that hold units.
 async fn pg_units(app: &TestApp, sale: i64) -> HashMap<i64, i64> {
-    sqlx::query_as(
+    app.rows(
         "SELECT user_id, sum(quantity)::int8 FROM orders
          WHERE sale_id = $1 AND status <> 'expired' GROUP BY user_id",
+        sale,
     )
-    .bind(sale)
-    .fetch_all(&app.db)
     .await
-    .unwrap()
     .into_iter()
     .collect()
 }

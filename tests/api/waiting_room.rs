@@ -8,7 +8,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
+    Db, TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
 };
 
 /// A sale with a waiting room whose line is open now and that opens in
@@ -246,14 +246,12 @@ async fn line_of(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
 
 /// The admissions Postgres holds: (user, expires_at in ms).
 async fn admissions_in_db(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
-    sqlx::query_as(
+    app.rows(
         "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
          FROM queue_admissions WHERE sale_id = $1",
+        sale,
     )
-    .bind(sale)
-    .fetch_all(&app.db)
     .await
-    .unwrap()
 }
 
 /// A ticket signed with the server's key for any user, good for a minute: it
@@ -507,11 +505,7 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     assert_eq!(left, 0);
     assert_eq!(pending, 0);
     assert_eq!(buyers.len() as i64, UNITS);
-    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let total = app.stock_total(sale).await;
     assert_eq!(left + buyers.len() as i64, total);
     let mut order_users: Vec<i64> = orders.iter().map(|(_, u)| *u).collect();
     order_users.sort_unstable();
@@ -584,12 +578,12 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let copied: Vec<(i64, f64)> = loop {
-        let rows: Vec<(i64, f64)> =
-            sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
-                .bind(sale)
-                .fetch_all(&app.db)
-                .await
-                .unwrap();
+        let rows: Vec<(i64, f64)> = app
+            .rows(
+                "SELECT user_id, place FROM queue_places WHERE sale_id = $1",
+                sale,
+            )
+            .await;
         if rows.len() >= EARLY + LATE || std::time::Instant::now() > deadline {
             break rows;
         }

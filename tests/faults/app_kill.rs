@@ -8,10 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 /// Stops Postgres and waits until the settlement worker of server `index` holds
 /// order entries it read but cannot commit; returns how many. Postgres stays
@@ -90,14 +89,8 @@ async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
 #[tokio::test(flavor = "multi_thread")]
 async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     let mut stack = Stack::start("app-kill", Options::default()).await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.03),
-        Plan::default(),
-    );
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.03), Plan::default());
     storm.wait_accepted(400, Duration::from_secs(20)).await;
     let held = hold_entries_in_worker(&mut stack, 0, &sales).await;
     stack.servers[0].kill9();
@@ -127,14 +120,8 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
         },
     )
     .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 2, 0.03),
-        Plan::default(),
-    );
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 2, 0.03), Plan::default());
     storm.wait_accepted(400, Duration::from_secs(20)).await;
     // The one that settles (the other stands by): only its death leaves entries
     // behind, and the survivor must take the lease over before it can claim them.

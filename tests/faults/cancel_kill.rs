@@ -17,7 +17,7 @@ use serde_json::Value;
 use stampede::domain::Id;
 use uuid::Uuid;
 
-use crate::harness::{Options, Stack, User};
+use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{final_answers, reconcile};
 use crate::storm::{self, Op, Record, Work};
 
@@ -125,12 +125,12 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let settled: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)")
-                .bind([keep, rebuy])
-                .fetch_one(&stack.db)
-                .await
-                .unwrap();
+        let settled: i64 = stack
+            .scalar(
+                "SELECT count(*) FROM orders WHERE sale_id = ANY($1)",
+                [keep, rebuy],
+            )
+            .await;
         if settled == 2 * UNITS {
             break;
         }
@@ -223,13 +223,12 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         answers.len(),
         unavailable.load(Ordering::Relaxed)
     );
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
-    )
-    .bind([keep, rebuy])
-    .fetch_one(&stack.db)
-    .await
-    .unwrap();
+    let pending: i64 = stack
+        .scalar(
+            "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+            [keep, rebuy],
+        )
+        .await;
     println!("returns still pending after the stream: {pending}");
     for (status, body, refund) in &answers {
         assert_eq!(*status, 200, "{body}");
@@ -243,32 +242,14 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     stack.wait_stock_changes_applied(&[keep, rebuy]).await;
 
     for (sale, rebuy_after_expiry) in [(keep, false), (rebuy, true)] {
-        let statuses: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-            "SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status",
-        )
-        .bind(sale)
-        .fetch_all(&stack.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+        let statuses = stack.orders_by_status(sale).await;
         let refunded = if rebuy_after_expiry { 0 } else { 67 };
         let cancelled = CANCELLED - refunded;
         assert_eq!(statuses.get("cancelled").copied().unwrap_or(0), cancelled);
         assert_eq!(statuses.get("refunded").copied().unwrap_or(0), refunded);
-        let returns: (i64, i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'applied'), COALESCE(sum(delta), 0)::int8
-             FROM stock_changes WHERE sale_id = $1 AND kind = 'return'",
-        )
-        .bind(sale)
-        .fetch_one(&stack.db)
-        .await
-        .unwrap();
-        let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-            .bind(sale)
-            .fetch_one(&stack.db)
-            .await
-            .unwrap();
+        let returns: (i64, i64, i64) = stack.row("SELECT count(*), count(*) FILTER (WHERE status = 'applied'), COALESCE(sum(delta), 0)::int8
+             FROM stock_changes WHERE sale_id = $1 AND kind = 'return'", sale).await;
+        let total = stack.stock_total(sale).await;
         let k = stack.keys.sale(Id::new(sale).unwrap());
         let left = redis_int(&stack, k.stock).await;
         let buyers = buyers(&stack, sale).await;

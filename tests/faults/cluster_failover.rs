@@ -17,10 +17,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Fsync, Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, Record, Storm, purchases};
+use crate::storm::{Plan, Record, purchases};
 
 async fn failover_mid_storm(name: &str, replica_acks: bool) {
     let mut stack = Stack::start(
@@ -37,8 +36,7 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
         },
     )
     .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
+    let (users, sales) = stack.shoppers_and_sales().await;
     // The victim: the shard of the sale with 5,000 units (it never sells out).
     let cluster = stack.cluster.as_ref().unwrap();
     let big = *sales.last().unwrap();
@@ -75,9 +73,7 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
     assert!(!others.is_empty(), "all sales on one shard: {sales:?}");
     println!("victim primary node {primary}, replica {replica}, its sales {victim_sales:?}");
 
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
         Plan {
             rate: 200.0,

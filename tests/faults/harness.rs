@@ -25,6 +25,9 @@ use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 use stampede::keys::Keys;
 
+pub use crate::db::Db;
+use crate::storm::{Plan, Storm, Work};
+
 /// Where run directories live: git-ignored, inside the worktree, so the postgres
 /// user can reach them (the run dirs are made passable for it).
 fn faults_root() -> PathBuf {
@@ -1070,6 +1073,16 @@ pub struct Options {
     pub extra: Vec<(&'static str, &'static str)>,
 }
 
+impl Options {
+    /// The defaults, with Redis syncing its AOF as `fsync` says.
+    pub fn fsync(fsync: Fsync) -> Options {
+        Options {
+            fsync,
+            ..Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -1097,6 +1110,12 @@ pub struct Stack {
     pub env: ServerEnv,
     pub dir: RunDir,
     started: Instant,
+}
+
+impl Db for Stack {
+    fn pool(&self) -> &PgPool {
+        &self.db
+    }
 }
 
 impl Stack {
@@ -1396,6 +1415,19 @@ impl Stack {
         self.admin_post("/api/admin/sales", &sale).await["id"]
             .as_i64()
             .unwrap()
+    }
+
+    /// The shoppers and sales of the storm scenarios: 1,500 users and a live sale of
+    /// each of [`crate::STOCKS`].
+    pub async fn shoppers_and_sales(&self) -> (Vec<User>, Vec<i64>) {
+        let users = self.create_users(1500, false).await;
+        let sales = self.create_sales(&crate::STOCKS).await;
+        (users, sales)
+    }
+
+    /// A storm of `work` over the stack's servers, paced by `plan`.
+    pub fn storm(&self, work: Vec<Work>, plan: Plan) -> Storm {
+        Storm::start(&self.http, self.bases(), work, plan)
     }
 
     pub async fn create_sales(&self, stocks: &[i64]) -> Vec<i64> {

@@ -6,6 +6,8 @@
 //! (`invariants.rs`): every accepted order in Postgres once, nobody buys twice,
 //! no oversell, units arithmetic exact in both stores, never a 500.
 
+#[path = "../common/db.rs"]
+mod db;
 mod harness;
 mod invariants;
 mod storm;

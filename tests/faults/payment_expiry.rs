@@ -16,9 +16,9 @@ use rand::seq::SliceRandom;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::harness::{Options, Stack, User};
+use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers, reconcile};
-use crate::storm::{self, Op, Plan, Record, Storm, Work};
+use crate::storm::{self, Op, Plan, Record, Work};
 
 /// Payment window of every sale: time enough to buy, settle and pay 140 orders.
 const WINDOW_S: i64 = 8;
@@ -120,12 +120,9 @@ fn answers_of(records: &[Record], sale: i64) -> Vec<(i64, String)> {
 async fn wait_orders_in_postgres(stack: &Stack, sales: &[i64], n: i64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let settled: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)")
-                .bind(sales)
-                .fetch_one(&stack.db)
-                .await
-                .unwrap();
+        let settled: i64 = stack
+            .scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)", sales)
+            .await;
         if settled == n {
             return;
         }
@@ -276,32 +273,16 @@ struct Snapshot {
 }
 
 async fn snapshot(stack: &Stack, sale: i64) -> Snapshot {
-    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&stack.db)
-        .await
-        .unwrap();
-    let statuses: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status")
-            .bind(sale)
-            .fetch_all(&stack.db)
-            .await
-            .unwrap();
-    let returns: Vec<(String, Option<i64>, i64)> = sqlx::query_as(
-        "SELECT status, delta, count(*) FROM stock_changes
+    let total = stack.stock_total(sale).await;
+    let statuses = stack.orders_by_status(sale).await;
+    let returns: Vec<(String, Option<i64>, i64)> = stack
+        .rows(
+            "SELECT status, delta, count(*) FROM stock_changes
          WHERE sale_id = $1 AND kind = 'return' GROUP BY status, delta",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
-    let pending: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM stock_changes WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
+    let pending: Vec<i64> = stack.scalars("SELECT id FROM stock_changes WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'", sale).await;
     let k = stack.keys.sale(stampede::domain::Id::new(sale).unwrap());
     let mut conn = stack.redis().await;
     let (left, buyers, in_redis): (i64, i64, i64) = redis::pipe()
@@ -332,7 +313,7 @@ async fn snapshot(stack: &Stack, sale: i64) -> Snapshot {
         left,
         buyers,
         in_redis,
-        statuses: statuses.into_iter().collect(),
+        statuses,
         returns: returns.into_iter().map(|(s, d, n)| ((s, d), n)).collect(),
         pending_in_redis,
         pending_delta,
@@ -535,9 +516,7 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
     let mut again = work(&keep_users, keep);
     again.extend(work(&rebuy_users[..PAYERS], rebuy));
     let again: Vec<Work> = (0..10).flat_map(|_| again.clone()).collect();
-    let retrying = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let retrying = stack.storm(
         shuffled(again, 2),
         Plan {
             rate: 20.0,

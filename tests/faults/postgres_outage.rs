@@ -7,20 +7,16 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::STOCKS;
 use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 const OUTAGE: Duration = Duration::from_secs(10);
 
 async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
     let mut stack = Stack::start(name, Options::default()).await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
         Plan {
             // Slow enough that the sales still have units during the outage.

@@ -201,6 +201,14 @@ impl Default for Plan {
 }
 
 impl Plan {
+    /// The default plan at `rate` requests per second.
+    pub fn at_rate(rate: f64) -> Plan {
+        Plan {
+            rate,
+            ..Plan::default()
+        }
+    }
+
     /// `items` work items with up to `concurrency` requests in flight, released as
     /// fast as the client can send them, each tried until it is decided.
     pub fn burst(items: usize, concurrency: usize) -> Plan {

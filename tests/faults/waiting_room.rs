@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use stampede::domain::Id;
 use stampede::keys::SaleKeys;
 
-use crate::harness::{Fsync, Options, PgStop, Stack, User};
+use crate::harness::{Db, Fsync, Options, PgStop, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Op, Outcome, Record};
 
@@ -272,24 +272,23 @@ async fn admin_open(stack: &Stack, sale: i64) {
 }
 
 async fn places_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
-    let rows: Vec<(i64, f64)> =
-        sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&stack.db)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, f64)> = stack
+        .rows(
+            "SELECT user_id, place FROM queue_places WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     rows.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
 async fn admissions_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
+    let rows: Vec<(i64, i64)> = stack
+        .rows(
+            "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
          FROM queue_admissions WHERE sale_id = $1",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     rows.into_iter().collect()
 }
 
@@ -551,11 +550,9 @@ async fn scenario(name: &str, fault: Fault) {
         }
     }
     // No unit sold without an admission.
-    let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-        .bind(sale)
-        .fetch_all(&stack.db)
-        .await
-        .unwrap();
+    let buyers: Vec<i64> = stack
+        .scalars("SELECT user_id FROM orders WHERE sale_id = $1", sale)
+        .await;
     let unadmitted: Vec<i64> = buyers
         .iter()
         .copied()
