@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
-use crate::storm::{Plan, purchases};
+use crate::storm::{Plan, Storm, purchases};
 
 /// Stops Postgres and waits until the settlement worker of server `index` holds
 /// order entries it read but cannot commit; returns how many. Postgres stays
@@ -86,6 +86,18 @@ async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
     );
 }
 
+/// After a kill: `who` decides purchases again, and once the storm ends nothing
+/// accepted is lost and no entry is left unacknowledged.
+async fn assert_storm_ends_whole(stack: &Stack, storm: Storm, sales: &[i64], who: &str) {
+    assert!(
+        storm.wait_decided(200, Duration::from_secs(20)).await,
+        "{who} decides purchases again"
+    );
+    let records = storm.finish().await;
+    assert_invariants(stack, &records, sales, &[], AllowedLoss::None).await;
+    assert_nothing_left_unacknowledged(stack, sales).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     let mut stack = Stack::start("app-kill", Options::default()).await;
@@ -101,25 +113,12 @@ async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     stack.pg.start();
     stack.restart_server(0).await;
     println!("server back at {:.1?}", storm.elapsed());
-    assert!(
-        storm.wait_decided(200, Duration::from_secs(20)).await,
-        "the restarted server decides purchases again"
-    );
-    let records = storm.finish().await;
-    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    assert_nothing_left_unacknowledged(&stack, &sales).await;
+    assert_storm_ends_whole(&stack, storm, &sales, "the restarted server").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn survivor_settles_what_a_killed_sibling_accepted() {
-    let mut stack = Stack::start(
-        "app-kill-sibling",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("app-kill-sibling", Options::servers(2)).await;
     let (users, sales) = stack.shoppers_and_sales().await;
     let storm = stack.storm(purchases(&users, &sales, 2, 0.03), Plan::default());
     storm.wait_accepted(400, Duration::from_secs(20)).await;
@@ -134,11 +133,5 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
         storm.elapsed()
     );
     stack.pg.start();
-    assert!(
-        storm.wait_decided(200, Duration::from_secs(20)).await,
-        "the survivor decides purchases"
-    );
-    let records = storm.finish().await;
-    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    assert_nothing_left_unacknowledged(&stack, &sales).await;
+    assert_storm_ends_whole(&stack, storm, &sales, "the survivor").await;
 }

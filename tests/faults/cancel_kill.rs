@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream;
-use serde_json::Value;
 use stampede::domain::Id;
 use uuid::Uuid;
 
@@ -27,54 +26,15 @@ const CANCELLED: i64 = 200;
 /// Cancels answered before server #0 is killed.
 const KILL_AFTER: usize = 120;
 
+/// How often, and how far apart, a cancel or payment is sent until decided.
+const RETRIES: (usize, Duration) = (100, Duration::from_millis(100));
+
 fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
     records
         .iter()
         .filter(|r| r.is_accepted() && r.sale() == Some(sale))
         .filter_map(|r| Some((r.user, r.order_id()?)))
         .collect()
-}
-
-/// POSTs until decided: no answer, or a 503 (which must carry `Retry-After` and a
-/// code), is sent again under the same key, to whichever server is up. Any other
-/// 5xx fails the test. Returns the status and the body.
-async fn post_until_decided(
-    stack: &Stack,
-    path: &str,
-    token: &str,
-    key: &str,
-    unavailable: &AtomicUsize,
-) -> (u16, Value) {
-    for attempt in 0..100 {
-        let bases = stack.live_bases();
-        let base = &bases[attempt % bases.len().max(1)];
-        let resp = stack
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", key)
-            .send()
-            .await;
-        let Ok(resp) = resp else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let status = resp.status().as_u16();
-        let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status == 503 {
-            assert!(
-                retry_after && body["error"].is_string(),
-                "a 503 to {path} without Retry-After or error code: {body}"
-            );
-            unavailable.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        assert!(status < 500, "{path}: {status} {body}");
-        return (status, body);
-    }
-    panic!("{path} undecided after 100 tries");
 }
 
 async fn redis_int(stack: &Stack, key: String) -> i64 {
@@ -123,20 +83,9 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         final_answers(&bought).iter().all(|r| r.is_accepted()),
         "every purchase 202"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let settled: i64 = stack
-            .scalar(
-                "SELECT count(*) FROM orders WHERE sale_id = ANY($1)",
-                [keep, rebuy],
-            )
-            .await;
-        if settled == 2 * UNITS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{settled} orders settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stack
+        .wait_orders_in_postgres(&[keep, rebuy], 2 * UNITS)
+        .await;
     let unavailable = AtomicUsize::new(0);
 
     // A third of the keep sale's buyers pay: their orders will be refunded.
@@ -148,7 +97,8 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         let unavailable = &unavailable;
         let stack = &stack;
         async move {
-            post_until_decided(stack, &path, &u.token, "pay", unavailable)
+            stack
+                .post_until_decided(&path, &u.token, "pay", RETRIES, unavailable)
                 .await
                 .0
         }
@@ -193,8 +143,9 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     let firing = stream::iter(cancels.iter().map(|c| {
         let (answered, unavailable) = (&answered, &unavailable);
         async move {
-            let (status, body) =
-                post_until_decided(stack_ref, &c.path, &c.token, &c.key, unavailable).await;
+            let (status, body) = stack_ref
+                .post_until_decided(&c.path, &c.token, &c.key, RETRIES, unavailable)
+                .await;
             answered.fetch_add(1, Ordering::Relaxed);
             (status, body, c.refund)
         }

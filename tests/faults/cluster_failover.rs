@@ -75,11 +75,7 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
 
     let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
-        Plan {
-            rate: 200.0,
-            max_duration: Duration::from_secs(30),
-            ..Plan::default()
-        },
+        Plan::at_rate(200.0).lasting(Duration::from_secs(30)),
     );
     storm.wait_accepted(300, Duration::from_secs(20)).await;
 

@@ -78,14 +78,7 @@ async fn press(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills() {
-    let mut stack = Stack::start(
-        "idempotent-retry",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("idempotent-retry", Options::servers(2)).await;
     let users = stack.create_users(USERS, false).await;
     let sale = stack
         .create_sale_with(10_000, json!({ "max_per_user": PRESSES }))

@@ -9,11 +9,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::seq::SliceRandom;
-use serde_json::Value;
 use uuid::Uuid;
 
 use crate::harness::{Db, Options, Stack, User};
@@ -117,56 +117,17 @@ fn answers_of(records: &[Record], sale: i64) -> Vec<(i64, String)> {
         .collect()
 }
 
-async fn wait_orders_in_postgres(stack: &Stack, sales: &[i64], n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let settled: i64 = stack
-            .scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)", sales)
-            .await;
-        if settled == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{settled} of {n} orders in Postgres after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `POST /api/orders/{order}/pay` under one idempotency key until decided: a 503
 /// (with `Retry-After` and a code, else a failure) or no answer is sent again.
 async fn pay(stack: &Stack, user: &User, order: Uuid) -> u16 {
+    let path = format!("/api/orders/{order}/pay");
+    let retries = (50, Duration::from_millis(200));
+    let unavailable = AtomicUsize::new(0);
     let key = format!("pay-{order}");
-    for attempt in 0..50 {
-        let bases = stack.live_bases();
-        let base = &bases[attempt % bases.len()];
-        let resp = stack
-            .http
-            .post(format!("{base}/api/orders/{order}/pay"))
-            .bearer_auth(&user.token)
-            .header("Idempotency-Key", &key)
-            .send()
-            .await;
-        let Ok(resp) = resp else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let status = resp.status().as_u16();
-        let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status == 503 {
-            assert!(
-                retry_after && body["error"].is_string(),
-                "a 503 to a payment without Retry-After or error code: {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        assert!(status < 500, "payment of {order}: {status} {body}");
-        return status;
-    }
-    panic!("payment of {order} undecided after 50 tries");
+    let (status, _) = stack
+        .post_until_decided(&path, &user.token, &key, retries, &unavailable)
+        .await;
+    status
 }
 
 /// Pays each user's order; every payment must be 200.
@@ -468,7 +429,7 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
         "purchases not 202: {not_accepted:?}"
     );
     let mut records = bought;
-    wait_orders_in_postgres(&stack, &all, expected_orders).await;
+    stack.wait_orders_in_postgres(&all, expected_orders).await;
     println!(
         "{expected_orders} orders bought and settled at {:.1?}",
         t0.elapsed()
@@ -693,7 +654,9 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
         );
     }
     records.extend(resale.iter().cloned());
-    wait_orders_in_postgres(&stack, &[keep, rebuy], 2 * UNITS + 2 * UNPAID).await;
+    stack
+        .wait_orders_in_postgres(&[keep, rebuy], 2 * UNITS + 2 * UNPAID)
+        .await;
     // The new orders are paid within their window too, so nothing expires again.
     let by_id: HashMap<i64, &User> = newcomers
         .iter()

@@ -18,12 +18,8 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
     let (users, sales) = stack.shoppers_and_sales().await;
     let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
-        Plan {
-            // Slow enough that the sales still have units during the outage.
-            rate: 120.0,
-            max_duration: Duration::from_secs(22),
-            ..Plan::default()
-        },
+        // Slow enough that the sales still have units during the outage.
+        Plan::at_rate(120.0).lasting(Duration::from_secs(22)),
     );
     storm.wait_accepted(150, Duration::from_secs(20)).await;
     let down_at = Instant::now();

@@ -11,7 +11,20 @@ use crate::harness::{Db, Options, Stack};
 use crate::invariants::{
     AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants, final_answers,
 };
-use crate::storm::{self, Plan, Work, purchases, votes};
+use crate::storm::{self, Plan, Record, Work, purchases, votes};
+
+/// After the wipe the server decides `what`s (purchases, votes) again without a
+/// restart (`serving`), and some sent after the wipe were accepted.
+fn assert_serving_after_the_wipe(serving: bool, after: &[Record], what: &str) {
+    assert!(
+        serving,
+        "{what}s are decided again after the wipe, without restarting the server"
+    );
+    assert!(
+        after.iter().any(|r| r.is_accepted()),
+        "no {what} was accepted after the wipe"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_twice() {
@@ -39,14 +52,7 @@ async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_
         .cloned()
         .collect();
     println!("sent after the wipe: {}", storm::summary(&after));
-    assert!(
-        serving,
-        "purchases are decided again after the wipe, without restarting the server"
-    );
-    assert!(
-        after.iter().any(|r| r.is_accepted()),
-        "no purchase was accepted after the wipe"
-    );
+    assert_serving_after_the_wipe(serving, &after, "purchase");
     let report = assert_invariants(
         &stack,
         &records,
@@ -98,14 +104,7 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
     let after: Vec<_> = wave.iter().filter(|r| r.sent >= wiped).cloned().collect();
     println!("sent after the wipe: {}", storm::summary(&after));
     records.extend(wave.iter().cloned());
-    assert!(
-        serving,
-        "votes are decided again after the wipe, without restarting the server"
-    );
-    assert!(
-        after.iter().any(|r| r.is_accepted()),
-        "no vote was accepted after the wipe"
-    );
+    assert_serving_after_the_wipe(serving, &after, "vote");
     let early_ids: HashSet<i64> = early.iter().map(|u| u.id).collect();
     let revoted: Vec<i64> = wave
         .iter()

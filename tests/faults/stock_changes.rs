@@ -36,14 +36,7 @@ fn stock_change(stack: &Stack, sale: i64, body: String) -> Work {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_stock_changes_over_two_instances_keep_both_stores_in_step() {
-    let stack = Stack::start(
-        "stock-race",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
+    let stack = Stack::start("stock-race", Options::servers(2)).await;
     let users = stack.create_users(ROUNDS * BUYERS_PER_ROUND, false).await;
     for (round, buyers) in users.chunks(BUYERS_PER_ROUND).enumerate() {
         let sale = stack.create_sale(20).await;

@@ -209,6 +209,14 @@ impl Plan {
         }
     }
 
+    /// This plan, ending after `max_duration` at the latest.
+    pub fn lasting(self, max_duration: Duration) -> Plan {
+        Plan {
+            max_duration,
+            ..self
+        }
+    }
+
     /// `items` work items with up to `concurrency` requests in flight, released as
     /// fast as the client can send them, each tried until it is decided.
     pub fn burst(items: usize, concurrency: usize) -> Plan {

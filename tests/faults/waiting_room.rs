@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use stampede::domain::Id;
 use stampede::keys::SaleKeys;
 
-use crate::harness::{Db, Fsync, Options, PgStop, Stack, User};
+use crate::harness::{Db, Fsync, Options, PgStop, Stack, User, connect_within_a_second};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Op, Outcome, Record};
 
@@ -212,14 +212,7 @@ async fn buy(shop: Shop, user: User, first: usize) -> Vec<Record> {
 
 /// Reads the open admissions and the units left (`None` while Redis cannot tell).
 async fn open_and_left(shop: &Shop) -> Option<(Vec<i64>, Option<i64>)> {
-    let client = redis::Client::open(shop.redis_url.as_str()).ok()?;
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(1),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    let mut conn = connect_within_a_second(&shop.redis_url).await?;
     tokio::time::timeout(
         Duration::from_secs(1),
         redis::pipe()
