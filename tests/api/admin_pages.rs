@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{between, escaped_in, spawn_app, spawn_app_with, spawn_with_live_sale};
+use crate::helpers::{
+    between, escaped_in, spawn_app_with, spawn_with_live_sale, spawn_with_live_sale_and,
+    spawn_with_open_poll,
+};
 
 /// The `datetime` of every "Ordered" cell of a page, in order.
 fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
@@ -125,9 +128,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
 #[tokio::test]
 async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
     // No settlement worker: accepted orders stay pending in Redis.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
     let buyers = app.create_users(2, false).await;
     // Whole seconds, as the page shows them.
     let before = Utc::now().timestamp();
@@ -164,11 +165,8 @@ async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
 
 #[tokio::test]
 async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app
-        .open_poll(&admin, "Tea <or> coffee?", &["Tea", "Coffee"])
-        .await;
+    let (app, admin, (poll, options)) =
+        spawn_with_open_poll("Tea <or> coffee?", &["Tea", "Coffee"]).await;
     let voters = app.create_users(3, false).await;
     for (i, voter) in voters.iter().enumerate() {
         app.cast_vote(poll, &voter.token, options[usize::from(i > 0)])

@@ -15,7 +15,9 @@ use stampede::domain::Id;
 use stampede::sale::orders::new_order_id;
 use uuid::Uuid;
 
-use crate::helpers::{Db, TestApp, assert_error, spawn_app_with, spawn_sibling};
+use crate::helpers::{
+    Db, TestApp, assert_error, spawn_app_with, spawn_sibling, spawn_with_live_sale_and,
+};
 
 /// `POST /api/orders/{id}/cancel` (`admin` false) or the admin's route, with an
 /// optional key.
@@ -376,9 +378,7 @@ async fn cancels_and_refunds(rebuy: bool) {
 /// 503 `order_settling` with `Retry-After`, to its owner and to an admin.
 #[tokio::test]
 async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(3, |c| c.expire = Duration::ZERO).await;
     let users = app.create_users(3, false).await;
     let orders = app.buy_all(sale, &users).await;
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);

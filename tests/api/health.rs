@@ -4,7 +4,7 @@ use sqlx::Connection;
 
 use crate::helpers::{
     assert_error, limits, metric, spawn_app, spawn_app_with, spawn_with_live_sale,
-    test_database_url, try_metric, window_policy,
+    spawn_with_live_sale_and, test_database_url, try_metric, window_policy,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -218,9 +218,7 @@ fn series(text: &str, name_and_labels: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series() {
     let policy = window_policy("buy-user", "buy", "user", "fixed_window", 1, 60_000);
-    let app = spawn_app_with(|c| c.limits = limits(&[policy])).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.limits = limits(&[policy])).await;
     let user = app.user().await;
     let route = "/api/sales/{id}/purchase";
     let count = |class: &str| {

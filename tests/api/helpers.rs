@@ -340,10 +340,30 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
 /// A server, its admin and one sale of `stock` units open now (see
 /// [`TestApp::live_sale`]): where most purchase tests start.
 pub async fn spawn_with_live_sale(stock: i64) -> (TestApp, User, i64) {
-    let app = spawn_app().await;
+    spawn_with_live_sale_and(stock, |_| {}).await
+}
+
+/// [`spawn_with_live_sale`] on a server with `tweak` applied to its config.
+pub async fn spawn_with_live_sale_and(
+    stock: i64,
+    tweak: impl FnOnce(&mut Config),
+) -> (TestApp, User, i64) {
+    let app = spawn_app_with(tweak).await;
     let admin = app.admin().await;
     let sale = app.live_sale(&admin, stock).await;
     (app, admin, sale)
+}
+
+/// A server, its admin and a poll open now (see [`TestApp::open_poll`]): the poll's
+/// id and its option ids in order.
+pub async fn spawn_with_open_poll(
+    question: &str,
+    options: &[&str],
+) -> (TestApp, User, (i64, Vec<i64>)) {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let poll = app.open_poll(&admin, question, options).await;
+    (app, admin, poll)
 }
 
 /// A second server on the same database and namespace as `app` (for multi-instance

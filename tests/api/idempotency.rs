@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::helpers::{
     Db, TestApp, User, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale,
+    spawn_with_live_sale_and,
 };
 
 /// A purchase with an `Idempotency-Key` (and a quantity, when given).
@@ -313,9 +314,7 @@ async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
 #[tokio::test(flavor = "multi_thread")]
 async fn already_bought_names_a_pending_order() {
     // No settlement: the order stays pending in Redis.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
     let resp = app.purchase(sale, &buyer.token).await;
     let (order, _) = accepted(resp).await;
@@ -483,9 +482,7 @@ async fn refusals_read_together_each_name_the_buyers_own_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
     use stampede::sale::orders::{Held, of_buyers_in_sale};
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 100).await;
+    let (app, _, sale) = spawn_with_live_sale_and(100, |c| c.settle_in_serve = false).await;
     let users = app.create_users(5, false).await;
     let [holds, returned, pending, none, rebought] = [0, 1, 2, 3, 4].map(|i| &users[i]);
     let mut first = std::collections::HashMap::new();

@@ -8,7 +8,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale};
+use crate::helpers::{
+    TestApp, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale,
+    spawn_with_live_sale_and,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
@@ -147,9 +150,7 @@ async fn accepted_order_is_pending_then_confirmed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_order_status_is_read_from_redis_before_settlement() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, _, sale) = spawn_with_live_sale_and(3, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
     let body: Value = app.purchase(sale, &buyer.token).await.json().await.unwrap();
     let order_id = body["order_id"].as_str().unwrap();

@@ -11,7 +11,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
 
-use crate::helpers::{Db, TestApp, User, spawn_app, spawn_sibling, spawn_with_live_sale};
+use crate::helpers::{
+    Db, TestApp, User, spawn_app, spawn_sibling, spawn_with_live_sale, spawn_with_open_poll,
+};
 
 /// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
 async fn wipe(app: &TestApp) {
@@ -283,9 +285,7 @@ async fn stock_total_cannot_pass_the_maximum_by_adding() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app.open_poll(&admin, "Best?", &["a", "b", "c"]).await;
+    let (app, _, (poll, options)) = spawn_with_open_poll("Best?", &["a", "b", "c"]).await;
     let users = app.create_users(9, false).await;
     for (i, u) in users[..6].iter().enumerate() {
         app.cast_vote(poll, &u.token, options[i % 3]).await;

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    Db, TestApp, assert_error, limits, patched, spawn_app, spawn_app_with, window_policy,
+    Db, TestApp, assert_error, limits, patched, spawn_app, spawn_app_with, spawn_with_open_poll,
+    window_policy,
 };
 
 async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
@@ -127,11 +128,8 @@ async fn thousand_users_voting_five_times_count_once_each() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_option_and_closed_poll_change_nothing() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app
-        .open_poll(&admin, "Best phone colour?", &["yes", "no"])
-        .await;
+    let (app, admin, (poll, options)) =
+        spawn_with_open_poll("Best phone colour?", &["yes", "no"]).await;
     let (other_poll, other_options) = app
         .open_poll(&admin, "Best phone colour?", &["a", "b"])
         .await;
