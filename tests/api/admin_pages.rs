@@ -255,13 +255,8 @@ async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     let order_of =
         |buyer: &crate::helpers::User| orders.iter().find(|(_, user)| *user == buyer.id).unwrap().0;
     let paid = app
-        .client
-        .post(app.url(&format!("/api/orders/{}/pay", order_of(&buyers[0]))))
-        .bearer_auth(&buyers[0].token)
-        .header("Idempotency-Key", "admin-pages-key")
-        .send()
-        .await
-        .unwrap();
+        .pay(&buyers[0], order_of(&buyers[0]), "admin-pages-key")
+        .await;
     assert_eq!(paid.status(), StatusCode::OK);
     sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = $1")
         .bind(order_of(&buyers[1]))

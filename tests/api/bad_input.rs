@@ -180,14 +180,16 @@ async fn bad_ids_and_unknown_sales() {
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/sales/424242", None).await,
+    app.assert_get_error(
+        "/api/sales/424242",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/orders/not-a-uuid", Some(&user.token)).await,
+    app.assert_get_error(
+        "/api/orders/not-a-uuid",
+        Some(&user.token),
         StatusCode::BAD_REQUEST,
         "invalid_id",
     )
@@ -202,8 +204,9 @@ async fn bad_ids_and_unknown_sales() {
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/nothing-here", None).await,
+    app.assert_get_error(
+        "/api/nothing-here",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )

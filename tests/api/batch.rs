@@ -634,10 +634,8 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = app
-        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 5}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 100, serde_json::json!({"max_per_user": 5}))
+        .await;
     let (a, b) = (app.user().await.id, app.user().await.id);
     let policies = vec![
         policy(
@@ -760,10 +758,8 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = app
-        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
+        .await;
     let user = app.user().await.id;
     let policies = vec![policy(
         "u-log",

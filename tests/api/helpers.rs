@@ -510,6 +510,18 @@ impl TestApp {
         self.get(path, token).await.json().await.unwrap()
     }
 
+    /// Asserts that a GET of `path` answers `status` with the JSON error `code`
+    /// (see [`assert_error`]): the error body.
+    pub async fn assert_get_error(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        status: StatusCode,
+        code: &str,
+    ) -> Value {
+        assert_error(self.get(path, token).await, status, code).await
+    }
+
     /// A GET as a browser sends it: HTML wanted, the session in a cookie.
     pub async fn browse(&self, path: &str, session: Option<&User>) -> Response {
         let mut req = self
@@ -592,6 +604,12 @@ impl TestApp {
         created
     }
 
+    /// [`Self::open_sale_with`]: the created sale's id.
+    pub async fn live_sale_with(&self, admin: &User, stock: i64, overrides: Value) -> i64 {
+        let sale = self.open_sale_with(admin, stock, overrides).await;
+        sale["id"].as_i64().unwrap()
+    }
+
     /// The admin's reconcile report of a sale (`GET .../reconcile`).
     pub async fn reconcile_report(&self, admin: &User, sale: i64) -> Value {
         self.get_json(
@@ -649,9 +667,17 @@ impl TestApp {
     /// seconds; `rebuy` is its `rebuy_after_expiry`.
     pub async fn payment_sale(&self, admin: &User, stock: i64, window_s: i64, rebuy: bool) -> i64 {
         let overrides = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
-        self.open_sale_with(admin, stock, overrides).await["id"]
-            .as_i64()
-            .unwrap()
+        self.live_sale_with(admin, stock, overrides).await
+    }
+
+    /// `n` new users who each bought one unit of the sale (each purchase must be
+    /// accepted), one after the other.
+    pub async fn new_buyers(&self, sale: i64, n: usize) -> Vec<User> {
+        let users = self.create_users(n, false).await;
+        for u in &users {
+            self.buy(sale, &u.token).await;
+        }
+        users
     }
 
     /// Buys for every user at once (each must be accepted); returns the order ids by
@@ -674,7 +700,7 @@ impl TestApp {
     }
 
     /// `POST /api/orders/{order}/pay` as `user`, under the `Idempotency-Key` `key`.
-    pub async fn pay(&self, user: &User, order: Uuid, key: &str) -> Response {
+    pub async fn pay(&self, user: &User, order: impl std::fmt::Display, key: &str) -> Response {
         self.client
             .post(self.url(&format!("/api/orders/{order}/pay")))
             .bearer_auth(&user.token)

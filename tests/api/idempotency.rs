@@ -61,10 +61,8 @@ async fn units_of(app: &TestApp, sale: i64, user: &User) -> i64 {
 }
 
 async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64) -> i64 {
-    app.open_sale_with(admin, stock, json!({ "max_per_user": max }))
-        .await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, json!({ "max_per_user": max }))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -699,10 +699,8 @@ async fn the_sale_page_says_what_a_buyer_holds() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let sale = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
     let page = app.html(&format!("/sales/{sale}"), Some(&buyer)).await;
     assert!(
         page.contains(r#"data-field="held-note" hidden></p>"#),

@@ -431,14 +431,7 @@ async fn my_orders_shows_paid_and_expired_orders_without_a_pay_button() {
     let expired = settled_order(&app, expired_sale, &buyer).await;
     let overdue = settled_order(&app, overdue_sale, &buyer).await;
 
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/orders/{paid}/pay")))
-        .bearer_auth(&buyer.token)
-        .header("Idempotency-Key", "pages-test-key")
-        .send()
-        .await
-        .unwrap();
+    let resp = app.pay(&buyer, paid, "pages-test-key").await;
     assert_eq!(resp.status(), StatusCode::OK);
     let paid_at: chrono::DateTime<chrono::Utc> = app
         .scalar("SELECT paid_at FROM orders WHERE id = $1", paid)
@@ -497,15 +490,11 @@ async fn sale_page_offers_a_quantity_only_when_a_buyer_may_take_several() {
     let admin = app.admin().await;
     let user = app.user().await;
     let several = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
     let one = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 1}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 1}))
+        .await;
 
     let body = app.html(&format!("/sales/{several}"), Some(&user)).await;
     assert!(
@@ -566,10 +555,8 @@ async fn my_orders_shows_how_many_units_an_order_has() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let sale = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3, "name": "Earbuds"}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3, "name": "Earbuds"}))
+        .await;
     let resp = app
         .post_json(
             &format!("/api/sales/{sale}/purchase"),

@@ -5,7 +5,7 @@ use reqwest::{StatusCode, header};
 use serde_json::Value;
 
 use crate::helpers::{
-    assert_error, assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_with_open_poll,
+    assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_with_open_poll,
 };
 
 #[tokio::test]
@@ -208,8 +208,9 @@ async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
             .await;
     }
 
-    assert_error(
-        app.get("/api/admin/polls", None).await,
+    app.assert_get_error(
+        "/api/admin/polls",
+        None,
         StatusCode::UNAUTHORIZED,
         "unauthorized",
     )

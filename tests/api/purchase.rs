@@ -271,10 +271,7 @@ async fn sales_are_listed_with_live_stock() {
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_reports_agreement_and_a_lost_order() {
     let (app, admin, sale) = spawn_with_live_sale(10).await;
-    let users = app.create_users(4, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let users = app.new_buyers(sale, 4).await;
     app.wait_for_orders(sale, 4).await;
     let path = format!("/api/admin/sales/{sale}/reconcile");
     let report: Value = app.get_json(&path, Some(&admin.token)).await;
@@ -300,10 +297,7 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn repair_restores_lost_buyers_and_stock_from_postgres() {
     let (app, admin, sale) = spawn_with_live_sale(10).await;
-    let users = app.create_users(3, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let users = app.new_buyers(sale, 3).await;
     app.wait_for_orders(sale, 3).await;
     // Redis loses a buyer and its stock count drifts.
     let k = app.sale_keys(sale);

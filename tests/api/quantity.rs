@@ -16,9 +16,7 @@ async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64, extra: Va
     for (k, v) in extra.as_object().unwrap() {
         overrides[k] = v.clone();
     }
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, overrides).await
 }
 
 async fn buy_n(app: &TestApp, sale: i64, user: &User, quantity: i64) -> reqwest::Response {

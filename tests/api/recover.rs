@@ -244,10 +244,7 @@ async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
     let (app, admin, sale) = spawn_with_live_sale(100).await;
-    let users = app.create_users(60, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let users = app.new_buyers(sale, 60).await;
     assert_eq!(app.wait_for_orders(sale, 60).await.len(), 60);
     wipe(&app).await;
 

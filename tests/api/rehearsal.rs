@@ -30,9 +30,7 @@ async fn rehearsal_sale(app: &TestApp, admin: &User, stock: i64, extra: Value) -
     for (k, v) in extra.as_object().unwrap() {
         overrides[k] = v.clone();
     }
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, overrides).await
 }
 
 async fn mark_rehearsal_users(app: &TestApp, users: &[&User]) {
@@ -67,10 +65,8 @@ async fn a_rehearsal_is_on_no_public_surface_yet_sells() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let real = app
-        .open_sale_with(&admin, 5, json!({"name": "Real phone"}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 5, json!({"name": "Real phone"}))
+        .await;
     let created = app
         .open_sale_with(
             &admin,
@@ -165,10 +161,8 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
 
     // A real sale with real orders, one of them by a rehearsal user (kept).
     let real = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 2}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 2}))
+        .await;
     for buyer in [a, b, &load_users[3]] {
         app.buy(real, &buyer.token).await;
     }
@@ -373,9 +367,7 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
     let load_users = app.create_users(1, false).await;
     let load_user = &load_users[0];
     mark_rehearsal_users(&app, &[load_user]).await;
-    let real = app.open_sale_with(&admin, 10, json!({})).await["id"]
-        .as_i64()
-        .unwrap();
+    let real = app.live_sale_with(&admin, 10, json!({})).await;
     for buyer in [&shopper, load_user] {
         let resp = app.purchase(real, &buyer.token).await;
         assert_eq!(resp.status(), StatusCode::ACCEPTED);

@@ -220,8 +220,9 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         )
         .await;
     assert_error(resp, StatusCode::BAD_REQUEST, "invalid_id").await;
-    assert_error(
-        app.get("/api/polls/987654", None).await,
+    app.assert_get_error(
+        "/api/polls/987654",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )
