@@ -27,10 +27,7 @@ fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
 #[tokio::test]
 async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only() {
     let (app, admin, sale) = spawn_with_live_sale(5).await;
-    let buyers = app.create_users(3, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let buyers = app.new_buyers(sale, 3).await;
     let orders = app.wait_for_orders(sale, 3).await;
     let path = format!("/admin/sales/{sale}/orders");
 
@@ -73,10 +70,7 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
 #[tokio::test]
 async fn orders_page_pages_fifty_orders_at_a_time() {
     let (app, admin, sale) = spawn_with_live_sale(60).await;
-    let buyers = app.create_users(52, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let buyers = app.new_buyers(sale, 52).await;
     app.wait_for_orders(sale, 52).await;
     let path = format!("/admin/sales/{sale}/orders");
     let numbers = |body: &str| -> Vec<i64> {
@@ -247,10 +241,7 @@ async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     let sale = app.admin_create(&admin, "/api/admin/sales", &sale).await["id"]
         .as_i64()
         .unwrap();
-    let buyers = app.create_users(3, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let buyers = app.new_buyers(sale, 3).await;
     let orders = app.wait_for_orders(sale, 3).await;
     let order_of =
         |buyer: &crate::helpers::User| orders.iter().find(|(_, user)| *user == buyer.id).unwrap().0;

@@ -187,11 +187,9 @@ async fn one_user_twice_in_one_batch_buys_once() {
     ));
     assert_eq!(outcomes[3], PurchaseOutcome::AlreadyBought);
     assert_eq!(app.stock_left(sale).await, 8);
-    let pending: i64 = redis::cmd("XLEN")
-        .arg(app.sale_keys(sale).orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending: i64 = app
+        .redis_query(redis::cmd("XLEN").arg(app.sale_keys(sale).orders))
+        .await;
     assert!(pending <= 2, "one stream entry per batch that accepted");
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
 }

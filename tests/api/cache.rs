@@ -42,11 +42,9 @@ fn since(now: CacheStats, then: CacheStats) -> CacheStats {
 
 /// Deletes the cached record of a sale, as if its TTL had run out.
 async fn make_cold(app: &TestApp, sale: i64) {
-    let _: () = redis::cmd("DEL")
-        .arg(app.keys.sale_view(Id::new(sale).unwrap()))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(redis::cmd("DEL").arg(app.keys.sale_view(Id::new(sale).unwrap())))
+        .await;
 }
 
 async fn sale_page(app: &TestApp, sale: i64) -> Value {
@@ -360,14 +358,15 @@ async fn a_slow_lock_holder_delays_readers_boundedly_and_never_fails_them() {
     make_cold(&app, sale).await;
     // Another instance took the rebuild lock and hangs.
     let view_key = app.keys.sale_view(Id::new(sale).unwrap());
-    let _: () = redis::cmd("SET")
-        .arg(format!("{view_key}:lock"))
-        .arg("a-stuck-instance")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(
+            redis::cmd("SET")
+                .arg(format!("{view_key}:lock"))
+                .arg("a-stuck-instance")
+                .arg("PX")
+                .arg(30_000),
+        )
+        .await;
     let before = stats(&app);
 
     let started = Instant::now();

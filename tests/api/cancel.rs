@@ -413,13 +413,14 @@ async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
 
     // An order still in the pending hash (what settlement has not written yet).
     let settling = new_order_id(Id::new(sale).unwrap());
-    let _: i64 = redis::cmd("HSET")
-        .arg(app.sale_keys(sale).pending)
-        .arg(settling.to_string())
-        .arg(users[2].id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HSET")
+                .arg(app.sale_keys(sale).pending)
+                .arg(settling.to_string())
+                .arg(users[2].id),
+        )
+        .await;
     for (token, admin_route) in [(&users[2].token, false), (&admin.token, true)] {
         let resp = cancel(&app, Some(token), admin_route, &settling.to_string(), None).await;
         assert_eq!(resp.headers()["retry-after"], "1");
@@ -439,12 +440,13 @@ async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
         "not_found",
     )
     .await;
-    let _: i64 = redis::cmd("HDEL")
-        .arg(app.sale_keys(sale).pending)
-        .arg(settling.to_string())
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HDEL")
+                .arg(app.sale_keys(sale).pending)
+                .arg(settling.to_string()),
+        )
+        .await;
 }
 
 /// 200 orders on a sale with a short payment window, over two instances: per order

@@ -884,6 +884,11 @@ impl TestApp {
         self.keys.sale(Id::new(sale).unwrap())
     }
 
+    /// Runs `cmd` on the test's Redis connection (which must answer): its reply.
+    pub async fn redis_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        cmd.query_async(&mut self.redis.clone()).await.unwrap()
+    }
+
     pub async fn stock_left(&self, sale: i64) -> i64 {
         let key = self.sale_keys(sale).stock;
         redis::cmd("GET")

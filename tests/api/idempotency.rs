@@ -203,11 +203,9 @@ async fn no_key_buys_as_before_and_bad_keys_are_refused() {
 
 /// Deletes every key of this test's namespace, as `FLUSHALL` would.
 async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", app.config.redis_namespace))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let keys: Vec<String> = app
+        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
+        .await;
     let mut pipe = redis::pipe();
     for key in &keys {
         pipe.del(key).ignore();
@@ -363,12 +361,13 @@ async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rew
     // Redis forgets buyer 0's key (as after `purchase_key_ttl`): the same key is a
     // new purchase, settled in one batch with a new keyed order of buyer 2.
     let idem = app.sale_keys(sale).idem;
-    let _: i64 = redis::cmd("HDEL")
-        .arg(&idem)
-        .arg(format!("{}:k", buyers[0].id))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HDEL")
+                .arg(&idem)
+                .arg(format!("{}:k", buyers[0].id)),
+        )
+        .await;
     let (second, replayed) = accepted(buy_keyed(&app, sale, &buyers[0], "k", None).await).await;
     assert!(
         !replayed && second != first,
@@ -494,12 +493,13 @@ async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
         .execute(&app.db)
         .await
         .unwrap();
-    let _: i64 = redis::cmd("SREM")
-        .arg(app.sale_keys(sale).buyers)
-        .arg(rebought.id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("SREM")
+                .arg(app.sale_keys(sale).buyers)
+                .arg(rebought.id),
+        )
+        .await;
     let again = accepted(app.purchase(sale, &rebought.token).await).await.0;
     let waiting = accepted(app.purchase(sale, &pending.token).await).await.0;
 

@@ -105,11 +105,8 @@ async fn an_upcoming_sale_may_change_every_field_and_the_change_is_recorded() {
     assert_eq!(public["image_url"], "/static/placeholder.svg");
     // And Redis holds the new window and cap.
     let k = app.keys.sale(Id::new(sale).unwrap());
-    let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(&k.meta)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let meta: std::collections::HashMap<String, String> =
+        app.redis_query(redis::cmd("HGETALL").arg(&k.meta)).await;
     assert_eq!(meta["starts_ms"], starts.timestamp_millis().to_string());
     assert_eq!(meta["per_user"], "3");
     assert_eq!(redis_get(&app.redis, &k.sold).await.as_deref(), Some("0"));
@@ -172,12 +169,9 @@ async fn an_open_sale_keeps_what_buyers_were_promised() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_ne!(body["ends_at"], ends_before);
     let k = app.keys.sale(Id::new(sale).unwrap());
-    let ends_ms: String = redis::cmd("HGET")
-        .arg(&k.meta)
-        .arg("ends_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let ends_ms: String = app
+        .redis_query(redis::cmd("HGET").arg(&k.meta).arg("ends_ms"))
+        .await;
     assert_eq!(ends_ms, later.timestamp_millis().to_string());
     // Buying still works.
     let buyer = app.user().await;
@@ -355,13 +349,14 @@ async fn delete_removes_a_sale_without_orders_from_both_stores_and_refuses_one_w
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(row(&app, empty).await, Value::Null);
     let k = app.keys.sale(Id::new(empty).unwrap());
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.meta)
-        .arg(&k.stock)
-        .arg(&k.orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(
+            redis::cmd("EXISTS")
+                .arg(&k.meta)
+                .arg(&k.stock)
+                .arg(&k.orders),
+        )
+        .await;
     assert_eq!(left, 0, "the sale's Redis state is gone");
     assert_eq!(
         app.get(&format!("/api/sales/{empty}"), None).await.status(),
@@ -473,11 +468,9 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
         .map(|o| o["id"].as_i64().unwrap())
         .collect();
     let k = app.keys.poll(Id::new(upcoming).unwrap());
-    let in_redis: std::collections::BTreeSet<i64> = redis::cmd("SMEMBERS")
-        .arg(&k.options)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let in_redis: std::collections::BTreeSet<i64> = app
+        .redis_query(redis::cmd("SMEMBERS").arg(&k.options))
+        .await;
     assert_eq!(in_redis, option_ids);
     for (body, code) in [
         (json!({"options": ["Only"]}), "invalid_options"),
@@ -597,12 +590,9 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
             .status(),
         StatusCode::NOT_FOUND
     );
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.meta)
-        .arg(&k.options)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(redis::cmd("EXISTS").arg(&k.meta).arg(&k.options))
+        .await;
     assert_eq!(left, 0);
     let (rows,): (i64,) = app
         .row(

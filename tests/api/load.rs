@@ -233,12 +233,7 @@ async fn a_broken_invariant_is_named_and_the_run_fails() {
     let (app, _, sale) = spawn_with_live_sale(10).await;
     assert_eq!(app.stock_left(sale).await, 10);
     let stock = app.sale_keys(sale).stock;
-    let _: () = redis::cmd("SET")
-        .arg(&stock)
-        .arg(7)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app.redis_query(redis::cmd("SET").arg(&stock).arg(7)).await;
     let args =
         format!("repeat --sale {sale} --users 5 --requests 10 --concurrency 4 --settle-timeout 1");
 
@@ -428,11 +423,9 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     .await
     .unwrap();
     assert_eq!(left, 0);
-    let meta: bool = redis::cmd("EXISTS")
-        .arg(app.sale_keys(sale).meta)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let meta: bool = app
+        .redis_query(redis::cmd("EXISTS").arg(app.sale_keys(sale).meta))
+        .await;
     assert!(!meta);
     assert_eq!(
         app.orders_in_db(real).await.len(),
@@ -520,15 +513,16 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
         .await;
     assert_eq!((places, admissions), (0, 0));
     let k = app.sale_keys(sale);
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.queue)
-        .arg(&k.queue_state)
-        .arg(&k.queue_open)
-        .arg(&k.queue_admitted)
-        .arg(&k.queue_joins)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(
+            redis::cmd("EXISTS")
+                .arg(&k.queue)
+                .arg(&k.queue_state)
+                .arg(&k.queue_open)
+                .arg(&k.queue_admitted)
+                .arg(&k.queue_joins),
+        )
+        .await;
     assert_eq!(left, 0, "the line's Redis keys are gone");
 }
 
@@ -544,11 +538,9 @@ async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
     .await;
     let sale = sale_in(&text, "/queue");
     assert_eq!(text.lines().count(), 21, "the path, then 20 tokens");
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 20, "every user joined in the warm-up");
 
     let (status, _, stderr) = load(&app, "repeat --waiting-room --users 5").await;

@@ -516,27 +516,29 @@ async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
     // The entries a worker that died after its commit would have left.
     let k = app.sale_keys(sale);
     let order = orders[&users[0].id].to_string();
-    let _: String = redis::cmd("XADD")
-        .arg(&k.orders)
-        .arg("*")
-        .arg("order_id")
-        .arg(&order)
-        .arg("sale_id")
-        .arg(sale)
-        .arg("user_id")
-        .arg(users[0].id)
-        .arg("at_ms")
-        .arg(chrono::Utc::now().timestamp_millis())
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("HSET")
-        .arg(&k.pending)
-        .arg(&order)
-        .arg(users[0].id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: String = app
+        .redis_query(
+            redis::cmd("XADD")
+                .arg(&k.orders)
+                .arg("*")
+                .arg("order_id")
+                .arg(&order)
+                .arg("sale_id")
+                .arg(sale)
+                .arg("user_id")
+                .arg(users[0].id)
+                .arg("at_ms")
+                .arg(chrono::Utc::now().timestamp_millis()),
+        )
+        .await;
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HSET")
+                .arg(&k.pending)
+                .arg(&order)
+                .arg(users[0].id),
+        )
+        .await;
     app.repair(&admin, sale).await;
     assert!(
         app.buyers(sale).await.is_empty(),

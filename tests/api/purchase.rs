@@ -240,11 +240,7 @@ async fn scripts_are_reloaded_after_script_flush() {
     let (app, _, sale) = spawn_with_live_sale(5).await;
     let users = app.create_users(2, false).await;
     app.buy(sale, &users[0].token).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app.redis_query(redis::cmd("SCRIPT").arg("FLUSH")).await;
     app.buy(sale, &users[1].token).await;
     assert_eq!(app.stock_left(sale).await, 3);
 }

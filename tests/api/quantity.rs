@@ -31,16 +31,8 @@ async fn buy_n(app: &TestApp, sale: i64, user: &User, quantity: i64) -> reqwest:
 /// Redis: units held per buyer, units sold, units left.
 async fn redis_units(app: &TestApp, sale: i64) -> (HashMap<i64, i64>, i64, i64) {
     let k = app.sale_keys(sale);
-    let held: HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(&k.units)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    let sold: Option<i64> = redis::cmd("GET")
-        .arg(&k.sold)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let held: HashMap<i64, i64> = app.redis_query(redis::cmd("HGETALL").arg(&k.units)).await;
+    let sold: Option<i64> = app.redis_query(redis::cmd("GET").arg(&k.sold)).await;
     (held, sold.unwrap_or(0), app.stock_left(sale).await)
 }
 
@@ -251,12 +243,9 @@ async fn bad_quantities_are_refused_and_change_nothing() {
     )
     .await;
     let k = app.sale_keys(single);
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(&k.units)
-        .arg(&k.sold)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let exists: i64 = app
+        .redis_query(redis::cmd("EXISTS").arg(&k.units).arg(&k.sold))
+        .await;
     assert_eq!(
         exists, 0,
         "a sale of one per customer keeps only its buyers set"

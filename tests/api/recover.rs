@@ -17,11 +17,9 @@ use crate::helpers::{
 
 /// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
 async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", app.config.redis_namespace))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let keys: Vec<String> = app
+        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
+        .await;
     // One key per DEL, in one pipeline: on a cluster, keys of several slots.
     let mut pipe = redis::pipe();
     for key in &keys {
@@ -307,11 +305,9 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     for u in &users[6..] {
         app.cast_vote(poll, &u.token, options[2]).await;
     }
-    let tally: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(app.keys.poll(Id::new(poll).unwrap()).tally)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let tally: std::collections::HashMap<i64, i64> = app
+        .redis_query(redis::cmd("HGETALL").arg(app.keys.poll(Id::new(poll).unwrap()).tally))
+        .await;
     assert_eq!(tally.get(&options[0]), Some(&2));
     assert_eq!(tally.get(&options[1]), Some(&2));
     assert_eq!(tally.get(&options[2]), Some(&5));

@@ -57,12 +57,9 @@ async fn settler_on(app: &TestApp, db: sqlx::PgPool, config: SettleConfig) -> Se
 
 async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
     let key = app.sale_keys(sale).orders;
-    let summary: redis::Value = redis::cmd("XPENDING")
-        .arg(&key)
-        .arg("settle")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let summary: redis::Value = app
+        .redis_query(redis::cmd("XPENDING").arg(&key).arg("settle"))
+        .await;
     match summary {
         redis::Value::Array(items) => match &items[0] {
             redis::Value::Int(n) => *n,
@@ -121,11 +118,9 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
         0,
         "nothing left unacknowledged"
     );
-    let pending_hash: i64 = redis::cmd("HLEN")
-        .arg(app.sale_keys(sale).pending)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending_hash: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(app.sale_keys(sale).pending))
+        .await;
     assert_eq!(pending_hash, 0);
 }
 
@@ -137,13 +132,9 @@ async fn redelivered_entries_are_written_once() {
     // Copy the stream entries, settle, then put the copies back as new entries:
     // the same order ids arrive twice.
     let key = app.sale_keys(sale).orders;
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(&key)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> = app
+        .redis_query(redis::cmd("XRANGE").arg(&key).arg("-").arg("+"))
+        .await;
     let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
     let mut w = settler(&app, "w1", 4, Duration::ZERO)
         .await
@@ -205,12 +196,13 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
 
     // Redis forgets the buyer (lost state): the script accepts a second order.
-    let _: () = redis::cmd("SREM")
-        .arg(app.sale_keys(sale).buyers)
-        .arg(buyer.id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(
+            redis::cmd("SREM")
+                .arg(app.sale_keys(sale).buyers)
+                .arg(buyer.id),
+        )
+        .await;
     app.buy(sale, &buyer.token).await;
     w.drain().await.unwrap();
 
@@ -577,11 +569,9 @@ async fn a_listed_sale_without_its_stream_does_not_stop_the_reclaim_pass_or_a_dr
     buy_all(&app, gone, 3).await;
     let bought = buy_all(&app, kept, 4).await;
     assert_eq!(bought.len(), 4);
-    let _: i64 = redis::cmd("DEL")
-        .arg(app.sale_keys(gone).orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(redis::cmd("DEL").arg(app.sale_keys(gone).orders))
+        .await;
     let mut worker = settler(&app, "after-the-loss", 100, Duration::from_millis(200)).await;
     assert_eq!(worker.drain().await.unwrap(), 4);
     assert_eq!(app.orders_in_db(kept).await.len(), 4);
@@ -788,12 +778,9 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
     assert!(readers(&app, sale).await.is_empty());
     // The holder "died": its lease runs out (at once here), never released.
     std::mem::forget(held);
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(&key)
-        .arg(100)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(redis::cmd("PEXPIRE").arg(&key).arg(100))
+        .await;
     wait_settled(
         &app,
         sale,
@@ -879,9 +866,5 @@ async fn a_leader_that_cannot_settle_hands_the_lease_over() {
 }
 
 async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap()
+    app.redis_query(redis::cmd("GET").arg(key)).await
 }

@@ -88,11 +88,9 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
             assert_eq!(again, first);
         }
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 4, "one place per account");
 
     // No purchase without an admission, nothing taken.
@@ -233,14 +231,15 @@ async fn join_many(
 
 /// The line, head first: (user, place).
 async fn line_of(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
-    let raw: Vec<(i64, f64)> = redis::cmd("ZRANGE")
-        .arg(app.sale_keys(sale).queue)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let raw: Vec<(i64, f64)> = app
+        .redis_query(
+            redis::cmd("ZRANGE")
+                .arg(app.sale_keys(sale).queue)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await;
     raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
@@ -269,11 +268,9 @@ fn signed_ticket(app: &TestApp, sale: i64, user: i64) -> String {
 async fn taken(app: &TestApp, sale: i64) -> (i64, Vec<i64>, i64, usize) {
     let mut buyers = app.buyers(sale).await;
     buyers.sort_unstable();
-    let pending: i64 = redis::cmd("HLEN")
-        .arg(app.sale_keys(sale).pending)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(app.sale_keys(sale).pending))
+        .await;
     (
         app.stock_left(sale).await,
         buyers,
@@ -373,12 +370,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     // The opening; then 2,000 more join while admission runs.
     let resp = app.open_sale(&admin, sale).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let starts_ms: i64 = redis::cmd("HGET")
-        .arg(&k.meta)
-        .arg("starts_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let starts_ms: i64 = app
+        .redis_query(redis::cmd("HGET").arg(&k.meta).arg("starts_ms"))
+        .await;
     let opened = std::time::Instant::now();
 
     // Bots: the 50 last early joiners in line order can never be admitted (10,000
@@ -405,13 +399,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
         let mut buys = tokio::task::JoinSet::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let open: Vec<i64> = redis::cmd("ZRANGE")
-                .arg(&k.queue_open)
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut app.redis.clone())
-                .await
-                .unwrap();
+            let open: Vec<i64> = app
+                .redis_query(redis::cmd("ZRANGE").arg(&k.queue_open).arg(0).arg(-1))
+                .await;
             for u in open {
                 if !seen.insert(u) || skips(u) {
                     continue;
@@ -523,11 +513,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
         admissions.len(),
         "one admission per account"
     );
-    let admitted_in_redis: i64 = redis::cmd("HLEN")
-        .arg(&k.queue_admitted)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let admitted_in_redis: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(&k.queue_admitted))
+        .await;
     assert_eq!(admitted_in_redis, admissions.len() as i64);
     for b in &buyers {
         assert!(admitted.contains(b), "buyer {b} has no admission");
@@ -678,13 +666,13 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
 
 /// The users in the sale's open admissions now.
 async fn open_admissions(app: &TestApp, sale: i64) -> Vec<i64> {
-    redis::cmd("ZRANGE")
-        .arg(app.sale_keys(sale).queue_open)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap()
+    app.redis_query(
+        redis::cmd("ZRANGE")
+            .arg(app.sale_keys(sale).queue_open)
+            .arg(0)
+            .arg(-1),
+    )
+    .await
 }
 
 /// A bot that joins a thousand times holds one place, and no purchase without an
@@ -716,18 +704,11 @@ async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
         assert_eq!(*status, StatusCode::OK, "{body}");
         assert_eq!(body, first, "the same answer every time");
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(&k.queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app.redis_query(redis::cmd("ZCARD").arg(&k.queue)).await;
     assert_eq!(line, 1, "one place for 1,000 joins");
-    let joins_counted: i64 = redis::cmd("HGET")
-        .arg(&k.queue_state)
-        .arg("joins")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let joins_counted: i64 = app
+        .redis_query(redis::cmd("HGET").arg(&k.queue_state).arg("joins"))
+        .await;
     assert_eq!(joins_counted, 1);
     for u in &users[1..] {
         assert_eq!(join(&app, sale, u).await.status(), StatusCode::OK);
@@ -959,11 +940,9 @@ async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
         )
         .await;
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 0, "nobody joined");
     assert_eq!(me(&app, sale, &user).await["state"], "not_joined");
 
@@ -1068,12 +1047,13 @@ async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_
         assert_eq!(j.status, StatusCode::OK, "{}", j.body);
     }
     assert_eq!(app.open_sale(&admin, sale).await.status(), StatusCode::OK);
-    let starts_ms: i64 = redis::cmd("HGET")
-        .arg(app.sale_keys(sale).meta)
-        .arg("starts_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let starts_ms: i64 = app
+        .redis_query(
+            redis::cmd("HGET")
+                .arg(app.sale_keys(sale).meta)
+                .arg("starts_ms"),
+        )
+        .await;
     // Everyone is admitted in about 6 s (1,000 units, nobody buys).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let admissions = loop {
@@ -1089,11 +1069,9 @@ async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(admissions.len(), JOINERS);
-    let in_redis: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(app.sale_keys(sale).queue_admitted)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let in_redis: std::collections::HashMap<i64, i64> = app
+        .redis_query(redis::cmd("HGETALL").arg(app.sale_keys(sale).queue_admitted))
+        .await;
     let in_db: std::collections::HashMap<i64, i64> = admissions.iter().copied().collect();
     assert_eq!(
         in_redis, in_db,

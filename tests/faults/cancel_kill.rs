@@ -20,6 +20,9 @@ use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{final_answers, reconcile};
 use crate::storm::{self, Op, Record, Work};
 
+/// Both servers' expiry pass and sweep run this often (ms): the orders and
+/// returns the test needs come due within its time.
+const FAST_JOBS: [(&str, &str); 2] = [("STAMPEDE_EXPIRE_MS", "200"), ("STAMPEDE_SWEEP_MS", "200")];
 const UNITS: i64 = 300;
 /// Of each sale's 300 orders, these are cancelled (the others stay live).
 const CANCELLED: i64 = 200;
@@ -56,15 +59,7 @@ async fn buyers(stack: &Stack, sale: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
-    let mut stack = Stack::start(
-        "cancel-kill",
-        Options {
-            servers: 2,
-            extra: vec![("STAMPEDE_EXPIRE_MS", "200"), ("STAMPEDE_SWEEP_MS", "200")],
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("cancel-kill", Options::servers(2).with(&FAST_JOBS)).await;
     let keep = stack.create_payment_sale(UNITS, 600, false).await;
     let rebuy = stack.create_payment_sale(UNITS, 600, true).await;
     let users = stack.create_users(UNITS as usize, false).await;

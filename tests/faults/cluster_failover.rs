@@ -220,12 +220,9 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
     assert_invariants(&stack, &all, &sales, &[], loss).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_primary_killed_mid_storm_fails_over_and_with_replica_acks_no_202_is_lost() {
-    failover_mid_storm("cluster-failover-acks", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn without_replica_acks_only_202s_the_stopped_replica_never_got_can_be_lost() {
-    failover_mid_storm("cluster-failover-async", false).await;
+scenario_tests! {
+    a_primary_killed_mid_storm_fails_over_and_with_replica_acks_no_202_is_lost =>
+        failover_mid_storm("cluster-failover-acks", true);
+    without_replica_acks_only_202s_the_stopped_replica_never_got_can_be_lost =>
+        failover_mid_storm("cluster-failover-async", false);
 }

@@ -640,15 +640,11 @@ impl Redis {
                 .args(["-p", &port, "shutdown"])
                 .output();
             if let Some(mut child) = self.child.take() {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while child.try_wait().ok().flatten().is_none() {
-                    if Instant::now() > deadline {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!("Redis did not shut down in 20 s");
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                wait_for_exit(
+                    &mut child,
+                    Duration::from_secs(20),
+                    "Redis did not shut down",
+                );
             }
         });
     }
@@ -1024,15 +1020,12 @@ impl Server {
                 let _ = Command::new("kill")
                     .args(["-TERM", &child.id().to_string()])
                     .status();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while child.try_wait().ok().flatten().is_none() {
-                    if Instant::now() > deadline {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!("stampede serve did not stop in 30 s of SIGTERM");
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                let within = Duration::from_secs(30);
+                wait_for_exit(
+                    &mut child,
+                    within,
+                    "stampede serve did not stop after SIGTERM",
+                );
             });
         }
     }
@@ -1076,6 +1069,14 @@ impl Options {
         }
     }
 
+    /// These options with `extra` settings (`STAMPEDE_*`) for every server.
+    pub fn with(self, extra: &[(&'static str, &'static str)]) -> Options {
+        Options {
+            extra: extra.to_vec(),
+            ..self
+        }
+    }
+
     /// The defaults, with `servers` servers.
     pub fn servers(servers: usize) -> Options {
         Options {
@@ -1094,6 +1095,20 @@ impl Default for Options {
             cluster: false,
             extra: Vec::new(),
         }
+    }
+}
+
+/// Waits (blocking) for `child` to exit; past `within`, kills it and fails the
+/// test with `what`.
+fn wait_for_exit(child: &mut Child, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} in {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

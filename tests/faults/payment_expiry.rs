@@ -20,6 +20,9 @@ use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers, reconcile};
 use crate::storm::{self, Op, Plan, Record, Work};
 
+/// Both servers' expiry pass and sweep run this often (ms): the orders and
+/// returns the test needs come due within its time.
+const FAST_JOBS: [(&str, &str); 2] = [("STAMPEDE_EXPIRE_MS", "50"), ("STAMPEDE_SWEEP_MS", "200")];
 /// Payment window of every sale: time enough to buy, settle and pay 140 orders.
 const WINDOW_S: i64 = 8;
 const UNITS: i64 = 100;
@@ -388,15 +391,7 @@ async fn expect_sale(stack: &Stack, sale: i64, rebuy: bool, e: Expect, step: &st
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
-    let mut stack = Stack::start(
-        "payment-expiry",
-        Options {
-            servers: 2,
-            extra: vec![("STAMPEDE_EXPIRE_MS", "50"), ("STAMPEDE_SWEEP_MS", "200")],
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("payment-expiry", Options::servers(2).with(&FAST_JOBS)).await;
     let t0 = Instant::now();
     let mut bulk = Vec::new();
     bulk.push(stack.create_payment_sale(BULK_UNITS, WINDOW_S, false).await);

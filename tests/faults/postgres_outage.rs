@@ -105,12 +105,9 @@ async fn wait_ready(stack: &Stack, timeout: Duration) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_stopped_mid_storm_purchases_go_on_and_the_backlog_settles() {
-    postgres_outage_mid_storm("pg-stop-fast", PgStop::Fast).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_crashed_mid_storm_purchases_go_on_and_the_backlog_settles() {
-    postgres_outage_mid_storm("pg-stop-immediate", PgStop::Immediate).await;
+scenario_tests! {
+    postgres_stopped_mid_storm_purchases_go_on_and_the_backlog_settles =>
+        postgres_outage_mid_storm("pg-stop-fast", PgStop::Fast);
+    postgres_crashed_mid_storm_purchases_go_on_and_the_backlog_settles =>
+        postgres_outage_mid_storm("pg-stop-immediate", PgStop::Immediate);
 }

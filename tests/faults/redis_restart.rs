@@ -51,14 +51,11 @@ async fn redis_restart_mid_storm(name: &str, stop: Stop) {
     assert_invariants(&stack, &all, &sales, &[], AllowedLoss::None).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn redis_shut_down_and_restarted_mid_storm_answers_503_never_500_and_loses_no_202() {
-    redis_restart_mid_storm("redis-restart", Stop::Graceful).await;
-}
-
-/// Also the `always` half of scenario 4: no cut of the AOF, since with `always` a
-/// reply leaves only after its fsync, so a 202 is in the file before the kill.
-#[tokio::test(flavor = "multi_thread")]
-async fn redis_killed_mid_storm_under_fsync_always_loses_no_202() {
-    redis_restart_mid_storm("redis-kill9", Stop::Kill9).await;
+scenario_tests! {
+    redis_shut_down_and_restarted_mid_storm_answers_503_never_500_and_loses_no_202 =>
+        redis_restart_mid_storm("redis-restart", Stop::Graceful);
+    /// Also the `always` half of scenario 4: no cut of the AOF, since with `always` a
+    /// reply leaves only after its fsync, so a 202 is in the file before the kill.
+    redis_killed_mid_storm_under_fsync_always_loses_no_202 =>
+        redis_restart_mid_storm("redis-kill9", Stop::Kill9);
 }

@@ -117,14 +117,8 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
         revoted.len(),
         &revoted[..revoted.len().min(10)]
     );
-    let report = assert_invariants(
-        &stack,
-        &records,
-        &[],
-        &[poll],
-        AllowedLoss::SentBefore(wiped),
-    )
-    .await;
+    let loss = AllowedLoss::SentBefore(wiped);
+    let report = assert_invariants(&stack, &records, &[], &[poll], loss).await;
     println!(
         "{} accepted votes were lost with the wipe (accepted, not yet settled)",
         report.lost.len()
@@ -158,12 +152,5 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
         not_refused.join("; ")
     );
     records.extend(again);
-    assert_invariants(
-        &stack,
-        &records,
-        &[],
-        &[poll],
-        AllowedLoss::SentBefore(wiped),
-    )
-    .await;
+    assert_invariants(&stack, &records, &[], &[poll], loss).await;
 }

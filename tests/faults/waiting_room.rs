@@ -576,22 +576,13 @@ async fn scenario(name: &str, fault: Fault) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_keeps_places_and_admissions_when_a_server_is_killed_mid_admission() {
-    scenario("wr-kill", Fault::KillServer).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admission() {
-    scenario("wr-redis-restart", Fault::RestartRedis).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission() {
-    scenario("wr-wipe", Fault::WipeRedis).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_records_every_admission_when_postgres_stops_mid_admission() {
-    scenario("wr-pg-stop", Fault::StopPostgres).await;
+scenario_tests! {
+    waiting_room_keeps_places_and_admissions_when_a_server_is_killed_mid_admission =>
+        scenario("wr-kill", Fault::KillServer);
+    waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admission =>
+        scenario("wr-redis-restart", Fault::RestartRedis);
+    waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission =>
+        scenario("wr-wipe", Fault::WipeRedis);
+    waiting_room_records_every_admission_when_postgres_stops_mid_admission =>
+        scenario("wr-pg-stop", Fault::StopPostgres);
 }
