@@ -971,6 +971,20 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
     body
 }
 
+/// Asserts the answer's status, showing its body when it is another.
+pub async fn assert_status(resp: Response, status: StatusCode) {
+    let got = resp.status();
+    let body = resp.text().await.unwrap();
+    assert_eq!(got, status, "{body}");
+}
+
+/// The entry of a JSON list (of sales, polls) whose `id` is `id`; it must be there.
+pub fn listed(list: &Value, id: i64) -> &Value {
+    let entries = list.as_array().expect("a list");
+    let entry = entries.iter().find(|e| e["id"] == id);
+    entry.unwrap_or_else(|| panic!("{id} is not in the list: {list}"))
+}
+
 /// Asserts an HTML answer with the given status; returns the HTML.
 pub async fn assert_html(resp: Response, status: StatusCode) -> String {
     assert_eq!(resp.status(), status, "unexpected status");

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale,
+    TestApp, assert_error, listed, spawn_app, spawn_app_with, spawn_with_live_sale,
     spawn_with_live_sale_and,
 };
 
@@ -251,12 +251,7 @@ async fn sales_are_listed_with_live_stock() {
     let buyer = app.user().await;
     app.purchase(sale, &buyer.token).await;
     let list: Value = app.get_json("/api/sales", None).await;
-    let entry = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == sale)
-        .expect("sale listed");
+    let entry = listed(&list, sale);
     assert_eq!(entry["stock_left"], 6);
     assert_eq!(entry["sold"], 1);
     assert_eq!(entry["status"], "live");

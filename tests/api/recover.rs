@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use stampede::domain::Id;
 
 use crate::helpers::{
-    Db, TestApp, User, spawn_app, spawn_sibling, spawn_with_live_sale, spawn_with_open_poll,
+    Db, TestApp, User, assert_status, spawn_app, spawn_sibling, spawn_with_live_sale,
+    spawn_with_open_poll,
 };
 
 /// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
@@ -247,12 +248,7 @@ async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
     wipe(&app).await;
 
     let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::OK,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    assert_status(resp, StatusCode::OK).await;
     assert_eq!(app.stock_total(sale).await, 101);
     assert_eq!(app.stock_left(sale).await, 41);
     let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use stampede::sale::rehearsal::REMOVAL_OPEN_AFTER_TOKENS;
 
-use crate::helpers::{Db, TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, listed, spawn_app, spawn_app_with};
 use crate::settle::settler;
 
 /// Every Redis key of the sale's hash tag in the app's namespace.
@@ -97,12 +97,7 @@ async fn a_rehearsal_is_on_no_public_surface_yet_sells() {
     }
     // The admin's list has it, marked.
     let admin_list = app.get_json("/api/admin/sales", Some(&admin.token)).await;
-    let row = admin_list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == rehearsal)
-        .expect("the admin list holds the rehearsal");
+    let row = listed(&admin_list, rehearsal);
     assert_eq!(row["rehearsal"], true);
 
     // The home page, signed out and signed in.

@@ -8,7 +8,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    Db, TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
+    Db, TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with,
+    spawn_sibling,
 };
 
 /// A sale with a waiting room whose line is open now and that opens in
@@ -175,12 +176,7 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
         first_turn.1["ticket"].as_str().unwrap(),
     )
     .await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::ACCEPTED,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    assert_status(resp, StatusCode::ACCEPTED).await;
     assert_eq!(app.stock_left(sale).await, 0);
     assert_eq!(me(&app, sale, later).await["state"], "sold_out");
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
@@ -805,12 +801,7 @@ async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
     // The admitted buyer buys once; again (its ticket, a fresh signed one) it is
     // refused, nothing more taken.
     let resp = buy_with_ticket(&app, sale, buyer, &buyer_ticket).await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::ACCEPTED,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    assert_status(resp, StatusCode::ACCEPTED).await;
     for ticket in [buyer_ticket.clone(), signed_ticket(&app, sale, buyer.id)] {
         let resp = buy_with_ticket(&app, sale, buyer, &ticket).await;
         let status = resp.status();

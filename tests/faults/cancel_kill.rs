@@ -6,7 +6,6 @@
 //! cancelled order's units came back exactly once, none lost, in both stores, and
 //! no answer was a 5xx other than a 503 with `Retry-After`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -14,11 +13,10 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use futures_util::stream;
 use stampede::domain::Id;
-use uuid::Uuid;
 
 use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{final_answers, reconcile};
-use crate::storm::{self, Op, Record, Work};
+use crate::storm::{self, Op, Work, orders_of};
 
 /// Both servers' expiry pass and sweep run this often (ms): the orders and
 /// returns the test needs come due within its time.
@@ -31,14 +29,6 @@ const KILL_AFTER: usize = 120;
 
 /// How often, and how far apart, a cancel or payment is sent until decided.
 const RETRIES: (usize, Duration) = (100, Duration::from_millis(100));
-
-fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
-    records
-        .iter()
-        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
-        .filter_map(|r| Some((r.user, r.order_id()?)))
-        .collect()
-}
 
 async fn redis_int(stack: &Stack, key: String) -> i64 {
     redis::cmd("GET")

@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers, reconcile};
-use crate::storm::{self, Op, Plan, Record, Work};
+use crate::storm::{self, Op, Plan, Record, Work, orders_of};
 
 /// Both servers' expiry pass and sweep run this often (ms): the orders and
 /// returns the test needs come due within its time.
@@ -100,15 +100,6 @@ fn shuffled(mut items: Vec<Work>, servers: usize) -> Vec<Work> {
     items.shuffle(&mut rand::rng());
     storm::spread(&mut items, servers);
     items
-}
-
-/// The order id of each 202 of `sale`, by user.
-fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
-    records
-        .iter()
-        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
-        .filter_map(|r| Some((r.user, r.order_id()?)))
-        .collect()
 }
 
 /// `(user, final answer)` of every purchase of `sale` in `records`.

@@ -75,40 +75,8 @@ async fn attempt(
         req = req.json(b);
     }
     let sent = Instant::now();
-    match req.send().await {
-        Err(e) => (
-            sent,
-            Instant::now(),
-            Outcome::NoAnswer(e.to_string()),
-            Value::Null,
-        ),
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from);
-            match resp.text().await {
-                Err(e) => (
-                    sent,
-                    Instant::now(),
-                    Outcome::NoAnswer(e.to_string()),
-                    Value::Null,
-                ),
-                Ok(text) => {
-                    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    let outcome = Outcome::Answer {
-                        status,
-                        code: json["error"].as_str().map(String::from),
-                        order_id: json["order_id"].as_str().and_then(|s| s.parse().ok()),
-                        retry_after,
-                    };
-                    (sent, Instant::now(), outcome, json)
-                }
-            }
-        }
-    }
+    let (outcome, json) = Outcome::of(req.send().await).await;
+    (sent, Instant::now(), outcome, json)
 }
 
 /// Worth another try: no answer, 503, or 408 (never read).
