@@ -1,7 +1,11 @@
-// Shared by the browser checks (smoke.mjs, pages.mjs, redirect.mjs): the
-// environment, the list of failed checks, and Debian's Chromium with the flags the
-// project allows (never a browser of playwright's own).
+// Shared by the browser checks (smoke.mjs, pages.mjs, redirect.mjs,
+// waiting_room.mjs): the environment, the list of failed checks, Debian's Chromium
+// with the flags the project allows (never a browser of playwright's own), the API
+// calls that set a scene, and the page helpers (a watched page, a screenshot, the
+// sideways-scroll and axe-core inspection of a page state).
 import { chromium } from "playwright-core";
+import { readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
 
 export function required(name) {
   const value = process.env[name];
@@ -12,11 +16,38 @@ export function required(name) {
   return value;
 }
 
+/** The server under test, without a trailing slash. */
+export const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
+/** Where screenshots go. */
+export const out = process.env.E2E_OUT || "/tmp/stampede-e2e";
+
+/** The seeded accounts' passwords and the admin's name, which the run must be given. */
+export function accounts() {
+  return {
+    demoPassword: required("STAMPEDE_DEMO_PASSWORD"),
+    adminUser: process.env.STAMPEDE_ADMIN_USERNAME || "admin",
+    adminPassword: required("STAMPEDE_ADMIN_PASSWORD"),
+  };
+}
+
 export const problems = [];
 
 export function check(ok, what) {
   console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
   if (!ok) problems.push(what);
+}
+
+/**
+ * Ends a run: closes the browser, lists the problems and exits 1 if there are any,
+ * else says the run passed.
+ */
+export async function finish(browser, run) {
+  await browser.close();
+  if (problems.length) {
+    console.error(`\n${problems.length} problem(s):\n- ${problems.join("\n- ")}`);
+    process.exit(1);
+  }
+  console.log(`\n${run} run passed; screenshots in ${out}`);
 }
 
 export function launchChromium() {
@@ -32,4 +63,124 @@ export function launchChromium() {
       "--disable-quic",
     ],
   });
+}
+
+// ---- the API, for setting the scene -----------------------------------------
+
+/** A JSON call to the API: its status and parsed body (null when empty). */
+export async function call(method, path, token, body) {
+  const resp = await fetch(`${base}${path}`, {
+    method,
+    headers: {
+      Accept: "application/json",
+      ...(token ? { Authorization: `Bearer ${token}` } : {}),
+      ...(body ? { "Content-Type": "application/json" } : {}),
+    },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await resp.text();
+  return { status: resp.status, data: text ? JSON.parse(text) : null };
+}
+
+/** Signs in through the API (must answer 200): the sign-in answer (tokens). */
+export async function signInApi(username, password) {
+  const res = await call("POST", "/api/auth/signin", null, { username, password });
+  if (res.status !== 200) throw new Error(`sign-in of ${username}: ${res.status}`);
+  return res.data;
+}
+
+/** Signs up through the API (must answer 201), then signs in: the sign-in answer. */
+export async function signUpApi(username, password) {
+  const res = await call("POST", "/api/auth/signup", null, { username, password });
+  if (res.status !== 201) throw new Error(`sign-up of ${username}: ${res.status}`);
+  return signInApi(username, password);
+}
+
+/** Asks `cond` every 100 ms until it holds; fails after `timeout` ms. */
+export async function until(what, cond, timeout = 10000) {
+  const end = Date.now() + timeout;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+// ---- the browser ------------------------------------------------------------
+
+/**
+ * A page of a new context of `browser` (en-US, Berlin time), signed in as `session`
+ * (the sign-in answer) if given. A console error other than Chrome's "Failed to load
+ * resource" (which it logs for every 4xx answer, and the checks provoke those on
+ * purpose), such as a CSP "Refused to ..." message, and any script error are
+ * problems; dialogs are accepted.
+ */
+export async function newContextPage(browser, viewport, session) {
+  const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
+  if (session) {
+    await context.addCookies([
+      { name: "stampede_session", value: session.token, url: base, httpOnly: true, sameSite: "Lax" },
+      { name: "stampede_csrf", value: session.csrf_token, url: base, sameSite: "Lax" },
+    ]);
+  }
+  const page = await context.newPage();
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
+      problems.push(`console error on ${page.url()}: ${msg.text()}`);
+    }
+  });
+  page.on("pageerror", (err) => problems.push(`script error on ${page.url()}: ${err.message}`));
+  page.on("dialog", (dialog) => dialog.accept());
+  return page;
+}
+
+/** Loads `path` of the server and waits for the load event. */
+export async function goto(page, path) {
+  await page.goto(`${base}${path}`);
+  await page.waitForLoadState("load");
+}
+
+/** A full-page screenshot from the top, to `path`. */
+export async function screenshot(page, path) {
+  await page.evaluate(() => window.scrollTo(0, 0));
+  await page.screenshot({ path, fullPage: true });
+  console.log(`     screenshot ${path}`);
+}
+
+let axeSource;
+
+/**
+ * Screenshot (`pages-<name>-<size>.png`), sideways-scroll check and axe scan of the
+ * page as it is now; every axe violation fails the run.
+ */
+export async function inspect(page, name) {
+  const size = page.viewportSize().width < 600 ? "phone" : "desktop";
+  const label = `${name} (${size})`;
+  const widths = await page.evaluate(() => ({
+    scroll: document.documentElement.scrollWidth,
+    view: window.innerWidth,
+  }));
+  check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
+  // A button the page's script has just enabled fades from its disabled colours
+  // (a CSS transition): axe must read the settled page, not a frame mid-fade.
+  await page
+    .waitForFunction(
+      () => !document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === "running"),
+      null,
+      { timeout: 2000 },
+    )
+    .catch(() => {});
+  axeSource ??= await readFile(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
+  const violations = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ["violations"] });
+    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
+  });
+  check(violations.length === 0, `${label}: axe finds no violation${violations.length ? `: ${violations.join("; ")}` : ""}`);
+  await screenshot(page, `${out}/pages-${name}-${size}.png`);
+}
+
+/** Whether the element's box lies wholly inside the viewport as it is scrolled now. */
+export function isInViewport(el) {
+  const r = el.getBoundingClientRect();
+  return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth && r.height > 0;
 }

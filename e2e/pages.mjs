@@ -22,18 +22,11 @@
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
-import { check, launchChromium, problems, required } from "./lib.mjs";
-import { mkdir, readFile } from "node:fs/promises";
-import { createRequire } from "node:module";
+import { accounts, base, call, check, goto, inspect, isInViewport, launchChromium, newContextPage, out, problems, signInApi, signUpApi as signUpWith, until, finish } from "./lib.mjs";
+import { mkdir } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 
-const require = createRequire(import.meta.url);
-const axeSource = await readFile(require.resolve("axe-core/axe.min.js"), "utf8");
-const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
-const out = process.env.E2E_OUT || "/tmp/stampede-e2e";
-const demoPassword = required("STAMPEDE_DEMO_PASSWORD");
-const adminUser = process.env.STAMPEDE_ADMIN_USERNAME || "admin";
-const adminPassword = required("STAMPEDE_ADMIN_PASSWORD");
+const { demoPassword, adminUser, adminPassword } = accounts();
 const runId = randomBytes(3).toString("hex");
 const DESKTOP = { width: 1280, height: 800 };
 const PHONE = { width: 390, height: 844 };
@@ -44,20 +37,6 @@ const SIZES = [
 
 // ---- the API, for setting the scene -----------------------------------------
 
-async function call(method, path, token, body) {
-  const resp = await fetch(`${base}${path}`, {
-    method,
-    headers: {
-      Accept: "application/json",
-      ...(token ? { Authorization: `Bearer ${token}` } : {}),
-      ...(body ? { "Content-Type": "application/json" } : {}),
-    },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await resp.text();
-  return { status: resp.status, data: text ? JSON.parse(text) : null };
-}
-
 // A purchase through the API as the sale page makes it: a ticket (sales made here
 // require one, the API's default), then the purchase carrying it.
 async function buyApi(sale, token) {
@@ -66,17 +45,7 @@ async function buyApi(sale, token) {
   return call("POST", `/api/sales/${sale}/purchase`, token, { ticket: ticket.data.ticket });
 }
 
-async function signInApi(username, password) {
-  const res = await call("POST", "/api/auth/signin", null, { username, password });
-  if (res.status !== 200) throw new Error(`sign-in of ${username}: ${res.status}`);
-  return res.data;
-}
-
-async function signUpApi(username) {
-  const res = await call("POST", "/api/auth/signup", null, { username, password: demoPassword });
-  if (res.status !== 201) throw new Error(`sign-up of ${username}: ${res.status}`);
-  return signInApi(username, demoPassword);
-}
+const signUpApi = (username) => signUpWith(username, demoPassword);
 
 async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl = null, more = {}) {
   const now = Date.now();
@@ -106,84 +75,15 @@ async function createPoll(admin, question, options) {
   return res.data;
 }
 
-/** Asks `cond` every 100 ms until it holds; fails after `timeout` ms. */
-async function until(what, cond, timeout = 10000) {
-  const end = Date.now() + timeout;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 // ---- the browser ------------------------------------------------------------
 
 await mkdir(out, { recursive: true });
 const browser = await launchChromium();
-
-/** A page of a new context, signed in as `session` (the sign-in answer) if given. */
-async function newPage(viewport, session) {
-  const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
-  if (session) {
-    const url = base;
-    await context.addCookies([
-      { name: "stampede_session", value: session.token, url, httpOnly: true, sameSite: "Lax" },
-      { name: "stampede_csrf", value: session.csrf_token, url, sameSite: "Lax" },
-    ]);
-  }
-  const page = await context.newPage();
-  page.on("console", (msg) => {
-    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
-      problems.push(`console error on ${page.url()}: ${msg.text()}`);
-    }
-  });
-  page.on("pageerror", (err) => problems.push(`script error on ${page.url()}: ${err.message}`));
-  page.on("dialog", (dialog) => dialog.accept());
-  return page;
-}
-
-/** Screenshot, sideways-scroll check and axe scan of the page as it is now. */
-async function inspect(page, name) {
-  const size = page.viewportSize().width < 600 ? "phone" : "desktop";
-  const label = `${name} (${size})`;
-  const widths = await page.evaluate(() => ({
-    scroll: document.documentElement.scrollWidth,
-    view: window.innerWidth,
-  }));
-  check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
-  // A button the page's script has just enabled fades from its disabled colours
-  // (a CSS transition): axe must read the settled page, not a frame mid-fade.
-  await page
-    .waitForFunction(
-      () => !document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === "running"),
-      null,
-      { timeout: 2000 },
-    )
-    .catch(() => {});
-  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
-  const violations = await page.evaluate(async () => {
-    const result = await window.axe.run(document, { resultTypes: ["violations"] });
-    return result.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.map((n) => n.target.join(" ")).join(", ")}`);
-  });
-  check(violations.length === 0, `${label}: axe finds no violation${violations.length ? `: ${violations.join("; ")}` : ""}`);
-  const path = `${out}/pages-${name}-${size}.png`;
-  await page.evaluate(() => window.scrollTo(0, 0));
-  await page.screenshot({ path, fullPage: true });
-  console.log(`     screenshot ${path}`);
-}
+const newPage = (viewport, session) => newContextPage(browser, viewport, session);
 
 /** The element's box lies wholly inside the viewport as it is scrolled now. */
 async function inViewport(locator) {
   return locator.evaluate(isInViewport);
-}
-
-function isInViewport(el) {
-  const r = el.getBoundingClientRect();
-  return r.top >= 0 && r.left >= 0 && r.bottom <= window.innerHeight && r.right <= window.innerWidth && r.height > 0;
-}
-
-async function goto(page, path) {
-  await page.goto(`${base}${path}`);
-  await page.waitForLoadState("load");
 }
 
 /**
@@ -807,12 +707,5 @@ try {
   }
 } catch (err) {
   problems.push(`aborted: ${err.stack || err.message}`);
-} finally {
-  await browser.close();
 }
-
-if (problems.length) {
-  console.error(`\n${problems.length} problem(s):\n- ${problems.join("\n- ")}`);
-  process.exit(1);
-}
-console.log(`\npages run passed; screenshots in ${out}`);
+await finish(browser, "pages");

@@ -10,10 +10,9 @@
 //   the browser must land on "/" of this origin, never having asked another host.
 // Good `next` values must still be followed.
 
-import { check, launchChromium, problems } from "./lib.mjs";
+import { base, check, launchChromium, problems } from "./lib.mjs";
 import { randomBytes } from "node:crypto";
 
-const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
 const origin = new URL(base).origin;
 
 // Raw query values, as an attacker writes them in a link.

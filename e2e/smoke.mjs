@@ -21,42 +21,18 @@
 // poll ..." and one user "e2e-..." behind. A browser console error (a CSP violation, say) fails the run.
 // Screenshots go to E2E_OUT.
 
-import { check, launchChromium, problems, required } from "./lib.mjs";
+import { accounts, base, check, launchChromium, newContextPage, out, problems, screenshot, finish } from "./lib.mjs";
 import { mkdir } from "node:fs/promises";
 import { randomBytes } from "node:crypto";
 
-const base = (process.env.STAMPEDE_URL || "http://127.0.0.1:8080").replace(/\/$/, "");
-const out = process.env.E2E_OUT || "/tmp/stampede-e2e";
-const demoPassword = required("STAMPEDE_DEMO_PASSWORD");
-const adminUser = process.env.STAMPEDE_ADMIN_USERNAME || "admin";
-const adminPassword = required("STAMPEDE_ADMIN_PASSWORD");
+const { demoPassword, adminUser, adminPassword } = accounts();
 const runId = randomBytes(4).toString("hex");
 
 await mkdir(out, { recursive: true });
 const browser = await launchChromium();
 
-async function newPage(viewport = { width: 1280, height: 860 }) {
-  const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
-  const page = await context.newPage();
-  page.on("console", (msg) => {
-    // Chrome logs every 4xx answer (error pages, the refusals this run provokes)
-    // as "Failed to load resource"; the steps below check those outcomes. Anything else,
-    // such as a CSP "Refused to ..." message, is a problem.
-    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
-      problems.push(`console error on ${page.url()}: ${msg.text()}`);
-    }
-  });
-  page.on("pageerror", (err) => problems.push(`script error on ${page.url()}: ${err.message}`));
-  page.on("dialog", (dialog) => dialog.accept());
-  return page;
-}
-
-async function shot(page, name) {
-  const path = `${out}/${name}.png`;
-  await page.evaluate(() => window.scrollTo(0, 0));
-  await page.screenshot({ path, fullPage: true });
-  console.log(`     screenshot ${path}`);
-}
+const newPage = (viewport = { width: 1280, height: 860 }) => newContextPage(browser, viewport);
+const shot = (page, name) => screenshot(page, `${out}/${name}.png`);
 
 async function signIn(page, username, password) {
   await page.goto(`${base}/signin`);
@@ -340,12 +316,5 @@ try {
   check(await alice.getByRole("link", { name: "Sign in" }).isVisible(), "sign out signs out");
 } catch (err) {
   problems.push(`aborted: ${err.message}`);
-} finally {
-  await browser.close();
 }
-
-if (problems.length) {
-  console.error(`\n${problems.length} problem(s):\n- ${problems.join("\n- ")}`);
-  process.exit(1);
-}
-console.log(`\nsmoke run passed; screenshots in ${out}`);
+await finish(browser, "smoke");

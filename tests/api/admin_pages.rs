@@ -5,7 +5,10 @@ use chrono::{DateTime, Utc};
 use reqwest::{StatusCode, header};
 use serde_json::json;
 
-use crate::helpers::{between, escaped_in, spawn_app, spawn_app_with};
+use crate::helpers::{
+    between, escaped_in, spawn_app_with, spawn_with_live_sale, spawn_with_live_sale_and,
+    spawn_with_open_poll,
+};
 
 /// The `datetime` of every "Ordered" cell of a page, in order.
 fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
@@ -23,13 +26,8 @@ fn ordered_times(body: &str) -> Vec<DateTime<Utc>> {
 
 #[tokio::test]
 async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
-    let buyers = app.create_users(3, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let (app, admin, sale) = spawn_with_live_sale(5).await;
+    let buyers = app.new_buyers(sale, 3).await;
     let orders = app.wait_for_orders(sale, 3).await;
     let path = format!("/admin/sales/{sale}/orders");
 
@@ -71,13 +69,8 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
 
 #[tokio::test]
 async fn orders_page_pages_fifty_orders_at_a_time() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 60).await;
-    let buyers = app.create_users(52, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let (app, admin, sale) = spawn_with_live_sale(60).await;
+    let buyers = app.new_buyers(sale, 52).await;
     app.wait_for_orders(sale, 52).await;
     let path = format!("/admin/sales/{sale}/orders");
     let numbers = |body: &str| -> Vec<i64> {
@@ -129,9 +122,7 @@ async fn orders_page_pages_fifty_orders_at_a_time() {
 #[tokio::test]
 async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
     // No settlement worker: accepted orders stay pending in Redis.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
     let buyers = app.create_users(2, false).await;
     // Whole seconds, as the page shows them.
     let before = Utc::now().timestamp();
@@ -168,11 +159,8 @@ async fn pending_orders_show_on_the_admin_page_and_in_my_orders() {
 
 #[tokio::test]
 async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app
-        .open_poll(&admin, "Tea <or> coffee?", &["Tea", "Coffee"])
-        .await;
+    let (app, admin, (poll, options)) =
+        spawn_with_open_poll("Tea <or> coffee?", &["Tea", "Coffee"]).await;
     let voters = app.create_users(3, false).await;
     for (i, voter) in voters.iter().enumerate() {
         app.cast_vote(poll, &voter.token, options[usize::from(i > 0)])
@@ -214,9 +202,7 @@ async fn tallies_page_shows_live_and_settled_votes_for_admins_only() {
 
 #[tokio::test]
 async fn signed_out_sale_page_offers_sign_in_to_buy_and_keeps_the_way_back() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1_234_567).await;
+    let (app, _, sale) = spawn_with_live_sale(1_234_567).await;
     let body = app.html(&format!("/sales/{sale}"), None).await;
     let back = format!("next=%2Fsales%2F{sale}");
     assert!(body.contains(&format!(
@@ -255,21 +241,13 @@ async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     let sale = app.admin_create(&admin, "/api/admin/sales", &sale).await["id"]
         .as_i64()
         .unwrap();
-    let buyers = app.create_users(3, false).await;
-    for buyer in &buyers {
-        app.buy(sale, &buyer.token).await;
-    }
+    let buyers = app.new_buyers(sale, 3).await;
     let orders = app.wait_for_orders(sale, 3).await;
     let order_of =
         |buyer: &crate::helpers::User| orders.iter().find(|(_, user)| *user == buyer.id).unwrap().0;
     let paid = app
-        .client
-        .post(app.url(&format!("/api/orders/{}/pay", order_of(&buyers[0]))))
-        .bearer_auth(&buyers[0].token)
-        .header("Idempotency-Key", "admin-pages-key")
-        .send()
-        .await
-        .unwrap();
+        .pay(&buyers[0], order_of(&buyers[0]), "admin-pages-key")
+        .await;
     assert_eq!(paid.status(), StatusCode::OK);
     sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = $1")
         .bind(order_of(&buyers[1]))

@@ -1,7 +1,7 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_error, spawn_app};
+use crate::helpers::{TestApp, assert_error, spawn_app, spawn_with_live_sale};
 
 /// A POST as a browser session sends it: the cookie, and the CSRF header if given.
 async fn post_with_cookie(
@@ -61,9 +61,7 @@ async fn signup_signin_and_bearer_token_work() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cookie_sessions_need_the_csrf_header_for_changes() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale(5).await;
     let user = app.user().await;
     let path = app.url(&format!("/api/sales/{sale}/purchase"));
     let cookie = format!("stampede_session={}; stampede_csrf=abc123", user.token);

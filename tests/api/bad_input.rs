@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 
-use crate::helpers::{assert_error, patched, spawn_app};
+use crate::helpers::{assert_error, patched, spawn_app, spawn_with_live_sale};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_sale_bodies_are_refused_without_writes() {
@@ -180,14 +180,16 @@ async fn bad_ids_and_unknown_sales() {
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/sales/424242", None).await,
+    app.assert_get_error(
+        "/api/sales/424242",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/orders/not-a-uuid", Some(&user.token)).await,
+    app.assert_get_error(
+        "/api/orders/not-a-uuid",
+        Some(&user.token),
         StatusCode::BAD_REQUEST,
         "invalid_id",
     )
@@ -202,8 +204,9 @@ async fn bad_ids_and_unknown_sales() {
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/nothing-here", None).await,
+    app.assert_get_error(
+        "/api/nothing-here",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )
@@ -212,9 +215,7 @@ async fn bad_ids_and_unknown_sales() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_expired_and_forged_tokens_are_401() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale(5).await;
     let user = app.user().await;
 
     let resp = app.post(&format!("/api/sales/{sale}/purchase"), None).await;
@@ -268,9 +269,7 @@ async fn missing_expired_and_forged_tokens_are_401() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_stock_changes_and_credentials() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale(5).await;
     for body in [
         json!({}),
         json!({"set": 1, "add": 1}),

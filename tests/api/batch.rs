@@ -19,8 +19,8 @@ use tokio::sync::Barrier;
 
 use crate::helpers::{
     TestApp, flush_scripts_on_node_of, limits, node_of, redis_pttl, socket_addr_of, spawn_app,
-    spawn_app_with, test_redis_cluster, test_redis_url, user_limit_buckets, user_log_entries,
-    window_policy,
+    spawn_app_with, spawn_with_live_sale, test_redis_cluster, test_redis_url, user_limit_buckets,
+    user_log_entries, window_policy,
 };
 
 /// A buy-route policy that refuses when Redis cannot answer.
@@ -154,9 +154,7 @@ async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_user_twice_in_one_batch_buys_once() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let (a, b) = (app.user().await, app.user().await);
     let buyer = |id: i64| BuyRequest {
         user: Id::new(id).unwrap(),
@@ -189,11 +187,9 @@ async fn one_user_twice_in_one_batch_buys_once() {
     ));
     assert_eq!(outcomes[3], PurchaseOutcome::AlreadyBought);
     assert_eq!(app.stock_left(sale).await, 8);
-    let pending: i64 = redis::cmd("XLEN")
-        .arg(app.sale_keys(sale).orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending: i64 = app
+        .redis_query(redis::cmd("XLEN").arg(app.sale_keys(sale).orders))
+        .await;
     assert!(pending <= 2, "one stream entry per batch that accepted");
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
 }
@@ -581,9 +577,7 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
 /// is answered without one.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_replica_acks_a_lost_script_goes_again_with_its_wait_and_decides_once() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let a = app.user().await;
     let buyer = BuyRequest {
         user: Id::new(a.id).unwrap(),
@@ -638,10 +632,8 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = app
-        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 5}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 100, serde_json::json!({"max_per_user": 5}))
+        .await;
     let (a, b) = (app.user().await.id, app.user().await.id);
     let policies = vec![
         policy(
@@ -764,10 +756,8 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = app
-        .open_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
+        .await;
     let user = app.user().await.id;
     let policies = vec![policy(
         "u-log",

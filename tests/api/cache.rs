@@ -12,7 +12,9 @@ use stampede::domain::Id;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::helpers::{TestApp, redis_get, redis_pttl, spawn_app, spawn_sibling};
+use crate::helpers::{
+    TestApp, redis_get, redis_pttl, spawn_app, spawn_sibling, spawn_with_live_sale,
+};
 
 fn stats(app: &TestApp) -> CacheStats {
     app.state.cache.stats()
@@ -40,11 +42,9 @@ fn since(now: CacheStats, then: CacheStats) -> CacheStats {
 
 /// Deletes the cached record of a sale, as if its TTL had run out.
 async fn make_cold(app: &TestApp, sale: i64) {
-    let _: () = redis::cmd("DEL")
-        .arg(app.keys.sale_view(Id::new(sale).unwrap()))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(redis::cmd("DEL").arg(app.keys.sale_view(Id::new(sale).unwrap())))
+        .await;
 }
 
 async fn sale_page(app: &TestApp, sale: i64) -> Value {
@@ -197,9 +197,7 @@ async fn a_slow_rebuild_is_shared_by_1000_callers_on_two_instances() {
 
 #[tokio::test]
 async fn a_warm_view_costs_no_query_and_an_unknown_sale_one_per_ttl() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, _, sale) = spawn_with_live_sale(3).await;
     let before = stats(&app);
     for _ in 0..5 {
         sale_page(&app, sale).await;
@@ -356,20 +354,19 @@ async fn a_rebuild_that_read_before_a_change_does_not_store_it() {
 
 #[tokio::test]
 async fn a_slow_lock_holder_delays_readers_boundedly_and_never_fails_them() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 4).await;
+    let (app, _, sale) = spawn_with_live_sale(4).await;
     make_cold(&app, sale).await;
     // Another instance took the rebuild lock and hangs.
     let view_key = app.keys.sale_view(Id::new(sale).unwrap());
-    let _: () = redis::cmd("SET")
-        .arg(format!("{view_key}:lock"))
-        .arg("a-stuck-instance")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(
+            redis::cmd("SET")
+                .arg(format!("{view_key}:lock"))
+                .arg("a-stuck-instance")
+                .arg("PX")
+                .arg(30_000),
+        )
+        .await;
     let before = stats(&app);
 
     let started = Instant::now();

@@ -10,45 +10,14 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stampede::domain::Id;
 use stampede::sale::order_id::new_order_id;
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app_with, spawn_sibling};
-
-async fn payment_sale(app: &TestApp, admin: &User, stock: i64, window_s: i64, rebuy: bool) -> i64 {
-    let overrides = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
-}
-
-async fn buy_all(app: &TestApp, sale: i64, users: &[User]) -> HashMap<i64, Uuid> {
-    let answers = join_all(users.iter().map(|u| app.purchase(sale, &u.token))).await;
-    let mut orders = HashMap::new();
-    for (user, resp) in users.iter().zip(answers) {
-        assert_eq!(
-            resp.status(),
-            StatusCode::ACCEPTED,
-            "purchase of {}",
-            user.id
-        );
-        let body: Value = resp.json().await.unwrap();
-        orders.insert(user.id, body["order_id"].as_str().unwrap().parse().unwrap());
-    }
-    orders
-}
-
-async fn pay(app: &TestApp, user: &User, order: Uuid, key: &str) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/api/orders/{order}/pay")))
-        .bearer_auth(&user.token)
-        .header("Idempotency-Key", key)
-        .send()
-        .await
-        .unwrap()
-}
+use crate::helpers::{
+    Db, TestApp, assert_error, spawn_app_with, spawn_sibling, spawn_with_live_sale_and,
+};
 
 /// `POST /api/orders/{id}/cancel` (`admin` false) or the admin's route, with an
 /// optional key.
@@ -81,47 +50,24 @@ async fn ok_json(resp: reqwest::Response) -> (Value, bool) {
 }
 
 async fn status_of(app: &TestApp, order: Uuid) -> String {
-    sqlx::query_scalar("SELECT status FROM orders WHERE id = $1")
-        .bind(order)
-        .fetch_one(&app.db)
+    app.scalar("SELECT status FROM orders WHERE id = $1", order)
         .await
-        .unwrap()
-}
-
-async fn stock_total(app: &TestApp, sale: i64) -> i64 {
-    sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
-
-/// Returns recorded for the sale, by status.
-async fn returns(app: &TestApp, sale: i64) -> HashMap<String, i64> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM stock_changes WHERE sale_id = $1 AND kind = 'return'
-         GROUP BY status",
-    )
-    .bind(sale)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
-    rows.into_iter().collect()
 }
 
 /// Everything a refused cancel must leave as it was.
 async fn snapshot(app: &TestApp, sale: i64) -> (Vec<(Uuid, String)>, i64, i64, i64, i64) {
-    let orders: Vec<(Uuid, String)> =
-        sqlx::query_as("SELECT id, status FROM orders WHERE sale_id = $1 ORDER BY id")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
-    let changes: i64 = sqlx::query_scalar("SELECT count(*) FROM stock_changes WHERE sale_id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let orders: Vec<(Uuid, String)> = app
+        .rows(
+            "SELECT id, status FROM orders WHERE sale_id = $1 ORDER BY id",
+            sale,
+        )
+        .await;
+    let changes: i64 = app
+        .scalar(
+            "SELECT count(*) FROM stock_changes WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     let audit: i64 =
         sqlx::query_scalar("SELECT count(*) FROM admin_changes WHERE order_id IS NOT NULL")
             .fetch_one(&app.db)
@@ -131,19 +77,9 @@ async fn snapshot(app: &TestApp, sale: i64) -> (Vec<(Uuid, String)>, i64, i64, i
         orders,
         changes,
         audit,
-        stock_total(app, sale).await,
+        app.stock_total(sale).await,
         app.stock_left(sale).await,
     )
-}
-
-/// units ever offered (Postgres) = units left + buyers (Redis), and reconcile agrees.
-async fn assert_arithmetic(app: &TestApp, admin: &User, sale: i64, step: &str) {
-    let total = stock_total(app, sale).await;
-    let left = app.stock_left(sale).await;
-    let buyers = app.buyers(sale).await.len() as i64;
-    assert_eq!(total, left + buyers, "{step}: stock_total = left + buyers");
-    let report = app.reconcile_report(admin, sale).await;
-    assert_eq!(report["consistent"], true, "{step}: {report}");
 }
 
 /// Every route's answers, on a sale with a payment window, for both settings of
@@ -159,9 +95,9 @@ async fn cancels_and_refunds_return_units_once_and_refusals_change_nothing() {
 async fn cancels_and_refunds(rebuy: bool) {
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 5, 600, rebuy).await;
+    let sale = app.payment_sale(&admin, 5, 600, rebuy).await;
     let users = app.create_users(5, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     assert_eq!(app.wait_for_orders(sale, 5).await.len(), 5);
     assert_eq!(app.stock_left(sale).await, 0);
     let (alice, bob, carol, dave, erin) = (&users[0], &users[1], &users[2], &users[3], &users[4]);
@@ -227,7 +163,7 @@ async fn cancels_and_refunds(rebuy: bool) {
     }
     // Bob pays; as the buyer he may not cancel a paid order.
     assert_eq!(
-        pay(&app, bob, orders[&bob.id], "bob-pay").await.status(),
+        app.pay(bob, orders[&bob.id], "bob-pay").await.status(),
         StatusCode::OK
     );
     let before_paid = snapshot(&app, sale).await;
@@ -291,7 +227,7 @@ async fn cancels_and_refunds(rebuy: bool) {
     .await;
     // Paying a cancelled order is refused.
     assert_error(
-        pay(&app, alice, orders[&alice.id], "alice-late").await,
+        app.pay(alice, orders[&alice.id], "alice-late").await,
         StatusCode::CONFLICT,
         "not_cancellable",
     )
@@ -309,20 +245,19 @@ async fn cancels_and_refunds(rebuy: bool) {
         ok_json(cancel(&app, Some(&admin.token), true, &b, Some("refund-b")).await).await;
     assert!(replayed);
     assert_eq!(replay, body);
-    let refunded: Vec<(i16, bool)> = sqlx::query_as(
-        "SELECT http_status, refunded_at IS NOT NULL FROM payments WHERE order_id = $1",
-    )
-    .bind(orders[&bob.id])
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
+    let refunded: Vec<(i16, bool)> = app
+        .rows(
+            "SELECT http_status, refunded_at IS NOT NULL FROM payments WHERE order_id = $1",
+            orders[&bob.id],
+        )
+        .await;
     assert_eq!(
         refunded,
         vec![(200, true)],
         "the payment row is marked refunded"
     );
     assert_error(
-        pay(&app, bob, orders[&bob.id], "bob-pay-2").await,
+        app.pay(bob, orders[&bob.id], "bob-pay-2").await,
         StatusCode::CONFLICT,
         "not_cancellable",
     )
@@ -382,13 +317,7 @@ async fn cancels_and_refunds(rebuy: bool) {
         (audit[1].0.as_str(), audit[1].1, audit[1].2),
         ("cancel", orders[&carol.id], admin.id)
     );
-    let by: Vec<(Uuid, Option<i64>)> = sqlx::query_as(
-        "SELECT id, cancelled_by FROM orders WHERE sale_id = $1 AND cancelled_at IS NOT NULL ORDER BY id",
-    )
-    .bind(sale)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
+    let by: Vec<(Uuid, Option<i64>)> = app.rows("SELECT id, cancelled_by FROM orders WHERE sale_id = $1 AND cancelled_at IS NOT NULL ORDER BY id", sale).await;
     let by: HashMap<Uuid, Option<i64>> = by.into_iter().collect();
     assert_eq!(by[&orders[&alice.id]], Some(alice.id));
     assert_eq!(by[&orders[&bob.id]], Some(admin.id));
@@ -397,23 +326,24 @@ async fn cancels_and_refunds(rebuy: bool) {
 
     // Four units back (three cancels, one expiry), each exactly once.
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), 4)])
     );
     assert_eq!(app.stock_left(sale).await, 4);
     let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
     if rebuy {
         assert_eq!(
-            stock_total(&app, sale).await,
+            app.stock_total(sale).await,
             5,
             "units ever offered do not move"
         );
         assert_eq!(buyers, HashSet::from([erin.id]));
     } else {
-        assert_eq!(stock_total(&app, sale).await, 9, "four units offered again");
+        assert_eq!(app.stock_total(sale).await, 9, "four units offered again");
         assert_eq!(buyers.len(), 5, "cancelled buyers stay buyers");
     }
-    assert_arithmetic(&app, &admin, sale, "after the cancels").await;
+    app.assert_stock_arithmetic(&admin, sale, "after the cancels")
+        .await;
     let shown = app
         .get_json(&format!("/api/orders/{a}"), Some(&alice.token))
         .await;
@@ -433,7 +363,8 @@ async fn cancels_and_refunds(rebuy: bool) {
     let left = app.stock_left(sale).await;
     app.repair(&admin, sale).await;
     assert_eq!(app.stock_left(sale).await, left);
-    assert_arithmetic(&app, &admin, sale, "after a rebuild").await;
+    app.assert_stock_arithmetic(&admin, sale, "after a rebuild")
+        .await;
 
     // The counters.
     let m = &app.state.metrics;
@@ -447,11 +378,9 @@ async fn cancels_and_refunds(rebuy: bool) {
 /// 503 `order_settling` with `Retry-After`, to its owner and to an admin.
 #[tokio::test]
 async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(3, |c| c.expire = Duration::ZERO).await;
     let users = app.create_users(3, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
     let (body, _) = ok_json(
         cancel(
@@ -478,18 +407,20 @@ async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
     .await;
     assert_eq!(body["status"], "cancelled");
     assert_eq!(app.stock_left(sale).await, 2);
-    assert_eq!(stock_total(&app, sale).await, 5);
-    assert_arithmetic(&app, &admin, sale, "two accepted orders cancelled").await;
+    assert_eq!(app.stock_total(sale).await, 5);
+    app.assert_stock_arithmetic(&admin, sale, "two accepted orders cancelled")
+        .await;
 
     // An order still in the pending hash (what settlement has not written yet).
     let settling = new_order_id(Id::new(sale).unwrap());
-    let _: i64 = redis::cmd("HSET")
-        .arg(app.sale_keys(sale).pending)
-        .arg(settling.to_string())
-        .arg(users[2].id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HSET")
+                .arg(app.sale_keys(sale).pending)
+                .arg(settling.to_string())
+                .arg(users[2].id),
+        )
+        .await;
     for (token, admin_route) in [(&users[2].token, false), (&admin.token, true)] {
         let resp = cancel(&app, Some(token), admin_route, &settling.to_string(), None).await;
         assert_eq!(resp.headers()["retry-after"], "1");
@@ -509,12 +440,13 @@ async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
         "not_found",
     )
     .await;
-    let _: i64 = redis::cmd("HDEL")
-        .arg(app.sale_keys(sale).pending)
-        .arg(settling.to_string())
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HDEL")
+                .arg(app.sale_keys(sale).pending)
+                .arg(settling.to_string()),
+        )
+        .await;
 }
 
 /// 200 orders on a sale with a short payment window, over two instances: per order
@@ -533,9 +465,9 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
     );
     let sibling = Arc::new(spawn_sibling(&app, |_| {}).await);
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 200, 600, false).await;
+    let sale = app.payment_sale(&admin, 200, 600, false).await;
     let users = app.create_users(200, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     assert_eq!(app.wait_for_orders(sale, 200).await.len(), 200);
     // Every deadline lands 700 ms from now; the requests go out over the second
     // around it.
@@ -567,7 +499,7 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
             let key = format!("k{i}");
             let (c1, p, c2) = tokio::join!(
                 first_cancel,
-                pay(second, user, order, &key),
+                second.pay(user, order, &key),
                 cancel(second, Some(&admin_token), true, &id, None),
             );
             (order, c1.status(), p.status(), c2.status())
@@ -581,14 +513,11 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
         .await
         .unwrap();
 
-    let status: HashMap<Uuid, String> =
-        sqlx::query_as("SELECT id, status FROM orders WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
+    let status: HashMap<Uuid, String> = app
+        .rows("SELECT id, status FROM orders WHERE sale_id = $1", sale)
+        .await
+        .into_iter()
+        .collect();
     let mut by_state: HashMap<&str, i64> = HashMap::new();
     for (order, c1, p, c2) in &answers {
         let s = status[order].as_str();
@@ -633,22 +562,20 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
         by_state.get("cancelled").copied().unwrap_or(0) > 0,
         "a real race: {by_state:?}"
     );
-    let charged: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
+    let charged: i64 = app
+        .scalar(
+            "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
          WHERE o.sale_id = $1 AND p.http_status = 200",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
-    let refunded_rows: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
+            sale,
+        )
+        .await;
+    let refunded_rows: i64 = app
+        .scalar(
+            "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
          WHERE o.sale_id = $1 AND p.refunded_at IS NOT NULL",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!(
         charged,
         by_state.get("paid").copied().unwrap_or(0) + by_state.get("refunded").copied().unwrap_or(0)
@@ -658,13 +585,14 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
         by_state.get("refunded").copied().unwrap_or(0)
     );
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), returned)]),
         "{by_state:?}"
     );
     assert_eq!(app.stock_left(sale).await, returned, "{by_state:?}");
-    assert_eq!(stock_total(&app, sale).await, 200 + returned);
-    assert_arithmetic(&app, &admin, sale, "after the race").await;
+    assert_eq!(app.stock_total(sale).await, 200 + returned);
+    app.assert_stock_arithmetic(&admin, sale, "after the race")
+        .await;
 }
 
 /// The buttons: My orders offers "Cancel order" on an unpaid order only; the
@@ -674,14 +602,12 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
 async fn pages_offer_cancel_where_it_is_allowed_and_show_the_new_state() {
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 5, 600, false).await;
+    let sale = app.payment_sale(&admin, 5, 600, false).await;
     let users = app.create_users(3, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
     assert_eq!(
-        pay(&app, &users[1], orders[&users[1].id], "p")
-            .await
-            .status(),
+        app.pay(&users[1], orders[&users[1].id], "p").await.status(),
         StatusCode::OK
     );
     let row_of = |body: &str, order: Uuid| -> String {

@@ -7,7 +7,7 @@ use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::helpers::{TestApp, spawn_app_with};
+use crate::helpers::{TestApp, spawn_app_with, spawn_with_live_sale_and};
 
 /// Reads until the peer closes (or `within` passes); returns what came.
 async fn read_to_close(stream: &mut TcpStream, within: Duration) -> (String, bool) {
@@ -72,9 +72,8 @@ async fn a_body_trickled_one_byte_a_second_is_cut_with_408_while_others_are_serv
 /// way, 408 `body_timeout` as JSON and the connection closed, and buys nothing.
 #[tokio::test]
 async fn a_purchase_body_trickled_one_byte_a_second_is_cut_with_408() {
-    let app = spawn_app_with(|c| c.body_timeout = Duration::from_secs(2)).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) =
+        spawn_with_live_sale_and(5, |c| c.body_timeout = Duration::from_secs(2)).await;
     let user = app.user().await;
     trickled_body_is_cut(
         &app,

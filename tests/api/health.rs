@@ -3,8 +3,8 @@ use serde_json::Value;
 use sqlx::Connection;
 
 use crate::helpers::{
-    assert_error, limits, metric, spawn_app, spawn_app_with, test_database_url, try_metric,
-    window_policy,
+    assert_error, limits, metric, spawn_app, spawn_app_with, spawn_with_live_sale,
+    spawn_with_live_sale_and, test_database_url, try_metric, window_policy,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -73,9 +73,7 @@ async fn without_postgres_readyz_stays_200_for_the_buy_path_and_readyz_postgres_
 /// purchases are decided.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_stuck_behind_a_lock_fails_in_about_a_second_and_purchases_go_on() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let buyer = app.user().await;
     let mut locker = sqlx::PgConnection::connect(&app.config.database_url)
         .await
@@ -103,9 +101,7 @@ async fn a_read_stuck_behind_a_lock_fails_in_about_a_second_and_purchases_go_on(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_purchase_outcomes() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1).await;
+    let (app, _, sale) = spawn_with_live_sale(1).await;
     let users = app.create_users(3, false).await;
     for u in &users {
         app.purchase(sale, &u.token).await;
@@ -136,9 +132,7 @@ async fn metrics_count_purchase_outcomes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_show_cache_loads() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1).await;
+    let (app, _, sale) = spawn_with_live_sale(1).await;
     for _ in 0..3 {
         assert_eq!(
             app.get(&format!("/api/sales/{sale}"), None).await.status(),
@@ -224,9 +218,7 @@ fn series(text: &str, name_and_labels: &str) -> f64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series() {
     let policy = window_policy("buy-user", "buy", "user", "fixed_window", 1, 60_000);
-    let app = spawn_app_with(|c| c.limits = limits(&[policy])).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.limits = limits(&[policy])).await;
     let user = app.user().await;
     let route = "/api/sales/{id}/purchase";
     let count = |class: &str| {

@@ -3,11 +3,13 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
 use actix_web::web;
+use futures_util::future::join_all;
 use reqwest::header::{self, HeaderMap};
 use reqwest::{Client, RequestBuilder, Response, StatusCode};
 use serde_json::{Value, json};
@@ -21,6 +23,9 @@ use stampede::keys::{Keys, SaleKeys};
 use stampede::redis_conn::{Redis, Target, Timeouts};
 use stampede::startup::Application;
 use stampede::state::AppState;
+use uuid::Uuid;
+
+pub use crate::db::Db;
 
 pub struct TestApp {
     pub address: String,
@@ -332,6 +337,35 @@ pub async fn spawn_app_with(tweak: impl FnOnce(&mut Config)) -> TestApp {
     spawn_with_config(config, db_name, maintenance_url).await
 }
 
+/// A server, its admin and one sale of `stock` units open now (see
+/// [`TestApp::live_sale`]): where most purchase tests start.
+pub async fn spawn_with_live_sale(stock: i64) -> (TestApp, User, i64) {
+    spawn_with_live_sale_and(stock, |_| {}).await
+}
+
+/// [`spawn_with_live_sale`] on a server with `tweak` applied to its config.
+pub async fn spawn_with_live_sale_and(
+    stock: i64,
+    tweak: impl FnOnce(&mut Config),
+) -> (TestApp, User, i64) {
+    let app = spawn_app_with(tweak).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, stock).await;
+    (app, admin, sale)
+}
+
+/// A server, its admin and a poll open now (see [`TestApp::open_poll`]): the poll's
+/// id and its option ids in order.
+pub async fn spawn_with_open_poll(
+    question: &str,
+    options: &[&str],
+) -> (TestApp, User, (i64, Vec<i64>)) {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let poll = app.open_poll(&admin, question, options).await;
+    (app, admin, poll)
+}
+
 /// A second server on the same database and namespace as `app` (for multi-instance
 /// tests). It does not own the database: dropping it removes nothing.
 pub async fn spawn_sibling(app: &TestApp, tweak: impl FnOnce(&mut Config)) -> TestApp {
@@ -382,6 +416,12 @@ async fn spawn_with_config(config: Config, db_name: String, maintenance_url: Str
         state,
         db_name,
         maintenance_url,
+    }
+}
+
+impl Db for TestApp {
+    fn pool(&self) -> &PgPool {
+        &self.db
     }
 }
 
@@ -470,6 +510,18 @@ impl TestApp {
         self.get(path, token).await.json().await.unwrap()
     }
 
+    /// Asserts that a GET of `path` answers `status` with the JSON error `code`
+    /// (see [`assert_error`]): the error body.
+    pub async fn assert_get_error(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        status: StatusCode,
+        code: &str,
+    ) -> Value {
+        assert_error(self.get(path, token).await, status, code).await
+    }
+
     /// A GET as a browser sends it: HTML wanted, the session in a cookie.
     pub async fn browse(&self, path: &str, session: Option<&User>) -> Response {
         let mut req = self
@@ -552,6 +604,12 @@ impl TestApp {
         created
     }
 
+    /// [`Self::open_sale_with`]: the created sale's id.
+    pub async fn live_sale_with(&self, admin: &User, stock: i64, overrides: Value) -> i64 {
+        let sale = self.open_sale_with(admin, stock, overrides).await;
+        sale["id"].as_i64().unwrap()
+    }
+
     /// The admin's reconcile report of a sale (`GET .../reconcile`).
     pub async fn reconcile_report(&self, admin: &User, sale: i64) -> Value {
         self.get_json(
@@ -603,6 +661,74 @@ impl TestApp {
             assert!(body.contains("Page not found"), "{path}");
             assert!(body.contains(r#"href="/""#), "{path}: a way back");
         }
+    }
+
+    /// A sale open now, for an hour, at 500, with a payment window of `window_s`
+    /// seconds; `rebuy` is its `rebuy_after_expiry`.
+    pub async fn payment_sale(&self, admin: &User, stock: i64, window_s: i64, rebuy: bool) -> i64 {
+        let overrides = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
+        self.live_sale_with(admin, stock, overrides).await
+    }
+
+    /// `n` new users who each bought one unit of the sale (each purchase must be
+    /// accepted), one after the other.
+    pub async fn new_buyers(&self, sale: i64, n: usize) -> Vec<User> {
+        let users = self.create_users(n, false).await;
+        for u in &users {
+            self.buy(sale, &u.token).await;
+        }
+        users
+    }
+
+    /// Buys for every user at once (each must be accepted); returns the order ids by
+    /// user.
+    pub async fn buy_all(&self, sale: i64, users: &[User]) -> HashMap<i64, Uuid> {
+        let answers = join_all(users.iter().map(|u| self.purchase(sale, &u.token))).await;
+        let mut orders = HashMap::new();
+        for (user, resp) in users.iter().zip(answers) {
+            assert_eq!(
+                resp.status(),
+                StatusCode::ACCEPTED,
+                "purchase of {}",
+                user.id
+            );
+            let body: Value = resp.json().await.unwrap();
+            let id = Uuid::parse_str(body["order_id"].as_str().unwrap()).unwrap();
+            orders.insert(user.id, id);
+        }
+        orders
+    }
+
+    /// `POST /api/orders/{order}/pay` as `user`, under the `Idempotency-Key` `key`.
+    pub async fn pay(&self, user: &User, order: impl std::fmt::Display, key: &str) -> Response {
+        self.client
+            .post(self.url(&format!("/api/orders/{order}/pay")))
+            .bearer_auth(&user.token)
+            .header("Idempotency-Key", key)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The sale's returned units (`stock_changes` of kind 'return'), counted by status.
+    pub async fn returns_by_status(&self, sale: i64) -> HashMap<String, i64> {
+        let query =
+            "SELECT status, count(*) FROM stock_changes WHERE sale_id = $1 AND kind = 'return'
+             GROUP BY status";
+        let rows: Vec<(String, i64)> = self.rows(query, sale).await;
+        rows.into_iter().collect()
+    }
+
+    /// The stock arithmetic in both stores: units ever offered (Postgres) = units
+    /// left + buyers (Redis), and the admin's reconcile agrees. `step` names the
+    /// moment in the messages.
+    pub async fn assert_stock_arithmetic(&self, admin: &User, sale: i64, step: &str) {
+        let total = self.stock_total(sale).await;
+        let left = self.stock_left(sale).await;
+        let buyers = self.buyers(sale).await.len() as i64;
+        assert_eq!(total, left + buyers, "{step}: stock_total = left + buyers");
+        let report = self.reconcile_report(admin, sale).await;
+        assert_eq!(report["consistent"], true, "{step}: {report}");
     }
 
     /// A sale open now (since a minute ago) for an hour, without purchase tickets.
@@ -710,11 +836,8 @@ impl TestApp {
 
     /// How many votes of the poll Postgres holds (settled).
     pub async fn votes_in_db(&self, poll: i64) -> i64 {
-        sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1")
-            .bind(poll)
-            .fetch_one(&self.db)
+        self.scalar("SELECT count(*) FROM votes WHERE poll_id = $1", poll)
             .await
-            .unwrap()
     }
 
     /// Polls Postgres until `expected` votes of the poll are there or 20 s passed;
@@ -731,11 +854,8 @@ impl TestApp {
     }
 
     pub async fn username_of(&self, user: &User) -> String {
-        sqlx::query_scalar("SELECT username FROM users WHERE id = $1")
-            .bind(user.id)
-            .fetch_one(&self.db)
+        self.scalar("SELECT username FROM users WHERE id = $1", user.id)
             .await
-            .unwrap()
     }
 
     /// A purchase that must be accepted: asserts the 202.
@@ -764,6 +884,11 @@ impl TestApp {
         self.keys.sale(Id::new(sale).unwrap())
     }
 
+    /// Runs `cmd` on the test's Redis connection (which must answer): its reply.
+    pub async fn redis_query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        cmd.query_async(&mut self.redis.clone()).await.unwrap()
+    }
+
     pub async fn stock_left(&self, sale: i64) -> i64 {
         let key = self.sale_keys(sale).stock;
         redis::cmd("GET")
@@ -784,11 +909,11 @@ impl TestApp {
     }
 
     pub async fn orders_in_db(&self, sale: i64) -> Vec<(uuid::Uuid, i64)> {
-        sqlx::query_as("SELECT id, user_id FROM orders WHERE sale_id = $1 ORDER BY user_id")
-            .bind(sale)
-            .fetch_all(&self.db)
-            .await
-            .unwrap()
+        self.rows(
+            "SELECT id, user_id FROM orders WHERE sale_id = $1 ORDER BY user_id",
+            sale,
+        )
+        .await
     }
 
     /// Reads up to `count` new entries of the sale's orders stream as `consumer` of the
@@ -844,6 +969,20 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
         "body: {body}"
     );
     body
+}
+
+/// Asserts the answer's status, showing its body when it is another.
+pub async fn assert_status(resp: Response, status: StatusCode) {
+    let got = resp.status();
+    let body = resp.text().await.unwrap();
+    assert_eq!(got, status, "{body}");
+}
+
+/// The entry of a JSON list (of sales, polls) whose `id` is `id`; it must be there.
+pub fn listed(list: &Value, id: i64) -> &Value {
+    let entries = list.as_array().expect("a list");
+    let entry = entries.iter().find(|e| e["id"] == id);
+    entry.unwrap_or_else(|| panic!("{id} is not in the list: {list}"))
 }
 
 /// Asserts an HTML answer with the given status; returns the HTML.

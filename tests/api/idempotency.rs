@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use reqwest::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{
+    Db, TestApp, User, assert_error, spawn_app, spawn_app_with, spawn_with_live_sale,
+    spawn_with_live_sale_and,
+};
 
 /// A purchase with an `Idempotency-Key` (and a quantity, when given).
 async fn buy_keyed(
@@ -58,17 +61,13 @@ async fn units_of(app: &TestApp, sale: i64, user: &User) -> i64 {
 }
 
 async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64) -> i64 {
-    app.open_sale_with(admin, stock, json!({ "max_per_user": max }))
-        .await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, json!({ "max_per_user": max }))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let buyer = app.user().await;
 
     let (order, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
@@ -89,12 +88,9 @@ async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
 
     // Settled, the order carries its key.
     app.wait_for_orders(sale, 1).await;
-    let key: Option<String> =
-        sqlx::query_scalar("SELECT idempotency_key FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let key: Option<String> = app
+        .scalar("SELECT idempotency_key FROM orders WHERE id = $1", order)
+        .await;
     assert_eq!(key.as_deref(), Some("press-1"));
     // And after settlement the key still answers the same 202.
     let (after, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
@@ -207,11 +203,9 @@ async fn no_key_buys_as_before_and_bad_keys_are_refused() {
 
 /// Deletes every key of this test's namespace, as `FLUSHALL` would.
 async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", app.config.redis_namespace))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let keys: Vec<String> = app
+        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
+        .await;
     let mut pipe = redis::pipe();
     for key in &keys {
         pipe.del(key).ignore();
@@ -303,13 +297,12 @@ async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
         assert!(Instant::now() < deadline, "all three settle");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let keyed: Vec<(uuid::Uuid, Option<String>)> = sqlx::query_as(
-        "SELECT id, idempotency_key FROM orders WHERE sale_id = $1 ORDER BY accepted_at",
-    )
-    .bind(sale)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
+    let keyed: Vec<(uuid::Uuid, Option<String>)> = app
+        .rows(
+            "SELECT id, idempotency_key FROM orders WHERE sale_id = $1 ORDER BY accepted_at",
+            sale,
+        )
+        .await;
     assert_eq!(keyed[0], (old, Some("old".to_string())));
     assert_eq!(keyed[1], (new, None));
 }
@@ -317,9 +310,7 @@ async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
 #[tokio::test(flavor = "multi_thread")]
 async fn already_bought_names_a_pending_order() {
     // No settlement: the order stays pending in Redis.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
     let resp = app.purchase(sale, &buyer.token).await;
     let (order, _) = accepted(resp).await;
@@ -370,12 +361,13 @@ async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rew
     // Redis forgets buyer 0's key (as after `purchase_key_ttl`): the same key is a
     // new purchase, settled in one batch with a new keyed order of buyer 2.
     let idem = app.sale_keys(sale).idem;
-    let _: i64 = redis::cmd("HDEL")
-        .arg(&idem)
-        .arg(format!("{}:k", buyers[0].id))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HDEL")
+                .arg(&idem)
+                .arg(format!("{}:k", buyers[0].id)),
+        )
+        .await;
     let (second, replayed) = accepted(buy_keyed(&app, sale, &buyers[0], "k", None).await).await;
     assert!(
         !replayed && second != first,
@@ -388,12 +380,12 @@ async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rew
         1,
         "the forgotten key's order failed the plain insert once"
     );
-    let mut keyed: Vec<(uuid::Uuid, Option<String>)> =
-        sqlx::query_as("SELECT id, idempotency_key FROM orders WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
+    let mut keyed: Vec<(uuid::Uuid, Option<String>)> = app
+        .rows(
+            "SELECT id, idempotency_key FROM orders WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     keyed.sort();
     let mut expected = vec![
         (first, Some("k".to_string())),
@@ -487,9 +479,7 @@ async fn refusals_read_together_each_name_the_buyers_own_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
     use stampede::sale::held::{Held, of_buyers_in_sale};
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 100).await;
+    let (app, _, sale) = spawn_with_live_sale_and(100, |c| c.settle_in_serve = false).await;
     let users = app.create_users(5, false).await;
     let [holds, returned, pending, none, rebought] = [0, 1, 2, 3, 4].map(|i| &users[i]);
     let mut first = std::collections::HashMap::new();
@@ -503,12 +493,13 @@ async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
         .execute(&app.db)
         .await
         .unwrap();
-    let _: i64 = redis::cmd("SREM")
-        .arg(app.sale_keys(sale).buyers)
-        .arg(rebought.id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("SREM")
+                .arg(app.sale_keys(sale).buyers)
+                .arg(rebought.id),
+        )
+        .await;
     let again = accepted(app.purchase(sale, &rebought.token).await).await.0;
     let waiting = accepted(app.purchase(sale, &pending.token).await).await.0;
 

@@ -6,7 +6,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
 
-use crate::helpers::{TestApp, User, redis_get, spawn_app};
+use crate::helpers::{Db, TestApp, User, redis_get, spawn_app, spawn_with_live_sale};
 
 async fn patch(app: &TestApp, who: &User, sale: i64, body: Value) -> (StatusCode, Value) {
     let resp = app
@@ -34,11 +34,9 @@ async fn delete(app: &TestApp, who: &User, sale: i64) -> (StatusCode, Value) {
 }
 
 async fn row(app: &TestApp, sale: i64) -> Value {
-    let rows: Vec<(Value,)> = sqlx::query_as("SELECT to_jsonb(s) FROM sales s WHERE id = $1")
-        .bind(sale)
-        .fetch_all(&app.db)
-        .await
-        .unwrap();
+    let rows: Vec<(Value,)> = app
+        .rows("SELECT to_jsonb(s) FROM sales s WHERE id = $1", sale)
+        .await;
     rows.into_iter().next().map_or(Value::Null, |(v,)| v)
 }
 
@@ -107,11 +105,8 @@ async fn an_upcoming_sale_may_change_every_field_and_the_change_is_recorded() {
     assert_eq!(public["image_url"], "/static/placeholder.svg");
     // And Redis holds the new window and cap.
     let k = app.keys.sale(Id::new(sale).unwrap());
-    let meta: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg(&k.meta)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let meta: std::collections::HashMap<String, String> =
+        app.redis_query(redis::cmd("HGETALL").arg(&k.meta)).await;
     assert_eq!(meta["starts_ms"], starts.timestamp_millis().to_string());
     assert_eq!(meta["per_user"], "3");
     assert_eq!(redis_get(&app.redis, &k.sold).await.as_deref(), Some("0"));
@@ -131,9 +126,7 @@ async fn an_upcoming_sale_may_change_every_field_and_the_change_is_recorded() {
 
 #[tokio::test]
 async fn an_open_sale_keeps_what_buyers_were_promised() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) = spawn_with_live_sale(5).await;
     let before = row(&app, sale).await;
     let ends_before = app.get_json(&format!("/api/sales/{sale}"), None).await["ends_at"].clone();
     for body in [
@@ -176,12 +169,9 @@ async fn an_open_sale_keeps_what_buyers_were_promised() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_ne!(body["ends_at"], ends_before);
     let k = app.keys.sale(Id::new(sale).unwrap());
-    let ends_ms: String = redis::cmd("HGET")
-        .arg(&k.meta)
-        .arg("ends_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let ends_ms: String = app
+        .redis_query(redis::cmd("HGET").arg(&k.meta).arg("ends_ms"))
+        .await;
     assert_eq!(ends_ms, later.timestamp_millis().to_string());
     // Buying still works.
     let buyer = app.user().await;
@@ -359,13 +349,14 @@ async fn delete_removes_a_sale_without_orders_from_both_stores_and_refuses_one_w
     assert_eq!(status, StatusCode::NO_CONTENT);
     assert_eq!(row(&app, empty).await, Value::Null);
     let k = app.keys.sale(Id::new(empty).unwrap());
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.meta)
-        .arg(&k.stock)
-        .arg(&k.orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(
+            redis::cmd("EXISTS")
+                .arg(&k.meta)
+                .arg(&k.stock)
+                .arg(&k.orders),
+        )
+        .await;
     assert_eq!(left, 0, "the sale's Redis state is gone");
     assert_eq!(
         app.get(&format!("/api/sales/{empty}"), None).await.status(),
@@ -477,11 +468,9 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
         .map(|o| o["id"].as_i64().unwrap())
         .collect();
     let k = app.keys.poll(Id::new(upcoming).unwrap());
-    let in_redis: std::collections::BTreeSet<i64> = redis::cmd("SMEMBERS")
-        .arg(&k.options)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let in_redis: std::collections::BTreeSet<i64> = app
+        .redis_query(redis::cmd("SMEMBERS").arg(&k.options))
+        .await;
     assert_eq!(in_redis, option_ids);
     for (body, code) in [
         (json!({"options": ["Only"]}), "invalid_options"),
@@ -601,18 +590,16 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
             .status(),
         StatusCode::NOT_FOUND
     );
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.meta)
-        .arg(&k.options)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(redis::cmd("EXISTS").arg(&k.meta).arg(&k.options))
+        .await;
     assert_eq!(left, 0);
-    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM poll_options WHERE poll_id = $1")
-        .bind(upcoming)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let (rows,): (i64,) = app
+        .row(
+            "SELECT count(*) FROM poll_options WHERE poll_id = $1",
+            upcoming,
+        )
+        .await;
     assert_eq!(rows, 0);
 
     let history = |poll: i64| actions(&app, &admin, format!("/api/admin/polls/{poll}/history"));
@@ -702,10 +689,8 @@ async fn the_sale_page_says_what_a_buyer_holds() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let sale = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
     let page = app.html(&format!("/sales/{sale}"), Some(&buyer)).await;
     assert!(
         page.contains(r#"data-field="held-note" hidden></p>"#),

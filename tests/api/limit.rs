@@ -479,14 +479,12 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
     assert_eq!(app.buyers(sale).await, vec![user.id]);
     // Every limiter key of the run (in the sale's slot) carries a TTL: the address's
     // key and the per-user policy's bucket (two when the run crossed a span).
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!(
+    let keys: Vec<String> = app
+        .redis_query(redis::cmd("KEYS").arg(format!(
             "{}:{{sale:{sale}}}:rl:*",
             app.config.redis_namespace
-        ))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+        )))
+        .await;
     let buckets = user_limit_buckets(&app, sale, "buy-user").await;
     assert!((1..=2).contains(&buckets.len()), "{keys:?}");
     assert_eq!(keys.len(), buckets.len() + 1, "{keys:?}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::helpers::{TestApp, assert_error, metric, spawn_app_with};
+use crate::helpers::{TestApp, metric, spawn_app_with, spawn_with_live_sale_and};
 
 /// An open event stream and what it has sent that no event has used yet.
 struct Stream {
@@ -53,9 +53,8 @@ async fn live_reads(app: &TestApp) -> i64 {
 
 #[tokio::test]
 async fn a_sale_stream_sends_the_view_then_each_change_to_every_viewer_from_one_reader() {
-    let app = spawn_app_with(|c| c.live_interval = Duration::from_millis(100)).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, admin, sale) =
+        spawn_with_live_sale_and(5, |c| c.live_interval = Duration::from_millis(100)).await;
     let path = format!("/api/sales/{sale}/events");
 
     let mut viewers = Vec::new();
@@ -135,14 +134,16 @@ async fn a_poll_stream_sends_the_tallies_then_each_vote() {
 #[tokio::test]
 async fn streams_of_unknown_or_malformed_ids_are_clear_errors() {
     let app = spawn_app_with(|c| c.live_interval = Duration::from_millis(100)).await;
-    assert_error(
-        app.get("/api/sales/999999/events", None).await,
+    app.assert_get_error(
+        "/api/sales/999999/events",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
-    assert_error(
-        app.get("/api/polls/999999/events", None).await,
+    app.assert_get_error(
+        "/api/polls/999999/events",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )

@@ -5,7 +5,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, spawn_app, spawn_app_with, spawn_with_live_sale};
 
 /// Runs `stampede load <args> --json` against `app` (`args` split at spaces); the exit
 /// status and the report.
@@ -135,11 +135,9 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
     assert_eq!(answers(&report, "410 sold_out"), 170, "{report:#}");
     assert_eq!(answers(&report, "428 ticket_required"), 0, "{report:#}");
     let sale = report["sale"].as_i64().unwrap();
-    let requires: bool = sqlx::query_scalar("SELECT requires_ticket FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let requires: bool = app
+        .scalar("SELECT requires_ticket FROM sales WHERE id = $1", sale)
+        .await;
     assert!(requires, "the run's sale requires tickets");
 
     let (status, _, stderr) = load(&app, &format!("repeat --sale {sale} --users 5")).await;
@@ -232,17 +230,10 @@ async fn a_soldout_run_answers_only_sold_out() {
 /// exits non-zero, with `--json` and with the text report.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_invariant_is_named_and_the_run_fails() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     assert_eq!(app.stock_left(sale).await, 10);
     let stock = app.sale_keys(sale).stock;
-    let _: () = redis::cmd("SET")
-        .arg(&stock)
-        .arg(7)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app.redis_query(redis::cmd("SET").arg(&stock).arg(7)).await;
     let args =
         format!("repeat --sale {sale} --users 5 --requests 10 --concurrency 4 --settle-timeout 1");
 
@@ -316,11 +307,9 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
         "first answer {first} long after the opening {opens}"
     );
     let sale = report["sale"].as_i64().unwrap();
-    let starts: DateTime<Utc> = sqlx::query_scalar("SELECT starts_at FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let starts: DateTime<Utc> = app
+        .scalar("SELECT starts_at FROM sales WHERE id = $1", sale)
+        .await;
     assert_eq!(starts, opens);
 
     let past =
@@ -396,9 +385,7 @@ async fn stampede_load_runs_the_stampede_load_binary_beside_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let real = app.live_sale(&admin, 5).await;
+    let (app, _, real) = spawn_with_live_sale(5).await;
     let buyer = app.user().await;
     app.buy(real, &buyer.token).await;
     let (status, report, stderr) = load(
@@ -408,11 +395,9 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
     let sale = report["sale"].as_i64().expect("the report names its sale");
-    let rehearsal: bool = sqlx::query_scalar("SELECT rehearsal FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let rehearsal: bool = app
+        .scalar("SELECT rehearsal FROM sales WHERE id = $1", sale)
+        .await;
     assert!(rehearsal, "stampede load makes rehearsal sales");
     let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE rehearsal")
         .fetch_one(&app.db)
@@ -438,11 +423,9 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     .await
     .unwrap();
     assert_eq!(left, 0);
-    let meta: bool = redis::cmd("EXISTS")
-        .arg(app.sale_keys(sale).meta)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let meta: bool = app
+        .redis_query(redis::cmd("EXISTS").arg(app.sale_keys(sale).meta))
+        .await;
     assert!(!meta);
     assert_eq!(
         app.orders_in_db(real).await.len(),
@@ -504,45 +487,42 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
 
     // What the report says, seen independently.
     let sale = report["sale"].as_i64().unwrap();
-    let waiting_room: bool = sqlx::query_scalar("SELECT waiting_room FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let waiting_room: bool = app
+        .scalar("SELECT waiting_room FROM sales WHERE id = $1", sale)
+        .await;
     assert!(waiting_room, "the run's sale has a waiting room");
     assert_eq!(app.orders_in_db(sale).await.len(), 50);
-    let (places, admissions): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+    let (places, admissions): (i64, i64) = app
+        .row(
+            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
                 (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!((places, admissions), (300, 50));
 
     // --cleanup removes the line too: its rows and its Redis keys.
     let (status, _, stderr) = load_text(&app, "--cleanup --json").await;
     assert!(status.success(), "{stderr}");
-    let (places, admissions): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+    let (places, admissions): (i64, i64) = app
+        .row(
+            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
                 (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!((places, admissions), (0, 0));
     let k = app.sale_keys(sale);
-    let left: i64 = redis::cmd("EXISTS")
-        .arg(&k.queue)
-        .arg(&k.queue_state)
-        .arg(&k.queue_open)
-        .arg(&k.queue_admitted)
-        .arg(&k.queue_joins)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let left: i64 = app
+        .redis_query(
+            redis::cmd("EXISTS")
+                .arg(&k.queue)
+                .arg(&k.queue_state)
+                .arg(&k.queue_open)
+                .arg(&k.queue_admitted)
+                .arg(&k.queue_joins),
+        )
+        .await;
     assert_eq!(left, 0, "the line's Redis keys are gone");
 }
 
@@ -558,11 +538,9 @@ async fn waiting_room_is_refused_outside_a_storm_of_its_own() {
     .await;
     let sale = sale_in(&text, "/queue");
     assert_eq!(text.lines().count(), 21, "the path, then 20 tokens");
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 20, "every user joined in the warm-up");
 
     let (status, _, stderr) = load(&app, "repeat --waiting-room --users 5").await;

@@ -9,6 +9,8 @@ mod batch;
 mod cache;
 mod cancel;
 mod client_limits;
+#[path = "../common/db.rs"]
+mod db;
 mod health;
 mod helpers;
 mod idempotency;

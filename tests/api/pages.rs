@@ -5,7 +5,8 @@ use reqwest::{StatusCode, header};
 use serde_json::json;
 
 use crate::helpers::{
-    TestApp, User, assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_app_with,
+    Db, TestApp, User, assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_app_with,
+    spawn_with_live_sale,
 };
 
 async fn create_named_sale(app: &TestApp, admin: &User, name: &str, description: &str) -> i64 {
@@ -138,9 +139,7 @@ async fn sale_page_carries_what_the_script_needs() {
 
 #[tokio::test]
 async fn sale_page_knows_the_buyer_already_bought() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale(5).await;
     let user = app.user().await;
 
     let before = app.html(&format!("/sales/{sale}"), Some(&user)).await;
@@ -367,12 +366,9 @@ async fn my_orders_shows_an_awaiting_order_with_its_deadline_and_a_pay_button() 
     let sale = payment_sale(&app, &admin, name, 600).await;
     let buyer = app.user().await;
     let order = settled_order(&app, sale, &buyer).await;
-    let pay_by: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT pay_by FROM orders WHERE id = $1")
-            .bind(order)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let pay_by: chrono::DateTime<chrono::Utc> = app
+        .scalar("SELECT pay_by FROM orders WHERE id = $1", order)
+        .await;
     let iso = pay_by.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
 
     let body = app.html("/me/orders", Some(&buyer)).await;
@@ -435,21 +431,11 @@ async fn my_orders_shows_paid_and_expired_orders_without_a_pay_button() {
     let expired = settled_order(&app, expired_sale, &buyer).await;
     let overdue = settled_order(&app, overdue_sale, &buyer).await;
 
-    let resp = app
-        .client
-        .post(app.url(&format!("/api/orders/{paid}/pay")))
-        .bearer_auth(&buyer.token)
-        .header("Idempotency-Key", "pages-test-key")
-        .send()
-        .await
-        .unwrap();
+    let resp = app.pay(&buyer, paid, "pages-test-key").await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let paid_at: chrono::DateTime<chrono::Utc> =
-        sqlx::query_scalar("SELECT paid_at FROM orders WHERE id = $1")
-            .bind(paid)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let paid_at: chrono::DateTime<chrono::Utc> = app
+        .scalar("SELECT paid_at FROM orders WHERE id = $1", paid)
+        .await;
     // Both deadlines pass: one order as the expiry job leaves it, one before the
     // job got to it.
     sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = ANY($1)")
@@ -504,15 +490,11 @@ async fn sale_page_offers_a_quantity_only_when_a_buyer_may_take_several() {
     let admin = app.admin().await;
     let user = app.user().await;
     let several = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
     let one = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 1}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 1}))
+        .await;
 
     let body = app.html(&format!("/sales/{several}"), Some(&user)).await;
     assert!(
@@ -573,10 +555,8 @@ async fn my_orders_shows_how_many_units_an_order_has() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let sale = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 3, "name": "Earbuds"}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3, "name": "Earbuds"}))
+        .await;
     let resp = app
         .post_json(
             &format!("/api/sales/{sale}/purchase"),

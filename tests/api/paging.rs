@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use reqwest::{StatusCode, header};
 use serde_json::Value;
 
-use crate::helpers::{TestApp, User, assert_error, between, spawn_app};
+use crate::helpers::{TestApp, User, assert_error, between, spawn_app, spawn_with_live_sale};
 
 /// One page: the items, the `X-Next-Cursor` and the `Link` header.
 struct ApiPage {
@@ -160,9 +160,7 @@ async fn seven_sales_by_3_come_in_pages_of_3_3_1_in_the_list_order() {
 
 #[tokio::test]
 async fn a_walk_keeps_its_order_when_a_sale_opens_between_two_pages() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let live = app.live_sale(&admin, 5).await;
+    let (app, admin, live) = spawn_with_live_sale(5).await;
     let opens_soon = app.create_sale(&admin, 5, 2, 3600).await;
 
     let first = api_page(&app, "/api/sales?limit=1", None).await;

@@ -9,88 +9,12 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stampede::domain::Id;
 use stampede::sale::{payment, stock};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app_with};
-
-/// A sale open now, for an hour, at 500, with a payment window of `window_s` seconds.
-async fn payment_sale(app: &TestApp, admin: &User, stock: i64, window_s: i64, rebuy: bool) -> i64 {
-    let overrides = json!({ "payment_window_s": window_s, "rebuy_after_expiry": rebuy });
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
-}
-
-/// Buys for every user (each must be accepted); returns the order ids by user.
-async fn buy_all(app: &TestApp, sale: i64, users: &[User]) -> HashMap<i64, Uuid> {
-    let answers = join_all(users.iter().map(|u| app.purchase(sale, &u.token))).await;
-    let mut orders = HashMap::new();
-    for (user, resp) in users.iter().zip(answers) {
-        assert_eq!(
-            resp.status(),
-            StatusCode::ACCEPTED,
-            "purchase of {}",
-            user.id
-        );
-        let body: Value = resp.json().await.unwrap();
-        let id = Uuid::parse_str(body["order_id"].as_str().unwrap()).unwrap();
-        orders.insert(user.id, id);
-    }
-    orders
-}
-
-async fn pay(app: &TestApp, user: &User, order: Uuid, key: &str) -> reqwest::Response {
-    app.client
-        .post(app.url(&format!("/api/orders/{order}/pay")))
-        .bearer_auth(&user.token)
-        .header("Idempotency-Key", key)
-        .send()
-        .await
-        .unwrap()
-}
-
-/// Postgres: units ever offered, and orders by status.
-async fn pg_state(app: &TestApp, sale: i64) -> (i64, HashMap<String, i64>) {
-    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
-    let rows: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
-    (total, rows.into_iter().collect())
-}
-
-/// Returns recorded for the sale, by status.
-async fn returns(app: &TestApp, sale: i64) -> HashMap<String, i64> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM stock_changes WHERE sale_id = $1 AND kind = 'return'
-         GROUP BY status",
-    )
-    .bind(sale)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
-    rows.into_iter().collect()
-}
-
-/// The stock arithmetic in both stores: units ever offered (Postgres) = units left
-/// + buyers (Redis), and the admin's reconcile agrees.
-async fn assert_arithmetic(app: &TestApp, admin: &User, sale: i64, step: &str) {
-    let (total, _) = pg_state(app, sale).await;
-    let left = app.stock_left(sale).await;
-    let buyers = app.buyers(sale).await.len() as i64;
-    assert_eq!(total, left + buyers, "{step}: stock_total = left + buyers");
-    let report = app.reconcile_report(admin, sale).await;
-    assert_eq!(report["consistent"], true, "{step}: {report}");
-}
+use crate::helpers::{Db, TestApp, User, assert_error, spawn_app_with};
 
 async fn wait_settled(app: &TestApp, sale: i64, expected: usize) {
     assert_eq!(app.wait_for_orders(sale, expected).await.len(), expected);
@@ -99,13 +23,12 @@ async fn wait_settled(app: &TestApp, sale: i64, expected: usize) {
 /// Sleeps until every order of the sale is past its deadline (by Postgres's clock).
 async fn wait_past_deadlines(app: &TestApp, sale: i64) {
     for _ in 0..200 {
-        let due: bool = sqlx::query_scalar(
-            "SELECT COALESCE(max(pay_by) < now(), true) FROM orders WHERE sale_id = $1",
-        )
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+        let due: bool = app
+            .scalar(
+                "SELECT COALESCE(max(pay_by) < now(), true) FROM orders WHERE sale_id = $1",
+                sale,
+            )
+            .await;
         if due {
             return;
         }
@@ -131,10 +54,10 @@ async fn thirty_unpaid(rebuy: bool) {
     // The test drives the expiry pass itself (`expire_once`, what the job runs).
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 100, 4, rebuy).await;
+    let sale = app.payment_sale(&admin, 100, 4, rebuy).await;
     let sale_id = Id::new(sale).unwrap();
     let users = app.create_users(100, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     assert_error(
         app.purchase(sale, &app.user().await.token).await,
         StatusCode::GONE,
@@ -146,18 +69,19 @@ async fn thirty_unpaid(rebuy: bool) {
     let paid = join_all(
         payers
             .iter()
-            .map(|user| pay(&app, user, orders[&user.id], "pay-1")),
+            .map(|user| app.pay(user, orders[&user.id], "pay-1")),
     )
     .await;
     assert!(paid.iter().all(|r| r.status() == StatusCode::OK));
     assert_eq!(app.stock_left(sale).await, 0);
-    assert_arithmetic(&app, &admin, sale, "all sold, 70 paid").await;
+    app.assert_stock_arithmetic(&admin, sale, "all sold, 70 paid")
+        .await;
 
     wait_past_deadlines(&app, sale).await;
     // A payment after the deadline is refused, even before the job has run.
     let late = &unpaid[0];
     assert_error(
-        pay(&app, late, orders[&late.id], "late").await,
+        app.pay(late, orders[&late.id], "late").await,
         StatusCode::GONE,
         "payment_expired",
     )
@@ -167,9 +91,10 @@ async fn thirty_unpaid(rebuy: bool) {
     // dies before Redis hears of it.
     let (expired, _) = payment::expire_due(&app.db, 10).await.unwrap();
     assert_eq!(expired, 10);
-    assert_eq!(returns(&app, sale).await.get("pending"), Some(&10));
+    assert_eq!(app.returns_by_status(sale).await.get("pending"), Some(&10));
     assert_eq!(app.stock_left(sale).await, 0, "nothing applied yet");
-    assert_arithmetic(&app, &admin, sale, "10 returns recorded, none applied").await;
+    app.assert_stock_arithmetic(&admin, sale, "10 returns recorded, none applied")
+        .await;
 
     // Crash 2: those returns reach Redis, and the process dies before Postgres
     // records them (the transaction never commits).
@@ -188,7 +113,7 @@ async fn thirty_unpaid(rebuy: bool) {
         drop(tx);
     }
     assert_eq!(app.stock_left(sale).await, 10, "Redis applied them");
-    assert_eq!(returns(&app, sale).await.get("pending"), Some(&10));
+    assert_eq!(app.returns_by_status(sale).await.get("pending"), Some(&10));
 
     // The job runs (twice): the other twenty expire, and every return is applied
     // once; the ten Redis already applied are not applied again.
@@ -197,11 +122,14 @@ async fn thirty_unpaid(rebuy: bool) {
         20
     );
     assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 0);
-    let (total, statuses) = pg_state(&app, sale).await;
+    let (total, statuses) = (
+        app.stock_total(sale).await,
+        app.orders_by_status(sale).await,
+    );
     assert_eq!(statuses.get("expired"), Some(&30));
     assert_eq!(statuses.get("paid"), Some(&70));
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), 30)])
     );
     assert_eq!(app.stock_left(sale).await, 30, "exactly 30 units back");
@@ -213,7 +141,7 @@ async fn thirty_unpaid(rebuy: bool) {
         assert_eq!(total, 130, "30 units offered again");
         assert_eq!(buyers.len(), 100, "expired buyers stay buyers");
     }
-    assert_arithmetic(&app, &admin, sale, "30 back").await;
+    app.assert_stock_arithmetic(&admin, sale, "30 back").await;
 
     // The returned units sell at once (the process's sold-out flag was cleared),
     // exactly 30 of them; then the sale is sold out again.
@@ -245,7 +173,7 @@ async fn thirty_unpaid(rebuy: bool) {
     assert_eq!(app.stock_left(sale).await, 0);
     // 100 first orders (30 of them expired) and 30 new ones.
     wait_settled(&app, sale, 130).await;
-    assert_arithmetic(&app, &admin, sale, "30 resold").await;
+    app.assert_stock_arithmetic(&admin, sale, "30 resold").await;
 
     // A rebuild from Postgres (the admin's repair) comes to the same numbers.
     let buyers_before: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
@@ -254,10 +182,11 @@ async fn thirty_unpaid(rebuy: bool) {
     assert_eq!(buyers_after, buyers_before);
     assert_eq!(app.stock_left(sale).await, 0);
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), 30)])
     );
-    assert_arithmetic(&app, &admin, sale, "after a rebuild").await;
+    app.assert_stock_arithmetic(&admin, sale, "after a rebuild")
+        .await;
 }
 
 /// Pay and expire at the same instant, for 200 orders: each ends paid or expired,
@@ -267,9 +196,9 @@ async fn thirty_unpaid(rebuy: bool) {
 async fn payment_and_expiry_racing_for_200_orders_never_both() {
     let app = Arc::new(spawn_app_with(|c| c.expire = Duration::ZERO).await);
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 200, 60, false).await;
+    let sale = app.payment_sale(&admin, 200, 60, false).await;
     let users = app.create_users(200, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     wait_settled(&app, sale, 200).await;
     // Every deadline lands 600 ms from now; the payments go out spread over the
     // 600 ms around it, while the expiry job runs in a tight loop.
@@ -306,7 +235,7 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
         let order = orders[&user.id];
         async move {
             tokio::time::sleep_until(start + Duration::from_millis(300 + 3 * i as u64 / 2)).await;
-            let resp = pay(&app, user, order, &format!("k{i}")).await;
+            let resp = app.pay(user, order, &format!("k{i}")).await;
             (order, resp.status())
         }
     }))
@@ -315,14 +244,11 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
     let expired_by_job = expirer.await.unwrap();
     assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 0);
 
-    let status: HashMap<Uuid, String> =
-        sqlx::query_as("SELECT id, status FROM orders WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&app.db)
-            .await
-            .unwrap()
-            .into_iter()
-            .collect();
+    let status: HashMap<Uuid, String> = app
+        .rows("SELECT id, status FROM orders WHERE sale_id = $1", sale)
+        .await
+        .into_iter()
+        .collect();
     let mut paid = 0;
     for (order, answer) in &payments {
         match *answer {
@@ -341,17 +267,16 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
         paid > 0 && expired > 0,
         "a real race: {paid} paid, {expired} expired"
     );
-    let charged: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
+    let charged: i64 = app
+        .scalar(
+            "SELECT count(*) FROM payments p JOIN orders o ON o.id = p.order_id
          WHERE o.sale_id = $1 AND p.http_status = 200",
-    )
-    .bind(sale)
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     assert_eq!(charged, paid, "one charge per paid order");
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), expired)])
     );
     assert_eq!(
@@ -359,9 +284,10 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
         expired,
         "returned units = expired orders"
     );
-    let (total, _) = pg_state(&app, sale).await;
+    let total = app.stock_total(sale).await;
     assert_eq!(total, 200 + expired);
-    assert_arithmetic(&app, &admin, sale, "after the race").await;
+    app.assert_stock_arithmetic(&admin, sale, "after the race")
+        .await;
 }
 
 /// The payment endpoint's answers: idempotent under its key (a retry, even a
@@ -371,10 +297,10 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
 async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 10, 600, false).await;
+    let sale = app.payment_sale(&admin, 10, 600, false).await;
     let plain = app.live_sale(&admin, 10).await;
     let users = app.create_users(2, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     let (alice, bob) = (&users[0], &users[1]);
     wait_settled(&app, sale, 2).await;
     let order = orders[&alice.id];
@@ -392,20 +318,20 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
         .await;
     assert_error(resp, StatusCode::BAD_REQUEST, "invalid_idempotency_key").await;
     assert_error(
-        pay(&app, alice, order, &"x".repeat(201)).await,
+        app.pay(alice, order, &"x".repeat(201)).await,
         StatusCode::BAD_REQUEST,
         "invalid_idempotency_key",
     )
     .await;
     // Someone else's order, a made-up one: 404.
     assert_error(
-        pay(&app, bob, order, "b1").await,
+        app.pay(bob, order, "b1").await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
     .await;
     assert_error(
-        pay(&app, alice, Uuid::new_v4(), "a0").await,
+        app.pay(alice, Uuid::new_v4(), "a0").await,
         StatusCode::NOT_FOUND,
         "not_found",
     )
@@ -426,7 +352,7 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
     assert_eq!(unpaid, 0, "no refusal wrote anything");
 
     // Ten concurrent requests with one key: one charge, ten identical answers.
-    let answers = join_all((0..10).map(|_| pay(&app, alice, order, "alice-1"))).await;
+    let answers = join_all((0..10).map(|_| app.pay(alice, order, "alice-1"))).await;
     let mut bodies = Vec::new();
     let mut replayed = 0;
     for resp in answers {
@@ -438,16 +364,14 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
     assert!(bodies.iter().all(|b| *b == bodies[0]));
     assert_eq!(bodies[0]["status"], "paid");
     assert_eq!(bodies[0]["amount_cents"], 500);
-    let charges: i64 = sqlx::query_scalar("SELECT count(*) FROM payments WHERE order_id = $1")
-        .bind(order)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let charges: i64 = app
+        .scalar("SELECT count(*) FROM payments WHERE order_id = $1", order)
+        .await;
     assert_eq!(charges, 1);
 
     // A new key on a paid order: 409, and that answer is kept for its key too.
     assert_error(
-        pay(&app, alice, order, "alice-2").await,
+        app.pay(alice, order, "alice-2").await,
         StatusCode::CONFLICT,
         "already_paid",
     )
@@ -459,22 +383,22 @@ async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
 
     // An order of a sale with no payment step: 409; and a key that paid one order
     // sent for another: 422.
-    let plain_orders = buy_all(&app, plain, &users).await;
+    let plain_orders = app.buy_all(plain, &users).await;
     wait_settled(&app, plain, 2).await;
     assert_error(
-        pay(&app, bob, plain_orders[&bob.id], "bob-plain").await,
+        app.pay(bob, plain_orders[&bob.id], "bob-plain").await,
         StatusCode::CONFLICT,
         "no_payment_needed",
     )
     .await;
     assert_error(
-        pay(&app, alice, plain_orders[&alice.id], "alice-1").await,
+        app.pay(alice, plain_orders[&alice.id], "alice-1").await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "idempotency_key_reused",
     )
     .await;
     // Bob's own first key is his: his order pays.
-    let resp = pay(&app, bob, orders[&bob.id], "alice-1").await;
+    let resp = app.pay(bob, orders[&bob.id], "alice-1").await;
     assert_eq!(resp.status(), StatusCode::OK);
 }
 
@@ -489,7 +413,7 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
     })
     .await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 1, 1, false).await;
+    let sale = app.payment_sale(&admin, 1, 1, false).await;
     let (first, second) = (app.user().await, app.user().await);
     app.buy(sale, &first.token).await;
     assert_error(
@@ -512,11 +436,14 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     wait_settled(&app, sale, 2).await;
-    let (total, statuses) = pg_state(&app, sale).await;
+    let (total, statuses) = (
+        app.stock_total(sale).await,
+        app.orders_by_status(sale).await,
+    );
     assert_eq!(statuses.get("expired"), Some(&1));
     assert_eq!(statuses.get("awaiting_payment"), Some(&1));
     assert_eq!(total, 2);
-    assert_arithmetic(&app, &admin, sale, "resold").await;
+    app.assert_stock_arithmetic(&admin, sale, "resold").await;
 }
 
 /// A rebuild of a sale whose expired buyers may buy again counts the returns still
@@ -528,9 +455,9 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
 async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 2, 2, true).await;
+    let sale = app.payment_sale(&admin, 2, 2, true).await;
     let users = app.create_users(2, false).await;
-    buy_all(&app, sale, &users).await;
+    app.buy_all(sale, &users).await;
     wait_settled(&app, sale, 2).await;
     wait_past_deadlines(&app, sale).await;
     // Both expire; their returns are recorded, not applied (a pass that died).
@@ -540,7 +467,7 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
     assert_eq!(app.stock_left(sale).await, 2);
     assert!(app.buyers(sale).await.is_empty());
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), 2)])
     );
     // As if that rebuild's transaction had never committed.
@@ -557,7 +484,7 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
     assert_eq!(app.stock_left(sale).await, 1);
     assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 0);
     assert_eq!(
-        returns(&app, sale).await,
+        app.returns_by_status(sale).await,
         HashMap::from([("applied".into(), 2)])
     );
     assert_eq!(app.stock_left(sale).await, 1, "no unit came back twice");
@@ -567,7 +494,8 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
         "the new order keeps its unit"
     );
     wait_settled(&app, sale, 3).await;
-    assert_arithmetic(&app, &admin, sale, "after the replayed returns").await;
+    app.assert_stock_arithmetic(&admin, sale, "after the replayed returns")
+        .await;
 }
 
 /// A stream entry (and pending-hash entry) left behind by a settlement worker that
@@ -578,9 +506,9 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
 async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
     let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
     let admin = app.admin().await;
-    let sale = payment_sale(&app, &admin, 2, 2, true).await;
+    let sale = app.payment_sale(&admin, 2, 2, true).await;
     let users = app.create_users(1, false).await;
-    let orders = buy_all(&app, sale, &users).await;
+    let orders = app.buy_all(sale, &users).await;
     wait_settled(&app, sale, 1).await;
     wait_past_deadlines(&app, sale).await;
     assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 1);
@@ -588,27 +516,29 @@ async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
     // The entries a worker that died after its commit would have left.
     let k = app.sale_keys(sale);
     let order = orders[&users[0].id].to_string();
-    let _: String = redis::cmd("XADD")
-        .arg(&k.orders)
-        .arg("*")
-        .arg("order_id")
-        .arg(&order)
-        .arg("sale_id")
-        .arg(sale)
-        .arg("user_id")
-        .arg(users[0].id)
-        .arg("at_ms")
-        .arg(chrono::Utc::now().timestamp_millis())
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("HSET")
-        .arg(&k.pending)
-        .arg(&order)
-        .arg(users[0].id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: String = app
+        .redis_query(
+            redis::cmd("XADD")
+                .arg(&k.orders)
+                .arg("*")
+                .arg("order_id")
+                .arg(&order)
+                .arg("sale_id")
+                .arg(sale)
+                .arg("user_id")
+                .arg(users[0].id)
+                .arg("at_ms")
+                .arg(chrono::Utc::now().timestamp_millis()),
+        )
+        .await;
+    let _: i64 = app
+        .redis_query(
+            redis::cmd("HSET")
+                .arg(&k.pending)
+                .arg(&order)
+                .arg(users[0].id),
+        )
+        .await;
     app.repair(&admin, sale).await;
     assert!(
         app.buyers(sale).await.is_empty(),

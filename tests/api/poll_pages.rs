@@ -4,15 +4,14 @@
 use reqwest::{StatusCode, header};
 use serde_json::Value;
 
-use crate::helpers::{assert_error, assert_page_is_locked_down, between, escaped_in, spawn_app};
+use crate::helpers::{
+    assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_with_open_poll,
+};
 
 #[tokio::test]
 async fn polls_page_lists_polls_with_status_and_voters() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (open, options) = app
-        .open_poll(&admin, "Best tea?", &["Green", "Black"])
-        .await;
+    let (app, admin, (open, options)) =
+        spawn_with_open_poll("Best tea?", &["Green", "Black"]).await;
     let (upcoming, _) = app
         .create_poll(&admin, "Best coffee?", &["Yes", "No"], 3600, 7200)
         .await;
@@ -54,11 +53,8 @@ async fn site_header_links_the_sales_and_the_polls() {
 
 #[tokio::test]
 async fn poll_page_shows_options_and_live_results() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app
-        .open_poll(&admin, "Pick a colour", &["Red", "Green", "Blue"])
-        .await;
+    let (app, _, (poll, options)) =
+        spawn_with_open_poll("Pick a colour", &["Red", "Green", "Blue"]).await;
     for _ in 0..2 {
         app.cast_vote(poll, &app.user().await.token, options[1])
             .await;
@@ -97,9 +93,7 @@ async fn poll_page_shows_options_and_live_results() {
 
 #[tokio::test]
 async fn poll_page_knows_the_voter_already_voted() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app.open_poll(&admin, "Lunch?", &["Soup", "Salad"]).await;
+    let (app, _, (poll, options)) = spawn_with_open_poll("Lunch?", &["Soup", "Salad"]).await;
     let user = app.user().await;
 
     let before = app.html(&format!("/polls/{poll}"), Some(&user)).await;
@@ -178,9 +172,7 @@ async fn bad_or_unknown_poll_ids_get_an_html_404() {
 
 #[tokio::test]
 async fn admin_page_has_a_polls_section_for_admins_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app.open_poll(&admin, "Ship it?", &["Yes", "No"]).await;
+    let (app, admin, (poll, options)) = spawn_with_open_poll("Ship it?", &["Yes", "No"]).await;
     app.cast_vote(poll, &app.user().await.token, options[0])
         .await;
 
@@ -210,16 +202,15 @@ async fn admin_page_has_a_polls_section_for_admins_only() {
 
 #[tokio::test]
 async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app.open_poll(&admin, "Tabs?", &["Tabs", "Spaces"]).await;
+    let (app, admin, (poll, options)) = spawn_with_open_poll("Tabs?", &["Tabs", "Spaces"]).await;
     for _ in 0..3 {
         app.cast_vote(poll, &app.user().await.token, options[1])
             .await;
     }
 
-    assert_error(
-        app.get("/api/admin/polls", None).await,
+    app.assert_get_error(
+        "/api/admin/polls",
+        None,
         StatusCode::UNAUTHORIZED,
         "unauthorized",
     )
@@ -241,9 +232,7 @@ async fn admin_poll_list_api_has_live_voters_and_is_admin_only() {
 
 #[tokio::test]
 async fn poll_pages_carry_security_headers() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, _) = app.open_poll(&admin, "Headers?", &["On", "Off"]).await;
+    let (app, admin, (poll, _)) = spawn_with_open_poll("Headers?", &["On", "Off"]).await;
     for (path, status) in [
         ("/polls".to_string(), StatusCode::OK),
         (format!("/polls/{poll}"), StatusCode::OK),

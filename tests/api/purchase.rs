@@ -8,7 +8,10 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
-use crate::helpers::{TestApp, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_error, listed, spawn_app, spawn_app_with, spawn_with_live_sale,
+    spawn_with_live_sale_and,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stock_100_under_2000_buyers_and_500_repeats_sells_exactly_100() {
@@ -107,9 +110,7 @@ async fn storm_of_2500_on_stock_100(app: TestApp) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn accepted_order_is_pending_then_confirmed() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, admin, sale) = spawn_with_live_sale(3).await;
     let buyer = app.user().await;
     let resp = app.purchase(sale, &buyer.token).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -149,9 +150,7 @@ async fn accepted_order_is_pending_then_confirmed() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_order_status_is_read_from_redis_before_settlement() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, _, sale) = spawn_with_live_sale_and(3, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
     let body: Value = app.purchase(sale, &buyer.token).await.json().await.unwrap();
     let order_id = body["order_id"].as_str().unwrap();
@@ -209,9 +208,7 @@ async fn purchases_outside_the_window_are_refused_and_leave_stock_untouched() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sold_out_flag_is_cleared_by_a_top_up() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 1).await;
+    let (app, admin, sale) = spawn_with_live_sale(1).await;
     let users = app.create_users(3, false).await;
     app.buy(sale, &users[0].token).await;
     assert_error(
@@ -240,34 +237,21 @@ async fn sold_out_flag_is_cleared_by_a_top_up() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn scripts_are_reloaded_after_script_flush() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale(5).await;
     let users = app.create_users(2, false).await;
     app.buy(sale, &users[0].token).await;
-    let _: () = redis::cmd("SCRIPT")
-        .arg("FLUSH")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app.redis_query(redis::cmd("SCRIPT").arg("FLUSH")).await;
     app.buy(sale, &users[1].token).await;
     assert_eq!(app.stock_left(sale).await, 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sales_are_listed_with_live_stock() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 7).await;
+    let (app, _, sale) = spawn_with_live_sale(7).await;
     let buyer = app.user().await;
     app.purchase(sale, &buyer.token).await;
     let list: Value = app.get_json("/api/sales", None).await;
-    let entry = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == sale)
-        .expect("sale listed");
+    let entry = listed(&list, sale);
     assert_eq!(entry["stock_left"], 6);
     assert_eq!(entry["sold"], 1);
     assert_eq!(entry["status"], "live");
@@ -277,13 +261,8 @@ async fn sales_are_listed_with_live_stock() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reconcile_reports_agreement_and_a_lost_order() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
-    let users = app.create_users(4, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let (app, admin, sale) = spawn_with_live_sale(10).await;
+    let users = app.new_buyers(sale, 4).await;
     app.wait_for_orders(sale, 4).await;
     let path = format!("/api/admin/sales/{sale}/reconcile");
     let report: Value = app.get_json(&path, Some(&admin.token)).await;
@@ -308,13 +287,8 @@ async fn reconcile_reports_agreement_and_a_lost_order() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn repair_restores_lost_buyers_and_stock_from_postgres() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
-    let users = app.create_users(3, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let (app, admin, sale) = spawn_with_live_sale(10).await;
+    let users = app.new_buyers(sale, 3).await;
     app.wait_for_orders(sale, 3).await;
     // Redis loses a buyer and its stock count drifts.
     let k = app.sale_keys(sale);
@@ -363,9 +337,7 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
 /// changes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_known_sold_out_sale_answers_410_before_the_token_is_checked() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sold = app.live_sale(&admin, 1).await;
+    let (app, admin, sold) = spawn_with_live_sale(1).await;
     let open = app.live_sale(&admin, 5).await;
     let users = app.create_users(2, false).await;
     app.buy(sold, &users[0].token).await;

@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, spawn_app, spawn_app_with};
 
 /// A sale open now, for an hour, of `stock` units at 500, at most `max` per customer.
 async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64, extra: Value) -> i64 {
@@ -16,9 +16,7 @@ async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64, extra: Va
     for (k, v) in extra.as_object().unwrap() {
         overrides[k] = v.clone();
     }
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, overrides).await
 }
 
 async fn buy_n(app: &TestApp, sale: i64, user: &User, quantity: i64) -> reqwest::Response {
@@ -33,29 +31,19 @@ async fn buy_n(app: &TestApp, sale: i64, user: &User, quantity: i64) -> reqwest:
 /// Redis: units held per buyer, units sold, units left.
 async fn redis_units(app: &TestApp, sale: i64) -> (HashMap<i64, i64>, i64, i64) {
     let k = app.sale_keys(sale);
-    let held: HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(&k.units)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
-    let sold: Option<i64> = redis::cmd("GET")
-        .arg(&k.sold)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let held: HashMap<i64, i64> = app.redis_query(redis::cmd("HGETALL").arg(&k.units)).await;
+    let sold: Option<i64> = app.redis_query(redis::cmd("GET").arg(&k.sold)).await;
     (held, sold.unwrap_or(0), app.stock_left(sale).await)
 }
 
 /// Postgres: units per buyer over the orders that hold units.
 async fn pg_units(app: &TestApp, sale: i64) -> HashMap<i64, i64> {
-    sqlx::query_as(
+    app.rows(
         "SELECT user_id, sum(quantity)::int8 FROM orders
          WHERE sale_id = $1 AND status <> 'expired' GROUP BY user_id",
+        sale,
     )
-    .bind(sale)
-    .fetch_all(&app.db)
     .await
-    .unwrap()
     .into_iter()
     .collect()
 }
@@ -255,12 +243,9 @@ async fn bad_quantities_are_refused_and_change_nothing() {
     )
     .await;
     let k = app.sale_keys(single);
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(&k.units)
-        .arg(&k.sold)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let exists: i64 = app
+        .redis_query(redis::cmd("EXISTS").arg(&k.units).arg(&k.sold))
+        .await;
     assert_eq!(
         exists, 0,
         "a sale of one per customer keeps only its buyers set"

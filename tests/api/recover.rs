@@ -11,15 +11,16 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
 
-use crate::helpers::{TestApp, User, spawn_app, spawn_sibling};
+use crate::helpers::{
+    Db, TestApp, User, assert_status, spawn_app, spawn_sibling, spawn_with_live_sale,
+    spawn_with_open_poll,
+};
 
 /// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
 async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", app.config.redis_namespace))
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let keys: Vec<String> = app
+        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
+        .await;
     // One key per DEL, in one pipeline: on a cluster, keys of several slots.
     let mut pipe = redis::pipe();
     for key in &keys {
@@ -50,25 +51,15 @@ async fn buy_through_recovery(app: &TestApp, sale: i64, user: &User) -> (StatusC
     }
 }
 
-async fn stock_total(app: &TestApp, sale: i64) -> i64 {
-    sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap()
-}
-
 /// Units left + buyers in Redis, and `stock_total` in Postgres.
 async fn both_stores(app: &TestApp, sale: i64) -> (i64, i64) {
     let redis_total = app.stock_left(sale).await + app.buyers(sale).await.len() as i64;
-    (redis_total, stock_total(app, sale).await)
+    (redis_total, app.stock_total(sale).await)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale(10).await;
     let users = app.create_users(8, false).await;
     for u in &users[..6] {
         app.buy(sale, &u.token).await;
@@ -251,24 +242,14 @@ async fn concurrent_stock_changes_over_two_instances_leave_both_stores_equal() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 100).await;
-    let users = app.create_users(60, false).await;
-    for u in &users {
-        app.buy(sale, &u.token).await;
-    }
+    let (app, admin, sale) = spawn_with_live_sale(100).await;
+    let users = app.new_buyers(sale, 60).await;
     assert_eq!(app.wait_for_orders(sale, 60).await.len(), 60);
     wipe(&app).await;
 
     let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::OK,
-        "{}",
-        resp.text().await.unwrap()
-    );
-    assert_eq!(stock_total(&app, sale).await, 101);
+    assert_status(resp, StatusCode::OK).await;
+    assert_eq!(app.stock_total(sale).await, 101);
     assert_eq!(app.stock_left(sale).await, 41);
     let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
     assert_eq!(buyers.len(), 60);
@@ -282,24 +263,20 @@ async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stock_total_cannot_pass_the_maximum_by_adding() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 9_000_000).await;
+    let (app, admin, sale) = spawn_with_live_sale(9_000_000).await;
     let resp = app
         .change_stock(&admin, sale, &json!({"add": 1_000_000}))
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
     crate::helpers::assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "stock_too_large").await;
-    assert_eq!(stock_total(&app, sale).await, 10_000_000);
+    assert_eq!(app.stock_total(sale).await, 10_000_000);
     assert_eq!(both_stores(&app, sale).await, (10_000_000, 10_000_000));
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app.open_poll(&admin, "Best?", &["a", "b", "c"]).await;
+    let (app, _, (poll, options)) = spawn_with_open_poll("Best?", &["a", "b", "c"]).await;
     let users = app.create_users(9, false).await;
     for (i, u) in users[..6].iter().enumerate() {
         app.cast_vote(poll, &u.token, options[i % 3]).await;
@@ -324,11 +301,9 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     for u in &users[6..] {
         app.cast_vote(poll, &u.token, options[2]).await;
     }
-    let tally: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(app.keys.poll(Id::new(poll).unwrap()).tally)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let tally: std::collections::HashMap<i64, i64> = app
+        .redis_query(redis::cmd("HGETALL").arg(app.keys.poll(Id::new(poll).unwrap()).tally))
+        .await;
     assert_eq!(tally.get(&options[0]), Some(&2));
     assert_eq!(tally.get(&options[1]), Some(&2));
     assert_eq!(tally.get(&options[2]), Some(&5));

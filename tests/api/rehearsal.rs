@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use stampede::sale::rehearsal::REMOVAL_OPEN_AFTER_TOKENS;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, listed, spawn_app, spawn_app_with};
 use crate::settle::settler;
 
 /// Every Redis key of the sale's hash tag in the app's namespace.
@@ -30,9 +30,7 @@ async fn rehearsal_sale(app: &TestApp, admin: &User, stock: i64, extra: Value) -
     for (k, v) in extra.as_object().unwrap() {
         overrides[k] = v.clone();
     }
-    app.open_sale_with(admin, stock, overrides).await["id"]
-        .as_i64()
-        .unwrap()
+    app.live_sale_with(admin, stock, overrides).await
 }
 
 async fn mark_rehearsal_users(app: &TestApp, users: &[&User]) {
@@ -67,10 +65,8 @@ async fn a_rehearsal_is_on_no_public_surface_yet_sells() {
     let admin = app.admin().await;
     let buyer = app.user().await;
     let real = app
-        .open_sale_with(&admin, 5, json!({"name": "Real phone"}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 5, json!({"name": "Real phone"}))
+        .await;
     let created = app
         .open_sale_with(
             &admin,
@@ -101,12 +97,7 @@ async fn a_rehearsal_is_on_no_public_surface_yet_sells() {
     }
     // The admin's list has it, marked.
     let admin_list = app.get_json("/api/admin/sales", Some(&admin.token)).await;
-    let row = admin_list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["id"] == rehearsal)
-        .expect("the admin list holds the rehearsal");
+    let row = listed(&admin_list, rehearsal);
     assert_eq!(row["rehearsal"], true);
 
     // The home page, signed out and signed in.
@@ -165,10 +156,8 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
 
     // A real sale with real orders, one of them by a rehearsal user (kept).
     let real = app
-        .open_sale_with(&admin, 10, json!({"max_per_user": 2}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 10, json!({"max_per_user": 2}))
+        .await;
     for buyer in [a, b, &load_users[3]] {
         app.buy(real, &buyer.token).await;
     }
@@ -256,18 +245,16 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
         0
     );
     let ids: Vec<i64> = load_users.iter().map(|u| u.id).collect();
-    let left: Vec<i64> = sqlx::query_scalar("SELECT id FROM users WHERE id = ANY($1) ORDER BY id")
-        .bind(&ids)
-        .fetch_all(&app.db)
-        .await
-        .unwrap();
+    let left: Vec<i64> = app
+        .scalars("SELECT id FROM users WHERE id = ANY($1) ORDER BY id", &ids)
+        .await;
     assert_eq!(left, [load_users[3].id], "the one with a real order stays");
-    let sessions: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM signed_out_sessions WHERE user_id = ANY($1)")
-            .bind(&ids)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+    let sessions: i64 = app
+        .scalar(
+            "SELECT count(*) FROM signed_out_sessions WHERE user_id = ANY($1)",
+            &ids,
+        )
+        .await;
     assert_eq!(sessions, 0);
 
     // Redis: nothing of the rehearsals, also after settlement has read its streams
@@ -297,11 +284,12 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
 
     // The real sale: untouched in both stores, and it still sells.
     assert_eq!(app.orders_in_db(real).await.len(), 3);
-    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM admin_changes WHERE sale_id = $1")
-        .bind(real)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let history: i64 = app
+        .scalar(
+            "SELECT count(*) FROM admin_changes WHERE sale_id = $1",
+            real,
+        )
+        .await;
     assert_eq!(history, 2, "its creation and the close above");
     let mut now_keys = keys_of_sale(&app, real).await;
     let mut before = real_keys.clone();
@@ -356,11 +344,9 @@ async fn cleanup_needs_an_admin_and_a_csrf_token_in_a_browser() {
         .await
         .unwrap();
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
-    let still: i64 = sqlx::query_scalar("SELECT count(*) FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let still: i64 = app
+        .scalar("SELECT count(*) FROM sales WHERE id = $1", sale)
+        .await;
     assert_eq!(still, 1);
 }
 
@@ -376,9 +362,7 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
     let load_users = app.create_users(1, false).await;
     let load_user = &load_users[0];
     mark_rehearsal_users(&app, &[load_user]).await;
-    let real = app.open_sale_with(&admin, 10, json!({})).await["id"]
-        .as_i64()
-        .unwrap();
+    let real = app.live_sale_with(&admin, 10, json!({})).await;
     for buyer in [&shopper, load_user] {
         let resp = app.purchase(real, &buyer.token).await;
         assert_eq!(resp.status(), StatusCode::ACCEPTED);
@@ -406,11 +390,9 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
         .await
         .with_metrics(metrics.clone());
     worker.drain().await.unwrap();
-    let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-        .bind(real)
-        .fetch_all(&app.db)
-        .await
-        .unwrap();
+    let buyers: Vec<i64> = app
+        .scalars("SELECT user_id FROM orders WHERE sale_id = $1", real)
+        .await;
     assert_eq!(
         buyers,
         [shopper.id],

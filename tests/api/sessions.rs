@@ -189,11 +189,9 @@ async fn ended_sessions_stay_ended_when_redis_loses_the_stream() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let removed: i64 = redis::cmd("DEL")
-        .arg(app.keys.sessions_ended())
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let removed: i64 = app
+        .redis_query(redis::cmd("DEL").arg(app.keys.sessions_ended()))
+        .await;
     assert_eq!(removed, 1, "the stream existed");
 
     // Started after the wipe: everything from Postgres.

@@ -9,7 +9,7 @@ use stampede::config::SettleConfig;
 use stampede::settle::Settler;
 use tokio::sync::watch;
 
-use crate::helpers::{TestApp, spawn_app_with};
+use crate::helpers::{TestApp, spawn_app_with, spawn_with_live_sale_and};
 
 async fn buy_all(app: &TestApp, sale: i64, n: usize) -> HashSet<i64> {
     let users = app.create_users(n, false).await;
@@ -57,12 +57,9 @@ async fn settler_on(app: &TestApp, db: sqlx::PgPool, config: SettleConfig) -> Se
 
 async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
     let key = app.sale_keys(sale).orders;
-    let summary: redis::Value = redis::cmd("XPENDING")
-        .arg(&key)
-        .arg("settle")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let summary: redis::Value = app
+        .redis_query(redis::cmd("XPENDING").arg(&key).arg("settle"))
+        .await;
     match summary {
         redis::Value::Array(items) => match &items[0] {
             redis::Value::Int(n) => *n,
@@ -74,9 +71,7 @@ async fn pending_in_group(app: &TestApp, sale: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 300).await;
+    let (app, _, sale) = spawn_with_live_sale_and(300, |c| c.settle_in_serve = false).await;
     let accepted = buy_all(&app, sale, 300).await;
     assert_eq!(accepted.len(), 300);
     assert!(app.orders_in_db(sale).await.is_empty(), "no worker ran yet");
@@ -123,31 +118,23 @@ async fn worker_killed_mid_batch_loses_nothing_and_duplicates_nothing() {
         0,
         "nothing left unacknowledged"
     );
-    let pending_hash: i64 = redis::cmd("HLEN")
-        .arg(app.sale_keys(sale).pending)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending_hash: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(app.sale_keys(sale).pending))
+        .await;
     assert_eq!(pending_hash, 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redelivered_entries_are_written_once() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 20).await;
+    let (app, _, sale) = spawn_with_live_sale_and(20, |c| c.settle_in_serve = false).await;
     let accepted = buy_all(&app, sale, 10).await;
 
     // Copy the stream entries, settle, then put the copies back as new entries:
     // the same order ids arrive twice.
     let key = app.sale_keys(sale).orders;
-    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-        .arg(&key)
-        .arg("-")
-        .arg("+")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let entries: Vec<(String, Vec<(String, String)>)> = app
+        .redis_query(redis::cmd("XRANGE").arg(&key).arg("-").arg("+"))
+        .await;
     let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
     let mut w = settler(&app, "w1", 4, Duration::ZERO)
         .await
@@ -198,9 +185,7 @@ async fn redelivered_entries_are_written_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
     app.buy(sale, &buyer.token).await;
     let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
@@ -211,12 +196,13 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
 
     // Redis forgets the buyer (lost state): the script accepts a second order.
-    let _: () = redis::cmd("SREM")
-        .arg(app.sale_keys(sale).buyers)
-        .arg(buyer.id)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(
+            redis::cmd("SREM")
+                .arg(app.sale_keys(sale).buyers)
+                .arg(buyer.id),
+        )
+        .await;
     app.buy(sale, &buyer.token).await;
     w.drain().await.unwrap();
 
@@ -268,9 +254,7 @@ async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     buy_all(&app, sale, 10).await;
     // A worker that read entries and died, and one that never read anything.
     app.read_as_dead_consumer(sale, "ghost-with-entries", 4)
@@ -307,9 +291,7 @@ async fn consumers_dead_longer_than_the_claim_time_leave_the_group() {
 /// them with the batch entries of `{sale:N}:accepted`, each order once.
 #[tokio::test(flavor = "multi_thread")]
 async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let new_buyers = buy_all(&app, sale, 3).await;
     let k = app.sale_keys(sale);
     let old_buyers = app.create_users(2, false).await;
@@ -386,9 +368,7 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     use stampede::sale::order_id::{batch_tag, new_order_ids};
     use stampede::sale::pending;
 
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let id = stampede::domain::Id::new(sale).unwrap();
     let users = app.create_users(6, false).await;
     let k = app.sale_keys(sale);
@@ -585,18 +565,14 @@ async fn the_recreated_stream_guard_removes_only_an_empty_stream() {
 /// not fail.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_listed_sale_without_its_stream_does_not_stop_the_reclaim_pass_or_a_drain() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let gone = app.live_sale(&admin, 10).await;
+    let (app, admin, gone) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let kept = app.live_sale(&admin, 10).await;
     buy_all(&app, gone, 3).await;
     let bought = buy_all(&app, kept, 4).await;
     assert_eq!(bought.len(), 4);
-    let _: i64 = redis::cmd("DEL")
-        .arg(app.sale_keys(gone).orders)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: i64 = app
+        .redis_query(redis::cmd("DEL").arg(app.sale_keys(gone).orders))
+        .await;
     let mut worker = settler(&app, "after-the-loss", 100, Duration::from_millis(200)).await;
     assert_eq!(worker.drain().await.unwrap(), 4);
     assert_eq!(app.orders_in_db(kept).await.len(), 4);
@@ -610,9 +586,7 @@ async fn a_listed_sale_without_its_stream_does_not_stop_the_reclaim_pass_or_a_dr
 /// list and their orders would never be settled.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_that_holds_entries_is_never_removed_as_dead() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 3).await;
+    let (app, _, sale) = spawn_with_live_sale_and(3, |c| c.settle_in_serve = false).await;
     buy_all(&app, sale, 3).await;
     let key = app.sale_keys(sale).orders;
     let script = redis::Script::new(include_str!("../../lua/forget_consumer.lua"));
@@ -691,9 +665,7 @@ async fn wait_settled(app: &TestApp, sale: i64, n: usize, within: Duration) {
 /// leader stops, it lets the lease go and the standby settles what comes next.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 100).await;
+    let (app, _, sale) = spawn_with_live_sale_and(100, |c| c.settle_in_serve = false).await;
     // The leader first, so that which one leads is known.
     let (metrics_a, metrics_b) = (
         std::sync::Arc::new(stampede::metrics::Metrics::default()),
@@ -783,9 +755,7 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
 /// With `exclusive` off, the same worker reads at once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, admin, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let bought = buy_all(&app, sale, 5).await;
     assert_eq!(bought.len(), 5);
 
@@ -809,12 +779,9 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
     assert!(readers(&app, sale).await.is_empty());
     // The holder "died": its lease runs out (at once here), never released.
     std::mem::forget(held);
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(&key)
-        .arg(100)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let _: () = app
+        .redis_query(redis::cmd("PEXPIRE").arg(&key).arg(100))
+        .await;
     wait_settled(
         &app,
         sale,
@@ -856,9 +823,7 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
 /// a worker that can settles.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_that_cannot_settle_hands_the_lease_over() {
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 10).await;
+    let (app, _, sale) = spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
     let bought = buy_all(&app, sale, 4).await;
     assert_eq!(bought.len(), 4);
 
@@ -902,9 +867,5 @@ async fn a_leader_that_cannot_settle_hands_the_lease_over() {
 }
 
 async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap()
+    app.redis_query(redis::cmd("GET").arg(key)).await
 }

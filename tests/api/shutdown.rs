@@ -7,15 +7,13 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::helpers::spawn_app_with;
+use crate::helpers::spawn_with_live_sale_and;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_stops_serve_after_settling_what_it_accepted() {
     // A test app only for its database, namespace and helpers; its own server runs
     // without settlement so that only the binary's worker can settle.
-    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")

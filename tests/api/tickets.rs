@@ -13,7 +13,8 @@ use stampede::sale::ticket::TicketKey;
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, User, assert_error, limits, spawn_app_with, user_log_entries, window_policy,
+    TestApp, User, assert_error, limits, spawn_app_with, spawn_with_live_sale_and,
+    user_log_entries, window_policy,
 };
 
 async fn ticket(app: &TestApp, sale: i64, user: &User) -> reqwest::Response {
@@ -197,9 +198,7 @@ async fn polling_for_tickets_is_rate_limited_per_user() {
 
 #[tokio::test]
 async fn a_sale_without_tickets_sells_without_one_and_checks_one_if_sent() {
-    let app = spawn_app_with(|_| {}).await;
-    let admin = app.admin().await;
-    let sale = app.live_sale(&admin, 5).await;
+    let (app, _, sale) = spawn_with_live_sale_and(5, |_| {}).await;
     let (user, someone) = (app.user().await, app.user().await);
     app.buy(sale, &user.token).await;
     // A ticket sent anyway must still be good.

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, assert_error, limits, patched, spawn_app, spawn_app_with, window_policy,
+    Db, TestApp, assert_error, limits, patched, spawn_app, spawn_app_with, spawn_with_open_poll,
+    window_policy,
 };
 
 async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
@@ -27,13 +28,12 @@ async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
 }
 
 async fn db_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT option_id, count(*) FROM votes WHERE poll_id = $1 GROUP BY option_id",
-    )
-    .bind(poll)
-    .fetch_all(&app.db)
-    .await
-    .unwrap();
+    let rows: Vec<(i64, i64)> = app
+        .rows(
+            "SELECT option_id, count(*) FROM votes WHERE poll_id = $1 GROUP BY option_id",
+            poll,
+        )
+        .await;
     rows.into_iter().collect()
 }
 
@@ -117,22 +117,19 @@ async fn thousand_users_voting_five_times_count_once_each() {
     let db: HashMap<i64, i64> = db_tallies(&app, poll).await;
     let nonzero: HashMap<i64, i64> = expected.into_iter().filter(|(_, n)| *n > 0).collect();
     assert_eq!(db, nonzero);
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
-            .bind(poll)
-            .fetch_all(&app.db)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, i64)> = app
+        .rows(
+            "SELECT user_id, option_id FROM votes WHERE poll_id = $1",
+            poll,
+        )
+        .await;
     assert_eq!(rows.into_iter().collect::<HashMap<_, _>>(), accepted);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn invalid_option_and_closed_poll_change_nothing() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let (poll, options) = app
-        .open_poll(&admin, "Best phone colour?", &["yes", "no"])
-        .await;
+    let (app, admin, (poll, options)) =
+        spawn_with_open_poll("Best phone colour?", &["yes", "no"]).await;
     let (other_poll, other_options) = app
         .open_poll(&admin, "Best phone colour?", &["a", "b"])
         .await;
@@ -223,8 +220,9 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         )
         .await;
     assert_error(resp, StatusCode::BAD_REQUEST, "invalid_id").await;
-    assert_error(
-        app.get("/api/polls/987654", None).await,
+    app.assert_get_error(
+        "/api/polls/987654",
+        None,
         StatusCode::NOT_FOUND,
         "not_found",
     )

@@ -8,7 +8,8 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::helpers::{
-    TestApp, User, assert_error, patched, spawn_app, spawn_app_with, spawn_sibling,
+    Db, TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with,
+    spawn_sibling,
 };
 
 /// A sale with a waiting room whose line is open now and that opens in
@@ -88,11 +89,9 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
             assert_eq!(again, first);
         }
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 4, "one place per account");
 
     // No purchase without an admission, nothing taken.
@@ -177,12 +176,7 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
         first_turn.1["ticket"].as_str().unwrap(),
     )
     .await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::ACCEPTED,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    assert_status(resp, StatusCode::ACCEPTED).await;
     assert_eq!(app.stock_left(sale).await, 0);
     assert_eq!(me(&app, sale, later).await["state"], "sold_out");
     assert_eq!(app.wait_for_orders(sale, 2).await.len(), 2);
@@ -233,27 +227,26 @@ async fn join_many(
 
 /// The line, head first: (user, place).
 async fn line_of(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
-    let raw: Vec<(i64, f64)> = redis::cmd("ZRANGE")
-        .arg(app.sale_keys(sale).queue)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let raw: Vec<(i64, f64)> = app
+        .redis_query(
+            redis::cmd("ZRANGE")
+                .arg(app.sale_keys(sale).queue)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await;
     raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
 /// The admissions Postgres holds: (user, expires_at in ms).
 async fn admissions_in_db(app: &TestApp, sale: i64) -> Vec<(i64, i64)> {
-    sqlx::query_as(
+    app.rows(
         "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
          FROM queue_admissions WHERE sale_id = $1",
+        sale,
     )
-    .bind(sale)
-    .fetch_all(&app.db)
     .await
-    .unwrap()
 }
 
 /// A ticket signed with the server's key for any user, good for a minute: it
@@ -271,11 +264,9 @@ fn signed_ticket(app: &TestApp, sale: i64, user: i64) -> String {
 async fn taken(app: &TestApp, sale: i64) -> (i64, Vec<i64>, i64, usize) {
     let mut buyers = app.buyers(sale).await;
     buyers.sort_unstable();
-    let pending: i64 = redis::cmd("HLEN")
-        .arg(app.sale_keys(sale).pending)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let pending: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(app.sale_keys(sale).pending))
+        .await;
     (
         app.stock_left(sale).await,
         buyers,
@@ -375,12 +366,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     // The opening; then 2,000 more join while admission runs.
     let resp = app.open_sale(&admin, sale).await;
     assert_eq!(resp.status(), StatusCode::OK);
-    let starts_ms: i64 = redis::cmd("HGET")
-        .arg(&k.meta)
-        .arg("starts_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let starts_ms: i64 = app
+        .redis_query(redis::cmd("HGET").arg(&k.meta).arg("starts_ms"))
+        .await;
     let opened = std::time::Instant::now();
 
     // Bots: the 50 last early joiners in line order can never be admitted (10,000
@@ -407,13 +395,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
         let mut buys = tokio::task::JoinSet::new();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            let open: Vec<i64> = redis::cmd("ZRANGE")
-                .arg(&k.queue_open)
-                .arg(0)
-                .arg(-1)
-                .query_async(&mut app.redis.clone())
-                .await
-                .unwrap();
+            let open: Vec<i64> = app
+                .redis_query(redis::cmd("ZRANGE").arg(&k.queue_open).arg(0).arg(-1))
+                .await;
             for u in open {
                 if !seen.insert(u) || skips(u) {
                     continue;
@@ -507,11 +491,7 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     assert_eq!(left, 0);
     assert_eq!(pending, 0);
     assert_eq!(buyers.len() as i64, UNITS);
-    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&app.db)
-        .await
-        .unwrap();
+    let total = app.stock_total(sale).await;
     assert_eq!(left + buyers.len() as i64, total);
     let mut order_users: Vec<i64> = orders.iter().map(|(_, u)| *u).collect();
     order_users.sort_unstable();
@@ -529,11 +509,9 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
         admissions.len(),
         "one admission per account"
     );
-    let admitted_in_redis: i64 = redis::cmd("HLEN")
-        .arg(&k.queue_admitted)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let admitted_in_redis: i64 = app
+        .redis_query(redis::cmd("HLEN").arg(&k.queue_admitted))
+        .await;
     assert_eq!(admitted_in_redis, admissions.len() as i64);
     for b in &buyers {
         assert!(admitted.contains(b), "buyer {b} has no admission");
@@ -584,12 +562,12 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let copied: Vec<(i64, f64)> = loop {
-        let rows: Vec<(i64, f64)> =
-            sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
-                .bind(sale)
-                .fetch_all(&app.db)
-                .await
-                .unwrap();
+        let rows: Vec<(i64, f64)> = app
+            .rows(
+                "SELECT user_id, place FROM queue_places WHERE sale_id = $1",
+                sale,
+            )
+            .await;
         if rows.len() >= EARLY + LATE || std::time::Instant::now() > deadline {
             break rows;
         }
@@ -684,13 +662,13 @@ async fn twelve_thousand_joiners_are_admitted_in_line_order_at_the_pace_until_so
 
 /// The users in the sale's open admissions now.
 async fn open_admissions(app: &TestApp, sale: i64) -> Vec<i64> {
-    redis::cmd("ZRANGE")
-        .arg(app.sale_keys(sale).queue_open)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap()
+    app.redis_query(
+        redis::cmd("ZRANGE")
+            .arg(app.sale_keys(sale).queue_open)
+            .arg(0)
+            .arg(-1),
+    )
+    .await
 }
 
 /// A bot that joins a thousand times holds one place, and no purchase without an
@@ -722,18 +700,11 @@ async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
         assert_eq!(*status, StatusCode::OK, "{body}");
         assert_eq!(body, first, "the same answer every time");
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(&k.queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app.redis_query(redis::cmd("ZCARD").arg(&k.queue)).await;
     assert_eq!(line, 1, "one place for 1,000 joins");
-    let joins_counted: i64 = redis::cmd("HGET")
-        .arg(&k.queue_state)
-        .arg("joins")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let joins_counted: i64 = app
+        .redis_query(redis::cmd("HGET").arg(&k.queue_state).arg("joins"))
+        .await;
     assert_eq!(joins_counted, 1);
     for u in &users[1..] {
         assert_eq!(join(&app, sale, u).await.status(), StatusCode::OK);
@@ -830,12 +801,7 @@ async fn a_bot_holds_one_place_and_nobody_buys_without_an_open_admission() {
     // The admitted buyer buys once; again (its ticket, a fresh signed one) it is
     // refused, nothing more taken.
     let resp = buy_with_ticket(&app, sale, buyer, &buyer_ticket).await;
-    assert_eq!(
-        resp.status(),
-        StatusCode::ACCEPTED,
-        "{}",
-        resp.text().await.unwrap()
-    );
+    assert_status(resp, StatusCode::ACCEPTED).await;
     for ticket in [buyer_ticket.clone(), signed_ticket(&app, sale, buyer.id)] {
         let resp = buy_with_ticket(&app, sale, buyer, &ticket).await;
         let status = resp.status();
@@ -965,11 +931,9 @@ async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
         )
         .await;
     }
-    let line: i64 = redis::cmd("ZCARD")
-        .arg(app.sale_keys(sale).queue)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let line: i64 = app
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .await;
     assert_eq!(line, 0, "nobody joined");
     assert_eq!(me(&app, sale, &user).await["state"], "not_joined");
 
@@ -1074,12 +1038,13 @@ async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_
         assert_eq!(j.status, StatusCode::OK, "{}", j.body);
     }
     assert_eq!(app.open_sale(&admin, sale).await.status(), StatusCode::OK);
-    let starts_ms: i64 = redis::cmd("HGET")
-        .arg(app.sale_keys(sale).meta)
-        .arg("starts_ms")
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let starts_ms: i64 = app
+        .redis_query(
+            redis::cmd("HGET")
+                .arg(app.sale_keys(sale).meta)
+                .arg("starts_ms"),
+        )
+        .await;
     // Everyone is admitted in about 6 s (1,000 units, nobody buys).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let admissions = loop {
@@ -1095,11 +1060,9 @@ async fn three_servers_admit_together_at_the_sale_pace_in_line_order_and_nobody_
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(admissions.len(), JOINERS);
-    let in_redis: std::collections::HashMap<i64, i64> = redis::cmd("HGETALL")
-        .arg(app.sale_keys(sale).queue_admitted)
-        .query_async(&mut app.redis.clone())
-        .await
-        .unwrap();
+    let in_redis: std::collections::HashMap<i64, i64> = app
+        .redis_query(redis::cmd("HGETALL").arg(app.sale_keys(sale).queue_admitted))
+        .await;
     let in_db: std::collections::HashMap<i64, i64> = admissions.iter().copied().collect();
     assert_eq!(
         in_redis, in_db,

@@ -74,20 +74,16 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     let users = app.create_users(3, false).await;
     // No payment step, up to 2 each, $5.00 a unit.
     let plain = app
-        .open_sale_with(&admin, 20, json!({"max_per_user": 2}))
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .live_sale_with(&admin, 20, json!({"max_per_user": 2}))
+        .await;
     // With a payment step.
     let paying = app
-        .open_sale_with(
+        .live_sale_with(
             &admin,
             20,
             json!({"max_per_user": 2, "payment_window_s": 600}),
         )
-        .await["id"]
-        .as_i64()
-        .unwrap();
+        .await;
     let wanted = [2, 1, 2];
     for (user, units) in users.iter().zip(wanted) {
         buy_units(&app, plain, user, units).await;
@@ -99,14 +95,7 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     buy_units(&app, paying, &users[1], 1).await;
     app.wait_for_orders(plain, 3).await;
     app.wait_for_orders(paying, 2).await;
-    let pay = app
-        .client
-        .post(app.url(&format!("/api/orders/{paid_order}/pay")))
-        .bearer_auth(&users[0].token)
-        .header("Idempotency-Key", "what-sold-1")
-        .send()
-        .await
-        .unwrap();
+    let pay = app.pay(&users[0], &paid_order, "what-sold-1").await;
     assert_eq!(pay.status(), StatusCode::OK);
 
     // The JSON: units per order, and the totals.
@@ -201,15 +190,12 @@ async fn the_csv_streams_many_orders_and_needs_an_admin() {
     assert_eq!(ids.len(), 400);
 
     let path = format!("/api/admin/sales/{sale}/orders.csv");
-    assert_error(
-        app.get(&path, None).await,
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-    )
-    .await;
+    app.assert_get_error(&path, None, StatusCode::UNAUTHORIZED, "unauthorized")
+        .await;
     let buyer = &buyers[0];
-    assert_error(
-        app.get(&path, Some(&buyer.token)).await,
+    app.assert_get_error(
+        &path,
+        Some(&buyer.token),
         StatusCode::FORBIDDEN,
         "forbidden",
     )

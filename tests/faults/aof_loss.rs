@@ -13,32 +13,15 @@
 use std::fs::{self, OpenOptions};
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Fsync, Options, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_losing_its_last_second_under_everysec_loses_only_202s_answered_after_the_cut() {
-    let mut stack = Stack::start(
-        "aof-cut",
-        Options {
-            fsync: Fsync::EverySec,
-            ..Options::default()
-        },
-    )
-    .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.03),
-        Plan {
-            rate: 250.0,
-            ..Plan::default()
-        },
-    );
+    let mut stack = Stack::start("aof-cut", Options::fsync(Fsync::EverySec)).await;
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.03), Plan::at_rate(250.0));
     storm.wait_accepted(300, Duration::from_secs(20)).await;
     // The settlement workers know every sale's stream, so that some 202s of the cut
     // second are settled before the kill: Redis forgets buyers Postgres remembers.

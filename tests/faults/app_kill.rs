@@ -8,7 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Plan, Storm, purchases};
@@ -87,17 +86,23 @@ async fn assert_nothing_left_unacknowledged(stack: &Stack, sales: &[i64]) {
     );
 }
 
+/// After a kill: `who` decides purchases again, and once the storm ends nothing
+/// accepted is lost and no entry is left unacknowledged.
+async fn assert_storm_ends_whole(stack: &Stack, storm: Storm, sales: &[i64], who: &str) {
+    assert!(
+        storm.wait_decided(200, Duration::from_secs(20)).await,
+        "{who} decides purchases again"
+    );
+    let records = storm.finish().await;
+    assert_invariants(stack, &records, sales, &[], AllowedLoss::None).await;
+    assert_nothing_left_unacknowledged(stack, sales).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     let mut stack = Stack::start("app-kill", Options::default()).await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.03),
-        Plan::default(),
-    );
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.03), Plan::default());
     storm.wait_accepted(400, Duration::from_secs(20)).await;
     let held = hold_entries_in_worker(&mut stack, 0, &sales).await;
     stack.servers[0].kill9();
@@ -108,33 +113,14 @@ async fn server_killed_mid_storm_and_restarted_loses_no_accepted_order() {
     stack.pg.start();
     stack.restart_server(0).await;
     println!("server back at {:.1?}", storm.elapsed());
-    assert!(
-        storm.wait_decided(200, Duration::from_secs(20)).await,
-        "the restarted server decides purchases again"
-    );
-    let records = storm.finish().await;
-    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    assert_nothing_left_unacknowledged(&stack, &sales).await;
+    assert_storm_ends_whole(&stack, storm, &sales, "the restarted server").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn survivor_settles_what_a_killed_sibling_accepted() {
-    let mut stack = Stack::start(
-        "app-kill-sibling",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 2, 0.03),
-        Plan::default(),
-    );
+    let mut stack = Stack::start("app-kill-sibling", Options::servers(2)).await;
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 2, 0.03), Plan::default());
     storm.wait_accepted(400, Duration::from_secs(20)).await;
     // The one that settles (the other stands by): only its death leaves entries
     // behind, and the survivor must take the lease over before it can claim them.
@@ -147,11 +133,5 @@ async fn survivor_settles_what_a_killed_sibling_accepted() {
         storm.elapsed()
     );
     stack.pg.start();
-    assert!(
-        storm.wait_decided(200, Duration::from_secs(20)).await,
-        "the survivor decides purchases"
-    );
-    let records = storm.finish().await;
-    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
-    assert_nothing_left_unacknowledged(&stack, &sales).await;
+    assert_storm_ends_whole(&stack, storm, &sales, "the survivor").await;
 }

@@ -6,76 +6,29 @@
 //! cancelled order's units came back exactly once, none lost, in both stores, and
 //! no answer was a 5xx other than a 503 with `Retry-After`.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::stream;
-use serde_json::Value;
 use stampede::domain::Id;
-use uuid::Uuid;
 
-use crate::harness::{Options, Stack, User};
+use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{final_answers, reconcile};
-use crate::storm::{self, Op, Record, Work};
+use crate::storm::{self, Op, Work, orders_of};
 
+/// Both servers' expiry pass and sweep run this often (ms): the orders and
+/// returns the test needs come due within its time.
+const FAST_JOBS: [(&str, &str); 2] = [("STAMPEDE_EXPIRE_MS", "200"), ("STAMPEDE_SWEEP_MS", "200")];
 const UNITS: i64 = 300;
 /// Of each sale's 300 orders, these are cancelled (the others stay live).
 const CANCELLED: i64 = 200;
 /// Cancels answered before server #0 is killed.
 const KILL_AFTER: usize = 120;
 
-fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
-    records
-        .iter()
-        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
-        .filter_map(|r| Some((r.user, r.order_id()?)))
-        .collect()
-}
-
-/// POSTs until decided: no answer, or a 503 (which must carry `Retry-After` and a
-/// code), is sent again under the same key, to whichever server is up. Any other
-/// 5xx fails the test. Returns the status and the body.
-async fn post_until_decided(
-    stack: &Stack,
-    path: &str,
-    token: &str,
-    key: &str,
-    unavailable: &AtomicUsize,
-) -> (u16, Value) {
-    for attempt in 0..100 {
-        let bases = stack.live_bases();
-        let base = &bases[attempt % bases.len().max(1)];
-        let resp = stack
-            .http
-            .post(format!("{base}{path}"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", key)
-            .send()
-            .await;
-        let Ok(resp) = resp else {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        };
-        let status = resp.status().as_u16();
-        let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status == 503 {
-            assert!(
-                retry_after && body["error"].is_string(),
-                "a 503 to {path} without Retry-After or error code: {body}"
-            );
-            unavailable.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
-        assert!(status < 500, "{path}: {status} {body}");
-        return (status, body);
-    }
-    panic!("{path} undecided after 100 tries");
-}
+/// How often, and how far apart, a cancel or payment is sent until decided.
+const RETRIES: (usize, Duration) = (100, Duration::from_millis(100));
 
 async fn redis_int(stack: &Stack, key: String) -> i64 {
     redis::cmd("GET")
@@ -96,15 +49,7 @@ async fn buyers(stack: &Stack, sale: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
-    let mut stack = Stack::start(
-        "cancel-kill",
-        Options {
-            servers: 2,
-            extra: vec![("STAMPEDE_EXPIRE_MS", "200"), ("STAMPEDE_SWEEP_MS", "200")],
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("cancel-kill", Options::servers(2).with(&FAST_JOBS)).await;
     let keep = stack.create_payment_sale(UNITS, 600, false).await;
     let rebuy = stack.create_payment_sale(UNITS, 600, true).await;
     let users = stack.create_users(UNITS as usize, false).await;
@@ -123,20 +68,9 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         final_answers(&bought).iter().all(|r| r.is_accepted()),
         "every purchase 202"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let settled: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)")
-                .bind([keep, rebuy])
-                .fetch_one(&stack.db)
-                .await
-                .unwrap();
-        if settled == 2 * UNITS {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{settled} orders settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    stack
+        .wait_orders_in_postgres(&[keep, rebuy], 2 * UNITS)
+        .await;
     let unavailable = AtomicUsize::new(0);
 
     // A third of the keep sale's buyers pay: their orders will be refunded.
@@ -148,7 +82,8 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         let unavailable = &unavailable;
         let stack = &stack;
         async move {
-            post_until_decided(stack, &path, &u.token, "pay", unavailable)
+            stack
+                .post_until_decided(&path, &u.token, "pay", RETRIES, unavailable)
                 .await
                 .0
         }
@@ -193,8 +128,9 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     let firing = stream::iter(cancels.iter().map(|c| {
         let (answered, unavailable) = (&answered, &unavailable);
         async move {
-            let (status, body) =
-                post_until_decided(stack_ref, &c.path, &c.token, &c.key, unavailable).await;
+            let (status, body) = stack_ref
+                .post_until_decided(&c.path, &c.token, &c.key, RETRIES, unavailable)
+                .await;
             answered.fetch_add(1, Ordering::Relaxed);
             (status, body, c.refund)
         }
@@ -223,13 +159,12 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         answers.len(),
         unavailable.load(Ordering::Relaxed)
     );
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
-    )
-    .bind([keep, rebuy])
-    .fetch_one(&stack.db)
-    .await
-    .unwrap();
+    let pending: i64 = stack
+        .scalar(
+            "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
+            [keep, rebuy],
+        )
+        .await;
     println!("returns still pending after the stream: {pending}");
     for (status, body, refund) in &answers {
         assert_eq!(*status, 200, "{body}");
@@ -243,32 +178,14 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     stack.wait_stock_changes_applied(&[keep, rebuy]).await;
 
     for (sale, rebuy_after_expiry) in [(keep, false), (rebuy, true)] {
-        let statuses: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(
-            "SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status",
-        )
-        .bind(sale)
-        .fetch_all(&stack.db)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
+        let statuses = stack.orders_by_status(sale).await;
         let refunded = if rebuy_after_expiry { 0 } else { 67 };
         let cancelled = CANCELLED - refunded;
         assert_eq!(statuses.get("cancelled").copied().unwrap_or(0), cancelled);
         assert_eq!(statuses.get("refunded").copied().unwrap_or(0), refunded);
-        let returns: (i64, i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'applied'), COALESCE(sum(delta), 0)::int8
-             FROM stock_changes WHERE sale_id = $1 AND kind = 'return'",
-        )
-        .bind(sale)
-        .fetch_one(&stack.db)
-        .await
-        .unwrap();
-        let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-            .bind(sale)
-            .fetch_one(&stack.db)
-            .await
-            .unwrap();
+        let returns: (i64, i64, i64) = stack.row("SELECT count(*), count(*) FILTER (WHERE status = 'applied'), COALESCE(sum(delta), 0)::int8
+             FROM stock_changes WHERE sale_id = $1 AND kind = 'return'", sale).await;
+        let total = stack.stock_total(sale).await;
         let k = stack.keys.sale(Id::new(sale).unwrap());
         let left = redis_int(&stack, k.stock).await;
         let buyers = buyers(&stack, sale).await;

@@ -17,10 +17,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Fsync, Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, Record, Storm, purchases};
+use crate::storm::{Plan, Record, purchases};
 
 async fn failover_mid_storm(name: &str, replica_acks: bool) {
     let mut stack = Stack::start(
@@ -37,8 +36,7 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
         },
     )
     .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
+    let (users, sales) = stack.shoppers_and_sales().await;
     // The victim: the shard of the sale with 5,000 units (it never sells out).
     let cluster = stack.cluster.as_ref().unwrap();
     let big = *sales.last().unwrap();
@@ -75,15 +73,9 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
     assert!(!others.is_empty(), "all sales on one shard: {sales:?}");
     println!("victim primary node {primary}, replica {replica}, its sales {victim_sales:?}");
 
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
-        Plan {
-            rate: 200.0,
-            max_duration: Duration::from_secs(30),
-            ..Plan::default()
-        },
+        Plan::at_rate(200.0).lasting(Duration::from_secs(30)),
     );
     storm.wait_accepted(300, Duration::from_secs(20)).await;
 
@@ -228,12 +220,9 @@ async fn failover_mid_storm(name: &str, replica_acks: bool) {
     assert_invariants(&stack, &all, &sales, &[], loss).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_primary_killed_mid_storm_fails_over_and_with_replica_acks_no_202_is_lost() {
-    failover_mid_storm("cluster-failover-acks", true).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn without_replica_acks_only_202s_the_stopped_replica_never_got_can_be_lost() {
-    failover_mid_storm("cluster-failover-async", false).await;
+scenario_tests! {
+    a_primary_killed_mid_storm_fails_over_and_with_replica_acks_no_202_is_lost =>
+        failover_mid_storm("cluster-failover-acks", true);
+    without_replica_acks_only_202s_the_stopped_replica_never_got_can_be_lost =>
+        failover_mid_storm("cluster-failover-async", false);
 }

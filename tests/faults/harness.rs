@@ -14,6 +14,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -24,6 +25,9 @@ use sqlx::postgres::PgPoolOptions;
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 use stampede::keys::Keys;
+
+pub use crate::db::Db;
+use crate::storm::{Plan, Storm, Work};
 
 /// Where run directories live: git-ignored, inside the worktree, so the postgres
 /// user can reach them (the run dirs are made passable for it).
@@ -636,15 +640,11 @@ impl Redis {
                 .args(["-p", &port, "shutdown"])
                 .output();
             if let Some(mut child) = self.child.take() {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while child.try_wait().ok().flatten().is_none() {
-                    if Instant::now() > deadline {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!("Redis did not shut down in 20 s");
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                wait_for_exit(
+                    &mut child,
+                    Duration::from_secs(20),
+                    "Redis did not shut down",
+                );
             }
         });
     }
@@ -745,14 +745,7 @@ impl Cluster {
     }
 
     async fn query<T: redis::FromRedisValue>(&self, node: usize, cmd: &redis::Cmd) -> Option<T> {
-        let client = redis::Client::open(self.nodes[node].url()).ok()?;
-        let mut conn = tokio::time::timeout(
-            Duration::from_secs(1),
-            client.get_multiplexed_async_connection(),
-        )
-        .await
-        .ok()?
-        .ok()?;
+        let mut conn = connect_within_a_second(&self.nodes[node].url()).await?;
         tokio::time::timeout(Duration::from_secs(1), cmd.query_async(&mut conn))
             .await
             .ok()?
@@ -1027,15 +1020,12 @@ impl Server {
                 let _ = Command::new("kill")
                     .args(["-TERM", &child.id().to_string()])
                     .status();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while child.try_wait().ok().flatten().is_none() {
-                    if Instant::now() > deadline {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        panic!("stampede serve did not stop in 30 s of SIGTERM");
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                let within = Duration::from_secs(30);
+                wait_for_exit(
+                    &mut child,
+                    within,
+                    "stampede serve did not stop after SIGTERM",
+                );
             });
         }
     }
@@ -1070,6 +1060,32 @@ pub struct Options {
     pub extra: Vec<(&'static str, &'static str)>,
 }
 
+impl Options {
+    /// The defaults, with Redis syncing its AOF as `fsync` says.
+    pub fn fsync(fsync: Fsync) -> Options {
+        Options {
+            fsync,
+            ..Options::default()
+        }
+    }
+
+    /// These options with `extra` settings (`STAMPEDE_*`) for every server.
+    pub fn with(self, extra: &[(&'static str, &'static str)]) -> Options {
+        Options {
+            extra: extra.to_vec(),
+            ..self
+        }
+    }
+
+    /// The defaults, with `servers` servers.
+    pub fn servers(servers: usize) -> Options {
+        Options {
+            servers,
+            ..Options::default()
+        }
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -1080,6 +1096,30 @@ impl Default for Options {
             extra: Vec::new(),
         }
     }
+}
+
+/// Waits (blocking) for `child` to exit; past `within`, kills it and fails the
+/// test with `what`.
+fn wait_for_exit(child: &mut Child, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} in {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A connection to the Redis at `url`, if one is made within a second.
+pub async fn connect_within_a_second(url: &str) -> Option<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url).ok()?;
+    let connecting = client.get_multiplexed_async_connection();
+    tokio::time::timeout(Duration::from_secs(1), connecting)
+        .await
+        .ok()?
+        .ok()
 }
 
 /// One test's world. Fields drop in order: servers, then Redis, then Postgres,
@@ -1097,6 +1137,12 @@ pub struct Stack {
     pub env: ServerEnv,
     pub dir: RunDir,
     started: Instant,
+}
+
+impl Db for Stack {
+    fn pool(&self) -> &PgPool {
+        &self.db
+    }
 }
 
 impl Stack {
@@ -1218,6 +1264,51 @@ impl Stack {
             .collect()
     }
 
+    /// POSTs `path` as `token` under the `Idempotency-Key` `key` until decided: no
+    /// answer, or a 503 (which must carry `Retry-After` and an error code; each one
+    /// counted in `unavailable`), is sent again after `pause` under the same key, to
+    /// the next server that is up, `tries` times at most. Any other 5xx fails the
+    /// test. Returns the status and the body.
+    pub async fn post_until_decided(
+        &self,
+        path: &str,
+        token: &str,
+        key: &str,
+        (tries, pause): (usize, Duration),
+        unavailable: &AtomicUsize,
+    ) -> (u16, Value) {
+        for attempt in 0..tries {
+            let bases = self.live_bases();
+            let base = &bases[attempt % bases.len().max(1)];
+            let resp = self
+                .http
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .header("Idempotency-Key", key)
+                .send()
+                .await;
+            let Ok(resp) = resp else {
+                tokio::time::sleep(pause).await;
+                continue;
+            };
+            let status = resp.status().as_u16();
+            let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            if status == 503 {
+                assert!(
+                    retry_after && body["error"].is_string(),
+                    "a 503 to {path} without Retry-After or error code: {body}"
+                );
+                unavailable.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(pause).await;
+                continue;
+            }
+            assert!(status < 500, "{path}: {status} {body}");
+            return (status, body);
+        }
+        panic!("{path} undecided after {tries} tries");
+    }
+
     /// Accepted orders not yet in Postgres (the sales' pending hashes).
     pub async fn pending_orders(&self, sales: &[i64]) -> i64 {
         let mut pipe = redis::pipe();
@@ -1231,51 +1322,55 @@ impl Stack {
         counts.iter().sum()
     }
 
-    /// Waits until every one of these sales has an order in Postgres: then the
-    /// settlement workers know their streams (they re-read the list every 2 s).
-    pub async fn wait_settling(&self, sales: &[i64]) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+    /// Asks Postgres every 50 ms for the count `query` answers about `sales` (its
+    /// `$1`) until it is `want`; fails after `within`, naming `what` it counted.
+    pub async fn wait_for_count(
+        &self,
+        query: &'static str,
+        sales: &[i64],
+        want: i64,
+        within: Duration,
+        what: &str,
+    ) {
+        let deadline = Instant::now() + within;
         loop {
-            let settled: i64 = sqlx::query_scalar(
-                "SELECT count(DISTINCT sale_id) FROM orders WHERE sale_id = ANY($1)",
-            )
-            .bind(sales)
-            .fetch_one(&self.db)
-            .await
-            .expect("count settled sales");
-            if settled == sales.len() as i64 {
+            let count: i64 = self.scalar(query, sales).await;
+            if count == want {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "only {settled} of {} sales have a settled order after 20 s",
-                sales.len()
+                "{count} {what}, not {want}, after {within:?}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
+    /// Waits until every one of these sales has an order in Postgres: then the
+    /// settlement workers know their streams (they re-read the list every 2 s).
+    pub async fn wait_settling(&self, sales: &[i64]) {
+        let query = "SELECT count(DISTINCT sale_id) FROM orders WHERE sale_id = ANY($1)";
+        let (want, within) = (sales.len() as i64, Duration::from_secs(20));
+        self.wait_for_count(query, sales, want, within, "sales with a settled order")
+            .await;
+    }
+
     /// Waits (up to 20 s) until no stock change of these sales is left pending,
     /// i.e. recorded (answered 202) but not yet applied to both stores.
     pub async fn wait_stock_changes_applied(&self, sales: &[i64]) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let pending: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'",
-            )
-            .bind(sales)
-            .fetch_one(&self.db)
-            .await
-            .expect("count pending stock changes");
-            if pending == 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{pending} stock changes still pending after 20 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let query =
+            "SELECT count(*) FROM stock_changes WHERE sale_id = ANY($1) AND status = 'pending'";
+        let within = Duration::from_secs(20);
+        self.wait_for_count(query, sales, 0, within, "stock changes still pending")
+            .await;
+    }
+
+    /// Waits (up to 30 s) until Postgres holds `n` orders of these sales.
+    pub async fn wait_orders_in_postgres(&self, sales: &[i64], n: i64) {
+        let query = "SELECT count(*) FROM orders WHERE sale_id = ANY($1)";
+        let within = Duration::from_secs(30);
+        self.wait_for_count(query, sales, n, within, "orders in Postgres")
+            .await;
     }
 
     /// The settlement consumers that have read this sale's order stream.
@@ -1396,6 +1491,19 @@ impl Stack {
         self.admin_post("/api/admin/sales", &sale).await["id"]
             .as_i64()
             .unwrap()
+    }
+
+    /// The shoppers and sales of the storm scenarios: 1,500 users and a live sale of
+    /// each of [`crate::STOCKS`].
+    pub async fn shoppers_and_sales(&self) -> (Vec<User>, Vec<i64>) {
+        let users = self.create_users(1500, false).await;
+        let sales = self.create_sales(&crate::STOCKS).await;
+        (users, sales)
+    }
+
+    /// A storm of `work` over the stack's servers, paced by `plan`.
+    pub fn storm(&self, work: Vec<Work>, plan: Plan) -> Storm {
+        Storm::start(&self.http, self.bases(), work, plan)
     }
 
     pub async fn create_sales(&self, stocks: &[i64]) -> Vec<i64> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Options, Stack};
+use crate::harness::{Db, Options, Stack};
 
 /// What one press ended with: its key, its 202s' order ids, and the last status.
 struct Press {
@@ -78,14 +78,7 @@ async fn press(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills() {
-    let mut stack = Stack::start(
-        "idempotent-retry",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("idempotent-retry", Options::servers(2)).await;
     let users = stack.create_users(USERS, false).await;
     let sale = stack
         .create_sale_with(10_000, json!({ "max_per_user": PRESSES }))
@@ -148,13 +141,12 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
         assert!(Instant::now() < deadline, "orders still pending after 30 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let rows: Vec<(uuid::Uuid, i64, i32, Option<String>)> = sqlx::query_as(
-        "SELECT id, user_id, quantity, idempotency_key FROM orders WHERE sale_id = $1",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
+    let rows: Vec<(uuid::Uuid, i64, i32, Option<String>)> = stack
+        .rows(
+            "SELECT id, user_id, quantity, idempotency_key FROM orders WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     let in_pg: HashMap<uuid::Uuid, (i64, Option<String>)> = rows
         .iter()
         .map(|(id, user, _, key)| (*id, (*user, key.clone())))

@@ -11,7 +11,7 @@ use std::fs;
 
 use crate::harness::{Options, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 /// The shipped shapes (sliding log per user, sliding counter per address), with
 /// limits this storm never reaches: every request is counted, none refused.
@@ -106,15 +106,7 @@ async fn limit_windows_stay_out_of_the_aof_and_a_redis_kill_loses_no_202() {
     let users = stack.create_users(400, false).await;
     let sales = stack.create_sales(&[100, 5_000]).await;
     // Each user buys from both sales and comes back to a share of them (409s).
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.3),
-        Plan {
-            rate: 400.0,
-            ..Plan::default()
-        },
-    );
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.3), Plan::at_rate(400.0));
     let records = storm.finish().await;
     assert!(
         records.iter().filter(|r| r.is_accepted()).count() >= 400,

@@ -6,6 +6,22 @@
 //! (`invariants.rs`): every accepted order in Postgres once, nobody buys twice,
 //! no oversell, units arithmetic exact in both stores, never a 500.
 
+/// Declares `#[tokio::test]`s that each run one scenario with its own arguments:
+/// `/// doc` lines, then `test_name => scenario(args);`.
+macro_rules! scenario_tests {
+    ($($(#[$meta:meta])* $name:ident => $scenario:ident($($arg:expr),* $(,)?);)+) => {
+        $(
+            $(#[$meta])*
+            #[tokio::test(flavor = "multi_thread")]
+            async fn $name() {
+                $scenario($($arg),*).await;
+            }
+        )+
+    };
+}
+
+#[path = "../common/db.rs"]
+mod db;
 mod harness;
 mod invariants;
 mod storm;

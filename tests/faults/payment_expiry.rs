@@ -9,17 +9,20 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use rand::seq::SliceRandom;
-use serde_json::Value;
 use uuid::Uuid;
 
-use crate::harness::{Options, Stack, User};
+use crate::harness::{Db, Options, Stack, User};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers, reconcile};
-use crate::storm::{self, Op, Plan, Record, Storm, Work};
+use crate::storm::{self, Op, Plan, Record, Work, orders_of};
 
+/// Both servers' expiry pass and sweep run this often (ms): the orders and
+/// returns the test needs come due within its time.
+const FAST_JOBS: [(&str, &str); 2] = [("STAMPEDE_EXPIRE_MS", "50"), ("STAMPEDE_SWEEP_MS", "200")];
 /// Payment window of every sale: time enough to buy, settle and pay 140 orders.
 const WINDOW_S: i64 = 8;
 const UNITS: i64 = 100;
@@ -99,15 +102,6 @@ fn shuffled(mut items: Vec<Work>, servers: usize) -> Vec<Work> {
     items
 }
 
-/// The order id of each 202 of `sale`, by user.
-fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
-    records
-        .iter()
-        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
-        .filter_map(|r| Some((r.user, r.order_id()?)))
-        .collect()
-}
-
 /// `(user, final answer)` of every purchase of `sale` in `records`.
 fn answers_of(records: &[Record], sale: i64) -> Vec<(i64, String)> {
     final_answers(records)
@@ -117,59 +111,17 @@ fn answers_of(records: &[Record], sale: i64) -> Vec<(i64, String)> {
         .collect()
 }
 
-async fn wait_orders_in_postgres(stack: &Stack, sales: &[i64], n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let settled: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = ANY($1)")
-                .bind(sales)
-                .fetch_one(&stack.db)
-                .await
-                .unwrap();
-        if settled == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{settled} of {n} orders in Postgres after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `POST /api/orders/{order}/pay` under one idempotency key until decided: a 503
 /// (with `Retry-After` and a code, else a failure) or no answer is sent again.
 async fn pay(stack: &Stack, user: &User, order: Uuid) -> u16 {
+    let path = format!("/api/orders/{order}/pay");
+    let retries = (50, Duration::from_millis(200));
+    let unavailable = AtomicUsize::new(0);
     let key = format!("pay-{order}");
-    for attempt in 0..50 {
-        let bases = stack.live_bases();
-        let base = &bases[attempt % bases.len()];
-        let resp = stack
-            .http
-            .post(format!("{base}/api/orders/{order}/pay"))
-            .bearer_auth(&user.token)
-            .header("Idempotency-Key", &key)
-            .send()
-            .await;
-        let Ok(resp) = resp else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        let status = resp.status().as_u16();
-        let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        if status == 503 {
-            assert!(
-                retry_after && body["error"].is_string(),
-                "a 503 to a payment without Retry-After or error code: {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        }
-        assert!(status < 500, "payment of {order}: {status} {body}");
-        return status;
-    }
-    panic!("payment of {order} undecided after 50 tries");
+    let (status, _) = stack
+        .post_until_decided(&path, &user.token, &key, retries, &unavailable)
+        .await;
+    status
 }
 
 /// Pays each user's order; every payment must be 200.
@@ -276,32 +228,16 @@ struct Snapshot {
 }
 
 async fn snapshot(stack: &Stack, sale: i64) -> Snapshot {
-    let total: i64 = sqlx::query_scalar("SELECT stock_total FROM sales WHERE id = $1")
-        .bind(sale)
-        .fetch_one(&stack.db)
-        .await
-        .unwrap();
-    let statuses: Vec<(String, i64)> =
-        sqlx::query_as("SELECT status, count(*) FROM orders WHERE sale_id = $1 GROUP BY status")
-            .bind(sale)
-            .fetch_all(&stack.db)
-            .await
-            .unwrap();
-    let returns: Vec<(String, Option<i64>, i64)> = sqlx::query_as(
-        "SELECT status, delta, count(*) FROM stock_changes
+    let total = stack.stock_total(sale).await;
+    let statuses = stack.orders_by_status(sale).await;
+    let returns: Vec<(String, Option<i64>, i64)> = stack
+        .rows(
+            "SELECT status, delta, count(*) FROM stock_changes
          WHERE sale_id = $1 AND kind = 'return' GROUP BY status, delta",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
-    let pending: Vec<i64> = sqlx::query_scalar(
-        "SELECT id FROM stock_changes WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
+    let pending: Vec<i64> = stack.scalars("SELECT id FROM stock_changes WHERE sale_id = $1 AND kind = 'return' AND status = 'pending'", sale).await;
     let k = stack.keys.sale(stampede::domain::Id::new(sale).unwrap());
     let mut conn = stack.redis().await;
     let (left, buyers, in_redis): (i64, i64, i64) = redis::pipe()
@@ -332,7 +268,7 @@ async fn snapshot(stack: &Stack, sale: i64) -> Snapshot {
         left,
         buyers,
         in_redis,
-        statuses: statuses.into_iter().collect(),
+        statuses,
         returns: returns.into_iter().map(|(s, d, n)| ((s, d), n)).collect(),
         pending_in_redis,
         pending_delta,
@@ -446,15 +382,7 @@ async fn expect_sale(stack: &Stack, sale: i64, rebuy: bool, e: Expect, step: &st
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
-    let mut stack = Stack::start(
-        "payment-expiry",
-        Options {
-            servers: 2,
-            extra: vec![("STAMPEDE_EXPIRE_MS", "50"), ("STAMPEDE_SWEEP_MS", "200")],
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut stack = Stack::start("payment-expiry", Options::servers(2).with(&FAST_JOBS)).await;
     let t0 = Instant::now();
     let mut bulk = Vec::new();
     bulk.push(stack.create_payment_sale(BULK_UNITS, WINDOW_S, false).await);
@@ -487,7 +415,7 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
         "purchases not 202: {not_accepted:?}"
     );
     let mut records = bought;
-    wait_orders_in_postgres(&stack, &all, expected_orders).await;
+    stack.wait_orders_in_postgres(&all, expected_orders).await;
     println!(
         "{expected_orders} orders bought and settled at {:.1?}",
         t0.elapsed()
@@ -535,9 +463,7 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
     let mut again = work(&keep_users, keep);
     again.extend(work(&rebuy_users[..PAYERS], rebuy));
     let again: Vec<Work> = (0..10).flat_map(|_| again.clone()).collect();
-    let retrying = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let retrying = stack.storm(
         shuffled(again, 2),
         Plan {
             rate: 20.0,
@@ -714,7 +640,9 @@ async fn unpaid_orders_come_back_exactly_once_while_the_expiry_job_is_killed() {
         );
     }
     records.extend(resale.iter().cloned());
-    wait_orders_in_postgres(&stack, &[keep, rebuy], 2 * UNITS + 2 * UNPAID).await;
+    stack
+        .wait_orders_in_postgres(&[keep, rebuy], 2 * UNITS + 2 * UNPAID)
+        .await;
     // The new orders are paid within their window too, so nothing expires again.
     let by_id: HashMap<i64, &User> = newcomers
         .iter()

@@ -7,27 +7,19 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::STOCKS;
 use crate::harness::{Options, PgStop, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 const OUTAGE: Duration = Duration::from_secs(10);
 
 async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
     let mut stack = Stack::start(name, Options::default()).await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(
         purchases(&users, &sales, 1, 0.03),
-        Plan {
-            // Slow enough that the sales still have units during the outage.
-            rate: 120.0,
-            max_duration: Duration::from_secs(22),
-            ..Plan::default()
-        },
+        // Slow enough that the sales still have units during the outage.
+        Plan::at_rate(120.0).lasting(Duration::from_secs(22)),
     );
     storm.wait_accepted(150, Duration::from_secs(20)).await;
     let down_at = Instant::now();
@@ -113,12 +105,9 @@ async fn wait_ready(stack: &Stack, timeout: Duration) -> bool {
     false
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_stopped_mid_storm_purchases_go_on_and_the_backlog_settles() {
-    postgres_outage_mid_storm("pg-stop-fast", PgStop::Fast).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn postgres_crashed_mid_storm_purchases_go_on_and_the_backlog_settles() {
-    postgres_outage_mid_storm("pg-stop-immediate", PgStop::Immediate).await;
+scenario_tests! {
+    postgres_stopped_mid_storm_purchases_go_on_and_the_backlog_settles =>
+        postgres_outage_mid_storm("pg-stop-fast", PgStop::Fast);
+    postgres_crashed_mid_storm_purchases_go_on_and_the_backlog_settles =>
+        postgres_outage_mid_storm("pg-stop-immediate", PgStop::Immediate);
 }

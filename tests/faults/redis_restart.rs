@@ -5,10 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
 use crate::harness::{Fsync, Options, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, Storm, purchases};
+use crate::storm::{Plan, purchases};
 
 #[derive(Clone, Copy, Debug)]
 enum Stop {
@@ -19,25 +18,9 @@ enum Stop {
 }
 
 async fn redis_restart_mid_storm(name: &str, stop: Stop) {
-    let mut stack = Stack::start(
-        name,
-        Options {
-            fsync: Fsync::Always,
-            ..Options::default()
-        },
-    )
-    .await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.03),
-        Plan {
-            rate: 200.0,
-            ..Plan::default()
-        },
-    );
+    let mut stack = Stack::start(name, Options::fsync(Fsync::Always)).await;
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.03), Plan::at_rate(200.0));
     storm.wait_accepted(300, Duration::from_secs(20)).await;
     let down_at = Instant::now();
     match stop {
@@ -68,14 +51,11 @@ async fn redis_restart_mid_storm(name: &str, stop: Stop) {
     assert_invariants(&stack, &all, &sales, &[], AllowedLoss::None).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn redis_shut_down_and_restarted_mid_storm_answers_503_never_500_and_loses_no_202() {
-    redis_restart_mid_storm("redis-restart", Stop::Graceful).await;
-}
-
-/// Also the `always` half of scenario 4: no cut of the AOF, since with `always` a
-/// reply leaves only after its fsync, so a 202 is in the file before the kill.
-#[tokio::test(flavor = "multi_thread")]
-async fn redis_killed_mid_storm_under_fsync_always_loses_no_202() {
-    redis_restart_mid_storm("redis-kill9", Stop::Kill9).await;
+scenario_tests! {
+    redis_shut_down_and_restarted_mid_storm_answers_503_never_500_and_loses_no_202 =>
+        redis_restart_mid_storm("redis-restart", Stop::Graceful);
+    /// Also the `always` half of scenario 4: no cut of the AOF, since with `always` a
+    /// reply leaves only after its fsync, so a 202 is in the file before the kill.
+    redis_killed_mid_storm_under_fsync_always_loses_no_202 =>
+        redis_restart_mid_storm("redis-kill9", Stop::Kill9);
 }

@@ -7,27 +7,30 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::STOCKS;
-use crate::harness::{Options, Stack};
+use crate::harness::{Db, Options, Stack};
 use crate::invariants::{
     AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants, final_answers,
 };
-use crate::storm::{self, Plan, Storm, Work, purchases, votes};
+use crate::storm::{self, Plan, Record, Work, purchases, votes};
+
+/// After the wipe the server decides `what`s (purchases, votes) again without a
+/// restart (`serving`), and some sent after the wipe were accepted.
+fn assert_serving_after_the_wipe(serving: bool, after: &[Record], what: &str) {
+    assert!(
+        serving,
+        "{what}s are decided again after the wipe, without restarting the server"
+    );
+    assert!(
+        after.iter().any(|r| r.is_accepted()),
+        "no {what} was accepted after the wipe"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_twice() {
     let stack = Stack::start("wipe-sales", Options::default()).await;
-    let users = stack.create_users(1500, false).await;
-    let sales = stack.create_sales(&STOCKS).await;
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        purchases(&users, &sales, 1, 0.05),
-        Plan {
-            rate: 250.0,
-            ..Plan::default()
-        },
-    );
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.05), Plan::at_rate(250.0));
     storm.wait_accepted(300, Duration::from_secs(20)).await;
     // Settled buyers before the wipe: the rebuild must keep them from buying again.
     stack.wait_settling(&sales).await;
@@ -49,14 +52,7 @@ async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_
         .cloned()
         .collect();
     println!("sent after the wipe: {}", storm::summary(&after));
-    assert!(
-        serving,
-        "purchases are decided again after the wipe, without restarting the server"
-    );
-    assert!(
-        after.iter().any(|r| r.is_accepted()),
-        "no purchase was accepted after the wipe"
-    );
+    assert_serving_after_the_wipe(serving, &after, "purchase");
     let report = assert_invariants(
         &stack,
         &records,
@@ -98,15 +94,7 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
         use rand::seq::SliceRandom;
         work.shuffle(&mut rand::rng());
     }
-    let storm = Storm::start(
-        &stack.http,
-        stack.bases(),
-        work,
-        Plan {
-            rate: 120.0,
-            ..Plan::default()
-        },
-    );
+    let storm = stack.storm(work, Plan::at_rate(120.0));
     storm.wait_accepted(100, Duration::from_secs(20)).await;
     stack.flushall().await;
     let wiped = Instant::now();
@@ -116,14 +104,7 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
     let after: Vec<_> = wave.iter().filter(|r| r.sent >= wiped).cloned().collect();
     println!("sent after the wipe: {}", storm::summary(&after));
     records.extend(wave.iter().cloned());
-    assert!(
-        serving,
-        "votes are decided again after the wipe, without restarting the server"
-    );
-    assert!(
-        after.iter().any(|r| r.is_accepted()),
-        "no vote was accepted after the wipe"
-    );
+    assert_serving_after_the_wipe(serving, &after, "vote");
     let early_ids: HashSet<i64> = early.iter().map(|u| u.id).collect();
     let revoted: Vec<i64> = wave
         .iter()
@@ -136,25 +117,17 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
         revoted.len(),
         &revoted[..revoted.len().min(10)]
     );
-    let report = assert_invariants(
-        &stack,
-        &records,
-        &[],
-        &[poll],
-        AllowedLoss::SentBefore(wiped),
-    )
-    .await;
+    let loss = AllowedLoss::SentBefore(wiped);
+    let report = assert_invariants(&stack, &records, &[], &[poll], loss).await;
     println!(
         "{} accepted votes were lost with the wipe (accepted, not yet settled)",
         report.lost.len()
     );
 
     // Everyone whose vote Postgres holds tries again: 409 already_voted each.
-    let settled: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM votes WHERE poll_id = $1")
-        .bind(poll)
-        .fetch_all(&stack.db)
-        .await
-        .unwrap();
+    let settled: Vec<i64> = stack
+        .scalars("SELECT user_id FROM votes WHERE poll_id = $1", poll)
+        .await;
     let settled: HashSet<i64> = settled.into_iter().collect();
     let again_users: Vec<_> = voters
         .iter()
@@ -179,12 +152,5 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
         not_refused.join("; ")
     );
     records.extend(again);
-    assert_invariants(
-        &stack,
-        &records,
-        &[],
-        &[poll],
-        AllowedLoss::SentBefore(wiped),
-    )
-    .await;
+    assert_invariants(&stack, &records, &[], &[poll], loss).await;
 }

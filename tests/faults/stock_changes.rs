@@ -12,7 +12,7 @@ use sqlx::PgPool;
 
 use crate::harness::{Options, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants, final_answers};
-use crate::storm::{self, Op, Plan, Storm, Work, purchases};
+use crate::storm::{self, Op, Plan, Work, purchases};
 
 const ROUNDS: usize = 20;
 const BUYERS_PER_ROUND: usize = 100;
@@ -36,14 +36,7 @@ fn stock_change(stack: &Stack, sale: i64, body: String) -> Work {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_stock_changes_over_two_instances_keep_both_stores_in_step() {
-    let stack = Stack::start(
-        "stock-race",
-        Options {
-            servers: 2,
-            ..Options::default()
-        },
-    )
-    .await;
+    let stack = Stack::start("stock-race", Options::servers(2)).await;
     let users = stack.create_users(ROUNDS * BUYERS_PER_ROUND, false).await;
     for (round, buyers) in users.chunks(BUYERS_PER_ROUND).enumerate() {
         let sale = stack.create_sale(20).await;
@@ -59,10 +52,8 @@ async fn concurrent_stock_changes_over_two_instances_keep_both_stores_in_step() 
         storm::spread(&mut changes, 2);
         // All 300 changes in flight at once, racing each other on both instances,
         // while the buyers arrive over the second or two the changes take.
-        let changing = Storm::start(&stack.http, stack.bases(), changes, Plan::burst(300, 300));
-        let buying = Storm::start(
-            &stack.http,
-            stack.bases(),
+        let changing = stack.storm(changes, Plan::burst(300, 300));
+        let buying = stack.storm(
             purchases(buyers, &[sale], 2, 0.0),
             Plan {
                 rate: 60.0,

@@ -88,6 +88,40 @@ pub enum Outcome {
     NoAnswer(String),
 }
 
+impl Outcome {
+    /// What a request got: its outcome, and its JSON body (null when it has none).
+    pub async fn of(sent: reqwest::Result<reqwest::Response>) -> (Outcome, Value) {
+        let resp = match sent {
+            Err(e) => return (Outcome::NoAnswer(e.to_string()), Value::Null),
+            Ok(resp) => resp,
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        match resp.bytes().await {
+            Err(e) => {
+                let lost = format!("status {status}, body lost: {e}");
+                (Outcome::NoAnswer(lost), Value::Null)
+            }
+            Ok(bytes) => {
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let outcome = Outcome::Answer {
+                    status,
+                    code: body["error"].as_str().map(str::to_string),
+                    order_id: body["order_id"]
+                        .as_str()
+                        .and_then(|s| Uuid::parse_str(s).ok()),
+                    retry_after,
+                };
+                (outcome, body)
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Record {
     pub user: i64,
@@ -201,6 +235,22 @@ impl Default for Plan {
 }
 
 impl Plan {
+    /// The default plan at `rate` requests per second.
+    pub fn at_rate(rate: f64) -> Plan {
+        Plan {
+            rate,
+            ..Plan::default()
+        }
+    }
+
+    /// This plan, ending after `max_duration` at the latest.
+    pub fn lasting(self, max_duration: Duration) -> Plan {
+        Plan {
+            max_duration,
+            ..self
+        }
+    }
+
     /// `items` work items with up to `concurrency` requests in flight, released as
     /// fast as the client can send them, each tried until it is decided.
     pub fn burst(items: usize, concurrency: usize) -> Plan {
@@ -212,6 +262,15 @@ impl Plan {
             max_tries: 60,
         }
     }
+}
+
+/// The order id of each 202 of `sale`, by user.
+pub fn orders_of(records: &[Record], sale: i64) -> HashMap<i64, Uuid> {
+    records
+        .iter()
+        .filter(|r| r.is_accepted() && r.sale() == Some(sale))
+        .filter_map(|r| Some((r.user, r.order_id()?)))
+        .collect()
 }
 
 /// Every user tries every sale, in random order; `repeat_share` of the pairs are
@@ -501,31 +560,7 @@ async fn send(http: &Client, base: &str, item: &Work, server: usize, attempt: u3
     if let Some(body) = item.op.body() {
         req = req.json(&body);
     }
-    let outcome = match req.send().await {
-        Err(e) => Outcome::NoAnswer(e.to_string()),
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
-            match resp.bytes().await {
-                Err(e) => Outcome::NoAnswer(format!("status {status}, body lost: {e}")),
-                Ok(bytes) => {
-                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                    Outcome::Answer {
-                        status,
-                        code: body["error"].as_str().map(str::to_string),
-                        order_id: body["order_id"]
-                            .as_str()
-                            .and_then(|s| Uuid::parse_str(s).ok()),
-                        retry_after,
-                    }
-                }
-            }
-        }
-    };
+    let (outcome, _) = Outcome::of(req.send().await).await;
     Record {
         user: item.user,
         op: item.op.clone(),

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use stampede::domain::Id;
 use stampede::keys::SaleKeys;
 
-use crate::harness::{Fsync, Options, PgStop, Stack, User};
+use crate::harness::{Db, Fsync, Options, PgStop, Stack, User, connect_within_a_second};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::storm::{Op, Outcome, Record};
 
@@ -75,40 +75,8 @@ async fn attempt(
         req = req.json(b);
     }
     let sent = Instant::now();
-    match req.send().await {
-        Err(e) => (
-            sent,
-            Instant::now(),
-            Outcome::NoAnswer(e.to_string()),
-            Value::Null,
-        ),
-        Ok(resp) => {
-            let status = resp.status().as_u16();
-            let retry_after = resp
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .map(String::from);
-            match resp.text().await {
-                Err(e) => (
-                    sent,
-                    Instant::now(),
-                    Outcome::NoAnswer(e.to_string()),
-                    Value::Null,
-                ),
-                Ok(text) => {
-                    let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    let outcome = Outcome::Answer {
-                        status,
-                        code: json["error"].as_str().map(String::from),
-                        order_id: json["order_id"].as_str().and_then(|s| s.parse().ok()),
-                        retry_after,
-                    };
-                    (sent, Instant::now(), outcome, json)
-                }
-            }
-        }
-    }
+    let (outcome, json) = Outcome::of(req.send().await).await;
+    (sent, Instant::now(), outcome, json)
 }
 
 /// Worth another try: no answer, 503, or 408 (never read).
@@ -212,14 +180,7 @@ async fn buy(shop: Shop, user: User, first: usize) -> Vec<Record> {
 
 /// Reads the open admissions and the units left (`None` while Redis cannot tell).
 async fn open_and_left(shop: &Shop) -> Option<(Vec<i64>, Option<i64>)> {
-    let client = redis::Client::open(shop.redis_url.as_str()).ok()?;
-    let mut conn = tokio::time::timeout(
-        Duration::from_secs(1),
-        client.get_multiplexed_async_connection(),
-    )
-    .await
-    .ok()?
-    .ok()?;
+    let mut conn = connect_within_a_second(&shop.redis_url).await?;
     tokio::time::timeout(
         Duration::from_secs(1),
         redis::pipe()
@@ -272,24 +233,23 @@ async fn admin_open(stack: &Stack, sale: i64) {
 }
 
 async fn places_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
-    let rows: Vec<(i64, f64)> =
-        sqlx::query_as("SELECT user_id, place FROM queue_places WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(&stack.db)
-            .await
-            .unwrap();
+    let rows: Vec<(i64, f64)> = stack
+        .rows(
+            "SELECT user_id, place FROM queue_places WHERE sale_id = $1",
+            sale,
+        )
+        .await;
     rows.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
 async fn admissions_in_db(stack: &Stack, sale: i64) -> HashMap<i64, i64> {
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
+    let rows: Vec<(i64, i64)> = stack
+        .rows(
+            "SELECT user_id, round(extract(epoch FROM expires_at) * 1000)::bigint
          FROM queue_admissions WHERE sale_id = $1",
-    )
-    .bind(sale)
-    .fetch_all(&stack.db)
-    .await
-    .unwrap();
+            sale,
+        )
+        .await;
     rows.into_iter().collect()
 }
 
@@ -551,11 +511,9 @@ async fn scenario(name: &str, fault: Fault) {
         }
     }
     // No unit sold without an admission.
-    let buyers: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM orders WHERE sale_id = $1")
-        .bind(sale)
-        .fetch_all(&stack.db)
-        .await
-        .unwrap();
+    let buyers: Vec<i64> = stack
+        .scalars("SELECT user_id FROM orders WHERE sale_id = $1", sale)
+        .await;
     let unadmitted: Vec<i64> = buyers
         .iter()
         .copied()
@@ -586,22 +544,13 @@ async fn scenario(name: &str, fault: Fault) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_keeps_places_and_admissions_when_a_server_is_killed_mid_admission() {
-    scenario("wr-kill", Fault::KillServer).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admission() {
-    scenario("wr-redis-restart", Fault::RestartRedis).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission() {
-    scenario("wr-wipe", Fault::WipeRedis).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn waiting_room_records_every_admission_when_postgres_stops_mid_admission() {
-    scenario("wr-pg-stop", Fault::StopPostgres).await;
+scenario_tests! {
+    waiting_room_keeps_places_and_admissions_when_a_server_is_killed_mid_admission =>
+        scenario("wr-kill", Fault::KillServer);
+    waiting_room_keeps_places_and_admissions_when_redis_restarts_mid_admission =>
+        scenario("wr-redis-restart", Fault::RestartRedis);
+    waiting_room_comes_back_from_postgres_after_a_redis_wipe_mid_admission =>
+        scenario("wr-wipe", Fault::WipeRedis);
+    waiting_room_records_every_admission_when_postgres_stops_mid_admission =>
+        scenario("wr-pg-stop", Fault::StopPostgres);
 }
