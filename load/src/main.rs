@@ -20,7 +20,6 @@
 //! none of it. Its files import one another without a loop, each under 400 lines
 //! (`shape.rs` checks both).
 
-
 mod aim;
 mod args;
 mod checks;

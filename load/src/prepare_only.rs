@@ -65,8 +65,7 @@ async fn warm_up(args: &LoadArgs, target: &Target, plan: &Arc<Plan>) -> anyhow::
         for (k, n) in progress.counts() {
             *kinds.entry(k.label()).or_default() += n;
         }
-        let users: HashMap<usize, UserSeen> =
-            seen.into_iter().flat_map(|s| s.users).collect();
+        let users: HashMap<usize, UserSeen> = seen.into_iter().flat_map(|s| s.users).collect();
         let mut again = Vec::new();
         for (j, &user) in left.iter().enumerate() {
             // No answer at all (the request never got one) is as ambiguous as a 503.

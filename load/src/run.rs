@@ -29,8 +29,7 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     let (admin, user_ids, tokens) = match &db {
         Some(store) => {
             let prepared = progress_note(&args, "making users", async {
-                prepare::make_users(store, &config.token_secret, args.users.max(1), 6 * 3600)
-                    .await
+                prepare::make_users(store, &config.token_secret, args.users.max(1), 6 * 3600).await
             })
             .await?;
             (prepared.admin, prepared.ids, prepared.tokens)
