@@ -10,6 +10,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::ask::{Tally, ask, no_detail, state_of};
+use crate::args::LoadArgs;
 use crate::client::{Conn, Request, Target};
 use crate::fire::{REQUEST_TIMEOUT, STORM_TRIES, UserSeen};
 use crate::progress::Progress;
@@ -23,13 +24,13 @@ const FAR_EVERY: Duration = Duration::from_secs(5);
 const VIEW_EVERY: Duration = Duration::from_millis(100);
 
 /// What the line's readers share.
-pub struct Shared {
+struct Shared {
     /// The line's `served`: places the admission has reached.
-    pub served: AtomicI64,
+    served: AtomicI64,
     /// The sale has no unit left: everyone still waiting is sold out.
-    pub no_stock: AtomicBool,
+    no_stock: AtomicBool,
     /// The follow phase is over (every standing final, or the bound).
-    pub stop: AtomicBool,
+    stop: AtomicBool,
 }
 
 /// One user as the run follows it.
@@ -50,9 +51,93 @@ pub struct Follower {
     pub seen: UserSeen,
 }
 
+/// What the follow phase saw: the standings' and purchases' answers, the line's
+/// readings, every user as followed, and when the last standing was final (or
+/// the bound came).
+pub struct Followed {
+    pub polls: Tally,
+    pub buys: Tally,
+    pub views: Tally,
+    pub followers: Vec<Follower>,
+    pub ended: Instant,
+}
+
+/// The follow phase: `--concurrency` connections, each following its share of
+/// the users who `joined` (the others are `not_joined` at once) until every
+/// standing is final or `deadline`, while one reader follows the line's numbers.
+#[allow(clippy::too_many_arguments)]
+pub async fn follow_all(
+    target: &Target,
+    admin: &str,
+    sale: i64,
+    tokens: &Arc<Vec<String>>,
+    joined: &[bool],
+    args: &LoadArgs,
+    deadline: Instant,
+    progress: Arc<Progress>,
+) -> anyhow::Result<Followed> {
+    let shared = Arc::new(Shared {
+        served: AtomicI64::new(0),
+        no_stock: AtomicBool::new(false),
+        stop: AtomicBool::new(false),
+    });
+    let watcher = tokio::spawn(watch_line(
+        target.clone(),
+        admin.to_string(),
+        sale,
+        shared.clone(),
+        progress.clone(),
+    ));
+    let concurrency = args.concurrency.max(1);
+    let mut shares: Vec<Vec<Follower>> = (0..concurrency).map(|_| Vec::new()).collect();
+    for (i, ok) in joined.iter().enumerate() {
+        shares[i % concurrency].push(Follower {
+            index: i,
+            done: !ok,
+            state: (!ok).then(|| "not_joined".to_string()),
+            ..Follower::default()
+        });
+    }
+    // Users near the head: those admitted within half a second.
+    let near = i64::from(args.admit_per_second / 2).max(1);
+    let tasks: Vec<_> = shares
+        .into_iter()
+        .map(|mine| {
+            tokio::spawn(follow(
+                Conn::new(target.clone(), REQUEST_TIMEOUT),
+                mine,
+                tokens.clone(),
+                sale,
+                near,
+                deadline,
+                shared.clone(),
+                progress.clone(),
+            ))
+        })
+        .collect();
+    let (mut polls, mut buys) = (Tally::new(), Tally::new());
+    let mut followers = Vec::new();
+    for task in tasks {
+        let (p, b, mine) = task.await?;
+        polls.add(p);
+        buys.add(b);
+        followers.extend(mine);
+    }
+    let ended = Instant::now();
+    shared.stop.store(true, Ordering::Relaxed);
+    let (views, _) = watcher.await?;
+    Ok(Followed {
+        polls,
+        buys,
+        views,
+        followers,
+        ended,
+    })
+}
+
 /// The line's numbers, every [`VIEW_EVERY`], until the follow phase stops: the
 /// last view read.
-pub async fn watch_line(
+async fn watch_line(
     target: Target,
     admin: String,
     sale: i64,
@@ -159,7 +244,7 @@ async fn buy(
 
 /// One connection following its share of the users (every `concurrency`-th).
 #[allow(clippy::too_many_arguments)]
-pub async fn follow(
+async fn follow(
     mut conn: Conn,
     mut mine: Vec<Follower>,
     tokens: Arc<Vec<String>>,

@@ -19,6 +19,10 @@
 //!    Postgres: every order's buyer was admitted, nobody admitted twice,
 //!    admissions in line order, never ahead of the pace, orders = units sold, no
 //!    5xx, every standing final.
+//!
+//! `run.rs` runs the three phases and reports; `join.rs` is the first, `follow.rs`
+//! the second, `checks.rs` the waiting room's own checks; `ask.rs` records each
+//! request by phase.
 
 mod ask;
 mod checks;

@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -10,13 +9,13 @@ use stampede::rehearse::Store;
 
 use super::ask::Tally;
 use super::checks::{admissions_span, queue_checks, wait_copied};
-use super::follow::{Follower, Shared, follow, watch_line};
+use super::follow::{Followed, follow_all};
 use super::join::join_all;
 use crate::aim::Aim;
 use crate::args::LoadArgs;
 use crate::checks::{Check, sale_view, verify};
-use crate::client::{Conn, Target};
-use crate::fire::{REQUEST_TIMEOUT, UserSeen};
+use crate::client::Target;
+use crate::fire::UserSeen;
 use crate::latency::Latency;
 use crate::prepare;
 use crate::progress::{Line, Progress};
@@ -90,58 +89,19 @@ pub async fn run(
     let cap = (args.stock.max(0) as u64).min(args.users as u64);
     let bound = Duration::from_secs(30 + 2 * cap.div_ceil(u64::from(rate)));
     let deadline = follow_from + bound;
-    let shared = Arc::new(Shared {
-        served: AtomicI64::new(0),
-        no_stock: AtomicBool::new(false),
-        stop: AtomicBool::new(false),
-    });
     let progress = Arc::new(Progress::default());
     let line = Line::start("following", progress.clone());
-    let watcher = tokio::spawn(watch_line(
-        target.clone(),
-        admin.to_string(),
-        sale,
-        shared.clone(),
-        progress.clone(),
-    ));
-    let concurrency = args.concurrency.max(1);
-    let mut shares: Vec<Vec<Follower>> = (0..concurrency).map(|_| Vec::new()).collect();
-    for (i, ok) in joined.iter().enumerate() {
-        shares[i % concurrency].push(Follower {
-            index: i,
-            done: !ok,
-            state: (!ok).then(|| "not_joined".to_string()),
-            ..Follower::default()
-        });
-    }
-    // Users near the head: those admitted within half a second.
-    let near = i64::from(rate / 2).max(1);
-    let tasks: Vec<_> = shares
-        .into_iter()
-        .map(|mine| {
-            tokio::spawn(follow(
-                Conn::new(target.clone(), REQUEST_TIMEOUT),
-                mine,
-                tokens.clone(),
-                sale,
-                near,
-                deadline,
-                shared.clone(),
-                progress.clone(),
-            ))
-        })
-        .collect();
-    let (mut polls, mut buys) = (Tally::new(), Tally::new());
-    let mut followers = Vec::new();
-    for task in tasks {
-        let (p, b, mine) = task.await?;
-        polls.add(p);
-        buys.add(b);
-        followers.extend(mine);
-    }
-    let follow_elapsed = follow_from.elapsed();
-    shared.stop.store(true, Ordering::Relaxed);
-    let (view_tally, _) = watcher.await?;
+    let Followed {
+        polls,
+        buys,
+        views: view_tally,
+        followers,
+        ended,
+    } = follow_all(
+        target, admin, sale, &tokens, &joined, args, deadline, progress,
+    )
+    .await?;
+    let follow_elapsed = ended - follow_from;
     drop(line);
     let elapsed = started.elapsed();
     let final_view = prepare_view(target, admin, sale).await?;
