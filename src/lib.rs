@@ -33,10 +33,12 @@
 //! - [`openapi`]: `GET /api/openapi.json`, generated from the handlers with utoipa.
 //! - [`web`]: browser pages (askama templates) and static files.
 //! - [`seed`]: the first admin and demo data.
+//! - [`rehearse`]: what the load client asks of the stores (its users in bulk, the
+//!   settled orders, votes and waiting-room rows its checks read, the cleanup).
 //!
 //! Two binaries use it: `main.rs` (`stampede`: serve, migrate, settle, ...) and
-//! `bin/stampede-load/` (the load generator, a client over the public types here,
-//! which `stampede load` runs).
+//! `stampede-load` (the load client, a package of its own in `load/`, which
+//! `stampede load` runs: a client over the public types here and [`rehearse`]).
 
 pub mod audit;
 pub mod auth;
@@ -60,6 +62,7 @@ pub mod paging;
 pub mod random;
 pub mod recover;
 pub mod redis_conn;
+pub mod rehearse;
 pub mod restore;
 mod routes;
 pub mod sale;

@@ -1,5 +1,5 @@
 //! The `stampede` command: serve, migrate, settle, reconcile, load, seed-demo,
-//! create-admin. `load` runs the `stampede-load` binary (`src/bin/stampede-load/`).
+//! create-admin. `load` runs the `stampede-load` binary (the package `load/`).
 
 use std::ffi::OsString;
 use std::io::BufRead;

@@ -56,6 +56,9 @@ const LAYERS: &[(&str, Layer)] = &[
     ("web", Composition(3)),
     ("openapi", Composition(4)),
     ("startup", Composition(5)),
+    // What the load client (`load/`) asks of the stores; its cleanup connects as
+    // the other commands do, through `startup`.
+    ("rehearse", Composition(6)),
 ];
 
 /// What the walk of `src/` passes over: the crate root, the binaries (`main.rs`,

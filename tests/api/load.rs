@@ -15,6 +15,52 @@ async fn load(app: &TestApp, args: &str) -> (std::process::ExitStatus, Value, St
     (status, report, stderr)
 }
 
+/// The `stampede-load` beside `stampede`, built once per test process. It is the
+/// binary of another package of the workspace (`load/`), which cargo builds for
+/// this package's tests only when asked: `cargo build -p stampede-load` in the
+/// profile (and target) `stampede` was built in, into the same directory, so that
+/// `stampede load` runs the current one.
+fn load_binary() -> &'static std::path::Path {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let stampede = std::path::Path::new(env!("CARGO_BIN_EXE_stampede"));
+        let dir = stampede.parent().expect("the profile's directory");
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(name) => name,
+            None => panic!("no profile directory in {}", stampede.display()),
+        };
+        let mut target_dir = dir.parent().expect("the target directory");
+        let mut cmd = std::process::Command::new(option_env!("CARGO").unwrap_or("cargo"));
+        // `target/<triple>/<profile>/` when built with `--target`.
+        if !target_dir.join("CACHEDIR.TAG").exists()
+            && let Some(triple) = target_dir.file_name()
+        {
+            cmd.arg("--target").arg(triple);
+            target_dir = target_dir.parent().expect("the target directory");
+        }
+        let status = cmd
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "stampede-load",
+                "--profile",
+                profile,
+            ])
+            .arg("--manifest-path")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target_dir)
+            .status()
+            .expect("run cargo build -p stampede-load");
+        assert!(status.success(), "cargo build -p stampede-load failed");
+        let load = dir.join(format!("stampede-load{}", std::env::consts::EXE_SUFFIX));
+        assert!(load.exists(), "{} not built", load.display());
+        load
+    })
+}
+
 /// Runs `stampede load <args>` against `app` (`args` split at spaces); the exit
 /// status, stdout and stderr.
 async fn load_text(app: &TestApp, args: &str) -> (std::process::ExitStatus, String, String) {
@@ -32,9 +78,12 @@ async fn load_text(app: &TestApp, args: &str) -> (std::process::ExitStatus, Stri
         .env_remove("STAMPEDE_CONFIG")
         .env("RUST_LOG", "warn");
     // The server runs in this test's runtime: wait for the child off it.
-    let out = tokio::task::spawn_blocking(move || cmd.output().expect("run stampede load"))
-        .await
-        .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        load_binary();
+        cmd.output().expect("run stampede load")
+    })
+    .await
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     (out.status, stdout, stderr)
@@ -163,6 +212,7 @@ async fn a_vote_run_counts_each_voter_once_in_postgres() {
 #[tokio::test(flavor = "multi_thread")]
 async fn another_host_is_refused_unless_asked_for() {
     let out = tokio::task::spawn_blocking(|| {
+        load_binary();
         std::process::Command::new(env!("CARGO_BIN_EXE_stampede"))
             .args(["load", "healthz", "--url", "http://192.0.2.1:80"])
             .env_remove("STAMPEDE_CONFIG")
@@ -284,6 +334,8 @@ async fn a_broken_invariant_is_named_and_the_run_fails() {
 #[tokio::test(flavor = "multi_thread")]
 async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
     let app = spawn_app().await;
+    // Built before the clock starts: the 6 s are the run's, not cargo's.
+    tokio::task::spawn_blocking(load_binary).await.unwrap();
     let opens = Utc::now() + chrono::Duration::seconds(6);
     let opens_arg = opens.to_rfc3339_opts(SecondsFormat::Millis, true);
     let opens: DateTime<Utc> = opens_arg.parse().unwrap();
@@ -345,7 +397,7 @@ async fn stampede_load_runs_the_stampede_load_binary_beside_it() {
     let app = spawn_app().await;
     let address = app.address.clone();
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_stampede-load"))
+        std::process::Command::new(load_binary())
             .args("healthz --requests 40 --concurrency 4 --json".split(' '))
             .args(["--url", &address])
             .env_remove("STAMPEDE_CONFIG")

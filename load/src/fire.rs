@@ -11,46 +11,16 @@ use hdrhistogram::Histogram;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::Mode;
+use crate::args::Mode;
 use crate::client::{Conn, Request, Target};
-use crate::progress::Progress;
+use crate::latency::{histogram, record_since};
+use crate::progress::{Kind, Progress};
 
 /// Tries per user in a storm: a 503, a request the server never answered, or one
 /// that came a moment before the opening is sent again (after 50 ms, 100 ms, ...),
 /// with the same `Idempotency-Key`: the same purchase, never a second one.
 pub const STORM_TRIES: u32 = 20;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// An answer as the report counts it: status and error code; status 0: none came.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Kind {
-    pub status: u16,
-    pub code: Option<String>,
-}
-
-impl Kind {
-    pub fn label(&self) -> String {
-        match (self.status, &self.code) {
-            (0, _) => "no answer".to_string(),
-            (s, Some(code)) => format!("{s} {code}"),
-            (s, None) => s.to_string(),
-        }
-    }
-
-    /// The label on the live progress line: short, so that every kind seen fits on
-    /// one line (429s and 503s counted together whatever their code).
-    pub fn short(&self) -> String {
-        match (self.status, &self.code) {
-            (202, _) => "202 accepted".to_string(),
-            (429 | 503, _) => self.status.to_string(),
-            _ => self.label(),
-        }
-    }
-
-    fn retry_in_storm(&self) -> bool {
-        matches!(self.status, 0 | 503) || self.code.as_deref() == Some("not_started")
-    }
-}
 
 /// What every request of the run sends.
 pub struct Plan {
@@ -139,7 +109,7 @@ pub struct KeySeen {
 impl Seen {
     fn new() -> Self {
         Seen {
-            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"),
+            latency_us: histogram(),
             counters: HashMap::new(),
             first_answer: None,
             users: HashMap::new(),
@@ -194,8 +164,7 @@ async fn one(
         Some(ticket_path) => with_ticket(conn, plan, user, ticket_path, key).await,
         None => conn.send(&plan.request(user, key)).await,
     };
-    let micros = started.elapsed().as_micros().max(1) as u64;
-    let _ = seen.latency_us.record(micros.min(60_000_000));
+    record_since(&mut seen.latency_us, started);
     let (kind, order) = match answer {
         Ok(resp) => {
             let parsed = (plan.mode != Mode::Healthz)

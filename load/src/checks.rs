@@ -5,13 +5,13 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use sqlx::PgPool;
+use stampede::rehearse::Store;
 use uuid::Uuid;
 
+use crate::args::{LoadArgs, Mode};
 use crate::client::Target;
 use crate::fire::{STORM_TRIES, UserSeen};
 use crate::prepare;
-use crate::{LoadArgs, Mode};
 
 #[derive(Serialize)]
 pub struct Check {
@@ -44,22 +44,12 @@ pub async fn sale_view(target: &Target, admin: &str, sale: i64) -> anyhow::Resul
     }
 }
 
-pub async fn count_votes(db: &PgPool, poll: i64, users: &[i64]) -> anyhow::Result<i64> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM votes WHERE poll_id = $1 AND user_id = ANY($2)")
-            .bind(poll)
-            .bind(users)
-            .fetch_one(db)
-            .await?,
-    )
-}
-
 #[allow(clippy::too_many_arguments)]
 pub async fn verify(
     args: &LoadArgs,
     target: &Target,
     admin: &str,
-    db: Option<&PgPool>,
+    store: Option<&Store>,
     sale: Option<i64>,
     poll: Option<i64>,
     before: Option<&(i64, i64)>,
@@ -156,11 +146,11 @@ pub async fn verify(
                 }
             ),
         );
-        if let Some(db) = db {
-            let settled = wait_settled(args, db, sale, total - left_after, &accepted).await?;
+        if let Some(store) = store {
+            let settled = wait_settled(args, store, sale, total - left_after, &accepted).await?;
             let missing = accepted.iter().filter(|id| !settled.contains(id)).count();
             if per_user.values().any(|u| !u.keys.is_empty()) {
-                let (ok, detail) = exactly_once(db, sale, user_ids, per_user).await?;
+                let (ok, detail) = exactly_once(store, sale, user_ids, per_user).await?;
                 check("units per buyer = keys accepted", ok, detail);
             }
             check(
@@ -175,9 +165,9 @@ pub async fn verify(
             );
         }
     }
-    if let (Some(poll), Some(db), Some(before)) = (poll, db, votes_before) {
+    if let (Some(poll), Some(store), Some(before)) = (poll, store, votes_before) {
         let expected = before + taken as i64;
-        let votes = wait_votes(args, db, poll, user_ids, before, expected).await?;
+        let votes = wait_votes(args, store, poll, user_ids, before, expected).await?;
         check(
             "every accepted vote in Postgres, once",
             votes == expected,
@@ -192,20 +182,12 @@ pub async fn verify(
 /// each), plus the keys whose last answer was ambiguous (decided, answer lost, out
 /// of tries). Fewer (orders not settled in time) is the next check's to report.
 async fn exactly_once(
-    db: &PgPool,
+    store: &Store,
     sale: i64,
     user_ids: &[i64],
     per_user: &HashMap<usize, UserSeen>,
 ) -> anyhow::Result<(bool, String)> {
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT user_id, SUM(quantity)::int8 FROM orders WHERE sale_id = $1 AND user_id = ANY($2)
-         GROUP BY user_id",
-    )
-    .bind(sale)
-    .bind(user_ids)
-    .fetch_all(db)
-    .await?;
-    let units: HashMap<i64, i64> = rows.into_iter().collect();
+    let units = store.units_by_user(sale, user_ids).await?;
     let (mut split, mut over, mut under, mut unresolved_held, mut keys_accepted) = (0, 0, 0, 0, 0);
     for (index, seen) in per_user {
         let accepted = seen.keys.values().filter(|k| !k.orders.is_empty()).count() as i64;
@@ -245,26 +227,15 @@ async fn exactly_once(
 /// every accepted id, or `--settle-timeout` passes; returns the ids it holds.
 async fn wait_settled(
     args: &LoadArgs,
-    db: &PgPool,
+    store: &Store,
     sale: i64,
     sold: i64,
     accepted: &[Uuid],
 ) -> anyhow::Result<HashSet<Uuid>> {
-    let bar = indicatif::ProgressBar::new(sold.max(0) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} orders in Postgres")
-            .expect("a valid template"),
-    );
-    if args.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = settling_bar(args, sold, "orders");
     let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
     loop {
-        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM orders WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_all(db)
-            .await?;
-        let ids: HashSet<Uuid> = ids.into_iter().collect();
+        let ids: HashSet<Uuid> = store.order_ids(sale).await?.into_iter().collect();
         bar.set_position(ids.len() as u64);
         let all = ids.len() as i64 >= sold && accepted.iter().all(|id| ids.contains(id));
         if all || Instant::now() >= deadline {
@@ -279,23 +250,16 @@ async fn wait_settled(
 /// users in the poll, or `--settle-timeout` passes; returns how many it holds.
 async fn wait_votes(
     args: &LoadArgs,
-    db: &PgPool,
+    store: &Store,
     poll: i64,
     users: &[i64],
     before: i64,
     expected: i64,
 ) -> anyhow::Result<i64> {
-    let bar = indicatif::ProgressBar::new((expected - before).max(0) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("settling {bar:30} {pos}/{len} votes in Postgres")
-            .expect("a valid template"),
-    );
-    if args.json {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = settling_bar(args, expected - before, "votes");
     let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
     loop {
-        let votes = count_votes(db, poll, users).await?;
+        let votes = store.votes_of(poll, users).await?;
         bar.set_position((votes - before).max(0) as u64);
         if votes >= expected || Instant::now() >= deadline {
             bar.finish_and_clear();
@@ -303,4 +267,20 @@ async fn wait_votes(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The progress bar of settlement: `settling [...] pos/len <what> in Postgres`
+/// (hidden with --json).
+fn settling_bar(args: &LoadArgs, len: i64, what: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len.max(0) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "settling {{bar:30}} {{pos}}/{{len}} {what} in Postgres"
+        ))
+        .expect("a valid template"),
+    );
+    if args.json {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
 }

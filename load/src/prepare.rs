@@ -1,12 +1,12 @@
-//! What a load run needs before the first request: users made in bulk straight in
-//! Postgres with tokens minted from the server's secret (never an argon2 sign-in per
-//! user), and a sale or poll made through the admin API.
+//! What a load run needs before the first request: users made in bulk in Postgres
+//! (`stampede::rehearse`) with tokens minted from the server's secret (never an
+//! argon2 sign-in per user), and a sale or poll made through the admin API.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
+use stampede::rehearse::Store;
 
 use crate::client::{Conn, Request, Target};
 
@@ -17,25 +17,16 @@ pub struct Users {
     pub tokens: Vec<String>,
 }
 
-/// `n` shoppers and one admin in one INSERT, named `load<random>-<n>`. They cannot
-/// sign in (no password); their tokens last `ttl_secs`. They are rehearsal users
-/// (`users.rehearsal`): `stampede load --cleanup` removes them with the rehearsals.
+/// `n` shoppers and one admin, made in bulk by the server's library
+/// ([`Store::make_users`]: rehearsal users, which cannot sign in), with tokens
+/// minted from the server's secret that last `ttl_secs`.
 pub async fn make_users(
-    db: &PgPool,
+    store: &Store,
     secret: &str,
     n: usize,
     ttl_secs: i64,
 ) -> anyhow::Result<Users> {
-    let prefix = format!("load{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO users (username, password_hash, is_admin, rehearsal)
-         SELECT $1 || '-' || g, 'no password: made by stampede load', g = 0, TRUE
-         FROM generate_series(0, $2) g ORDER BY g RETURNING id",
-    )
-    .bind(&prefix)
-    .bind(n as i32)
-    .fetch_all(db)
-    .await?;
+    let made = store.make_users(n).await?;
     let key = TokenKey::new(secret.as_bytes());
     let expires_at = Utc::now().timestamp() + ttl_secs;
     let token = |id: i64, admin: bool| -> anyhow::Result<String> {
@@ -47,14 +38,15 @@ pub async fn make_users(
             session: rand::random(),
         }))
     };
-    let admin = token(ids[0], true)?;
-    let tokens = ids[1..]
+    let admin = token(made.admin, true)?;
+    let tokens = made
+        .shoppers
         .iter()
         .map(|&id| token(id, false))
         .collect::<anyhow::Result<_>>()?;
     Ok(Users {
         admin,
-        ids: ids[1..].to_vec(),
+        ids: made.shoppers,
         tokens,
     })
 }

@@ -1,10 +1,41 @@
-//! Live counts of every answer kind, and the progress line that shows them.
+//! Every answer kind, their live counts, and the progress line that shows them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::fire::Kind;
+/// An answer as the report counts it: status and error code; status 0: none came.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Kind {
+    pub status: u16,
+    pub code: Option<String>,
+}
+
+impl Kind {
+    pub fn label(&self) -> String {
+        match (self.status, &self.code) {
+            (0, _) => "no answer".to_string(),
+            (s, Some(code)) => format!("{s} {code}"),
+            (s, None) => s.to_string(),
+        }
+    }
+
+    /// The label on the live progress line: short, so that every kind seen fits on
+    /// one line (429s and 503s counted together whatever their code).
+    pub fn short(&self) -> String {
+        match (self.status, &self.code) {
+            (202, _) => "202 accepted".to_string(),
+            (429 | 503, _) => self.status.to_string(),
+            _ => self.label(),
+        }
+    }
+
+    /// A storm sends it again (with the same key): a 503, no answer, or one a
+    /// moment before the opening.
+    pub fn retry_in_storm(&self) -> bool {
+        matches!(self.status, 0 | 503) || self.code.as_deref() == Some("not_started")
+    }
+}
 
 /// Live counts of every answer kind, for the progress line and the report. A kind
 /// gets its counter the first time any connection sees it (under the lock); each

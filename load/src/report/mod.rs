@@ -1,5 +1,8 @@
 //! The report: the connections' HDR histograms merged, throughput, latency
-//! percentiles, every answer by kind and the checks, printed as text or JSON.
+//! percentiles, every answer by kind and the checks, printed as text or JSON
+//! (`room.rs`: the waiting room's part).
+
+pub mod room;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -8,34 +11,13 @@ use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use self::room::{WaitingRoomReport, print_waiting_room};
+use crate::aim::Aim;
+use crate::args::{LoadArgs, Mode};
 use crate::checks::Check;
 use crate::fire::{Seen, UserSeen};
+use crate::latency::{Latency, histogram};
 use crate::progress::Progress;
-use crate::run::Aim;
-use crate::waiting::WaitingRoomReport;
-use crate::{LoadArgs, Mode};
-
-#[derive(Serialize)]
-pub struct Latency {
-    p50_ms: f64,
-    p90_ms: f64,
-    p99_ms: f64,
-    p999_ms: f64,
-    max_ms: f64,
-}
-
-impl Latency {
-    pub fn of(h: &Histogram<u64>) -> Latency {
-        let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-        Latency {
-            p50_ms: ms(0.50),
-            p90_ms: ms(0.90),
-            p99_ms: ms(0.99),
-            p999_ms: ms(0.999),
-            max_ms: h.max() as f64 / 1000.0,
-        }
-    }
-}
 
 #[derive(Serialize)]
 pub struct Report {
@@ -72,7 +54,7 @@ pub struct Merged {
 impl Merged {
     pub fn of(seen: Vec<Seen>) -> Merged {
         let mut merged = Merged {
-            latency: Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("bounds"),
+            latency: histogram(),
             per_user: HashMap::new(),
             first_answer_at: None,
         };
@@ -231,43 +213,4 @@ pub fn print_text(r: &Report) {
             );
         }
     }
-}
-
-fn print_waiting_room(w: &WaitingRoomReport) {
-    println!("waiting room:");
-    println!(
-        "  joins:       {} in {:.2} s = {:.0}/s (p50 {:.2} ms, p99 {:.2} ms){}",
-        w.joined,
-        w.join_seconds,
-        w.joins_per_second,
-        w.join_latency.p50_ms,
-        w.join_latency.p99_ms,
-        if w.joined_before_opening {
-            ", all before the opening"
-        } else {
-            ", NOT all before the opening"
-        }
-    );
-    println!(
-        "  admissions:  {} in {:.2} s from the opening = {:.0}/s (set: {}/s; never more than the units left)",
-        w.admitted, w.admission_seconds, w.admissions_per_second, w.admit_per_second
-    );
-    println!(
-        "  standings:   {} GET queue/me (at most {} by one user; p50 {:.2} ms, p99 {:.2} ms)",
-        w.polls, w.polls_per_user_max, w.poll_latency.p50_ms, w.poll_latency.p99_ms
-    );
-    println!(
-        "  purchases:   {} accepted (p50 {:.2} ms, p99 {:.2} ms); passes: {}",
-        w.purchases, w.purchase_latency.p50_ms, w.purchase_latency.p99_ms, w.passes
-    );
-    println!(
-        "  after {:.2} s of following: {}",
-        w.follow_seconds,
-        w.standings
-            .iter()
-            .map(|(s, n)| format!("{n} {s}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    println!("  line: {}", w.line);
 }

@@ -1,43 +1,11 @@
-//! `stampede-load` (run as `stampede load`, which forwards here): rehearse a flash
-//! sale against a running server, the way an operator does before the real day. It
-//! prepares what it needs (users in bulk with tokens minted from the server's
-//! secret, a sale opening at a given moment, or a poll), fires the storm with a light
-//! HTTP/1.1 client of its own, shows a live progress line, prints throughput, latency
-//! percentiles from an HDR histogram and every answer by kind, then checks the
-//! invariants through the admin API and Postgres (after waiting for settlement) and
-//! exits non-zero naming any that broke.
-//!
-//! Modes: `storm` (every user tries once, all released at the opening), `repeat`
-//! (users keep trying for `--seconds`), `soldout` (a sale with no stock), `vote`
-//! (users keep voting in a poll) and `healthz` (a trivial route: how fast this
-//! generator itself is, to compare with `wrk`). `storm --waiting-room` rehearses a
-//! sale with a waiting room: join, follow the line, buy when admitted
-//! (`waiting.rs`).
-//!
-//! A client, not part of the server: it is a binary of its own over the library's
-//! public types (`Config`, the token key and claims, `Id`), so the server's library
-//! carries none of it.
-
-mod checks;
-mod client;
-mod fire;
-mod prepare;
-mod progress;
-mod report;
-mod run;
-mod waiting;
+//! The command line of `stampede load` (`stampede-load`): the mode and its options.
 
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use stampede::config::Config;
 
-/// Like the server's: a storm allocates and frees many small buffers, and this
-/// client must cost far less than the server it measures.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
+/// What to fire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -166,36 +134,4 @@ fn parse_time(s: &str) -> Result<DateTime<Utc>, String> {
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|e| format!("not an RFC 3339 time ({e}); for example 2030-06-01T12:00:00Z"))
-}
-
-/// One thread, as when this ran inside `stampede`'s own runtime: the rates it reports
-/// (and `scripts/bench` compares with `wrk -t1`) are those of a single-threaded
-/// client.
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> std::process::ExitCode {
-    stampede::telemetry::init();
-    let args = LoadArgs::parse();
-    match load(args).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-async fn load(args: LoadArgs) -> anyhow::Result<()> {
-    let config = Config::load(args.config.as_deref())?;
-    if args.cleanup {
-        return run::cleanup(&config, args.json).await;
-    }
-    let json = args.json;
-    if !run::run(args, &config).await? {
-        anyhow::bail!(if json {
-            "an invariant broke (see the checks in the JSON report)"
-        } else {
-            "an invariant broke (see BROKEN above)"
-        });
-    }
-    Ok(())
 }
