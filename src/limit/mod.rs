@@ -19,9 +19,11 @@
 //! ```
 //!
 //! Keys: `<namespace>:rl:{<policy>:<subject>}`, one hash tag per key, where the
-//! subject is `u<user id>` or a parsed IP address ([`http::client_ip`]), never raw
+//! subject is `u<user id>` or a parsed IP address ([`client::client_ip`]), never raw
 //! header text.
 
+pub mod client;
+pub mod headers;
 pub mod http;
 /// The policies, read and checked with the configuration (a leaf: [`crate::config`]
 /// holds them, so the configuration imports nothing of the limiter).
