@@ -1,7 +1,17 @@
-//! The default policies.
+//! The default policies, and the `[limits]` section when none is given.
 
 use super::algorithm::AlgorithmName;
-use super::{PolicyConfig, Route, Subject};
+use super::{LimitsConfig, PolicyConfig, Route, Subject};
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            enabled: true,
+            timeout_ms: 1000,
+            policies: default_policies(),
+        }
+    }
+}
 
 fn window(
     name: &str,

@@ -8,10 +8,9 @@ use serde::Deserialize;
 
 mod algorithm;
 mod check;
-mod defaults;
+pub mod defaults;
 
 pub use algorithm::{Algorithm, AlgorithmName};
-pub use defaults::default_policies;
 
 /// An endpoint that a policy guards.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -110,16 +109,6 @@ pub struct LimitsConfig {
     /// Longest a limit check waits for Redis before it counts as unreachable.
     pub timeout_ms: u64,
     pub policies: Vec<PolicyConfig>,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        LimitsConfig {
-            enabled: true,
-            timeout_ms: 1000,
-            policies: default_policies(),
-        }
-    }
 }
 
 impl LimitsConfig {
