@@ -22,7 +22,7 @@
 //! 3. the driver counts it and releases the lock.
 //!
 //! Triggers: a decision that meets such state ([`Recovery::trigger`], in the
-//! background), the [`Sweep`] that `serve` runs at startup and every couple of
+//! background), the [`sweep::Sweep`] that `serve` runs at startup and every couple of
 //! seconds (so a wiped Redis is restored before anyone asks, at an idle cost that
 //! does not grow with the catalog), and `reconcile --repair`.
 
@@ -42,9 +42,7 @@ use crate::metrics::Metrics;
 pub use crate::restore::Rebuilt;
 use crate::restore::{Listed, Restore, Stores};
 
-mod sweep;
-
-pub use sweep::Sweep;
+pub mod sweep;
 
 /// Lease of a rebuild's lock; a watchdog extends it while the rebuild runs.
 const LOCK_TTL_MS: u64 = 10_000;
