@@ -1,13 +1,12 @@
 //! Following the stream of announcements: what other processes ended, applied as
 //! soon as it is written; a reload from Postgres when the stream lost some.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use super::{Event, Sessions};
+use super::{Entry, Event, Sessions, newest};
 use crate::error::AppError;
 use crate::redis_conn::{Redis, Target, Timeouts};
 
@@ -191,8 +190,6 @@ impl Follower {
     }
 }
 
-type Entry = (String, HashMap<String, String>);
-
 /// Entries from `from` (inclusive), at most [`READ_BATCH`].
 async fn read(redis: &mut Redis, key: &str, from: &str) -> Result<Vec<Entry>, AppError> {
     let entries: Vec<Entry> = redis::cmd("XRANGE")
@@ -204,20 +201,4 @@ async fn read(redis: &mut Redis, key: &str, from: &str) -> Result<Vec<Entry>, Ap
         .query_async(redis)
         .await?;
     Ok(entries)
-}
-
-/// The id of the stream's newest entry, `0-0` when it has none.
-pub(super) async fn newest(redis: &mut Redis, key: &str) -> Result<String, AppError> {
-    let entries: Vec<Entry> = redis::cmd("XREVRANGE")
-        .arg(key)
-        .arg("+")
-        .arg("-")
-        .arg("COUNT")
-        .arg(1)
-        .query_async(redis)
-        .await?;
-    Ok(entries
-        .into_iter()
-        .next()
-        .map_or_else(|| "0-0".to_string(), |(id, _)| id))
 }

@@ -139,9 +139,7 @@ impl Sessions {
             ended: Arc::new(RwLock::new(Ended::default())),
             keys,
         };
-        let resume = follow::newest(redis, &sessions.keys.sessions_ended())
-            .await
-            .ok();
+        let resume = newest(redis, &sessions.keys.sessions_ended()).await.ok();
         sessions.reload(db).await?;
         Ok((sessions, resume))
     }
@@ -266,6 +264,24 @@ impl Sessions {
         );
         Ok(())
     }
+}
+
+type Entry = (String, HashMap<String, String>);
+
+/// The id of the stream's newest entry, `0-0` when it has none.
+async fn newest(redis: &mut Redis, key: &str) -> Result<String, AppError> {
+    let entries: Vec<Entry> = redis::cmd("XREVRANGE")
+        .arg(key)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(1)
+        .query_async(redis)
+        .await?;
+    Ok(entries
+        .into_iter()
+        .next()
+        .map_or_else(|| "0-0".to_string(), |(id, _)| id))
 }
 
 #[cfg(test)]
