@@ -246,7 +246,7 @@ fn app_state(
         held_orders: Default::default(),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),
-        limiter: crate::limit::Limiter::new(
+        limiter: crate::limit::http::Limiter::new(
             limits,
             redis.clone(),
             keys.clone(),
