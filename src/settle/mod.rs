@@ -249,11 +249,10 @@ pub struct Settled {
 
 mod lease;
 mod read;
-mod reclaim;
+pub mod reclaim;
 mod worker;
 mod write;
 pub use lease::{SETTLE_LEASE, STANDBY_EVERY};
-pub use reclaim::RECLAIM_LOCK;
 
 impl Settler {
     /// Opens the worker's own Redis connection: a blocking `XREADGROUP` must not run
