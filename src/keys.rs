@@ -160,7 +160,7 @@ impl Keys {
     }
 
     /// The sweep's note of the Redis run it last found whole (see
-    /// [`crate::recover::Sweep`]): `ns:sweep:run`.
+    /// [`crate::recover::sweep::Sweep`]): `ns:sweep:run`.
     pub fn sweep_marker(&self) -> String {
         format!("{}:sweep:run", self.ns)
     }

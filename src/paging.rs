@@ -2,7 +2,7 @@
 //! that says where the next page starts ([`encode_cursor`], [`decode_cursor`]) and
 //! a page of items ([`Page`]). What a cursor holds (the sort key of the last item
 //! shown) is the list's own business: `sale::list::SaleCursor`,
-//! `vote::store::PollCursor`.
+//! `vote::list::PollCursor`.
 
 use std::borrow::Cow;
 

@@ -10,7 +10,7 @@ use crate::auth::token::TokenKey;
 use crate::cache::Cache;
 use crate::config::Config;
 use crate::keys::Keys;
-use crate::limit::Limiter;
+use crate::limit::http::Limiter;
 use crate::metrics::Metrics;
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;

@@ -158,7 +158,7 @@ impl Call<'_> {
                 match &last_ip {
                     Some((seen, text)) if *seen == ip => key.push_str(text),
                     _ => {
-                        let text = crate::limit::http::ip_subject(ip);
+                        let text = crate::limit::client::ip_subject(ip);
                         key.push_str(&text);
                         last_ip = Some((ip, text));
                     }

@@ -169,3 +169,16 @@ pub(super) const ENV: &[(&str, Setter)] = &[
         parsed!(millis queue_admission),
     ),
 ];
+
+impl Config {
+    /// Environment overrides. `DATABASE_URL` and `REDIS_URL` are honoured under their
+    /// customary names; everything else is `STAMPEDE_<FIELD>` (the table `ENV`).
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+        for (name, set) in ENV {
+            if let Some(value) = var(name) {
+                set(self, name, value)?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -92,6 +92,23 @@ fn use_tree_paths(tree: &str) -> Vec<Module> {
 /// trees, its inline `crate::` / `super::` / `self::` paths, and inline paths that
 /// start with one of `children` (the file's own child modules).
 fn paths_of(text: &str, children: &BTreeSet<String>) -> Vec<Module> {
+    paths_at(text, children)
+        .into_iter()
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// [`paths_of`], each with the inline modules (`mod tests { .. }`) it stands in,
+/// outermost first, so that their `super::` is read from there.
+fn paths_at(text: &str, children: &BTreeSet<String>) -> Vec<(Module, Module)> {
+    let inline = inline_modules(text);
+    let within = |i: usize| -> Module {
+        inline
+            .iter()
+            .filter(|(start, end, _)| (*start..*end).contains(&i))
+            .map(|(_, _, name)| name.clone())
+            .collect()
+    };
     let mut paths = Vec::new();
     let mut rest_of_text = String::with_capacity(text.len());
     // `use` statements, cut out of the text so their paths are not read twice.
@@ -105,8 +122,15 @@ fn paths_of(text: &str, children: &BTreeSet<String>) -> Vec<Module> {
             continue;
         }
         let end = text[i..].find(';').map_or(text.len(), |e| i + e);
-        paths.extend(use_tree_paths(&text[i + 4..end]));
+        let inside = within(i);
+        paths.extend(
+            use_tree_paths(&text[i + 4..end])
+                .into_iter()
+                .map(|p| (inside.clone(), p)),
+        );
+        // Keep the text's length, so positions stay those of `inline`.
         rest_of_text.push_str(&text[at..i]);
+        rest_of_text.push_str(&" ".repeat(end - i));
         at = end;
     }
     rest_of_text.push_str(&text[at..]);
@@ -126,10 +150,45 @@ fn paths_of(text: &str, children: &BTreeSet<String>) -> Vec<Module> {
             let len = text[i..]
                 .find(|c: char| !(is_ident_char(c) || c == ':'))
                 .unwrap_or(text.len() - i);
-            paths.push(segments(&text[i..i + len]));
+            paths.push((within(i), segments(&text[i..i + len])));
         }
     }
     paths
+}
+
+/// The inline modules of a text (`mod name { .. }`, not `mod name;`): where each
+/// starts and ends, and its name.
+fn inline_modules(text: &str) -> Vec<(usize, usize, String)> {
+    let mut found = Vec::new();
+    for (i, _) in text.match_indices("mod ") {
+        if text[..i].chars().next_back().is_some_and(is_ident_char) {
+            continue;
+        }
+        let after = &text[i + 4..];
+        let name: String = after.chars().take_while(|c| is_ident_char(*c)).collect();
+        let rest = after[name.len()..].trim_start();
+        if name.is_empty() || !rest.starts_with('{') {
+            continue;
+        }
+        let open = i + 4 + (after.len() - rest.len());
+        let mut depth = 0;
+        let mut end = text.len();
+        for (j, c) in text[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + j;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        found.push((open, end, name));
+    }
+    found
 }
 
 /// The file a path leads to, seen from the file of module `here`: the longest
@@ -187,9 +246,13 @@ fn file_graph() -> BTreeMap<Module, BTreeSet<Module>> {
             .filter(|m| m.len() == here.len() + 1 && m.starts_with(&here))
             .filter_map(|m| m.last().cloned())
             .collect();
-        let imports: BTreeSet<Module> = paths_of(&source::program_text(file), &children)
+        let imports: BTreeSet<Module> = paths_at(&source::program_text(file), &children)
             .iter()
-            .filter_map(|p| resolve(p, &here, &modules))
+            .filter_map(|(inside, p)| {
+                let mut from = here.clone();
+                from.extend(inside.iter().cloned());
+                resolve(p, &from, &modules)
+            })
             .filter(|m| *m != here)
             .collect();
         graph.insert(here, imports);
@@ -331,4 +394,13 @@ fn the_file_reader_resolves_paths() {
         from_parent,
         [vec!["sale".to_string(), "store".to_string()]].into()
     );
+    // `super` in an inline module (`mod millis { use super::*; }`) is the file itself.
+    let found = paths_at("pub mod millis {\n    use super::*;\n}\n", &BTreeSet::new());
+    assert_eq!(
+        found,
+        vec![(vec!["millis".to_string()], vec!["super".to_string()])]
+    );
+    let mut from = here.clone();
+    from.push("millis".into());
+    assert_eq!(resolve(&found[0].1, &from, &modules), Some(here));
 }

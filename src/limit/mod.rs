@@ -7,10 +7,10 @@
 //! returns allowed, remaining, and the time until the next request would be
 //! allowed.
 //!
-//! Handlers call [`Limiter::check`] once, after their cheap local checks and before their
-//! own script. It runs all of a route's policies, concurrently, and answers
+//! Handlers call [`http::Limiter::check`] once, after their cheap local checks and
+//! before their own script. It runs all of a route's policies, concurrently, and answers
 //! `429 rate_limited` (with `Retry-After` and the IETF `RateLimit` headers) or
-//! hands back a [`Granted`] whose headers go onto the success answer:
+//! hands back a [`http::Granted`] whose headers go onto the success answer:
 //!
 //! ```ignore
 //! let granted = state.limiter.check(Route::Signin, None, &req).await?;
@@ -19,9 +19,11 @@
 //! ```
 //!
 //! Keys: `<namespace>:rl:{<policy>:<subject>}`, one hash tag per key, where the
-//! subject is `u<user id>` or a parsed IP address ([`http::client_ip`]), never raw
+//! subject is `u<user id>` or a parsed IP address ([`client::client_ip`]), never raw
 //! header text.
 
+pub mod client;
+pub mod headers;
 pub mod http;
 /// The policies, read and checked with the configuration (a leaf: [`crate::config`]
 /// holds them, so the configuration imports nothing of the limiter).
@@ -34,7 +36,6 @@ use redis::aio::ConnectionLike;
 use crate::lua::lua_script;
 
 pub use crate::config::limits::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
-pub use http::{Granted, Limiter};
 
 static LIMIT: LazyLock<crate::lua::Script> = lua_script!("limit.lua");
 

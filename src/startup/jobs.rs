@@ -15,7 +15,7 @@ use crate::sale::stock::ChangeResult;
 use crate::state::AppState;
 
 /// The startup sweep at once, then a sweep tick every `every` (see
-/// [`crate::recover::Sweep`]): a wipe or a restart is repaired within about that
+/// [`crate::recover::sweep::Sweep`]): a wipe or a restart is repaired within about that
 /// time even when no request comes. Zero: only the startup sweep (requests still
 /// trigger rebuilds). `swept` turns true after the startup sweep.
 pub(super) async fn sweep_forever(
@@ -24,7 +24,7 @@ pub(super) async fn sweep_forever(
     shutdown: watch::Receiver<bool>,
     swept: watch::Sender<bool>,
 ) {
-    let sweep = tokio::sync::Mutex::new(crate::recover::Sweep::new(recovery));
+    let sweep = tokio::sync::Mutex::new(crate::recover::sweep::Sweep::new(recovery));
     match sweep.lock().await.tick().await {
         Ok(0) => {}
         Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),

@@ -2,20 +2,16 @@
 //! (port 0 picks a free one, which tests use) and returns before serving, so the
 //! caller learns the port first.
 
-use std::net::TcpListener;
-
 use crate::redis_conn::Target;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix_web::dev::Server;
-use actix_web::{App, HttpServer, web};
+use actix_web::web;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::auth::token::TokenKey;
 use crate::config::Config;
-use crate::error::{AppError, ErrorCode};
 use crate::recover::Recovery;
 use crate::sale::SoldOutFlags;
 use crate::settle::Settler;
@@ -23,29 +19,15 @@ use crate::state::AppState;
 
 mod connect;
 mod jobs;
+mod server;
+mod worker;
 
 use connect::{Pool, Stores, connect_pool, connect_stores};
 pub use connect::{connect_db, connect_redis, connect_worker_redis, migrate};
 pub use jobs::{EXPIRE_LOCK, expire_once};
 use jobs::{expire_forever, sweep_forever, upkeep_forever};
-
-/// How many finished handshakes the kernel holds for the acceptor (capped by
-/// `net.core.somaxconn`, 4096 on current kernels). At a sale's opening thousands of
-/// buyers connect in the same second; with std's default of 128 the kernel dropped
-/// the rest and each of them waited out a 1 s SYN retry, or worse.
-const LISTEN_BACKLOG: i32 = 4096;
-
-/// A listening socket with our backlog. `std::net::TcpListener::bind` always listens
-/// with 128, and actix's own `backlog` setting applies only to addresses it binds
-/// itself, not to a listener handed to it.
-fn listen(addr: std::net::SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(backlog)?;
-    Ok(socket.into())
-}
+pub use server::api_routes;
+use server::{LISTEN_BACKLOG, http_server, listen, metrics_server};
 
 pub struct Application {
     port: u16,
@@ -264,7 +246,7 @@ fn app_state(
         held_orders: Default::default(),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),
-        limiter: crate::limit::Limiter::new(
+        limiter: crate::limit::http::Limiter::new(
             limits,
             redis.clone(),
             keys.clone(),
@@ -305,178 +287,6 @@ async fn spawn_settler(
     Ok(Some(tokio::spawn(settler.run(shutdown))))
 }
 
-/// The HTTP server on `listener`: the middleware, the routes and what one client
-/// may hold.
-fn http_server(
-    config: &Config,
-    state: web::Data<AppState>,
-    listener: TcpListener,
-) -> anyhow::Result<Server> {
-    let max_body = config.max_body_bytes;
-    let body_timeout = config.body_timeout;
-    let client_limits = web::Data::new(crate::conn::ClientLimits {
-        max_header_bytes: config.max_header_bytes,
-        body_timeout,
-        // A storm's most frequent request, answered before routing.
-        early: Some(crate::routes::sale::sold_out_before_routing),
-    });
-    let mut server = HttpServer::new(move || {
-        let worker_state = state.clone();
-        App::new()
-            .wrap(actix_web::middleware::from_fn(crate::conn::guard))
-            // Outside the client limits: a request they refuse is timed too.
-            .wrap(actix_web::middleware::from_fn(crate::observe::measure))
-            .wrap(tracing_actix_web::TracingLogger::<
-                crate::telemetry::RequestSpan,
-            >::new())
-            .app_data(client_limits.clone())
-            .data_factory(move || build_worker(worker_state.clone()))
-            .app_data(state.clone())
-            .app_data(json_config(max_body, body_timeout))
-            .app_data(path_config())
-            .app_data(query_config())
-            .app_data(web::PayloadConfig::new(max_body))
-            .configure(crate::routes::health::configure)
-            .route("/metrics", web::get().to(crate::observe::guarded_endpoint))
-            // The JSON API in one scope: a page or static request never runs
-            // through the API's patterns, and the other way round.
-            .service(api_scope())
-            .configure(crate::web::configure)
-            .default_service(web::to(crate::web::fallback))
-    })
-    // We handle SIGTERM/SIGINT ourselves, to stop settlement in order.
-    .disable_signals()
-    .shutdown_timeout(10)
-    // What one client can hold (docs/api.md, "Limits on connections"): the head must
-    // come within client_request_timeout (else 408, or a silent close when
-    // nothing came), idle keep-alive connections close, each worker holds at
-    // most max_connections; a response not taken within a second is dropped.
-    .client_request_timeout(config.client_request_timeout)
-    .client_disconnect_timeout(Duration::from_secs(1))
-    .keep_alive(config.keep_alive)
-    .max_connections(config.max_connections)
-    .listen(listener)?;
-    if config.workers > 0 {
-        server = server.workers(config.workers);
-    }
-    Ok(server.run())
-}
-
-/// The listener that serves only `/metrics` (loopback by default), and its port.
-fn metrics_server(
-    addr: std::net::SocketAddr,
-    state: web::Data<AppState>,
-) -> anyhow::Result<(u16, Server)> {
-    let listener = listen(addr, 1024).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot listen on {addr} (metrics): {e}; another Stampede may hold \
-                 it: set STAMPEDE_METRICS_LISTEN to another address, or to off"
-        )
-    })?;
-    let port = listener.local_addr()?.port();
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(state.clone())
-            .route("/metrics", web::get().to(crate::observe::endpoint))
-    })
-    .disable_signals()
-    .workers(1)
-    .shutdown_timeout(1)
-    .listen(listener)?
-    .run();
-    Ok((port, server))
-}
-
-/// One worker's own Redis connection (and, with `replica_acks`, the connections of
-/// its buy and vote batches) and batchers, made on the worker's thread.
-async fn build_worker(state: web::Data<AppState>) -> anyhow::Result<crate::state::Worker> {
-    use crate::batch::{Batcher, Connections, Counters};
-    use crate::limit::Route;
-    let redis = connect_worker_redis(&state.config).await?;
-    let max = state.config.batch_max;
-    // With replica acknowledgements a batch's `WAIT` holds its connection until a
-    // replica answers: the buy and vote batchers then share `batch_in_flight`
-    // connections of their own, a batch taking the least busy, so batches rarely
-    // queue behind another's `WAIT`, and the worker's own connection (the queue's
-    // and the held orders' batches, sessions) never does.
-    let own = Connections::new(vec![redis.clone()]);
-    let deciding = if state.config.replica_acks > 0 {
-        let mut deciding = Vec::new();
-        for _ in 0..state.config.batch_in_flight() {
-            deciding.push(connect_worker_redis(&state.config).await?);
-        }
-        Connections::new(deciding)
-    } else {
-        own.clone()
-    };
-    Ok(crate::state::Worker {
-        buys: Batcher::new(
-            crate::sale::buy::BuyDecider {
-                keys: state.keys.clone(),
-                policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
-                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
-                key_ttl: state.config.purchase_key_ttl,
-            },
-            deciding.clone(),
-            max,
-            state.config.batch_in_flight(),
-            Counters {
-                metrics: state.metrics.clone(),
-                batches: |m| &m.buy_batches,
-                requests: |m| &m.buy_batched,
-                sizes: |m| &m.observed.buy_batch_size,
-            },
-        ),
-        votes: Batcher::new(
-            crate::vote::cast::VoteDecider {
-                keys: state.keys.clone(),
-                policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
-                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
-            },
-            deciding.clone(),
-            max,
-            state.config.batch_in_flight(),
-            Counters {
-                metrics: state.metrics.clone(),
-                batches: |m| &m.vote_batches,
-                requests: |m| &m.vote_batched,
-                sizes: |m| &m.observed.vote_batch_size,
-            },
-        ),
-        queue: Batcher::new(
-            crate::sale::queue::join::QueueDecider {
-                keys: state.keys.clone(),
-            },
-            own.clone(),
-            max,
-            state.config.batch_in_flight(),
-            Counters {
-                metrics: state.metrics.clone(),
-                batches: |m| &m.queue_batches,
-                requests: |m| &m.queue_batched,
-                sizes: |m| &m.observed.queue_batch_size,
-            },
-        ),
-        held: Batcher::new(
-            crate::sale::held::HeldReader {
-                db: state.db.clone(),
-                redis: state.redis.clone(),
-                keys: state.keys.clone(),
-            },
-            own,
-            crate::sale::held::HELD_READ_MAX,
-            crate::sale::held::HELD_READS_IN_FLIGHT,
-            Counters {
-                metrics: state.metrics.clone(),
-                batches: |m| &m.held_batches,
-                requests: |m| &m.held_batched,
-                sizes: |m| &m.observed.held_batch_size,
-            },
-        ),
-        redis,
-    })
-}
-
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
@@ -491,74 +301,4 @@ async fn wait_for_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-}
-
-fn json_config(limit: usize, body_timeout: Duration) -> web::JsonConfig {
-    web::JsonConfig::default()
-        .limit(limit)
-        .error_handler(move |err, _req| {
-            use actix_web::error::JsonPayloadError as E;
-            let e = match &err {
-                E::OverflowKnownLength { .. } | E::Overflow { .. } => AppError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!("request body is larger than {limit} bytes"),
-                ),
-                E::Payload(p) => crate::conn::body_read_error(p, body_timeout),
-                E::ContentType => AppError::new(
-                    ErrorCode::UnsupportedMediaType,
-                    "send the body as application/json",
-                ),
-                E::Deserialize(d) if d.is_data() => {
-                    AppError::new(ErrorCode::InvalidBody, d.to_string())
-                }
-                E::Deserialize(d) => AppError::new(ErrorCode::InvalidJson, d.to_string()),
-                other => AppError::new(ErrorCode::InvalidJson, other.to_string()),
-            };
-            e.into()
-        })
-}
-
-fn path_config() -> web::PathConfig {
-    web::PathConfig::default()
-        .error_handler(|err, _| AppError::new(ErrorCode::InvalidPath, err.to_string()).into())
-}
-
-fn query_config() -> web::QueryConfig {
-    web::QueryConfig::default()
-        .error_handler(|err, _| AppError::new(ErrorCode::InvalidQuery, err.to_string()).into())
-}
-
-type Configure = fn(&mut web::ServiceConfig);
-type RouteList = &'static [(&'static str, &'static str)];
-
-/// The JSON API's route groups, mounted under `/api`. One table builds the scope and
-/// lists the routes ([`api_routes`]), so the OpenAPI test checks what is served.
-const API_GROUPS: &[(Configure, RouteList)] = &[
-    (crate::routes::sale::configure, crate::routes::sale::ROUTES),
-    (crate::routes::vote::configure, crate::routes::vote::ROUTES),
-    (crate::routes::auth::configure, crate::routes::auth::ROUTES),
-    (crate::openapi::configure, crate::openapi::ROUTES),
-];
-
-fn api_scope() -> actix_web::Scope {
-    API_GROUPS
-        .iter()
-        .fold(web::scope("/api"), |scope, (configure, _)| {
-            scope.configure(*configure)
-        })
-}
-
-/// Every route of the API and the health checks as `(method, full path)`: what the
-/// OpenAPI document must describe (`/metrics` and the pages are not part of it).
-pub fn api_routes() -> Vec<(&'static str, String)> {
-    let api = API_GROUPS.iter().flat_map(|(_, routes)| {
-        routes
-            .iter()
-            .map(|(method, path)| (*method, format!("/api{path}")))
-    });
-    crate::routes::health::HEALTH_ROUTES
-        .iter()
-        .map(|(method, path)| (*method, path.to_string()))
-        .chain(api)
-        .collect()
 }

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
+use super::cached::invalidate_record;
 use super::store::{self, OptionRow, PollRecord};
 use crate::audit::{self, Action, Change, Subject};
 use crate::cache::CachedReads;
@@ -178,7 +179,7 @@ pub async fn edit<S: CachedReads + ?Sized>(
         None => return Err(unexpected_reply("edit_poll.lua", written)),
     };
     tx.commit().await?;
-    store::invalidate_record(state, id).await?;
+    invalidate_record(state, id).await?;
     Ok(in_redis)
 }
 
@@ -218,7 +219,7 @@ pub async fn set_archived<S: CachedReads + ?Sized>(
     )
     .await?;
     tx.commit().await?;
-    store::invalidate_record(state, id).await
+    invalidate_record(state, id).await
 }
 
 /// Deletes a poll that never had a vote, from both stores: 409 `has_votes` once
@@ -279,5 +280,5 @@ pub async fn delete<S: CachedReads + ?Sized>(
         None => return Err(unexpected_reply("delete_poll.lua", removed)),
     }
     tx.commit().await?;
-    store::invalidate_record(state, id).await
+    invalidate_record(state, id).await
 }

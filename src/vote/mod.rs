@@ -6,6 +6,7 @@
 pub mod cached;
 pub mod cast;
 pub mod lifecycle;
+pub mod list;
 pub mod rebuild;
 pub mod settlement;
 pub mod store;

@@ -9,7 +9,6 @@
 //! only), so page data travels in `data-` attributes that the scripts read.
 
 mod admin;
-mod admin_sale;
 mod error;
 mod pages;
 mod polls;
@@ -37,10 +36,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     page(cfg, "/signin", pages::signin);
     page(cfg, "/signup", pages::signup);
     page(cfg, "/me/orders", pages::my_orders);
-    page(cfg, "/admin", admin::page);
-    page(cfg, "/admin/sales/{id}", admin_sale::page);
-    page(cfg, "/admin/sales/{id}/orders", admin::sale_orders);
-    page(cfg, "/admin/polls/{id}", admin::poll_tallies);
+    page(cfg, "/admin", admin::list::page);
+    page(cfg, "/admin/sales/{id}", admin::sale::page);
+    page(cfg, "/admin/sales/{id}/orders", admin::orders::sale_orders);
+    page(cfg, "/admin/polls/{id}", admin::poll::poll_tallies);
     cfg.service(
         web::scope("/static")
             .wrap(

@@ -14,7 +14,9 @@ use crate::domain::PollId;
 use crate::error::AppError;
 use crate::paging::{Limit, ListScope, Page};
 use crate::state::AppState;
-use crate::vote::store::{self, PollCursor, PollRecord, Results};
+use crate::vote::cached::cached_record;
+use crate::vote::list::{self, PollCursor};
+use crate::vote::store::{self, PollRecord, Results};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "polls.html")]
@@ -31,7 +33,7 @@ pub struct PollsPage {
 pub const POLLS_PAGE_POLLS: Limit = Limit::fixed(24);
 
 /// One page of polls in the list order (open, upcoming, closed; see
-/// `vote::store::list_page`).
+/// `vote::list::list_page`).
 pub async fn index(
     req: HttpRequest,
     state: web::Data<AppState>,
@@ -66,7 +68,7 @@ pub(super) async fn page_of_cards(
 ) -> Result<Page<PollCard>, AppError> {
     let after = cursor.map(PollCursor::parse).transpose()?;
     let now = Utc::now();
-    let page = store::page_with_voters(
+    let page = list::page_with_voters(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
@@ -155,7 +157,7 @@ async fn load_poll(
     state: &AppState,
     id: PollId,
 ) -> Result<Option<(PollRecord, Results)>, AppError> {
-    let Some(record) = store::cached_record(state, id).await? else {
+    let Some(record) = cached_record(state, id).await? else {
         return Ok(None);
     };
     let results = store::results(&mut state.redis.clone(), &state.keys, id).await?;

@@ -1,4 +1,4 @@
-// Numbers as the server writes them (src/web/view.rs), for values updated live.
+// Numbers as the server writes them (src/web/view/text.rs), for values updated live.
 
 /** Same format as the server's `group_digits`: 1234567 -> "1,234,567". */
 export function groupDigits(n) {

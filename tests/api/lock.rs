@@ -267,7 +267,7 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
 
     let other_instance = Lock::try_acquire(
         &app.redis,
-        app.keys.lock(stampede::settle::RECLAIM_LOCK),
+        app.keys.lock(stampede::settle::reclaim::RECLAIM_LOCK),
         10_000,
     )
     .await
@@ -284,7 +284,11 @@ async fn reclaim_runs_on_one_instance_at_a_time() {
     assert_eq!(settler.drain().await.unwrap(), 1, "reclaimed and settled");
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
     assert_eq!(
-        redis_get(&app.redis, &app.keys.lock(stampede::settle::RECLAIM_LOCK)).await,
+        redis_get(
+            &app.redis,
+            &app.keys.lock(stampede::settle::reclaim::RECLAIM_LOCK)
+        )
+        .await,
         None,
         "the settler released the reclaim lock"
     );

@@ -11,8 +11,10 @@ use crate::paging::ListScope;
 use crate::recover::Target;
 use crate::routes::paged_json_with;
 use crate::state::AppState;
+use crate::vote::cached::invalidate_record;
 use crate::vote::cached::{PollView, load_view};
-use crate::vote::store::{self, NewPoll, PollCursor};
+use crate::vote::list::{self, PollCursor};
+use crate::vote::store::{self, NewPoll};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -83,7 +85,7 @@ pub(super) async fn admin_create(
     tracing::info!(poll = record.poll.id, admin = %admin.id, "poll created");
     let id = Id::new(record.poll.id).expect("serial ids are positive");
     // A read of this id before it existed may have cached "no such poll".
-    store::invalidate_record(&state, id).await?;
+    invalidate_record(&state, id).await?;
     Ok(HttpResponse::Created().json(load_view(&state, id).await?))
 }
 
@@ -129,7 +131,7 @@ pub(super) async fn admin_list(
     let after = query.cursor.as_deref().map(PollCursor::parse).transpose()?;
     let scope = ListScope::parse_filter(query.filter.as_deref())?;
     let now = Utc::now();
-    let page = store::page_with_voters(
+    let page = list::page_with_voters(
         &state.db,
         &mut state.redis.clone(),
         &state.keys,
@@ -200,7 +202,7 @@ pub(super) async fn admin_close(
     )
     .await?
     .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    store::invalidate_record(&state, id).await?;
+    invalidate_record(&state, id).await?;
     if !in_redis {
         // Lost from Redis: the rebuild writes the closed window from Postgres.
         return Err(state.recovery.recovering(Target::Poll(id)));

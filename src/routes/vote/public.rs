@@ -16,7 +16,8 @@ use crate::routes::{PageQuery, paged_json};
 use crate::state::{AppState, Worker};
 use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
 use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
-use crate::vote::store::{self, PollCursor};
+use crate::vote::list::{self, PollCursor};
+use crate::vote::store;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct PollSummary {
@@ -41,7 +42,7 @@ pub(super) async fn list(
 ) -> Result<HttpResponse, AppError> {
     let (limit, after) = query.parse(PollCursor::parse)?;
     let now = Utc::now();
-    let page = store::page(
+    let page = list::page(
         &state.db,
         after.as_ref(),
         limit,

@@ -1,0 +1,112 @@
+//! The default policies, and the `[limits]` section when none is given.
+
+use super::algorithm::AlgorithmName;
+use super::{LimitsConfig, PolicyConfig, Route, Subject};
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            enabled: true,
+            timeout_ms: 1000,
+            policies: default_policies(),
+        }
+    }
+}
+
+fn window(
+    name: &str,
+    route: Route,
+    subject: Subject,
+    algorithm: AlgorithmName,
+    limit: u64,
+    window_ms: u64,
+) -> PolicyConfig {
+    PolicyConfig {
+        name: name.into(),
+        route,
+        subject,
+        algorithm,
+        limit: Some(limit),
+        window_ms: Some(window_ms),
+        capacity: None,
+        refill_per_sec: None,
+        cost: None,
+        fail_open: None,
+    }
+}
+
+/// The defaults, reasoned in `docs/rate-limits.md`:
+/// - buy and vote, per user: sliding log, 5 per 10 s. A person clicks a few times
+///   (one purchase per sale is enforced anyway); a script clicks hundreds. The log
+///   is exact and holds at most 5 entries per user.
+/// - buy and vote, per IP: sliding counter, 60 per 10 s. Catches many accounts
+///   behind one address while leaving room for a household or office behind one
+///   NAT. The counter's memory is constant per address, which matters because
+///   addresses are the attacker's to choose.
+/// - ticket, per user: sliding log, 10 per 10 s (the page asks for one per click,
+///   and once more when one expired on the way); per IP: sliding counter, 120 per
+///   10 s. A bot polling for the opening is cut off; a person never notices.
+/// - sign-in and sign-up, per IP: sliding log, 10 per minute, against password
+///   guessing and account farming; argon2 makes each attempt cost CPU too.
+pub fn default_policies() -> Vec<PolicyConfig> {
+    use AlgorithmName::{SlidingCounter, SlidingLog};
+    vec![
+        window("buy-user", Route::Buy, Subject::User, SlidingLog, 5, 10_000),
+        window(
+            "buy-ip",
+            Route::Buy,
+            Subject::Ip,
+            SlidingCounter,
+            60,
+            10_000,
+        ),
+        window(
+            "ticket-user",
+            Route::Ticket,
+            Subject::User,
+            SlidingLog,
+            10,
+            10_000,
+        ),
+        window(
+            "ticket-ip",
+            Route::Ticket,
+            Subject::Ip,
+            SlidingCounter,
+            120,
+            10_000,
+        ),
+        window(
+            "vote-user",
+            Route::Vote,
+            Subject::User,
+            SlidingLog,
+            5,
+            10_000,
+        ),
+        window(
+            "vote-ip",
+            Route::Vote,
+            Subject::Ip,
+            SlidingCounter,
+            60,
+            10_000,
+        ),
+        window(
+            "signin-ip",
+            Route::Signin,
+            Subject::Ip,
+            SlidingLog,
+            10,
+            60_000,
+        ),
+        window(
+            "signup-ip",
+            Route::Signup,
+            Subject::Ip,
+            SlidingLog,
+            10,
+            60_000,
+        ),
+    ]
+}

@@ -1,0 +1,56 @@
+//! The settlement worker's settings (`[settle]`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::units;
+
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SettleConfig {
+    /// Most rows (orders, votes) written to Postgres in one transaction: whole
+    /// stream entries up to it, at least one.
+    pub batch_size: usize,
+    /// How long one blocking read waits for new entries after a read that gave
+    /// some; after empty ones, up to five times this (at most 5 s, and a quarter of
+    /// `claim_idle_ms`).
+    #[serde(rename = "block_ms", with = "units::millis")]
+    pub block: Duration,
+    /// Entries pending longer than this are taken over from a dead consumer.
+    #[serde(rename = "claim_idle_ms", with = "units::millis")]
+    pub claim_idle: Duration,
+    /// Consumer name inside the group; defaults to host and process id.
+    pub consumer: Option<String>,
+    /// One running worker settles at a time (the others stand by, and one takes
+    /// over within seconds when it stops): workers that read the same streams side
+    /// by side split each storm into small transactions, which cost Postgres and
+    /// Redis more per order (see `src/settle/lease.rs`). `false`: every worker
+    /// reads, for a database that gains from parallel inserts.
+    pub exclusive: bool,
+}
+
+impl Default for SettleConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 2000,
+            block: Duration::from_millis(1000),
+            claim_idle: Duration::from_millis(30_000),
+            consumer: None,
+            exclusive: true,
+        }
+    }
+}
+
+/// Durations show under their keys, in the keys' units (`sweep_ms: 2000`).
+impl std::fmt::Debug for SettleConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettleConfig")
+            .field("batch_size", &self.batch_size)
+            .field("block_ms", &self.block.as_millis())
+            .field("claim_idle_ms", &self.claim_idle.as_millis())
+            .field("consumer", &self.consumer)
+            .field("exclusive", &self.exclusive)
+            .finish()
+    }
+}

@@ -1,0 +1,262 @@
+//! The configuration's tests: sources, overrides, checks.
+
+use super::env::ENV;
+use super::*;
+use std::collections::HashMap;
+
+#[test]
+fn every_variable_is_read_once_under_its_name() {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in ENV {
+        assert!(seen.insert(*name), "{name} is in the table twice");
+        assert!(
+            name.starts_with("STAMPEDE_") || ["DATABASE_URL", "REDIS_URL"].contains(name),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn env_overrides_defaults() {
+    let env: HashMap<&str, &str> = HashMap::from([
+        ("STAMPEDE_LISTEN", "127.0.0.1:0"),
+        ("REDIS_URL", "redis://x/"),
+        ("STAMPEDE_TRUSTED_PROXIES", "10.0.0.1, ::1"),
+    ]);
+    let mut c = Config::default();
+    c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.listen.port(), 0);
+    assert_eq!(c.redis_url, "redis://x/");
+    assert_eq!(c.trusted_proxies.len(), 2);
+}
+
+#[test]
+fn a_cluster_is_a_comma_separated_list_of_redis_urls() {
+    let mut c = Config {
+        token_secret: "x".repeat(32),
+        ..Config::default()
+    };
+    c.apply_env(|k| {
+        (k == "STAMPEDE_REDIS_CLUSTER")
+            .then(|| "redis://127.0.0.1:7001, redis://127.0.0.1:7002,".to_string())
+    })
+    .unwrap();
+    assert_eq!(
+        c.redis_cluster,
+        ["redis://127.0.0.1:7001", "redis://127.0.0.1:7002"]
+    );
+    c.validate().unwrap();
+    c.redis_cluster = vec!["127.0.0.1:7001".into()];
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("STAMPEDE_REDIS_CLUSTER"), "{err}");
+    let toml: Config = toml::from_str(r#"redis_cluster = ["redis://a:7001"]"#).unwrap();
+    assert_eq!(toml.redis_cluster, ["redis://a:7001"]);
+}
+
+#[test]
+fn batches_in_flight_default_to_two_and_to_four_with_replica_acks() {
+    let mut c = Config {
+        token_secret: "x".repeat(32),
+        ..Config::default()
+    };
+    assert_eq!(c.batch_in_flight(), 2);
+    c.replica_acks = 1;
+    assert_eq!(c.batch_in_flight(), 4);
+    // Set, it is what it says, acknowledgements or not.
+    c.apply_env(|k| (k == "STAMPEDE_BATCH_IN_FLIGHT").then(|| "3".to_string()))
+        .unwrap();
+    assert_eq!(c.batch_in_flight(), 3);
+    c.replica_acks = 0;
+    assert_eq!(c.batch_in_flight(), 3);
+    c.validate().unwrap();
+    let toml: Config = toml::from_str("batch_in_flight = 1").unwrap();
+    assert_eq!(toml.batch_in_flight(), 1);
+    for bad in ["0", "65"] {
+        c.apply_env(|k| (k == "STAMPEDE_BATCH_IN_FLIGHT").then(|| bad.to_string()))
+            .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("STAMPEDE_BATCH_IN_FLIGHT"), "{err}");
+    }
+}
+
+#[test]
+fn batch_max_is_one_to_1024() {
+    let mut c = Config {
+        token_secret: "x".repeat(32),
+        ..Config::default()
+    };
+    for good in ["1", "64", "1024"] {
+        c.apply_env(|k| (k == "STAMPEDE_BATCH_MAX").then(|| good.to_string()))
+            .unwrap();
+        c.validate().unwrap();
+    }
+    for bad in ["0", "1025"] {
+        c.apply_env(|k| (k == "STAMPEDE_BATCH_MAX").then(|| bad.to_string()))
+            .unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("STAMPEDE_BATCH_MAX"), "{err}");
+    }
+}
+
+#[test]
+fn bad_env_value_names_the_variable() {
+    let mut c = Config::default();
+    let err = c
+        .apply_env(|k| (k == "STAMPEDE_LISTEN").then(|| "nope".to_string()))
+        .unwrap_err();
+    assert!(err.to_string().contains("STAMPEDE_LISTEN"));
+}
+
+#[test]
+fn debug_never_prints_secrets() {
+    let c = Config {
+        token_secret: "supersecretsupersecretsupersecret".into(),
+        database_url: "postgres://u:hunter2@h/db".into(),
+        ..Config::default()
+    };
+    let shown = format!("{c:?}");
+    assert!(!shown.contains("supersecret"));
+    assert!(!shown.contains("hunter2"));
+}
+
+#[test]
+fn limits_can_be_switched_off_from_the_environment() {
+    let mut c = Config::default();
+    assert!(c.limits.enabled);
+    c.apply_env(|k| (k == "STAMPEDE_LIMITS").then(|| "off".to_string()))
+        .unwrap();
+    assert!(!c.limits.enabled);
+    let err = c
+        .apply_env(|k| (k == "STAMPEDE_LIMITS").then(|| "maybe".to_string()))
+        .unwrap_err();
+    assert!(err.to_string().contains("STAMPEDE_LIMITS"));
+}
+
+#[test]
+fn limits_section_parses_and_replaces_the_default_policies() {
+    let c: Config = toml::from_str(
+        r#"
+        trusted_proxies = ["10.0.0.1"]
+        [limits]
+        enabled = true
+        [[limits.policies]]
+        name = "buy-user"
+        route = "buy"
+        subject = "user"
+        algorithm = "token_bucket"
+        capacity = 3
+        refill_per_sec = 1.5
+        "#,
+    )
+    .unwrap();
+    assert_eq!(c.limits.policies.len(), 1);
+    assert_eq!(c.limits.timeout_ms, 1000, "unset fields keep their default");
+    let c = Config {
+        token_secret: "x".repeat(32),
+        ..c
+    };
+    c.validate().unwrap();
+    let bad: Config = toml::from_str(
+        "[[limits.policies]]\nname = \"p\"\nroute = \"buy\"\nsubject = \"ip\"\nalgorithm = \"fixed_window\"\n",
+    )
+    .unwrap();
+    let bad = Config {
+        token_secret: "x".repeat(32),
+        ..bad
+    };
+    assert!(
+        bad.validate()
+            .unwrap_err()
+            .to_string()
+            .contains("window_ms")
+    );
+    assert!(toml::from_str::<Config>("[limits]\nenabeld = false\n").is_err());
+}
+
+#[test]
+fn durations_keep_their_units_in_files_and_variables() {
+    let c: Config = toml::from_str(
+        "sweep_ms = 0\nkeep_alive_secs = 7\ntoken_ttl_secs = 60\n\
+         [settle]\nblock_ms = 250\nclaim_idle_ms = 5000\n",
+    )
+    .unwrap();
+    assert_eq!(c.sweep, Duration::ZERO);
+    assert_eq!(c.keep_alive, Duration::from_secs(7));
+    assert_eq!(c.token_ttl, Duration::from_secs(60));
+    assert_eq!(c.settle.block, Duration::from_millis(250));
+    assert_eq!(c.settle.claim_idle, Duration::from_secs(5));
+    assert_eq!(c.expire, Config::default().expire, "unset: the default");
+    assert!(toml::from_str::<Config>("sweep = 2000\n").is_err());
+    assert!(toml::from_str::<Config>("[settle]\nblock = 1000\n").is_err());
+
+    let env: HashMap<&str, &str> = HashMap::from([
+        ("STAMPEDE_SWEEP_MS", "2500"),
+        ("STAMPEDE_KEEP_ALIVE_SECS", " 9 "),
+        ("STAMPEDE_TOKEN_TTL_SECS", "3600"),
+        ("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "1500"),
+    ]);
+    let mut c = Config::default();
+    c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+    assert_eq!(c.sweep, Duration::from_millis(2500));
+    assert_eq!(c.keep_alive, Duration::from_secs(9));
+    assert_eq!(c.token_ttl, Duration::from_secs(3600));
+    assert_eq!(c.settle.claim_idle, Duration::from_millis(1500));
+    let err = c
+        .apply_env(|k| (k == "STAMPEDE_EXPIRE_MS").then(|| "1s".to_string()))
+        .unwrap_err();
+    assert!(err.to_string().contains("STAMPEDE_EXPIRE_MS"), "{err}");
+
+    let shown = format!("{c:?}");
+    for key in [
+        "sweep_ms: 2500",
+        "keep_alive_secs: 9",
+        "token_ttl_secs: 3600",
+        "claim_idle_ms: 1500",
+        "block_ms: 1000",
+    ] {
+        assert!(shown.contains(key), "{key} in {shown}");
+    }
+}
+
+#[test]
+fn duration_bounds_are_checked_in_milliseconds() {
+    let ok = Config {
+        token_secret: "x".repeat(32),
+        ..Config::default()
+    };
+    ok.validate().unwrap();
+    let bad = [
+        Config {
+            session_sync: Duration::ZERO,
+            ..ok.clone()
+        },
+        Config {
+            live_interval: Duration::from_millis(99),
+            ..ok.clone()
+        },
+        Config {
+            replica_ack_timeout: Duration::ZERO,
+            ..ok.clone()
+        },
+    ];
+    for c in bad {
+        assert!(c.validate().is_err(), "{c:?}");
+    }
+    let err = Config {
+        replica_ack_timeout: Duration::from_millis(2000),
+        ..ok.clone()
+    }
+    .validate()
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must be 1 to 1999"), "{err}");
+}
+
+#[test]
+fn short_secret_is_rejected() {
+    let c = Config {
+        token_secret: "short".into(),
+        ..Config::default()
+    };
+    assert!(c.validate().is_err());
+}

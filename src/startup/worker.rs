@@ -1,0 +1,98 @@
+//! What each HTTP worker holds of its own: its Redis connections and batchers.
+
+use actix_web::web;
+
+use super::connect::connect_worker_redis;
+use crate::state::AppState;
+
+/// One worker's own Redis connection (and, with `replica_acks`, the connections of
+/// its buy and vote batches) and batchers, made on the worker's thread.
+pub(super) async fn build_worker(
+    state: web::Data<AppState>,
+) -> anyhow::Result<crate::state::Worker> {
+    use crate::batch::{Batcher, Connections, Counters};
+    use crate::limit::Route;
+    let redis = connect_worker_redis(&state.config).await?;
+    let max = state.config.batch_max;
+    // With replica acknowledgements a batch's `WAIT` holds its connection until a
+    // replica answers: the buy and vote batchers then share `batch_in_flight`
+    // connections of their own, a batch taking the least busy, so batches rarely
+    // queue behind another's `WAIT`, and the worker's own connection (the queue's
+    // and the held orders' batches, sessions) never does.
+    let own = Connections::new(vec![redis.clone()]);
+    let deciding = if state.config.replica_acks > 0 {
+        let mut deciding = Vec::new();
+        for _ in 0..state.config.batch_in_flight() {
+            deciding.push(connect_worker_redis(&state.config).await?);
+        }
+        Connections::new(deciding)
+    } else {
+        own.clone()
+    };
+    Ok(crate::state::Worker {
+        buys: Batcher::new(
+            crate::sale::buy::BuyDecider {
+                keys: state.keys.clone(),
+                policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
+                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
+                key_ttl: state.config.purchase_key_ttl,
+            },
+            deciding.clone(),
+            max,
+            state.config.batch_in_flight(),
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.buy_batches,
+                requests: |m| &m.buy_batched,
+                sizes: |m| &m.observed.buy_batch_size,
+            },
+        ),
+        votes: Batcher::new(
+            crate::vote::cast::VoteDecider {
+                keys: state.keys.clone(),
+                policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
+                replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
+            },
+            deciding.clone(),
+            max,
+            state.config.batch_in_flight(),
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.vote_batches,
+                requests: |m| &m.vote_batched,
+                sizes: |m| &m.observed.vote_batch_size,
+            },
+        ),
+        queue: Batcher::new(
+            crate::sale::queue::join::QueueDecider {
+                keys: state.keys.clone(),
+            },
+            own.clone(),
+            max,
+            state.config.batch_in_flight(),
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.queue_batches,
+                requests: |m| &m.queue_batched,
+                sizes: |m| &m.observed.queue_batch_size,
+            },
+        ),
+        held: Batcher::new(
+            crate::sale::held::HeldReader {
+                db: state.db.clone(),
+                redis: state.redis.clone(),
+                keys: state.keys.clone(),
+            },
+            own,
+            crate::sale::held::HELD_READ_MAX,
+            crate::sale::held::HELD_READS_IN_FLIGHT,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.held_batches,
+                requests: |m| &m.held_batched,
+                sizes: |m| &m.observed.held_batch_size,
+            },
+        ),
+        redis,
+    })
+}

@@ -1,0 +1,175 @@
+//! The poll list: its order, its cursor, and its pages (with live voter counts).
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use sqlx::PgPool;
+
+use super::store::{PollRow, poll_id, status};
+use crate::domain::PollId;
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::paging::{Limit, ListScope, Page};
+
+/// The order of every poll list (`GET /api/polls`, the admin's, the pages): by
+/// [`list_rank`] as of one moment (the first page's, carried by the cursor, so a
+/// walk through the pages sees one order even as polls open and close meanwhile),
+/// then latest opening first, the id (highest first) breaking ties. Keyset paging:
+/// a page reads the polls after the cursor's key, never an offset.
+pub async fn list_page(
+    db: &PgPool,
+    at: DateTime<Utc>,
+    after: Option<&PollCursor>,
+    limit: i64,
+    scope: ListScope,
+) -> Result<Vec<PollRow>, sqlx::Error> {
+    sqlx::query_as::<_, PollRow>(
+        "SELECT id, question, opens_at, closes_at, closed, archived_at
+         FROM (SELECT id, question, opens_at, closes_at, closed, archived_at,
+                      CASE WHEN closed OR closes_at <= $1 THEN 2 WHEN opens_at > $1 THEN 1 ELSE 0 END
+                        AS list_rank
+               FROM polls) p
+         WHERE ($2::int2 IS NULL
+            OR list_rank > $2
+            OR (list_rank = $2 AND (opens_at, id) < ($3::timestamptz, $4::int8)))
+           AND CASE $6::text
+                 WHEN 'archived' THEN archived_at IS NOT NULL
+                 WHEN 'live' THEN archived_at IS NULL AND list_rank = 0
+                 WHEN 'upcoming' THEN archived_at IS NULL AND list_rank = 1
+                 WHEN 'ended' THEN archived_at IS NULL AND list_rank = 2
+                 ELSE archived_at IS NULL END
+         ORDER BY list_rank, opens_at DESC, id DESC
+         LIMIT $5",
+    )
+    .bind(at)
+    .bind(after.map(|c| c.rank))
+    .bind(after.map(|c| c.opens_at))
+    .bind(after.map(|c| c.id))
+    .bind(limit)
+    .bind(scope.as_str())
+    .fetch_all(db)
+    .await
+}
+
+/// A poll's place in the list order at `at` (the `list_rank` of [`list_page`]'s
+/// SQL, which this must match): 0 open, 1 upcoming, 2 closed (run out or early).
+pub fn list_rank(poll: &PollRow, at: DateTime<Utc>) -> i16 {
+    match status(poll, at) {
+        crate::domain::PollStatus::Open => 0,
+        crate::domain::PollStatus::Upcoming => 1,
+        crate::domain::PollStatus::Closed => 2,
+    }
+}
+
+/// Where the next page of a poll list starts: the moment the walk's order is taken
+/// at, and the sort key of the last poll shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollCursor {
+    pub at: DateTime<Utc>,
+    pub rank: i16,
+    pub opens_at: DateTime<Utc>,
+    pub id: i64,
+}
+
+impl PollCursor {
+    const TAG: &'static str = "p1";
+
+    /// The cursor after `last`, in the order taken at `at`.
+    pub fn after(last: &PollRow, at: DateTime<Utc>) -> Self {
+        PollCursor {
+            at,
+            rank: list_rank(last, at),
+            opens_at: last.opens_at,
+            id: last.id,
+        }
+    }
+
+    pub fn encode(&self) -> String {
+        crate::paging::encode_cursor(
+            Self::TAG,
+            &[
+                self.at.timestamp_micros(),
+                i64::from(self.rank),
+                self.opens_at.timestamp_micros(),
+                self.id,
+            ],
+        )
+    }
+
+    /// A cursor of a poll list; anything else is a 400 `invalid_query`.
+    pub fn parse(raw: &str) -> Result<Self, AppError> {
+        let [at, rank, opens_at, id] = crate::paging::decode_cursor::<4>(Self::TAG, raw)?;
+        let time = |us| {
+            DateTime::from_timestamp_micros(us)
+                .ok_or_else(|| crate::paging::bad_cursor("a time out of range"))
+        };
+        let rank = i16::try_from(rank)
+            .ok()
+            .filter(|r| (0..=2).contains(r))
+            .ok_or_else(|| crate::paging::bad_cursor("an unknown rank"))?;
+        if id < 1 {
+            return Err(crate::paging::bad_cursor("an id that is not positive"));
+        }
+        Ok(PollCursor {
+            at: time(at)?,
+            rank,
+            opens_at: time(opens_at)?,
+            id,
+        })
+    }
+}
+
+/// One page of the poll list (see [`list_page`]) from Postgres, and the cursor of
+/// the next page. Polls are not cached: the list is read by people choosing a
+/// poll, not by a stampede.
+pub async fn page(
+    db: &PgPool,
+    after: Option<&PollCursor>,
+    limit: Limit,
+    scope: ListScope,
+) -> Result<Page<PollRow>, sqlx::Error> {
+    let at = after.map_or_else(crate::paging::list_moment, |c| c.at);
+    let rows = list_page(db, at, after, limit.with_one_more(), scope).await?;
+    Ok(Page::from_rows(rows, limit, |last| {
+        PollCursor::after(last, at).encode()
+    }))
+}
+
+/// One page of polls (see [`page`]), each with its live voter count: one query and
+/// one pipelined Redis round trip, however long the page.
+pub async fn page_with_voters<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    after: Option<&PollCursor>,
+    limit: Limit,
+    scope: ListScope,
+) -> Result<Page<(PollRow, i64)>, AppError> {
+    let page = page(db, after, limit, scope).await?;
+    let ids = page
+        .items
+        .iter()
+        .map(|poll| poll_id(poll.id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let voters = voter_counts(redis, keys, &ids).await?;
+    Ok(Page {
+        items: page.items.into_iter().zip(voters).collect(),
+        next: page.next,
+    })
+}
+
+/// Voters of many polls (`HLEN` of each voters hash) in one pipelined round trip,
+/// in the order of `ids`. A poll missing from Redis counts 0.
+async fn voter_counts<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    ids: &[PollId],
+) -> Result<Vec<i64>, redis::RedisError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for id in ids {
+        pipe.hlen(keys.poll(*id).voters);
+    }
+    pipe.query_async(redis).await
+}

@@ -1,0 +1,126 @@
+//! A poll's admin page (`/admin/polls/{id}`): live and settled tallies, the edit
+//! form and the record of admin changes.
+
+use actix_web::{Either, HttpRequest, HttpResponse, web};
+use askama::Template;
+use askama_web::WebTemplate;
+use chrono::Utc;
+
+use super::admin_nav;
+use super::history::{HISTORY_SHOWN, HistoryRow};
+use crate::domain::PollId;
+use crate::state::AppState;
+use crate::web::error::PageError;
+use crate::web::view::{Moment, Nav, PollCard, option_results};
+
+#[derive(Template, WebTemplate)]
+#[template(path = "admin_poll.html")]
+pub struct PollTalliesPage {
+    nav: Nav,
+    poll: PollCard,
+    options: Vec<TallyRow>,
+    live_voters: i64,
+    settled_voters: i64,
+    /// Not open yet: the edit form is offered.
+    editable: bool,
+    /// Options one per line, for the edit form.
+    options_text: String,
+    archived_at: Option<Moment>,
+    /// Someone voted: delete is not offered.
+    has_votes: bool,
+    history: Vec<HistoryRow>,
+}
+
+pub struct TallyRow {
+    /// The option's id: the page script finds its row by it.
+    pub id: i64,
+    pub label: String,
+    pub live: i64,
+    pub settled: i64,
+    pub percent: i64,
+}
+
+impl TallyRow {
+    /// Votes counted in Redis that the settlement worker has not written yet.
+    pub fn unsettled(&self) -> i64 {
+        (self.live - self.settled).max(0)
+    }
+}
+
+/// A poll's tallies for the admin: live (Redis) and settled (Postgres) per option.
+pub async fn poll_tallies(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<Either<PollTalliesPage, HttpResponse>, PageError> {
+    let nav = match admin_nav(&req, &state, "/admin").await? {
+        Ok(nav) => nav,
+        Err(redirect) => return Ok(Either::Right(redirect)),
+    };
+    let Ok(id) = PollId::parse(&path) else {
+        return Err(PageError::not_found(
+            nav,
+            "Poll addresses end in a number, like /admin/polls/1.",
+        ));
+    };
+    let view = match crate::vote::load_view(&state, id).await {
+        Ok(view) => view,
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    let settled = match crate::vote::store::settled_tallies(&state.db, id).await {
+        Ok(rows) => rows,
+        Err(e) => return Err(PageError::from_app(e.into(), nav)),
+    };
+    let options: Vec<(i64, String)> = view
+        .record
+        .options
+        .iter()
+        .map(|o| (o.id, o.label.clone()))
+        .collect();
+    let settled_of = |option: i64| {
+        settled
+            .iter()
+            .find(|(id, _)| *id == option)
+            .map_or(0, |(_, n)| *n)
+    };
+    let options_text = options
+        .iter()
+        .map(|(_, label)| label.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let history = match crate::audit::history(
+        &state.db,
+        crate::audit::Subject::Poll(id),
+        HISTORY_SHOWN,
+    )
+    .await
+    {
+        Ok(rows) => rows,
+        Err(e) => return Err(PageError::from_app(e, nav)),
+    };
+    let (results, _) = option_results(options, &view.results);
+    let rows = results
+        .into_iter()
+        .map(|r| TallyRow {
+            id: r.id,
+            settled: settled_of(r.id),
+            label: r.label,
+            live: r.votes,
+            percent: r.percent,
+        })
+        .collect();
+    let settled_voters: i64 = settled.iter().map(|(_, n)| n).sum();
+    let poll = &view.record.poll;
+    Ok(Either::Left(PollTalliesPage {
+        nav,
+        editable: poll.opens_at > Utc::now() && !poll.closed,
+        options_text,
+        archived_at: poll.archived_at.map(Moment::from),
+        has_votes: view.results.voters > 0 || settled_voters > 0,
+        history: history.iter().map(Into::into).collect(),
+        live_voters: view.results.voters,
+        settled_voters,
+        poll: PollCard::new(view.record.poll, view.results.voters, Utc::now()),
+        options: rows,
+    }))
+}

@@ -1,0 +1,13 @@
+//! What templates show, computed in Rust so templates stay free of logic:
+//! the header's account links, sales and polls as cards, prices, times and vote
+//! shares as text.
+
+mod nav;
+mod poll;
+mod sale;
+mod text;
+
+pub use nav::Nav;
+pub use poll::{OptionResult, PollCard, option_results};
+pub use sale::{OrderState, SaleCard, sort_for_shop};
+pub use text::{Moment, clock_text, format_price, voters_text};
