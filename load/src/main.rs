@@ -12,7 +12,7 @@
 //! (users keep voting in a poll) and `healthz` (a trivial route: how fast this
 //! generator itself is, to compare with `wrk`). `storm --waiting-room` rehearses a
 //! sale with a waiting room: join, follow the line, buy when admitted
-//! (`waiting.rs`).
+//! (`waiting/`).
 //!
 //! A client, not part of the server: a package of its own (`load/`) over the
 //! library's public types (`Config`, the token key and claims, `Id`) and

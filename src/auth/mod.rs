@@ -1,7 +1,7 @@
 //! Accounts and sessions: sign-up, sign-in, sign-out (this session, or all of an
 //! account's), password change, and the `AuthUser` / `AdminUser` extractors that
 //! check a signed token and, through [`session`], that its session still stands
-//! (Redis, cached in the process for about a second; never Postgres in normal running).
+//! (this process's memory of what has ended; never Postgres in normal running).
 
 pub mod password;
 pub mod session;

@@ -1,7 +1,6 @@
-//! Orders: their ids (UUIDv8 that carry their sale's id, so an order can be found in
-//! its sale's pending hash before it reaches Postgres), the SQL that reads the
-//! settled ones, and a buyer's orders with the units still pending (see
-//! [`super::pending`]).
+//! Settled orders: their status, the SQL that reads them, and a buyer's orders
+//! with the units still pending (see [`super::pending`]). Their ids are
+//! [`super::order_id`]'s; what `already_bought` names is [`super::held`]'s.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;

@@ -1,7 +1,7 @@
-//! Sale records: the `sales` table's SQL, the scripts that put a sale into Redis
-//! (`lua/new_sale.lua`, `lua/update_meta.lua`), its live numbers, and what a purchase
-//! can come to. Stock changes are in [`super::stock`], order ids in
-//! [`super::orders`], the comparison of the two stores in [`super::reconcile`].
+//! Writing a sale: its creation in both stores (`lua/new_sale.lua`), and an
+//! admin's open and close (`lua/update_meta.lua`). The record is in
+//! [`super::record`], stock changes in [`super::stock`], the comparison of the two
+//! stores in [`super::reconcile`].
 
 use std::sync::LazyLock;
 

@@ -1,5 +1,5 @@
 //! `storm --waiting-room`: a rehearsal of a sale with a waiting room (issue 29, see
-//! `src/sale/queue.rs`). The sale the run makes has a line that opens now and a
+//! `src/sale/queue/`). The sale the run makes has a line that opens now and a
 //! sale that opens at the storm's opening, admitting `--admit-per-second`.
 //!
 //! 1. **Join**: every user joins the line before the opening (`POST .../queue`,

@@ -1,9 +1,9 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
-//! purchase and its ticket (`purchase.rs`), an order's status and payment
-//! (`orders.rs`), the admin's set-up (`admin.rs`), what sold (`sold.rs`), upkeep
-//! (`repair.rs`), edit, archive, delete and
-//! history (`lifecycle.rs`); the refusals the purchase, the ticket and the waiting
-//! room share are in `answers.rs`. This file holds the route table, the OpenAPI
+//! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
+//! (`queue.rs`), an order's status and payment (`orders.rs`), the admin's set-up
+//! (`admin.rs`), what sold (`sold.rs`), upkeep (`repair.rs`), edit, archive,
+//! delete and history (`lifecycle.rs`); the refusals the purchase, the ticket and
+//! the waiting room share are in `answers.rs`. This file holds the route table, the OpenAPI
 //! group and the sold-out answer given before routing.
 
 use actix_web::{HttpResponse, web};

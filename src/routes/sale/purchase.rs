@@ -1,4 +1,4 @@
-//! The purchase (the hot path) and its ticket.
+//! The purchase (the hot path). Its ticket is `ticket.rs`.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
