@@ -4,7 +4,7 @@
 -- periodic sweep a full pass again; otherwise it checks a few targets per tick.
 -- KEYS[1] the marker
 -- (Whether the marker names this run, each tick, is a GET the sweep compares
--- with the primaries' run ids it reads anyway: src/recover.rs, Sweep::whole.)
+-- with the primaries' run ids it reads anyway: src/recover/sweep.rs, Sweep::whole.)
 -- ARGV[1] 'begin': a full pass starts (the marker says so, naming this run and
 --                  the pass)
 --         'end':   the pass is over: 1 and the marker names this run when the mark

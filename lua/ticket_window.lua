@@ -1,5 +1,5 @@
 -- Is a sale open now, by the Redis clock? For issuing purchase tickets (see
--- src/sale/ticket.rs): reads only, writes nothing.
+-- src/sale/ticket/window.rs): reads only, writes nothing.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run)   KEYS[2] stock counter
 -- ARGV[1] now in ms ('' = the Redis clock; tests replay exact timings)
 -- Returns {code, value, now in ms}:

@@ -4,7 +4,7 @@
 //! node (`src/sale/store.rs` is `sale::store`, `src/sale/mod.rs` is `sale`), and an
 //! edge is any path the file names that leads into another file: a `use` tree
 //! (`crate::`, `super::`, `self::`, or a child module's name), an inline path
-//! (`crate::sale::queue::restore(..)`, `super::pending::count(..)`), or a child
+//! (`crate::sale::queue::restore::restore(..)`, `super::pending::count(..)`), or a child
 //! module named inline from its parent (`store::list_page(..)` in `sale/mod.rs`).
 //! A path leads to the longest module prefix it names, so a re-export counts as an
 //! import of the file that re-exports it. The binaries (`main.rs`, `bin/`) are
