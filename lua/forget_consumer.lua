@@ -5,7 +5,8 @@
 -- those orders would never be settled. Here the look and the removal are one step.
 -- KEYS[1] the stream
 -- ARGV[1] the group, ARGV[2] the consumer
--- Returns 1 when it was removed, 0 when it holds entries now.
+-- Returns:
+--   1 removed   0 it holds entries now
 local held = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
 if #held > 0 then
   return 0

@@ -133,11 +133,11 @@ pub async fn release<C: ConnectionLike>(
     token: &str,
 ) -> RedisResult<Released> {
     let deleted: i64 = RELEASE.key(key).arg(token).invoke_async(redis).await?;
-    Ok(if deleted == 1 {
-        Released::Released
-    } else {
-        Released::NotOwner
-    })
+    match ReleaseCode::of(deleted) {
+        Some(ReleaseCode::Released) => Ok(Released::Released),
+        Some(ReleaseCode::NotHeld) => Ok(Released::NotOwner),
+        None => Err(unknown_code("lock_release.lua", deleted)),
+    }
 }
 
 /// Compare-and-expire: sets a new lease on `key` only if it holds `token`. Never
@@ -154,7 +154,35 @@ pub async fn extend<C: ConnectionLike>(
         .arg(ttl_ms.max(1))
         .invoke_async(redis)
         .await?;
-    Ok(extended == 1)
+    match ExtendCode::of(extended) {
+        Some(code) => Ok(code == ExtendCode::Extended),
+        None => Err(unknown_code("lock_extend.lua", extended)),
+    }
+}
+
+crate::lua::reply_codes! {
+    /// What `lua/lock_release.lua` answers, as its header lists them.
+    pub enum ReleaseCode in "lock_release.lua", checked_by release_codes_are_the_scripts {
+        Released = 1, "released";
+        NotHeld = 0, "not held";
+    }
+}
+
+crate::lua::reply_codes! {
+    /// What `lua/lock_extend.lua` answers, as its header lists them.
+    pub enum ExtendCode in "lock_extend.lua", checked_by extend_codes_are_the_scripts {
+        Extended = 1, "extended";
+        NotHeld = 0, "not held";
+    }
+}
+
+/// A reply code a lock script never answers: a bug or another version's script.
+fn unknown_code(script: &str, code: i64) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "a lock script answered a code it never answers",
+        format!("{script}: {code}"),
+    ))
 }
 
 /// A held lock. Release it with [`release`](Self::release); a guard dropped without

@@ -17,6 +17,39 @@ use crate::lua::lua_script;
 use crate::redis_conn::Redis;
 
 static FENCE: LazyLock<crate::lua::Script> = lua_script!("fence.lua");
+static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua");
+
+/// What the restore scripts (`lua/restore_sale.lua`, `lua/restore_poll.lua`) answer
+/// in place of their numbers when the rebuild's fence token is gone (Redis wiped or
+/// restarted again): start over. Their headers say so; a test reads them.
+pub const TOKEN_GONE: i64 = -1;
+
+crate::lua::reply_codes! {
+    /// What `lua/update_meta.lua` answers, as its header lists them.
+    pub enum MetaCode in "update_meta.lua", checked_by meta_codes_are_the_scripts {
+        Written = 1, "written";
+        Missing = 0, "the state is missing";
+    }
+}
+
+/// Writes `fields` into a sale's or poll's meta hash `meta` when Redis holds its
+/// state (`lua/update_meta.lua`): false when it does not, and then the rebuild
+/// from Postgres writes them.
+pub async fn update_meta(
+    redis: &mut impl redis::aio::ConnectionLike,
+    meta: &str,
+    fields: &[(&str, i64)],
+) -> Result<bool, AppError> {
+    let mut call = UPDATE_META.key(meta);
+    for (name, value) in fields {
+        call.arg(*name).arg(*value);
+    }
+    let written: i64 = call.invoke_async(redis).await?;
+    match MetaCode::of(written) {
+        Some(code) => Ok(code == MetaCode::Written),
+        None => Err(crate::lua::unexpected_reply("update_meta.lua", written)),
+    }
+}
 
 /// Lifetime of the fence token: a rebuild that died leaves the state fenced at most
 /// this long before the token is gone and any rebuild may start over.
@@ -204,5 +237,26 @@ pub async fn scan_all<T: redis::FromRedisValue>(
             return Ok(out);
         }
         cursor = next;
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+
+    #[test]
+    fn the_restore_scripts_say_what_token_gone_is() {
+        for script in [
+            include_str!("../lua/restore_sale.lua"),
+            include_str!("../lua/restore_poll.lua"),
+        ] {
+            let says = format!("{TOKEN_GONE}");
+            assert!(
+                script.lines().any(|l| l.starts_with("-- Returns")
+                    && l.contains(&says)
+                    && l.contains("token is gone")),
+                "a restore script's header names {TOKEN_GONE} as the token gone"
+            );
+        }
     }
 }

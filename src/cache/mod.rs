@@ -50,6 +50,14 @@ use flight::{Flights, Join, SharedError};
 static FILL: LazyLock<crate::lua::Script> =
     LazyLock::new(|| crate::lua::Script::new(include_str!("../../lua/cache_fill.lua")));
 
+crate::lua::reply_codes! {
+    /// What `lua/cache_fill.lua` answers, as its header lists them.
+    pub enum FillCode in "cache_fill.lua", checked_by fill_codes_are_the_scripts {
+        Stored = 1, "stored";
+        LockLost = 0, "the lock was lost";
+    }
+}
+
 /// Each stored view lives `ttl` ± this fraction, so views cached together (a restart,
 /// a flush) do not all expire in the same second and stampede together.
 pub const TTL_JITTER: f64 = 0.2;
@@ -251,9 +259,12 @@ async fn fill(
         .arg(guard.token())
         .invoke_async(redis)
         .await;
-    match stored {
-        Ok(1) => {}
-        Ok(_) => tracing::debug!(key, "view changed during its rebuild; not stored"),
+    match stored.map(FillCode::of) {
+        Ok(Some(FillCode::Stored)) => {}
+        Ok(Some(FillCode::LockLost)) => {
+            tracing::debug!(key, "view changed during its rebuild; not stored")
+        }
+        Ok(None) => tracing::warn!(key, "cache_fill.lua answered a code it never answers"),
         Err(e) => tracing::warn!(key, error = %e, "storing a rebuilt view failed"),
     }
 }

@@ -156,7 +156,7 @@ async fn rebuild_sale(
         .arg(&folded)
         .invoke_async(&mut redis)
         .await?;
-    if left < 0 {
+    if left == crate::restore::TOKEN_GONE {
         tracing::warn!(sale = %id, "Redis lost the rebuild token (wiped or restarted again)");
         return Err(interrupted());
     }

@@ -17,7 +17,6 @@ use crate::keys::Keys;
 use crate::lua::lua_script;
 
 static NEW_SALE: LazyLock<crate::lua::Script> = lua_script!("new_sale.lua");
-static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua");
 
 pub struct NewSale {
     pub name: String,
@@ -183,15 +182,10 @@ pub async fn update_window<C: ConnectionLike>(
     sale: &SaleRow,
 ) -> Result<bool, AppError> {
     let k = keys.sale(sale.id);
-    let written: i64 = UPDATE_META
-        .key(&k.meta)
-        .arg("starts_ms")
-        .arg(sale.starts_at.timestamp_millis())
-        .arg("ends_ms")
-        .arg(sale.ends_at.timestamp_millis())
-        .arg("closed")
-        .arg(u8::from(sale.closed))
-        .invoke_async(redis)
-        .await?;
-    Ok(written == 1)
+    let window = [
+        ("starts_ms", sale.starts_at.timestamp_millis()),
+        ("ends_ms", sale.ends_at.timestamp_millis()),
+        ("closed", i64::from(sale.closed)),
+    ];
+    crate::restore::update_meta(redis, &k.meta, &window).await
 }

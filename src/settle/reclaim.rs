@@ -22,6 +22,14 @@ pub(super) const RECLAIM_BUDGET: usize = 64;
 
 static FORGET_CONSUMER: std::sync::LazyLock<crate::lua::Script> =
     crate::lua::lua_script!("forget_consumer.lua");
+
+crate::lua::reply_codes! {
+    /// What `lua/forget_consumer.lua` answers, as its header lists them.
+    pub enum ForgetCode in "forget_consumer.lua", checked_by forget_codes_are_the_scripts {
+        Removed = 1, "removed";
+        HoldsEntries = 0, "it holds entries now";
+    }
+}
 /// Fewest streams a pass looks at (all of them when there are fewer).
 const RECLAIM_LEAST: usize = 16;
 
@@ -166,7 +174,10 @@ impl Settler {
                 }
             }))
             .await;
-            let forgotten = removed.iter().filter(|r| matches!(r, Ok(1))).count();
+            let forgotten = removed
+                .iter()
+                .filter(|r| matches!(r, Ok(c) if ForgetCode::of(*c) == Some(ForgetCode::Removed)))
+                .count();
             if let Some(Err(e)) = removed.iter().find(|r| r.is_err()) {
                 tracing::warn!(error = %e, "removing dead settlement consumers failed");
             }

@@ -128,7 +128,7 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
         restore.arg(counts.get(option).copied().unwrap_or(0));
     }
     let written: i64 = restore.invoke_async(&mut redis).await?;
-    if written < 0 {
+    if written == crate::restore::TOKEN_GONE {
         tracing::warn!(poll = %id, "Redis lost the rebuild token (wiped or restarted again)");
         return Err(interrupted());
     }

@@ -15,7 +15,6 @@ use crate::lua::lua_script;
 use crate::settle::ensure_group;
 
 static NEW_POLL: LazyLock<crate::lua::Script> = lua_script!("new_poll.lua");
-static UPDATE_META: LazyLock<crate::lua::Script> = lua_script!("update_meta.lua");
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct PollRow {
@@ -297,11 +296,6 @@ pub async fn close<C: ConnectionLike>(
     )
     .await?;
     tx.commit().await?;
-    let written: i64 = UPDATE_META
-        .key(&keys.poll(id).meta)
-        .arg("closed")
-        .arg(1)
-        .invoke_async(redis)
-        .await?;
-    Ok(fetch_record(db, id).await?.map(|r| (r, written == 1)))
+    let written = crate::restore::update_meta(redis, &keys.poll(id).meta, &[("closed", 1)]).await?;
+    Ok(fetch_record(db, id).await?.map(|r| (r, written)))
 }
