@@ -7,9 +7,11 @@
 -- with the primaries' run ids it reads anyway: src/recover/sweep.rs, Sweep::whole.)
 -- ARGV[1] 'begin': a full pass starts (the marker says so, naming this run and
 --                  the pass)
---         'end':   the pass is over: 1 and the marker names this run when the mark
+--         'end':   the pass is over: the marker names this run when the mark
 --                  this pass's 'begin' left is still there (no wipe, no restart and
---                  no other pass started meanwhile), else 0
+--                  no other pass started meanwhile)
+-- Returns ('begin' always 1):
+--   1 marked   0 not marked (the pass's mark was gone)
 -- ARGV[2] the pass's random token ('begin' and 'end')
 local run = redis_run()
 local mode = ARGV[1]

@@ -74,6 +74,15 @@ pub struct Attempt<'a> {
     pub key: &'a str,
 }
 
+crate::lua::reply_codes! {
+    /// The verdict `lua/limit.lua` answers, as its header lists them.
+    pub enum VerdictCode in "limit.lua", checked_by verdict_codes_are_the_scripts {
+        Allowed = 1, "allowed";
+        Denied = 0, "denied";
+        Never = -1, "never";
+    }
+}
+
 /// Counts the request if it fits. `now_ms` is for tests only (replaying exact
 /// timings); production passes `None` and the Redis clock decides.
 pub async fn take<C: ConnectionLike>(
@@ -84,15 +93,15 @@ pub async fn take<C: ConnectionLike>(
     let (allowed, remaining, retry, reset, now): (i64, i64, i64, i64, i64) =
         run(redis, attempt, "take", now_ms).await?;
     Ok(Decision {
-        verdict: match allowed {
-            1 => Verdict::Allowed,
-            0 => Verdict::Denied,
-            -1 => Verdict::Never,
-            other => {
+        verdict: match VerdictCode::of(allowed) {
+            Some(VerdictCode::Allowed) => Verdict::Allowed,
+            Some(VerdictCode::Denied) => Verdict::Denied,
+            Some(VerdictCode::Never) => Verdict::Never,
+            None => {
                 return Err(redis::RedisError::from((
                     redis::ErrorKind::UnexpectedReturnType,
                     "limit.lua: unexpected verdict",
-                    other.to_string(),
+                    allowed.to_string(),
                 )));
             }
         },

@@ -10,6 +10,14 @@ use crate::lua::lua_script;
 
 static SWEEP_MARKER: LazyLock<crate::lua::Script> = lua_script!("sweep_marker.lua");
 
+crate::lua::reply_codes! {
+    /// What `lua/sweep_marker.lua` answers, as its header lists them.
+    pub enum MarkerCode in "sweep_marker.lua", checked_by marker_codes_are_the_scripts {
+        Marked = 1, "marked";
+        NotMarked = 0, "not marked";
+    }
+}
+
 /// Sales and polls that ended longer ago than this are left out of the periodic
 /// sweep's round robin (a full pass and `reconcile --repair` still cover them).
 const SWEEP_RECENT_DAYS: i32 = 7;
@@ -37,7 +45,7 @@ impl Recovery {
         self.marker("begin", &pass).await?;
         let targets = self.targets(None).await?;
         let (rebuilt, whole) = self.check_each(&targets, None).await?;
-        if whole && self.marker("end", &pass).await? == 0 {
+        if whole && self.marker("end", &pass).await? == MarkerCode::NotMarked {
             tracing::info!("Redis changed during the full sweep; the next sweep starts over");
         }
         Ok(rebuilt)
@@ -56,13 +64,14 @@ impl Recovery {
     }
 
     /// `lua/sweep_marker.lua` in one of its modes.
-    async fn marker(&self, mode: &str, pass: &str) -> Result<i64, AppError> {
-        Ok(SWEEP_MARKER
+    async fn marker(&self, mode: &str, pass: &str) -> Result<MarkerCode, AppError> {
+        let code: i64 = SWEEP_MARKER
             .key(self.keys.sweep_marker())
             .arg(mode)
             .arg(pass)
             .invoke_async(&mut self.redis.clone())
-            .await?)
+            .await?;
+        MarkerCode::of(code).ok_or_else(|| crate::lua::unexpected_reply("sweep_marker.lua", code))
     }
 }
 
