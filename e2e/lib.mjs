@@ -161,14 +161,19 @@ export async function inspect(page, name) {
   }));
   check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
   // A button the page's script has just enabled fades from its disabled colours
-  // (a CSS transition): axe must read the settled page, not a frame mid-fade.
-  await page
+  // (a CSS transition): axe must read the settled page, not a frame mid-fade. A
+  // transition still running after 10 s fails the run (axe would read a frame).
+  const settled = await page
     .waitForFunction(
       () => !document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === "running"),
       null,
-      { timeout: 2000 },
+      { timeout: 10000 },
     )
-    .catch(() => {});
+    .then(
+      () => null,
+      (err) => err.message.split("\n")[0],
+    );
+  check(settled === null, `${label}: transitions settled before axe${settled ? ` (${settled})` : ""}`);
   axeSource ??= await readFile(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
   if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
   const violations = await page.evaluate(async () => {

@@ -159,6 +159,7 @@ mod tests {
 
     #[test]
     fn an_opening_past_is_refused() {
-        assert!(release_instant(Utc::now() - chrono::Duration::seconds(1)).is_err());
+        let err = release_instant(Utc::now() - chrono::Duration::seconds(1)).unwrap_err();
+        assert!(err.to_string().contains("has passed"), "{err}");
     }
 }

@@ -247,7 +247,9 @@ mod tests {
         let err = Target::parse("http://192.0.2.1:8080", false).unwrap_err();
         assert!(err.to_string().contains("--allow-remote"), "{err}");
         assert!(Target::parse("http://192.0.2.1:8080", true).is_ok());
-        assert!(Target::parse("https://127.0.0.1", false).is_err());
-        assert!(Target::parse("http://127.0.0.1:8080/api", false).is_err());
+        let err = Target::parse("https://127.0.0.1", false).unwrap_err();
+        assert!(err.to_string().contains("must start with http://"), "{err}");
+        let err = Target::parse("http://127.0.0.1:8080/api", false).unwrap_err();
+        assert!(err.to_string().contains("without a path"), "{err}");
     }
 }

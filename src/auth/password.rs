@@ -216,12 +216,14 @@ mod tests {
             );
             assert!(!verify(stored, "pW".into()).await.unwrap());
         }
-        assert!(
-            verify("$argon2id$v=19$m=19456".into(), "pw".into())
-                .await
-                .is_err()
-        );
-        assert!(verify("not a hash".into(), "pw".into()).await.is_err());
+        // An error (500, the stored hash named), never a mismatch.
+        for broken in ["$argon2id$v=19$m=19456", "not a hash"] {
+            let err = verify(broken.into(), "pw".into()).await.unwrap_err();
+            assert!(
+                matches!(&err, AppError::Internal(e) if e.to_string().contains("stored hash")),
+                "{broken}: {err:?}"
+            );
+        }
     }
 
     #[actix_web::test]

@@ -199,6 +199,7 @@ mod tests {
             panic!("second caller follows")
         };
         drop(lead);
+        // Woken by the leader's sender going away (`RecvError` has no other kind).
         assert!(rx.wait_for(Option::is_some).await.is_err());
     }
 

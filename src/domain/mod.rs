@@ -240,6 +240,14 @@ pub fn parse_image_url(raw: Option<&str>) -> Result<Option<String>, AppError> {
 mod tests {
     use super::*;
 
+    /// The code a refusal carries; panics when the input was accepted.
+    fn refused<T>(result: Result<T, AppError>) -> ErrorCode {
+        match result {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.error_code(),
+        }
+    }
+
     #[test]
     fn purchase_keys_are_parsed_text_only() {
         for ok in [
@@ -251,7 +259,11 @@ mod tests {
             assert_eq!(PurchaseKey::parse(ok.as_bytes()).unwrap().as_str(), ok);
         }
         for bad in ["", " a", "a b", "{sale:1}", "ä", "a*", &"k".repeat(65)] {
-            assert!(PurchaseKey::parse(bad.as_bytes()).is_err(), "{bad:?}");
+            assert_eq!(
+                refused(PurchaseKey::parse(bad.as_bytes())),
+                ErrorCode::InvalidIdempotencyKey,
+                "{bad:?}"
+            );
         }
     }
 
@@ -283,10 +295,17 @@ mod tests {
             "/caf\u{e9}.jpg",
             "phone.jpg",
         ] {
-            assert!(parse_image_url(Some(bad)).is_err(), "{bad}");
+            assert_eq!(
+                refused(parse_image_url(Some(bad))),
+                ErrorCode::InvalidImageUrl,
+                "{bad}"
+            );
         }
         let long = format!("/{}", "a".repeat(MAX_IMAGE_URL));
-        assert!(parse_image_url(Some(&long)).is_err());
+        assert_eq!(
+            refused(parse_image_url(Some(&long))),
+            ErrorCode::InvalidImageUrl
+        );
     }
 
     #[test]
@@ -303,7 +322,11 @@ mod tests {
             "99999999999999999999",
             "1.0",
         ] {
-            assert!(SaleId::parse(bad).is_err(), "{bad:?} must be refused");
+            assert_eq!(
+                refused(SaleId::parse(bad)),
+                ErrorCode::InvalidId,
+                "{bad:?} must be refused"
+            );
         }
     }
 
@@ -311,14 +334,24 @@ mod tests {
     fn usernames_are_normalised_and_bounded() {
         assert_eq!(Username::parse(" Alice ").unwrap().as_str(), "alice");
         for bad in ["ab", "a b c", "x{y}z", &"a".repeat(33), "émile"] {
-            assert!(Username::parse(bad).is_err(), "{bad:?} must be refused");
+            assert_eq!(
+                refused(Username::parse(bad)),
+                ErrorCode::InvalidUsername,
+                "{bad:?} must be refused"
+            );
         }
     }
 
     #[test]
     fn passwords_are_bounded_and_hidden() {
-        assert!(Password::parse("short".into()).is_err());
-        assert!(Password::parse("x".repeat(129)).is_err());
+        assert_eq!(
+            refused(Password::parse("short".into())),
+            ErrorCode::InvalidPassword
+        );
+        assert_eq!(
+            refused(Password::parse("x".repeat(129))),
+            ErrorCode::InvalidPassword
+        );
         let p = Password::parse("correct horse".into()).unwrap();
         assert!(!format!("{p:?}").contains("horse"));
     }
@@ -328,16 +361,29 @@ mod tests {
         let err = parse_text("name", "a\0b", 100, false).unwrap_err();
         assert_eq!(err.code(), "invalid_text");
         assert!(err.to_string().contains("name"), "{err}");
-        assert!(parse_text("name", "\0", 100, true).is_err());
-        assert!(Password::parse("password\0".into()).is_err());
-        assert!(Username::parse("ali\0ce").is_err());
+        assert_eq!(
+            refused(parse_text("name", "\0", 100, true)),
+            ErrorCode::InvalidText
+        );
+        assert_eq!(
+            refused(Password::parse("password\0".into())),
+            ErrorCode::InvalidText
+        );
+        // Outside the username's characters: refused as a username.
+        assert_eq!(
+            refused(Username::parse("ali\0ce")),
+            ErrorCode::InvalidUsername
+        );
     }
 
     #[test]
     fn stock_and_price_bounds() {
-        assert!(parse_stock("stock", -1).is_err());
-        assert!(parse_stock("stock", MAX_STOCK + 1).is_err());
+        assert_eq!(refused(parse_stock("stock", -1)), ErrorCode::InvalidStock);
+        assert_eq!(
+            refused(parse_stock("stock", MAX_STOCK + 1)),
+            ErrorCode::InvalidStock
+        );
         assert_eq!(parse_stock("stock", 100).unwrap(), 100);
-        assert!(parse_price(-5).is_err());
+        assert_eq!(refused(parse_price(-5)), ErrorCode::InvalidPrice);
     }
 }

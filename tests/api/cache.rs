@@ -377,9 +377,14 @@ async fn a_slow_lock_holder_delays_readers_boundedly_and_never_fails_them() {
         assert_eq!(*status, StatusCode::OK);
         assert_eq!(body["stock_left"], 4);
     }
+    // They waited for the holder first (time cannot pass faster on a loaded
+    // machine, so this bound holds there), then gave up on it: answered while its
+    // stuck lock still had most of its 30 s to run. How soon after the wait is a
+    // speed figure, not asserted here (see `bench_cold_page_stampede`).
+    assert!(took >= cache::WAIT_FOR_REBUILD, "{took:?}");
     assert!(
-        took >= cache::WAIT_FOR_REBUILD && took < cache::WAIT_FOR_REBUILD * 3,
-        "{took:?}"
+        took < Duration::from_secs(20),
+        "readers waited {took:?}, as if for the stuck lock"
     );
     let served = since(stats(&app), before);
     assert_eq!(

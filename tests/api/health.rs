@@ -70,9 +70,11 @@ async fn without_postgres_readyz_stays_200_for_the_buy_path_and_readyz_postgres_
 /// A table held under an exclusive lock (a migration or `VACUUM FULL` gone
 /// wrong): a read that needs it is answered 503 with `Retry-After` after about
 /// the statement timeout, not when the lock goes; `/readyz` stays 200 and
-/// purchases are decided.
+/// purchases are decided. The claim is the event (answered while the lock is
+/// still held), not the speed: the bound (20 s) is generous and only turns a read
+/// that waits for the lock into a failure.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_read_stuck_behind_a_lock_fails_in_about_a_second_and_purchases_go_on() {
+async fn a_read_stuck_behind_a_lock_fails_while_the_lock_holds_and_purchases_go_on() {
     let (app, _, sale) = spawn_with_live_sale(10).await;
     let buyer = app.user().await;
     let mut locker = sqlx::PgConnection::connect(&app.config.database_url)
@@ -84,13 +86,21 @@ async fn a_read_stuck_behind_a_lock_fails_in_about_a_second_and_purchases_go_on(
         .await
         .unwrap();
     let started = std::time::Instant::now();
-    let resp = app.get("/api/me/orders", Some(&buyer.token)).await;
+    let resp = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        app.get("/api/me/orders", Some(&buyer.token)),
+    )
+    .await
+    .expect("the read still waits for the lock after 20 s");
     let took = started.elapsed();
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        resp.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "after {took:?}"
+    );
     assert!(resp.headers().get("retry-after").is_some());
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "database_unavailable");
-    assert!(took < std::time::Duration::from_secs(4), "took {took:?}");
     let resp = app.get("/readyz", None).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = app.purchase(sale, &buyer.token).await;

@@ -840,15 +840,19 @@ impl TestApp {
             .await
     }
 
-    /// Polls Postgres until `expected` votes of the poll are there or 20 s passed;
-    /// returns how many are.
+    /// Polls Postgres until `expected` votes of the poll are there; returns how many
+    /// are. Panics, with the count it saw, when they are not there after 20 s.
     pub async fn wait_for_votes(&self, poll: i64, expected: i64) -> i64 {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let votes = self.votes_in_db(poll).await;
-            if votes >= expected || std::time::Instant::now() > deadline {
+            if votes >= expected {
                 return votes;
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "poll {poll}: {votes} of {expected} votes settled after 20 s"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -946,14 +950,48 @@ impl TestApp {
             .unwrap();
     }
 
-    /// Polls Postgres until `expected` orders of the sale are there (or panics).
+    /// Polls Postgres until `expected` orders of the sale are there; returns them.
+    /// Panics, with the count it saw, when they are not there after 20 s.
     pub async fn wait_for_orders(&self, sale: i64, expected: usize) -> Vec<(uuid::Uuid, i64)> {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let orders = self.orders_in_db(sale).await;
-            if orders.len() >= expected || std::time::Instant::now() > deadline {
+            if orders.len() >= expected {
                 return orders;
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sale {sale}: {} of {expected} orders settled after 20 s",
+                orders.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls Redis until settlement has taken every entry of the sale's order
+    /// stream: the settle group has read them all (`lag` 0) and acknowledged them
+    /// (`pending` 0). What the stream held is then in Postgres, so a count read
+    /// after this is final, not a snapshot. Panics, with what it saw, after 20 s.
+    pub async fn wait_until_settled(&self, sale: i64) {
+        let key = self.sale_keys(sale).orders;
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let reply: redis::streams::StreamInfoGroupsReply =
+                redis::AsyncCommands::xinfo_groups(&mut self.redis.clone(), &key)
+                    .await
+                    .unwrap();
+            let group = reply
+                .groups
+                .iter()
+                .find(|g| g.name == stampede::settle::SETTLE_GROUP);
+            let (pending, lag) = (group.map(|g| g.pending), group.and_then(|g| g.lag));
+            if pending == Some(0) && lag == Some(0) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sale {sale}: settlement not done after 20 s (pending {pending:?}, lag {lag:?})"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

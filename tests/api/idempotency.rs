@@ -123,7 +123,8 @@ async fn fifty_at_once_with_one_key_buy_once() {
     assert_eq!(replays, 49, "every answer but the first is a replay");
     assert_eq!(app.stock_left(sale).await, 99);
     assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every entry of the stream settled: a second order would be in Postgres now.
+    app.wait_until_settled(sale).await;
     assert_eq!(units_of(&app, sale, &buyer).await, 1);
 }
 
@@ -264,7 +265,8 @@ async fn keys_of_settled_orders_survive_a_wipe() {
     let (new, replayed) = accepted(buy_keyed(&app, sale, &a, "second", Some(1)).await).await;
     assert!(!replayed && new != settled);
     app.wait_for_orders(sale, 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every entry of the stream settled: a stray order would be in Postgres now.
+    app.wait_until_settled(sale).await;
     assert_eq!(units_of(&app, sale, &a).await, 3);
     assert_eq!(units_of(&app, sale, &b).await, 1);
     assert_eq!(app.stock_left(sale).await, 16);

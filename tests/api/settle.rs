@@ -705,8 +705,13 @@ async fn one_worker_settles_at_a_time_and_a_standby_takes_over_when_it_stops() {
     let first = buy_all(&app, sale, 40).await;
     assert_eq!(first.len(), 40);
     wait_settled(&app, sale, 40, Duration::from_secs(10)).await;
-    // B has asked for the lease at least once meanwhile (it asks once a second).
+    // A claim about a stretch of time: B, running, asks for the lease once a
+    // second and reads nothing while A leads. Time has to pass for B to ask (its
+    // asks leave no trace to poll for), so this waits for time and then asserts
+    // the state: B still running, not leading, and no reader but A.
     tokio::time::sleep(stampede::settle::STANDBY_EVERY + Duration::from_millis(200)).await;
+    assert!(!b.is_finished(), "worker B stopped");
+    assert!(!leading(&metrics_b), "B leads beside A");
     assert_eq!(
         readers(&app, sale).await,
         ["worker-a"],
@@ -770,8 +775,11 @@ async fn a_worker_waits_out_a_lease_it_does_not_hold_unless_not_exclusive() {
             .await
             .run(rx),
     );
-    // Long enough for two attempts.
+    // A claim about a stretch of time (nothing settles while the lease is another's):
+    // long enough for two attempts, which leave no trace to poll for, so this waits
+    // for time and then asserts the state, the worker still running.
     tokio::time::sleep(stampede::settle::STANDBY_EVERY * 2 + Duration::from_millis(300)).await;
+    assert!(!worker.is_finished(), "the standby stopped");
     assert!(
         app.orders_in_db(sale).await.is_empty(),
         "nothing settled under another's lease"

@@ -30,6 +30,38 @@ async fn ticket_of(app: &TestApp, sale: i64, user: &User) -> String {
     body["ticket"].as_str().expect("a ticket").to_owned()
 }
 
+/// Asks for a ticket until the answer is `status` with error `code`: the sale
+/// opening or ending takes time to come, and the event, not the wait, is asserted.
+/// Every answer before it must be `before`; fails after 15 s with the last answer.
+async fn ticket_until(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    before: (StatusCode, &str),
+    after: (StatusCode, &str),
+) -> reqwest::Response {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = ticket(app, sale, user).await;
+        if resp.status() == after.0 {
+            return resp;
+        }
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, before.0, "{body}");
+        if !before.1.is_empty() {
+            assert_eq!(body["error"], before.1, "{body}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {} `{}` after 15 s; the last answer: {status} {body}",
+            after.0,
+            after.1
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn buy_with(app: &TestApp, sale: i64, user: &User, body: &Value) -> reqwest::Response {
     app.post_json(
         &format!("/api/sales/{sale}/purchase"),
@@ -77,9 +109,18 @@ async fn a_ticket_is_issued_only_once_the_sale_is_open_and_a_purchase_needs_one(
     assert!(app.buyers(sale).await.is_empty());
     assert_eq!(counted(&app, sale, &user).await, 0, "no limit counted it");
 
-    // Once open (by the Redis clock): a ticket, and the purchase with it.
-    tokio::time::sleep(Duration::from_millis(2300)).await;
-    let t = ticket_of(&app, sale, &user).await;
+    // Once open (by the Redis clock, 2 s away): a ticket, and the purchase with it.
+    let open = ticket_until(
+        &app,
+        sale,
+        &user,
+        (StatusCode::CONFLICT, "not_started"),
+        (StatusCode::OK, ""),
+    )
+    .await;
+    let body: Value = open.json().await.unwrap();
+    assert_eq!(body["sale_id"], sale);
+    let t = body["ticket"].as_str().expect("a ticket").to_owned();
     let resp = buy_with(&app, sale, &user, &json!({ "ticket": t })).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     assert_eq!(app.stock_left(sale).await, 4);
@@ -229,9 +270,17 @@ async fn tickets_of_unknown_ended_and_sold_out_sales_are_refused() {
         "unauthorized",
     )
     .await;
+    // A sale that ends in a second: tickets until then, 410 `ended` after.
     let ended = app.create_sale_with(&admin, 5, -5, 1, true).await;
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_error(ticket(&app, ended, &user).await, StatusCode::GONE, "ended").await;
+    let resp = ticket_until(
+        &app,
+        ended,
+        &user,
+        (StatusCode::OK, ""),
+        (StatusCode::GONE, "ended"),
+    )
+    .await;
+    assert_error(resp, StatusCode::GONE, "ended").await;
     let gone = app.live_ticket_sale(&admin, 1).await;
     let first = app.user().await;
     let t = ticket_of(&app, gone, &first).await;

@@ -49,18 +49,6 @@ pub async fn me(app: &TestApp, sale: i64, user: &User) -> Value {
         .await
 }
 
-/// Waits until `user` is no longer waiting: the standing then.
-pub async fn wait_turn(app: &TestApp, sale: i64, user: &User, within: Duration) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let m = me(app, sale, user).await;
-        if m["state"] != "waiting" || tokio::time::Instant::now() > deadline {
-            return m;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn buy_with_ticket(app: &TestApp, sale: i64, user: &User, ticket: &str) -> reqwest::Response {
     app.post_json(
         &format!("/api/sales/{sale}/purchase"),
@@ -103,18 +91,34 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
     .await;
     assert_eq!(app.stock_left(sale).await, 2);
 
-    // From the opening: two admitted (two units), two still waiting.
-    tokio::time::sleep(Duration::from_millis(1700)).await;
-    let mut admitted = Vec::new();
-    let mut waiting = Vec::new();
-    for u in &users {
-        let m = wait_turn(&app, sale, u, Duration::from_millis(300)).await;
-        match m["state"].as_str().unwrap() {
-            "admitted" => admitted.push((u, m)),
-            "waiting" => waiting.push((u, m)),
-            other => panic!("unexpected state {other}: {m}"),
+    // From the opening: two admitted (two units), two still waiting. Polled until
+    // the admissions are there (the opening is 1.5 s away), failing after 15 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let (admitted, waiting) = loop {
+        let mut admitted = Vec::new();
+        let mut waiting = Vec::new();
+        for u in &users {
+            let m = me(&app, sale, u).await;
+            match m["state"].as_str().unwrap() {
+                "admitted" => admitted.push((u, m)),
+                "waiting" => waiting.push((u, m)),
+                other => panic!("unexpected state {other}: {m}"),
+            }
         }
-    }
+        if admitted.len() >= 2 {
+            break (admitted, waiting);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not two admitted 15 s after joining: {:?}",
+            admitted
+                .iter()
+                .chain(&waiting)
+                .map(|(_, m)| m)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(admitted.len(), 2, "never more admitted than units left");
     let mut positions: Vec<i64> = admitted
         .iter()
@@ -142,12 +146,25 @@ async fn one_place_per_account_admission_buys_and_an_unused_one_passes_to_the_ne
     let resp = buy_with_ticket(&app, sale, buyer, m["ticket"].as_str().unwrap()).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     assert_eq!(me(&app, sale, buyer).await["state"], "bought");
+    // The second lets its admission (1.5 s) run out: time has to pass, and what is
+    // asserted is the event, polled: admitted until it turns to passed, within 15 s.
     let (idle, _) = &admitted[1];
-    tokio::time::sleep(Duration::from_millis(1700)).await;
-    assert_eq!(me(&app, sale, idle).await["state"], "passed");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = me(&app, sale, idle).await;
+        if m["state"] == "passed" {
+            break;
+        }
+        assert_eq!(m["state"], "admitted", "{m}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still admitted 15 s after its 1.5 s admission: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Its room went to the next in line, and then the sale sold out.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let (first_turn, later) = loop {
         let a = me(&app, sale, waiting[0].0).await;
         if a["state"] == "admitted" {

@@ -284,8 +284,21 @@ mod tests {
             key.verify(&forged, id(7), id(43), 1_000),
             Err(TicketError::BadSignature)
         );
-        for junk in ["", ".", "abc", "a.b.c", "!!!.???", &"x".repeat(300)] {
-            assert!(key.verify(junk, id(7), id(42), 1_000).is_err(), "{junk}");
+        // Not of the shape (or too long): malformed; of the shape but with no MAC:
+        // a bad signature.
+        for (junk, refusal) in [
+            ("", TicketError::Malformed),
+            (".", TicketError::BadSignature),
+            ("abc", TicketError::Malformed),
+            ("a.b.c", TicketError::Malformed),
+            ("!!!.???", TicketError::Malformed),
+            (&"x".repeat(300), TicketError::Malformed),
+        ] {
+            assert_eq!(
+                key.verify(junk, id(7), id(42), 1_000),
+                Err(refusal),
+                "{junk:?}"
+            );
         }
     }
 
