@@ -3,8 +3,11 @@
 //! cancel is retried under its `Idempotency-Key` until answered (a retry of a
 //! cancel that committed before the kill is replayed, never refused). Afterwards,
 //! once the sweep has finished any return a killed request left pending: every
-//! cancelled order's units came back exactly once, none lost, in both stores, and
-//! no answer was a 5xx other than a 503 with `Retry-After`.
+//! cancelled order's units came back exactly once, none lost, in both stores, the
+//! orders not cancelled are as they were (paid or awaiting payment), and no answer
+//! was a 5xx other than a 503 with `Retry-After`. The fault is shown to land: the
+//! SIGKILL succeeded while cancels were still to come, and some cancel lost its
+//! answer to it and was sent again to the survivor.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,7 +17,7 @@ use futures_util::StreamExt;
 use futures_util::stream;
 use stampede::domain::Id;
 
-use crate::harness::{Db, Options, Stack, User};
+use crate::harness::{Db, Options, Retried, Stack, User};
 use crate::invariants::{final_answers, reconcile};
 use crate::storm::{self, Op, Work, orders_of};
 
@@ -71,7 +74,7 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     stack
         .wait_orders_in_postgres(&[keep, rebuy], 2 * UNITS)
         .await;
-    let unavailable = AtomicUsize::new(0);
+    let retried = Retried::default();
 
     // A third of the keep sale's buyers pay: their orders will be refunded.
     let keep_orders = orders_of(&bought, keep);
@@ -79,11 +82,11 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     let payers: Vec<&User> = users.iter().step_by(3).collect();
     let paid = stream::iter(payers.iter().map(|u| {
         let path = format!("/api/orders/{}/pay", keep_orders[&u.id]);
-        let unavailable = &unavailable;
+        let retried = &retried;
         let stack = &stack;
         async move {
             stack
-                .post_until_decided(&path, &u.token, "pay", RETRIES, unavailable)
+                .post_until_decided(&path, &u.token, "pay", RETRIES, retried)
                 .await
                 .0
         }
@@ -126,10 +129,10 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     let started = Instant::now();
     let stack_ref = &stack;
     let firing = stream::iter(cancels.iter().map(|c| {
-        let (answered, unavailable) = (&answered, &unavailable);
+        let (answered, retried) = (&answered, &retried);
         async move {
             let (status, body) = stack_ref
-                .post_until_decided(&c.path, &c.token, &c.key, RETRIES, unavailable)
+                .post_until_decided(&c.path, &c.token, &c.key, RETRIES, retried)
                 .await;
             answered.fetch_add(1, Ordering::Relaxed);
             (status, body, c.refund)
@@ -144,20 +147,39 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
         }
         (answered.load(Ordering::Relaxed), started.elapsed())
     };
-    let (answers, (at, when)) = tokio::join!(firing, async {
+    let unanswered_before = retried.unanswered.load(Ordering::Relaxed);
+    let (answers, (at, when, killed)) = tokio::join!(firing, async {
         let (at, when) = killer.await;
         // `kill9` needs the stack mutably, which the stream holds shared: the
         // same SIGKILL by pid (the child is reaped below).
         let pid = stack_ref.servers[0].pid().expect("server #0 runs");
-        let _ = std::process::Command::new("kill")
+        let killed = std::process::Command::new("kill")
             .args(["-9", &pid.to_string()])
-            .status();
-        (at, when)
+            .status()
+            .expect("run kill");
+        (at, when, killed)
     });
+    let cut = retried.unanswered.load(Ordering::Relaxed) - unanswered_before;
+    let replayed = retried.replayed.load(Ordering::Relaxed);
     println!(
-        "server #0 killed after {at} cancels at {when:.1?}; {} answers, {} 503s",
+        "server #0 killed ({killed}) after {at} cancels at {when:.1?}; {} answers, {} 503s, {cut} attempts without an answer, {replayed} replays",
         answers.len(),
-        unavailable.load(Ordering::Relaxed)
+        retried.unavailable.load(Ordering::Relaxed)
+    );
+    // The fault landed: the SIGKILL went to a running server #0 while cancels were
+    // still to come, and cancels lost their answer to it (cut off in flight, or
+    // refused: every cancel tries server #0 first) and were sent again under their
+    // key to the survivor. (A replay is printed, not required: it needs a cancel
+    // that committed in the instant before the kill.)
+    assert!(killed.success(), "kill -9 of server #0: {killed}");
+    assert!(
+        at < cancels.len(),
+        "server #0 was killed after {at} of {} cancels: none left to cut",
+        cancels.len()
+    );
+    assert!(
+        cut > 0,
+        "no cancel lost its answer to the kill of server #0: the fault did not land"
     );
     let pending: i64 = stack
         .scalar(
@@ -178,6 +200,28 @@ async fn cancels_through_a_server_kill_return_every_unit_exactly_once() {
     stack.wait_stock_changes_applied(&[keep, rebuy]).await;
 
     for (sale, rebuy_after_expiry) in [(keep, false), (rebuy, true)] {
+        // The orders not cancelled are as they were: the keep sale's payers paid,
+        // every other order awaiting its payment.
+        let states: Vec<(i64, String)> = stack
+            .rows(
+                "SELECT user_id, status FROM orders WHERE sale_id = $1",
+                sale,
+            )
+            .await;
+        let states: std::collections::HashMap<i64, String> = states.into_iter().collect();
+        for (i, u) in users.iter().enumerate().skip(CANCELLED as usize) {
+            let want = if !rebuy_after_expiry && i % 3 == 0 {
+                "paid"
+            } else {
+                "awaiting_payment"
+            };
+            assert_eq!(
+                states.get(&u.id).map(String::as_str),
+                Some(want),
+                "sale {sale}: user {} (index {i}) cancelled nothing, its order stays {want}",
+                u.id
+            );
+        }
         let statuses = stack.orders_by_status(sale).await;
         let refunded = if rebuy_after_expiry { 0 } else { 67 };
         let cancelled = CANCELLED - refunded;

@@ -1041,6 +1041,17 @@ impl Drop for Server {
     }
 }
 
+/// What [`Stack::post_until_decided`] met on its way, over all its calls.
+#[derive(Debug, Default)]
+pub struct Retried {
+    /// 503s (each with `Retry-After` and an error code), sent again.
+    pub unavailable: AtomicUsize,
+    /// Attempts without an answer (a killed server, a reset), sent again.
+    pub unanswered: AtomicUsize,
+    /// Answers that replayed an earlier attempt's (`Idempotent-Replayed: true`).
+    pub replayed: AtomicUsize,
+}
+
 #[derive(Clone, Debug)]
 pub struct User {
     pub id: i64,
@@ -1265,17 +1276,17 @@ impl Stack {
     }
 
     /// POSTs `path` as `token` under the `Idempotency-Key` `key` until decided: no
-    /// answer, or a 503 (which must carry `Retry-After` and an error code; each one
-    /// counted in `unavailable`), is sent again after `pause` under the same key, to
-    /// the next server that is up, `tries` times at most. Any other 5xx fails the
-    /// test. Returns the status and the body.
+    /// answer, or a 503 (which must carry `Retry-After` and an error code), is sent
+    /// again after `pause` under the same key, to the next server that is up,
+    /// `tries` times at most; each counted in `seen`, with the answers that were
+    /// replays. Any other 5xx fails the test. Returns the status and the body.
     pub async fn post_until_decided(
         &self,
         path: &str,
         token: &str,
         key: &str,
         (tries, pause): (usize, Duration),
-        unavailable: &AtomicUsize,
+        seen: &Retried,
     ) -> (u16, Value) {
         for attempt in 0..tries {
             let bases = self.live_bases();
@@ -1288,18 +1299,26 @@ impl Stack {
                 .send()
                 .await;
             let Ok(resp) = resp else {
+                seen.unanswered.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(pause).await;
                 continue;
             };
             let status = resp.status().as_u16();
             let retry_after = resp.headers().contains_key(reqwest::header::RETRY_AFTER);
+            if resp
+                .headers()
+                .get("idempotent-replayed")
+                .is_some_and(|v| v == "true")
+            {
+                seen.replayed.fetch_add(1, Ordering::Relaxed);
+            }
             let body: Value = resp.json().await.unwrap_or(Value::Null);
             if status == 503 {
                 assert!(
                     retry_after && body["error"].is_string(),
                     "a 503 to {path} without Retry-After or error code: {body}"
                 );
-                unavailable.fetch_add(1, Ordering::Relaxed);
+                seen.unavailable.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(pause).await;
                 continue;
             }
@@ -1387,7 +1406,9 @@ impl Stack {
             .unwrap_or_default()
     }
 
-    /// Unacknowledged order entries per settlement consumer, over these sales.
+    /// Unacknowledged order entries per settlement consumer, over these sales. A
+    /// sale whose stream or `settle` group does not exist yet (`NOGROUP`) holds
+    /// none; any other error fails the test.
     pub async fn pending_by_consumer(&self, sales: &[i64]) -> BTreeMap<String, usize> {
         let mut conn = self.redis().await;
         let mut out = BTreeMap::new();
@@ -1399,10 +1420,16 @@ impl Stack {
                     .arg("settle")
                     .query_async(&mut conn)
                     .await;
-            if let Ok(redis::streams::StreamPendingReply::Data(data)) = reply {
-                for c in data.consumers {
-                    *out.entry(c.name).or_default() += c.pending;
+            match reply {
+                Ok(redis::streams::StreamPendingReply::Data(data)) => {
+                    for c in data.consumers {
+                        *out.entry(c.name).or_default() += c.pending;
+                    }
                 }
+                // `Empty`: nothing pending.
+                Ok(_) => {}
+                Err(e) if e.code() == Some("NOGROUP") => {}
+                Err(e) => panic!("XPENDING {stream} settle: {e}"),
             }
         }
         out

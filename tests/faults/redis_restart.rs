@@ -7,7 +7,41 @@ use std::time::{Duration, Instant};
 
 use crate::harness::{Fsync, Options, Stack};
 use crate::invariants::{AllowedLoss, assert_buyers_cannot_buy_again, assert_invariants};
-use crate::storm::{Plan, purchases};
+use crate::storm::{Outcome, Plan, Record, purchases};
+
+/// What a server may answer a purchase sent while Redis is down or loading: a
+/// decision from memory (409 `already_bought`, 410 `sold_out`) or made just before
+/// the stop (202), else 503 with `Retry-After` and an error code; never a 5xx
+/// else, never no answer (a hang). And the fault landed: some got the 503.
+fn assert_outage_answers(during: &[Record]) {
+    let wrong: Vec<String> = during
+        .iter()
+        .filter(|r| match &r.outcome {
+            Outcome::Answer {
+                status: 503,
+                code,
+                retry_after,
+                ..
+            } => code.is_none() || retry_after.is_none(),
+            Outcome::Answer { status, code, .. } => !matches!(
+                (*status, code.as_deref()),
+                (202, _) | (409, Some("already_bought")) | (410, Some("sold_out"))
+            ),
+            Outcome::NoAnswer(_) => true,
+        })
+        .take(10)
+        .map(|r| format!("user {} on server #{}: {}", r.user, r.server, r.label()))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "answers while Redis was down that are not 202/409 already_bought/410 sold_out/503 with Retry-After and a code: {}",
+        wrong.join("; ")
+    );
+    assert!(
+        during.iter().any(|r| r.status() == Some(503)),
+        "no purchase sent while Redis was down got a 503: the fault did not land"
+    );
+}
 
 #[derive(Clone, Copy, Debug)]
 enum Stop {
@@ -34,13 +68,16 @@ async fn redis_restart_mid_storm(name: &str, stop: Stop) {
     println!("Redis back at {:.1?}", storm.elapsed());
     let serving = storm.wait_decided(100, Duration::from_secs(30)).await;
     let records = storm.finish().await;
-    let during = records
+    let during: Vec<Record> = records
         .iter()
-        .filter(|r| r.sent >= down_at && r.sent < up_at);
+        .filter(|r| r.sent >= down_at && r.sent < up_at)
+        .cloned()
+        .collect();
     println!(
         "sent while Redis was down: {}",
-        crate::storm::summary(&during.cloned().collect::<Vec<_>>())
+        crate::storm::summary(&during)
     );
+    assert_outage_answers(&during);
     assert!(
         serving,
         "purchases are decided again after Redis is back, without restarting the server"

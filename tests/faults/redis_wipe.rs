@@ -1,11 +1,16 @@
 //! Scenario 5: Redis wiped (`FLUSHALL`) mid-storm. The servers rebuild each sale
 //! and poll from Postgres on their own, answering 503 `recovering` meanwhile, and
 //! then decide again without a restart. Accepted but unsettled requests of before
-//! the wipe may be lost; nothing sent after it may be, and nobody buys or votes
-//! twice.
+//! the wipe may be lost, at most as many as Redis held unsettled at the wipe (read
+//! in the same transaction as the `FLUSHALL`, and printed); nothing sent after it
+//! may be lost, and nobody buys or votes twice. (Zero lost is the aim of the wipe
+//! work, issue 53; until it lands the test bounds the loss by that tail.)
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
+
+use stampede::domain::Id;
+use stampede::sale::pending::PendingHash;
 
 use crate::harness::{Db, Options, Stack};
 use crate::invariants::{
@@ -26,6 +31,46 @@ fn assert_serving_after_the_wipe(serving: bool, after: &[Record], what: &str) {
     );
 }
 
+/// `FLUSHALL`, in one transaction with a read of what Redis holds unsettled: the
+/// accepted orders of `sales` in their pending hashes and the accepted votes of
+/// `polls` in their streams. Returns that count: the unsettled tail the wipe takes.
+async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[i64]) -> usize {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for &sale in sales {
+        pipe.hgetall(stack.keys.sale(Id::new(sale).unwrap()).pending);
+    }
+    for &poll in polls {
+        pipe.xlen(stack.keys.poll(Id::new(poll).unwrap()).votes);
+    }
+    pipe.cmd("FLUSHALL").ignore();
+    let mut conn = stack.redis().await;
+    let (orders, votes): (usize, usize) = if polls.is_empty() {
+        let hashes: Vec<Vec<(String, String)>> = pipe
+            .query_async(&mut conn)
+            .await
+            .expect("read pending, FLUSHALL");
+        let orders = hashes.into_iter().map(|h| PendingHash::orders(h).len());
+        (orders.sum(), 0)
+    } else {
+        assert!(sales.is_empty(), "sales or polls, one kind at a time");
+        let lens: Vec<usize> = pipe.query_async(&mut conn).await.expect("XLEN, FLUSHALL");
+        (0, lens.iter().sum())
+    };
+    orders + votes
+}
+
+/// The wipe lost `lost` accepted `what`s, at most the unsettled `tail` it took.
+fn assert_lost_at_most_the_tail(lost: usize, tail: usize, what: &str) {
+    println!(
+        "{lost} accepted {what}s were lost with the wipe (accepted, not yet settled); {tail} were unsettled at the wipe"
+    );
+    assert!(
+        lost <= tail,
+        "{lost} accepted {what}s lost with the wipe, more than the {tail} Redis held unsettled when it was wiped"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_twice() {
     let stack = Stack::start("wipe-sales", Options::default()).await;
@@ -34,14 +79,14 @@ async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_
     storm.wait_accepted(300, Duration::from_secs(20)).await;
     // Settled buyers before the wipe: the rebuild must keep them from buying again.
     stack.wait_settling(&sales).await;
-    stack.flushall().await;
+    let tail = flushall_measuring_the_tail(&stack, &sales, &[]).await;
     let wiped = Instant::now();
     let settled_before: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
         .fetch_one(&stack.db)
         .await
         .unwrap();
     println!(
-        "FLUSHALL at {:.1?}, {settled_before} orders settled by then",
+        "FLUSHALL at {:.1?}, {settled_before} orders settled by then, {tail} unsettled",
         storm.elapsed()
     );
     let serving = storm.wait_decided(200, Duration::from_secs(30)).await;
@@ -61,10 +106,7 @@ async fn redis_wiped_mid_storm_rebuilds_sales_without_a_restart_and_nobody_buys_
         AllowedLoss::SentBefore(wiped),
     )
     .await;
-    println!(
-        "{} accepted purchases were lost with the wipe (accepted, not yet settled)",
-        report.lost.len()
-    );
+    assert_lost_at_most_the_tail(report.lost.len(), tail, "purchase");
     let mut all = records;
     all.extend(assert_buyers_cannot_buy_again(&stack, &sales).await);
     assert_invariants(&stack, &all, &sales, &[], AllowedLoss::SentBefore(wiped)).await;
@@ -96,9 +138,12 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
     }
     let storm = stack.storm(work, Plan::at_rate(120.0));
     storm.wait_accepted(100, Duration::from_secs(20)).await;
-    stack.flushall().await;
+    let tail = flushall_measuring_the_tail(&stack, &[], &[poll]).await;
     let wiped = Instant::now();
-    println!("FLUSHALL at {:.1?}", storm.elapsed());
+    println!(
+        "FLUSHALL at {:.1?}, {tail} votes unsettled",
+        storm.elapsed()
+    );
     let serving = storm.wait_decided(100, Duration::from_secs(30)).await;
     let wave = storm.finish().await;
     let after: Vec<_> = wave.iter().filter(|r| r.sent >= wiped).cloned().collect();
@@ -119,10 +164,7 @@ async fn redis_wiped_mid_vote_rebuilds_the_poll_and_every_voter_keeps_one_vote()
     );
     let loss = AllowedLoss::SentBefore(wiped);
     let report = assert_invariants(&stack, &records, &[], &[poll], loss).await;
-    println!(
-        "{} accepted votes were lost with the wipe (accepted, not yet settled)",
-        report.lost.len()
-    );
+    assert_lost_at_most_the_tail(report.lost.len(), tail, "vote");
 
     // Everyone whose vote Postgres holds tries again: 409 already_voted each.
     let settled: Vec<i64> = stack

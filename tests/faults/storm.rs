@@ -84,7 +84,9 @@ pub enum Outcome {
         order_id: Option<Uuid>,
         retry_after: Option<String>,
     },
-    /// No (complete) answer: refused, reset, timed out. The request may have run.
+    /// No (complete) answer, as `<kind>: <error>`, the kind one of `timeout`,
+    /// `refused` (no connection made), `reset` (the connection failed otherwise) or
+    /// `cut off` (the body did not arrive whole). The request may have run.
     NoAnswer(String),
 }
 
@@ -92,7 +94,16 @@ impl Outcome {
     /// What a request got: its outcome, and its JSON body (null when it has none).
     pub async fn of(sent: reqwest::Result<reqwest::Response>) -> (Outcome, Value) {
         let resp = match sent {
-            Err(e) => return (Outcome::NoAnswer(e.to_string()), Value::Null),
+            Err(e) => {
+                let kind = if e.is_timeout() {
+                    "timeout"
+                } else if e.is_connect() {
+                    "refused"
+                } else {
+                    "reset"
+                };
+                return (Outcome::NoAnswer(format!("{kind}: {e}")), Value::Null);
+            }
             Ok(resp) => resp,
         };
         let status = resp.status().as_u16();
@@ -103,7 +114,7 @@ impl Outcome {
             .map(str::to_string);
         match resp.bytes().await {
             Err(e) => {
-                let lost = format!("status {status}, body lost: {e}");
+                let lost = format!("cut off: status {status}, body lost: {e}");
                 (Outcome::NoAnswer(lost), Value::Null)
             }
             Ok(bytes) => {

@@ -17,7 +17,7 @@ use stampede::domain::Id;
 use stampede::keys::SaleKeys;
 
 use crate::harness::{Db, Fsync, Options, PgStop, Stack, User, connect_within_a_second};
-use crate::invariants::{AllowedLoss, assert_invariants};
+use crate::invariants::{Allowed, AllowedLoss, CUT_AT_A_KILL, assert_invariants};
 use crate::storm::{Op, Outcome, Record};
 
 /// An admission's life (`STAMPEDE_QUEUE_ADMISSION_MS`).
@@ -91,11 +91,19 @@ fn again(outcome: &Outcome) -> bool {
     )
 }
 
-/// A join, tried (on the servers in turn) until answered: the user, and when the
-/// attempt that got a 200 was sent, if one did. (Its send time, not its answer's: a
-/// join sent before a wipe may run before it and be answered after it, and the
-/// wipe may take it: only a join sent after the wipe must keep its place.)
-async fn join(shop: Shop, user: User, first: usize) -> Option<(i64, Instant)> {
+/// A join's answer: the user, the status and error code, and when the attempt
+/// that got it was sent. (Its send time, not its answer's: a join sent before a
+/// wipe may run before it and be answered after it, and the wipe may take it: only
+/// a join sent after the wipe must keep its place.)
+struct Joined {
+    user: i64,
+    status: u16,
+    code: Option<String>,
+    sent: Instant,
+}
+
+/// A join, tried (on the servers in turn) until answered.
+async fn join(shop: Shop, user: User, first: usize) -> Joined {
     let path = format!("/api/sales/{}/queue", shop.sale);
     for i in 0..100 {
         let (sent, _, outcome, body) =
@@ -104,22 +112,36 @@ async fn join(shop: Shop, user: User, first: usize) -> Option<(i64, Instant)> {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }
-        let Outcome::Answer { status, .. } = outcome else {
+        let Outcome::Answer { status, code, .. } = outcome else {
             unreachable!()
         };
         assert!(status < 500, "join of user {}: {status} {body}", user.id);
-        return (status == 200).then_some((user.id, sent));
+        return Joined {
+            user: user.id,
+            status,
+            code,
+            sent,
+        };
     }
     panic!("user {}'s join never answered", user.id);
 }
 
+/// The joins that got a place (200): user -> when sent.
+fn placed(joins: &[Joined]) -> HashMap<i64, Instant> {
+    joins
+        .iter()
+        .filter(|j| j.status == 200)
+        .map(|j| (j.user, j.sent))
+        .collect()
+}
+
 /// The late joiners: one every `gap`, or all at once (16 at a time).
-async fn late_joins(shop: Shop, users: Vec<User>, gap: Option<Duration>) -> Vec<(i64, Instant)> {
+async fn late_joins(shop: Shop, users: Vec<User>, gap: Option<Duration>) -> Vec<Joined> {
     match gap {
         Some(gap) => {
             let mut got = Vec::new();
             for (i, u) in users.into_iter().enumerate() {
-                got.extend(join(shop.clone(), u, i).await);
+                got.push(join(shop.clone(), u, i).await);
                 tokio::time::sleep(gap).await;
             }
             got
@@ -133,11 +155,41 @@ async fn late_joins(shop: Shop, users: Vec<User>, gap: Option<Duration>) -> Vec<
                     .map(|(i, u)| join(shop.clone(), u, i)),
             )
             .buffer_unordered(16)
-            .filter_map(|j| async move { j })
             .collect()
             .await
         }
     }
+}
+
+/// Every late join is answered 200 (a place) or 410 `sold_out` (the line closes
+/// when the units are gone), and some get their place. Returns the failures.
+fn check_late_joins(late: &[Joined]) -> Vec<String> {
+    let mut failures = Vec::new();
+    let refused: Vec<String> = late
+        .iter()
+        .filter(|j| j.status != 200 && !(j.status == 410 && j.code.as_deref() == Some("sold_out")))
+        .take(10)
+        .map(|j| format!("user {}: {} {:?}", j.user, j.status, j.code))
+        .collect();
+    if !refused.is_empty() {
+        failures.push(format!(
+            "late joins answered neither 200 nor 410 sold_out: {}",
+            refused.join("; ")
+        ));
+    }
+    let got = late.iter().filter(|j| j.status == 200).count();
+    println!(
+        "late joins: {got} of {} got a place, {} were refused as sold out",
+        late.len(),
+        late.len() - got
+    );
+    if late.len() != LATE {
+        failures.push(format!("{} late joins answered, {LATE} sent", late.len()));
+    }
+    if got == 0 {
+        failures.push("no late joiner got a place".into());
+    }
+    failures
 }
 
 /// An admitted shopper: its ticket from queue/me, then the purchase, each tried
@@ -265,6 +317,86 @@ async fn line_in_redis(stack: &Stack, k: &SaleKeys) -> HashMap<i64, i64> {
     raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
+/// How long after a fault its effects may still keep an admitted shopper from
+/// buying (a server's reconnection to Redis, a restarted server's start).
+const RECOVERY_MS: i64 = 2000;
+
+/// The admissions (user -> expiry ms) as (admitted at ms, user), in the order given;
+/// split at a wipe (`wipe_ms`): the wipe takes the line's head and the pace's state,
+/// so each side is checked alone.
+fn admission_runs(admissions: &HashMap<i64, i64>, wipe_ms: Option<i64>) -> Vec<Vec<(i64, i64)>> {
+    let mut all: Vec<(i64, i64)> = admissions.iter().map(|(u, e)| (e - LIFE_MS, *u)).collect();
+    all.sort_unstable();
+    match wipe_ms {
+        None => vec![all],
+        Some(w) => {
+            let (before, after): (Vec<_>, Vec<_>) = all.into_iter().partition(|(t, _)| *t < w);
+            vec![before, after]
+        }
+    }
+}
+
+/// Line order: an admission given in a later step than another has a later place
+/// (the admitter takes the line from its head; ties share a step's instant). A
+/// shopper admitted without a place is a failure too, except across a wipe (a
+/// place not yet copied to Postgres is gone with it).
+fn check_admission_order(
+    admissions: &HashMap<i64, i64>,
+    places: &HashMap<i64, i64>,
+    wipe_ms: Option<i64>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for run in admission_runs(admissions, wipe_ms) {
+        // Highest place of the earlier steps, and of the current step.
+        let (mut earlier, mut this_step, mut step_at) = (i64::MIN, i64::MIN, i64::MIN);
+        for (t, u) in run {
+            let Some(&p) = places.get(&u) else {
+                if wipe_ms.is_none() {
+                    failures.push(format!("user {u} was admitted and has no place"));
+                }
+                continue;
+            };
+            if t != step_at {
+                earlier = earlier.max(this_step);
+                step_at = t;
+            }
+            if p <= earlier {
+                failures.push(format!(
+                    "user {u} (place {p}) admitted at {t} ms, after a later place ({earlier}): out of line order"
+                ));
+            }
+            this_step = this_step.max(p);
+        }
+    }
+    failures.truncate(10);
+    failures
+}
+
+/// The pace: in any span of admissions from t1 to t2 (ms), at most
+/// RATE + RATE * (t2 - t1) / 1000 (the admitter's credit holds one second's worth
+/// at most and grows at RATE a second: `lua/queue_admit.lua`), plus one for the
+/// millisecond rounding of the expiry in Postgres. A correctness bound, not a
+/// speed one: the Redis clock paces the script, whatever the machine's load.
+fn check_admission_pace(admissions: &HashMap<i64, i64>, wipe_ms: Option<i64>) -> Vec<String> {
+    let mut failures = Vec::new();
+    for run in admission_runs(admissions, wipe_ms) {
+        for j in 0..run.len() {
+            for i in 0..=j {
+                let (n, span) = ((j - i + 1) as i64, run[j].0 - run[i].0);
+                let most = RATE + RATE * span / 1000 + 1;
+                if n > most {
+                    failures.push(format!(
+                        "{n} admissions within {span} ms, more than {most} at {RATE} a second"
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+    failures.truncate(10);
+    failures
+}
+
 async fn scenario(name: &str, fault: Fault) {
     let started = Instant::now();
     let mut stack = Stack::start(
@@ -302,16 +434,14 @@ async fn scenario(name: &str, fault: Fault) {
         Arc::new(users.iter().map(|u| (u.id, u.clone())).collect());
 
     // The early joiners, then the opening.
-    let mut joined: HashMap<i64, Instant> = futures_util::future::join_all(
+    let early: Vec<Joined> = futures_util::future::join_all(
         users[..EARLY]
             .iter()
             .enumerate()
             .map(|(i, u)| join(shop.clone(), u.clone(), i)),
     )
-    .await
-    .into_iter()
-    .flatten()
-    .collect();
+    .await;
+    let mut joined = placed(&early);
     assert_eq!(joined.len(), EARLY, "every early joiner got a place");
     admin_open(&stack, sale).await;
     let opened = Instant::now();
@@ -340,8 +470,11 @@ async fn scenario(name: &str, fault: Fault) {
         users[EARLY..].to_vec(),
         gap,
     )));
+    let mut late_answers = None;
     if gap.is_none() {
-        joined.extend(late.take().unwrap().await.unwrap());
+        let answers = late.take().unwrap().await.unwrap();
+        joined.extend(placed(&answers));
+        late_answers = Some(answers);
         // ... and every join is copied already.
         let deadline = Instant::now() + Duration::from_secs(10);
         while places_in_db(&stack, sale).await.len() < joined.len() {
@@ -352,6 +485,7 @@ async fn scenario(name: &str, fault: Fault) {
     let admitted_before = admissions_in_db(&stack, sale).await;
     let copied_before = places_in_db(&stack, sale).await;
     let fault_at = Instant::now();
+    let fault_ms = chrono::Utc::now().timestamp_millis();
     println!(
         "{fault:?} at {:.1?} after the opening: {} admitted, {} places copied",
         opened.elapsed(),
@@ -360,9 +494,12 @@ async fn scenario(name: &str, fault: Fault) {
     );
     assert!(!admitted_before.is_empty(), "admissions had begun");
     let mut loss = AllowedLoss::None;
+    let mut allowed = Allowed::from(loss);
     let mut wiped = None;
     match fault {
         Fault::KillServer => {
+            // Connections server #0 refuses while down are the kill's.
+            allowed = loss.with_kills(&[0], CUT_AT_A_KILL);
             stack.servers[0].kill9();
             tokio::time::sleep(Duration::from_secs(1)).await;
             stack.restart_server(0).await;
@@ -376,6 +513,7 @@ async fn scenario(name: &str, fault: Fault) {
             stack.flushall().await;
             wiped = Some(Instant::now());
             loss = AllowedLoss::SentBefore(Instant::now());
+            allowed = loss.into();
         }
         Fault::StopPostgres => {
             stack.pg.stop(PgStop::Fast);
@@ -386,9 +524,13 @@ async fn scenario(name: &str, fault: Fault) {
         }
     }
     println!("fault over at {:.1?}", fault_at.elapsed());
+    let over_ms = chrono::Utc::now().timestamp_millis();
     if let Some(late) = late {
-        joined.extend(late.await.unwrap());
+        let answers = late.await.unwrap();
+        joined.extend(placed(&answers));
+        late_answers = Some(answers);
     }
+    let late_answers = late_answers.expect("the late joins ended");
 
     // Until sold out (bounded).
     let sell_out = tokio::time::timeout(Duration::from_secs(40), async {
@@ -413,11 +555,11 @@ async fn scenario(name: &str, fault: Fault) {
 
     // The purchase invariants: every 202 in Postgres once, no oversell, units
     // arithmetic exact in both stores, no 5xx.
-    assert_invariants(&stack, &records, &[sale], &[], loss).await;
+    assert_invariants(&stack, &records, &[sale], &[], allowed).await;
     // Admissions running out pass; the copy of joins catches up.
     tokio::time::sleep(Duration::from_millis(LIFE_MS as u64 + 500)).await;
 
-    let mut failures: Vec<String> = Vec::new();
+    let mut failures: Vec<String> = check_late_joins(&late_answers);
     // Places kept.
     let line = line_in_redis(&stack, &k).await;
     let copied = places_in_db(&stack, sale).await;
@@ -523,19 +665,49 @@ async fn scenario(name: &str, fault: Fault) {
         failures.push(format!("orders of users never admitted: {unadmitted:?}"));
     }
     // Only those who skip let an admission pass unused... unless its holder's
-    // purchase was in flight when the fault came (then it may have run out).
+    // purchase was in flight when the fault came (then it may have run out): an
+    // admission whose life met the fault, or the recovery after it.
     let bought: HashSet<i64> = buyers.iter().copied().collect();
-    let idle: Vec<i64> = admissions
-        .keys()
-        .copied()
-        .filter(|u| !bought.contains(u) && !skips(*u))
+    let mut idle: Vec<(i64, i64)> = admissions
+        .iter()
+        .filter(|(u, _)| !bought.contains(u) && !skips(**u))
+        .map(|(u, e)| (*u, *e))
+        .collect();
+    idle.sort_unstable_by_key(|&(_, e)| e);
+    let (from, to) = (fault_ms, over_ms + RECOVERY_MS);
+    let unexplained: Vec<String> = idle
+        .iter()
+        .filter(|&&(_, e)| e < from || e - LIFE_MS > to)
+        .map(|(u, e)| {
+            format!(
+                "user {u} admitted {} ms after the fault began",
+                e - LIFE_MS - from
+            )
+        })
         .collect();
     println!(
-        "line {}, {} admitted, {} orders, admitted and not buying though not skipping: {idle:?}",
+        "line {}, {} admitted, {} orders, admitted and not buying though not skipping: {idle:?} \
+         ({} of them with an admission that did not meet the fault)",
         line.len(),
         admissions.len(),
-        buyers.len()
+        buyers.len(),
+        unexplained.len()
     );
+    if !unexplained.is_empty() {
+        failures.push(format!(
+            "admitted shoppers who do not skip let their admission pass, away from the fault: {}",
+            unexplained.join("; ")
+        ));
+    }
+    // Admitted in line order, never faster than the pace.
+    let places: HashMap<i64, i64> = copied
+        .iter()
+        .chain(line.iter())
+        .map(|(u, p)| (*u, *p))
+        .collect();
+    let wipe_ms = wiped.map(|_| fault_ms);
+    failures.extend(check_admission_order(&admissions, &places, wipe_ms));
+    failures.extend(check_admission_pace(&admissions, wipe_ms));
     assert!(
         failures.is_empty(),
         "{} waiting-room invariant(s) broken:\n- {}",
