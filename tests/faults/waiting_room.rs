@@ -317,6 +317,31 @@ async fn line_in_redis(stack: &Stack, k: &SaleKeys) -> HashMap<i64, i64> {
     raw.into_iter().map(|(u, p)| (u, p as i64)).collect()
 }
 
+/// Waits until no admission is open (each one used or run out) and every join and
+/// admission is copied to Postgres (both streams drained), polling, and fails the
+/// test when that has not happened within 20 s, saying what it saw.
+async fn wait_for_line_at_rest(stack: &Stack, k: &SaleKeys) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (open, joins, admits): (i64, i64, i64) = redis::pipe()
+            .zcard(&k.queue_open)
+            .xlen(&k.queue_joins)
+            .xlen(&k.queue_admits)
+            .query_async(&mut stack.redis().await)
+            .await
+            .unwrap();
+        if open == 0 && joins == 0 && admits == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the line did not come to rest in 20 s: {open} admissions open, {joins} joins \
+             and {admits} admissions not copied to Postgres"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// How long after a fault its effects may still keep an admitted shopper from
 /// buying (a server's reconnection to Redis, a restarted server's start).
 const RECOVERY_MS: i64 = 2000;
@@ -557,7 +582,7 @@ async fn scenario(name: &str, fault: Fault) {
     // arithmetic exact in both stores, no 5xx.
     assert_invariants(&stack, &records, &[sale], &[], allowed).await;
     // Admissions running out pass; the copy of joins catches up.
-    tokio::time::sleep(Duration::from_millis(LIFE_MS as u64 + 500)).await;
+    wait_for_line_at_rest(&stack, &k).await;
 
     let mut failures: Vec<String> = check_late_joins(&late_answers);
     // Places kept.
