@@ -19,6 +19,9 @@
 # pwd -P: Redis reports its dir with symlinks resolved, and we compare against it.
 STAMPEDE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 STAMPEDE_DATA="$STAMPEDE_ROOT/.data"
+# A .data that links elsewhere (a git worktree sharing a checkout's services) is
+# named by its target, as Redis reports it.
+if [[ -L $STAMPEDE_DATA ]]; then STAMPEDE_DATA="$(readlink -f "$STAMPEDE_DATA")"; fi
 STAMPEDE_SERVICES_SH="$STAMPEDE_ROOT/scripts/services.sh"
 
 _say() { printf '==> %s\n' "$*" >&2; }
