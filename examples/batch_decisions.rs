@@ -157,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
                 description: String::new(),
                 price_cents: 1,
                 stock_total: if kind == Kind::SoldOut { 0 } else { MAX_STOCK },
+                units_reoffered: 0,
                 starts_at: now - chrono::Duration::minutes(1),
                 ends_at: now + chrono::Duration::hours(1),
                 closed: false,

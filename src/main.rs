@@ -348,7 +348,7 @@ fn print_reconciliation(r: &stampede::sale::reconcile::Reconciliation) {
         r.pending,
         r.postgres_orders,
         r.stock_left,
-        r.stock_total,
+        r.stock_total + r.units_reoffered,
         if r.consistent {
             String::new()
         } else {

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use super::record::{SaleRow, sale_columns};
+use super::record::{SaleRow, sale_columns, sale_fields};
 use crate::error::AppError;
 
 /// Up to `limit` sales, latest start first: `stampede reconcile` walks them all.
@@ -41,7 +41,7 @@ pub async fn list_page(
 ) -> Result<Vec<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(
         "SELECT ",
-        sale_columns!(),
+        sale_fields!(),
         " FROM (SELECT ",
         sale_columns!(),
         ", CASE WHEN closed THEN 3 WHEN ends_at <= $1 THEN 2 WHEN starts_at > $1 THEN 1 ELSE 0 END

@@ -61,12 +61,14 @@ pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys)
     watched
 }
 
-/// Live units left and units sold of each sale, in one pipelined round trip.
+/// Live units left (`None`: Redis does not hold the sale) and units in the
+/// buyers' hands (returned units whose buyer may not buy again included: what the
+/// stock arithmetic counts) of each sale, in one pipelined round trip.
 pub async fn live_numbers<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     ids: &[i64],
-) -> Result<Vec<(i64, i64)>, AppError> {
+) -> Result<Vec<(Option<i64>, i64)>, AppError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -80,7 +82,7 @@ pub async fn live_numbers<C: ConnectionLike>(
     // Units sold: the counter of a sale of more than one per customer, else buyers.
     Ok(flat
         .chunks(3)
-        .map(|n| (n[0].unwrap_or(0), n[2].or(n[1]).unwrap_or(0)))
+        .map(|n| (n[0], n[2].or(n[1]).unwrap_or(0)))
         .collect())
 }
 
@@ -95,7 +97,7 @@ pub async fn views<C: ConnectionLike>(
     let mut views: Vec<SaleView> = rows
         .into_iter()
         .zip(numbers)
-        .map(|(row, (left, sold))| SaleView::new(row, left, sold, now))
+        .map(|(row, (left, _))| SaleView::new(row, left, now))
         .collect();
     // The waiting rooms' lines, in one more round trip when there are any.
     let with_line: Vec<usize> = (0..views.len())

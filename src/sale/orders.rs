@@ -116,6 +116,9 @@ pub struct MyOrder {
     pub pay_by: Option<DateTime<Utc>>,
     pub paid_at: Option<DateTime<Utc>>,
     pub quantity: i32,
+    /// The sale's rule for a returned order (cancelled, refunded or expired): its
+    /// buyer may buy from the sale again.
+    pub rebuy_after_expiry: bool,
     /// `pay_by <= now()` by Postgres's clock, as the payment decides it (the page
     /// shows it; the API answers `pay_by`).
     #[serde(skip)]
@@ -145,7 +148,7 @@ pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
-                o.status, o.pay_by, o.paid_at, o.quantity,
+                o.status, o.pay_by, o.paid_at, o.quantity, s.rebuy_after_expiry,
                 COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",
@@ -153,6 +156,56 @@ pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     .bind(user.get())
     .fetch_all(db)
     .await
+}
+
+/// How a buyer's last order of a sale ended when it no longer holds a unit: what
+/// the sale page tells them (and whether they may buy again is the sale's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Returned {
+    /// They cancelled it themselves.
+    CancelledByYou,
+    /// An admin cancelled it.
+    Cancelled,
+    Refunded,
+    Expired,
+}
+
+impl Returned {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Returned::CancelledByYou => "cancelled_by_you",
+            Returned::Cancelled => "cancelled",
+            Returned::Refunded => "refunded",
+            Returned::Expired => "expired",
+        }
+    }
+}
+
+/// How the buyer's latest settled order of the sale ended, when none of their
+/// orders of it holds a unit any more (cancelled, refunded or expired); `None`
+/// when one still does, or they have none. One indexed read of their own orders.
+pub async fn returned_order(
+    db: &PgPool,
+    sale: SaleId,
+    user: UserId,
+) -> sqlx::Result<Option<Returned>> {
+    let orders: Vec<(OrderStatus, Option<i64>)> = sqlx::query_as(
+        "SELECT status, cancelled_by FROM orders
+         WHERE user_id = $1 AND sale_id = $2 ORDER BY accepted_at DESC, id DESC",
+    )
+    .bind(user.get())
+    .bind(sale.get())
+    .fetch_all(db)
+    .await?;
+    if orders.iter().any(|(status, _)| !status.returned()) {
+        return Ok(None);
+    }
+    Ok(orders.first().map(|&(status, by)| match status {
+        OrderStatus::Refunded => Returned::Refunded,
+        OrderStatus::Expired => Returned::Expired,
+        _ if by == Some(user.get()) => Returned::CancelledByYou,
+        _ => Returned::Cancelled,
+    }))
 }
 
 /// Units a buyer holds of a sale whose order has not settled yet.

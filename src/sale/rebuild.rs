@@ -149,7 +149,7 @@ async fn rebuild_sale(
         .arg(sale.starts_at.timestamp_millis())
         .arg(sale.ends_at.timestamp_millis())
         .arg(u8::from(sale.closed))
-        .arg(sale.stock_total)
+        .arg(sale.units_ever_offered())
         .arg(sale.max_per_user)
         .arg(super::queue::room::rate_in_meta(&sale))
         .arg(super::queue::room::opens_ms_in_meta(&sale))
@@ -160,9 +160,9 @@ async fn rebuild_sale(
         tracing::warn!(sale = %id, "Redis lost the rebuild token (wiped or restarted again)");
         return Err(interrupted());
     }
-    if sold > sale.stock_total {
+    if sold > sale.units_ever_offered() {
         // Only possible when writes were lost before this rebuild existed.
-        tracing::error!(sale = %id, sold, stock_total = sale.stock_total, "more buyers than units");
+        tracing::error!(sale = %id, sold, offered = sale.units_ever_offered(), "more buyers than units");
     }
     ensure_group(&mut redis, &k.orders).await?;
     stock::apply_pending_locked(&mut tx, &mut redis, stores.keys, id).await?;

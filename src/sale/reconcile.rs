@@ -32,8 +32,12 @@ pub struct Reconciliation {
     /// Orders in Postgres whose buyer is not in the Redis buyers set: should be empty.
     pub missing_in_redis: Vec<i64>,
     pub stock_left: i64,
+    /// Units offered (the stock set plus top-ups).
     pub stock_total: i64,
-    /// `stock_total == stock_left + redis_sold` and both lists empty.
+    /// Returned units offered again, their buyers still in the buyers set.
+    pub units_reoffered: i64,
+    /// `stock_total + units_reoffered == stock_left + redis_sold` and both lists
+    /// empty.
     pub consistent: bool,
 }
 
@@ -99,10 +103,11 @@ pub async fn reconcile<C: ConnectionLike>(
         orders,
         consistent: missing_in_postgres.is_empty()
             && missing_in_redis.is_empty()
-            && sale.stock_total == stock_left + redis_sold,
+            && sale.units_ever_offered() == stock_left + redis_sold,
         missing_in_postgres,
         missing_in_redis,
         stock_left,
         stock_total: sale.stock_total,
+        units_reoffered: sale.units_reoffered,
     })
 }

@@ -16,7 +16,16 @@ pub struct SaleRow {
     pub name: String,
     pub description: String,
     pub price_cents: i64,
+    /// Units offered: the stock the admin set plus top-ups. A returned unit (a
+    /// cancelled, refunded or expired order's) goes back to units left without
+    /// changing it. (The column `sales.stock_total` also counts returned units
+    /// offered again, `units_reoffered`: see [`SaleRow::units_ever_offered`].)
     pub stock_total: i64,
+    /// Returned units offered again on a sale whose buyers may not buy again (their
+    /// buyer keeps their place in the buyers set): read from Postgres only, by the
+    /// rebuild and the reconciliation; 0 in a cached view, which never needs it.
+    #[serde(skip)]
+    pub units_reoffered: i64,
     pub starts_at: DateTime<Utc>,
     pub ends_at: DateTime<Utc>,
     pub closed: bool,
@@ -57,12 +66,23 @@ pub struct SaleRow {
     pub admit_per_second: Option<i32>,
 }
 
+impl SaleRow {
+    /// What the stock arithmetic of both stores counts: units left plus the units
+    /// the buyers set holds (returned units offered again included).
+    pub fn units_ever_offered(&self) -> i64 {
+        self.stock_total + self.units_reoffered
+    }
+}
+
 /// A sale as the API shows it: the record plus live numbers from Redis.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SaleView {
     #[serde(flatten)]
     pub sale: SaleRow,
+    /// Units left to sell, live from Redis.
     pub stock_left: i64,
+    /// Units sold: held by accepted orders (settled or not) that are not
+    /// cancelled, refunded or expired: `stock_total - stock_left`.
     pub sold: i64,
     pub status: crate::domain::SaleStatus,
     /// A sale with a waiting room: its line in numbers (an open page follows its
@@ -72,7 +92,12 @@ pub struct SaleView {
 }
 
 impl SaleView {
-    pub fn new(sale: SaleRow, stock_left: i64, sold: i64, now: DateTime<Utc>) -> Self {
+    /// The view of `sale` with `stock_left` units left in Redis (`None`: Redis does
+    /// not hold the sale now, so nothing is known sold or left).
+    pub fn new(sale: SaleRow, stock_left: Option<i64>, now: DateTime<Utc>) -> Self {
+        // Units left can exceed the record for a moment during a top-up.
+        let sold = stock_left.map_or(0, |left| (sale.stock_total - left).max(0));
+        let stock_left = stock_left.unwrap_or(0);
         let status = crate::domain::SaleStatus::of(
             sale.closed,
             now,
@@ -90,15 +115,29 @@ impl SaleView {
     }
 }
 
-/// The columns of [`SaleRow`], as a literal so queries stay `&'static str`.
+/// The columns of [`SaleRow`] read from `sales`, as a literal so queries stay
+/// `&'static str`: `stock_total` is the units offered (the column less
+/// `units_reoffered`).
 macro_rules! sale_columns {
     () => {
-        "id, name, description, price_cents, stock_total, starts_at, ends_at, closed, image_url, requires_ticket, \
+        "id, name, description, price_cents, stock_total - units_reoffered AS stock_total, \
+         units_reoffered, starts_at, ends_at, closed, image_url, requires_ticket, \
          payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal, waiting_room, \
          queue_opens_at, admit_per_second"
     };
 }
 pub(crate) use sale_columns;
+
+/// The names of [`SaleRow`]'s fields, to read them from a subquery that selected
+/// [`sale_columns!`].
+macro_rules! sale_fields {
+    () => {
+        "id, name, description, price_cents, stock_total, units_reoffered, starts_at, ends_at, \
+         closed, image_url, requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, \
+         archived_at, rehearsal, waiting_room, queue_opens_at, admit_per_second"
+    };
+}
+pub(crate) use sale_fields;
 
 pub async fn fetch_sale(db: &PgPool, id: SaleId) -> Result<Option<SaleRow>, sqlx::Error> {
     sqlx::query_as::<_, SaleRow>(concat!(
@@ -134,6 +173,7 @@ impl SaleRow {
             description: String::new(),
             price_cents: 1,
             stock_total,
+            units_reoffered: 0,
             starts_at,
             ends_at,
             closed,
@@ -160,16 +200,37 @@ mod tests {
         let now = Utc::now();
         let minute = chrono::Duration::minutes(1);
         let row = |closed| SaleRow::sample(now - minute, now + minute, closed, 10);
-        assert_eq!(SaleView::new(row(false), 5, 5, now).status, "live");
-        assert_eq!(SaleView::new(row(false), 0, 10, now).status, "sold_out");
-        assert_eq!(SaleView::new(row(true), 5, 5, now).status, "closed");
+        assert_eq!(SaleView::new(row(false), Some(5), now).status, "live");
+        assert_eq!(SaleView::new(row(false), Some(0), now).status, "sold_out");
+        assert_eq!(SaleView::new(row(true), Some(5), now).status, "closed");
         assert_eq!(
-            SaleView::new(row(false), 5, 5, now + chrono::Duration::minutes(2)).status,
+            SaleView::new(row(false), Some(5), now + chrono::Duration::minutes(2)).status,
             "ended"
         );
         assert_eq!(
-            SaleView::new(row(false), 5, 5, now - chrono::Duration::minutes(2)).status,
+            SaleView::new(row(false), Some(5), now - chrono::Duration::minutes(2)).status,
             "upcoming"
         );
+    }
+
+    #[test]
+    fn sold_is_what_was_offered_less_what_is_left() {
+        let now = Utc::now();
+        let minute = chrono::Duration::minutes(1);
+        // 100 offered; 7 bought, 4 of them returned (offered again): 97 left.
+        let mut row = SaleRow::sample(now - minute, now + minute, false, 100);
+        row.units_reoffered = 4;
+        assert_eq!(row.units_ever_offered(), 104);
+        let view = SaleView::new(row.clone(), Some(97), now);
+        assert_eq!(
+            (view.sale.stock_total, view.stock_left, view.sold),
+            (100, 97, 3)
+        );
+        // A top-up applied in Redis a moment before Postgres has it.
+        let view = SaleView::new(row.clone(), Some(105), now);
+        assert_eq!((view.stock_left, view.sold), (105, 0));
+        // Redis does not hold the sale (a wipe, before its rebuild).
+        let view = SaleView::new(row, None, now);
+        assert_eq!((view.stock_left, view.sold), (0, 0));
     }
 }

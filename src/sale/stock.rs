@@ -172,7 +172,7 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             }
             None => return Err(unexpected_reply("stock_change.lua", (code, delta))),
         };
-        record_change(tx, sale, id, &result).await?;
+        record_change(tx, sale, id, kind == "return", &result).await?;
         results.push((id, result));
     }
     Ok(results)
@@ -180,11 +180,15 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
 
 /// Records a change Redis decided: its row turns `applied` or `refused`, and an
 /// applied delta moves the sale's `stock_total`, only by the update that turned the
-/// row (a second call finds it no longer `pending`).
+/// row (a second call finds it no longer `pending`). A returned unit offered again
+/// (`reoffer`: its buyer may not buy again) moves `units_reoffered` by the same
+/// delta, so the units the admin offered (`stock_total - units_reoffered`, what
+/// every page and API calls `stock_total`) do not grow with returns.
 async fn record_change(
     tx: &mut sqlx::PgConnection,
     sale: SaleId,
     id: i64,
+    reoffer: bool,
     result: &ChangeResult,
 ) -> Result<(), AppError> {
     let (status, applied_delta) = match result {
@@ -202,10 +206,14 @@ async fn record_change(
     .await?;
     if done.rows_affected() == 1 && applied_delta != 0 {
         sqlx::query(
-            "UPDATE sales SET stock_total = stock_total + $2, updated_at = now() WHERE id = $1",
+            "UPDATE sales SET stock_total = stock_total + $2,
+                 units_reoffered = units_reoffered + CASE WHEN $3 THEN $2 ELSE 0 END,
+                 updated_at = now()
+             WHERE id = $1",
         )
         .bind(sale.get())
         .bind(applied_delta)
+        .bind(reoffer)
         .execute(&mut *tx)
         .await?;
     }
@@ -226,7 +234,8 @@ pub async fn change_result<C: ConnectionLike>(
             .fetch_one(db)
             .await?;
     let numbers = live_numbers(redis, keys, &[sale.get()]).await?;
-    let (left, sold) = numbers.first().copied().unwrap_or((0, 0));
+    let (left, sold) = numbers.first().copied().unwrap_or((None, 0));
+    let left = left.unwrap_or(0);
     Ok(match status.as_str() {
         "applied" => ChangeResult::Applied {
             delta: delta.unwrap_or(0),

@@ -104,7 +104,7 @@ pub async fn put_new_sale<C: ConnectionLike>(
         .arg(row.starts_at.timestamp_millis())
         .arg(row.ends_at.timestamp_millis())
         .arg(u8::from(row.closed))
-        .arg(row.stock_total)
+        .arg(row.units_ever_offered())
         .arg(row.max_per_user)
         .arg(super::queue::room::rate_in_meta(row))
         .arg(super::queue::room::opens_ms_in_meta(row))

@@ -114,6 +114,10 @@ pub struct SalePage {
     bought: bool,
     /// Units the caller holds of a sale of more than one per customer (0 otherwise).
     held: i64,
+    /// How the caller's order ended when it holds a unit no more (`cancelled`,
+    /// `cancelled_by_you`, `refunded`, `expired`; empty otherwise): the page says
+    /// whether they may buy again (the sale's `rebuy_after_expiry`).
+    returned: &'static str,
     signin_url: String,
     signup_url: String,
 }
@@ -150,6 +154,13 @@ pub async fn sale(
             held: 0,
         },
     };
+    let returned = match user {
+        Some(user) => match returned_of(&state, id, &card, &holding, user.id).await {
+            Ok(returned) => returned,
+            Err(e) => return Err(PageError::from_app(e.into(), nav)),
+        },
+        None => None,
+    };
     Ok(SalePage {
         signed_in: nav.user.is_some(),
         nav,
@@ -159,7 +170,25 @@ pub async fn sale(
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         bought: holding.bought,
         held: holding.held,
+        returned: returned.map_or("", orders::Returned::as_str),
     })
+}
+
+/// How the caller's order of the sale ended, asked of Postgres only when it can
+/// matter: a buyer who may buy again and holds nothing now, or one who may not
+/// and is still counted a buyer (a one-per-customer sale's returned order keeps
+/// its buyer in the buyers set).
+async fn returned_of(
+    state: &AppState,
+    id: SaleId,
+    card: &SaleCard,
+    holding: &pending::Holding,
+    user: UserId,
+) -> sqlx::Result<Option<orders::Returned>> {
+    if card.rebuy_after_expiry == holding.bought {
+        return Ok(None);
+    }
+    orders::returned_order(&state.db, id, user).await
 }
 
 /// The sale's card; none for no such sale, or a rehearsal shown to anyone but an
@@ -266,6 +295,8 @@ pub struct OrderLine {
 
 pub struct SettledOrder {
     pub order_id: String,
+    /// The sale lets a buyer whose order was cancelled, refunded or expired buy again.
+    pub rebuy: bool,
     pub ordered: view::Moment,
     pub state: OrderState,
 }
@@ -324,6 +355,7 @@ async fn load_orders(state: &AppState, user: UserId) -> Result<Vec<OrderLine>, A
         price: view::format_price(o.price_cents * i64::from(o.quantity)),
         settled: Some(SettledOrder {
             order_id: o.id.to_string(),
+            rebuy: o.rebuy_after_expiry,
             ordered: o.accepted_at.into(),
             state: OrderState::of(o.status, o.overdue, o.pay_by, o.paid_at),
         }),

@@ -95,13 +95,18 @@ function setUpPayments(root) {
   /** Units of the row's order (`data-quantity`, only above 1). */
   const unitsOf = (row) => Number(row.dataset.quantity) || 1;
   const wentBack = (row) => (unitsOf(row) > 1 ? `its ${unitsOf(row)} units went back on sale` : "the unit went back on sale");
+  // The sale's one rule for cancelled, refunded and expired orders.
+  const rebuyWords = (row) =>
+    row.dataset.rebuy === "true"
+      ? "You may buy from this sale again."
+      : "This sale allows one purchase per customer, cancelled or not: you will not be able to buy from it again.";
 
   /** Replaces the row's status with one of the page's `<template id="pay-...">`. */
   function showState(row, state) {
     const box = field(row, "pay-state");
     const hadFocus = box.contains(document.activeElement);
     box.replaceChildren(document.getElementById(`pay-${state}`).content.cloneNode(true));
-    if (state === "expired") setText(box.querySelector(".pay-note"), `Not paid in time; ${wentBack(row)}.`);
+    if (state === "expired") setText(box.querySelector(".pay-note"), `Not paid in time; ${wentBack(row)}. ${rebuyWords(row)}`);
     row.dataset.payment = state === "confirmed" ? "none" : state;
     delete row.dataset.payBy;
     return { box, hadFocus };
@@ -189,7 +194,8 @@ function setUpPayments(root) {
     if (row.dataset.paying) return;
     const orderId = row.dataset.orderId;
     const name = nameOf(row);
-    if (!window.confirm(`Cancel your order of “${name}”? ${wentBack(row)[0].toUpperCase()}${wentBack(row).slice(1).replace("went", "goes")}.`)) return;
+    const goesBack = wentBack(row).replace("went", "goes");
+    if (!window.confirm(`Cancel your order of “${name}”? ${goesBack[0].toUpperCase()}${goesBack.slice(1)}. ${rebuyWords(row)}`)) return;
     const label = field(button, "cancel-label");
     row.dataset.paying = "true";
     inFlight += 1;
@@ -203,7 +209,7 @@ function setUpPayments(root) {
     switch (res.status) {
       case 200: {
         const shown = showState(row, "cancelled");
-        setText(shown.box.querySelector(".pay-note"), `${wentBack(row)[0].toUpperCase()}${wentBack(row).slice(1)}.`);
+        setText(shown.box.querySelector(".pay-note"), `${wentBack(row)[0].toUpperCase()}${wentBack(row).slice(1)}. ${rebuyWords(row)}`);
         answer("success", `Your order of “${name}” is cancelled.`);
         break;
       }
@@ -238,7 +244,7 @@ function setUpPayments(root) {
         // A payment on its way is decided by the shop: its answer says which.
         const { hadFocus } = showState(row, "expired");
         const back = wentBack(row);
-        answer("warning", `Your order of “${nameOf(row)}” expired: it was not paid in time.`, `${back[0].toUpperCase()}${back.slice(1)}.`);
+        answer("warning", `Your order of “${nameOf(row)}” expired: it was not paid in time.`, `${back[0].toUpperCase()}${back.slice(1)}. ${rebuyWords(row)}`);
         if (hadFocus) presentAnswer(outcome);
       }
     }

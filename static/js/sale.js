@@ -68,6 +68,9 @@ export function salePage() {
     bought: d.bought === "true",
     // Units this buyer holds, of a sale of more than one per customer.
     held: Number(d.held) || 0,
+    // How this buyer's order ended when it holds nothing now (returnedWords).
+    returned: d.returned || "",
+    mayRebuy: d.rebuy === "true",
     busy: false,
     retryUntil: 0, // client clock, after a 429
     following: false,
@@ -116,6 +119,7 @@ export function salePage() {
 
   function buttonLabel(status, waitMs) {
     if (state.busy) return "Placing order…";
+    if (state.bought && state.returned && !state.mayRebuy) return "One per customer";
     if (state.bought) return maxPerUser > 1 && state.held > 0 ? `You have ${state.held}` : "Purchased";
     if (waitMs > 0) return retryLabel(waitMs);
     switch (status) {
@@ -337,6 +341,7 @@ export function salePage() {
         // its limit: the shop says when a purchase would pass it.
         state.held += quantity;
         state.bought = maxPerUser > 1 ? state.held >= maxPerUser : true;
+        state.returned = "";
         state.left = Math.max(0, state.left - quantity);
         if (queue) queue.bought();
         if (d.payWithin) {
@@ -349,7 +354,8 @@ export function salePage() {
       case 409:
         if (code === "already_bought") {
           state.bought = true;
-          show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
+          if (state.returned) show("warning", ...returnedWords(state.returned, false), MY_ORDERS);
+          else show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
         } else if (code === "per_user_limit") {
           show("warning", sentence(messageOf(res, "That would pass this sale's limit per customer.")), `Up to ${maxPerUser} per customer.`, MY_ORDERS);
         } else if (code === "not_enough_left") {
@@ -389,7 +395,9 @@ export function salePage() {
 
   el.buy.addEventListener("click", buy);
   // A sale of more than one per customer says what the buyer holds under Buy.
-  if (state.bought && maxPerUser <= 1 && !queue) {
+  if (state.returned) {
+    show("info", ...returnedWords(state.returned, state.mayRebuy), MY_ORDERS);
+  } else if (state.bought && maxPerUser <= 1 && !queue) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);
   }
   render();
@@ -404,6 +412,22 @@ export function salePage() {
     refresh,
     SALE_POLL_MS,
   );
+}
+
+/**
+ * What a shopper whose order was returned reads on the sale page: how it ended,
+ * and whether they may buy again (the sale's one rule for cancelled, refunded and
+ * expired orders).
+ */
+export function returnedWords(returned, mayRebuy) {
+  const ended = {
+    cancelled_by_you: "You cancelled your order",
+    cancelled: "Your order was cancelled",
+    refunded: "Your order was cancelled and refunded",
+    expired: "Your order expired unpaid",
+  }[returned] || "Your order was cancelled";
+  if (mayRebuy) return [`${ended}; you may buy again.`, ""];
+  return [`${ended}.`, "This sale allows one purchase per customer, cancelled or not."];
 }
 
 /** The server's message as a sentence: with its full stop. */

@@ -28,6 +28,7 @@ mod purchase;
 mod quantity;
 mod recover;
 mod rehearsal;
+mod sale_numbers;
 mod sessions;
 mod settle;
 mod shutdown;
