@@ -683,13 +683,25 @@ try {
     check(bought.status === 202, `the buyer's purchase is accepted (${bought.status}) ${at}`);
     await settled(buyer.token, bought.data.order_id);
     const page = await newPage(viewport, buyer);
+    const asked = [];
+    page.on("dialog", (dialog) => asked.push(dialog.message()));
     await goto(page, "/me/orders");
     const row = page.locator(`tr[data-order-id="${bought.data.order_id}"]`);
     await row.getByRole("button", { name: /Cancel order/ }).click();
     await row.locator(".badge", { hasText: "Cancelled" }).waitFor({ timeout: 8000 });
-    const left = (await call("GET", `/api/sales/${sale}`)).data.stock_left;
-    check(left === 5, `the buyer's cancel gives the unit back (${left} of 5 left) ${at}`);
+    // Before the cancel, the dialog said what it means; after, the row and the sale say it.
+    const rule = "This sale allows one purchase per customer, cancelled or not";
+    check(asked.some((m) => m.includes("goes back on sale") && m.includes(rule)), `the cancel dialog says the buyer cannot buy again (${JSON.stringify(asked)}) ${at}`);
+    check(await row.getByText(rule).isVisible(), `the cancelled row says the rule ${at}`);
+    const view = (await call("GET", `/api/sales/${sale}`)).data;
+    check(view.stock_left === 5 && view.stock_total === 5 && view.sold === 0, `the buyer's cancel gives the unit back and the offer stays 5 (${view.stock_left} of ${view.stock_total} left, ${view.sold} sold) ${at}`);
     await inspect(page, "orders-cancelled");
+    await goto(page, `/sales/${sale}`);
+    check(await page.getByText("You cancelled your order.").isVisible(), `the sale page says the buyer cancelled ${at}`);
+    check(await page.getByText(rule).isVisible(), `the sale page says one purchase per customer, cancelled or not ${at}`);
+    check((await page.locator('[data-field="stock-total"]').textContent()).trim() === "5", `the sale page offers 5, not 6 ${at}`);
+    check((await page.locator('[data-action="buy"]').textContent()).includes("One per customer"), `Buy reads "One per customer" ${at}`);
+    await inspect(page, "sale-after-cancel");
     await page.context().close();
 
     const other = await signUpApi(`e2ep-${runId}-l-${size}`);
