@@ -179,8 +179,10 @@ impl Keys {
     }
 
     /// The cached Postgres record of one sale, in the slot of its live keys.
+    /// (`record`, not `view`, since the record's `stock_total` became the units
+    /// offered: a record cached by an older binary is never read as one.)
     pub fn sale_view(&self, id: SaleId) -> String {
-        self.cache(&format!("sale:{id}"), "view")
+        self.cache(&format!("sale:{id}"), "record")
     }
 
     /// The cached Postgres record (question, window, options) of one poll.
@@ -190,7 +192,7 @@ impl Keys {
 
     /// The cached first page of the sale list (records and the moment of its order).
     pub fn sales_list(&self) -> String {
-        self.cache("sales", "list")
+        self.cache("sales", "records")
     }
 
     /// Any other key of this deployment, e.g. `ns:ratelimit:...`.
@@ -249,8 +251,8 @@ mod tests {
         assert_eq!(keys.lock("settle:reclaim"), "t1:lock:{settle:reclaim}");
         assert_eq!(
             keys.sale_view(Id::new(42).unwrap()),
-            "t1:cache:{sale:42}:view"
+            "t1:cache:{sale:42}:record"
         );
-        assert_eq!(keys.sales_list(), "t1:cache:{sales}:list");
+        assert_eq!(keys.sales_list(), "t1:cache:{sales}:records");
     }
 }
