@@ -597,8 +597,8 @@ try {
     await inspect(page, "admin-orders");
 
     await goto(page, `/admin/sales/${paySale[size]}/orders`);
-    const counts = page.locator(".payment-counts");
-    check((await counts.locator('[data-field="paid"]').innerText()) === "1", `the orders page counts the payment ${at}`);
+    const counts = page.locator(".unit-counts");
+    check((await counts.locator('[data-field="units-paid"]').innerText()) === "1", `the orders page counts the payment ${at}`);
     check(await page.locator('[data-field="orders"] .badge-paid').isVisible(), `the paid order's row says Paid ${at}`);
     await inspect(page, "admin-orders-payment");
 
