@@ -1,8 +1,10 @@
 // A sale's orders (admin): each live order has a Cancel button (a paid one:
 // Cancel and refund). The cancel carries an Idempotency-Key kept for the tab's
-// session, so a retry (a double click, a lost answer) is the same cancel.
+// session, so a retry (a double click, a lost answer) is the same cancel. Order
+// ids show their short form, with a button that copies the whole id.
 
 import { api, messageOf, retryAfterSeconds } from "./api.js";
+import { setUpCopyButtons } from "./copy.js";
 import { field, showOutcome } from "./dom.js";
 import { presentAnswer } from "./refusals.js";
 
@@ -44,6 +46,7 @@ function badge(status) {
 }
 
 export function adminOrdersPage() {
+  setUpCopyButtons(document.querySelector("main") || document.body);
   const root = document.getElementById("admin-orders");
   const outcome = document.querySelector('[data-field="cancel-outcome"]');
   if (!root || !outcome) return;

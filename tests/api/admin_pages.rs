@@ -53,7 +53,7 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
         );
     }
     for (order_id, _) in &orders {
-        assert!(body.contains(&format!("<code>{order_id}</code>")));
+        assert!(body.contains(&format!(r#"data-copy="{order_id}""#)));
     }
     assert_eq!(body.matches(r#"badge-confirmed">Confirmed<"#).count(), 3);
     assert!(body.contains(r#"data-field="confirmed-total">3<"#));

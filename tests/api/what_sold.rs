@@ -319,6 +319,39 @@ async fn totals_page_and_csv_agree_after_cancels_refunds_and_expiry() {
     }
 }
 
+/// Order ids on the admin's orders page and My orders: a short form (the last 8
+/// hex digits, the order's own; the first ones are its sale's), the whole id in
+/// its title and behind a copy button.
+#[tokio::test]
+async fn order_ids_show_a_short_form_with_the_whole_id_to_copy() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let buyer = app.user().await;
+    app.buy(sale, &buyer.token).await;
+    let orders = app.wait_for_orders(sale, 1).await;
+    let id = orders[0].0.to_string();
+    let short = &id[id.len() - 8..];
+    for (path, who) in [
+        (format!("/admin/sales/{sale}/orders"), &admin),
+        ("/me/orders".to_string(), &buyer),
+    ] {
+        let page = app.html(&path, Some(who)).await;
+        assert!(
+            page.contains(&format!(r#"<code title="{id}">…{short}</code>"#)),
+            "{path}: the short form with the whole id in its title: {page}"
+        );
+        assert!(
+            page.contains(&format!(r#"data-action="copy" data-copy="{id}""#)),
+            "{path}: a button copies the whole id: {page}"
+        );
+        assert!(
+            !page.contains(&format!(">{id}<")),
+            "{path}: the whole id is not shown as text"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_csv_streams_many_orders_and_needs_an_admin() {
     let app = spawn_app().await;
