@@ -2,7 +2,10 @@
 // waiting_room.mjs): the environment, the list of failed checks, Debian's Chromium
 // with the flags the project allows (never a browser of playwright's own), the API
 // calls that set a scene, and the page helpers (a watched page, a screenshot, the
-// sideways-scroll and axe-core inspection of a page state).
+// sideways-scroll and axe-core inspection of a page state). Every page made by
+// `newContextPage` is measured for sideways scroll in every state it reaches (after
+// its load and after every change to its DOM or size), not only where a script
+// calls `inspect`.
 import { chromium } from "playwright-core";
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
@@ -108,14 +111,70 @@ export async function until(what, cond, timeout = 10000) {
 // ---- the browser ------------------------------------------------------------
 
 /**
+ * Runs in every page before its own scripts: after the load, a resize and every
+ * change to the DOM (measured two frames later, once the layout has settled), the
+ * page's width (`documentElement.scrollWidth`) must not pass the viewport's
+ * (`innerWidth`); a state that does is reported once to `__e2eSideways` with the
+ * element that sticks out furthest.
+ */
+function watchSidewaysScroll() {
+  window.__e2eSidewaysWatch = true;
+  const reported = new Set();
+  let queued = false;
+  const name = (el) =>
+    `${el.tagName.toLowerCase()}${el.id ? `#${el.id}` : ""}${[...el.classList].map((c) => `.${c}`).join("")}` +
+    (el.dataset.field ? `[data-field=${el.dataset.field}]` : "") +
+    ` "${(el.textContent || "").trim().replace(/\s+/g, " ").slice(0, 40)}"`;
+  const measure = () => {
+    queued = false;
+    const doc = document.documentElement;
+    if (!doc || !document.body) return;
+    const view = window.innerWidth;
+    const scroll = doc.scrollWidth;
+    if (scroll <= view) return;
+    // The deepest element whose box passes the viewport's right edge the furthest.
+    let worst = null;
+    let right = view;
+    for (const el of document.body.querySelectorAll("*")) {
+      const r = el.getBoundingClientRect().right + window.scrollX;
+      if (r > right || (worst && r === right && worst.contains(el))) {
+        worst = el;
+        right = r;
+      }
+    }
+    const what = worst ? name(worst) : "?";
+    const key = `${location.pathname}${location.search}|${scroll}|${what}`;
+    if (reported.has(key)) return;
+    reported.add(key);
+    window.__e2eSideways?.({ url: location.href, scroll, view, what, right: Math.round(right) });
+  };
+  const queue = () => {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => requestAnimationFrame(measure));
+  };
+  new MutationObserver(queue).observe(document, { subtree: true, childList: true, attributes: true, characterData: true });
+  addEventListener("load", queue);
+  addEventListener("resize", queue);
+}
+
+/**
  * A page of a new context of `browser` (en-US, Berlin time), signed in as `session`
  * (the sign-in answer) if given. A console error other than Chrome's "Failed to load
  * resource" (which it logs for every 4xx answer, and the checks provoke those on
  * purpose), such as a CSP "Refused to ..." message, and any script error are
- * problems; dialogs are accepted.
+ * problems; dialogs are accepted. Every state of the page is watched for sideways
+ * scroll (`watchSidewaysScroll`): one that scrolls is a problem.
  */
 export async function newContextPage(browser, viewport, session) {
   const context = await browser.newContext({ viewport, locale: "en-US", timezoneId: "Europe/Berlin" });
+  await context.exposeBinding("__e2eSideways", (_source, seen) => {
+    check(
+      false,
+      `no sideways scroll at ${viewport.width} px on ${seen.url}: the page is ${seen.scroll} px wide; ${seen.what} reaches ${seen.right} px`,
+    );
+  });
+  await context.addInitScript(watchSidewaysScroll);
   if (session) {
     await context.addCookies([
       { name: "stampede_session", value: session.token, url: base, httpOnly: true, sameSite: "Lax" },
@@ -158,8 +217,10 @@ export async function inspect(page, name) {
   const widths = await page.evaluate(() => ({
     scroll: document.documentElement.scrollWidth,
     view: window.innerWidth,
+    watched: window.__e2eSidewaysWatch === true,
   }));
   check(widths.scroll <= widths.view, `${label}: no sideways scroll (${widths.scroll} <= ${widths.view} px)`);
+  check(widths.watched, `${label}: every state of the page is watched for sideways scroll`);
   // A button the page's script has just enabled fades from its disabled colours
   // (a CSS transition): axe must read the settled page, not a frame mid-fade. A
   // transition still running after 10 s fails the run (axe would read a frame).

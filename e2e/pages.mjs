@@ -7,7 +7,9 @@
 //   to Buy scrolled into view with the focus on it, "Sign in to buy" and `next`
 //   kept through sign-up, the sold-out message gone after a top-up and nothing
 //   stale after a close, the "Opens" time of an open sale page following the
-//   admin's "Open now", the admin's orders page listing the buyers, tallies that
+//   admin's "Open now", the admin's orders page listing the buyers (its totals
+//   following an admin's cancel and refund without a reload, a Cancel of an order
+//   awaiting payment inside its card, short order ids with Copy), tallies that
 //   follow votes without a reload, admin rows that offer only what makes sense and
 //   do not move, plain field errors that clear when fixed, visible focus on sale
 //   and poll cards; and a live home page with countdowns and grouped numbers, and
@@ -415,7 +417,7 @@ try {
     const answer = page.locator('[data-field="pay-outcome"]');
     await answer.filter({ hasText: `$1,299.00 paid for “${payName(size)}”` }).waitFor({ timeout: 5000 });
     check(await row.locator(".badge-paid").isVisible(), `the order shows Paid in place ${at}`);
-    check((await row.getByRole("button").count()) === 0, `no Pay button is left on the paid order ${at}`);
+    check((await row.getByRole("button", { name: /^(Pay|Cancel)/ }).count()) === 0, `no Pay button is left on the paid order ${at}`);
     check(await answer.evaluate((el) => el === document.activeElement), `after Pay the focus is on the answer ${at}`);
     check(payRequests.length === 1 && /^[\w-]{16,}$/.test(payRequests[0] || ""), `one payment request, with an Idempotency-Key (${payRequests.length} sent) ${at}`);
     await inspect(page, "my-orders-paid");
@@ -597,8 +599,8 @@ try {
     await inspect(page, "admin-orders");
 
     await goto(page, `/admin/sales/${paySale[size]}/orders`);
-    const counts = page.locator(".payment-counts");
-    check((await counts.locator('[data-field="paid"]').innerText()) === "1", `the orders page counts the payment ${at}`);
+    const counts = page.locator(".unit-counts");
+    check((await counts.locator('[data-field="units-paid"]').innerText()) === "1", `the orders page counts the payment ${at}`);
     check(await page.locator('[data-field="orders"] .badge-paid').isVisible(), `the paid order's row says Paid ${at}`);
     await inspect(page, "admin-orders-payment");
 
@@ -704,15 +706,89 @@ try {
     await inspect(page, "sale-after-cancel");
     await page.context().close();
 
+    // On the admin's page: two orders awaiting payment (each with its Cancel
+    // button, the widest status cell) and one paid (Cancel and refund), at $1,299.00.
     const other = await signUpApi(`e2ep-${runId}-l-${size}`);
     const second = await buyApi(sale, other.token);
+    const third = await signUpApi(`e2ep-${runId}-m-${size}`);
+    const paidOrder = await buyApi(sale, third.token);
+    const fourth = await signUpApi(`e2ep-${runId}-n-${size}`);
+    const waiting = await buyApi(sale, fourth.token);
     await settled(other.token, second.data.order_id);
+    await settled(third.token, paidOrder.data.order_id);
+    await settled(fourth.token, waiting.data.order_id);
+    const payRes = await fetch(`${base}/api/orders/${paidOrder.data.order_id}/pay`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${third.token}`, "Idempotency-Key": `e2e-${runId}-${size}` },
+    });
+    check(payRes.status === 200, `the third buyer pays (${payRes.status}) ${at}`);
     const adminPage = await newPage(viewport, admin);
     await goto(adminPage, `/admin/sales/${sale}/orders`);
+    const summary = adminPage.locator('[data-field="totals"]');
+    const shown = async () =>
+      Object.fromEntries(
+        await Promise.all(
+          ["units-sold", "revenue-paid", "revenue-awaiting", "units-returned", "revenue-refunded", "stock-left"].map(async (f) => [
+            f,
+            await summary.locator(`[data-field="${f}"]`).innerText(),
+          ]),
+        ),
+      );
+    const before = await shown();
+    check(
+      JSON.stringify(before) ===
+        JSON.stringify({ "units-sold": "3", "revenue-paid": "$1,299.00", "revenue-awaiting": "$2,598.00", "units-returned": "1", "revenue-refunded": "$0.00", "stock-left": "2" }),
+      `the orders page's totals before the admin's cancels (${JSON.stringify(before)}) ${at}`,
+    );
+    const awaitingRow = adminPage.locator(`tr[data-order-id="${waiting.data.order_id}"]`);
+    const cancelBox = await awaitingRow.getByRole("button", { name: /^Cancel/ }).evaluate((b) => {
+      const card = b.closest("tr").getBoundingClientRect();
+      const box = b.getBoundingClientRect();
+      return { left: box.left, right: box.right, cardLeft: card.left, cardRight: card.right };
+    });
+    check(
+      cancelBox.left >= cancelBox.cardLeft && cancelBox.right <= cancelBox.cardRight,
+      `the Cancel button of an order awaiting payment stays inside its row (${Math.round(cancelBox.right)} <= ${Math.round(cancelBox.cardRight)} px) ${at}`,
+    );
+    // The short order id, and its Copy button.
+    const idCell = awaitingRow.locator(".order-id");
+    const full = waiting.data.order_id;
+    check((await idCell.locator("code").innerText()) === `…${full.slice(-8)}` && (await idCell.locator("code").getAttribute("title")) === full, `the order id shows its short form, the whole id in its title ${at}`);
+    await idCell.getByRole("button", { name: /^Copy/ }).click();
+    await idCell.getByRole("button", { name: /^Copied/ }).waitFor({ timeout: 3000 });
+    check(true, `the Copy button copies the order id ${at}`);
+    await inspect(adminPage, "admin-orders-awaiting");
+    // A page that reloads loses this mark: the totals must follow without one.
+    await adminPage.evaluate(() => (window.__noReload = true));
     const adminRow = adminPage.locator(`tr[data-order-id="${second.data.order_id}"]`);
     await adminRow.getByRole("button", { name: /^Cancel/ }).click();
     await adminRow.locator(".badge", { hasText: "Cancelled" }).waitFor({ timeout: 8000 });
+    await summary.locator('[data-field="units-sold"]').filter({ hasText: /^2$/ }).waitFor({ timeout: 5000 }).catch(() => {});
+    const afterCancel = await shown();
+    check(
+      JSON.stringify(afterCancel) ===
+        JSON.stringify({ "units-sold": "2", "revenue-paid": "$1,299.00", "revenue-awaiting": "$1,299.00", "units-returned": "2", "revenue-refunded": "$0.00", "stock-left": "3" }),
+      `after a cancel the totals follow without a reload (${JSON.stringify(afterCancel)}) ${at}`,
+    );
     await inspect(adminPage, "admin-orders-cancelled");
+    const paidRow = adminPage.locator(`tr[data-order-id="${paidOrder.data.order_id}"]`);
+    await paidRow.getByRole("button", { name: /^Cancel and refund/ }).click();
+    await paidRow.locator(".badge", { hasText: "Refunded" }).waitFor({ timeout: 8000 });
+    await summary.locator('[data-field="revenue-refunded"]').filter({ hasText: "$1,299.00" }).waitFor({ timeout: 5000 }).catch(() => {});
+    const afterRefund = await shown();
+    check(
+      JSON.stringify(afterRefund) ===
+        JSON.stringify({ "units-sold": "1", "revenue-paid": "$0.00", "revenue-awaiting": "$1,299.00", "units-returned": "3", "revenue-refunded": "$1,299.00", "stock-left": "4" }),
+      `after a refund the totals follow without a reload (${JSON.stringify(afterRefund)}) ${at}`,
+    );
+    check(await adminPage.evaluate(() => window.__noReload === true), `the page was not reloaded ${at}`);
+    const api = await call("GET", `/api/admin/sales/${sale}/orders`, admin.token);
+    const t = api.data.totals;
+    check(
+      t.units_sold === 1 && t.revenue_paid_cents === 0 && t.revenue_awaiting_cents === 129_900 && t.units_returned === 3 && t.revenue_refunded_cents === 129_900,
+      `the page says what the API says (${JSON.stringify(t)}) ${at}`,
+    );
+    await inspect(adminPage, "admin-orders-refunded");
     await goto(adminPage, `/admin/sales/${sale}`);
     check(await adminPage.locator('[data-field="history"]').getByText("Order cancelled").isVisible(), `the sale's history shows the admin's cancel ${at}`);
     await adminPage.context().close();

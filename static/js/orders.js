@@ -1,8 +1,10 @@
 // My orders: while one is pending, the page looks again. An order awaiting
 // payment counts down to its deadline and has a Pay button; an unpaid order has a
-// Cancel order button.
+// Cancel order button. Order ids show their short form, with a button that
+// copies the whole id.
 
 import { api, messageOf, retryAfterSeconds } from "./api.js";
+import { setUpCopyButtons } from "./copy.js";
 import { field, setText, showOutcome } from "./dom.js";
 import { formatPrice } from "./numbers.js";
 import { presentAnswer } from "./refusals.js";
@@ -14,6 +16,7 @@ const SETTLING_TRIES = 30;
 
 export function ordersPage() {
   const root = document.getElementById("orders");
+  if (root) setUpCopyButtons(root);
   const payments = root ? setUpPayments(root) : { busy: () => false };
   followPending(payments);
 }

@@ -53,7 +53,7 @@ async fn orders_page_lists_every_buyer_with_order_id_and_status_for_admins_only(
         );
     }
     for (order_id, _) in &orders {
-        assert!(body.contains(&format!("<code>{order_id}</code>")));
+        assert!(body.contains(&format!(r#"data-copy="{order_id}""#)));
     }
     assert_eq!(body.matches(r#"badge-confirmed">Confirmed<"#).count(), 3);
     assert!(body.contains(r#"data-field="confirmed-total">3<"#));
@@ -259,10 +259,12 @@ async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     let path = format!("/admin/sales/{sale}/orders");
     let body = app.html(&path, Some(&admin)).await;
     for (field, count) in [
-        ("paid", 1),
-        ("awaiting-payment", 1),
-        ("expired", 1),
-        ("returned", 1),
+        ("units-paid", 1),
+        ("units-awaiting", 1),
+        ("units-expired", 1),
+        ("units-returned", 1),
+        ("units-cancelled", 0),
+        ("units-refunded", 0),
     ] {
         assert!(
             body.contains(&format!(r#"data-field="{field}">{count}<"#)),
@@ -291,10 +293,12 @@ async fn orders_page_counts_payments_and_shows_each_orders_payment_status() {
     assert!(status_of(&names[2]).contains(r#"badge-awaiting""#));
     assert!(!body.contains("badge-confirmed"));
 
-    // A sale without a payment step shows no payment counts.
+    // A sale without a payment step shows no payment counts, only its returns.
     let plain = app.live_sale(&admin, 5).await;
     let body = app
         .html(&format!("/admin/sales/{plain}/orders"), Some(&admin))
         .await;
-    assert!(!body.contains("payments-heading"));
+    assert!(!body.contains("Payments and returns"));
+    assert!(!body.contains(r#"data-field="units-paid""#));
+    assert!(body.contains(r#"data-field="units-cancelled">0<"#));
 }

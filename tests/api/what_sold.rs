@@ -6,18 +6,28 @@ use std::collections::HashMap;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app};
+use crate::helpers::{TestApp, User, assert_error, spawn_app, spawn_app_with};
+
+/// A live sale of 20 units at $5.00, up to 2 each, with 600 s to pay.
+async fn paying_sale(app: &TestApp, admin: &User) -> i64 {
+    let overrides = json!({"max_per_user": 2, "payment_window_s": 600});
+    app.live_sale_with(admin, 20, overrides).await
+}
+
+/// The answer's body, once its status is `status`.
+async fn answer(resp: reqwest::Response, status: StatusCode) -> Value {
+    assert_eq!(resp.status(), status);
+    resp.json().await.unwrap()
+}
 
 async fn buy_units(app: &TestApp, sale: i64, user: &User, quantity: i64) -> Value {
-    let resp = app
-        .post_json(
-            &format!("/api/sales/{sale}/purchase"),
-            Some(&user.token),
-            &json!({ "quantity": quantity }),
-        )
-        .await;
-    assert_eq!(resp.status(), StatusCode::ACCEPTED);
-    resp.json().await.unwrap()
+    let path = format!("/api/sales/{sale}/purchase");
+    let body = json!({ "quantity": quantity });
+    answer(
+        app.post_json(&path, Some(&user.token), &body).await,
+        StatusCode::ACCEPTED,
+    )
+    .await
 }
 
 async fn csv(app: &TestApp, admin: &User, sale: i64) -> Vec<HashMap<String, String>> {
@@ -48,7 +58,12 @@ async fn csv(app: &TestApp, admin: &User, sale: i64) -> Vec<HashMap<String, Stri
             "accepted_at",
             "settled_at",
             "paid_at",
-            "amount_cents"
+            "expired_at",
+            "cancelled_at",
+            "refunded_at",
+            "amount_paid_cents",
+            "amount_awaiting_cents",
+            "amount_refunded_cents"
         ]
     );
     assert!(text.ends_with("\r\n"));
@@ -77,13 +92,7 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
         .live_sale_with(&admin, 20, json!({"max_per_user": 2}))
         .await;
     // With a payment step.
-    let paying = app
-        .live_sale_with(
-            &admin,
-            20,
-            json!({"max_per_user": 2, "payment_window_s": 600}),
-        )
-        .await;
+    let paying = paying_sale(&app, &admin).await;
     let wanted = [2, 1, 2];
     for (user, units) in users.iter().zip(wanted) {
         buy_units(&app, plain, user, units).await;
@@ -116,7 +125,9 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     assert_eq!(
         listed["totals"],
         json!({"orders": 3, "units_sold": 5, "units_paid": 5, "units_awaiting": 0,
-               "revenue_paid_cents": 2500, "revenue_awaiting_cents": 0})
+               "units_returned": 0, "units_expired": 0, "units_cancelled": 0,
+               "units_refunded": 0, "revenue_paid_cents": 2500,
+               "revenue_awaiting_cents": 0, "revenue_refunded_cents": 0})
     );
     let listed = app
         .get_json(
@@ -127,7 +138,9 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     assert_eq!(
         listed["totals"],
         json!({"orders": 2, "units_sold": 3, "units_paid": 2, "units_awaiting": 1,
-               "revenue_paid_cents": 1000, "revenue_awaiting_cents": 500})
+               "units_returned": 0, "units_expired": 0, "units_cancelled": 0,
+               "units_refunded": 0, "revenue_paid_cents": 1000,
+               "revenue_awaiting_cents": 500, "revenue_refunded_cents": 0})
     );
 
     // The CSV: every order, with its buyer, units and amount.
@@ -140,7 +153,9 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
             .expect("every buyer's order");
         assert_eq!(row["buyer"], app.username_of(user).await);
         assert_eq!(row["units"], units.to_string());
-        assert_eq!(row["amount_cents"], (units * 500).to_string());
+        assert_eq!(row["amount_paid_cents"], (units * 500).to_string());
+        assert_eq!(row["amount_awaiting_cents"], "0");
+        assert_eq!(row["amount_refunded_cents"], "0");
         assert_eq!(row["status"], "accepted");
         assert_eq!(row["paid_at"], "");
         assert!(row["accepted_at"].ends_with('Z'));
@@ -149,11 +164,13 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     assert_eq!(rows.len(), 2);
     let paid = rows.iter().find(|r| r["order_id"] == paid_order).unwrap();
     assert_eq!(paid["status"], "paid");
-    assert_eq!(paid["amount_cents"], "1000");
+    assert_eq!(paid["amount_paid_cents"], "1000");
     assert!(!paid["paid_at"].is_empty());
     let awaiting = rows.iter().find(|r| r["order_id"] != paid_order).unwrap();
     assert_eq!(awaiting["status"], "awaiting_payment");
     assert_eq!(awaiting["units"], "1");
+    assert_eq!(awaiting["amount_paid_cents"], "0");
+    assert_eq!(awaiting["amount_awaiting_cents"], "500");
 
     // The admin's page: units per order, the totals and the CSV link.
     let page = app
@@ -170,6 +187,169 @@ async fn orders_show_units_and_totals_and_the_csv_has_every_order() {
     );
     assert!(page.contains(&format!(r#"href="/api/admin/sales/{paying}/orders.csv""#)));
     assert!(page.contains(r#"data-field="units">2<"#));
+}
+
+/// `POST /api/admin/orders/{id}/cancel` as `admin`: must answer 200; the answer.
+async fn admin_cancel(app: &TestApp, admin: &User, order: &str) -> Value {
+    let path = format!("/api/admin/orders/{order}/cancel");
+    answer(app.post(&path, Some(&admin.token)).await, StatusCode::OK).await
+}
+
+/// The sum of one CSV column over every row.
+fn column_sum(rows: &[HashMap<String, String>], column: &str) -> i64 {
+    rows.iter()
+        .map(|r| r[column].parse::<i64>().expect(column))
+        .sum()
+}
+
+/// A payment sale at $5.00 a unit: two paid orders (one of 2 units), two awaiting,
+/// one left to expire. Before any return the totals count 7 units sold; then an
+/// admin refunds a paid order and cancels an awaiting one, and one expires. The
+/// totals, the page and the CSV all say the same: 4 units sold ($15.00 paid, $5.00
+/// awaiting), 3 returned (1 expired, 1 cancelled, 1 refunded: $5.00 refunded), and
+/// each CSV money column sums to its total.
+#[tokio::test]
+async fn totals_page_and_csv_agree_after_cancels_refunds_and_expiry() {
+    let app = spawn_app_with(|c| c.expire = std::time::Duration::ZERO).await;
+    let admin = app.admin().await;
+    let sale = paying_sale(&app, &admin).await;
+    let users = app.create_users(6, false).await;
+    // paid 2, paid 1 (refunded), paid 1, awaiting 1 (cancelled), awaiting 1, to expire 1.
+    let wanted = [2, 1, 1, 1, 1, 1];
+    let mut orders = Vec::new();
+    for (user, units) in users.iter().zip(wanted) {
+        let bought = buy_units(&app, sale, user, units).await;
+        orders.push(bought["order_id"].as_str().unwrap().to_string());
+    }
+    app.wait_for_orders(sale, 6).await;
+    for (i, user) in users.iter().enumerate().take(3) {
+        let paid = app.pay(user, &orders[i], &format!("sold-pay-{i}")).await;
+        assert_eq!(paid.status(), StatusCode::OK);
+    }
+    let totals_path = format!("/api/admin/sales/{sale}/orders");
+    let before = app.get_json(&totals_path, Some(&admin.token)).await;
+    assert_eq!(
+        before["totals"],
+        json!({"orders": 6, "units_sold": 7, "units_paid": 4, "units_awaiting": 3,
+               "units_returned": 0, "units_expired": 0, "units_cancelled": 0,
+               "units_refunded": 0, "revenue_paid_cents": 2000,
+               "revenue_awaiting_cents": 1500, "revenue_refunded_cents": 0})
+    );
+
+    let refunded = admin_cancel(&app, &admin, &orders[1]).await;
+    assert_eq!(refunded["status"], "refunded");
+    assert_eq!(refunded["refunded_cents"], 500);
+    let cancelled = admin_cancel(&app, &admin, &orders[3]).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE id = $1::uuid")
+        .bind(&orders[5])
+        .execute(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 1);
+
+    let after = app.get_json(&totals_path, Some(&admin.token)).await;
+    let totals = json!({"orders": 6, "units_sold": 4, "units_paid": 3, "units_awaiting": 1,
+               "units_returned": 3, "units_expired": 1, "units_cancelled": 1,
+               "units_refunded": 1, "revenue_paid_cents": 1500,
+               "revenue_awaiting_cents": 500, "revenue_refunded_cents": 500});
+    assert_eq!(after["totals"], totals);
+
+    // The CSV: one row per order, its times and money; each money column sums to
+    // its total.
+    let rows = csv(&app, &admin, sale).await;
+    assert_eq!(rows.len(), 6);
+    assert_eq!(column_sum(&rows, "amount_paid_cents"), 1500);
+    assert_eq!(column_sum(&rows, "amount_awaiting_cents"), 500);
+    assert_eq!(column_sum(&rows, "amount_refunded_cents"), 500);
+    let sold: i64 = rows
+        .iter()
+        .filter(|r| ["accepted", "awaiting_payment", "paid"].contains(&r["status"].as_str()))
+        .map(|r| r["units"].parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(sold, 4);
+    let row = |i: usize| rows.iter().find(|r| r["order_id"] == orders[i]).unwrap();
+    let refunded_row = row(1);
+    assert_eq!(refunded_row["status"], "refunded");
+    assert_eq!(refunded_row["amount_paid_cents"], "0");
+    assert_eq!(refunded_row["amount_refunded_cents"], "500");
+    assert!(!refunded_row["paid_at"].is_empty());
+    assert!(refunded_row["cancelled_at"].ends_with('Z'));
+    assert_eq!(refunded_row["refunded_at"], refunded_row["cancelled_at"]);
+    let cancelled_row = row(3);
+    assert_eq!(cancelled_row["status"], "cancelled");
+    assert!(cancelled_row["cancelled_at"].ends_with('Z'));
+    assert_eq!(cancelled_row["refunded_at"], "");
+    for column in [
+        "amount_paid_cents",
+        "amount_awaiting_cents",
+        "amount_refunded_cents",
+    ] {
+        assert_eq!(cancelled_row[column], "0", "{column}");
+    }
+    let expired_row = row(5);
+    assert_eq!(expired_row["status"], "expired");
+    assert!(expired_row["expired_at"].ends_with('Z'));
+    assert_eq!(expired_row["cancelled_at"], "");
+    assert_eq!(expired_row["amount_awaiting_cents"], "0");
+    let paid_row = row(0);
+    assert_eq!(paid_row["amount_paid_cents"], "1000");
+    assert_eq!(paid_row["cancelled_at"], "");
+
+    // The page: the same numbers.
+    let page = app
+        .html(&format!("/admin/sales/{sale}/orders"), Some(&admin))
+        .await;
+    for (field, shown) in [
+        ("units-sold", "4"),
+        ("revenue-paid", "$15.00"),
+        ("revenue-awaiting", "$5.00"),
+        ("units-returned", "3"),
+        ("revenue-refunded", "$5.00"),
+        ("units-paid", "3"),
+        ("units-awaiting", "1"),
+        ("units-expired", "1"),
+        ("units-cancelled", "1"),
+        ("units-refunded", "1"),
+    ] {
+        assert!(
+            page.contains(&format!(r#"data-field="{field}">{shown}<"#)),
+            "{field} should read {shown}: {page}"
+        );
+    }
+}
+
+/// Order ids on the admin's orders page and My orders: a short form (the last 8
+/// hex digits, the order's own; the first ones are its sale's), the whole id in
+/// its title and behind a copy button.
+#[tokio::test]
+async fn order_ids_show_a_short_form_with_the_whole_id_to_copy() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let buyer = app.user().await;
+    app.buy(sale, &buyer.token).await;
+    let orders = app.wait_for_orders(sale, 1).await;
+    let id = orders[0].0.to_string();
+    let short = &id[id.len() - 8..];
+    for (path, who) in [
+        (format!("/admin/sales/{sale}/orders"), &admin),
+        ("/me/orders".to_string(), &buyer),
+    ] {
+        let page = app.html(&path, Some(who)).await;
+        assert!(
+            page.contains(&format!(r#"<code title="{id}">…{short}</code>"#)),
+            "{path}: the short form with the whole id in its title: {page}"
+        );
+        assert!(
+            page.contains(&format!(r#"data-action="copy" data-copy="{id}""#)),
+            "{path}: a button copies the whole id: {page}"
+        );
+        assert!(
+            !page.contains(&format!(">{id}<")),
+            "{path}: the whole id is not shown as text"
+        );
+    }
 }
 
 #[tokio::test]

@@ -26,7 +26,8 @@ struct SaleOrders {
     confirmed: Vec<orders::OrderRow>,
     /// Accepted orders not yet in Postgres.
     pending_count: i64,
-    /// Units and revenue of all the sale's settled orders (not only those listed).
+    /// Units sold and returned, revenue paid, awaiting and refunded, of all the
+    /// sale's settled orders (not only those listed).
     totals: export::SaleTotals,
 }
 
@@ -61,8 +62,11 @@ pub(super) async fn admin_orders(
 }
 
 /// Every settled order of the sale as CSV, oldest first, streamed: a header row,
-/// then `order_id,buyer,user_id,units,status,accepted_at,settled_at,paid_at,amount_cents`
-/// (`amount_cents`: the price times the units).
+/// then `order_id,buyer,user_id,units,status,accepted_at,settled_at,paid_at,expired_at,
+/// cancelled_at,refunded_at,amount_paid_cents,amount_awaiting_cents,amount_refunded_cents`
+/// (times empty when they did not happen; the order's worth, the price times the
+/// units, in the one money column its status puts it in, so each column sums to
+/// the matching `totals` of `GET /api/admin/sales/{id}/orders`).
 #[utoipa::path(get, path = "/api/admin/sales/{id}/orders.csv", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "`text/csv`, as an attachment", content_type = "text/csv", body = String, headers(
         ("Content-Disposition" = String, description = "`attachment; filename=\"sale-<id>-orders.csv\"`"))),

@@ -11,11 +11,10 @@ use crate::error::AppError;
 use crate::sale::{
     self,
     export::{self, SaleTotals},
-    payment::{self, OrderCounts},
 };
 use crate::state::AppState;
 use crate::web::error::PageError;
-use crate::web::view::{Moment, Nav, OrderState, SaleCard, format_price};
+use crate::web::view::{Moment, Nav, OrderState, SaleCard, format_price, group_digits};
 
 /// Orders shown per page of a sale's orders.
 const ORDERS_PER_PAGE: i64 = 50;
@@ -37,12 +36,19 @@ pub struct SaleOrdersPage {
     pages: i64,
     /// Position of the first row of this page, from 1.
     first: i64,
-    /// The orders by payment status, for a sale with a payment window.
-    payments: Option<OrderCounts>,
-    /// Units and revenue of every settled order.
+    /// Units and revenue of every settled order (the page's script refreshes
+    /// them from `GET /api/admin/sales/{id}/orders` after each cancel).
     totals: SaleTotals,
     revenue_paid: String,
     revenue_awaiting: String,
+    revenue_refunded: String,
+}
+
+impl SaleOrdersPage {
+    /// A count of units as the page writes it (and its script, `groupDigits`).
+    fn units(&self, n: &i64) -> String {
+        group_digits(*n)
+    }
 }
 
 pub struct OrderRow {
@@ -106,16 +112,9 @@ pub async fn sale_orders(
         Ok(None) => return Err(PageError::not_found(nav, "There is no such sale.")),
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let payments = async {
-        if sale.has_payment_step() {
-            payment::counts(&state.db, id).await.map(Some)
-        } else {
-            Ok(None)
-        }
-    };
     let totals = export::totals(&state.db, id, price_cents);
-    match tokio::try_join!(load_orders(&state, id, page, price_cents), payments, totals) {
-        Ok((found, payments, totals)) => {
+    match tokio::try_join!(load_orders(&state, id, page, price_cents), totals) {
+        Ok((found, totals)) => {
             let pages = ((found.confirmed_total + ORDERS_PER_PAGE - 1) / ORDERS_PER_PAGE).max(1);
             if page > pages {
                 return Err(PageError::not_found(
@@ -133,9 +132,9 @@ pub async fn sale_orders(
                 page,
                 pages,
                 first: (page - 1) * ORDERS_PER_PAGE + 1,
-                payments,
                 revenue_paid: format_price(totals.revenue_paid_cents),
                 revenue_awaiting: format_price(totals.revenue_awaiting_cents),
+                revenue_refunded: format_price(totals.revenue_refunded_cents),
                 totals,
             }))
         }

@@ -20,6 +20,14 @@ impl From<DateTime<Utc>> for Moment {
     }
 }
 
+/// An order id's short form: its last 8 hex digits, the order's own random
+/// bytes (the first ones carry its sale's id and decision batch, which its
+/// neighbours share; see `sale::order_id`). The page shows the whole id in a
+/// title and copies it.
+pub fn short_order_id(id: &str) -> &str {
+    id.get(id.len().saturating_sub(8)..).unwrap_or(id)
+}
+
 /// "1d 02:03:04", "02:03:04" or "03:04", as the script's `formatDuration` writes
 /// a time left (whole seconds, rounded up; never negative).
 pub fn clock_text(ms: i64) -> String {
@@ -108,6 +116,13 @@ fn group_unsigned(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_order_ids_are_the_orders_own_last_digits() {
+        let id = "0000002a-0000-8abc-8def-0123456789ab";
+        assert_eq!(short_order_id(id), "456789ab");
+        assert_eq!(short_order_id("abc"), "abc");
+    }
 
     #[test]
     fn prices_group_thousands() {
