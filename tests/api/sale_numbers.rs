@@ -109,6 +109,18 @@ async fn returned_units(rebuy: bool) {
         (10, 7, 3),
         "10 offered, 4 returned: 7 left, 3 sold (rebuy {rebuy})"
     );
+    // What sold, from Postgres, says the same.
+    let totals = &app
+        .get_json(
+            &format!("/api/admin/sales/{sale}/orders"),
+            Some(&admin.token),
+        )
+        .await["totals"];
+    assert_eq!(
+        (&totals["units_sold"], &totals["units_returned"]),
+        (&json!(3), &json!(4)),
+        "{totals}"
+    );
     // The record behind it: re-offered units counted apart, the arithmetic of both
     // stores untouched.
     let (column, reoffered): (i64, i64) =
