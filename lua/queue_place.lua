@@ -12,21 +12,29 @@
 -- A place is a score: everyone who joins before the opening holds a random one
 -- below 2^52 (so the line's early part is in random order, whenever they came);
 -- a later joiner holds 2^52 + n, n counting the late joins (arrival order).
--- Returns {now ms, starts_ms, admissions a second, waiting}, then per shopper
--- {code, value, state, position, ahead, expiry ms}; code:
+-- Returns {now ms, starts_ms, admissions a second, waiting, units left, admissions
+-- open, paused, joins closed, pass share (parts per million; -1: none ended yet),
+-- how many ended admissions that share is over, soonest and latest end of an open
+-- admission (ms; 0: none open)}, then per shopper {code, value, state, position,
+-- ahead, expiry ms}; code:
 --   0 done (value 1: this call took a new place, else 0; then the standing)
 --   2 the line does not open yet (value = ms until it does)   3 ended or closed
 --   4 not loaded   5 sold out   6 recovering   13 the sale has no waiting room
+--   14 the line is closed to new joins (an admin's `q_closed`)
 -- The standing, with code 0: position, the 1-based place (0: none); ahead, people
 -- still waiting before this one (-1 before the opening: the early order is drawn
--- then); expiry, an admission's end; state:
+-- then); expiry, an admission's end, or for a shopper waiting whose turn needs
+-- passes (more ahead than units left not held by an open admission), the end of
+-- the open admission whose pass would be the one that lets this shopper in if
+-- every admission before it passed (0: none); state:
 --   0 not in line   1 waiting   2 admitted (until expiry)   3 passed (admitted,
 --   never bought, expired)   4 bought   5 sold out (waiting, no unit left)
 -- waiting: people not yet reached by admission, after this batch's joins.
 local n = (#ARGV - 1) / 3
-local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'wr', 'q_opens_ms')
+local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'wr', 'q_opens_ms',
+  'q_paused', 'q_closed')
 local now = clock_ms(ARGV[1])
-local out = {now, 0, 0, 0}
+local out = {now, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0}
 local function all(code)
   for _ = 1, n do
     out[#out + 1] = code
@@ -63,6 +71,8 @@ for i = 1, n do
   if not place and ARGV[4 + (i - 1) * 3] == '1' then
     if ended then
       refusal[i] = {3, 0}
+    elseif meta[8] == '1' then
+      refusal[i] = {14, 0}
     elseif now < opens then
       refusal[i] = {2, opens - now}
     elseif stock <= 0 then
@@ -82,8 +92,32 @@ for i = 1, n do
   places[i] = place
 end
 
--- Then where each stands.
+-- Then where each stands, and what moves the line (the estimate's inputs).
 out[4] = redis.call('ZCOUNT', KEYS[3], after_head, '+inf')
+local open = redis.call('ZCARD', KEYS[6])
+local share = redis.call('HMGET', KEYS[4], 'pshare', 'pweight')
+out[5], out[6] = stock, open
+out[7], out[8] = meta[7] == '1' and 1 or 0, meta[8] == '1' and 1 or 0
+if tonumber(share[2] or 0) > 0 then
+  out[9], out[10] = math.floor(tonumber(share[1]) * 1000000 + 0.5), tonumber(share[2])
+end
+local function open_end(index)
+  local e = redis.call('ZRANGE', KEYS[6], index, index, 'WITHSCORES')
+  return tonumber(e[2]) or 0
+end
+if open > 0 then
+  out[11], out[12] = open_end(0), open_end(-1)
+end
+-- With `ahead` before a shopper and `room` units not held by an open admission, the
+-- turn needs ahead + 1 - room passes; the soonest is the end of that open admission.
+local room = math.max(0, stock - open)
+local function needed_end(ahead)
+  local passes = ahead + 1 - room
+  if passes < 1 or passes > open then
+    return 0
+  end
+  return open_end(passes - 1)
+end
 local function standing(i, state, position, ahead, expiry)
   local o = #out
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
@@ -114,7 +148,8 @@ for i = 1, n do
     elseif now < starts then
       standing(i, 1, position, -1, 0)
     else
-      standing(i, 1, position, redis.call('ZCOUNT', KEYS[3], after_head, '(' .. place), 0)
+      local ahead = redis.call('ZCOUNT', KEYS[3], after_head, '(' .. place)
+      standing(i, 1, position, ahead, needed_end(ahead))
     end
   end
 end

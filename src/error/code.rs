@@ -80,6 +80,8 @@ error_codes! {
     QueueNotOpen = (CONFLICT, "queue_not_open"),
     /// A waiting-room request on a sale that has no waiting room.
     NoWaitingRoom = (CONFLICT, "no_waiting_room"),
+    /// A join of a waiting room's line that an admin closed to new joins.
+    LineClosed = (CONFLICT, "line_closed"),
     /// Sign-up with a username in use.
     UsernameTaken = (CONFLICT, "username_taken"),
     /// A payment of an order that is already paid (under another key).

@@ -109,14 +109,10 @@ pub async fn views<C: ConnectionLike>(
             super::queue::numbers::pipe_numbers(&mut pipe, &keys.sale(views[i].sale.id));
         }
         let replies: Vec<redis::Value> = pipe.query_async(redis).await?;
+        let per = super::queue::numbers::REPLIES;
         for (n, &i) in with_line.iter().enumerate() {
-            let at = |j: usize| replies.get(n * 3 + j).cloned().unwrap_or(redis::Value::Nil);
-            let line: i64 = redis::from_redis_value(at(0)).unwrap_or(0);
-            let state: Vec<Option<i64>> = redis::from_redis_value(at(1)).unwrap_or_default();
-            let open: i64 = redis::from_redis_value(at(2)).unwrap_or(0);
-            views[i].line = Some(super::queue::numbers::QueueNumbers::from_replies(
-                line, &state, open,
-            ));
+            let replies = replies.get(n * per..(n + 1) * per).unwrap_or_default();
+            views[i].line = Some(super::queue::numbers::QueueNumbers::from_replies(replies));
         }
     }
     Ok(views)

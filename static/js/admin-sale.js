@@ -1,6 +1,8 @@
 // A sale's admin page: the edit form (only the fields that changed are sent, so a
 // sale that has opened accepts the form as long as its fixed fields are left
-// alone; its waiting room as on the new-sale form), archive, unarchive and delete.
+// alone; its waiting room as on the new-sale form), archive, unarchive and delete;
+// a waiting room's line: its numbers against the units left, and its controls
+// (pause, resume, close to new joins, reopen).
 
 import { api, messageOf } from "./api.js";
 import { field, setText } from "./dom.js";
@@ -20,6 +22,11 @@ import {
   parseUnits,
   refusalOf,
 } from "./sale-form.js";
+
+/** The line's controls in words (as the page renders them: `line_state_words`). */
+function lineStateWords(paused, joinsClosed) {
+  return `${paused ? "Paused: nobody is let in" : "Letting shoppers in"}; ${joinsClosed ? "closed" : "open"} to new joins.`;
+}
 
 export function adminSalePage() {
   const root = document.getElementById("admin-sale");
@@ -155,16 +162,52 @@ export function adminSalePage() {
 
   // A waiting room's line: its numbers follow the sale's view.
   const lineFacts = field(root, "line-facts");
+  /** The line's numbers, against the units left, and its controls as they are. */
+  function showLine(line, unitsLeft) {
+    for (const dd of lineFacts.querySelectorAll("[data-line]")) {
+      const n = line[dd.dataset.line];
+      if (Number.isFinite(n)) setText(dd, groupDigits(n));
+    }
+    if (Number.isFinite(line.waiting) && Number.isFinite(unitsLeft)) {
+      setText(field(root, "line-summary"), `${groupDigits(line.waiting)} waiting for ${groupDigits(unitsLeft)} unit${unitsLeft === 1 ? "" : "s"} left`);
+    }
+    const controls = field(root, "line-controls");
+    if (!controls || typeof line.paused !== "boolean") return;
+    setText(field(controls, "line-state"), lineStateWords(line.paused, line.joins_closed));
+    const shown = { pause: !line.paused, resume: line.paused, close: !line.joins_closed, reopen: line.joins_closed };
+    for (const button of controls.querySelectorAll("[data-line-action]")) button.hidden = !shown[button.dataset.lineAction];
+  }
   if (lineFacts) {
     pollWhileVisible(async () => {
       const res = await api("GET", `/api/sales/${id}`);
       const line = res.ok && res.data.line;
-      if (!line) return;
-      for (const dd of lineFacts.querySelectorAll("[data-line]")) {
-        const n = line[dd.dataset.line];
-        if (Number.isFinite(n)) setText(dd, groupDigits(n));
-      }
+      if (line) showLine(line, res.data.stock_left);
     }, ADMIN_POLL_MS);
+    const controls = field(root, "line-controls");
+    const message = controls && field(controls, "line-message");
+    const done = {
+      pause: "Paused: nobody is let in until you resume.",
+      resume: "Resumed: shoppers are let in again.",
+      close: "Closed: new shoppers cannot join; those in line keep their places.",
+      reopen: "Reopened: shoppers can join again.",
+    };
+    for (const button of controls ? controls.querySelectorAll("[data-line-action]") : []) {
+      button.addEventListener("click", async () => {
+        const action = button.dataset.lineAction;
+        button.disabled = true;
+        const res = await api("POST", `/api/admin/sales/${id}/line`, { action });
+        button.disabled = false;
+        if (!res.ok) {
+          say(message, messageOf(res, "Could not change the line."), false);
+          return;
+        }
+        showLine(res.data.line, res.data.units_left);
+        say(message, done[action], true);
+        // The button pressed is hidden now: the focus goes to its counterpart.
+        const next = controls.querySelector(`[data-line-action]:not([hidden])[data-line-action="${{ pause: "resume", resume: "pause", close: "reopen", reopen: "close" }[action]}"]`);
+        if (next) next.focus();
+      });
+    }
   }
 
   retireButtons(root, `/api/admin/sales/${id}`, "sale", () => f.name.defaultValue, "/admin#sales-heading");

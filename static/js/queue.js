@@ -4,9 +4,13 @@
 // admission has reached) moves "people ahead of you" on with no request. It asks
 // the shop again only when its turn may have come (served reached its place), once
 // at the opening (when the early joiners' order is drawn), when an admission runs
-// out, and when the last unit goes.
+// out, and when the last unit goes. While waiting it asks again every
+// ESTIMATE_EVERY_MS for a fresh estimate: a range ("about 40 s to 1 min") from
+// what moves the line, and the shopper's chance when fewer units are left than
+// people before them (issue 50). Let in, the shopper is called back (callback.js).
 
 import { api, messageOf } from "./api.js";
+import { askToNotify, callBack, notifyPermission, unlockSound } from "./callback.js";
 import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
@@ -18,9 +22,12 @@ const OPENING_SPREAD_MS = 500;
 // A read that failed (503 while the sale is rebuilt, a dropped connection) is
 // asked again after this long.
 const RETRY_MS = 2000;
+// A waiting shopper's estimate is asked again this often.
+const ESTIMATE_EVERY_MS = 10000;
 
 /** "12 s", "3 min", "1 h 05 min": a wait, roughly. */
 function waitText(seconds) {
+  seconds = Math.round(seconds);
   if (seconds < 60) return `${seconds} s`;
   const minutes = Math.round(seconds / 60);
   if (minutes < 60) return `${minutes} min`;
@@ -30,6 +37,40 @@ function waitText(seconds) {
 /** "1 person", "1,204 people". */
 function people(n) {
   return n === 1 ? "1 person" : `${groupDigits(n)} people`;
+}
+
+/** "1 unit", "29 units". */
+function units(n) {
+  return n === 1 ? "1 unit" : `${groupDigits(n)} units`;
+}
+
+/**
+ * The wait as a range, counted down from when it was estimated: "about 40 s to
+ * 1 min", "about 5 s", "1 min at the soonest"; "" when there is none.
+ */
+export function rangeText(est, elapsedS) {
+  if (!est || !Number.isFinite(est.min)) return "";
+  const min = Math.max(0, est.min - elapsedS);
+  if (!Number.isFinite(est.max)) return `${waitText(Math.max(1, min))} at the soonest`;
+  const max = Math.max(1, est.max - elapsedS);
+  const [from, to] = [waitText(Math.max(1, min)), waitText(max)];
+  return from === to ? `about ${to}` : `about ${from} to ${to}`;
+}
+
+/**
+ * What the units left mean for this shopper, from the live numbers (units left,
+ * shoppers let in and holding a turn, people ahead): "" when there is a unit for
+ * everyone before them; else the warning, hopeful when the last estimate said
+ * the recent passes make it `possible`.
+ */
+export function chanceText(est, { unitsLeft, open, ahead }) {
+  if (!est || !Number.isFinite(unitsLeft)) return "";
+  const before = ahead + (Number.isFinite(open) ? open : est.open);
+  if (before < unitsLeft) return "";
+  const head = `${units(unitsLeft)} left for ${groupDigits(before)} ahead of you`;
+  return est.chance === "possible"
+    ? `${head}: you get one only if some of them let their turn pass.`
+    : `${head}: you may not get one.`;
 }
 
 /**
@@ -47,6 +88,9 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     expiry: field(root, "queue-expiry"),
     expiryTime: field(root, "queue-expiry-time"),
     join: root.querySelector('[data-action="join"]'),
+    notify: root.querySelector('[data-action="notify"]'),
+    notifyNote: field(root, "queue-notify-note"),
+    chance: field(root, "queue-chance"),
     opensLabel: field(root, "queue-opens-label"),
   };
   const opensAt = Number(d.queueOpensAt) || sale.startsAt;
@@ -66,6 +110,13 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     askedAtExpiry: false,
     lastLeft: sale.left,
     retry: 0,
+    // The last estimate (waiting): range, chance, and when it was read (Date.now()).
+    est: null,
+    paused: false,
+    joinsClosed: false,
+    open: null,
+    refreshedAt: 0,
+    notifyAsked: false,
   };
 
   const lineOpen = () => now() >= opensAt;
@@ -73,7 +124,24 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
 
   function apply(me) {
     if (!me || typeof me.state !== "string") return;
+    if (me.state === "admitted" && q.state === "waiting") {
+      callBack({ saleName: root.querySelector('[data-field="name"]')?.textContent || document.title, seconds: Math.max(0, Math.round((Date.parse(me.expires_at) - now()) / 1000)) });
+    }
     q.state = me.state;
+    q.paused = me.paused === true;
+    q.joinsClosed = me.joins_closed === true;
+    if (Number.isFinite(me.admissions_open)) q.open = me.admissions_open;
+    q.est =
+      me.state === "waiting" && Number.isFinite(me.ahead)
+        ? {
+            at: Date.now(),
+            min: me.estimated_wait_min_s,
+            max: me.estimated_wait_max_s,
+            chance: me.chance,
+            unitsLeft: me.units_left,
+            open: me.admissions_open,
+          }
+        : null;
     q.position = Number.isFinite(me.position) ? me.position : null;
     if (Number.isFinite(me.waiting)) q.waiting = me.waiting;
     if (Number.isFinite(me.admit_per_second) && me.admit_per_second > 0) q.rate = me.admit_per_second;
@@ -111,6 +179,7 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
   }
 
   async function join() {
+    unlockSound();
     if (q.joining) return;
     q.joining = true;
     changed();
@@ -120,6 +189,9 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     if (res.ok) {
       apply(res.data);
       clear();
+    } else if (res.status === 409 && code === "line_closed") {
+      q.joinsClosed = true;
+      show("info", "The line is closed.", "The shop has closed the line to new joins.");
     } else if (res.status === 409 && code === "queue_not_open") {
       show("info", "The line is not open yet.", messageOf(res, ""));
     } else if (res.status === 410) {
@@ -140,6 +212,13 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     if (view && view.line && Number.isFinite(view.line.served)) {
       q.served = view.line.served;
       q.waiting = view.line.waiting;
+      // Paused or resumed by the shop: the words change, the estimate with them.
+      q.joinsClosed = view.line.joins_closed === true;
+      if (Number.isFinite(view.line.open)) q.open = view.line.open;
+      if (typeof view.line.paused === "boolean" && view.line.paused !== q.paused) {
+        q.paused = view.line.paused;
+        if (q.state === "waiting") ask();
+      }
     }
     if (!sale.signedIn) return;
     if (q.state === "waiting") {
@@ -173,6 +252,7 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
         return ["Checking your place in the line…", "", null];
       case "not_joined":
         if (status === "sold_out") return ["Sold out.", "Every unit is taken.", null];
+        if (q.joinsClosed) return ["The line is closed.", "The shop has closed the line to new joins.", null];
         if (!lineOpen()) {
           return [
             `The line opens at ${localTime(new Date(opensAt))}.`,
@@ -197,12 +277,22 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
           ];
         }
         const ahead = Math.max(0, q.position - (q.served ?? 0) - 1);
-        const wait = Math.floor(ahead / q.rate) + 1;
+        const letIn = Math.max(0, q.position - 1 - ahead);
         const keep = "Keep this page open: it follows the line by itself.";
         if (q.served !== null && q.served >= q.position) return ["Your turn is coming…", keep, null];
+        const place = `You were number ${groupDigits(q.position)} in the line; ${groupDigits(letIn)} let in before you.`;
+        if (q.paused) {
+          return [
+            "The line is paused.",
+            `The shop has paused the line: nobody is let in until it resumes. Your place is kept, with ${people(ahead)} ahead of you. ${place} ${keep}`,
+            null,
+          ];
+        }
+        const range = rangeText(q.est, (Date.now() - (q.est ? q.est.at : 0)) / 1000);
+        const who = ahead === 0 ? "You're next" : `${people(ahead)} ahead of you`;
         return [
-          ahead === 0 ? `You're next, about ${waitText(wait)}.` : `${people(ahead)} ahead of you, about ${waitText(wait)}.`,
-          `Your place in the line: ${groupDigits(q.position)}. Shoppers are let in at ${groupDigits(q.rate)} a second. ${keep}`,
+          range ? `${who}: ${range}.` : `${who}.`,
+          `${place} Shoppers are let in at ${groupDigits(q.rate)} a second, and only while units are left that no one let in is holding. ${keep}`,
           null,
         ];
       }
@@ -228,10 +318,21 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
       q.openingAsks = 1;
       ask();
     }
+    // A waiting shopper's estimate, asked again now and then.
+    if (q.state === "waiting" && q.position !== null && q.est && Date.now() - Math.max(q.est.at, q.refreshedAt) > ESTIMATE_EVERY_MS) {
+      q.refreshedAt = Date.now(); // asked once, not at every render
+      ask();
+    }
     const [status_, detail, link] = words(status);
     setText(el.status, status_);
     showDetail(detail, link);
-    const canJoin = sale.signedIn && q.state === "not_joined" && lineOpen() && (status === "live" || status === "upcoming");
+    const waiting = q.state === "waiting" && q.position !== null && !sale.bought && status !== "ended" && status !== "closed";
+    const ahead = Math.max(0, q.position - (q.served ?? 0) - 1);
+    const chance = waiting && !q.paused ? chanceText(q.est, { unitsLeft: sale.left, open: q.open, ahead }) : "";
+    el.chance.hidden = !chance;
+    setText(el.chance, chance);
+    renderNotify(q.state === "waiting" && !sale.bought);
+    const canJoin = sale.signedIn && q.state === "not_joined" && !q.joinsClosed && lineOpen() && (status === "live" || status === "upcoming");
     el.join.hidden = !canJoin;
     el.join.disabled = q.joining;
     setText(el.join, q.joining ? "Joining…" : "Join the line");
@@ -255,12 +356,32 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     }
   }
 
+  /** The opt-in to a notification when the turn comes, while waiting. */
+  function renderNotify(waiting) {
+    const permission = notifyPermission();
+    el.notify.hidden = !waiting || permission !== "default";
+    let note = "";
+    if (waiting && q.notifyAsked && permission === "granted") note = "You'll get a notification when it's your turn.";
+    if (waiting && q.notifyAsked && permission === "denied") note = "Notifications are blocked for this site: keep this tab open, its title blinks when it's your turn.";
+    el.notifyNote.hidden = !note;
+    setText(el.notifyNote, note);
+  }
+
+  async function notify() {
+    el.notify.disabled = true;
+    await askToNotify();
+    el.notify.disabled = false;
+    q.notifyAsked = true;
+    changed();
+  }
+
   /** Admitted, with time left: the page offers Buy. */
   function canBuy() {
     return q.state === "admitted" && now() < q.expiresAt;
   }
 
   el.join.addEventListener("click", join);
+  el.notify.addEventListener("click", notify);
   // What the shop knows already: nothing to ask before the line opens (nobody can
   // have joined), after the end, or once bought.
   if (sale.signedIn && !sale.bought) {

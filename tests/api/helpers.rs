@@ -619,6 +619,20 @@ impl TestApp {
         .await
     }
 
+    /// Deletes every key of this test's namespace: what `FLUSHALL` does to a
+    /// deployment.
+    pub async fn wipe(&self) {
+        let keys: Vec<String> = self
+            .redis_query(redis::cmd("KEYS").arg(format!("{}:*", self.config.redis_namespace)))
+            .await;
+        // One key per DEL, in one pipeline: on a cluster, keys of several slots.
+        let mut pipe = redis::pipe();
+        for key in &keys {
+            pipe.del(key).ignore();
+        }
+        let _: () = pipe.query_async(&mut self.redis.clone()).await.unwrap();
+    }
+
     /// The admin's repair (`POST .../reconcile`: a rebuild from Postgres), which
     /// must succeed: the new report.
     pub async fn repair(&self, admin: &User, sale: i64) -> Value {

@@ -202,18 +202,6 @@ async fn no_key_buys_as_before_and_bad_keys_are_refused() {
     assert_eq!(app.wait_for_orders(sale, 5).await.len(), 5);
 }
 
-/// Deletes every key of this test's namespace, as `FLUSHALL` would.
-async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = app
-        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
-        .await;
-    let mut pipe = redis::pipe();
-    for key in &keys {
-        pipe.del(key).ignore();
-    }
-    let _: () = pipe.query_async(&mut app.redis.clone()).await.unwrap();
-}
-
 /// A keyed purchase retried through 503 `recovering`.
 async fn keyed_through_recovery(
     app: &TestApp,
@@ -249,7 +237,7 @@ async fn keys_of_settled_orders_survive_a_wipe() {
     let (unsettled, _) = accepted(buy_keyed(&app, sale, &b, "mine", Some(1)).await).await;
     app.wait_for_orders(sale, 2).await;
 
-    wipe(&app).await;
+    app.wipe().await;
 
     let (again, replayed) =
         accepted(keyed_through_recovery(&app, sale, &a, "first", Some(2)).await).await;
@@ -286,7 +274,7 @@ async fn a_key_of_an_order_older_than_the_ttl_is_not_restored() {
     assert!(!replayed && new != old, "an expired key is a new purchase");
     app.wait_for_orders(sale, 2).await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
-    wipe(&app).await;
+    app.wipe().await;
     let (newer, replayed) =
         accepted(keyed_through_recovery(&app, sale, &buyer, "old", None).await).await;
     assert!(

@@ -16,19 +16,6 @@ use crate::helpers::{
     spawn_with_open_poll,
 };
 
-/// Deletes every key of this test's namespace: what `FLUSHALL` does to a deployment.
-async fn wipe(app: &TestApp) {
-    let keys: Vec<String> = app
-        .redis_query(redis::cmd("KEYS").arg(format!("{}:*", app.config.redis_namespace)))
-        .await;
-    // One key per DEL, in one pipeline: on a cluster, keys of several slots.
-    let mut pipe = redis::pipe();
-    for key in &keys {
-        pipe.del(key).ignore();
-    }
-    let _: () = pipe.query_async(&mut app.redis.clone()).await.unwrap();
-}
-
 /// A purchase, retried while the sale answers 503 `recovering` (with Retry-After).
 /// Returns the final status and how many 503s came first.
 async fn buy_through_recovery(app: &TestApp, sale: i64, user: &User) -> (StatusCode, usize) {
@@ -66,7 +53,7 @@ async fn a_wiped_sale_is_rebuilt_without_restart_and_no_earlier_buyer_buys_again
     }
     assert_eq!(app.wait_for_orders(sale, 6).await.len(), 6);
 
-    wipe(&app).await;
+    app.wipe().await;
 
     let (status, _) = buy_through_recovery(&app, sale, &users[0]).await;
     assert_eq!(
@@ -245,7 +232,7 @@ async fn a_stock_change_on_a_wiped_sale_counts_every_settled_unit() {
     let (app, admin, sale) = spawn_with_live_sale(100).await;
     let users = app.new_buyers(sale, 60).await;
     assert_eq!(app.wait_for_orders(sale, 60).await.len(), 60);
-    wipe(&app).await;
+    app.wipe().await;
 
     let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
     assert_status(resp, StatusCode::OK).await;
@@ -282,7 +269,7 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
         app.cast_vote(poll, &u.token, options[i % 3]).await;
     }
     assert_eq!(app.wait_for_votes(poll, 6).await, 6, "votes never settled");
-    wipe(&app).await;
+    app.wipe().await;
 
     // Results come back (503 recovering until the rebuild), with the settled votes.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -317,7 +304,7 @@ async fn a_server_starting_on_a_wiped_redis_rebuilds_every_sale_in_the_backgroun
     let buyer = app.user().await;
     app.buy(sale, &buyer.token).await;
     assert_eq!(app.wait_for_orders(sale, 1).await.len(), 1);
-    wipe(&app).await;
+    app.wipe().await;
 
     // A new instance (no periodic sweep, no request yet) rebuilds at startup
     // (spawn_sibling waits for its startup sweep; serving does not).

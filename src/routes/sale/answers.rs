@@ -94,6 +94,10 @@ pub(super) async fn line_refusal(state: &AppState, sale: SaleId, place: Place) -
         }
         Place::Ended => ended(),
         Place::SoldOut => sold_out(),
+        Place::JoinsClosed => AppError::new(
+            ErrorCode::LineClosed,
+            format!("the line of sale {sale} is closed to new joins"),
+        ),
         Place::Unavailable(why) => unavailable(state, sale, why).await,
         Place::Standing { .. } => AppError::Internal(anyhow::anyhow!(
             "a standing in the waiting room taken for a refusal"

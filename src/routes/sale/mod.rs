@@ -2,7 +2,8 @@
 //! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
 //! (`queue.rs`), an order's status and payment (`orders.rs`), the admin's set-up
 //! (`admin.rs`), what sold (`sold.rs`), upkeep (`repair.rs`), edit, archive,
-//! delete and history (`lifecycle.rs`); the refusals the purchase, the ticket and
+//! delete and history (`lifecycle.rs`), a waiting room's line controls
+//! (`line.rs`); the refusals the purchase, the ticket and
 //! the waiting room share are in `answers.rs`. This file holds the route table, the OpenAPI
 //! group and the sold-out answer given before routing.
 
@@ -16,6 +17,7 @@ mod admin;
 mod answers;
 mod buyer;
 mod lifecycle;
+mod line;
 mod orders;
 mod purchase;
 mod queue;
@@ -43,6 +45,7 @@ mod ticket;
     admin::admin_stock,
     admin::admin_open,
     admin::admin_close,
+    line::admin_line,
     sold::admin_orders,
     sold::admin_orders_csv,
     repair::admin_reconcile,
@@ -75,6 +78,7 @@ super::routes! {
     post "/admin/sales/{id}/stock" => admin::admin_stock,
     post "/admin/sales/{id}/open" => admin::admin_open,
     post "/admin/sales/{id}/close" => admin::admin_close,
+    post "/admin/sales/{id}/line" => line::admin_line,
     get "/admin/sales/{id}/orders" => sold::admin_orders,
     get "/admin/sales/{id}/orders.csv" => sold::admin_orders_csv,
     get "/admin/sales/{id}/reconcile" => repair::admin_reconcile,

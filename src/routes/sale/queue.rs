@@ -13,6 +13,7 @@ use crate::auth::AuthUser;
 use crate::domain::{SaleId, UserId};
 use crate::error::{AppError, ErrorBody};
 use crate::metrics::Metrics;
+use crate::sale::queue::estimate::Chance;
 use crate::sale::queue::join::{Ask, Place, QueueState, Standing};
 use crate::sale::ticket::grant;
 use crate::state::{AppState, Worker};
@@ -32,9 +33,34 @@ pub(super) struct QueueView {
     /// People waiting before this one (waiting only; null before the opening: the
     /// order of everyone who joined before it is drawn at random then).
     ahead: Option<i64>,
-    /// Seconds until admission at the sale's pace, if nobody ahead passes
-    /// (waiting only, after the opening).
+    /// Waiting only, after the opening: the expected seconds until this shopper
+    /// is let in, from what moves the line (the pace, the units left not held by
+    /// shoppers let in, the admissions running and when they end, the recent share
+    /// of passes; see [Waiting room](#waiting-room) in docs/api.md);
+    /// null when at that share the line may not reach this place.
     estimated_wait_s: Option<i64>,
+    /// Waiting only: the soonest the turn may come (if every shopper let in or
+    /// waiting before this one let the turn pass); nobody is let in sooner.
+    estimated_wait_min_s: Option<i64>,
+    /// Waiting only: the latest, at the low end of what the pass share may be;
+    /// null when the turn may never come (more people before than units left, and
+    /// too few passes seen).
+    estimated_wait_max_s: Option<i64>,
+    /// Waiting only: `likely` (more units left than people before this shopper,
+    /// those let in and holding a turn included), `possible` (enough only if the
+    /// recent share of them passes), `unlikely` (fewer units than the people before
+    /// who are likely to buy).
+    chance: Option<Chance>,
+    /// Units not yet sold.
+    units_left: i64,
+    /// Shoppers let in now who may still buy (each holds a unit while their turn
+    /// runs): before every shopper still waiting.
+    admissions_open: i64,
+    /// An admin paused admissions: nobody is let in until they resume (the
+    /// estimate counts from then).
+    paused: bool,
+    /// An admin closed the line to new joins (those in it keep their places).
+    joins_closed: bool,
     /// People in the whole line not yet reached by admission.
     waiting: i64,
     /// Shoppers admitted a second.
@@ -51,14 +77,21 @@ pub(super) struct QueueView {
 /// The view of a standing; an admitted shopper's ticket is issued here (one HMAC).
 fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView {
     let drawn = s.now_ms >= s.starts_ms;
+    let life_ms = i64::try_from(state.config.queue_admission.as_millis()).unwrap_or(i64::MAX);
+    let estimate = s.line_now(life_ms).map(|line| line.estimate());
     QueueView {
         sale_id: sale,
         state: s.state,
         position: (drawn && s.position > 0).then_some(s.position),
         ahead: s.ahead,
-        estimated_wait_s: s
-            .ahead
-            .map(|a| (a + s.admit_per_second) / s.admit_per_second),
+        estimated_wait_s: estimate.and_then(|e| e.expected_s),
+        estimated_wait_min_s: estimate.and_then(|e| e.min_s),
+        estimated_wait_max_s: estimate.and_then(|e| e.max_s),
+        chance: estimate.map(|e| e.chance),
+        units_left: s.moves.units_left.max(0),
+        admissions_open: s.moves.open,
+        paused: s.moves.paused,
+        joins_closed: s.moves.joins_closed,
         waiting: s.waiting,
         admit_per_second: i32::try_from(s.admit_per_second).unwrap_or(i32::MAX),
         starts_at: DateTime::from_timestamp_millis(s.starts_ms).unwrap_or_default(),
@@ -99,7 +132,7 @@ fn answer(view: QueueView) -> HttpResponse {
 #[utoipa::path(post, path = "/api/sales/{id}/queue", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "In the line (or admitted, passed, bought: the place held already)", body = QueueView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`queue_not_open` (with `Retry-After`: seconds until the line opens) or `no_waiting_room`", body = ErrorBody<'static>, headers(
+    (status = 409, description = "`queue_not_open` (with `Retry-After`: seconds until the line opens), `line_closed` (an admin closed the line to new joins) or `no_waiting_room`", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `queue_not_open`: seconds until the line opens"))),
     (status = 410, description = "`ended` or `sold_out`", body = ErrorBody<'static>),
     (status = 503, description = "`recovering`: the sale's state is being rebuilt", body = ErrorBody<'static>, headers(

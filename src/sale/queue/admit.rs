@@ -26,6 +26,7 @@ crate::lua::reply_codes! {
         NotLoaded = 4, "not loaded";
         Recovering = 6, "recovering";
         NoWaitingRoom = 13, "no waiting room";
+        Paused = 14, "paused";
     }
 }
 
@@ -75,7 +76,7 @@ pub async fn admit_step<C: ConnectionLike>(
         return Err(unexpected_reply("queue_admit.lua", reply));
     };
     match AdmitCode::of(code) {
-        Some(AdmitCode::Done | AdmitCode::NotOpenYet | AdmitCode::Ended) => {}
+        Some(AdmitCode::Done | AdmitCode::NotOpenYet | AdmitCode::Ended | AdmitCode::Paused) => {}
         Some(AdmitCode::NotLoaded) => return Ok(Err(Unavailable::NotLoaded)),
         Some(AdmitCode::Recovering) => return Ok(Err(Unavailable::Recovering)),
         Some(AdmitCode::NoWaitingRoom) => return Ok(Err(Unavailable::NoWaitingRoom)),

@@ -6,12 +6,16 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionLike;
 use serde::Serialize;
 
+use super::estimate::LineNow;
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_script, unexpected_reply};
 
 static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_script!("queue_place.lua");
+
+/// Numbers of the reply's head, before the shoppers' rows.
+const HEAD: usize = 12;
 
 crate::lua::reply_codes! {
     /// What `lua/queue_place.lua` answers for each shopper, as its header lists them.
@@ -23,6 +27,7 @@ crate::lua::reply_codes! {
         SoldOut = 5, "sold out";
         Recovering = 6, "recovering";
         NoWaitingRoom = 13, "the sale has no waiting room";
+        JoinsClosed = 14, "the line is closed to new joins";
     }
 }
 
@@ -58,7 +63,7 @@ pub enum QueueState {
 }
 
 /// Where a shopper stands, as `lua/queue_place.lua` reads it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Standing {
     pub state: QueueState,
     /// 1-based place in the line (0: none).
@@ -75,6 +80,47 @@ pub struct Standing {
     pub starts_ms: i64,
     /// Shoppers admitted a second.
     pub admit_per_second: i64,
+    /// What moves the line, for the estimate ([`Standing::line_now`]).
+    pub moves: LineMoves,
+}
+
+/// What moves a sale's line, as the script read it with a standing (Redis clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LineMoves {
+    pub units_left: i64,
+    /// Admissions running now.
+    pub open: i64,
+    /// An admin paused admissions.
+    pub paused: bool,
+    /// An admin closed the line to new joins.
+    pub joins_closed: bool,
+    /// The recent share of passes and how many ended admissions it is over.
+    pub pass_share: Option<(f64, f64)>,
+    /// When the soonest and the latest open admission end.
+    pub open_ends_ms: Option<(i64, i64)>,
+    /// Waiting only: when the open admission ends whose pass is the soonest this
+    /// shopper's turn can come (the turn needs passes), see `lua/queue_place.lua`.
+    pub needed_end_ms: Option<i64>,
+}
+
+impl Standing {
+    /// The line as this shopper sees it, for [`LineNow::estimate`]: waiting, after
+    /// the opening, only.
+    pub fn line_now(&self, life_ms: i64) -> Option<LineNow> {
+        let ahead = self.ahead?;
+        let m = &self.moves;
+        let until = |at: i64| (at - self.now_ms).max(0);
+        Some(LineNow {
+            ahead,
+            units_left: m.units_left,
+            open: m.open,
+            rate: self.admit_per_second,
+            life_ms,
+            open_ends_in_ms: m.open_ends_ms.map(|(a, b)| (until(a), until(b))),
+            needed_end_in_ms: m.needed_end_ms.map(until),
+            pass_share: m.pass_share,
+        })
+    }
 }
 
 /// Why a waiting room's script did nothing.
@@ -98,6 +144,8 @@ pub enum Place {
     },
     Ended,
     SoldOut,
+    /// An admin closed the line to new joins (the shopper holds no place).
+    JoinsClosed,
     Unavailable(Unavailable),
 }
 
@@ -138,8 +186,31 @@ pub async fn places<C: ConnectionLike>(
     }
     let reply: Vec<i64> = call.invoke_async(redis).await?;
     let bad = || unexpected_reply("queue_place.lua", reply.len());
-    let [now, starts, rate, waiting] = reply.first_chunk::<4>().copied().ok_or_else(bad)?;
-    let rows = &reply[4..];
+    let [
+        now,
+        starts,
+        rate,
+        waiting,
+        units_left,
+        open,
+        paused,
+        joins_closed,
+        share_ppm,
+        share_over,
+        first_end,
+        last_end,
+    ] = reply.first_chunk::<HEAD>().copied().ok_or_else(bad)?;
+    let moves = LineMoves {
+        units_left,
+        open,
+        paused: paused == 1,
+        joins_closed: joins_closed == 1,
+        pass_share: (share_ppm >= 0 && share_over > 0)
+            .then(|| (share_ppm as f64 / 1e6, share_over as f64)),
+        open_ends_ms: (open > 0).then_some((first_end, last_end)),
+        needed_end_ms: None,
+    };
+    let rows = &reply[HEAD..];
     if rows.len() != asks.len() * 6 {
         return Err(bad());
     }
@@ -175,6 +246,11 @@ pub async fn places<C: ConnectionLike>(
                             now_ms: now,
                             starts_ms: starts,
                             admit_per_second: rate.max(1),
+                            moves: LineMoves {
+                                needed_end_ms: (state == QueueState::Waiting && expiry > 0)
+                                    .then_some(expiry),
+                                ..moves
+                            },
                         },
                     }
                 }
@@ -184,6 +260,7 @@ pub async fn places<C: ConnectionLike>(
                 PlaceCode::SoldOut => Place::SoldOut,
                 PlaceCode::Recovering => Place::Unavailable(Unavailable::Recovering),
                 PlaceCode::NoWaitingRoom => Place::Unavailable(Unavailable::NoWaitingRoom),
+                PlaceCode::JoinsClosed => Place::JoinsClosed,
             })
         })
         .collect()

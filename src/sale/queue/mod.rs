@@ -24,9 +24,13 @@
 //!   code 13): a purchase without one is refused with nothing taken. A purchase
 //!   accepted uses the admission up.
 //! - **Where am I** (the same script, reading only): state, place, people ahead (a `ZCOUNT`:
-//!   logarithmic in the line), an estimated wait. The sale's view carries the
+//!   logarithmic in the line), and what moves the line (units left, admissions
+//!   running and when they end, the recent share of passes), from which
+//!   [`estimate`] gives a range of waits and a chance. The sale's view carries the
 //!   line's numbers (`served`: places the admission has reached), so an open page
 //!   learns its place once and follows it over the sale's event stream.
+//! - **Controls** ([`line`]): an admin pauses admissions or closes the line to new
+//!   joins; both held in Postgres and in the meta hash the scripts read.
 //!
 //! **Durability.** Redis (AOF) holds the line; a restart keeps every place. Postgres
 //! keeps what a wipe must not lose: the admitter copies joins into `queue_places`
@@ -42,7 +46,9 @@
 //! sold twice); its holder, if they did not buy, is admitted again in turn.
 
 pub mod admit;
+pub mod estimate;
 pub mod join;
+pub mod line;
 pub mod numbers;
 pub mod restore;
 pub mod room;

@@ -59,6 +59,8 @@ pub async fn restore<C: ConnectionLike>(
         }
         let _: () = pipe.query_async(redis).await?;
     }
+    // An admin's pause or close, as Postgres holds it (Redis may have lost it).
+    super::line::write_back(tx, redis, k, sale).await?;
     let state_kept: bool = redis::cmd("EXISTS")
         .arg(&k.queue_state)
         .query_async(redis)
@@ -85,6 +87,18 @@ pub async fn restore<C: ConnectionLike>(
         .iter()
         .filter(|(u, e)| e.timestamp_millis() <= now && !buyers.contains(u))
         .count();
+    // The admissions that ended (bought or passed), and the share of passes over
+    // them, as `lua/queue_admit.lua` keeps it (over at most its last 50).
+    let running = admissions
+        .iter()
+        .filter(|(u, e)| e.timestamp_millis() > now && !buyers.contains(u))
+        .count();
+    let ended = admissions.len() - running;
+    let share = if ended > 0 {
+        passed as f64 / ended as f64
+    } else {
+        0.0
+    };
     let mut state = redis::cmd("HSET");
     state
         .arg(&k.queue_state)
@@ -101,7 +115,13 @@ pub async fn restore<C: ConnectionLike>(
         .arg("last_ms")
         .arg(now)
         .arg("credit")
-        .arg(0);
+        .arg(0)
+        .arg("ended")
+        .arg(ended)
+        .arg("pshare")
+        .arg(share)
+        .arg("pweight")
+        .arg(ended.min(50));
     if let Some(h) = head {
         state.arg("head").arg(format!("{h:.0}"));
     }

@@ -135,11 +135,45 @@ impl SaleCard {
         .collect()
     }
 
+    /// "979 waiting for 29 units left": the line set against the stock.
+    pub fn line_summary(&self) -> Option<String> {
+        let n = self.line?;
+        Some(line_summary_text(n.waiting, self.stock_left))
+    }
+
+    /// What the admin's controls have made of the line ("" without a line).
+    pub fn line_state_text(&self) -> &'static str {
+        match self.line {
+            None => "",
+            Some(n) => line_state_words(n.paused, n.joins_closed),
+        }
+    }
+
     pub fn can_close(&self) -> bool {
         matches!(
             self.status,
             SaleStatus::Upcoming | SaleStatus::Live | SaleStatus::SoldOut
         )
+    }
+}
+
+/// "979 waiting for 29 units left" (the admin page's script says the same).
+pub fn line_summary_text(waiting: i64, units_left: i64) -> String {
+    let units = if units_left == 1 { "unit" } else { "units" };
+    format!(
+        "{} waiting for {} {units} left",
+        group_digits(waiting),
+        group_digits(units_left)
+    )
+}
+
+/// The line's controls in words (the admin page's script says the same).
+pub fn line_state_words(paused: bool, joins_closed: bool) -> &'static str {
+    match (paused, joins_closed) {
+        (false, false) => "Letting shoppers in; open to new joins.",
+        (true, false) => "Paused: nobody is let in; open to new joins.",
+        (false, true) => "Letting shoppers in; closed to new joins.",
+        (true, true) => "Paused: nobody is let in; closed to new joins.",
     }
 }
 
@@ -255,6 +289,16 @@ pub fn sort_for_shop(sales: &mut [SaleCard]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_line_is_set_against_the_units_left() {
+        assert_eq!(line_summary_text(979, 29), "979 waiting for 29 units left");
+        assert_eq!(line_summary_text(1_204, 1), "1,204 waiting for 1 unit left");
+        assert_eq!(
+            line_state_words(true, false),
+            "Paused: nobody is let in; open to new joins."
+        );
+    }
 
     #[test]
     fn buyable_sales_come_first() {
