@@ -10,6 +10,7 @@
 // people before them (issue 50). Let in, the shopper is called back (callback.js).
 
 import { api, messageOf } from "./api.js";
+import { returnedWords } from "./returned.js";
 import { askToNotify, callBack, notifyPermission, unlockSound } from "./callback.js";
 import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
@@ -244,6 +245,8 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
         return ["Join the line to buy.", "This sale sells through a waiting room: sign in, join the line, and buy when your turn comes.", null];
       }
     }
+    // One purchase per customer, cancelled or not: the line has nothing more for them.
+    if (sale.returned && !sale.mayRebuy && q.state !== "bought") return [...returnedWords(sale.returned, false), MY_ORDERS];
     if (q.state === "bought" || sale.bought) return ["You bought from this sale.", "Your order is on My orders.", MY_ORDERS];
     if (status === "ended" || status === "closed") return ["The line is closed: this sale is over.", "", null];
     if (!sale.signedIn) return ["This sale is sold out.", "", null];

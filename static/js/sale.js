@@ -7,6 +7,7 @@ import { formatPrice, groupDigits } from "./numbers.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
 import { clockOffset, formatDuration, localTime } from "./time.js";
 import { waitingRoom } from "./queue.js";
+import { returnedWords } from "./returned.js";
 
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
@@ -412,22 +413,6 @@ export function salePage() {
     refresh,
     SALE_POLL_MS,
   );
-}
-
-/**
- * What a shopper whose order was returned reads on the sale page: how it ended,
- * and whether they may buy again (the sale's one rule for cancelled, refunded and
- * expired orders).
- */
-export function returnedWords(returned, mayRebuy) {
-  const ended = {
-    cancelled_by_you: "You cancelled your order",
-    cancelled: "Your order was cancelled",
-    refunded: "Your order was cancelled and refunded",
-    expired: "Your order expired unpaid",
-  }[returned] || "Your order was cancelled";
-  if (mayRebuy) return [`${ended}; you may buy again.`, ""];
-  return [`${ended}.`, "This sale allows one purchase per customer, cancelled or not."];
 }
 
 /** The server's message as a sentence: with its full stop. */
