@@ -10,4 +10,4 @@ mod text;
 pub use nav::Nav;
 pub use poll::{OptionResult, PollCard, option_results};
 pub use sale::{OrderState, SaleCard, sort_for_shop};
-pub use text::{Moment, clock_text, format_price, voters_text};
+pub use text::{Moment, clock_text, format_price, group_digits, voters_text};
