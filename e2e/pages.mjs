@@ -511,6 +511,8 @@ try {
     check(!(await row(rehearsal).count()) && !(await consoleRow(rehearsal).count()), `a refresh does not bring the removed rows back ${at}`);
     await page.getByText("New sale", { exact: true }).click();
     check(await page.getByLabel("Name", { exact: true }).isVisible(), `New sale opens the form ${at}`);
+    // The date fields name the zone they are read in (Berlin: GMT+1, or +2 in summer).
+    check(await page.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).isVisible(), `the date fields name the time zone ${at}`);
     const closedRow = row(closedSale);
     check(!(await closedRow.getByRole("button", { name: "Close" }).isVisible()), `a closed sale offers no Close ${at}`);
     check(await closedRow.getByRole("button", { name: "Reopen now" }).isVisible(), `a closed sale offers Reopen now ${at}`);

@@ -159,13 +159,13 @@ try {
   await admin.getByLabel("Description", { exact: true }).fill("Made by scripts/e2e, and closed again.");
   await admin.getByLabel("Price", { exact: true }).fill("19.99");
   await admin.getByLabel("Stock", { exact: true }).fill("5");
-  await admin.getByLabel(/^Opens \(your local time/).fill(await localInput(admin, 120));
-  await admin.getByLabel(/^Ends \(your local time/).fill(await localInput(admin, 60));
+  await admin.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 120));
+  await admin.getByLabel(/^Ends \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 60));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText("The sale must end after it opens.").waitFor({ timeout: 5000 });
   check(true, "a bad window is explained under the end field");
-  await admin.getByLabel(/^Opens \(your local time/).fill(await localInput(admin, 90));
-  await admin.getByLabel(/^Ends \(your local time/).fill(await localInput(admin, 600));
+  await admin.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 90));
+  await admin.getByLabel(/^Ends \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 600));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText(`Created “${saleName}”`).waitFor({ timeout: 5000 });
   const row = admin.locator('[data-field="admin-rows"] tr', { has: admin.getByRole("link", { name: saleName }) });
