@@ -492,6 +492,9 @@ try {
     check((await consoleRow(liveSale).locator('[data-field="revenue"]').innerText()).startsWith("$"), `the console shows the revenue paid ${at}`);
     check(!(await page.getByLabel("Name", { exact: true }).isVisible()), `the new-sale form waits behind its button ${at}`);
     check(!(await page.getByLabel("Question", { exact: true }).isVisible()), `the new-poll form waits behind its button ${at}`);
+    // The one signed in, named in the header at both sizes.
+    const who = page.locator('[data-field="who"] strong');
+    check((await who.isVisible()) && (await who.innerText()) === adminUser, `the header names who is signed in ${at}`);
     await inspect(page, "admin-console");
     // Top up from the console: the units left follow without a reload.
     const leftBefore = Number((await consoleRow(liveSale).locator('[data-field="stock-left"]').innerText()).replace(/,/g, ""));
