@@ -32,6 +32,7 @@ mod rehearsal;
 mod sessions;
 mod settle;
 mod shutdown;
+mod start_box;
 mod tickets;
 mod vote;
 mod waiting_room;
