@@ -208,6 +208,7 @@ try {
   // in plain words (no API wording), which clears once the option is fixed.
   const question = `E2E poll ${runId}: which colour?`;
   await admin.goto(`${base}/admin`);
+  await admin.getByText("New poll", { exact: true }).click();
   await admin.getByLabel("Question", { exact: true }).fill(question);
   await admin.getByLabel("Option 1", { exact: true }).fill("Red");
   await admin.getByLabel("Option 2", { exact: true }).fill("red");

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::helpers::{TestApp, User, assert_error, between, escaped_in, spawn_app};
 
 /// The console's row of `sale` on `/admin` (the table's row has another marker).
-fn console_row<'a>(page: &'a str, sale: i64) -> &'a str {
+fn console_row(page: &str, sale: i64) -> &str {
     between(page, &format!(r#"<tr data-console-sale="{sale}""#), "</tr>")
 }
 
