@@ -477,14 +477,55 @@ try {
     page.on("requestfinished", (r) => {
       if (r.method() === "GET" && new URL(r.url()).pathname === "/api/admin/sales") refreshes += 1;
     });
+    // A rehearsal (as `stampede load` makes them), which the cleanup below removes.
+    const rehearsal = await createSale(admin, `E2E pages ${runId}: rehearsal (${size})`, 5, -1, 600, null, { rehearsal: true });
     await goto(page, "/admin");
     const row = (id) => page.locator(`tr[data-sale-id="${id}"]`);
+    // The sale-day console comes first, with the day's numbers and buttons; on a
+    // phone its heading and first sale are on the first screen.
+    const consoleRow = (id) => page.locator(`tr[data-console-sale="${id}"]`);
+    check((await page.locator("main section.panel h2").first().innerText()) === "Sale day", `the admin page opens on the sale-day console ${at}`);
+    check(await inViewport(page.getByRole("heading", { name: "Sale day" })), `the console's heading is on the first screen ${at}`);
+    check(
+      await consoleRow(liveSale).getByRole("button", { name: "Close" }).isVisible() && (await consoleRow(upcoming).getByRole("button", { name: "Open now" }).isVisible()),
+      `the console offers Close on a live sale and Open now on an upcoming one ${at}`,
+    );
+    check(!(await consoleRow(closedSale).count()), `a closed sale is not on the console ${at}`);
+    check((await consoleRow(liveSale).locator('[data-field="revenue"]').innerText()).startsWith("$"), `the console shows the revenue paid ${at}`);
+    check(!(await page.getByLabel("Name", { exact: true }).isVisible()), `the new-sale form waits behind its button ${at}`);
+    check(!(await page.getByLabel("Question", { exact: true }).isVisible()), `the new-poll form waits behind its button ${at}`);
+    // The one signed in, named in the header at both sizes.
+    const who = page.locator('[data-field="who"] strong');
+    check((await who.isVisible()) && (await who.innerText()) === adminUser, `the header names who is signed in ${at}`);
+    await inspect(page, "admin-console");
+    // Top up from the console: the units left follow without a reload.
+    const leftBefore = Number((await consoleRow(liveSale).locator('[data-field="stock-left"]').innerText()).replace(/,/g, ""));
+    await consoleRow(liveSale).getByLabel(/^Units to add to /).fill("3");
+    await consoleRow(liveSale).getByRole("button", { name: "Top up" }).click();
+    await page.locator('[data-field="console-message"]').filter({ hasText: "Added 3" }).waitFor({ timeout: 5000 });
+    const leftAfter = Number((await consoleRow(liveSale).locator('[data-field="stock-left"]').innerText()).replace(/,/g, ""));
+    check(leftAfter === leftBefore + 3, `Top up on the console adds to the units left (${leftBefore} -> ${leftAfter}) ${at}`);
+    // Remove rehearsals: their rows go at once, and the count is of users alone.
+    check(await row(rehearsal).isVisible() && (await consoleRow(rehearsal).isVisible()), `the rehearsal is listed before the cleanup ${at}`);
+    await page.getByRole("button", { name: "Remove rehearsals" }).click();
+    const cleaned = page.locator('[data-field="rehearsals-message"]');
+    await cleaned.filter({ hasText: "Removed" }).waitFor({ timeout: 10000 });
+    check(/^Removed 1 rehearsal sale, 0 orders and 0 users\.$/.test(await cleaned.innerText()), `the cleanup says what it removed (${await cleaned.innerText()}) ${at}`);
+    check(!(await row(rehearsal).count()) && !(await consoleRow(rehearsal).count()), `the removed rehearsal's rows go without a reload ${at}`);
+    await page.waitForTimeout(3500);
+    check(!(await row(rehearsal).count()) && !(await consoleRow(rehearsal).count()), `a refresh does not bring the removed rows back ${at}`);
+    await page.getByText("New sale", { exact: true }).click();
+    check(await page.getByLabel("Name", { exact: true }).isVisible(), `New sale opens the form ${at}`);
+    // The date fields name the zone they are read in (Berlin: GMT+1, or +2 in summer).
+    check(await page.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).isVisible(), `the date fields name the time zone ${at}`);
     const closedRow = row(closedSale);
     check(!(await closedRow.getByRole("button", { name: "Close" }).isVisible()), `a closed sale offers no Close ${at}`);
     check(await closedRow.getByRole("button", { name: "Reopen now" }).isVisible(), `a closed sale offers Reopen now ${at}`);
     check(!(await row(liveSale).getByRole("button", { name: "Open now" }).isVisible()), `a live sale offers no Open now ${at}`);
     check(await page.getByText("makes the units left equal").isVisible(), `the page says Set stock sets units left ${at}`);
     await inspect(page, "admin");
+    // The poll form, too, behind its button (the checks below fill it).
+    await page.getByText("New poll", { exact: true }).click();
 
     // A shopper has the upcoming sale open; the admin opens it now: the admin's rows
     // stay where they were, and the shopper's page says it opened, without a reload.
@@ -521,7 +562,7 @@ try {
     await shopper.context().close();
 
     // Field errors in plain words, cleared when fixed: the sale form...
-    await page.getByLabel("Ends (your local time)", { exact: true }).fill("2020-01-01T10:00");
+    await page.getByLabel(/^Ends \(your local time/).fill("2020-01-01T10:00");
     await page.getByRole("button", { name: "Create sale" }).click();
     await page.locator("#sale-name-error").filter({ hasText: "Give the sale a name." }).waitFor({ timeout: 3000 });
     check(await page.locator("#sale-ends-error").filter({ hasText: "in the past" }).isVisible(), `the end in the past is said in plain words ${at}`);
@@ -547,6 +588,7 @@ try {
 
     // A sale with a payment window, made in the form (a fresh form: default times).
     await goto(page, "/admin");
+    await page.getByText("New sale", { exact: true }).click();
     const formName = `E2E pages ${runId}: made with a payment window (${size})`;
     const windowField = page.getByLabel("Payment window (seconds, 0 = none)");
     check((await windowField.inputValue()) === "0", `the payment window starts at 0 ${at}`);
@@ -631,6 +673,15 @@ try {
     const at = `at ${viewport.width}x${viewport.height}`;
     const page = await newPage(viewport, admin);
     const name = `E2E pages ${runId}: to edit (${size})`;
+    const drill = await createSale(admin, `E2E pages ${runId}: a rehearsal's page (${size})`, 5, 60, 180, null, { rehearsal: true });
+    await goto(page, `/admin/sales/${drill}`);
+    check(await page.locator('[data-field="rehearsal"]').filter({ hasText: "Rehearsal" }).isVisible(), `a rehearsal's page shows its badge ${at}`);
+    const opened = page.locator('[data-field="sale-controls"]');
+    await opened.getByRole("button", { name: "Open now" }).click();
+    await page.locator('[data-field="controls-message"]').filter({ hasText: "is open." }).waitFor({ timeout: 5000 });
+    check((await page.locator('[data-field="badge"]').first().innerText()) === "Live" && (await opened.getByRole("button", { name: "Close" }).isVisible()), `Open now on a sale's page opens it there and offers Close ${at}`);
+    await inspect(page, "admin-sale-rehearsal");
+    await call("POST", "/api/admin/rehearsals/cleanup", admin.token);
     const id = await createSale(admin, name, 5, 60, 180);
     const watcher = await newPage(viewport);
     await goto(watcher, `/sales/${id}`);
@@ -667,6 +718,13 @@ try {
 
     // An open sale: what buyers were promised is fixed.
     await goto(page, `/admin/sales/${liveSale}`);
+    // Its buttons of the day, beside its numbers.
+    const controls = page.locator('[data-field="sale-controls"]');
+    check(
+      (await controls.getByRole("button", { name: "Close" }).isVisible()) && (await controls.getByRole("button", { name: "Top up" }).isVisible()) && !(await controls.getByRole("button", { name: "Open now" }).isVisible()),
+      `a live sale's page offers Close and Top up ${at}`,
+    );
+    check(!(await page.locator('[data-field="rehearsal"]').count()), `a real sale has no Rehearsal badge ${at}`);
     check(await page.getByLabel("Price", { exact: true }).isDisabled(), `once open the price is fixed ${at}`);
     check(!(await page.getByLabel("Name", { exact: true }).isDisabled()), `once open the name can still change ${at}`);
     await inspect(page, "admin-sale-open");

@@ -152,20 +152,23 @@ try {
   await admin.goto(`${base}/admin`);
   check(await admin.getByRole("heading", { name: "Admin", exact: true }).isVisible(), "admin page opens for the admin");
   const saleName = `E2E smoke ${runId}`;
+  // The form waits behind its button.
+  check(!(await admin.getByLabel("Name", { exact: true }).isVisible()), "the new-sale form is closed at first");
+  await admin.getByText("New sale", { exact: true }).click();
   await admin.getByLabel("Name", { exact: true }).fill(saleName);
   await admin.getByLabel("Description", { exact: true }).fill("Made by scripts/e2e, and closed again.");
   await admin.getByLabel("Price", { exact: true }).fill("19.99");
   await admin.getByLabel("Stock", { exact: true }).fill("5");
-  await admin.getByLabel("Opens (your local time)", { exact: true }).fill(await localInput(admin, 120));
-  await admin.getByLabel("Ends (your local time)", { exact: true }).fill(await localInput(admin, 60));
+  await admin.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 120));
+  await admin.getByLabel(/^Ends \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 60));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText("The sale must end after it opens.").waitFor({ timeout: 5000 });
   check(true, "a bad window is explained under the end field");
-  await admin.getByLabel("Opens (your local time)", { exact: true }).fill(await localInput(admin, 90));
-  await admin.getByLabel("Ends (your local time)", { exact: true }).fill(await localInput(admin, 600));
+  await admin.getByLabel(/^Opens \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 90));
+  await admin.getByLabel(/^Ends \(your local time, GMT\+[12]\)$/).fill(await localInput(admin, 600));
   await admin.getByRole("button", { name: "Create sale" }).click();
   await admin.getByText(`Created “${saleName}”`).waitFor({ timeout: 5000 });
-  const row = admin.locator("tr", { has: admin.getByRole("link", { name: saleName }) });
+  const row = admin.locator('[data-field="admin-rows"] tr', { has: admin.getByRole("link", { name: saleName }) });
   await row.waitFor();
   const newId = await row.getAttribute("data-sale-id");
   check((await row.locator('[data-field="badge"]').innerText()) === "Upcoming", "the new sale is upcoming");
@@ -205,6 +208,7 @@ try {
   // in plain words (no API wording), which clears once the option is fixed.
   const question = `E2E poll ${runId}: which colour?`;
   await admin.goto(`${base}/admin`);
+  await admin.getByText("New poll", { exact: true }).click();
   await admin.getByLabel("Question", { exact: true }).fill(question);
   await admin.getByLabel("Option 1", { exact: true }).fill("Red");
   await admin.getByLabel("Option 2", { exact: true }).fill("red");

@@ -10,7 +10,7 @@
 // the imports below are as fresh as this file, with no versioned URLs.
 
 import { api } from "./js/api.js";
-import { showLocalTimes } from "./js/dom.js";
+import { nameTimeZones, showLocalTimes } from "./js/dom.js";
 import { adminPage } from "./js/admin.js";
 import { adminOrdersPage } from "./js/admin-orders.js";
 import { adminPollPage } from "./js/admin-poll.js";
@@ -51,3 +51,5 @@ setUpSignOut();
 showLocalTimes(document);
 const run = pages[document.body.dataset.page];
 if (run) run();
+// After the page's code has filled its date fields: the zone is their dates'.
+nameTimeZones(document);

@@ -10,10 +10,11 @@ pub async fn cleanup(config: &Config, json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&cleaned)?);
     } else {
         println!(
-            "removed {} rehearsal sales, {} orders, {} users{}",
+            "removed {} rehearsal sales, {} orders, {} users, {} admin accounts of the load tool{}",
             cleaned.sales,
             cleaned.orders,
             cleaned.users,
+            cleaned.admins,
             match cleaned.users_kept {
                 0 => String::new(),
                 n => format!(" ({n} rehearsal users kept: a real sale, poll or change names them)"),

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod buy;
 pub mod cached;
 pub mod cancel;
+pub mod console;
 pub mod delete;
 pub mod entry;
 pub mod export;

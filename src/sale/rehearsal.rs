@@ -47,11 +47,18 @@ pub struct Cleaned {
     pub sales: i64,
     /// Their orders.
     pub orders: i64,
-    /// Rehearsal users removed (with their ended-sessions rows).
+    /// Rehearsal shoppers removed (with their ended-sessions rows): the load
+    /// tool's own admin accounts are not among them, see `admins`.
     pub users: i64,
-    /// Rehearsal users kept because something that stays names them: an order of
-    /// a real sale, a vote (`stampede load vote` votes in a real poll), a stock or
-    /// admin change of a real sale. Normally 0 after storms.
+    /// The load tool's own admin accounts removed (one a run: `stampede load`
+    /// makes one to call the admin API). Removed with the rest, since nobody can
+    /// sign in as one (no password) and each run makes a new one; counted apart, so
+    /// `users` says how many shoppers the rehearsals had.
+    pub admins: i64,
+    /// Rehearsal users (shoppers or the load tool's admins) kept because something
+    /// that stays names them: an order of a real sale, a vote (`stampede load vote`
+    /// votes in a real poll), a stock or admin change of a real sale or poll (the
+    /// admin of a `load vote` run that made its poll). Normally 0 after storms.
     pub users_kept: i64,
 }
 
@@ -117,18 +124,20 @@ pub async fn cleanup(
         .rows_affected();
     // Users: only rehearsal ones nothing that stays refers to (`signed_out_sessions`
     // goes with them: ON DELETE CASCADE).
-    let users = sqlx::query(
+    let removed_admin: Vec<bool> = sqlx::query_scalar(
         "DELETE FROM users u WHERE u.rehearsal
            AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.user_id = u.id OR o.cancelled_by = u.id)
            AND NOT EXISTS (SELECT 1 FROM votes v WHERE v.user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM stock_changes c WHERE c.admin_id = u.id)
-           AND NOT EXISTS (SELECT 1 FROM admin_changes a WHERE a.admin_id = u.id)",
+           AND NOT EXISTS (SELECT 1 FROM admin_changes a WHERE a.admin_id = u.id)
+         RETURNING u.is_admin",
     )
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if users > 0 {
+    .fetch_all(&mut *tx)
+    .await?;
+    let admins = removed_admin.iter().filter(|&&admin| admin).count() as i64;
+    let users = removed_admin.len() as i64 - admins;
+    if !removed_admin.is_empty() {
         // Settlement looks up each order's user while this removal is open: see
         // migrations/0015_user_removals.sql and [`REMOVAL_OPEN_AFTER_TOKENS`].
         // (At most a century: a `token_ttl` past that is a setting's mistake, and
@@ -141,7 +150,7 @@ pub async fn cleanup(
              VALUES (now() + make_interval(secs => $1), $2)",
         )
         .bind(open.as_secs_f64())
-        .bind(users as i64)
+        .bind(removed_admin.len() as i64)
         .execute(&mut *tx)
         .await?;
     }
@@ -158,7 +167,8 @@ pub async fn cleanup(
     let cleaned = Cleaned {
         sales: removed as i64,
         orders: orders as i64,
-        users: users as i64,
+        users,
+        admins,
         users_kept,
     };
     tracing::info!(?cleaned, "rehearsals removed");

@@ -238,6 +238,12 @@ fn app_state(
     } = stores;
     let limits = crate::limit::Limits::from_config(&config.limits)
         .map_err(crate::config::ConfigError::Invalid)?;
+    if !config.limits.enabled {
+        // Worth a line in the log: the start box says it too (scripts/start-box).
+        tracing::warn!(
+            "rate limits are off (STAMPEDE_LIMITS=off, or enabled = false under [limits])"
+        );
+    }
     Ok(web::Data::new(AppState {
         metrics: metrics.clone(),
         tokens: TokenKey::new(config.token_secret.as_bytes()),

@@ -5,11 +5,12 @@
 // (pause, resume, close to new joins, reopen).
 
 import { api, messageOf } from "./api.js";
-import { field, setText } from "./dom.js";
+import { field, flash, setBadge, setText } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { groupDigits } from "./numbers.js";
 import { retireButtons } from "./retire.js";
+import { runSaleAction, showSaleActions } from "./sale-controls.js";
 import { toLocalInput } from "./time.js";
 import {
   ADMIT_RATE_HINT,
@@ -210,5 +211,39 @@ export function adminSalePage() {
     }
   }
 
+  saleControls(root, id, () => f.name.defaultValue);
   retireButtons(root, `/api/admin/sales/${id}`, "sale", () => f.name.defaultValue, "/admin#sales-heading");
+}
+
+/**
+ * The sale's Open now, Close and Top up (sale-controls.js), and the status and
+ * numbers beside them, kept current from the sale's view.
+ */
+function saleControls(root, id, nameOf) {
+  const box = field(root, "sale-controls");
+  const message = field(box, "controls-message");
+  const show = (view) => {
+    setBadge(field(root, "badge"), view.status);
+    setText(field(root, "stock-left"), groupDigits(Number(view.stock_left)));
+    setText(field(root, "sold"), groupDigits(Number(view.sold)));
+    showSaleActions(box, view);
+  };
+  box.addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-action]");
+    if (!button) return;
+    const done = await runSaleAction(button, { id: root.dataset.saleId, name: nameOf(), units: field(box, "units") });
+    if (!done) return;
+    if (done.focus) done.focus.focus();
+    if (done.view) {
+      show(done.view);
+      flash(box);
+    }
+    // A button that went with the new state leaves the focus next to it.
+    if (button.hidden) [...box.querySelectorAll("button, input")].find((el) => el.offsetParent !== null)?.focus({ preventScroll: true });
+    say(message, done.message, done.ok);
+  });
+  pollWhileVisible(async () => {
+    const res = await api("GET", `/api/sales/${id}`);
+    if (res.ok) show(res.data);
+  }, ADMIN_POLL_MS);
 }

@@ -1,6 +1,7 @@
 // The admin page: creating sales and the sales table (its polls: admin-polls.js).
 
 import { api, messageOf } from "./api.js";
+import { adminConsole } from "./admin-console.js";
 import { field, flash, setBadge, setText, setTimes, showRows } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
@@ -20,6 +21,7 @@ import {
   refusalOf,
 } from "./sale-form.js";
 import { adminPolls } from "./admin-polls.js";
+import { runSaleAction, showSaleActions } from "./sale-controls.js";
 
 export function adminPage() {
   const form = document.querySelector('form[data-form="create-sale"]');
@@ -27,6 +29,9 @@ export function adminPage() {
   const adminMessage = field(document, "admin-message");
   const rows = field(document, "admin-rows");
   const rowTemplate = document.getElementById("admin-row");
+  // Sales the rehearsal cleanup removed: a refresh already on its way must not
+  // bring their rows back.
+  const removed = new Set();
 
   function defaultWindow() {
     const start = new Date(Date.now() + 5 * 60 * 1000);
@@ -67,28 +72,6 @@ export function adminPage() {
     return row;
   }
 
-  /**
-   * Only the actions that make sense in the sale's state (the server's
-   * `SaleCard::can_*` decide the same for the first render): no Close on a
-   * closed or ended sale, Open now before the opening, Reopen now on a closed
-   * sale whose end is still ahead, no stock changes after the end.
-   */
-  function showActions(row, view) {
-    const pastEnd = Date.parse(view.ends_at) <= Date.now();
-    const status = view.status;
-    const open = row.querySelector('[data-action="open"]');
-    const close = row.querySelector('[data-action="close"]');
-    const stock = field(row, "stock-actions");
-    // Never hide the control that has the keyboard focus.
-    const keep = (el) => el.contains(document.activeElement);
-    const canOpen = (status === "upcoming" || status === "closed") && !pastEnd;
-    if (!keep(open)) open.hidden = !canOpen;
-    setText(open, status === "closed" ? "Reopen now" : "Open now");
-    const canClose = status === "upcoming" || status === "live" || status === "sold_out";
-    if (!keep(close)) close.hidden = !canClose;
-    if (!keep(stock)) stock.hidden = pastEnd;
-  }
-
   function fillRow(row, view) {
     setText(field(row, "name"), view.name);
     const rehearsal = field(row, "rehearsal");
@@ -99,7 +82,7 @@ export function adminPage() {
     setText(field(row, "price"), formatPrice(Number(view.price_cents)));
     setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
     setText(field(row, "sold"), groupDigits(Number(view.sold)));
-    showActions(row, view);
+    showSaleActions(row, view);
     setTimes(row, [
       ["starts", view.starts_at],
       ["ends", view.ends_at],
@@ -114,7 +97,7 @@ export function adminPage() {
   async function refresh() {
     // The API page with the rows this table shows (`data-list-url`).
     const res = await api("GET", rows.dataset.listUrl || "/api/admin/sales");
-    if (res.ok && Array.isArray(res.data)) showViews(res.data);
+    if (res.ok && Array.isArray(res.data)) showViews(res.data.filter((view) => !removed.has(String(view.id))));
   }
 
   /** Every problem of the form, in plain words, by field. */
@@ -212,42 +195,19 @@ export function adminPage() {
     const button = event.target.closest("button[data-action]");
     if (!button) return;
     const row = button.closest("tr");
-    const id = row.dataset.saleId;
     const name = field(row, "name").textContent;
     const action = button.dataset.action;
-    const path = `/api/admin/sales/${encodeURIComponent(id)}/${action === "open" || action === "close" ? action : "stock"}`;
-    let body;
-    let done;
-    if (action === "set-stock" || action === "add-stock") {
-      const units = parseUnits(field(row, "units").value);
-      if (units === null) {
-        say(adminMessage, `Enter a whole number of units for “${name}” first.`, false);
-        field(row, "units").focus();
-        return;
-      }
-      body = action === "set-stock" ? { set: units } : { add: units };
-      done = action === "set-stock" ? `Stock of “${name}” set to ${units}.` : `Added ${units} to “${name}”.`;
-    } else if (action === "open") {
-      if (button.textContent.startsWith("Reopen") && !confirm(`Reopen “${name}”? Buyers can buy again at once, until its end time.`))
-        return;
-      done = `“${name}” is open.`;
-    } else {
-      if (!confirm(`Close “${name}”? Buyers will be turned away.`)) return;
-      done = `“${name}” is closed.`;
-    }
-    button.disabled = true;
-    const res = await api("POST", path, body);
-    button.disabled = false;
-    if (res.ok) {
+    const units = field(row, "units");
+    const done = await runSaleAction(button, { id: row.dataset.saleId, name, units });
+    if (!done) return;
+    if (done.focus) done.focus.focus();
+    if (done.ok) {
       // Open and Close may disappear with the new state: keep the focus in the row.
       if (action === "open" || action === "close") field(row, "name").focus({ preventScroll: true });
-      fillRow(row, res.data);
+      if (done.view) fillRow(row, done.view);
       flash(row);
-      field(row, "units").value = "";
-      say(adminMessage, done, true);
-    } else {
-      say(adminMessage, `“${name}”: ${messageOf(res, "the change failed.")}`, false);
     }
+    say(adminMessage, done.message, done.ok);
   });
 
   const cleanup = document.querySelector('button[data-action="cleanup-rehearsals"]');
@@ -258,15 +218,34 @@ export function adminPage() {
     const res = await api("POST", "/api/admin/rehearsals/cleanup");
     cleanup.disabled = false;
     if (res.ok) {
-      const d = res.data;
-      say(cleanupMessage, `Removed ${d.sales} rehearsal sales, ${d.orders} orders and ${d.users} users.`, true);
+      say(cleanupMessage, cleanedText(res.data), true);
+      // Every row marked Rehearsal was one of them (the cleanup removes them all).
+      for (const badge of document.querySelectorAll('tr [data-field="rehearsal"]:not([hidden])')) {
+        const row = badge.closest("tr");
+        removed.add(row.dataset.saleId || row.dataset.consoleSale);
+        row.remove();
+      }
+      const none = field(document, "admin-empty");
+      if (none && !rows.querySelector("tr")) none.hidden = false;
       await refresh();
+      consoleRows.refresh();
     } else {
       say(cleanupMessage, messageOf(res, "Could not remove the rehearsals."), false);
     }
   });
 
+  const consoleRows = adminConsole(() => removed);
   defaultWindow();
   pollWhileVisible(refresh, ADMIN_POLL_MS);
   adminPolls();
+}
+
+/** What a rehearsal cleanup removed, in words: "1 rehearsal sale, 2,000 orders and 2,000 users". */
+export function cleanedText(d) {
+  const count = (n, one, many) => `${groupDigits(Number(n))} ${Number(n) === 1 ? one : many}`;
+  let text = `Removed ${count(d.sales, "rehearsal sale", "rehearsal sales")}, ${count(d.orders, "order", "orders")} and ${count(d.users, "user", "users")}`;
+  if (d.admins > 0) text += ` (and the load tool's ${count(d.admins, "admin account", "admin accounts")})`;
+  text += ".";
+  if (d.users_kept > 0) text += ` ${count(d.users_kept, "rehearsal user was", "rehearsal users were")} kept: a real sale, poll or change names them.`;
+  return text;
 }

@@ -1,7 +1,7 @@
 // Small DOM helpers shared by the pages. Text from the server goes in with
 // `textContent`, never as HTML.
 
-import { localTime, utcTime } from "./time.js";
+import { localTime, utcTime, zoneName } from "./time.js";
 
 /** The element of `root` marked `data-field="name"`. */
 export function field(root, name) {
@@ -20,6 +20,24 @@ export function showLocalTimes(root) {
     if (Number.isNaN(at.getTime())) continue;
     setText(el, localTime(at, el.hasAttribute("data-seconds")));
     el.title = utcTime(at);
+  }
+}
+
+/**
+ * Each `[data-zone]` names the visitor's time zone as the pages' times do:
+ * "your local time, GMT+1". The zone is the one at the date its field
+ * (`data-zone-for`, a `datetime-local`) holds, so a summer date says summer time.
+ */
+export function nameTimeZones(root) {
+  for (const el of root.querySelectorAll("[data-zone]")) {
+    const input = el.dataset.zoneFor ? document.getElementById(el.dataset.zoneFor) : null;
+    const name = () => {
+      const at = input?.value ? new Date(input.value) : new Date();
+      const zone = zoneName(Number.isNaN(at.getTime()) ? new Date() : at);
+      if (zone) setText(el, `your local time, ${zone}`);
+    };
+    name();
+    input?.addEventListener("change", name);
   }
 }
 

@@ -5,6 +5,11 @@ const shortDate = { month: "short", day: "numeric", hour: "numeric", minute: "2-
 const sameYear = new Intl.DateTimeFormat(undefined, shortDate);
 const otherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, year: "numeric" });
 
+/** The visitor's time zone's short name at `date` ("PST", "GMT+1"), as `localTime` names it. */
+export function zoneName(date = new Date()) {
+  return sameYear.formatToParts(date).find((part) => part.type === "timeZoneName")?.value || "";
+}
+
 const withSeconds = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit" });
 const withSecondsOtherYear = new Intl.DateTimeFormat(undefined, { ...shortDate, second: "2-digit", year: "numeric" });
 

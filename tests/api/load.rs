@@ -467,7 +467,11 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     let cleaned: Value = serde_json::from_str(stdout.trim()).expect(&stdout);
     assert_eq!(cleaned["sales"], 1, "{cleaned}");
     assert_eq!(cleaned["orders"], 10, "{cleaned}");
-    assert_eq!(cleaned["users"], 41, "{cleaned}");
+    assert_eq!(cleaned["users"], 40, "the shoppers alone: {cleaned}");
+    assert_eq!(
+        cleaned["admins"], 1,
+        "the run's own admin, apart: {cleaned}"
+    );
     let left: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM sales WHERE rehearsal) + (SELECT count(*) FROM users WHERE rehearsal)",
     )

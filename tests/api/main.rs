@@ -2,6 +2,7 @@
 //! starts the real server on port 0 against real Redis and Postgres, in its own
 //! database and its own Redis key namespace.
 
+mod admin_console;
 mod admin_pages;
 mod auth;
 mod bad_input;
@@ -32,6 +33,7 @@ mod sale_numbers;
 mod sessions;
 mod settle;
 mod shutdown;
+mod start_box;
 mod tickets;
 mod vote;
 mod waiting_room;

@@ -100,7 +100,10 @@ async fn header_names_the_signed_in_user() {
     let name = app.username_of(&user).await;
 
     let body = app.html("/", Some(&user)).await;
-    assert!(body.contains(&format!("Signed in as <strong>{name}</strong>")));
+    // The words for screen readers (and wide screens), the name on every screen.
+    assert!(body.contains(&format!(
+        r#"<span class="who-label">Signed in as </span><strong title="Signed in as {name}">{name}</strong>"#
+    )));
     assert!(body.contains("Sign out"));
     assert!(
         !body.contains(r#"href="/admin""#),

@@ -153,6 +153,10 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
     let load_users = app.create_users(4, false).await;
     let (a, b) = (&shoppers[0], &shoppers[1]);
     mark_rehearsal_users(&app, &load_users.iter().collect::<Vec<_>>()).await;
+    // The load tool's own admin (`rehearse::Store::make_users` makes one a run):
+    // removed too, but not counted among the rehearsal's users.
+    let load_admin = app.create_users(1, true).await.remove(0);
+    mark_rehearsal_users(&app, &[&load_admin]).await;
 
     // A real sale with real orders, one of them by a rehearsal user (kept).
     let real = app
@@ -211,7 +215,11 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
     let cleaned = clean_up(&app, &admin).await;
     assert_eq!(cleaned["sales"], 2, "{cleaned}");
     assert_eq!(cleaned["orders"], 6, "{cleaned}");
-    assert_eq!(cleaned["users"], 3, "{cleaned}");
+    assert_eq!(
+        cleaned["users"], 3,
+        "the shoppers, not the tool's admin: {cleaned}"
+    );
+    assert_eq!(cleaned["admins"], 1, "{cleaned}");
     assert_eq!(cleaned["users_kept"], 1, "{cleaned}");
 
     let count = |sql: &'static str| {
@@ -243,6 +251,13 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
     assert_eq!(
         count("SELECT count(*) FROM payments WHERE cardinality($1) > 0").await,
         0
+    );
+    let gone: i64 = app
+        .scalar("SELECT count(*) FROM users WHERE id = $1", load_admin.id)
+        .await;
+    assert_eq!(
+        gone, 0,
+        "the load tool's admin is removed with its rehearsal"
     );
     let ids: Vec<i64> = load_users.iter().map(|u| u.id).collect();
     let left: Vec<i64> = app
@@ -311,6 +326,7 @@ async fn cleanup_removes_every_rehearsal_row_and_key_and_nothing_else() {
     assert_eq!(again["sales"], 0);
     assert_eq!(again["orders"], 0);
     assert_eq!(again["users"], 0);
+    assert_eq!(again["admins"], 0);
 }
 
 #[tokio::test]

@@ -1,9 +1,9 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
 //! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
 //! (`queue.rs`), an order's status and payment (`orders.rs`), the admin's set-up
-//! (`admin.rs`), what sold (`sold.rs`), upkeep (`repair.rs`), edit, archive,
-//! delete and history (`lifecycle.rs`), a waiting room's line controls
-//! (`line.rs`); the refusals the purchase, the ticket and
+//! (`admin.rs`), the sale-day console (`console.rs`), what sold (`sold.rs`),
+//! upkeep (`repair.rs`), edit, archive, delete and history (`lifecycle.rs`), a
+//! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket and
 //! the waiting room share are in `answers.rs`. This file holds the route table, the OpenAPI
 //! group and the sold-out answer given before routing.
 
@@ -16,6 +16,7 @@ use crate::state::AppState;
 mod admin;
 mod answers;
 mod buyer;
+mod console;
 mod lifecycle;
 mod line;
 mod orders;
@@ -56,7 +57,8 @@ mod ticket;
     lifecycle::admin_delete,
     lifecycle::admin_history,
     orders::admin_cancel,
-    repair::admin_cleanup_rehearsals
+    repair::admin_cleanup_rehearsals,
+    console::admin_console
 ))]
 pub(crate) struct Api;
 
@@ -90,6 +92,7 @@ super::routes! {
     get "/admin/sales/{id}/history" => lifecycle::admin_history,
     post "/admin/orders/{id}/cancel" => orders::admin_cancel,
     post "/admin/rehearsals/cleanup" => repair::admin_cleanup_rehearsals,
+    get "/admin/console" => console::admin_console,
 }
 
 /// The purchase route's whole pattern (the `RouteLabel` its resource carries).

@@ -1,9 +1,11 @@
-//! The admin page (`/admin`): the sales and polls tables, paged and filtered.
+//! The admin page (`/admin`): the sale-day console first (`console.rs`), then the
+//! sales and polls tables, paged and filtered, each with its form behind a button.
 
 use actix_web::{Either, HttpRequest, HttpResponse, web};
 use askama::Template;
 use askama_web::WebTemplate;
 
+use super::console::ConsoleView;
 use crate::paging::{Limit, ListScope};
 use crate::state::AppState;
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
@@ -16,6 +18,8 @@ use crate::web::view::{Nav, PollCard, SaleCard};
 #[template(path = "admin.html")]
 pub struct AdminPage {
     nav: Nav,
+    /// The sale-day view: live and upcoming sales, with their buttons.
+    console: ConsoleView,
     sales: Vec<SaleCard>,
     polls: Vec<PollCard>,
     /// Bounds of the option list of the poll form.
@@ -142,11 +146,13 @@ pub async fn page(
         _ => format!("{url}&filter={}", scope.as_str()),
     };
     match tokio::try_join!(
+        crate::sale::console::console(state.get_ref()),
         page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sales_scope),
         polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS, polls_scope)
     ) {
-        Ok((sales, polls)) => Ok(Either::Left(AdminPage {
+        Ok((console, sales, polls)) => Ok(Either::Left(AdminPage {
             nav,
+            console: console.into(),
             sales_next_url: sales
                 .next
                 .as_deref()

@@ -1,7 +1,8 @@
-//! The admin page: create sales, change stock, open and close; create and close
-//! polls. The page only shows; its buttons call the admin JSON API
+//! The admin pages: the sale-day console, create sales, change stock, open and
+//! close; create and close polls; a sale's and a poll's own page, a sale's orders. The page only shows; its buttons call the admin JSON API
 //! (`/api/admin/...`) from `app.js`.
 
+mod console;
 mod history;
 pub(super) mod list;
 pub(super) mod orders;

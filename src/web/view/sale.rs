@@ -149,6 +149,11 @@ impl SaleCard {
         }
     }
 
+    /// A waiting room whose admissions an admin paused.
+    pub fn line_paused(&self) -> bool {
+        self.line.is_some_and(|n| n.paused)
+    }
+
     pub fn can_close(&self) -> bool {
         matches!(
             self.status,
