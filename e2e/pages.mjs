@@ -614,7 +614,7 @@ try {
     check((await windowError.innerText()) === "", `the payment window's error clears once fixed ${at}`);
     await perUserField.fill("3");
     check((await perUserError.innerText()) === "", `the per-customer error clears once fixed ${at}`);
-    await page.getByLabel("Buyers whose order expires may buy again").check();
+    await page.getByLabel("Buyers whose order expires or is cancelled may buy again").check();
     await page.getByRole("button", { name: "Create sale" }).click();
     const created = page.locator('[data-field="create-message"]');
     await created.filter({ hasText: formName }).waitFor({ timeout: 5000 });

@@ -216,3 +216,18 @@ async fn returned_words(rebuy: bool) {
         );
     }
 }
+
+/// One rule for expired and cancelled orders, in the same words on the create form
+/// and the edit form (the create form once said "expires" only).
+#[tokio::test]
+async fn the_create_and_edit_forms_say_the_same_rule() {
+    let app = spawn_app_with(|_| {}).await;
+    let admin = app.admin().await;
+    let sale = app.payment_sale(&admin, 3, 600, false).await;
+    let rule = "Buyers whose order expires or is cancelled may buy again";
+    let help = "Otherwise one purchase per customer, cancelled or not";
+    for path in ["/admin".to_string(), format!("/admin/sales/{sale}")] {
+        let page = app.html(&path, Some(&admin)).await;
+        assert!(page.contains(rule) && page.contains(help), "{path}");
+    }
+}
