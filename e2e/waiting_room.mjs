@@ -175,7 +175,7 @@ try {
     );
     const chance = page.locator('[data-field="queue-chance"]');
     check(
-      (await chance.innerText()) === "1 unit left for 3 ahead of you: you may not get one.",
+      (await chance.innerText()) === "1 unit left for 3 shoppers before you (1 let in, 2 waiting): you may not get one.",
       `the page sets the line against the units left (${await chance.innerText()}) ${at}`,
     );
     const soonest = Number(/(\d+) s at the soonest/.exec(await status.innerText())?.[1] ?? 60);
@@ -283,7 +283,7 @@ try {
     await page.getByRole("button", { name: "Join the line" }).click();
     await status.filter({ hasText: /^You're next: .* at the soonest\.$/ }).waitFor({ timeout: 5000 });
     const chance = page.locator('[data-field="queue-chance"]');
-    check((await chance.innerText()) === "1 unit left for 1 ahead of you: you may not get one.", `the chance is said (${await chance.innerText()}) ${at}`);
+    check((await chance.innerText()) === "1 unit left for 1 shopper before you (1 let in): you may not get one.", `the chance is said (${await chance.innerText()}) ${at}`);
     check(/^You're next: \d+ s at the soonest\.$/.test(await status.innerText()), `the wait in whole seconds (${await status.innerText()}) ${at}`);
 
     // The opt-in: asked once, then said.

@@ -68,7 +68,10 @@ export function chanceText(est, { unitsLeft, open, ahead }) {
   if (!est || !Number.isFinite(unitsLeft)) return "";
   const before = ahead + (Number.isFinite(open) ? open : est.open);
   if (before < unitsLeft) return "";
-  const head = `${units(unitsLeft)} left for ${groupDigits(before)} ahead of you`;
+  // Those let in hold a turn too: said apart, so the count agrees with "N ahead of you".
+  const held = before - ahead;
+  const who = held > 0 ? ` (${groupDigits(held)} let in${ahead > 0 ? `, ${groupDigits(ahead)} waiting` : ""})` : "";
+  const head = `${units(unitsLeft)} left for ${groupDigits(before)} ${before === 1 ? "shopper" : "shoppers"} before you${who}`;
   return est.chance === "possible"
     ? `${head}: you get one only if some of them let their turn pass.`
     : `${head}: you may not get one.`;
