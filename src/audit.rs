@@ -1,5 +1,5 @@
 //! Who changed what: every admin change (create, edit, stock, open, close, archive,
-//! unarchive, delete, cancel, refund) is recorded in `admin_changes`, in the same
+//! unarchive, delete, cancel, refund, reveal) is recorded in `admin_changes`, in the same
 //! transaction as the change itself (migrations/0009_lifecycle.sql), with what the
 //! subject looked like before and after. A change that rolls back leaves no record;
 //! a record never describes a change that did not commit.
@@ -26,10 +26,12 @@ pub enum Action {
     Delete,
     Cancel,
     Refund,
+    /// An `on_reveal` poll's results made public.
+    Reveal,
 }
 
 impl Action {
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 11] = [
         Action::Create,
         Action::Edit,
         Action::Stock,
@@ -40,6 +42,7 @@ impl Action {
         Action::Delete,
         Action::Cancel,
         Action::Refund,
+        Action::Reveal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Action {
             Action::Delete => "delete",
             Action::Cancel => "cancel",
             Action::Refund => "refund",
+            Action::Reveal => "reveal",
         }
     }
 

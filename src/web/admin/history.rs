@@ -42,6 +42,7 @@ pub(super) fn action_words(action: &str) -> &'static str {
         Some(audit::Action::Delete) => "Deleted",
         Some(audit::Action::Cancel) => "Order cancelled",
         Some(audit::Action::Refund) => "Order refunded",
+        Some(audit::Action::Reveal) => "Results revealed",
         None => "Changed",
     }
 }
