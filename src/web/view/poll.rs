@@ -74,13 +74,19 @@ pub struct ResultsChoice {
     pub label: &'static str,
 }
 
-/// The `results` setting's choices, the default first.
+/// The `results` setting's choices, the default first, in words short enough for
+/// a phone's select (the form's help text says the rest).
 pub fn results_choices() -> Vec<ResultsChoice> {
     ResultsVisibility::ALL
         .into_iter()
         .map(|v| ResultsChoice {
             value: v.as_str(),
-            label: results_words(v),
+            label: match v {
+                ResultsVisibility::Live => "Live, as votes come in",
+                ResultsVisibility::AfterVote => "To voters, once they vote",
+                ResultsVisibility::AfterClose => "After the poll closes",
+                ResultsVisibility::OnReveal => "When you reveal them",
+            },
         })
         .collect()
 }
