@@ -18,7 +18,10 @@
 //   payments, and the admin form creates a sale with the payment window typed in;
 //   a sale of up to two per customer: the quantity next to Buy, 2 bought at once
 //   (two units gone), one more refused with the per-customer message, and the
-//   admin form's "Most per customer" (its error by the field, the sale made with it).
+//   admin form's "Most per customer" (its error by the field, the sale made with it);
+//   hidden poll results (issue 51): plain words and no number until the vote, the
+//   close or the reveal, a voter's tallies once the vote is in, the admin's tallies
+//   of a hidden poll and the reveal button.
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
@@ -496,6 +499,10 @@ try {
     await call("POST", `/api/admin/polls/${onReveal.id}/close`, admin.token);
     await goto(anonymous, `/polls/${onReveal.id}`);
     await hiddenShown(anonymous, "Results when the organisers reveal them", "poll-hidden-on-reveal");
+    await goto(anonymous, "/polls");
+    const card = anonymous.locator(`a[href="/polls/${afterClose.id}"]`);
+    check(await card.getByText("Results at the end of the vote").isVisible(), `the polls list says when a card's results show ${at}`);
+    await inspect(anonymous, "polls-hidden-results");
     await anonymous.context().close();
 
     const voter = await newPage(viewport, await signUpApi(`e2ep-${runId}-hv-${size}`));
