@@ -20,7 +20,10 @@
 //   payments, and the admin form creates a sale with the payment window typed in;
 //   a sale of up to two per customer: the quantity next to Buy, 2 bought at once
 //   (two units gone), one more refused with the per-customer message, and the
-//   admin form's "Most per customer" (its error by the field, the sale made with it).
+//   admin form's "Most per customer" (its error by the field, the sale made with it);
+//   hidden poll results (issue 51): plain words and no number until the vote, the
+//   close or the reveal, a voter's tallies once the vote is in, the admin's tallies
+//   of a hidden poll and the reveal button.
 // Screenshots of every page at both sizes go to E2E_OUT.
 // It creates its own sales, polls and users (named "E2E pages ...", "e2ep-...").
 
@@ -66,12 +69,13 @@ async function createSale(admin, name, stock, startsInMin, endsInMin, imageUrl =
 }
 
 /** An open poll; returns the API's answer (id, options with their ids). */
-async function createPoll(admin, question, options) {
+async function createPoll(admin, question, options, results = "live") {
   const res = await call("POST", "/api/admin/polls", admin.token, {
     question,
     options,
     opens_at: new Date(Date.now() - 60000).toISOString(),
     closes_at: new Date(Date.now() + 3600000).toISOString(),
+    results,
   });
   if (res.status !== 201) throw new Error(`create poll: ${res.status} ${JSON.stringify(res.data)}`);
   return res.data;
@@ -466,6 +470,64 @@ try {
     check(await page.getByText("Closed", { exact: true }).first().isVisible(), "after an early close the poll says Closed early");
     await inspect(page, "poll-closed-early");
     await page.context().close();
+  }
+
+  // Hidden results (issue 51): plain words instead of numbers, until the vote, the
+  // close or the reveal; a voter's page shows the tallies once the vote is in.
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const options = ["Tea", "Coffee"];
+    const afterVote = await createPoll(admin, `E2E pages ${runId}: after vote ${size}?`, options, "after_vote");
+    const afterClose = await createPoll(admin, `E2E pages ${runId}: after close ${size}?`, options, "after_close");
+    const onReveal = await createPoll(admin, `E2E pages ${runId}: on reveal ${size}?`, options, "on_reveal");
+    for (const poll of [afterVote, afterClose, onReveal]) {
+      for (const i of [1, 2]) {
+        const voter = await signUpApi(`e2ep-${runId}-h${i}-${poll.id}`);
+        await call("POST", `/api/polls/${poll.id}/votes`, voter.token, { option_id: poll.options[i - 1].id });
+      }
+    }
+    const hiddenShown = async (page, words, name) => {
+      const note = page.locator('[data-field="results-hidden"]');
+      check((await note.textContent()).trim() === words && (await note.isVisible()), `the poll says “${words}” ${at}`);
+      check(!(await page.locator('[data-field="results"]').isVisible()), `no tallies on screen while hidden (${name}) ${at}`);
+      check(!/\d+%/.test(await page.locator(".results-box").innerText()), `no percentage in the results box while hidden (${name}) ${at}`);
+      await inspect(page, name);
+    };
+    const anonymous = await newPage(viewport);
+    await goto(anonymous, `/polls/${afterVote.id}`);
+    await hiddenShown(anonymous, "Results after you vote", "poll-hidden-after-vote");
+    await goto(anonymous, `/polls/${afterClose.id}`);
+    await hiddenShown(anonymous, "Results at the end of the vote", "poll-hidden-after-close");
+    await call("POST", `/api/admin/polls/${onReveal.id}/close`, admin.token);
+    await goto(anonymous, `/polls/${onReveal.id}`);
+    await hiddenShown(anonymous, "Results when the organisers reveal them", "poll-hidden-on-reveal");
+    await goto(anonymous, "/polls");
+    const card = anonymous.locator(`a[href="/polls/${afterClose.id}"]`);
+    check(await card.getByText("Results at the end of the vote").isVisible(), `the polls list says when a card's results show ${at}`);
+    await inspect(anonymous, "polls-hidden-results");
+    await anonymous.context().close();
+
+    const voter = await newPage(viewport, await signUpApi(`e2ep-${runId}-hv-${size}`));
+    await goto(voter, `/polls/${afterVote.id}`);
+    await voter.getByLabel("Coffee").check();
+    await voter.getByRole("button", { name: "Vote" }).click();
+    await voter.locator('[data-field="results"]').waitFor({ state: "visible", timeout: 6000 });
+    const coffee = voter.locator(`li[data-option-id="${afterVote.options[1].id}"] [data-field="votes"]`);
+    await until("the voter's tallies", async () => (await coffee.textContent()).trim() === "2", 6000);
+    check(!(await voter.locator('[data-field="results-hidden"]').isVisible()), `the voter's page drops the hidden note ${at}`);
+    await inspect(voter, "poll-after-vote-voted");
+    await voter.context().close();
+
+    const adminPage = await newPage(viewport, admin);
+    await goto(adminPage, `/admin/polls/${onReveal.id}`);
+    check(await adminPage.locator('[data-field="live"]').first().isVisible(), `the admin sees the tallies of a hidden poll ${at}`);
+    await inspect(adminPage, "admin-poll-reveal");
+    await adminPage.getByRole("button", { name: "Reveal the results" }).click();
+    await adminPage.getByText("Public since you revealed them").waitFor({ timeout: 8000 });
+    check(await adminPage.locator('[data-field="history"]').getByText("Results revealed").isVisible(), `the history shows the reveal ${at}`);
+    await goto(adminPage, `/polls/${onReveal.id}`);
+    check(await adminPage.locator('[data-field="results"]').isVisible(), `a revealed poll shows its tallies ${at}`);
+    await adminPage.context().close();
   }
 
   // ---- the admin ----

@@ -1,5 +1,5 @@
 //! Who changed what: every admin change (create, edit, stock, open, close, archive,
-//! unarchive, delete, cancel, refund, line) is recorded in `admin_changes`, in the same
+//! unarchive, delete, cancel, refund, line, reveal) is recorded in `admin_changes`, in the same
 //! transaction as the change itself (migrations/0009_lifecycle.sql), with what the
 //! subject looked like before and after. A change that rolls back leaves no record;
 //! a record never describes a change that did not commit.
@@ -28,10 +28,12 @@ pub enum Action {
     Refund,
     /// A waiting room's line paused, resumed, closed to joins or reopened.
     Line,
+    /// An `on_reveal` poll's results made public.
+    Reveal,
 }
 
 impl Action {
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 12] = [
         Action::Create,
         Action::Edit,
         Action::Stock,
@@ -43,6 +45,7 @@ impl Action {
         Action::Cancel,
         Action::Refund,
         Action::Line,
+        Action::Reveal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +61,7 @@ impl Action {
             Action::Cancel => "cancel",
             Action::Refund => "refund",
             Action::Line => "line",
+            Action::Reveal => "reveal",
         }
     }
 

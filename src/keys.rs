@@ -185,9 +185,11 @@ impl Keys {
         self.cache(&format!("sale:{id}"), "record")
     }
 
-    /// The cached Postgres record (question, window, options) of one poll.
+    /// The cached Postgres record (question, window, options, results setting) of
+    /// one poll. (`record`, not `view`, since the record carries who may see the
+    /// tallies: a record cached by an older binary, without it, is never read.)
     pub fn poll_view(&self, id: PollId) -> String {
-        self.cache(&format!("poll:{id}"), "view")
+        self.cache(&format!("poll:{id}"), "record")
     }
 
     /// The cached first page of the sale list (records and the moment of its order).

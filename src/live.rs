@@ -52,7 +52,10 @@ pub struct LiveEvent {
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Topic {
     Sale(SaleId),
+    /// A poll's results as anyone may see them (hidden tallies never enter it).
     Poll(PollId),
+    /// A poll's tallies, for the callers who see them whatever its state.
+    PollTallies(PollId),
 }
 
 /// The latest reading of a topic.

@@ -168,6 +168,7 @@ async fn demo_poll(
                 .to_vec(),
             opens_at: now - Duration::minutes(1),
             closes_at: now + Duration::days(7),
+            results: Default::default(),
         },
         None,
     )

@@ -92,6 +92,8 @@ error_codes! {
     SaleStarted = (CONFLICT, "sale_started"),
     /// An edit of a poll that has opened.
     PollStarted = (CONFLICT, "poll_started"),
+    /// A reveal of a poll's results that is not kept for one (its `results` is not `on_reveal`) or not closed yet.
+    NotRevealable = (CONFLICT, "not_revealable"),
     /// A delete of a sale that had an order (archive it instead).
     HasOrders = (CONFLICT, "has_orders"),
     /// A delete of a poll that had a vote (archive it instead).
@@ -118,6 +120,8 @@ error_codes! {
     InvalidBody = (UNPROCESSABLE_ENTITY, "invalid_body"),
     /// A name, description or question out of bounds or with control characters.
     InvalidText = (UNPROCESSABLE_ENTITY, "invalid_text"),
+    /// A poll's ballot settings out of their values; the message names the setting (`results`: `live`, `after_vote`, `after_close` or `on_reveal`).
+    InvalidBallotSettings = (UNPROCESSABLE_ENTITY, "invalid_ballot_settings"),
     /// A price out of range.
     InvalidPrice = (UNPROCESSABLE_ENTITY, "invalid_price"),
     /// A stock out of range.

@@ -56,6 +56,18 @@ pub fn optional_user(req: &HttpRequest) -> Result<Option<AuthUser>, AppError> {
     }
 }
 
+/// The caller as a poll's results see them (polls import nothing of `auth`).
+impl From<Option<AuthUser>> for crate::vote::visibility::Viewer {
+    fn from(user: Option<AuthUser>) -> Self {
+        use crate::vote::visibility::Viewer;
+        match user {
+            Some(u) if u.admin => Viewer::Admin,
+            Some(u) => Viewer::User(u.id),
+            None => Viewer::Anyone,
+        }
+    }
+}
+
 pub(super) fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, AppError> {
     req.app_data::<web::Data<AppState>>()
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))

@@ -1,14 +1,18 @@
 //! Poll records read through the Redis cache ([`crate::cache`]), and the view of a
 //! poll (record, status, live tallies) that the API and the pages show. Only the
-//! Postgres record is cached; tallies are read from Redis on every request.
+//! Postgres record is cached; tallies are read from Redis on every request, and
+//! shown or hidden for the caller there ([`super::visibility`]): nothing cached or
+//! shared ever holds one caller's view.
 //!
-//! Poll creation and closing call [`invalidate_record`] after their commit.
+//! Every change of a poll (create, edit, close, archive, reveal) calls
+//! [`invalidate_record`] after its commit.
 
 use actix_web::web;
 use chrono::Utc;
 use serde::Serialize;
 
 use super::store::{self, PollRecord};
+use super::visibility::{PollResults, ResultsVisibility, Viewer, asks_for_vote, decide};
 use crate::cache::{CachedReads, RECORD_TTL};
 use crate::domain::PollId;
 use crate::error::AppError;
@@ -57,24 +61,99 @@ pub struct PollView {
     #[serde(flatten)]
     pub record: store::PollRecord,
     pub status: crate::domain::PollStatus,
-    pub results: store::Results,
+    /// The tallies, or `{"hidden": true, "until", "voters"}` when this caller may
+    /// not see them yet.
+    pub results: PollResults,
 }
 
-/// The poll's record (question, options, window) plus its live results.
-pub async fn load_view<S: PollReads + ?Sized>(state: &S, id: PollId) -> Result<PollView, AppError> {
-    let record = cached_record(state, id)
-        .await?
-        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    let results = live_results(state, id).await?;
+/// The poll's record (question, options, window) plus its live results as
+/// `viewer` may see them.
+pub async fn load_view<S: PollReads + ?Sized>(
+    state: &S,
+    id: PollId,
+    viewer: Viewer,
+) -> Result<PollView, AppError> {
+    let (record, results) = record_and_results(state, id).await?;
+    let now = Utc::now();
+    let results = shown_to(state, &record, results, viewer, now).await?;
     Ok(PollView {
-        status: store::status(&record.poll, Utc::now()),
+        status: store::status(&record.poll, now),
         record,
         results,
     })
 }
 
-/// The poll's tallies from Redis; when Redis has no state for it, see
-/// [`missing_from_redis`].
+/// The poll's live results as `viewer` may see them (`GET /api/polls/{id}/results`
+/// and the event streams): the cached record, then Redis; no Postgres on a hit.
+pub async fn results_for<S: PollReads + ?Sized>(
+    state: &S,
+    id: PollId,
+    viewer: Viewer,
+) -> Result<PollResults, AppError> {
+    let (record, results) = record_and_results(state, id).await?;
+    shown_to(state, &record, results, viewer, Utc::now()).await
+}
+
+/// The cached record (404 when none) and the tallies from Redis, whoever asks.
+async fn record_and_results<S: PollReads + ?Sized>(
+    state: &S,
+    id: PollId,
+) -> Result<(PollRecord, store::Results), AppError> {
+    let record = cached_record(state, id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    Ok((record, live_results(state, id).await?))
+}
+
+/// Whether `viewer` sees the tallies whatever the poll's state: an admin, or a
+/// signed-in voter of an `after_vote` poll whose ballot is in (one `HGET`). An
+/// event stream's subscription is decided by it: such a viewer follows the
+/// tallies, everyone else what anyone may see.
+pub async fn sees_tallies<S: PollReads + ?Sized>(
+    state: &S,
+    record: &PollRecord,
+    viewer: Viewer,
+) -> Result<bool, AppError> {
+    let id = store::poll_id(record.poll.id)?;
+    Ok(match viewer {
+        Viewer::Admin => true,
+        Viewer::Anyone => false,
+        Viewer::User(user) => {
+            record.poll.results == ResultsVisibility::AfterVote && voted(state, id, user).await?
+        }
+    })
+}
+
+async fn voted<S: PollReads + ?Sized>(
+    state: &S,
+    id: PollId,
+    user: crate::domain::UserId,
+) -> Result<bool, AppError> {
+    let choice = store::voted_option(&mut state.redis().clone(), state.keys(), id, user).await?;
+    Ok(choice.is_some())
+}
+
+/// `results` as `viewer` may see them, decided at `now` (the server's clock, as the
+/// poll's status).
+async fn shown_to<S: PollReads + ?Sized>(
+    state: &S,
+    record: &PollRecord,
+    results: store::Results,
+    viewer: Viewer,
+    now: chrono::DateTime<Utc>,
+) -> Result<PollResults, AppError> {
+    let poll = &record.poll;
+    let voted = match viewer {
+        Viewer::User(user) if asks_for_vote(poll, viewer) => {
+            voted(state, store::poll_id(poll.id)?, user).await?
+        }
+        _ => false,
+    };
+    Ok(decide(poll, results, viewer, voted, now))
+}
+
+/// The poll's tallies from Redis, whoever asks (callers decide what to show);
+/// when Redis has no state for it, see [`missing_from_redis`].
 pub async fn live_results<S: PollReads + ?Sized>(
     state: &S,
     id: PollId,

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::cached::invalidate_record;
 use super::store::{self, OptionRow, PollRecord};
+use super::visibility::ResultsVisibility;
 use crate::audit::{self, Action, Change, Subject};
 use crate::cache::CachedReads;
 use crate::domain::{PollId, UserId};
@@ -44,6 +45,7 @@ pub struct PollEdit {
     pub options: Option<Vec<String>>,
     pub opens_at: Option<DateTime<Utc>>,
     pub closes_at: Option<DateTime<Utc>>,
+    pub results: Option<ResultsVisibility>,
 }
 
 /// A poll's window as a new or edited poll may have it (422 `invalid_window`).
@@ -62,11 +64,15 @@ pub fn check_window(opens_at: DateTime<Utc>, closes_at: DateTime<Utc>) -> Result
 }
 
 /// The poll's record with its row locked (`FOR UPDATE`) in `tx`; 404 when none.
-async fn locked(tx: &mut sqlx::PgConnection, id: PollId) -> Result<PollRecord, AppError> {
-    let poll = sqlx::query_as::<_, store::PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed, archived_at FROM polls
-         WHERE id = $1 FOR UPDATE",
-    )
+pub(super) async fn locked(
+    tx: &mut sqlx::PgConnection,
+    id: PollId,
+) -> Result<PollRecord, AppError> {
+    let poll = sqlx::query_as::<_, store::PollRow>(concat!(
+        "SELECT ",
+        poll_columns!(),
+        " FROM polls WHERE id = $1 FOR UPDATE"
+    ))
     .bind(id.get())
     .fetch_optional(&mut *tx)
     .await?
@@ -96,10 +102,12 @@ pub async fn edit<S: CachedReads + ?Sized>(
     let opens_at = edit.opens_at.unwrap_or(old.opens_at);
     let closes_at = edit.closes_at.unwrap_or(old.closes_at);
     let options = edit.options.unwrap_or_else(|| labels.clone());
+    let results = edit.results.unwrap_or(old.results);
     if question == old.question
         && opens_at == old.opens_at
         && closes_at == old.closes_at
         && options == labels
+        && results == old.results
     {
         return Ok(true);
     }
@@ -111,13 +119,15 @@ pub async fn edit<S: CachedReads + ?Sized>(
     }
     check_window(opens_at, closes_at)?;
     sqlx::query(
-        "UPDATE polls SET question = $2, opens_at = $3, closes_at = $4, updated_at = now()
+        "UPDATE polls SET question = $2, opens_at = $3, closes_at = $4, results = $5,
+                          updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
     .bind(&question)
     .bind(opens_at)
     .bind(closes_at)
+    .bind(results.as_str())
     .execute(&mut *tx)
     .await?;
     let mut option_ids: Vec<i64> = before.options.iter().map(|o| o.id).collect();
@@ -147,10 +157,12 @@ pub async fn edit<S: CachedReads + ?Sized>(
             before: Some(json!({
                 "question": old.question, "options": labels,
                 "opens_at": old.opens_at, "closes_at": old.closes_at,
+                "results": old.results,
             })),
             after: Some(json!({
                 "question": question, "options": options,
                 "opens_at": opens_at, "closes_at": closes_at,
+                "results": results,
             })),
         },
     )

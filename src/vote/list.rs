@@ -1,10 +1,12 @@
-//! The poll list: its order, its cursor, and its pages (with live voter counts).
+//! The poll list: its order, its cursor, and its pages (with live voter counts, or
+//! results as the caller may see them).
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
-use super::store::{PollRow, poll_id, status};
+use super::store::{PollRow, RawResults, Results, parse_results, poll_id, results_reads, status};
+use super::visibility::{PollResults, Viewer, asks_for_vote, decide};
 use crate::domain::PollId;
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -22,9 +24,12 @@ pub async fn list_page(
     limit: i64,
     scope: ListScope,
 ) -> Result<Vec<PollRow>, sqlx::Error> {
-    sqlx::query_as::<_, PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed, archived_at
-         FROM (SELECT id, question, opens_at, closes_at, closed, archived_at,
+    sqlx::query_as::<_, PollRow>(concat!(
+        "SELECT ",
+        poll_columns!(),
+        " FROM (SELECT ",
+        poll_columns!(),
+        ",
                       CASE WHEN closed OR closes_at <= $1 THEN 2 WHEN opens_at > $1 THEN 1 ELSE 0 END
                         AS list_rank
                FROM polls) p
@@ -38,8 +43,8 @@ pub async fn list_page(
                  WHEN 'ended' THEN archived_at IS NULL AND list_rank = 2
                  ELSE archived_at IS NULL END
          ORDER BY list_rank, opens_at DESC, id DESC
-         LIMIT $5",
-    )
+         LIMIT $5"
+    ))
     .bind(at)
     .bind(after.map(|c| c.rank))
     .bind(after.map(|c| c.opens_at))
@@ -172,4 +177,76 @@ async fn voter_counts<C: ConnectionLike>(
         pipe.hlen(keys.poll(*id).voters);
     }
     pipe.query_async(redis).await
+}
+
+/// One page of polls (see [`page`]), each with its results as `viewer` may see
+/// them at `now`: one query and one pipelined Redis round trip (four reads a poll,
+/// and whether the caller voted where that decides). A poll Redis does not hold
+/// (lost, being rebuilt) shows no votes until it is back.
+pub async fn page_with_results<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    after: Option<&PollCursor>,
+    limit: Limit,
+    scope: ListScope,
+    viewer: Viewer,
+) -> Result<Page<(PollRow, PollResults)>, AppError> {
+    let page = page(db, after, limit, scope).await?;
+    let now = Utc::now();
+    let mut pipe = redis::pipe();
+    let mut ids = Vec::with_capacity(page.items.len());
+    for poll in &page.items {
+        let id = poll_id(poll.id)?;
+        results_reads(&mut pipe, keys, id);
+        if let (Viewer::User(user), true) = (viewer, asks_for_vote(poll, viewer)) {
+            pipe.hexists(keys.poll(id).voters, user.get());
+        }
+        ids.push(id);
+    }
+    let mut answers = if ids.is_empty() {
+        Vec::new()
+    } else {
+        pipe.query_async::<Vec<redis::Value>>(redis).await?
+    }
+    .into_iter();
+    let mut next = || -> Result<redis::Value, AppError> {
+        answers
+            .next()
+            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a poll list read came back short")))
+    };
+    let mut items = Vec::with_capacity(ids.len());
+    for (poll, id) in page.items.into_iter().zip(ids) {
+        let raw: RawResults = (
+            parse(next()?)?,
+            parse(next()?)?,
+            parse(next()?)?,
+            parse(next()?)?,
+        );
+        let voted = match asks_for_vote(&poll, viewer) {
+            true => parse::<bool>(next()?)?,
+            false => false,
+        };
+        let results = parse_results(id, raw).unwrap_or_else(|| empty_results(id));
+        let shown = decide(&poll, results, viewer, voted, now);
+        items.push((poll, shown));
+    }
+    Ok(Page {
+        items,
+        next: page.next,
+    })
+}
+
+fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, AppError> {
+    redis::from_redis_value(value).map_err(|e| AppError::Internal(e.into()))
+}
+
+fn empty_results(id: PollId) -> Results {
+    Results {
+        poll_id: id.get(),
+        closed: false,
+        hidden: false,
+        voters: 0,
+        tallies: Vec::new(),
+    }
 }

@@ -1,15 +1,28 @@
 //! Polls: one vote per user per poll, decided in per-poll batches by one Lua script
 //! (`lua/vote_batch.lua`, the vote route's limits inside), tallies live in Redis,
-//! votes settled into Postgres by the settlement worker. Their HTTP routes are
-//! `routes::vote`.
+//! shown to each caller as the poll's `results` setting (`setting.rs`) says (`visibility.rs`; an
+//! admin's reveal in `reveal.rs`), votes settled into Postgres by the settlement
+//! worker. Their HTTP routes are `routes::vote`.
+
+/// The columns of a `store::PollRow`, in its order, for every query that reads one
+/// (a literal, so queries built with `concat!` stay static SQL). Defined before
+/// the modules, so each of them may use it.
+macro_rules! poll_columns {
+    () => {
+        "id, question, opens_at, closes_at, closed, archived_at, results, revealed_at"
+    };
+}
 
 pub mod cached;
 pub mod cast;
 pub mod lifecycle;
 pub mod list;
 pub mod rebuild;
+pub mod reveal;
+pub mod setting;
 pub mod settlement;
 pub mod store;
+pub mod visibility;
 
 pub use cached::{PollView, load_view};
 

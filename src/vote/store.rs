@@ -8,6 +8,7 @@ use redis::aio::ConnectionLike;
 use serde::Serialize;
 use sqlx::PgPool;
 
+use super::setting::ResultsVisibility;
 use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -27,6 +28,12 @@ pub struct PollRow {
     /// link. (Default: records cached before archiving existed.)
     #[serde(default)]
     pub archived_at: Option<DateTime<Utc>>,
+    /// Who sees the tallies when (the `results` setting of a create or an edit;
+    /// named apart from the view's `results`, the tallies themselves).
+    #[serde(rename = "results_visibility")]
+    pub results: ResultsVisibility,
+    /// When an admin revealed the results of an `on_reveal` poll.
+    pub revealed_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
@@ -51,6 +58,8 @@ pub struct Results {
     /// Closed early by an admin (a poll past its `closes_at` is closed too; pages
     /// compare that time with their clock).
     pub closed: bool,
+    /// Always `false` here: hidden results are a `HiddenResults`.
+    pub hidden: bool,
     pub voters: i64,
     /// Option id -> votes, every option present (0 when none).
     pub tallies: Vec<Tally>,
@@ -71,6 +80,7 @@ pub struct NewPoll {
     pub options: Vec<String>,
     pub opens_at: DateTime<Utc>,
     pub closes_at: DateTime<Utc>,
+    pub results: ResultsVisibility,
 }
 
 /// Inserts poll and options and loads them into Redis in one transaction: if Redis
@@ -83,13 +93,15 @@ pub async fn create_poll<C: ConnectionLike>(
     admin: Option<UserId>,
 ) -> Result<PollRecord, AppError> {
     let mut tx = db.begin().await?;
-    let poll = sqlx::query_as::<_, PollRow>(
-        "INSERT INTO polls (question, opens_at, closes_at) VALUES ($1, $2, $3)
-         RETURNING id, question, opens_at, closes_at, closed, archived_at",
-    )
+    let poll = sqlx::query_as::<_, PollRow>(concat!(
+        "INSERT INTO polls (question, opens_at, closes_at, results) VALUES ($1, $2, $3, $4)
+         RETURNING ",
+        poll_columns!()
+    ))
     .bind(&new.question)
     .bind(new.opens_at)
     .bind(new.closes_at)
+    .bind(new.results.as_str())
     .fetch_one(&mut *tx)
     .await?;
     let positions: Vec<i32> = (1..=new.options.len() as i32).collect();
@@ -140,9 +152,11 @@ pub(super) fn poll_id(raw: i64) -> Result<PollId, AppError> {
 }
 
 pub async fn fetch_record(db: &PgPool, id: PollId) -> Result<Option<PollRecord>, sqlx::Error> {
-    let Some(poll) = sqlx::query_as::<_, PollRow>(
-        "SELECT id, question, opens_at, closes_at, closed, archived_at FROM polls WHERE id = $1",
-    )
+    let Some(poll) = sqlx::query_as::<_, PollRow>(concat!(
+        "SELECT ",
+        poll_columns!(),
+        " FROM polls WHERE id = $1"
+    ))
     .bind(id.get())
     .fetch_optional(db)
     .await?
@@ -212,30 +226,29 @@ pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>,
     .await
 }
 
-/// Tallies and voter count in one pipelined round trip; no Postgres.
-pub async fn results<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    poll: PollId,
-) -> Result<Option<Results>, AppError> {
+/// What [`results_reads`] answer: the meta hash's `closed`, the options, the tally
+/// hash and the voters.
+pub(super) type RawResults = (Option<String>, Vec<i64>, HashMap<i64, i64>, i64);
+
+/// The four reads of a poll's results, added to `pipe`.
+pub(super) fn results_reads(pipe: &mut redis::Pipeline, keys: &Keys, poll: PollId) {
     let k = keys.poll(poll);
-    let (closed, options, tally, voters): (Option<String>, Vec<i64>, HashMap<i64, i64>, i64) =
-        redis::pipe()
-            .hget(&k.meta, "closed")
-            .smembers(&k.options)
-            .hgetall(&k.tally)
-            .hlen(&k.voters)
-            .query_async(redis)
-            .await?;
-    // Every loaded poll has the field; its absence means Redis does not know the poll.
-    let Some(closed) = closed else {
-        return Ok(None);
-    };
-    let mut options = options;
+    pipe.hget(&k.meta, "closed")
+        .smembers(&k.options)
+        .hgetall(&k.tally)
+        .hlen(&k.voters);
+}
+
+/// The results from [`results_reads`]' answers; `None` when Redis does not know
+/// the poll (every loaded poll has the meta field `closed`).
+pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
+    let (closed, mut options, tally, voters) = raw;
+    let closed = closed?;
     options.sort_unstable();
-    Ok(Some(Results {
+    Some(Results {
         poll_id: poll.get(),
         closed: closed == "1",
+        hidden: false,
         voters,
         tallies: options
             .into_iter()
@@ -244,7 +257,19 @@ pub async fn results<C: ConnectionLike>(
                 votes: tally.get(&option_id).copied().unwrap_or(0),
             })
             .collect(),
-    }))
+    })
+}
+
+/// Tallies and voter count in one pipelined round trip; no Postgres.
+pub async fn results<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+) -> Result<Option<Results>, AppError> {
+    let mut pipe = redis::pipe();
+    results_reads(&mut pipe, keys, poll);
+    let raw: RawResults = pipe.query_async(redis).await?;
+    Ok(parse_results(poll, raw))
 }
 
 /// The option `user` voted for in `poll`, if any: one `HGET`, no Postgres.

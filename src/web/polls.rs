@@ -1,6 +1,7 @@
-//! The voter's pages: the list of polls and one poll with its live results. Votes
-//! go through the JSON API from `app.js`; results refresh from
-//! `GET /api/polls/{id}/results`, which reads Redis only.
+//! The voter's pages: the list of polls and one poll with its live results, or
+//! the words for results this caller may not see yet (no tally number is in the
+//! page then). Votes go through the JSON API from `app.js`; results refresh from
+//! the poll's event stream or `GET /api/polls/{id}/results`.
 
 use actix_web::{HttpRequest, web};
 use askama::Template;
@@ -17,6 +18,7 @@ use crate::state::AppState;
 use crate::vote::cached::cached_record;
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store::{self, PollRecord, Results};
+use crate::vote::visibility::{Until, Viewer, decide};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "polls.html")]
@@ -96,6 +98,11 @@ pub struct PollPage {
     voted_option: i64,
     voted_label: Option<String>,
     signin_url: String,
+    /// What the page says instead of the tallies, when this caller may not see
+    /// them yet (`None`: the tallies show).
+    hidden_text: Option<&'static str>,
+    /// The `until` of hidden results (`vote`, `close`, `reveal`), empty when shown.
+    hidden_until: &'static str,
 }
 
 pub async fn poll(
@@ -136,15 +143,22 @@ pub async fn poll(
         .into_iter()
         .map(|o| (o.id, o.label))
         .collect();
+    let now = Utc::now();
+    let viewer = Viewer::from(user);
+    let results = decide(&record.poll, results, viewer, voted_option > 0, now);
     let (options, total) = view::option_results(options, &results);
+    let poll = PollCard::new(record.poll, results.voters(), now);
+    let closed = poll.status == crate::domain::PollStatus::Closed;
     Ok(PollPage {
         signed_in: nav.user.is_some(),
         nav,
-        poll: PollCard::new(record.poll, results.voters, Utc::now()),
+        hidden_text: results.until().map(|u| view::hidden_words(u, closed)),
+        hidden_until: results.until().map_or("", Until::as_str),
+        poll,
         options,
         total,
-        voters_text: view::voters_text(results.voters),
-        server_now_ms: Utc::now().timestamp_millis(),
+        voters_text: view::voters_text(results.voters()),
+        server_now_ms: now.timestamp_millis(),
         voted_option,
         voted_label,
         signin_url: format!("/signin?next=%2Fpolls%2F{id}"),

@@ -51,7 +51,28 @@ export function adminPollPage() {
   const base = `/api/admin/polls/${encodeURIComponent(pollId)}`;
   const title = root.querySelector("h1");
   retireButtons(root, base, "poll", () => title.textContent, "/admin#polls-heading");
+  revealButton(root, base);
   editForm(base);
+}
+
+/** The reveal of an `on_reveal` poll's results, offered once it is closed. */
+function revealButton(root, base) {
+  const button = root.querySelector('[data-action="reveal"]');
+  if (!button) return;
+  const message = field(root, "reveal-message");
+  button.addEventListener("click", async () => {
+    if (!confirm("Reveal the results to everyone? This cannot be undone.")) return;
+    button.disabled = true;
+    const res = await api("POST", `${base}/reveal`);
+    if (res.ok) {
+      button.hidden = true;
+      say(message, "Revealed: everyone now sees the results.", true);
+      setTimeout(() => location.reload(), 600);
+    } else {
+      button.disabled = false;
+      say(message, messageOf(res, "Could not reveal the results."), false);
+    }
+  });
 }
 
 /** The edit form of a poll not open yet: only what changed is sent. */
@@ -64,7 +85,13 @@ function editForm(base) {
     const at = new Date(f[name].dataset.iso);
     if (!Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
   }
-  const initial = { question: f.question.value, options: f.options.value, opens_at: f.opens_at.value, closes_at: f.closes_at.value };
+  const initial = {
+    question: f.question.value,
+    options: f.options.value,
+    opens_at: f.opens_at.value,
+    closes_at: f.closes_at.value,
+    results: f.results.value,
+  };
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const changed = {};
@@ -79,6 +106,7 @@ function editForm(base) {
       if (Number.isNaN(at.getTime())) errors[name] = "Pick a date and time.";
       else changed[name] = at.toISOString();
     }
+    if (f.results.value !== initial.results) changed.results = f.results.value;
     if (changed.question === "") errors.question = "Ask a question.";
     showFieldErrors(form, errors);
     if (Object.keys(errors).length) {
@@ -99,7 +127,12 @@ function editForm(base) {
       setTimeout(() => location.reload(), 400);
       return;
     }
-    const where = { invalid_options: "options", invalid_text: "question", invalid_window: "closes_at" }[res.data.error];
+    const where = {
+      invalid_options: "options",
+      invalid_text: "question",
+      invalid_window: "closes_at",
+      invalid_ballot_settings: "results",
+    }[res.data.error];
     if (where) {
       showFieldErrors(form, { [where]: messageOf(res, "Check this field.") });
       focusFirstError(form);

@@ -158,6 +158,8 @@ export function adminPolls() {
         if (message.includes("past")) return { closes_at: "The closing time is in the past: pick a later time." };
         if (message.includes("at most")) return { closes_at: "A poll can stay open at most 366 days." };
         return { closes_at: "The poll must close after it opens." };
+      case "invalid_ballot_settings":
+        return { results: "Pick who sees the results, and when." };
       case "invalid_text":
         if (message.startsWith("option")) return { options: "Each option can have at most 200 characters." };
         return { question: "Write a question of at most 300 characters." };
@@ -211,11 +213,13 @@ export function adminPolls() {
       // datetime-local is local wall time; the API takes UTC instants.
       opens_at: opens.toISOString(),
       closes_at: closes.toISOString(),
+      results: f.results.value,
     });
     button.disabled = false;
     if (res.status === 201) {
       say(createMessage, `Created poll “${res.data.question}” (#${res.data.id}).`, true);
       f.question.value = "";
+      f.results.value = "live";
       resetOptions();
       defaultWindow();
       await refresh();

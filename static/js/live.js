@@ -31,9 +31,18 @@ export function pollWhileVisible(fn, ms) {
  * Follows `path`'s server-sent events, handing each event's JSON to `apply`;
  * where the stream cannot be had (no EventSource, a proxy that cuts it, an error
  * answer), falls back to running `poll` every `ms` while the tab is visible.
+ * Returns `stop`, which ends both (a page that must follow another stream, e.g.
+ * a voter's once their vote is in, stops this one and follows the new one).
  */
 export function liveOrPoll(path, apply, poll, ms) {
-  if (typeof EventSource !== "function") return pollWhileVisible(poll, ms);
+  let stopped = false;
+  const polling = () => (stopped ? undefined : poll());
+  if (typeof EventSource !== "function") {
+    pollWhileVisible(polling, ms);
+    return () => {
+      stopped = true;
+    };
+  }
   const source = new EventSource(path);
   let failures = 0;
   source.addEventListener("message", (event) => {
@@ -44,16 +53,19 @@ export function liveOrPoll(path, apply, poll, ms) {
     } catch {
       return;
     }
-    apply(view);
+    if (!stopped) apply(view);
   });
   source.addEventListener("error", () => {
     // The browser reconnects by itself after a dropped stream; an error answer
     // (CLOSED) or three failures in a row mean it will not work here.
     failures += 1;
-    if (source.readyState === EventSource.CLOSED || failures >= 3) {
+    if (!stopped && (source.readyState === EventSource.CLOSED || failures >= 3)) {
       source.close();
-      pollWhileVisible(poll, ms);
+      pollWhileVisible(polling, ms);
     }
   });
-  return poll;
+  return () => {
+    stopped = true;
+    source.close();
+  };
 }

@@ -8,6 +8,13 @@ import { clockOffset, formatDuration } from "./time.js";
 
 const RESULTS_POLL_MS = 2000;
 
+/** What the page says instead of hidden tallies (as the server's `hidden_words`). */
+function hiddenWords(until, closed) {
+  if (until === "vote") return closed ? "Results are shown only to those who voted" : "Results after you vote";
+  if (until === "close") return "Results at the end of the vote";
+  return "Results when the organisers reveal them";
+}
+
 export function pollPage() {
   const root = document.getElementById("poll");
   if (!root) return;
@@ -26,6 +33,7 @@ export function pollPage() {
     voters: field(root, "voters"),
     resultsHeading: field(root, "results-heading"),
     results: field(root, "results"),
+    resultsHidden: field(root, "results-hidden"),
     vote: root.querySelector('[data-action="vote"]'),
     opensLabel: field(root, "opens-label"),
     closesLabel: field(root, "closes-label"),
@@ -45,6 +53,9 @@ export function pollPage() {
     rateLimited: false,
     // An admin closed the poll before its closing time.
     closedEarly: Boolean(el.closedNote && !el.closedNote.hidden),
+    // What hidden results wait for (`vote`, `close`, `reveal`); "" once shown. A
+    // page that has shown tallies never hides them again.
+    hiddenUntil: d.hiddenUntil || "",
   };
 
   /** The server's last word, moved on by the clock. */
@@ -72,7 +83,14 @@ export function pollPage() {
     if (status === "upcoming") setText(el.countdownTime, formatDuration(state.opensAt - now()));
     // Signing in cannot help once the poll is closed.
     el.hint.hidden = status === "closed";
-    setText(el.resultsHeading, status === "closed" ? "Final results" : "Live results");
+    if (state.hiddenUntil) {
+      setText(el.resultsHeading, "Results");
+      setText(el.resultsHidden, hiddenWords(state.hiddenUntil, status === "closed"));
+    } else {
+      setText(el.resultsHeading, status === "closed" ? "Final results" : "Live results");
+    }
+    el.resultsHidden.hidden = !state.hiddenUntil;
+    el.results.hidden = Boolean(state.hiddenUntil);
     setText(el.opensLabel, status === "upcoming" ? "Opens" : "Opened");
     setText(el.closesLabel, status === "closed" ? "Closed" : "Closes");
     if (el.closedNote) el.closedNote.hidden = !state.closedEarly;
@@ -97,9 +115,32 @@ export function pollPage() {
     }
   }
 
-  /** Bars, counts and percentages from `GET /api/polls/{id}/results`. */
+  function showVoters(n) {
+    const voters = Math.max(0, Number(n) || 0);
+    setText(el.voters, voters === 1 ? "1 voter" : `${voters} voters`);
+    return voters;
+  }
+
+  /**
+   * Bars, counts and percentages from `GET /api/polls/{id}/results`, or the words
+   * for results this visitor may not see yet (`{hidden: true, until, voters}`).
+   */
   function applyResults(results) {
-    if (!results || !Array.isArray(results.tallies)) return;
+    if (!results) return;
+    if (results.hidden === true) {
+      // Hidden again after tallies showed: a shared stream behind this visitor's
+      // own view (their vote is in); keep what they saw.
+      if (!state.hiddenUntil) return;
+      state.hiddenUntil = String(results.until || "close");
+      showVoters(results.voters);
+      render();
+      return;
+    }
+    if (!Array.isArray(results.tallies)) return;
+    if (state.hiddenUntil) {
+      state.hiddenUntil = "";
+      render();
+    }
     // Closed early by an admin: stop offering the vote without a reload.
     if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
       state.status = "closed";
@@ -112,7 +153,7 @@ export function pollPage() {
     }
     const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));
     const counted = [...votes.values()].reduce((a, b) => a + b, 0);
-    const voters = Math.max(0, Number(results.voters) || 0);
+    const voters = showVoters(results.voters);
     const total = Math.max(voters, counted);
     for (const row of el.results.children) {
       const n = votes.get(row.dataset.optionId) || 0;
@@ -122,7 +163,6 @@ export function pollPage() {
       bar.max = Math.max(total, 1);
       bar.value = n;
     }
-    setText(el.voters, voters === 1 ? "1 voter" : `${voters} voters`);
   }
 
   async function refreshResults() {
@@ -149,8 +189,18 @@ export function pollPage() {
         state.voted = true;
         state.choice = optionId;
         markMine();
-        show("success", "Thanks, your vote counted.", "The results update live.");
-        refreshResults();
+        if (d.results === "after_vote") {
+          // Now this voter may see the tallies: their own view, then the stream of
+          // those who see them (the page's stream so far carries them to nobody).
+          show("success", "Thanks, your vote counted.", "Here are the results so far; they update live.");
+          refreshResults();
+          follow();
+        } else if (state.hiddenUntil) {
+          show("success", "Thanks, your vote counted.", `${hiddenWords(state.hiddenUntil, false)}.`);
+        } else {
+          show("success", "Thanks, your vote counted.", "The results update live.");
+          refreshResults();
+        }
         break;
       case 409:
         if (code === "already_voted") {
@@ -180,5 +230,11 @@ export function pollPage() {
   form.addEventListener("submit", vote);
   render();
   setInterval(render, 250);
-  liveOrPoll(`/api/polls/${pollId}/events`, applyResults, refreshResults, RESULTS_POLL_MS);
+  let stop = () => {};
+  /** (Re)starts following the results: the server picks the stream for this visitor. */
+  function follow() {
+    stop();
+    stop = liveOrPoll(`/api/polls/${pollId}/events`, applyResults, refreshResults, RESULTS_POLL_MS);
+  }
+  follow();
 }

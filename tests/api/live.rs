@@ -9,14 +9,23 @@ use serde_json::Value;
 use crate::helpers::{TestApp, metric, spawn_app_with, spawn_with_live_sale_and};
 
 /// An open event stream and what it has sent that no event has used yet.
-struct Stream {
+pub(crate) struct Stream {
     resp: reqwest::Response,
     buf: String,
 }
 
 impl Stream {
-    async fn open(app: &TestApp, path: &str) -> Stream {
-        let resp = app.client.get(app.url(path)).send().await.unwrap();
+    pub(crate) async fn open(app: &TestApp, path: &str) -> Stream {
+        Self::open_as(app, path, None).await
+    }
+
+    /// [`Self::open`] with the caller's token, when there is one.
+    pub(crate) async fn open_as(app: &TestApp, path: &str, token: Option<&str>) -> Stream {
+        let mut req = app.client.get(app.url(path));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::OK);
         assert_eq!(
             resp.headers()["content-type"].to_str().unwrap(),
@@ -29,7 +38,7 @@ impl Stream {
     }
 
     /// The next `data:` event's JSON (comments and `retry:` skipped), within 5 s.
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         tokio::time::timeout(Duration::from_secs(5), async {
             loop {
                 while let Some(end) = self.buf.find("\n\n") {

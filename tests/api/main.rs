@@ -25,6 +25,7 @@ mod pages;
 mod paging;
 mod payment;
 mod poll_pages;
+mod poll_results;
 mod purchase;
 mod quantity;
 mod recover;

@@ -1,4 +1,4 @@
-//! The admin's routes of polls: create, list, show, close.
+//! The admin's routes of polls: create, list, show, close, reveal.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
@@ -15,6 +15,7 @@ use crate::vote::cached::invalidate_record;
 use crate::vote::cached::{PollView, load_view};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store::{self, NewPoll};
+use crate::vote::visibility::{ResultsVisibility, Viewer};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -24,6 +25,18 @@ pub(super) struct CreatePoll {
     options: Vec<String>,
     opens_at: DateTime<Utc>,
     closes_at: DateTime<Utc>,
+    /// Who sees the tallies when: `live` (the default: everyone, at once),
+    /// `after_vote`, `after_close` or `on_reveal`; else 422 `invalid_ballot_settings`.
+    #[schema(value_type = Option<ResultsVisibility>)]
+    #[serde(default)]
+    results: Option<serde_json::Value>,
+}
+
+/// The `results` setting of a create or an edit, when sent (a `null` is not sent).
+pub(super) fn parse_results(
+    raw: Option<&serde_json::Value>,
+) -> Result<Option<ResultsVisibility>, AppError> {
+    raw.map(ResultsVisibility::from_setting).transpose()
 }
 
 /// A poll's options: 2 to 20, each 1 to 200 characters, distinct (ignoring case).
@@ -53,11 +66,13 @@ impl CreatePoll {
         let question = domain::parse_text("question", &self.question, 300, false)?;
         let options = parse_options(&self.options)?;
         crate::vote::lifecycle::check_window(self.opens_at, self.closes_at)?;
+        let results = parse_results(self.results.as_ref())?.unwrap_or_default();
         Ok(NewPoll {
             question,
             options,
             opens_at: self.opens_at,
             closes_at: self.closes_at,
+            results,
         })
     }
 }
@@ -65,7 +80,7 @@ impl CreatePoll {
 /// Creates a poll of 2 to 20 options.
 #[utoipa::path(post, path = "/api/admin/polls", tag = "admin", request_body = CreatePoll, security(("bearer" = [])), responses(
     (status = 201, description = "The new poll", body = PollView),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` (a `results` out of its four values), `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
     state: web::Data<AppState>,
@@ -86,7 +101,7 @@ pub(super) async fn admin_create(
     let id = Id::new(record.poll.id).expect("serial ids are positive");
     // A read of this id before it existed may have cached "no such poll".
     invalidate_record(&state, id).await?;
-    Ok(HttpResponse::Created().json(load_view(&state, id).await?))
+    Ok(HttpResponse::Created().json(load_view(&state, id, Viewer::Admin).await?))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -169,7 +184,7 @@ pub(super) async fn admin_show(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
-    let view = load_view(&state, id).await?;
+    let view = load_view(&state, id, Viewer::Admin).await?;
     let rows = store::settled_tallies(&state.db, id).await?;
     let settled_voters = rows.iter().map(|(_, n)| n).sum();
     Ok(HttpResponse::Ok().json(AdminPollView {
@@ -208,5 +223,24 @@ pub(super) async fn admin_close(
         return Err(state.recovery.recovering(Target::Poll(id)));
     }
     tracing::info!(poll = %id, admin = %admin.id, "poll closed");
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    Ok(HttpResponse::Ok().json(load_view(&state, id, Viewer::Admin).await?))
+}
+
+/// Reveals the results of an `on_reveal` poll once it is closed: from then on
+/// everyone sees its tallies. A second reveal answers the poll as it is.
+#[utoipa::path(post, path = "/api/admin/polls/{id}/reveal", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The poll, with `revealed_at`", body = PollView),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 409, description = "`not_revealable`: the poll's `results` is not `on_reveal`, or it is not closed yet", body = ErrorBody<'static>),
+))]
+pub(super) async fn admin_reveal(
+    state: web::Data<AppState>,
+    AdminUser(admin): AdminUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let id = PollId::parse(&path)?;
+    if crate::vote::reveal::reveal(state.get_ref(), id, admin.id).await? {
+        tracing::info!(poll = %id, admin = %admin.id, "poll results revealed");
+    }
+    Ok(HttpResponse::Ok().json(load_view(&state, id, Viewer::Admin).await?))
 }

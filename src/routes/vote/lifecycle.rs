@@ -6,7 +6,7 @@ use actix_web::{HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::admin::parse_options;
+use super::admin::{parse_options, parse_results};
 use crate::audit::{self, Subject};
 use crate::auth::AdminUser;
 use crate::domain::{self, PollId};
@@ -15,6 +15,7 @@ use crate::recover::Target;
 use crate::state::AppState;
 use crate::vote::cached::{PollView, load_view};
 use crate::vote::lifecycle::{self, PollEdit};
+use crate::vote::visibility::Viewer;
 
 /// Any of a poll's fields, until it opens (409 `poll_started` after). New
 /// `options` replace the old ones (with new ids). Each is checked as in
@@ -26,6 +27,10 @@ pub(super) struct EditPoll {
     options: Option<Vec<String>>,
     opens_at: Option<DateTime<Utc>>,
     closes_at: Option<DateTime<Utc>>,
+    /// `live`, `after_vote`, `after_close` or `on_reveal`; else 422
+    /// `invalid_ballot_settings`.
+    #[schema(value_type = Option<crate::vote::visibility::ResultsVisibility>)]
+    results: Option<serde_json::Value>,
 }
 
 /// Edits a poll that has not opened.
@@ -33,7 +38,7 @@ pub(super) struct EditPoll {
     (status = 200, description = "The poll as it is now", body = PollView),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
     (status = 409, description = "`poll_started`: the poll has opened", body = ErrorBody<'static>),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window` or `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_edit(
     state: web::Data<AppState>,
@@ -51,6 +56,7 @@ pub(super) async fn admin_edit(
         options: body.options.as_deref().map(parse_options).transpose()?,
         opens_at: body.opens_at,
         closes_at: body.closes_at,
+        results: parse_results(body.results.as_ref())?,
     };
     let in_redis = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
     state.wake.catalog_changed();
@@ -58,7 +64,7 @@ pub(super) async fn admin_edit(
     if !in_redis {
         return Err(state.recovery.recovering(Target::Poll(id)));
     }
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    Ok(HttpResponse::Ok().json(load_view(&state, id, Viewer::Admin).await?))
 }
 
 /// Archives a poll: off the public lists; still reachable by link and in the
@@ -75,7 +81,7 @@ pub(super) async fn admin_archive(
     let id = PollId::parse(&path)?;
     lifecycle::set_archived(state.get_ref(), id, true, admin.id).await?;
     tracing::info!(poll = %id, admin = %admin.id, "poll archived");
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    Ok(HttpResponse::Ok().json(load_view(&state, id, Viewer::Admin).await?))
 }
 
 /// Brings an archived poll back onto the public lists.
@@ -91,7 +97,7 @@ pub(super) async fn admin_unarchive(
     let id = PollId::parse(&path)?;
     lifecycle::set_archived(state.get_ref(), id, false, admin.id).await?;
     tracing::info!(poll = %id, admin = %admin.id, "poll unarchived");
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    Ok(HttpResponse::Ok().json(load_view(&state, id, Viewer::Admin).await?))
 }
 
 /// Deletes a poll that never had a vote, from Postgres and Redis.
@@ -111,7 +117,7 @@ pub(super) async fn admin_delete(
     Ok(HttpResponse::NoContent().finish())
 }
 
-/// Every admin change of a poll (create, edit, close, archive, unarchive, delete),
+/// Every admin change of a poll (create, edit, close, reveal, archive, unarchive, delete),
 /// newest first, at most 500.
 #[utoipa::path(get, path = "/api/admin/polls/{id}/history", tag = "admin", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The changes, newest first (also those of a deleted poll)", body = [audit::Entry]),

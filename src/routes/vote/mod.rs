@@ -1,6 +1,6 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
 //! One file per concern: public reads and the vote (`public.rs`), the admin's
-//! (`admin.rs`), edit, archive, delete and history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
+//! (`admin.rs`: create, list, show, close, reveal), edit, archive, delete and history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
 
 mod admin;
 mod lifecycle;
@@ -18,6 +18,7 @@ mod public;
     admin::admin_list,
     admin::admin_show,
     admin::admin_close,
+    admin::admin_reveal,
     lifecycle::admin_edit,
     lifecycle::admin_archive,
     lifecycle::admin_unarchive,
@@ -37,6 +38,7 @@ super::routes! {
     get "/admin/polls" => admin::admin_list,
     get "/admin/polls/{id}" => admin::admin_show,
     post "/admin/polls/{id}/close" => admin::admin_close,
+    post "/admin/polls/{id}/reveal" => admin::admin_reveal,
     patch "/admin/polls/{id}" => lifecycle::admin_edit,
     delete "/admin/polls/{id}" => lifecycle::admin_delete,
     post "/admin/polls/{id}/archive" => lifecycle::admin_archive,

@@ -12,23 +12,31 @@ use crate::limit::Route;
 use crate::live::Topic;
 use crate::metrics::Metrics;
 use crate::recover::Target;
+use crate::routes::auth::optional_user;
 use crate::routes::{PageQuery, paged_json};
 use crate::state::{AppState, Worker};
-use crate::vote::cached::{PollView, live_results, load_view, missing_from_redis};
+use crate::vote::cached::{
+    PollView, cached_record, load_view, missing_from_redis, results_for, sees_tallies,
+};
 use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store;
+use crate::vote::visibility::{PollResults, Viewer};
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct PollSummary {
     #[serde(flatten)]
     poll: store::PollRow,
     status: crate::domain::PollStatus,
+    /// The live results as the caller may see them (hidden:
+    /// `{"hidden": true, "until", "voters"}`).
+    results: PollResults,
 }
 
 /// A page of polls in the list order: open polls first, then upcoming ones, then
 /// closed ones; latest opening first within each, the id breaking ties. The order
-/// is taken at the first page's moment for the whole walk.
+/// is taken at the first page's moment for the whole walk. Each with its results as
+/// the caller may see them (an admin's token: always the tallies).
 #[utoipa::path(get, path = "/api/polls", tag = "polls", params(PageQuery), responses(
     (status = 200, description = "A page of polls with their status; the next page's address in `Link` and its cursor in `X-Next-Cursor`, both absent on the last page", body = [PollSummary], headers(
         ("Link" = String, description = "`</api/polls?limit=50&cursor=...>; rel=\"next\"`: the next page"),
@@ -41,38 +49,52 @@ pub(super) async fn list(
     query: web::Query<PageQuery>,
 ) -> Result<HttpResponse, AppError> {
     let (limit, after) = query.parse(PollCursor::parse)?;
+    let viewer = Viewer::from(optional_user(&req)?);
     let now = Utc::now();
-    let page = list::page(
+    let page = list::page_with_results(
         &state.db,
+        &mut state.redis.clone(),
+        &state.keys,
         after.as_ref(),
         limit,
         crate::paging::ListScope::Public,
+        viewer,
     )
     .await?
-    .map(|poll| PollSummary {
+    .map(|(poll, results)| PollSummary {
         status: store::status(&poll, now),
         poll,
+        results,
     });
     Ok(paged_json(&req, limit, page))
 }
 
-/// One poll: question, options, window and live results.
+/// One poll: question, options, window and live results as the caller may see
+/// them (hidden until the vote, the close or a reveal, as its `results` says; an
+/// admin's token always sees the tallies).
 #[utoipa::path(get, path = "/api/polls/{id}", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "The poll", body = PollView),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
 ))]
 pub(super) async fn show(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
-    Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
+    let viewer = Viewer::from(optional_user(&req)?);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(load_view(&state, id, viewer).await?))
 }
 
 /// The poll's live results as server-sent events: the JSON of
 /// `GET /api/polls/{id}/results` at once, then again whenever a tally or the status
 /// changes (read once a second per poll in each process, however many pages watch
-/// it: see [`crate::live`]).
+/// it: see [`crate::live`]). Two streams per poll: the tallies, followed only by
+/// callers who see them whatever the poll's state (an admin, a voter of an
+/// `after_vote` poll whose ballot is in, when the stream starts), and what anyone
+/// may see, followed by everyone else: hidden tallies never enter that one.
 #[utoipa::path(get, path = "/api/polls/{id}/events", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "`text/event-stream`: each `data:` line the results, as `GET /api/polls/{id}/results` answers", content_type = "text/event-stream", body = crate::live::LiveEvent),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
@@ -80,15 +102,28 @@ pub(super) async fn show(
         ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
 pub(super) async fn events(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
+    let viewer = Viewer::from(optional_user(&req)?);
+    let tallies = match cached_record(state.get_ref(), id).await? {
+        Some(record) => sees_tallies(state.get_ref(), &record, viewer).await?,
+        None => false,
+    };
+    // The topic's reader shares one reading among all its streams, so it reads as
+    // the topic's viewers: an admin for the tallies, anyone for the other.
+    let (topic, shared_viewer) = if tallies {
+        (Topic::PollTallies(id), Viewer::Admin)
+    } else {
+        (Topic::Poll(id), Viewer::Anyone)
+    };
     let reader = state.clone();
     let load = move || {
         let state = reader.clone();
         async move {
-            match live_results(&state, id).await {
+            match results_for(&state, id, shared_viewer).await {
                 Ok(results) => Ok(Some(crate::live::json(&results)?)),
                 Err(e) if actix_web::ResponseError::status_code(&e) == StatusCode::NOT_FOUND => {
                     Ok(None)
@@ -97,22 +132,25 @@ pub(super) async fn events(
             }
         }
     };
-    state.live.stream(Topic::Poll(id), "poll", load).await
+    state.live.stream(topic, "poll", load).await
 }
 
-/// Live results for pages that poll: Redis only, no Postgres query per viewer.
+/// Live results for pages that poll, as the caller may see them: the cached record
+/// and Redis, no Postgres query per viewer.
 #[utoipa::path(get, path = "/api/polls/{id}/results", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
-    (status = 200, description = "Live tallies from Redis", body = store::Results),
+    (status = 200, description = "Live tallies from Redis, or `{\"hidden\": true, \"until\": \"vote\" | \"close\" | \"reveal\", \"voters\": n}` while this caller may not see them", body = PollResults),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
 ))]
 pub(super) async fn results(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
+    let viewer = Viewer::from(optional_user(&req)?);
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(live_results(&state, id).await?))
+        .json(results_for(&state, id, viewer).await?))
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

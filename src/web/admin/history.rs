@@ -43,6 +43,7 @@ pub(super) fn action_words(action: &str) -> &'static str {
         Some(audit::Action::Cancel) => "Order cancelled",
         Some(audit::Action::Refund) => "Order refunded",
         Some(audit::Action::Line) => "Line controls changed",
+        Some(audit::Action::Reveal) => "Results revealed",
         None => "Changed",
     }
 }

@@ -12,7 +12,7 @@ use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 use crate::web::error::PageError;
 use crate::web::pages::{list_url, load_nav, page_of_cards, to_signin};
 use crate::web::polls;
-use crate::web::view::{Nav, PollCard, SaleCard};
+use crate::web::view::{Nav, PollCard, ResultsChoice, SaleCard, results_choices};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
@@ -25,6 +25,8 @@ pub struct AdminPage {
     /// Bounds of the option list of the poll form.
     min_options: usize,
     max_options: usize,
+    /// The poll form's choices of who sees the results when.
+    results_choices: Vec<ResultsChoice>,
     /// The next page of each table (the other table stays on its page); none on
     /// the last.
     sales_next_url: Option<String>,
@@ -178,6 +180,7 @@ pub async fn page(
             polls: polls.items,
             min_options: MIN_OPTIONS,
             max_options: MAX_OPTIONS,
+            results_choices: results_choices(),
         })),
         Err(e) => Err(PageError::from_app(e, nav)),
     }

@@ -1,5 +1,6 @@
-//! A poll's admin page (`/admin/polls/{id}`): live and settled tallies, the edit
-//! form and the record of admin changes.
+//! A poll's admin page (`/admin/polls/{id}`): live and settled tallies (whatever
+//! the poll's `results` setting), when they become public and the reveal button,
+//! the edit form and the record of admin changes.
 
 use actix_web::{Either, HttpRequest, HttpResponse, web};
 use askama::Template;
@@ -8,10 +9,14 @@ use chrono::Utc;
 
 use super::admin_nav;
 use super::history::{HISTORY_SHOWN, HistoryRow};
-use crate::domain::PollId;
+use crate::domain::{PollId, PollStatus};
 use crate::state::AppState;
+use crate::vote::store::PollRow;
+use crate::vote::visibility::{ResultsVisibility, Viewer};
 use crate::web::error::PageError;
-use crate::web::view::{Moment, Nav, PollCard, option_results};
+use crate::web::view::{
+    Moment, Nav, PollCard, ResultsChoice, option_results, results_choices, results_words,
+};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin_poll.html")]
@@ -29,6 +34,40 @@ pub struct PollTalliesPage {
     /// Someone voted: delete is not offered.
     has_votes: bool,
     history: Vec<HistoryRow>,
+    /// The `results` setting in words.
+    results_setting: &'static str,
+    /// The edit form's choices of the setting.
+    results_choices: Vec<ResultsChoice>,
+    /// When voters and visitors see the tallies.
+    public_when: String,
+    /// An `on_reveal` poll, closed and not revealed: the reveal button is offered.
+    revealable: bool,
+}
+
+/// When the tallies become public, as of now.
+fn public_when(poll: &PollRow, closed: bool) -> String {
+    match (poll.results, poll.revealed_at) {
+        (ResultsVisibility::Live, _) => "Public now: everyone sees the results live.".into(),
+        (ResultsVisibility::AfterVote, _) => {
+            "Only voters see the results, each once they have voted; others never do.".into()
+        }
+        (ResultsVisibility::AfterClose, _) if closed => "Public now: the poll is closed.".into(),
+        (ResultsVisibility::AfterClose, _) => {
+            "Hidden until the poll closes; then everyone sees them.".into()
+        }
+        (ResultsVisibility::OnReveal, Some(at)) => {
+            format!(
+                "Public since you revealed them ({}).",
+                Moment::from(at).text
+            )
+        }
+        (ResultsVisibility::OnReveal, None) if closed => {
+            "Hidden until you reveal them: the poll is closed, so you can now.".into()
+        }
+        (ResultsVisibility::OnReveal, None) => {
+            "Hidden until you reveal them; you can once the poll has closed.".into()
+        }
+    }
 }
 
 pub struct TallyRow {
@@ -63,7 +102,7 @@ pub async fn poll_tallies(
             "Poll addresses end in a number, like /admin/polls/1.",
         ));
     };
-    let view = match crate::vote::load_view(&state, id).await {
+    let view = match crate::vote::load_view(&state, id, Viewer::Admin).await {
         Ok(view) => view,
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
@@ -111,16 +150,24 @@ pub async fn poll_tallies(
         .collect();
     let settled_voters: i64 = settled.iter().map(|(_, n)| n).sum();
     let poll = &view.record.poll;
+    let now = Utc::now();
+    let closed = view.status == PollStatus::Closed;
     Ok(Either::Left(PollTalliesPage {
         nav,
-        editable: poll.opens_at > Utc::now() && !poll.closed,
+        editable: poll.opens_at > now && !poll.closed,
         options_text,
         archived_at: poll.archived_at.map(Moment::from),
-        has_votes: view.results.voters > 0 || settled_voters > 0,
+        has_votes: view.results.voters() > 0 || settled_voters > 0,
         history: history.iter().map(Into::into).collect(),
-        live_voters: view.results.voters,
+        live_voters: view.results.voters(),
         settled_voters,
-        poll: PollCard::new(view.record.poll, view.results.voters, Utc::now()),
+        results_setting: results_words(poll.results),
+        results_choices: results_choices(),
+        public_when: public_when(poll, closed),
+        revealable: poll.results == ResultsVisibility::OnReveal
+            && closed
+            && poll.revealed_at.is_none(),
+        poll: PollCard::new(view.record.poll, view.results.voters(), now),
         options: rows,
     }))
 }

@@ -8,6 +8,9 @@ mod sale;
 mod text;
 
 pub use nav::Nav;
-pub use poll::{OptionResult, PollCard, option_results};
+pub use poll::{
+    OptionResult, PollCard, ResultsChoice, hidden_words, option_results, results_choices,
+    results_words,
+};
 pub use sale::{OrderState, SaleCard, sort_for_shop};
 pub use text::{Moment, clock_text, format_price, group_digits, short_order_id, voters_text};

@@ -4,7 +4,8 @@ use chrono::{DateTime, Utc};
 
 use super::text::{Moment, percent};
 use crate::domain::PollStatus;
-use crate::vote::store::{PollRow, Results};
+use crate::vote::store::PollRow;
+use crate::vote::visibility::{PollResults, ResultsVisibility, Until, hidden_until};
 
 /// A poll as the list and the admin table show it.
 pub struct PollCard {
@@ -18,12 +19,20 @@ pub struct PollCard {
     pub voters: i64,
     pub opens_at: Moment,
     pub closes_at: Moment,
+    /// The `results` setting (`live`, `after_vote`, ...).
+    pub results: ResultsVisibility,
+    /// What the lists say while anyone but a voter or an admin waits for the
+    /// results; `None` when they show.
+    pub results_note: Option<&'static str>,
 }
 
 impl PollCard {
     pub fn new(poll: PollRow, voters: i64, now: DateTime<Utc>) -> Self {
         let status = crate::vote::store::status(&poll, now);
+        let closed = status == PollStatus::Closed;
         PollCard {
+            results: poll.results,
+            results_note: hidden_until(&poll, closed, false).map(|u| hidden_words(u, closed)),
             id: poll.id,
             status,
             status_label: status.label(),
@@ -36,6 +45,52 @@ impl PollCard {
     }
 }
 
+/// What a page shows instead of tallies that are hidden from this caller: plain
+/// words for what they wait for (`closed`: the poll is, so a vote is no way in).
+pub fn hidden_words(until: Until, closed: bool) -> &'static str {
+    match until {
+        Until::Vote if closed => "Results are shown only to those who voted",
+        Until::Vote => "Results after you vote",
+        Until::Close => "Results at the end of the vote",
+        Until::Reveal => "Results when the organisers reveal them",
+    }
+}
+
+/// The admin's words for each `results` setting.
+pub fn results_words(setting: ResultsVisibility) -> &'static str {
+    match setting {
+        ResultsVisibility::Live => "Live: everyone sees the results as votes come in",
+        ResultsVisibility::AfterVote => "After voting: each voter sees them once they have voted",
+        ResultsVisibility::AfterClose => "After the close: everyone sees them once the poll closes",
+        ResultsVisibility::OnReveal => {
+            "On reveal: hidden, after the close too, until you reveal them"
+        }
+    }
+}
+
+/// One choice of the `results` setting in the admin's forms.
+pub struct ResultsChoice {
+    pub value: &'static str,
+    pub label: &'static str,
+}
+
+/// The `results` setting's choices, the default first, in words short enough for
+/// a phone's select (the form's help text says the rest).
+pub fn results_choices() -> Vec<ResultsChoice> {
+    ResultsVisibility::ALL
+        .into_iter()
+        .map(|v| ResultsChoice {
+            value: v.as_str(),
+            label: match v {
+                ResultsVisibility::Live => "Live, as votes come in",
+                ResultsVisibility::AfterVote => "To voters, once they vote",
+                ResultsVisibility::AfterClose => "After the poll closes",
+                ResultsVisibility::OnReveal => "When you reveal them",
+            },
+        })
+        .collect()
+}
+
 /// One option of a poll with its live share of the votes.
 pub struct OptionResult {
     pub id: i64,
@@ -45,17 +100,25 @@ pub struct OptionResult {
 }
 
 /// The options in the poll's order with their tallies; `total` is what the
-/// percentages are of (never 0, so an empty poll shows 0% bars).
-pub fn option_results(options: Vec<(i64, String)>, results: &Results) -> (Vec<OptionResult>, i64) {
-    let votes_of = |id: i64| {
-        results
+/// percentages are of (never 0, so an empty poll shows 0% bars). Hidden results
+/// have no tallies: every option then counts 0, and pages show no number.
+pub fn option_results(
+    options: Vec<(i64, String)>,
+    results: &PollResults,
+) -> (Vec<OptionResult>, i64) {
+    let votes_of = |id: i64| match results {
+        PollResults::Shown(results) => results
             .tallies
             .iter()
             .find(|t| t.option_id == id)
-            .map_or(0, |t| t.votes)
+            .map_or(0, |t| t.votes),
+        PollResults::Hidden(_) => 0,
     };
     let counted: i64 = options.iter().map(|(id, _)| votes_of(*id)).sum();
-    let total = results.voters.max(counted);
+    let total = match results {
+        PollResults::Shown(r) => r.voters.max(counted),
+        PollResults::Hidden(_) => 0,
+    };
     let rows = options
         .into_iter()
         .map(|(id, label)| {
@@ -89,10 +152,11 @@ mod tests {
 
     #[test]
     fn options_keep_their_order_and_get_their_tallies() {
-        use crate::vote::store::Tally;
+        use crate::vote::store::{Results, Tally};
         let results = Results {
             poll_id: 1,
             closed: false,
+            hidden: false,
             voters: 4,
             tallies: vec![
                 Tally {
@@ -111,7 +175,7 @@ mod tests {
                 (10, "Red".into()),
                 (12, "Green".into()),
             ],
-            &results,
+            &PollResults::Shown(results),
         );
         assert_eq!(total, 4);
         let got: Vec<_> = rows
