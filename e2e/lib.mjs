@@ -115,9 +115,12 @@ export async function until(what, cond, timeout = 10000) {
  * change to the DOM (measured two frames later, once the layout has settled), the
  * page's width (`documentElement.scrollWidth`) must not pass the viewport's
  * (`innerWidth`); a state that does is reported once to `__e2eSideways` with the
- * element that sticks out furthest.
+ * element that sticks out furthest. Only while the window is `width` wide, the
+ * context's viewport: a full-page screenshot briefly lays the page out at other
+ * sizes (a state no reader sees), and measured then it reported a page of 212 px
+ * in a 1360 px viewport.
  */
-function watchSidewaysScroll() {
+function watchSidewaysScroll(width) {
   window.__e2eSidewaysWatch = true;
   const reported = new Set();
   let queued = false;
@@ -131,7 +134,7 @@ function watchSidewaysScroll() {
     if (!doc || !document.body) return;
     const view = window.innerWidth;
     const scroll = doc.scrollWidth;
-    if (scroll <= view) return;
+    if (view !== width || scroll <= view) return;
     // The deepest element whose box passes the viewport's right edge the furthest.
     let worst = null;
     let right = view;
@@ -174,7 +177,7 @@ export async function newContextPage(browser, viewport, session) {
       `no sideways scroll at ${viewport.width} px on ${seen.url}: the page is ${seen.scroll} px wide; ${seen.what} reaches ${seen.right} px`,
     );
   });
-  await context.addInitScript(watchSidewaysScroll);
+  await context.addInitScript(watchSidewaysScroll, viewport.width);
   if (session) {
     await context.addCookies([
       { name: "stampede_session", value: session.token, url: base, httpOnly: true, sameSite: "Lax" },
