@@ -330,7 +330,13 @@ try {
     await goto(newcomer, `/sales/${sale}`);
     const lateStatus = newcomer.locator('[data-field="queue-status"]');
     await lateStatus.filter({ hasText: "The line is closed." }).waitFor({ timeout: 8000 });
-    check(!(await newcomer.getByRole("button", { name: "Join the line" }).isVisible()), `a closed line offers no Join ${at}`);
+    // The page follows the sale's shared stream, whose reading may lag the close by
+    // one interval (1 s): the Join button must be gone within a deadline.
+    const joinGone = await newcomer
+      .getByRole("button", { name: "Join the line" })
+      .waitFor({ state: "hidden", timeout: 8000 })
+      .then(() => true, () => false);
+    check(joinGone, `a closed line offers no Join ${at}`);
     const refused = await call("POST", `/api/sales/${sale}/queue`, late.token);
     check(refused.status === 409 && refused.data.error === "line_closed", `a closed line refuses a join with 409 line_closed (${refused.status} ${refused.data.error}) ${at}`);
     await inspect(newcomer, "sale-queue-closed");
