@@ -9,7 +9,8 @@
 /// the modules, so each of them may use it.
 macro_rules! poll_columns {
     () => {
-        "id, question, opens_at, closes_at, closed, archived_at, results, revealed_at"
+        "id, question, opens_at, closes_at, closed, archived_at, results, revealed_at, ballot, \
+         max_choices, votes_per_user, max_per_option, allow_change"
     };
 }
 
@@ -18,6 +19,7 @@ pub mod cast;
 pub mod lifecycle;
 pub mod list;
 pub mod rebuild;
+pub mod receipt;
 pub mod reveal;
 pub mod setting;
 pub mod settlement;

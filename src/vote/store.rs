@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use serde::Serialize;
 use sqlx::PgPool;
 
-use super::setting::ResultsVisibility;
+use super::setting::{BallotKind, BallotSettings, ResultsVisibility};
 use crate::domain::{Id, PollId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
@@ -34,6 +34,35 @@ pub struct PollRow {
     pub results: ResultsVisibility,
     /// When an admin revealed the results of an `on_reveal` poll.
     pub revealed_at: Option<DateTime<Utc>>,
+    /// What a voter sends: `single`, `multi`, `budget` or `ranked`. (Defaults:
+    /// records cached before ballot kinds existed.)
+    #[serde(default)]
+    pub ballot: BallotKind,
+    /// `multi` and `ranked`: most options on one ballot.
+    #[serde(default)]
+    pub max_choices: Option<i32>,
+    /// `budget`: votes each voter may spend.
+    #[serde(default)]
+    pub votes_per_user: Option<i32>,
+    /// `budget`: most votes of one voter on one option.
+    #[serde(default)]
+    pub max_per_option: Option<i32>,
+    /// A later ballot replaces the voter's earlier one until the close.
+    #[serde(default)]
+    pub allow_change: bool,
+}
+
+impl PollRow {
+    /// The poll's ballot settings.
+    pub fn ballot_settings(&self) -> BallotSettings {
+        BallotSettings {
+            kind: self.ballot,
+            max_choices: self.max_choices,
+            votes_per_user: self.votes_per_user,
+            max_per_option: self.max_per_option,
+            allow_change: self.allow_change,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize, sqlx::FromRow, utoipa::ToSchema)]
