@@ -153,6 +153,11 @@ mod tests {
             archived_at: None,
             results,
             revealed_at: revealed.then_some(now),
+            ballot: Default::default(),
+            max_choices: None,
+            votes_per_user: None,
+            max_per_option: None,
+            allow_change: false,
         }
     }
 
