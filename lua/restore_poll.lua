@@ -3,7 +3,8 @@
 -- state is stamped with this Redis run.
 -- KEYS[1] meta hash   KEYS[2] options set   KEYS[3] tally hash   KEYS[4] rebuild token key
 -- ARGV[1] token   ARGV[2] opens_ms   ARGV[3] closes_ms   ARGV[4] closed (0|1)
--- ARGV[5] n = number of options, then n option ids, then n counts (same order)
+-- ARGV[5] n = number of options, then n option ids, then n counts (same order), then
+-- the ballot settings (see lua/vote_batch.lua)
 -- Returns the number of options, or -1 when the token is gone (start over).
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return -1
@@ -18,6 +19,7 @@ for i = 1, n do
   end
 end
 redis.call('HSET', KEYS[1], 'opens_ms', ARGV[2], 'closes_ms', ARGV[3], 'closed', ARGV[4],
+  'ballot', ARGV[6 + 2 * n],
   'run', redis_run())
 redis.call('DEL', KEYS[4])
 return n

@@ -1,34 +1,129 @@
 -- Decide a batch of votes of one poll atomically, each voter in order, with the vote
 -- route's rate limits checked inside the decision (under the poll's hash tag).
--- KEYS[1] meta hash (opens_ms, closes_ms, closed, run)   KEYS[2] options set
--- KEYS[3] voters hash (user id -> option id)   KEYS[4] tally hash (option -> count)
--- KEYS[5] votes stream
--- KEYS[5 + p]: rate-limit policy p's key (a per-user policy's buckets are named
+-- KEYS[1] meta hash (opens_ms, closes_ms, closed, run, ballot)   KEYS[2] options set
+-- KEYS[3] voters hash (user id -> ballot, see below)   KEYS[4] tally hash (option ->
+-- count)   KEYS[5] votes stream   KEYS[6] idempotency keys hash (`<user>:<key>` ->
+-- `<ballot>|<code>:<value>:<text>`)
+-- KEYS[6 + p]: rate-limit policy p's key (a per-user policy's buckets are named
 -- after it)   then per voter, one key per per-address policy: its state there
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
--- Redis clock)   ARGV[4] unused ('')   ARGV[5 ..]: per policy: algorithm code, a, b,
--- c, subject ('u' per user, 'k' a key per voter; see lua/lib/batch.lua)
--- then per voter: user id, option id
+-- Redis clock)   ARGV[4] ms the keys hash lives after its last write   ARGV[5 ..]:
+-- per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a key per voter;
+-- see lua/lib/batch.lua)
+-- then per voter: user id, ballot: `<option>` (single), `<option>,<option>,...`
+-- (multi, ranked: in the order sent), `<option>*<count>` (budget), each followed by
+-- ` <idempotency key>` when the request had one
 -- Returns, per voter, code and value, and for codes 7 and 8 then per policy:
--- allowed, remaining, ms until allowed again, ms until the quota is back; for code
--- 0 per policy remaining and ms until the quota is back.
---   0 accepted (value = the option's new count)   1 already voted   2 not open yet
---   (value = ms to opening)   3 closed   4 not loaded (this Redis has no such poll)
---   5 unknown option   6 recovering (state not trusted by this Redis run)
---   7 rate limited (value = ms until allowed)   8 rate limit never satisfiable
+-- allowed, remaining, ms until allowed, ms until the quota is back; for code
+-- 0 per policy remaining and ms until the quota is back; then, for codes 0 (except a
+-- first single ballot), 9, 10 and 11, a text.
+--   0 accepted (value = the first choice's new count; text `<seq>:<replaced 0|1>:
+--   <remaining>:<option remaining>`, the budget numbers 0 but in a budget poll)
+--   1 already voted   2 not open yet (value = ms to opening)   3 closed   4 not
+--   loaded (this Redis has no such poll)   5 unknown option   6 recovering (state not
+--   trusted by this Redis run)   7 rate limited (value = ms until allowed)   8 rate
+--   limit never satisfiable   9 budget spent (text `0:<option remaining>`)
+--   10 over budget (value = remaining; text `<remaining>:<option remaining>`)
+--   11 replayed (text: the key's first answer, `<code>:<value>:<text>`)
+--   12 key used with another ballot   13 invalid ballot (a shape this poll's kind
+--   does not take: the server checks first, so only a stale settings cache gets it)
+--
+-- The meta hash's `ballot` field: `<kind>:<max choices>:<votes per user>:<max per
+-- option>:<allow change>`, kind s(ingle), m(ulti), b(udget), r(anked); absent: a
+-- single ballot without changes (a poll made before ballot kinds).
+--
+-- The voters hash holds each voter's ballot as it counts now: `<option>` (a first
+-- single ballot, as before ballot kinds) or `<seq>|<ballot>`, seq the number of the
+-- voter's accepted requests (1, 2, ...; it names the receipt, see
+-- src/vote/receipt.rs), ballot `<option>,...` (single, multi, ranked) or
+-- `<option>:<count>,...` (budget: votes spent per option). Tallies: single and
+-- multi count each chosen option, ranked the first preference, budget the votes.
+-- A replaced ballot leaves the tally and the new one enters it in this one script.
+-- Each accepted request is one stream entry: poll_id, user_id, option_id (the
+-- first choice), at_ms, and when they are not the defaults: seq (1), choices (the
+-- ballot of a multi or ranked vote) and count (1).
 --
 -- The cost is per batch, not per voter, except for one XADD per accepted vote: one
 -- HMGET asks about every voter, the voters hash is written once, each option's
 -- tally read and written once, each limit key read and written once.
-local ALREADY_VOTED, UNKNOWN_OPTION = 1, 5
+local ALREADY_VOTED, UNKNOWN_OPTION, BUDGET_SPENT, OVER_BUDGET = 1, 5, 9, 10
+local KEY_REUSED, INVALID_BALLOT = 12, 13
+local REMEMBERED = {[REPLY_ACCEPTED] = true, [ALREADY_VOTED] = true, [BUDGET_SPENT] = true,
+  [OVER_BUDGET] = true}
 local P, first_voter_arg, n = batch_shape()
 
-local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run')
+local meta = redis.call('HMGET', KEYS[1], 'opens_ms', 'closes_ms', 'closed', 'run', 'ballot')
 if not meta[1] then
   return batch_all(P, n, REPLY_NOT_LOADED)
 end
 if not same_run(meta[4]) then
   return batch_all(P, n, REPLY_RECOVERING)
+end
+local kind, max_choices, budget, per_option, change = 's', 0, 0, 0, false
+if meta[5] then
+  local k, mc, b, po, c = string.match(meta[5], '^(%a):(%d+):(%d+):(%d+):(%d)$')
+  kind, max_choices, budget, per_option, change = k, tonumber(mc), tonumber(b), tonumber(po),
+    c == '1'
+end
+
+-- Each voter's ballot and key (nil without one).
+local ballots, idem = {}, {}
+local keyed = false
+for i = 1, n do
+  local at = first_voter_arg + (i - 1) * 2
+  local arg = ARGV[at + 1]
+  local space = string.find(arg, ' ', 1, true)
+  if space then
+    ballots[i] = string.sub(arg, 1, space - 1)
+    idem[i] = ARGV[at] .. ':' .. string.sub(arg, space + 1)
+    keyed = true
+  else
+    ballots[i] = arg
+  end
+end
+
+-- Keys remembered, and keys twice in this batch: answered now, or after the
+-- decision (a repeat of a key first seen in this batch).
+local code, value, texts = {}, {}, {}
+local skip, first_of, stored = nil, {}, {}
+if keyed then
+  skip = {}
+  local fields, asked = {}, {}
+  for i = 1, n do
+    local f = idem[i]
+    if f then
+      if first_of[f] then
+        skip[i] = true
+      else
+        first_of[f] = i
+        fields[#fields + 1] = f
+        asked[#asked + 1] = i
+      end
+    end
+  end
+  local known = batch_variadic('HMGET', KEYS[6], fields)
+  for j, i in ipairs(asked) do
+    if known[j] then
+      stored[fields[j]] = known[j]
+      skip[i] = true
+    end
+  end
+end
+
+local replayed = false
+local function replay(i, s)
+  local bar = string.find(s, '|', 1, true)
+  if string.sub(s, 1, bar - 1) ~= ballots[i] then
+    code[i], value[i] = KEY_REUSED, 0
+  else
+    code[i], value[i], texts[i] = REPLY_REPLAYED, 0, string.sub(s, bar + 1)
+    replayed = true
+  end
+end
+for i = 1, n do
+  if idem[i] and stored[idem[i]] then
+    replay(i, stored[idem[i]])
+  end
 end
 
 local policies = batch_policies(P)
@@ -37,43 +132,247 @@ local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local opens = tonumber(meta[1])
 
 -- The limits and the window, item by item; who is left goes on to the decision.
-local code, value, answers, asking, users = batch_admit(P, policies, first_voter_arg, n, now, closed,
-  opens)
+local admit_code, admit_value, answers, asking, users = batch_admit(P, policies,
+  first_voter_arg, n, now, closed, opens, skip)
+for i = 1, n do
+  if admit_code[i] then
+    code[i], value[i] = admit_code[i], admit_value[i]
+  end
+end
 
 if #asking > 0 then
-  local voted = batch_variadic('HMGET', KEYS[3], users)
-  local is_option, tally = {}, {}
-  local counted, new_voters = {}, {}
-  for j, i in ipairs(asking) do
-    local user = users[j]
-    local option = ARGV[first_voter_arg + (i - 1) * 2 + 1]
+  local held = batch_variadic('HMGET', KEYS[3], users)
+  local is_option, base, delta = {}, {}, {}
+  local function known(option)
     if is_option[option] == nil then
       is_option[option] = redis.call('SISMEMBER', KEYS[2], option) == 1
     end
-    if not is_option[option] then
-      code[i], value[i] = UNKNOWN_OPTION, 0
-    elseif voted[j] or counted[user] then
-      code[i], value[i] = ALREADY_VOTED, 0
-    else
-      if not tally[option] then
-        tally[option] = {tonumber(redis.call('HGET', KEYS[4], option)) or 0, 0}
+    return is_option[option]
+  end
+  local function add(option, d)
+    delta[option] = (delta[option] or 0) + d
+  end
+  local function count_of(option)
+    if base[option] == nil then
+      base[option] = tonumber(redis.call('HGET', KEYS[4], option)) or 0
+    end
+    return base[option] + (delta[option] or 0)
+  end
+  -- A voter's ballot as this batch leaves it: {seq, ballot}; `order` lists them.
+  local now_held, order = {}, {}
+  local function current(j, user)
+    local h = now_held[user]
+    if h then
+      return h[1], h[2]
+    end
+    local v = held[j]
+    if not v then
+      return 0, nil
+    end
+    local s, b = string.match(v, '^(%d+)|(.*)$')
+    if s then
+      return tonumber(s), b
+    end
+    return 1, v
+  end
+  local function hold(user, seq, ballot)
+    if not now_held[user] then
+      order[#order + 1] = user
+    end
+    now_held[user] = {seq, ballot}
+  end
+  local function split(ballot)
+    local ids = {}
+    for id in string.gmatch(ballot, '[^,]+') do
+      ids[#ids + 1] = id
+    end
+    return ids
+  end
+  local options_count = nil
+
+  -- A single, multi or ranked ballot: all or nothing.
+  local function decide_choices(i, j, user)
+    local ballot = ballots[i]
+    local ids = split(ballot)
+    local limit = 1
+    if kind == 'm' or kind == 'r' then
+      if max_choices > 0 then
+        limit = max_choices
+      else
+        options_count = options_count or redis.call('SCARD', KEYS[2])
+        limit = options_count
       end
-      local t = tally[option]
-      t[2] = t[2] + 1
-      counted[user] = true
-      new_voters[#new_voters + 1] = user
-      new_voters[#new_voters + 1] = option
-      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
+    end
+    if #ids < 1 or #ids > limit then
+      code[i], value[i] = INVALID_BALLOT, 0
+      return
+    end
+    local seen = {}
+    for _, id in ipairs(ids) do
+      if not string.match(id, '^[1-9]%d*$') or seen[id] then
+        code[i], value[i] = INVALID_BALLOT, 0
+        return
+      end
+      seen[id] = true
+    end
+    for _, id in ipairs(ids) do
+      if not known(id) then
+        code[i], value[i] = UNKNOWN_OPTION, 0
+        return
+      end
+    end
+    local seq, old = current(j, user)
+    if old and not change then
+      code[i], value[i] = ALREADY_VOTED, 0
+      return
+    end
+    local replaced = 0
+    if old then
+      replaced = 1
+      local old_ids = split(old)
+      if kind == 'r' then
+        add(old_ids[1], -1)
+      else
+        for _, id in ipairs(old_ids) do
+          add(id, -1)
+        end
+      end
+    end
+    if kind == 'r' then
+      add(ids[1], 1)
+    else
+      for _, id in ipairs(ids) do
+        add(id, 1)
+      end
+    end
+    seq = seq + 1
+    hold(user, seq, ballot)
+    if seq == 1 and kind == 's' then
+      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
         'at_ms', now)
-      code[i], value[i] = REPLY_ACCEPTED, t[1] + t[2]
+    elseif kind == 's' then
+      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
+        'at_ms', now, 'seq', seq)
+    else
+      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
+        'at_ms', now, 'seq', seq, 'choices', ballot)
+    end
+    code[i], value[i] = REPLY_ACCEPTED, count_of(ids[1])
+    if seq > 1 or kind ~= 's' then
+      texts[i] = seq .. ':' .. replaced .. ':0:0'
     end
   end
-  if #new_voters > 0 then
-    batch_variadic('HSET', KEYS[3], new_voters)
-    for option, t in pairs(tally) do
-      redis.call('HINCRBY', KEYS[4], option, t[2])
+
+  -- A budget vote: spent whole, or not at all.
+  local function decide_budget(i, j, user)
+    local option, count = string.match(ballots[i], '^([1-9]%d*)%*([1-9]%d*)$')
+    if not option then
+      code[i], value[i] = INVALID_BALLOT, 0
+      return
+    end
+    count = tonumber(count)
+    if not known(option) then
+      code[i], value[i] = UNKNOWN_OPTION, 0
+      return
+    end
+    local seq, old = current(j, user)
+    local spent, total, parts = {}, 0, {}
+    if old then
+      for o, c in string.gmatch(old, '(%d+):(%d+)') do
+        spent[o] = tonumber(c)
+        total = total + spent[o]
+        parts[#parts + 1] = o
+      end
+    end
+    local remaining = budget - total
+    local option_remaining = math.min(per_option - (spent[option] or 0), remaining)
+    if remaining <= 0 then
+      code[i], value[i], texts[i] = BUDGET_SPENT, 0, '0:0'
+      return
+    end
+    if count > option_remaining then
+      code[i], value[i], texts[i] = OVER_BUDGET, remaining, remaining .. ':' .. option_remaining
+      return
+    end
+    if not spent[option] then
+      parts[#parts + 1] = option
+    end
+    spent[option] = (spent[option] or 0) + count
+    local pieces = {}
+    for k, o in ipairs(parts) do
+      pieces[k] = o .. ':' .. spent[o]
+    end
+    seq = seq + 1
+    hold(user, seq, table.concat(pieces, ','))
+    add(option, count)
+    redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
+      'at_ms', now, 'seq', seq, 'count', count)
+    remaining = remaining - count
+    code[i], value[i] = REPLY_ACCEPTED, count_of(option)
+    texts[i] = seq .. ':0:' .. remaining .. ':' ..
+      math.min(per_option - spent[option], remaining)
+  end
+
+  for j, i in ipairs(asking) do
+    if kind == 'b' then
+      decide_budget(i, j, users[j])
+    else
+      decide_choices(i, j, users[j])
+    end
+  end
+  if #order > 0 then
+    local fields = {}
+    for _, user in ipairs(order) do
+      local h = now_held[user]
+      fields[#fields + 1] = user
+      if h[1] == 1 and kind == 's' then
+        fields[#fields + 1] = h[2]
+      else
+        fields[#fields + 1] = h[1] .. '|' .. h[2]
+      end
+    end
+    batch_variadic('HSET', KEYS[3], fields)
+    for option, d in pairs(delta) do
+      if d ~= 0 then
+        redis.call('HINCRBY', KEYS[4], option, d)
+      end
     end
   end
 end
 
-return batch_reply(P, n, code, value, answers)
+-- Remember the decisions made for keys; answer a key's repeats in this batch.
+if keyed then
+  local remembered = {}
+  for i = 1, n do
+    local f, c = idem[i], code[i]
+    if f and first_of[f] == i and not stored[f] and REMEMBERED[c] then
+      local s = ballots[i] .. '|' .. c .. ':' .. string.format('%d', value[i]) .. ':' ..
+        (texts[i] or '')
+      stored[f] = s
+      remembered[#remembered + 1] = f
+      remembered[#remembered + 1] = s
+    end
+  end
+  for i = 1, n do
+    local f = idem[i]
+    if f and first_of[f] ~= i then
+      local first = first_of[f]
+      if stored[f] then
+        replay(i, stored[f])
+      else
+        -- The first was not decided (window, limits, a refusal not remembered):
+        -- the same answer.
+        code[i], value[i], texts[i], answers[i] = code[first], value[first], texts[first],
+          answers[first]
+      end
+    end
+  end
+  if #remembered > 0 then
+    batch_variadic('HSET', KEYS[6], remembered)
+  end
+  if #remembered > 0 or replayed then
+    redis.call('PEXPIRE', KEYS[6], ARGV[4])
+  end
+end
+
+return batch_reply(P, n, code, value, answers, texts)

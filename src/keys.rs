@@ -61,11 +61,13 @@ pub struct SaleKeys {
 /// The keys of one poll, all in the slot of `{poll:<id>}`.
 #[derive(Clone, Debug)]
 pub struct PollKeys {
-    /// Hash: `opens_ms`, `closes_ms`, `closed`.
+    /// Hash: `opens_ms`, `closes_ms`, `closed`, `run`, `ballot` (the ballot
+    /// settings, see `lua/vote_batch.lua`).
     pub meta: String,
     /// Set of the poll's option ids.
     pub options: String,
-    /// Hash user id -> option id: who voted, and for what.
+    /// Hash user id -> the voter's ballot as it counts now: who voted, and for
+    /// what (`<option>`, or `<seq>|<ballot>`: see `lua/vote_batch.lua`).
     pub voters: String,
     /// Hash option id -> count.
     pub tally: String,
@@ -73,6 +75,9 @@ pub struct PollKeys {
     pub votes: String,
     /// Token of the rebuild in progress (see [`crate::recover`]).
     pub rebuild: String,
+    /// Hash `<user>:<Idempotency-Key>` -> the vote's first answer, expiring like a
+    /// purchase's keys.
+    pub keys: String,
 }
 
 impl Keys {
@@ -131,6 +136,7 @@ impl Keys {
             tally: format!("{base}:tally"),
             votes: format!("{base}:votes"),
             rebuild: format!("{base}:rebuild"),
+            keys: format!("{base}:keys"),
         }
     }
 

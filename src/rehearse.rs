@@ -85,7 +85,8 @@ impl Store {
         })
     }
 
-    /// How many votes `users` have in `poll` (settled ones: Postgres's).
+    /// How many accepted vote requests `users` have in `poll` (settled ones:
+    /// Postgres's).
     pub async fn votes_of(&self, poll: i64, users: &[i64]) -> anyhow::Result<i64> {
         Ok(sqlx::query_scalar(
             "SELECT count(*) FROM votes WHERE poll_id = $1 AND user_id = ANY($2)",

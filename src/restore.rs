@@ -174,22 +174,6 @@ pub fn interrupted() -> AppError {
     )
 }
 
-/// `(user_id, <field>)` of every entry of a stream, read in chunks.
-pub async fn stream_field(
-    redis: &mut Redis,
-    stream: &str,
-    field: &str,
-) -> Result<Vec<(i64, i64)>, AppError> {
-    let mut out = Vec::new();
-    each_entry(redis, stream, |entry| {
-        if let (Some(user), Some(value)) = (entry.get::<i64>("user_id"), entry.get::<i64>(field)) {
-            out.push((user, value));
-        }
-    })
-    .await?;
-    Ok(out)
-}
-
 /// Calls `f` on every entry of the stream, oldest first, `CHUNK` per read.
 pub async fn each_entry(
     redis: &mut Redis,

@@ -169,6 +169,7 @@ async fn demo_poll(
             opens_at: now - Duration::minutes(1),
             closes_at: now + Duration::days(7),
             results: Default::default(),
+            ballot: Default::default(),
         },
         None,
     )

@@ -24,11 +24,13 @@ pub struct Item {
 /// An item's second argument: the order id a purchase gets if accepted, with the
 /// units it asks for and its idempotency key (sent as `<uuid>`, `<uuid>:<quantity>`
 /// when more than one, `<uuid>:<quantity>:<key>` with a key), or the option a vote
-/// is for.
-#[derive(Clone, Copy, Debug)]
+/// is for (a single ballot without a key), or a vote's ballot as
+/// `lua/vote_batch.lua` reads it.
+#[derive(Clone, Debug)]
 pub enum ItemArg {
     Order(Uuid, u32, Option<crate::domain::PurchaseKey>),
     Option(i64),
+    Text(String),
 }
 
 impl redis::ToRedisArgs for ItemArg {
@@ -46,6 +48,7 @@ impl redis::ToRedisArgs for ItemArg {
                 }
             }
             ItemArg::Option(n) => n.write_redis_args(out),
+            ItemArg::Text(text) => out.write_arg(text.as_bytes()),
         }
     }
 }
@@ -122,7 +125,7 @@ impl Call<'_> {
             inv.arg(code).arg(a).arg(b).arg(c).arg(subject);
         }
         for item in items {
-            inv.arg(item.user.get()).arg(item.arg);
+            inv.arg(item.user.get()).arg(&item.arg);
         }
         let flat: Vec<redis::Value> = inv.invoke_async(redis).await?;
         rows(self.name, &flat, self.policies.len(), items.len())
@@ -190,8 +193,9 @@ fn numbers_per_policy(code: i64) -> usize {
     }
 }
 
-/// The answer that carries a string after its code and value: a replay
+/// The answer that always carries a string after its code and value: a replay
 /// (`REPLY_REPLAYED` in `lua/lib/batch.lua`), with the answer stored under its key.
+/// (Other answers may carry one too: a vote's receipt numbers.)
 pub const REPLAYED: i64 = 11;
 
 /// Splits a batch script's flat reply into one row per item: code, value, the
@@ -231,11 +235,11 @@ fn rows(
                 (limits, tail)
             }
         };
-        let (text, tail) = match (code, tail) {
-            (REPLAYED, [redis::Value::BulkString(s), tail @ ..]) => {
+        let (text, tail) = match tail {
+            [redis::Value::BulkString(s), tail @ ..] => {
                 (Some(String::from_utf8_lossy(s).into_owned()), tail)
             }
-            (REPLAYED, _) => return Err(wrong()),
+            _ if code == REPLAYED => return Err(wrong()),
             _ => (None, tail),
         };
         out.push(Row {
@@ -308,7 +312,8 @@ mod tests {
         assert!(unexpected(rows("t.lua", &ints(&[1, 0, 5]), 2, 1)));
         // An unknown verdict is an error too.
         assert!(unexpected(rows("t.lua", &ints(&[7, 1, 3, 0, 0, 0]), 1, 1)));
-        // A replay carries its stored answer; a string anywhere else is an error.
+        // A replay carries its stored answer; any row may carry one string after
+        // its numbers (a vote's receipt numbers), never two.
         let mut replay = ints(&[REPLAYED, 0]);
         replay.push(redis::Value::BulkString(b"1:0:5:x".to_vec()));
         replay.extend(ints(&[1, 0]));
@@ -316,8 +321,13 @@ mod tests {
         assert_eq!(parsed[0].text.as_deref(), Some("1:0:5:x"));
         assert_eq!(parsed[1].text, None);
         assert!(unexpected(rows("t.lua", &ints(&[REPLAYED, 0]), 2, 1)));
-        let mut stray = ints(&[1, 0]);
-        stray.push(redis::Value::BulkString(b"x".to_vec()));
-        assert!(unexpected(rows("t.lua", &stray, 2, 1)));
+        let mut texted = ints(&[1, 0]);
+        texted.push(redis::Value::BulkString(b"x".to_vec()));
+        assert_eq!(
+            rows("t.lua", &texted, 2, 1).unwrap()[0].text.as_deref(),
+            Some("x")
+        );
+        texted.push(redis::Value::BulkString(b"y".to_vec()));
+        assert!(unexpected(rows("t.lua", &texted, 2, 1)));
     }
 }

@@ -11,7 +11,7 @@ use std::fmt;
 
 use crate::error::{AppError, ErrorCode};
 
-/// A purchase's `Idempotency-Key`: 1 to [`PurchaseKey::MAX`] characters of
+/// A purchase's or a vote's `Idempotency-Key`: 1 to [`PurchaseKey::MAX`] characters of
 /// `[A-Za-z0-9_.:-]` (a UUID, or random hex, fits), compared exactly. Held inline
 /// (`Copy`, no allocation): it rides in the batch with its buyer, and only a key so
 /// parsed reaches a Redis key or argument.
@@ -33,7 +33,7 @@ impl PurchaseKey {
         if !ok {
             return Err(AppError::new(
                 ErrorCode::InvalidIdempotencyKey,
-                "the Idempotency-Key header of a purchase must be 1 to 64 characters of \
+                "the Idempotency-Key header must be 1 to 64 characters of \
                  letters, digits, '_', '.', ':' or '-' (a UUID will do)",
             ));
         }

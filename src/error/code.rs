@@ -68,8 +68,10 @@ error_codes! {
     BodyTimeout = (REQUEST_TIMEOUT, "body_timeout"),
     /// One purchase per customer per sale.
     AlreadyBought = (CONFLICT, "already_bought"),
-    /// One vote per person per poll.
+    /// One vote per person per poll (a poll without `allow_change`).
     AlreadyVoted = (CONFLICT, "already_voted"),
+    /// A budget poll's voter has spent every vote.
+    BudgetSpent = (CONFLICT, "budget_spent"),
     /// A sale before its opening (`Retry-After`).
     NotStarted = (CONFLICT, "not_started"),
     /// A poll before its opening.
@@ -144,6 +146,10 @@ error_codes! {
     InvalidOptions = (UNPROCESSABLE_ENTITY, "invalid_options"),
     /// A vote for an option of another poll.
     UnknownOption = (UNPROCESSABLE_ENTITY, "unknown_option"),
+    /// A ballot of the wrong shape for the poll's kind, with a repeated option, or too many.
+    InvalidBallot = (UNPROCESSABLE_ENTITY, "invalid_ballot"),
+    /// A budget vote of more than the voter has left, overall or for the option: nothing spent.
+    OverBudget = (UNPROCESSABLE_ENTITY, "over_budget"),
     /// A username out of the allowed form.
     InvalidUsername = (UNPROCESSABLE_ENTITY, "invalid_username"),
     /// A password too short or too long.

@@ -71,6 +71,7 @@ impl Settle for Orders {
                     at: DateTime::from_timestamp_millis(o.at_ms)?,
                     value: o.units,
                     key: o.key,
+                    vote: None,
                 })
             })
             .collect()

@@ -155,6 +155,19 @@ pub struct Accepted {
     pub at: DateTime<Utc>,
     /// The idempotency key the request carried (a purchase's), if any.
     pub key: Option<String>,
+    /// A vote's ballot beyond its first choice (`None`: an order).
+    pub vote: Option<VoteDetail>,
+}
+
+/// What a vote's stream entry says beyond its first choice (`lua/vote_batch.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VoteDetail {
+    /// The voter's `seq`-th accepted request of the poll (1 when absent).
+    pub seq: i32,
+    /// Every choice of a multi or ranked ballot, in order.
+    pub choices: Option<Vec<i64>>,
+    /// A budget vote's votes (1 when absent).
+    pub count: i32,
 }
 
 /// How [`Settle::write`] inserts a batch's rows.

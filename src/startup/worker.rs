@@ -52,6 +52,8 @@ pub(super) async fn build_worker(
                 keys: state.keys.clone(),
                 policies: state.limiter.limits().for_route(Route::Vote).to_vec(),
                 replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
+                key_ttl_ms: u64::try_from(state.config.purchase_key_ttl.as_millis())
+                    .unwrap_or(u64::MAX),
             },
             deciding.clone(),
             max,

@@ -10,7 +10,7 @@ use redis::aio::ConnectionLike;
 use crate::redis_conn::Redis;
 
 use crate::batch::{Decider, Item, ItemArg};
-use crate::domain::{PollId, UserId};
+use crate::domain::{PollId, PurchaseKey, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
@@ -22,8 +22,31 @@ static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_script!("vote_batch.lua");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VoteOutcome {
     Accepted {
+        /// The first choice's count now.
         count: i64,
+        /// The voter's accepted requests in this poll, this one included: it names
+        /// the receipt (`receipt.rs`).
+        seq: i32,
+        /// A ballot replaced the voter's earlier one (`allow_change`).
+        replaced: bool,
+        /// A budget poll: votes the voter has left, overall and for this option
+        /// (0 in other polls).
+        remaining: i64,
+        option_remaining: i64,
     },
+    /// A budget poll: the voter has nothing left to spend.
+    BudgetSpent {
+        option_remaining: i64,
+    },
+    /// A budget poll: more than is left, overall or for the option; nothing spent.
+    OverBudget {
+        remaining: i64,
+        option_remaining: i64,
+    },
+    /// The ballot's shape is not this poll's kind, or it lists too many options.
+    InvalidBallot,
+    /// The Idempotency-Key was first used with another ballot.
+    KeyReused,
     AlreadyVoted,
     NotOpen {
         opens_in_ms: i64,
@@ -42,11 +65,59 @@ pub enum VoteOutcome {
     RateLimitUnsatisfiable,
 }
 
+/// What a voter sends, by the poll's kind (checked by the route: positive ids,
+/// distinct, a count of at least 1; the script checks the rest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ballot {
+    Single(i64),
+    Multi(Vec<i64>),
+    Ranked(Vec<i64>),
+    Budget { option: i64, count: u32 },
+}
+
+impl Ballot {
+    /// The first choice (a budget vote's option).
+    pub fn first(&self) -> i64 {
+        match self {
+            Ballot::Single(o) | Ballot::Budget { option: o, .. } => *o,
+            Ballot::Multi(ids) | Ballot::Ranked(ids) => ids.first().copied().unwrap_or(0),
+        }
+    }
+
+    /// The ballot as `lua/vote_batch.lua` reads it: `7`, `m7,9`, `r9,7`, `7*3`.
+    pub fn lua_text(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let list = |out: &mut String, prefix: char, ids: &[i64]| {
+            out.push(prefix);
+            for (k, id) in ids.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{id}");
+            }
+        };
+        match self {
+            Ballot::Single(o) => {
+                let _ = write!(out, "{o}");
+            }
+            Ballot::Multi(ids) => list(&mut out, 'm', ids),
+            Ballot::Ranked(ids) => list(&mut out, 'r', ids),
+            Ballot::Budget { option, count } => {
+                let _ = write!(out, "{option}*{count}");
+            }
+        }
+        out
+    }
+}
+
 /// One voter's request.
 #[derive(Clone, Debug)]
 pub struct VoteRequest {
     pub user: UserId,
-    pub option: i64,
+    pub ballot: Ballot,
+    /// The request's Idempotency-Key, if any.
+    pub key: Option<PurchaseKey>,
     /// The client address, when a policy counts per address.
     pub ip: Option<IpAddr>,
 }
@@ -56,6 +127,8 @@ pub struct VoteReply {
     pub outcome: VoteOutcome,
     /// One per policy of the vote route, in order.
     pub limits: Vec<Decision>,
+    /// The first answer to this Idempotency-Key, given again.
+    pub replayed: bool,
 }
 
 /// `lua/vote_batch.lua` for one poll.
@@ -65,6 +138,8 @@ pub struct VoteBatch<'a> {
     pub policies: &'a [Policy],
     /// Tests only: decide at this Redis time instead of the Redis clock.
     pub now_ms: Option<i64>,
+    /// How long the poll's Idempotency-Keys are remembered after the last, in ms.
+    pub key_ttl_ms: u64,
 }
 
 impl VoteBatch<'_> {
@@ -83,38 +158,108 @@ impl VoteBatch<'_> {
             .map(|voter| Item {
                 user: voter.user,
                 ip: voter.ip,
-                arg: ItemArg::Option(voter.option),
+                arg: match (&voter.ballot, voter.key) {
+                    (Ballot::Single(option), None) => ItemArg::Option(*option),
+                    (ballot, None) => ItemArg::Text(ballot.lua_text()),
+                    (ballot, Some(key)) => {
+                        ItemArg::Text(format!("{} {}", ballot.lua_text(), key.as_str()))
+                    }
+                },
             })
             .collect();
         let rows = crate::batch::Call {
             script: &VOTE_BATCH,
             name: "vote_batch.lua",
-            state_keys: &[&k.meta, &k.options, &k.voters, &k.tally, &k.votes],
+            state_keys: &[&k.meta, &k.options, &k.voters, &k.tally, &k.votes, &k.keys],
             id: self.poll.get(),
             policies: self.policies,
             limit_key: &|policy, subject| self.keys.poll_rate_limit(self.poll, policy, subject),
             now_ms: self.now_ms,
-            extra: 0,
+            extra: self.key_ttl_ms,
         }
         .run(redis, &items)
         .await?;
         rows.into_iter()
             .map(|row| {
+                let (outcome, replayed) = if row.code == crate::batch::REPLAYED {
+                    (replayed(row.text.as_deref().unwrap_or_default())?, true)
+                } else {
+                    (outcome(row.code, row.value, row.text.as_deref())?, false)
+                };
                 Ok(VoteReply {
-                    outcome: outcome(row.code, row.value)?,
+                    outcome,
                     limits: row.limits,
+                    replayed,
                 })
             })
             .collect()
     }
 }
 
-fn outcome(code: i64, value: i64) -> Result<VoteOutcome, AppError> {
+/// A replay's stored answer: `<code>:<value>:<text>`.
+fn replayed(stored: &str) -> Result<VoteOutcome, AppError> {
+    let wrong = || unexpected_reply("vote_batch.lua", ("replayed", stored.to_string()));
+    let mut parts = stored.splitn(3, ':');
+    let code = parts.next().and_then(|c| c.parse().ok()).ok_or_else(wrong)?;
+    let value = parts.next().and_then(|v| v.parse().ok()).ok_or_else(wrong)?;
+    let text = parts.next().filter(|t| !t.is_empty());
+    match code {
+        0 | 1 | 9 | 10 => outcome(code, value, text),
+        _ => Err(wrong()),
+    }
+}
+
+/// `n` numbers of an answer's text, separated by ':'.
+fn numbers<const N: usize>(text: Option<&str>) -> Option<[i64; N]> {
+    let mut out = [0; N];
+    let mut parts = text?.split(':');
+    for slot in &mut out {
+        *slot = parts.next()?.parse().ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
+fn outcome(code: i64, value: i64, text: Option<&str>) -> Result<VoteOutcome, AppError> {
+    let wrong = || unexpected_reply("vote_batch.lua", (code, value, text.map(str::to_string)));
     let Some(code) = VoteCode::of(code) else {
-        return Err(unexpected_reply("vote_batch.lua", (code, value)));
+        return Err(wrong());
     };
     Ok(match code {
-        VoteCode::Accepted => VoteOutcome::Accepted { count: value },
+        VoteCode::Accepted => match text {
+            // A first single ballot says nothing more.
+            None => VoteOutcome::Accepted {
+                count: value,
+                seq: 1,
+                replaced: false,
+                remaining: 0,
+                option_remaining: 0,
+            },
+            Some(_) => {
+                let [seq, replaced, remaining, option_remaining] =
+                    numbers::<4>(text).ok_or_else(wrong)?;
+                VoteOutcome::Accepted {
+                    count: value,
+                    seq: i32::try_from(seq).map_err(|_| wrong())?,
+                    replaced: replaced == 1,
+                    remaining,
+                    option_remaining,
+                }
+            }
+        },
+        VoteCode::BudgetSpent => {
+            let [_, option_remaining] = numbers::<2>(text).ok_or_else(wrong)?;
+            VoteOutcome::BudgetSpent { option_remaining }
+        }
+        VoteCode::OverBudget => {
+            let [remaining, option_remaining] = numbers::<2>(text).ok_or_else(wrong)?;
+            VoteOutcome::OverBudget {
+                remaining,
+                option_remaining,
+            }
+        }
+        VoteCode::Replayed => return Err(wrong()),
+        VoteCode::KeyReused => VoteOutcome::KeyReused,
+        VoteCode::InvalidBallot => VoteOutcome::InvalidBallot,
         VoteCode::AlreadyVoted => VoteOutcome::AlreadyVoted,
         VoteCode::NotOpen => VoteOutcome::NotOpen { opens_in_ms: value },
         VoteCode::Closed => VoteOutcome::Closed,
@@ -140,6 +285,11 @@ crate::lua::reply_codes! {
         Recovering = 6, "recovering";
         RateLimited = 7, "rate limited";
         LimitNever = 8, "rate limit never satisfiable";
+        BudgetSpent = 9, "budget spent";
+        OverBudget = 10, "over budget";
+        Replayed = 11, "replayed";
+        KeyReused = 12, "key used with another ballot";
+        InvalidBallot = 13, "invalid ballot";
     }
 }
 
@@ -150,6 +300,8 @@ pub struct VoteDecider {
     pub policies: Vec<Policy>,
     /// Replicas that must have an accepted decision before it is answered.
     pub replica_acks: Option<ReplicaAcks>,
+    /// How long Idempotency-Keys are remembered (the purchase's setting).
+    pub key_ttl_ms: u64,
 }
 
 impl Decider for VoteDecider {
@@ -168,6 +320,7 @@ impl Decider for VoteDecider {
             poll,
             policies: &self.policies,
             now_ms: None,
+            key_ttl_ms: self.key_ttl_ms,
         };
         let Some(acks) = &self.replica_acks else {
             return call.run(&mut redis, &batch).await;

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::cached::invalidate_record;
 use super::store::{self, OptionRow, PollRecord};
+use super::setting::BallotFields;
 use super::visibility::ResultsVisibility;
 use crate::audit::{self, Action, Change, Subject};
 use crate::cache::CachedReads;
@@ -46,6 +47,9 @@ pub struct PollEdit {
     pub opens_at: Option<DateTime<Utc>>,
     pub closes_at: Option<DateTime<Utc>>,
     pub results: Option<ResultsVisibility>,
+    /// The ballot fields as sent, checked here against the poll's settings and
+    /// options after the edit.
+    pub ballot: BallotFields,
 }
 
 /// A poll's window as a new or edited poll may have it (422 `invalid_window`).
@@ -103,11 +107,13 @@ pub async fn edit<S: CachedReads + ?Sized>(
     let closes_at = edit.closes_at.unwrap_or(old.closes_at);
     let options = edit.options.unwrap_or_else(|| labels.clone());
     let results = edit.results.unwrap_or(old.results);
+    let ballot = edit.ballot.settle(old.ballot_settings(), options.len())?;
     if question == old.question
         && opens_at == old.opens_at
         && closes_at == old.closes_at
         && options == labels
         && results == old.results
+        && ballot == old.ballot_settings()
     {
         return Ok(true);
     }
@@ -120,7 +126,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
     check_window(opens_at, closes_at)?;
     sqlx::query(
         "UPDATE polls SET question = $2, opens_at = $3, closes_at = $4, results = $5,
-                          updated_at = now()
+                          ballot = $6, max_choices = $7, votes_per_user = $8,
+                          max_per_option = $9, allow_change = $10, updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
@@ -128,6 +135,11 @@ pub async fn edit<S: CachedReads + ?Sized>(
     .bind(opens_at)
     .bind(closes_at)
     .bind(results.as_str())
+    .bind(ballot.kind.as_str())
+    .bind(ballot.max_choices)
+    .bind(ballot.votes_per_user)
+    .bind(ballot.max_per_option)
+    .bind(ballot.allow_change)
     .execute(&mut *tx)
     .await?;
     let mut option_ids: Vec<i64> = before.options.iter().map(|o| o.id).collect();
@@ -158,11 +170,17 @@ pub async fn edit<S: CachedReads + ?Sized>(
                 "question": old.question, "options": labels,
                 "opens_at": old.opens_at, "closes_at": old.closes_at,
                 "results": old.results,
+                "ballot": old.ballot, "max_choices": old.max_choices,
+                "votes_per_user": old.votes_per_user, "max_per_option": old.max_per_option,
+                "allow_change": old.allow_change,
             })),
             after: Some(json!({
                 "question": question, "options": options,
                 "opens_at": opens_at, "closes_at": closes_at,
                 "results": results,
+                "ballot": ballot.kind, "max_choices": ballot.max_choices,
+                "votes_per_user": ballot.votes_per_user, "max_per_option": ballot.max_per_option,
+                "allow_change": ballot.allow_change,
             })),
         },
     )
@@ -174,7 +192,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
         .key(&k.options)
         .key(&k.voters)
         .arg(opens_at.timestamp_millis())
-        .arg(closes_at.timestamp_millis());
+        .arg(closes_at.timestamp_millis())
+        .arg(ballot.redis_field());
     for option in &option_ids {
         invocation.arg(*option);
     }
@@ -284,6 +303,7 @@ pub async fn delete<S: CachedReads + ?Sized>(
         .key(&k.tally)
         .key(&k.votes)
         .key(&k.rebuild)
+        .key(&k.keys)
         .invoke_async(&mut state.redis().clone())
         .await?;
     match DeleteCode::of(removed) {

@@ -1,20 +1,23 @@
 //! Rebuilding a poll's Redis state from Postgres (the [`Restore`] of polls, driven
-//! by [`crate::recover`]): voters from the voters hash Redis still has, the
-//! unsettled entries of the stream and the `votes` table (later sources win);
-//! tallies counted from that union.
+//! by [`crate::recover`]): each voter's ballot from the voters hash Redis still
+//! has, the unsettled entries of the stream and the `votes` table (the highest
+//! `seq` wins: a replaced ballot stays replaced, a budget stays spent); tallies
+//! counted from that union.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::LazyLock;
 
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 
+use super::setting::BallotKind;
+use super::store::PollRow;
 use crate::domain::PollId;
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::lua_script;
 use crate::restore::{
-    CHUNK, Listed, Rebuilt, Restore, Stores, fence, interrupted, scan_all, stream_field,
+    CHUNK, Listed, Rebuilt, Restore, Stores, each_entry, fence, interrupted, scan_all,
 };
 use crate::settle::ensure_group;
 
@@ -59,25 +62,127 @@ impl Restore for Polls {
     }
 }
 
+/// A row of `votes`: user, seq, option, choices, count.
+type SettledVote = (i64, i32, i64, Option<Vec<i64>>, i32);
+
+/// One accepted request of a voter, from the stream or the `votes` table.
+#[derive(Clone, Debug)]
+struct Cast {
+    option: i64,
+    choices: Option<Vec<i64>>,
+    count: i64,
+}
+
+/// A voter's ballot as the voters hash holds it (see `lua/vote_batch.lua`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub seq: i32,
+    /// single, multi, ranked: the choices in order; budget: (option, votes) pairs.
+    pub choices: Vec<i64>,
+    pub spent: Vec<(i64, i64)>,
+}
+
+impl Held {
+    /// Parses a voters hash value of a poll of `kind`; `None` when malformed.
+    pub fn parse(kind: BallotKind, value: &str) -> Option<Held> {
+        let (seq, ballot) = match value.split_once('|') {
+            Some((seq, ballot)) => (seq.parse().ok().filter(|s| *s >= 1)?, ballot),
+            None => (1, value),
+        };
+        let mut held = Held {
+            seq,
+            choices: Vec::new(),
+            spent: Vec::new(),
+        };
+        if kind == BallotKind::Budget {
+            for part in ballot.split(',') {
+                let (o, c) = part.split_once(':')?;
+                held.spent.push((o.parse().ok()?, c.parse().ok()?));
+            }
+        } else {
+            held.choices = super::settlement::parse_choices(ballot)?;
+        }
+        Some(held)
+    }
+
+    /// The voters hash value: a first single ballot as its option alone.
+    pub fn value(&self, kind: BallotKind) -> String {
+        let ballot = if kind == BallotKind::Budget {
+            let parts: Vec<String> = self.spent.iter().map(|(o, c)| format!("{o}:{c}")).collect();
+            parts.join(",")
+        } else {
+            let parts: Vec<String> = self.choices.iter().map(i64::to_string).collect();
+            parts.join(",")
+        };
+        if self.seq == 1 && kind == BallotKind::Single {
+            ballot
+        } else {
+            format!("{}|{ballot}", self.seq)
+        }
+    }
+
+    /// What the ballot adds to each option's tally: single and multi each choice,
+    /// ranked the first preference, budget the votes.
+    pub fn counts(&self, kind: BallotKind, into: &mut HashMap<i64, i64>) {
+        match kind {
+            BallotKind::Budget => {
+                for (o, c) in &self.spent {
+                    *into.entry(*o).or_default() += c;
+                }
+            }
+            BallotKind::Ranked => {
+                if let Some(first) = self.choices.first() {
+                    *into.entry(*first).or_default() += 1;
+                }
+            }
+            BallotKind::Single | BallotKind::Multi => {
+                for o in &self.choices {
+                    *into.entry(*o).or_default() += 1;
+                }
+            }
+        }
+    }
+}
+
+/// A voter's ballot from their accepted requests (`casts` by seq): the last one
+/// (single, multi, ranked), or every vote summed per option, in the order first
+/// spent (budget).
+fn from_casts(kind: BallotKind, casts: &BTreeMap<i32, Cast>) -> Option<Held> {
+    let (&seq, last) = casts.last_key_value()?;
+    let mut held = Held {
+        seq,
+        choices: Vec::new(),
+        spent: Vec::new(),
+    };
+    if kind == BallotKind::Budget {
+        for cast in casts.values() {
+            match held.spent.iter_mut().find(|(o, _)| *o == cast.option) {
+                Some((_, c)) => *c += cast.count,
+                None => held.spent.push((cast.option, cast.count)),
+            }
+        }
+    } else {
+        held.choices = last.choices.clone().unwrap_or_else(|| vec![last.option]);
+    }
+    Some(held)
+}
+
 async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>, AppError> {
     let mut redis = stores.redis.clone();
     let k = stores.keys.poll(id);
     let mut tx = stores.db.begin().await?;
-    let Some((opens_at, closes_at, closed)) =
-        sqlx::query_as::<
-            _,
-            (
-                chrono::DateTime<chrono::Utc>,
-                chrono::DateTime<chrono::Utc>,
-                bool,
-            ),
-        >("SELECT opens_at, closes_at, closed FROM polls WHERE id = $1 FOR UPDATE")
-        .bind(id.get())
-        .fetch_optional(&mut *tx)
-        .await?
+    let Some(poll) = sqlx::query_as::<_, PollRow>(concat!(
+        "SELECT ",
+        poll_columns!(),
+        " FROM polls WHERE id = $1 FOR UPDATE"
+    ))
+    .bind(id.get())
+    .fetch_optional(&mut *tx)
+    .await?
     else {
         return Ok(None);
     };
+    let kind = poll.ballot;
     let options: Vec<i64> =
         sqlx::query_scalar("SELECT id FROM poll_options WHERE poll_id = $1 ORDER BY position")
             .bind(id.get())
@@ -85,20 +190,61 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
             .await?;
     let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
 
-    // Later sources win: what Redis knew, then the stream, then the record.
-    let mut voters: HashMap<i64, i64> = scan_all(&mut redis, "HSCAN", &k.voters)
-        .await?
-        .into_iter()
-        .collect();
-    let unsettled = stream_field(&mut redis, &k.votes, "option_id").await?;
-    voters.extend(unsettled.iter().copied());
-    let settled: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
-            .bind(id.get())
-            .fetch_all(&mut *tx)
-            .await?;
-    voters.extend(settled.iter().copied());
-    let pairs: Vec<(i64, i64)> = voters.iter().map(|(u, o)| (*u, *o)).collect();
+    // What Redis still knows of each voter, then every accepted request of the
+    // stream and the record: the ballot of the highest seq wins (a budget's from
+    // all of its requests, unless Redis knew as much).
+    let mut known: HashMap<i64, Held> = HashMap::new();
+    for (user, value) in scan_all::<(i64, String)>(&mut redis, "HSCAN", &k.voters).await? {
+        if let Some(held) = Held::parse(kind, &value) {
+            known.insert(user, held);
+        }
+    }
+    let mut casts: HashMap<i64, BTreeMap<i32, Cast>> = HashMap::new();
+    let mut unsettled = 0;
+    each_entry(&mut redis, &k.votes, |entry| {
+        let (Some(user), Some(option), Some(d)) = (
+            entry.get::<i64>("user_id"),
+            entry.get::<i64>("option_id"),
+            super::settlement::detail(entry),
+        ) else {
+            return;
+        };
+        unsettled += 1;
+        casts.entry(user).or_default().insert(
+            d.seq,
+            Cast {
+                option,
+                choices: d.choices,
+                count: i64::from(d.count),
+            },
+        );
+    })
+    .await?;
+    let settled: Vec<SettledVote> = sqlx::query_as(
+        "SELECT user_id, seq, option_id, choices, count FROM votes WHERE poll_id = $1",
+    )
+    .bind(id.get())
+    .fetch_all(&mut *tx)
+    .await?;
+    for (user, seq, option, choices, count) in &settled {
+        casts.entry(*user).or_default().insert(
+            *seq,
+            Cast {
+                option: *option,
+                choices: choices.clone(),
+                count: i64::from(*count),
+            },
+        );
+    }
+    for (user, by_seq) in &casts {
+        let Some(held) = from_casts(kind, by_seq) else {
+            continue;
+        };
+        if known.get(user).is_none_or(|k| k.seq < held.seq) {
+            known.insert(*user, held);
+        }
+    }
+    let pairs: Vec<(i64, String)> = known.iter().map(|(u, h)| (*u, h.value(kind))).collect();
     for chunk in pairs.chunks(CHUNK) {
         let _: i64 = redis::cmd("HSET")
             .arg(&k.voters)
@@ -107,8 +253,8 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
             .await?;
     }
     let mut counts: HashMap<i64, i64> = HashMap::new();
-    for option in voters.values() {
-        *counts.entry(*option).or_default() += 1;
+    for held in known.values() {
+        held.counts(kind, &mut counts);
     }
     let mut restore = RESTORE_POLL.prepare_invoke();
     restore
@@ -117,9 +263,9 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
         .key(&k.tally)
         .key(&k.rebuild)
         .arg(&token)
-        .arg(opens_at.timestamp_millis())
-        .arg(closes_at.timestamp_millis())
-        .arg(u8::from(closed))
+        .arg(poll.opens_at.timestamp_millis())
+        .arg(poll.closes_at.timestamp_millis())
+        .arg(u8::from(poll.closed))
         .arg(options.len());
     for option in &options {
         restore.arg(option);
@@ -127,6 +273,7 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
     for option in &options {
         restore.arg(counts.get(option).copied().unwrap_or(0));
     }
+    restore.arg(poll.ballot_settings().redis_field());
     let written: i64 = restore.invoke_async(&mut redis).await?;
     if written == crate::restore::TOKEN_GONE {
         tracing::warn!(poll = %id, "Redis lost the rebuild token (wiped or restarted again)");
@@ -136,8 +283,56 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
     tx.commit().await?;
     Ok(Some(Rebuilt {
         settled: settled.len(),
-        unsettled: unsettled.len(),
-        total: voters.len(),
+        unsettled,
+        total: known.len(),
         stock_left: None,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_ballot_reads_back_as_written_for_every_kind() {
+        for (kind, value) in [
+            (BallotKind::Single, "7"),
+            (BallotKind::Single, "2|9"),
+            (BallotKind::Multi, "1|7,9,12"),
+            (BallotKind::Ranked, "3|12,7"),
+            (BallotKind::Budget, "4|7:3,9:5"),
+        ] {
+            let held = Held::parse(kind, value).unwrap();
+            assert_eq!(held.value(kind), value, "{kind:?}");
+        }
+        assert_eq!(Held::parse(BallotKind::Budget, "2|7"), None);
+        assert_eq!(Held::parse(BallotKind::Multi, "0|7"), None);
+    }
+
+    #[test]
+    fn a_budget_sums_its_requests_and_a_replaced_ballot_counts_as_its_last() {
+        let cast = |option, choices: Option<Vec<i64>>, count| Cast {
+            option,
+            choices,
+            count,
+        };
+        let casts: BTreeMap<i32, Cast> = [
+            (1, cast(7, None, 3)),
+            (2, cast(9, None, 2)),
+            (3, cast(7, None, 1)),
+        ]
+        .into();
+        let held = from_casts(BallotKind::Budget, &casts).unwrap();
+        assert_eq!((held.seq, held.spent), (3, vec![(7, 4), (9, 2)]));
+        let casts: BTreeMap<i32, Cast> = [
+            (1, cast(7, Some(vec![7, 9]), 1)),
+            (2, cast(12, Some(vec![12, 7]), 1)),
+        ]
+        .into();
+        let held = from_casts(BallotKind::Ranked, &casts).unwrap();
+        assert_eq!((held.seq, held.choices.clone()), (2, vec![12, 7]));
+        let mut counts = HashMap::new();
+        held.counts(BallotKind::Ranked, &mut counts);
+        assert_eq!(counts, HashMap::from([(12, 1)]));
+    }
 }

@@ -148,7 +148,8 @@ pub const MAX_VOTES_PER_USER: i32 = 1000;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BallotSettings {
     pub kind: BallotKind,
-    /// `multi` and `ranked`: most options on one ballot (1 to the options).
+    /// `multi` and `ranked`: most options on one ballot (1 to the options; `None`:
+    /// all of them).
     pub max_choices: Option<i32>,
     /// `budget`: votes each voter may spend (1 to 1,000).
     pub votes_per_user: Option<i32>,
@@ -244,13 +245,14 @@ impl BallotSettings {
         let kind = self.kind.as_str();
         let options = options as i32;
         if self.kind.lists() {
-            let max = self.max_choices.unwrap_or(options);
-            if !(1..=options).contains(&max) {
+            // Not sent: every option (kept so, whatever the options become).
+            if let Some(max) = self.max_choices
+                && !(1..=options).contains(&max)
+            {
                 return Err(bad(format!(
                     "max_choices must be 1 to the number of options ({options})"
                 )));
             }
-            self.max_choices = Some(max);
         } else if self.max_choices.is_some() {
             return Err(bad(format!(
                 "max_choices is for multi and ranked ballots, not {kind}"
@@ -283,9 +285,20 @@ impl BallotSettings {
         Ok(self)
     }
 
+    /// Most options on one ballot of this poll of `options` options (1 for single
+    /// and budget).
+    pub fn choices_allowed(&self, options: usize) -> usize {
+        match self.max_choices {
+            _ if !self.kind.lists() => 1,
+            Some(max) => (max.max(1) as usize).min(options),
+            None => options,
+        }
+    }
+
     /// The meta hash's `ballot` field (`lua/vote_batch.lua`):
     /// `<kind letter>:<max_choices>:<votes_per_user>:<max_per_option>:<allow_change>`,
-    /// 0 for what the kind has not. A single ballot without changes is `s:0:0:0:0`.
+    /// 0 for what the kind has not (a `max_choices` of 0: every option). A single
+    /// ballot without changes is `s:0:0:0:0`.
     pub fn redis_field(&self) -> String {
         format!(
             "{}:{}:{}:{}:{}",

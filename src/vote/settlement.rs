@@ -1,5 +1,6 @@
 //! Settling a poll's accepted votes (the [`Settle`] of polls, driven by
-//! [`crate::settle`]): each entry of `{poll:N}:votes` becomes a row of `votes`.
+//! [`crate::settle`]): each entry of `{poll:N}:votes` becomes a row of `votes`, keyed
+//! by poll, voter and the voter's `seq`.
 
 use chrono::DateTime;
 use futures_util::future::BoxFuture;
@@ -8,7 +9,7 @@ use sqlx::PgPool;
 
 use crate::domain::PollId;
 use crate::keys::Keys;
-use crate::settle::{Accepted, Insert, Settle, Stream, Written};
+use crate::settle::{Accepted, Insert, Settle, Stream, VoteDetail, Written};
 
 /// The polls, as the settlement worker sees them.
 pub struct Votes;
@@ -44,6 +45,7 @@ impl Settle for Votes {
             value: entry.get("option_id")?,
             key: None,
             at: DateTime::from_timestamp_millis(entry.get("at_ms")?)?,
+            vote: Some(detail(entry)?),
         }])
     }
 
@@ -57,6 +59,35 @@ impl Settle for Votes {
     }
 }
 
+/// A vote entry's `seq`, `choices` and `count`, each absent when the default (1,
+/// none, 1); `None` when one is there but malformed.
+pub fn detail(entry: &StreamId) -> Option<VoteDetail> {
+    let seq = match entry.map.get("seq") {
+        None => 1,
+        Some(_) => entry.get::<i32>("seq").filter(|s| *s >= 1)?,
+    };
+    let count = match entry.map.get("count") {
+        None => 1,
+        Some(_) => entry.get::<i32>("count").filter(|c| *c >= 1)?,
+    };
+    let choices = match entry.map.get("choices") {
+        None => None,
+        Some(_) => Some(parse_choices(&entry.get::<String>("choices")?)?),
+    };
+    Some(VoteDetail {
+        seq,
+        choices,
+        count,
+    })
+}
+
+/// `7,9,12` -> [7, 9, 12]; `None` when any is not a positive id.
+pub fn parse_choices(text: &str) -> Option<Vec<i64>> {
+    text.split(',')
+        .map(|id| id.parse::<i64>().ok().filter(|id| *id > 0))
+        .collect()
+}
+
 /// Inserts the votes (`Fresh`: a plain insert, failing on a vote already there;
 /// `Tolerant`: `ON CONFLICT DO NOTHING`); returns the rows inserted.
 async fn insert_votes(
@@ -68,14 +99,35 @@ async fn insert_votes(
     let users: Vec<i64> = rows.iter().map(|r| r.user).collect();
     let options: Vec<i64> = rows.iter().map(|r| r.value).collect();
     let times: Vec<DateTime<chrono::Utc>> = rows.iter().map(|r| r.at).collect();
+    let detail = |r: &Accepted| r.vote.clone().unwrap_or(VoteDetail {
+        seq: 1,
+        choices: None,
+        count: 1,
+    });
+    let details: Vec<VoteDetail> = rows.iter().map(detail).collect();
+    let seqs: Vec<i32> = details.iter().map(|d| d.seq).collect();
+    let counts: Vec<i32> = details.iter().map(|d| d.count).collect();
+    // Postgres has no array of arrays of different lengths: each ballot's choices
+    // as text (`{7,9,12}`), cast back per row; NULL for a single or budget vote.
+    let choices: Vec<Option<String>> = details
+        .iter()
+        .map(|d| {
+            d.choices.as_ref().map(|c| {
+                let ids: Vec<String> = c.iter().map(i64::to_string).collect();
+                format!("{{{}}}", ids.join(","))
+            })
+        })
+        .collect();
     let sql = match insert {
         Insert::Fresh => {
-            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
-             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])"
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices)
+             SELECT p, u, o, t, s, c, ch::int8[] FROM UNNEST($1::int8[], $2::int8[], $3::int8[],
+                 $4::timestamptz[], $5::int4[], $6::int4[], $7::text[]) AS x(p, u, o, t, s, c, ch)"
         }
         Insert::Tolerant => {
-            "INSERT INTO votes (poll_id, user_id, option_id, voted_at)
-             SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[], $4::timestamptz[])
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices)
+             SELECT p, u, o, t, s, c, ch::int8[] FROM UNNEST($1::int8[], $2::int8[], $3::int8[],
+                 $4::timestamptz[], $5::int4[], $6::int4[], $7::text[]) AS x(p, u, o, t, s, c, ch)
              ON CONFLICT DO NOTHING"
         }
     };
@@ -84,6 +136,9 @@ async fn insert_votes(
         .bind(&users)
         .bind(&options)
         .bind(&times)
+        .bind(&seqs)
+        .bind(&counts)
+        .bind(&choices)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -110,6 +110,7 @@ pub struct NewPoll {
     pub opens_at: DateTime<Utc>,
     pub closes_at: DateTime<Utc>,
     pub results: ResultsVisibility,
+    pub ballot: BallotSettings,
 }
 
 /// Inserts poll and options and loads them into Redis in one transaction: if Redis
@@ -123,7 +124,9 @@ pub async fn create_poll<C: ConnectionLike>(
 ) -> Result<PollRecord, AppError> {
     let mut tx = db.begin().await?;
     let poll = sqlx::query_as::<_, PollRow>(concat!(
-        "INSERT INTO polls (question, opens_at, closes_at, results) VALUES ($1, $2, $3, $4)
+        "INSERT INTO polls (question, opens_at, closes_at, results, ballot, max_choices,
+                            votes_per_user, max_per_option, allow_change)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          RETURNING ",
         poll_columns!()
     ))
@@ -131,6 +134,11 @@ pub async fn create_poll<C: ConnectionLike>(
     .bind(new.opens_at)
     .bind(new.closes_at)
     .bind(new.results.as_str())
+    .bind(new.ballot.kind.as_str())
+    .bind(new.ballot.max_choices)
+    .bind(new.ballot.votes_per_user)
+    .bind(new.ballot.max_per_option)
+    .bind(new.ballot.allow_change)
     .fetch_one(&mut *tx)
     .await?;
     let positions: Vec<i32> = (1..=new.options.len() as i32).collect();
@@ -166,7 +174,8 @@ pub async fn create_poll<C: ConnectionLike>(
         .key(&k.options)
         .arg(record.poll.opens_at.timestamp_millis())
         .arg(record.poll.closes_at.timestamp_millis())
-        .arg(u8::from(record.poll.closed));
+        .arg(u8::from(record.poll.closed))
+        .arg(record.poll.ballot_settings().redis_field());
     for option in &record.options {
         inv.arg(option.id);
     }
@@ -243,11 +252,22 @@ pub async fn watched_backlogs<C: ConnectionLike>(
 }
 
 /// Votes in Postgres per option of the poll, `(option id, votes)` in option order
-/// (options nobody voted for with 0).
+/// (options nobody voted for with 0), counted as Redis counts them: each voter's
+/// last ballot (single and multi: each choice; ranked: the first preference), or
+/// every budget vote.
 pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT o.id, count(v.user_id) FROM poll_options o
-         LEFT JOIN votes v ON v.option_id = o.id
+        "SELECT o.id, COALESCE(sum(x.n), 0)::int8 FROM poll_options o
+         LEFT JOIN (
+             SELECT unnest(CASE WHEN p.ballot = 'multi' THEN v.choices
+                                ELSE ARRAY[v.option_id] END) AS option_id,
+                    CASE WHEN p.ballot = 'budget' THEN v.count ELSE 1 END AS n
+             FROM votes v JOIN polls p ON p.id = v.poll_id
+             WHERE v.poll_id = $1
+               AND (p.ballot = 'budget' OR NOT EXISTS (
+                   SELECT 1 FROM votes w
+                   WHERE w.poll_id = v.poll_id AND w.user_id = v.user_id AND w.seq > v.seq))
+         ) x ON x.option_id = o.id
          WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id",
     )
     .bind(id.get())

@@ -15,6 +15,7 @@ use crate::vote::cached::invalidate_record;
 use crate::vote::cached::{PollView, load_view};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store::{self, NewPoll};
+use crate::vote::setting::{BallotFields, BallotSettings};
 use crate::vote::visibility::{ResultsVisibility, Viewer};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 
@@ -30,6 +31,29 @@ pub(super) struct CreatePoll {
     #[schema(value_type = Option<ResultsVisibility>)]
     #[serde(default)]
     results: Option<serde_json::Value>,
+    /// `single` (the default), `multi`, `budget` or `ranked`.
+    #[schema(value_type = Option<crate::vote::setting::BallotKind>)]
+    #[serde(default)]
+    ballot: Option<serde_json::Value>,
+    /// `multi` and `ranked`: most options on one ballot, 1 to the number of options
+    /// (not sent: all of them).
+    #[schema(value_type = Option<i32>)]
+    #[serde(default)]
+    max_choices: Option<serde_json::Value>,
+    /// `budget` (required there): votes each voter may spend, 1 to 1,000.
+    #[schema(value_type = Option<i32>)]
+    #[serde(default)]
+    votes_per_user: Option<serde_json::Value>,
+    /// `budget`: most votes of one voter on one option, 1 to `votes_per_user` (the
+    /// default).
+    #[schema(value_type = Option<i32>)]
+    #[serde(default)]
+    max_per_option: Option<serde_json::Value>,
+    /// `single`, `multi`, `ranked`: a voter may replace the ballot until the close
+    /// (default `false`).
+    #[schema(value_type = Option<bool>)]
+    #[serde(default)]
+    allow_change: Option<serde_json::Value>,
 }
 
 /// The `results` setting of a create or an edit, when sent (a `null` is not sent).
@@ -67,12 +91,21 @@ impl CreatePoll {
         let options = parse_options(&self.options)?;
         crate::vote::lifecycle::check_window(self.opens_at, self.closes_at)?;
         let results = parse_results(self.results.as_ref())?.unwrap_or_default();
+        let ballot = BallotFields {
+            ballot: self.ballot,
+            max_choices: self.max_choices,
+            votes_per_user: self.votes_per_user,
+            max_per_option: self.max_per_option,
+            allow_change: self.allow_change,
+        }
+        .settle(BallotSettings::default(), options.len())?;
         Ok(NewPoll {
             question,
             options,
             opens_at: self.opens_at,
             closes_at: self.closes_at,
             results,
+            ballot,
         })
     }
 }
@@ -80,7 +113,7 @@ impl CreatePoll {
 /// Creates a poll of 2 to 20 options.
 #[utoipa::path(post, path = "/api/admin/polls", tag = "admin", request_body = CreatePoll, security(("bearer" = [])), responses(
     (status = 201, description = "The new poll", body = PollView),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` (a `results` out of its four values), `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` (a `results`, `ballot`, `max_choices`, `votes_per_user`, `max_per_option` or `allow_change` out of its values; the message says which), `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
     state: web::Data<AppState>,

@@ -31,6 +31,22 @@ pub(super) struct EditPoll {
     /// `invalid_ballot_settings`.
     #[schema(value_type = Option<crate::vote::visibility::ResultsVisibility>)]
     results: Option<serde_json::Value>,
+    /// `single`, `multi`, `budget` or `ranked` (a new kind starts its numbers from
+    /// the defaults).
+    #[schema(value_type = Option<crate::vote::setting::BallotKind>)]
+    ballot: Option<serde_json::Value>,
+    /// `multi` and `ranked`: 1 to the number of options.
+    #[schema(value_type = Option<i32>)]
+    max_choices: Option<serde_json::Value>,
+    /// `budget`: 1 to 1,000.
+    #[schema(value_type = Option<i32>)]
+    votes_per_user: Option<serde_json::Value>,
+    /// `budget`: 1 to `votes_per_user`.
+    #[schema(value_type = Option<i32>)]
+    max_per_option: Option<serde_json::Value>,
+    /// `single`, `multi`, `ranked`.
+    #[schema(value_type = Option<bool>)]
+    allow_change: Option<serde_json::Value>,
 }
 
 /// Edits a poll that has not opened.
@@ -57,6 +73,13 @@ pub(super) async fn admin_edit(
         opens_at: body.opens_at,
         closes_at: body.closes_at,
         results: parse_results(body.results.as_ref())?,
+        ballot: crate::vote::setting::BallotFields {
+            ballot: body.ballot,
+            max_choices: body.max_choices,
+            votes_per_user: body.votes_per_user,
+            max_per_option: body.max_per_option,
+            allow_change: body.allow_change,
+        },
     };
     let in_redis = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
     state.wake.catalog_changed();

@@ -1,8 +1,10 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
-//! One file per concern: public reads and the vote (`public.rs`), the admin's
+//! One file per concern: public reads (`public.rs`), the vote and the voter's
+//! ballot (`ballot.rs`), the admin's
 //! (`admin.rs`: create, list, show, close, reveal), edit, archive, delete and history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
 
 mod admin;
+mod ballot;
 mod lifecycle;
 mod public;
 
@@ -13,7 +15,8 @@ mod public;
     public::show,
     public::results,
     public::events,
-    public::vote,
+    ballot::vote,
+    ballot::my_ballot,
     admin::admin_create,
     admin::admin_list,
     admin::admin_show,
@@ -33,7 +36,8 @@ super::routes! {
     get "/polls/{id}" => public::show,
     get "/polls/{id}/results" => public::results,
     get "/polls/{id}/events" => public::events,
-    post "/polls/{id}/votes" => public::vote,
+    post "/polls/{id}/votes" => ballot::vote,
+    get "/polls/{id}/my-ballot" => ballot::my_ballot,
     post "/admin/polls" => admin::admin_create,
     get "/admin/polls" => admin::admin_list,
     get "/admin/polls/{id}" => admin::admin_show,

@@ -3,22 +3,17 @@
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::auth::AuthUser;
 use crate::domain::PollId;
-use crate::error::{AppError, ErrorBody, ErrorCode};
-use crate::limit::Route;
+use crate::error::{AppError, ErrorBody};
 use crate::live::Topic;
-use crate::metrics::Metrics;
-use crate::recover::Target;
 use crate::routes::auth::optional_user;
 use crate::routes::{PageQuery, paged_json};
-use crate::state::{AppState, Worker};
+use crate::state::AppState;
 use crate::vote::cached::{
-    PollView, cached_record, load_view, missing_from_redis, results_for, sees_tallies,
+    PollView, cached_record, load_view, results_for, sees_tallies,
 };
-use crate::vote::cast::{VoteOutcome, VoteReply, VoteRequest};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store;
 use crate::vote::visibility::{PollResults, Viewer};
@@ -151,126 +146,4 @@ pub(super) async fn results(
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(results_for(&state, id, viewer).await?))
-}
-
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct VoteBody {
-    option_id: i64,
-}
-
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct VoteAccepted {
-    /// Always `accepted`.
-    status: &'static str,
-    #[schema(value_type = i64)]
-    poll_id: PollId,
-    option_id: i64,
-}
-
-/// One vote per user per poll.
-#[utoipa::path(post, path = "/api/polls/{id}/votes", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), request_body = VoteBody, security(("bearer" = [])), responses(
-    (status = 202, description = "Accepted", body = VoteAccepted, headers(
-        ("RateLimit" = String), ("RateLimit-Policy" = String))),
-    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
-    (status = 409, description = "`already_voted`, or `not_open` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
-        ("Retry-After" = u32, description = "With `not_open`: seconds until the poll opens"))),
-    (status = 410, description = "`closed`", body = ErrorBody<'static>),
-    (status = 422, description = "`unknown_option` (an option of another poll, or none), `rate_limit_unsatisfiable`, `invalid_body`", body = ErrorBody<'static>),
-    (status = 429, description = "`rate_limited`: a vote limit refused", body = ErrorBody<'static>, headers(
-        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
-        ("RateLimit" = String), ("RateLimit-Policy" = String))),
-))]
-#[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
-pub(super) async fn vote(
-    state: web::Data<AppState>,
-    worker: web::Data<Worker>,
-    user: AuthUser,
-    path: web::Path<String>,
-    body: web::Json<VoteBody>,
-    req: HttpRequest,
-) -> Result<HttpResponse, AppError> {
-    let poll = PollId::parse(&path)?;
-    let option_id = body.option_id;
-    if option_id <= 0 {
-        return Err(unknown_option());
-    }
-    // Per-user and per-IP limits against vote stuffing, checked inside the vote
-    // script: a refused vote is recorded by no policy and changes no tally.
-    let ip = state
-        .limiter
-        .limits()
-        .counts_ip(Route::Vote)
-        .then(|| state.limiter.client_ip(&req));
-    let reply = worker
-        .votes
-        .submit(
-            poll,
-            VoteRequest {
-                user: user.id,
-                option: option_id,
-                ip,
-            },
-        )
-        .await?;
-    Metrics::inc(match reply.outcome {
-        VoteOutcome::Accepted { .. } => &state.metrics.vote_accepted,
-        _ => &state.metrics.vote_refused,
-    });
-    vote_answer(&state, poll, option_id, reply).await
-}
-
-/// The answer to a vote the batch decided: 202, or the refusal.
-async fn vote_answer(
-    state: &AppState,
-    poll: PollId,
-    option_id: i64,
-    reply: VoteReply,
-) -> Result<HttpResponse, AppError> {
-    let outcome = reply.outcome;
-    // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
-    // other refusals carry no RateLimit headers (as in the purchase).
-    let judged = || {
-        let policies = state.limiter.limits().for_route(Route::Vote);
-        let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
-        state.limiter.judge(&decided)
-    };
-    match outcome {
-        VoteOutcome::Accepted { .. } => Ok(judged()?.attach(HttpResponse::Accepted().json(
-            VoteAccepted {
-                status: "accepted",
-                poll_id: poll,
-                option_id,
-            },
-        ))),
-        VoteOutcome::AlreadyVoted => Err(AppError::new(
-            ErrorCode::AlreadyVoted,
-            "you already voted in this poll (one vote per person)",
-        )),
-        VoteOutcome::UnknownOption => Err(unknown_option()),
-        VoteOutcome::NotOpen { opens_in_ms } => {
-            let secs = (opens_in_ms + 999) / 1000;
-            Err(AppError::new(
-                ErrorCode::NotOpen,
-                format!("this poll is not open yet; it opens in {secs} s"),
-            )
-            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
-        }
-        VoteOutcome::Closed => Err(AppError::new(ErrorCode::Closed, "this poll is closed")),
-        VoteOutcome::NotLoaded => Err(missing_from_redis(state, poll).await),
-        VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
-        VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
-            let _no_policy_refused = judged()?;
-            Err(AppError::Internal(anyhow::anyhow!(
-                "a rate-limited vote came back with no refusing policy"
-            )))
-        }
-    }
-}
-
-fn unknown_option() -> AppError {
-    AppError::new(
-        ErrorCode::UnknownOption,
-        "that option does not belong to this poll",
-    )
 }

@@ -1,0 +1,458 @@
+//! The vote (`POST /api/polls/{id}/votes`, every ballot kind, with an optional
+//! `Idempotency-Key`) and the voter's own ballot (`GET /api/polls/{id}/my-ballot`).
+
+use actix_web::http::{StatusCode, header};
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::auth::AuthUser;
+use crate::domain::{PollId, PurchaseKey};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::limit::Route;
+use crate::metrics::Metrics;
+use crate::recover::Target;
+use crate::state::{AppState, Worker};
+use crate::vote::MAX_OPTIONS;
+use crate::vote::cached::{cached_record, missing_from_redis};
+use crate::vote::cast::{Ballot, VoteOutcome, VoteReply, VoteRequest};
+use crate::vote::rebuild::Held;
+use crate::vote::receipt::receipt;
+use crate::vote::setting::BallotKind;
+
+/// A ballot, in the shape of the poll's kind: `{"option_id"}` (single),
+/// `{"option_ids": [..]}` (multi), `{"option_id", "count"}` (budget),
+/// `{"ranking": [..]}` (ranked, most preferred first).
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VoteBody {
+    /// single and budget: the option.
+    option_id: Option<i64>,
+    /// budget: how many of the voter's votes to spend on it, at least 1.
+    count: Option<i64>,
+    /// multi: 1 to `max_choices` distinct options.
+    option_ids: Option<Vec<i64>>,
+    /// ranked: 1 to `max_choices` distinct options, most preferred first.
+    ranking: Option<Vec<i64>>,
+}
+
+/// Most votes one budget request may ask for (more than any budget: refused by
+/// the budget, with the numbers left, not by the shape).
+const MAX_COUNT: i64 = 1_000_000;
+
+fn invalid(message: impl Into<std::borrow::Cow<'static, str>>) -> AppError {
+    AppError::new(ErrorCode::InvalidBallot, message)
+}
+
+fn unknown_option() -> AppError {
+    AppError::new(
+        ErrorCode::UnknownOption,
+        "that option does not belong to this poll",
+    )
+}
+
+/// A list of options: 1 to 20 positive, distinct ids.
+fn ids(field: &str, ids: Vec<i64>) -> Result<Vec<i64>, AppError> {
+    if ids.is_empty() || ids.len() > MAX_OPTIONS {
+        return Err(invalid(format!("{field} lists 1 to {MAX_OPTIONS} options")));
+    }
+    if ids.iter().any(|&id| id <= 0) {
+        return Err(unknown_option());
+    }
+    let mut seen = std::collections::HashSet::new();
+    if !ids.iter().all(|id| seen.insert(*id)) {
+        return Err(invalid(format!("{field} names an option twice")));
+    }
+    Ok(ids)
+}
+
+impl VoteBody {
+    /// The ballot this body sends (its kind is checked against the poll's in
+    /// Redis), or 422 `invalid_ballot` / `unknown_option`.
+    fn ballot(self) -> Result<Ballot, AppError> {
+        match (self.option_id, self.count, self.option_ids, self.ranking) {
+            (Some(option), None, None, None) if option > 0 => Ok(Ballot::Single(option)),
+            (Some(option), Some(count), None, None) if option > 0 => {
+                if count < 1 {
+                    return Err(invalid("count must be at least 1"));
+                }
+                Ok(Ballot::Budget {
+                    option,
+                    count: count.min(MAX_COUNT) as u32,
+                })
+            }
+            (Some(_), _, None, None) => Err(unknown_option()),
+            (None, None, Some(list), None) => Ok(Ballot::Multi(ids("option_ids", list)?)),
+            (None, None, None, Some(list)) => Ok(Ballot::Ranked(ids("ranking", list)?)),
+            _ => Err(invalid(
+                "send one of {\"option_id\"} (single), {\"option_ids\": [..]} (multi), \
+                 {\"option_id\", \"count\"} (budget) or {\"ranking\": [..]} (ranked)",
+            )),
+        }
+    }
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct VoteAccepted {
+    /// Always `accepted`.
+    status: &'static str,
+    #[schema(value_type = i64)]
+    poll_id: PollId,
+    /// The option (single, budget), or the first choice (multi, ranked).
+    option_id: i64,
+    /// multi: the options chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    option_ids: Option<Vec<i64>>,
+    /// ranked: the ranking, most preferred first.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranking: Option<Vec<i64>>,
+    /// budget: the votes this request spent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<u32>,
+    /// This vote's receipt (see `GET /api/polls/{id}/my-ballot`).
+    receipt: Uuid,
+    /// This ballot replaced the voter's earlier one (`allow_change`).
+    replaced: bool,
+    /// budget: votes the voter has left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<i64>,
+    /// budget: votes the voter may still give this option.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    option_remaining: Option<i64>,
+}
+
+/// A budget refusal: the error body with the numbers left (`budget_spent`,
+/// `over_budget`).
+#[derive(Serialize)]
+pub(super) struct BudgetRefusal {
+    /// `budget_spent` or `over_budget`.
+    error: &'static str,
+    message: String,
+    remaining: i64,
+    option_remaining: i64,
+}
+
+/// A vote: one ballot per voter (a `single`, `multi` or `ranked` poll; with
+/// `allow_change` a later ballot replaces it), or a `budget` poll's votes spent
+/// over as many requests as the voter likes. All or nothing.
+#[utoipa::path(post, path = "/api/polls/{id}/votes", tag = "polls", params(
+    ("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1),
+    ("Idempotency-Key" = Option<String>, Header, description = "Optional: 1 to 64 of `[A-Za-z0-9_.:-]`; a retry with the same key and body answers the first answer (with `Idempotent-Replayed: true`), never counts twice"),
+), request_body = VoteBody, security(("bearer" = [])), responses(
+    (status = 202, description = "Accepted", body = VoteAccepted, headers(
+        ("RateLimit" = String), ("RateLimit-Policy" = String),
+        ("Idempotent-Replayed" = String, description = "`true` when this is the first answer to the key, again"))),
+    (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 409, description = "`already_voted` (one ballot per voter, no `allow_change`), `budget_spent` (the body also carries `remaining` and `option_remaining`), or `not_open` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "With `not_open`: seconds until the poll opens"))),
+    (status = 410, description = "`closed`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_ballot` (the wrong shape for the poll's kind, a repeated option, too many), `unknown_option` (an option of another poll, or none), `over_budget` (more than is left overall or for the option; the body also carries `remaining` and `option_remaining`), `idempotency_key_reused` (the key was first sent with another ballot), `rate_limit_unsatisfiable`, `invalid_body`", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a vote limit refused", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
+))]
+#[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
+pub(super) async fn vote(
+    state: web::Data<AppState>,
+    worker: web::Data<Worker>,
+    user: AuthUser,
+    path: web::Path<String>,
+    body: web::Json<VoteBody>,
+    req: HttpRequest,
+) -> Result<HttpResponse, AppError> {
+    let poll = PollId::parse(&path)?;
+    let key = req
+        .headers()
+        .get("idempotency-key")
+        .map(|v| PurchaseKey::parse(v.as_bytes()))
+        .transpose()?;
+    let ballot = body.into_inner().ballot()?;
+    // Per-user and per-IP limits against vote stuffing, checked inside the vote
+    // script: a refused vote is recorded by no policy and changes no tally.
+    let ip = state
+        .limiter
+        .limits()
+        .counts_ip(Route::Vote)
+        .then(|| state.limiter.client_ip(&req));
+    let reply = worker
+        .votes
+        .submit(
+            poll,
+            VoteRequest {
+                user: user.id,
+                ballot: ballot.clone(),
+                key,
+                ip,
+            },
+        )
+        .await?;
+    Metrics::inc(match reply.outcome {
+        VoteOutcome::Accepted { .. } if !reply.replayed => &state.metrics.vote_accepted,
+        _ => &state.metrics.vote_refused,
+    });
+    let replayed = reply.replayed;
+    let answer = vote_answer(&state, poll, user.id, ballot, reply).await;
+    if !replayed {
+        return answer;
+    }
+    match answer {
+        Ok(mut response) => {
+            response.headers_mut().insert(
+                header::HeaderName::from_static("idempotent-replayed"),
+                header::HeaderValue::from_static("true"),
+            );
+            Ok(response)
+        }
+        Err(e) => Err(e.with_header(
+            header::HeaderName::from_static("idempotent-replayed"),
+            "true",
+        )),
+    }
+}
+
+/// The answer to a vote the batch decided: 202, or the refusal.
+async fn vote_answer(
+    state: &AppState,
+    poll: PollId,
+    user: crate::domain::UserId,
+    ballot: Ballot,
+    reply: VoteReply,
+) -> Result<HttpResponse, AppError> {
+    let outcome = reply.outcome;
+    // The RateLimit headers of a 202, or the 429 (422) of a refusal by a limit;
+    // other refusals carry no RateLimit headers (as in the purchase).
+    let judged = || {
+        let policies = state.limiter.limits().for_route(Route::Vote);
+        let decided: Vec<_> = policies.iter().zip(reply.limits.iter().copied()).collect();
+        state.limiter.judge(&decided)
+    };
+    let budget = |status: StatusCode, error: &'static str, message: String, left: (i64, i64)| {
+        HttpResponse::build(status).json(BudgetRefusal {
+            error,
+            message,
+            remaining: left.0,
+            option_remaining: left.1,
+        })
+    };
+    match outcome {
+        VoteOutcome::Accepted {
+            seq,
+            replaced,
+            remaining,
+            option_remaining,
+            ..
+        } => {
+            let is_budget = matches!(ballot, Ballot::Budget { .. });
+            let body = VoteAccepted {
+                status: "accepted",
+                poll_id: poll,
+                option_id: ballot.first(),
+                receipt: receipt(state.config.token_secret.as_bytes(), poll, user, seq),
+                replaced,
+                remaining: is_budget.then_some(remaining),
+                option_remaining: is_budget.then_some(option_remaining),
+                count: match &ballot {
+                    Ballot::Budget { count, .. } => Some(*count),
+                    _ => None,
+                },
+                option_ids: match &ballot {
+                    Ballot::Multi(ids) => Some(ids.clone()),
+                    _ => None,
+                },
+                ranking: match ballot {
+                    Ballot::Ranked(ids) => Some(ids),
+                    _ => None,
+                },
+            };
+            Ok(judged()?.attach(HttpResponse::Accepted().json(body)))
+        }
+        VoteOutcome::AlreadyVoted => Err(AppError::new(
+            ErrorCode::AlreadyVoted,
+            "you already voted in this poll (one ballot per person)",
+        )),
+        VoteOutcome::BudgetSpent { option_remaining } => Ok(budget(
+            StatusCode::CONFLICT,
+            "budget_spent",
+            "you have spent every vote this poll gives you".into(),
+            (0, option_remaining),
+        )),
+        VoteOutcome::OverBudget {
+            remaining,
+            option_remaining,
+        } => Ok(budget(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "over_budget",
+            format!(
+                "more votes than you have left: {remaining} in all, {option_remaining} for this option; nothing was spent"
+            ),
+            (remaining, option_remaining),
+        )),
+        VoteOutcome::InvalidBallot => Err(invalid_for(state, poll).await),
+        VoteOutcome::KeyReused => Err(AppError::new(
+            ErrorCode::IdempotencyKeyReused,
+            "this Idempotency-Key was first sent with another ballot; use a new key for a new vote",
+        )),
+        VoteOutcome::UnknownOption => Err(unknown_option()),
+        VoteOutcome::NotOpen { opens_in_ms } => {
+            let secs = (opens_in_ms + 999) / 1000;
+            Err(AppError::new(
+                ErrorCode::NotOpen,
+                format!("this poll is not open yet; it opens in {secs} s"),
+            )
+            .with_header(header::RETRY_AFTER, secs.max(1).to_string()))
+        }
+        VoteOutcome::Closed => Err(AppError::new(ErrorCode::Closed, "this poll is closed")),
+        VoteOutcome::NotLoaded => Err(missing_from_redis(state, poll).await),
+        VoteOutcome::Recovering => Err(state.recovery.recovering(Target::Poll(poll))),
+        VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable => {
+            let _no_policy_refused = judged()?;
+            Err(AppError::Internal(anyhow::anyhow!(
+                "a rate-limited vote came back with no refusing policy"
+            )))
+        }
+    }
+}
+
+/// 422 `invalid_ballot`, saying what this poll takes.
+async fn invalid_for(state: &AppState, poll: PollId) -> AppError {
+    let Ok(Some(record)) = cached_record(state, poll).await else {
+        return invalid("this ballot does not fit this poll's kind");
+    };
+    let s = record.poll.ballot_settings();
+    let most = s.choices_allowed(record.options.len());
+    invalid(match s.kind {
+        BallotKind::Single => "this poll takes one option: {\"option_id\": n}".to_string(),
+        BallotKind::Multi => {
+            format!("this poll takes 1 to {most} distinct options: {{\"option_ids\": [..]}}")
+        }
+        BallotKind::Ranked => format!(
+            "this poll takes a ranking of 1 to {most} distinct options, most preferred first: {{\"ranking\": [..]}}"
+        ),
+        BallotKind::Budget => {
+            "this poll takes votes from a budget: {\"option_id\": n, \"count\": c}".to_string()
+        }
+    })
+}
+
+/// One accepted request of the voter.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct Receipt {
+    receipt: Uuid,
+    /// 1 for the voter's first accepted request of the poll, then 2, ...
+    seq: i32,
+    /// In Postgres (settlement has written it).
+    settled: bool,
+    /// A later ballot replaced this one (single, multi, ranked with `allow_change`).
+    replaced: bool,
+}
+
+/// One option of a budget voter's votes.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct Spent {
+    option_id: i64,
+    count: i64,
+}
+
+/// The caller's ballot as it counts now.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct MyBallot {
+    #[schema(value_type = i64)]
+    poll_id: PollId,
+    /// The poll's kind: `single`, `multi`, `budget` or `ranked`.
+    ballot: BallotKind,
+    /// Whether the caller has a ballot (any vote) in this poll.
+    voted: bool,
+    /// single, multi, ranked: the options of the ballot that counts, in the order
+    /// sent (ranked: most preferred first); empty before voting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choices: Option<Vec<i64>>,
+    /// budget: votes per option, in the order first given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    votes: Option<Vec<Spent>>,
+    /// budget: votes left to spend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remaining: Option<i64>,
+    /// Every accepted request, first first.
+    receipts: Vec<Receipt>,
+    /// Every request that counts is in Postgres.
+    settled: bool,
+}
+
+/// The caller's own ballot: what counts now (choices, or votes per option and
+/// what is left of the budget), each accepted request's receipt, and whether
+/// Postgres has it. Never anyone else's, never the tallies.
+#[utoipa::path(get, path = "/api/polls/{id}/my-ballot", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The caller's ballot", body = MyBallot),
+    (status = 401, description = "`unauthorized`: not signed in", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 503, description = "The poll is being restored; try again", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
+))]
+pub(super) async fn my_ballot(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let poll = PollId::parse(&path)?;
+    let Some(record) = cached_record(state.get_ref(), poll).await? else {
+        return Err(AppError::not_found(format!("no poll with id {poll}")));
+    };
+    let kind = record.poll.ballot;
+    let k = state.keys.poll(poll);
+    let (loaded, value): (bool, Option<String>) = redis::pipe()
+        .exists(&k.meta)
+        .hget(&k.voters, user.id.get())
+        .query_async(&mut state.redis.clone())
+        .await?;
+    if !loaded {
+        return Err(missing_from_redis(state.get_ref(), poll).await);
+    }
+    let held = value.as_deref().and_then(|v| Held::parse(kind, v));
+    let settled: Vec<i32> =
+        sqlx::query_scalar("SELECT seq FROM votes WHERE poll_id = $1 AND user_id = $2")
+            .bind(poll.get())
+            .bind(user.id.get())
+            .fetch_all(&state.db)
+            .await?;
+    let last = held.as_ref().map_or(0, |h| h.seq);
+    let secret = state.config.token_secret.as_bytes();
+    let receipts: Vec<Receipt> = (1..=last)
+        .map(|seq| Receipt {
+            receipt: receipt(secret, poll, user.id, seq),
+            seq,
+            settled: settled.contains(&seq),
+            replaced: kind != BallotKind::Budget && seq < last,
+        })
+        .collect();
+    let all_settled = receipts
+        .iter()
+        .filter(|r| !r.replaced)
+        .all(|r| r.settled);
+    let budget = kind == BallotKind::Budget;
+    let spent: i64 = held.as_ref().map_or(0, |h| h.spent.iter().map(|(_, c)| c).sum());
+    let body = MyBallot {
+        poll_id: poll,
+        ballot: kind,
+        voted: held.is_some(),
+        choices: (!budget).then(|| held.as_ref().map(|h| h.choices.clone()).unwrap_or_default()),
+        votes: budget.then(|| {
+            held.as_ref()
+                .map(|h| {
+                    h.spent
+                        .iter()
+                        .map(|&(option_id, count)| Spent { option_id, count })
+                        .collect()
+                })
+                .unwrap_or_default()
+        }),
+        remaining: budget
+            .then(|| i64::from(record.poll.votes_per_user.unwrap_or(0)) - spent)
+            .map(|r| r.max(0)),
+        receipts,
+        settled: all_settled,
+    };
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(body))
+}
