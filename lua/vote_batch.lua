@@ -10,8 +10,9 @@
 -- Redis clock)   ARGV[4] ms the keys hash lives after its last write   ARGV[5 ..]:
 -- per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a key per voter;
 -- see lua/lib/batch.lua)
--- then per voter: user id, ballot: `<option>` (single), `<option>,<option>,...`
--- (multi, ranked: in the order sent), `<option>*<count>` (budget), each followed by
+-- then per voter: user id, ballot: `<option>` (single), `m<option>,<option>,...`
+-- (multi), `r<option>,...` (ranked, in the order sent), `<option>*<count>` (budget),
+-- each followed by
 -- ` <idempotency key>` when the request had one
 -- Returns, per voter, code and value, and for codes 7 and 8 then per policy:
 -- allowed, remaining, ms until allowed, ms until the quota is back; for code
@@ -192,7 +193,20 @@ if #asking > 0 then
 
   -- A single, multi or ranked ballot: all or nothing.
   local function decide_choices(i, j, user)
+    -- A single ballot is its option; a multi or ranked one its kind's letter, then
+    -- the options (`m7,9`, `r9,7`).
     local ballot = ballots[i]
+    if kind == 's' then
+      if not string.match(ballot, '^[1-9]%d*$') then
+        code[i], value[i] = INVALID_BALLOT, 0
+        return
+      end
+    elseif string.sub(ballot, 1, 1) ~= kind then
+      code[i], value[i] = INVALID_BALLOT, 0
+      return
+    else
+      ballot = string.sub(ballot, 2)
+    end
     local ids = split(ballot)
     local limit = 1
     if kind == 'm' or kind == 'r' then

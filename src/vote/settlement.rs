@@ -99,11 +99,13 @@ async fn insert_votes(
     let users: Vec<i64> = rows.iter().map(|r| r.user).collect();
     let options: Vec<i64> = rows.iter().map(|r| r.value).collect();
     let times: Vec<DateTime<chrono::Utc>> = rows.iter().map(|r| r.at).collect();
-    let detail = |r: &Accepted| r.vote.clone().unwrap_or(VoteDetail {
-        seq: 1,
-        choices: None,
-        count: 1,
-    });
+    let detail = |r: &Accepted| {
+        r.vote.clone().unwrap_or(VoteDetail {
+            seq: 1,
+            choices: None,
+            count: 1,
+        })
+    };
     let details: Vec<VoteDetail> = rows.iter().map(detail).collect();
     let seqs: Vec<i32> = details.iter().map(|d| d.seq).collect();
     let counts: Vec<i32> = details.iter().map(|d| d.count).collect();

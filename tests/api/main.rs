@@ -6,6 +6,7 @@ mod admin_console;
 mod admin_pages;
 mod auth;
 mod bad_input;
+mod ballots;
 mod batch;
 mod cache;
 mod cancel;
