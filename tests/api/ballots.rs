@@ -525,7 +525,16 @@ async fn a_wipe_keeps_budgets_spent_and_changed_ballots_changed() {
     let users = app.create_users(2, false).await;
     let (v, w) = (&users[0], &users[1]);
     accepted(&app, budget, v, json!({"option_id": b[0], "count": 2})).await;
-    accepted(&app, budget, v, json!({"option_id": b[1], "count": 1})).await;
+    let keyed = send(
+        &app,
+        budget,
+        v,
+        json!({"option_id": b[1], "count": 1}),
+        Some("k-1"),
+    )
+    .await;
+    assert_eq!(keyed.status(), StatusCode::ACCEPTED);
+    let keyed: Value = keyed.json().await.unwrap();
     accepted(&app, budget, w, json!({"option_id": b[0], "count": 1})).await;
     accepted(&app, multi, v, json!({"option_ids": [m[0], m[1]]})).await;
     accepted(&app, multi, v, json!({"option_ids": [m[2]]})).await;
@@ -535,6 +544,18 @@ async fn a_wipe_keeps_budgets_spent_and_changed_ballots_changed() {
     until_rebuilt(&app, budget).await;
     until_rebuilt(&app, multi).await;
 
+    // The keyed vote's retry after the wipe answers its 202 again, spending nothing.
+    let retry = send(
+        &app,
+        budget,
+        v,
+        json!({"option_id": b[1], "count": 1}),
+        Some("k-1"),
+    )
+    .await;
+    assert_eq!(retry.status(), StatusCode::ACCEPTED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.json::<Value>().await.unwrap(), keyed);
     let spent = send(
         &app,
         budget,
