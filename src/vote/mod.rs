@@ -21,6 +21,7 @@ pub mod list;
 pub mod rebuild;
 pub mod receipt;
 pub mod reveal;
+pub mod runoff;
 pub mod setting;
 pub mod settlement;
 pub mod store;
