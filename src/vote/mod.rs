@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod list;
 pub mod rebuild;
 pub mod receipt;
+pub mod result;
 pub mod reveal;
 pub mod runoff;
 pub mod setting;

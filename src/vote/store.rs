@@ -90,8 +90,13 @@ pub struct Results {
     /// Always `false` here: hidden results are a `HiddenResults`.
     pub hidden: bool,
     pub voters: i64,
-    /// Option id -> votes, every option present (0 when none).
+    /// Option id -> votes, every option present (0 when none). A ranked poll
+    /// counts first preferences.
     pub tallies: Vec<Tally>,
+    /// A closed `ranked` poll: the instant-runoff result (rounds, eliminations,
+    /// winner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runoff: Option<super::runoff::Runoff>,
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -299,6 +304,7 @@ pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
         closed: closed == "1",
         hidden: false,
         voters,
+        runoff: None,
         tallies: options
             .into_iter()
             .map(|option_id| Tally {

@@ -590,3 +590,40 @@ async fn a_wipe_keeps_budgets_spent_and_changed_ballots_changed() {
     assert_eq!(live, vec![0, 1, 0]);
     assert_eq!(settled, live);
 }
+
+#[tokio::test]
+async fn a_closed_ranked_poll_shows_its_instant_runoff_rounds_and_winner() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, r) = ballot_poll(&app, &admin, json!({"ballot": "ranked"})).await;
+    // First preferences 2 Alto, 2 Bass, 1 Cello; Cello's voter prefers Bass next.
+    let users = app.create_users(5, false).await;
+    for (user, ranking) in users.iter().zip([
+        vec![r[0]],
+        vec![r[0], r[1]],
+        vec![r[1]],
+        vec![r[1], r[0]],
+        vec![r[2], r[1]],
+    ]) {
+        accepted(&app, poll, user, json!({ "ranking": ranking })).await;
+    }
+    let open = app.poll_results(poll).await;
+    assert!(
+        open.get("runoff").is_none(),
+        "an open poll has no runoff: {open}"
+    );
+    assert_eq!(open["tallies"][0]["votes"], 2, "first preferences: {open}");
+    app.close_poll(&admin, poll).await;
+    let closed = app.poll_results(poll).await;
+    let runoff = &closed["runoff"];
+    assert_eq!(runoff["ballots"], 5, "{closed}");
+    assert_eq!(runoff["winner"], r[1], "{closed}");
+    let rounds = runoff["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{closed}");
+    assert_eq!(rounds[0]["eliminated"], json!([r[2]]));
+    assert_eq!(
+        rounds[1]["tallies"],
+        json!([{"option_id": r[0], "votes": 2}, {"option_id": r[1], "votes": 3}])
+    );
+    assert!(runoff["tie_rule"].as_str().is_some_and(|t| !t.is_empty()));
+}
