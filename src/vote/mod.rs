@@ -16,6 +16,7 @@ macro_rules! poll_columns {
 
 pub mod cached;
 pub mod cast;
+pub mod export;
 pub mod lifecycle;
 pub mod list;
 pub mod rebuild;

@@ -17,8 +17,8 @@ use crate::redis_conn::Redis;
 /// Results counted, by poll: the voters they were counted from, and the result.
 /// At most [`KEPT`] polls; past that the oldest counts are forgotten and made
 /// again when asked.
-static COUNTED: LazyLock<Mutex<HashMap<PollId, (i64, Arc<Runoff>)>>> =
-    LazyLock::new(Default::default);
+type Counted = HashMap<PollId, (i64, Arc<Runoff>)>;
+static COUNTED: LazyLock<Mutex<Counted>> = LazyLock::new(Default::default);
 const KEPT: usize = 256;
 
 /// The runoff of `record`'s ballots, `voters` of them as Redis counts them now.

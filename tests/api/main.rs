@@ -25,6 +25,7 @@ mod openapi;
 mod pages;
 mod paging;
 mod payment;
+mod poll_export;
 mod poll_pages;
 mod poll_results;
 mod purchase;
