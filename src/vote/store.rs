@@ -334,11 +334,23 @@ pub async fn voted_option<C: ConnectionLike>(
     poll: PollId,
     user: UserId,
 ) -> Result<Option<i64>, redis::RedisError> {
-    redis::cmd("HGET")
+    let held: Option<String> = redis::cmd("HGET")
         .arg(keys.poll(poll).voters)
         .arg(user.get())
         .query_async(redis)
-        .await
+        .await?;
+    Ok(held.map(|v| first_choice(&v)))
+}
+
+/// The first option of a voters hash value (`7`, `2|7,9`, `3|7:2,9:1`; see
+/// `lua/vote_batch.lua`); 0 when it names none.
+pub fn first_choice(held: &str) -> i64 {
+    let ballot = held.split_once('|').map_or(held, |(_, b)| b);
+    ballot
+        .split([',', ':'])
+        .next()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Closes the poll: Postgres first, then Redis when it holds the poll. In this
