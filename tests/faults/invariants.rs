@@ -1133,7 +1133,14 @@ async fn check_ballot_poll(
         match held.get(&receipt) {
             Some(&(u, seq)) => {
                 let got = row(u, seq);
-                if u != r.user || asked(&r.op) != Some((got.option, got.count.into())) {
+                let named = u == r.user && asked(&r.op) == Some((got.option, got.count.into()));
+                if !named && loss.allows(r) {
+                    // A wipe lost this unsettled vote, and the voter's next vote got
+                    // its seq, so its receipt (docs/api.md, "Ballots"): lost.
+                    report.lost.push((*r).clone());
+                    continue;
+                }
+                if !named {
                     wrong.push(format!(
                         "user {} key {key} asked {:?}, its receipt names user {u} seq {seq}: option {} count {}",
                         r.user,
