@@ -579,6 +579,12 @@ async fn a_wipe_keeps_budgets_spent_and_changed_ballots_changed() {
         (&json!(2), &json!(1))
     );
     assert_eq!(redis_tally(&app, budget).await.get(&b[0]), Some(&3));
+    // The rebuild holds the changed ballot, not the first.
+    let mine = app
+        .get_json(&format!("/api/polls/{multi}/my-ballot"), Some(&v.token))
+        .await;
+    assert_eq!(mine["choices"], json!([m[2]]), "{mine}");
+    assert_eq!(both_tallies(&app, &admin, multi).await.0, vec![0, 0, 1]);
     let changed = accepted(&app, multi, v, json!({"option_ids": [m[1]]})).await;
     assert_eq!(changed["replaced"], true);
     let mine = app
