@@ -32,6 +32,26 @@ pub struct Users {
     pub shoppers: Vec<i64>,
 }
 
+/// One row of `votes`: one accepted vote request (`seq` 1, 2, ... per voter).
+pub struct BallotRow {
+    pub user_id: i64,
+    pub seq: i32,
+    /// The option (single, budget) or first choice (multi, ranked).
+    pub option_id: i64,
+    /// multi and ranked: every option, in the order sent.
+    pub choices: Option<Vec<i64>>,
+    /// budget: the votes it spent (1 for the other kinds).
+    pub count: i32,
+}
+
+/// The receipt of `user`'s `seq`-th accepted vote request in `poll`, as the server
+/// derives it (`vote::receipt`) from the same `token_secret`.
+pub fn vote_receipt(secret: &[u8], poll: i64, user: i64, seq: i32) -> anyhow::Result<Uuid> {
+    let poll = crate::domain::PollId::new(poll).ok_or_else(|| anyhow::anyhow!("poll id {poll}"))?;
+    let user = crate::domain::UserId::new(user).ok_or_else(|| anyhow::anyhow!("user id {user}"))?;
+    Ok(crate::vote::receipt::receipt(secret, poll, user, seq))
+}
+
 /// A sale's orders in Postgres against its waiting room's admissions.
 pub struct OrdersAdmitted {
     pub orders: i64,
@@ -95,6 +115,28 @@ impl Store {
         .bind(users)
         .fetch_one(&self.db)
         .await?)
+    }
+
+    /// Every settled vote request of `users` in `poll`, by voter and `seq`.
+    pub async fn ballot_rows(&self, poll: i64, users: &[i64]) -> anyhow::Result<Vec<BallotRow>> {
+        let rows: Vec<(i64, i32, i64, Option<Vec<i64>>, i32)> = sqlx::query_as(
+            "SELECT user_id, seq, option_id, choices, count FROM votes
+             WHERE poll_id = $1 AND user_id = ANY($2) ORDER BY user_id, seq",
+        )
+        .bind(poll)
+        .bind(users)
+        .fetch_all(&self.db)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(user_id, seq, option_id, choices, count)| BallotRow {
+                user_id,
+                seq,
+                option_id,
+                choices,
+                count,
+            })
+            .collect())
     }
 
     /// The ids of every settled order of `sale`.

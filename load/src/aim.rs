@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::args::{LoadArgs, Mode};
+use crate::ballots::kind;
 use crate::client::Target;
 use crate::fire::Plan;
 use crate::prepare;
@@ -18,6 +19,8 @@ pub struct Aim {
     pub poll: Option<i64>,
     pub path: String,
     pub body: Option<Vec<u8>>,
+    /// A poll's options (vote).
+    pub options: Vec<i64>,
     pub opens_at: Option<DateTime<Utc>>,
     pub release_at: Option<Instant>,
 }
@@ -28,31 +31,39 @@ pub async fn aim(args: &LoadArgs, target: &Target, admin: &str) -> anyhow::Resul
         poll: None,
         path,
         body: None,
+        options: Vec::new(),
         opens_at: None,
         release_at: None,
     };
     match args.mode() {
         Mode::Healthz => Ok(aim("/healthz".to_string())),
         Mode::Vote => {
-            let (poll, option) = match args.poll {
+            let (poll, options) = match args.poll {
                 Some(poll) => {
                     let view =
                         prepare::call(target, "GET", &format!("/api/polls/{poll}"), admin, None)
                             .await?;
-                    let option = view["options"][0]["id"]
-                        .as_i64()
-                        .ok_or_else(|| anyhow::anyhow!("poll {poll} has no options"))?;
-                    (poll, option)
+                    let options: Vec<i64> = view["options"]
+                        .as_array()
+                        .map(|o| o.iter().filter_map(|o| o["id"].as_i64()).collect())
+                        .unwrap_or_default();
+                    anyhow::ensure!(!options.is_empty(), "poll {poll} has no options");
+                    (poll, options)
                 }
                 None => {
-                    let (poll, options) = prepare::create_poll(target, admin).await?;
-                    (poll, options[0])
+                    let n = if args.ballot.is_some() {
+                        kind::OPTIONS
+                    } else {
+                        2
+                    };
+                    prepare::create_poll(target, admin, n, &kind::settings(args)).await?
                 }
             };
-            let body = serde_json::json!({ "option_id": option }).to_string();
+            let body = kind::repeated_body(args, &options).to_string();
             Ok(Aim {
                 poll: Some(poll),
                 body: Some(body.into_bytes()),
+                options,
                 ..aim(format!("/api/polls/{poll}/votes"))
             })
         }

@@ -21,6 +21,33 @@ pub enum Mode {
     Healthz,
 }
 
+/// `vote --ballot`: the kind of poll the run makes (issue 51), each voter's ballot
+/// in its shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ballot {
+    /// One option; with --allow-change a second ballot replaces the first.
+    Single,
+    /// 1 to --max-choices options, each counted once.
+    Multi,
+    /// --votes-per-user votes spent over several requests, at most
+    /// --max-per-option on one option.
+    Budget,
+    /// 1 to --max-choices options, most preferred first (first preferences count).
+    Ranked,
+}
+
+impl Ballot {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ballot::Single => "single",
+            Ballot::Multi => "multi",
+            Ballot::Budget => "budget",
+            Ballot::Ranked => "ranked",
+        }
+    }
+}
+
 /// Rehearse a sale against a running server: prepare users and a sale (or poll),
 /// fire a storm, print throughput, latency percentiles and every answer, then check
 /// the invariants (exit 1 when one broke). See "Rehearse a sale" in docs/operations.md.
@@ -67,6 +94,29 @@ pub struct LoadArgs {
     /// Use this existing poll instead of making one (vote).
     #[arg(long)]
     pub poll: Option<i64>,
+    /// Vote: make a poll of this kind and let each voter send its ballots in that
+    /// shape (single, multi, ranked: one, and a changed second one for a fifth of
+    /// the voters; budget: the budget spent over several requests, some over it),
+    /// with an `Idempotency-Key` each and some sent twice; then check every answer,
+    /// the tallies and every receipt (see "Rehearse a vote" in docs/operations.md).
+    /// Without it, vote is the plain repeat of one single-choice ballot.
+    #[arg(long, value_enum, conflicts_with_all = ["poll", "sale"])]
+    pub ballot: Option<Ballot>,
+    /// With --ballot single, multi or ranked: the poll lets a voter replace its
+    /// ballot (a fifth of the voters send a changed one, answered 202 `replaced`;
+    /// without it their second ballot is 409 `already_voted`).
+    #[arg(long, requires = "ballot")]
+    pub allow_change: bool,
+    /// With --ballot budget: each voter's budget (1 to 1000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub votes_per_user: u32,
+    /// With --ballot budget: most votes of a voter on one option (default: the
+    /// budget).
+    #[arg(long, requires = "ballot", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_per_option: Option<u32>,
+    /// With --ballot multi or ranked: most options on one ballot (default: all 4).
+    #[arg(long, requires = "ballot", value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub max_choices: Option<u32>,
     /// Requests in flight at once (one connection each).
     #[arg(long, default_value_t = 256)]
     pub concurrency: usize,

@@ -271,7 +271,7 @@ async fn wait_votes(
 
 /// The progress bar of settlement: `settling [...] pos/len <what> in Postgres`
 /// (hidden with --json).
-fn settling_bar(args: &LoadArgs, len: i64, what: &str) -> indicatif::ProgressBar {
+pub fn settling_bar(args: &LoadArgs, len: i64, what: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len.max(0) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(&format!(

@@ -22,6 +22,7 @@
 
 mod aim;
 mod args;
+mod ballots;
 mod checks;
 mod cleanup;
 mod client;

@@ -125,22 +125,26 @@ pub async fn create_sale(
         .ok_or_else(|| anyhow::anyhow!("no sale id in {sale}"))
 }
 
-/// A new poll, open now for an hour: its id and its options' ids.
-pub async fn create_poll(target: &Target, admin: &str) -> anyhow::Result<(i64, Vec<i64>)> {
+/// A new poll, open now for an hour, with `options` options and the ballot
+/// `settings` (`{}`: a single-choice poll): its id and its options' ids.
+pub async fn create_poll(
+    target: &Target,
+    admin: &str,
+    options: usize,
+    settings: &Value,
+) -> anyhow::Result<(i64, Vec<i64>)> {
     let now = Utc::now();
-    let poll = call(
-        target,
-        "POST",
-        "/api/admin/polls",
-        admin,
-        Some(&json!({
-            "question": "Load test: which one?",
-            "options": ["this one", "that one"],
-            "opens_at": now - chrono::Duration::seconds(5),
-            "closes_at": now + chrono::Duration::hours(1),
-        })),
-    )
-    .await?;
+    let names = ["this one", "that one", "a third", "a fourth"];
+    let mut body = json!({
+        "question": "Load test: which one?",
+        "options": names[..options.clamp(2, names.len())],
+        "opens_at": now - chrono::Duration::seconds(5),
+        "closes_at": now + chrono::Duration::hours(1),
+    });
+    if let (Some(body), Some(settings)) = (body.as_object_mut(), settings.as_object()) {
+        body.extend(settings.clone());
+    }
+    let poll = call(target, "POST", "/api/admin/polls", admin, Some(&body)).await?;
     let id = poll["id"]
         .as_i64()
         .ok_or_else(|| anyhow::anyhow!("no poll id in {poll}"))?;

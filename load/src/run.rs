@@ -40,6 +40,15 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     if let (true, Some(store), None) = (args.waiting_room, &db, &args.prepare_only) {
         return crate::waiting::run(&args, &target, store, &admin, &user_ids, tokens, &aim).await;
     }
+    if let (Some(_), Some(store), None) = (args.ballot, &db, &args.prepare_only) {
+        let voters = crate::ballots::Voters {
+            admin: &admin,
+            ids: &user_ids,
+            tokens,
+            secret: &config.token_secret,
+        };
+        return crate::ballots::run(&args, &target, store, voters, &aim).await;
+    }
     let plan = Arc::new(plan(&args, &target, &admin, &aim, tokens).await?);
     if let Some(file) = &args.prepare_only {
         return prepare_only(&args, &target, &plan, file).await;
@@ -112,6 +121,10 @@ async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
     if let Some(at) = args.opens_at {
         check_opens_at(args.mode(), at, Utc::now())?;
     }
+    anyhow::ensure!(
+        args.ballot.is_none() || args.mode() == Mode::Vote,
+        "--ballot is for vote (the kind of poll the run makes)"
+    );
     anyhow::ensure!(
         !args.waiting_room || args.mode() == Mode::Storm,
         "--waiting-room is for storm (the line is joined before the opening)"

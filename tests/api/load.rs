@@ -209,6 +209,148 @@ async fn a_vote_run_counts_each_voter_once_in_postgres() {
     assert_eq!(app.votes_in_db(poll).await, 100);
 }
 
+/// A `--ballot` run: the report's checks, all of which must hold (their names
+/// listed), and its ballot figures.
+async fn ballot_run(app: &TestApp, args: &str, names: &[&str]) -> Value {
+    let (status, report, stderr) = load(app, args).await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    let got = checks(&report);
+    assert!(got.iter().all(|(_, ok)| *ok), "{report:#}");
+    let got: Vec<&str> = got.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(got, names, "{report:#}");
+    report
+}
+
+const BALLOT_CHECKS: [&str; 5] = [
+    "every answer as the ballot's rules say",
+    "every 202 receipt in Postgres, once",
+    "Redis tallies = settled tallies",
+    "tallies = the voters' ballots that count",
+    "my-ballot: every receipt once, settled, the ballot that counts",
+];
+
+fn figure(report: &Value, name: &str) -> u64 {
+    report["ballot"][name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no ballot.{name} in {report:#}"))
+}
+
+/// The settled tallies of the report, summed.
+fn settled_sum(report: &Value) -> i64 {
+    let tallies = report["ballot"]["settled_tallies"].as_object().unwrap();
+    tallies.values().map(|v| v.as_i64().unwrap()).sum()
+}
+
+/// Single with `--allow-change`: every voter's ballot is in once; a fifth send a
+/// changed one, accepted as a replacement; each counts once in the tallies.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_ballot_run_with_changes_counts_each_voter_once() {
+    let app = spawn_app().await;
+    let report = ballot_run(
+        &app,
+        "vote --ballot single --allow-change --users 80 --concurrency 16",
+        &BALLOT_CHECKS,
+    )
+    .await;
+    let replaced = figure(&report, "replaced");
+    assert_eq!(figure(&report, "voters"), 80, "{report:#}");
+    assert_eq!(figure(&report, "accepted"), 80 + replaced, "{report:#}");
+    assert!(
+        replaced > 0,
+        "a fifth of 80 voters change their ballot: {report:#}"
+    );
+    assert_eq!(report["ballot"]["refused"], json!({}), "{report:#}");
+    assert_eq!(figure(&report, "unexpected"), 0);
+    // Every 202, replays included, in the answers; one row per accepted request.
+    let replays_of_202 = answers(&report, "202") - figure(&report, "accepted");
+    assert!(replays_of_202 <= figure(&report, "replays"), "{report:#}");
+    let poll = report["poll"].as_i64().unwrap();
+    assert_eq!(app.votes_in_db(poll).await as u64, 80 + replaced);
+    assert_eq!(settled_sum(&report), 80);
+}
+
+/// Multi without `allow_change`: a second ballot is 409 `already_voted` and changes
+/// nothing; each voter's options count once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_multi_ballot_run_refuses_a_second_ballot_and_counts_each_choice_once() {
+    let app = spawn_app().await;
+    let report = ballot_run(
+        &app,
+        "vote --ballot multi --max-choices 2 --users 80 --concurrency 16",
+        &BALLOT_CHECKS,
+    )
+    .await;
+    assert_eq!(figure(&report, "accepted"), 80, "{report:#}");
+    assert_eq!(figure(&report, "replaced"), 0, "{report:#}");
+    let refused = report["ballot"]["refused"]["already_voted"]
+        .as_u64()
+        .unwrap();
+    assert!(refused > 0, "{report:#}");
+    assert!(
+        answers(&report, "409 already_voted") >= refused,
+        "{report:#}"
+    );
+    let poll = report["poll"].as_i64().unwrap();
+    assert_eq!(app.votes_in_db(poll).await, 80);
+    let votes = settled_sum(&report);
+    assert!(
+        (80..=160).contains(&votes),
+        "1 or 2 options each: {report:#}"
+    );
+}
+
+/// Budget: each voter spends exactly its budget over several requests, keyed and
+/// some replayed; one more is `budget_spent`, a request over what is left (overall
+/// or for its option) is `over_budget`; no budget or cap is passed in Postgres.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_budget_run_spends_every_budget_exactly_and_never_more() {
+    let app = spawn_app().await;
+    let mut names = BALLOT_CHECKS.to_vec();
+    names.insert(2, "no budget exceeded, no option past its cap");
+    let report = ballot_run(
+        &app,
+        "vote --ballot budget --votes-per-user 10 --max-per-option 4 --users 50 --concurrency 16",
+        &names,
+    )
+    .await;
+    assert_eq!(figure(&report, "votes_given"), 500, "{report:#}");
+    assert_eq!(
+        report["ballot"]["refused"]["budget_spent"],
+        json!(50),
+        "{report:#}"
+    );
+    assert!(figure(&report, "replays") > 0, "{report:#}");
+    assert_eq!(settled_sum(&report), 500);
+    let poll = report["poll"].as_i64().unwrap();
+    let spent: i64 = app
+        .scalar(
+            "SELECT COALESCE(sum(count), 0)::int8 FROM votes WHERE poll_id = $1",
+            poll,
+        )
+        .await;
+    assert_eq!(spent, 500);
+}
+
+/// Ranked with `--allow-change`: the tallies count each voter's first preference of
+/// the ballot that counts, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ranked_run_counts_each_voters_first_preference_once() {
+    let app = spawn_app().await;
+    let report = ballot_run(
+        &app,
+        "vote --ballot ranked --allow-change --max-choices 3 --users 80 --concurrency 16",
+        &BALLOT_CHECKS,
+    )
+    .await;
+    let replaced = figure(&report, "replaced");
+    assert_eq!(figure(&report, "accepted"), 80 + replaced, "{report:#}");
+    assert_eq!(settled_sum(&report), 80, "{report:#}");
+
+    let (status, _, stderr) = load(&app, "repeat --ballot ranked --users 5").await;
+    assert!(!status.success());
+    assert!(stderr.contains("--ballot is for vote"), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn another_host_is_refused_unless_asked_for() {
     let out = tokio::task::spawn_blocking(|| {

@@ -2,6 +2,7 @@
 //! percentiles, every answer by kind and the checks, printed as text or JSON
 //! (`room.rs`: the waiting room's part).
 
+pub mod ballot;
 pub mod room;
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,6 +12,7 @@ use chrono::{DateTime, Utc};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use self::ballot::{BallotReport, print_ballot};
 use self::room::{WaitingRoomReport, print_waiting_room};
 use crate::aim::Aim;
 use crate::args::{LoadArgs, Mode};
@@ -40,6 +42,9 @@ pub struct Report {
     /// `storm --waiting-room`: the line's figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     waiting_room: Option<WaitingRoomReport>,
+    /// `vote --ballot`: the kind's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ballot: Option<BallotReport>,
     checks: Vec<Check>,
     pub ok: bool,
 }
@@ -116,28 +121,33 @@ impl Report {
                 .map(|(k, n)| (k.label(), *n))
                 .collect(),
             waiting_room: None,
+            ballot: None,
             ok: checks.iter().all(|c| c.ok),
             checks,
         }
     }
 
-    /// The report of `storm --waiting-room`: every request of the run (joins,
-    /// standings, purchases, the line's numbers), its answers by phase
-    /// (`join 200 waiting`, `queue/me 200 admitted`, `purchase 202`, ...).
-    pub fn waiting_room(
+    /// The report of a run that fires on its own, with its part: `storm
+    /// --waiting-room` (every request of the run, its answers by phase: `join 200
+    /// waiting`, `queue/me 200 admitted`, `purchase 202`, ...) or `vote --ballot`.
+    pub fn with_part(
         args: &LoadArgs,
         aim: &Aim,
         elapsed: Duration,
         latency: &Histogram<u64>,
         answers: BTreeMap<String, u64>,
         checks: Vec<Check>,
-        waiting_room: WaitingRoomReport,
+        part: Part,
     ) -> Report {
+        let (waiting_room, ballot) = match part {
+            Part::WaitingRoom(w) => (Some(w), None),
+            Part::Ballot(b) => (None, Some(b)),
+        };
         Report {
             mode: args.mode(),
             url: args.url.clone(),
             sale: aim.sale,
-            poll: None,
+            poll: aim.poll,
             users: args.users,
             concurrency: args.concurrency,
             requests: latency.len(),
@@ -147,11 +157,18 @@ impl Report {
             first_answer_at: None,
             latency: Latency::of(latency),
             answers,
-            waiting_room: Some(waiting_room),
+            waiting_room,
+            ballot,
             ok: checks.iter().all(|c| c.ok),
             checks,
         }
     }
+}
+
+/// The part of a report only one kind of run has.
+pub enum Part {
+    WaitingRoom(WaitingRoomReport),
+    Ballot(BallotReport),
 }
 
 pub fn print_text(r: &Report) {
@@ -193,6 +210,9 @@ pub fn print_text(r: &Report) {
     }
     if let Some(w) = &r.waiting_room {
         print_waiting_room(w);
+    }
+    if let Some(b) = &r.ballot {
+        print_ballot(b);
     }
     let limited = r.answers.get("429 rate_limited").copied().unwrap_or(0);
     if limited * 2 > r.requests {

@@ -20,7 +20,7 @@ use crate::latency::Latency;
 use crate::prepare;
 use crate::progress::{Line, Progress};
 use crate::report::room::WaitingRoomReport;
-use crate::report::{Report, print_text};
+use crate::report::{Part, Report, print_text};
 
 /// `storm --waiting-room`: join, follow, buy, check (see the module's note).
 #[allow(clippy::too_many_arguments)]
@@ -212,7 +212,15 @@ pub async fn run(
     for t in [join_tally, polls, buys, view_tally] {
         all.add(t);
     }
-    let report = Report::waiting_room(args, aim, elapsed, &all.latency_us, all.answers, checks, wr);
+    let report = Report::with_part(
+        args,
+        aim,
+        elapsed,
+        &all.latency_us,
+        all.answers,
+        checks,
+        Part::WaitingRoom(wr),
+    );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
