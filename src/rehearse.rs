@@ -61,6 +61,9 @@ pub struct OrdersAdmitted {
     pub not_admitted: i64,
 }
 
+/// A `votes` row as read: user, seq, option, choices, count.
+type VoteRow = (i64, i32, i64, Option<Vec<i64>>, i32);
+
 impl Store {
     /// Connects to the configured database (`DATABASE_URL`); an error names the
     /// URL with its password hidden.
@@ -119,7 +122,7 @@ impl Store {
 
     /// Every settled vote request of `users` in `poll`, by voter and `seq`.
     pub async fn ballot_rows(&self, poll: i64, users: &[i64]) -> anyhow::Result<Vec<BallotRow>> {
-        let rows: Vec<(i64, i32, i64, Option<Vec<i64>>, i32)> = sqlx::query_as(
+        let rows: Vec<VoteRow> = sqlx::query_as(
             "SELECT user_id, seq, option_id, choices, count FROM votes
              WHERE poll_id = $1 AND user_id = ANY($2) ORDER BY user_id, seq",
         )

@@ -57,7 +57,7 @@ pub fn receipts(voters: &[Vec<Step>], voted: &[Voted]) -> Vec<Vec<Uuid>> {
 /// accepted; budget: votes per option), as the voter's answers say.
 pub fn current(kind: Ballot, steps: &[Step], voted: &Voted) -> BTreeMap<i64, i64> {
     let mut out = BTreeMap::new();
-    let accepted = steps
+    let mut accepted = steps
         .iter()
         .zip(&voted.answers)
         .filter(|(s, a)| s.replay_of.is_none() && a.status == 202)
@@ -69,12 +69,12 @@ pub fn current(kind: Ballot, steps: &[Step], voted: &Voted) -> BTreeMap<i64, i64
             }
         }
         Ballot::Ranked => {
-            if let Some(s) = accepted.last() {
+            if let Some(s) = accepted.next_back() {
                 out.insert(s.choices[0], 1);
             }
         }
         Ballot::Single | Ballot::Multi => {
-            if let Some(s) = accepted.last() {
+            if let Some(s) = accepted.next_back() {
                 out.extend(s.choices.iter().map(|&o| (o, 1)));
             }
         }
