@@ -321,18 +321,40 @@ pub async fn results<C: ConnectionLike>(
     Ok(parse_results(poll, raw))
 }
 
-/// The option `user` voted for in `poll`, if any: one `HGET`, no Postgres.
+/// `user`'s ballot in `poll` as the voters hash holds it (`<option>` or
+/// `<seq>|<ballot>`, see `lua/vote_batch.lua`; parse with `rebuild::Held`), if
+/// any: one `HGET`, no Postgres.
+pub async fn voter_ballot<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+    user: UserId,
+) -> Result<Option<String>, redis::RedisError> {
+    redis::cmd("HGET")
+        .arg(keys.poll(poll).voters)
+        .arg(user.get())
+        .query_async(redis)
+        .await
+}
+
+/// The option `user` voted for in `poll` (the first choice of a list, the first
+/// option given of a budget), if any: one `HGET`, no Postgres.
 pub async fn voted_option<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     poll: PollId,
     user: UserId,
 ) -> Result<Option<i64>, redis::RedisError> {
-    redis::cmd("HGET")
-        .arg(keys.poll(poll).voters)
-        .arg(user.get())
-        .query_async(redis)
-        .await
+    let held = voter_ballot(redis, keys, poll, user).await?;
+    Ok(held.as_deref().map(first_choice))
+}
+
+/// The first option of a voters hash value; 0 when it names none (still a
+/// ballot: the voter voted).
+fn first_choice(value: &str) -> i64 {
+    let ballot = value.split_once('|').map_or(value, |(_, b)| b);
+    let first = ballot.split([',', ':']).next().unwrap_or("");
+    first.parse().unwrap_or(0)
 }
 
 /// Closes the poll: Postgres first, then Redis when it holds the poll. In this
@@ -372,4 +394,18 @@ pub async fn close<C: ConnectionLike>(
     tx.commit().await?;
     let written = crate::restore::update_meta(redis, &keys.poll(id).meta, &[("closed", 1)]).await?;
     Ok(fetch_record(db, id).await?.map(|r| (r, written)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_choice;
+
+    #[test]
+    fn the_first_choice_of_every_kind_of_held_ballot() {
+        assert_eq!(first_choice("7"), 7);
+        assert_eq!(first_choice("2|9"), 9);
+        assert_eq!(first_choice("1|4,5,6"), 4);
+        assert_eq!(first_choice("3|8:2,4:1"), 8);
+        assert_eq!(first_choice("1|"), 0);
+    }
 }
