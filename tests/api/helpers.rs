@@ -857,12 +857,14 @@ impl TestApp {
         let resp = self
             .post_json(&format!("/api/polls/{poll}/votes"), Some(token), &ballot)
             .await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
         assert_eq!(
-            resp.status(),
+            status,
             StatusCode::ACCEPTED,
-            "ballot {ballot} in poll {poll}"
+            "ballot {ballot} in poll {poll}: {body}"
         );
-        resp.json().await.unwrap()
+        body
     }
 
     /// A vote for `option` in `poll`.
