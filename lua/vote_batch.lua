@@ -10,8 +10,9 @@
 -- Redis clock)   ARGV[4] ms the keys hash lives after its last write   ARGV[5 ..]:
 -- per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a key per voter;
 -- see lua/lib/batch.lua)
--- then per voter: user id, ballot: `<option>` (single), `<option>,<option>,...`
--- (multi, ranked: in the order sent), `<option>*<count>` (budget), each followed by
+-- then per voter: user id, ballot: `<option>` (single), `m<option>,<option>,...`
+-- (multi), `r<option>,...` (ranked, in the order sent), `<option>*<count>` (budget),
+-- each followed by
 -- ` <idempotency key>` when the request had one
 -- Returns, per voter, code and value, and for codes 7 and 8 then per policy:
 -- allowed, remaining, ms until allowed, ms until the quota is back; for code
@@ -41,7 +42,7 @@
 -- A replaced ballot leaves the tally and the new one enters it in this one script.
 -- Each accepted request is one stream entry: poll_id, user_id, option_id (the
 -- first choice), at_ms, and when they are not the defaults: seq (1), choices (the
--- ballot of a multi or ranked vote) and count (1).
+-- ballot of a multi or ranked vote), count (1) and key (the Idempotency-Key).
 --
 -- The cost is per batch, not per voter, except for one XADD per accepted vote: one
 -- HMGET asks about every voter, the voters hash is written once, each option's
@@ -189,10 +190,30 @@ if #asking > 0 then
     return ids
   end
   local options_count = nil
+  -- A keyed vote's entry carries its key (`key`), so Postgres keeps it and a
+  -- rebuild restores its answer.
+  local function record_key(entry, i, user)
+    if idem[i] then
+      entry[#entry + 1], entry[#entry + 2] = 'key', string.sub(idem[i], #user + 2)
+    end
+  end
 
   -- A single, multi or ranked ballot: all or nothing.
   local function decide_choices(i, j, user)
+    -- A single ballot is its option; a multi or ranked one its kind's letter, then
+    -- the options (`m7,9`, `r9,7`).
     local ballot = ballots[i]
+    if kind == 's' then
+      if not string.match(ballot, '^[1-9]%d*$') then
+        code[i], value[i] = INVALID_BALLOT, 0
+        return
+      end
+    elseif string.sub(ballot, 1, 1) ~= kind then
+      code[i], value[i] = INVALID_BALLOT, 0
+      return
+    else
+      ballot = string.sub(ballot, 2)
+    end
     local ids = split(ballot)
     local limit = 1
     if kind == 'm' or kind == 'r' then
@@ -247,15 +268,17 @@ if #asking > 0 then
     end
     seq = seq + 1
     hold(user, seq, ballot)
-    if seq == 1 and kind == 's' then
+    if seq == 1 and kind == 's' and not idem[i] then
       redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
         'at_ms', now)
-    elseif kind == 's' then
-      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
-        'at_ms', now, 'seq', seq)
     else
-      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
-        'at_ms', now, 'seq', seq, 'choices', ballot)
+      local entry = {'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1], 'at_ms', now,
+        'seq', seq}
+      if kind ~= 's' then
+        entry[#entry + 1], entry[#entry + 2] = 'choices', ballot
+      end
+      record_key(entry, i, user)
+      redis.call('XADD', KEYS[5], '*', unpack(entry))
     end
     code[i], value[i] = REPLY_ACCEPTED, count_of(ids[1])
     if seq > 1 or kind ~= 's' then
@@ -305,8 +328,10 @@ if #asking > 0 then
     seq = seq + 1
     hold(user, seq, table.concat(pieces, ','))
     add(option, count)
-    redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', option,
-      'at_ms', now, 'seq', seq, 'count', count)
+    local entry = {'poll_id', ARGV[1], 'user_id', user, 'option_id', option, 'at_ms', now,
+      'seq', seq, 'count', count}
+    record_key(entry, i, user)
+    redis.call('XADD', KEYS[5], '*', unpack(entry))
     remaining = remaining - count
     code[i], value[i] = REPLY_ACCEPTED, count_of(option)
     texts[i] = seq .. ':0:' .. remaining .. ':' ..

@@ -9,6 +9,7 @@
 //! - `routes`: the JSON API's handlers (sales, polls, accounts, health), which take
 //!   the state, and `routes!`, the table that registers and lists them.
 //! - [`conn`]: what one client can hold: header size and body time limits.
+//! - [`csv`]: CSV downloads streamed from one query, fields safe for spreadsheets.
 //! - [`error`]: the one error type, rendered as `{"error": code, "message": text}`.
 //! - [`domain`]: input types that validate when parsed (ids, usernames, amounts).
 //! - [`keys`]: Redis key naming with namespace and hash tags.
@@ -46,6 +47,7 @@ pub mod batch;
 pub mod cache;
 pub mod config;
 pub mod conn;
+pub mod csv;
 pub mod domain;
 pub mod error;
 pub mod keys;

@@ -37,6 +37,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("random", Leaf),
     ("telemetry", Leaf),
     ("paging", Leaf),
+    ("csv", Leaf),
     ("audit", Capability),
     ("auth", Capability),
     ("limit", Capability),

@@ -14,13 +14,14 @@
 //! `cancelled` and `refunded` orders, which went back on sale.
 
 use actix_web::web::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use futures_util::{Stream, TryStreamExt};
 use serde::Serialize;
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::orders::OrderStatus;
+use crate::csv::{self, CsvOut};
 use crate::domain::SaleId;
 use crate::error::AppError;
 
@@ -140,49 +141,30 @@ struct CsvOrder {
     cancelled_at: Option<DateTime<Utc>>,
 }
 
-/// Bytes gathered before a chunk is handed to the client.
-const CHUNK_BYTES: usize = 32 * 1024;
-/// Chunks in flight between the query and the client: what a slow client makes
-/// the server hold is about this times [`CHUNK_BYTES`].
-const CHUNKS_AHEAD: usize = 4;
-
 /// Every settled order of the sale, oldest first, as CSV lines after
 /// [`CSV_HEADER`]; the order's worth (`price_cents` times the units) goes in the
 /// one money column of its [`Bucket`] (paid, awaiting or refunded; none for an
 /// expired or cancelled order), so each column sums to its total. One query on
-/// one connection of `db` (its statement timeout lifted for this download), read
-/// as the client takes the chunks; a client that leaves ends it.
+/// one connection of `db` (see [`csv::download_transaction`]), read as the client
+/// takes the chunks; a client that leaves ends it.
 pub fn orders_csv(
     db: PgPool,
     sale: SaleId,
     price_cents: i64,
 ) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, AppError>>(CHUNKS_AHEAD);
-    actix_web::rt::spawn(async move {
-        let sent = write_csv(&db, sale, price_cents, &tx).await;
-        if let Err(e) = sent {
-            tracing::warn!(sale = %sale, error = ?e, "orders CSV cut short");
-            let _ = tx.send(Err(e)).await;
-        }
-    });
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+    let span = tracing::warn_span!("orders_csv", sale = %sale);
+    csv::stream(span, CSV_HEADER, move |out| {
+        write_csv(db, sale, price_cents, out)
     })
 }
 
 async fn write_csv(
-    db: &PgPool,
+    db: PgPool,
     sale: SaleId,
     price_cents: i64,
-    out: &tokio::sync::mpsc::Sender<Result<Bytes, AppError>>,
+    mut out: CsvOut,
 ) -> Result<(), AppError> {
-    let mut tx = db.begin().await?;
-    // One statement that lasts as long as the download.
-    sqlx::query("SET LOCAL statement_timeout = 0")
-        .execute(&mut *tx)
-        .await?;
-    let mut buf = String::with_capacity(CHUNK_BYTES + 512);
-    buf.push_str(CSV_HEADER);
+    let mut tx = csv::download_transaction(&db).await?;
     {
         let mut rows = sqlx::query_as::<_, CsvOrder>(
             "SELECT o.id, u.username, o.user_id, o.quantity, o.status, o.accepted_at,
@@ -193,30 +175,21 @@ async fn write_csv(
         .bind(sale.get())
         .fetch(&mut *tx);
         while let Some(order) = rows.try_next().await? {
-            push_row(&mut buf, &order, price_cents);
-            if buf.len() >= CHUNK_BYTES {
-                let chunk = Bytes::from(std::mem::take(&mut buf));
-                if out.send(Ok(chunk)).await.is_err() {
-                    // The client left.
-                    return Ok(());
-                }
-                buf.reserve(CHUNK_BYTES + 512);
+            push_row(out.buf(), &order, price_cents);
+            if !out.row_done().await {
+                // The client left.
+                return Ok(());
             }
         }
     }
     tx.commit().await?;
-    if !buf.is_empty() {
-        let _ = out.send(Ok(Bytes::from(buf))).await;
-    }
+    out.finish().await;
     Ok(())
 }
 
 fn push_row(buf: &mut String, o: &CsvOrder, price_cents: i64) {
+    use crate::csv::{push_field, time};
     use std::fmt::Write;
-    let time = |t: Option<DateTime<Utc>>| {
-        t.map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
-            .unwrap_or_default()
-    };
     let bucket = Bucket::of(o.status);
     let worth = i64::from(o.quantity).saturating_mul(price_cents);
     let amount = |b: Bucket| if bucket == b { worth } else { 0 };
@@ -243,50 +216,9 @@ fn push_row(buf: &mut String, o: &CsvOrder, price_cents: i64) {
     );
 }
 
-/// One field of text, as RFC 4180 wants it: quoted (inner quotes doubled) when it
-/// holds a comma, a quote or a line break. Text a spreadsheet would run as a
-/// formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return) gets a
-/// leading `'` and quotes, as OWASP advises for CSV files opened in spreadsheets.
-pub fn push_field(buf: &mut String, text: &str) {
-    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
-    let quote = formula || text.contains([',', '"', '\r', '\n']);
-    if !quote {
-        buf.push_str(text);
-        return;
-    }
-    buf.push('"');
-    if formula {
-        buf.push('\'');
-    }
-    for c in text.chars() {
-        if c == '"' {
-            buf.push('"');
-        }
-        buf.push(c);
-    }
-    buf.push('"');
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn field(text: &str) -> String {
-        let mut buf = String::new();
-        push_field(&mut buf, text);
-        buf
-    }
-
-    #[test]
-    fn fields_are_quoted_only_when_they_must_be() {
-        assert_eq!(field("alice"), "alice");
-        assert_eq!(field("a,b"), "\"a,b\"");
-        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
-        assert_eq!(field("two\nlines"), "\"two\nlines\"");
-        assert_eq!(field("-1+2"), "\"'-1+2\"");
-        assert_eq!(field("=SUM(A1)"), "\"'=SUM(A1)\"");
-        assert_eq!(field(""), "");
-    }
 
     #[test]
     fn totals_split_units_and_money_by_status() {

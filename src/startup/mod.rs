@@ -211,7 +211,9 @@ pub fn features(config: &Config) -> crate::recover::Features {
         sales: Arc::new(crate::sale::rebuild::Sales {
             key_ttl: config.purchase_key_ttl,
         }),
-        polls: Arc::new(crate::vote::rebuild::Polls),
+        polls: Arc::new(crate::vote::rebuild::Polls {
+            key_ttl: config.purchase_key_ttl,
+        }),
     }
 }
 

@@ -149,7 +149,17 @@ async fn shown_to<S: PollReads + ?Sized>(
         }
         _ => false,
     };
-    Ok(decide(poll, results, viewer, voted, now))
+    let mut shown = decide(poll, results, viewer, voted, now);
+    if let PollResults::Shown(results) = &mut shown
+        && poll.ballot == super::setting::BallotKind::Ranked
+        && super::visibility::is_closed(poll, results.closed, now)
+    {
+        let id = store::poll_id(poll.id)?;
+        let counted =
+            super::result::runoff(state.redis(), state.keys(), record, id, results.voters).await?;
+        results.runoff = Some((*counted).clone());
+    }
+    Ok(shown)
 }
 
 /// The poll's tallies from Redis, whoever asks (callers decide what to show);

@@ -200,8 +200,14 @@ impl VoteBatch<'_> {
 fn replayed(stored: &str) -> Result<VoteOutcome, AppError> {
     let wrong = || unexpected_reply("vote_batch.lua", ("replayed", stored.to_string()));
     let mut parts = stored.splitn(3, ':');
-    let code = parts.next().and_then(|c| c.parse().ok()).ok_or_else(wrong)?;
-    let value = parts.next().and_then(|v| v.parse().ok()).ok_or_else(wrong)?;
+    let code = parts
+        .next()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(wrong)?;
+    let value = parts
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(wrong)?;
     let text = parts.next().filter(|t| !t.is_empty());
     match code {
         0 | 1 | 9 | 10 => outcome(code, value, text),

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use super::cached::invalidate_record;
-use super::store::{self, OptionRow, PollRecord};
 use super::setting::BallotFields;
+use super::store::{self, OptionRow, PollRecord};
 use super::visibility::ResultsVisibility;
 use crate::audit::{self, Action, Change, Subject};
 use crate::cache::CachedReads;

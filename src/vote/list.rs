@@ -248,5 +248,6 @@ fn empty_results(id: PollId) -> Results {
         hidden: false,
         voters: 0,
         tallies: Vec::new(),
+        runoff: None,
     }
 }

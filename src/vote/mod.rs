@@ -16,11 +16,14 @@ macro_rules! poll_columns {
 
 pub mod cached;
 pub mod cast;
+pub mod export;
 pub mod lifecycle;
 pub mod list;
 pub mod rebuild;
 pub mod receipt;
+pub mod result;
 pub mod reveal;
+pub mod runoff;
 pub mod setting;
 pub mod settlement;
 pub mod store;

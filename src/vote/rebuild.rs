@@ -24,7 +24,11 @@ use crate::settle::ensure_group;
 static RESTORE_POLL: LazyLock<crate::lua::Script> = lua_script!("restore_poll.lua");
 
 /// The polls, as the recovery driver sees them.
-pub struct Polls;
+pub struct Polls {
+    /// `purchase_key_ttl`: the Idempotency-Keys of votes accepted less than this
+    /// long ago are restored.
+    pub key_ttl: std::time::Duration,
+}
 
 impl Restore for Polls {
     type Id = PollId;
@@ -58,12 +62,20 @@ impl Restore for Polls {
         stores: Stores<'a>,
         id: PollId,
     ) -> BoxFuture<'a, Result<Option<Rebuilt>, AppError>> {
-        Box::pin(rebuild_poll(stores, id))
+        Box::pin(rebuild_poll(stores, id, self.key_ttl))
     }
 }
 
-/// A row of `votes`: user, seq, option, choices, count.
-type SettledVote = (i64, i32, i64, Option<Vec<i64>>, i32);
+/// A row of `votes`: user, seq, option, choices, count, key, when.
+type SettledVote = (
+    i64,
+    i32,
+    i64,
+    Option<Vec<i64>>,
+    i32,
+    Option<String>,
+    chrono::DateTime<chrono::Utc>,
+);
 
 /// One accepted request of a voter, from the stream or the `votes` table.
 #[derive(Clone, Debug)]
@@ -71,6 +83,59 @@ struct Cast {
     option: i64,
     choices: Option<Vec<i64>>,
     count: i64,
+    /// Its Idempotency-Key, when it had one and was accepted within the keys' TTL.
+    key: Option<String>,
+}
+
+/// The answers `lua/vote_batch.lua` remembers for a voter's keyed requests
+/// (`<user>:<key>` -> `<ballot as sent>|0:0:<seq>:<replaced>:<remaining>:<option
+/// remaining>`), from their accepted requests in order; the first choice's count
+/// at the time (the answer's value, which no answer shows) is 0.
+fn key_answers(
+    kind: BallotKind,
+    settings: &super::setting::BallotSettings,
+    user: i64,
+    casts: &BTreeMap<i32, Cast>,
+    out: &mut Vec<(String, String)>,
+) {
+    let budget = i64::from(settings.votes_per_user.unwrap_or(0));
+    let cap = i64::from(settings.max_per_option.unwrap_or(0));
+    let mut spent: HashMap<i64, i64> = HashMap::new();
+    let mut total = 0;
+    for (&seq, cast) in casts {
+        *spent.entry(cast.option).or_default() += cast.count;
+        total += cast.count;
+        let Some(key) = &cast.key else { continue };
+        let list = |prefix: char| {
+            let ids: Vec<String> = cast
+                .choices
+                .as_deref()
+                .unwrap_or(&[cast.option])
+                .iter()
+                .map(i64::to_string)
+                .collect();
+            format!("{prefix}{}", ids.join(","))
+        };
+        let (sent, replaced, left, option_left) = match kind {
+            BallotKind::Budget => {
+                let left = budget - total;
+                let option_left = (cap - spent[&cast.option]).min(left);
+                (
+                    format!("{}*{}", cast.option, cast.count),
+                    0,
+                    left,
+                    option_left,
+                )
+            }
+            BallotKind::Single => (cast.option.to_string(), i32::from(seq > 1), 0, 0),
+            BallotKind::Multi => (list('m'), i32::from(seq > 1), 0, 0),
+            BallotKind::Ranked => (list('r'), i32::from(seq > 1), 0, 0),
+        };
+        out.push((
+            format!("{user}:{key}"),
+            format!("{sent}|0:0:{seq}:{replaced}:{left}:{option_left}"),
+        ));
+    }
 }
 
 /// A voter's ballot as the voters hash holds it (see `lua/vote_batch.lua`).
@@ -167,7 +232,13 @@ fn from_casts(kind: BallotKind, casts: &BTreeMap<i32, Cast>) -> Option<Held> {
     Some(held)
 }
 
-async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>, AppError> {
+async fn rebuild_poll(
+    stores: Stores<'_>,
+    id: PollId,
+    key_ttl: std::time::Duration,
+) -> Result<Option<Rebuilt>, AppError> {
+    let keys_since =
+        chrono::Utc::now() - chrono::Duration::from_std(key_ttl).unwrap_or(chrono::Duration::MAX);
     let mut redis = stores.redis.clone();
     let k = stores.keys.poll(id);
     let mut tx = stores.db.begin().await?;
@@ -202,10 +273,13 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
     let mut casts: HashMap<i64, BTreeMap<i32, Cast>> = HashMap::new();
     let mut unsettled = 0;
     each_entry(&mut redis, &k.votes, |entry| {
-        let (Some(user), Some(option), Some(d)) = (
+        let (Some(user), Some(option), Some(d), Some(at)) = (
             entry.get::<i64>("user_id"),
             entry.get::<i64>("option_id"),
             super::settlement::detail(entry),
+            entry
+                .get::<i64>("at_ms")
+                .and_then(chrono::DateTime::from_timestamp_millis),
         ) else {
             return;
         };
@@ -216,26 +290,34 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
                 option,
                 choices: d.choices,
                 count: i64::from(d.count),
+                key: entry.get::<String>("key").filter(|_| at > keys_since),
             },
         );
     })
     .await?;
     let settled: Vec<SettledVote> = sqlx::query_as(
-        "SELECT user_id, seq, option_id, choices, count FROM votes WHERE poll_id = $1",
+        "SELECT user_id, seq, option_id, choices, count, idempotency_key, voted_at
+         FROM votes WHERE poll_id = $1",
     )
     .bind(id.get())
     .fetch_all(&mut *tx)
     .await?;
-    for (user, seq, option, choices, count) in &settled {
+    for (user, seq, option, choices, count, key, at) in &settled {
         casts.entry(*user).or_default().insert(
             *seq,
             Cast {
                 option: *option,
                 choices: choices.clone(),
                 count: i64::from(*count),
+                key: key.clone().filter(|_| *at > keys_since),
             },
         );
     }
+    let mut answers = Vec::new();
+    for (user, by_seq) in &casts {
+        key_answers(kind, &poll.ballot_settings(), *user, by_seq, &mut answers);
+    }
+    restore_keys(&mut redis, &k, &answers, key_ttl).await?;
     for (user, by_seq) in &casts {
         let Some(held) = from_casts(kind, by_seq) else {
             continue;
@@ -289,6 +371,33 @@ async fn rebuild_poll(stores: Stores<'_>, id: PollId) -> Result<Option<Rebuilt>,
     }))
 }
 
+/// Writes the keyed answers into the poll's keys hash before the poll is stamped
+/// trusted (what the hash still holds stays), and resets its expiry.
+async fn restore_keys(
+    redis: &mut crate::redis_conn::Redis,
+    k: &crate::keys::PollKeys,
+    answers: &[(String, String)],
+    key_ttl: std::time::Duration,
+) -> Result<(), AppError> {
+    if answers.is_empty() {
+        return Ok(());
+    }
+    for chunk in answers.chunks(CHUNK) {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(&k.keys);
+        for (field, answer) in chunk {
+            cmd.arg(field).arg(answer);
+        }
+        let _: i64 = cmd.query_async(&mut *redis).await?;
+    }
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg(&k.keys)
+        .arg(u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX))
+        .query_async(&mut *redis)
+        .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,6 +424,7 @@ mod tests {
             option,
             choices,
             count,
+            key: None,
         };
         let casts: BTreeMap<i32, Cast> = [
             (1, cast(7, None, 3)),

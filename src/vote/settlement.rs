@@ -43,7 +43,7 @@ impl Settle for Votes {
             owner: entry.get("poll_id")?,
             user: entry.get("user_id")?,
             value: entry.get("option_id")?,
-            key: None,
+            key: entry.get("key"),
             at: DateTime::from_timestamp_millis(entry.get("at_ms")?)?,
             vote: Some(detail(entry)?),
         }])
@@ -99,11 +99,13 @@ async fn insert_votes(
     let users: Vec<i64> = rows.iter().map(|r| r.user).collect();
     let options: Vec<i64> = rows.iter().map(|r| r.value).collect();
     let times: Vec<DateTime<chrono::Utc>> = rows.iter().map(|r| r.at).collect();
-    let detail = |r: &Accepted| r.vote.clone().unwrap_or(VoteDetail {
-        seq: 1,
-        choices: None,
-        count: 1,
-    });
+    let detail = |r: &Accepted| {
+        r.vote.clone().unwrap_or(VoteDetail {
+            seq: 1,
+            choices: None,
+            count: 1,
+        })
+    };
     let details: Vec<VoteDetail> = rows.iter().map(detail).collect();
     let seqs: Vec<i32> = details.iter().map(|d| d.seq).collect();
     let counts: Vec<i32> = details.iter().map(|d| d.count).collect();
@@ -118,16 +120,21 @@ async fn insert_votes(
             })
         })
         .collect();
+    let keys: Vec<Option<&str>> = rows.iter().map(|r| r.key.as_deref()).collect();
     let sql = match insert {
         Insert::Fresh => {
-            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices)
-             SELECT p, u, o, t, s, c, ch::int8[] FROM UNNEST($1::int8[], $2::int8[], $3::int8[],
-                 $4::timestamptz[], $5::int4[], $6::int4[], $7::text[]) AS x(p, u, o, t, s, c, ch)"
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices,
+                               idempotency_key)
+             SELECT p, u, o, t, s, c, ch::int8[], k FROM UNNEST($1::int8[], $2::int8[],
+                 $3::int8[], $4::timestamptz[], $5::int4[], $6::int4[], $7::text[], $8::text[])
+                 AS x(p, u, o, t, s, c, ch, k)"
         }
         Insert::Tolerant => {
-            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices)
-             SELECT p, u, o, t, s, c, ch::int8[] FROM UNNEST($1::int8[], $2::int8[], $3::int8[],
-                 $4::timestamptz[], $5::int4[], $6::int4[], $7::text[]) AS x(p, u, o, t, s, c, ch)
+            "INSERT INTO votes (poll_id, user_id, option_id, voted_at, seq, count, choices,
+                               idempotency_key)
+             SELECT p, u, o, t, s, c, ch::int8[], k FROM UNNEST($1::int8[], $2::int8[],
+                 $3::int8[], $4::timestamptz[], $5::int4[], $6::int4[], $7::text[], $8::text[])
+                 AS x(p, u, o, t, s, c, ch, k)
              ON CONFLICT DO NOTHING"
         }
     };
@@ -139,6 +146,7 @@ async fn insert_votes(
         .bind(&seqs)
         .bind(&counts)
         .bind(&choices)
+        .bind(&keys)
         .execute(&mut *tx)
         .await?
         .rows_affected();

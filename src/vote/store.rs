@@ -90,8 +90,13 @@ pub struct Results {
     /// Always `false` here: hidden results are a `HiddenResults`.
     pub hidden: bool,
     pub voters: i64,
-    /// Option id -> votes, every option present (0 when none).
+    /// Option id -> votes, every option present (0 when none). A ranked poll
+    /// counts first preferences.
     pub tallies: Vec<Tally>,
+    /// A closed `ranked` poll: the instant-runoff result (rounds, eliminations,
+    /// winner).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runoff: Option<super::runoff::Runoff>,
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -299,6 +304,7 @@ pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
         closed: closed == "1",
         hidden: false,
         voters,
+        runoff: None,
         tallies: options
             .into_iter()
             .map(|option_id| Tally {
@@ -346,15 +352,18 @@ pub async fn voted_option<C: ConnectionLike>(
     user: UserId,
 ) -> Result<Option<i64>, redis::RedisError> {
     let held = voter_ballot(redis, keys, poll, user).await?;
-    Ok(held.as_deref().map(first_choice))
+    Ok(held.map(|v| first_choice(&v)))
 }
 
-/// The first option of a voters hash value; 0 when it names none (still a
-/// ballot: the voter voted).
-fn first_choice(value: &str) -> i64 {
-    let ballot = value.split_once('|').map_or(value, |(_, b)| b);
-    let first = ballot.split([',', ':']).next().unwrap_or("");
-    first.parse().unwrap_or(0)
+/// The first option of a voters hash value (`7`, `2|7,9`, `3|7:2,9:1`; see
+/// `lua/vote_batch.lua`); 0 when it names none.
+pub fn first_choice(held: &str) -> i64 {
+    let ballot = held.split_once('|').map_or(held, |(_, b)| b);
+    ballot
+        .split([',', ':'])
+        .next()
+        .and_then(|id| id.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Closes the poll: Postgres first, then Redis when it holds the poll. In this

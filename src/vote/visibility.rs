@@ -167,6 +167,7 @@ mod tests {
             closed: false,
             hidden: false,
             voters: tallies.iter().sum(),
+            runoff: None,
             tallies: tallies
                 .iter()
                 .enumerate()

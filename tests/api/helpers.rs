@@ -789,14 +789,7 @@ impl TestApp {
         for (k, v) in settings.as_object().expect("settings are an object") {
             poll[k] = v.clone();
         }
-        let body = self.admin_create(admin, "/api/admin/polls", &poll).await;
-        let ids = body["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["id"].as_i64().unwrap())
-            .collect();
-        (body["id"].as_i64().unwrap(), ids)
+        poll_ids(&self.admin_create(admin, "/api/admin/polls", &poll).await)
     }
 
     /// An admin's change of a sale's stock: `{"add": n}` or `{"set": n}`.
@@ -1067,6 +1060,17 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
         "body: {body}"
     );
     body
+}
+
+/// A poll's id and its option ids in order, from its JSON.
+pub fn poll_ids(poll: &Value) -> (i64, Vec<i64>) {
+    let ids = poll["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["id"].as_i64().unwrap())
+        .collect();
+    (poll["id"].as_i64().unwrap(), ids)
 }
 
 /// Asserts the answer's status, showing its body when it is another.

@@ -1543,18 +1543,23 @@ impl Stack {
 
     /// An open poll; returns its id and option ids.
     pub async fn create_poll(&self, options: &[&str]) -> (i64, Vec<i64>) {
+        self.create_poll_with(options, json!({})).await
+    }
+
+    /// [`Stack::create_poll`] with `extra` fields over its defaults (a ballot kind
+    /// and its settings).
+    pub async fn create_poll_with(&self, options: &[&str], extra: Value) -> (i64, Vec<i64>) {
         let now = chrono::Utc::now();
-        let body = self
-            .admin_post(
-                "/api/admin/polls",
-                &json!({
-                    "question": "Which colour?",
-                    "options": options,
-                    "opens_at": now - chrono::Duration::seconds(5),
-                    "closes_at": now + chrono::Duration::seconds(3600),
-                }),
-            )
-            .await;
+        let mut poll = json!({
+            "question": "Which colour?",
+            "options": options,
+            "opens_at": now - chrono::Duration::seconds(5),
+            "closes_at": now + chrono::Duration::seconds(3600),
+        });
+        for (k, v) in extra.as_object().expect("extra is an object") {
+            poll[k] = v.clone();
+        }
+        let body = self.admin_post("/api/admin/polls", &poll).await;
         let ids = body["options"]
             .as_array()
             .unwrap()

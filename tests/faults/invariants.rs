@@ -406,6 +406,13 @@ fn check_answers(records: &[Record], failures: &mut Vec<String>) {
                     }
                     // 200 applied; 202 recorded, applied once Redis holds the sale.
                     Op::Stock { .. } => matches!(*status, 200 | 202),
+                    Op::Ballot { .. } => matches!(
+                        (*status, code.as_deref()),
+                        (202, _)
+                            | (409, Some("already_voted"))
+                            | (409, Some("budget_spent"))
+                            | (422, Some("over_budget"))
+                    ),
                 };
                 (!documented).then_some("an answer this endpoint should not give here")
             }
@@ -841,16 +848,7 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
         .iter()
         .map(|&(sale, user)| Work {
             user,
-            token: stack
-                .tokens
-                .issue(stampede::auth::token::Claims {
-                    user_id: stampede::domain::Id::new(user).unwrap(),
-                    admin: false,
-                    expires_at: chrono::Utc::now().timestamp() + 3600,
-                    generation: 0,
-                    session: rand::random(),
-                })
-                .into(),
+            token: token_for(stack, user).into(),
             op: Op::Purchase { sale },
             server: 0,
         })
@@ -879,6 +877,17 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
     records
 }
 
+/// A fresh token of `user` (not an admin), minted with the servers' secret.
+pub fn token_for(stack: &Stack, user: i64) -> String {
+    stack.tokens.issue(stampede::auth::token::Claims {
+        user_id: stampede::domain::Id::new(user).unwrap(),
+        admin: false,
+        expires_at: chrono::Utc::now().timestamp() + 3600,
+        generation: 0,
+        session: rand::random(),
+    })
+}
+
 /// The last answer of each (user, op): what the client finally heard.
 pub fn final_answers(records: &[Record]) -> Vec<&Record> {
     let mut last: HashMap<(i64, Op), &Record> = HashMap::new();
@@ -889,4 +898,622 @@ pub fn final_answers(records: &[Record]) -> Vec<&Record> {
         }
     }
     last.into_values().collect()
+}
+
+// ---------------------------------------------------------------------------
+// Ballot kinds (issue 51): polls whose votes are `Op::Ballot`s, one row of
+// `votes` per accepted request (seq 1, 2, ...), each with its receipt.
+
+/// One row of `votes`: a voter's `seq`-th accepted request.
+#[derive(Clone, Debug)]
+struct VoteRow {
+    seq: i32,
+    option: i64,
+    count: i32,
+}
+
+/// A poll's ballot kind and budget, as Postgres holds them.
+#[derive(Clone, Copy, Debug)]
+struct Budget {
+    votes_per_user: i64,
+    max_per_option: i64,
+}
+
+/// The rows of `votes` of `poll`, per voter, in seq order.
+async fn pg_ballots(stack: &Stack, poll: i64) -> Option<BTreeMap<i64, Vec<VoteRow>>> {
+    let rows: Vec<(i64, i32, i64, i32)> = sqlx::query_as(
+        "SELECT user_id, seq, option_id, count FROM votes WHERE poll_id = $1
+         ORDER BY user_id, seq",
+    )
+    .bind(poll)
+    .fetch_all(&stack.db)
+    .await
+    .ok()?;
+    let mut by_user: BTreeMap<i64, Vec<VoteRow>> = BTreeMap::new();
+    for (user, seq, option, count) in rows {
+        by_user
+            .entry(user)
+            .or_default()
+            .push(VoteRow { seq, option, count });
+    }
+    Some(by_user)
+}
+
+/// The receipt of `user`'s `seq`-th accepted ballot of `poll`, as the servers
+/// derive it (src/vote/receipt.rs).
+pub fn receipt_of(stack: &Stack, poll: i64, user: i64, seq: i32) -> Uuid {
+    use stampede::domain::Id;
+    stampede::vote::receipt::receipt(
+        stack.env.secret.as_bytes(),
+        Id::new(poll).unwrap(),
+        Id::new(user).unwrap(),
+        seq,
+    )
+}
+
+/// Receipt -> (user, seq) of every row of `votes` of `poll`.
+fn receipts_of(
+    stack: &Stack,
+    poll: i64,
+    rows: &BTreeMap<i64, Vec<VoteRow>>,
+) -> HashMap<Uuid, (i64, i32)> {
+    rows.iter()
+        .flat_map(|(&u, rs)| rs.iter().map(move |r| (u, r.seq)))
+        .map(|(u, seq)| (receipt_of(stack, poll, u, seq), (u, seq)))
+        .collect()
+}
+
+/// The (option, count) a ballot's body asked for: `{"option_id", "count"}`
+/// (count 1 when absent).
+fn asked(op: &Op) -> Option<(i64, i64)> {
+    let Op::Ballot { body, .. } = op else {
+        return None;
+    };
+    let v: Value = serde_json::from_str(body).ok()?;
+    Some((v["option_id"].as_i64()?, v["count"].as_i64().unwrap_or(1)))
+}
+
+/// [`wait_settled`] for ballots: until every 202's receipt is in Postgres and the
+/// polls' streams are empty (or empty for 3 s with something still missing, or
+/// 60 s passed).
+async fn wait_ballots_settled(stack: &Stack, records: &[Record], polls: &[i64]) -> Duration {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let mut all_in = true;
+        for &poll in polls {
+            let Some(rows) = pg_ballots(stack, poll).await else {
+                all_in = false;
+                continue;
+            };
+            let held = receipts_of(stack, poll, &rows);
+            all_in &= records
+                .iter()
+                .filter(|r| r.is_accepted() && r.ballot().is_some_and(|(p, _)| p == poll))
+                .all(|r| r.receipt().is_some_and(|id| held.contains_key(&id)));
+        }
+        let backlog = redis_backlog(stack, &[], polls).await;
+        if all_in && backlog == Some(0) {
+            return start.elapsed();
+        }
+        if backlog == Some(0) {
+            let since = *quiet_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(3) {
+                return start.elapsed();
+            }
+        } else {
+            quiet_since = None;
+        }
+        if Instant::now() > deadline {
+            println!("ballots not settled after 60 s (Redis backlog {backlog:?})");
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// [`assert_invariants`] for polls of ballot kinds (`Op::Ballot` records): waits
+/// for settlement, then checks answers (documented, no 5xx but 503), unanswered
+/// requests, and per poll [`check_ballot_poll`]. Budget and single polls (with or
+/// without `allow_change`) are checked; `option_id` bodies only.
+pub async fn assert_ballot_invariants(
+    stack: &Stack,
+    records: &[Record],
+    polls: &[i64],
+    allowed: impl Into<Allowed>,
+) -> Report {
+    let Allowed {
+        loss,
+        unanswered,
+        killed,
+    } = allowed.into();
+    let settled_in = wait_ballots_settled(stack, records, polls).await;
+    let mut failures: Vec<String> = Vec::new();
+    let mut report = Report {
+        settled_in,
+        ..Report::default()
+    };
+    check_answers(records, &mut failures);
+    report.unanswered = check_unanswered(records, unanswered, killed, &mut failures);
+    for &poll in polls {
+        check_ballot_poll(stack, records, poll, loss, &mut failures, &mut report).await;
+    }
+    println!(
+        "ballot invariants: {} records, {} polls, settled in {settled_in:.1?}, {} allowed losses",
+        records.len(),
+        polls.len(),
+        report.lost.len()
+    );
+    if !report.lost.is_empty() {
+        println!("lost (allowed by the scenario): {}", describe(&report.lost));
+    }
+    if !failures.is_empty() {
+        panic!(
+            "{} invariant(s) broken:\n- {}",
+            failures.len(),
+            failures.join("\n- ")
+        );
+    }
+    report
+}
+
+/// One poll of a ballot kind, after settlement:
+///
+/// 1. every voter's rows have seqs 1..n (unique by the key, contiguous here);
+/// 2. every 202's receipt names a row of its voter holding what it asked for
+///    (unless `loss` allows losing it); one key's 202s name one row at most; a
+///    voter has no more rows than keys sent, and no more rows nobody was told
+///    of than keys with an ambiguous attempt (no answer, 503);
+/// 3. the Redis voters hash equals what Postgres says counts now (budget: votes
+///    per option, at most `votes_per_user` in all and `max_per_option` each, in
+///    both stores; single: the highest seq's option, so each voter once), and
+///    the Redis tally equals both the tally counted here from the rows and
+///    `store::settled_tallies`;
+/// 4. `GET my-ballot` of a sample of voters lists their rows' receipts, settled.
+async fn check_ballot_poll(
+    stack: &Stack,
+    records: &[Record],
+    poll: i64,
+    loss: AllowedLoss,
+    failures: &mut Vec<String>,
+    report: &mut Report,
+) {
+    let (kind, vpu, mpo): (String, Option<i32>, Option<i32>) =
+        sqlx::query_as("SELECT ballot, votes_per_user, max_per_option FROM polls WHERE id = $1")
+            .bind(poll)
+            .fetch_one(&stack.db)
+            .await
+            .expect("read the poll's ballot settings");
+    let budget = (kind == "budget").then(|| Budget {
+        votes_per_user: vpu.expect("a budget poll has votes_per_user").into(),
+        max_per_option: mpo.or(vpu).unwrap().into(),
+    });
+    assert!(
+        budget.is_some() || kind == "single",
+        "poll {poll}: the check knows budget and single ballots, not {kind}"
+    );
+    let rows = pg_ballots(stack, poll).await.expect("read votes");
+    let mine: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.ballot().is_some_and(|(p, _)| p == poll))
+        .collect();
+
+    // 1. Seqs 1..n per voter.
+    let gaps: Vec<String> = rows
+        .iter()
+        .filter(|(_, rs)| rs.iter().enumerate().any(|(i, r)| r.seq != i as i32 + 1))
+        .map(|(u, rs)| {
+            format!(
+                "user {u}: {:?}",
+                rs.iter().map(|r| r.seq).collect::<Vec<_>>()
+            )
+        })
+        .take(10)
+        .collect();
+    if !gaps.is_empty() {
+        failures.push(format!("poll {poll}: seqs not 1..n: {}", gaps.join("; ")));
+    }
+
+    // 2. Every 202 in Postgres once, as asked.
+    let held = receipts_of(stack, poll, &rows);
+    let row = |u: i64, seq: i32| &rows[&u][seq as usize - 1];
+    let mut unexpected = Vec::new();
+    let mut wrong = Vec::new();
+    let mut per_key: HashMap<(i64, &str), HashSet<Uuid>> = HashMap::new();
+    for r in mine.iter().filter(|r| r.is_accepted()) {
+        let (_, key) = r.ballot().unwrap();
+        let Some(receipt) = r.receipt() else {
+            wrong.push(format!(
+                "user {} key {key}: a 202 without a receipt",
+                r.user
+            ));
+            continue;
+        };
+        match held.get(&receipt) {
+            Some(&(u, seq)) => {
+                let got = row(u, seq);
+                let named = u == r.user && asked(&r.op) == Some((got.option, got.count.into()));
+                if !named && loss.allows(r) {
+                    // A wipe lost this unsettled vote, and the voter's next vote got
+                    // its seq, so its receipt (docs/api.md, "Ballots"): lost.
+                    report.lost.push((*r).clone());
+                    continue;
+                }
+                if !named {
+                    wrong.push(format!(
+                        "user {} key {key} asked {:?}, its receipt names user {u} seq {seq}: option {} count {}",
+                        r.user,
+                        asked(&r.op),
+                        got.option,
+                        got.count
+                    ));
+                }
+                per_key.entry((r.user, key)).or_default().insert(receipt);
+            }
+            None if loss.allows(r) => report.lost.push((*r).clone()),
+            None => unexpected.push((*r).clone()),
+        }
+    }
+    if !unexpected.is_empty() {
+        failures.push(format!(
+            "poll {poll}: {} accepted ballot(s) (202) never reached Postgres: {}",
+            unexpected.len(),
+            describe(&unexpected)
+        ));
+    }
+    if !wrong.is_empty() {
+        failures.push(format!(
+            "poll {poll}: {} 202(s) whose receipt does not name what was asked: {}",
+            wrong.len(),
+            wrong
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let spent_twice: Vec<String> = per_key
+        .iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|((u, key), ids)| {
+            let mut seqs: Vec<i32> = ids.iter().map(|id| held[id].1).collect();
+            seqs.sort_unstable();
+            format!("user {u} key {key}: seqs {seqs:?}")
+        })
+        .take(10)
+        .collect();
+    if !spent_twice.is_empty() {
+        failures.push(format!(
+            "poll {poll}: one Idempotency-Key accepted more than once (202s with different receipts, each in Postgres): {}",
+            spent_twice.join("; ")
+        ));
+    }
+    let told: HashSet<Uuid> = mine.iter().filter_map(|r| r.receipt()).collect();
+    let mut keys: HashMap<i64, HashSet<&str>> = HashMap::new();
+    let mut ambiguous: HashMap<i64, HashSet<&str>> = HashMap::new();
+    for r in &mine {
+        let (_, key) = r.ballot().unwrap();
+        keys.entry(r.user).or_default().insert(key);
+        if r.status().is_none_or(|s| s == 503) {
+            ambiguous.entry(r.user).or_default().insert(key);
+        }
+    }
+    let mut extra = Vec::new();
+    for (&u, rs) in &rows {
+        let sent = keys.get(&u).map_or(0, HashSet::len);
+        let unknown = rs
+            .iter()
+            .filter(|r| !told.contains(&receipt_of(stack, poll, u, r.seq)))
+            .count();
+        let unsure = ambiguous.get(&u).map_or(0, HashSet::len);
+        if rs.len() > sent || unknown > unsure {
+            extra.push(format!(
+                "user {u}: {} rows for {sent} keys sent, {unknown} nobody was told of ({unsure} keys with an ambiguous attempt)",
+                rs.len()
+            ));
+        }
+    }
+    if !extra.is_empty() {
+        failures.push(format!(
+            "poll {poll}: rows in Postgres that no request accounts for: {}",
+            extra
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+
+    // 3. What counts now, in both stores.
+    let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
+    let mut conn = stack.redis().await;
+    let (voters, tally): (HashMap<i64, String>, HashMap<i64, i64>) = redis::pipe()
+        .hgetall(&k.voters)
+        .hgetall(&k.tally)
+        .query_async(&mut conn)
+        .await
+        .expect("read poll keys");
+    // Per voter: (seq, votes per option) as Postgres counts them now.
+    let pg_now: BTreeMap<i64, (i32, BTreeMap<i64, i64>)> = rows
+        .iter()
+        .map(|(&u, rs)| {
+            let last = rs.last().expect("a voter has rows");
+            let mut per_option = BTreeMap::new();
+            if budget.is_some() {
+                for r in rs {
+                    *per_option.entry(r.option).or_default() += i64::from(r.count);
+                }
+            } else {
+                per_option.insert(last.option, 1);
+            }
+            (u, (last.seq, per_option))
+        })
+        .collect();
+    let mut redis_now: BTreeMap<i64, (i32, BTreeMap<i64, i64>)> = BTreeMap::new();
+    for (&u, held) in &voters {
+        match parse_held(held, budget.is_some()) {
+            Some(now) => {
+                redis_now.insert(u, now);
+            }
+            None => failures.push(format!("poll {poll}: user {u}: Redis holds {held:?}")),
+        }
+    }
+    if let Some(b) = budget {
+        for (store, now) in [("Postgres", &pg_now), ("Redis", &redis_now)] {
+            let over: Vec<String> = now
+                .iter()
+                .filter(|(_, (_, per))| {
+                    per.values().sum::<i64>() > b.votes_per_user
+                        || per.values().any(|&n| n > b.max_per_option)
+                })
+                .map(|(u, (_, per))| format!("user {u}: {per:?}"))
+                .take(10)
+                .collect();
+            if !over.is_empty() {
+                failures.push(format!(
+                    "poll {poll}: {store} holds voters over their budget ({} in all, {} per option): {}",
+                    b.votes_per_user,
+                    b.max_per_option,
+                    over.join("; ")
+                ));
+            }
+        }
+    }
+    if redis_now != pg_now {
+        let differ: Vec<String> = pg_now
+            .keys()
+            .chain(redis_now.keys())
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .filter(|&&u| pg_now.get(&u) != redis_now.get(&u))
+            .take(10)
+            .map(|u| {
+                format!(
+                    "user {u}: Postgres {:?}, Redis {:?}",
+                    pg_now.get(u),
+                    redis_now.get(u)
+                )
+            })
+            .collect();
+        failures.push(format!(
+            "poll {poll}: Redis voters ({}) and Postgres ballots ({}) differ: {}",
+            redis_now.len(),
+            pg_now.len(),
+            differ.join("; ")
+        ));
+    }
+    let mut counted: BTreeMap<i64, i64> = BTreeMap::new();
+    for (_, per) in pg_now.values() {
+        for (&o, &n) in per {
+            *counted.entry(o).or_default() += n;
+        }
+    }
+    let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
+    let settled: BTreeMap<i64, i64> =
+        stampede::vote::store::settled_tallies(&stack.db, stampede::domain::Id::new(poll).unwrap())
+            .await
+            .expect("settled_tallies")
+            .into_iter()
+            .filter(|(_, n)| *n != 0)
+            .collect();
+    println!(
+        "poll {poll} ({kind}): {} voters, {} rows in Postgres, tally counted from the rows {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}",
+        rows.len(),
+        rows.values().map(Vec::len).sum::<usize>()
+    );
+    if redis_tally != counted || settled != counted {
+        failures.push(format!(
+            "poll {poll}: tallies differ: counted from Postgres's ballots {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}"
+        ));
+    }
+
+    // 4. What a voter reads of their own ballot.
+    for (&u, rs) in rows.iter().take(30) {
+        let Some(mine) = my_ballot(stack, poll, u).await else {
+            failures.push(format!(
+                "poll {poll}: user {u}: my-ballot did not answer 200"
+            ));
+            continue;
+        };
+        let listed: Vec<Option<Uuid>> = mine["receipts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|r| r["receipt"].as_str().and_then(|s| Uuid::parse_str(s).ok()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let expected: Vec<Option<Uuid>> = rs
+            .iter()
+            .map(|r| Some(receipt_of(stack, poll, u, r.seq)))
+            .collect();
+        if listed != expected || mine["settled"] != Value::Bool(true) {
+            failures.push(format!(
+                "poll {poll}: user {u}: my-ballot lists receipts {listed:?} (settled {}), Postgres's rows give {expected:?}",
+                mine["settled"]
+            ));
+        }
+    }
+}
+
+/// A voters-hash value: `<option>` (a first single ballot) or `<seq>|<ballot>`,
+/// the ballot `<option>` (single) or `<option>:<count>,...` (budget). Returns
+/// (seq, votes per option).
+fn parse_held(held: &str, budget: bool) -> Option<(i32, BTreeMap<i64, i64>)> {
+    let (seq, ballot) = match held.split_once('|') {
+        Some((s, b)) => (s.parse().ok()?, b),
+        None => (1, held),
+    };
+    let mut per_option = BTreeMap::new();
+    if budget {
+        for piece in ballot.split(',') {
+            let (o, n) = piece.split_once(':')?;
+            *per_option.entry(o.parse().ok()?).or_default() += n.parse::<i64>().ok()?;
+        }
+    } else {
+        per_option.insert(ballot.parse().ok()?, 1);
+    }
+    Some((seq, per_option))
+}
+
+/// `GET /api/polls/{poll}/my-ballot` as `user`, retried for a while on anything
+/// but 200.
+async fn my_ballot(stack: &Stack, poll: i64, user: i64) -> Option<Value> {
+    let token = token_for(stack, user);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let resp = stack
+            .http
+            .get(format!("{}/api/polls/{poll}/my-ballot", stack.live_base()))
+            .bearer_auth(&token)
+            .send()
+            .await;
+        if let Ok(resp) = resp
+            && resp.status() == reqwest::StatusCode::OK
+        {
+            return resp.json().await.ok();
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// "A spent budget stays spent", tested directly: every voter of budget poll
+/// `poll` whose rows in Postgres spend all of `votes_per_user` asks for one vote
+/// more, under a new key. Each must end at 409 `budget_spent`. Returns the
+/// records (for a final [`assert_ballot_invariants`]).
+pub async fn assert_spent_budgets_stay_spent(stack: &Stack, poll: i64) -> Vec<Record> {
+    let spent: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT v.user_id, min(v.option_id) FROM votes v JOIN polls p ON p.id = v.poll_id
+         WHERE v.poll_id = $1 GROUP BY v.user_id, p.votes_per_user
+         HAVING sum(v.count) = p.votes_per_user",
+    )
+    .bind(poll)
+    .fetch_all(&stack.db)
+    .await
+    .expect("read the voters who spent their budget");
+    let mut work: Vec<Work> = spent
+        .iter()
+        .map(|&(user, option)| Work {
+            user,
+            token: token_for(stack, user).into(),
+            op: Op::Ballot {
+                poll,
+                body: serde_json::json!({ "option_id": option, "count": 1 })
+                    .to_string()
+                    .into(),
+                key: format!("again-{user}").into(),
+            },
+            server: 0,
+        })
+        .collect();
+    let bases = stack.live_bases();
+    storm::spread(&mut work, bases.len());
+    let again = storm::run_all(&stack.http, bases, work).await;
+    println!(
+        "{} voters who spent their budget asked for one more: {}",
+        spent.len(),
+        storm::summary(&again)
+    );
+    let spent_again: Vec<String> = final_answers(&again)
+        .iter()
+        .filter(|r| r.code() != Some("budget_spent"))
+        .take(10)
+        .map(|r| format!("user {}: {}", r.user, r.label()))
+        .collect();
+    assert!(
+        !spent.is_empty(),
+        "poll {poll}: no voter had spent the whole budget; the probe proves nothing"
+    );
+    assert!(
+        spent_again.is_empty(),
+        "poll {poll}: voters who spent their whole budget were not refused with 409 budget_spent: {}",
+        spent_again.join("; ")
+    );
+    again
+}
+
+/// "A vote retried with the same `Idempotency-Key` is the same vote", tested
+/// directly after the fault: every key of `poll` whose 202 is in Postgres is
+/// sent again, same body. Each must answer 202 with the same receipt, replayed.
+/// Returns the records.
+pub async fn assert_keys_replay(stack: &Stack, records: &[Record], poll: i64) -> Vec<Record> {
+    let rows = pg_ballots(stack, poll).await.expect("read votes");
+    let held = receipts_of(stack, poll, &rows);
+    let mut first: HashMap<(i64, Op), Uuid> = HashMap::new();
+    for r in records.iter().filter(|r| r.is_accepted()) {
+        if r.ballot().is_some_and(|(p, _)| p == poll)
+            && let Some(id) = r.receipt().filter(|id| held.contains_key(id))
+        {
+            first.entry((r.user, r.op.clone())).or_insert(id);
+        }
+    }
+    let mut work: Vec<Work> = first
+        .keys()
+        .map(|(user, op)| Work {
+            user: *user,
+            token: token_for(stack, *user).into(),
+            op: op.clone(),
+            server: 0,
+        })
+        .collect();
+    let bases = stack.live_bases();
+    storm::spread(&mut work, bases.len());
+    let again = storm::run_all(&stack.http, bases, work).await;
+    println!(
+        "poll {poll}: {} accepted keys sent again: {}",
+        first.len(),
+        storm::summary(&again)
+    );
+    let not_replayed: Vec<String> = final_answers(&again)
+        .iter()
+        .filter(|r| {
+            let was = first[&(r.user, r.op.clone())];
+            !(r.is_accepted() && r.is_replayed() && r.receipt() == Some(was))
+        })
+        .take(10)
+        .map(|r| {
+            let (_, key) = r.ballot().unwrap();
+            let was = held[&first[&(r.user, r.op.clone())]];
+            format!(
+                "user {} key {key} (first: seq {}): {} replayed {} receipt {:?}",
+                r.user,
+                was.1,
+                r.label(),
+                r.is_replayed(),
+                r.receipt().and_then(|id| held.get(&id))
+            )
+        })
+        .collect();
+    assert!(
+        not_replayed.is_empty(),
+        "poll {poll}: keys sent again after the fault were not answered their first 202: {}",
+        not_replayed.join("; ")
+    );
+    again
 }

@@ -28,6 +28,7 @@ mod storm;
 
 mod aof_loss;
 mod app_kill;
+mod ballots;
 mod cancel_kill;
 mod cluster_failover;
 mod idempotent_retry;

@@ -34,7 +34,7 @@ fn assert_serving_after_the_wipe(serving: bool, after: &[Record], what: &str) {
 /// `FLUSHALL`, in one transaction with a read of what Redis holds unsettled: the
 /// accepted orders of `sales` in their pending hashes and the accepted votes of
 /// `polls` in their streams. Returns that count: the unsettled tail the wipe takes.
-async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[i64]) -> usize {
+pub async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[i64]) -> usize {
     let mut pipe = redis::pipe();
     pipe.atomic();
     for &sale in sales {
@@ -61,7 +61,7 @@ async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[i64]
 }
 
 /// The wipe lost `lost` accepted `what`s, at most the unsettled `tail` it took.
-fn assert_lost_at_most_the_tail(lost: usize, tail: usize, what: &str) {
+pub fn assert_lost_at_most_the_tail(lost: usize, tail: usize, what: &str) {
     println!(
         "{lost} accepted {what}s were lost with the wipe (accepted, not yet settled); {tail} were unsettled at the wipe"
     );

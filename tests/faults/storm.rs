@@ -36,6 +36,13 @@ pub enum Op {
         sale: i64,
         body: String,
     },
+    /// A vote of any ballot kind (`body`, JSON) under its `Idempotency-Key`, which
+    /// every retry of the work item sends again (see `ballots.rs`).
+    Ballot {
+        poll: i64,
+        body: Arc<str>,
+        key: Arc<str>,
+    },
 }
 
 impl Op {
@@ -44,13 +51,14 @@ impl Op {
             Op::Purchase { .. } => "purchase",
             Op::Vote { .. } => "vote",
             Op::Stock { .. } => "stock",
+            Op::Ballot { .. } => "ballot",
         }
     }
 
     fn path(&self) -> String {
         match self {
             Op::Purchase { sale } => format!("/api/sales/{sale}/purchase"),
-            Op::Vote { poll, .. } => format!("/api/polls/{poll}/votes"),
+            Op::Vote { poll, .. } | Op::Ballot { poll, .. } => format!("/api/polls/{poll}/votes"),
             Op::Stock { sale, .. } => format!("/api/admin/sales/{sale}/stock"),
         }
     }
@@ -60,6 +68,14 @@ impl Op {
             Op::Purchase { .. } => None,
             Op::Vote { option, .. } => Some(json!({ "option_id": option })),
             Op::Stock { body, .. } => Some(serde_json::from_str(body).unwrap()),
+            Op::Ballot { body, .. } => Some(serde_json::from_str(body).unwrap()),
+        }
+    }
+
+    fn idempotency_key(&self) -> Option<&str> {
+        match self {
+            Op::Ballot { key, .. } => Some(key),
+            _ => None,
         }
     }
 }
@@ -82,6 +98,10 @@ pub enum Outcome {
         code: Option<String>,
         /// `order_id` of a 202 purchase.
         order_id: Option<Uuid>,
+        /// `receipt` of a 202 vote.
+        receipt: Option<Uuid>,
+        /// `Idempotent-Replayed: true`: the first answer to this key, again.
+        replayed: bool,
         retry_after: Option<String>,
     },
     /// No (complete) answer, as `<kind>: <error>`, the kind one of `timeout`,
@@ -112,6 +132,10 @@ impl Outcome {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let replayed = resp
+            .headers()
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true");
         match resp.bytes().await {
             Err(e) => {
                 let lost = format!("cut off: status {status}, body lost: {e}");
@@ -125,6 +149,10 @@ impl Outcome {
                     order_id: body["order_id"]
                         .as_str()
                         .and_then(|s| Uuid::parse_str(s).ok()),
+                    receipt: body["receipt"]
+                        .as_str()
+                        .and_then(|s| Uuid::parse_str(s).ok()),
+                    replayed,
                     retry_after,
                 };
                 (outcome, body)
@@ -170,6 +198,25 @@ impl Record {
         }
     }
 
+    pub fn receipt(&self) -> Option<Uuid> {
+        match &self.outcome {
+            Outcome::Answer { receipt, .. } => *receipt,
+            Outcome::NoAnswer(_) => None,
+        }
+    }
+
+    pub fn is_replayed(&self) -> bool {
+        matches!(self.outcome, Outcome::Answer { replayed: true, .. })
+    }
+
+    /// The poll and `Idempotency-Key` of a ballot.
+    pub fn ballot(&self) -> Option<(i64, &str)> {
+        match &self.op {
+            Op::Ballot { poll, key, .. } => Some((*poll, key)),
+            _ => None,
+        }
+    }
+
     pub fn sale(&self) -> Option<i64> {
         match self.op {
             Op::Purchase { sale } => Some(sale),
@@ -179,7 +226,11 @@ impl Record {
 
     /// Decided by the server: accepted or refused for a reason of the sale/poll.
     pub fn is_decided(&self) -> bool {
-        matches!(self.status(), Some(200 | 202 | 409 | 410))
+        match self.op {
+            // 422 `over_budget`: refused by the poll's script.
+            Op::Ballot { .. } => matches!(self.status(), Some(202 | 409 | 422)),
+            _ => matches!(self.status(), Some(200 | 202 | 409 | 410)),
+        }
     }
 
     /// Worth another try: the server could not decide, or we never heard. A stock
@@ -570,6 +621,9 @@ async fn send(http: &Client, base: &str, item: &Work, server: usize, attempt: u3
         .bearer_auth(&*item.token);
     if let Some(body) = item.op.body() {
         req = req.json(&body);
+    }
+    if let Some(key) = item.op.idempotency_key() {
+        req = req.header("Idempotency-Key", key);
     }
     let (outcome, _) = Outcome::of(req.send().await).await;
     Record {

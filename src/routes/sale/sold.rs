@@ -80,11 +80,8 @@ pub(super) async fn admin_orders_csv(
     let id = SaleId::parse(&path)?;
     let record = sale::admin::record(&state.db, id).await?;
     let body = export::orders_csv(state.db.clone(), id, record.price_cents);
-    Ok(HttpResponse::Ok()
-        .content_type("text/csv; charset=utf-8")
-        .insert_header((
-            actix_web::http::header::CONTENT_DISPOSITION,
-            format!("attachment; filename=\"sale-{id}-orders.csv\""),
-        ))
-        .streaming(body))
+    Ok(crate::csv::attachment(
+        &format!("sale-{id}-orders.csv"),
+        body,
+    ))
 }

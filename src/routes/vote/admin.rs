@@ -14,8 +14,8 @@ use crate::state::AppState;
 use crate::vote::cached::invalidate_record;
 use crate::vote::cached::{PollView, load_view};
 use crate::vote::list::{self, PollCursor};
-use crate::vote::store::{self, NewPoll};
 use crate::vote::setting::{BallotFields, BallotSettings};
+use crate::vote::store::{self, NewPoll};
 use crate::vote::visibility::{ResultsVisibility, Viewer};
 use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 

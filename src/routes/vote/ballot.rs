@@ -425,12 +425,11 @@ pub(super) async fn my_ballot(
             replaced: kind != BallotKind::Budget && seq < last,
         })
         .collect();
-    let all_settled = receipts
-        .iter()
-        .filter(|r| !r.replaced)
-        .all(|r| r.settled);
+    let all_settled = receipts.iter().filter(|r| !r.replaced).all(|r| r.settled);
     let budget = kind == BallotKind::Budget;
-    let spent: i64 = held.as_ref().map_or(0, |h| h.spent.iter().map(|(_, c)| c).sum());
+    let spent: i64 = held
+        .as_ref()
+        .map_or(0, |h| h.spent.iter().map(|(_, c)| c).sum());
     let body = MyBallot {
         poll_id: poll,
         ballot: kind,

@@ -1,10 +1,12 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
 //! One file per concern: public reads (`public.rs`), the vote and the voter's
-//! ballot (`ballot.rs`), the admin's
-//! (`admin.rs`: create, list, show, close, reveal), edit, archive, delete and history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
+//! ballot (`ballot.rs`), the admin's (`admin.rs`: create, list, show, close,
+//! reveal), every vote as CSV (`export.rs`), edit, archive, delete and history
+//! (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
 
 mod admin;
 mod ballot;
+mod export;
 mod lifecycle;
 mod public;
 
@@ -22,6 +24,7 @@ mod public;
     admin::admin_show,
     admin::admin_close,
     admin::admin_reveal,
+    export::admin_votes_csv,
     lifecycle::admin_edit,
     lifecycle::admin_archive,
     lifecycle::admin_unarchive,
@@ -43,6 +46,7 @@ super::routes! {
     get "/admin/polls/{id}" => admin::admin_show,
     post "/admin/polls/{id}/close" => admin::admin_close,
     post "/admin/polls/{id}/reveal" => admin::admin_reveal,
+    get "/admin/polls/{id}/votes.csv" => export::admin_votes_csv,
     patch "/admin/polls/{id}" => lifecycle::admin_edit,
     delete "/admin/polls/{id}" => lifecycle::admin_delete,
     post "/admin/polls/{id}/archive" => lifecycle::admin_archive,

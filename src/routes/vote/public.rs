@@ -11,9 +11,7 @@ use crate::live::Topic;
 use crate::routes::auth::optional_user;
 use crate::routes::{PageQuery, paged_json};
 use crate::state::AppState;
-use crate::vote::cached::{
-    PollView, cached_record, load_view, results_for, sees_tallies,
-};
+use crate::vote::cached::{PollView, cached_record, load_view, results_for, sees_tallies};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store;
 use crate::vote::visibility::{PollResults, Viewer};

@@ -158,6 +158,7 @@ mod tests {
             closed: false,
             hidden: false,
             voters: 4,
+            runoff: None,
             tallies: vec![
                 Tally {
                     option_id: 10,
