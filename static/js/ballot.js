@@ -225,8 +225,8 @@ function ranked(form, d, labels) {
         p.setAttribute("aria-pressed", String(place > 0));
         p.disabled = !enabled || (place === 0 && ranking.length >= max);
         setText(field(p, "place"), place > 0 ? String(place) : "");
-        const name = labels.get(String(id)) || "";
-        p.setAttribute("aria-label", place > 0 ? `${name}, ranked ${place}: tap to take out` : `${name}: tap to rank`);
+        // The name begins with the visible label (axe: label-content-name-mismatch).
+        setText(field(p, "place-words"), place > 0 ? `, ranked ${place}` : "");
       }
       const items = ranking.map((id, i) => {
         const li = document.createElement("li");

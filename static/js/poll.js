@@ -330,7 +330,9 @@ export function pollPage() {
       if (kind !== "budget") markMine(last.option_ids || last.ranking || [last.option_id]);
       afterAccepted(thanks(last));
       // The receipt at once, then what Postgres holds.
-      showReceipts(el.receipt, kind, { choices: [], receipts: [{ receipt: last.receipt, settled: false }] }, labels);
+      const sent = last.option_ids || last.ranking || [last.option_id];
+      const now = kind === "budget" ? { votes: [], remaining: last.remaining } : { choices: sent };
+      showReceipts(el.receipt, kind, { ...now, receipts: [{ receipt: last.receipt, settled: false }] }, labels);
       ballotTimer = setTimeout(() => loadMyBallot(), 800);
     } else if (accepted > 0) {
       // Some of a budget voter's requests went in before one was refused.
