@@ -327,18 +327,31 @@ pub async fn results<C: ConnectionLike>(
     Ok(parse_results(poll, raw))
 }
 
-/// The option `user` voted for in `poll`, if any: one `HGET`, no Postgres.
+/// `user`'s ballot in `poll` as the voters hash holds it (`<option>` or
+/// `<seq>|<ballot>`, see `lua/vote_batch.lua`; parse with `rebuild::Held`), if
+/// any: one `HGET`, no Postgres.
+pub async fn voter_ballot<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    poll: PollId,
+    user: UserId,
+) -> Result<Option<String>, redis::RedisError> {
+    redis::cmd("HGET")
+        .arg(keys.poll(poll).voters)
+        .arg(user.get())
+        .query_async(redis)
+        .await
+}
+
+/// The option `user` voted for in `poll` (the first choice of a list, the first
+/// option given of a budget), if any: one `HGET`, no Postgres.
 pub async fn voted_option<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
     poll: PollId,
     user: UserId,
 ) -> Result<Option<i64>, redis::RedisError> {
-    let held: Option<String> = redis::cmd("HGET")
-        .arg(keys.poll(poll).voters)
-        .arg(user.get())
-        .query_async(redis)
-        .await?;
+    let held = voter_ballot(redis, keys, poll, user).await?;
     Ok(held.map(|v| first_choice(&v)))
 }
 
@@ -390,4 +403,18 @@ pub async fn close<C: ConnectionLike>(
     tx.commit().await?;
     let written = crate::restore::update_meta(redis, &keys.poll(id).meta, &[("closed", 1)]).await?;
     Ok(fetch_record(db, id).await?.map(|r| (r, written)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_choice;
+
+    #[test]
+    fn the_first_choice_of_every_kind_of_held_ballot() {
+        assert_eq!(first_choice("7"), 7);
+        assert_eq!(first_choice("2|9"), 9);
+        assert_eq!(first_choice("1|4,5,6"), 4);
+        assert_eq!(first_choice("3|8:2,4:1"), 8);
+        assert_eq!(first_choice("1|"), 0);
+    }
 }

@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use super::error::PageError;
 use super::pages::{cursor_param, load_nav};
-use super::view::{self, Nav, OptionResult, PollCard};
+use super::view::{self, BallotView, MyBallot, Nav, OptionResult, PollCard};
 use crate::domain::PollId;
 use crate::error::AppError;
 use crate::paging::{Limit, ListScope, Page};
@@ -94,8 +94,13 @@ pub struct PollPage {
     /// The server's clock when rendering, so the countdown can correct for skew.
     server_now_ms: i64,
     signed_in: bool,
-    /// The option the caller voted for; 0 when they have not voted.
+    /// The poll's ballot kind and settings, and the rule in words.
+    ballot: BallotView,
+    /// The caller's ballot as it counts now (nothing when signed out).
+    mine: MyBallot,
+    /// The caller's first choice (single: the option); 0 when they have not voted.
     voted_option: i64,
+    /// single: the option voted for, in words.
     voted_label: Option<String>,
     signin_url: String,
     /// What the page says instead of the tallies, when this caller may not see
@@ -123,21 +128,29 @@ pub async fn poll(
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
     // One HGET of the voters hash: the page knows without Postgres whether, and
-    // for what, the caller voted.
-    let voted_option = match user {
+    // how, the caller voted.
+    let kind = record.poll.ballot;
+    let mine = match user {
         Some(user) => {
-            match store::voted_option(&mut state.redis.clone(), &state.keys, id, user.id).await {
-                Ok(choice) => choice.unwrap_or(0),
+            match store::voter_ballot(&mut state.redis.clone(), &state.keys, id, user.id).await {
+                Ok(held) => MyBallot::from_held(kind, held.as_deref()),
                 Err(e) => return Err(PageError::from_app(e.into(), nav)),
             }
         }
-        None => 0,
+        None => MyBallot::default(),
     };
+    let voted_option = mine
+        .choices
+        .first()
+        .or(mine.spent.first().map(|(o, _)| o))
+        .copied()
+        .unwrap_or(0);
     let voted_label = record
         .options
         .iter()
-        .find(|o| o.id == voted_option)
+        .find(|o| o.id == voted_option && kind == crate::vote::setting::BallotKind::Single)
         .map(|o| o.label.clone());
+    let ballot = BallotView::new(record.poll.ballot_settings(), record.options.len());
     let options = record
         .options
         .into_iter()
@@ -145,7 +158,7 @@ pub async fn poll(
         .collect();
     let now = Utc::now();
     let viewer = Viewer::from(user);
-    let results = decide(&record.poll, results, viewer, voted_option > 0, now);
+    let results = decide(&record.poll, results, viewer, mine.voted, now);
     let (options, total) = view::option_results(options, &results);
     let poll = PollCard::new(record.poll, results.voters(), now);
     let closed = poll.status == crate::domain::PollStatus::Closed;
@@ -159,6 +172,8 @@ pub async fn poll(
         total,
         voters_text: view::voters_text(results.voters()),
         server_now_ms: now.timestamp_millis(),
+        ballot,
+        mine,
         voted_option,
         voted_label,
         signin_url: format!("/signin?next=%2Fpolls%2F{id}"),

@@ -2,6 +2,7 @@
 
 import { api, messageOf } from "./api.js";
 import { field, setBadge, setText } from "./dom.js";
+import { ballotFields, ballotRefusal } from "./ballot-form.js";
 import { focusFirstError, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { retireButtons } from "./retire.js";
@@ -92,6 +93,9 @@ function editForm(base) {
     closes_at: f.closes_at.value,
     results: f.results.value,
   };
+  const ballot = ballotFields(form);
+  // The ballot settings go together: any change sends the kind and its fields.
+  const initialBallot = JSON.stringify(ballot.values());
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const changed = {};
@@ -107,6 +111,8 @@ function editForm(base) {
       else changed[name] = at.toISOString();
     }
     if (f.results.value !== initial.results) changed.results = f.results.value;
+    Object.assign(errors, ballot.check());
+    if (JSON.stringify(ballot.values()) !== initialBallot) Object.assign(changed, ballot.values());
     if (changed.question === "") errors.question = "Ask a question.";
     showFieldErrors(form, errors);
     if (Object.keys(errors).length) {
@@ -127,11 +133,16 @@ function editForm(base) {
       setTimeout(() => location.reload(), 400);
       return;
     }
+    if (res.data.error === "invalid_ballot_settings") {
+      showFieldErrors(form, ballotRefusal(res.data.message));
+      focusFirstError(form);
+      say(message, "Check the fields marked above.", false);
+      return;
+    }
     const where = {
       invalid_options: "options",
       invalid_text: "question",
       invalid_window: "closes_at",
-      invalid_ballot_settings: "results",
     }[res.data.error];
     if (where) {
       showFieldErrors(form, { [where]: messageOf(res, "Check this field.") });

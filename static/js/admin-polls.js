@@ -2,6 +2,7 @@
 
 import { api, messageOf } from "./api.js";
 import { field, flash, setBadge, setText, setTimes, showRows } from "./dom.js";
+import { ballotFields, ballotRefusal } from "./ballot-form.js";
 import { focusFirstError, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { toLocalInput } from "./time.js";
@@ -19,6 +20,7 @@ export function adminPolls() {
   const adminMessage = field(document, "poll-admin-message");
   const rows = field(document, "poll-rows");
   const rowTemplate = document.getElementById("poll-row");
+  const ballot = ballotFields(form);
 
   /** Numbers the option inputs 1..n and enables add/remove within the bounds. */
   function renumber() {
@@ -159,7 +161,7 @@ export function adminPolls() {
         if (message.includes("at most")) return { closes_at: "A poll can stay open at most 366 days." };
         return { closes_at: "The poll must close after it opens." };
       case "invalid_ballot_settings":
-        return { results: "Pick who sees the results, and when." };
+        return ballotRefusal(message);
       case "invalid_text":
         if (message.startsWith("option")) return { options: "Each option can have at most 200 characters." };
         return { question: "Write a question of at most 300 characters." };
@@ -197,7 +199,7 @@ export function adminPolls() {
     const options = [...list.querySelectorAll("input")].map((input) => input.value.trim());
     const opens = new Date(f.opens_at.value);
     const closes = new Date(f.closes_at.value);
-    const errors = validate();
+    const errors = { ...validate(), ...(ballot ? ballot.check() : {}) };
     showErrors(errors);
     if (Object.keys(errors).length) {
       say(createMessage, "Check the fields marked above.", false);
@@ -214,12 +216,14 @@ export function adminPolls() {
       opens_at: opens.toISOString(),
       closes_at: closes.toISOString(),
       results: f.results.value,
+      ...(ballot ? ballot.values() : {}),
     });
     button.disabled = false;
     if (res.status === 201) {
       say(createMessage, `Created poll “${res.data.question}” (#${res.data.id}).`, true);
       f.question.value = "";
       f.results.value = "live";
+      ballot?.reset();
       resetOptions();
       defaultWindow();
       await refresh();

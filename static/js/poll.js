@@ -1,9 +1,11 @@
 // The poll page: live results, and the vote.
 
 import { api, messageOf } from "./api.js";
+import { ballotControls, optionLabels } from "./ballot.js";
 import { field, setBadge, setText, showOutcome } from "./dom.js";
 import { liveOrPoll } from "./live.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
+import { showReceipts, showRunoff } from "./receipt.js";
 import { clockOffset, formatDuration } from "./time.js";
 
 const RESULTS_POLL_MS = 2000;
@@ -23,7 +25,10 @@ export function pollPage() {
   const offset = clockOffset(Number(d.serverNow));
   const now = () => Date.now() + offset;
   const form = root.querySelector('form[data-form="vote"]');
-  const radios = [...form.querySelectorAll('input[name="option"]')];
+  const kind = d.ballot || "single";
+  const labels = optionLabels(root);
+  const controls = ballotControls(form, d, labels);
+  const allowChange = d.allowChange === "true";
   const el = {
     badge: field(root, "badge"),
     countdown: field(root, "countdown"),
@@ -35,6 +40,9 @@ export function pollPage() {
     results: field(root, "results"),
     resultsHidden: field(root, "results-hidden"),
     vote: root.querySelector('[data-action="vote"]'),
+    change: root.querySelector('[data-action="change"]'),
+    receipt: field(root, "receipt"),
+    runoff: field(root, "runoff"),
     opensLabel: field(root, "opens-label"),
     closesLabel: field(root, "closes-label"),
     closes: field(root, "closes"),
@@ -46,8 +54,10 @@ export function pollPage() {
     opensAt: Number(d.opensAt),
     closesAt: Number(d.closesAt),
     signedIn: d.signedIn === "true",
-    voted: choice > 0,
-    choice, // the option voted for; 0 when unknown
+    voted: d.voted === "true" || choice > 0,
+    choice, // the option voted for (first choice); 0 when unknown
+    // allow_change: the voter pressed "Change my vote" and is choosing again.
+    changing: false,
     busy: false,
     retryUntil: 0, // client clock, after a 429
     rateLimited: false,
@@ -67,8 +77,22 @@ export function pollPage() {
     return status;
   }
 
+  /** Whether this voter may send a ballot now (a budget: while votes are left). */
+  function mayChoose(status) {
+    if (status !== "open" || !state.signedIn) return false;
+    if (kind === "budget") return controls.remaining > 0;
+    return !state.voted || state.changing;
+  }
+
   function buttonLabel(status, waitMs) {
     if (state.busy) return "Sending your vote…";
+    if (kind === "budget") {
+      if (waitMs > 0) return retryLabel(waitMs);
+      if (status === "upcoming") return "Not open yet";
+      if (status === "closed") return "Poll closed";
+      return controls.remaining > 0 ? "Give these votes" : "All votes given";
+    }
+    if (state.changing && status === "open") return waitMs > 0 ? retryLabel(waitMs) : "Send my new vote";
     if (state.voted) return "Voted";
     if (waitMs > 0) return retryLabel(waitMs);
     if (status === "upcoming") return "Not open yet";
@@ -96,9 +120,13 @@ export function pollPage() {
     if (el.closedNote) el.closedNote.hidden = !state.closedEarly;
     if (el.closes) el.closes.hidden = state.closedEarly;
     const waitMs = state.retryUntil - Date.now();
-    const canChoose = status === "open" && state.signedIn && !state.voted;
-    for (const radio of radios) radio.disabled = !canChoose || state.busy;
+    const canChoose = mayChoose(status);
+    if (state.enabled !== (canChoose && !state.busy)) {
+      state.enabled = canChoose && !state.busy;
+      controls.enable(state.enabled);
+    }
     el.vote.disabled = !canChoose || state.busy || waitMs > 0;
+    el.change.hidden = !(allowChange && kind !== "budget" && state.voted && !state.changing && status === "open");
     setText(el.vote, buttonLabel(status, waitMs));
     followRateLimit(state, waitMs, el.outcome, show);
   }
@@ -107,9 +135,11 @@ export function pollPage() {
     showOutcome(el.outcome, kind, title, detail, link);
   }
 
-  function markMine() {
+  /** Marks the voter's options in the results: every choice, or every option given votes. */
+  function markMine(ids) {
+    const mineIds = new Set((ids || (state.choice > 0 ? [state.choice] : [])).map(String));
     for (const row of el.results.children) {
-      const mine = state.choice > 0 && row.dataset.optionId === String(state.choice);
+      const mine = mineIds.has(row.dataset.optionId);
       row.classList.toggle("is-mine", mine);
       field(row, "mine").hidden = !mine;
     }
@@ -137,6 +167,7 @@ export function pollPage() {
       return;
     }
     if (!Array.isArray(results.tallies)) return;
+    if (results.runoff) showRunoff(el.runoff, results.runoff, labels);
     if (state.hiddenUntil) {
       state.hiddenUntil = "";
       render();
@@ -170,42 +201,67 @@ export function pollPage() {
     if (res.ok) applyResults(res.data);
   }
 
-  async function vote(event) {
-    event.preventDefault();
-    if (el.vote.disabled) return;
-    const picked = radios.find((r) => r.checked);
-    if (!picked) {
-      show("warning", "Pick an option first.");
-      return;
+  /** The voter's ballot and receipts (`GET /api/polls/{id}/my-ballot`); again while some are being recorded. */
+  let ballotTimer = 0;
+  async function loadMyBallot(tries = 8) {
+    clearTimeout(ballotTimer);
+    const res = await api("GET", `/api/polls/${pollId}/my-ballot`);
+    if (!res.ok) return;
+    const mine = res.data;
+    if (!mine.voted) return;
+    state.voted = true;
+    if (kind === "budget") {
+      controls.showVotes(mine.votes, mine.remaining);
+      markMine((mine.votes || []).filter((v) => v.count > 0).map((v) => v.option_id));
+    } else if (!state.changing) {
+      controls.show(mine.choices || []);
+      state.choice = (mine.choices || [])[0] || 0;
+      markMine(mine.choices || []);
     }
-    const optionId = Number(picked.value);
-    state.busy = true;
+    showReceipts(el.receipt, kind, mine, labels);
+    if (!mine.settled && tries > 0) ballotTimer = setTimeout(() => loadMyBallot(tries - 1), 1500);
     render();
-    const res = await api("POST", `/api/polls/${pollId}/votes`, { option_id: optionId });
-    state.busy = false;
+  }
+
+  /** Words after a 202, by kind and by whether it replaced a ballot. */
+  function thanks(answer) {
+    if (kind === "budget") {
+      const left = Number(answer.remaining) || 0;
+      return left > 0
+        ? `Thanks, your votes counted. You have ${left} left to give.`
+        : "Thanks, your votes counted. You have given them all.";
+    }
+    return answer.replaced ? "Your vote was changed." : "Thanks, your vote counted.";
+  }
+
+  /** After every 202 of this send: the results, as the poll's setting allows. */
+  function afterAccepted(title) {
+    if (d.results === "after_vote") {
+      // Now this voter may see the tallies: their own view, then the stream of
+      // those who see them (the page's stream so far carries them to nobody).
+      show("success", title, "Here are the results so far; they update live.");
+      refreshResults();
+      follow();
+    } else if (state.hiddenUntil) {
+      show("success", title, `${hiddenWords(state.hiddenUntil, false)}.`);
+    } else {
+      show("success", title, "The results update live.");
+      refreshResults();
+    }
+  }
+
+  /** A refusal in plain words; returns false. */
+  function refused(res) {
     const code = res.data.error;
     switch (res.status) {
-      case 202:
-        state.voted = true;
-        state.choice = optionId;
-        markMine();
-        if (d.results === "after_vote") {
-          // Now this voter may see the tallies: their own view, then the stream of
-          // those who see them (the page's stream so far carries them to nobody).
-          show("success", "Thanks, your vote counted.", "Here are the results so far; they update live.");
-          refreshResults();
-          follow();
-        } else if (state.hiddenUntil) {
-          show("success", "Thanks, your vote counted.", `${hiddenWords(state.hiddenUntil, false)}.`);
-        } else {
-          show("success", "Thanks, your vote counted.", "The results update live.");
-          refreshResults();
-        }
-        break;
       case 409:
         if (code === "already_voted") {
           state.voted = true;
-          show("warning", "You already voted in this poll.", "It is one vote per person.");
+          state.changing = false;
+          show("warning", "You already voted in this poll.", allowChange ? "" : "It is one ballot per person.");
+        } else if (code === "budget_spent") {
+          controls.refused?.(res.data);
+          show("warning", "You have given all your votes.", "There are none left to give in this poll.");
         } else if (code === "not_open") {
           state.status = "upcoming";
           show("warning", "This poll is not open yet.", messageOf(res, ""));
@@ -214,21 +270,90 @@ export function pollPage() {
         }
         break;
       case 422:
-        show("error", "That option is not part of this poll.", "Reload the page to see the current options.");
+        if (code === "over_budget") {
+          controls.refused?.(res.data);
+          const left = Number(res.data.remaining) || 0;
+          const forOption = Number(res.data.option_remaining) || 0;
+          show(
+            "warning",
+            "That is more votes than you have left.",
+            `You have ${left} left in all, and may give this option ${forOption} more. Nothing was spent.`,
+          );
+        } else if (code === "invalid_ballot") {
+          show("error", "This ballot does not fit this poll.", messageOf(res, "Reload the page and try again."));
+        } else {
+          show("error", "That option is not part of this poll.", "Reload the page to see the current options.");
+        }
         break;
       case 410:
         state.status = "closed";
+        state.changing = false;
         show("error", "This poll is closed.", "Votes are no longer counted.");
         break;
       default:
         show(...sharedAnswer(res, state, { act: "vote", thing: "poll", signinUrl: d.signinUrl }));
     }
+    return false;
+  }
+
+  async function vote(event) {
+    event.preventDefault();
+    if (el.vote.disabled) return;
+    const wanted = controls.bodies();
+    if (wanted.error) {
+      show("warning", wanted.error);
+      presentAnswer(el.outcome);
+      return;
+    }
+    state.busy = true;
+    render();
+    // A budget voter may give several options votes at once: one request each,
+    // in order, stopping at the first refusal (each request is all or nothing).
+    let last = null;
+    let accepted = 0;
+    for (const body of wanted.bodies) {
+      const res = await api("POST", `/api/polls/${pollId}/votes`, body);
+      if (res.status !== 202) {
+        refused(res);
+        last = null;
+        break;
+      }
+      accepted += 1;
+      last = res.data;
+      controls.accepted?.(res.data);
+    }
+    state.busy = false;
+    if (last) {
+      state.voted = true;
+      state.changing = false;
+      state.choice = last.option_id;
+      if (kind !== "budget") markMine(last.option_ids || last.ranking || [last.option_id]);
+      afterAccepted(thanks(last));
+      // The receipt at once, then what Postgres holds.
+      const sent = last.option_ids || last.ranking || [last.option_id];
+      const now = kind === "budget" ? { votes: [], remaining: last.remaining } : { choices: sent };
+      showReceipts(el.receipt, kind, { ...now, receipts: [{ receipt: last.receipt, settled: false }] }, labels);
+      ballotTimer = setTimeout(() => loadMyBallot(), 800);
+    } else if (accepted > 0) {
+      // Some of a budget voter's requests went in before one was refused.
+      state.voted = true;
+      loadMyBallot();
+    }
     render();
     presentAnswer(el.outcome);
   }
 
+  el.change.addEventListener("click", () => {
+    state.changing = true;
+    show("info", "Choose again, then send your new vote.", "Your current vote counts until the new one is in.");
+    render();
+    form.querySelector("input:not(:disabled), button.rank-pick:not(:disabled)")?.focus();
+  });
   form.addEventListener("submit", vote);
   render();
+  if (state.voted && state.signedIn) loadMyBallot();
+  // A closed ranked poll's count by rounds comes with the results.
+  if (kind === "ranked" && !state.hiddenUntil) refreshResults();
   setInterval(render, 250);
   let stop = () => {};
   /** (Re)starts following the results: the server picks the stream for this visitor. */

@@ -765,13 +765,30 @@ impl TestApp {
         opens_in: i64,
         closes_in: i64,
     ) -> (i64, Vec<i64>) {
+        self.create_poll_with(admin, question, options, (opens_in, closes_in), json!({}))
+            .await
+    }
+
+    /// `create_poll` with extra settings (`ballot`, `results`, ...) merged into the
+    /// create; `window` is (opens in, closes in) seconds from now.
+    pub async fn create_poll_with(
+        &self,
+        admin: &User,
+        question: &str,
+        options: &[&str],
+        window: (i64, i64),
+        settings: Value,
+    ) -> (i64, Vec<i64>) {
         let now = chrono::Utc::now();
-        let poll = json!({
+        let mut poll = json!({
             "question": question,
             "options": options,
-            "opens_at": now + chrono::Duration::seconds(opens_in),
-            "closes_at": now + chrono::Duration::seconds(closes_in),
+            "opens_at": now + chrono::Duration::seconds(window.0),
+            "closes_at": now + chrono::Duration::seconds(window.1),
         });
+        for (k, v) in settings.as_object().expect("settings are an object") {
+            poll[k] = v.clone();
+        }
         poll_ids(&self.admin_create(admin, "/api/admin/polls", &poll).await)
     }
 
@@ -812,6 +829,35 @@ impl TestApp {
         options: &[&str],
     ) -> (i64, Vec<i64>) {
         self.create_poll(admin, question, options, -60, 3600).await
+    }
+
+    /// A poll open now (since a minute ago) for an hour with extra settings
+    /// (`ballot`, `results`, ...). Returns the poll id and its option ids in order.
+    pub async fn open_poll_with(
+        &self,
+        admin: &User,
+        question: &str,
+        options: &[&str],
+        settings: Value,
+    ) -> (i64, Vec<i64>) {
+        self.create_poll_with(admin, question, options, (-60, 3600), settings)
+            .await
+    }
+
+    /// A ballot of any kind (`{"option_ids": [..]}`, ...) that must be accepted;
+    /// answers the 202's body.
+    pub async fn cast_ballot(&self, poll: i64, token: &str, ballot: Value) -> Value {
+        let resp = self
+            .post_json(&format!("/api/polls/{poll}/votes"), Some(token), &ballot)
+            .await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(
+            status,
+            StatusCode::ACCEPTED,
+            "ballot {ballot} in poll {poll}: {body}"
+        );
+        body
     }
 
     /// A vote for `option` in `poll`.

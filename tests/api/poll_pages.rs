@@ -2,7 +2,7 @@
 //! the admin's polls section, escaping, HTML 404s and the security headers.
 
 use reqwest::{StatusCode, header};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::helpers::{
     assert_page_is_locked_down, between, escaped_in, spawn_app, spawn_with_open_poll,
@@ -244,5 +244,199 @@ async fn poll_pages_carry_security_headers() {
         let h = assert_page_is_locked_down(resp, &path).await;
         assert_eq!(h[header::X_FRAME_OPTIONS], "DENY", "{path}");
         assert_eq!(h[header::CACHE_CONTROL], "no-store", "{path}");
+    }
+}
+
+/// A poll of each ballot kind renders that kind's controls, with the settings
+/// the page's script reads in data attributes and the rule in words.
+#[tokio::test]
+async fn each_ballot_kind_renders_its_controls() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let labels = ["Tea", "Coffee", "Cocoa"];
+    let (multi, options) = app
+        .open_poll_with(
+            &admin,
+            "Drinks?",
+            &labels,
+            json!({"ballot": "multi", "max_choices": 2}),
+        )
+        .await;
+    let body = app.html(&format!("/polls/{multi}"), None).await;
+    assert!(body.contains(r#"data-ballot="multi""#));
+    assert!(body.contains(r#"data-max-choices="2""#));
+    assert!(body.contains(&format!(
+        r#"<input type="checkbox" name="option" value="{}""#,
+        options[0]
+    )));
+    assert!(!body.contains(r#"type="radio""#));
+    assert!(body.contains(r#"data-field="counter" aria-live="polite">0 of 2 chosen<"#));
+    assert!(body.contains(r#"data-field="rule">Pick up to 2<"#));
+
+    let (budget, options) = app
+        .open_poll_with(
+            &admin,
+            "Spend?",
+            &labels,
+            json!({"ballot": "budget", "votes_per_user": 10, "max_per_option": 4}),
+        )
+        .await;
+    let body = app.html(&format!("/polls/{budget}"), None).await;
+    assert!(body.contains(r#"data-ballot="budget""#));
+    assert!(body.contains(r#"data-votes-per-user="10""#));
+    assert!(body.contains(r#"data-max-per-option="4""#));
+    assert!(body.contains(&format!(
+        r#"class="stepper-row" data-option-id="{}" data-given="0""#,
+        options[1]
+    )));
+    assert!(body.contains(r#"aria-label="One vote more for Coffee""#));
+    assert!(body.contains(r#"aria-label="One vote fewer for Coffee""#));
+    assert!(body.contains(">10 of 10 votes left<"));
+    assert!(body.contains("10 votes to share, at most 4 on one option"));
+
+    let (ranked, options) = app
+        .open_poll_with(
+            &admin,
+            "Order?",
+            &labels,
+            json!({"ballot": "ranked", "allow_change": true}),
+        )
+        .await;
+    let body = app.html(&format!("/polls/{ranked}"), None).await;
+    assert!(body.contains(r#"data-ballot="ranked""#));
+    assert!(body.contains(r#"data-allow-change="true""#));
+    assert!(body.contains(&format!(
+        r#"class="choice rank-pick" data-option-id="{}" aria-pressed="false""#,
+        options[2]
+    )));
+    assert!(body.contains(r#"data-field="ranking""#));
+    assert!(
+        body.contains(
+            "Rank the options, favourite first; you may change your vote until the close"
+        )
+    );
+    assert!(body.contains(r#"data-action="change" hidden>Change my vote<"#));
+
+    let (single, _) = app.open_poll(&admin, "One?", &labels).await;
+    let body = app.html(&format!("/polls/{single}"), None).await;
+    assert!(body.contains(r#"data-ballot="single""#));
+    assert!(body.contains(r#"type="radio""#));
+    assert!(body.contains(r#"data-field="rule">One vote per person<"#));
+}
+
+/// The voter's ballot of every kind shows on their next visit: checked boxes, the
+/// votes given and left, the ranking in order; the voters hash's `<seq>|<ballot>`
+/// values never break the page.
+#[tokio::test]
+async fn a_voters_ballot_of_each_kind_shows_on_the_next_visit() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let user = app.user().await;
+    let labels = ["Tea", "Coffee", "Cocoa"];
+
+    let (multi, o) = app
+        .open_poll_with(&admin, "Drinks?", &labels, json!({"ballot": "multi"}))
+        .await;
+    app.cast_ballot(multi, &user.token, json!({"option_ids": [o[0], o[2]]}))
+        .await;
+    let body = app.html(&format!("/polls/{multi}"), Some(&user)).await;
+    assert!(body.contains(r#"data-voted="true""#));
+    assert!(body.contains(&format!(r#"value="{}" checked"#, o[0])));
+    assert!(body.contains(&format!(r#"value="{}" checked"#, o[2])));
+    assert!(!body.contains(&format!(r#"value="{}" checked"#, o[1])));
+    assert!(body.contains(">2 of 3 chosen<"));
+    assert!(body.contains("You already voted in this poll."));
+
+    let (budget, o) = app
+        .open_poll_with(
+            &admin,
+            "Spend?",
+            &labels,
+            json!({"ballot": "budget", "votes_per_user": 10}),
+        )
+        .await;
+    app.cast_ballot(budget, &user.token, json!({"option_id": o[1], "count": 3}))
+        .await;
+    let answer = app
+        .cast_ballot(budget, &user.token, json!({"option_id": o[1], "count": 2}))
+        .await;
+    assert_eq!(answer["remaining"], 5);
+    let body = app.html(&format!("/polls/{budget}"), Some(&user)).await;
+    assert!(body.contains(&format!(r#"data-option-id="{}" data-given="5""#, o[1])));
+    assert!(body.contains(">5 of 10 votes left<"));
+    assert!(body.contains("You have given 5 of your 10 votes."));
+
+    let (ranked, o) = app
+        .open_poll_with(
+            &admin,
+            "Order?",
+            &labels,
+            json!({"ballot": "ranked", "allow_change": true}),
+        )
+        .await;
+    app.cast_ballot(ranked, &user.token, json!({"ranking": [o[1], o[0]]}))
+        .await;
+    let again = app
+        .cast_ballot(ranked, &user.token, json!({"ranking": [o[2], o[1]]}))
+        .await;
+    assert_eq!(again["replaced"], true);
+    let body = app.html(&format!("/polls/{ranked}"), Some(&user)).await;
+    let first = body
+        .find(&format!(r#"<li data-option-id="{}">"#, o[2]))
+        .expect("ranked first");
+    let second = body
+        .find(&format!(r#"<li data-option-id="{}">"#, o[1]))
+        .expect("ranked second");
+    assert!(first < second, "the ranking in order");
+    assert!(!body.contains(&format!(r#"<li data-option-id="{}">"#, o[0])));
+    assert!(body.contains(">2 of 3 ranked<"));
+}
+
+/// Hidden results of every kind: the words, the voters, no tally in the page.
+#[tokio::test]
+async fn hidden_results_of_each_kind_leak_no_tally() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let labels = ["Tea", "Coffee", "Cocoa"];
+    for settings in [
+        json!({"ballot": "multi", "results": "after_close"}),
+        json!({"ballot": "budget", "votes_per_user": 9, "results": "after_close"}),
+        json!({"ballot": "ranked", "results": "after_close"}),
+    ] {
+        let (poll, o) = app
+            .open_poll_with(&admin, "Secret?", &labels, settings.clone())
+            .await;
+        let vote = match settings["ballot"].as_str().unwrap() {
+            "multi" => json!({"option_ids": [o[0], o[1]]}),
+            "budget" => json!({"option_id": o[0], "count": 7}),
+            _ => json!({"ranking": [o[0], o[2]]}),
+        };
+        let voter = app.user().await;
+        app.cast_ballot(poll, &voter.token, vote).await;
+        for who in [None, Some(&voter)] {
+            let body = app.html(&format!("/polls/{poll}"), who).await;
+            assert!(
+                body.contains("Results at the end of the vote"),
+                "{settings}"
+            );
+            assert!(
+                body.contains(r#"data-field="voters">1 voter<"#),
+                "{settings}"
+            );
+            assert!(
+                body.contains(r#"<strong data-field="votes"></strong>"#),
+                "{settings}"
+            );
+            assert!(
+                !body.contains(r#"<progress max="1" value="1""#),
+                "{settings}"
+            );
+            assert!(
+                !body.contains(r#"value="7""#),
+                "{settings}: no budget tally"
+            );
+            assert!(!body.contains(r#"data-field="votes">1<"#), "{settings}");
+            assert!(!body.contains(r#"data-field="votes">7<"#), "{settings}");
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::vote::{MAX_OPTIONS, MIN_OPTIONS};
 use crate::web::error::PageError;
 use crate::web::pages::{list_url, load_nav, page_of_cards, to_signin};
 use crate::web::polls;
-use crate::web::view::{Nav, PollCard, ResultsChoice, SaleCard, results_choices};
+use crate::web::view::{BallotForm, Nav, PollCard, ResultsChoice, SaleCard, results_choices};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "admin.html")]
@@ -27,6 +27,8 @@ pub struct AdminPage {
     max_options: usize,
     /// The poll form's choices of who sees the results when.
     results_choices: Vec<ResultsChoice>,
+    /// The New poll form's ballot settings, at their defaults.
+    ballot_form: BallotForm,
     /// The next page of each table (the other table stays on its page); none on
     /// the last.
     sales_next_url: Option<String>,
@@ -181,6 +183,7 @@ pub async fn page(
             min_options: MIN_OPTIONS,
             max_options: MAX_OPTIONS,
             results_choices: results_choices(),
+            ballot_form: BallotForm::new("poll", Default::default()),
         })),
         Err(e) => Err(PageError::from_app(e, nav)),
     }

@@ -15,7 +15,8 @@ use crate::vote::store::PollRow;
 use crate::vote::visibility::{ResultsVisibility, Viewer};
 use crate::web::error::PageError;
 use crate::web::view::{
-    Moment, Nav, PollCard, ResultsChoice, option_results, results_choices, results_words,
+    BallotForm, Moment, Nav, PollCard, ResultsChoice, option_results, results_choices,
+    results_words,
 };
 
 #[derive(Template, WebTemplate)]
@@ -38,6 +39,8 @@ pub struct PollTalliesPage {
     results_setting: &'static str,
     /// The edit form's choices of the setting.
     results_choices: Vec<ResultsChoice>,
+    /// The edit form's ballot settings, as the poll has them.
+    ballot_form: BallotForm,
     /// When voters and visitors see the tallies.
     public_when: String,
     /// An `on_reveal` poll, closed and not revealed: the reveal button is offered.
@@ -163,6 +166,7 @@ pub async fn poll_tallies(
         settled_voters,
         results_setting: results_words(poll.results),
         results_choices: results_choices(),
+        ballot_form: BallotForm::new("edit", poll.ballot_settings()),
         public_when: public_when(poll, closed),
         revealable: poll.results == ResultsVisibility::OnReveal
             && closed

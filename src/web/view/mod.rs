@@ -2,11 +2,13 @@
 //! the header's account links, sales and polls as cards, prices, times and vote
 //! shares as text.
 
+mod ballot;
 mod nav;
 mod poll;
 mod sale;
 mod text;
 
+pub use ballot::{BallotForm, BallotView, MyBallot};
 pub use nav::Nav;
 pub use poll::{
     OptionResult, PollCard, ResultsChoice, hidden_words, option_results, results_choices,
