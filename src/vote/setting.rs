@@ -165,19 +165,29 @@ pub struct BallotFields {
     /// `single` (default), `multi`, `budget` or `ranked`.
     #[schema(value_type = Option<String>, example = "multi")]
     pub ballot: Option<serde_json::Value>,
-    /// `multi` and `ranked`: 1 to the number of options (default: all of them).
+    /// `multi` and `ranked`: 1 to the number of options (default: all of them;
+    /// `null` in an edit: back to all of them).
     #[schema(value_type = Option<i32>)]
+    #[serde(default, deserialize_with = "present")]
     pub max_choices: Option<serde_json::Value>,
     /// `budget`: 1 to 1,000 votes per voter (required for a budget poll).
     #[schema(value_type = Option<i32>)]
     pub votes_per_user: Option<serde_json::Value>,
-    /// `budget`: 1 to `votes_per_user` (default `votes_per_user`).
+    /// `budget`: 1 to `votes_per_user` (default `votes_per_user`; `null` in an
+    /// edit: back to the default).
     #[schema(value_type = Option<i32>)]
+    #[serde(default, deserialize_with = "present")]
     pub max_per_option: Option<serde_json::Value>,
     /// `single`, `multi`, `ranked`: the voter may replace the ballot until the close
     /// (default `false`).
     #[schema(value_type = Option<bool>)]
     pub allow_change: Option<serde_json::Value>,
+}
+
+/// A field that was sent, `null` included (`Some(Value::Null)`); a missing one
+/// stays `None` through `#[serde(default)]`.
+pub fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+    serde_json::Value::deserialize(d).map(Some)
 }
 
 fn bad(message: impl Into<String>) -> AppError {
@@ -203,7 +213,8 @@ impl BallotFields {
 
     /// The settings these fields make of `old` (a create's: the defaults) for a poll
     /// of `options` options, checked together: 422 `invalid_ballot_settings` naming
-    /// the setting. A field sent as `null` is not sent. A new kind starts its
+    /// the setting. A field sent as `null` is not sent, except `max_choices` and
+    /// `max_per_option`, which `null` returns to their defaults. A new kind starts its
     /// numbers from the defaults (a `multi` poll made `budget` keeps no
     /// `max_choices`).
     pub fn settle(&self, old: BallotSettings, options: usize) -> Result<BallotSettings, AppError> {
@@ -221,14 +232,18 @@ impl BallotFields {
                 };
             }
         }
-        if let Some(v) = sent(&self.max_choices) {
-            s.max_choices = Some(whole("max_choices", &v)?);
+        match &self.max_choices {
+            Some(serde_json::Value::Null) => s.max_choices = None,
+            Some(v) => s.max_choices = Some(whole("max_choices", v)?),
+            None => {}
         }
         if let Some(v) = sent(&self.votes_per_user) {
             s.votes_per_user = Some(whole("votes_per_user", &v)?);
         }
-        if let Some(v) = sent(&self.max_per_option) {
-            s.max_per_option = Some(whole("max_per_option", &v)?);
+        match &self.max_per_option {
+            Some(serde_json::Value::Null) => s.max_per_option = None,
+            Some(v) => s.max_per_option = Some(whole("max_per_option", v)?),
+            None => {}
         }
         if let Some(v) = sent(&self.allow_change) {
             s.allow_change = v

@@ -29,12 +29,12 @@ export function ballotFields(form) {
     values() {
       const kind = f.ballot.value;
       const body = { ballot: kind };
-      if (kind === "multi" || kind === "ranked") {
-        if (number("max_choices") !== null) body.max_choices = number("max_choices");
-      }
+      // An empty "most" field is sent as null: every option, or the whole budget
+      // (in an edit too, where a field left out would keep the old number).
+      if (kind === "multi" || kind === "ranked") body.max_choices = number("max_choices");
       if (kind === "budget") {
         if (number("votes_per_user") !== null) body.votes_per_user = number("votes_per_user");
-        if (number("max_per_option") !== null) body.max_per_option = number("max_per_option");
+        body.max_per_option = number("max_per_option");
       } else {
         body.allow_change = f.allow_change.checked;
       }

@@ -126,6 +126,9 @@ export function pollPage() {
       controls.enable(state.enabled);
     }
     el.vote.disabled = !canChoose || state.busy || waitMs > 0;
+    // A closed ranked poll keeps the voter's ranking, not the controls to make one.
+    const picks = field(root, "rank-picks");
+    if (picks) picks.hidden = status === "closed";
     el.change.hidden = !(allowChange && kind !== "budget" && state.voted && !state.changing && status === "open");
     setText(el.vote, buttonLabel(status, waitMs));
     followRateLimit(state, waitMs, el.outcome, show);
@@ -135,13 +138,26 @@ export function pollPage() {
     showOutcome(el.outcome, kind, title, detail, link);
   }
 
-  /** Marks the voter's options in the results: every choice, or every option given votes. */
+  /**
+   * Marks the voter's options in the results, each with its tag: "Your vote",
+   * "Your choice", "Your #2" (ranked, in the order given), "Your 3 votes" (budget:
+   * `ids` are `{option_id, count}`).
+   */
   function markMine(ids) {
-    const mineIds = new Set((ids || (state.choice > 0 ? [state.choice] : [])).map(String));
+    const tags = new Map();
+    (ids || (state.choice > 0 ? [state.choice] : [])).forEach((item, i) => {
+      if (kind === "budget") {
+        const n = Number(item.count);
+        if (n > 0) tags.set(String(item.option_id), n === 1 ? "Your vote" : `Your ${n} votes`);
+      } else if (kind === "ranked") tags.set(String(item), `Your #${i + 1}`);
+      else tags.set(String(item), kind === "multi" ? "Your choice" : "Your vote");
+    });
     for (const row of el.results.children) {
-      const mine = mineIds.has(row.dataset.optionId);
-      row.classList.toggle("is-mine", mine);
-      field(row, "mine").hidden = !mine;
+      const tag = tags.get(row.dataset.optionId);
+      row.classList.toggle("is-mine", Boolean(tag));
+      const mark = field(row, "mine");
+      mark.hidden = !tag;
+      if (tag) setText(mark, tag);
     }
   }
 
@@ -212,7 +228,7 @@ export function pollPage() {
     state.voted = true;
     if (kind === "budget") {
       controls.showVotes(mine.votes, mine.remaining);
-      markMine((mine.votes || []).filter((v) => v.count > 0).map((v) => v.option_id));
+      markMine(mine.votes || []);
     } else if (!state.changing) {
       controls.show(mine.choices || []);
       state.choice = (mine.choices || [])[0] || 0;

@@ -39,7 +39,8 @@ export function showReceipts(box, kind, mine, labels) {
     li.dataset.receipt = r.receipt;
     li.append(el("span", "Receipt ", "muted small"), el("code", r.receipt), document.createTextNode(" "));
     const words = r.replaced ? "replaced by a later vote" : r.settled ? "recorded" : "being recorded";
-    li.append(el("span", words, `receipt-state ${r.settled ? "is-settled" : "is-pending"}`));
+    const state = r.replaced ? "is-replaced" : r.settled ? "is-settled" : "is-pending";
+    li.append(el("span", words, `receipt-state ${state}`));
     return li;
   });
   list.replaceChildren(...items);

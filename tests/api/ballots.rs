@@ -177,6 +177,23 @@ async fn settings_are_checked_together_and_named_when_refused() {
         (&json!("ranked"), &json!(2), &Value::Null, &json!(true)),
         "{poll}"
     );
+    // A field left out keeps its number; max_choices sent as null is every option again.
+    for (edit, max_choices) in [
+        (json!({"allow_change": false}), json!(2)),
+        (json!({"max_choices": null}), Value::Null),
+    ] {
+        let resp = app
+            .client
+            .patch(app.url(&format!("/api/admin/polls/{id}")))
+            .bearer_auth(&admin.token)
+            .json(&edit)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let poll: Value = resp.json().await.unwrap();
+        assert_eq!(poll["max_choices"], max_choices, "after {edit}: {poll}");
+    }
 }
 
 #[tokio::test]

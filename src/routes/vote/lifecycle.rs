@@ -35,14 +35,16 @@ pub(super) struct EditPoll {
     /// the defaults).
     #[schema(value_type = Option<crate::vote::setting::BallotKind>)]
     ballot: Option<serde_json::Value>,
-    /// `multi` and `ranked`: 1 to the number of options.
+    /// `multi` and `ranked`: 1 to the number of options; `null`: all of them.
     #[schema(value_type = Option<i32>)]
+    #[serde(default, deserialize_with = "crate::vote::setting::present")]
     max_choices: Option<serde_json::Value>,
     /// `budget`: 1 to 1,000.
     #[schema(value_type = Option<i32>)]
     votes_per_user: Option<serde_json::Value>,
-    /// `budget`: 1 to `votes_per_user`.
+    /// `budget`: 1 to `votes_per_user`; `null`: `votes_per_user`.
     #[schema(value_type = Option<i32>)]
+    #[serde(default, deserialize_with = "crate::vote::setting::present")]
     max_per_option: Option<serde_json::Value>,
     /// `single`, `multi`, `ranked`.
     #[schema(value_type = Option<bool>)]

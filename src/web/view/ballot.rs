@@ -45,6 +45,20 @@ impl BallotView {
     pub fn is(&self, kind: &str) -> bool {
         self.kind.as_str() == kind
     }
+
+    /// The tag on one of the voter's options in the results: "Your vote",
+    /// "Your choice", "Your #2", "Your 3 votes" (as `static/js/poll.js` writes it).
+    pub fn mine_tag(&self, mine: &MyBallot, option: &i64) -> String {
+        match self.kind {
+            BallotKind::Single => "Your vote".into(),
+            BallotKind::Multi => "Your choice".into(),
+            BallotKind::Ranked => format!("Your #{}", mine.rank(option)),
+            BallotKind::Budget => match mine.given(option) {
+                1 => "Your vote".into(),
+                n => format!("Your {n} votes"),
+            },
+        }
+    }
 }
 
 fn counts_note(kind: BallotKind) -> &'static str {
