@@ -19,6 +19,7 @@ pub mod cast;
 pub mod export;
 pub mod lifecycle;
 pub mod list;
+pub mod mine;
 pub mod rebuild;
 pub mod receipt;
 pub mod result;

@@ -16,7 +16,7 @@ use crate::state::{AppState, Worker};
 use crate::vote::MAX_OPTIONS;
 use crate::vote::cached::{cached_record, missing_from_redis};
 use crate::vote::cast::{Ballot, VoteOutcome, VoteReply, VoteRequest};
-use crate::vote::rebuild::Held;
+use crate::vote::mine::{Mine, mine};
 use crate::vote::receipt::receipt;
 use crate::vote::setting::BallotKind;
 
@@ -399,22 +399,12 @@ pub(super) async fn my_ballot(
         return Err(AppError::not_found(format!("no poll with id {poll}")));
     };
     let kind = record.poll.ballot;
-    let k = state.keys.poll(poll);
-    let (loaded, value): (bool, Option<String>) = redis::pipe()
-        .exists(&k.meta)
-        .hget(&k.voters, user.id.get())
-        .query_async(&mut state.redis.clone())
-        .await?;
-    if !loaded {
+    let mut redis = state.redis.clone();
+    let Some(Mine { held, settled }) =
+        mine(&mut redis, &state.db, &state.keys, (poll, kind), user.id).await?
+    else {
         return Err(missing_from_redis(state.get_ref(), poll).await);
-    }
-    let held = value.as_deref().and_then(|v| Held::parse(kind, v));
-    let settled: Vec<i32> =
-        sqlx::query_scalar("SELECT seq FROM votes WHERE poll_id = $1 AND user_id = $2")
-            .bind(poll.get())
-            .bind(user.id.get())
-            .fetch_all(&state.db)
-            .await?;
+    };
     let last = held.as_ref().map_or(0, |h| h.seq);
     let secret = state.config.token_secret.as_bytes();
     let receipts: Vec<Receipt> = (1..=last)
