@@ -40,13 +40,18 @@
 -- `<option>:<count>,...` (budget: votes spent per option). Tallies: single and
 -- multi count each chosen option, ranked the first preference, budget the votes.
 -- A replaced ballot leaves the tally and the new one enters it in this one script.
--- Each accepted request is one stream entry: poll_id, user_id, option_id (the
--- first choice), at_ms, and when they are not the defaults: seq (1), choices (the
--- ballot of a multi or ranked vote), count (1) and key (the Idempotency-Key).
+-- The batch's accepted requests are one stream entry: poll_id, at_ms and votes,
+-- one record per accepted request, separated by spaces:
+-- `<user>/<option>/<seq>/<count>/<choices>/<key>`, option the first choice, choices
+-- the ballot of a multi or ranked vote (empty for single and budget), key the
+-- Idempotency-Key (empty without one). (Entries of one vote each, with fields
+-- user_id, option_id and the optional seq, choices, count and key, are an earlier
+-- version's; src/vote/settlement.rs reads both.)
 --
--- The cost is per batch, not per voter, except for one XADD per accepted vote: one
--- HMGET asks about every voter, the voters hash is written once, each option's
--- tally read and written once, each limit key read and written once.
+-- The cost is per batch, not per voter: one HMGET asks about every voter, the
+-- voters hash is written once, each option's tally read and written once, each
+-- limit key read and written once, and one XADD carries every accepted request
+-- (settlement reads, acknowledges and deletes them together).
 local ALREADY_VOTED, UNKNOWN_OPTION, BUDGET_SPENT, OVER_BUDGET = 1, 5, 9, 10
 local KEY_REUSED, INVALID_BALLOT = 12, 13
 local REMEMBERED = {[REPLY_ACCEPTED] = true, [ALREADY_VOTED] = true, [BUDGET_SPENT] = true,
@@ -190,12 +195,16 @@ if #asking > 0 then
     return ids
   end
   local options_count = nil
-  -- A keyed vote's entry carries its key (`key`), so Postgres keeps it and a
-  -- rebuild restores its answer.
-  local function record_key(entry, i, user)
+  -- The batch's stream records, one per accepted request. A keyed vote's carries
+  -- its key, so Postgres keeps it and a rebuild restores its answer.
+  local records = {}
+  local function record(i, user, option, seq, count, choices)
+    local key = ''
     if idem[i] then
-      entry[#entry + 1], entry[#entry + 2] = 'key', string.sub(idem[i], #user + 2)
+      key = string.sub(idem[i], #user + 2)
     end
+    records[#records + 1] = user .. '/' .. option .. '/' .. seq .. '/' .. count .. '/' ..
+      choices .. '/' .. key
   end
 
   -- A single, multi or ranked ballot: all or nothing.
@@ -268,18 +277,7 @@ if #asking > 0 then
     end
     seq = seq + 1
     hold(user, seq, ballot)
-    if seq == 1 and kind == 's' and not idem[i] then
-      redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1],
-        'at_ms', now)
-    else
-      local entry = {'poll_id', ARGV[1], 'user_id', user, 'option_id', ids[1], 'at_ms', now,
-        'seq', seq}
-      if kind ~= 's' then
-        entry[#entry + 1], entry[#entry + 2] = 'choices', ballot
-      end
-      record_key(entry, i, user)
-      redis.call('XADD', KEYS[5], '*', unpack(entry))
-    end
+    record(i, user, ids[1], seq, 1, kind == 's' and '' or ballot)
     code[i], value[i] = REPLY_ACCEPTED, count_of(ids[1])
     if seq > 1 or kind ~= 's' then
       texts[i] = seq .. ':' .. replaced .. ':0:0'
@@ -328,10 +326,7 @@ if #asking > 0 then
     seq = seq + 1
     hold(user, seq, table.concat(pieces, ','))
     add(option, count)
-    local entry = {'poll_id', ARGV[1], 'user_id', user, 'option_id', option, 'at_ms', now,
-      'seq', seq, 'count', count}
-    record_key(entry, i, user)
-    redis.call('XADD', KEYS[5], '*', unpack(entry))
+    record(i, user, option, seq, count, '')
     remaining = remaining - count
     code[i], value[i] = REPLY_ACCEPTED, count_of(option)
     texts[i] = seq .. ':0:' .. remaining .. ':' ..
@@ -357,6 +352,8 @@ if #asking > 0 then
       end
     end
     batch_variadic('HSET', KEYS[3], fields)
+    redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'at_ms', now, 'votes',
+      table.concat(records, ' '))
     for option, d in pairs(delta) do
       if d ~= 0 then
         redis.call('HINCRBY', KEYS[4], option, d)

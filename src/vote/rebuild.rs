@@ -273,26 +273,26 @@ async fn rebuild_poll(
     let mut casts: HashMap<i64, BTreeMap<i32, Cast>> = HashMap::new();
     let mut unsettled = 0;
     each_entry(&mut redis, &k.votes, |entry| {
-        let (Some(user), Some(option), Some(d), Some(at)) = (
-            entry.get::<i64>("user_id"),
-            entry.get::<i64>("option_id"),
-            super::settlement::detail(entry),
+        let (Some(votes), Some(at)) = (
+            super::settlement::votes_of(entry),
             entry
                 .get::<i64>("at_ms")
                 .and_then(chrono::DateTime::from_timestamp_millis),
         ) else {
             return;
         };
-        unsettled += 1;
-        casts.entry(user).or_default().insert(
-            d.seq,
-            Cast {
-                option,
-                choices: d.choices,
-                count: i64::from(d.count),
-                key: entry.get::<String>("key").filter(|_| at > keys_since),
-            },
-        );
+        for v in votes {
+            unsettled += 1;
+            casts.entry(v.user).or_default().insert(
+                v.detail.seq,
+                Cast {
+                    option: v.option,
+                    choices: v.detail.choices,
+                    count: i64::from(v.detail.count),
+                    key: v.key.filter(|_| at > keys_since),
+                },
+            );
+        }
     })
     .await?;
     let settled: Vec<SettledVote> = sqlx::query_as(

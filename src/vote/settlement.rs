@@ -1,6 +1,6 @@
 //! Settling a poll's accepted votes (the [`Settle`] of polls, driven by
-//! [`crate::settle`]): each entry of `{poll:N}:votes` becomes a row of `votes`, keyed
-//! by poll, voter and the voter's `seq`.
+//! [`crate::settle`]): each vote of an entry of `{poll:N}:votes` (a batch's) becomes
+//! a row of `votes`, keyed by poll, voter and the voter's `seq`.
 
 use chrono::DateTime;
 use futures_util::future::BoxFuture;
@@ -38,15 +38,23 @@ impl Settle for Votes {
     }
 
     fn parse(&self, entry: &StreamId) -> Option<Vec<Accepted>> {
-        Some(vec![Accepted {
-            id: None,
-            owner: entry.get("poll_id")?,
-            user: entry.get("user_id")?,
-            value: entry.get("option_id")?,
-            key: entry.get("key"),
-            at: DateTime::from_timestamp_millis(entry.get("at_ms")?)?,
-            vote: Some(detail(entry)?),
-        }])
+        let poll = entry.get("poll_id")?;
+        let at = DateTime::from_timestamp_millis(entry.get("at_ms")?)?;
+        let votes = votes_of(entry)?;
+        Some(
+            votes
+                .into_iter()
+                .map(|v| Accepted {
+                    id: None,
+                    owner: poll,
+                    user: v.user,
+                    value: v.option,
+                    key: v.key,
+                    at,
+                    vote: Some(v.detail),
+                })
+                .collect(),
+        )
     }
 
     fn write<'a>(
@@ -59,9 +67,72 @@ impl Settle for Votes {
     }
 }
 
-/// A vote entry's `seq`, `choices` and `count`, each absent when the default (1,
-/// none, 1); `None` when one is there but malformed.
-pub fn detail(entry: &StreamId) -> Option<VoteDetail> {
+/// One accepted vote request as the votes stream carries it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamVote {
+    pub user: i64,
+    /// The option (single, budget) or the first choice (multi, ranked).
+    pub option: i64,
+    pub detail: VoteDetail,
+    /// The request's Idempotency-Key.
+    pub key: Option<String>,
+}
+
+/// Every vote of a stream entry: a batch's `votes` records
+/// (`<user>/<option>/<seq>/<count>/<choices>/<key>`, separated by spaces; see
+/// `lua/vote_batch.lua`), or an earlier version's entry of one vote (`user_id`,
+/// `option_id`, and `seq`, `choices`, `count`, `key` when not the defaults).
+/// `None` when malformed.
+pub fn votes_of(entry: &StreamId) -> Option<Vec<StreamVote>> {
+    match entry.map.get("votes") {
+        Some(_) => entry
+            .get::<String>("votes")?
+            .split(' ')
+            .map(parse_record)
+            .collect(),
+        None => Some(vec![StreamVote {
+            user: entry.get("user_id")?,
+            option: entry.get("option_id")?,
+            detail: detail(entry)?,
+            key: entry.get("key"),
+        }]),
+    }
+}
+
+/// One record of a batch entry's `votes`; `None` when malformed.
+pub fn parse_record(record: &str) -> Option<StreamVote> {
+    let mut parts = record.split('/');
+    let mut next = || parts.next();
+    let user = next()?.parse().ok().filter(|u| *u > 0)?;
+    let option = next()?.parse().ok().filter(|o| *o > 0)?;
+    let seq = next()?.parse().ok().filter(|s| *s >= 1)?;
+    let count = next()?.parse().ok().filter(|c| *c >= 1)?;
+    let choices = match next()? {
+        "" => None,
+        text => Some(parse_choices(text)?),
+    };
+    let key = match next()? {
+        "" => None,
+        key => Some(key.to_owned()),
+    };
+    if next().is_some() {
+        return None;
+    }
+    Some(StreamVote {
+        user,
+        option,
+        detail: VoteDetail {
+            seq,
+            choices,
+            count,
+        },
+        key,
+    })
+}
+
+/// An earlier version's vote entry's `seq`, `choices` and `count`, each absent
+/// when the default (1, none, 1); `None` when one is there but malformed.
+fn detail(entry: &StreamId) -> Option<VoteDetail> {
     let seq = match entry.map.get("seq") {
         None => 1,
         Some(_) => entry.get::<i32>("seq").filter(|s| *s >= 1)?,
@@ -154,4 +225,41 @@ async fn insert_votes(
         inserted,
         conflicting: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_gives_each_field_and_defaults_stay_empty() {
+        let v = parse_record("42/7/1/1//").unwrap();
+        assert_eq!((v.user, v.option, v.key), (42, 7, None));
+        assert_eq!(
+            (v.detail.seq, v.detail.count, v.detail.choices),
+            (1, 1, None)
+        );
+        let v = parse_record("42/9/3/1/9,7,12/k-1:a.b").unwrap();
+        assert_eq!(v.detail.choices, Some(vec![9, 7, 12]));
+        assert_eq!((v.detail.seq, v.key.as_deref()), (3, Some("k-1:a.b")));
+        let v = parse_record("5/2/4/3//").unwrap();
+        assert_eq!(v.detail.count, 3);
+    }
+
+    #[test]
+    fn a_malformed_record_is_refused() {
+        for bad in [
+            "",
+            "42",
+            "42/7/1/1/",
+            "0/7/1/1//",
+            "42/7/0/1//",
+            "42/7/1/0//",
+            "42/x/1/1//",
+            "42/7/1/1/7,,9/",
+            "42/7/1/1///extra",
+        ] {
+            assert_eq!(parse_record(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use stampede::domain::Id;
 use stampede::sale::pending::PendingHash;
+use stampede::vote::settlement::votes_of;
 
 use crate::harness::{Db, Options, Stack};
 use crate::invariants::{
@@ -33,7 +34,7 @@ fn assert_serving_after_the_wipe(serving: bool, after: &[Record], what: &str) {
 
 /// `FLUSHALL`, in one transaction with a read of what Redis holds unsettled: the
 /// accepted orders of `sales` in their pending hashes and the accepted votes of
-/// `polls` in their streams. Returns that count: the unsettled tail the wipe takes.
+/// `polls` in their streams' entries. Returns that count: the unsettled tail the wipe takes.
 pub async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[i64]) -> usize {
     let mut pipe = redis::pipe();
     pipe.atomic();
@@ -41,7 +42,8 @@ pub async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[
         pipe.hgetall(stack.keys.sale(Id::new(sale).unwrap()).pending);
     }
     for &poll in polls {
-        pipe.xlen(stack.keys.poll(Id::new(poll).unwrap()).votes);
+        let stream = stack.keys.poll(Id::new(poll).unwrap()).votes;
+        pipe.cmd("XRANGE").arg(stream).arg("-").arg("+");
     }
     pipe.cmd("FLUSHALL").ignore();
     let mut conn = stack.redis().await;
@@ -54,8 +56,15 @@ pub async fn flushall_measuring_the_tail(stack: &Stack, sales: &[i64], polls: &[
         (orders.sum(), 0)
     } else {
         assert!(sales.is_empty(), "sales or polls, one kind at a time");
-        let lens: Vec<usize> = pipe.query_async(&mut conn).await.expect("XLEN, FLUSHALL");
-        (0, lens.iter().sum())
+        // A batch's entry carries each of its votes (`votes_of`).
+        let streams: Vec<redis::streams::StreamRangeReply> =
+            pipe.query_async(&mut conn).await.expect("XRANGE, FLUSHALL");
+        let votes = streams
+            .iter()
+            .flat_map(|s| &s.ids)
+            .map(|entry| votes_of(entry).map_or(1, |v| v.len()))
+            .sum();
+        (0, votes)
     };
     orders + votes
 }
