@@ -10,7 +10,9 @@
 //   the new ranking; the receipts say "recorded" once settled;
 // - a ranked poll closed with its results: the count by rounds when the results
 //   carry `runoff`, and the page still whole when they do not;
-// - the admin's New poll form: the ballot fields of each kind show only for it.
+// - the admin's New poll form: the ballot fields of each kind show only for it, a
+//   server refusal shows next to its field, and a budget poll is created with its
+//   settings.
 // Every state is scanned with axe-core and must not scroll sideways; screenshots
 // go to E2E_OUT as pages-ballot-*.
 // It creates its own polls and users ("E2E ballot ...", "e2eb-...").
@@ -199,6 +201,11 @@ try {
       } else {
         check(await page.locator('[data-field="runoff"]').isHidden(), `ranked (${size}): no runoff in the results, no rounds box`);
       }
+      check(
+        (await page.locator('[data-field="rank-picks"]').isHidden()) && (await page.locator('[data-field="ranking"] button').first().isHidden()),
+        `ranked (${size}): a closed poll shows the ranking, not the controls to change it`,
+      );
+      check((await page.locator(".result.is-mine .mine-tag").allInnerTexts()).includes("Your #1"), `ranked (${size}): the first choice is tagged "Your #1"`);
       await inspect(page, `ballot-ranked-closed`);
       await page.context().close();
     }
@@ -217,8 +224,31 @@ try {
       (await shown("votes_per_user")) && (await shown("max_per_option")) && !(await shown("allow_change")),
       `admin form (${size}): budget shows its two numbers`,
     );
-    // (Sending the form from here never reached the server in this suite; the
-    // API's refusals are checked in tests/api/ballots.rs. Left for the next round.)
+    await form.locator('[name="question"]').fill(`E2E ballot admin ${size} ${runId}`);
+    const options = form.locator('[data-field="option-list"] input');
+    await options.nth(0).fill("Red");
+    await options.nth(1).fill("Blue");
+    // Several choices, at most 5 of 2 options: the server's 422, next to its field.
+    await form.locator('[name="ballot"]').selectOption("multi");
+    await form.locator('[name="max_choices"]').fill("5");
+    await form.locator('button[type="submit"]').click();
+    await form.locator('[data-error-for="max_choices"]', { hasText: "Most choices on one ballot" }).waitFor({ timeout: 5000 });
+    check(
+      (await text(page, '[data-error-for="max_choices"]')) === "“Most choices on one ballot” must be 1 to the number of options (2).",
+      `admin form (${size}): the refusal names the field by its label, whole`,
+    );
+    await inspect(page, `ballot-admin-refused`);
+    await form.locator('[name="ballot"]').selectOption("budget");
+    await form.locator('[name="votes_per_user"]').fill("5");
+    await form.locator('[name="max_per_option"]').fill("3");
+    await form.locator('button[type="submit"]').click();
+    await form.locator('[data-field="poll-create-message"]', { hasText: "Created poll" }).waitFor({ timeout: 5000 });
+    const created = (await text(page, '[data-field="poll-create-message"]')).match(/#(\d+)/);
+    const made = created && (await call("GET", `/api/polls/${created[1]}`, admin.token)).data;
+    check(
+      made && made.ballot === "budget" && made.votes_per_user === 5 && made.max_per_option === 3,
+      `admin form (${size}): the budget poll is created with its settings (${JSON.stringify(made && [made.ballot, made.votes_per_user, made.max_per_option])})`,
+    );
     await page.context().close();
   }
 } catch (err) {

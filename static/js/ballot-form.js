@@ -77,8 +77,11 @@ export function ballotRefusal(message) {
   at.sort((a, b) => a[1] - b[1]);
   const where = at.length ? at[0][0] : "ballot";
   if (where === "results") return { results: "Pick who sees the results, and when." };
-  let words = text;
-  for (const [name, label] of Object.entries(LABELS)) words = words.replaceAll(name, label);
+  // One pass over every setting's name, so that a label put in is not rewritten
+  // by the next name; "ballot" only as the setting ("ballot must be one of ..."),
+  // not the word ("a budget ballot needs ...").
+  const names = new RegExp(`\\b(${Object.keys(LABELS).filter((n) => n !== "ballot").join("|")})\\b`, "g");
+  let words = text.replace(names, (name) => LABELS[name]).replace(/^ballot must/, `${LABELS.ballot} must`);
   words = words.charAt(0).toUpperCase() + words.slice(1);
   return { [where]: words.endsWith(".") ? words : `${words}.` };
 }

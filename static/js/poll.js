@@ -129,6 +129,7 @@ export function pollPage() {
     // A closed ranked poll keeps the voter's ranking, not the controls to make one.
     const picks = field(root, "rank-picks");
     if (picks) picks.hidden = status === "closed";
+    form.classList.toggle("is-closed", status === "closed");
     el.change.hidden = !(allowChange && kind !== "budget" && state.voted && !state.changing && status === "open");
     setText(el.vote, buttonLabel(status, waitMs));
     followRateLimit(state, waitMs, el.outcome, show);
