@@ -82,7 +82,7 @@ async fn a_network_shares_the_join_budget_and_another_network_does_not() {
     .await;
     // The refused joiners hold no place.
     let waiting: i64 = app
-        .redis_query(&redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
+        .redis_query(redis::cmd("ZCARD").arg(app.sale_keys(sale).queue))
         .await;
     assert_eq!(waiting, 6);
 }
