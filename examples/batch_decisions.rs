@@ -171,6 +171,8 @@ async fn main() -> anyhow::Result<()> {
                 waiting_room: false,
                 queue_opens_at: None,
                 admit_per_second: None,
+                proof_of_work: 0,
+                min_account_age_s: 0,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

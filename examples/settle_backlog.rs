@@ -83,6 +83,8 @@ async fn main() -> anyhow::Result<()> {
             max_per_user: 1,
             rehearsal: false,
             waiting_room: None,
+            proof_of_work: 0,
+            min_account_age_s: 0,
         },
         None,
     )

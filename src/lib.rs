@@ -22,6 +22,8 @@
 //! - [`auth`]: accounts, argon2 passwords, signed session tokens, CSRF.
 //! - [`limit`]: rate limits in Redis Lua (fixed window, sliding log, sliding
 //!   counter, token bucket), their policies and HTTP headers.
+//! - [`gate`]: fair openings: a proof of work and a least account age before the
+//!   first step into a sale or poll.
 //! - [`sale`]: sales, the atomic purchase script, stock changes, tickets, order ids.
 //! - [`vote`]: polls, the atomic vote script, live tallies.
 //! - [`batch`]: decisions in per-sale (per-poll) batches, one script call each.
@@ -50,6 +52,7 @@ pub mod conn;
 pub mod csv;
 pub mod domain;
 pub mod error;
+pub mod gate;
 pub mod keys;
 #[cfg(test)]
 mod layers;

@@ -134,6 +134,8 @@ async fn demo_sale(
         max_per_user: demo.max_per_user,
         rehearsal: false,
         waiting_room: None,
+        proof_of_work: 0,
+        min_account_age_s: 0,
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await
@@ -170,6 +172,7 @@ async fn demo_poll(
             closes_at: now + Duration::days(7),
             results: Default::default(),
             ballot: Default::default(),
+            fairness: Default::default(),
         },
         None,
     )

@@ -42,6 +42,9 @@ pub struct AppState {
     pub tickets: crate::sale::ticket::TicketKey,
     /// Which sales require a ticket, once read.
     pub ticket_rules: crate::sale::ticket::TicketRules,
+    /// The fair-opening gates: the challenge key, each sale's and poll's gates
+    /// once read, account creation times read (see [`crate::gate`]).
+    pub gates: crate::gate::Keeper,
     /// What buyers hold of a sale, for `already_bought` (see `sale::held::HeldOrders`).
     pub held_orders: crate::sale::held::HeldOrders,
     /// Whether a token's session still stands: what has ended, in memory, fed by

@@ -36,6 +36,7 @@ pub async fn make_users(
             expires_at,
             generation: 0,
             session: rand::random(),
+            account_created: None,
         }))
     };
     let admin = token(made.admin, true)?;

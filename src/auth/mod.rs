@@ -30,6 +30,9 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 pub struct AuthUser {
     pub id: UserId,
     pub admin: bool,
+    /// When the account was made (unix secs), as its token says; `None` for a
+    /// token without it (see [`token::Claims::account_created`]).
+    pub created_at: Option<i64>,
 }
 
 /// A signed-in caller whose token carries the admin flag.
@@ -63,6 +66,7 @@ pub fn authenticate(
         AuthUser {
             id: claims.user_id,
             admin: claims.admin,
+            created_at: claims.account_created,
         },
         claims,
     ))
@@ -217,22 +221,41 @@ pub struct Account {
     pub password_hash: String,
     pub admin: bool,
     pub session_gen: i64,
+    /// When the account was made, unix secs (its tokens carry it).
+    pub created_at: i64,
 }
 
 /// The account with this username.
 pub async fn account(db: &PgPool, username: &Username) -> sqlx::Result<Option<Account>> {
-    let row: Option<(i64, String, bool, i64)> = sqlx::query_as(
-        "SELECT id, password_hash, is_admin, session_gen FROM users WHERE username = $1",
+    let row: Option<(i64, String, bool, i64, i64)> = sqlx::query_as(
+        "SELECT id, password_hash, is_admin, session_gen,
+                floor(extract(epoch FROM created_at))::bigint
+         FROM users WHERE username = $1",
     )
     .bind(username.as_str())
     .fetch_optional(db)
     .await?;
-    Ok(row.map(|(id, password_hash, admin, session_gen)| Account {
-        id,
-        password_hash,
-        admin,
-        session_gen,
-    }))
+    Ok(row.map(
+        |(id, password_hash, admin, session_gen, created_at)| Account {
+            id,
+            password_hash,
+            admin,
+            session_gen,
+            created_at,
+        },
+    ))
+}
+
+/// When the account was made (unix secs); `None` for an account that is gone.
+/// Read only for a token that does not carry it (see
+/// [`token::Claims::account_created`]).
+pub async fn created_at(db: &PgPool, user: UserId) -> sqlx::Result<Option<i64>> {
+    sqlx::query_scalar(
+        "SELECT floor(extract(epoch FROM created_at))::bigint FROM users WHERE id = $1",
+    )
+    .bind(user.get())
+    .fetch_optional(db)
+    .await
 }
 
 /// The user's id, name and admin flag; `None` for an account that is gone.

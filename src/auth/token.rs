@@ -1,6 +1,9 @@
 //! Signed, expiring session tokens. A token is `<payload>.<mac>`, both base64url:
-//! the payload is `v2:<user id>:<admin 0|1>:<expiry unix secs>:<generation>:<session id>`
-//! and the mac is HMAC-SHA256 over it. Checking the signature costs a hash; whether
+//! the payload is `v3:<user id>:<admin 0|1>:<expiry unix secs>:<generation>:<session
+//! id>:<account created, unix secs>` (a `v2` token, of an earlier version, has no
+//! creation time and is still read) and the mac is HMAC-SHA256 over it. The
+//! account's creation time rides in the token so a sale's or poll's
+//! `min_account_age_s` costs no query (see [`crate::gate::age`]). Checking the signature costs a hash; whether
 //! the session still stands (not signed out, generation current) is
 //! [`super::session`]'s business.
 
@@ -23,6 +26,10 @@ pub struct Claims {
     pub generation: i64,
     /// Random id of this session, so signing out ends this one only.
     pub session: u64,
+    /// When the account was made (unix secs); `None` in a token of an earlier
+    /// version (`v2`) or one minted without it (the account's age is then read
+    /// once per process from Postgres, when a sale or poll asks for it).
+    pub account_created: Option<i64>,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,14 +55,18 @@ impl TokenKey {
     }
 
     pub fn issue(&self, claims: Claims) -> String {
-        let payload = format!(
-            "v2:{}:{}:{}:{}:{:016x}",
+        let head = format!(
+            "{}:{}:{}:{}:{:016x}",
             claims.user_id,
             u8::from(claims.admin),
             claims.expires_at,
             claims.generation,
             claims.session
         );
+        let payload = match claims.account_created {
+            Some(created) => format!("v3:{head}:{created}"),
+            None => format!("v2:{head}"),
+        };
         sign(&self.mac, &payload)
     }
 
@@ -66,9 +77,15 @@ impl TokenKey {
     }
 
     fn claims(text: &str, now_unix: i64) -> Result<Claims, TokenError> {
-        let Some(["v2", uid, admin, exp, generation, session]) = fields(text) else {
-            return Err(TokenError::Malformed);
-        };
+        let (uid, admin, exp, generation, session, account_created) =
+            if let Some(["v3", uid, admin, exp, generation, session, created]) = fields(text) {
+                let created: i64 = created.parse().map_err(|_| TokenError::Malformed)?;
+                (uid, admin, exp, generation, session, Some(created))
+            } else if let Some(["v2", uid, admin, exp, generation, session]) = fields(text) {
+                (uid, admin, exp, generation, session, None)
+            } else {
+                return Err(TokenError::Malformed);
+            };
         let user_id = uid
             .parse()
             .ok()
@@ -98,6 +115,7 @@ impl TokenKey {
             expires_at,
             generation,
             session,
+            account_created,
         })
     }
 }
@@ -152,6 +170,7 @@ mod tests {
             expires_at: exp,
             generation: 3,
             session: 0xdead_beef_0000_0001,
+            account_created: Some(1_700_000_000),
         }
     }
 
@@ -160,6 +179,18 @@ mod tests {
         let key = TokenKey::new(b"0123456789abcdef0123456789abcdef");
         let t = key.issue(claims(2000));
         assert_eq!(key.verify(&t, 1000).unwrap(), claims(2000));
+        // Without the creation time: a token of the earlier shape, still read.
+        let old = Claims {
+            account_created: None,
+            ..claims(2000)
+        };
+        let t = key.issue(old);
+        assert!(
+            B64.decode(t.split_once('.').unwrap().0)
+                .unwrap()
+                .starts_with(b"v2:")
+        );
+        assert_eq!(key.verify(&t, 1000).unwrap(), old);
     }
 
     #[test]

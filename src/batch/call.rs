@@ -105,7 +105,7 @@ impl Call<'_> {
             .iter()
             .map(|p| match p.subject {
                 Subject::User => (self.limit_key)(&p.name, BUCKETS),
-                Subject::Ip => (self.limit_key)(&p.name, ""),
+                Subject::Ip | Subject::Subnet => (self.limit_key)(&p.name, ""),
             })
             .collect();
         for prefix in &prefixes {
@@ -120,7 +120,7 @@ impl Call<'_> {
             let (code, a, b, c) = policy.algorithm.lua_args();
             let subject = match policy.subject {
                 Subject::User => "u",
-                Subject::Ip => "k",
+                Subject::Ip | Subject::Subnet => "k",
             };
             inv.arg(code).arg(a).arg(b).arg(c).arg(subject);
         }
@@ -144,11 +144,14 @@ impl Call<'_> {
         // hot sale's batch holds up to a few hundred of them.
         let mut key = String::new();
         let mut last_ip: Option<(IpAddr, String)> = None;
+        let mut last_net: Option<(IpAddr, String)> = None;
         for item in items {
             for (policy, prefix) in self.policies.iter().zip(prefixes) {
-                if policy.subject != Subject::Ip {
-                    continue;
-                }
+                let (last, subject): (_, fn(IpAddr) -> String) = match policy.subject {
+                    Subject::User => continue,
+                    Subject::Ip => (&mut last_ip, crate::limit::client::ip_subject),
+                    Subject::Subnet => (&mut last_net, crate::limit::client::subnet_subject),
+                };
                 let Some(ip) = item.ip else {
                     return Err(AppError::Internal(anyhow::anyhow!(
                         "policy {} counts per address, but no address was given",
@@ -158,12 +161,12 @@ impl Call<'_> {
                 key.clear();
                 key.push_str(prefix);
                 // Requests of a batch mostly come from few addresses.
-                match &last_ip {
+                match last {
                     Some((seen, text)) if *seen == ip => key.push_str(text),
                     _ => {
-                        let text = crate::limit::client::ip_subject(ip);
+                        let text = subject(ip);
                         key.push_str(&text);
-                        last_ip = Some((ip, text));
+                        *last = Some((ip, text));
                     }
                 }
                 inv.key(key.as_str());

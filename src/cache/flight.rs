@@ -149,6 +149,7 @@ impl From<SharedError> for AppError {
             code: e.code,
             message: e.message,
             headers: e.headers,
+            fields: Vec::new(),
         }
     }
 }

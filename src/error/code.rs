@@ -58,6 +58,12 @@ error_codes! {
     Forbidden = (FORBIDDEN, "forbidden"),
     /// A sale with a waiting room: a ticket or purchase without an admission (or after it expired).
     NotAdmitted = (FORBIDDEN, "not_admitted"),
+    /// A `Proof-Of-Work` that does not hold: not solved to the difficulty, not issued here, expired, or for another user, sale or poll.
+    ProofInvalid = (FORBIDDEN, "proof_invalid"),
+    /// A `Proof-Of-Work` whose challenge was already used once (each counts once, on any server).
+    ProofUsed = (FORBIDDEN, "proof_used"),
+    /// An account made less than the sale's or poll's `min_account_age_s` before the opening; `allowed_at` says when it may act, if before the close.
+    AccountTooNew = (FORBIDDEN, "account_too_new"),
     /// A cookie session's unsafe request without the matching `X-CSRF-Token` header.
     CsrfFailed = (FORBIDDEN, "csrf_failed"),
     /// A password change whose current password is wrong.
@@ -142,6 +148,8 @@ error_codes! {
     InvalidWaitingRoom = (UNPROCESSABLE_ENTITY, "invalid_waiting_room"),
     /// A picture address that is neither `https://` nor a path on this site.
     InvalidImageUrl = (UNPROCESSABLE_ENTITY, "invalid_image_url"),
+    /// A `proof_of_work` (0 to 24) or `min_account_age_s` (0 to 31,622,400) out of range; the message names it.
+    InvalidFairness = (UNPROCESSABLE_ENTITY, "invalid_fairness"),
     /// A poll's options: too few, too many, or repeated.
     InvalidOptions = (UNPROCESSABLE_ENTITY, "invalid_options"),
     /// A vote for an option of another poll.
@@ -162,6 +170,8 @@ error_codes! {
     RateLimitUnsatisfiable = (UNPROCESSABLE_ENTITY, "rate_limit_unsatisfiable"),
     /// A purchase without a ticket, on a sale that requires one.
     TicketRequired = (PRECONDITION_REQUIRED, "ticket_required"),
+    /// A join, entry, ticket or vote without the `Proof-Of-Work` header its sale or poll asks for.
+    ProofRequired = (PRECONDITION_REQUIRED, "proof_required"),
     /// A rate limit refused (`Retry-After`, `RateLimit`).
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
     /// A request head over the size limit.

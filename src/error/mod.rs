@@ -28,6 +28,9 @@ pub enum AppError {
         message: Cow<'static, str>,
         /// Extra response headers (Retry-After, RateLimit, ...).
         headers: Vec<(header::HeaderName, String)>,
+        /// Extra fields of the body beside `error` and `message` (`allowed_at` of
+        /// `account_too_new`); none for nearly every refusal.
+        fields: Vec<(&'static str, serde_json::Value)>,
     },
     #[error("redis error")]
     Redis(#[from] redis::RedisError),
@@ -52,7 +55,16 @@ impl AppError {
             code,
             message: message.into(),
             headers: Vec::new(),
+            fields: Vec::new(),
         }
+    }
+
+    /// Adds a field to the body of a refusal (beside `error` and `message`).
+    pub fn with_field(mut self, name: &'static str, value: serde_json::Value) -> Self {
+        if let AppError::Client { fields, .. } = &mut self {
+            fields.push((name, value));
+        }
+        self
     }
 
     pub fn with_header(mut self, name: header::HeaderName, value: impl Into<String>) -> Self {
@@ -127,10 +139,22 @@ impl ResponseError for AppError {
         {
             builder.insert_header((header::RETRY_AFTER, RETRY_AFTER_OUTAGE_SECS.to_string()));
         }
-        builder.json(ErrorBody {
+        let body = ErrorBody {
             error: self.code(),
             message: &message,
-        })
+        };
+        match self {
+            AppError::Client { fields, .. } if !fields.is_empty() => {
+                let mut map = serde_json::Map::new();
+                map.insert("error".into(), body.error.into());
+                map.insert("message".into(), body.message.into());
+                for (name, value) in fields {
+                    map.insert((*name).into(), value.clone());
+                }
+                builder.json(map)
+            }
+            _ => builder.json(body),
+        }
     }
 }
 

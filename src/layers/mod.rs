@@ -40,6 +40,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("csv", Leaf),
     ("audit", Capability),
     ("auth", Capability),
+    ("gate", Capability),
     ("limit", Capability),
     ("lock", Capability),
     ("cache", Capability),

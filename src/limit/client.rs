@@ -71,6 +71,23 @@ pub fn ip_subject(ip: IpAddr) -> String {
     }
 }
 
+/// The subject text of an address's network, for a `subnet` policy: IPv4 by its
+/// /24, IPv6 by its /56 (what a household or a small office is given), so a
+/// reseller's rack of neighbouring addresses shares one budget.
+pub fn subnet_subject(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => {
+            let [a, b, c, _] = v4.octets();
+            format!("{a}.{b}.{c}.0/24")
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let net = Ipv6Addr::new(s[0], s[1], s[2], s[3] & 0xff00, 0, 0, 0, 0);
+            format!("{net}/56")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +158,28 @@ mod tests {
         assert_eq!(
             forwarded_client(ip("10.0.0.1"), h.iter(), &[ip("::ffff:10.0.0.1")]),
             ip("198.51.100.1")
+        );
+    }
+
+    #[test]
+    fn subnets_are_the_24_and_the_56() {
+        assert_eq!(subnet_subject(ip("203.0.113.9")), "203.0.113.0/24");
+        assert_eq!(subnet_subject(ip("::ffff:203.0.113.200")), "203.0.113.0/24");
+        assert_ne!(
+            subnet_subject(ip("203.0.113.9")),
+            subnet_subject(ip("203.0.114.9"))
+        );
+        assert_eq!(
+            subnet_subject(ip("2001:db8:aa:bbcc:1:2:3:4")),
+            "2001:db8:aa:bb00::/56"
+        );
+        assert_eq!(
+            subnet_subject(ip("2001:db8:aa:bbff::1")),
+            subnet_subject(ip("2001:db8:aa:bb00::9"))
+        );
+        assert_ne!(
+            subnet_subject(ip("2001:db8:aa:bb00::1")),
+            subnet_subject(ip("2001:db8:aa:bc00::1"))
         );
     }
 

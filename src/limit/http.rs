@@ -21,7 +21,7 @@ use futures_util::future::join_all;
 
 use std::sync::Arc;
 
-use super::client::{client_ip, ip_subject};
+use super::client::{client_ip, ip_subject, subnet_subject};
 use super::headers::{RATELIMIT, RATELIMIT_POLICY, ceil_secs, headers};
 use super::{Attempt, Decision, Limits, Policy, Route, Subject, Verdict, refund, take};
 use crate::domain::UserId;
@@ -138,7 +138,7 @@ impl Limiter {
     ) -> Result<Vec<String>, AppError> {
         let ip = policies
             .iter()
-            .any(|p| p.subject == Subject::Ip)
+            .any(|p| p.subject.by_address())
             .then(|| self.client_ip(req));
         policies
             .iter()
@@ -146,6 +146,7 @@ impl Limiter {
                 let subject = match (p.subject, user, ip) {
                     (Subject::User, Some(user), _) => format!("u{user}"),
                     (Subject::Ip, _, Some(ip)) => ip_subject(ip),
+                    (Subject::Subnet, _, Some(ip)) => subnet_subject(ip),
                     _ => {
                         return Err(AppError::Internal(anyhow::anyhow!(
                             "policy {} needs a signed-in user on route {route}",

@@ -19,8 +19,8 @@
 //! ```
 //!
 //! Keys: `<namespace>:rl:{<policy>:<subject>}`, one hash tag per key, where the
-//! subject is `u<user id>` or a parsed IP address ([`client::client_ip`]), never raw
-//! header text.
+//! subject is `u<user id>`, a parsed IP address ([`client::client_ip`]) or its
+//! network (`203.0.113.0/24`, [`client::subnet_subject`]), never raw header text.
 
 pub mod client;
 pub mod headers;
@@ -152,6 +152,8 @@ pub struct Limits {
     vote: Vec<Policy>,
     signin: Vec<Policy>,
     signup: Vec<Policy>,
+    join: Vec<Policy>,
+    entry: Vec<Policy>,
 }
 
 impl Limits {
@@ -168,6 +170,8 @@ impl Limits {
                 Route::Vote => limits.vote.push(policy),
                 Route::Signin => limits.signin.push(policy),
                 Route::Signup => limits.signup.push(policy),
+                Route::Join => limits.join.push(policy),
+                Route::Entry => limits.entry.push(policy),
             }
         }
         Ok(limits)
@@ -184,15 +188,15 @@ impl Limits {
             Route::Vote => &self.vote,
             Route::Signin => &self.signin,
             Route::Signup => &self.signup,
+            Route::Join => &self.join,
+            Route::Entry => &self.entry,
         }
     }
 
-    /// Whether a policy of the route counts per client address (so the handler
-    /// works out the address only then).
+    /// Whether a policy of the route counts per client address or network (so
+    /// the handler works out the address only then).
     pub fn counts_ip(&self, route: Route) -> bool {
-        self.for_route(route)
-            .iter()
-            .any(|p| p.subject == Subject::Ip)
+        self.for_route(route).iter().any(|p| p.subject.by_address())
     }
 
     pub fn timeout(&self) -> std::time::Duration {

@@ -108,6 +108,7 @@ async fn signin(
         id,
         admin: is_admin,
         session_gen: generation,
+        created_at,
         ..
     }) = row.filter(|_| ok && found)
     else {
@@ -121,6 +122,7 @@ async fn signin(
         expires_at,
         generation,
         session: rand::random(),
+        account_created: Some(created_at),
     });
     let csrf = random_token_hex(16);
     let max_age = CookieDuration::seconds(state.config.token_ttl.as_secs() as i64);

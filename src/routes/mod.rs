@@ -54,6 +54,7 @@ pub(crate) use routes;
 
 pub mod auth;
 mod extract;
+pub mod fair;
 pub mod health;
 pub mod sale;
 pub mod vote;

@@ -71,6 +71,8 @@ pub struct SaleEdit {
     pub waiting_room: Option<bool>,
     pub queue_opens_at: Option<DateTime<Utc>>,
     pub admit_per_second: Option<i32>,
+    pub proof_of_work: Option<i16>,
+    pub min_account_age_s: Option<i32>,
 }
 
 /// The fields an edit may still change once the sale has opened (`ends_at` only
@@ -109,6 +111,8 @@ impl SaleEdit {
         field!(waiting_room);
         field!(queue_opens_at, self.queue_opens_at.map(Some));
         field!(admit_per_second, self.admit_per_second.map(Some));
+        field!(proof_of_work);
+        field!(min_account_age_s);
         (new, changed)
     }
 }
@@ -192,11 +196,13 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
         new.queue_opens_at = None;
         new.admit_per_second = None;
     }
+    crate::gate::check_sale_proof(new.proof_of_work, new.requires_ticket, new.waiting_room)?;
     sqlx::query(
         "UPDATE sales SET name = $2, description = $3, price_cents = $4, image_url = $5,
                 starts_at = $6, ends_at = $7, requires_ticket = $8, payment_window_s = $9,
                 rebuy_after_expiry = $10, max_per_user = $11, waiting_room = $12,
-                queue_opens_at = $13, admit_per_second = $14, updated_at = now()
+                queue_opens_at = $13, admit_per_second = $14, proof_of_work = $15,
+                min_account_age_s = $16, updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
@@ -213,6 +219,8 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     .bind(new.waiting_room)
     .bind(new.queue_opens_at)
     .bind(new.admit_per_second)
+    .bind(new.proof_of_work)
+    .bind(new.min_account_age_s)
     .execute(&mut *tx)
     .await?;
     let before = as_object(changed.iter().map(|(f, b, _)| (*f, b.clone())));

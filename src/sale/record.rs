@@ -64,6 +64,16 @@ pub struct SaleRow {
     pub queue_opens_at: Option<DateTime<Utc>>,
     /// With a waiting room: shoppers admitted a second from the opening.
     pub admit_per_second: Option<i32>,
+    /// Leading zero bits of the proof of work asked with the ticket and the
+    /// waiting room's join (see [`crate::gate`]); 0: none. Fixed once the sale
+    /// opens. (Default: views cached before it existed are of sales without.)
+    #[serde(default)]
+    pub proof_of_work: i16,
+    /// Least age of an account that may join, take a ticket or buy, seconds
+    /// before the opening (see [`crate::gate::age`]); 0: any. Fixed once the
+    /// sale opens.
+    #[serde(default)]
+    pub min_account_age_s: i32,
 }
 
 impl SaleRow {
@@ -123,7 +133,7 @@ macro_rules! sale_columns {
         "id, name, description, price_cents, stock_total - units_reoffered AS stock_total, \
          units_reoffered, starts_at, ends_at, closed, image_url, requires_ticket, \
          payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal, waiting_room, \
-         queue_opens_at, admit_per_second"
+         queue_opens_at, admit_per_second, proof_of_work, min_account_age_s"
     };
 }
 pub(crate) use sale_columns;
@@ -134,7 +144,8 @@ macro_rules! sale_fields {
     () => {
         "id, name, description, price_cents, stock_total, units_reoffered, starts_at, ends_at, \
          closed, image_url, requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, \
-         archived_at, rehearsal, waiting_room, queue_opens_at, admit_per_second"
+         archived_at, rehearsal, waiting_room, queue_opens_at, admit_per_second, proof_of_work, \
+         min_account_age_s"
     };
 }
 pub(crate) use sale_fields;
@@ -187,6 +198,8 @@ impl SaleRow {
             waiting_room: false,
             queue_opens_at: None,
             admit_per_second: None,
+            proof_of_work: 0,
+            min_account_age_s: 0,
         }
     }
 }

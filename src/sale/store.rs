@@ -34,6 +34,10 @@ pub struct NewSale {
     /// A waiting room, checked (see [`super::queue::room::WaitingRoom::check`]); the sale
     /// then requires a ticket (an admission is one).
     pub waiting_room: Option<super::queue::room::WaitingRoom>,
+    /// Leading zero bits of the proof asked with the ticket or the join (0: none).
+    pub proof_of_work: i16,
+    /// Least age of an account that may take part, seconds (0: any).
+    pub min_account_age_s: i32,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -49,8 +53,10 @@ pub async fn create_sale<C: ConnectionLike>(
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
                             requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal,
-                            waiting_room, queue_opens_at, admit_per_second)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING ",
+                            waiting_room, queue_opens_at, admit_per_second, proof_of_work,
+                            min_account_age_s)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+         RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -68,6 +74,8 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.waiting_room.is_some())
     .bind(new.waiting_room.map(|w| w.queue_opens_at))
     .bind(new.waiting_room.map(|w| w.admit_per_second))
+    .bind(new.proof_of_work)
+    .bind(new.min_account_age_s)
     .fetch_one(&mut *tx)
     .await?;
     if let Some(admin) = admin {

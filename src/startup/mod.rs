@@ -251,6 +251,7 @@ fn app_state(
         tokens: TokenKey::new(config.token_secret.as_bytes()),
         tickets: crate::sale::ticket::TicketKey::new(config.token_secret.as_bytes()),
         ticket_rules: Default::default(),
+        gates: crate::gate::Keeper::new(config.token_secret.as_bytes()),
         held_orders: Default::default(),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),

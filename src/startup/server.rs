@@ -156,6 +156,7 @@ const API_GROUPS: &[(Configure, RouteList)] = &[
     (crate::routes::sale::configure, crate::routes::sale::ROUTES),
     (crate::routes::vote::configure, crate::routes::vote::ROUTES),
     (crate::routes::auth::configure, crate::routes::auth::ROUTES),
+    (crate::routes::fair::configure, crate::routes::fair::ROUTES),
     (crate::openapi::configure, crate::openapi::ROUTES),
 ];
 

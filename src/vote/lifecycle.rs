@@ -50,6 +50,8 @@ pub struct PollEdit {
     /// The ballot fields as sent, checked here against the poll's settings and
     /// options after the edit.
     pub ballot: BallotFields,
+    /// `proof_of_work` and `min_account_age_s`, checked (`None`: not sent).
+    pub fairness: crate::gate::Fairness,
 }
 
 /// A poll's window as a new or edited poll may have it (422 `invalid_window`).
@@ -108,7 +110,14 @@ pub async fn edit<S: CachedReads + ?Sized>(
     let options = edit.options.unwrap_or_else(|| labels.clone());
     let results = edit.results.unwrap_or(old.results);
     let ballot = edit.ballot.settle(old.ballot_settings(), options.len())?;
+    let proof_of_work = edit.fairness.proof_of_work.unwrap_or(old.proof_of_work);
+    let min_account_age_s = edit
+        .fairness
+        .min_account_age_s
+        .unwrap_or(old.min_account_age_s);
     if question == old.question
+        && proof_of_work == old.proof_of_work
+        && min_account_age_s == old.min_account_age_s
         && opens_at == old.opens_at
         && closes_at == old.closes_at
         && options == labels
@@ -127,7 +136,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
     sqlx::query(
         "UPDATE polls SET question = $2, opens_at = $3, closes_at = $4, results = $5,
                           ballot = $6, max_choices = $7, votes_per_user = $8,
-                          max_per_option = $9, allow_change = $10, updated_at = now()
+                          max_per_option = $9, allow_change = $10, proof_of_work = $11,
+                          min_account_age_s = $12, updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
@@ -140,6 +150,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
     .bind(ballot.votes_per_user)
     .bind(ballot.max_per_option)
     .bind(ballot.allow_change)
+    .bind(proof_of_work)
+    .bind(min_account_age_s)
     .execute(&mut *tx)
     .await?;
     let mut option_ids: Vec<i64> = before.options.iter().map(|o| o.id).collect();
@@ -173,6 +185,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
                 "ballot": old.ballot, "max_choices": old.max_choices,
                 "votes_per_user": old.votes_per_user, "max_per_option": old.max_per_option,
                 "allow_change": old.allow_change,
+                "proof_of_work": old.proof_of_work,
+                "min_account_age_s": old.min_account_age_s,
             })),
             after: Some(json!({
                 "question": question, "options": options,
@@ -181,6 +195,8 @@ pub async fn edit<S: CachedReads + ?Sized>(
                 "ballot": ballot.kind, "max_choices": ballot.max_choices,
                 "votes_per_user": ballot.votes_per_user, "max_per_option": ballot.max_per_option,
                 "allow_change": ballot.allow_change,
+                "proof_of_work": proof_of_work,
+                "min_account_age_s": min_account_age_s,
             })),
         },
     )

@@ -10,7 +10,7 @@
 macro_rules! poll_columns {
     () => {
         "id, question, opens_at, closes_at, closed, archived_at, results, revealed_at, ballot, \
-         max_choices, votes_per_user, max_per_option, allow_change"
+         max_choices, votes_per_user, max_per_option, allow_change, proof_of_work, min_account_age_s"
     };
 }
 

@@ -50,6 +50,14 @@ pub struct PollRow {
     /// A later ballot replaces the voter's earlier one until the close.
     #[serde(default)]
     pub allow_change: bool,
+    /// Leading zero bits of the proof of work asked with each vote (see
+    /// [`crate::gate`]); 0: none. (Defaults: records cached before it existed.)
+    #[serde(default)]
+    pub proof_of_work: i16,
+    /// Least age of an account that may vote, seconds before the opening (see
+    /// [`crate::gate::age`]); 0: any.
+    #[serde(default)]
+    pub min_account_age_s: i32,
 }
 
 impl PollRow {
@@ -116,6 +124,8 @@ pub struct NewPoll {
     pub closes_at: DateTime<Utc>,
     pub results: ResultsVisibility,
     pub ballot: BallotSettings,
+    /// `proof_of_work` and `min_account_age_s` (not sent: 0, off).
+    pub fairness: crate::gate::Fairness,
 }
 
 /// Inserts poll and options and loads them into Redis in one transaction: if Redis
@@ -130,8 +140,9 @@ pub async fn create_poll<C: ConnectionLike>(
     let mut tx = db.begin().await?;
     let poll = sqlx::query_as::<_, PollRow>(concat!(
         "INSERT INTO polls (question, opens_at, closes_at, results, ballot, max_choices,
-                            votes_per_user, max_per_option, allow_change)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                            votes_per_user, max_per_option, allow_change, proof_of_work,
+                            min_account_age_s)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          RETURNING ",
         poll_columns!()
     ))
@@ -144,6 +155,8 @@ pub async fn create_poll<C: ConnectionLike>(
     .bind(new.ballot.votes_per_user)
     .bind(new.ballot.max_per_option)
     .bind(new.ballot.allow_change)
+    .bind(new.fairness.proof_of_work.unwrap_or(0))
+    .bind(new.fairness.min_account_age_s.unwrap_or(0))
     .fetch_one(&mut *tx)
     .await?;
     let positions: Vec<i32> = (1..=new.options.len() as i32).collect();

@@ -158,6 +158,8 @@ mod tests {
             votes_per_user: None,
             max_per_option: None,
             allow_change: false,
+            proof_of_work: 0,
+            min_account_age_s: 0,
         }
     }
 

@@ -7,6 +7,7 @@ import { liveOrPoll } from "./live.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
 import { showReceipts, showRunoff } from "./receipt.js";
 import { clockOffset, formatDuration } from "./time.js";
+import { checkingWords, proofHeaders } from "./pow.js";
 
 const RESULTS_POLL_MS = 2000;
 
@@ -329,7 +330,12 @@ export function pollPage() {
     let last = null;
     let accepted = 0;
     for (const body of wanted.bodies) {
-      const res = await api("POST", `/api/polls/${pollId}/votes`, body);
+      // A poll that asks for a proof of work: one per vote, solved in a worker.
+      let proof = { headers: {} };
+      if (Number(d.proofOfWork) > 0) {
+        proof = await proofHeaders("polls", pollId, (share) => show("info", ...checkingWords(share)));
+      }
+      const res = proof.failed || (await api("POST", `/api/polls/${pollId}/votes`, body, proof.headers));
       if (res.status !== 202) {
         refused(res);
         last = null;

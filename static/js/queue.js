@@ -16,6 +16,7 @@ import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
 import { clockTime, formatDuration, localTime } from "./time.js";
+import { checkingWords, proofHeaders } from "./pow.js";
 
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
 // Not everyone asks in the same millisecond at the opening.
@@ -187,7 +188,12 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     if (q.joining) return;
     q.joining = true;
     changed();
-    const res = await api("POST", `/api/sales/${saleId}/queue`);
+    // A sale that asks for a proof of work: solved first, in a worker.
+    let proof = { headers: {} };
+    if (Number(d.proofOfWork) > 0) {
+      proof = await proofHeaders("sales", saleId, (share) => show("info", ...checkingWords(share)));
+    }
+    const res = proof.failed || (await api("POST", `/api/sales/${saleId}/queue`, undefined, proof.headers));
     q.joining = false;
     const code = res.data.error;
     if (res.ok) {

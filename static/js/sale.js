@@ -8,6 +8,7 @@ import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refu
 import { clockOffset, formatDuration, localTime } from "./time.js";
 import { waitingRoom } from "./queue.js";
 import { returnedWords } from "./returned.js";
+import { checkingWords, proofHeaders } from "./pow.js";
 
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
@@ -304,11 +305,22 @@ export function salePage() {
     for (let attempt = 0; ; attempt++) {
       // Admitted from the waiting room: the admission's ticket is at hand.
       const held = attempt === 0 && queue ? queue.ticket() : null;
-      const ticket = held ? { status: 200, data: { ticket: held } } : await api("POST", `/api/sales/${saleId}/ticket`);
+      const ticket = held ? { status: 200, data: { ticket: held } } : await askTicket();
       if (ticket.status !== 200) return ticket;
       const res = await api("POST", path, { ticket: ticket.data.ticket, ...units }, headers);
       if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
     }
+  }
+
+  // A purchase ticket; a sale that asks for a proof of work with it (no waiting
+  // room: there the join carried it) gets it solved first, in a worker.
+  async function askTicket() {
+    let proof = { headers: {} };
+    if (Number(d.proofOfWork) > 0 && d.waitingRoom !== "true") {
+      proof = await proofHeaders("sales", saleId, (share) => show("info", ...checkingWords(share)));
+      if (proof.failed) return proof.failed;
+    }
+    return api("POST", `/api/sales/${saleId}/ticket`, undefined, proof.headers);
   }
 
   // One press of Buy: its answer, retrying a 503 or a dropped connection with the

@@ -227,6 +227,7 @@ async fn missing_expired_and_forged_tokens_are_401() {
         expires_at: chrono::Utc::now().timestamp() - 1,
         generation: 0,
         session: 1,
+        account_created: None,
     });
     assert_error(
         app.purchase(sale, &expired).await,
@@ -241,6 +242,7 @@ async fn missing_expired_and_forged_tokens_are_401() {
         expires_at: chrono::Utc::now().timestamp() + 3600,
         generation: 0,
         session: 1,
+        account_created: None,
     });
     assert_error(
         app.purchase(sale, &forged).await,

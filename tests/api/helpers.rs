@@ -481,6 +481,7 @@ impl TestApp {
             expires_at: chrono::Utc::now().timestamp() + 3600,
             generation: 0,
             session: rand::random(),
+            account_created: None,
         })
     }
 

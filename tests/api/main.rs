@@ -2,6 +2,7 @@
 //! starts the real server on port 0 against real Redis and Postgres, in its own
 //! database and its own Redis key namespace.
 
+mod account_age;
 mod admin_console;
 mod admin_pages;
 mod auth;
@@ -28,6 +29,7 @@ mod payment;
 mod poll_export;
 mod poll_pages;
 mod poll_results;
+mod proof_of_work;
 mod purchase;
 mod quantity;
 mod recover;
@@ -37,6 +39,7 @@ mod sessions;
 mod settle;
 mod shutdown;
 mod start_box;
+mod subnet_limit;
 mod tickets;
 mod vote;
 mod waiting_room;

@@ -1468,6 +1468,7 @@ impl Stack {
                     expires_at: chrono::Utc::now().timestamp() + 3600,
                     generation: 0,
                     session: rand::random(),
+                    account_created: None,
                 }),
             })
             .collect()

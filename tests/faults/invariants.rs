@@ -885,6 +885,7 @@ pub fn token_for(stack: &Stack, user: i64) -> String {
         expires_at: chrono::Utc::now().timestamp() + 3600,
         generation: 0,
         session: rand::random(),
+        account_created: None,
     })
 }
 

@@ -48,6 +48,11 @@ fn window(
 ///   10 s. A bot polling for the opening is cut off; a person never notices.
 /// - sign-in and sign-up, per IP: sliding log, 10 per minute, against password
 ///   guessing and account farming; argon2 makes each attempt cost CPU too.
+/// - per network (IPv4 /24, IPv6 /56), sliding counters sized far above what a
+///   household or an office behind one network does, against a rack of
+///   neighbouring addresses: sign-up 60 per 10 minutes, joining a waiting room
+///   300 a minute (each account joins once), entering a draw 300 a minute, voting
+///   300 per 10 s (five times an address's 60).
 pub fn default_policies() -> Vec<PolicyConfig> {
     use AlgorithmName::{SlidingCounter, SlidingLog};
     vec![
@@ -107,6 +112,38 @@ pub fn default_policies() -> Vec<PolicyConfig> {
             SlidingLog,
             10,
             60_000,
+        ),
+        window(
+            "signup-subnet",
+            Route::Signup,
+            Subject::Subnet,
+            SlidingCounter,
+            60,
+            600_000,
+        ),
+        window(
+            "join-subnet",
+            Route::Join,
+            Subject::Subnet,
+            SlidingCounter,
+            300,
+            60_000,
+        ),
+        window(
+            "entry-subnet",
+            Route::Entry,
+            Subject::Subnet,
+            SlidingCounter,
+            300,
+            60_000,
+        ),
+        window(
+            "vote-subnet",
+            Route::Vote,
+            Subject::Subnet,
+            SlidingCounter,
+            300,
+            10_000,
         ),
     ]
 }

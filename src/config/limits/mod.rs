@@ -22,15 +22,21 @@ pub enum Route {
     Vote,
     Signin,
     Signup,
+    /// `POST /api/sales/{id}/queue`: joining a waiting room's line.
+    Join,
+    /// `POST /api/sales/{id}/entry`: entering a draw (its route checks it).
+    Entry,
 }
 
 impl Route {
-    pub const ALL: [Route; 5] = [
+    pub const ALL: [Route; 7] = [
         Route::Buy,
         Route::Ticket,
         Route::Vote,
         Route::Signin,
         Route::Signup,
+        Route::Join,
+        Route::Entry,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -40,12 +46,17 @@ impl Route {
             Route::Vote => "vote",
             Route::Signin => "signin",
             Route::Signup => "signup",
+            Route::Join => "join",
+            Route::Entry => "entry",
         }
     }
 
     /// Signed-in routes: a policy per user makes sense there only.
     pub fn has_user(self) -> bool {
-        matches!(self, Route::Buy | Route::Ticket | Route::Vote)
+        matches!(
+            self,
+            Route::Buy | Route::Ticket | Route::Vote | Route::Join | Route::Entry
+        )
     }
 
     /// Without Redis a purchase or vote cannot be decided anyway, so their limits
@@ -56,12 +67,22 @@ impl Route {
     }
 }
 
-/// Whom a policy counts: the signed-in user or the client IP.
+/// Whom a policy counts: the signed-in user, the client IP (IPv6 by its /64), or
+/// the client's network (IPv4 by its /24, IPv6 by its /56): a rack of addresses
+/// shares one budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Subject {
     User,
     Ip,
+    Subnet,
+}
+
+impl Subject {
+    /// Counts by the client's address (its IP or its network).
+    pub fn by_address(self) -> bool {
+        matches!(self, Subject::Ip | Subject::Subnet)
+    }
 }
 
 /// One checked policy.
@@ -178,6 +199,27 @@ mod tests {
                 .filter(|p| p.route == Route::Signin)
                 .all(|p| p.fail_open && p.subject == Subject::Ip)
         );
+    }
+
+    #[test]
+    fn the_defaults_limit_each_network_on_sign_up_join_entry_and_vote() {
+        let policies = LimitsConfig::default().policies().unwrap();
+        for route in [Route::Signup, Route::Join, Route::Entry, Route::Vote] {
+            assert!(
+                policies
+                    .iter()
+                    .any(|p| p.route == route && p.subject == Subject::Subnet),
+                "{route}"
+            );
+        }
+        let parsed = parse(
+            "[[limits.policies]]\nname = \"n\"\nroute = \"join\"\nsubject = \"subnet\"\n\
+             algorithm = \"sliding_counter\"\nlimit = 5\nwindow_ms = 1000",
+        )
+        .unwrap();
+        assert_eq!(parsed[0].subject, Subject::Subnet);
+        assert_eq!(parsed[0].route, Route::Join);
+        assert!(!parsed[0].fail_open, "a signed-in route fails closed");
     }
 
     #[test]

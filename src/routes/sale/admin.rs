@@ -77,6 +77,19 @@ pub(super) struct CreateSale {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 100000)]
     admit_per_second: Option<i64>,
+    /// Leading zero bits of a proof of work asked with the purchase ticket and
+    /// the waiting room's join (`GET /api/sales/{id}/challenge`, then the
+    /// `Proof-Of-Work` header): 0 (the default, off) to 24; only on a sale that
+    /// requires a ticket or has a waiting room. Else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 24)]
+    #[serde(default)]
+    proof_of_work: Option<serde_json::Value>,
+    /// Least age of an account that may join, take a ticket or buy, in seconds
+    /// before the opening (or before the request, when later): 0 (the default,
+    /// off) to 31622400 (366 days). Else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
+    #[serde(default)]
+    min_account_age_s: Option<serde_json::Value>,
 }
 
 fn one() -> i64 {
@@ -111,6 +124,13 @@ impl CreateSale {
         } else {
             None
         };
+        let fairness = crate::gate::FairnessFields {
+            proof_of_work: self.proof_of_work,
+            min_account_age_s: self.min_account_age_s,
+        }
+        .parse()?;
+        let proof_of_work = fairness.proof_of_work.unwrap_or(0);
+        crate::gate::check_sale_proof(proof_of_work, self.requires_ticket, waiting_room.is_some())?;
         Ok(NewSale {
             name,
             description,
@@ -125,6 +145,8 @@ impl CreateSale {
             max_per_user,
             rehearsal: self.rehearsal,
             waiting_room,
+            proof_of_work,
+            min_account_age_s: fairness.min_account_age_s.unwrap_or(0),
         })
     }
 }
@@ -132,7 +154,7 @@ impl CreateSale {
 /// Creates a sale.
 #[utoipa::path(post, path = "/api/admin/sales", tag = "admin", request_body = CreateSale, security(("bearer" = [])), responses(
     (status = 201, description = "The new sale", body = record::SaleView),
-    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, ...) or `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, `invalid_fairness`, ...) or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
     state: web::Data<AppState>,
@@ -264,6 +286,7 @@ pub(super) async fn admin_open(
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     sale::admin::open(state.get_ref(), id, admin.id).await?;
+    state.gates.sales.forget(id);
     state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale opened");
     Ok(HttpResponse::Ok().json(load_view(&state, id).await?))

@@ -52,11 +52,29 @@ pub(super) struct EditSale {
     /// Shoppers admitted a second from the opening, 1 to 100000.
     #[schema(minimum = 1, maximum = 100000)]
     admit_per_second: Option<i64>,
+    /// Leading zero bits of a proof of work asked with the purchase ticket and
+    /// the waiting room's join (`GET /api/sales/{id}/challenge`, then the
+    /// `Proof-Of-Work` header): 0 (the default, off) to 24; only on a sale that
+    /// requires a ticket or has a waiting room. Else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 24)]
+    proof_of_work: Option<serde_json::Value>,
+    /// Least age of an account that may join, take a ticket or buy, in seconds
+    /// before the opening (or before the request, when later): 0 (the default,
+    /// off) to 31622400 (366 days). Else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
+    min_account_age_s: Option<serde_json::Value>,
 }
 
 impl EditSale {
     fn validate(self) -> Result<SaleEdit, AppError> {
+        let fairness = crate::gate::FairnessFields {
+            proof_of_work: self.proof_of_work,
+            min_account_age_s: self.min_account_age_s,
+        }
+        .parse()?;
         Ok(SaleEdit {
+            proof_of_work: fairness.proof_of_work,
+            min_account_age_s: fairness.min_account_age_s,
             name: self
                 .name
                 .map(|n| domain::parse_text("name", &n, 200, false))
@@ -109,7 +127,7 @@ impl EditSale {
     (status = 200, description = "The sale as it is now", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`sale_started`: a field fixed once the sale has opened (or an earlier `ends_at`)", body = ErrorBody<'static>),
-    (status = 422, description = "A field that fails its check (`invalid_text`, `invalid_price`, `invalid_window`, `invalid_image_url`, `invalid_payment_window`, `invalid_quantity`) or `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "A field that fails its check (`invalid_text`, `invalid_price`, `invalid_window`, `invalid_image_url`, `invalid_payment_window`, `invalid_quantity`, `invalid_fairness`) or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_edit(
     state: web::Data<AppState>,
@@ -120,6 +138,7 @@ pub(super) async fn admin_edit(
     let id = SaleId::parse(&path)?;
     let edit = body.into_inner().validate()?;
     let view = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
+    state.gates.sales.forget(id);
     state.wake.catalog_changed();
     tracing::info!(sale = %id, admin = %admin.id, "sale edited");
     Ok(HttpResponse::Ok().json(view))

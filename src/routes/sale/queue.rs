@@ -4,7 +4,7 @@
 //! ([`crate::sale::ticket::grant::of_admission`]).
 
 use actix_web::http::header;
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -12,7 +12,10 @@ use super::answers;
 use crate::auth::AuthUser;
 use crate::domain::{SaleId, UserId};
 use crate::error::{AppError, ErrorBody};
+use crate::gate::Subject;
+use crate::limit::Route;
 use crate::metrics::Metrics;
+use crate::routes::fair;
 use crate::sale::queue::estimate::Chance;
 use crate::sale::queue::join::{Ask, Place, QueueState, Standing};
 use crate::sale::ticket::grant;
@@ -131,6 +134,11 @@ fn answer(view: QueueView) -> HttpResponse {
 /// at the opening; later joiners follow in arrival order.
 #[utoipa::path(post, path = "/api/sales/{id}/queue", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "In the line (or admitted, passed, bought: the place held already)", body = QueueView),
+    (status = 403, description = "`account_too_new` (the sale's `min_account_age_s`; `allowed_at` when the account may before the close), `proof_invalid` or `proof_used` (the sale's `proof_of_work`)", body = ErrorBody<'static>),
+    (status = 428, description = "`proof_required`: the sale asks for a `Proof-Of-Work` header with the join (see `GET /api/sales/{id}/challenge`)", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: a join limit refused (by default per network)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`queue_not_open` (with `Retry-After`: seconds until the line opens), `line_closed` (an admin closed the line to new joins) or `no_waiting_room`", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `queue_not_open`: seconds until the line opens"))),
@@ -143,10 +151,18 @@ pub(super) async fn join(
     worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
+    req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
+    let gates = fair::sale_gates(&state, sale).await?;
+    fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
+    // The join route's limits (by default one per network, see docs/rate-limits.md).
+    let granted = state
+        .limiter
+        .check(Route::Join, Some(user.id), &req)
+        .await?;
     let s = place(&state, &worker, sale, user.id, true).await?;
-    Ok(answer(view(&state, sale, user.id, s)))
+    Ok(granted.attach(answer(view(&state, sale, user.id, s))))
 }
 
 /// Where the signed-in shopper stands in the sale's waiting room: state, place,

@@ -10,7 +10,9 @@ use super::answers;
 use crate::auth::AuthUser;
 use crate::domain::SaleId;
 use crate::error::{AppError, ErrorBody};
+use crate::gate::Subject;
 use crate::limit::Route;
+use crate::routes::fair;
 use crate::sale::ticket::grant::{self, Grant};
 use crate::state::AppState;
 
@@ -31,7 +33,8 @@ struct Ticket {
 #[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
-    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`)", body = ErrorBody<'static>),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`); `account_too_new` (the sale's `min_account_age_s`; `allowed_at` when the account may before the close); `proof_invalid` or `proof_used` (the sale's `proof_of_work`)", body = ErrorBody<'static>),
+    (status = 428, description = "`proof_required`: the sale asks for a `Proof-Of-Work` header with the ticket (a sale without a waiting room; see `GET /api/sales/{id}/challenge`)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until the sale opens"))),
@@ -50,6 +53,11 @@ pub(super) async fn ticket(
     if state.sold_out.is_sold_out(sale) {
         return Err(answers::sold_out());
     }
+    // The account's age, and the proof (a waiting room's comes with the join:
+    // its admission stands for it here).
+    let gates = fair::sale_gates(&state, sale).await?;
+    let with_proof = !gates.waiting_room;
+    fair::pass(&state, &req, &user, Subject::Sale(sale), gates, with_proof).await?;
     // Per user and per address: a bot polling for the opening is cut off.
     let granted = state
         .limiter

@@ -54,6 +54,18 @@ pub(super) struct CreatePoll {
     #[schema(value_type = Option<bool>)]
     #[serde(default)]
     allow_change: Option<serde_json::Value>,
+    /// Leading zero bits of a proof of work asked with each vote
+    /// (`GET /api/polls/{id}/challenge`, then the `Proof-Of-Work` header): 0 (the
+    /// default, off) to 24; else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 24)]
+    #[serde(default)]
+    proof_of_work: Option<serde_json::Value>,
+    /// Least age of an account that may vote, in seconds before the opening (or
+    /// before the vote, when later): 0 (the default, off) to 31622400 (366 days);
+    /// else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
+    #[serde(default)]
+    min_account_age_s: Option<serde_json::Value>,
 }
 
 /// The `results` setting of a create or an edit, when sent (a `null` is not sent).
@@ -99,7 +111,13 @@ impl CreatePoll {
             allow_change: self.allow_change,
         }
         .settle(BallotSettings::default(), options.len())?;
+        let fairness = crate::gate::FairnessFields {
+            proof_of_work: self.proof_of_work,
+            min_account_age_s: self.min_account_age_s,
+        }
+        .parse()?;
         Ok(NewPoll {
+            fairness,
             question,
             options,
             opens_at: self.opens_at,
@@ -113,7 +131,7 @@ impl CreatePoll {
 /// Creates a poll of 2 to 20 options.
 #[utoipa::path(post, path = "/api/admin/polls", tag = "admin", request_body = CreatePoll, security(("bearer" = [])), responses(
     (status = 201, description = "The new poll", body = PollView),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` (a `results`, `ballot`, `max_choices`, `votes_per_user`, `max_per_option` or `allow_change` out of its values; the message says which), `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` (a `results`, `ballot`, `max_choices`, `votes_per_user`, `max_per_option` or `allow_change` out of its values; the message says which), `invalid_fairness` (`proof_of_work` or `min_account_age_s` out of range), `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
     state: web::Data<AppState>,

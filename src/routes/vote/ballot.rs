@@ -143,7 +143,9 @@ pub(super) struct BudgetRefusal {
         ("RateLimit" = String), ("RateLimit-Policy" = String),
         ("Idempotent-Replayed" = String, description = "`true` when this is the first answer to the key, again"))),
     (status = 400, description = "`invalid_idempotency_key`", body = ErrorBody<'static>),
+    (status = 403, description = "`account_too_new` (the poll's `min_account_age_s`; `allowed_at` when the account may before the close), `proof_invalid` or `proof_used` (the poll's `proof_of_work`)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 428, description = "`proof_required`: the poll asks for a `Proof-Of-Work` header with each vote (see `GET /api/polls/{id}/challenge`)", body = ErrorBody<'static>),
     (status = 409, description = "`already_voted` (one ballot per voter, no `allow_change`), `budget_spent` (the body also carries `remaining` and `option_remaining`), or `not_open` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_open`: seconds until the poll opens"))),
     (status = 410, description = "`closed`", body = ErrorBody<'static>),
@@ -168,6 +170,7 @@ pub(super) async fn vote(
         .map(|v| PurchaseKey::parse(v.as_bytes()))
         .transpose()?;
     let ballot = body.into_inner().ballot()?;
+    crate::routes::fair::pass_vote(&state, &req, &user, poll).await?;
     // Per-user and per-IP limits against vote stuffing, checked inside the vote
     // script: a refused vote is recorded by no policy and changes no tally.
     let ip = state

@@ -49,6 +49,16 @@ pub(super) struct EditPoll {
     /// `single`, `multi`, `ranked`.
     #[schema(value_type = Option<bool>)]
     allow_change: Option<serde_json::Value>,
+    /// Leading zero bits of a proof of work asked with each vote
+    /// (`GET /api/polls/{id}/challenge`, then the `Proof-Of-Work` header): 0 (the
+    /// default, off) to 24; else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 24)]
+    proof_of_work: Option<serde_json::Value>,
+    /// Least age of an account that may vote, in seconds before the opening (or
+    /// before the vote, when later): 0 (the default, off) to 31622400 (366 days);
+    /// else 422 `invalid_fairness`.
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
+    min_account_age_s: Option<serde_json::Value>,
 }
 
 /// Edits a poll that has not opened.
@@ -56,7 +66,7 @@ pub(super) struct EditPoll {
     (status = 200, description = "The poll as it is now", body = PollView),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
     (status = 409, description = "`poll_started`: the poll has opened", body = ErrorBody<'static>),
-    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings` or `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "`invalid_text`, `invalid_options`, `invalid_window`, `invalid_ballot_settings`, `invalid_fairness` or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_edit(
     state: web::Data<AppState>,
@@ -82,8 +92,14 @@ pub(super) async fn admin_edit(
             max_per_option: body.max_per_option,
             allow_change: body.allow_change,
         },
+        fairness: crate::gate::FairnessFields {
+            proof_of_work: body.proof_of_work,
+            min_account_age_s: body.min_account_age_s,
+        }
+        .parse()?,
     };
     let in_redis = lifecycle::edit(state.get_ref(), id, edit, admin.id).await?;
+    state.gates.polls.forget(id);
     state.wake.catalog_changed();
     tracing::info!(poll = %id, admin = %admin.id, "poll edited");
     if !in_redis {

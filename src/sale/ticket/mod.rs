@@ -311,6 +311,7 @@ mod tests {
             expires_at: 9_999_999_999,
             generation: 0,
             session: 1,
+            account_created: None,
         });
         assert_eq!(
             TicketKey::new(secret).verify(&session, id(7), id(42), 1_000),

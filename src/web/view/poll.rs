@@ -24,6 +24,9 @@ pub struct PollCard {
     /// What the lists say while anyone but a voter or an admin waits for the
     /// results; `None` when they show.
     pub results_note: Option<&'static str>,
+    /// Leading zero bits of the proof each vote carries (0: none): the page
+    /// solves one before each vote.
+    pub proof_of_work: i16,
 }
 
 impl PollCard {
@@ -37,6 +40,7 @@ impl PollCard {
             status,
             status_label: status.label(),
             closed_early: poll.closed && now < poll.closes_at,
+            proof_of_work: poll.proof_of_work,
             voters,
             opens_at: poll.opens_at.into(),
             closes_at: poll.closes_at.into(),

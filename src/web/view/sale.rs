@@ -45,6 +45,8 @@ pub struct SaleCard {
     pub admit_per_second: i32,
     /// With a waiting room: the line in numbers when the page was made.
     pub line: Option<QueueNumbers>,
+    /// Leading zero bits of the proof the join or the ticket carries (0: none).
+    pub proof_of_work: i16,
 }
 
 impl SaleCard {
@@ -219,6 +221,7 @@ impl From<SaleView> for SaleCard {
                 .map(Moment::from),
             admit_per_second: sale.admit_per_second.unwrap_or(0),
             line: view.line,
+            proof_of_work: sale.proof_of_work,
         }
     }
 }

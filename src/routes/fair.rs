@@ -1,0 +1,244 @@
+//! The fair-opening gates ([`crate::gate`]) as the routes ask them: the
+//! challenges (`GET /api/sales/{id}/challenge`, `GET /api/polls/{id}/challenge`),
+//! a sale's or poll's gates as this process knows them ([`sale_gates`],
+//! [`poll_gates`]), and [`pass`], which the join, the ticket, the purchase, the
+//! vote (and a draw's entry) call before they act.
+
+use actix_web::http::header;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use super::extract::redis_of;
+use crate::auth::AuthUser;
+use crate::domain::{PollId, SaleId};
+use crate::error::{AppError, ErrorBody, ErrorCode};
+use crate::gate::proof::{self, CHALLENGE_TTL_MS, ProofError};
+use crate::gate::{Gates, Subject, age};
+use crate::state::AppState;
+
+// Routes under `/api` (see `startup`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(sale_challenge, poll_challenge))]
+pub(crate) struct Api;
+
+super::routes! {
+    pub fn configure, pub const ROUTES; mounted "/api";
+    get "/sales/{id}/challenge" => sale_challenge,
+    get "/polls/{id}/challenge" => poll_challenge,
+}
+
+/// The header a proof comes in.
+pub const PROOF_HEADER: &str = "proof-of-work";
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+/// A sale's gates: from this process's memory, else its cached record (404 when
+/// there is no such sale).
+pub(crate) async fn sale_gates(state: &AppState, sale: SaleId) -> Result<Gates, AppError> {
+    let now = now_ms();
+    if let Some(gates) = state.gates.sales.get(sale, now) {
+        return Ok(gates);
+    }
+    let row = crate::sale::cached::sale_row(state, sale)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no sale with id {sale}")))?;
+    let gates = Gates::new(
+        row.proof_of_work,
+        row.min_account_age_s,
+        row.starts_at,
+        row.waiting_room,
+    );
+    state.gates.sales.remember(sale, gates, now);
+    Ok(gates)
+}
+
+/// A poll's gates, the same way.
+pub(crate) async fn poll_gates(state: &AppState, poll: PollId) -> Result<Gates, AppError> {
+    let now = now_ms();
+    if let Some(gates) = state.gates.polls.get(poll, now) {
+        return Ok(gates);
+    }
+    let record = crate::vote::cached::cached_record(state, poll)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {poll}")))?;
+    let p = &record.poll;
+    let gates = Gates::new(p.proof_of_work, p.min_account_age_s, p.opens_at, false);
+    state.gates.polls.remember(poll, gates, now);
+    Ok(gates)
+}
+
+/// Whether the caller may take this step: the account's age (403
+/// `account_too_new`), then, when `with_proof`, the `Proof-Of-Work` header (428
+/// `proof_required`, 403 `proof_invalid` or `proof_used`). Nothing to do, and
+/// nothing read, when the sale or poll asks for neither.
+///
+/// A draw's entry (`POST /api/sales/{id}/entry`) calls
+/// `pass(state, req, &user, Subject::Sale(sale), sale_gates(state, sale).await?, true)`
+/// before it enters the caller.
+pub(crate) async fn pass(
+    state: &AppState,
+    req: &HttpRequest,
+    user: &AuthUser,
+    subject: Subject,
+    gates: Gates,
+    with_proof: bool,
+) -> Result<(), AppError> {
+    if gates.none() {
+        return Ok(());
+    }
+    let now = now_ms();
+    if gates.min_account_age_s > 0 {
+        let created = state
+            .gates
+            .ages
+            .created(&state.db, user.id, user.created_at)
+            .await?;
+        if let Err(allowed_s) = age::check(&gates, created, now) {
+            return Err(age::too_new(allowed_s, closes_ms(state, subject).await?));
+        }
+    }
+    if with_proof && gates.proof_of_work > 0 {
+        let Some(sent) = req.headers().get(PROOF_HEADER) else {
+            return Err(proof_required(subject));
+        };
+        let solved = state
+            .gates
+            .challenges
+            .verify(sent.as_bytes(), subject, user.id, gates.proof_of_work, now)
+            .map_err(proof_invalid)?;
+        let mut redis = redis_of(req, state);
+        if !proof::claim(&mut redis, &state.keys, subject, &solved, now).await? {
+            return Err(AppError::new(
+                ErrorCode::ProofUsed,
+                "this challenge was used already: get a new one",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`pass`] for a vote: the poll's gates (a map lookup once it is open, nothing
+/// more when it has none), the proof included.
+pub(crate) async fn pass_vote(
+    state: &AppState,
+    req: &HttpRequest,
+    user: &AuthUser,
+    poll: PollId,
+) -> Result<(), AppError> {
+    let gates = poll_gates(state, poll).await?;
+    pass(state, req, user, Subject::Poll(poll), gates, true).await
+}
+
+/// When the sale or poll closes (unix ms), read fresh for a refusal's
+/// `allowed_at` (an open sale's end may move later).
+async fn closes_ms(state: &AppState, subject: Subject) -> Result<i64, AppError> {
+    let closes = match subject {
+        Subject::Sale(id) => crate::sale::cached::sale_row(state, id)
+            .await?
+            .map(|row| if row.closed { None } else { Some(row.ends_at) }),
+        Subject::Poll(id) => crate::vote::cached::cached_record(state, id)
+            .await?
+            .map(|r| {
+                if r.poll.closed {
+                    None
+                } else {
+                    Some(r.poll.closes_at)
+                }
+            }),
+    };
+    Ok(closes
+        .flatten()
+        .map_or(i64::MIN, |at| at.timestamp_millis()))
+}
+
+fn challenge_path(subject: Subject) -> String {
+    match subject {
+        Subject::Sale(id) => format!("/api/sales/{id}/challenge"),
+        Subject::Poll(id) => format!("/api/polls/{id}/challenge"),
+    }
+}
+
+fn proof_required(subject: Subject) -> AppError {
+    AppError::new(
+        ErrorCode::ProofRequired,
+        format!(
+            "this needs a proof of work: GET {} and send Proof-Of-Work: <challenge>:<nonce>",
+            challenge_path(subject)
+        ),
+    )
+}
+
+fn proof_invalid(e: ProofError) -> AppError {
+    AppError::new(
+        ErrorCode::ProofInvalid,
+        format!("the proof of work does not hold: {e}"),
+    )
+}
+
+/// A challenge to solve.
+#[derive(Serialize, utoipa::ToSchema)]
+struct Challenge {
+    /// Find a nonce (1 to 64 of `A-Z a-z 0-9 _ -`) such that SHA-256 of
+    /// `<challenge>:<nonce>` starts with `difficulty` zero bits, and send
+    /// `Proof-Of-Work: <challenge>:<nonce>` with the step.
+    challenge: String,
+    /// Leading zero bits asked for (0: none is asked now).
+    difficulty: u8,
+    /// Good until then (the server's clock), 5 minutes after it was issued; it
+    /// counts once.
+    expires_at: DateTime<Utc>,
+}
+
+fn challenge_answer(
+    state: &AppState,
+    user: &AuthUser,
+    subject: Subject,
+    gates: Gates,
+) -> Result<HttpResponse, AppError> {
+    let expires_ms = now_ms() + CHALLENGE_TTL_MS;
+    let expires_at = DateTime::from_timestamp_millis(expires_ms)
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("clock out of range")))?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(Challenge {
+            challenge: state.gates.challenges.issue(subject, user.id, expires_ms),
+            difficulty: gates.proof_of_work,
+            expires_at,
+        }))
+}
+
+/// A proof-of-work challenge for the signed-in user and this sale, to solve before
+/// the waiting room's join or the purchase ticket (or a draw's entry) when the
+/// sale's `proof_of_work` is above 0. Stateless: issuing one writes nothing.
+#[utoipa::path(get, path = "/api/sales/{id}/challenge", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The challenge, bound to this user and sale, good for 5 minutes", body = Challenge),
+    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+))]
+pub(super) async fn sale_challenge(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let sale = SaleId::parse(&path)?;
+    let gates = sale_gates(&state, sale).await?;
+    challenge_answer(&state, &user, Subject::Sale(sale), gates)
+}
+
+/// A proof-of-work challenge for the signed-in user and this poll, to solve
+/// before each vote when the poll's `proof_of_work` is above 0.
+#[utoipa::path(get, path = "/api/polls/{id}/challenge", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
+    (status = 200, description = "The challenge, bound to this user and poll, good for 5 minutes", body = Challenge),
+    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+))]
+pub(super) async fn poll_challenge(
+    state: web::Data<AppState>,
+    user: AuthUser,
+    path: web::Path<String>,
+) -> Result<HttpResponse, AppError> {
+    let poll = PollId::parse(&path)?;
+    let gates = poll_gates(&state, poll).await?;
+    challenge_answer(&state, &user, Subject::Poll(poll), gates)
+}
