@@ -134,6 +134,7 @@ async fn demo_sale(
         max_per_user: demo.max_per_user,
         rehearsal: false,
         waiting_room: None,
+        draw: None,
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await

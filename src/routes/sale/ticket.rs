@@ -31,7 +31,7 @@ struct Ticket {
 #[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
-    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`)", body = ErrorBody<'static>),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`); `not_drawn`: a draw sale (its winners' tickets come with `GET /api/sales/{id}/entry/me`)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds until the sale opens"))),
@@ -70,6 +70,7 @@ pub(super) async fn ticket(
         Grant::Line(place) => return Err(answers::line_refusal(&state, sale, place).await),
         Grant::SoldOut => return Err(answers::sold_out()),
         Grant::NotAdmitted => return Err(answers::not_admitted(sale)),
+        Grant::NotDrawn => return Err(answers::not_drawn(sale)),
     };
     let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
         AppError::Internal(anyhow::anyhow!(
