@@ -41,7 +41,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
     let seed = order::unhex(&text(&draw, "seed")).filter(|s| s.len() == order::SEED_BYTES);
     let Some(seed) = seed else {
-        bail!("the published seed is not 32 bytes of hex: {}", draw["seed"]);
+        bail!(
+            "the published seed is not 32 bytes of hex: {}",
+            draw["seed"]
+        );
     };
     let commitment = order::commitment(&seed);
     check(
@@ -51,7 +54,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let count = draw["entries"].as_i64().unwrap_or(-1);
     check(
         usize::try_from(count) == Ok(entries.len()),
-        format!("{} entries in entries.csv; the draw says {count}", entries.len()),
+        format!(
+            "{} entries in entries.csv; the draw says {count}",
+            entries.len()
+        ),
     );
     let ordered = order::order(&seed, &entries);
     let stock = sale["stock_total"].as_i64().unwrap_or(0);
@@ -70,7 +76,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     check(
         mismatch.is_none() && winners.len() <= ordered.len(),
         match mismatch {
-            None => format!("the {} winners are the first of the seeded order", winners.len()),
+            None => format!(
+                "the {} winners are the first of the seeded order",
+                winners.len()
+            ),
             Some((i, w)) => format!(
                 "winner {} is entry {}; the seeded order has {:?} there",
                 i + 1,
@@ -81,9 +90,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     println!(
         "{}",
-        if failed == 0 { "the draw checks out" } else { "the draw does NOT check out" }
+        if failed == 0 {
+            "the draw checks out"
+        } else {
+            "the draw does NOT check out"
+        }
     );
-    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// The entry ids of `entries.csv` (`entry_id,entered_at` after the header).
@@ -97,7 +114,8 @@ fn entry_ids(csv: &[u8]) -> anyhow::Result<Vec<i64>> {
         .filter(|l| !l.is_empty())
         .map(|l| {
             let id = l.split(',').next().unwrap_or_default();
-            id.parse().with_context(|| format!("not an entry id: {id:?}"))
+            id.parse()
+                .with_context(|| format!("not an entry id: {id:?}"))
         })
         .collect()
 }
@@ -131,7 +149,11 @@ impl Base {
         let mut stream = TcpStream::connect((self.host.as_str(), self.port))
             .with_context(|| format!("cannot connect to {}:{}", self.host, self.port))?;
         stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-        let prefix = if self.prefix.is_empty() { String::new() } else { format!("/{}", self.prefix) };
+        let prefix = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("/{}", self.prefix)
+        };
         write!(
             stream,
             "GET {prefix}{path} HTTP/1.1\r\nHost: {}:{}\r\nAccept-Encoding: identity\r\n\
@@ -151,7 +173,11 @@ impl Base {
         } else {
             body.to_vec()
         };
-        let status = head.split_whitespace().nth(1).unwrap_or_default().to_string();
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
         if status != "200" {
             bail!("GET {path}: {status} {}", String::from_utf8_lossy(&body));
         }

@@ -159,7 +159,11 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
         return cached::load_view(state, id).await;
     }
     // A draw's settings are fixed once its entries open.
-    let opened = row.entries_open_at.unwrap_or(row.starts_at).min(row.starts_at) <= Utc::now();
+    let opened = row
+        .entries_open_at
+        .unwrap_or(row.starts_at)
+        .min(row.starts_at)
+        <= Utc::now();
     if opened {
         if let Some((field, ..)) = changed.iter().find(|(f, ..)| !AFTER_OPENING.contains(f)) {
             return Err(AppError::new(
@@ -276,9 +280,9 @@ fn draw_fields(row: &SaleRow, edit: &mut SaleEdit) -> Result<(), AppError> {
         return invalid("a draw sale cannot also have a waiting room");
     }
     match (edit.starts_at, edit.draw_at) {
-        (Some(s), Some(d)) if s != d => {
-            invalid("for a draw sale starts_at is the draw: send draw_at (or the same time in both)")
-        }
+        (Some(s), Some(d)) if s != d => invalid(
+            "for a draw sale starts_at is the draw: send draw_at (or the same time in both)",
+        ),
         (_, Some(d)) => {
             edit.starts_at = Some(d);
             Ok(())

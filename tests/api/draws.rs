@@ -10,7 +10,9 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::sale::draw::order;
 
-use crate::helpers::{TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with,
+};
 
 /// A draw sale's creation body: entries open since a minute, drawn in an hour
 /// (`POST .../open` draws it at once), `overrides` over those.
@@ -75,13 +77,22 @@ async fn me(app: &TestApp, sale: i64, user: &User) -> Value {
     resp.json().await.unwrap()
 }
 
-async fn buy_with(app: &TestApp, sale: i64, user: &User, ticket: Option<&Value>) -> reqwest::Response {
+async fn buy_with(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    ticket: Option<&Value>,
+) -> reqwest::Response {
     let body = match ticket {
         Some(t) => json!({ "ticket": t }),
         None => json!({}),
     };
-    app.post_json(&format!("/api/sales/{sale}/purchase"), Some(&user.token), &body)
-        .await
+    app.post_json(
+        &format!("/api/sales/{sale}/purchase"),
+        Some(&user.token),
+        &body,
+    )
+    .await
 }
 
 fn winner_ids(draw: &Value) -> Vec<i64> {
@@ -115,7 +126,11 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
             .await;
         assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
     }
-    assert_eq!(app.count("SELECT count(*) FROM sales").await, 0, "nothing made");
+    assert_eq!(
+        app.count("SELECT count(*) FROM sales").await,
+        0,
+        "nothing made"
+    );
 
     // Entries open in an hour: editable till then.
     let later = draw_sale(
@@ -141,8 +156,15 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
         .fetch_one(&app.db)
         .await
         .unwrap();
-    assert_eq!(order::commitment(&seed), commitment, "the commitment is the seed's");
-    assert!(!public.to_string().contains(&order::hex(&seed)), "the seed is secret");
+    assert_eq!(
+        order::commitment(&seed),
+        commitment,
+        "the commitment is the seed's"
+    );
+    assert!(
+        !public.to_string().contains(&order::hex(&seed)),
+        "the seed is secret"
+    );
 
     let edit = |sale: i64, body: Value| {
         let app = &app;
@@ -162,7 +184,12 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
     let edited: Value = resp.json().await.unwrap();
     assert_eq!(edited["starts_at"], edited["draw_at"]);
     let moved: chrono::DateTime<chrono::Utc> = edited["draw_at"].as_str().unwrap().parse().unwrap();
-    assert!((moved - (now + chrono::Duration::seconds(6000))).num_milliseconds().abs() < 5);
+    assert!(
+        (moved - (now + chrono::Duration::seconds(6000)))
+            .num_milliseconds()
+            .abs()
+            < 5
+    );
     assert_eq!(edited["claim_window_s"], 120);
     let resp = edit(id, json!({ "draw_at": at(3000) })).await;
     assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
@@ -171,7 +198,11 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
 
     // Entries open now: fixed.
     let open = draw_sale(&app, &admin, 5, json!({})).await;
-    let resp = edit(open["id"].as_i64().unwrap(), json!({ "claim_window_s": 120 })).await;
+    let resp = edit(
+        open["id"].as_i64().unwrap(),
+        json!({ "claim_window_s": 120 }),
+    )
+    .await;
     assert_error(resp, StatusCode::CONFLICT, "sale_started").await;
     // A first-come sale has no draw fields.
     let plain = app.live_sale(&admin, 3).await;
@@ -193,15 +224,29 @@ async fn one_entry_per_account_and_only_while_entries_are_open() {
     )
     .await;
     let resp = app
-        .post(&format!("/api/sales/{}/entry", early["id"]), Some(&users[0].token))
+        .post(
+            &format!("/api/sales/{}/entry", early["id"]),
+            Some(&users[0].token),
+        )
         .await;
-    let retry: u64 = resp.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((85..=91).contains(&retry), "{retry}");
     assert_error(resp, StatusCode::CONFLICT, "entries_not_open").await;
 
-    let sale = draw_sale(&app, &admin, 1, json!({})).await["id"].as_i64().unwrap();
+    let sale = draw_sale(&app, &admin, 1, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
     let path = format!("/api/sales/{sale}/entry");
-    assert_error(app.post(&path, None).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_error(
+        app.post(&path, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
     let first = enter_all(&app, sale, &users[..1]).await;
     let again = enter_all(&app, sale, &users[..1]).await;
     assert_eq!(first, again, "the same entry");
@@ -213,15 +258,26 @@ async fn one_entry_per_account_and_only_while_entries_are_open() {
         "one row per account"
     );
     let standing = me(&app, sale, &users[0]).await;
-    assert_eq!((standing["state"].clone(), standing["entry_id"].as_i64()), (json!("entered"), Some(first[0])));
+    assert_eq!(
+        (standing["state"].clone(), standing["entry_id"].as_i64()),
+        (json!("entered"), Some(first[0]))
+    );
     let stranger = app.user().await;
     let resp = app
-        .get(&format!("/api/sales/{sale}/entry/me"), Some(&stranger.token))
+        .get(
+            &format!("/api/sales/{sale}/entry/me"),
+            Some(&stranger.token),
+        )
         .await;
     assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
 
     // Nobody buys or gets a ticket before the draw, and a first-come sale has no entry.
-    assert_error(buy_with(&app, sale, &users[0], None).await, StatusCode::FORBIDDEN, "not_drawn").await;
+    assert_error(
+        buy_with(&app, sale, &users[0], None).await,
+        StatusCode::FORBIDDEN,
+        "not_drawn",
+    )
+    .await;
     let ticket = app
         .post(&format!("/api/sales/{sale}/ticket"), Some(&users[0].token))
         .await;
@@ -244,7 +300,9 @@ async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy(
     let app = spawn_app().await;
     let admin = app.admin().await;
     let users = app.create_users(10, false).await;
-    let sale = draw_sale(&app, &admin, 3, json!({})).await["id"].as_i64().unwrap();
+    let sale = draw_sale(&app, &admin, 3, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
     let ids = enter_all(&app, sale, &users).await;
     let draw = draw_now(&app, &admin, sale).await;
 
@@ -254,7 +312,11 @@ async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy(
     assert_eq!(draw["entries"], 10);
     assert_eq!(draw["winners_at_draw"], 3);
     let ordered = order::order(&seed, &ids);
-    assert_eq!(winner_ids(&draw), ordered[..3].to_vec(), "the first three of the seeded order");
+    assert_eq!(
+        winner_ids(&draw),
+        ordered[..3].to_vec(),
+        "the first three of the seeded order"
+    );
     // Once: another attempt finds it drawn, and nobody enters any more.
     let again = stampede::sale::draw::run::draw_once(
         &app.db,
@@ -267,7 +329,9 @@ async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy(
     .unwrap();
     assert_eq!(again, None);
     let late = app.user().await;
-    let resp = app.post(&format!("/api/sales/{sale}/entry"), Some(&late.token)).await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/entry"), Some(&late.token))
+        .await;
     assert_error(resp, StatusCode::GONE, "entries_closed").await;
 
     let user_of = |entry: i64| &users[ids.iter().position(|&e| e == entry).unwrap()];
@@ -287,22 +351,36 @@ async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy(
     }
     // Someone else: no ticket of their own, and a winner's is not theirs.
     let loser = user_of(ordered[3]);
-    assert_error(buy_with(&app, sale, loser, None).await, StatusCode::FORBIDDEN, "not_drawn").await;
+    assert_error(
+        buy_with(&app, sale, loser, None).await,
+        StatusCode::FORBIDDEN,
+        "not_drawn",
+    )
+    .await;
     assert_error(
         buy_with(&app, sale, loser, Some(&tickets[0])).await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "invalid_ticket",
     )
     .await;
-    let resp = app.post(&format!("/api/sales/{sale}/ticket"), Some(&loser.token)).await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/ticket"), Some(&loser.token))
+        .await;
     assert_error(resp, StatusCode::FORBIDDEN, "not_drawn").await;
     // A winner buys with their ticket, once.
-    assert_status(buy_with(&app, sale, winners[0], Some(&tickets[0])).await, StatusCode::ACCEPTED).await;
+    assert_status(
+        buy_with(&app, sale, winners[0], Some(&tickets[0])).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     assert_eq!(me(&app, sale, winners[0]).await["state"], "bought");
     let resp = buy_with(&app, sale, winners[0], Some(&tickets[0])).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     let view = app.get_json(&format!("/api/sales/{sale}"), None).await;
-    assert_eq!((view["stock_left"].as_i64(), view["sold"].as_i64()), (Some(2), Some(1)));
+    assert_eq!(
+        (view["stock_left"].as_i64(), view["sold"].as_i64()),
+        (Some(2), Some(1))
+    );
 }
 
 #[tokio::test]
@@ -310,7 +388,9 @@ async fn an_unclaimed_win_passes_to_the_next_in_the_seeded_order_until_sold() {
     let app = spawn_app_with(|c| c.draw_claim_max = Duration::from_millis(1500)).await;
     let admin = app.admin().await;
     let users = app.create_users(5, false).await;
-    let sale = draw_sale(&app, &admin, 2, json!({})).await["id"].as_i64().unwrap();
+    let sale = draw_sale(&app, &admin, 2, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
     let ids = enter_all(&app, sale, &users).await;
     let draw = draw_now(&app, &admin, sale).await;
     let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
@@ -318,7 +398,11 @@ async fn an_unclaimed_win_passes_to_the_next_in_the_seeded_order_until_sold() {
     let user_of = |entry: i64| &users[ids.iter().position(|&e| e == entry).unwrap()];
     let (buyer, idle) = (user_of(ordered[0]), user_of(ordered[1]));
     let ticket = me(&app, sale, buyer).await["ticket"].clone();
-    assert_status(buy_with(&app, sale, buyer, Some(&ticket)).await, StatusCode::ACCEPTED).await;
+    assert_status(
+        buy_with(&app, sale, buyer, Some(&ticket)).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     let stale = me(&app, sale, idle).await["ticket"].clone();
     assert_eq!(me(&app, sale, user_of(ordered[2])).await["position"], 1);
 
@@ -337,8 +421,16 @@ async fn an_unclaimed_win_passes_to_the_next_in_the_seeded_order_until_sold() {
     assert_eq!(me(&app, sale, idle).await["state"], "claim_passed");
     assert_eq!(me(&app, sale, user_of(ordered[3])).await["position"], 1);
     let resp = buy_with(&app, sale, idle, Some(&stale)).await;
-    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY, "an expired ticket");
-    assert_status(buy_with(&app, sale, next, Some(&won["ticket"])).await, StatusCode::ACCEPTED).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "an expired ticket"
+    );
+    assert_status(
+        buy_with(&app, sale, next, Some(&won["ticket"])).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
     let published = app.get_json(&format!("/api/sales/{sale}/draw"), None).await;
     assert_eq!(winner_ids(&published), ordered[..3].to_vec());
     // Sold: nobody else wins, however long one waits for a pass.
@@ -370,7 +462,8 @@ async fn verify(app: &TestApp, sale: i64) -> (bool, String) {
     })
     .await
     .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
 
@@ -386,12 +479,16 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     let draw = draw_now(&app, &admin, sale).await;
     assert_eq!(draw["winners_at_draw"], 2, "ceil(4 / 2)");
 
-    let resp = app.get(&format!("/api/sales/{sale}/draw/entries.csv"), None).await;
+    let resp = app
+        .get(&format!("/api/sales/{sale}/draw/entries.csv"), None)
+        .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let csv = resp.text().await.unwrap();
     let mut lines = csv.lines();
     assert_eq!(lines.next(), Some("entry_id,entered_at"));
-    let listed: Vec<i64> = lines.map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    let listed: Vec<i64> = lines
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
     let mut sorted = ids.clone();
     sorted.sort_unstable();
     assert_eq!(listed, sorted, "every entry once, by id");
@@ -440,7 +537,9 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
 async fn draw_of_a_million_entries() {
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = draw_sale(&app, &admin, 100, json!({})).await["id"].as_i64().unwrap();
+    let sale = draw_sale(&app, &admin, 100, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
     sqlx::query(
         "INSERT INTO draw_entries (sale_id, user_id) SELECT $1, g FROM generate_series(1, 1000000) g",
     )
@@ -466,14 +565,21 @@ async fn draw_of_a_million_entries() {
     let started = Instant::now();
     let id = stampede::domain::Id::new(sale).unwrap();
     let drawn = loop {
-        let once = stampede::sale::draw::run::draw_once(&app.db, &app.redis, &app.keys, id, Duration::from_secs(600))
-            .await
-            .unwrap();
-        let done: bool = sqlx::query_scalar("SELECT drawn_at IS NOT NULL FROM sale_draws WHERE sale_id = $1")
-            .bind(sale)
-            .fetch_one(&app.db)
-            .await
-            .unwrap();
+        let once = stampede::sale::draw::run::draw_once(
+            &app.db,
+            &app.redis,
+            &app.keys,
+            id,
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+        let done: bool =
+            sqlx::query_scalar("SELECT drawn_at IS NOT NULL FROM sale_draws WHERE sale_id = $1")
+                .bind(sale)
+                .fetch_one(&app.db)
+                .await
+                .unwrap();
         if done {
             break once;
         }
@@ -482,8 +588,20 @@ async fn draw_of_a_million_entries() {
     let took = started.elapsed();
     println!(
         "draw of 1,000,000 entries: {took:.2?} end to end ({}); the order alone: {ordering:.2?}",
-        if drawn.is_some() { "drawn by this call" } else { "drawn by the server's loop, timed from this call" }
+        if drawn.is_some() {
+            "drawn by this call"
+        } else {
+            "drawn by the server's loop, timed from this call"
+        }
     );
-    assert_eq!(app.count("SELECT count(*) FROM draw_entries WHERE rank IS NOT NULL").await, 1_000_000);
-    assert_eq!(app.count("SELECT count(*) FROM draw_entries WHERE won_at IS NOT NULL").await, 100);
+    assert_eq!(
+        app.count("SELECT count(*) FROM draw_entries WHERE rank IS NOT NULL")
+            .await,
+        1_000_000
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM draw_entries WHERE won_at IS NOT NULL")
+            .await,
+        100
+    );
 }

@@ -11,8 +11,8 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::paging::ListScope;
 use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
-use crate::sale::list::SaleCursor;
 use crate::sale::draw::DrawFields;
+use crate::sale::list::SaleCursor;
 use crate::sale::queue::room::WaitingRoom;
 use crate::sale::record;
 use crate::sale::stock::{ChangeResult, StockChange};
@@ -124,9 +124,8 @@ impl CreateSale {
             claim_window_s: self.claim_window_s,
         }
         .settle(self.mode, self.waiting_room)?;
-        let starts_at = starts_at.ok_or_else(|| {
-            AppError::new(ErrorCode::InvalidBody, "missing field `starts_at`")
-        })?;
+        let starts_at = starts_at
+            .ok_or_else(|| AppError::new(ErrorCode::InvalidBody, "missing field `starts_at`"))?;
         lifecycle::check_window(starts_at, self.ends_at)?;
         let waiting_room = if self.waiting_room {
             Some(WaitingRoom::check(

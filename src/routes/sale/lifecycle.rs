@@ -116,7 +116,10 @@ impl EditSale {
                         .ok()
                         .filter(|c| crate::sale::draw::CLAIM_WINDOW_S.contains(&i64::from(*c)))
                         .ok_or_else(|| {
-                            AppError::new(ErrorCode::InvalidDraw, "claim_window_s must be 60 to 86400")
+                            AppError::new(
+                                ErrorCode::InvalidDraw,
+                                "claim_window_s must be 60 to 86400",
+                            )
                         })
                 })
                 .transpose()?,

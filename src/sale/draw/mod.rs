@@ -78,7 +78,9 @@ impl DrawFields {
                              time in both)",
                         ));
                     }
-                    (s, d) => d.or(s).ok_or_else(|| invalid("a draw sale needs draw_at"))?,
+                    (s, d) => d
+                        .or(s)
+                        .ok_or_else(|| invalid("a draw sale needs draw_at"))?,
                 };
                 let settings = DrawSettings::check(
                     self.entries_open_at,
@@ -144,21 +146,52 @@ mod tests {
         let (start, settings) = ok.settle(SaleMode::Draw, false).unwrap();
         assert_eq!(start, Some(at(100)));
         assert_eq!(settings.unwrap().claim_window_s, 900);
-        let same = DrawFields { starts_at: Some(at(100)), ..ok };
+        let same = DrawFields {
+            starts_at: Some(at(100)),
+            ..ok
+        };
         assert_eq!(code(same.settle(SaleMode::Draw, false)), "ok");
         for bad in [
-            DrawFields { starts_at: Some(at(99)), ..ok },
-            DrawFields { entries_open_at: None, ..ok },
-            DrawFields { entries_open_at: Some(at(100)), ..ok },
-            DrawFields { draw_at: None, ..ok },
-            DrawFields { claim_window_s: Some(59), ..ok },
-            DrawFields { claim_window_s: Some(86_401), ..ok },
+            DrawFields {
+                starts_at: Some(at(99)),
+                ..ok
+            },
+            DrawFields {
+                entries_open_at: None,
+                ..ok
+            },
+            DrawFields {
+                entries_open_at: Some(at(100)),
+                ..ok
+            },
+            DrawFields {
+                draw_at: None,
+                ..ok
+            },
+            DrawFields {
+                claim_window_s: Some(59),
+                ..ok
+            },
+            DrawFields {
+                claim_window_s: Some(86_401),
+                ..ok
+            },
         ] {
-            assert_eq!(code(bad.settle(SaleMode::Draw, false)), "invalid_draw", "{bad:?}");
+            assert_eq!(
+                code(bad.settle(SaleMode::Draw, false)),
+                "invalid_draw",
+                "{bad:?}"
+            );
         }
         assert_eq!(code(ok.settle(SaleMode::Draw, true)), "invalid_draw");
         assert_eq!(code(ok.settle(SaleMode::FirstCome, false)), "invalid_draw");
-        let plain = DrawFields { starts_at: Some(at(5)), ..Default::default() };
-        assert_eq!(plain.settle(SaleMode::FirstCome, false).unwrap(), (Some(at(5)), None));
+        let plain = DrawFields {
+            starts_at: Some(at(5)),
+            ..Default::default()
+        };
+        assert_eq!(
+            plain.settle(SaleMode::FirstCome, false).unwrap(),
+            (Some(at(5)), None)
+        );
     }
 }

@@ -30,10 +30,12 @@ pub fn new_seed() -> [u8; SEED_BYTES] {
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// The bytes of a hex text (either case); `None` unless it is whole bytes of hex.
@@ -62,7 +64,10 @@ pub fn entry_key(seed: &[u8], entry_id: i64) -> [u8; 32] {
 
 /// The entry ids in the draw's order.
 pub fn order(seed: &[u8], entries: &[i64]) -> Vec<i64> {
-    let mut keyed: Vec<([u8; 32], i64)> = entries.iter().map(|&id| (entry_key(seed, id), id)).collect();
+    let mut keyed: Vec<([u8; 32], i64)> = entries
+        .iter()
+        .map(|&id| (entry_key(seed, id), id))
+        .collect();
     keyed.sort_unstable();
     keyed.into_iter().map(|(_, id)| id).collect()
 }

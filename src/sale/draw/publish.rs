@@ -49,7 +49,9 @@ pub struct Winner {
 pub enum Publication {
     Drawn(Published),
     /// Not drawn yet: in this many ms by the draw's time (0 when due).
-    Pending { in_ms: i64 },
+    Pending {
+        in_ms: i64,
+    },
     /// Not a draw sale.
     NoDraw,
 }
@@ -95,7 +97,10 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
 pub const CSV_HEADER: &str = "entry_id,entered_at\n";
 
 /// Every entry of `sale`'s draw, by id, as CSV streamed from one query.
-pub fn entries_csv(db: PgPool, sale: SaleId) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
+pub fn entries_csv(
+    db: PgPool,
+    sale: SaleId,
+) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
     let span = tracing::warn_span!("draw_entries_csv", sale = %sale);
     csv::stream(span, CSV_HEADER, move |out| write_csv(db, sale, out))
 }
