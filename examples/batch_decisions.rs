@@ -171,6 +171,10 @@ async fn main() -> anyhow::Result<()> {
                 waiting_room: false,
                 queue_opens_at: None,
                 admit_per_second: None,
+                mode: Default::default(),
+                entries_open_at: None,
+                claim_window_s: None,
+                draw_commitment: None,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

@@ -83,6 +83,7 @@ async fn main() -> anyhow::Result<()> {
             max_per_user: 1,
             rehearsal: false,
             waiting_room: None,
+            draw: None,
         },
         None,
     )

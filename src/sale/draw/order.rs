@@ -40,7 +40,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The bytes of a hex text (either case); `None` unless it is whole bytes of hex.
 pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
         return None;
     }
     (0..text.len())

@@ -56,17 +56,32 @@ pub enum Publication {
     NoDraw,
 }
 
+#[derive(sqlx::FromRow)]
+struct DrawRow {
+    seed: Vec<u8>,
+    drawn_at: Option<DateTime<Utc>>,
+    entries: Option<i32>,
+    in_ms: f64,
+}
+
 /// The publication of `sale`'s draw.
 pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppError> {
-    let draw: Option<(Vec<u8>, Option<DateTime<Utc>>, Option<i32>, f64)> = sqlx::query_as(
+    let draw: Option<DrawRow> = sqlx::query_as(
         "SELECT d.seed, d.drawn_at, d.entries,
                 GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
+                    AS in_ms
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id WHERE d.sale_id = $1",
     )
     .bind(sale.get())
     .fetch_optional(db)
     .await?;
-    let Some((seed, drawn_at, entries, in_ms)) = draw else {
+    let Some(DrawRow {
+        seed,
+        drawn_at,
+        entries,
+        in_ms,
+    }) = draw
+    else {
         return Ok(Publication::NoDraw);
     };
     let Some(drawn_at) = drawn_at else {
