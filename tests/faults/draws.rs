@@ -50,7 +50,7 @@ async fn ask(
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_same_winners() {
     let mut stack = Stack::start("draw", Options::servers(2)).await;
     let users = stack.create_users(ENTRANTS, false).await;
