@@ -195,6 +195,11 @@ pub(super) async fn draw(
     if row.rehearsal {
         return Err(AppError::not_found(format!("no sale with id {sale}")));
     }
+    // Before its time, from the cached record: the refusal costs no query.
+    let early = (row.starts_at - Utc::now()).num_milliseconds();
+    if early > 0 {
+        return Err(pending(early));
+    }
     match publish::published(&state.db, sale).await? {
         Publication::Drawn(published) => Ok(HttpResponse::Ok().json(published)),
         Publication::Pending { in_ms } => Err(pending(in_ms)),
@@ -217,6 +222,11 @@ pub(super) async fn entries_csv(
     let row = draw_row(&state, sale).await?;
     if row.rehearsal {
         return Err(AppError::not_found(format!("no sale with id {sale}")));
+    }
+    // Before its time, from the cached record: the refusal costs no query.
+    let early = (row.starts_at - Utc::now()).num_milliseconds();
+    if early > 0 {
+        return Err(pending(early));
     }
     match publish::published(&state.db, sale).await? {
         Publication::Drawn(_) => Ok(crate::csv::attachment(
