@@ -173,6 +173,10 @@ async fn main() -> anyhow::Result<()> {
                 admit_per_second: None,
                 proof_of_work: 0,
                 min_account_age_s: 0,
+                mode: Default::default(),
+                entries_open_at: None,
+                claim_window_s: None,
+                draw_commitment: None,
             };
             put_new_sale(&mut redis.clone(), &keys, &row)
                 .await

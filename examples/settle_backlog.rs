@@ -85,6 +85,7 @@ async fn main() -> anyhow::Result<()> {
             waiting_room: None,
             proof_of_work: 0,
             min_account_age_s: 0,
+            draw: None,
         },
         None,
     )

@@ -3,7 +3,7 @@
 -- what it sold under: the edit is refused and Postgres rolls back).
 -- KEYS[1] meta hash   KEYS[2] buyers set   KEYS[3] units sold counter
 -- ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] most units per customer
--- ARGV[4] waiting room: admissions a second (0: none)   ARGV[5] when its line opens
+-- ARGV[4] waiting room: admissions a second (0: none; -1: a draw)   ARGV[5] when its line opens
 -- Returns:
 --   1 written   0 the sale has buyers   -1 not loaded (the rebuild from Postgres
 --   writes all of it)

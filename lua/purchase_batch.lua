@@ -164,10 +164,11 @@ for i = 1, n do
   end
 end
 
--- A sale with a waiting room sells only to shoppers admitted and not expired
--- (KEYS[9], see lua/queue_admit.lua): `admitted[j]` for each buyer left; an
--- accepted one's admission is used up. (Someone who bought already is told so.)
-local waiting_room = (tonumber(meta[6]) or 0) > 0
+-- A sale with a waiting room (`wr` > 0) or a draw (`wr` = -1) sells only to
+-- shoppers admitted and not expired (KEYS[9], see lua/queue_admit.lua and
+-- lua/draw_admit.lua): `admitted[j]` for each buyer left; an accepted one's
+-- admission is used up. (Someone who bought already is told so.)
+local waiting_room = (tonumber(meta[6]) or 0) ~= 0
 local admitted = nil
 if waiting_room and #asking > 0 then
   admitted = {}

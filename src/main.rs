@@ -1,5 +1,5 @@
 //! The `stampede` command: serve, migrate, settle, reconcile, load, seed-demo,
-//! create-admin. `load` runs the `stampede-load` binary (the package `load/`).
+//! create-admin, verify-draw. `load` runs the `stampede-load` binary (`load/`).
 
 use std::ffi::OsString;
 use std::io::BufRead;
@@ -12,6 +12,8 @@ use stampede::config::Config;
 use stampede::domain::{Password, Username};
 use stampede::keys::Keys;
 use stampede::startup::{self, Application};
+#[path = "main/verify_draw.rs"]
+mod verify_draw;
 
 /// mimalloc instead of glibc's malloc: a purchase allocates and frees many small
 /// objects across two worker threads, and glibc's arenas spent about a tenth of the
@@ -160,6 +162,8 @@ enum Command {
         #[arg(long)]
         username: String,
     },
+    /// Check a published draw: seed against commitment, winners against the order.
+    VerifyDraw(verify_draw::Args),
 }
 
 fn main() -> ExitCode {
@@ -195,6 +199,7 @@ async fn run(config: Option<&Path>, command: Command) -> anyhow::Result<ExitCode
         Command::Settle { drain } => settle(&config, drain).await,
         Command::Reconcile { repair } => reconcile(&config, repair).await,
         Command::Load { .. } => unreachable!("forwarded before the runtime starts"),
+        Command::VerifyDraw(args) => return verify_draw::run(args),
         Command::SeedDemo => seed_demo(&config).await,
         Command::CreateAdmin { username } => create_admin(&config, &username).await,
     }

@@ -136,6 +136,7 @@ async fn demo_sale(
         waiting_room: None,
         proof_of_work: 0,
         min_account_age_s: 0,
+        draw: None,
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await

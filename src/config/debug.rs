@@ -66,6 +66,7 @@ impl std::fmt::Debug for Config {
             .field("sweep_ms", &self.sweep.as_millis())
             .field("expire_ms", &self.expire.as_millis())
             .field("queue_admission_ms", &self.queue_admission.as_millis())
+            .field("draw_claim_max_ms", &self.draw_claim_max.as_millis())
             .field("batch_max", &self.batch_max)
             .field("batch_in_flight", &self.batch_in_flight())
             .finish_non_exhaustive()

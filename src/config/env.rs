@@ -168,6 +168,7 @@ pub(super) const ENV: &[(&str, Setter)] = &[
         "STAMPEDE_QUEUE_ADMISSION_MS",
         parsed!(millis queue_admission),
     ),
+    ("STAMPEDE_DRAW_CLAIM_MAX_MS", parsed!(millis draw_claim_max)),
 ];
 
 impl Config {

@@ -140,6 +140,11 @@ pub struct Config {
     /// passes to the next in line (see `src/sale/queue.rs`).
     #[serde(rename = "queue_admission_ms", with = "units::millis")]
     pub queue_admission: Duration,
+    /// Longest claim window a draw's win gets on this server: a sale's
+    /// `claim_window_s`, at most this (default a day, the API's maximum, so the
+    /// sale's own). Tests shorten it to see wins pass within a second.
+    #[serde(rename = "draw_claim_max_ms", with = "units::millis")]
+    pub draw_claim_max: Duration,
     /// Most purchases (or votes) of one sale (poll) decided by one script call; 1
     /// decides each alone. See `src/batch.rs`.
     pub batch_max: usize,
@@ -189,6 +194,7 @@ impl Default for Config {
             sweep: Duration::from_millis(2000),
             expire: Duration::from_millis(1000),
             queue_admission: Duration::from_millis(30_000),
+            draw_claim_max: Duration::from_secs(86_400),
             batch_max: 64,
             batch_in_flight: None,
         }

@@ -64,6 +64,8 @@ error_codes! {
     ProofUsed = (FORBIDDEN, "proof_used"),
     /// An account made less than the sale's or poll's `min_account_age_s` before the opening; `allowed_at` says when it may act, if before the close.
     AccountTooNew = (FORBIDDEN, "account_too_new"),
+    /// A draw sale: a ticket or purchase of someone who holds no running win of its draw.
+    NotDrawn = (FORBIDDEN, "not_drawn"),
     /// A cookie session's unsafe request without the matching `X-CSRF-Token` header.
     CsrfFailed = (FORBIDDEN, "csrf_failed"),
     /// A password change whose current password is wrong.
@@ -88,6 +90,12 @@ error_codes! {
     QueueNotOpen = (CONFLICT, "queue_not_open"),
     /// A waiting-room request on a sale that has no waiting room.
     NoWaitingRoom = (CONFLICT, "no_waiting_room"),
+    /// A draw's entry before `entries_open_at` (`Retry-After`).
+    EntriesNotOpen = (CONFLICT, "entries_not_open"),
+    /// A draw request (entry, standing, publication) on a sale that is not a draw.
+    NotADraw = (CONFLICT, "not_a_draw"),
+    /// A draw's publication before the draw (`Retry-After`).
+    DrawPending = (CONFLICT, "draw_pending"),
     /// A join of a waiting room's line that an admin closed to new joins.
     LineClosed = (CONFLICT, "line_closed"),
     /// Sign-up with a username in use.
@@ -120,6 +128,8 @@ error_codes! {
     Closed = (GONE, "closed"),
     /// A payment after the order's deadline: it expired and its unit went back.
     PaymentExpired = (GONE, "payment_expired"),
+    /// A draw's entry at or after `draw_at`.
+    EntriesClosed = (GONE, "entries_closed"),
     /// A body over the size limit.
     PayloadTooLarge = (PAYLOAD_TOO_LARGE, "payload_too_large"),
     /// A body that is not `application/json`.
@@ -146,6 +156,8 @@ error_codes! {
     InvalidWindow = (UNPROCESSABLE_ENTITY, "invalid_window"),
     /// A waiting room's settings: `queue_opens_at` missing or not before `starts_at`, or `admit_per_second` not 1 to 100,000.
     InvalidWaitingRoom = (UNPROCESSABLE_ENTITY, "invalid_waiting_room"),
+    /// A draw's settings: `entries_open_at` or `draw_at` missing or out of order, `claim_window_s` not 60 to 86,400, draw fields on a first-come sale, or a draw with a waiting room.
+    InvalidDraw = (UNPROCESSABLE_ENTITY, "invalid_draw"),
     /// A picture address that is neither `https://` nor a path on this site.
     InvalidImageUrl = (UNPROCESSABLE_ENTITY, "invalid_image_url"),
     /// A `proof_of_work` (0 to 24) or `min_account_age_s` (0 to 31,622,400) out of range; the message names it.

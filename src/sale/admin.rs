@@ -133,6 +133,16 @@ pub async fn open<S: SaleAdmin + ?Sized>(
             "this sale's end time has passed; it cannot be opened",
         ));
     }
+    // A draw opened now is drawn now: only once its entries have opened.
+    if sale
+        .entries_open_at
+        .is_some_and(|at| at >= chrono::Utc::now())
+    {
+        return Err(AppError::new(
+            ErrorCode::InvalidDraw,
+            "this draw's entries have not opened yet: edit draw_at instead",
+        ));
+    }
     set_window(state, id, WindowChange::Open, admin).await
 }
 

@@ -73,6 +73,10 @@ pub struct SaleEdit {
     pub admit_per_second: Option<i32>,
     pub proof_of_work: Option<i16>,
     pub min_account_age_s: Option<i32>,
+    /// A draw's (see [`super::draw`]): `draw_at` moves `starts_at`.
+    pub draw_at: Option<DateTime<Utc>>,
+    pub entries_open_at: Option<DateTime<Utc>>,
+    pub claim_window_s: Option<i32>,
 }
 
 /// The fields an edit may still change once the sale has opened (`ends_at` only
@@ -113,6 +117,8 @@ impl SaleEdit {
         field!(admit_per_second, self.admit_per_second.map(Some));
         field!(proof_of_work);
         field!(min_account_age_s);
+        field!(entries_open_at, self.entries_open_at.map(Some));
+        field!(claim_window_s, self.claim_window_s.map(Some));
         (new, changed)
     }
 }
@@ -147,14 +153,21 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     edit: SaleEdit,
     admin: UserId,
 ) -> Result<SaleView, AppError> {
+    let mut edit = edit;
     let mut tx = state.db().begin().await?;
     let row = locked(&mut tx, id).await?;
+    draw_fields(&row, &mut edit)?;
     let (new, mut changed) = edit.apply(&row);
     if changed.is_empty() {
         drop(tx);
         return cached::load_view(state, id).await;
     }
-    let opened = row.starts_at <= Utc::now();
+    // A draw's settings are fixed once its entries open.
+    let opened = row
+        .entries_open_at
+        .unwrap_or(row.starts_at)
+        .min(row.starts_at)
+        <= Utc::now();
     if opened {
         if let Some((field, ..)) = changed.iter().find(|(f, ..)| !AFTER_OPENING.contains(f)) {
             return Err(AppError::new(
@@ -176,6 +189,13 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
         check_window(new.starts_at, new.ends_at)?;
     }
     let mut new = new;
+    if new.is_draw() {
+        crate::sale::draw::DrawSettings::check(
+            new.entries_open_at,
+            new.starts_at,
+            new.claim_window_s.map(i64::from),
+        )?;
+    }
     if new.waiting_room {
         crate::sale::queue::room::WaitingRoom::check(
             new.queue_opens_at,
@@ -202,7 +222,8 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
                 starts_at = $6, ends_at = $7, requires_ticket = $8, payment_window_s = $9,
                 rebuy_after_expiry = $10, max_per_user = $11, waiting_room = $12,
                 queue_opens_at = $13, admit_per_second = $14, proof_of_work = $15,
-                min_account_age_s = $16, updated_at = now()
+                min_account_age_s = $16, entries_open_at = $17, claim_window_s = $18,
+                updated_at = now()
          WHERE id = $1",
     )
     .bind(id.get())
@@ -221,6 +242,8 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
     .bind(new.admit_per_second)
     .bind(new.proof_of_work)
     .bind(new.min_account_age_s)
+    .bind(new.entries_open_at)
+    .bind(new.claim_window_s)
     .execute(&mut *tx)
     .await?;
     let before = as_object(changed.iter().map(|(f, b, _)| (*f, b.clone())));
@@ -245,6 +268,35 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
         state.rebuild_sale(id, REBUILD_WAIT).await?;
     }
     cached::load_view(state, id).await
+}
+
+/// An edit's draw fields against the sale: 422 `invalid_draw` for them on a
+/// first-come sale, for a waiting room on a draw, or for a `starts_at` other than
+/// `draw_at`; `draw_at` becomes the `starts_at` to apply.
+fn draw_fields(row: &SaleRow, edit: &mut SaleEdit) -> Result<(), AppError> {
+    let invalid = |m: &'static str| Err(AppError::new(ErrorCode::InvalidDraw, m));
+    let draw_field =
+        edit.draw_at.is_some() || edit.entries_open_at.is_some() || edit.claim_window_s.is_some();
+    if !row.is_draw() {
+        return if draw_field {
+            invalid("entries_open_at, draw_at and claim_window_s go with a draw sale")
+        } else {
+            Ok(())
+        };
+    }
+    if edit.waiting_room == Some(true) {
+        return invalid("a draw sale cannot also have a waiting room");
+    }
+    match (edit.starts_at, edit.draw_at) {
+        (Some(s), Some(d)) if s != d => invalid(
+            "for a draw sale starts_at is the draw: send draw_at (or the same time in both)",
+        ),
+        (_, Some(d)) => {
+            edit.starts_at = Some(d);
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Writes what Redis holds of the edit (the window, the per-customer cap); false

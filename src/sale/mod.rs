@@ -14,6 +14,7 @@ pub mod cached;
 pub mod cancel;
 pub mod console;
 pub mod delete;
+pub mod draw;
 pub mod entry;
 pub mod export;
 pub mod held;

@@ -137,6 +137,8 @@ async fn rebuild_sale(
     }
     if sale.waiting_room {
         super::queue::restore::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
+    } else if sale.is_draw() {
+        super::draw::pass::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
     }
     let (left, sold): (i64, i64) = RESTORE_SALE
         .key(&k.meta)

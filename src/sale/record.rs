@@ -74,6 +74,49 @@ pub struct SaleRow {
     /// sale opens.
     #[serde(default)]
     pub min_account_age_s: i32,
+    /// `first_come` (the default) or `draw` (see [`super::draw`]): fixed at creation.
+    #[serde(default)]
+    #[sqlx(try_from = "String")]
+    pub mode: SaleMode,
+    /// A draw: when entries open (before `starts_at`, which is the draw).
+    #[serde(default)]
+    pub entries_open_at: Option<DateTime<Utc>>,
+    /// A draw: seconds each winner has to buy (60 to 86400).
+    #[serde(default)]
+    pub claim_window_s: Option<i32>,
+    /// A draw: hex SHA-256 of the secret seed drawn at creation, public from the
+    /// start, so the seed cannot be chosen once the entries are known.
+    #[serde(default)]
+    pub draw_commitment: Option<String>,
+}
+
+/// How a sale sells: to the first who buy, or to the winners of a draw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SaleMode {
+    #[default]
+    FirstCome,
+    Draw,
+}
+
+impl SaleMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaleMode::FirstCome => "first_come",
+            SaleMode::Draw => "draw",
+        }
+    }
+}
+
+impl TryFrom<String> for SaleMode {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "first_come" => Ok(SaleMode::FirstCome),
+            "draw" => Ok(SaleMode::Draw),
+            _ => Err(format!("unknown sale mode {s:?}")),
+        }
+    }
 }
 
 impl SaleRow {
@@ -81,6 +124,11 @@ impl SaleRow {
     /// the buyers set holds (returned units offered again included).
     pub fn units_ever_offered(&self) -> i64 {
         self.stock_total + self.units_reoffered
+    }
+
+    /// A draw sale: only the winners of its draw buy.
+    pub fn is_draw(&self) -> bool {
+        self.mode == SaleMode::Draw
     }
 }
 
@@ -99,6 +147,9 @@ pub struct SaleView {
     /// place with `served`). Absent without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<QueueNumbers>,
+    /// A draw sale: when it is drawn (its `starts_at`). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw_at: Option<DateTime<Utc>>,
 }
 
 impl SaleView {
@@ -116,11 +167,12 @@ impl SaleView {
             stock_left,
         );
         SaleView {
-            sale,
+            draw_at: sale.is_draw().then_some(sale.starts_at),
             stock_left,
             sold,
             status,
             line: None,
+            sale,
         }
     }
 }
@@ -133,7 +185,8 @@ macro_rules! sale_columns {
         "id, name, description, price_cents, stock_total - units_reoffered AS stock_total, \
          units_reoffered, starts_at, ends_at, closed, image_url, requires_ticket, \
          payment_window_s, rebuy_after_expiry, max_per_user, archived_at, rehearsal, waiting_room, \
-         queue_opens_at, admit_per_second, proof_of_work, min_account_age_s"
+         queue_opens_at, admit_per_second, proof_of_work, min_account_age_s, mode, entries_open_at, \
+         claim_window_s, draw_commitment"
     };
 }
 pub(crate) use sale_columns;
@@ -145,7 +198,7 @@ macro_rules! sale_fields {
         "id, name, description, price_cents, stock_total, units_reoffered, starts_at, ends_at, \
          closed, image_url, requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, \
          archived_at, rehearsal, waiting_room, queue_opens_at, admit_per_second, proof_of_work, \
-         min_account_age_s"
+         min_account_age_s, mode, entries_open_at, claim_window_s, draw_commitment"
     };
 }
 pub(crate) use sale_fields;
@@ -200,6 +253,10 @@ impl SaleRow {
             admit_per_second: None,
             proof_of_work: 0,
             min_account_age_s: 0,
+            mode: SaleMode::FirstCome,
+            entries_open_at: None,
+            claim_window_s: None,
+            draw_commitment: None,
         }
     }
 }

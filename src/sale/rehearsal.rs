@@ -112,6 +112,13 @@ pub async fn cleanup(
         .bind(&ids)
         .execute(&mut *tx)
         .await?;
+    // A draw's seed and entries.
+    for table in [
+        "DELETE FROM draw_entries WHERE sale_id = ANY($1)",
+        "DELETE FROM sale_draws WHERE sale_id = ANY($1)",
+    ] {
+        sqlx::query(table).bind(&ids).execute(&mut *tx).await?;
+    }
     let orders = sqlx::query("DELETE FROM orders WHERE sale_id = ANY($1)")
         .bind(&ids)
         .execute(&mut *tx)

@@ -38,6 +38,9 @@ pub struct NewSale {
     pub proof_of_work: i16,
     /// Least age of an account that may take part, seconds (0: any).
     pub min_account_age_s: i32,
+    /// A draw sale's settings (see [`super::draw`]): its seed is drawn here, its
+    /// commitment stored on the row; the sale then requires a ticket (a win's).
+    pub draw: Option<super::draw::DrawSettings>,
 }
 
 /// Inserts the sale and puts it into Redis inside one transaction: if Redis refuses,
@@ -49,14 +52,16 @@ pub async fn create_sale<C: ConnectionLike>(
     new: NewSale,
     admin: Option<crate::domain::UserId>,
 ) -> Result<SaleRow, AppError> {
+    let seed = new.draw.map(|_| super::draw::order::new_seed());
     let mut tx = db.begin().await?;
     let row = sqlx::query_as::<_, SaleRow>(concat!(
         "INSERT INTO sales (name, description, price_cents, stock_total, starts_at, ends_at, image_url,
                             requires_ticket, payment_window_s, rebuy_after_expiry, max_per_user, rehearsal,
                             waiting_room, queue_opens_at, admit_per_second, proof_of_work,
-                            min_account_age_s)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
-         RETURNING ",
+                            min_account_age_s, mode, entries_open_at, claim_window_s,
+                            draw_commitment)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                 $18, $19, $20, $21) RETURNING ",
         sale_columns!()
     ))
     .bind(&new.name)
@@ -66,7 +71,7 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.starts_at)
     .bind(new.ends_at)
     .bind(&new.image_url)
-    .bind(new.requires_ticket || new.waiting_room.is_some())
+    .bind(new.requires_ticket || new.waiting_room.is_some() || new.draw.is_some())
     .bind(new.payment_window_s)
     .bind(new.rebuy_after_expiry)
     .bind(new.max_per_user)
@@ -76,8 +81,19 @@ pub async fn create_sale<C: ConnectionLike>(
     .bind(new.waiting_room.map(|w| w.admit_per_second))
     .bind(new.proof_of_work)
     .bind(new.min_account_age_s)
+    .bind(if new.draw.is_some() { "draw" } else { "first_come" })
+    .bind(new.draw.map(|d| d.entries_open_at))
+    .bind(new.draw.map(|d| d.claim_window_s))
+    .bind(seed.map(|s| super::draw::order::commitment(&s)))
     .fetch_one(&mut *tx)
     .await?;
+    if let Some(seed) = seed {
+        sqlx::query("INSERT INTO sale_draws (sale_id, seed) VALUES ($1, $2)")
+            .bind(row.id.get())
+            .bind(&seed[..])
+            .execute(&mut *tx)
+            .await?;
+    }
     if let Some(admin) = admin {
         let after = serde_json::to_value(&row).map_err(|e| AppError::Internal(e.into()))?;
         crate::audit::record(

@@ -75,6 +75,7 @@ impl Application {
         .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
         let background_db = stores.background.clone();
         let queue_db = stores.background.clone();
+        let draw_db = stores.background.clone();
         let state = app_state(&config, stores, metrics, recovery, sessions)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -107,6 +108,13 @@ impl Application {
                 config.queue_admission,
                 state.metrics.clone(),
                 state.wake.rooms.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(crate::sale::draw::run::draw_forever(
+                draw_db,
+                state.redis.clone(),
+                state.keys.clone(),
+                config.draw_claim_max,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(crate::observe::probe_postgres(

@@ -186,7 +186,9 @@ pub struct BallotFields {
 
 /// A field that was sent, `null` included (`Some(Value::Null)`); a missing one
 /// stays `None` through `#[serde(default)]`.
-pub fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<serde_json::Value>, D::Error> {
+pub fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
     serde_json::Value::deserialize(d).map(Some)
 }
 

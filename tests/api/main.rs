@@ -14,6 +14,7 @@ mod cancel;
 mod client_limits;
 #[path = "../common/db.rs"]
 mod db;
+mod draws;
 mod health;
 mod helpers;
 mod idempotency;

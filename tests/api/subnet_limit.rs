@@ -77,6 +77,10 @@ async fn a_network_shares_the_join_budget_and_another_network_does_not() {
             ("2001:db8:1:1ff::7", S::OK),
             ("2001:db8:1:1aa::9", S::TOO_MANY_REQUESTS),
             ("2001:db8:1:200::1", S::OK),
+            // The machine itself is no network: loopback meets no subnet policy.
+            ("127.0.0.1", S::OK),
+            ("127.0.0.1", S::OK),
+            ("127.0.0.1", S::OK),
         ],
     )
     .await;

@@ -31,6 +31,7 @@ mod app_kill;
 mod ballots;
 mod cancel_kill;
 mod cluster_failover;
+mod draws;
 mod idempotent_retry;
 mod limit_state;
 mod live_streams;

@@ -11,6 +11,7 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::paging::ListScope;
 use crate::routes::paged_json_with;
 use crate::sale::cached::{admin_page, load_view};
+use crate::sale::draw::DrawFields;
 use crate::sale::list::SaleCursor;
 use crate::sale::queue::room::WaitingRoom;
 use crate::sale::record;
@@ -27,7 +28,10 @@ pub(super) struct CreateSale {
     description: String,
     price_cents: i64,
     stock: i64,
-    starts_at: DateTime<Utc>,
+    /// When the sale opens. Required, except for a draw sale, whose start is its
+    /// draw: send `draw_at` (or the same time in both).
+    #[serde(default)]
+    starts_at: Option<DateTime<Utc>>,
     ends_at: DateTime<Utc>,
     /// The picture: an `https://` address or a path on this site (`/static/...`);
     /// blank or absent for none (pages show a placeholder).
@@ -90,6 +94,23 @@ pub(super) struct CreateSale {
     #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
     #[serde(default)]
     min_account_age_s: Option<serde_json::Value>,
+    /// `first_come` (the default: the first to buy get the units) or `draw`:
+    /// shoppers enter (`POST /api/sales/{id}/entry`) from `entries_open_at` until
+    /// `draw_at`, and the draw's winners buy (see "Draw sales" in docs/api.md).
+    /// Fixed at creation; a draw cannot also have a waiting room.
+    #[serde(default)]
+    mode: record::SaleMode,
+    /// A draw: when entries open, before `draw_at`. Editable until then.
+    #[serde(default)]
+    entries_open_at: Option<DateTime<Utc>>,
+    /// A draw: when it is drawn (the sale's `starts_at`). Editable until entries open.
+    #[serde(default)]
+    draw_at: Option<DateTime<Utc>>,
+    /// A draw: seconds each winner has to buy before the win passes to the next
+    /// entry, 60 to 86400 (default 900). Editable until entries open.
+    #[serde(default)]
+    #[schema(minimum = 60, maximum = 86400)]
+    claim_window_s: Option<i64>,
 }
 
 fn one() -> i64 {
@@ -109,12 +130,21 @@ impl CreateSale {
         let image_url = domain::parse_image_url(self.image_url.as_deref())?;
         let payment_window_s = domain::parse_payment_window(self.payment_window_s)?;
         let max_per_user = domain::parse_max_per_user(self.max_per_user)?;
-        lifecycle::check_window(self.starts_at, self.ends_at)?;
+        let (starts_at, draw) = DrawFields {
+            starts_at: self.starts_at,
+            draw_at: self.draw_at,
+            entries_open_at: self.entries_open_at,
+            claim_window_s: self.claim_window_s,
+        }
+        .settle(self.mode, self.waiting_room)?;
+        let starts_at = starts_at
+            .ok_or_else(|| AppError::new(ErrorCode::InvalidBody, "missing field `starts_at`"))?;
+        lifecycle::check_window(starts_at, self.ends_at)?;
         let waiting_room = if self.waiting_room {
             Some(WaitingRoom::check(
                 self.queue_opens_at,
                 self.admit_per_second,
-                self.starts_at,
+                starts_at,
             )?)
         } else if self.queue_opens_at.is_some() || self.admit_per_second.is_some() {
             return Err(AppError::new(
@@ -130,13 +160,15 @@ impl CreateSale {
         }
         .parse()?;
         let proof_of_work = fairness.proof_of_work.unwrap_or(0);
-        crate::gate::check_sale_proof(proof_of_work, self.requires_ticket, waiting_room.is_some())?;
+        // A draw sale always asks for a ticket (a win's).
+        let ticketed = self.requires_ticket || draw.is_some();
+        crate::gate::check_sale_proof(proof_of_work, ticketed, waiting_room.is_some())?;
         Ok(NewSale {
             name,
             description,
             price_cents,
             stock,
-            starts_at: self.starts_at,
+            starts_at,
             ends_at: self.ends_at,
             image_url,
             requires_ticket: self.requires_ticket,
@@ -147,6 +179,7 @@ impl CreateSale {
             waiting_room,
             proof_of_work,
             min_account_age_s: fairness.min_account_age_s.unwrap_or(0),
+            draw,
         })
     }
 }
@@ -154,7 +187,7 @@ impl CreateSale {
 /// Creates a sale.
 #[utoipa::path(post, path = "/api/admin/sales", tag = "admin", request_body = CreateSale, security(("bearer" = [])), responses(
     (status = 201, description = "The new sale", body = record::SaleView),
-    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, `invalid_fairness`, ...) or `invalid_body`", body = ErrorBody<'static>),
+    (status = 422, description = "A field that fails validation (`invalid_text`, `invalid_price`, `invalid_stock`, `invalid_window`, `invalid_waiting_room`, `invalid_draw`, `invalid_fairness`, ...) or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_create(
     state: web::Data<AppState>,

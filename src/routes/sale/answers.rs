@@ -53,6 +53,20 @@ pub(super) fn not_admitted(sale: SaleId) -> AppError {
     )
 }
 
+/// 403 `not_drawn`: a draw sale sells to its winners only, while their claim runs.
+pub(super) fn not_drawn(sale: SaleId) -> AppError {
+    crate::sale::ticket::not_drawn(sale)
+}
+
+/// A purchase the script found without an admission: `not_drawn` for a draw
+/// sale, else `not_admitted` (a refusal: the cached record, no query).
+pub(super) async fn not_admitted_of(state: &AppState, sale: SaleId) -> AppError {
+    match cached::sale_row(state, sale).await {
+        Ok(Some(row)) if row.is_draw() => not_drawn(sale),
+        _ => not_admitted(sale),
+    }
+}
+
 /// Redis has no state for this sale: 404 when Postgres has none either (the cached
 /// answer, so unknown ids cost no query each), else the sale was lost (wiped):
 /// rebuild it and answer 503 meanwhile.

@@ -63,6 +63,13 @@ pub(super) struct EditSale {
     /// off) to 31622400 (366 days). Else 422 `invalid_fairness`.
     #[schema(value_type = Option<i32>, minimum = 0, maximum = 31622400)]
     min_account_age_s: Option<serde_json::Value>,
+    /// A draw sale: when it is drawn (moves `starts_at`), until entries open.
+    draw_at: Option<DateTime<Utc>>,
+    /// A draw sale: when entries open, before `draw_at`; until they open.
+    entries_open_at: Option<DateTime<Utc>>,
+    /// A draw sale: a winner's seconds to buy, 60 to 86400; until entries open.
+    #[schema(minimum = 60, maximum = 86400)]
+    claim_window_s: Option<i64>,
 }
 
 impl EditSale {
@@ -118,6 +125,22 @@ impl EditSale {
                         })
                 })
                 .transpose()?,
+            draw_at: self.draw_at,
+            entries_open_at: self.entries_open_at,
+            claim_window_s: self
+                .claim_window_s
+                .map(|c| {
+                    i32::try_from(c)
+                        .ok()
+                        .filter(|c| crate::sale::draw::CLAIM_WINDOW_S.contains(&i64::from(*c)))
+                        .ok_or_else(|| {
+                            AppError::new(
+                                ErrorCode::InvalidDraw,
+                                "claim_window_s must be 60 to 86400",
+                            )
+                        })
+                })
+                .transpose()?,
         })
     }
 }
@@ -126,8 +149,8 @@ impl EditSale {
 #[utoipa::path(patch, path = "/api/admin/sales/{id}", tag = "admin", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), request_body = EditSale, security(("bearer" = [])), responses(
     (status = 200, description = "The sale as it is now", body = record::SaleView),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
-    (status = 409, description = "`sale_started`: a field fixed once the sale has opened (or an earlier `ends_at`)", body = ErrorBody<'static>),
-    (status = 422, description = "A field that fails its check (`invalid_text`, `invalid_price`, `invalid_window`, `invalid_image_url`, `invalid_payment_window`, `invalid_quantity`, `invalid_fairness`) or `invalid_body`", body = ErrorBody<'static>),
+    (status = 409, description = "`sale_started`: a field fixed once the sale has opened, or a draw's entries have (or an earlier `ends_at`)", body = ErrorBody<'static>),
+    (status = 422, description = "A field that fails its check (`invalid_text`, `invalid_price`, `invalid_window`, `invalid_image_url`, `invalid_payment_window`, `invalid_quantity`, `invalid_waiting_room`, `invalid_draw`, `invalid_fairness`) or `invalid_body`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn admin_edit(
     state: web::Data<AppState>,

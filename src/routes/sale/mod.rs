@@ -1,6 +1,6 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
 //! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
-//! (`queue.rs`), an order's status and payment (`orders.rs`), the admin's set-up
+//! (`queue.rs`), a draw's entry, standing and publication (`draw.rs`), an order's status and payment (`orders.rs`), the admin's set-up
 //! (`admin.rs`), the sale-day console (`console.rs`), what sold (`sold.rs`),
 //! upkeep (`repair.rs`), edit, archive, delete and history (`lifecycle.rs`), a
 //! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket and
@@ -17,6 +17,7 @@ mod admin;
 mod answers;
 mod buyer;
 mod console;
+mod draw;
 mod lifecycle;
 mod line;
 mod orders;
@@ -34,6 +35,10 @@ mod ticket;
     ticket::ticket,
     queue::join,
     queue::me,
+    draw::enter,
+    draw::me,
+    draw::draw,
+    draw::entries_csv,
     buyer::list,
     buyer::show,
     buyer::events,
@@ -68,6 +73,10 @@ super::routes! {
     post "/sales/{id}/ticket" => ticket::ticket,
     post "/sales/{id}/queue" => queue::join,
     get "/sales/{id}/queue/me" => queue::me,
+    post "/sales/{id}/entry" => draw::enter,
+    get "/sales/{id}/entry/me" => draw::me,
+    get "/sales/{id}/draw" => draw::draw,
+    get "/sales/{id}/draw/entries.csv" => draw::entries_csv,
     get "/sales" => buyer::list,
     get "/sales/{id}" => buyer::show,
     get "/sales/{id}/events" => buyer::events,

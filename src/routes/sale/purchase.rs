@@ -53,7 +53,7 @@ struct Accepted {
         ("RateLimit" = String), ("RateLimit-Policy" = String),
         ("Idempotent-Replayed" = String, description = "`true` when this is the first answer to this Idempotency-Key given again"))),
     (status = 400, description = "`invalid_idempotency_key`: an Idempotency-Key header out of its form, or `invalid_json`: a body that is not JSON", body = ErrorBody<'static>),
-    (status = 403, description = "`not_admitted`: the sale has a waiting room, and the purchase carried no ticket or the buyer's admission is missing or expired (nothing taken); `account_too_new`: a sale without tickets whose `min_account_age_s` the account does not meet yet (`allowed_at` when it may before the close)", body = ErrorBody<'static>),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room, and the purchase carried no ticket or the buyer's admission is missing or expired; `not_drawn`: a draw sale, and the buyer holds no running win of its draw (nothing taken); `account_too_new`: a sale without tickets whose `min_account_age_s` the account does not meet yet (`allowed_at` when it may before the close)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`already_bought` (one per customer; the body names the buyer's orders of the sale in `order_ids`: AlreadyBought), `per_user_limit` (the quantity would pass `max_per_user`), `not_enough_left` (fewer units left than asked for; nothing taken), or `not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `not_started`: seconds until the sale opens"))),
@@ -219,7 +219,7 @@ async fn purchase_answer(
             ErrorCode::NotEnoughLeft,
             format!("only {left} left: ask for at most {left} (nothing was taken)"),
         )),
-        PurchaseOutcome::NotAdmitted => Err(answers::not_admitted(sale)),
+        PurchaseOutcome::NotAdmitted => Err(answers::not_admitted_of(state, sale).await),
         PurchaseOutcome::SoldOut => {
             state.sold_out.mark(sale);
             Err(answers::sold_out())

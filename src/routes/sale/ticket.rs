@@ -33,7 +33,7 @@ struct Ticket {
 #[utoipa::path(post, path = "/api/sales/{id}/ticket", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
     (status = 200, description = "The ticket, bound to this user and sale, good for 30 s", body = Ticket, headers(
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
-    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`); `account_too_new` (the sale's `min_account_age_s`; `allowed_at` when the account may before the close); `proof_invalid` or `proof_used` (the sale's `proof_of_work`)", body = ErrorBody<'static>),
+    (status = 403, description = "`not_admitted`: the sale has a waiting room and the caller holds no admission (see `GET /api/sales/{id}/queue/me`); `not_drawn`: a draw sale (its winners' tickets come with `GET /api/sales/{id}/entry/me`); `account_too_new` (the sale's `min_account_age_s`; `allowed_at` when the account may before the close); `proof_invalid` or `proof_used` (the sale's `proof_of_work`)", body = ErrorBody<'static>),
     (status = 428, description = "`proof_required`: the sale asks for a `Proof-Of-Work` header with the ticket (a sale without a waiting room; see `GET /api/sales/{id}/challenge`)", body = ErrorBody<'static>),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`not_started` (with `Retry-After`: seconds until it opens)", body = ErrorBody<'static>, headers(
@@ -78,6 +78,7 @@ pub(super) async fn ticket(
         Grant::Line(place) => return Err(answers::line_refusal(&state, sale, place).await),
         Grant::SoldOut => return Err(answers::sold_out()),
         Grant::NotAdmitted => return Err(answers::not_admitted(sale)),
+        Grant::NotDrawn => return Err(answers::not_drawn(sale)),
     };
     let expires_at = DateTime::from_timestamp_millis(expires_ms).ok_or_else(|| {
         AppError::Internal(anyhow::anyhow!(

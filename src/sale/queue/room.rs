@@ -44,10 +44,14 @@ impl WaitingRoom {
     }
 }
 
-/// The meta hash's `wr`: admissions a second, 0 without a waiting room.
+/// The meta hash's `wr`: admissions a second, 0 without a waiting room, -1 for a
+/// draw sale (admissions, its wins, are given by the draw: `lua/draw_admit.lua`;
+/// the purchase wants one as with a waiting room, and no line is joined).
 pub fn rate_in_meta(row: &SaleRow) -> i32 {
     if row.waiting_room {
         row.admit_per_second.unwrap_or(1).max(1)
+    } else if row.is_draw() {
+        -1
     } else {
         0
     }

@@ -28,6 +28,9 @@ pub enum Grant {
     SoldOut,
     /// The sale has a waiting room and the shopper holds no running admission.
     NotAdmitted,
+    /// A draw sale: its winners' tickets come with their standing
+    /// (`GET /api/sales/{id}/entry/me`), never from here.
+    NotDrawn,
 }
 
 /// The ticket of an admitted shopper, good as long as the admission, with its end
@@ -68,6 +71,9 @@ pub async fn grant<S: CachedReads + ?Sized, C: ConnectionLike>(
     let Some(row) = crate::sale::cached::sale_row(reads, sale).await? else {
         return Err(AppError::not_found(format!("no sale with id {sale}")));
     };
+    if row.is_draw() {
+        return Ok(Grant::NotDrawn);
+    }
     if !row.waiting_room {
         let expires_ms = now_ms + super::TICKET_TTL_MS;
         return Ok(Grant::Issued {

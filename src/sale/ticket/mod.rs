@@ -128,6 +128,8 @@ pub enum Rule {
     Ticket,
     /// An admission from its waiting room (whose ticket the purchase carries).
     Admission,
+    /// A running win of its draw (whose ticket `GET /api/sales/{id}/entry/me` gives).
+    Draw,
 }
 
 impl Rule {
@@ -136,6 +138,15 @@ impl Rule {
             (_, true) => Rule::Admission,
             (true, false) => Rule::Ticket,
             (false, false) => Rule::None,
+        }
+    }
+
+    /// What `row` wants with a purchase.
+    pub fn of_row(row: &crate::sale::record::SaleRow) -> Rule {
+        if row.is_draw() {
+            Rule::Draw
+        } else {
+            Rule::of(row.requires_ticket, row.waiting_room)
         }
     }
 }
@@ -187,7 +198,7 @@ pub async fn check_purchase<S: CachedReads + ?Sized>(
         Some(rule) => rule,
         None => match super::cached::sale_row(reads, sale).await? {
             Some(row) => {
-                let rule = Rule::of(row.requires_ticket, row.waiting_room);
+                let rule = Rule::of_row(&row);
                 if row.starts_at <= chrono::Utc::now() {
                     rules.remember(sale, rule);
                 }
@@ -205,6 +216,9 @@ pub async fn check_purchase<S: CachedReads + ?Sized>(
             ),
         ));
     }
+    if rule == Rule::Draw {
+        return Err(not_drawn(sale));
+    }
     if rule == Rule::Ticket {
         return Err(AppError::new(
             ErrorCode::TicketRequired,
@@ -215,6 +229,17 @@ pub async fn check_purchase<S: CachedReads + ?Sized>(
         ));
     }
     Ok(())
+}
+
+/// 403 `not_drawn`: a draw sale sells only to its winners, with the ticket their
+/// standing gives, while their claim runs.
+pub fn not_drawn(sale: SaleId) -> AppError {
+    AppError::new(
+        ErrorCode::NotDrawn,
+        format!(
+            "this sale is a draw: only its winners buy, with the ticket GET              /api/sales/{sale}/entry/me gives them until their claim window ends"
+        ),
+    )
 }
 
 fn ticket_refused(e: TicketError) -> AppError {

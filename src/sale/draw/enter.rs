@@ -1,0 +1,181 @@
+//! An entry into a draw (one per account) and a shopper's standing in it.
+//!
+//! The entry is written in Postgres, under a share lock of the draw's row and with
+//! Postgres's clock: the draw takes that row's lock for update and only once its
+//! time has passed, so an entry either is in the draw or was refused
+//! `entries_closed`, never lost between the two.
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::domain::{SaleId, UserId};
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::sale::record::SaleRow;
+
+/// An entry: its id (what the draw hashes) and when it was made.
+#[derive(Clone, Copy, Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Entry {
+    pub entry_id: i64,
+    pub entered_at: DateTime<Utc>,
+}
+
+/// What an entry came to.
+#[derive(Debug)]
+pub enum Entered {
+    /// Entered (now or before: the same entry).
+    Entry(Entry),
+    /// Entries open in this many ms (Postgres's clock).
+    NotOpen { in_ms: i64 },
+    /// The draw's time has come (or it is drawn).
+    Closed,
+    /// No such draw.
+    NoDraw,
+}
+
+/// Enters `user` into `sale`'s draw, or finds the entry made before.
+pub async fn enter(db: &PgPool, sale: SaleId, user: UserId) -> Result<Entered, AppError> {
+    let mut tx = db.begin().await?;
+    let window: Option<(bool, bool, f64)> = sqlx::query_as(
+        "SELECT d.drawn_at IS NULL AND clock_timestamp() < s.starts_at,
+                clock_timestamp() >= s.entries_open_at,
+                EXTRACT(EPOCH FROM s.entries_open_at - clock_timestamp())::float8 * 1000
+         FROM sale_draws d JOIN sales s ON s.id = d.sale_id
+         WHERE d.sale_id = $1 FOR SHARE OF d",
+    )
+    .bind(sale.get())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((before_draw, opened, opens_in_ms)) = window else {
+        return Ok(Entered::NoDraw);
+    };
+    if !before_draw {
+        return Ok(Entered::Closed);
+    }
+    if !opened {
+        return Ok(Entered::NotOpen {
+            in_ms: opens_in_ms.ceil() as i64,
+        });
+    }
+    let new: Option<Entry> = sqlx::query_as(
+        "INSERT INTO draw_entries (sale_id, user_id) VALUES ($1, $2)
+         ON CONFLICT (sale_id, user_id) DO NOTHING
+         RETURNING id AS entry_id, entered_at",
+    )
+    .bind(sale.get())
+    .bind(user.get())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let entry = match new {
+        Some(entry) => entry,
+        None => sqlx::query_as(
+            "SELECT id AS entry_id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = $2",
+        )
+        .bind(sale.get())
+        .bind(user.get())
+        .fetch_one(&mut *tx)
+        .await?,
+    };
+    tx.commit().await?;
+    Ok(Entered::Entry(entry))
+}
+
+/// Where an entrant stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Entered; the draw has not been made.
+    Entered,
+    /// Won: may buy until `claim_until`.
+    Won { claim_until: DateTime<Utc> },
+    /// Won and bought.
+    Bought,
+    /// Won, and the claim window ended unused: the win passed on.
+    ClaimPassed,
+    /// Not (yet) won, and a win may still pass to this entry: `position` 1 is next.
+    Waitlisted { position: i64 },
+    /// Not won, and no win can pass on any more (sold, ended, or no entries left).
+    NotDrawn,
+}
+
+impl Standing {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Standing::Entered => "entered",
+            Standing::Won { .. } => "won",
+            Standing::Bought => "bought",
+            Standing::ClaimPassed => "claim_passed",
+            Standing::Waitlisted { .. } => "waitlisted",
+            Standing::NotDrawn => "not_drawn",
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    entry_id: i64,
+    entered_at: DateTime<Utc>,
+    rank: Option<i32>,
+    claim_until: Option<DateTime<Utc>>,
+    outcome: Option<String>,
+    drawn: bool,
+    offered: i32,
+    finished: bool,
+    now: DateTime<Utc>,
+}
+
+/// `user`'s entry into `sale`'s draw and where it stands; `None` without one.
+/// Whether a winner bought is read from Redis (the purchase's own record).
+pub async fn standing<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: &SaleRow,
+    user: UserId,
+) -> Result<Option<(Entry, Standing)>, AppError> {
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT e.id AS entry_id, e.entered_at, e.rank, e.claim_until, e.outcome,
+                d.drawn_at IS NOT NULL AS drawn, d.offered, d.finished_at IS NOT NULL AS finished,
+                clock_timestamp() AS now
+         FROM draw_entries e JOIN sale_draws d ON d.sale_id = e.sale_id
+         WHERE e.sale_id = $1 AND e.user_id = $2",
+    )
+    .bind(sale.id.get())
+    .bind(user.get())
+    .fetch_optional(db)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let entry = Entry {
+        entry_id: row.entry_id,
+        entered_at: row.entered_at,
+    };
+    let k = keys.sale(sale.id);
+    let standing = if !row.drawn {
+        Standing::Entered
+    } else if let Some(claim_until) = row.claim_until {
+        if row.outcome.as_deref() == Some("bought")
+            || super::pass::bought(redis, &k, sale.max_per_user, &[user.get()]).await?[0]
+        {
+            Standing::Bought
+        } else if row.outcome.is_none() && claim_until > row.now {
+            Standing::Won { claim_until }
+        } else {
+            Standing::ClaimPassed
+        }
+    } else {
+        let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
+        let rank = i64::from(row.rank.unwrap_or(0));
+        let open = !row.finished && !sale.closed && sale.ends_at > row.now;
+        if open && left.unwrap_or(0) > 0 && rank > i64::from(row.offered) {
+            Standing::Waitlisted {
+                position: rank - i64::from(row.offered),
+            }
+        } else {
+            Standing::NotDrawn
+        }
+    };
+    Ok(Some((entry, standing)))
+}

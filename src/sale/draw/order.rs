@@ -1,0 +1,134 @@
+//! The draw's arithmetic, byte for byte as `docs/api.md` ("Draw sales") publishes
+//! it, so anyone can recompute it (`stampede verify-draw` does, from this file):
+//!
+//! - the seed: 32 random bytes, published as 64 lower-case hex digits after the draw;
+//! - the commitment: SHA-256 of those 32 bytes, as 64 lower-case hex digits;
+//! - each entry's key: HMAC-SHA-256 with the 32 seed bytes as the key and the entry
+//!   id written in decimal ASCII digits (no sign, no leading zeros, no newline) as
+//!   the message;
+//! - the order: entries by their 32-byte key compared as unsigned bytes, first
+//!   byte first (a tie, never seen in practice, by the smaller entry id);
+//! - the first `winners(stock, max_per_user, entries)` entries of that order win;
+//!   a win that passes goes to the next entries in the same order.
+//!
+//! No I/O here: a leaf the server, the CLI and the tests share.
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+
+/// Bytes of a seed.
+pub const SEED_BYTES: usize = 32;
+
+/// A new secret seed from the thread's CSPRNG.
+pub fn new_seed() -> [u8; SEED_BYTES] {
+    use rand::RngCore;
+    let mut seed = [0u8; SEED_BYTES];
+    rand::rng().fill_bytes(&mut seed);
+    seed
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// The bytes of a hex text (either case); `None` unless it is whole bytes of hex.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// The commitment published from the sale's creation: hex SHA-256 of the seed.
+pub fn commitment(seed: &[u8]) -> String {
+    hex(&Sha256::digest(seed))
+}
+
+/// An entry's key in the draw: HMAC-SHA-256(seed, decimal entry id).
+pub fn entry_key(seed: &[u8], entry_id: i64) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(seed).expect("HMAC accepts any key length");
+    let mut digits = itoa::Buffer::new();
+    mac.update(digits.format(entry_id).as_bytes());
+    mac.finalize().into_bytes().into()
+}
+
+/// The entry ids in the draw's order.
+pub fn order(seed: &[u8], entries: &[i64]) -> Vec<i64> {
+    let mut keyed: Vec<([u8; 32], i64)> = entries
+        .iter()
+        .map(|&id| (entry_key(seed, id), id))
+        .collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, id)| id).collect()
+}
+
+/// How many entries win at the draw: one per unit, or `ceil(stock / max_per_user)`
+/// when a customer may buy several; never more than there are entries.
+pub fn winners(stock: i64, max_per_user: i64, entries: usize) -> usize {
+    let per = max_per_user.max(1);
+    let wanted = (stock.max(0) + per - 1) / per;
+    usize::try_from(wanted).unwrap_or(usize::MAX).min(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_commitment_is_the_hex_sha256_of_the_seed() {
+        // SHA-256 of 32 zero bytes.
+        assert_eq!(
+            commitment(&[0u8; 32]),
+            "66687aadf862bd776c8fc18b8e9f8e20089714856ee233b3902a591d0d5f2925"
+        );
+        assert_eq!(unhex(&hex(&[0, 1, 254, 255])), Some(vec![0, 1, 254, 255]));
+        assert_eq!(unhex("0g"), None);
+        assert_eq!(unhex("abc"), None);
+    }
+
+    #[test]
+    fn an_entry_key_is_the_hmac_of_its_decimal_id() {
+        let seed = [7u8; 32];
+        let mut mac = Hmac::<Sha256>::new_from_slice(&seed).unwrap();
+        mac.update(b"12345");
+        let want: [u8; 32] = mac.finalize().into_bytes().into();
+        assert_eq!(entry_key(&seed, 12345), want);
+    }
+
+    #[test]
+    fn the_order_follows_the_keys_and_depends_on_the_seed() {
+        let ids: Vec<i64> = (1..=200).collect();
+        let a = order(&[1u8; 32], &ids);
+        let b = order(&[2u8; 32], &ids);
+        assert_ne!(a, b);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, ids, "every entry once");
+        for w in a.windows(2) {
+            assert!(entry_key(&[1u8; 32], w[0]) < entry_key(&[1u8; 32], w[1]));
+        }
+        // The order of the entries given does not matter.
+        let mut reversed = ids.clone();
+        reversed.reverse();
+        assert_eq!(order(&[1u8; 32], &reversed), a);
+    }
+
+    #[test]
+    fn winners_are_units_or_customers_never_more_than_entries() {
+        assert_eq!(winners(10, 1, 100), 10);
+        assert_eq!(winners(10, 3, 100), 4);
+        assert_eq!(winners(9, 3, 100), 3);
+        assert_eq!(winners(10, 1, 4), 4);
+        assert_eq!(winners(0, 1, 4), 0);
+    }
+}

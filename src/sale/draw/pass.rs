@@ -1,0 +1,251 @@
+//! A drawn sale's wins in Redis, and their passing on.
+//!
+//! A win is a waiting room's admission (`queue:open`, user -> claim end ms), given
+//! once by `lua/draw_admit.lua` (the `queue:admitted` hash remembers it), used up
+//! by the purchase. Each step of [`step`] (every server, every half second, one
+//! at a time per sale under the draw row's lock) settles the wins whose claim
+//! ended: bought (the buyers set or units hash holds the winner) or passed, and
+//! offers as many next entries in the seeded order as the units left want.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use redis::aio::ConnectionLike;
+use sqlx::PgPool;
+
+use crate::domain::SaleId;
+use crate::error::AppError;
+use crate::keys::{Keys, SaleKeys};
+use crate::lua::lua_script;
+
+static DRAW_ADMIT: LazyLock<crate::lua::Script> = lua_script!("draw_admit.lua");
+
+/// How long after a claim's end a step waits before it calls the win passed: the
+/// purchase script decides by the Redis clock, this by Postgres's.
+const CLAIM_GRACE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(250);
+
+/// Whether each of `users` bought from the sale (Redis: the buyers set, or the
+/// units hash of a sale of more than one per customer).
+pub async fn bought<C: ConnectionLike>(
+    redis: &mut C,
+    k: &SaleKeys,
+    max_per_user: i32,
+    users: &[i64],
+) -> Result<Vec<bool>, AppError> {
+    if users.is_empty() {
+        return Ok(Vec::new());
+    }
+    if max_per_user > 1 {
+        let units: Vec<Option<i64>> = redis::cmd("HMGET")
+            .arg(&k.units)
+            .arg(users)
+            .query_async(redis)
+            .await?;
+        return Ok(units.into_iter().map(|u| u.unwrap_or(0) > 0).collect());
+    }
+    let member: Vec<bool> = redis::cmd("SMISMEMBER")
+        .arg(&k.buyers)
+        .arg(users)
+        .query_async(redis)
+        .await?;
+    Ok(member)
+}
+
+/// The wins offered and not settled whose claim still runs: (user, claim end).
+async fn running(
+    db: impl sqlx::PgExecutor<'_>,
+    sale: SaleId,
+) -> Result<Vec<(i64, DateTime<Utc>)>, AppError> {
+    Ok(sqlx::query_as(
+        "SELECT user_id, claim_until FROM draw_entries
+         WHERE sale_id = $1 AND won_at IS NOT NULL AND outcome IS NULL
+           AND claim_until > clock_timestamp()",
+    )
+    .bind(sale.get())
+    .fetch_all(db)
+    .await?)
+}
+
+/// Gives the running wins of `sale` in Redis (each once, from any server: what
+/// was given stays as it is). False when Redis does not hold the sale now.
+pub async fn admit<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+) -> Result<bool, AppError> {
+    let wins = running(db, sale).await?;
+    if wins.is_empty() {
+        return Ok(true);
+    }
+    let k = keys.sale(sale);
+    for chunk in wins.chunks(1000) {
+        let mut call = DRAW_ADMIT.key(&k.meta);
+        call.key(&k.queue_open).key(&k.queue_admitted);
+        for (user, until) in chunk {
+            call.arg(*user).arg(until.timestamp_millis());
+        }
+        let given: i64 = call.invoke_async(redis).await?;
+        if given < 0 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Puts back the running wins of a drawn sale after Redis lost them (the sale's
+/// rebuild, under its row lock): each not yet bought is given again, merged
+/// with what Redis still holds.
+pub async fn restore<C: ConnectionLike>(
+    tx: &mut sqlx::PgConnection,
+    redis: &mut C,
+    k: &SaleKeys,
+    sale: SaleId,
+    buyers: &std::collections::HashSet<i64>,
+) -> Result<(), AppError> {
+    let wins = running(&mut *tx, sale).await?;
+    for chunk in wins.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for (user, until) in chunk.iter().filter(|(u, _)| !buyers.contains(u)) {
+            let e = until.timestamp_millis();
+            pipe.hset_nx(&k.queue_admitted, user, e).ignore();
+            pipe.cmd("ZADD")
+                .arg(&k.queue_open)
+                .arg("NX")
+                .arg(e)
+                .arg(user)
+                .ignore();
+        }
+        let _: () = pipe.query_async(redis).await?;
+    }
+    Ok(())
+}
+
+#[derive(sqlx::FromRow)]
+struct Draw {
+    offered: i32,
+    entries: i32,
+    max_per_user: i32,
+    claim_window_s: i32,
+    over: bool,
+    now: DateTime<Utc>,
+}
+
+/// One step of a drawn sale (see the module): wins settled, next entries offered,
+/// the draw finished once the sale is over or every entry was offered and none
+/// is running. `None` when there is nothing to step (not drawn, finished, or
+/// another server steps it now); else the wins newly offered.
+pub async fn step<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    claim_max: Duration,
+) -> Result<Option<u64>, AppError> {
+    let mut tx = db.begin().await?;
+    let draw: Option<Draw> = sqlx::query_as(
+        "SELECT d.offered, d.entries, s.max_per_user, s.claim_window_s,
+                s.closed OR s.ends_at <= clock_timestamp() AS over, clock_timestamp() AS now
+         FROM sale_draws d JOIN sales s ON s.id = d.sale_id
+         WHERE d.sale_id = $1 AND d.drawn_at IS NOT NULL AND d.finished_at IS NULL
+         FOR UPDATE OF d SKIP LOCKED",
+    )
+    .bind(sale.get())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(draw) = draw else {
+        return Ok(None);
+    };
+    if draw.over {
+        finish(&mut tx, sale, draw.offered, true).await?;
+        tx.commit().await?;
+        return Ok(Some(0));
+    }
+    let k = keys.sale(sale);
+    let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
+    let Some(left) = left else {
+        // Redis does not hold the sale: its rebuild first.
+        return Ok(None);
+    };
+    let wins: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT user_id, claim_until FROM draw_entries
+         WHERE sale_id = $1 AND won_at IS NOT NULL AND outcome IS NULL",
+    )
+    .bind(sale.get())
+    .fetch_all(&mut *tx)
+    .await?;
+    let users: Vec<i64> = wins.iter().map(|(u, _)| *u).collect();
+    let bought = bought(redis, &k, draw.max_per_user, &users).await?;
+    let (mut sold_to, mut passed, mut open) = (Vec::new(), Vec::new(), 0i64);
+    for ((user, until), bought) in wins.iter().zip(bought) {
+        if bought {
+            sold_to.push(*user);
+        } else if *until + CLAIM_GRACE <= draw.now {
+            passed.push(*user);
+        } else {
+            open += 1;
+        }
+    }
+    for (outcome, users) in [("bought", &sold_to), ("passed", &passed)] {
+        if !users.is_empty() {
+            sqlx::query(
+                "UPDATE draw_entries SET outcome = $3 WHERE sale_id = $1 AND user_id = ANY($2)",
+            )
+            .bind(sale.get())
+            .bind(users)
+            .bind(outcome)
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    let wanted = super::order::winners(left, i64::from(draw.max_per_user), usize::MAX) as i64;
+    let want = (wanted - open).max(0);
+    let mut newly = 0u64;
+    if want > 0 && draw.offered < draw.entries {
+        let claim = claim_of(draw.claim_window_s, claim_max);
+        newly = sqlx::query(
+            "UPDATE draw_entries SET won_at = $4, claim_until = $5
+             WHERE sale_id = $1 AND rank > $2 AND rank <= $2 + $3",
+        )
+        .bind(sale.get())
+        .bind(draw.offered)
+        .bind(want.min(i64::from(i32::MAX)) as i32)
+        .bind(draw.now)
+        .bind(draw.now + claim)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    }
+    let offered = draw.offered + newly as i32;
+    let done = offered >= draw.entries && open == 0 && newly == 0;
+    finish(&mut tx, sale, offered, done).await?;
+    tx.commit().await?;
+    Ok(Some(newly))
+}
+
+async fn finish(
+    tx: &mut sqlx::PgConnection,
+    sale: SaleId,
+    offered: i32,
+    done: bool,
+) -> Result<(), AppError> {
+    sqlx::query(
+        "UPDATE sale_draws SET offered = $2,
+                finished_at = CASE WHEN $3 THEN clock_timestamp() END
+         WHERE sale_id = $1",
+    )
+    .bind(sale.get())
+    .bind(offered)
+    .bind(done)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+/// A win's claim window: the sale's, at most `claim_max` (the server's setting,
+/// which tests shorten).
+pub fn claim_of(claim_window_s: i32, claim_max: Duration) -> chrono::TimeDelta {
+    let window = Duration::from_secs(u64::try_from(claim_window_s).unwrap_or(0)).min(claim_max);
+    chrono::TimeDelta::from_std(window).unwrap_or(chrono::TimeDelta::zero())
+}

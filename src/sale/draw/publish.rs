@@ -1,0 +1,146 @@
+//! What a drawn sale publishes, so anyone can check it (`stampede verify-draw`):
+//! the seed, its commitment, the number of entries, the wins in the seeded order
+//! (`GET /api/sales/{id}/draw`), and every entry with its time
+//! (`GET /api/sales/{id}/draw/entries.csv`, streamed).
+
+use actix_web::web::Bytes;
+use chrono::{DateTime, Utc};
+use futures_util::{Stream, TryStreamExt};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::csv::{self, CsvOut};
+use crate::domain::SaleId;
+use crate::error::AppError;
+
+/// A drawn sale's draw, as published.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Published {
+    #[schema(value_type = i64)]
+    pub sale_id: SaleId,
+    /// The 32-byte seed, 64 lower-case hex digits.
+    pub seed: String,
+    /// Hex SHA-256 of the seed: the sale's `draw_commitment` since its creation.
+    pub commitment: String,
+    pub drawn_at: DateTime<Utc>,
+    /// Entries in the draw (every row of `entries.csv`).
+    pub entries: i64,
+    /// Entries that won at the draw itself (the first of `winners`).
+    pub winners_at_draw: i64,
+    /// Every entry offered a win so far, in the seeded order: those of the draw,
+    /// then those a passed win went to.
+    pub winners: Vec<Winner>,
+}
+
+/// One win, in the seeded order.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct Winner {
+    /// 1 is the first in the seeded order.
+    pub rank: i32,
+    pub entry_id: i64,
+    pub won_at: DateTime<Utc>,
+    pub claim_until: DateTime<Utc>,
+    /// `bought` or `passed` once settled; absent while the claim runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+}
+
+/// What a sale's draw publishes now.
+pub enum Publication {
+    Drawn(Published),
+    /// Not drawn yet: in this many ms by the draw's time (0 when due).
+    Pending {
+        in_ms: i64,
+    },
+    /// Not a draw sale.
+    NoDraw,
+}
+
+#[derive(sqlx::FromRow)]
+struct DrawRow {
+    seed: Vec<u8>,
+    drawn_at: Option<DateTime<Utc>>,
+    entries: Option<i32>,
+    in_ms: f64,
+}
+
+/// The publication of `sale`'s draw.
+pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppError> {
+    let draw: Option<DrawRow> = sqlx::query_as(
+        "SELECT d.seed, d.drawn_at, d.entries,
+                GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
+                    AS in_ms
+         FROM sale_draws d JOIN sales s ON s.id = d.sale_id WHERE d.sale_id = $1",
+    )
+    .bind(sale.get())
+    .fetch_optional(db)
+    .await?;
+    let Some(DrawRow {
+        seed,
+        drawn_at,
+        entries,
+        in_ms,
+    }) = draw
+    else {
+        return Ok(Publication::NoDraw);
+    };
+    let Some(drawn_at) = drawn_at else {
+        return Ok(Publication::Pending {
+            in_ms: in_ms.ceil() as i64,
+        });
+    };
+    let winners: Vec<Winner> = sqlx::query_as(
+        "SELECT rank, id AS entry_id, won_at, claim_until, outcome FROM draw_entries
+         WHERE sale_id = $1 AND won_at IS NOT NULL ORDER BY rank",
+    )
+    .bind(sale.get())
+    .fetch_all(db)
+    .await?;
+    let winners_at_draw = winners.iter().filter(|w| w.won_at == drawn_at).count() as i64;
+    Ok(Publication::Drawn(Published {
+        sale_id: sale,
+        seed: super::order::hex(&seed),
+        commitment: super::order::commitment(&seed),
+        drawn_at,
+        entries: i64::from(entries.unwrap_or(0)),
+        winners_at_draw,
+        winners,
+    }))
+}
+
+/// The first line of `entries.csv`.
+pub const CSV_HEADER: &str = "entry_id,entered_at\n";
+
+/// Every entry of `sale`'s draw, by id, as CSV streamed from one query.
+pub fn entries_csv(
+    db: PgPool,
+    sale: SaleId,
+) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
+    let span = tracing::warn_span!("draw_entries_csv", sale = %sale);
+    csv::stream(span, CSV_HEADER, move |out| write_csv(db, sale, out))
+}
+
+async fn write_csv(db: PgPool, sale: SaleId, mut out: CsvOut) -> Result<(), AppError> {
+    let mut tx = csv::download_transaction(&db).await?;
+    {
+        let mut rows = sqlx::query_as::<_, (i64, DateTime<Utc>)>(
+            "SELECT id, entered_at FROM draw_entries WHERE sale_id = $1 ORDER BY id",
+        )
+        .bind(sale.get())
+        .fetch(&mut *tx);
+        let mut digits = itoa::Buffer::new();
+        while let Some((id, at)) = rows.try_next().await? {
+            let buf = out.buf();
+            buf.push_str(digits.format(id));
+            buf.push(',');
+            buf.push_str(&csv::time(Some(at)));
+            buf.push('\n');
+            if !out.row_done().await {
+                return Ok(());
+            }
+        }
+    }
+    tx.commit().await?;
+    out.finish().await;
+    Ok(())
+}

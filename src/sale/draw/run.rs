@@ -1,0 +1,197 @@
+//! The draw, exactly once, and the loop every server runs ([`draw_forever`]).
+//!
+//! Any server may draw a sale whose time has come. A Redis lock (`SET NX`, see
+//! [`crate::lock`]) keeps the others from starting the same work meanwhile; what
+//! makes it exact is Postgres: the draw is one transaction that takes the draw
+//! row `FOR UPDATE`, goes on only while `drawn_at` is unset, and sets it with the
+//! ranks and the first wins. A server that dies in it leaves nothing (the
+//! transaction rolls back) and the next one draws the same winners, since the
+//! order follows from the seed and the entries alone.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::order;
+use crate::domain::SaleId;
+use crate::error::AppError;
+use crate::keys::Keys;
+use crate::lock::Lock;
+use crate::redis_conn::Redis;
+
+/// How often each server looks for draws due and steps the drawn ones.
+pub const STEP_EVERY: Duration = Duration::from_millis(500);
+/// The draw lock's lease; its watchdog extends it while a large draw runs.
+const LOCK_TTL_MS: u64 = 10_000;
+
+/// What a draw made: entries ordered and wins given at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drawn {
+    pub entries: usize,
+    pub winners: usize,
+}
+
+#[derive(sqlx::FromRow)]
+struct Due {
+    seed: Vec<u8>,
+    stock: i64,
+    max_per_user: i32,
+    claim_window_s: i32,
+    now: DateTime<Utc>,
+}
+
+/// Draws `sale` if its time has come and nobody drew it: `None` when it is drawn
+/// already, not due, or being drawn by another server.
+pub async fn draw_once(
+    db: &PgPool,
+    redis: &Redis,
+    keys: &Keys,
+    sale: SaleId,
+    claim_max: Duration,
+) -> Result<Option<Drawn>, AppError> {
+    let lock = keys.lock(&format!("draw:sale:{sale}"));
+    let Some(mut guard) = Lock::try_acquire(redis, lock, LOCK_TTL_MS).await? else {
+        return Ok(None);
+    };
+    let _lost = guard.start_watchdog();
+    let drawn = draw_locked(db, sale, claim_max).await;
+    let _ = guard.release().await;
+    drawn
+}
+
+async fn draw_locked(
+    db: &PgPool,
+    sale: SaleId,
+    claim_max: Duration,
+) -> Result<Option<Drawn>, AppError> {
+    let mut tx = db.begin().await?;
+    // A draw of a million entries outlasts the pool's statement timeout.
+    sqlx::query("SET LOCAL statement_timeout = 0")
+        .execute(&mut *tx)
+        .await?;
+    let due: Option<Due> = sqlx::query_as(
+        "SELECT d.seed, s.stock_total - s.units_reoffered AS stock, s.max_per_user,
+                s.claim_window_s, clock_timestamp() AS now
+         FROM sale_draws d JOIN sales s ON s.id = d.sale_id
+         WHERE d.sale_id = $1 AND d.drawn_at IS NULL AND s.starts_at <= clock_timestamp()
+         FOR UPDATE OF d SKIP LOCKED",
+    )
+    .bind(sale.get())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(due) = due else {
+        return Ok(None);
+    };
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM draw_entries WHERE sale_id = $1")
+        .bind(sale.get())
+        .fetch_all(&mut *tx)
+        .await?;
+    let seed = due.seed;
+    let ordered = tokio::task::spawn_blocking(move || order::order(&seed, &ids))
+        .await
+        .map_err(|e| AppError::Internal(e.into()))?;
+    let entries = ordered.len();
+    let winners = order::winners(due.stock, i64::from(due.max_per_user), entries);
+    let ranks: Vec<i32> = (1..=entries as i32).collect();
+    sqlx::query(
+        "UPDATE draw_entries e SET rank = r.rank
+         FROM unnest($2::bigint[], $3::int4[]) AS r(id, rank)
+         WHERE e.sale_id = $1 AND e.id = r.id",
+    )
+    .bind(sale.get())
+    .bind(&ordered)
+    .bind(&ranks)
+    .execute(&mut *tx)
+    .await?;
+    let claim = super::pass::claim_of(due.claim_window_s, claim_max);
+    sqlx::query(
+        "UPDATE draw_entries SET won_at = $3, claim_until = $4
+         WHERE sale_id = $1 AND rank <= $2",
+    )
+    .bind(sale.get())
+    .bind(winners as i32)
+    .bind(due.now)
+    .bind(due.now + claim)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "UPDATE sale_draws SET drawn_at = $2, entries = $3, offered = $4,
+                finished_at = CASE WHEN $4 = 0 THEN $2 END
+         WHERE sale_id = $1",
+    )
+    .bind(sale.get())
+    .bind(due.now)
+    .bind(entries as i32)
+    .bind(winners as i32)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(Drawn { entries, winners }))
+}
+
+/// The draw sales to look at: due and not drawn, or drawn and still passing on.
+pub async fn active(db: &PgPool) -> Result<Vec<SaleId>, AppError> {
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "SELECT d.sale_id FROM sale_draws d JOIN sales s ON s.id = d.sale_id
+         WHERE d.finished_at IS NULL AND s.starts_at <= clock_timestamp()
+         ORDER BY d.sale_id",
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(ids.into_iter().filter_map(SaleId::new).collect())
+}
+
+/// One look at one sale: its draw if due, its step if drawn, its wins given in
+/// Redis.
+pub async fn tend(
+    db: &PgPool,
+    redis: &Redis,
+    keys: &Keys,
+    sale: SaleId,
+    claim_max: Duration,
+) -> Result<(), AppError> {
+    if let Some(drawn) = draw_once(db, redis, keys, sale, claim_max).await? {
+        tracing::info!(sale = %sale, entries = drawn.entries, winners = drawn.winners, "drawn");
+    }
+    let mut conn = redis.clone();
+    if let Some(newly) = super::pass::step(db, &mut conn, keys, sale, claim_max).await?
+        && newly > 0
+    {
+        tracing::info!(sale = %sale, newly, "wins passed on");
+    }
+    super::pass::admit(db, &mut conn, keys, sale).await?;
+    Ok(())
+}
+
+/// Every [`STEP_EVERY`] until shutdown: the draws due, drawn, and the drawn ones
+/// stepped (see [`super::pass`]). Every server runs it; the locks make each
+/// draw and each step one server's.
+pub async fn draw_forever(
+    db: PgPool,
+    redis: Redis,
+    keys: Keys,
+    claim_max: Duration,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    while !*shutdown.borrow() {
+        tokio::select! {
+            _ = tokio::time::sleep(STEP_EVERY) => {}
+            _ = shutdown.changed() => break,
+        }
+        let started = Instant::now();
+        let sales = match active(&db).await {
+            Ok(sales) => sales,
+            Err(e) => {
+                tracing::debug!(error = ?e, "listing draws failed; retrying");
+                continue;
+            }
+        };
+        for sale in sales {
+            if let Err(e) = tend(&db, &redis, &keys, sale, claim_max).await {
+                tracing::warn!(sale = %sale, error = ?e, "draw step failed; retrying");
+            }
+        }
+        tracing::trace!(took = ?started.elapsed(), "draws tended");
+    }
+}

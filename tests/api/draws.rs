@@ -1,0 +1,607 @@
+//! Draw sales (issue 52): settings checked at creation and fixed once entries
+//! open, the seed's commitment public from the start, one entry per account in
+//! its window, a draw made once in the seeded order, only winners buying (with
+//! the ticket their standing gives), unclaimed wins passing on, and the draw
+//! published so that `stampede verify-draw` recomputes it.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use stampede::sale::draw::order;
+
+use crate::helpers::{
+    TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with,
+};
+
+/// A draw sale's creation body: entries open since a minute, drawn in an hour
+/// (`POST .../open` draws it at once), `overrides` over those.
+fn draw_body(stock: i64, overrides: Value) -> Value {
+    let now = chrono::Utc::now();
+    patched(
+        &json!({
+            "name": "Drawn sneakers",
+            "price_cents": 12_000,
+            "stock": stock,
+            "mode": "draw",
+            "entries_open_at": now - chrono::Duration::seconds(60),
+            "draw_at": now + chrono::Duration::seconds(3600),
+            "ends_at": now + chrono::Duration::seconds(7200),
+            "claim_window_s": 600,
+        }),
+        &overrides,
+    )
+}
+
+async fn draw_sale(app: &TestApp, admin: &User, stock: i64, overrides: Value) -> Value {
+    app.admin_create(admin, "/api/admin/sales", &draw_body(stock, overrides))
+        .await
+}
+
+/// Enters every user: their entry ids, in the users' order.
+async fn enter_all(app: &TestApp, sale: i64, users: &[User]) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for u in users {
+        let resp = app
+            .post(&format!("/api/sales/{sale}/entry"), Some(&u.token))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["state"], "entered");
+        ids.push(body["entry_id"].as_i64().unwrap());
+    }
+    ids
+}
+
+/// Draws now (the admin's open moves the draw to now) and waits for the
+/// publication: the published draw.
+async fn draw_now(app: &TestApp, admin: &User, sale: i64) -> Value {
+    assert_status(app.open_sale(admin, sale).await, StatusCode::OK).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = app.get(&format!("/api/sales/{sale}/draw"), None).await;
+        if resp.status() == StatusCode::OK {
+            return resp.json().await.unwrap();
+        }
+        assert_error(resp, StatusCode::CONFLICT, "draw_pending").await;
+        assert!(Instant::now() < deadline, "not drawn within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn me(app: &TestApp, sale: i64, user: &User) -> Value {
+    let resp = app
+        .get(&format!("/api/sales/{sale}/entry/me"), Some(&user.token))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    resp.json().await.unwrap()
+}
+
+async fn buy_with(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    ticket: Option<&Value>,
+) -> reqwest::Response {
+    let body = match ticket {
+        Some(t) => json!({ "ticket": t }),
+        None => json!({}),
+    };
+    app.post_json(
+        &format!("/api/sales/{sale}/purchase"),
+        Some(&user.token),
+        &body,
+    )
+    .await
+}
+
+fn winner_ids(draw: &Value) -> Vec<i64> {
+    draw["winners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["entry_id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_open() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let now = chrono::Utc::now();
+    let at = |s: i64| json!(now + chrono::Duration::seconds(s));
+    for bad in [
+        json!({ "entries_open_at": at(4000) }),
+        json!({ "entries_open_at": null }),
+        json!({ "draw_at": null }),
+        json!({ "starts_at": at(3000) }),
+        json!({ "claim_window_s": 59 }),
+        json!({ "claim_window_s": 86_401 }),
+        json!({ "waiting_room": true, "queue_opens_at": at(0), "admit_per_second": 5 }),
+        json!({ "mode": "first_come", "starts_at": at(10) }),
+    ] {
+        let body = draw_body(5, bad.clone());
+        let resp = app
+            .post_json("/api/admin/sales", Some(&admin.token), &body)
+            .await;
+        assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
+    }
+    assert_eq!(
+        app.count("SELECT count(*) FROM sales").await,
+        0,
+        "nothing made"
+    );
+
+    // Entries open in an hour: editable till then.
+    let later = draw_sale(
+        &app,
+        &admin,
+        5,
+        json!({ "entries_open_at": at(3600), "draw_at": at(5400) }),
+    )
+    .await;
+    let id = later["id"].as_i64().unwrap();
+    assert_eq!(later["mode"], "draw");
+    assert_eq!(later["draw_at"], later["starts_at"]);
+    assert_eq!(later["claim_window_s"], 600);
+    assert_eq!(later["requires_ticket"], true);
+    let commitment = later["draw_commitment"].as_str().unwrap().to_string();
+    assert_eq!(commitment.len(), 64);
+    assert!(commitment.bytes().all(|b| b.is_ascii_hexdigit()));
+    let public = app.get_json(&format!("/api/sales/{id}"), None).await;
+    assert_eq!(public["draw_commitment"], commitment.as_str());
+    assert!(public.get("seed").is_none());
+    let seed: Vec<u8> = sqlx::query_scalar("SELECT seed FROM sale_draws WHERE sale_id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        order::commitment(&seed),
+        commitment,
+        "the commitment is the seed's"
+    );
+    assert!(
+        !public.to_string().contains(&order::hex(&seed)),
+        "the seed is secret"
+    );
+
+    let edit = |sale: i64, body: Value| {
+        let app = &app;
+        let token = admin.token.clone();
+        async move {
+            app.client
+                .patch(app.url(&format!("/api/admin/sales/{sale}")))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let resp = edit(id, json!({ "draw_at": at(6000), "claim_window_s": 120 })).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let edited: Value = resp.json().await.unwrap();
+    assert_eq!(edited["starts_at"], edited["draw_at"]);
+    let moved: chrono::DateTime<chrono::Utc> = edited["draw_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        (moved - (now + chrono::Duration::seconds(6000)))
+            .num_milliseconds()
+            .abs()
+            < 5
+    );
+    assert_eq!(edited["claim_window_s"], 120);
+    let resp = edit(id, json!({ "draw_at": at(3000) })).await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
+    let resp = edit(id, json!({ "claim_window_s": 30 })).await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
+
+    // Entries open now: fixed.
+    let open = draw_sale(&app, &admin, 5, json!({})).await;
+    let resp = edit(
+        open["id"].as_i64().unwrap(),
+        json!({ "claim_window_s": 120 }),
+    )
+    .await;
+    assert_error(resp, StatusCode::CONFLICT, "sale_started").await;
+    // A first-come sale has no draw fields.
+    let plain = app.live_sale(&admin, 3).await;
+    let resp = edit(plain, json!({ "claim_window_s": 120 })).await;
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_draw").await;
+}
+
+#[tokio::test]
+async fn one_entry_per_account_and_only_while_entries_are_open() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(2, false).await;
+    let now = chrono::Utc::now();
+    let early = draw_sale(
+        &app,
+        &admin,
+        1,
+        json!({ "entries_open_at": now + chrono::Duration::seconds(90) }),
+    )
+    .await;
+    let resp = app
+        .post(
+            &format!("/api/sales/{}/entry", early["id"]),
+            Some(&users[0].token),
+        )
+        .await;
+    let retry: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((85..=91).contains(&retry), "{retry}");
+    assert_error(resp, StatusCode::CONFLICT, "entries_not_open").await;
+
+    let sale = draw_sale(&app, &admin, 1, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let path = format!("/api/sales/{sale}/entry");
+    assert_error(
+        app.post(&path, None).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    let first = enter_all(&app, sale, &users[..1]).await;
+    let again = enter_all(&app, sale, &users[..1]).await;
+    assert_eq!(first, again, "the same entry");
+    let other = enter_all(&app, sale, &users[1..]).await;
+    assert_ne!(first, other);
+    assert_eq!(
+        app.count("SELECT count(*) FROM draw_entries").await,
+        2,
+        "one row per account"
+    );
+    let standing = me(&app, sale, &users[0]).await;
+    assert_eq!(
+        (standing["state"].clone(), standing["entry_id"].as_i64()),
+        (json!("entered"), Some(first[0]))
+    );
+    let stranger = app.user().await;
+    let resp = app
+        .get(
+            &format!("/api/sales/{sale}/entry/me"),
+            Some(&stranger.token),
+        )
+        .await;
+    assert_error(resp, StatusCode::NOT_FOUND, "not_found").await;
+
+    // Nobody buys or gets a ticket before the draw, and a first-come sale has no entry.
+    assert_error(
+        buy_with(&app, sale, &users[0], None).await,
+        StatusCode::FORBIDDEN,
+        "not_drawn",
+    )
+    .await;
+    let ticket = app
+        .post(&format!("/api/sales/{sale}/ticket"), Some(&users[0].token))
+        .await;
+    assert_ne!(ticket.status(), StatusCode::OK);
+    let plain = app.live_sale(&admin, 3).await;
+    let resp = app
+        .post(&format!("/api/sales/{plain}/entry"), Some(&users[0].token))
+        .await;
+    assert_error(resp, StatusCode::CONFLICT, "not_a_draw").await;
+    assert_error(
+        app.get(&format!("/api/sales/{sale}/draw"), None).await,
+        StatusCode::CONFLICT,
+        "draw_pending",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(10, false).await;
+    let sale = draw_sale(&app, &admin, 3, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let ids = enter_all(&app, sale, &users).await;
+    let draw = draw_now(&app, &admin, sale).await;
+
+    let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
+    let view = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(view["draw_commitment"], order::commitment(&seed));
+    assert_eq!(draw["entries"], 10);
+    assert_eq!(draw["winners_at_draw"], 3);
+    let ordered = order::order(&seed, &ids);
+    assert_eq!(
+        winner_ids(&draw),
+        ordered[..3].to_vec(),
+        "the first three of the seeded order"
+    );
+    // Once: another attempt finds it drawn, and nobody enters any more.
+    let again = stampede::sale::draw::run::draw_once(
+        &app.db,
+        &app.redis,
+        &app.keys,
+        stampede::domain::Id::new(sale).unwrap(),
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again, None);
+    let late = app.user().await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/entry"), Some(&late.token))
+        .await;
+    assert_error(resp, StatusCode::GONE, "entries_closed").await;
+
+    let user_of = |entry: i64| &users[ids.iter().position(|&e| e == entry).unwrap()];
+    let winners: Vec<&User> = ordered[..3].iter().map(|&e| user_of(e)).collect();
+    let mut tickets = Vec::new();
+    for w in &winners {
+        let standing = me(&app, sale, w).await;
+        assert_eq!(standing["state"], "won", "{standing}");
+        assert!(standing["claim_until"].is_string());
+        tickets.push(standing["ticket"].clone());
+    }
+    for (i, &entry) in ordered[3..].iter().enumerate() {
+        let standing = me(&app, sale, user_of(entry)).await;
+        assert_eq!(standing["state"], "waitlisted", "{standing}");
+        assert_eq!(standing["position"], i as i64 + 1);
+        assert!(standing.get("ticket").is_none());
+    }
+    // Someone else: no ticket of their own, and a winner's is not theirs.
+    let loser = user_of(ordered[3]);
+    assert_error(
+        buy_with(&app, sale, loser, None).await,
+        StatusCode::FORBIDDEN,
+        "not_drawn",
+    )
+    .await;
+    assert_error(
+        buy_with(&app, sale, loser, Some(&tickets[0])).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_ticket",
+    )
+    .await;
+    let resp = app
+        .post(&format!("/api/sales/{sale}/ticket"), Some(&loser.token))
+        .await;
+    assert_error(resp, StatusCode::FORBIDDEN, "not_drawn").await;
+    // A winner buys with their ticket, once.
+    assert_status(
+        buy_with(&app, sale, winners[0], Some(&tickets[0])).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    assert_eq!(me(&app, sale, winners[0]).await["state"], "bought");
+    let resp = buy_with(&app, sale, winners[0], Some(&tickets[0])).await;
+    assert_eq!(resp.status(), StatusCode::CONFLICT);
+    let view = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        (view["stock_left"].as_i64(), view["sold"].as_i64()),
+        (Some(2), Some(1))
+    );
+}
+
+#[tokio::test]
+async fn an_unclaimed_win_passes_to_the_next_in_the_seeded_order_until_sold() {
+    let app = spawn_app_with(|c| c.draw_claim_max = Duration::from_millis(1500)).await;
+    let admin = app.admin().await;
+    let users = app.create_users(5, false).await;
+    let sale = draw_sale(&app, &admin, 2, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let ids = enter_all(&app, sale, &users).await;
+    let draw = draw_now(&app, &admin, sale).await;
+    let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
+    let ordered = order::order(&seed, &ids);
+    let user_of = |entry: i64| &users[ids.iter().position(|&e| e == entry).unwrap()];
+    let (buyer, idle) = (user_of(ordered[0]), user_of(ordered[1]));
+    let ticket = me(&app, sale, buyer).await["ticket"].clone();
+    assert_status(
+        buy_with(&app, sale, buyer, Some(&ticket)).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let stale = me(&app, sale, idle).await["ticket"].clone();
+    assert_eq!(me(&app, sale, user_of(ordered[2])).await["position"], 1);
+
+    // The idle winner's window ends: the third entry wins, nobody else.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let next = user_of(ordered[2]);
+    let won = loop {
+        let standing = me(&app, sale, next).await;
+        if standing["state"] == "won" {
+            break standing;
+        }
+        assert_eq!(standing["state"], "waitlisted");
+        assert!(Instant::now() < deadline, "the win never passed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(me(&app, sale, idle).await["state"], "claim_passed");
+    assert_eq!(me(&app, sale, user_of(ordered[3])).await["position"], 1);
+    let resp = buy_with(&app, sale, idle, Some(&stale)).await;
+    assert_eq!(
+        resp.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "an expired ticket"
+    );
+    assert_status(
+        buy_with(&app, sale, next, Some(&won["ticket"])).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let published = app.get_json(&format!("/api/sales/{sale}/draw"), None).await;
+    assert_eq!(winner_ids(&published), ordered[..3].to_vec());
+    // Sold: nobody else wins, however long one waits for a pass.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    for &entry in &ordered[3..] {
+        assert_eq!(me(&app, sale, user_of(entry)).await["state"], "not_drawn");
+    }
+    let published = app.get_json(&format!("/api/sales/{sale}/draw"), None).await;
+    assert_eq!(winner_ids(&published).len(), 3);
+    let outcomes: Vec<&str> = published["winners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["outcome"].as_str().unwrap_or("running"))
+        .collect();
+    assert_eq!(outcomes, ["bought", "passed", "bought"]);
+}
+
+/// `stampede verify-draw` against the running server: its exit status and output.
+/// (Off the test's runtime thread, which the server's Redis connection runs on.)
+async fn verify(app: &TestApp, sale: i64) -> (bool, String) {
+    let url = format!("http://127.0.0.1:{}", app.port);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_stampede"))
+            .args(["verify-draw", "--url", &url, "--sale", &sale.to_string()])
+            .env_remove("STAMPEDE_CONFIG")
+            .output()
+            .expect("run stampede verify-draw")
+    })
+    .await
+    .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(30, false).await;
+    let sale = draw_sale(&app, &admin, 4, json!({ "max_per_user": 2 })).await["id"]
+        .as_i64()
+        .unwrap();
+    let ids = enter_all(&app, sale, &users).await;
+    let draw = draw_now(&app, &admin, sale).await;
+    assert_eq!(draw["winners_at_draw"], 2, "ceil(4 / 2)");
+
+    let resp = app
+        .get(&format!("/api/sales/{sale}/draw/entries.csv"), None)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let csv = resp.text().await.unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("entry_id,entered_at"));
+    let listed: Vec<i64> = lines
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(listed, sorted, "every entry once, by id");
+
+    let (ok, text) = verify(&app, sale).await;
+    assert!(ok, "{text}");
+    assert!(text.contains("the draw checks out"), "{text}");
+
+    // Another winner than the seed picks: found.
+    sqlx::query(
+        "UPDATE draw_entries SET won_at = NULL, claim_until = NULL WHERE sale_id = $1 AND rank = 2",
+    )
+    .bind(sale)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE draw_entries SET won_at = (SELECT drawn_at FROM sale_draws WHERE sale_id = $1),
+                claim_until = now() + interval '1 minute'
+         WHERE sale_id = $1 AND rank = 7",
+    )
+    .bind(sale)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let (ok, text) = verify(&app, sale).await;
+    assert!(!ok, "{text}");
+    assert!(text.contains("MISMATCH"), "{text}");
+    // A seed other than the one committed to: found.
+    sqlx::query("UPDATE sale_draws SET seed = $2 WHERE sale_id = $1")
+        .bind(sale)
+        .bind(&[9u8; 32][..])
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let (ok, text) = verify(&app, sale).await;
+    assert!(!ok && text.contains("MISMATCH"), "{text}");
+}
+
+/// How long a draw of 1,000,000 entries takes, end to end (read the entries,
+/// order them, write the ranks and the wins, commit): the issue asks under 10 s.
+/// Ignored (a minute of machine): `cargo nextest run --test api --run-ignored
+/// only draw_of_a_million`.
+#[tokio::test]
+#[ignore]
+async fn draw_of_a_million_entries() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = draw_sale(&app, &admin, 100, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO draw_entries (sale_id, user_id) SELECT $1, g FROM generate_series(1, 1000000) g",
+    )
+    .bind(sale)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM draw_entries WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let ordered = order::order(&[5u8; 32], &ids);
+    let ordering = started.elapsed();
+    assert_eq!(ordered.len(), 1_000_000);
+    // Due now: timed from here until drawn, by this call or the server's loop.
+    sqlx::query("UPDATE sales SET starts_at = now() WHERE id = $1")
+        .bind(sale)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let id = stampede::domain::Id::new(sale).unwrap();
+    let drawn = loop {
+        let once = stampede::sale::draw::run::draw_once(
+            &app.db,
+            &app.redis,
+            &app.keys,
+            id,
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+        let done: bool =
+            sqlx::query_scalar("SELECT drawn_at IS NOT NULL FROM sale_draws WHERE sale_id = $1")
+                .bind(sale)
+                .fetch_one(&app.db)
+                .await
+                .unwrap();
+        if done {
+            break once;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let took = started.elapsed();
+    println!(
+        "draw of 1,000,000 entries: {took:.2?} end to end ({}); the order alone: {ordering:.2?}",
+        if drawn.is_some() {
+            "drawn by this call"
+        } else {
+            "drawn by the server's loop, timed from this call"
+        }
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM draw_entries WHERE rank IS NOT NULL")
+            .await,
+        1_000_000
+    );
+    assert_eq!(
+        app.count("SELECT count(*) FROM draw_entries WHERE won_at IS NOT NULL")
+            .await,
+        100
+    );
+}
