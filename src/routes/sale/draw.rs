@@ -65,7 +65,9 @@ fn closed() -> AppError {
     (status = 200, description = "Entered (now or before: the same entry)", body = EntryAnswer),
     (status = 403, description = "`account_too_new` (the sale's `min_account_age_s`), `proof_invalid` or `proof_used` (its `proof_of_work`)", body = ErrorBody<'static>),
     (status = 428, description = "`proof_required`: the sale asks for a `Proof-Of-Work` header (see `GET /api/sales/{id}/challenge`)", body = ErrorBody<'static>),
-    (status = 429, description = "`rate_limited`: an entry limit refused (by default, per network)", body = ErrorBody<'static>),
+    (status = 429, description = "`rate_limited`: an entry limit refused (by default, per network)", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may pass"),
+        ("RateLimit" = String), ("RateLimit-Policy" = String))),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`entries_not_open` (with `Retry-After`: seconds until entries open) or `not_a_draw`", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `entries_not_open`: seconds until entries open"))),
