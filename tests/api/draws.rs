@@ -533,7 +533,7 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
 /// Ignored (a minute of machine): `cargo nextest run --test api --run-ignored
 /// only draw_of_a_million`.
 #[tokio::test]
-#[ignore]
+#[ignore = "benchmark: prints the draw's time, asserts only the counts"]
 async fn draw_of_a_million_entries() {
     let app = spawn_app().await;
     let admin = app.admin().await;

@@ -210,17 +210,23 @@ pub(super) async fn draw(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let row = draw_row(&state, sale).await?;
+    Ok(HttpResponse::Ok().json(drawn(&state, sale).await?))
+}
+
+/// The sale's published draw, or the refusal: 404 (no such sale, a rehearsal, no
+/// draw), 409 `draw_pending` before the draw's time (from the cached record: no
+/// query) or while it is being made.
+async fn drawn(state: &AppState, sale: SaleId) -> Result<Published, AppError> {
+    let row = draw_row(state, sale).await?;
     if row.rehearsal {
         return Err(AppError::not_found(format!("no sale with id {sale}")));
     }
-    // Before its time, from the cached record: the refusal costs no query.
     let early = (row.starts_at - Utc::now()).num_milliseconds();
     if early > 0 {
         return Err(pending(early));
     }
     match publish::published(&state.db, sale).await? {
-        Publication::Drawn(published) => Ok(HttpResponse::Ok().json(published)),
+        Publication::Drawn(published) => Ok(published),
         Publication::Pending { in_ms } => Err(pending(in_ms)),
         Publication::NoDraw => Err(AppError::not_found(format!("no draw for sale {sale}"))),
     }
@@ -238,21 +244,9 @@ pub(super) async fn entries_csv(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let row = draw_row(&state, sale).await?;
-    if row.rehearsal {
-        return Err(AppError::not_found(format!("no sale with id {sale}")));
-    }
-    // Before its time, from the cached record: the refusal costs no query.
-    let early = (row.starts_at - Utc::now()).num_milliseconds();
-    if early > 0 {
-        return Err(pending(early));
-    }
-    match publish::published(&state.db, sale).await? {
-        Publication::Drawn(_) => Ok(crate::csv::attachment(
-            &format!("sale-{sale}-entries.csv"),
-            publish::entries_csv(state.db.clone(), sale),
-        )),
-        Publication::Pending { in_ms } => Err(pending(in_ms)),
-        Publication::NoDraw => Err(AppError::not_found(format!("no draw for sale {sale}"))),
-    }
+    drawn(&state, sale).await?;
+    Ok(crate::csv::attachment(
+        &format!("sale-{sale}-entries.csv"),
+        publish::entries_csv(state.db.clone(), sale),
+    ))
 }
