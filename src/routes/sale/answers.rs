@@ -67,6 +67,21 @@ pub(super) async fn not_admitted_of(state: &AppState, sale: SaleId) -> AppError 
     }
 }
 
+/// Whether a purchase refused for want of an admission came from a draw's
+/// winner whose win had not reached Redis yet, and is given there now (one
+/// indexed read of Postgres, only for a ticketed purchase the script refused).
+pub(super) async fn win_given_now(
+    state: &AppState,
+    sale: SaleId,
+    user: crate::domain::UserId,
+) -> Result<bool, AppError> {
+    if !matches!(cached::sale_row(state, sale).await, Ok(Some(row)) if row.is_draw()) {
+        return Ok(false);
+    }
+    let mut redis = state.redis.clone();
+    crate::sale::draw::pass::admit_one(&state.db, &mut redis, &state.keys, sale, user.get()).await
+}
+
 /// Redis has no state for this sale: 404 when Postgres has none either (the cached
 /// answer, so unknown ids cost no query each), else the sale was lost (wiped):
 /// rebuild it and answer 503 meanwhile.

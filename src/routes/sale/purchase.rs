@@ -113,18 +113,21 @@ pub(super) async fn purchase(
         .limits()
         .counts_ip(Route::Buy)
         .then(|| state.limiter.client_ip(&req));
-    let reply = worker
-        .buys
-        .submit(
-            sale,
-            BuyRequest {
-                user: user.id,
-                quantity,
-                ip,
-                key,
-            },
-        )
-        .await?;
+    let request = BuyRequest {
+        user: user.id,
+        quantity,
+        ip,
+        key,
+    };
+    let mut reply = worker.buys.submit(sale, request.clone()).await?;
+    if matches!(reply.outcome, PurchaseOutcome::NotAdmitted)
+        && ticket.is_some()
+        && answers::win_given_now(state, sale, user.id).await?
+    {
+        // A draw's winner who bought between the draw's commit and its wins
+        // reaching Redis: their win is there now, and the purchase runs again.
+        reply = worker.buys.submit(sale, request).await?;
+    }
     count_outcome(&state.metrics, &reply.outcome);
     let replayed = reply.replayed;
     match purchase_answer(state, worker, sale, user.id, reply).await {

@@ -94,6 +94,43 @@ pub async fn admit<C: ConnectionLike>(
     Ok(true)
 }
 
+/// Gives one user's running win in Redis now, when a purchase with their ticket
+/// found no admission: the draw (or a step) is committed in Postgres and its wins
+/// are given right after, so a winner quick enough to buy in between would be
+/// refused. True when the win was given by this call (the purchase may run
+/// again); false when the user holds no running win or Redis had it already
+/// (used up: the refusal stands).
+pub async fn admit_one<C: ConnectionLike>(
+    db: &PgPool,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    user: i64,
+) -> Result<bool, AppError> {
+    let until: Option<DateTime<Utc>> = sqlx::query_scalar(
+        "SELECT claim_until FROM draw_entries
+         WHERE sale_id = $1 AND user_id = $2 AND won_at IS NOT NULL AND outcome IS NULL
+           AND claim_until > clock_timestamp()",
+    )
+    .bind(sale.get())
+    .bind(user)
+    .fetch_optional(db)
+    .await?;
+    let Some(until) = until else {
+        return Ok(false);
+    };
+    let k = keys.sale(sale);
+    let given: i64 = DRAW_ADMIT
+        .key(&k.meta)
+        .key(&k.queue_open)
+        .key(&k.queue_admitted)
+        .arg(user)
+        .arg(until.timestamp_millis())
+        .invoke_async(redis)
+        .await?;
+    Ok(given == 1)
+}
+
 /// Puts back the running wins of a drawn sale after Redis lost them (the sale's
 /// rebuild, under its row lock): each not yet bought is given again, merged
 /// with what Redis still holds.
