@@ -56,6 +56,7 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         "DELETE FROM queue_places WHERE sale_id = $1",
         "DELETE FROM queue_admissions WHERE sale_id = $1",
         "DELETE FROM draw_entries WHERE sale_id = $1",
+        "DELETE FROM draw_order WHERE sale_id = $1",
         "DELETE FROM sale_draws WHERE sale_id = $1",
     ] {
         sqlx::query(table).bind(id.get()).execute(&mut *tx).await?;

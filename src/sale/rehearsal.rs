@@ -115,6 +115,7 @@ pub async fn cleanup(
     // A draw's seed and entries.
     for table in [
         "DELETE FROM draw_entries WHERE sale_id = ANY($1)",
+        "DELETE FROM draw_order WHERE sale_id = ANY($1)",
         "DELETE FROM sale_draws WHERE sale_id = ANY($1)",
     ] {
         sqlx::query(table).bind(&ids).execute(&mut *tx).await?;

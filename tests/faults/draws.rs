@@ -104,7 +104,8 @@ async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_
 
     // Drawn once: every entry one rank, the first UNITS won at the draw's moment.
     let (ranked, distinct, at_draw): (i64, i64, i64) = sqlx::query_as(
-        "SELECT count(rank), count(DISTINCT rank),
+        "SELECT (SELECT count(DISTINCT entry_id) FROM draw_order WHERE sale_id = $1),
+                (SELECT count(DISTINCT rank) FROM draw_order WHERE sale_id = $1),
                 count(*) FILTER (WHERE won_at = (SELECT drawn_at FROM sale_draws WHERE sale_id = $1))
          FROM draw_entries WHERE sale_id = $1",
     )

@@ -122,6 +122,7 @@ struct Row {
     drawn: bool,
     offered: i32,
     finished: bool,
+    seed: Vec<u8>,
     now: DateTime<Utc>,
 }
 
@@ -137,7 +138,7 @@ pub async fn standing<C: ConnectionLike>(
     let row: Option<Row> = sqlx::query_as(
         "SELECT e.id AS entry_id, e.entered_at, e.rank, e.claim_until, e.outcome,
                 d.drawn_at IS NOT NULL AS drawn, d.offered, d.finished_at IS NOT NULL AS finished,
-                clock_timestamp() AS now
+                d.seed, clock_timestamp() AS now
          FROM draw_entries e JOIN sale_draws d ON d.sale_id = e.sale_id
          WHERE e.sale_id = $1 AND e.user_id = $2",
     )
@@ -167,9 +168,13 @@ pub async fn standing<C: ConnectionLike>(
         }
     } else {
         let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
-        let rank = i64::from(row.rank.unwrap_or(0));
         let open = !row.finished && !sale.closed && sale.ends_at > row.now;
-        if open && left.unwrap_or(0) > 0 && rank > i64::from(row.offered) {
+        let rank = match row.rank {
+            _ if !open || left.unwrap_or(0) <= 0 => 0,
+            Some(rank) => i64::from(rank),
+            None => place(db, sale.id, &row.seed, row.entry_id).await?,
+        };
+        if rank > i64::from(row.offered) {
             Standing::Waitlisted {
                 position: rank - i64::from(row.offered),
             }
@@ -178,4 +183,19 @@ pub async fn standing<C: ConnectionLike>(
         }
     };
     Ok(Some((entry, standing)))
+}
+
+/// An entry's place in the seeded order (1 first), found in `draw_order` by its
+/// key (migrations/0023_draw_order.sql); 0 when the order does not hold it.
+async fn place(db: &PgPool, sale: SaleId, seed: &[u8], entry: i64) -> Result<i64, AppError> {
+    let key = super::order::key8(&super::order::entry_key(seed, entry));
+    let rank: Option<i32> = sqlx::query_scalar(
+        "SELECT rank FROM draw_order WHERE sale_id = $1 AND key8 = $2 AND entry_id = $3",
+    )
+    .bind(sale.get())
+    .bind(key)
+    .bind(entry)
+    .fetch_optional(db)
+    .await?;
+    Ok(rank.map_or(0, i64::from))
 }

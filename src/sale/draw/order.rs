@@ -64,12 +64,29 @@ pub fn entry_key(seed: &[u8], entry_id: i64) -> [u8; 32] {
 
 /// The entry ids in the draw's order.
 pub fn order(seed: &[u8], entries: &[i64]) -> Vec<i64> {
+    order_keyed(seed, entries)
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect()
+}
+
+/// The entries in the draw's order, each with its key's first 8 bytes as
+/// [`key8`] gives them (what `draw_order` stores).
+pub fn order_keyed(seed: &[u8], entries: &[i64]) -> Vec<(i64, i64)> {
     let mut keyed: Vec<([u8; 32], i64)> = entries
         .iter()
         .map(|&id| (entry_key(seed, id), id))
         .collect();
     keyed.sort_unstable();
-    keyed.into_iter().map(|(_, id)| id).collect()
+    keyed.into_iter().map(|(k, id)| (key8(&k), id)).collect()
+}
+
+/// The first 8 bytes of an entry's key as a signed number that sorts as the
+/// bytes do (big-endian, the top bit flipped): non-decreasing along the order.
+pub fn key8(key: &[u8; 32]) -> i64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&key[..8]);
+    (u64::from_be_bytes(first) ^ (1 << 63)) as i64
 }
 
 /// How many entries win at the draw: one per unit, or `ceil(stock / max_per_user)`
@@ -121,6 +138,23 @@ mod tests {
         let mut reversed = ids.clone();
         reversed.reverse();
         assert_eq!(order(&[1u8; 32], &reversed), a);
+    }
+
+    #[test]
+    fn key8_sorts_as_the_keys_do() {
+        let ids: Vec<i64> = (1..=500).collect();
+        let keyed = order_keyed(&[3u8; 32], &ids);
+        assert!(
+            keyed
+                .iter()
+                .all(|&(k, id)| k == key8(&entry_key(&[3u8; 32], id)))
+        );
+        assert!(keyed.windows(2).all(|w| w[0].0 <= w[1].0));
+        assert_eq!(key8(&[0u8; 32]), i64::MIN);
+        assert_eq!(key8(&[0xffu8; 32]), i64::MAX);
+        let mut mid = [0u8; 32];
+        mid[0] = 0x80;
+        assert_eq!(key8(&mid), 0);
     }
 
     #[test]

@@ -241,24 +241,44 @@ pub async fn step<C: ConnectionLike>(
     let mut newly = 0u64;
     if want > 0 && draw.offered < draw.entries {
         let claim = claim_of(draw.claim_window_s, claim_max);
-        newly = sqlx::query(
-            "UPDATE draw_entries SET won_at = $4, claim_until = $5
-             WHERE sale_id = $1 AND rank > $2 AND rank <= $2 + $3",
-        )
-        .bind(sale.get())
-        .bind(draw.offered)
-        .bind(want.min(i64::from(i32::MAX)) as i32)
-        .bind(draw.now)
-        .bind(draw.now + claim)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+        let n = want.min(i64::from(i32::MAX)) as i32;
+        newly = offer(&mut tx, sale, draw.offered, n, draw.now, draw.now + claim).await?;
     }
     let offered = draw.offered + newly as i32;
     let done = offered >= draw.entries && open == 0 && newly == 0;
     finish(&mut tx, sale, offered, done).await?;
     tx.commit().await?;
     Ok(Some(newly))
+}
+
+/// Offers a win to the `n` entries after the first `offered` of the seeded
+/// order (`draw_order`): their rank, the win's moment and its claim's end. The
+/// number offered.
+pub async fn offer(
+    tx: &mut sqlx::PgConnection,
+    sale: SaleId,
+    offered: i32,
+    n: i32,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<u64, AppError> {
+    if n <= 0 {
+        return Ok(0);
+    }
+    Ok(sqlx::query(
+        "UPDATE draw_entries e SET rank = o.rank, won_at = $4, claim_until = $5
+         FROM draw_order o
+         WHERE o.sale_id = $1 AND o.rank > $2 AND o.rank <= $2 + $3
+           AND e.sale_id = $1 AND e.id = o.entry_id",
+    )
+    .bind(sale.get())
+    .bind(offered)
+    .bind(n)
+    .bind(now)
+    .bind(until)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected())
 }
 
 async fn finish(

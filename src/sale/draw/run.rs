@@ -88,33 +88,26 @@ async fn draw_locked(
         .fetch_all(&mut *tx)
         .await?;
     let seed = due.seed;
-    let ordered = tokio::task::spawn_blocking(move || order::order(&seed, &ids))
+    let ordered = tokio::task::spawn_blocking(move || order::order_keyed(&seed, &ids))
         .await
         .map_err(|e| AppError::Internal(e.into()))?;
     let entries = ordered.len();
     let winners = order::winners(due.stock, i64::from(due.max_per_user), entries);
-    let ranks: Vec<i32> = (1..=entries as i32).collect();
+    // The whole order in its own sequence (see migrations/0023_draw_order.sql),
+    // then the first wins.
+    let (keys, ids): (Vec<i64>, Vec<i64>) = ordered.into_iter().unzip();
     sqlx::query(
-        "UPDATE draw_entries e SET rank = r.rank
-         FROM unnest($2::bigint[], $3::int4[]) AS r(id, rank)
-         WHERE e.sale_id = $1 AND e.id = r.id",
+        "INSERT INTO draw_order (sale_id, rank, key8, entry_id)
+         SELECT $1, r.rank::int4, r.key8, r.id
+         FROM unnest($2::int8[], $3::int8[]) WITH ORDINALITY AS r(key8, id, rank)",
     )
     .bind(sale.get())
-    .bind(&ordered)
-    .bind(&ranks)
+    .bind(&keys)
+    .bind(&ids)
     .execute(&mut *tx)
     .await?;
     let claim = super::pass::claim_of(due.claim_window_s, claim_max);
-    sqlx::query(
-        "UPDATE draw_entries SET won_at = $3, claim_until = $4
-         WHERE sale_id = $1 AND rank <= $2",
-    )
-    .bind(sale.get())
-    .bind(winners as i32)
-    .bind(due.now)
-    .bind(due.now + claim)
-    .execute(&mut *tx)
-    .await?;
+    super::pass::offer(&mut tx, sale, 0, winners as i32, due.now, due.now + claim).await?;
     sqlx::query(
         "UPDATE sale_draws SET drawn_at = $2, entries = $3, offered = $4,
                 finished_at = CASE WHEN $4 = 0 THEN $2 END
