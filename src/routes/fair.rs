@@ -72,12 +72,10 @@ pub(crate) async fn poll_gates(state: &AppState, poll: PollId) -> Result<Gates, 
 
 /// Whether the caller may take this step: the account's age (403
 /// `account_too_new`), then, when `with_proof`, the `Proof-Of-Work` header (428
-/// `proof_required`, 403 `proof_invalid` or `proof_used`). Nothing to do, and
-/// nothing read, when the sale or poll asks for neither.
-///
-/// A draw's entry (`POST /api/sales/{id}/entry`) calls
-/// `pass(state, req, &user, Subject::Sale(sale), sale_gates(state, sale).await?, true)`
-/// before it enters the caller.
+/// `proof_required`, 403 `proof_invalid`), checked without I/O. The proof is used
+/// up (403 `proof_used`) by [`Unspent::spend`], which the route calls once its
+/// limits let the request through. Nothing to do, and nothing read, when the sale
+/// or poll asks for neither.
 pub(crate) async fn pass(
     state: &AppState,
     req: &HttpRequest,
@@ -85,9 +83,9 @@ pub(crate) async fn pass(
     subject: Subject,
     gates: Gates,
     with_proof: bool,
-) -> Result<(), AppError> {
+) -> Result<Unspent, AppError> {
     if gates.none() {
-        return Ok(());
+        return Ok(Unspent(None));
     }
     let now = now_ms();
     if gates.min_account_age_s > 0 {
@@ -109,15 +107,33 @@ pub(crate) async fn pass(
             .challenges
             .verify(sent.as_bytes(), subject, user.id, gates.proof_of_work, now)
             .map_err(proof_invalid)?;
+        return Ok(Unspent(Some((subject, solved))));
+    }
+    Ok(Unspent(None))
+}
+
+/// A proof of work [`pass`] found good and has not used up yet: the route spends
+/// it once its limits have let the request through, so a limit's refusal does not
+/// cost the client its proof. Nothing to spend without one.
+#[must_use = "a checked proof must be spent (`Unspent::spend`) before the request acts"]
+pub(crate) struct Unspent(Option<(Subject, proof::Solved)>);
+
+impl Unspent {
+    /// Uses the proof up (one `SET NX`, across servers): 403 `proof_used` when it
+    /// was used already.
+    pub(crate) async fn spend(self, state: &AppState, req: &HttpRequest) -> Result<(), AppError> {
+        let Some((subject, solved)) = self.0 else {
+            return Ok(());
+        };
         let mut redis = redis_of(req, state);
-        if !proof::claim(&mut redis, &state.keys, subject, &solved, now).await? {
+        if !proof::claim(&mut redis, &state.keys, subject, &solved, now_ms()).await? {
             return Err(AppError::new(
                 ErrorCode::ProofUsed,
                 "this challenge was used already: get a new one",
             ));
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// [`pass`] for a vote: the poll's gates (a map lookup once it is open, nothing
@@ -129,7 +145,12 @@ pub(crate) async fn pass_vote(
     poll: PollId,
 ) -> Result<(), AppError> {
     let gates = poll_gates(state, poll).await?;
-    pass(state, req, user, Subject::Poll(poll), gates, true).await
+    // (A vote's limits are decided in its batch, after this: the proof is spent
+    // here.)
+    pass(state, req, user, Subject::Poll(poll), gates, true)
+        .await?
+        .spend(state, req)
+        .await
 }
 
 /// When the sale or poll closes (unix ms), read fresh for a refusal's

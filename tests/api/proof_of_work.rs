@@ -11,7 +11,8 @@ use stampede::gate::Subject;
 use stampede::gate::proof::{ChallengeKey, leading_zero_bits, used_key};
 
 use crate::helpers::{
-    TestApp, User, assert_error, assert_status, redis_pttl, spawn_app, spawn_sibling,
+    TestApp, User, assert_error, assert_status, limits, redis_pttl, spawn_app, spawn_app_with,
+    spawn_sibling, window_policy,
 };
 use crate::waiting_room::waiting_room_sale;
 
@@ -434,6 +435,54 @@ async fn proof_settings_are_checked_and_fixed_once_open() {
         Some(&user.token),
         StatusCode::BAD_REQUEST,
         "invalid_id",
+    )
+    .await;
+}
+
+/// The proof is used up only once the route's limits let the request through: a
+/// 429 leaves it good for the retry the 429 asks for.
+#[tokio::test]
+async fn a_limit_refusal_does_not_use_up_the_proof() {
+    let app = spawn_app_with(|c| {
+        c.limits = limits(&[window_policy(
+            "ticket-user",
+            "ticket",
+            "user",
+            "fixed_window",
+            1,
+            1_500,
+        )])
+    })
+    .await;
+    let admin = app.admin().await;
+    let sale = pow_sale(&app, &admin, 8).await;
+    let user = app.user().await;
+    let first = proof(&app, "sales", sale, &user).await;
+    assert_status(
+        ticket(&app, sale, &user, Some(&first)).await,
+        StatusCode::OK,
+    )
+    .await;
+    let second = proof(&app, "sales", sale, &user).await;
+    let refused = ticket(&app, sale, &user, Some(&second)).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(retry)).await;
+    assert_status(
+        ticket(&app, sale, &user, Some(&second)).await,
+        StatusCode::OK,
+    )
+    .await;
+    // Spent by that request: once the window lets another through, it is refused.
+    tokio::time::sleep(std::time::Duration::from_millis(1_600)).await;
+    assert_error(
+        ticket(&app, sale, &user, Some(&second)).await,
+        StatusCode::FORBIDDEN,
+        "proof_used",
     )
     .await;
 }

@@ -93,11 +93,12 @@ pub(super) async fn enter(
     // Within the window: the sale's fair-opening gates (account age, proof of work), then the entry
     // route's limits (by default one per network, see docs/rate-limits.md).
     let gates = fair::sale_gates(&state, sale).await?;
-    fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
+    let proof = fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
     let granted = state
         .limiter
         .check(Route::Entry, Some(user.id), &req)
         .await?;
+    proof.spend(&state, &req).await?;
     match enter::enter(&state.db, sale, user.id).await? {
         Entered::Entry(entry) => Ok(granted.attach(
             HttpResponse::Ok()

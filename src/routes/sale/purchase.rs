@@ -101,7 +101,10 @@ pub(super) async fn purchase(
         // ticket's was checked when it was given). A map lookup when it has none.
         let gates = crate::routes::fair::sale_gates(state, sale).await?;
         let subject = crate::gate::Subject::Sale(sale);
-        crate::routes::fair::pass(state, &req, &user, subject, gates, false).await?;
+        crate::routes::fair::pass(state, &req, &user, subject, gates, false)
+            .await?
+            .spend(state, &req)
+            .await?;
     }
     let quantity = buy::check_quantity(state.get_ref(), sale, body.quantity).await?;
     let key = match req.headers().get("idempotency-key") {

@@ -155,12 +155,14 @@ pub(super) async fn join(
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
     let gates = fair::sale_gates(&state, sale).await?;
-    fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
-    // The join route's limits (by default one per network, see docs/rate-limits.md).
+    let proof = fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
+    // The join route's limits (by default one per network, see docs/rate-limits.md),
+    // then the proof used up.
     let granted = state
         .limiter
         .check(Route::Join, Some(user.id), &req)
         .await?;
+    proof.spend(&state, &req).await?;
     let s = place(&state, &worker, sale, user.id, true).await?;
     Ok(granted.attach(answer(view(&state, sale, user.id, s))))
 }

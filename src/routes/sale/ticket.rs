@@ -57,12 +57,13 @@ pub(super) async fn ticket(
     // its admission stands for it here).
     let gates = fair::sale_gates(&state, sale).await?;
     let with_proof = !gates.waiting_room;
-    fair::pass(&state, &req, &user, Subject::Sale(sale), gates, with_proof).await?;
+    let proof = fair::pass(&state, &req, &user, Subject::Sale(sale), gates, with_proof).await?;
     // Per user and per address: a bot polling for the opening is cut off.
     let granted = state
         .limiter
         .check(Route::Ticket, Some(user.id), &req)
         .await?;
+    proof.spend(&state, &req).await?;
     let grant = grant::grant(
         state.get_ref(),
         &mut state.redis.clone(),
