@@ -24,6 +24,7 @@ macro_rules! scenario_tests {
 mod db;
 mod harness;
 mod invariants;
+mod proxy;
 mod storm;
 
 mod aof_loss;
