@@ -28,6 +28,19 @@ pub fn is_redis_unreachable(e: &redis::RedisError) -> bool {
         // after redis-rs's retries (a failover in progress).
         || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         || e.is_cluster_error()
+        || is_reply_cut_off(e)
+}
+
+/// The connection closed in the middle of a reply: redis-rs's async decoder reports
+/// the partial reply at the stream's end as a parse error of the RESP stream
+/// (combine's "Parse error at <byte>"), not as an unexpected EOF. The command may
+/// have run (a purchase made, its answer lost): an outage whose outcome is unknown,
+/// a 503 whose retry under its `Idempotency-Key` is safe, never a 500. Found by the
+/// fault proxy's resets (issue 53: a purchase answered 500 was in Postgres). A reply
+/// of the wrong type (`from_redis_value`) says "Response was of incompatible type",
+/// and stays a bug.
+fn is_reply_cut_off(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Parse && e.to_string().contains("Parse error at")
 }
 
 /// Redis answered, but with a "not now" error (see [`REDIS_NOT_READY`]).

@@ -920,6 +920,9 @@ pub struct Server {
     pub index: usize,
     log: PathBuf,
     child: Option<Child>,
+    /// Its own settings (Redis and Postgres through its fault proxies), not the
+    /// stack's.
+    env: Option<ServerEnv>,
 }
 
 impl Server {
@@ -1069,9 +1072,22 @@ pub struct Options {
     pub cluster: bool,
     /// More `STAMPEDE_*` settings for every server.
     pub extra: Vec<(&'static str, &'static str)>,
+    /// Every server's Redis and Postgres links through fault proxies of its own
+    /// ([`Stack::links`]).
+    pub proxied: bool,
 }
 
 impl Options {
+    /// The defaults, with `servers` servers, each linked to Redis and Postgres
+    /// through fault proxies of its own ([`Stack::links`]).
+    pub fn proxied(servers: usize) -> Options {
+        Options {
+            servers,
+            proxied: true,
+            ..Options::default()
+        }
+    }
+
     /// The defaults, with Redis syncing its AOF as `fsync` says.
     pub fn fsync(fsync: Fsync) -> Options {
         Options {
@@ -1105,6 +1121,7 @@ impl Default for Options {
             limits: None,
             cluster: false,
             extra: Vec::new(),
+            proxied: false,
         }
     }
 }
@@ -1137,6 +1154,9 @@ pub async fn connect_within_a_second(url: &str) -> Option<redis::aio::Multiplexe
 /// then the run directory.
 pub struct Stack {
     pub servers: Vec<Server>,
+    /// The fault proxies of each server started with [`Options::proxied`] (or
+    /// [`Stack::add_proxied_server`]), by server index.
+    pub links: Vec<crate::proxy::Links>,
     pub cluster: Option<Cluster>,
     pub redis: Redis,
     pub pg: Postgres,
@@ -1206,6 +1226,7 @@ impl Stack {
         let tokens = TokenKey::new(env.secret.as_bytes());
         let mut stack = Stack {
             servers: Vec::new(),
+            links: Vec::new(),
             cluster,
             redis,
             pg,
@@ -1222,7 +1243,10 @@ impl Stack {
             started,
         };
         for _ in 0..options.servers {
-            stack.add_server().await;
+            match options.proxied {
+                true => stack.add_proxied_server().await,
+                false => stack.add_server().await,
+            };
         }
         stack.admin = stack.create_users(1, true).await.pop().unwrap();
         println!(
@@ -1238,14 +1262,38 @@ impl Stack {
 
     /// Starts one more server on the same stores; returns its index.
     pub async fn add_server(&mut self) -> usize {
+        self.add_server_with(None).await
+    }
+
+    /// Starts one more server whose Redis and Postgres links go through fault
+    /// proxies of its own (see `proxy.rs`, kept in [`Stack::links`]); returns its
+    /// index.
+    pub async fn add_proxied_server(&mut self) -> usize {
+        let links = crate::proxy::Links {
+            redis: crate::proxy::Proxy::start(self.redis.port).await,
+            pg: crate::proxy::Proxy::start(self.pg.port).await,
+        };
+        let env = ServerEnv {
+            redis_url: links.redis.redis_url(),
+            database_url: links.pg.postgres_url(),
+            ..self.env.clone()
+        };
+        let index = self.add_server_with(Some(env)).await;
+        self.links.push(links);
+        index
+    }
+
+    async fn add_server_with(&mut self, env: Option<ServerEnv>) -> usize {
         let index = self.servers.len();
         let mut server = Server {
             port: free_port(),
             index,
             log: self.dir.join(&format!("server-{index}.log")),
             child: None,
+            env,
         };
-        server.spawn(&self.env, &self.dir);
+        let env = server.env.clone().unwrap_or_else(|| self.env.clone());
+        server.spawn(&env, &self.dir);
         server.wait_ready(&self.http).await;
         self.servers.push(server);
         index
@@ -1254,7 +1302,8 @@ impl Stack {
     /// Starts a stopped or killed server again, on its port.
     pub async fn restart_server(&mut self, index: usize) {
         let server = &mut self.servers[index];
-        server.spawn(&self.env, &self.dir);
+        let env = server.env.clone().unwrap_or_else(|| self.env.clone());
+        server.spawn(&env, &self.dir);
         server.wait_ready(&self.http).await;
     }
 

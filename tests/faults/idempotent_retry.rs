@@ -23,15 +23,15 @@ use crate::storm::{Op, Outcome, Record};
 
 /// What one press ended with: its key, its 202s' order ids, the last answer, and
 /// every attempt (for the shared invariants).
-struct Press {
-    user: i64,
-    key: String,
-    orders: Vec<uuid::Uuid>,
+pub struct Press {
+    pub user: i64,
+    pub key: String,
+    pub orders: Vec<uuid::Uuid>,
     /// The last answer's status (0: none) and error code.
-    status: u16,
-    code: Option<String>,
-    tries: usize,
-    records: Vec<Record>,
+    pub status: u16,
+    pub code: Option<String>,
+    pub tries: usize,
+    pub records: Vec<Record>,
 }
 
 const PRESSES: usize = 5;
@@ -45,7 +45,23 @@ async fn press(
     key: String,
     next: &AtomicUsize,
 ) -> Press {
-    let deadline = Instant::now() + Duration::from_secs(40);
+    let limits = (Duration::from_millis(1500), Duration::from_secs(40));
+    press_within(http, bases, sale, user, key, next, limits).await
+}
+
+/// One press: the purchase sent under `key`, each attempt to the next server and
+/// given up after `timeout`, sent again after every 503 and every attempt without
+/// an answer until it is decided or `within` has passed.
+pub async fn press_within(
+    http: &reqwest::Client,
+    bases: &[String],
+    sale: i64,
+    user: &crate::harness::User,
+    key: String,
+    next: &AtomicUsize,
+    (timeout, within): (Duration, Duration),
+) -> Press {
+    let deadline = Instant::now() + within;
     let mut out = Press {
         user: user.id,
         key,
@@ -63,7 +79,7 @@ async fn press(
             .post(format!("{}/api/sales/{sale}/purchase", bases[server]))
             .bearer_auth(&user.token)
             .header("Idempotency-Key", &out.key)
-            .timeout(Duration::from_millis(1500))
+            .timeout(timeout)
             .send()
             .await;
         // No answer (a timeout, a refused connection or a reset): the purchase may
@@ -185,6 +201,13 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     let allowed = AllowedLoss::None.with_kills(&[1], 2 * CUT_AT_A_KILL);
     assert_invariants(&stack, &records, &[sale], &[], allowed).await;
 
+    assert_keys_bought_once(&stack, sale, &presses, USERS * PRESSES).await;
+}
+
+/// Postgres against what the buyers were told, key by key: each key on one order
+/// at most, every order on a key its buyer pressed, each buyer's units the keys
+/// that got a 202, and `want` keys accepted.
+pub async fn assert_keys_bought_once(stack: &Stack, sale: i64, presses: &[Press], want: usize) {
     // Postgres against what the buyers were told, key by key.
     let rows: Vec<(uuid::Uuid, i64, i32, Option<String>)> = stack
         .rows(
@@ -222,7 +245,7 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
         *units.entry(*user).or_default() += i64::from(*q);
     }
     let mut keys_accepted: HashMap<i64, HashSet<&str>> = HashMap::new();
-    for p in &presses {
+    for p in presses {
         assert!(
             p.orders.len() <= 1,
             "key {} named orders {:?}",
@@ -251,8 +274,7 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     }
     let total_keys: usize = keys_accepted.values().map(HashSet::len).sum();
     assert_eq!(
-        total_keys,
-        USERS * PRESSES,
+        total_keys, want,
         "every press's key got a 202 (the minimum of accepted purchases)"
     );
     assert_eq!(

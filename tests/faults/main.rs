@@ -24,6 +24,7 @@ macro_rules! scenario_tests {
 mod db;
 mod harness;
 mod invariants;
+mod proxy;
 mod storm;
 
 mod aof_loss;
@@ -35,6 +36,11 @@ mod draws;
 mod idempotent_retry;
 mod limit_state;
 mod live_streams;
+mod net;
+mod net_idempotent;
+mod net_partition;
+mod net_postgres;
+mod net_redis;
 mod payment_expiry;
 mod postgres_outage;
 mod redis_restart;
