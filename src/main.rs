@@ -252,8 +252,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     app.run_until_signal().await
 }
 
-/// `stampede settle`: the settlement worker alone, until Ctrl-C; or, with
-/// `--drain`, what is pending now.
+/// `stampede settle`: the settlement worker alone, until SIGINT or SIGTERM (then it
+/// commits and acknowledges the batch in hand); or, with `--drain`, what is pending now.
 async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
     let db = startup::connect_db(config).await?;
     let keys = Keys::new(&config.redis_namespace);
@@ -293,7 +293,7 @@ async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
     }
     let (tx, rx) = tokio::sync::watch::channel(false);
     let worker = tokio::spawn(settler.run(rx));
-    tokio::signal::ctrl_c().await?;
+    startup::wait_for_signal().await; // SIGTERM too: how Kubernetes stops a pod
     let _ = tx.send(true);
     worker.await?;
     Ok(())

@@ -63,6 +63,9 @@ pub struct AppState {
     /// Whether Postgres answered the last probe (see
     /// [`crate::observe::probe_postgres`]): `/readyz` reads it without waiting.
     pub postgres: PostgresStatus,
+    /// Set on SIGTERM: `/readyz` answers 503 while every route still answers,
+    /// for the drain period (`drain_ms`), before the server stops accepting.
+    pub draining: std::sync::atomic::AtomicBool,
     /// Nudges to the background loops that wait long while nothing happens.
     pub wake: Wake,
 }

@@ -40,6 +40,7 @@ impl std::fmt::Debug for Config {
             .field("sold_out_cache_ms", &self.sold_out_cache.as_millis())
             .field("purchase_key_ttl_secs", &self.purchase_key_ttl.as_secs())
             .field("settle_in_serve", &self.settle_in_serve)
+            .field("drain_ms", &self.drain.as_millis())
             .field("settle", &self.settle)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("limits", &self.limits)

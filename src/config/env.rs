@@ -107,6 +107,7 @@ pub(super) const ENV: &[(&str, Setter)] = &[
         parsed!(secs purchase_key_ttl),
     ),
     ("STAMPEDE_SETTLE_IN_SERVE", parsed!(settle_in_serve)),
+    ("STAMPEDE_DRAIN_MS", parsed!(millis drain)),
     ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
     ("STAMPEDE_SETTLE_EXCLUSIVE", parsed!(settle.exclusive)),
     (

@@ -88,6 +88,12 @@ pub struct Config {
     pub purchase_key_ttl: Duration,
     /// Run the settlement worker inside `serve`.
     pub settle_in_serve: bool,
+    /// On SIGTERM, how long `serve` keeps answering every route while `/readyz`
+    /// answers 503, before it stops accepting (0 to 60000 ms): the load balancer
+    /// or Kubernetes takes it out of rotation meanwhile, so no client meets a
+    /// closed port.
+    #[serde(rename = "drain_ms", with = "units::millis")]
+    pub drain: Duration,
     pub settle: SettleConfig,
     /// Peers whose `X-Forwarded-For` header is believed.
     pub trusted_proxies: Vec<IpAddr>,
@@ -178,6 +184,7 @@ impl Default for Config {
             sold_out_cache: Duration::from_millis(1000),
             purchase_key_ttl: Duration::from_secs(24 * 3600),
             settle_in_serve: true,
+            drain: Duration::from_millis(5000),
             settle: SettleConfig::default(),
             trusted_proxies: Vec::new(),
             limits: LimitsConfig::default(),

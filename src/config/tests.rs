@@ -281,3 +281,19 @@ fn short_secret_is_rejected() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("token_secret"), "{err}");
 }
+
+#[test]
+fn the_drain_period_is_read_in_ms_and_bounded_by_a_minute() {
+    let mut c = Config {
+        token_secret: "x".repeat(32),
+        ..Config::default()
+    };
+    assert_eq!(c.drain, Duration::from_millis(5000));
+    c.apply_env(|k| (k == "STAMPEDE_DRAIN_MS").then(|| "0".to_string()))
+        .unwrap();
+    assert_eq!(c.drain, Duration::ZERO);
+    c.validate().unwrap();
+    c.drain = Duration::from_millis(60_001);
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("STAMPEDE_DRAIN_MS"), "{err}");
+}

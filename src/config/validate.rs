@@ -15,6 +15,11 @@ impl Config {
                     .into(),
             ));
         }
+        if self.drain > ms(60_000) {
+            return Err(ConfigError::Invalid(
+                "drain_ms (STAMPEDE_DRAIN_MS) must be 0 to 60000".into(),
+            ));
+        }
         // A call of 1,024 new buyers with both limit shapes holds Redis for about 8 ms
         // (about 120,000 such decisions a second on Redis alone: BENCHMARKS.md), every
         // other client waiting.

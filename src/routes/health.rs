@@ -27,7 +27,7 @@ struct Health {
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
 struct Readiness {
-    /// `ready` or `unavailable`.
+    /// `ready`, `unavailable`, or `draining` (stopping: SIGTERM, for `drain_ms`).
     status: &'static str,
     /// `ok` or `down`: every Redis primary answered a `PING` within a second.
     redis: &'static str,
@@ -49,23 +49,23 @@ async fn healthz() -> HttpResponse {
 /// routes the buy path by it keeps deciding servers in rotation.
 #[utoipa::path(get, path = "/readyz", tag = "meta", responses(
     (status = 200, description = "Redis answers (Postgres's state in the body)", body = Readiness),
-    (status = 503, description = "Redis does not answer", body = Readiness),
+    (status = 503, description = "Redis does not answer, or the server is stopping (`status` `draining`)", body = Readiness),
 ))]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let redis_ok = redis_answers(&state).await;
-    answer(redis_ok, state.postgres.is_up(), redis_ok)
+    answer(&state, redis_ok, state.postgres.is_up(), redis_ok)
 }
 
 /// Ready for every route, the pages and reads that need Postgres too: Redis
 /// answers and Postgres answered its last probe.
 #[utoipa::path(get, path = "/readyz/postgres", tag = "meta", responses(
     (status = 200, description = "Redis and Postgres answer", body = Readiness),
-    (status = 503, description = "Redis or Postgres does not answer (which one is said)", body = Readiness),
+    (status = 503, description = "Redis or Postgres does not answer (which one is said), or the server is stopping (`status` `draining`)", body = Readiness),
 ))]
 async fn readyz_postgres(state: web::Data<AppState>) -> HttpResponse {
     let redis_ok = redis_answers(&state).await;
     let db_ok = state.postgres.is_up();
-    answer(redis_ok, db_ok, redis_ok && db_ok)
+    answer(&state, redis_ok, db_ok, redis_ok && db_ok)
 }
 
 /// Every primary answers a `PING` within a second.
@@ -77,10 +77,18 @@ async fn redis_answers(state: &AppState) -> bool {
     )
 }
 
-fn answer(redis_ok: bool, db_ok: bool, ready: bool) -> HttpResponse {
+/// A stopping server (SIGTERM, see `Application::run_until_signal`) is not ready
+/// whatever its stores say: the balancer takes it out while it still answers.
+fn answer(state: &AppState, redis_ok: bool, db_ok: bool, ready: bool) -> HttpResponse {
     let word = |ok: bool| if ok { "ok" } else { "down" };
+    let draining = state.draining.load(std::sync::atomic::Ordering::Relaxed);
+    let ready = ready && !draining;
     let body = Readiness {
-        status: if ready { "ready" } else { "unavailable" },
+        status: match (draining, ready) {
+            (true, _) => "draining",
+            (false, true) => "ready",
+            (false, false) => "unavailable",
+        },
         redis: word(redis_ok),
         postgres: word(db_ok),
     };

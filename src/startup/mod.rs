@@ -168,13 +168,30 @@ impl Application {
         self.state.clone()
     }
 
-    /// Serves until SIGINT or SIGTERM, then stops accepting, lets in-flight requests
-    /// finish, and lets the settlement worker commit and acknowledge its batch.
+    /// Serves until SIGINT or SIGTERM, then drains: `/readyz` answers 503 for
+    /// `drain_ms` while every route still answers; then it stops accepting, ends
+    /// the event streams (their opening told pages to reconnect after 3 s),
+    /// finishes the requests in flight, batches included (up to 10 s), and lets
+    /// the settlement worker commit and acknowledge its batch. So it exits within
+    /// `drain_ms` + 10 s + one settlement batch.
     pub async fn run_until_signal(self) -> anyhow::Result<()> {
         let handle = self.server.handle();
         let server = tokio::spawn(self.server);
         let metrics = self.metrics.map(|(_, m)| (m.handle(), tokio::spawn(m)));
         wait_for_signal().await;
+        let drain = self.state.config.drain;
+        tracing::info!(
+            drain_ms = drain.as_millis() as u64,
+            "stopping: /readyz answers 503, still serving for the drain period"
+        );
+        self.state
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // A second signal (an impatient Ctrl-C) cuts the drain short.
+        tokio::select! {
+            _ = tokio::time::sleep(drain) => {}
+            _ = wait_for_signal() => {}
+        }
         tracing::info!("shutting down: no new connections, finishing in-flight requests");
         // Open pages' event streams never finish by themselves: end them first.
         self.state.live.close();
@@ -274,6 +291,7 @@ fn app_state(
         recovery,
         live: Arc::new(crate::live::Feeds::new(config.live_interval, metrics)),
         postgres: Default::default(),
+        draining: Default::default(),
         wake: Default::default(),
         keys,
         redis,
@@ -304,7 +322,8 @@ async fn spawn_settler(
     Ok(Some(tokio::spawn(settler.run(shutdown))))
 }
 
-async fn wait_for_signal() {
+/// Returns on SIGINT or SIGTERM (what Kubernetes and systemd send to stop a process).
+pub async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

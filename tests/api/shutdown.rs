@@ -1,6 +1,7 @@
-//! The real binary: `stampede serve` answers, and SIGTERM stops it cleanly after the
-//! settlement worker has written what was accepted, without waiting for open pages'
-//! event streams (which never finish by themselves).
+//! The real binary: `stampede serve` answers, and SIGTERM stops it cleanly: first it
+//! drains (`/readyz` 503 while purchases are still answered, for `drain_ms`), then
+//! it stops after the settlement worker has written what was accepted, without
+//! waiting for open pages' event streams (which never finish by themselves).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,12 +10,16 @@ use reqwest::StatusCode;
 
 use crate::helpers::spawn_with_live_sale_and;
 
+/// The drain period the test gives the server.
+const DRAIN: Duration = Duration::from_millis(2000);
+
 #[tokio::test(flavor = "multi_thread")]
-async fn sigterm_stops_serve_after_settling_what_it_accepted() {
+async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
     // A test app only for its database, namespace and helpers; its own server runs
     // without settlement so that only the binary's worker can settle.
     let (app, _, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
+    let late_buyer = app.user().await;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -33,6 +38,7 @@ async fn sigterm_stops_serve_after_settling_what_it_accepted() {
         .env("STAMPEDE_METRICS_LISTEN", "off")
         // No other worker could take over its entries within the test.
         .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "600000")
+        .env("STAMPEDE_DRAIN_MS", DRAIN.as_millis().to_string())
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -73,29 +79,72 @@ async fn sigterm_stops_serve_after_settling_what_it_accepted() {
         .status()
         .unwrap();
     assert!(killed.success());
-    // The stream ends at once; waiting for it would take the whole 10 s shutdown
-    // timeout.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let ended = tokio::time::timeout(Duration::from_secs(8), async {
+    let termed = Instant::now();
+    // Draining: not ready at once, and still answering.
+    let ready = loop {
+        let r = app
+            .client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break r;
+        }
+        assert!(
+            termed.elapsed() < Duration::from_millis(500),
+            "/readyz still 200 half a second after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(ready.headers().contains_key("retry-after"));
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["status"], "draining", "{body}");
+    let late = app
+        .client
+        .post(format!("{base}/api/sales/{sale}/purchase"))
+        .bearer_auth(&late_buyer.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        late.status(),
+        StatusCode::ACCEPTED,
+        "a purchase during the drain is decided"
+    );
+    assert!(
+        termed.elapsed() < DRAIN,
+        "the checks of the drain took longer than the drain ({:?}): they proved nothing",
+        termed.elapsed()
+    );
+    // The stream ends once the drain is over, at once then; waiting for it would
+    // take the whole 10 s shutdown timeout.
+    let deadline = termed + DRAIN + Duration::from_secs(8);
+    let ended = tokio::time::timeout(DRAIN + Duration::from_secs(8), async {
         while let Ok(Some(_)) = stream.chunk().await {}
     })
     .await;
     assert!(ended.is_ok(), "the event stream stayed open after SIGTERM");
+    assert!(
+        termed.elapsed() >= DRAIN - Duration::from_millis(100),
+        "the event stream ended {:?} after SIGTERM, before the drain was over",
+        termed.elapsed()
+    );
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         assert!(
             Instant::now() < deadline,
-            "serve did not stop within 8 s of SIGTERM"
+            "serve did not stop within the drain and 8 s of SIGTERM"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(status.success(), "serve exited with {status}");
     assert_eq!(
         app.orders_in_db(sale).await.len(),
-        1,
-        "the accepted order was settled before exit"
+        2,
+        "both accepted orders, the one of the drain too, were settled before exit"
     );
     assert!(
         app.client

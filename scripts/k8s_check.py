@@ -1,0 +1,130 @@
+"""What the Kubernetes schemas cannot see in deploy/kubernetes/ (run by scripts/k8s-validate).
+
+- The custom resources (ServiceMonitor, PrometheusRule), which the built-in schemas
+  do not cover, structurally: the fields the Prometheus Operator needs.
+- The PrometheusRule's groups, parsed, equal to deploy/alerts.yml's.
+- The pieces fit together: the Service and the ServiceMonitor select the serving
+  pods and name ports they have; the budgets and the autoscaler name what exists;
+  every secretKeyRef names a key of the example Secret; the grace period covers
+  the preStop pause plus the server's drain.
+"""
+
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DIR = ROOT / "deploy" / "kubernetes"
+# The server's own stop: the drain period (STAMPEDE_DRAIN_MS, 5 s), then up to 10 s
+# for requests in flight (shutdown_timeout in src/startup/server.rs), then the
+# settlement worker's batch.
+SERVER_DRAIN_S = 5 + 10
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+
+
+def load():
+    docs = []
+    for path in sorted(DIR.glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                docs.append((path.name, doc))
+    return docs
+
+
+def by_kind(docs, kind):
+    return [d for _, d in docs if d.get("kind") == kind]
+
+
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def main():
+    docs = load()
+    for name, d in docs:
+        check(d.get("apiVersion") and d.get("kind") and d.get("metadata", {}).get("name"), f"{name}: apiVersion, kind, metadata.name")
+
+    deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    check(set(deployments) == {"stampede-serve", "stampede-settle"}, f"the two roles' Deployments: {sorted(deployments)}")
+    serve = deployments.get("stampede-serve")
+    pod_labels = serve["spec"]["template"]["metadata"]["labels"] if serve else {}
+    serve_ports = {p["name"] for c in serve["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])} if serve else set()
+
+    secret_keys = set()
+    for s in by_kind(docs, "Secret"):
+        secret_keys |= set(s.get("stringData", {})) | set(s.get("data", {}))
+    for name, d in docs:
+        if d.get("kind") not in ("Deployment", "Job"):
+            continue
+        spec = d["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    check(ref["key"] in secret_keys, f"{name}: secretKeyRef {ref['key']} is a key of the Secret")
+            for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+                port = c.get(probe, {}).get("httpGet", {}).get("port")
+                if port is not None:
+                    check(port in {p["name"] for p in c.get("ports", [])}, f"{name}: {probe} port {port} is a container port")
+            pre = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+            pause = int(pre[1]) if pre[:1] == ["sleep"] else 0
+            grace = spec.get("terminationGracePeriodSeconds", 30)
+            check(grace >= pause + SERVER_DRAIN_S + 5, f"{name}: grace {grace} s covers preStop {pause} s + drain {SERVER_DRAIN_S} s + 5")
+    if serve:
+        c = serve["spec"]["template"]["spec"]["containers"][0]
+        check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", "serve: readiness on /readyz")
+        check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", "serve: liveness on /healthz")
+
+    for svc in by_kind(docs, "Service"):
+        check(matches(svc["spec"]["selector"], pod_labels), f"Service {svc['metadata']['name']} selects the serving pods")
+        for p in svc["spec"]["ports"]:
+            check(p.get("targetPort") in serve_ports, f"Service port {p.get('name')} targets a port of the pods")
+    services = by_kind(docs, "Service")
+    for pdb in by_kind(docs, "PodDisruptionBudget"):
+        sel = pdb["spec"]["selector"]["matchLabels"]
+        check(any(matches(sel, d["spec"]["template"]["metadata"]["labels"]) for d in deployments.values()),
+              f"PodDisruptionBudget {pdb['metadata']['name']} selects a Deployment's pods")
+    for hpa in by_kind(docs, "HorizontalPodAutoscaler"):
+        check(hpa["spec"]["scaleTargetRef"]["name"] in deployments, f"HorizontalPodAutoscaler targets {hpa['spec']['scaleTargetRef']['name']}")
+
+    monitors = by_kind(docs, "ServiceMonitor")
+    check(len(monitors) == 1, "one ServiceMonitor")
+    for m in monitors:
+        check(m["apiVersion"] == "monitoring.coreos.com/v1", "ServiceMonitor apiVersion")
+        sel = m["spec"]["selector"]["matchLabels"]
+        picked = [s for s in services if matches(sel, s["metadata"].get("labels", {}))]
+        check(len(picked) == 1 and picked[0]["metadata"]["name"] == "stampede",
+              "ServiceMonitor selects the Service `stampede` (the job label the alerts name)")
+        for ep in m["spec"]["endpoints"]:
+            check(any(ep.get("port") == p["name"] for s in picked for p in s["spec"]["ports"]), f"ServiceMonitor port {ep.get('port')} is a Service port")
+
+    rules = by_kind(docs, "PrometheusRule")
+    check(len(rules) == 1, "one PrometheusRule")
+    alerts = yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())
+    for r in rules:
+        check(r["apiVersion"] == "monitoring.coreos.com/v1", "PrometheusRule apiVersion")
+        groups = r["spec"]["groups"]
+        check(groups == alerts["groups"], "the PrometheusRule's groups equal deploy/alerts.yml's")
+        for g in groups:
+            check(isinstance(g.get("name"), str) and g.get("rules"), "each group has a name and rules")
+            for rule in g.get("rules", []):
+                check(bool(rule.get("alert") or rule.get("record")) and isinstance(rule.get("expr"), str), f"rule {rule.get('alert')}: alert and expr")
+        n = sum(len(g["rules"]) for g in groups)
+        print(f"    PrometheusRule: {len(groups)} group(s), {n} rules, the same as deploy/alerts.yml")
+
+    if failures:
+        for f in failures:
+            print(f"FAIL {f}", file=sys.stderr)
+        sys.exit(1)
+    print(f"    {len(docs)} manifests fit together (selectors, ports, secret keys, grace periods, custom resources)")
+
+
+if __name__ == "__main__":
+    main()
