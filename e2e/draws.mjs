@@ -10,9 +10,10 @@
 //   Buy before HH:MM" with a countdown and buys with the win's ticket; the other
 //   reads that they are number 1 on the waiting list, then (desktop) that they
 //   were not drawn once the unit is bought;
+// - the sale's admin page shows its entries, winners and wins bought, live;
 // - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...".
 // Every state shown is scanned with axe-core and must not scroll sideways; the
-// screenshots (pages-sale-draw-*, pages-draw-proof-*) go to E2E_OUT.
+// screenshots (pages-sale-draw-*, pages-draw-proof-*, pages-admin-sale-draw-*) go to E2E_OUT.
 // It creates its own sales and users (named "E2E draw ...", "e2ed-...").
 
 import { accounts, call, check, finish, goto, inspect, launchChromium, newContextPage, out, signInApi, signUpApi as signUpWith, until } from "./lib.mjs";
@@ -207,6 +208,21 @@ try {
       `the page gives the command that checks it from a terminal ${at}`,
     );
     await inspect(proof, "draw-proof");
+
+    // The admin's view of the draw: entries, winners, buying, bought, passed, live.
+    const adminPage = await newPage(viewport, admin);
+    await goto(adminPage, `/admin/sales/${sale.id}`);
+    const number = (name) => adminPage.locator(`[data-draw="${name}"]`);
+    await adminPage.waitForFunction(() => document.querySelector('[data-draw="bought"]')?.textContent === "1", null, { timeout: 10000 });
+    const shown = {};
+    for (const name of ["entries", "winners_at_draw", "running", "bought", "passed"]) shown[name] = await number(name).innerText();
+    check(
+      JSON.stringify(shown) === JSON.stringify({ entries: "2", winners_at_draw: "1", running: "0", bought: "1", passed: "0" }),
+      `the admin's page shows the draw's numbers (${JSON.stringify(shown)}) ${at}`,
+    );
+    check(/^Drawn at .+ from 2 entries: 1 win so far\.$/.test(await adminPage.locator('[data-field="draw-summary"]').innerText()), `the admin's page says when it was drawn ${at}`);
+    await inspect(adminPage, "admin-sale-draw");
+    await adminPage.context().close();
     for (const p of pages) await p.page.context().close();
   }
 } catch (err) {
