@@ -16,6 +16,7 @@ import { adminOrdersPage } from "./js/admin-orders.js";
 import { adminPollPage } from "./js/admin-poll.js";
 import { adminSalePage } from "./js/admin-sale.js";
 import { authPage } from "./js/auth.js";
+import { drawProofPage } from "./js/draw-proof.js";
 import { indexPage } from "./js/home.js";
 import { ordersPage } from "./js/orders.js";
 import { pollPage } from "./js/poll.js";
@@ -37,6 +38,7 @@ function setUpSignOut() {
 const pages = {
   index: indexPage,
   sale: salePage,
+  draw: drawProofPage,
   poll: pollPage,
   signin: authPage,
   signup: authPage,

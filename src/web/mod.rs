@@ -9,6 +9,7 @@
 //! only), so page data travels in `data-` attributes that the scripts read.
 
 mod admin;
+mod draw;
 mod error;
 mod pages;
 mod polls;
@@ -31,6 +32,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
 pub fn configure(cfg: &mut web::ServiceConfig) {
     page(cfg, "/", pages::index);
     page(cfg, "/sales/{id}", pages::sale);
+    page(cfg, "/sales/{id}/draw", draw::page);
     page(cfg, "/polls", polls::index);
     page(cfg, "/polls/{id}", polls::poll);
     page(cfg, "/signin", pages::signin);

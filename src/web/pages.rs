@@ -193,7 +193,7 @@ async fn returned_of(
 
 /// The sale's card; none for no such sale, or a rehearsal shown to anyone but an
 /// admin.
-async fn load_card(
+pub(super) async fn load_card(
     state: &AppState,
     id: SaleId,
     admin: bool,

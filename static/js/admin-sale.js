@@ -4,6 +4,7 @@
 // a waiting room's line: its numbers against the units left, and its controls
 // (pause, resume, close to new joins, reopen).
 
+import { adminDrawPanel } from "./admin-draw.js";
 import { api, messageOf } from "./api.js";
 import { field, flash, setBadge, setText } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
@@ -35,6 +36,7 @@ export function adminSalePage() {
   const form = document.querySelector('form[data-form="edit-sale"]');
   const editMessage = field(document, "edit-message");
   const f = form.elements;
+  adminDrawPanel(root, id);
 
   for (const name of ["starts_at", "ends_at", "queue_opens_at"]) {
     const at = new Date(f[name].dataset.iso);

@@ -7,6 +7,7 @@ import { formatPrice, groupDigits } from "./numbers.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
 import { clockOffset, formatDuration, localTime } from "./time.js";
 import { waitingRoom } from "./queue.js";
+import { drawEntry } from "./draw.js";
 import { returnedWords } from "./returned.js";
 import { checkingWords, proofHeaders } from "./pow.js";
 
@@ -82,20 +83,20 @@ export function salePage() {
     outcomeFor: "",
   };
 
-  // A sale with a waiting room: Buy only once admitted from its line (queue.js).
-  const queue =
-    d.waitingRoom === "true"
-      ? waitingRoom({
-          root,
-          saleId,
-          sale: state,
-          now,
-          show: (...args) => show(...args),
-          clear: clearOutcome,
-          changed: () => render(),
-          signinUrl: d.signinUrl,
-        })
-      : null;
+  // A sale with a waiting room: Buy only once admitted from its line (queue.js);
+  // a draw: only with a running win (draw.js).
+  const gate = {
+    root,
+    saleId,
+    sale: state,
+    now,
+    show: (...args) => show(...args),
+    clear: clearOutcome,
+    changed: () => render(),
+    signinUrl: d.signinUrl,
+  };
+  const isDraw = d.draw === "true";
+  const queue = d.waitingRoom === "true" ? waitingRoom(gate) : isDraw ? drawEntry(gate) : null;
 
   /** The server's last word, moved on by the clock between polls. */
   function currentStatus() {
@@ -152,7 +153,8 @@ export function salePage() {
         setText(timeEl, localTime(new Date(at)));
       }
     }
-    setText(el.startsLabel, t < state.startsAt ? "Opens" : "Opened");
+    if (isDraw) setText(el.startsLabel, t < state.startsAt ? "Drawn at" : "Drawn");
+    else setText(el.startsLabel, t < state.startsAt ? "Opens" : "Opened");
     setText(el.endsLabel, status === "ended" ? "Ended" : "Ends");
     if (el.closedNote) el.closedNote.hidden = status !== "closed";
     if (el.ends) el.ends.hidden = status === "closed";
@@ -172,7 +174,8 @@ export function salePage() {
     const still = state.outcomeFor === status || (state.outcomeFor === "ended" && status === "closed");
     if (state.outcomeFor && !still) clearOutcome();
     const untilStart = state.startsAt - now();
-    el.countdown.hidden = status !== "upcoming";
+    // A draw's panel says when entries open and when it is drawn.
+    el.countdown.hidden = status !== "upcoming" || isDraw;
     if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
     const waitMs = state.retryUntil - Date.now();
     // Signed out, a sale that can still be bought offers signing in instead.
@@ -316,7 +319,7 @@ export function salePage() {
   // room: there the join carried it) gets it solved first, in a worker.
   async function askTicket() {
     let proof = { headers: {} };
-    if (Number(d.proofOfWork) > 0 && d.waitingRoom !== "true") {
+    if (Number(d.proofOfWork) > 0 && d.waitingRoom !== "true" && !isDraw) {
       proof = await proofHeaders("sales", saleId, (share) => show("info", ...checkingWords(share)));
       if (proof.failed) return proof.failed;
     }
@@ -391,7 +394,9 @@ export function salePage() {
         }
         break;
       default:
-        if (res.status === 403 && code === "not_admitted") {
+        if (res.status === 403 && code === "not_drawn") {
+          show("warning", "Only the draw's winners may buy.", "You hold no win of this draw now, or your time to buy has passed.");
+        } else if (res.status === 403 && code === "not_admitted") {
           show("warning", "It is not your turn to buy.", "Your turn has not come yet, or it has passed.");
         } else if (res.status === 422 && code === "invalid_quantity") {
           show("warning", sentence(messageOf(res, `Choose from 1 to ${maxPerUser}.`)));

@@ -14,6 +14,7 @@ mod cancel;
 mod client_limits;
 #[path = "../common/db.rs"]
 mod db;
+mod draw_admin;
 mod draws;
 mod health;
 mod helpers;

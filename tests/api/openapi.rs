@@ -56,13 +56,13 @@ async fn openapi_document_lists_exactly_the_routes_the_server_registers() {
         missing.is_empty() && extra.is_empty(),
         "served but not described: {missing:?}; described but not served: {extra:?}"
     );
-    // 6 routes of auth, 33 of sales (the orders' CSV, the rehearsals' cleanup, the
+    // 6 routes of auth, 34 of sales (the orders' CSV, the rehearsals' cleanup, the
     // admin's console, the waiting room's two and its line controls, a draw's entry,
-    // standing, publication and entries' CSV among them), 16 of
+    // standing, publication, entries' CSV and admin numbers among them), 16 of
     // polls (the reveal, the voter's ballot and the votes' CSV among them), the
     // two proof-of-work challenges (a sale's, a poll's), the document, the three
     // health checks.
-    assert_eq!(served.len(), 6 + 33 + 17 + 2 + 1 + 3);
+    assert_eq!(served.len(), 6 + 34 + 17 + 2 + 1 + 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

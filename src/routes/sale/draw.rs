@@ -29,7 +29,7 @@ struct EntryAnswer {
 }
 
 /// The sale's record, or 404; 409 `not_a_draw` unless it is a draw sale.
-async fn draw_row(state: &AppState, sale: SaleId) -> Result<SaleRow, AppError> {
+pub(super) async fn draw_row(state: &AppState, sale: SaleId) -> Result<SaleRow, AppError> {
     match cached::sale_row(state, sale).await? {
         Some(row) if row.is_draw() => Ok(row),
         Some(_) => Err(AppError::new(

@@ -18,6 +18,7 @@ mod answers;
 mod buyer;
 mod console;
 mod draw;
+mod draw_admin;
 mod lifecycle;
 mod line;
 mod orders;
@@ -39,6 +40,7 @@ mod ticket;
     draw::me,
     draw::draw,
     draw::entries_csv,
+    draw_admin::admin_draw,
     buyer::list,
     buyer::show,
     buyer::events,
@@ -91,6 +93,7 @@ super::routes! {
     post "/admin/sales/{id}/close" => admin::admin_close,
     post "/admin/sales/{id}/line" => line::admin_line,
     get "/admin/sales/{id}/orders" => sold::admin_orders,
+    get "/admin/sales/{id}/draw" => draw_admin::admin_draw,
     get "/admin/sales/{id}/orders.csv" => sold::admin_orders_csv,
     get "/admin/sales/{id}/reconcile" => repair::admin_reconcile,
     post "/admin/sales/{id}/reconcile" => repair::admin_repair,

@@ -22,6 +22,7 @@ use crate::error::{AppError, ErrorCode};
 use crate::sale::record::SaleMode;
 
 pub mod enter;
+pub mod numbers;
 pub mod order;
 pub mod pass;
 pub mod publish;

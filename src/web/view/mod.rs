@@ -3,12 +3,14 @@
 //! shares as text.
 
 mod ballot;
+mod draw;
 mod nav;
 mod poll;
 mod sale;
 mod text;
 
 pub use ballot::{BallotForm, BallotView, MyBallot};
+pub use draw::DrawFacts;
 pub use nav::Nav;
 pub use poll::{
     OptionResult, PollCard, ResultsChoice, hidden_words, option_results, results_choices,

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::draw::DrawFacts;
 use super::text::{Moment, duration_text, format_price, group_digits};
 use crate::domain::SaleStatus;
 use crate::sale::orders::OrderStatus;
@@ -47,6 +48,8 @@ pub struct SaleCard {
     pub line: Option<QueueNumbers>,
     /// Leading zero bits of the proof the join or the ticket carries (0: none).
     pub proof_of_work: i16,
+    /// A draw sale: its entries, draw and commitment; none for first come.
+    pub draw: Option<DrawFacts>,
 }
 
 impl SaleCard {
@@ -194,7 +197,9 @@ pub struct LineFact {
 impl From<SaleView> for SaleCard {
     fn from(view: SaleView) -> Self {
         let sale = view.sale;
+        let draw = DrawFacts::of(&sale);
         SaleCard {
+            draw,
             past_end: Utc::now() >= sale.ends_at,
             id: sale.id.get(),
             price: format_price(sale.price_cents),

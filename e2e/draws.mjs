@@ -1,0 +1,231 @@
+// A draw sale (issue 52) in the browser, at 1280x800 and 390x844, against a
+// running, seeded server (scripts/browser-test starts one):
+// - before entries open, the sale page says when they open, in local time, and
+//   "How this draw was made" shows the commitment only;
+// - while open, two shoppers enter through the page: the sale asks for a proof
+//   of work (12 bits), which the page solves in its Web Worker ("Checking your
+//   browser…") and sends with the entry; then "You're in the draw. Results at
+//   HH:MM, your local time" (the draw's time in the browser's zone);
+// - the admin draws it now (the open endpoint); the winner's page shows "You won!
+//   Buy before HH:MM" with a countdown and buys with the win's ticket; the other
+//   reads that they are number 1 on the waiting list, then (desktop) that they
+//   were not drawn once the unit is bought;
+// - the sale's admin page shows its entries, winners and wins bought, live;
+// - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...".
+// Every state shown is scanned with axe-core and must not scroll sideways; the
+// screenshots (pages-sale-draw-*, pages-draw-proof-*, pages-admin-sale-draw-*) go to E2E_OUT.
+// It creates its own sales and users (named "E2E draw ...", "e2ed-...").
+
+import { accounts, call, check, finish, goto, inspect, launchChromium, newContextPage, out, signInApi, signUpApi as signUpWith, until } from "./lib.mjs";
+import { mkdir } from "node:fs/promises";
+import { createHash, randomBytes } from "node:crypto";
+
+const { demoPassword, adminUser, adminPassword } = accounts();
+const runId = randomBytes(3).toString("hex");
+const SIZES = [
+  ["desktop", { width: 1280, height: 800 }],
+  ["phone", { width: 390, height: 844 }],
+];
+const POW_BITS = 12;
+
+const signUpApi = (username) => signUpWith(username, demoPassword);
+
+/** A draw sale of one unit whose entries open `opensInS` from now. */
+async function drawSale(admin, name, opensInS) {
+  const now = Date.now();
+  const at = (s) => new Date(now + s * 1000).toISOString();
+  const res = await call("POST", "/api/admin/sales", admin.token, {
+    name,
+    description: "Made by e2e/draws.mjs.",
+    price_cents: 12_900,
+    stock: 1,
+    mode: "draw",
+    entries_open_at: at(opensInS),
+    draw_at: at(opensInS + 3600),
+    ends_at: at(opensInS + 7200),
+    claim_window_s: 600,
+    proof_of_work: POW_BITS,
+  });
+  if (res.status !== 201) throw new Error(`create sale: ${res.status} ${JSON.stringify(res.data)}`);
+  return res.data;
+}
+
+/** Leading zero bits of SHA-256 of a `Proof-Of-Work` value (`challenge:nonce`). */
+function zeroBits(proof) {
+  let bits = 0;
+  for (const byte of createHash("sha256").update(proof).digest()) {
+    if (byte === 0) {
+      bits += 8;
+      continue;
+    }
+    bits += Math.clz32(byte) - 24;
+    break;
+  }
+  return bits;
+}
+
+/**
+ * A moment as the draw's panel shows it (en-US, Berlin time): "6:05 PM" on the
+ * day it is, else "Dec 3, 6:05 PM GMT+1".
+ */
+function berlinClock(iso) {
+  const at = new Date(iso);
+  const zone = { timeZone: "Europe/Berlin" };
+  const day = (d) => new Intl.DateTimeFormat("en-US", { ...zone, dateStyle: "short" }).format(d);
+  if (day(at) === day(new Date())) return new Intl.DateTimeFormat("en-US", { ...zone, hour: "numeric", minute: "2-digit" }).format(at);
+  return new Intl.DateTimeFormat("en-US", { ...zone, month: "short", day: "numeric", hour: "numeric", minute: "2-digit", timeZoneName: "short" }).format(at);
+}
+
+await mkdir(out, { recursive: true });
+const browser = await launchChromium();
+const newPage = (viewport, session) => newContextPage(browser, viewport, session);
+
+try {
+  const admin = await signInApi(adminUser, adminPassword);
+
+  // ---- before entries open ----
+  {
+    const sale = await drawSale(admin, `E2E draw ${runId}: later`, 3600);
+    const shopper = await signUpApi(`e2ed-${runId}-later`);
+    for (const [size, viewport] of SIZES) {
+      const at = `at ${viewport.width}x${viewport.height}`;
+      const page = await newPage(viewport, shopper);
+      await goto(page, `/sales/${sale.id}`);
+      const status = page.locator('[data-field="draw-status"]');
+      await status.filter({ hasText: /^Entries open at .+, your local time\.$/ }).waitFor({ timeout: 5000 });
+      check(!(await page.getByRole("button", { name: "Enter the draw" }).isVisible()), `before entries open there is no Enter ${at}`);
+      check(!(await page.getByRole("button", { name: /Buy/ }).isVisible()), `no Buy on a draw before it is drawn ${at}`);
+      await inspect(page, "sale-draw-upcoming");
+      await goto(page, `/sales/${sale.id}/draw`);
+      check(
+        (await page.locator('[data-field="commitment"]').innerText()) === sale.draw_commitment,
+        `the draw's page shows the commitment from the start ${at}`,
+      );
+      check(await page.getByText("The check runs here once the draw is made.").isVisible(), `before the draw nothing is checked yet ${at}`);
+      await inspect(page, "draw-proof-pending");
+      await page.context().close();
+    }
+  }
+
+  // ---- enter, the draw, the win and the waiting list, the check ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const sale = await drawSale(admin, `E2E draw ${runId}: now (${size})`, -60);
+    const users = await Promise.all(["a", "b"].map((who) => signUpApi(`e2ed-${runId}-${who}-${size}`)));
+    const pages = [];
+    for (const [i, user] of users.entries()) {
+      const page = await newPage(viewport, user);
+      const entries = [];
+      page.on("request", (r) => {
+        if (r.method() === "POST" && new URL(r.url()).pathname === `/api/sales/${sale.id}/entry`) entries.push(r.headers()["proof-of-work"]);
+      });
+      await goto(page, `/sales/${sale.id}`);
+      const enter = page.getByRole("button", { name: "Enter the draw" });
+      await enter.waitFor({ timeout: 5000 });
+      if (i === 0) await inspect(page, "sale-draw-open");
+      const workers = [];
+      page.on("worker", (w) => workers.push(w.url()));
+      await page.evaluate(() => {
+        const box = document.querySelector('[data-field="outcome"]');
+        new MutationObserver(() => {
+          if (box.textContent.includes("Checking your browser…")) window.__sawChecking = true;
+        }).observe(box, { subtree: true, childList: true, characterData: true });
+      });
+      await enter.click();
+      const status = page.locator('[data-field="draw-status"]');
+      const results = `You're in the draw. Results at ${berlinClock(sale.draw_at)}, your local time.`;
+      await status.filter({ hasText: results }).waitFor({ timeout: 10000 });
+      check(true, `entered through the page: "${results}" ${at}`);
+      check(
+        entries.length === 1 && zeroBits(entries[0] || "") >= POW_BITS,
+        `the entry carries a proof of work of ${POW_BITS} zero bits, solved in the page ${at}`,
+      );
+      check(
+        workers.some((u) => u.endsWith("/static/js/pow-worker.js")) && (await page.evaluate(() => window.__sawChecking === true)),
+        `the proof was solved in the Web Worker while the page said "Checking your browser…" ${at}`,
+      );
+      if (i === 0) await inspect(page, "sale-draw-entered");
+      pages.push({ page, user, status });
+    }
+
+    // The draw, now.
+    const opened = await call("POST", `/api/admin/sales/${sale.id}/open`, admin.token);
+    check(opened.status === 200, `the admin draws the sale now (${opened.status}) ${at}`);
+    let draw = null;
+    await until("the draw", async () => {
+      const res = await call("GET", `/api/sales/${sale.id}/draw`);
+      draw = res.data;
+      return res.status === 200;
+    });
+    const standings = await Promise.all(users.map(async (u) => (await call("GET", `/api/sales/${sale.id}/entry/me`, u.token)).data));
+    const winner = standings.findIndex((s) => s.state === "won");
+    check(winner >= 0 && standings[1 - winner].state === "waitlisted", `one winner, one on the waiting list ${at}`);
+    const won = pages[winner];
+    const lost = pages[1 - winner];
+
+    const buyBefore = `You won! Buy before ${berlinClock(standings[winner].claim_until)}.`;
+    await won.status.filter({ hasText: buyBefore }).waitFor({ timeout: 10000 });
+    check(true, `the winner's page says "${buyBefore}" ${at}`);
+    const countdown = won.page.locator('[data-field="draw-expiry-time"]');
+    const first = await countdown.innerText();
+    await won.page.waitForFunction(([el, was]) => el.textContent !== was, [await countdown.elementHandle(), first], { timeout: 3000 });
+    check(/^(09|10):\d\d$/.test(await countdown.innerText()), `the time to buy counts down (${first} -> ${await countdown.innerText()}) ${at}`);
+    await inspect(won.page, "sale-draw-won");
+
+    await lost.status.filter({ hasText: "You're number 1 on the waiting list." }).waitFor({ timeout: 10000 });
+    check(!(await lost.page.getByRole("button", { name: "Buy now" }).isVisible()), `no Buy on the waiting list ${at}`);
+    await inspect(lost.page, "sale-draw-waitlisted");
+
+    const sent = [];
+    won.page.on("request", (r) => {
+      if (r.method() === "POST" && new URL(r.url()).pathname === `/api/sales/${sale.id}/purchase`) sent.push(r.postDataJSON());
+    });
+    await won.page.getByRole("button", { name: "Buy now" }).click();
+    await won.page.locator('[data-field="outcome"]').filter({ hasText: /Order placed|Order confirmed/ }).waitFor({ timeout: 5000 });
+    check(sent.length === 1 && sent[0].ticket === standings[winner].ticket, `Buy sends the win's ticket ${at}`);
+    await won.status.filter({ hasText: "You won the draw and bought this." }).waitFor({ timeout: 5000 });
+    check(true, `bought, the winner's page says so ${at}`);
+    if (size === "desktop") {
+      // Sold: the waiting list can no longer win (asked again within 5 s).
+      await lost.status.filter({ hasText: "You were not drawn this time." }).waitFor({ timeout: 10000 });
+      check(true, `once the unit is bought, the other reads they were not drawn ${at}`);
+      await inspect(lost.page, "sale-draw-not-drawn");
+    }
+
+    // How this draw was made: checked in the browser.
+    const proof = won.page;
+    await goto(proof, `/sales/${sale.id}/draw`);
+    const verdict = proof.locator('[data-field="verdict"]');
+    await verdict.filter({ hasText: /^Verified: / }).waitFor({ timeout: 10000 });
+    check(true, `the draw's page says Verified ${at}`);
+    check((await proof.locator('[data-field="seed"]').innerText()) === draw.seed, `the page shows the published seed ${at}`);
+    check(
+      (await proof.locator('[data-field="winners"] tr').count()) === draw.winners.length,
+      `the page lists the ${draw.winners.length} winner(s) in order ${at}`,
+    );
+    check(
+      await proof.getByText(`stampede verify-draw --url `).isVisible(),
+      `the page gives the command that checks it from a terminal ${at}`,
+    );
+    await inspect(proof, "draw-proof");
+
+    // The admin's view of the draw: entries, winners, buying, bought, passed, live.
+    const adminPage = await newPage(viewport, admin);
+    await goto(adminPage, `/admin/sales/${sale.id}`);
+    const number = (name) => adminPage.locator(`[data-draw="${name}"]`);
+    await adminPage.waitForFunction(() => document.querySelector('[data-draw="bought"]')?.textContent === "1", null, { timeout: 10000 });
+    const shown = {};
+    for (const name of ["entries", "winners_at_draw", "running", "bought", "passed"]) shown[name] = await number(name).innerText();
+    check(
+      JSON.stringify(shown) === JSON.stringify({ entries: "2", winners_at_draw: "1", running: "0", bought: "1", passed: "0" }),
+      `the admin's page shows the draw's numbers (${JSON.stringify(shown)}) ${at}`,
+    );
+    check(/^Drawn at .+ from 2 entries: 1 win so far\.$/.test(await adminPage.locator('[data-field="draw-summary"]').innerText()), `the admin's page says when it was drawn ${at}`);
+    await inspect(adminPage, "admin-sale-draw");
+    await adminPage.context().close();
+    for (const p of pages) await p.page.context().close();
+  }
+} catch (err) {
+  check(false, `draws run: ${err.stack || err}`);
+}
+await finish(browser, "Draws");

@@ -1,0 +1,45 @@
+//! A draw's numbers now, for the sale's admin page (`GET /api/admin/sales/{id}/draw`):
+//! entries, whether it was drawn, and its wins by how they stand.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::domain::SaleId;
+
+/// A draw's numbers now.
+#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct DrawNumbers {
+    /// Entries so far (before the draw: still growing).
+    pub entries: i64,
+    /// When it was drawn; null before.
+    pub drawn_at: Option<DateTime<Utc>>,
+    /// Entries that won at the draw itself.
+    pub winners_at_draw: i64,
+    /// Every win so far: the draw's, then those passed wins went to.
+    pub wins: i64,
+    /// Wins not settled yet: their time to buy runs (or ran out within the last
+    /// second and is about to be passed on).
+    pub running: i64,
+    /// Wins used to buy.
+    pub bought: i64,
+    /// Wins not used in time, passed on.
+    pub passed: i64,
+}
+
+/// The numbers of `sale`'s draw; none when it has no draw.
+pub async fn numbers(db: &PgPool, sale: SaleId) -> sqlx::Result<Option<DrawNumbers>> {
+    sqlx::query_as(
+        "SELECT count(e.id) AS entries, d.drawn_at,
+                count(e.id) FILTER (WHERE e.won_at = d.drawn_at) AS winners_at_draw,
+                count(e.won_at) AS wins,
+                count(e.won_at) FILTER (WHERE e.outcome IS NULL) AS running,
+                count(e.id) FILTER (WHERE e.outcome = 'bought') AS bought,
+                count(e.id) FILTER (WHERE e.outcome = 'passed') AS passed
+         FROM sale_draws d LEFT JOIN draw_entries e ON e.sale_id = d.sale_id
+         WHERE d.sale_id = $1 GROUP BY d.drawn_at",
+    )
+    .bind(sale.get())
+    .fetch_optional(db)
+    .await
+}

@@ -1,0 +1,35 @@
+// A draw sale's panel on its admin page (issue 52): entries, winners, and the
+// wins buying now, bought and passed on, from `GET /api/admin/sales/{id}/draw`
+// every few seconds while the tab is visible.
+
+import { api } from "./api.js";
+import { field, flash, setText } from "./dom.js";
+import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
+import { groupDigits } from "./numbers.js";
+import { localTime } from "./time.js";
+
+/** "12 entries, 3 won at the draw, 1 buying now, 1 bought, 1 passed on". */
+function summary(n) {
+  if (!n.drawn_at) return `Not drawn yet: ${groupDigits(n.entries)} ${n.entries === 1 ? "entry" : "entries"} so far.`;
+  return `Drawn at ${localTime(new Date(n.drawn_at), true)} from ${groupDigits(n.entries)} ${n.entries === 1 ? "entry" : "entries"}: ${groupDigits(n.wins)} ${n.wins === 1 ? "win" : "wins"} so far.`;
+}
+
+export function adminDrawPanel(root, saleId) {
+  const panel = field(root, "draw-panel");
+  if (!panel) return;
+  async function refresh() {
+    const res = await api("GET", `/api/admin/sales/${saleId}/draw`);
+    if (!res.ok) return;
+    const n = res.data;
+    setText(field(panel, "draw-summary"), summary(n));
+    for (const dd of panel.querySelectorAll("[data-draw]")) {
+      const value = n[dd.dataset.draw];
+      if (!Number.isFinite(value)) continue;
+      const text = groupDigits(value);
+      if (dd.textContent !== text && dd.textContent !== "–") flash(dd);
+      setText(dd, text);
+    }
+  }
+  refresh();
+  pollWhileVisible(refresh, ADMIN_POLL_MS);
+}
