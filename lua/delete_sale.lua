@@ -4,7 +4,8 @@
 -- KEYS[1] meta   KEYS[2] stock   KEYS[3] buyers   KEYS[4] orders stream
 -- KEYS[5] pending hash   KEYS[6] changes   KEYS[7] rebuild token   KEYS[8] units
 -- KEYS[9] units sold   KEYS[10] the orders stream of earlier versions
--- KEYS[11 ..] the waiting room's line, state, admissions and joins (removed too)
+-- KEYS[11] held orders   KEYS[12 ..] the waiting room's line, state, admissions
+-- and joins (removed too)
 -- Returns:
 --   1 removed (or never there)   0 the sale has a buyer or an order
 if redis.call('SCARD', KEYS[3]) > 0 or redis.call('HLEN', KEYS[5]) > 0

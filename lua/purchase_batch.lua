@@ -8,6 +8,8 @@
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
 -- KEYS[9] admissions open (a sale with a waiting room: user -> expiry ms)
+-- KEYS[10] held orders hash (user -> the order that makes them a buyer, from its
+-- 15th character: the first 14 are the sale's; a sale of one per customer)
 -- KEYS[9 + p]: rate-limit policy p's key (a per-user policy's buckets are named
 -- after it)   then per buyer, one key per per-address policy: its state there
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
@@ -22,7 +24,8 @@
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
 -- is back; for code 0 per policy remaining and ms until the quota is back (allowed,
 -- and its wait is not needed: see limits_append_taken); for code 11 then the stored
--- answer (a string).
+-- answer (a string); for code 1 then the order that makes the buyer one ('' when
+-- the held orders hash does not know it: a sale bought before it existed).
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)
@@ -67,6 +70,15 @@
 -- `#b` the batch fields; settlement takes both down (lua/settle_pending.lua) and
 -- removes them at zero. Fields of 36 characters are an earlier version's (order id
 -- -> user), counted by neither; src/sale/pending.rs reads both.
+--
+-- The held orders hash (KEYS[10]) names, for each buyer of a sale of one per
+-- customer, the order that made them a buyer: written with the buyers set (one
+-- HSET per batch that accepts), read only for the buyers this batch refuses as
+-- already bought (one HMGET), so that refusal names the order without Postgres.
+-- It keeps an order id from its 15th character on (22 of 36: the first 14 carry
+-- the sale id, which every order id of the sale shares, see src/sale/order_id.rs):
+-- 32 bytes a value in Redis instead of 48.
+-- A buyer who leaves the buyers set (lua/stock_change.lua) leaves it too.
 local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED, NOT_ADMITTED = 1, 5, 9, 10, 12, 13
 -- The codes a key remembers, as text with their ':' (see the end of this script).
 local CODE_TEXT = {[REPLY_ACCEPTED] = '0:', [ALREADY_BOUGHT] = '1:', [SOLD_OUT] = '5:',
@@ -270,11 +282,18 @@ elseif #asking > 0 then
   local bought = batch_variadic('SMISMEMBER', KEYS[3], users)
   local stock = tonumber(stock_left)
   local taken = 0
-  local accepted, new_buyers = {}, {}
+  local accepted, new_buyers, held_of = {}, {}, {}
+  -- Refused as buyers before this batch: their items, and their users to ask
+  -- KEYS[10] about.
+  local refused, refused_users = {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
-    if bought[j] == 1 or accepted[user] then
+    if accepted[user] then
+      code[i], value[i], texts[i] = ALREADY_BOUGHT, 0, accepted[user]
+    elseif bought[j] == 1 then
       code[i], value[i] = ALREADY_BOUGHT, 0
+      refused[#refused + 1] = i
+      refused_users[#refused_users + 1] = user
     elseif admitted and not admitted[j] then
       code[i], value[i] = NOT_ADMITTED, 0
     elseif quantity[i] > 1 then
@@ -284,14 +303,23 @@ elseif #asking > 0 then
       code[i], value[i] = SOLD_OUT, 0
     else
       taken = taken + 1
-      accepted[user] = true
+      accepted[user] = orders[i]
       new_buyers[#new_buyers + 1] = user
+      held_of[#held_of + 1] = user
+      held_of[#held_of + 1] = string.sub(orders[i], 15)
       record(i, user, '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
+  if #refused > 0 then
+    local held = batch_variadic('HMGET', KEYS[10], refused_users)
+    for r, i in ipairs(refused) do
+      texts[i] = held[r] and string.sub(orders[i], 1, 14) .. held[r] or ''
+    end
+  end
   if taken > 0 then
     batch_variadic('SADD', KEYS[3], new_buyers)
+    batch_variadic('HSET', KEYS[10], held_of)
     redis.call('DECRBY', KEYS[2], taken)
     append_entry()
     if waiting_room then
@@ -310,7 +338,7 @@ if keyed then
       -- Texts, not numbers, joined: Lua 5.1 turns a number into text with
       -- sprintf('%.14g') at each `..`, three a buyer here.
       local s = quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
-        (c == REPLY_ACCEPTED and orders[i] or '')
+        (c == REPLY_ACCEPTED and orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
       stored[f] = s
       remembered[#remembered + 1] = f
       remembered[#remembered + 1] = s

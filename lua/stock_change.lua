@@ -4,7 +4,8 @@
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
 -- KEYS[4] applied changes hash (change id -> delta, or 'refused')
 -- KEYS[5] units hash (user -> units held)   KEYS[6] units sold counter (both only on
--- a sale of more than one per customer)
+-- a sale of more than one per customer)   KEYS[7] held orders hash (user -> order;
+-- a buyer who leaves the buyers set leaves it too, see lua/purchase_batch.lua)
 -- ARGV[1] change id   ARGV[2] kind   ARGV[3] amount (>= 0)
 -- ARGV[4] most units a sale may ever offer   ARGV[5] the buyer ('release' only)
 -- Kinds:
@@ -59,6 +60,7 @@ if kind == 'release' then
       end
     end
   elseif redis.call('SREM', KEYS[3], ARGV[5]) == 1 then
+    redis.call('HDEL', KEYS[7], ARGV[5])
     left = left + amount
     sold = sold - 1
     redis.call('SET', KEYS[2], left)

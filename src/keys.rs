@@ -18,6 +18,11 @@ pub struct SaleKeys {
     pub stock: String,
     /// Set of user ids that bought.
     pub buyers: String,
+    /// Hash user id -> the order that made them a buyer, from its 15th character
+    /// (a sale of one per customer): what an `already_bought` names, answered by
+    /// the purchase script itself (`lua/purchase_batch.lua`); rebuilt from the
+    /// orders.
+    pub held: String,
     /// Stream of accepted orders, one entry per decision batch
     /// ([`crate::sale::entry`]), read by the settlement worker: `{sale:N}:accepted`.
     pub orders: String,
@@ -110,6 +115,7 @@ impl Keys {
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
             buyers: format!("{base}:buyers"),
+            held: format!("{base}:held"),
             orders: format!("{base}:accepted"),
             orders_legacy: format!("{base}:orders"),
             pending: format!("{base}:pending"),
@@ -221,6 +227,7 @@ mod tests {
             &k.meta,
             &k.stock,
             &k.buyers,
+            &k.held,
             &k.orders,
             &k.orders_legacy,
             &k.pending,

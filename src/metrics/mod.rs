@@ -75,7 +75,7 @@ counters! {
     order_cancels_refused: "Cancels refused as not_cancellable (already cancelled, expired, or paid for a buyer).",
     queue_batches: "Waiting-room script calls (each answers a batch of joins and position queries of one sale).",
     queue_batched: "Joins and position queries answered in batches.",
-    held_batches: "Reads of buyers' orders for already_bought answers, each for the refusals of one sale that waited together: one Postgres query, and for buyers without a settled order that holds its units one XRANGE and at most one more query.",
+    held_batches: "Reads of buyers' orders for already_bought answers the purchase script could not name (a sale bought before it kept each buyer's order), each for the refusals of one sale that waited together: one Postgres query, and for buyers without a settled order that holds its units one XRANGE and at most one more query.",
     held_batched: "Refusals whose buyer's orders were read in batches (a buyer asked twice in one batch is read once).",
     held_unread: "already_bought answers sent without the buyer's orders: not read within 100 ms (Postgres or Redis slow or down, or the read's queue long) or the read failed.",
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",

@@ -122,6 +122,7 @@ impl PurchaseBatch<'_> {
                 &k.sold,
                 &k.idem,
                 &k.queue_open,
+                &k.held,
             ],
             id: self.sale.get(),
             policies: self.policies,
@@ -140,7 +141,7 @@ impl PurchaseBatch<'_> {
                     replayed: true,
                 }),
                 _ => Ok(BuyReply {
-                    outcome: outcome(row.code, row.value, order_id)?,
+                    outcome: outcome(row.code, row.value, order_id, row.text.as_deref())?,
                     limits: row.limits,
                     replayed: false,
                 }),
@@ -192,7 +193,12 @@ pub enum PurchaseOutcome {
         order_id: Uuid,
         stock_left: i64,
     },
-    AlreadyBought,
+    /// Refused: one per customer. `order`: the order that makes them a buyer, as
+    /// the script found it in the held orders hash (`None`: not there, a sale
+    /// bought before the hash existed; the route reads it off the batch).
+    AlreadyBought {
+        order: Option<Uuid>,
+    },
     NotStarted {
         starts_in_ms: i64,
     },
@@ -263,21 +269,27 @@ fn replayed(stored: &str) -> Result<PurchaseOutcome, AppError> {
     match PurchaseCode::of(code) {
         Some(PurchaseCode::Accepted) => {
             let order_id = Uuid::parse_str(order).map_err(|_| bad())?;
-            outcome(code, value, order_id)
+            outcome(code, value, order_id, None)
         }
-        Some(
-            PurchaseCode::AlreadyBought
-            | PurchaseCode::SoldOut
-            | PurchaseCode::OverCap
-            | PurchaseCode::NotEnoughLeft,
-        ) => outcome(code, value, Uuid::nil()),
+        // An already bought remembered with its held order (or '' before it was).
+        Some(PurchaseCode::AlreadyBought) => outcome(code, value, Uuid::nil(), Some(order)),
+        Some(PurchaseCode::SoldOut | PurchaseCode::OverCap | PurchaseCode::NotEnoughLeft) => {
+            outcome(code, value, Uuid::nil(), None)
+        }
         _ => Err(bad()),
     }
 }
 
 /// Every code the script answers, and nothing else: an unknown code is an error,
 /// never read as some refusal.
-fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, AppError> {
+/// `text`: the string after the code and value, for an already bought its held
+/// order (empty, or absent, when unknown).
+fn outcome(
+    code: i64,
+    value: i64,
+    order_id: Uuid,
+    text: Option<&str>,
+) -> Result<PurchaseOutcome, AppError> {
     let Some(code) = PurchaseCode::of(code) else {
         return Err(unexpected_reply("purchase_batch.lua", (code, value)));
     };
@@ -286,7 +298,9 @@ fn outcome(code: i64, value: i64, order_id: Uuid) -> Result<PurchaseOutcome, App
             order_id,
             stock_left: value,
         },
-        PurchaseCode::AlreadyBought => PurchaseOutcome::AlreadyBought,
+        PurchaseCode::AlreadyBought => PurchaseOutcome::AlreadyBought {
+            order: text.and_then(|t| Uuid::parse_str(t).ok()),
+        },
         PurchaseCode::NotStarted => PurchaseOutcome::NotStarted {
             starts_in_ms: value,
         },

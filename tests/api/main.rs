@@ -17,6 +17,7 @@ mod db;
 mod draw_admin;
 mod draws;
 mod health;
+mod held;
 mod helpers;
 mod idempotency;
 mod lifecycle;

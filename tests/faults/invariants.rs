@@ -687,12 +687,61 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
             "sale {sale}: buyer sets differ: only in Redis {only_redis:?}, only in Postgres {only_pg:?}"
         ));
     }
+    if cap == 1 {
+        check_held(stack, sale, &k, &pg_buyers, failures).await;
+    }
     match reconcile(stack, sale).await {
         Some(report) if report["consistent"] == Value::Bool(true) => {}
         Some(report) => failures.push(format!("sale {sale}: reconcile says {report}")),
         None => failures.push(format!(
             "sale {sale}: the reconcile endpoint did not answer 200"
         )),
+    }
+}
+
+/// On a sale of one per customer: every buyer has, in the held orders hash, one of
+/// their own orders of the sale (what `already_bought` names without Postgres).
+async fn check_held(
+    stack: &Stack,
+    sale: i64,
+    k: &stampede::keys::SaleKeys,
+    pg_buyers: &HashSet<i64>,
+    failures: &mut Vec<String>,
+) {
+    let own: HashSet<(i64, String)> =
+        sqlx::query_as::<_, (i64, Uuid)>("SELECT user_id, id FROM orders WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(&stack.db)
+            .await
+            .expect("read orders")
+            .into_iter()
+            .map(|(user, id)| (user, id.to_string()))
+            .collect();
+    let held: HashMap<i64, String> = redis::cmd("HGETALL")
+        .arg(&k.held)
+        .query_async(&mut stack.redis().await)
+        .await
+        .expect("read held orders");
+    // The sale's 14 characters every order id of it starts with.
+    let prefix = stampede::sale::order_id::new_order_id(stampede::domain::Id::new(sale).unwrap())
+        .to_string()[..14]
+        .to_string();
+    let wrong: Vec<String> = pg_buyers
+        .iter()
+        .filter_map(|u| match held.get(u) {
+            None => Some(format!("user {u}: none")),
+            Some(v) if !own.contains(&(*u, format!("{prefix}{v}"))) => {
+                Some(format!("user {u}: {prefix}{v}, not theirs"))
+            }
+            Some(_) => None,
+        })
+        .take(10)
+        .collect();
+    if !wrong.is_empty() {
+        failures.push(format!(
+            "sale {sale}: held orders wrong: {}",
+            wrong.join("; ")
+        ));
     }
 }
 

@@ -154,7 +154,7 @@ const IDEMPOTENT_REPLAYED: header::HeaderName =
 fn count_outcome(m: &Metrics, outcome: &PurchaseOutcome) {
     Metrics::inc(match outcome {
         PurchaseOutcome::Accepted { .. } => &m.purchase_accepted,
-        PurchaseOutcome::AlreadyBought
+        PurchaseOutcome::AlreadyBought { .. }
         | PurchaseOutcome::OverPerUserCap { .. }
         | PurchaseOutcome::KeyReused { .. } => &m.purchase_already_bought,
         PurchaseOutcome::SoldOut | PurchaseOutcome::NotEnoughLeft { .. } => &m.purchase_sold_out,
@@ -192,10 +192,14 @@ async fn purchase_answer(
                 sale_id: sale,
             })))
         }
-        PurchaseOutcome::AlreadyBought => {
-            // A refusal: one bounded read off the batch names what the buyer holds,
-            // so a client that lost its 202 learns its order.
-            let order_ids = held::held_by(&state.held_orders, &worker.held, sale, user).await;
+        PurchaseOutcome::AlreadyBought { order } => {
+            // The script named the order that makes them a buyer, so a client that
+            // lost its 202 learns it; on a sale bought before the script kept
+            // them, one bounded read off the batch does.
+            let order_ids = match order {
+                Some(order) => Some(vec![order]),
+                None => held::held_by(&state.held_orders, &worker.held, sale, user).await,
+            };
             let message = if order_ids.is_some() {
                 "you already bought from this sale (one per customer): order_ids names your order"
             } else {

@@ -8,7 +8,7 @@
 //! then Postgres. An entry the settlement worker moves meanwhile is still seen in
 //! one of the two, because it deletes a stream entry only after the commit.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use futures_util::future::BoxFuture;
@@ -25,6 +25,9 @@ use crate::restore::{
 use crate::sale::record::{self as sales, SaleRow};
 use crate::sale::stock::{self, ChangeResult};
 use crate::settle::ensure_group;
+
+mod write;
+use write::{restore_held, restore_keys, restore_units};
 
 static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
 
@@ -128,12 +131,14 @@ async fn rebuild_sale(
             .await?;
     }
     let folded = if sale.rebuy_after_expiry {
-        release_expired(&mut tx, &mut redis, &k.buyers, id, &seen).await?
+        release_expired(&mut tx, &mut redis, &k, id, &seen).await?
     } else {
         Vec::new()
     };
     if sale.max_per_user > 1 {
         restore_units(&mut redis, &k, &seen).await?;
+    } else {
+        restore_held(&mut redis, id, &k, &seen).await?;
     }
     if sale.waiting_room {
         super::queue::restore::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
@@ -192,7 +197,7 @@ async fn rebuild_sale(
 async fn release_expired(
     tx: &mut sqlx::PgConnection,
     redis: &mut Redis,
-    buyers_key: &str,
+    k: &crate::keys::SaleKeys,
     id: SaleId,
     seen: &SaleSeen,
 ) -> Result<Vec<i64>, AppError> {
@@ -205,8 +210,12 @@ async fn release_expired(
         .into_iter()
         .collect();
     for chunk in gone.chunks(CHUNK) {
-        let _: i64 = redis::cmd("SREM")
-            .arg(buyers_key)
+        let _: (i64, i64) = redis::pipe()
+            .cmd("SREM")
+            .arg(&k.buyers)
+            .arg(chunk)
+            .cmd("HDEL")
+            .arg(&k.held)
             .arg(chunk)
             .query_async(&mut *redis)
             .await?;
@@ -245,6 +254,8 @@ struct SaleSeen {
     /// Users holding units: of the orders that hold theirs, of the unsettled ones,
     /// and of pending orders Postgres does not have.
     buyers: HashSet<i64>,
+    /// The pending orders (the pending hash's) Postgres does not have: order, user.
+    pending: Vec<(uuid::Uuid, i64)>,
 }
 
 async fn read_sale(
@@ -310,78 +321,19 @@ async fn read_sale(
             .filter(|(order, _)| uuid::Uuid::parse_str(order).map_or(true, |o| !in_pg.contains(&o)))
             .map(|(_, user)| *user),
     );
+    let pending = pending
+        .iter()
+        .filter_map(|(order, user)| Some((uuid::Uuid::parse_str(order).ok()?, *user)))
+        .filter(|(order, _)| !in_pg.contains(order))
+        .collect();
     Ok(SaleSeen {
         orders,
         unsettled,
         keys,
         known,
         buyers,
+        pending,
     })
-}
-
-/// The idempotency keys of the orders read (those accepted within the TTL), written
-/// into the sale's keys hash before the sale is stamped trusted: a retry with a key
-/// whose 202 Redis forgot gets that 202 again, never a second order. What the hash
-/// still holds stays (a refusal's answer, kept by a restart). Its expiry is reset.
-async fn restore_keys(
-    redis: &mut Redis,
-    k: &crate::keys::SaleKeys,
-    seen: &SaleSeen,
-    key_ttl: std::time::Duration,
-) -> Result<(), AppError> {
-    if seen.keys.is_empty() {
-        return Ok(());
-    }
-    for chunk in seen.keys.chunks(CHUNK) {
-        let mut cmd = redis::cmd("HSET");
-        cmd.arg(&k.idem);
-        for (field, answer) in chunk {
-            cmd.arg(field).arg(answer);
-        }
-        let _: i64 = cmd.query_async(&mut *redis).await?;
-    }
-    let _: i64 = redis::cmd("PEXPIRE")
-        .arg(&k.idem)
-        .arg(u64::try_from(key_ttl.as_millis()).unwrap_or(u64::MAX))
-        .query_async(&mut *redis)
-        .await?;
-    Ok(())
-}
-
-/// On a sale of more than one per customer: units per buyer and units sold, counted
-/// from the orders that hold units in Postgres and the unsettled ones, written over
-/// what Redis had. Then units left are units ever offered minus units sold.
-async fn restore_units(
-    redis: &mut Redis,
-    k: &crate::keys::SaleKeys,
-    seen: &SaleSeen,
-) -> Result<(), AppError> {
-    let mut units: HashMap<i64, i64> = HashMap::new();
-    for o in seen.orders.iter().filter(|o| o.holds) {
-        *units.entry(o.user).or_default() += o.units;
-    }
-    for (_, user, n) in &seen.unsettled {
-        *units.entry(*user).or_default() += n;
-    }
-    let sold: i64 = units.values().sum();
-    let _: () = redis::cmd("DEL")
-        .arg(&k.units)
-        .query_async(&mut *redis)
-        .await?;
-    let flat: Vec<i64> = units.iter().flat_map(|(u, n)| [*u, *n]).collect();
-    for chunk in flat.chunks(2 * CHUNK) {
-        let _: i64 = redis::cmd("HSET")
-            .arg(&k.units)
-            .arg(chunk)
-            .query_async(&mut *redis)
-            .await?;
-    }
-    let _: () = redis::cmd("SET")
-        .arg(&k.sold)
-        .arg(sold)
-        .query_async(&mut *redis)
-        .await?;
-    Ok(())
 }
 
 /// The orders in a sale's stream.
