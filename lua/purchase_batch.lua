@@ -121,27 +121,7 @@ end
 local code, value, texts = {}, {}, {}
 local skip, first_of, stored = nil, {}, {}
 if keyed then
-  skip = {}
-  local fields, asked = {}, {}
-  for i = 1, n do
-    local f = idem[i]
-    if f then
-      if first_of[f] then
-        skip[i] = true
-      else
-        first_of[f] = i
-        fields[#fields + 1] = f
-        asked[#asked + 1] = i
-      end
-    end
-  end
-  local known = batch_variadic('HMGET', KEYS[8], fields)
-  for j, i in ipairs(asked) do
-    if known[j] then
-      stored[fields[j]] = known[j]
-      skip[i] = true
-    end
-  end
+  skip, first_of, stored = keys_load(n, idem, KEYS[8])
 end
 
 -- The answer to a buyer whose key has a remembered answer.
@@ -330,38 +310,19 @@ end
 
 -- Remember the decisions made for keys; answer a key's repeats in this batch.
 if keyed then
-  local remembered = {}
-  for i = 1, n do
-    local f, c = idem[i], code[i]
-    if f and first_of[f] == i and not stored[f] and (c == REPLY_ACCEPTED or c == ALREADY_BOUGHT
-        or c == SOLD_OUT or c == OVER_CAP or c == NOT_ENOUGH_LEFT) then
-      -- Texts, not numbers, joined: Lua 5.1 turns a number into text with
-      -- sprintf('%.14g') at each `..`, three a buyer here.
-      local s = quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
-        (c == REPLY_ACCEPTED and orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
-      stored[f] = s
-      remembered[#remembered + 1] = f
-      remembered[#remembered + 1] = s
+  local function text_of(i)
+    local c = code[i]
+    if not CODE_TEXT[c] then
+      return nil
     end
+    -- Texts, not numbers, joined: Lua 5.1 turns a number into text with
+    -- sprintf('%.14g') at each `..`, three a buyer here.
+    return quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
+      (c == REPLY_ACCEPTED and orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
   end
-  for i = 1, n do
-    local f = idem[i]
-    if f and first_of[f] ~= i then
-      local first = first_of[f]
-      if stored[f] then
-        replay(i, stored[f])
-      else
-        -- The first was not decided (window, limits): the same answer.
-        code[i], value[i], answers[i] = code[first], value[first], answers[first]
-      end
-    end
-  end
-  if #remembered > 0 then
-    batch_variadic('HSET', KEYS[8], remembered)
-  end
-  if #remembered > 0 or replayed then
-    redis.call('PEXPIRE', KEYS[8], ARGV[4])
-  end
+  keys_remember(n, idem, first_of, stored, KEYS[8], ARGV[4],
+    {code = code, value = value, texts = texts, answers = answers}, text_of, replay,
+    function() return replayed end)
 end
 
 return batch_reply(P, n, code, value, answers, texts)

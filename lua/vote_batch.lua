@@ -93,27 +93,7 @@ end
 local code, value, texts = {}, {}, {}
 local skip, first_of, stored = nil, {}, {}
 if keyed then
-  skip = {}
-  local fields, asked = {}, {}
-  for i = 1, n do
-    local f = idem[i]
-    if f then
-      if first_of[f] then
-        skip[i] = true
-      else
-        first_of[f] = i
-        fields[#fields + 1] = f
-        asked[#asked + 1] = i
-      end
-    end
-  end
-  local known = batch_variadic('HMGET', KEYS[6], fields)
-  for j, i in ipairs(asked) do
-    if known[j] then
-      stored[fields[j]] = known[j]
-      skip[i] = true
-    end
-  end
+  skip, first_of, stored = keys_load(n, idem, KEYS[6])
 end
 
 local replayed = false
@@ -364,37 +344,16 @@ end
 
 -- Remember the decisions made for keys; answer a key's repeats in this batch.
 if keyed then
-  local remembered = {}
-  for i = 1, n do
-    local f, c = idem[i], code[i]
-    if f and first_of[f] == i and not stored[f] and REMEMBERED[c] then
-      local s = ballots[i] .. '|' .. c .. ':' .. string.format('%d', value[i]) .. ':' ..
-        (texts[i] or '')
-      stored[f] = s
-      remembered[#remembered + 1] = f
-      remembered[#remembered + 1] = s
+  local function text_of(i)
+    local c = code[i]
+    if not REMEMBERED[c] then
+      return nil
     end
+    return ballots[i] .. '|' .. c .. ':' .. string.format('%d', value[i]) .. ':' .. (texts[i] or '')
   end
-  for i = 1, n do
-    local f = idem[i]
-    if f and first_of[f] ~= i then
-      local first = first_of[f]
-      if stored[f] then
-        replay(i, stored[f])
-      else
-        -- The first was not decided (window, limits, a refusal not remembered):
-        -- the same answer.
-        code[i], value[i], texts[i], answers[i] = code[first], value[first], texts[first],
-          answers[first]
-      end
-    end
-  end
-  if #remembered > 0 then
-    batch_variadic('HSET', KEYS[6], remembered)
-  end
-  if #remembered > 0 or replayed then
-    redis.call('PEXPIRE', KEYS[6], ARGV[4])
-  end
+  keys_remember(n, idem, first_of, stored, KEYS[6], ARGV[4],
+    {code = code, value = value, texts = texts, answers = answers}, text_of, replay,
+    function() return replayed end)
 end
 
 return batch_reply(P, n, code, value, answers, texts)

@@ -132,6 +132,7 @@ macro_rules! lua_script {
                 )),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/limits.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/batch.lua")),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/keys.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/units.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
             ))
