@@ -114,10 +114,9 @@ async fn cluster_fault_mid_storm(name: &str, fault: Fault, length: Duration) {
             let owner = owner_of(cluster, target, slot).await;
             assert_eq!(owner, Some(target), "the slot's owner after the move");
             let what = format!(
-                "slot {slot}: {} keys in {} MIGRATEs over {:.2?}, every primary told {:.2?} after the last",
+                "slot {slot}: {} keys in {} MIGRATEs, moved and every primary told the new owner in {:.2?}",
                 moved.keys,
                 moved.batches,
-                ended - moved.started.unwrap_or(from),
                 ended - moved.started.unwrap_or(from),
             );
             (ended, None, what)
