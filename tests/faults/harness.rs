@@ -740,11 +740,16 @@ impl Cluster {
             .join(",")
     }
 
-    fn index_of_port(&self, port: u16) -> Option<usize> {
+    pub fn index_of_port(&self, port: u16) -> Option<usize> {
         self.nodes.iter().position(|n| n.port == port)
     }
 
-    async fn query<T: redis::FromRedisValue>(&self, node: usize, cmd: &redis::Cmd) -> Option<T> {
+    /// `cmd` on node `node` (a second to connect, a second to answer), or `None`.
+    pub async fn query<T: redis::FromRedisValue>(
+        &self,
+        node: usize,
+        cmd: &redis::Cmd,
+    ) -> Option<T> {
         let mut conn = connect_within_a_second(&self.nodes[node].url()).await?;
         tokio::time::timeout(Duration::from_secs(1), cmd.query_async(&mut conn))
             .await

@@ -255,6 +255,30 @@ async fn redis_backlog(stack: &Stack, sales: &[i64], polls: &[i64]) -> Option<i6
     Some(counts.iter().sum())
 }
 
+/// Per sale with a backlog: `sale N: pending P, stream S`, for a message.
+async fn backlog_by_key(stack: &Stack, sales: &[i64]) -> String {
+    let Some(mut conn) = stack.try_redis().await else {
+        return "Redis not reachable".into();
+    };
+    let mut out = Vec::new();
+    for &sale in sales {
+        let Some(id) = stampede::domain::Id::new(sale) else {
+            continue;
+        };
+        let k = stack.keys.sale(id);
+        let counts: Option<(i64, i64)> = redis::pipe()
+            .hlen(&k.pending)
+            .xlen(&k.orders)
+            .query_async(&mut conn)
+            .await
+            .ok();
+        if let Some((p, x)) = counts.filter(|(p, x)| p + x > 0) {
+            out.push(format!("sale {sale}: pending {p}, stream {x}"));
+        }
+    }
+    out.join("; ")
+}
+
 async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &[i64]) -> Duration {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(60);
@@ -308,7 +332,10 @@ async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &
             quiet_since = None;
         }
         if Instant::now() > deadline {
-            println!("settlement not finished after 60 s (Redis backlog {backlog:?})");
+            println!(
+                "settlement not finished after 60 s (Redis backlog {backlog:?}: {})",
+                backlog_by_key(stack, sales).await
+            );
             return start.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

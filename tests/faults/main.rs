@@ -20,6 +20,7 @@ macro_rules! scenario_tests {
     };
 }
 
+mod cluster_ops;
 #[path = "../common/db.rs"]
 mod db;
 mod harness;
@@ -37,10 +38,12 @@ mod idempotent_retry;
 mod limit_state;
 mod live_streams;
 mod net;
+mod net_cluster;
 mod net_idempotent;
 mod net_partition;
 mod net_postgres;
 mod net_redis;
+mod net_votes;
 mod payment_expiry;
 mod postgres_outage;
 mod redis_restart;

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use crate::harness::{Options, Stack};
 use crate::invariants::{AllowedLoss, assert_invariants};
 use crate::net::{
-    RECOVERY, Sampler, assert_answers_bounded, assert_recovered, fault_length, plan_around,
-    print_figures, sent_between, statuses,
+    RECOVERY, Sampler, assert_answers_bounded, assert_flat, assert_recovered, fault_length,
+    plan_around, print_figures, sent_between, statuses, usage, usage_settled,
 };
 use crate::storm::purchases;
 
@@ -40,6 +40,8 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
     let plan = plan_around(150.0, length * phases, Duration::from_secs(5));
     let storm = stack.storm(purchases(&users, &sales, 1, 0.03), plan);
     storm.wait_accepted(150, Duration::from_secs(20)).await;
+    let pid = stack.servers[0].pid().expect("server #0 runs");
+    let before = usage(pid);
     let from = Instant::now();
     let fixed = Duration::from_millis(200);
     match fault {
@@ -58,11 +60,13 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
         tokio::time::sleep(length).await;
     }
     let backlog = stack.pending_orders(&sales).await;
+    let faulted = usage(pid);
     links.redis.heal();
     let healed = Instant::now();
     println!("healed at {:.1?}", storm.elapsed());
     let records = storm.finish().await;
     let samples = sampler.finish().await;
+    let healed_usage = usage_settled(pid, before).await;
     let during = sent_between(&records, from, healed);
     let recovered = assert_recovered(&records, healed, &[0]);
     let stats = links.redis.stats();
@@ -80,7 +84,16 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
         readyz.len()
     );
 
+    println!(
+        "server #0: before the fault {before}; at its end {faulted}; after healing {healed_usage}"
+    );
+
     assert_answers_bounded(&records, "purchases");
+    // Memory and fds flat where connections stall or are reset (what would leak a
+    // connection, a buffer or a waiting request each time).
+    if !matches!(fault, Fault::Latency) {
+        assert_flat(before, healed_usage, &format!("{fault:?}"));
+    }
     let after = statuses(&samples, 0, healed + RECOVERY, Instant::now());
     assert!(
         after.iter().all(|s| *s == Some(200)),
