@@ -155,3 +155,82 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         "the port is closed"
     );
 }
+
+/// The settling role (`stampede settle`) serves `/metrics` and `/healthz` on its
+/// metrics listener: settlement's own counters, for the ServiceMonitor.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_settling_role_serves_its_metrics_and_stops_on_sigterm() {
+    let (app, _, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
+    let buyer = app.user().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stampede"))
+        .arg("settle")
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        .env("STAMPEDE_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start stampede settle");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = app.client.get(format!("{base}/healthz")).send().await {
+            assert_eq!(r.status(), StatusCode::OK);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "settle's listener never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.buy(sale, &buyer.token).await;
+    // It settles the order and says so, and that it holds the lease.
+    let text = loop {
+        let text = app
+            .client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("\nstampede_settled_rows_total 1\n") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "never counted the row:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(text.contains("\nstampede_settle_leading 1\n"), "{text}");
+    assert!(
+        text.contains("\nstampede_settle_errors_total 0\n"),
+        "{text}"
+    );
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let stop = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < stop,
+            "settle did not stop within 10 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "settle exited with {status}");
+}
