@@ -153,7 +153,7 @@ class Storm:
         return n
 
 
-def restart_all(servers, drain_s, kill, storm, log):
+def restart_all(servers, drain_s, kill, pause, storm, log):
     time.sleep(2.0)  # the storm's steady state first
     for s in servers:
         r = {"server": s.name, "term": now()}
@@ -179,8 +179,10 @@ def restart_all(servers, drain_s, kill, storm, log):
         print(f"    {s.name}: {'SIGKILL' if kill else 'SIGTERM'} at {r['term']:.2f} s, exited "
               f"{r['exited'] - r['term']:.2f} s later (code {r['code']}), ready again "
               f"{r['ready'] - r['exited']:.2f} s after that", flush=True)
-        time.sleep(1.5)
-    time.sleep(1.5)
+        # nginx leaves a server out for 5 s (fail_timeout) after a refused
+        # connection: the next stop comes once it is back in.
+        time.sleep(pause)
+    time.sleep(1.0)
     storm.stop.set()
 
 
@@ -194,6 +196,8 @@ def main():
     p.add_argument("--rate", type=float, default=150.0, help="purchases started a second")
     p.add_argument("--max-secs", type=float, default=60.0, help="the storm's longest run")
     p.add_argument("--drain-ms", type=int, default=int(os.environ.get("STAMPEDE_DRAIN_MS", "1000")))
+    p.add_argument("--pause", type=float, default=5.0,
+                   help="seconds from a server's /readyz to the next one's stop (nginx's fail_timeout)")
     p.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM (to see it fail)")
     p.add_argument("--no-retry", action="store_true", help="no retry of a 503 (to see it fail)")
     args = p.parse_args()
@@ -250,7 +254,7 @@ def run(args, host, port, secret, servers):
     restarts = []
     storm.begun = now()
     restarter = threading.Thread(target=restart_all,
-                                 args=(servers, args.drain_ms / 1000, args.kill, storm, restarts))
+                                 args=(servers, args.drain_ms / 1000, args.kill, args.pause, storm, restarts))
     restarter.start()
     sent = storm.run(T0 + storm.begun + args.max_secs)
     ran_out = not storm.stop.is_set()
