@@ -112,6 +112,11 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         StatusCode::ACCEPTED,
         "a purchase during the drain is decided"
     );
+    assert_eq!(
+        late.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..]),
+        "an answer in the drain closes its connection (a proxy keeps none to reuse)"
+    );
     assert!(
         termed.elapsed() < DRAIN,
         "the checks of the drain took longer than the drain ({:?}): they proved nothing",
@@ -121,10 +126,20 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
     // take the whole 10 s shutdown timeout.
     let deadline = termed + DRAIN + Duration::from_secs(8);
     let ended = tokio::time::timeout(DRAIN + Duration::from_secs(8), async {
-        while let Ok(Some(_)) = stream.chunk().await {}
+        let mut last = Vec::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            last.extend_from_slice(&chunk);
+        }
+        last
     })
     .await;
-    assert!(ended.is_ok(), "the event stream stayed open after SIGTERM");
+    let last = ended.expect("the event stream stayed open after SIGTERM");
+    let all = String::from_utf8_lossy(&last);
+    let last = all.rsplit("\n\n").nth(1).unwrap_or_default();
+    assert!(
+        last.starts_with(": server stopping, reconnect\nretry: ") && all.ends_with("\n\n"),
+        "the stream's last lines ask the page to reconnect: {last:?}"
+    );
     assert!(
         termed.elapsed() >= DRAIN - Duration::from_millis(100),
         "the event stream ended {:?} after SIGTERM, before the drain was over",
