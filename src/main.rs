@@ -196,7 +196,7 @@ async fn run(config: Option<&Path>, command: Command) -> anyhow::Result<ExitCode
             println!("migrations applied");
             Ok(())
         }
-        Command::Settle { drain } => startup::settle(&config, drain).await,
+        Command::Settle { drain } => startup::settle_role::settle(&config, drain).await,
         Command::Reconcile { repair } => reconcile(&config, repair).await,
         Command::Load { .. } => unreachable!("forwarded before the runtime starts"),
         Command::VerifyDraw(args) => return verify_draw::run(args),

@@ -20,7 +20,7 @@ use crate::state::AppState;
 mod connect;
 mod jobs;
 mod server;
-mod settle_role;
+pub mod settle_role;
 mod worker;
 
 use connect::{Pool, Stores, connect_pool, connect_stores};
@@ -29,7 +29,6 @@ pub use jobs::{EXPIRE_LOCK, expire_once};
 use jobs::{expire_forever, sweep_forever, upkeep_forever};
 pub use server::api_routes;
 use server::{LISTEN_BACKLOG, http_server, listen, metrics_server};
-pub use settle_role::settle;
 
 /// How long `serve` may take to stop after its drain period: the requests in
 /// flight (up to 10 s, the HTTP server's shutdown timeout), then the settlement

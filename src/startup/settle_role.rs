@@ -17,7 +17,7 @@ use crate::settle::Settler;
 
 /// Runs the settling role (see the module docs).
 pub async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
-    let db = super::connect_db(config).await?;
+    let db = super::connect::connect_db(config).await?;
     let keys = Keys::new(&config.redis_namespace);
     let settler = Settler::connect(
         db,
