@@ -16,10 +16,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DIR = ROOT / "deploy" / "kubernetes"
-# The server's own stop: the drain period (STAMPEDE_DRAIN_MS, 5 s), then up to 10 s
-# for requests in flight (shutdown_timeout in src/startup/server.rs), then the
-# settlement worker's batch.
-SERVER_DRAIN_S = 5 + 10
+# The server's own stop: the drain period (STAMPEDE_DRAIN_MS, 5 s), then at most
+# STOP_BOUND (15 s, src/startup/mod.rs: the requests in flight, the settlement
+# worker's batch, the background jobs), past which it exits anyway.
+SERVER_DRAIN_S = 5 + 15
 
 failures = []
 
@@ -55,7 +55,6 @@ def main():
     check(set(deployments) == {"stampede-serve", "stampede-settle"}, f"the two roles' Deployments: {sorted(deployments)}")
     serve = deployments.get("stampede-serve")
     pod_labels = serve["spec"]["template"]["metadata"]["labels"] if serve else {}
-    serve_ports = {p["name"] for c in serve["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])} if serve else set()
 
     secret_keys = set()
     for s in by_kind(docs, "Secret"):
@@ -83,9 +82,13 @@ def main():
         check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", "serve: liveness on /healthz")
 
     for svc in by_kind(docs, "Service"):
-        check(matches(svc["spec"]["selector"], pod_labels), f"Service {svc['metadata']['name']} selects the serving pods")
+        picked = [d for d in deployments.values() if matches(svc["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])]
+        check(len(picked) == 1, f"Service {svc['metadata']['name']} selects one role's pods")
+        ports = {p["name"] for d in picked for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
         for p in svc["spec"]["ports"]:
-            check(p.get("targetPort") in serve_ports, f"Service port {p.get('name')} targets a port of the pods")
+            check(p.get("targetPort") in ports, f"Service {svc['metadata']['name']} port {p.get('name')} targets a port of its pods")
+    check(any(matches(s["spec"]["selector"], pod_labels) for s in by_kind(docs, "Service") if s["metadata"]["name"] == "stampede"),
+          "the Service `stampede` selects the serving pods")
     services = by_kind(docs, "Service")
     for pdb in by_kind(docs, "PodDisruptionBudget"):
         sel = pdb["spec"]["selector"]["matchLabels"]
@@ -100,8 +103,11 @@ def main():
         check(m["apiVersion"] == "monitoring.coreos.com/v1", "ServiceMonitor apiVersion")
         sel = m["spec"]["selector"]["matchLabels"]
         picked = [s for s in services if matches(sel, s["metadata"].get("labels", {}))]
-        check(len(picked) == 1 and picked[0]["metadata"]["name"] == "stampede",
-              "ServiceMonitor selects the Service `stampede` (the job label the alerts name)")
+        check({s["metadata"]["name"] for s in picked} == {"stampede", "stampede-settle"},
+              "ServiceMonitor selects the Services of both roles")
+        job = m["spec"].get("jobLabel")
+        check(job is not None and all(s["metadata"]["labels"].get(job) == "stampede" for s in picked),
+              "ServiceMonitor: the job label is `stampede` for both roles (the job the alerts name)")
         for ep in m["spec"]["endpoints"]:
             check(any(ep.get("port") == p["name"] for s in picked for p in s["spec"]["ports"]), f"ServiceMonitor port {ep.get('port')} is a Service port")
 

@@ -4,7 +4,9 @@
 //! worker. Two limits it does not have are added here, as one middleware: a request
 //! head larger than `max_header_bytes` (431) and a body that does not arrive within
 //! `body_timeout_ms` of the head (408). Both answers carry the JSON error body and
-//! close the connection.
+//! close the connection. While the server drains (SIGTERM, `drain_ms`), every
+//! answer closes its connection too, so a proxy's kept-alive connections are gone
+//! before the port closes and none is cut under a request sent on it.
 
 use std::io;
 use std::time::Duration;
@@ -74,17 +76,21 @@ pub async fn guard(
         let (req, _) = req.into_parts();
         return Ok(closing(ServiceResponse::new(req, e.error_response())));
     }
+    let draining = req
+        .app_data::<actix_web::web::Data<crate::state::AppState>>()
+        .is_some_and(|s| s.draining.load(std::sync::atomic::Ordering::Relaxed));
     if let Some((answer, route)) = limits.early.and_then(|early| early(&req)) {
         req.extensions_mut().insert(RouteLabel(route));
         let (req, _) = req.into_parts();
-        return Ok(ServiceResponse::new(req, answer));
+        let res = ServiceResponse::new(req, answer);
+        return Ok(if draining { closing(res) } else { res });
     }
     if has_body(&req) {
         let payload = with_deadline(req.take_payload(), limits.body_timeout);
         req.set_payload(payload);
     }
     let res = next.call(req).await?.map_into_boxed_body();
-    Ok(if res.status() == StatusCode::REQUEST_TIMEOUT {
+    Ok(if draining || res.status() == StatusCode::REQUEST_TIMEOUT {
         closing(res)
     } else {
         res

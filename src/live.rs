@@ -218,42 +218,63 @@ async fn respond(
     };
     rx.mark_unchanged();
     let opening = Bytes::from([b"retry: 3000\n\n".as_slice(), &event(&first)].concat());
-    let state = (rx, closing, Some(opening));
-    let events = stream::unfold(state, move |(mut rx, mut closing, opening)| async move {
-        if let Some(opening) = opening {
-            return Some((Ok::<_, actix_web::Error>(opening), (rx, closing, None)));
-        }
-        loop {
-            let changed = tokio::select! {
-                // Shutting down: end the stream; the page reconnects.
-                _ = closing.wait_for(|closed| *closed) => return None,
-                changed = tokio::time::timeout(keep_alive, rx.changed()) => changed,
-            };
-            match changed {
-                Err(_) => {
-                    let comment = Bytes::from_static(b": keep-alive\n\n");
-                    return Some((Ok(comment), (rx, closing, None)));
-                }
-                // The reader is gone: end the stream; the page reconnects.
-                Ok(Err(_)) => return None,
-                Ok(Ok(())) => {
-                    let view = match &*rx.borrow_and_update() {
-                        Some(Reading::View(json)) => Some(event(json)),
-                        _ => None,
-                    };
-                    if let Some(view) = view {
-                        return Some((Ok(view), (rx, closing, None)));
+    // (readings, shutdown, the opening still to send, the closing hint sent)
+    let state = (rx, closing, Some(opening), false);
+    let events = stream::unfold(
+        state,
+        move |(mut rx, mut closing, opening, ended)| async move {
+            if let Some(opening) = opening {
+                return Some((
+                    Ok::<_, actix_web::Error>(opening),
+                    (rx, closing, None, false),
+                ));
+            }
+            if ended {
+                return None;
+            }
+            loop {
+                let changed = tokio::select! {
+                    _ = closing.wait_for(|closed| *closed) => None,
+                    changed = tokio::time::timeout(keep_alive, rx.changed()) => Some(changed),
+                };
+                // Shutting down: a last hint, then the end; the page reconnects.
+                let Some(changed) = changed else {
+                    return Some((Ok(closing_hint()), (rx, closing, None, true)));
+                };
+                match changed {
+                    Err(_) => {
+                        let comment = Bytes::from_static(b": keep-alive\n\n");
+                        return Some((Ok(comment), (rx, closing, None, false)));
+                    }
+                    // The reader is gone: end the stream; the page reconnects.
+                    Ok(Err(_)) => return None,
+                    Ok(Ok(())) => {
+                        let view = match &*rx.borrow_and_update() {
+                            Some(Reading::View(json)) => Some(event(json)),
+                            _ => None,
+                        };
+                        if let Some(view) = view {
+                            return Some((Ok(view), (rx, closing, None, false)));
+                        }
                     }
                 }
             }
-        }
-    });
+        },
+    );
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))
         // Tells nginx not to buffer the stream.
         .insert_header(("X-Accel-Buffering", "no"))
         .streaming(events))
+}
+
+/// The last lines of a stream the server ends as it stops: a comment, and the
+/// time the page waits before it reconnects (to another server), spread over 1
+/// to 3 s so that the pages of a stopping server do not all come back at once.
+fn closing_hint() -> Bytes {
+    let ms: u32 = rand::random_range(1000..=3000);
+    Bytes::from(format!(": server stopping, reconnect\nretry: {ms}\n\n"))
 }
 
 /// A view as the JSON an event carries.
@@ -271,6 +292,20 @@ fn event(json: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_closing_hint_asks_for_a_reconnect_within_1_to_3_s() {
+        for _ in 0..50 {
+            let hint = closing_hint();
+            let text = std::str::from_utf8(&hint).unwrap();
+            let ms: u32 = text
+                .strip_prefix(": server stopping, reconnect\nretry: ")
+                .and_then(|r| r.strip_suffix("\n\n"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{text:?}"));
+            assert!((1000..=3000).contains(&ms), "{ms}");
+        }
+    }
 
     #[test]
     fn an_event_is_one_data_line() {

@@ -196,7 +196,7 @@ async fn run(config: Option<&Path>, command: Command) -> anyhow::Result<ExitCode
             println!("migrations applied");
             Ok(())
         }
-        Command::Settle { drain } => settle(&config, drain).await,
+        Command::Settle { drain } => startup::settle_role::settle(&config, drain).await,
         Command::Reconcile { repair } => reconcile(&config, repair).await,
         Command::Load { .. } => unreachable!("forwarded before the runtime starts"),
         Command::VerifyDraw(args) => return verify_draw::run(args),
@@ -250,53 +250,6 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let app = Application::build(config.clone()).await?;
     tracing::info!(url = %format!("http://{}:{}", config.listen.ip(), app.port()), "stampede is serving");
     app.run_until_signal().await
-}
-
-/// `stampede settle`: the settlement worker alone, until SIGINT or SIGTERM (then it
-/// commits and acknowledges the batch in hand); or, with `--drain`, what is pending now.
-async fn settle(config: &Config, drain: bool) -> anyhow::Result<()> {
-    let db = startup::connect_db(config).await?;
-    let keys = Keys::new(&config.redis_namespace);
-    let mut settler = stampede::settle::Settler::connect(
-        db,
-        &stampede::redis_conn::Target::from_config(config),
-        keys,
-        config.settle.clone(),
-        startup::settlers(),
-    )
-    .await?;
-    if drain {
-        // A backlog of millions takes minutes: a line on stderr every 2 s.
-        let started = std::time::Instant::now();
-        let mut reported = started;
-        let n = settler
-            .drain_reporting(|rows| {
-                if reported.elapsed() >= std::time::Duration::from_secs(2) {
-                    reported = std::time::Instant::now();
-                    eprintln!(
-                        "settling: {rows} rows written so far, {:.0} a second",
-                        rows as f64 / started.elapsed().as_secs_f64()
-                    );
-                }
-            })
-            .await?;
-        let secs = started.elapsed().as_secs_f64();
-        if n == 0 {
-            println!("nothing to settle");
-        } else {
-            println!(
-                "settled {n} new orders and votes in {secs:.1} s ({:.0} a second)",
-                n as f64 / secs.max(0.001)
-            );
-        }
-        return Ok(());
-    }
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(settler.run(rx));
-    startup::wait_for_signal().await; // SIGTERM too: how Kubernetes stops a pod
-    let _ = tx.send(true);
-    worker.await?;
-    Ok(())
 }
 
 /// `stampede reconcile [--repair]`: every sale, Redis against Postgres; with

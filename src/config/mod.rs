@@ -1,7 +1,7 @@
 //! Configuration: built-in defaults, then an optional TOML file, then environment
 //! variables (highest priority). Secrets never reach a log: `Debug` redacts them.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,11 +10,13 @@ use serde::Deserialize;
 mod debug;
 mod env;
 pub mod limits;
+mod net;
 mod settle;
 mod units;
 mod validate;
 
 pub use limits::LimitsConfig;
+pub use net::IpNet;
 pub use settle::SettleConfig;
 
 /// Everything the server needs to start. Every field has a local default so that
@@ -95,8 +97,9 @@ pub struct Config {
     #[serde(rename = "drain_ms", with = "units::millis")]
     pub drain: Duration,
     pub settle: SettleConfig,
-    /// Peers whose `X-Forwarded-For` header is believed.
-    pub trusted_proxies: Vec<IpAddr>,
+    /// Peers whose `X-Forwarded-For` header is believed: addresses or CIDR
+    /// ranges (`10.0.0.7`, `10.0.0.0/8`, `fd00::/8`).
+    pub trusted_proxies: Vec<IpNet>,
     /// Rate-limit policies (`[limits]`, `[[limits.policies]]`); see `docs/rate-limits.md`.
     pub limits: LimitsConfig,
     /// Created (or promoted) at startup when both are set.

@@ -297,3 +297,29 @@ fn the_drain_period_is_read_in_ms_and_bounded_by_a_minute() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("STAMPEDE_DRAIN_MS"), "{err}");
 }
+
+#[test]
+fn trusted_proxies_take_ranges_and_refuse_a_bad_one_by_name() {
+    let mut c = Config::default();
+    c.apply_env(|k| {
+        (k == "STAMPEDE_TRUSTED_PROXIES").then(|| "127.0.0.1, 10.0.0.0/8 ,fd00::/8".to_string())
+    })
+    .unwrap();
+    let shown: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
+    assert_eq!(shown, ["127.0.0.1", "10.0.0.0/8", "fd00::/8"]);
+    assert!(c.trusted_proxies[1].contains("10.200.3.4".parse().unwrap()));
+    for bad in ["10.0.0.0/40", "10.0.0.1/8", "proxy.local", "10.0.0.0/8,"] {
+        let got = Config::default()
+            .apply_env(|k| (k == "STAMPEDE_TRUSTED_PROXIES").then(|| bad.to_string()))
+            .map(|_| ());
+        if bad.ends_with(',') {
+            assert!(got.is_ok(), "a trailing comma is a blank, dropped: {bad}");
+            continue;
+        }
+        let err = got.expect_err(bad).to_string();
+        assert!(err.contains("STAMPEDE_TRUSTED_PROXIES"), "{bad}: {err}");
+    }
+    let c: Config = toml::from_str(r#"trusted_proxies = ["192.168.0.0/16"]"#).unwrap();
+    assert_eq!(c.trusted_proxies[0].to_string(), "192.168.0.0/16");
+    assert!(toml::from_str::<Config>(r#"trusted_proxies = ["192.168.0.1/16"]"#).is_err());
+}

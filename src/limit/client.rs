@@ -6,10 +6,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use actix_web::HttpRequest;
 use actix_web::http::header::HeaderValue;
 
+use crate::config::IpNet;
+
 /// The client's address: the socket peer, or, when the peer is a trusted proxy,
 /// the rightmost `X-Forwarded-For` hop that is not a trusted proxy. Hops are
 /// parsed, so nothing a client wrote reaches a key as text.
-pub fn client_ip(req: &HttpRequest, trusted_proxies: &[IpAddr]) -> IpAddr {
+pub fn client_ip(req: &HttpRequest, trusted_proxies: &[IpNet]) -> IpAddr {
     let peer = req
         .peer_addr()
         .map(|a| a.ip().to_canonical())
@@ -18,8 +20,8 @@ pub fn client_ip(req: &HttpRequest, trusted_proxies: &[IpAddr]) -> IpAddr {
     forwarded_client(peer, forwarded, trusted_proxies)
 }
 
-fn is_trusted(ip: IpAddr, trusted: &[IpAddr]) -> bool {
-    trusted.iter().any(|t| t.to_canonical() == ip)
+fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
+    trusted.iter().any(|t| t.contains(ip))
 }
 
 /// Walks `X-Forwarded-For` from the right (the hop our proxy appended) past our
@@ -28,7 +30,7 @@ fn is_trusted(ip: IpAddr, trusted: &[IpAddr]) -> bool {
 fn forwarded_client<'a>(
     peer: IpAddr,
     values: impl Iterator<Item = &'a HeaderValue>,
-    trusted: &[IpAddr],
+    trusted: &[IpNet],
 ) -> IpAddr {
     if !is_trusted(peer, trusted) {
         return peer;
@@ -110,7 +112,7 @@ mod tests {
             forwarded_client(ip("1.2.3.4"), h.iter(), &[]),
             ip("1.2.3.4")
         );
-        let trusted = [ip("10.0.0.1"), ip("10.0.0.2")];
+        let trusted = [net("10.0.0.1"), net("10.0.0.2")];
         assert_eq!(
             forwarded_client(ip("1.2.3.4"), h.iter(), &trusted),
             ip("1.2.3.4"),
@@ -124,7 +126,7 @@ mod tests {
 
     #[test]
     fn rightmost_untrusted_hop_wins() {
-        let trusted = [ip("10.0.0.1"), ip("10.0.0.2")];
+        let trusted = [net("10.0.0.1"), net("10.0.0.2")];
         // The client forged the first hop; our two proxies appended the rest.
         let h = xff(&["1.1.1.1, 203.0.113.9", "10.0.0.2"]);
         assert_eq!(
@@ -156,8 +158,36 @@ mod tests {
         // IPv4-mapped IPv6 peers match IPv4 proxies.
         let h = xff(&["198.51.100.1"]);
         assert_eq!(
-            forwarded_client(ip("10.0.0.1"), h.iter(), &[ip("::ffff:10.0.0.1")]),
+            forwarded_client(ip("10.0.0.1"), h.iter(), &[net("::ffff:10.0.0.1")]),
             ip("198.51.100.1")
+        );
+    }
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn trusted_ranges_are_walked_past_like_single_proxies() {
+        let trusted = [net("10.0.0.0/8"), net("fd00::/8")];
+        // A client behind two proxies of the ranges (an ingress, a pod network).
+        let h = xff(&["203.0.113.9, fd00::1:2, 10.44.0.3"]);
+        assert_eq!(
+            forwarded_client(ip("10.1.2.3"), h.iter(), &trusted),
+            ip("203.0.113.9")
+        );
+        assert_eq!(
+            forwarded_client(ip("fd12::7"), h.iter(), &trusted),
+            ip("203.0.113.9")
+        );
+        // A peer outside the ranges is the client, whatever it writes.
+        assert_eq!(
+            forwarded_client(ip("11.0.0.1"), h.iter(), &trusted),
+            ip("11.0.0.1")
+        );
+        assert_eq!(
+            forwarded_client(ip("fe80::1"), h.iter(), &trusted),
+            ip("fe80::1")
         );
     }
 

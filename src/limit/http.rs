@@ -65,7 +65,7 @@ pub struct Limiter {
     redis: Redis,
     keys: Keys,
     metrics: Arc<Metrics>,
-    trusted_proxies: Vec<IpAddr>,
+    trusted_proxies: Vec<crate::config::IpNet>,
 }
 
 /// What one policy's take came to.
@@ -77,7 +77,7 @@ impl Limiter {
         redis: Redis,
         keys: Keys,
         metrics: Arc<Metrics>,
-        trusted_proxies: Vec<IpAddr>,
+        trusted_proxies: Vec<crate::config::IpNet>,
     ) -> Self {
         Limiter {
             limits,

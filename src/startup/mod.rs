@@ -20,6 +20,7 @@ use crate::state::AppState;
 mod connect;
 mod jobs;
 mod server;
+pub mod settle_role;
 mod worker;
 
 use connect::{Pool, Stores, connect_pool, connect_stores};
@@ -28,6 +29,11 @@ pub use jobs::{EXPIRE_LOCK, expire_once};
 use jobs::{expire_forever, sweep_forever, upkeep_forever};
 pub use server::api_routes;
 use server::{LISTEN_BACKLOG, http_server, listen, metrics_server};
+
+/// How long `serve` may take to stop after its drain period: the requests in
+/// flight (up to 10 s, the HTTP server's shutdown timeout), then the settlement
+/// worker's batch and the background jobs. Past it the process exits anyway.
+pub const STOP_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
 
 pub struct Application {
     port: u16,
@@ -169,46 +175,35 @@ impl Application {
     }
 
     /// Serves until SIGINT or SIGTERM, then drains: `/readyz` answers 503 for
-    /// `drain_ms` while every route still answers; then it stops accepting, ends
-    /// the event streams (their opening told pages to reconnect after 3 s),
-    /// finishes the requests in flight, batches included (up to 10 s), and lets
-    /// the settlement worker commit and acknowledge its batch. So it exits within
-    /// `drain_ms` + 10 s + one settlement batch.
+    /// `drain_ms` while every route still answers (each answer closing its
+    /// connection); then it stops accepting, ends the event streams (a last
+    /// `retry:` asks pages to reconnect within 1 to 3 s), finishes the requests in
+    /// flight, batches included (up to 10 s), and lets the settlement worker commit
+    /// and acknowledge its batch. It returns within `drain_ms` +
+    /// [`STOP_BOUND`] whatever hangs (a warning says what was cut short).
     pub async fn run_until_signal(self) -> anyhow::Result<()> {
         let handle = self.server.handle();
         let server = tokio::spawn(self.server);
         let metrics = self.metrics.map(|(_, m)| (m.handle(), tokio::spawn(m)));
         wait_for_signal().await;
         let drain = self.state.config.drain;
-        tracing::info!(
-            drain_ms = drain.as_millis() as u64,
-            "stopping: /readyz answers 503, still serving for the drain period"
-        );
-        self.state
-            .draining
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        // A second signal (an impatient Ctrl-C) cuts the drain short.
+        let rest = Stopping {
+            state: self.state,
+            handle,
+            server,
+            metrics,
+            shutdown: self.shutdown,
+            settler: self.settler,
+            background: self.background,
+        };
         tokio::select! {
-            _ = tokio::time::sleep(drain) => {}
-            _ = wait_for_signal() => {}
+            () = rest.stop(drain) => tracing::info!("shut down cleanly"),
+            () = tokio::time::sleep(drain + STOP_BOUND) => tracing::warn!(
+                bound_ms = (drain + STOP_BOUND).as_millis() as u64,
+                "stopping took longer than the drain and its bound: exiting now (what \
+                 settlement did not acknowledge is taken over after claim_idle_ms)"
+            ),
         }
-        tracing::info!("shutting down: no new connections, finishing in-flight requests");
-        // Open pages' event streams never finish by themselves: end them first.
-        self.state.live.close();
-        handle.stop(true).await;
-        if let Some((handle, server)) = metrics {
-            handle.stop(false).await;
-            let _ = server.await;
-        }
-        let _ = server.await;
-        let _ = self.shutdown.send(true);
-        if let Some(settler) = self.settler {
-            let _ = settler.await;
-        }
-        for task in self.background {
-            let _ = task.await;
-        }
-        tracing::info!("shut down cleanly");
         Ok(())
     }
 
@@ -336,5 +331,53 @@ pub async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// What is left to stop once SIGTERM (or SIGINT) came.
+struct Stopping {
+    state: web::Data<AppState>,
+    handle: actix_web::dev::ServerHandle,
+    server: JoinHandle<std::io::Result<()>>,
+    metrics: Option<(
+        actix_web::dev::ServerHandle,
+        JoinHandle<std::io::Result<()>>,
+    )>,
+    shutdown: watch::Sender<bool>,
+    settler: Option<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl Stopping {
+    /// The drain, then everything in order (see [`Application::run_until_signal`]).
+    async fn stop(self, drain: std::time::Duration) {
+        tracing::info!(
+            drain_ms = drain.as_millis() as u64,
+            "stopping: /readyz answers 503, still serving for the drain period"
+        );
+        self.state
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        // A second signal (an impatient Ctrl-C) cuts the drain short.
+        tokio::select! {
+            _ = tokio::time::sleep(drain) => {}
+            _ = wait_for_signal() => {}
+        }
+        tracing::info!("shutting down: no new connections, finishing in-flight requests");
+        // Open pages' event streams never finish by themselves: end them first.
+        self.state.live.close();
+        self.handle.stop(true).await;
+        if let Some((handle, server)) = self.metrics {
+            handle.stop(false).await;
+            let _ = server.await;
+        }
+        let _ = self.server.await;
+        let _ = self.shutdown.send(true);
+        if let Some(settler) = self.settler {
+            let _ = settler.await;
+        }
+        for task in self.background {
+            let _ = task.await;
+        }
     }
 }

@@ -112,6 +112,11 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         StatusCode::ACCEPTED,
         "a purchase during the drain is decided"
     );
+    assert_eq!(
+        late.headers().get("connection").map(|v| v.as_bytes()),
+        Some(&b"close"[..]),
+        "an answer in the drain closes its connection (a proxy keeps none to reuse)"
+    );
     assert!(
         termed.elapsed() < DRAIN,
         "the checks of the drain took longer than the drain ({:?}): they proved nothing",
@@ -121,10 +126,20 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
     // take the whole 10 s shutdown timeout.
     let deadline = termed + DRAIN + Duration::from_secs(8);
     let ended = tokio::time::timeout(DRAIN + Duration::from_secs(8), async {
-        while let Ok(Some(_)) = stream.chunk().await {}
+        let mut last = Vec::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            last.extend_from_slice(&chunk);
+        }
+        last
     })
     .await;
-    assert!(ended.is_ok(), "the event stream stayed open after SIGTERM");
+    let last = ended.expect("the event stream stayed open after SIGTERM");
+    let all = String::from_utf8_lossy(&last);
+    let last = all.rsplit("\n\n").nth(1).unwrap_or_default();
+    assert!(
+        last.starts_with(": server stopping, reconnect\nretry: ") && all.ends_with("\n\n"),
+        "the stream's last lines ask the page to reconnect: {last:?}"
+    );
     assert!(
         termed.elapsed() >= DRAIN - Duration::from_millis(100),
         "the event stream ended {:?} after SIGTERM, before the drain was over",
@@ -154,4 +169,83 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
             .is_err(),
         "the port is closed"
     );
+}
+
+/// The settling role (`stampede settle`) serves `/metrics` and `/healthz` on its
+/// metrics listener: settlement's own counters, for the ServiceMonitor.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_settling_role_serves_its_metrics_and_stops_on_sigterm() {
+    let (app, _, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
+    let buyer = app.user().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stampede"))
+        .arg("settle")
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        .env("STAMPEDE_METRICS_LISTEN", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start stampede settle");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(r) = app.client.get(format!("{base}/healthz")).send().await {
+            assert_eq!(r.status(), StatusCode::OK);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "settle's listener never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    app.buy(sale, &buyer.token).await;
+    // It settles the order and says so, and that it holds the lease.
+    let text = loop {
+        let text = app
+            .client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("\nstampede_settled_rows_total 1\n") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "never counted the row:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(text.contains("\nstampede_settle_leading 1\n"), "{text}");
+    assert!(
+        text.contains("\nstampede_settle_errors_total 0\n"),
+        "{text}"
+    );
+    assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let stop = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < stop,
+            "settle did not stop within 10 s of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "settle exited with {status}");
 }
