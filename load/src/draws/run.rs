@@ -195,7 +195,12 @@ pub async fn run(
         &mut checks,
     )
     .await?;
-    let csv = get_raw(target, &format!("/api/sales/{sale}/draw/entries.csv")).await?;
+    let csv = get_raw(
+        target,
+        admin,
+        &format!("/api/sales/{sale}/draw/entries.csv"),
+    )
+    .await?;
     let buyers = store.buyers(sale).await?;
     let claimed = claims.seen.len();
     let claims_bought = claims
@@ -352,13 +357,14 @@ async fn await_draw(
     }
 }
 
-/// The body of `GET path` (no token), which must answer 200.
-async fn get_raw(target: &Target, path: &str) -> anyhow::Result<Vec<u8>> {
+/// The body of `GET path` as the run's admin (a rehearsal's draw shows to admins
+/// only), which must answer 200.
+async fn get_raw(target: &Target, admin: &str, path: &str) -> anyhow::Result<Vec<u8>> {
     let mut conn = Conn::new(target.clone(), Duration::from_secs(60));
     let req = Request {
         method: "GET",
         path,
-        token: None,
+        token: Some(admin),
         forwarded_for: None,
         idempotency_key: None,
         body: None,
