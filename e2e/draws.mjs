@@ -192,6 +192,16 @@ try {
       await inspect(lost.page, "sale-draw-not-drawn");
     }
 
+    // Signed out, after the draw: its outcome and how it was made, no entry.
+    {
+      const visitor = await newPage(viewport, null);
+      await goto(visitor, `/sales/${sale.id}`);
+      await visitor.locator('[data-field="draw-status"]').filter({ hasText: "The draw has been made." }).waitFor({ timeout: 5000 });
+      check(!(await visitor.getByText("Sign in to enter the draw").isVisible()), `signed out after the draw, no "Sign in to enter the draw" ${at}`);
+      check(await visitor.getByRole("link", { name: "How this draw was made" }).isVisible(), `signed out after the draw, the link to how it was made ${at}`);
+      await visitor.context().close();
+    }
+
     // How this draw was made: checked in the browser.
     const proof = won.page;
     await goto(proof, `/sales/${sale.id}/draw`);
@@ -224,6 +234,43 @@ try {
     await inspect(adminPage, "admin-sale-draw");
     await adminPage.context().close();
     for (const p of pages) await p.page.context().close();
+  }
+
+  // ---- the admin's New sale form: a draw, its fields checked as the API does ----
+  {
+    const [, viewport] = SIZES[0];
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const page = await newPage(viewport, admin);
+    await goto(page, "/admin");
+    await page.getByText("New sale", { exact: true }).click();
+    const claim = page.getByLabel("Time a winner has to buy (seconds)");
+    check(!(await claim.isVisible()), `the draw's fields show only for a draw ${at}`);
+    const name = `E2E draw ${runId}: made in the form`;
+    await page.getByLabel("Name", { exact: true }).fill(name);
+    await page.getByLabel("Price", { exact: true }).fill("129");
+    await page.getByLabel("Stock", { exact: true }).fill("3");
+    await page.getByLabel("How it sells").selectOption("draw");
+    check(await claim.isVisible(), `a draw shows when entries open and the time to buy ${at}`);
+    await claim.fill("30");
+    await page.getByLabel("Proof of work (0 = off)").fill("25");
+    await page.getByRole("button", { name: "Create sale" }).click();
+    await page.locator("#sale-claim-window-error").filter({ hasText: "60 to 86,400" }).waitFor({ timeout: 3000 });
+    check((await claim.getAttribute("aria-invalid")) === "true", `a claim window under 60 s is marked by its field ${at}`);
+    check(/0 \(off\) to 24/.test(await page.locator("#sale-proof-error").innerText()), `a proof of work over 24 is marked by its field ${at}`);
+    await claim.fill("120");
+    await page.getByLabel("Proof of work (0 = off)").fill("8");
+    await page.getByLabel("Least account age (seconds, 0 = any)").fill("3600");
+    await page.getByRole("button", { name: "Create sale" }).click();
+    const created = page.locator('[data-field="create-message"]');
+    await created.filter({ hasText: name }).waitFor({ timeout: 5000 });
+    const id = /\(#(\d+)\)/.exec(await created.innerText())?.[1];
+    const made = (await call("GET", `/api/sales/${id}`, admin.token)).data;
+    check(
+      made.mode === "draw" && made.claim_window_s === 120 && made.draw_at === made.starts_at && Boolean(made.entries_open_at) &&
+        made.proof_of_work === 8 && made.min_account_age_s === 3600,
+      `the form creates the draw (${made.mode}, claim ${made.claim_window_s} s, proof ${made.proof_of_work}, age ${made.min_account_age_s}) ${at}`,
+    );
+    await page.context().close();
   }
 } catch (err) {
   check(false, `draws run: ${err.stack || err}`);

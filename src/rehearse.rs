@@ -52,6 +52,19 @@ pub fn vote_receipt(secret: &[u8], poll: i64, user: i64, seq: i32) -> anyhow::Re
     Ok(crate::vote::receipt::receipt(secret, poll, user, seq))
 }
 
+/// A draw sale's record in Postgres (`stampede load storm --draw`).
+#[derive(Debug, sqlx::FromRow)]
+pub struct DrawRecord {
+    /// Whether the draw was made (`drawn_at` set).
+    pub drawn: bool,
+    /// The entries the draw counted, the rows of its seeded order (and how many
+    /// distinct entries they name), and the entries Postgres holds.
+    pub counted: Option<i32>,
+    pub order_rows: i64,
+    pub order_entries: i64,
+    pub entry_rows: i64,
+}
+
 /// A sale's orders in Postgres against its waiting room's admissions.
 pub struct OrdersAdmitted {
     pub orders: i64,
@@ -213,6 +226,31 @@ impl Store {
         )
         .bind(sale)
         .fetch_one(&self.db)
+        .await?)
+    }
+
+    /// `sale`'s draw as Postgres holds it (`None`: not a draw sale).
+    pub async fn draw_record(&self, sale: i64) -> anyhow::Result<Option<DrawRecord>> {
+        Ok(sqlx::query_as(
+            "SELECT d.drawn_at IS NOT NULL AS drawn, d.entries AS counted,
+                    (SELECT count(*) FROM draw_order WHERE sale_id = $1) AS order_rows,
+                    (SELECT count(DISTINCT entry_id) FROM draw_order WHERE sale_id = $1)
+                        AS order_entries,
+                    (SELECT count(*) FROM draw_entries WHERE sale_id = $1) AS entry_rows
+             FROM sale_draws d WHERE d.sale_id = $1",
+        )
+        .bind(sale)
+        .fetch_optional(&self.db)
+        .await?)
+    }
+
+    /// The buyers of `sale`'s settled orders, with their units.
+    pub async fn buyers(&self, sale: i64) -> anyhow::Result<Vec<(i64, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT user_id, SUM(quantity)::int8 FROM orders WHERE sale_id = $1 GROUP BY user_id",
+        )
+        .bind(sale)
+        .fetch_all(&self.db)
         .await?)
     }
 

@@ -150,6 +150,31 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1000, requires = "waiting_room",
           value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub admit_per_second: u32,
+    /// Storm: the sale the run makes is a draw (issue 52) whose entries open now
+    /// and whose draw is --opens-in seconds from now: every user enters before
+    /// it, the run waits for the draw, then every user asks its standing and
+    /// --claim-share percent of the winners buy with their win's ticket (the
+    /// others let it pass); a few losers try to buy without one. When the claim
+    /// windows end within --claim-wait seconds, the run waits for the unclaimed
+    /// wins to pass and the next winners buy too. Checks one entry per account,
+    /// exactly one draw, the published draw recomputed from its seed (as
+    /// `stampede verify-draw`), only winners bought, no unit twice, and the stock
+    /// in Redis and Postgres (see "Rehearse a sale" in docs/operations.md).
+    /// With --prepare-only: the request written is the entry
+    /// (`POST /api/sales/{id}/entry`) of a draw --opens-in seconds ahead, and
+    /// with --warm-up every user has entered (scripts/bench-queue).
+    #[arg(long, conflicts_with_all = ["sale", "poll", "tickets", "waiting_room"])]
+    pub draw: bool,
+    /// With --draw: percent of the winners who buy (the others let their win pass).
+    #[arg(long, default_value_t = 80, requires = "draw",
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub claim_share: u32,
+    /// With --draw: the longest the run waits for unclaimed wins to pass, in
+    /// seconds from the draw. A sale's claim window is at least 60 s; a server
+    /// started with STAMPEDE_DRAW_CLAIM_MAX_MS shortens it (a rehearsal server).
+    /// When the claims end later, the passes are not rehearsed (the report says so).
+    #[arg(long, default_value_t = 90, requires = "draw")]
+    pub claim_wait: u64,
     /// Send purchases without an `Idempotency-Key` (by default each purchase has a
     /// new one, and a storm retries an ambiguous answer with the same key).
     #[arg(long)]

@@ -12,7 +12,8 @@
 //! (users keep voting in a poll) and `healthz` (a trivial route: how fast this
 //! generator itself is, to compare with `wrk`). `storm --waiting-room` rehearses a
 //! sale with a waiting room: join, follow the line, buy when admitted
-//! (`waiting/`).
+//! (`waiting/`); `storm --draw` a draw sale: enter, the draw, claims and passes
+//! (`draws/`).
 //!
 //! A client, not part of the server: a package of its own (`load/`) over the
 //! library's public types (`Config`, the token key and claims, `Id`) and
@@ -26,6 +27,7 @@ mod ballots;
 mod checks;
 mod cleanup;
 mod client;
+mod draws;
 mod fire;
 mod latency;
 mod prepare;

@@ -36,6 +36,10 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
         }
         None => (String::new(), Vec::new(), Vec::new()),
     };
+    // A draw makes its own sale (and with --prepare-only writes its entry route).
+    if let (true, Some(store)) = (args.draw, &db) {
+        return crate::draws::run(&args, &target, store, &admin, &user_ids, tokens).await;
+    }
     let aim = aim(&args, &target, &admin).await?;
     if let (true, Some(store), None) = (args.waiting_room, &db, &args.prepare_only) {
         return crate::waiting::run(&args, &target, store, &admin, &user_ids, tokens, &aim).await;
@@ -116,6 +120,9 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     Ok(report.ok)
 }
 
+/// Most users a `storm --draw` makes.
+const MAX_DRAW_USERS: usize = 1_000_000;
+
 /// Refuses a bad `--opens-at`, and a URL where no Stampede answers.
 async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
     if let Some(at) = args.opens_at {
@@ -124,6 +131,11 @@ async fn preflight(args: &LoadArgs, target: &Target) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.ballot.is_none() || args.mode() == Mode::Vote,
         "--ballot is for vote (the kind of poll the run makes)"
+    );
+    anyhow::ensure!(
+        !args.draw || (args.mode() == Mode::Storm && args.users <= MAX_DRAW_USERS),
+        "--draw is for storm, with at most {MAX_DRAW_USERS} --users (the run keeps every \
+         standing)"
     );
     anyhow::ensure!(
         !args.waiting_room || args.mode() == Mode::Storm,

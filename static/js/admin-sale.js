@@ -14,11 +14,15 @@ import { retireButtons } from "./retire.js";
 import { runSaleAction, showSaleActions } from "./sale-controls.js";
 import { toLocalInput } from "./time.js";
 import {
+  ACCOUNT_AGE_HINT,
   ADMIT_RATE_HINT,
+  CLAIM_WINDOW_HINT,
+  ENTRIES_OPEN_HINT,
   IMAGE_HINT,
   MAX_ADMIT_PER_SECOND,
   MAX_PER_USER_HINT,
   PAYMENT_WINDOW_HINT,
+  PROOF_HINT,
   QUEUE_OPENS_HINT,
   parsePrice,
   parseUnits,
@@ -38,7 +42,8 @@ export function adminSalePage() {
   const f = form.elements;
   adminDrawPanel(root, id);
 
-  for (const name of ["starts_at", "ends_at", "queue_opens_at"]) {
+  for (const name of ["starts_at", "ends_at", "queue_opens_at", "entries_open_at"]) {
+    if (!f[name]) continue;
     const at = new Date(f[name].dataset.iso);
     if (f[name].dataset.iso && !Number.isNaN(at.getTime())) f[name].value = toLocalInput(at);
   }
@@ -115,7 +120,27 @@ export function adminSalePage() {
         errors.admit_per_second = ADMIT_RATE_HINT;
       }
     }
+    readFairness(values, errors);
     return { values, errors };
+  }
+
+  /** A draw's settings (a draw sale only), the proof of work and the account age. */
+  function readFairness(values, errors) {
+    if (f.entries_open_at) {
+      const entries = f.entries_open_at;
+      const at = new Date(entries.value);
+      if (Number.isNaN(at.getTime())) errors.entries_open_at = "Pick when entries open.";
+      else {
+        values.entries_open_at = entries.value === toLocalInput(new Date(entries.dataset.iso)) ? entries.dataset.iso : at.toISOString();
+        if (values.starts_at && new Date(values.entries_open_at) >= new Date(values.starts_at)) errors.entries_open_at = ENTRIES_OPEN_HINT;
+      }
+      values.claim_window_s = parseUnits(f.claim_window_s.value);
+      if (values.claim_window_s === null || values.claim_window_s < 60 || values.claim_window_s > 86400) errors.claim_window_s = CLAIM_WINDOW_HINT;
+    }
+    values.proof_of_work = parseUnits(f.proof_of_work.value);
+    if (values.proof_of_work === null || values.proof_of_work > 24) errors.proof_of_work = PROOF_HINT;
+    values.min_account_age_s = parseUnits(f.min_account_age_s.value);
+    if (values.min_account_age_s === null || values.min_account_age_s > 31622400) errors.min_account_age_s = ACCOUNT_AGE_HINT;
   }
 
   const initial = read().values;

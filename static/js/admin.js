@@ -8,13 +8,18 @@ import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { toLocalInput } from "./time.js";
 import {
+  ACCOUNT_AGE_HINT,
   ADMIT_RATE_HINT,
+  CLAIM_WINDOW_HINT,
+  ENTRIES_OPEN_HINT,
   IMAGE_HINT,
   MAX_ADMIT_PER_SECOND,
   MAX_PAYMENT_WINDOW_S,
   MAX_PER_USER,
   MAX_PER_USER_HINT,
+  NO_DRAW_ROOM,
   PAYMENT_WINDOW_HINT,
+  PROOF_HINT,
   QUEUE_OPENS_HINT,
   parsePrice,
   parseUnits,
@@ -39,6 +44,7 @@ export function adminPage() {
     form.elements.starts_at.value = toLocalInput(start);
     form.elements.ends_at.value = toLocalInput(new Date(start.getTime() + 7 * 86400 * 1000));
     showQueueFields();
+    showDrawFields();
   }
 
   /**
@@ -53,6 +59,16 @@ export function adminPage() {
     if (on && !f.queue_opens_at.value) f.queue_opens_at.value = f.starts_at.value;
   }
   form.elements.waiting_room.addEventListener("change", showQueueFields);
+
+  /** A draw's fields, only for a draw; entries open now unless the admin says later. */
+  function showDrawFields() {
+    const f = form.elements;
+    const draw = f.mode.value === "draw";
+    field(form, "entries-opens-field").hidden = !draw;
+    field(form, "claim-window-field").hidden = !draw;
+    if (draw && !f.entries_open_at.value) f.entries_open_at.value = toLocalInput(new Date());
+  }
+  form.elements.mode.addEventListener("change", showDrawFields);
 
   function rowOf(id) {
     return rows.querySelector(`tr[data-sale-id="${CSS.escape(String(id))}"]`);
@@ -129,6 +145,18 @@ export function adminPage() {
       const rate = parseUnits(f.admit_per_second.value);
       if (rate === null || rate < 1 || rate > MAX_ADMIT_PER_SECOND) errors.admit_per_second = ADMIT_RATE_HINT;
     }
+    if (f.mode.value === "draw") {
+      if (f.waiting_room.checked) errors.mode = NO_DRAW_ROOM;
+      const entries = new Date(f.entries_open_at.value);
+      if (Number.isNaN(entries.getTime())) errors.entries_open_at = "Pick when entries open.";
+      else if (!errors.starts_at && entries >= starts) errors.entries_open_at = ENTRIES_OPEN_HINT;
+      const claim = parseUnits(f.claim_window_s.value);
+      if (claim === null || claim < 60 || claim > 86400) errors.claim_window_s = CLAIM_WINDOW_HINT;
+    }
+    const proof = parseUnits(f.proof_of_work.value);
+    if (proof === null || proof > 24) errors.proof_of_work = PROOF_HINT;
+    const age = parseUnits(f.min_account_age_s.value);
+    if (age === null || age > 31622400) errors.min_account_age_s = ACCOUNT_AGE_HINT;
     return errors;
   }
   revalidateOnInput(form, validate);
@@ -163,6 +191,17 @@ export function adminPage() {
       payment_window_s: parseUnits(f.payment_window_s.value),
       rebuy_after_expiry: f.rebuy_after_expiry.checked,
       max_per_user: parseUnits(f.max_per_user.value),
+      proof_of_work: parseUnits(f.proof_of_work.value),
+      min_account_age_s: parseUnits(f.min_account_age_s.value),
+      // A draw is made when the sale opens.
+      ...(f.mode.value === "draw"
+        ? {
+            mode: "draw",
+            entries_open_at: new Date(f.entries_open_at.value).toISOString(),
+            draw_at: starts.toISOString(),
+            claim_window_s: parseUnits(f.claim_window_s.value),
+          }
+        : {}),
       ...(f.waiting_room.checked
         ? {
             waiting_room: true,

@@ -10,7 +10,7 @@ import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
 import { clockTime, formatDuration, localTime } from "./time.js";
-import { checkingWords, proofHeaders } from "./pow.js";
+import { checkingWords, postWithProof } from "./pow.js";
 
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
 // Not everyone asks in the same millisecond at the draw.
@@ -91,11 +91,9 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
     e.entering = true;
     changed();
     // A sale that asks for a proof of work: solved first, in a worker.
-    let proof = { headers: {} };
-    if (Number(d.proofOfWork) > 0) {
-      proof = await proofHeaders("sales", saleId, (share) => show("info", ...checkingWords(share)));
-    }
-    const res = proof.failed || (await api("POST", `/api/sales/${saleId}/entry`, undefined, proof.headers));
+    const res = await postWithProof("sales", saleId, `/api/sales/${saleId}/entry`, d.proofOfWork, (share) =>
+      show("info", ...checkingWords(share)),
+    );
     e.entering = false;
     const code = res.data.error;
     if (res.ok) {

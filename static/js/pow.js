@@ -62,3 +62,15 @@ export async function proofHeaders(kind, id, onProgress) {
 export function checkingWords(share) {
   return ["Checking your browser…", `${Math.round(share * 100)}% of the expected work done. This keeps bots out; it takes a moment.`];
 }
+
+/**
+ * A POST into a sale or poll (`kind`, `id`) that may ask for a proof of work:
+ * with `difficulty` above 0 the proof is solved first, in a worker
+ * (`onProgress` as for `solve`), then `path` is posted carrying it. The answer,
+ * or the challenge's refusal.
+ */
+export async function postWithProof(kind, id, path, difficulty, onProgress) {
+  let proof = { headers: {} };
+  if (Number(difficulty) > 0) proof = await proofHeaders(kind, id, onProgress);
+  return proof.failed || (await api("POST", path, undefined, proof.headers));
+}

@@ -16,7 +16,7 @@ import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
 import { clockTime, formatDuration, localTime } from "./time.js";
-import { checkingWords, proofHeaders } from "./pow.js";
+import { checkingWords, postWithProof } from "./pow.js";
 
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
 // Not everyone asks in the same millisecond at the opening.
@@ -189,11 +189,9 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     q.joining = true;
     changed();
     // A sale that asks for a proof of work: solved first, in a worker.
-    let proof = { headers: {} };
-    if (Number(d.proofOfWork) > 0) {
-      proof = await proofHeaders("sales", saleId, (share) => show("info", ...checkingWords(share)));
-    }
-    const res = proof.failed || (await api("POST", `/api/sales/${saleId}/queue`, undefined, proof.headers));
+    const res = await postWithProof("sales", saleId, `/api/sales/${saleId}/queue`, d.proofOfWork, (share) =>
+      show("info", ...checkingWords(share)),
+    );
     q.joining = false;
     const code = res.data.error;
     if (res.ok) {

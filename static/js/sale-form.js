@@ -9,6 +9,12 @@ export const MAX_PER_USER_HINT = "Enter a whole number from 1 to 100.";
 export const MAX_ADMIT_PER_SECOND = 100000;
 export const ADMIT_RATE_HINT = "Enter a whole number from 1 to 100,000.";
 export const QUEUE_OPENS_HINT = "The line must open at or before the sale opens.";
+export const CLAIM_WINDOW_HINT = "Enter whole seconds from 60 to 86,400 (a day).";
+export const ENTRIES_OPEN_HINT = "Entries must open before the draw (the opening).";
+export const NO_DRAW_ROOM = "A draw has no waiting room: untick the waiting room or sell first come.";
+export const PROOF_HINT = "Enter a whole number from 0 (off) to 24.";
+export const PROOF_NEEDS = "A proof of work is asked with a ticket, the waiting room or a draw entry: require a ticket, or choose one of those.";
+export const ACCOUNT_AGE_HINT = "Enter whole seconds from 0 (any account) to 31,622,400 (366 days).";
 export const IMAGE_HINT = "Use an https:// address or a path on this site starting with /, without spaces or quotes.";
 
 /** "19.99" -> 1999; null when it is not a price. */
@@ -47,6 +53,18 @@ export function refusalOf(res) {
       if (message.includes("queue_opens_at")) return { queue_opens_at: QUEUE_OPENS_HINT };
       // An edit that keeps the waiting room but drops the ticket.
       if (message.includes("requires a ticket")) return { waiting_room: "A sale with a waiting room requires a purchase ticket." };
+      return null;
+    case "invalid_draw":
+      if (message.includes("waiting room")) return { mode: NO_DRAW_ROOM };
+      if (message.includes("claim_window_s")) return { claim_window_s: CLAIM_WINDOW_HINT };
+      if (message.includes("needs entries_open_at")) return { entries_open_at: "Pick when entries open." };
+      if (message.includes("after entries_open_at")) return { entries_open_at: ENTRIES_OPEN_HINT };
+      if (message.includes("needs draw_at")) return { starts_at: "Pick when the draw is made." };
+      return null;
+    case "invalid_fairness":
+      if (message.startsWith("min_account_age_s")) return { min_account_age_s: ACCOUNT_AGE_HINT };
+      if (message.startsWith("proof_of_work must")) return { proof_of_work: PROOF_HINT };
+      if (message.startsWith("proof_of_work")) return { proof_of_work: PROOF_NEEDS };
       return null;
     case "invalid_stock":
     case "stock_too_large":

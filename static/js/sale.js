@@ -178,8 +178,10 @@ export function salePage() {
     el.countdown.hidden = status !== "upcoming" || isDraw;
     if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
     const waitMs = state.retryUntil - Date.now();
-    // Signed out, a sale that can still be bought offers signing in instead.
-    const offerSignIn = !state.signedIn && (status === "live" || status === "upcoming");
+    // Signed out, a sale that can still be bought offers signing in instead; a
+    // draw only until it is drawn (then only its winners may buy: draw.js shows
+    // the outcome).
+    const offerSignIn = !state.signedIn && (status === "upcoming" || (status === "live" && !isDraw));
     if (el.signInToBuy) el.signInToBuy.hidden = !offerSignIn;
     // In a waiting room Buy is there only while admitted (or its answer awaited).
     const noBuy = offerSignIn || (queue !== null && !queue.canBuy() && !state.busy);

@@ -646,3 +646,47 @@ async fn draw_of_a_million_entries() {
         100
     );
 }
+
+/// Signed out, a draw sale's page offers signing in to enter until the draw;
+/// once drawn it shows the draw's outcome and "How this draw was made", and
+/// no longer offers to sign in to enter.
+#[tokio::test]
+async fn a_signed_out_visitor_sees_the_draws_outcome_once_drawn() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(2, false).await;
+    let sale = draw_sale(&app, &admin, 1, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    let page = || async {
+        let resp = app.get(&format!("/sales/{sale}"), None).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    };
+    let signin = r#"data-field="signin-buy">Sign in to enter the draw</a>"#;
+    let link = format!(
+        r#"data-field="draw-link"><a href="/sales/{sale}/draw">How this draw was made</a>"#
+    );
+    let before = page().await;
+    assert!(
+        before.contains("Enter the draw for a chance to buy."),
+        "{before}"
+    );
+    assert!(before.contains(signin), "{before}");
+    assert!(
+        !before.contains(&link),
+        "no outcome before the draw: {before}"
+    );
+
+    enter_all(&app, sale, &users).await;
+    draw_now(&app, &admin, sale).await;
+    let after = page().await;
+    assert!(after.contains("The draw has been made."), "{after}");
+    assert!(after.contains("Only its winners may buy."), "{after}");
+    assert!(after.contains(&link), "{after}");
+    assert!(!after.contains(signin), "{after}");
+    assert!(
+        after.contains(r#"data-field="signin-buy" hidden>Sign in to enter the draw</a>"#),
+        "{after}"
+    );
+}

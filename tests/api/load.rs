@@ -774,3 +774,70 @@ async fn a_warm_up_asks_again_whoever_got_an_ambiguous_answer() {
     assert_eq!(app.stock_left(sale).await, 80);
     assert_eq!(app.wait_for_orders(sale, 20).await.len(), 20);
 }
+
+/// `storm --draw`: 120 users enter a 30-unit draw before it (a tenth twice, the
+/// same entry), the draw is published, 24 of the 30 winners buy with their
+/// win's ticket and 6 let it pass; with claims cut to 1.5 s the 6 wins pass to
+/// the next 6 entries of the seeded order, who buy. Losers trying to buy are
+/// refused `not_drawn`. Every check holds, the draw's included (recomputed from
+/// the published seed as `stampede verify-draw` does).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_draw_rehearsal_draws_once_sells_only_to_winners_and_passes_unclaimed_wins() {
+    let app = spawn_app_with(|c| c.draw_claim_max = std::time::Duration::from_millis(1500)).await;
+    let (status, report, stderr) = load(
+        &app,
+        "storm --draw --users 120 --stock 30 --opens-in 3 --concurrency 16 --claim-share 80",
+    )
+    .await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    assert_eq!(report["ok"], true, "{report:#}");
+    let names: Vec<String> = checks(&report).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        [
+            "no 5xx",
+            "nobody accepted twice",
+            "stock left = stock - accepted",
+            "units per buyer = keys accepted",
+            "every accepted order in Postgres, once",
+            "one entry per account",
+            "exactly one draw",
+            "the published draw checks out (verify-draw)",
+            "only winners bought",
+            "every claimed win bought",
+            "unclaimed wins passed on in the seeded order",
+        ],
+        "{report:#}"
+    );
+    let d = &report["draw"];
+    assert_eq!(d["entries"], 120, "{d:#}");
+    assert_eq!(d["entered_before_draw"], true, "{d:#}");
+    assert_eq!(d["winners_at_draw"], 30, "{d:#}");
+    assert_eq!(
+        (d["claims"].clone(), d["unclaimed"].clone()),
+        (json!(30), json!(6)),
+        "{d:#}"
+    );
+    assert_eq!(d["passes"], 6, "{d:#}");
+    assert_eq!(answers(&report, "entry 200 entered"), 132, "{report:#}");
+    assert_eq!(answers(&report, "purchase 202"), 30, "{report:#}");
+    assert_eq!(
+        answers(&report, "purchase without a win 403 not_drawn"),
+        20,
+        "{report:#}"
+    );
+
+    // What the report says, seen independently: 30 orders, each of a winner.
+    let sale = report["sale"].as_i64().unwrap();
+    assert_eq!(app.orders_in_db(sale).await.len(), 30);
+    let (winners, bought, passed): (i64, i64, i64) = app
+        .row(
+            "SELECT count(*) FILTER (WHERE won_at IS NOT NULL),
+                    count(*) FILTER (WHERE outcome = 'bought'),
+                    count(*) FILTER (WHERE outcome = 'passed')
+             FROM draw_entries WHERE sale_id = $1",
+            sale,
+        )
+        .await;
+    assert_eq!((winners, bought, passed), (36, 30, 6));
+}

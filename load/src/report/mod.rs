@@ -1,8 +1,10 @@
 //! The report: the connections' HDR histograms merged, throughput, latency
 //! percentiles, every answer by kind and the checks, printed as text or JSON
-//! (`room.rs`: the waiting room's part).
+//! (`room.rs`: the waiting room's part; `ballot.rs`, `draw.rs`: a ballot run's and a
+//! draw's).
 
 pub mod ballot;
+pub mod draw;
 pub mod room;
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,6 +15,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use self::ballot::{BallotReport, print_ballot};
+use self::draw::{DrawReport, print_draw};
 use self::room::{WaitingRoomReport, print_waiting_room};
 use crate::aim::Aim;
 use crate::args::{LoadArgs, Mode};
@@ -45,6 +48,9 @@ pub struct Report {
     /// `vote --ballot`: the kind's figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     ballot: Option<BallotReport>,
+    /// `storm --draw`: the draw's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draw: Option<DrawReport>,
     checks: Vec<Check>,
     pub ok: bool,
 }
@@ -122,6 +128,7 @@ impl Report {
                 .collect(),
             waiting_room: None,
             ballot: None,
+            draw: None,
             ok: checks.iter().all(|c| c.ok),
             checks,
         }
@@ -139,9 +146,10 @@ impl Report {
         checks: Vec<Check>,
         part: Part,
     ) -> Report {
-        let (waiting_room, ballot) = match part {
-            Part::WaitingRoom(w) => (Some(w), None),
-            Part::Ballot(b) => (None, Some(b)),
+        let (waiting_room, ballot, draw) = match part {
+            Part::WaitingRoom(w) => (Some(w), None, None),
+            Part::Ballot(b) => (None, Some(b), None),
+            Part::Draw(d) => (None, None, Some(d)),
         };
         Report {
             mode: args.mode(),
@@ -159,6 +167,7 @@ impl Report {
             answers,
             waiting_room,
             ballot,
+            draw,
             ok: checks.iter().all(|c| c.ok),
             checks,
         }
@@ -169,6 +178,7 @@ impl Report {
 pub enum Part {
     WaitingRoom(WaitingRoomReport),
     Ballot(BallotReport),
+    Draw(DrawReport),
 }
 
 pub fn print_text(r: &Report) {
@@ -213,6 +223,9 @@ pub fn print_text(r: &Report) {
     }
     if let Some(b) = &r.ballot {
         print_ballot(b);
+    }
+    if let Some(d) = &r.draw {
+        print_draw(d);
     }
     let limited = r.answers.get("429 rate_limited").copied().unwrap_or(0);
     if limited * 2 > r.requests {

@@ -180,14 +180,15 @@ async fn watch_line(
     (tally, last)
 }
 
-/// Buys with the admission's `ticket` (one key, retried on a 503 or a lost
-/// answer); whether the standing is final after it, and what it ended as.
-async fn buy(
+/// Buys with the admission's (or a draw win's) `ticket` (one key, retried on a
+/// 503 or a lost answer), recording it in `u`; whether the standing is final
+/// after it, and what it ended as.
+pub async fn buy(
     conn: &mut Conn,
     path: &str,
     token: &str,
     ticket: &str,
-    f: &mut Follower,
+    u: &mut UserSeen,
     tally: &mut Tally,
     progress: &Progress,
 ) -> Option<&'static str> {
@@ -208,7 +209,6 @@ async fn buy(
             .body
             .as_ref()
             .and_then(|v| v["order_id"].as_str().and_then(|s| s.parse().ok()));
-        let u = &mut f.seen;
         let k = u.keys.entry(key.clone()).or_default();
         k.unresolved = matches!(a.status, 0 | 503);
         match a.status {
@@ -309,7 +309,13 @@ async fn follow(
                         Some(ticket) => {
                             let ticket = ticket.to_string();
                             buy(
-                                &mut conn, &buy_path, token, &ticket, f, &mut buys, &progress,
+                                &mut conn,
+                                &buy_path,
+                                token,
+                                &ticket,
+                                &mut f.seen,
+                                &mut buys,
+                                &progress,
                             )
                             .await
                         }

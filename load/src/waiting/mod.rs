@@ -24,9 +24,9 @@
 //! the second, `checks.rs` the waiting room's own checks; `ask.rs` records each
 //! request by phase.
 
-mod ask;
+pub mod ask;
 mod checks;
-mod follow;
+pub mod follow;
 mod join;
 mod run;
 

@@ -11,6 +11,7 @@ use crate::domain::SaleId;
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::gate::Subject;
 use crate::limit::Route;
+use crate::routes::auth::optional_user;
 use crate::routes::fair;
 use crate::sale::cached;
 use crate::sale::draw::enter::{self, Entered, Standing};
@@ -202,24 +203,26 @@ fn pending(in_ms: i64) -> AppError {
 /// (`stampede verify-draw`; the arithmetic is in docs/api.md, "Draw sales").
 #[utoipa::path(get, path = "/api/sales/{id}/draw", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "The draw", body = Published),
-    (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 404, description = "`not_found`: no such sale (or a rehearsal, to anyone but an admin)", body = ErrorBody<'static>),
     (status = 409, description = "`draw_pending` (with `Retry-After`: seconds until the draw's time) or `not_a_draw`", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "With `draw_pending`: seconds until the draw"))),
 ))]
 pub(super) async fn draw(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    Ok(HttpResponse::Ok().json(drawn(&state, sale).await?))
+    let admin = optional_user(&req)?.is_some_and(|u| u.admin);
+    Ok(HttpResponse::Ok().json(drawn(&state, sale, admin).await?))
 }
 
-/// The sale's published draw, or the refusal: 404 (no such sale, a rehearsal, no
-/// draw), 409 `draw_pending` before the draw's time (from the cached record: no
+/// The sale's published draw, or the refusal: 404 (no such sale, a rehearsal to
+/// anyone but an admin, no draw), 409 `draw_pending` before the draw's time (from the cached record: no
 /// query) or while it is being made.
-async fn drawn(state: &AppState, sale: SaleId) -> Result<Published, AppError> {
+async fn drawn(state: &AppState, sale: SaleId, admin: bool) -> Result<Published, AppError> {
     let row = draw_row(state, sale).await?;
-    if row.rehearsal {
+    if row.rehearsal && !admin {
         return Err(AppError::not_found(format!("no sale with id {sale}")));
     }
     let early = (row.starts_at - Utc::now()).num_milliseconds();
@@ -241,11 +244,13 @@ async fn drawn(state: &AppState, sale: SaleId) -> Result<Published, AppError> {
     (status = 409, description = "`draw_pending` (with `Retry-After`) or `not_a_draw`", body = ErrorBody<'static>),
 ))]
 pub(super) async fn entries_csv(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    drawn(&state, sale).await?;
+    let admin = optional_user(&req)?.is_some_and(|u| u.admin);
+    drawn(&state, sale, admin).await?;
     Ok(crate::csv::attachment(
         &format!("sale-{sale}-entries.csv"),
         publish::entries_csv(state.db.clone(), sale),

@@ -8,7 +8,8 @@
 //! - [`enter`]: an entry, and a shopper's standing (`entered`, `won`, ...);
 //! - [`run`]: the draw itself, exactly once, and the loop every server runs;
 //! - [`pass`]: wins given in Redis, passed on, and put back after a Redis loss;
-//! - [`publish`]: what is published after the draw (seed, winners, entries).
+//! - [`publish`]: what is published after the draw (seed, winners, entries);
+//! - [`verify`]: a published draw checked (no I/O; `verify-draw` and `stampede load`).
 //!
 //! Postgres is the record (`sale_draws`, `draw_entries`): the draw is one
 //! transaction under the draw row's lock, so it happens once whichever servers
@@ -27,6 +28,7 @@ pub mod order;
 pub mod pass;
 pub mod publish;
 pub mod run;
+pub mod verify;
 
 /// Shortest and longest claim window an admin may set, in seconds.
 pub const CLAIM_WINDOW_S: std::ops::RangeInclusive<i64> = 60..=86_400;

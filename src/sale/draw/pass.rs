@@ -142,21 +142,11 @@ pub async fn restore<C: ConnectionLike>(
     buyers: &std::collections::HashSet<i64>,
 ) -> Result<(), AppError> {
     let wins = running(&mut *tx, sale).await?;
-    for chunk in wins.chunks(1000) {
-        let mut pipe = redis::pipe();
-        for (user, until) in chunk.iter().filter(|(u, _)| !buyers.contains(u)) {
-            let e = until.timestamp_millis();
-            pipe.hset_nx(&k.queue_admitted, user, e).ignore();
-            pipe.cmd("ZADD")
-                .arg(&k.queue_open)
-                .arg("NX")
-                .arg(e)
-                .arg(user)
-                .ignore();
-        }
-        let _: () = pipe.query_async(redis).await?;
-    }
-    Ok(())
+    let back = wins
+        .iter()
+        .filter(|(u, _)| !buyers.contains(u))
+        .map(|(user, until)| (*user, until.timestamp_millis(), true));
+    crate::sale::queue::restore::put_back_admissions(redis, k, back).await
 }
 
 #[derive(sqlx::FromRow)]

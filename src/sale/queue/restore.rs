@@ -8,6 +8,34 @@ use crate::domain::SaleId;
 use crate::error::AppError;
 use crate::keys::SaleKeys;
 
+/// Admissions `(user, expires ms, open)` put back into Redis, merged with what
+/// it holds: each recorded as given (`HSETNX queue:admitted`: nobody admitted
+/// twice) and, when `open`, running again (`ZADD NX queue:open`). A waiting
+/// room's admissions and a draw's wins (`sale::draw::pass::restore`) alike.
+pub async fn put_back_admissions<C: ConnectionLike>(
+    redis: &mut C,
+    k: &SaleKeys,
+    admissions: impl IntoIterator<Item = (i64, i64, bool)>,
+) -> Result<(), AppError> {
+    let admissions: Vec<(i64, i64, bool)> = admissions.into_iter().collect();
+    for chunk in admissions.chunks(COPY_BATCH) {
+        let mut pipe = redis::pipe();
+        for (user, e, open) in chunk {
+            pipe.hset_nx(&k.queue_admitted, user, e).ignore();
+            if *open {
+                pipe.cmd("ZADD")
+                    .arg(&k.queue_open)
+                    .arg("NX")
+                    .arg(e)
+                    .arg(user)
+                    .ignore();
+            }
+        }
+        let _: () = pipe.query_async(redis).await?;
+    }
+    Ok(())
+}
+
 /// The first place of a late joiner (2^52): every early place is below it.
 pub const LATE_PLACES: f64 = 4_503_599_627_370_496.0;
 /// Puts back what Redis lost of a sale's waiting room (called by the sale's
@@ -43,22 +71,11 @@ pub async fn restore<C: ConnectionLike>(
         let _: i64 = cmd.query_async(redis).await?;
     }
     let now = Utc::now().timestamp_millis();
-    for chunk in admissions.chunks(COPY_BATCH) {
-        let mut pipe = redis::pipe();
-        for (user, expires) in chunk {
-            let e = expires.timestamp_millis();
-            pipe.hset_nx(&k.queue_admitted, user, e).ignore();
-            if e > now && !buyers.contains(user) {
-                pipe.cmd("ZADD")
-                    .arg(&k.queue_open)
-                    .arg("NX")
-                    .arg(e)
-                    .arg(user)
-                    .ignore();
-            }
-        }
-        let _: () = pipe.query_async(redis).await?;
-    }
+    let back = admissions.iter().map(|(user, expires)| {
+        let e = expires.timestamp_millis();
+        (*user, e, e > now && !buyers.contains(user))
+    });
+    put_back_admissions(redis, k, back).await?;
     // An admin's pause or close, as Postgres holds it (Redis may have lost it).
     super::line::write_back(tx, redis, k, sale).await?;
     let state_kept: bool = redis::cmd("EXISTS")

@@ -48,6 +48,8 @@ pub struct SaleCard {
     pub line: Option<QueueNumbers>,
     /// Leading zero bits of the proof the join or the ticket carries (0: none).
     pub proof_of_work: i16,
+    /// Least age of an account, in seconds before the opening (0: any).
+    pub min_account_age_s: i32,
     /// A draw sale: its entries, draw and commitment; none for first come.
     pub draw: Option<DrawFacts>,
 }
@@ -227,6 +229,7 @@ impl From<SaleView> for SaleCard {
             admit_per_second: sale.admit_per_second.unwrap_or(0),
             line: view.line,
             proof_of_work: sale.proof_of_work,
+            min_account_age_s: sale.min_account_age_s,
         }
     }
 }
