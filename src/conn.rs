@@ -29,6 +29,9 @@ pub struct ClientLimits {
     /// A request answered here, before routing, and its route's label (the
     /// sold-out purchase: `routes::sale::sold_out_before_routing`), when one is set.
     pub early: Option<EarlyAnswer>,
+    /// Whether the server is draining (stopping), so that each answer closes its
+    /// connection: given by the composition (`startup`), which holds that flag.
+    pub draining: fn(&ServiceRequest) -> bool,
 }
 
 /// An answer some request gets before routing (`None`: route it), with the label
@@ -76,9 +79,7 @@ pub async fn guard(
         let (req, _) = req.into_parts();
         return Ok(closing(ServiceResponse::new(req, e.error_response())));
     }
-    let draining = req
-        .app_data::<actix_web::web::Data<crate::state::AppState>>()
-        .is_some_and(|s| s.draining.load(std::sync::atomic::Ordering::Relaxed));
+    let draining = (limits.draining)(&req);
     if let Some((answer, route)) = limits.early.and_then(|early| early(&req)) {
         req.extensions_mut().insert(RouteLabel(route));
         let (req, _) = req.into_parts();

@@ -44,6 +44,10 @@ pub(super) fn http_server(
         body_timeout,
         // A storm's most frequent request, answered before routing.
         early: Some(crate::routes::sale::sold_out_before_routing),
+        draining: |req| {
+            req.app_data::<web::Data<AppState>>()
+                .is_some_and(|s| s.draining.load(std::sync::atomic::Ordering::Relaxed))
+        },
     });
     let mut server = HttpServer::new(move || {
         let worker_state = state.clone();

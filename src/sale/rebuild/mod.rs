@@ -27,7 +27,7 @@ use crate::sale::stock::{self, ChangeResult};
 use crate::settle::ensure_group;
 
 mod write;
-use write::{restore_held, restore_keys, restore_units};
+use write::{SaleSeen, SeenOrder, restore_held, restore_keys, restore_units};
 
 static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
 
@@ -227,35 +227,6 @@ async fn release_expired(
     .bind(id.get())
     .fetch_all(&mut *tx)
     .await?)
-}
-
-/// One order of a sale as its rebuild reads it from Postgres.
-struct SeenOrder {
-    id: uuid::Uuid,
-    user: i64,
-    units: i64,
-    /// It holds its units: not expired, or expired on a sale whose expired buyers
-    /// stay buyers.
-    holds: bool,
-}
-
-/// What a sale's rebuild reads, Redis first and Postgres second (see the module doc).
-struct SaleSeen {
-    /// Orders in Postgres.
-    orders: Vec<SeenOrder>,
-    /// Orders in the stream that Postgres does not have yet: order, user, units.
-    /// (An entry left behind by a worker that died after its commit is Postgres's.)
-    unsettled: Vec<(uuid::Uuid, i64, i64)>,
-    /// Idempotency keys of orders accepted within `purchase_key_ttl`, settled or
-    /// not: `<user>:<key>` and the answer stored under it.
-    keys: Vec<(String, String)>,
-    /// The buyers set as Redis has it.
-    known: HashSet<i64>,
-    /// Users holding units: of the orders that hold theirs, of the unsettled ones,
-    /// and of pending orders Postgres does not have.
-    buyers: HashSet<i64>,
-    /// The pending orders (the pending hash's) Postgres does not have: order, user.
-    pending: Vec<(uuid::Uuid, i64)>,
 }
 
 async fn read_sale(

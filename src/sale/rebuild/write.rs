@@ -2,12 +2,40 @@
 //! the idempotency keys, units per buyer (a sale of more than one per customer)
 //! and the held orders (a sale of one per customer).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use super::SaleSeen;
 use crate::error::AppError;
 use crate::redis_conn::Redis;
 use crate::restore::CHUNK;
+
+/// One order of a sale as its rebuild reads it from Postgres.
+pub(super) struct SeenOrder {
+    pub(super) id: uuid::Uuid,
+    pub(super) user: i64,
+    pub(super) units: i64,
+    /// It holds its units: not expired, or expired on a sale whose expired buyers
+    /// stay buyers.
+    pub(super) holds: bool,
+}
+
+/// What a sale's rebuild reads, Redis first and Postgres second (see the module doc).
+pub(super) struct SaleSeen {
+    /// Orders in Postgres.
+    pub(super) orders: Vec<SeenOrder>,
+    /// Orders in the stream that Postgres does not have yet: order, user, units.
+    /// (An entry left behind by a worker that died after its commit is Postgres's.)
+    pub(super) unsettled: Vec<(uuid::Uuid, i64, i64)>,
+    /// Idempotency keys of orders accepted within `purchase_key_ttl`, settled or
+    /// not: `<user>:<key>` and the answer stored under it.
+    pub(super) keys: Vec<(String, String)>,
+    /// The buyers set as Redis has it.
+    pub(super) known: HashSet<i64>,
+    /// Users holding units: of the orders that hold theirs, of the unsettled ones,
+    /// and of pending orders Postgres does not have.
+    pub(super) buyers: HashSet<i64>,
+    /// The pending orders (the pending hash's) Postgres does not have: order, user.
+    pub(super) pending: Vec<(uuid::Uuid, i64)>,
+}
 
 /// The idempotency keys of the orders read (those accepted within the TTL), written
 /// into the sale's keys hash before the sale is stamped trusted: a retry with a key
