@@ -32,6 +32,8 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         .env("DATABASE_URL", &app.config.database_url)
         .env("REDIS_URL", &app.config.redis_url)
         .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        // The API suite's second run is on a cluster: the child must find it too.
+        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
         .env("STAMPEDE_TOKEN_SECRET", &app.config.token_secret)
         .env("STAMPEDE_LIMITS", "off")
         // A developer's own server may hold the default metrics port.
@@ -187,6 +189,8 @@ async fn the_settling_role_serves_its_metrics_and_stops_on_sigterm() {
         .env("DATABASE_URL", &app.config.database_url)
         .env("REDIS_URL", &app.config.redis_url)
         .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        // The API suite's second run is on a cluster: the child must find it too.
+        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
         .env("STAMPEDE_METRICS_LISTEN", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
