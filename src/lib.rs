@@ -69,6 +69,7 @@ pub mod recover;
 pub mod redis_conn;
 pub mod rehearse;
 pub mod restore;
+pub mod roster;
 mod routes;
 pub mod sale;
 pub mod seed;

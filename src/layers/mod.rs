@@ -51,6 +51,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("settle", Capability),
     ("recover", Capability),
     ("restore", Capability),
+    ("roster", Capability),
     ("seed", Capability),
     ("state", Composition(0)),
     ("observe", Composition(1)),

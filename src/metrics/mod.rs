@@ -81,6 +81,8 @@ counters! {
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",
     queue_admitted: "Shoppers admitted from waiting rooms by this process's admitter.",
     queue_passed: "Admissions that expired unused (their room went to the next in line), as this process's admitter found them.",
+    kept_flushed: "Accepted orders this process kept until settled and wrote into Postgres itself, because a rebuild of their sale asked (Redis wiped, restarted or failed over before settlement read them); orders already there are not counted.",
+    kept_dropped: "Accepted orders this process stopped keeping before settlement committed them (more than 500,000 kept, or unsettled for 15 minutes): a Redis that lost them after that would lose them.",
     settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user), or their sale or user is gone (a user a rehearsal cleanup removed): Redis and Postgres disagree.",
 }
 

@@ -332,6 +332,8 @@ pub struct BuyDecider {
     pub replica_acks: Option<ReplicaAcks>,
     /// `purchase_key_ttl`.
     pub key_ttl: std::time::Duration,
+    /// Where accepted orders are kept until settled (see [`super::kept`]).
+    pub kept: Option<std::sync::Arc<super::kept::Kept>>,
 }
 
 impl Decider for BuyDecider {
@@ -352,12 +354,38 @@ impl Decider for BuyDecider {
             now_ms: None,
             key_ttl: self.key_ttl,
         };
+        // Held until the batch's accepted orders are kept: a rebuild's flush waits
+        // for it, since Redis may have accepted them before the rebuild's fence.
+        let _deciding = self.kept.as_ref().map(|k| k.deciding(sale));
+        let keep = |replies: &[BuyReply]| {
+            if let Some(kept) = &self.kept {
+                let accepted = batch.iter().zip(replies).filter_map(|(req, r)| match r {
+                    BuyReply {
+                        outcome: PurchaseOutcome::Accepted { order_id, .. },
+                        replayed: false,
+                        ..
+                    } => Some((
+                        *order_id,
+                        req.user.get(),
+                        req.quantity,
+                        req.key.as_ref().map(|k| k.as_str()),
+                    )),
+                    _ => None,
+                });
+                kept.keep(sale, accepted);
+            }
+        };
         let Some(acks) = &self.replica_acks else {
-            return call.run(&mut redis, &batch).await;
+            let replies = call.run(&mut redis, &batch).await?;
+            keep(&replies);
+            return Ok(replies);
         };
         let key = self.keys.sale(sale).stock;
         let mut redis = acks.then_wait(&mut redis, &key);
         let replies = call.run(&mut redis, &batch).await?;
+        // Kept whether or not a replica has them: a failover that loses them finds
+        // them here.
+        keep(&replies);
         // A replayed acceptance is waited for too: its first answer may have been a
         // 503 `not_replicated` (the script writes on a replay, so the `WAIT` covers
         // the first decision).

@@ -18,6 +18,7 @@ pub mod draw;
 pub mod entry;
 pub mod export;
 pub mod held;
+pub mod kept;
 pub mod lifecycle;
 pub mod list;
 pub mod numbers;

@@ -145,7 +145,7 @@ macro_rules! insert_orders_sql {
 /// `Tolerant`: `ON CONFLICT DO NOTHING`); returns the rows inserted and the ids of
 /// those skipped that are not there (a conflict, not a redelivery, or a sale or
 /// user that is gone).
-async fn insert_orders(
+pub(super) async fn insert_orders(
     tx: &mut sqlx::PgConnection,
     rows: &[Accepted],
     insert: Insert,

@@ -27,6 +27,9 @@ pub(super) enum Pool {
     Settlement,
     /// Rebuilds, the sweep, ended sessions, the CLI.
     Background,
+    /// The roster's (`crate::roster`): a rebuild waits for its flushes, so they
+    /// must not queue behind the rebuilds.
+    Roster,
 }
 
 pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<PgPool> {
@@ -52,6 +55,7 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
         }
         Pool::Settlement => (SETTLEMENT_CONNECTIONS, Duration::from_secs(5)),
         Pool::Background => (BACKGROUND_CONNECTIONS, Duration::from_secs(5)),
+        Pool::Roster => (2, Duration::from_secs(5)),
     };
     if !matches!(pool, Pool::Requests) {
         // A settled batch is acknowledged in Redis, and an expiry's return given

@@ -79,6 +79,11 @@ impl Application {
         )
         .await
         .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
+        // In the roster before anything is accepted (see `crate::roster`).
+        let roster = crate::roster::Roster::join(&stores.background)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot join the server roster in Postgres: {e}"))?;
+        let roster_db = connect_pool(&config, Pool::Roster).await?;
         let background_db = stores.background.clone();
         let queue_db = stores.background.clone();
         let draw_db = stores.background.clone();
@@ -121,6 +126,12 @@ impl Application {
                 state.redis.clone(),
                 state.keys.clone(),
                 config.draw_claim_max,
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(roster.serve(
+                roster_db,
+                config.database_url.clone(),
+                state.kept.clone(),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(crate::observe::probe_postgres(
@@ -273,6 +284,7 @@ fn app_state(
         ticket_rules: Default::default(),
         gates: crate::gate::Keeper::new(config.token_secret.as_bytes()),
         held_orders: Default::default(),
+        kept: crate::sale::kept::Kept::new(metrics.clone()),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),
         limiter: crate::limit::http::Limiter::new(

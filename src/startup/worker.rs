@@ -36,6 +36,7 @@ pub(super) async fn build_worker(
                 policies: state.limiter.limits().for_route(Route::Buy).to_vec(),
                 replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
                 key_ttl: state.config.purchase_key_ttl,
+                kept: Some(state.kept.clone()),
             },
             deciding.clone(),
             max,

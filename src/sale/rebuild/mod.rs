@@ -105,6 +105,16 @@ async fn rebuild_sale(
 ) -> Result<Option<Rebuilt>, AppError> {
     let mut redis = stores.redis.clone();
     let k = stores.keys.sale(id);
+    // Every live server writes the orders of this sale it accepted and settlement
+    // has not committed (Redis may have lost them), and the reads below find them
+    // in Postgres. Before the row lock: the flushes take no lock, but a rebuild
+    // must not hold a connection while it waits for them. Redis decides nothing
+    // for the sale meanwhile (its state is missing or untrusted: that is why it is
+    // rebuilt; a repair of a trusted sale reads what was decided since from Redis).
+    let waited = crate::roster::barrier(stores.db, id.get()).await?;
+    if waited.missed > 0 {
+        tracing::warn!(sale = %id, ?waited, "a live server did not answer the rebuild's flush request");
+    }
     let mut tx = stores.db.begin().await?;
     // The row lock: stock changes and window changes of this sale wait for us.
     let Some(sale) = sqlx::query_as::<_, SaleRow>(concat!(

@@ -1,0 +1,296 @@
+//! The serving processes, and the rebuilds that ask them for what they keep.
+//!
+//! A server answers 202 once Redis has accepted an order; settlement copies it into
+//! Postgres a little later. An order Redis loses in between (a wipe, a restart that
+//! lost its AOF tail, a failover to a replica that had not received it) would be
+//! gone, and its buyer could buy again. So every server keeps the orders it
+//! accepted in memory until settlement has committed them (a [`Keeper`]:
+//! `sale/kept.rs`), and every rebuild of a sale's Redis state asks them first
+//! ([`barrier`]): after its fence has stopped the sale's decisions and before it
+//! reads Postgres, it records a flush request (`flush_requests`) and notifies the
+//! servers (`NOTIFY stampede_flush`); each live server writes what it keeps of that
+//! sale into Postgres as settlement would (idempotent: an order already there is
+//! skipped) and records the request as seen (`server_roster.seen`); the rebuild
+//! reads Postgres once every live server has, so what they wrote counts.
+//!
+//! A server is live while it writes its beat (every second) and for
+//! [`LIVE_WINDOW_S`] after; one that stops gracefully writes what it keeps and
+//! leaves the roster. A live server that does not answer within [`BARRIER_MAX`] is
+//! marked as having missed, and the rebuild goes on without it (a later barrier
+//! waits for it again only once it has beaten since): only a server that dies, or
+//! is cut off from Postgres, while Redis loses its orders may lose them.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+use crate::error::AppError;
+
+/// What a server keeps of the orders it accepted (`sale/kept.rs`).
+pub trait Keeper: Send + Sync {
+    /// Writes into Postgres what it keeps of `sale` (of every sale with `None`), as
+    /// settlement would, and forgets it; the orders written.
+    fn flush<'a>(
+        &'a self,
+        db: &'a PgPool,
+        sale: Option<i64>,
+    ) -> BoxFuture<'a, Result<usize, AppError>>;
+    /// Forgets what settlement has committed; whether anything is still kept.
+    fn release<'a>(&'a self, db: &'a PgPool) -> BoxFuture<'a, Result<bool, AppError>>;
+    /// Whether anything is kept.
+    fn any(&self) -> bool;
+}
+
+/// A server whose beat is older than this is not waited for.
+pub const LIVE_WINDOW_S: f64 = 3.0;
+/// How long a rebuild waits for the live servers to answer its request.
+pub const BARRIER_MAX: Duration = Duration::from_secs(2);
+/// How often a server writes its beat (and looks for requests a lost notification
+/// did not announce).
+const BEAT: Duration = Duration::from_secs(1);
+/// How often a server that keeps orders asks Postgres which are settled.
+const RELEASE_EVERY: Duration = Duration::from_millis(250);
+/// The channel of the flush requests' notifications.
+const CHANNEL: &str = "stampede_flush";
+/// Beats between two clean-ups of the roster's old rows.
+const CLEAN_EVERY: u32 = 300;
+
+/// This server's place in the roster.
+pub struct Roster {
+    id: Uuid,
+    seen: i64,
+}
+
+impl Roster {
+    /// Joins the roster before the server accepts anything: a flush request made
+    /// before this concerns nothing this server keeps.
+    pub async fn join(db: &PgPool) -> Result<Roster, AppError> {
+        let id = Uuid::new_v4();
+        let seen: i64 = sqlx::query_scalar(
+            "INSERT INTO server_roster (id, seen)
+             VALUES ($1, (SELECT coalesce(max(id), 0) FROM flush_requests)) RETURNING seen",
+        )
+        .bind(id)
+        .fetch_one(db)
+        .await?;
+        Ok(Roster { id, seen })
+    }
+
+    /// Answers flush requests, beats and releases what settlement committed, until
+    /// `shutdown`; then writes everything it keeps and leaves the roster.
+    /// `database_url`: the notifications' own connection.
+    pub async fn serve(
+        mut self,
+        db: PgPool,
+        database_url: String,
+        keeper: Arc<dyn Keeper>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let woken = Arc::new(Notify::new());
+        let listening = tokio::spawn(listen(database_url, woken.clone()));
+        let mut beat = tokio::time::interval(BEAT);
+        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut release = tokio::time::interval(RELEASE_EVERY);
+        release.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut beats = 0u32;
+        let mut keeping = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                () = woken.notified() => self.answer(&db, keeper.as_ref()).await,
+                _ = beat.tick() => {
+                    self.beat(&db, beats.is_multiple_of(CLEAN_EVERY)).await;
+                    beats = beats.wrapping_add(1);
+                    self.answer(&db, keeper.as_ref()).await;
+                    keeping = keeper.any();
+                }
+                _ = release.tick(), if keeping => {
+                    keeping = keeper.release(&db).await.unwrap_or_else(|e| {
+                        tracing::debug!(error = %e, "reading which kept orders are settled failed");
+                        true
+                    });
+                }
+            }
+        }
+        listening.abort();
+        match keeper.flush(&db, None).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(orders = n, "wrote the unsettled orders this server kept"),
+            Err(e) => tracing::warn!(error = %e, "writing the kept orders at shutdown failed"),
+        }
+        let _ = sqlx::query("DELETE FROM server_roster WHERE id = $1")
+            .bind(self.id)
+            .execute(&db)
+            .await;
+    }
+
+    /// Writes what is kept of the sales of the requests not seen yet, then records
+    /// them as seen. A failure leaves them unseen: the next beat tries again.
+    async fn answer(&mut self, db: &PgPool, keeper: &dyn Keeper) {
+        let requests: Vec<(i64, i64)> = match sqlx::query_as(
+            "SELECT id, sale_id FROM flush_requests WHERE id > $1 ORDER BY id",
+        )
+        .bind(self.seen)
+        .fetch_all(db)
+        .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "reading flush requests failed");
+                return;
+            }
+        };
+        let Some(&(last, _)) = requests.last() else {
+            return;
+        };
+        let sales: BTreeSet<i64> = requests.iter().map(|(_, sale)| *sale).collect();
+        for sale in sales {
+            match keeper.flush(db, Some(sale)).await {
+                Ok(0) => {}
+                Ok(n) => tracing::warn!(
+                    sale,
+                    orders = n,
+                    "a rebuild asked: wrote the unsettled orders this server kept"
+                ),
+                Err(e) => {
+                    tracing::warn!(sale, error = %e, "writing kept orders failed; will retry");
+                    return;
+                }
+            }
+        }
+        match sqlx::query("UPDATE server_roster SET seen = $2, beat_at = now() WHERE id = $1")
+            .bind(self.id)
+            .bind(last)
+            .execute(db)
+            .await
+        {
+            Ok(_) => self.seen = last,
+            Err(e) => tracing::debug!(error = %e, "recording flush requests as seen failed"),
+        }
+    }
+
+    /// The beat; a row gone (cleaned up while Postgres was out of reach) is written
+    /// again. Now and then, rows of servers and requests an hour old go.
+    async fn beat(&self, db: &PgPool, clean: bool) {
+        let written = sqlx::query(
+            "INSERT INTO server_roster (id, seen) VALUES ($1, $2)
+             ON CONFLICT (id) DO UPDATE SET beat_at = now()",
+        )
+        .bind(self.id)
+        .bind(self.seen)
+        .execute(db)
+        .await;
+        if let Err(e) = written {
+            tracing::debug!(error = %e, "the roster beat failed");
+            return;
+        }
+        if clean {
+            let _ = sqlx::query(
+                "WITH s AS (DELETE FROM server_roster WHERE beat_at < now() - interval '1 hour')
+                 DELETE FROM flush_requests WHERE at < now() - interval '1 hour'",
+            )
+            .execute(db)
+            .await;
+        }
+    }
+}
+
+/// Wakes the roster's loop on each flush request's notification, on a connection
+/// of its own (reconnected by `PgListener` when it drops; a notification lost
+/// meanwhile is found by the next beat).
+async fn listen(database_url: String, woken: Arc<Notify>) {
+    loop {
+        let listener = async {
+            let mut l = sqlx::postgres::PgListener::connect(&database_url).await?;
+            l.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        };
+        match listener.await {
+            Ok(mut l) => loop {
+                match l.recv().await {
+                    Ok(_) => woken.notify_one(),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "the flush requests' listener failed");
+                        break;
+                    }
+                }
+            },
+            Err(e) => tracing::debug!(error = %e, "cannot listen for flush requests"),
+        }
+        tokio::time::sleep(BEAT).await;
+    }
+}
+
+/// What a [`barrier`] waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waited {
+    /// Live servers that did not answer within [`BARRIER_MAX`].
+    pub missed: i64,
+    pub took: Duration,
+}
+
+/// Asks every live server to write what it keeps of `sale` into Postgres, and
+/// waits until each has (see the module docs). Called by a rebuild after its fence
+/// and before it reads Postgres.
+pub async fn barrier(db: &PgPool, sale: i64) -> Result<Waited, AppError> {
+    let start = Instant::now();
+    let id: i64 = sqlx::query_scalar(
+        "WITH r AS (INSERT INTO flush_requests (sale_id) VALUES ($1) RETURNING id)
+         SELECT id FROM r, pg_notify($2, r.id::text) AS n",
+    )
+    .bind(sale)
+    .bind(CHANNEL)
+    .fetch_one(db)
+    .await?;
+    // Live, not answered yet, and not marked as having missed an earlier request
+    // without beating since.
+    macro_rules! waiting {
+        () => {
+            " WHERE seen < $1
+              AND beat_at > now() - make_interval(secs => $2)
+              AND (missed_at IS NULL OR beat_at > missed_at)"
+        };
+    }
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let waiting: i64 =
+            sqlx::query_scalar(concat!("SELECT count(*) FROM server_roster", waiting!()))
+                .bind(id)
+                .bind(LIVE_WINDOW_S)
+                .fetch_one(db)
+                .await?;
+        if waiting == 0 {
+            return Ok(Waited {
+                missed: 0,
+                took: start.elapsed(),
+            });
+        }
+        if start.elapsed() >= BARRIER_MAX {
+            let missed = sqlx::query(concat!(
+                "UPDATE server_roster SET missed_at = now()",
+                waiting!()
+            ))
+            .bind(id)
+            .bind(LIVE_WINDOW_S)
+            .execute(db)
+            .await?
+            .rows_affected();
+            tracing::warn!(
+                sale,
+                missed,
+                "rebuilding without the unsettled orders of servers that did not answer"
+            );
+            return Ok(Waited {
+                missed: i64::try_from(missed).unwrap_or(i64::MAX),
+                took: start.elapsed(),
+            });
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
