@@ -21,5 +21,10 @@ CREATE TABLE server_roster (
 CREATE TABLE flush_requests (
     id bigserial PRIMARY KEY,
     sale_id bigint NOT NULL,
-    at timestamptz NOT NULL DEFAULT now()
+    at timestamptz NOT NULL DEFAULT now(),
+    -- Set when the rebuild stops waiting and reads Postgres: a server that writes
+    -- kept orders holds the open requests of their sale FOR SHARE and writes
+    -- nothing for a closed one (the rebuild did without them: writing them now
+    -- could sell a unit twice).
+    closed_at timestamptz
 );

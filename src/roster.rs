@@ -34,11 +34,15 @@ use crate::error::AppError;
 /// What a server keeps of the orders it accepted (`sale/kept.rs`).
 pub trait Keeper: Send + Sync {
     /// Writes into Postgres what it keeps of `sale` (of every sale with `None`), as
-    /// settlement would, and forgets it; the orders written.
+    /// settlement would, and forgets it; the orders written. With `after`, only
+    /// while a flush request of the sale later than that is open: it holds them
+    /// `FOR SHARE` in the write's transaction (see [`open_requests`]); when every
+    /// one is closed it writes nothing, and forgets what it kept.
     fn flush<'a>(
         &'a self,
         db: &'a PgPool,
         sale: Option<i64>,
+        after: Option<i64>,
     ) -> BoxFuture<'a, Result<usize, AppError>>;
     /// Forgets what settlement has committed; whether anything is still kept.
     fn release<'a>(&'a self, db: &'a PgPool) -> BoxFuture<'a, Result<bool, AppError>>;
@@ -46,10 +50,12 @@ pub trait Keeper: Send + Sync {
     fn any(&self) -> bool;
 }
 
-/// A server whose beat is older than this is not waited for.
-pub const LIVE_WINDOW_S: f64 = 3.0;
-/// How long a rebuild waits for the live servers to answer its request.
-pub const BARRIER_MAX: Duration = Duration::from_secs(2);
+/// A server whose beat is older than this is not waited for (long enough for a
+/// Postgres restart to pass without a server dropping out).
+pub const LIVE_WINDOW_S: f64 = 10.0;
+/// How long a rebuild waits for the live servers to answer its request (more than
+/// a flush waits for the sale's decisions in flight, `sale/kept.rs`).
+pub const BARRIER_MAX: Duration = Duration::from_secs(5);
 /// How often a server writes its beat (and looks for requests a lost notification
 /// did not announce).
 const BEAT: Duration = Duration::from_secs(1);
@@ -118,7 +124,10 @@ impl Roster {
             }
         }
         listening.abort();
-        match keeper.flush(&db, None).await {
+        // Requests not answered yet first (a closed one's orders are not written),
+        // then the rest: settlement would have to read it from Redis otherwise.
+        self.answer(&db, keeper.as_ref()).await;
+        match keeper.flush(&db, None, None).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(orders = n, "wrote the unsettled orders this server kept"),
             Err(e) => tracing::warn!(error = %e, "writing the kept orders at shutdown failed"),
@@ -150,7 +159,7 @@ impl Roster {
         };
         let sales: BTreeSet<i64> = requests.iter().map(|(_, sale)| *sale).collect();
         for sale in sales {
-            match keeper.flush(db, Some(sale)).await {
+            match keeper.flush(db, Some(sale), Some(self.seen)).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(
                     sale,
@@ -226,6 +235,25 @@ async fn listen(database_url: String, woken: Arc<Notify>) {
     }
 }
 
+/// In a flush's transaction: the open flush requests of `sale` later than
+/// `after`, held `FOR SHARE` until its commit, so that a rebuild that closes one
+/// waits for the write and then reads it. None: every such request was closed.
+pub async fn open_requests(
+    tx: &mut sqlx::PgConnection,
+    sale: i64,
+    after: i64,
+) -> Result<usize, sqlx::Error> {
+    let open: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM flush_requests
+         WHERE sale_id = $1 AND id > $2 AND closed_at IS NULL FOR SHARE",
+    )
+    .bind(sale)
+    .bind(after)
+    .fetch_all(tx)
+    .await?;
+    Ok(open.len())
+}
+
 /// What a [`barrier`] waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Waited {
@@ -265,12 +293,14 @@ pub async fn barrier(db: &PgPool, sale: i64) -> Result<Waited, AppError> {
                 .fetch_one(db)
                 .await?;
         if waiting == 0 {
+            close(db, id).await?;
             return Ok(Waited {
                 missed: 0,
                 took: start.elapsed(),
             });
         }
         if start.elapsed() >= BARRIER_MAX {
+            close(db, id).await?;
             let missed = sqlx::query(concat!(
                 "UPDATE server_roster SET missed_at = now()",
                 waiting!()
@@ -293,4 +323,14 @@ pub async fn barrier(db: &PgPool, sale: i64) -> Result<Waited, AppError> {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(20));
     }
+}
+
+/// Closes a request: waits for the writes that hold it (see [`open_requests`]),
+/// and no server writes for it after.
+async fn close(db: &PgPool, id: i64) -> Result<(), AppError> {
+    sqlx::query("UPDATE flush_requests SET closed_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await?;
+    Ok(())
 }

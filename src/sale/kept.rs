@@ -175,7 +175,12 @@ impl Kept {
         }
     }
 
-    async fn flush_now(&self, db: &PgPool, sale: Option<i64>) -> Result<usize, AppError> {
+    async fn flush_now(
+        &self,
+        db: &PgPool,
+        sale: Option<i64>,
+        after: Option<i64>,
+    ) -> Result<usize, AppError> {
         let batches = self.take(sale).await;
         if batches.is_empty() {
             return Ok(0);
@@ -183,6 +188,11 @@ impl Kept {
         let rows: Vec<Accepted> = batches.iter().flat_map(|b| b.orders.clone()).collect();
         let written = async {
             let mut tx = db.begin().await?;
+            if let (Some(sale), Some(after)) = (sale, after)
+                && crate::roster::open_requests(&mut tx, sale, after).await? == 0
+            {
+                return Ok(None);
+            }
             let mut inserted = 0;
             for chunk in rows.chunks(FLUSH_CHUNK) {
                 inserted += super::settlement::insert_orders(&mut tx, chunk, Insert::Tolerant)
@@ -190,12 +200,24 @@ impl Kept {
                     .inserted;
             }
             tx.commit().await?;
-            Ok::<u64, sqlx::Error>(inserted)
+            Ok::<Option<u64>, sqlx::Error>(Some(inserted))
         };
         match written.await {
-            Ok(inserted) => {
+            Ok(Some(inserted)) => {
                 self.metrics.kept_flushed.add(inserted);
                 Ok(rows.len())
+            }
+            Ok(None) => {
+                // The rebuild that asked did without them: written now, a unit the
+                // rebuilt sale sold again could be sold twice. Settlement still
+                // writes whatever Redis kept of them.
+                tracing::error!(
+                    sale,
+                    orders = rows.len(),
+                    "kept orders not written: the rebuild that asked for them stopped waiting"
+                );
+                self.metrics.kept_late.add(rows.len() as u64);
+                Ok(0)
             }
             Err(e) => {
                 self.put_back(batches);
@@ -273,8 +295,9 @@ impl crate::roster::Keeper for Kept {
         &'a self,
         db: &'a PgPool,
         sale: Option<i64>,
+        after: Option<i64>,
     ) -> BoxFuture<'a, Result<usize, AppError>> {
-        Box::pin(self.flush_now(db, sale))
+        Box::pin(self.flush_now(db, sale, after))
     }
 
     fn release<'a>(&'a self, db: &'a PgPool) -> BoxFuture<'a, Result<bool, AppError>> {

@@ -182,6 +182,9 @@ async fn rebuild_sale(
         tracing::error!(sale = %id, sold, offered = sale.units_ever_offered(), "more buyers than units");
     }
     ensure_group(&mut redis, &k.orders).await?;
+    for chunk in seen.settled_pending.chunks(CHUNK) {
+        super::pending::drop_settled(&mut redis, &k.pending, chunk).await?;
+    }
     stock::apply_pending_locked(&mut tx, &mut redis, stores.keys, id).await?;
     let stock_left: Option<i64> = redis::cmd("GET")
         .arg(&k.stock)
@@ -302,6 +305,11 @@ async fn read_sale(
             .filter(|(order, _)| uuid::Uuid::parse_str(order).map_or(true, |o| !in_pg.contains(&o)))
             .map(|(_, user)| *user),
     );
+    let settled_pending = pending
+        .iter()
+        .filter(|(order, _)| uuid::Uuid::parse_str(order).is_ok_and(|o| in_pg.contains(&o)))
+        .map(|(order, _)| order.clone())
+        .collect();
     let pending = pending
         .iter()
         .filter_map(|(order, user)| Some((uuid::Uuid::parse_str(order).ok()?, *user)))
@@ -314,6 +322,7 @@ async fn read_sale(
         known,
         buyers,
         pending,
+        settled_pending,
     })
 }
 

@@ -35,6 +35,10 @@ pub(super) struct SaleSeen {
     pub(super) buyers: HashSet<i64>,
     /// The pending orders (the pending hash's) Postgres does not have: order, user.
     pub(super) pending: Vec<(uuid::Uuid, i64)>,
+    /// The pending hash's orders Postgres has: left behind when settlement's drop
+    /// of them was lost (a failover to a replica that had the stream's
+    /// acknowledgement but not the drop); the rebuild drops them.
+    pub(super) settled_pending: Vec<String>,
 }
 
 /// The idempotency keys of the orders read (those accepted within the TTL), written
