@@ -20,6 +20,7 @@ mod health;
 mod held;
 mod helpers;
 mod idempotency;
+mod kept;
 mod lifecycle;
 mod limit;
 mod live;
