@@ -40,19 +40,6 @@ async fn each_named_their_own(app: &TestApp, sale: i64, users: &[User], own: &Ha
     }
 }
 
-/// A purchase sent again while it answers 503 (the sale rebuilding after a wipe).
-async fn through_recovery(app: &TestApp, sale: i64, user: &User) -> reqwest::Response {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = app.purchase(sale, &user.token).await;
-        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-            return resp;
-        }
-        assert!(Instant::now() < deadline, "the sale never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Reads of orders from Postgres for refusals, and refusals sent without them.
 fn fallback_reads(app: &TestApp) -> (u64, u64) {
     let m = &app.state.metrics;
@@ -174,7 +161,7 @@ async fn the_rebuild_after_a_wipe_names_every_buyers_order() {
 
     app.wipe().await;
     let body = assert_error(
-        through_recovery(&app, sale, &users[0]).await,
+        app.purchase_through_recovery(sale, &users[0].token).await,
         StatusCode::CONFLICT,
         "already_bought",
     )

@@ -932,6 +932,23 @@ impl TestApp {
     }
 
     /// A purchase with a raw (possibly invalid) id segment.
+    /// A purchase sent again while it answers 503 (the sale rebuilding after a
+    /// wipe), for at most 20 s.
+    pub async fn purchase_through_recovery(&self, sale: i64, token: &str) -> Response {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let resp = self.purchase(sale, token).await;
+            if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+                return resp;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sale never came back"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn purchase_raw(&self, sale: &str, token: &str) -> Response {
         self.post(&format!("/api/sales/{sale}/purchase"), Some(token))
             .await

@@ -11,20 +11,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, User, assert_error, spawn_with_live_sale_and};
-
-/// A purchase sent again until the sale is back (503 while it is rebuilt).
-async fn through_recovery(app: &TestApp, sale: i64, user: &User) -> reqwest::Response {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = app.purchase(sale, &user.token).await;
-        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
-            return resp;
-        }
-        assert!(Instant::now() < deadline, "the sale never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::helpers::{assert_error, spawn_with_live_sale_and};
 
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -45,7 +32,7 @@ async fn a_wipe_before_settlement_loses_no_order_the_server_kept() {
     app.wipe().await;
     for user in &users {
         let body = assert_error(
-            through_recovery(&app, sale, user).await,
+            app.purchase_through_recovery(sale, &user.token).await,
             StatusCode::CONFLICT,
             "already_bought",
         )
