@@ -11,7 +11,10 @@
 //   reads that they are number 1 on the waiting list, then (desktop) that they
 //   were not drawn once the unit is bought;
 // - the sale's admin page shows its entries, winners and wins bought, live;
-// - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...".
+// - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...";
+// - the sale's Edit form: the draw's fields checked and saved (only what changed
+//   is sent) before entries open, disabled with the reason once they have;
+// - the New sale form makes a draw, its fields checked as the API does.
 // Every state shown is scanned with axe-core and must not scroll sideways; the
 // screenshots (pages-sale-draw-*, pages-draw-proof-*, pages-admin-sale-draw-*) go to E2E_OUT.
 // It creates its own sales and users (named "E2E draw ...", "e2ed-...").
@@ -234,6 +237,96 @@ try {
     await inspect(adminPage, "admin-sale-draw");
     await adminPage.context().close();
     for (const p of pages) await p.page.context().close();
+  }
+
+  // ---- a draw's Edit form: its fields checked and saved before entries open, fixed after ----
+  for (const [size, viewport] of SIZES) {
+    const at = `at ${viewport.width}x${viewport.height}`;
+    const sale = await drawSale(admin, `E2E draw ${runId}: edited (${size})`, 3600);
+    const page = await newPage(viewport, admin);
+    await goto(page, `/admin/sales/${sale.id}`);
+    const form = page.locator('form[data-form="edit-sale"]');
+    const entries = form.getByLabel(/^Entries open \(your local time/);
+    const claim = form.getByLabel("Time a winner has to buy (seconds)");
+    check(
+      (await entries.isEnabled()) && (await claim.isEnabled()) && (await claim.inputValue()) === "600",
+      `before entries open the draw's fields are the admin's to change (claim ${await claim.inputValue()} s) ${at}`,
+    );
+    const shift = (value, minutes) =>
+      page.evaluate(
+        ([v, m]) => {
+          const d = new Date(new Date(v).getTime() + m * 60000);
+          const pad = (n) => String(n).padStart(2, "0");
+          return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}`;
+        },
+        [value, minutes],
+      );
+    const patches = [];
+    page.on("request", (r) => {
+      if (r.method() === "PATCH" && new URL(r.url()).pathname === `/api/admin/sales/${sale.id}`) patches.push(r.postDataJSON());
+    });
+    // Refused by their fields: a claim window under a minute, entries opening after the draw.
+    const draws = await form.getByLabel(/^Opens \(your local time/).inputValue();
+    await claim.fill("30");
+    await entries.fill(await shift(draws, 10));
+    await form.getByRole("button", { name: "Save changes" }).click();
+    await form.locator("#edit-claim-window-error").filter({ hasText: "60 to 86,400" }).waitFor({ timeout: 3000 });
+    await form.locator("#edit-entries-opens-error").filter({ hasText: "before the draw" }).waitFor({ timeout: 3000 });
+    check(
+      (await claim.getAttribute("aria-invalid")) === "true" && (await entries.getAttribute("aria-invalid")) === "true",
+      `a claim window of 30 s and entries opening after the draw are marked by their fields ${at}`,
+    );
+    check(patches.length === 0, `nothing is sent while a draw field is wrong ${at}`);
+    // Entries open half an hour earlier; a winner has a quarter of an hour.
+    const earlier = await shift(await entries.inputValue(), -40);
+    await entries.fill(earlier);
+    await claim.fill("900");
+    await form.getByRole("button", { name: "Save changes" }).click();
+    await page.locator('[data-field="history"]').getByText("claim_window_s: 600 → 900").waitFor({ timeout: 8000 });
+    const wanted = await page.evaluate((v) => new Date(v).toISOString(), earlier);
+    const sent = patches[0] || {};
+    check(
+      patches.length === 1 && JSON.stringify(Object.keys(sent).sort()) === JSON.stringify(["claim_window_s", "entries_open_at"]),
+      `the form sends only the draw's changed fields (${JSON.stringify(sent)}) ${at}`,
+    );
+    const edited = (await call("GET", `/api/sales/${sale.id}`)).data;
+    check(
+      edited.claim_window_s === 900 &&
+        Date.parse(edited.entries_open_at) === Date.parse(wanted) &&
+        Date.parse(edited.draw_at) === Date.parse(sale.draw_at) &&
+        edited.draw_commitment === sale.draw_commitment,
+      `the API shows the edited draw (claim ${edited.claim_window_s} s, entries open ${edited.entries_open_at}, wanted ${wanted}), drawn when it was, the same commitment ${at}`,
+    );
+    await page.waitForLoadState("load");
+    check(
+      (await entries.inputValue()) === earlier && (await claim.inputValue()) === "900",
+      `after the save the form shows the draw as saved ${at}`,
+    );
+    await inspect(page, "admin-sale-edit-draw");
+    await page.context().close();
+
+    // Entries open (the draw still an hour away): the draw's terms are fixed, as the API holds them.
+    const open = await drawSale(admin, `E2E draw ${runId}: entries open, fixed (${size})`, -60);
+    const openPage = await newPage(viewport, admin);
+    await goto(openPage, `/admin/sales/${open.id}`);
+    const openForm = openPage.locator('form[data-form="edit-sale"]');
+    const fixed = [
+      openForm.getByLabel(/^Entries open \(your local time/),
+      openForm.getByLabel("Time a winner has to buy (seconds)"),
+      openForm.getByLabel("Price", { exact: true }),
+      openForm.getByLabel("Proof of work (0 = off)"),
+    ];
+    const states = await Promise.all(fixed.map(async (l) => (await l.isVisible()) && (await l.isDisabled())));
+    check(states.every(Boolean), `once entries open the draw's fields, the price and the proof show disabled (${states}) ${at}`);
+    check(
+      /^Entries to this draw have opened/.test(await openPage.locator("#opened-help").innerText()),
+      `the form says why: entries have opened ${at}`,
+    );
+    check(!(await openForm.getByLabel("Name", { exact: true }).isDisabled()), `once entries open the name can still change ${at}`);
+    const refused = await call("PATCH", `/api/admin/sales/${open.id}`, admin.token, { claim_window_s: 900 });
+    check(refused.status === 409 && refused.data?.error === "sale_started", `and the API refuses the claim window then (${refused.status}) ${at}`);
+    await inspect(openPage, "admin-sale-edit-draw-open");
+    await openPage.context().close();
   }
 
   // ---- the admin's New sale form: a draw, its fields checked as the API does ----

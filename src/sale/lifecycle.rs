@@ -163,11 +163,7 @@ pub async fn edit<S: SaleAdmin + ?Sized>(
         return cached::load_view(state, id).await;
     }
     // A draw's settings are fixed once its entries open.
-    let opened = row
-        .entries_open_at
-        .unwrap_or(row.starts_at)
-        .min(row.starts_at)
-        <= Utc::now();
+    let opened = row.terms_fixed_at() <= Utc::now();
     if opened {
         if let Some((field, ..)) = changed.iter().find(|(f, ..)| !AFTER_OPENING.contains(f)) {
             return Err(AppError::new(

@@ -130,6 +130,14 @@ impl SaleRow {
     pub fn is_draw(&self) -> bool {
         self.mode == SaleMode::Draw
     }
+
+    /// When the sale's terms become fixed: its opening, or for a draw the earlier
+    /// moment its entries open (an edit then may change only the words, the
+    /// picture and a later end).
+    pub fn terms_fixed_at(&self) -> DateTime<Utc> {
+        self.entries_open_at
+            .map_or(self.starts_at, |at| at.min(self.starts_at))
+    }
 }
 
 /// A sale as the API shows it: the record plus live numbers from Redis.

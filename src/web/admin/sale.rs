@@ -58,7 +58,7 @@ pub async fn page(
         Ok(found) => found,
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let opened = view.sale.starts_at <= Utc::now();
+    let opened = view.sale.terms_fixed_at() <= Utc::now();
     let cents = view.sale.price_cents;
     let archived_at = view.sale.archived_at.map(Moment::from);
     let sold = view.sold > 0;
