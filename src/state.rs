@@ -29,6 +29,8 @@ pub struct Worker {
     pub queue: Arc<crate::batch::Batcher<crate::sale::queue::join::QueueDecider>>,
     /// Reads of what buyers hold of a sale, for `already_bought`.
     pub held: Arc<crate::batch::Batcher<crate::sale::held::HeldReader>>,
+    /// Entries into draws, written to Postgres together.
+    pub entries: Arc<crate::batch::Batcher<crate::sale::draw::enter::EntryWriter>>,
 }
 
 pub struct AppState {

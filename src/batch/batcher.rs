@@ -277,6 +277,16 @@ impl<D: Decider> Batcher<D> {
                                 message: message.clone(),
                             }
                         }
+                        // Postgres unreachable (a batch written there: draw entries).
+                        Err(e)
+                            if e.error_code().status()
+                                == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
+                        {
+                            Failed::Unavailable {
+                                code: e.error_code(),
+                                message: e.public_message(),
+                            }
+                        }
                         Err(e) => {
                             tracing::error!(%key, error = %crate::error::error_chain(e), "batched decision failed");
                             Failed::Broken

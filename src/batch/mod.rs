@@ -15,7 +15,10 @@
 //! invariant; their order is the order Redis runs them.
 //!
 //! Each HTTP worker has its own batcher and its own Redis connection (see
-//! `startup`), so a request, its batch and the Redis I/O stay on one thread.
+//! `startup`), so a request, its batch and the Redis I/O stay on one thread. Two
+//! batchers decide with Postgres instead, by the same group commit: the reads of
+//! buyers' orders (`sale::held::HeldReader`) and the draw entries
+//! (`sale::draw::enter::EntryWriter`, one transaction a batch).
 //!
 //! `batcher.rs` holds the group commit ([`Batcher`], [`Decider`]); `call.rs` the
 //! KEYS/ARGV layout and the reply rows the batch scripts share ([`Call`]). The

@@ -78,6 +78,8 @@ counters! {
     held_batches: "Reads of buyers' orders for already_bought answers the purchase script could not name (a sale bought before it kept each buyer's order), each for the refusals of one sale that waited together: one Postgres query, and for buyers without a settled order that holds its units one XRANGE and at most one more query.",
     held_batched: "Refusals whose buyer's orders were read in batches (a buyer asked twice in one batch is read once).",
     held_unread: "already_bought answers sent without the buyer's orders: not read within 100 ms (Postgres or Redis slow or down, or the read's queue long) or the read failed.",
+    entry_batches: "Postgres transactions writing draw entries (each the entries of one sale that waited together).",
+    entry_batched: "Draw entries written or found in batches; divided by entry_batches, the mean batch size.",
     queue_joins: "Places taken in waiting rooms (a join again of a place held is not counted).",
     queue_admitted: "Shoppers admitted from waiting rooms by this process's admitter.",
     queue_passed: "Admissions that expired unused (their room went to the next in line), as this process's admitter found them.",

@@ -36,6 +36,7 @@ const BUY_BATCH: &str = "stampede_buy_batch_size";
 const VOTE_BATCH: &str = "stampede_vote_batch_size";
 const QUEUE_BATCH: &str = "stampede_queue_batch_size";
 const HELD_BATCH: &str = "stampede_held_batch_size";
+const ENTRY_BATCH: &str = "stampede_entry_batch_size";
 const SETTLE_SECONDS: &str = "stampede_settle_batch_duration_seconds";
 const STREAM_ENTRIES: &str = "stampede_settle_stream_entries";
 const PENDING_ENTRIES: &str = "stampede_settle_pending_entries";
@@ -63,6 +64,7 @@ pub struct Observed {
     pub vote_batch_size: Histogram,
     pub queue_batch_size: Histogram,
     pub held_batch_size: Histogram,
+    pub entry_batch_size: Histogram,
     pub settle_batch_seconds: Histogram,
     /// Set by the first sample after an upkeep (see [`Observed::touched`]): an
     /// upkeep loop that found nothing new waits on `wake` instead of a timer.
@@ -91,6 +93,7 @@ impl Default for Observed {
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(VOTE_BATCH.into()), &sizes))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(QUEUE_BATCH.into()), &sizes))
             .and_then(|b| b.set_buckets_for_metric(Matcher::Full(HELD_BATCH.into()), &sizes))
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(ENTRY_BATCH.into()), &sizes))
             .expect("non-empty bucket lists")
             .build_recorder();
         let describe = |name: &'static str, unit: Unit, help: &'static str| {
@@ -115,6 +118,11 @@ impl Default for Observed {
             HELD_BATCH,
             Unit::Count,
             "Refusals whose buyer's orders one read answered (already_bought).",
+        );
+        describe(
+            ENTRY_BATCH,
+            Unit::Count,
+            "Draw entries of one sale written or found by one Postgres transaction.",
         );
         describe(
             VOTE_BATCH,
@@ -174,6 +182,7 @@ impl Default for Observed {
             vote_batch_size: histogram(VOTE_BATCH),
             queue_batch_size: histogram(QUEUE_BATCH),
             held_batch_size: histogram(HELD_BATCH),
+            entry_batch_size: histogram(ENTRY_BATCH),
             settle_batch_seconds: histogram(SETTLE_SECONDS),
             handle: recorder.handle(),
             requests: RwLock::new(HashMap::new()),
@@ -196,6 +205,7 @@ impl Observed {
             vote_batch_size: Histogram::noop(),
             queue_batch_size: Histogram::noop(),
             held_batch_size: Histogram::noop(),
+            entry_batch_size: Histogram::noop(),
             settle_batch_seconds: Histogram::noop(),
             ..Observed::default()
         }

@@ -86,7 +86,7 @@ pub(super) async fn build_worker(
                 redis: state.redis.clone(),
                 keys: state.keys.clone(),
             },
-            own,
+            own.clone(),
             crate::sale::held::HELD_READ_MAX,
             crate::sale::held::HELD_READS_IN_FLIGHT,
             Counters {
@@ -94,6 +94,22 @@ pub(super) async fn build_worker(
                 batches: |m| &m.held_batches,
                 requests: |m| &m.held_batched,
                 sizes: |m| &m.observed.held_batch_size,
+            },
+        ),
+        // Postgres transactions: the connection is unused, `in_flight` bounds the
+        // pool's connections one sale's entries hold per worker.
+        entries: Batcher::new(
+            crate::sale::draw::enter::EntryWriter {
+                db: state.db.clone(),
+            },
+            own,
+            max,
+            crate::config::BATCH_IN_FLIGHT,
+            Counters {
+                metrics: state.metrics.clone(),
+                batches: |m| &m.entry_batches,
+                requests: |m| &m.entry_batched,
+                sizes: |m| &m.observed.entry_batch_size,
             },
         ),
         redis,

@@ -195,3 +195,120 @@ async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// One entry POST to server `server`: status, `Retry-After` and JSON body.
+async fn post_entry(
+    stack: &Stack,
+    server: usize,
+    sale: i64,
+    user: &User,
+) -> (u16, Option<String>, Value) {
+    let url = format!("{}/api/sales/{sale}/entry", stack.bases()[server]);
+    let resp = stack
+        .http
+        .post(url)
+        .bearer_auth(&user.token)
+        .send()
+        .await
+        .expect("an answer");
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, retry, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Entries are written in batches (one Postgres transaction for the entries of a
+/// sale that arrive together). Every entrant enters twice at once, once through
+/// each of two servers: one entry each, both answers naming it. Then Postgres
+/// is stopped: entries, old and new, answer 503 `database_unavailable` with
+/// `Retry-After` (no 500, nothing written), and once it is back every one
+/// enters, the old entrants with the entries they had.
+#[tokio::test(flavor = "multi_thread")]
+async fn entries_sent_together_through_two_servers_and_a_stopped_postgres_are_one_per_account() {
+    use crate::harness::PgStop;
+    use futures_util::future::join_all;
+    const TOGETHER: usize = 120;
+    const LATE: usize = 30;
+    let mut stack = Stack::start("draw-entries", Options::servers(2)).await;
+    let users = stack.create_users(TOGETHER + LATE, false).await;
+    let now = chrono::Utc::now();
+    let draw_at = now + chrono::Duration::seconds(3600);
+    let sale = stack
+        .create_sale_with(
+            UNITS,
+            json!({
+                "mode": "draw",
+                "starts_at": draw_at,
+                "draw_at": draw_at,
+                "entries_open_at": now - chrono::Duration::seconds(60),
+                "claim_window_s": 600,
+            }),
+        )
+        .await;
+    let (early, late) = users.split_at(TOGETHER);
+    let answers = join_all(
+        early
+            .iter()
+            .flat_map(|u| [(0, u), (1, u)])
+            .map(|(server, u)| post_entry(&stack, server, sale, u)),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for (pair, u) in answers.chunks(2).zip(early) {
+        let [(s0, _, a0), (s1, _, a1)] = pair else {
+            unreachable!()
+        };
+        assert_eq!((*s0, *s1), (200, 200), "user {}: {a0} {a1}", u.id);
+        assert_eq!(a0["entry_id"], a1["entry_id"], "user {}: one entry", u.id);
+        ids.push(a0["entry_id"].as_i64().unwrap());
+    }
+    let count = |db: sqlx::PgPool| async move {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM draw_entries WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_one(&db)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        count(stack.db.clone()).await,
+        TOGETHER as i64,
+        "one row per account"
+    );
+
+    stack.pg.stop(PgStop::Fast);
+    let asked: Vec<&User> = early[..LATE].iter().chain(late).collect();
+    let answers = join_all(
+        asked
+            .iter()
+            .enumerate()
+            .map(|(i, u)| post_entry(&stack, i % 2, sale, u)),
+    )
+    .await;
+    for (status, retry, body) in &answers {
+        assert_eq!(
+            (*status, body["error"].as_str()),
+            (503, Some("database_unavailable")),
+            "{body}"
+        );
+        assert!(retry.is_some(), "a 503 says when to come back: {body}");
+    }
+    stack.pg.start();
+    for (i, u) in asked.iter().enumerate() {
+        let (status, body) = ask(&stack, true, &format!("/api/sales/{sale}/entry"), u, None).await;
+        assert_eq!(status, 200, "{body}");
+        if i < LATE {
+            assert_eq!(
+                body["entry_id"].as_i64(),
+                Some(ids[i]),
+                "the entry made before"
+            );
+        }
+    }
+    assert_eq!(
+        count(stack.db.clone()).await,
+        (TOGETHER + LATE) as i64,
+        "one row per account, none while Postgres was down"
+    );
+}

@@ -17,7 +17,7 @@ use crate::sale::cached;
 use crate::sale::draw::enter::{self, Entered, Standing};
 use crate::sale::draw::publish::{self, Publication, Published};
 use crate::sale::record::SaleRow;
-use crate::state::AppState;
+use crate::state::{AppState, Worker};
 
 /// An entry into a draw.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -76,6 +76,7 @@ fn closed() -> AppError {
 ))]
 pub(super) async fn enter(
     state: web::Data<AppState>,
+    worker: web::Data<Worker>,
     user: AuthUser,
     path: web::Path<String>,
     req: HttpRequest,
@@ -100,7 +101,7 @@ pub(super) async fn enter(
         .check(Route::Entry, Some(user.id), &req)
         .await?;
     proof.spend(&state, &req).await?;
-    match enter::enter(&state.db, sale, user.id).await? {
+    match worker.entries.submit(sale, user.id).await? {
         Entered::Entry(entry) => Ok(granted.attach(
             HttpResponse::Ok()
                 .insert_header((header::CACHE_CONTROL, "no-store"))

@@ -3,7 +3,11 @@
 //! The entry is written in Postgres, under a share lock of the draw's row and with
 //! Postgres's clock: the draw takes that row's lock for update and only once its
 //! time has passed, so an entry either is in the draw or was refused
-//! `entries_closed`, never lost between the two.
+//! `entries_closed`, never lost between the two. Entries that arrive together are
+//! written together ([`EntryWriter`]): one transaction, answered only once it has
+//! committed.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
@@ -23,7 +27,7 @@ pub struct Entry {
 }
 
 /// What an entry came to.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum Entered {
     /// Entered (now or before: the same entry).
     Entry(Entry),
@@ -35,8 +39,39 @@ pub enum Entered {
     NoDraw,
 }
 
-/// Enters `user` into `sale`'s draw, or finds the entry made before.
-pub async fn enter(db: &PgPool, sale: SaleId, user: UserId) -> Result<Entered, AppError> {
+/// Writes draw entries in batches (see [`crate::batch`]): the entries of one sale
+/// that wait together are one Postgres transaction (one share lock of the draw's
+/// row, one read of those already entered, one `INSERT` of the rest, one commit),
+/// not one each. One transaction per entry held the draw's row `FOR SHARE` once
+/// per request, so an entry storm queued on that row's lock and on a commit each:
+/// 2,561 fresh entries a second against 13,176 joins of a waiting room in
+/// `scripts/bench-queue`.
+pub struct EntryWriter {
+    pub db: PgPool,
+}
+
+impl crate::batch::Decider for EntryWriter {
+    type Key = SaleId;
+    type Request = UserId;
+    type Reply = Entered;
+
+    async fn decide(
+        &self,
+        _worker_redis: crate::redis_conn::Redis,
+        sale: SaleId,
+        users: Vec<UserId>,
+    ) -> Result<Vec<Entered>, AppError> {
+        enter_all(&self.db, sale, &users).await
+    }
+}
+
+/// Enters each of `users` into `sale`'s draw, or finds the entry made before: one
+/// answer per user, in order (a user asked twice gets the same entry twice).
+pub async fn enter_all(
+    db: &PgPool,
+    sale: SaleId,
+    users: &[UserId],
+) -> Result<Vec<Entered>, AppError> {
     let mut tx = db.begin().await?;
     let window: Option<(bool, bool, f64)> = sqlx::query_as(
         "SELECT d.drawn_at IS NULL AND clock_timestamp() < s.starts_at,
@@ -48,38 +83,95 @@ pub async fn enter(db: &PgPool, sale: SaleId, user: UserId) -> Result<Entered, A
     .bind(sale.get())
     .fetch_optional(&mut *tx)
     .await?;
+    let all = |answer: Entered| Ok(vec![answer; users.len()]);
     let Some((before_draw, opened, opens_in_ms)) = window else {
-        return Ok(Entered::NoDraw);
+        return all(Entered::NoDraw);
     };
     if !before_draw {
-        return Ok(Entered::Closed);
+        return all(Entered::Closed);
     }
     if !opened {
-        return Ok(Entered::NotOpen {
+        return all(Entered::NotOpen {
             in_ms: opens_in_ms.ceil() as i64,
         });
     }
-    let new: Option<Entry> = sqlx::query_as(
-        "INSERT INTO draw_entries (sale_id, user_id) VALUES ($1, $2)
-         ON CONFLICT (sale_id, user_id) DO NOTHING
-         RETURNING id AS entry_id, entered_at",
-    )
-    .bind(sale.get())
-    .bind(user.get())
-    .fetch_optional(&mut *tx)
-    .await?;
-    let entry = match new {
-        Some(entry) => entry,
-        None => sqlx::query_as(
-            "SELECT id AS entry_id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = $2",
+    let mut asked: Vec<i64> = users.iter().map(|u| u.get()).collect();
+    asked.sort_unstable();
+    asked.dedup();
+    let mut found = entries_of(&mut tx, sale, &asked).await?;
+    let fresh: Vec<i64> = asked
+        .iter()
+        .copied()
+        .filter(|u| !found.contains_key(u))
+        .collect();
+    if !fresh.is_empty() {
+        // In user order, so two batches that share users wait for each other's
+        // rows in one order (never a deadlock).
+        let written: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
+            "INSERT INTO draw_entries (sale_id, user_id)
+             SELECT $1, u FROM unnest($2::int8[]) AS u ORDER BY u
+             ON CONFLICT (sale_id, user_id) DO NOTHING
+             RETURNING user_id, id, entered_at",
         )
         .bind(sale.get())
-        .bind(user.get())
-        .fetch_one(&mut *tx)
-        .await?,
-    };
+        .bind(&fresh)
+        .fetch_all(&mut *tx)
+        .await?;
+        found.extend(written.into_iter().map(|(user, entry_id, entered_at)| {
+            (
+                user,
+                Entry {
+                    entry_id,
+                    entered_at,
+                },
+            )
+        }));
+        // Entered meanwhile by another batch (the same user on another worker).
+        let raced: Vec<i64> = fresh
+            .into_iter()
+            .filter(|u| !found.contains_key(u))
+            .collect();
+        if !raced.is_empty() {
+            found.extend(entries_of(&mut tx, sale, &raced).await?);
+        }
+    }
     tx.commit().await?;
-    Ok(Entered::Entry(entry))
+    users
+        .iter()
+        .map(|user| match found.get(&user.get()) {
+            Some(entry) => Ok(Entered::Entry(*entry)),
+            None => Err(AppError::Internal(anyhow::anyhow!(
+                "the entry of user {user} into sale {sale} was neither written nor found"
+            ))),
+        })
+        .collect()
+}
+
+/// The entries of `users` (sorted, distinct) into `sale`'s draw, by user.
+async fn entries_of(
+    tx: &mut sqlx::PgConnection,
+    sale: SaleId,
+    users: &[i64],
+) -> Result<HashMap<i64, Entry>, AppError> {
+    let rows: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT user_id, id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = ANY($2)",
+    )
+    .bind(sale.get())
+    .bind(users)
+    .fetch_all(tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(user, entry_id, entered_at)| {
+            (
+                user,
+                Entry {
+                    entry_id,
+                    entered_at,
+                },
+            )
+        })
+        .collect())
 }
 
 /// Where an entrant stands.
