@@ -1,17 +1,18 @@
 //! The serving processes, and the rebuilds that ask them for what they keep.
 //!
-//! A server answers 202 once Redis has accepted an order; settlement copies it into
-//! Postgres a little later. An order Redis loses in between (a wipe, a restart that
-//! lost its AOF tail, a failover to a replica that had not received it) would be
-//! gone, and its buyer could buy again. So every server keeps the orders it
-//! accepted in memory until settlement has committed them (a [`Keeper`]:
-//! `sale/kept.rs`), and every rebuild of a sale's Redis state asks them first
-//! ([`barrier`]): after its fence has stopped the sale's decisions and before it
-//! reads Postgres, it records a flush request (`flush_requests`) and notifies the
-//! servers (`NOTIFY stampede_flush`); each live server writes what it keeps of that
-//! sale into Postgres as settlement would (idempotent: an order already there is
-//! skipped) and records the request as seen (`server_roster.seen`); the rebuild
-//! reads Postgres once every live server has, so what they wrote counts.
+//! A server answers 202 once Redis has accepted an order or a vote; settlement
+//! copies it into Postgres a little later. One Redis loses in between (a wipe, a
+//! restart that lost its AOF tail, a failover to a replica that had not received
+//! it) would be gone, and its buyer could buy again (its voter vote again). So
+//! every server keeps the orders and votes it accepted in memory until settlement
+//! has committed them (a [`Keeper`] of each [`Kind`]: `settle/kept.rs`), and every
+//! rebuild of a sale's or poll's Redis state asks them first ([`barrier`]): before
+//! it reads Postgres, it records a flush request (`flush_requests`, with its kind)
+//! and notifies the servers (`NOTIFY stampede_flush`); each live server writes what
+//! it keeps of that sale or poll into Postgres as settlement would (idempotent: a
+//! row already there is skipped) and records the request as seen
+//! (`server_roster.seen`); the rebuild reads Postgres once every live server has,
+//! so what they wrote counts.
 //!
 //! A server is live while it writes its beat (every 2 s) and for
 //! [`LIVE_WINDOW_S`] after; one that stops gracefully writes what it keeps and
@@ -31,13 +32,43 @@ use uuid::Uuid;
 
 use crate::error::AppError;
 
-/// What a server keeps of the orders it accepted (`sale/kept.rs`).
+/// What a flush request asks for: a sale's orders or a poll's votes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Sale,
+    Poll,
+}
+
+impl Kind {
+    /// As `flush_requests.kind` holds it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sale => "sale",
+            Kind::Poll => "poll",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "sale" => Some(Kind::Sale),
+            "poll" => Some(Kind::Poll),
+            _ => None,
+        }
+    }
+}
+
+/// A flush request not answered yet: its id, kind and sale or poll.
+type Request = (i64, String, i64);
+
+/// What a server keeps of the orders or votes it accepted (`settle/kept.rs`).
 pub trait Keeper: Send + Sync {
-    /// Writes into Postgres what it keeps of `sale` (of every sale with `None`), as
-    /// settlement would, and forgets it; the orders written. With `after`, only
-    /// while a flush request of the sale later than that is open: it holds them
-    /// `FOR SHARE` in the write's transaction (see [`open_requests`]); when every
-    /// one is closed it writes nothing, and forgets what it kept.
+    /// What it keeps.
+    fn kind(&self) -> Kind;
+    /// Writes into Postgres what it keeps of sale or poll `sale` (of every one with
+    /// `None`), as settlement would, and forgets it; the rows written. With
+    /// `after`, only while a flush request of it later than that is open: it holds
+    /// them `FOR SHARE` in the write's transaction (see [`open_requests`]); when
+    /// every one is closed it writes nothing, and forgets what it kept.
     fn flush<'a>(
         &'a self,
         db: &'a PgPool,
@@ -94,7 +125,7 @@ impl Roster {
         mut self,
         db: PgPool,
         database_url: String,
-        keeper: Arc<dyn Keeper>,
+        keepers: Vec<Arc<dyn Keeper>>,
         mut shutdown: watch::Receiver<bool>,
     ) {
         let woken = Arc::new(Notify::new());
@@ -108,30 +139,42 @@ impl Roster {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
-                () = woken.notified() => self.answer(&db, keeper.as_ref()).await,
+                () = woken.notified() => self.answer(&db, &keepers).await,
                 _ = beat.tick() => {
                     if let Some(requests) = self.beat(&db, beats.is_multiple_of(CLEAN_EVERY)).await {
-                        self.answer_these(&db, keeper.as_ref(), requests).await;
+                        self.answer_these(&db, &keepers, requests).await;
                     }
                     beats = beats.wrapping_add(1);
-                    keeping = keeper.any();
+                    keeping = keepers.iter().any(|k| k.any());
                 }
                 _ = release.tick(), if keeping => {
-                    keeping = keeper.release(&db).await.unwrap_or_else(|e| {
-                        tracing::debug!(error = %e, "reading which kept orders are settled failed");
-                        true
-                    });
+                    keeping = false;
+                    for keeper in keepers.iter().filter(|k| k.any()) {
+                        keeping |= keeper.release(&db).await.unwrap_or_else(|e| {
+                            tracing::debug!(error = %e, "reading which kept rows are settled failed");
+                            true
+                        });
+                    }
                 }
             }
         }
         listening.abort();
-        // Requests not answered yet first (a closed one's orders are not written),
+        // Requests not answered yet first (a closed one's rows are not written),
         // then the rest: settlement would have to read it from Redis otherwise.
-        self.answer(&db, keeper.as_ref()).await;
-        match keeper.flush(&db, None, None).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(orders = n, "wrote the unsettled orders this server kept"),
-            Err(e) => tracing::warn!(error = %e, "writing the kept orders at shutdown failed"),
+        self.answer(&db, &keepers).await;
+        for keeper in &keepers {
+            let kind = keeper.kind().as_str();
+            match keeper.flush(&db, None, None).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    kind,
+                    rows = n,
+                    "wrote the unsettled orders or votes this server kept"
+                ),
+                Err(e) => {
+                    tracing::warn!(kind, error = %e, "writing the kept orders or votes at shutdown failed")
+                }
+            }
         }
         let _ = sqlx::query("DELETE FROM server_roster WHERE id = $1")
             .bind(self.id)
@@ -141,9 +184,9 @@ impl Roster {
 
     /// Writes what is kept of the sales of the requests not seen yet, then records
     /// them as seen. A failure leaves them unseen: the next beat tries again.
-    async fn answer(&mut self, db: &PgPool, keeper: &dyn Keeper) {
-        let requests: Vec<(i64, i64)> = match sqlx::query_as(
-            "SELECT id, sale_id FROM flush_requests WHERE id > $1 ORDER BY id",
+    async fn answer(&mut self, db: &PgPool, keepers: &[Arc<dyn Keeper>]) {
+        let requests: Vec<Request> = match sqlx::query_as(
+            "SELECT id, kind, sale_id FROM flush_requests WHERE id > $1 ORDER BY id",
         )
         .bind(self.seen)
         .fetch_all(db)
@@ -155,25 +198,39 @@ impl Roster {
                 return;
             }
         };
-        self.answer_these(db, keeper, requests).await;
+        self.answer_these(db, keepers, requests).await;
     }
 
     /// [`Roster::answer`] of the requests read.
-    async fn answer_these(&mut self, db: &PgPool, keeper: &dyn Keeper, requests: Vec<(i64, i64)>) {
-        let Some(&(last, _)) = requests.last() else {
+    async fn answer_these(
+        &mut self,
+        db: &PgPool,
+        keepers: &[Arc<dyn Keeper>],
+        requests: Vec<Request>,
+    ) {
+        let Some(&(last, ..)) = requests.last() else {
             return;
         };
-        let sales: BTreeSet<i64> = requests.iter().map(|(_, sale)| *sale).collect();
-        for sale in sales {
-            match keeper.flush(db, Some(sale), Some(self.seen)).await {
+        // A kind this version does not know asks for nothing it keeps.
+        let asked: BTreeSet<(Kind, i64)> = requests
+            .iter()
+            .filter_map(|(_, kind, id)| Some((Kind::parse(kind)?, *id)))
+            .collect();
+        for (kind, id) in asked {
+            let Some(keeper) = keepers.iter().find(|k| k.kind() == kind) else {
+                continue;
+            };
+            let kind = kind.as_str();
+            match keeper.flush(db, Some(id), Some(self.seen)).await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(
-                    sale,
-                    orders = n,
-                    "a rebuild asked: wrote the unsettled orders this server kept"
+                    kind,
+                    id,
+                    rows = n,
+                    "a rebuild asked: wrote the unsettled orders or votes this server kept"
                 ),
                 Err(e) => {
-                    tracing::warn!(sale, error = %e, "writing kept orders failed; will retry");
+                    tracing::warn!(kind, id, error = %e, "writing kept orders or votes failed; will retry");
                     return;
                 }
             }
@@ -192,11 +249,11 @@ impl Roster {
     /// The beat, and the requests not seen yet, in one statement; a row gone
     /// (cleaned up while Postgres was out of reach) is written again. Now and then,
     /// rows of servers and requests an hour old go. `None` when it failed.
-    async fn beat(&self, db: &PgPool, clean: bool) -> Option<Vec<(i64, i64)>> {
+    async fn beat(&self, db: &PgPool, clean: bool) -> Option<Vec<Request>> {
         let requests = sqlx::query_as(
             "WITH b AS (INSERT INTO server_roster (id, seen) VALUES ($1, $2)
                         ON CONFLICT (id) DO UPDATE SET beat_at = now())
-             SELECT id, sale_id FROM flush_requests WHERE id > $2 ORDER BY id",
+             SELECT id, kind, sale_id FROM flush_requests WHERE id > $2 ORDER BY id",
         )
         .bind(self.id)
         .bind(self.seen)
@@ -247,20 +304,23 @@ async fn listen(database_url: String, woken: Arc<Notify>) {
     }
 }
 
-/// In a flush's transaction: the open flush requests of `sale` later than
-/// `after`, held `FOR SHARE` until its commit, so that a rebuild that closes one
-/// waits for the write and then reads it. None: every such request was closed.
+/// In a flush's transaction: the open flush requests of sale or poll `sale`
+/// later than `after`, held `FOR SHARE` until its commit, so that a rebuild that
+/// closes one waits for the write and then reads it. None: every such request was
+/// closed.
 pub async fn open_requests(
     tx: &mut sqlx::PgConnection,
+    kind: Kind,
     sale: i64,
     after: i64,
 ) -> Result<usize, sqlx::Error> {
     let open: Vec<i64> = sqlx::query_scalar(
         "SELECT id FROM flush_requests
-         WHERE sale_id = $1 AND id > $2 AND closed_at IS NULL FOR SHARE",
+         WHERE kind = $3 AND sale_id = $1 AND id > $2 AND closed_at IS NULL FOR SHARE",
     )
     .bind(sale)
     .bind(after)
+    .bind(kind.as_str())
     .fetch_all(tx)
     .await?;
     Ok(open.len())
@@ -274,17 +334,18 @@ pub struct Waited {
     pub took: Duration,
 }
 
-/// Asks every live server to write what it keeps of `sale` into Postgres, and
-/// waits until each has (see the module docs). Called by a rebuild after its fence
-/// and before it reads Postgres.
-pub async fn barrier(db: &PgPool, sale: i64) -> Result<Waited, AppError> {
+/// Asks every live server to write what it keeps of sale or poll `sale` into
+/// Postgres, and waits until each has (see the module docs). Called by a rebuild
+/// before it reads Postgres.
+pub async fn barrier(db: &PgPool, kind: Kind, sale: i64) -> Result<Waited, AppError> {
     let start = Instant::now();
     let id: i64 = sqlx::query_scalar(
-        "WITH r AS (INSERT INTO flush_requests (sale_id) VALUES ($1) RETURNING id)
+        "WITH r AS (INSERT INTO flush_requests (sale_id, kind) VALUES ($1, $3) RETURNING id)
          SELECT id FROM r, pg_notify($2, r.id::text) AS n",
     )
     .bind(sale)
     .bind(CHANNEL)
+    .bind(kind.as_str())
     .fetch_one(db)
     .await?;
     // Live, not answered yet, and not marked as having missed an earlier request
@@ -323,9 +384,10 @@ pub async fn barrier(db: &PgPool, sale: i64) -> Result<Waited, AppError> {
             .await?
             .rows_affected();
             tracing::warn!(
-                sale,
+                kind = kind.as_str(),
+                id = sale,
                 missed,
-                "rebuilding without the unsettled orders of servers that did not answer"
+                "rebuilding without the unsettled orders or votes of servers that did not answer"
             );
             return Ok(Waited {
                 missed: i64::try_from(missed).unwrap_or(i64::MAX),

@@ -50,8 +50,10 @@ pub struct AppState {
     /// What buyers hold of a sale, for `already_bought` (see `sale::held::HeldOrders`).
     pub held_orders: crate::sale::held::HeldOrders,
     /// The orders this server accepted and settlement has not committed, kept
-    /// for a rebuild that finds Redis lost them (see [`crate::sale::kept`]).
-    pub kept: Arc<crate::sale::kept::Kept>,
+    /// for a rebuild that finds Redis lost them (see [`crate::settle::kept`]).
+    pub kept: Arc<crate::sale::kept::KeptOrders>,
+    /// The votes, likewise.
+    pub kept_votes: Arc<crate::vote::kept::KeptVotes>,
     /// Whether a token's session still stands: what has ended, in memory, fed by
     /// the ended-sessions stream (see [`crate::auth::session`]).
     pub sessions: crate::auth::session::Sessions,

@@ -333,7 +333,7 @@ pub struct BuyDecider {
     /// `purchase_key_ttl`.
     pub key_ttl: std::time::Duration,
     /// Where accepted orders are kept until settled (see [`super::kept`]).
-    pub kept: Option<std::sync::Arc<super::kept::Kept>>,
+    pub kept: Option<std::sync::Arc<super::kept::KeptOrders>>,
 }
 
 impl Decider for BuyDecider {
@@ -356,7 +356,7 @@ impl Decider for BuyDecider {
         };
         // Held until the batch's accepted orders are kept: a rebuild's flush waits
         // for it, since Redis may have accepted them before the rebuild's fence.
-        let _deciding = self.kept.as_ref().map(|k| k.deciding(sale));
+        let _deciding = self.kept.as_ref().map(|k| k.deciding(sale.get()));
         let keep = |replies: &[BuyReply]| {
             if let Some(kept) = &self.kept {
                 let accepted = batch.iter().zip(replies).filter_map(|(req, r)| match r {
@@ -372,7 +372,7 @@ impl Decider for BuyDecider {
                     )),
                     _ => None,
                 });
-                kept.keep(sale, accepted);
+                kept.keep(super::kept::accepted(sale, accepted));
             }
         };
         let Some(acks) = &self.replica_acks else {

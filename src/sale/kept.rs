@@ -1,310 +1,60 @@
-//! The orders this server accepted that settlement has not committed yet, kept in
-//! memory so that a Redis that loses them (wiped, restarted without its AOF tail,
-//! failed over to a replica that had not received them) does not lose them: a
-//! rebuild of the sale asks every live server to write them into Postgres first
-//! ([`crate::roster`]), and reads them there.
-//!
-//! The purchase decider keeps each batch's accepted orders before it answers them
-//! ([`Kept::keep`]), and counts its batches in flight so that a flush waits for a
-//! decision Redis may have made before the rebuild's fence. Every 250 ms while
-//! anything is kept the roster asks Postgres which batches are settled (one order of
-//! each, by primary key: settlement commits a batch's orders together) and they are
-//! forgotten. At most [`MAX_ORDERS`] are kept, each for at most [`MAX_AGE`]; past
-//! either the oldest are let go and counted (`stampede_kept_dropped_total`).
+//! A sale's accepted orders kept until settled (see [`crate::settle::kept`]): an
+//! order is found in Postgres by its id.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
 
 use chrono::Utc;
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use super::settlement::Orders;
 use crate::domain::SaleId;
-use crate::error::AppError;
-use crate::metrics::Metrics;
-use crate::settle::{Accepted, Insert};
+use crate::roster::Kind;
+use crate::settle::Accepted;
+use crate::settle::kept::{Kept, KeptRows};
 
-/// Orders kept at most (about 100 bytes each); past it the oldest are let go.
-pub const MAX_ORDERS: usize = 500_000;
-/// An order unsettled for this long is let go (settlement that far behind has
-/// failed for other reasons; Redis still holds it).
-pub const MAX_AGE: Duration = Duration::from_secs(15 * 60);
-/// How long a flush waits for the sale's decisions in flight.
-const IN_FLIGHT_WAIT: Duration = Duration::from_secs(3);
-/// Rows per insert of a flush.
-const FLUSH_CHUNK: usize = 5_000;
+/// Every server's kept orders.
+pub type KeptOrders = Kept<Orders>;
 
-/// One decision batch's accepted orders.
-struct Batch {
-    at: Instant,
-    orders: Vec<Accepted>,
-}
+impl KeptRows for Orders {
+    const KIND: Kind = Kind::Sale;
 
-#[derive(Default)]
-struct Inner {
-    sales: HashMap<i64, Vec<Batch>>,
-    orders: usize,
-    in_flight: HashMap<i64, usize>,
-}
-
-/// See the module docs. Shared by every HTTP worker's purchase decider.
-pub struct Kept {
-    /// A std mutex: held for a push or a removal, never across an await.
-    inner: Mutex<Inner>,
-    metrics: Arc<Metrics>,
-}
-
-/// A decision batch of a sale in flight (see [`Kept::deciding`]).
-pub struct Deciding {
-    kept: Arc<Kept>,
-    sale: i64,
-}
-
-impl Drop for Deciding {
-    fn drop(&mut self) {
-        let mut inner = self.kept.lock();
-        if let Some(n) = inner.in_flight.get_mut(&self.sale) {
-            *n -= 1;
-            if *n == 0 {
-                inner.in_flight.remove(&self.sale);
-            }
-        }
-    }
-}
-
-impl Kept {
-    pub fn new(metrics: Arc<Metrics>) -> Arc<Kept> {
-        Arc::new(Kept {
-            inner: Mutex::new(Inner::default()),
-            metrics,
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// A decision batch of `sale` is about to run: held until its accepted orders
-    /// are kept.
-    pub fn deciding(self: &Arc<Self>, sale: SaleId) -> Deciding {
-        *self.lock().in_flight.entry(sale.get()).or_default() += 1;
-        Deciding {
-            kept: self.clone(),
-            sale: sale.get(),
-        }
-    }
-
-    /// Keeps the orders a batch of `sale` accepted (`(order, user, units, key)`;
-    /// not a replayed acceptance: its first answer kept it).
-    pub fn keep<'k>(
-        &self,
-        sale: SaleId,
-        accepted: impl Iterator<Item = (Uuid, i64, u32, Option<&'k str>)>,
-    ) {
-        let at = Utc::now();
-        let orders: Vec<Accepted> = accepted
-            .map(|(order, user, units, key)| Accepted {
-                id: Some(order),
-                owner: sale.get(),
-                user,
-                value: i64::from(units),
-                at,
-                key: key.map(str::to_string),
-                vote: None,
-            })
-            .collect();
-        if orders.is_empty() {
-            return;
-        }
-        let mut inner = self.lock();
-        inner.orders += orders.len();
-        inner.sales.entry(sale.get()).or_default().push(Batch {
-            at: Instant::now(),
-            orders,
-        });
-        let mut dropped = 0;
-        while inner.orders > MAX_ORDERS {
-            dropped += drop_oldest(&mut inner);
-        }
-        drop(inner);
-        self.metrics.kept_dropped.add(dropped as u64);
-    }
-
-    /// Orders kept now.
-    pub fn len(&self) -> usize {
-        self.lock().orders
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Takes every batch of `sale` (all with `None`), once its decisions in flight
-    /// are done (at most [`IN_FLIGHT_WAIT`]).
-    async fn take(&self, sale: Option<i64>) -> Vec<Batch> {
-        let deadline = Instant::now() + IN_FLIGHT_WAIT;
-        loop {
-            {
-                let mut inner = self.lock();
-                let busy = match sale {
-                    Some(s) => inner.in_flight.contains_key(&s),
-                    None => !inner.in_flight.is_empty(),
-                };
-                if !busy || Instant::now() >= deadline {
-                    let taken: Vec<Batch> = match sale {
-                        Some(s) => inner.sales.remove(&s).unwrap_or_default(),
-                        None => inner.sales.drain().flat_map(|(_, b)| b).collect(),
-                    };
-                    inner.orders -= taken.iter().map(|b| b.orders.len()).sum::<usize>();
-                    return taken;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    }
-
-    /// Puts back batches a flush could not write.
-    fn put_back(&self, batches: Vec<Batch>) {
-        let mut inner = self.lock();
-        for b in batches {
-            inner.orders += b.orders.len();
-            let sale = b.orders[0].owner;
-            inner.sales.entry(sale).or_default().insert(0, b);
-        }
-    }
-
-    async fn flush_now(
-        &self,
-        db: &PgPool,
-        sale: Option<i64>,
-        after: Option<i64>,
-    ) -> Result<usize, AppError> {
-        let batches = self.take(sale).await;
-        if batches.is_empty() {
-            return Ok(0);
-        }
-        let rows: Vec<Accepted> = batches.iter().flat_map(|b| b.orders.clone()).collect();
-        let written = async {
-            let mut tx = db.begin().await?;
-            if let (Some(sale), Some(after)) = (sale, after)
-                && crate::roster::open_requests(&mut tx, sale, after).await? == 0
-            {
-                return Ok(None);
-            }
-            let mut inserted = 0;
-            for chunk in rows.chunks(FLUSH_CHUNK) {
-                inserted += super::settlement::insert_orders(&mut tx, chunk, Insert::Tolerant)
-                    .await?
-                    .inserted;
-            }
-            tx.commit().await?;
-            Ok::<Option<u64>, sqlx::Error>(Some(inserted))
-        };
-        match written.await {
-            Ok(Some(inserted)) => {
-                self.metrics.kept_flushed.add(inserted);
-                Ok(rows.len())
-            }
-            Ok(None) => {
-                // The rebuild that asked did without them: written now, a unit the
-                // rebuilt sale sold again could be sold twice. Settlement still
-                // writes whatever Redis kept of them.
-                tracing::error!(
-                    sale,
-                    orders = rows.len(),
-                    "kept orders not written: the rebuild that asked for them stopped waiting"
-                );
-                self.metrics.kept_late.add(rows.len() as u64);
-                Ok(0)
-            }
-            Err(e) => {
-                self.put_back(batches);
-                Err(e.into())
-            }
-        }
-    }
-
-    async fn release_now(&self, db: &PgPool) -> Result<bool, AppError> {
-        let probes: Vec<Uuid> = {
-            let inner = self.lock();
-            inner
-                .sales
-                .values()
-                .flatten()
-                .filter_map(|b| b.orders[0].id)
-                .collect()
-        };
-        if probes.is_empty() {
-            return Ok(false);
-        }
-        let settled: HashSet<Uuid> =
-            sqlx::query_scalar::<_, Uuid>("SELECT id FROM orders WHERE id = ANY($1)")
-                .bind(&probes)
-                .fetch_all(db)
-                .await?
-                .into_iter()
-                .collect();
-        let mut inner = self.lock();
-        let mut released = 0;
-        let mut dropped = 0;
-        for batches in inner.sales.values_mut() {
-            batches.retain(|b| {
-                let settled = b.orders[0].id.is_some_and(|id| settled.contains(&id));
-                let old = b.at.elapsed() > MAX_AGE;
-                if settled {
-                    released += b.orders.len();
-                } else if old {
-                    dropped += b.orders.len();
-                }
-                !settled && !old
-            });
-        }
-        inner.sales.retain(|_, b| !b.is_empty());
-        inner.orders -= released + dropped;
-        let any = !inner.sales.is_empty();
-        drop(inner);
-        self.metrics.kept_dropped.add(dropped as u64);
-        Ok(any)
-    }
-}
-
-/// Lets the oldest batch of all go; its orders.
-fn drop_oldest(inner: &mut Inner) -> usize {
-    let Some((&sale, _)) = inner
-        .sales
-        .iter()
-        .filter(|(_, b)| !b.is_empty())
-        .min_by_key(|(_, b)| b[0].at)
-    else {
-        inner.orders = 0;
-        return 0;
-    };
-    let batches = inner.sales.get_mut(&sale).expect("just found");
-    let gone = batches.remove(0).orders.len();
-    if batches.is_empty() {
-        inner.sales.remove(&sale);
-    }
-    inner.orders -= gone;
-    gone
-}
-
-impl crate::roster::Keeper for Kept {
-    fn flush<'a>(
+    fn settled<'a>(
         &'a self,
         db: &'a PgPool,
-        sale: Option<i64>,
-        after: Option<i64>,
-    ) -> BoxFuture<'a, Result<usize, AppError>> {
-        Box::pin(self.flush_now(db, sale, after))
+        probes: &'a [&'a Accepted],
+    ) -> BoxFuture<'a, Result<HashSet<usize>, sqlx::Error>> {
+        Box::pin(async move {
+            let ids: Vec<Option<Uuid>> = probes.iter().map(|r| r.id).collect();
+            let found: Vec<i64> = sqlx::query_scalar(
+                "SELECT i - 1 FROM unnest($1::uuid[]) WITH ORDINALITY AS x(id, i)
+                 WHERE EXISTS (SELECT 1 FROM orders o WHERE o.id = x.id)",
+            )
+            .bind(&ids)
+            .fetch_all(db)
+            .await?;
+            Ok(found.into_iter().map(|i| i as usize).collect())
+        })
     }
+}
 
-    fn release<'a>(&'a self, db: &'a PgPool) -> BoxFuture<'a, Result<bool, AppError>> {
-        Box::pin(self.release_now(db))
-    }
-
-    fn any(&self) -> bool {
-        !self.is_empty()
-    }
+/// The rows a purchase batch of `sale` accepted, to keep (`(order, user, units,
+/// key)`; not a replayed acceptance: its first answer kept it).
+pub fn accepted<'k>(
+    sale: SaleId,
+    orders: impl Iterator<Item = (Uuid, i64, u32, Option<&'k str>)>,
+) -> Vec<Accepted> {
+    let at = Utc::now();
+    orders
+        .map(|(order, user, units, key)| Accepted {
+            id: Some(order),
+            owner: sale.get(),
+            user,
+            value: i64::from(units),
+            at,
+            key: key.map(str::to_string),
+            vote: None,
+        })
+        .collect()
 }

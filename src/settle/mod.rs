@@ -260,6 +260,7 @@ pub struct Settled {
     pub inserted: u64,
 }
 
+pub mod kept;
 mod lease;
 mod read;
 pub mod reclaim;

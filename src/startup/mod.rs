@@ -131,7 +131,10 @@ impl Application {
             tokio::spawn(roster.serve(
                 roster_db,
                 config.database_url.clone(),
-                state.kept.clone(),
+                vec![
+                    state.kept.clone() as Arc<dyn crate::roster::Keeper>,
+                    state.kept_votes.clone(),
+                ],
                 shutdown_rx.clone(),
             )),
             tokio::spawn(crate::observe::probe_postgres(
@@ -284,7 +287,11 @@ fn app_state(
         ticket_rules: Default::default(),
         gates: crate::gate::Keeper::new(config.token_secret.as_bytes()),
         held_orders: Default::default(),
-        kept: crate::sale::kept::Kept::new(metrics.clone()),
+        kept: crate::sale::kept::KeptOrders::new(crate::sale::settlement::Orders, metrics.clone()),
+        kept_votes: crate::vote::kept::KeptVotes::new(
+            crate::vote::settlement::Votes,
+            metrics.clone(),
+        ),
         sessions,
         sold_out: SoldOutFlags::new(config.sold_out_cache),
         limiter: crate::limit::http::Limiter::new(

@@ -55,6 +55,7 @@ pub(super) async fn build_worker(
                 replica_acks: crate::redis_conn::acks::ReplicaAcks::from_config(&state.config),
                 key_ttl_ms: u64::try_from(state.config.purchase_key_ttl.as_millis())
                     .unwrap_or(u64::MAX),
+                kept: Some(state.kept_votes.clone()),
             },
             deciding.clone(),
             max,

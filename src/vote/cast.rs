@@ -16,6 +16,7 @@ use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
 use crate::lua::{lua_script, unexpected_reply};
 use crate::redis_conn::acks::ReplicaAcks;
+use crate::settle::{Accepted, VoteDetail};
 
 static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_script!("vote_batch.lua");
 
@@ -308,6 +309,8 @@ pub struct VoteDecider {
     pub replica_acks: Option<ReplicaAcks>,
     /// How long Idempotency-Keys are remembered (the purchase's setting).
     pub key_ttl_ms: u64,
+    /// Where accepted votes are kept until settled (see [`crate::settle::kept`]).
+    pub kept: Option<std::sync::Arc<super::kept::KeptVotes>>,
 }
 
 impl Decider for VoteDecider {
@@ -328,12 +331,24 @@ impl Decider for VoteDecider {
             now_ms: None,
             key_ttl_ms: self.key_ttl_ms,
         };
+        // Held until the batch's accepted votes are kept: a rebuild's flush waits
+        // for it, since Redis may have accepted them before the rebuild's fence.
+        let _deciding = self.kept.as_ref().map(|k| k.deciding(poll.get()));
+        let keep = |replies: &[VoteReply]| {
+            if let Some(kept) = &self.kept {
+                kept.keep(kept_rows(poll, &batch, replies));
+            }
+        };
         let Some(acks) = &self.replica_acks else {
-            return call.run(&mut redis, &batch).await;
+            let replies = call.run(&mut redis, &batch).await?;
+            keep(&replies);
+            return Ok(replies);
         };
         let key = self.keys.poll(poll).tally;
         let mut redis = acks.then_wait(&mut redis, &key);
         let replies = call.run(&mut redis, &batch).await?;
+        // Kept whether or not a replica has them (as purchases are).
+        keep(&replies);
         redis.confirm(
             replies
                 .iter()
@@ -341,4 +356,40 @@ impl Decider for VoteDecider {
         )?;
         Ok(replies)
     }
+}
+
+/// The votes a batch of `poll` accepted, to keep, as `lua/vote_batch.lua` records
+/// them in the stream (not a replayed acceptance: its first answer kept it).
+fn kept_rows(poll: PollId, batch: &[VoteRequest], replies: &[VoteReply]) -> Vec<Accepted> {
+    let at = chrono::Utc::now();
+    batch
+        .iter()
+        .zip(replies)
+        .filter_map(|(req, reply)| match reply {
+            VoteReply {
+                outcome: VoteOutcome::Accepted { seq, .. },
+                replayed: false,
+                ..
+            } => Some(Accepted {
+                id: None,
+                owner: poll.get(),
+                user: req.user.get(),
+                value: req.ballot.first(),
+                at,
+                key: req.key.as_ref().map(|k| k.as_str().to_owned()),
+                vote: Some(VoteDetail {
+                    seq: *seq,
+                    choices: match &req.ballot {
+                        Ballot::Multi(ids) | Ballot::Ranked(ids) => Some(ids.clone()),
+                        Ballot::Single(_) | Ballot::Budget { .. } => None,
+                    },
+                    count: match req.ballot {
+                        Ballot::Budget { count, .. } => i32::try_from(count).unwrap_or(i32::MAX),
+                        _ => 1,
+                    },
+                }),
+            }),
+            _ => None,
+        })
+        .collect()
 }

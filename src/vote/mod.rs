@@ -17,6 +17,7 @@ macro_rules! poll_columns {
 pub mod cached;
 pub mod cast;
 pub mod export;
+pub mod kept;
 pub mod lifecycle;
 pub mod list;
 pub mod mine;

@@ -241,6 +241,26 @@ async fn rebuild_poll(
         chrono::Utc::now() - chrono::Duration::from_std(key_ttl).unwrap_or(chrono::Duration::MAX);
     let mut redis = stores.redis.clone();
     let k = stores.keys.poll(id);
+    // Every live server writes the votes of this poll it accepted and settlement
+    // has not committed (Redis may have lost them), before the reads below (as a
+    // sale's rebuild does: see `sale/rebuild`). Only a poll open now, or closed
+    // within the time a vote is kept, can have one kept.
+    let keep_s = crate::settle::kept::MAX_AGE.as_secs_f64();
+    let may_keep: Option<bool> = sqlx::query_scalar(
+        "SELECT opens_at <= now() + interval '1 minute'
+                AND closes_at > now() - make_interval(secs => $2)
+         FROM polls WHERE id = $1",
+    )
+    .bind(id.get())
+    .bind(keep_s)
+    .fetch_optional(stores.db)
+    .await?;
+    if may_keep == Some(true) {
+        let waited = crate::roster::barrier(stores.db, crate::roster::Kind::Poll, id.get()).await?;
+        if waited.missed > 0 {
+            tracing::warn!(poll = %id, ?waited, "a live server did not answer the rebuild's flush request");
+        }
+    }
     let mut tx = stores.db.begin().await?;
     let Some(poll) = sqlx::query_as::<_, PollRow>(concat!(
         "SELECT ",

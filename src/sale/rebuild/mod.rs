@@ -114,7 +114,7 @@ async fn rebuild_sale(
     // Only a sale open now, or within the time an order is kept, can have one
     // kept: a restart's sweep over a catalog of ended sales asks nobody. (A minute
     // of margin at the start: Redis's clock decides the opening, not Postgres's.)
-    let keep_s = super::kept::MAX_AGE.as_secs_f64();
+    let keep_s = crate::settle::kept::MAX_AGE.as_secs_f64();
     let may_keep: Option<bool> = sqlx::query_scalar(
         "SELECT starts_at <= now() + interval '1 minute' AND ends_at > now() - make_interval(secs => $2)
          FROM sales WHERE id = $1",
@@ -124,7 +124,7 @@ async fn rebuild_sale(
     .fetch_optional(stores.db)
     .await?;
     if may_keep == Some(true) {
-        let waited = crate::roster::barrier(stores.db, id.get()).await?;
+        let waited = crate::roster::barrier(stores.db, crate::roster::Kind::Sale, id.get()).await?;
         if waited.missed > 0 {
             tracing::warn!(sale = %id, ?waited, "a live server did not answer the rebuild's flush request");
         }
