@@ -295,6 +295,87 @@ async fn one_entry_per_account_and_only_while_entries_are_open() {
     .await;
 }
 
+/// Entries sent while the draw is made (at its time, by the server's own loop):
+/// each is either in the draw (200, and ranked) or refused 410 `entries_closed`
+/// (and written nowhere). The entries hold the draw's lock shared and the draw
+/// takes it alone, so none is written after the draw read the entries.
+#[tokio::test(flavor = "multi_thread")]
+async fn entries_racing_the_draw_are_drawn_or_refused_never_lost() {
+    const USERS: usize = 240;
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(USERS, false).await;
+    let draw_at = chrono::Utc::now() + chrono::Duration::milliseconds(1500);
+    let sale = draw_sale(
+        &app,
+        &admin,
+        3,
+        json!({ "draw_at": draw_at, "starts_at": draw_at }),
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    // One entry each, spread over 3 s around the draw's time.
+    let sends = users.iter().enumerate().map(|(i, u)| {
+        let app = &app;
+        async move {
+            tokio::time::sleep(Duration::from_millis(i as u64 * 3000 / USERS as u64)).await;
+            let resp = app
+                .post(&format!("/api/sales/{sale}/entry"), Some(&u.token))
+                .await;
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap();
+            (u.id, status, body)
+        }
+    });
+    let answers = futures_util::future::join_all(sends).await;
+    let mut entered: Vec<(i64, i64)> = Vec::new();
+    let mut refused = 0;
+    for (user, status, body) in &answers {
+        match *status {
+            StatusCode::OK => entered.push((*user, body["entry_id"].as_i64().unwrap())),
+            StatusCode::GONE => {
+                assert_eq!(body["error"], "entries_closed", "{body}");
+                refused += 1;
+            }
+            other => panic!("user {user}: {other} {body}"),
+        }
+    }
+    assert!(
+        !entered.is_empty() && refused > 0,
+        "the entries did not straddle the draw: {} entered, {refused} refused",
+        entered.len()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app
+        .get(&format!("/api/sales/{sale}/draw"), None)
+        .await
+        .status()
+        != StatusCode::OK
+    {
+        assert!(Instant::now() < deadline, "not drawn within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    entered.sort_unstable();
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT user_id, id FROM draw_entries WHERE sale_id = $1 ORDER BY user_id")
+            .bind(sale)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(rows, entered, "every 200 written, nothing else");
+    let mut ranked: Vec<i64> =
+        sqlx::query_scalar("SELECT entry_id FROM draw_order WHERE sale_id = $1")
+            .bind(sale)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    ranked.sort_unstable();
+    let mut ids: Vec<i64> = entered.iter().map(|(_, id)| *id).collect();
+    ids.sort_unstable();
+    assert_eq!(ranked, ids, "every entry written is in the draw");
+}
+
 #[tokio::test]
 async fn the_draw_picks_the_first_of_the_seeded_order_once_and_only_winners_buy() {
     let app = spawn_app().await;

@@ -1,7 +1,7 @@
 //! An entry into a draw (one per account) and a shopper's standing in it.
 //!
-//! The entry is written in Postgres, under a share lock of the draw's row and with
-//! Postgres's clock: the draw takes that row's lock for update and only once its
+//! The entry is written in Postgres, under the draw's advisory lock held shared
+//! and with Postgres's clock: the draw takes that lock alone and only once its
 //! time has passed, so an entry either is in the draw or was refused
 //! `entries_closed`, never lost between the two. Entries that arrive together are
 //! written together ([`EntryWriter`]): one transaction, answered only once it has
@@ -40,10 +40,10 @@ pub enum Entered {
 }
 
 /// Writes draw entries in batches (see [`crate::batch`]): the entries of one sale
-/// that wait together are one Postgres transaction (one share lock of the draw's
-/// row, one read of those already entered, one `INSERT` of the rest, one commit),
-/// not one each. One transaction per entry held the draw's row `FOR SHARE` once
-/// per request, so an entry storm queued on that row's lock and on a commit each:
+/// that wait together are one Postgres transaction (the draw's lock held shared,
+/// the draw's window read, one statement that writes the new entries and reads
+/// the others, one commit), not one each. One transaction per entry held the draw's row `FOR SHARE` once per
+/// request, so an entry storm queued on that row's lock and on a commit each:
 /// 2,561 fresh entries a second against 13,176 joins of a waiting room in
 /// `scripts/bench-queue`.
 pub struct EntryWriter {
@@ -73,12 +73,21 @@ pub async fn enter_all(
     users: &[UserId],
 ) -> Result<Vec<Entered>, AppError> {
     let mut tx = db.begin().await?;
+    // The draw's lock, shared: the draw takes it alone (`run.rs`), so it waits for
+    // the entries in flight and they for it. An advisory lock, not the draw row's
+    // `FOR SHARE`: a row lock writes the row (a multixact once several batches
+    // hold it) and makes even a batch of entries made before a write to commit.
+    sqlx::query("SELECT pg_advisory_xact_lock_shared($1, $2)")
+        .bind(super::DRAW_LOCK_CLASS)
+        .bind(super::draw_lock_key(sale))
+        .execute(&mut *tx)
+        .await?;
     let window: Option<(bool, bool, f64)> = sqlx::query_as(
         "SELECT d.drawn_at IS NULL AND clock_timestamp() < s.starts_at,
                 clock_timestamp() >= s.entries_open_at,
                 EXTRACT(EPOCH FROM s.entries_open_at - clock_timestamp())::float8 * 1000
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id
-         WHERE d.sale_id = $1 FOR SHARE OF d",
+         WHERE d.sale_id = $1",
     )
     .bind(sale.get())
     .fetch_optional(&mut *tx)
@@ -98,42 +107,32 @@ pub async fn enter_all(
     let mut asked: Vec<i64> = users.iter().map(|u| u.get()).collect();
     asked.sort_unstable();
     asked.dedup();
-    let mut found = entries_of(&mut tx, sale, &asked).await?;
-    let fresh: Vec<i64> = asked
-        .iter()
-        .copied()
-        .filter(|u| !found.contains_key(u))
-        .collect();
-    if !fresh.is_empty() {
-        // In user order, so two batches that share users wait for each other's
-        // rows in one order (never a deadlock).
-        let written: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
-            "INSERT INTO draw_entries (sale_id, user_id)
+    // Written, and found (made before this statement): one statement. In user
+    // order, so two batches that share users wait for each other's rows in one
+    // order (never a deadlock).
+    let rows: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
+        "WITH ins AS (
+             INSERT INTO draw_entries (sale_id, user_id)
              SELECT $1, u FROM unnest($2::int8[]) AS u ORDER BY u
              ON CONFLICT (sale_id, user_id) DO NOTHING
-             RETURNING user_id, id, entered_at",
-        )
-        .bind(sale.get())
-        .bind(&fresh)
-        .fetch_all(&mut *tx)
-        .await?;
-        found.extend(written.into_iter().map(|(user, entry_id, entered_at)| {
-            (
-                user,
-                Entry {
-                    entry_id,
-                    entered_at,
-                },
-            )
-        }));
-        // Entered meanwhile by another batch (the same user on another worker).
-        let raced: Vec<i64> = fresh
-            .into_iter()
-            .filter(|u| !found.contains_key(u))
-            .collect();
-        if !raced.is_empty() {
-            found.extend(entries_of(&mut tx, sale, &raced).await?);
-        }
+             RETURNING user_id, id, entered_at)
+         SELECT user_id, id, entered_at FROM ins
+         UNION ALL
+         SELECT user_id, id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = ANY($2)",
+    )
+    .bind(sale.get())
+    .bind(&asked)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut found: HashMap<i64, Entry> = rows.into_iter().map(entry_of).collect();
+    // Entered meanwhile by another batch (the same user on another worker): its
+    // row was committed after this statement's snapshot.
+    let raced: Vec<i64> = asked
+        .into_iter()
+        .filter(|u| !found.contains_key(u))
+        .collect();
+    if !raced.is_empty() {
+        found.extend(entries_of(&mut tx, sale, &raced).await?);
     }
     tx.commit().await?;
     users
@@ -160,18 +159,18 @@ async fn entries_of(
     .bind(users)
     .fetch_all(tx)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(user, entry_id, entered_at)| {
-            (
-                user,
-                Entry {
-                    entry_id,
-                    entered_at,
-                },
-            )
-        })
-        .collect())
+    Ok(rows.into_iter().map(entry_of).collect())
+}
+
+/// A row `(user, entry id, entered at)`, by user.
+fn entry_of((user, entry_id, entered_at): (i64, i64, DateTime<Utc>)) -> (i64, Entry) {
+    (
+        user,
+        Entry {
+            entry_id,
+            entered_at,
+        },
+    )
 }
 
 /// Where an entrant stands.

@@ -35,6 +35,17 @@ pub const CLAIM_WINDOW_S: std::ops::RangeInclusive<i64> = 60..=86_400;
 /// The claim window when none is sent: 15 minutes.
 pub const DEFAULT_CLAIM_WINDOW_S: i64 = 900;
 
+/// The draw's Postgres advisory lock, `pg_advisory_xact_lock(class, key)`: held
+/// shared by the transactions that write a sale's entries, alone by its draw
+/// (`enter.rs`, `run.rs`). The class is Stampede's own ("StDw").
+pub(crate) const DRAW_LOCK_CLASS: i32 = 0x5374_4477;
+
+/// The draw lock's key of `sale` (two sales whose ids differ by 2^31 - 1 share
+/// one: they then only wait for each other, never wrongly pass).
+pub(crate) fn draw_lock_key(sale: crate::domain::SaleId) -> i32 {
+    i32::try_from(sale.get() % i64::from(i32::MAX)).unwrap_or(0)
+}
+
 /// A draw's settings, checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DrawSettings {

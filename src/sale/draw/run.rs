@@ -3,8 +3,9 @@
 //! Any server may draw a sale whose time has come. A Redis lock (`SET NX`, see
 //! [`crate::lock`]) keeps the others from starting the same work meanwhile; what
 //! makes it exact is Postgres: the draw is one transaction that takes the draw
-//! row `FOR UPDATE`, goes on only while `drawn_at` is unset, and sets it with the
-//! ranks and the first wins. A server that dies in it leaves nothing (the
+//! row `FOR UPDATE`, goes on only while `drawn_at` is unset, waits for the entries
+//! in flight (the draw's advisory lock, which they hold shared), and sets it with
+//! the ranks and the first wins. A server that dies in it leaves nothing (the
 //! transaction rolls back) and the next one draws the same winners, since the
 //! order follows from the seed and the entries alone.
 
@@ -83,6 +84,13 @@ async fn draw_locked(
     let Some(due) = due else {
         return Ok(None);
     };
+    // The entries in flight done, and no more (see `enter.rs`): they hold this
+    // lock shared; the ones after it find the sale drawn.
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind(super::DRAW_LOCK_CLASS)
+        .bind(super::draw_lock_key(sale))
+        .execute(&mut *tx)
+        .await?;
     let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM draw_entries WHERE sale_id = $1")
         .bind(sale.get())
         .fetch_all(&mut *tx)
