@@ -883,6 +883,21 @@ impl TestApp {
             .await
     }
 
+    /// The poll's public tallies by option (`GET /api/polls/{poll}/results`).
+    pub async fn poll_tallies(&self, poll: i64) -> std::collections::HashMap<i64, i64> {
+        self.poll_results(poll).await["tallies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["option_id"].as_i64().unwrap(),
+                    t["votes"].as_i64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
     /// The number a `SELECT count(*) ...` query (without parameters) answers.
     pub async fn count(&self, query: &'static str) -> i64 {
         sqlx::query_scalar(query).fetch_one(&self.db).await.unwrap()

@@ -189,19 +189,8 @@ async fn a_wipe_before_settlement_loses_no_vote_the_server_kept() {
     assert_eq!(seqs, want, "the rebuild found the kept votes in Postgres");
     assert_eq!(app.state.metrics.kept_flushed.get(), 7);
     // Tallies: "yes" 2 (users 2 and 3), "no" 2 (user 0's change, user 1's).
-    let results = app.poll_results(single).await;
-    let counts: HashMap<i64, i64> = results["tallies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t["option_id"].as_i64().unwrap(),
-                t["votes"].as_i64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!((counts[&s[0]], counts[&s[1]]), (2, 2), "{results}");
+    let counts = app.poll_tallies(single).await;
+    assert_eq!((counts[&s[0]], counts[&s[1]]), (2, 2), "{counts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

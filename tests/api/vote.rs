@@ -13,20 +13,6 @@ use crate::helpers::{
     window_policy,
 };
 
-async fn redis_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
-    app.poll_results(poll).await["tallies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t["option_id"].as_i64().unwrap(),
-                t["votes"].as_i64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 async fn db_tallies(app: &TestApp, poll: i64) -> HashMap<i64, i64> {
     let rows: Vec<(i64, i64)> = app
         .rows(
@@ -107,7 +93,7 @@ async fn thousand_users_voting_five_times_count_once_each() {
         *expected.get_mut(option).expect("accepted option is real") += 1;
     }
     assert_eq!(
-        redis_tallies(&app, poll).await,
+        app.poll_tallies(poll).await,
         expected,
         "tallies equal the accepted choices"
     );
@@ -163,7 +149,7 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         .await;
     assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
     assert_eq!(app.poll_results(poll).await["voters"], 0);
-    assert!(redis_tallies(&app, poll).await.values().all(|n| *n == 0));
+    assert!(app.poll_tallies(poll).await.values().all(|n| *n == 0));
 
     // The refused attempts did not use up the vote.
     assert_eq!(
@@ -187,12 +173,7 @@ async fn invalid_option_and_closed_poll_change_nothing() {
         "closed",
     )
     .await;
-    assert!(
-        redis_tallies(&app, other_poll)
-            .await
-            .values()
-            .all(|n| *n == 0)
-    );
+    assert!(app.poll_tallies(other_poll).await.values().all(|n| *n == 0));
 
     // Not yet open.
     let (later, later_options) = app
@@ -330,7 +311,7 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
     assert!(resp.headers().contains_key("ratelimit"));
     assert_error(resp, StatusCode::TOO_MANY_REQUESTS, "rate_limited").await;
     // Refused votes changed nothing.
-    let tallies = redis_tallies(&app, poll).await;
+    let tallies = app.poll_tallies(poll).await;
     assert_eq!(tallies[&options[0]], 60);
     assert_eq!(app.poll_results(poll).await["voters"], 60);
 }

@@ -50,13 +50,10 @@ async fn ask(
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_same_winners() {
-    let mut stack = Stack::start("draw", Options::servers(2)).await;
-    let users = stack.create_users(ENTRANTS, false).await;
+/// A draw sale of `UNITS` units, entries open since a minute ago, drawn at `draw_at`.
+async fn draw_sale(stack: &Stack, draw_at: chrono::DateTime<chrono::Utc>) -> i64 {
     let now = chrono::Utc::now();
-    let draw_at = now + chrono::Duration::seconds(8);
-    let sale = stack
+    stack
         .create_sale_with(
             UNITS,
             json!({
@@ -67,7 +64,15 @@ async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_
                 "claim_window_s": 600,
             }),
         )
-        .await;
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_draw_through_a_server_kill_and_a_redis_restart_is_made_once_with_the_same_winners() {
+    let mut stack = Stack::start("draw", Options::servers(2)).await;
+    let users = stack.create_users(ENTRANTS, false).await;
+    let draw_at = chrono::Utc::now() + chrono::Duration::seconds(8);
+    let sale = draw_sale(&stack, draw_at).await;
     let mut entries = Vec::new();
     for u in &users {
         let (status, body) = ask(&stack, true, &format!("/api/sales/{sale}/entry"), u, None).await;
@@ -233,20 +238,7 @@ async fn entries_sent_together_through_two_servers_and_a_stopped_postgres_are_on
     const LATE: usize = 30;
     let mut stack = Stack::start("draw-entries", Options::servers(2)).await;
     let users = stack.create_users(TOGETHER + LATE, false).await;
-    let now = chrono::Utc::now();
-    let draw_at = now + chrono::Duration::seconds(3600);
-    let sale = stack
-        .create_sale_with(
-            UNITS,
-            json!({
-                "mode": "draw",
-                "starts_at": draw_at,
-                "draw_at": draw_at,
-                "entries_open_at": now - chrono::Duration::seconds(60),
-                "claim_window_s": 600,
-            }),
-        )
-        .await;
+    let sale = draw_sale(&stack, chrono::Utc::now() + chrono::Duration::seconds(3600)).await;
     let (early, late) = users.split_at(TOGETHER);
     let answers = join_all(
         early
