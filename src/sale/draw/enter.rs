@@ -150,6 +150,14 @@ pub async fn enter_all(
 }
 
 /// The entries of `users` (sorted, distinct) into `sale`'s draw, by user.
+///
+/// Planned afresh for each batch (an unnamed statement, `persistent(false)`): a
+/// prepared statement's generic plan, made once the connection has run it five
+/// times, is made while the draw has only its first entries, and there it looks
+/// up the sale's entries by `sale_id` alone and filters the users out of all of
+/// them. The plan stays while the table grows: at 300,000 entries each batch read
+/// them all (141 ms, against 0.1 ms by the primary key on both columns). Planning
+/// costs about 0.1 ms a batch.
 async fn entries_of(
     tx: &mut sqlx::PgConnection,
     sale: SaleId,
@@ -158,6 +166,7 @@ async fn entries_of(
     let rows: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
         "SELECT user_id, id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = ANY($2)",
     )
+    .persistent(false)
     .bind(sale.get())
     .bind(users)
     .fetch_all(tx)
