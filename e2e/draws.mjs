@@ -12,7 +12,7 @@
 //   were not drawn once the unit is bought;
 // - the sale's admin page shows its entries, winners and wins bought, live;
 // - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...";
-// - the sale's Edit form: the draw's fields checked and saved (only what changed
+// - the sale's Edit form: no waiting room on offer; the draw's fields checked and saved (only what changed
 //   is sent) before entries open, disabled with the reason once they have;
 // - the New sale form makes a draw, its fields checked as the API does.
 // Every state shown is scanned with axe-core and must not scroll sideways; the
@@ -251,6 +251,10 @@ try {
     check(
       (await entries.isEnabled()) && (await claim.isEnabled()) && (await claim.inputValue()) === "600",
       `before entries open the draw's fields are the admin's to change (claim ${await claim.inputValue()} s) ${at}`,
+    );
+    check(
+      (await form.getByLabel(/^Waiting room/).count()) === 0 && (await form.locator('[name="admit_per_second"]').count()) === 0,
+      `a draw's form offers no waiting room (the API refuses one on a draw) ${at}`,
     );
     const shift = (value, minutes) =>
       page.evaluate(

@@ -49,7 +49,9 @@ export function adminSalePage() {
   }
 
   // Fixed once the sale has opened: the page renders them disabled.
-  const opened = f.waiting_room.disabled;
+  const opened = form.dataset.opened === "true";
+  // A draw sale has no waiting room: the page leaves its fields out.
+  const room = f.waiting_room;
   // The ticket box as the admin left it, for when the waiting room is unticked.
   let ticketChoice = f.requires_ticket.checked;
 
@@ -59,7 +61,8 @@ export function adminSalePage() {
    * ticket (the server insists), so the ticket box is ticked and held.
    */
   function showQueueFields() {
-    const on = f.waiting_room.checked;
+    if (!room) return;
+    const on = room.checked;
     field(form, "queue-opens-field").hidden = !on;
     field(form, "admit-rate-field").hidden = !on;
     if (on && !f.queue_opens_at.value) f.queue_opens_at.value = f.starts_at.value;
@@ -75,7 +78,7 @@ export function adminSalePage() {
       f.requires_ticket.removeAttribute("aria-describedby");
     }
   }
-  f.waiting_room.addEventListener("change", showQueueFields);
+  if (room) room.addEventListener("change", showQueueFields);
   showQueueFields();
 
   /** The form's values as the API takes them; errors by field for the rest. */
@@ -90,8 +93,8 @@ export function adminSalePage() {
       payment_window_s: parseUnits(f.payment_window_s.value),
       requires_ticket: f.requires_ticket.checked,
       rebuy_after_expiry: f.rebuy_after_expiry.checked,
-      waiting_room: f.waiting_room.checked,
     };
+    if (room) values.waiting_room = room.checked;
     if (!values.name) errors.name = "Give the sale a name.";
     if (values.price_cents === null) errors.price = "Enter the price as a number, like 499 or 19.99.";
     if (values.image_url && !/^(https:\/\/[^\s/?#@]+|\/(?!\/))[^\s"'<>\\`]*$/.test(values.image_url)) errors.image_url = IMAGE_HINT;
