@@ -16,9 +16,10 @@
 //! removed meanwhile it removes again while empty, see `settle`).
 //!
 //! Removed users are recorded (`user_removals`, migrations/0015): settlement looks
-//! up each order's user only while a removal is open, so an order of a removed
-//! user that still arrives (its token lives on; an order accepted before the
-//! cleanup may not be settled yet) is not written.
+//! up each order's and vote's user only while a removal is open, so an order or a
+//! vote of a removed user that still arrives (its token lives on; one accepted
+//! before the cleanup may not be settled yet) is not written (migrations/0027 for
+//! votes).
 
 use std::time::Duration;
 

@@ -417,6 +417,36 @@ async fn an_order_of_a_user_the_cleanup_removed_is_not_settled() {
     assert_eq!(metrics.settle_conflicts.get(), 1);
 }
 
+/// Votes guard the same way (migrations/0027, no foreign key to `users`): a
+/// rehearsal user's vote in a real poll, accepted before the cleanup and not settled
+/// yet, is not written once the cleanup removed that user; the other voter's is.
+#[tokio::test]
+async fn a_vote_of_a_user_the_cleanup_removed_is_not_settled() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let voter = app.user().await;
+    let load_users = app.create_users(1, false).await;
+    let load_user = &load_users[0];
+    mark_rehearsal_users(&app, &[load_user]).await;
+    let (poll, options) = app
+        .create_poll(&admin, "Removed voters", &["a", "b"], -60, 3600)
+        .await;
+    for user in [&voter, load_user] {
+        let resp = app.vote(poll, &user.token, options[0]).await;
+        assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    }
+
+    let cleaned = clean_up(&app, &admin).await;
+    assert_eq!(cleaned["users"], 1, "{cleaned}");
+
+    let mut worker = settler(&app, "after-cleanup", 100, Duration::from_secs(30)).await;
+    worker.drain().await.unwrap();
+    let voters: Vec<i64> = app
+        .scalars("SELECT user_id FROM votes WHERE poll_id = $1", poll)
+        .await;
+    assert_eq!(voters, [voter.id], "the removed user's vote is not written");
+}
+
 /// A `token_ttl` past any sense opens the removal for a century, no longer: the
 /// cleanup neither overflows nor fails on it.
 #[tokio::test]
