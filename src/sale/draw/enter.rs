@@ -4,8 +4,8 @@
 //! and with Postgres's clock: the draw takes that lock alone and only once its
 //! time has passed, so an entry either is in the draw or was refused
 //! `entries_closed`, never lost between the two. Entries that arrive together are
-//! written together ([`EntryWriter`]): one transaction, answered only once it has
-//! committed.
+//! written together ([`EntryWriter`]): one call of the `draw_enter` function
+//! (migration 0028), answered only once it has committed.
 
 use std::collections::HashMap;
 
@@ -40,13 +40,13 @@ pub enum Entered {
 }
 
 /// Writes draw entries in batches (see [`crate::batch`]): the entries of one sale
-/// that wait together are one Postgres transaction (the draw's lock held shared,
+/// that wait together are one call of `draw_enter` (the draw's lock held shared,
 /// the draw's window read, one read of those already entered, one `INSERT` of the
-/// rest, one commit), not one each. (One statement for both, a CTE, measured a
-/// third of the rate.) One transaction per entry held the draw's row `FOR SHARE` once per
-/// request, so an entry storm queued on that row's lock and on a commit each:
-/// 2,561 fresh entries a second against 13,176 joins of a waiting room in
-/// `scripts/bench-queue`.
+/// rest), one round trip and one commit, not one each. One transaction per entry
+/// held the draw's row `FOR SHARE` once per request, so an entry storm queued on
+/// that row's lock and on a commit each: 2,561 fresh entries a second against
+/// 13,176 joins of a waiting room in `scripts/bench-queue`. The batch as a
+/// transaction of its own statements took seven round trips.
 pub struct EntryWriter {
     pub db: PgPool,
 }
@@ -68,76 +68,63 @@ impl crate::batch::Decider for EntryWriter {
 
 /// Enters each of `users` into `sale`'s draw, or finds the entry made before: one
 /// answer per user, in order (a user asked twice gets the same entry twice).
+///
+/// One call of the `draw_enter` function (migration 0028), in its own implicit
+/// transaction: the draw's lock held shared, the window read by Postgres's
+/// clock, the entries read and written. The draw takes that lock alone (`run.rs`),
+/// so it waits for the entries in flight and they for it. An advisory lock, not
+/// the draw row's `FOR SHARE`: a row lock writes the row (a multixact once several
+/// batches hold it) and makes even a batch of entries made before a write to
+/// commit.
 pub async fn enter_all(
     db: &PgPool,
     sale: SaleId,
     users: &[UserId],
 ) -> Result<Vec<Entered>, AppError> {
-    let mut tx = db.begin().await?;
-    // The draw's lock, shared: the draw takes it alone (`run.rs`), so it waits for
-    // the entries in flight and they for it. An advisory lock, not the draw row's
-    // `FOR SHARE`: a row lock writes the row (a multixact once several batches
-    // hold it) and makes even a batch of entries made before a write to commit.
-    sqlx::query("SELECT pg_advisory_xact_lock_shared($1, $2)")
-        .bind(super::DRAW_LOCK_CLASS)
-        .bind(super::draw_lock_key(sale))
-        .execute(&mut *tx)
-        .await?;
-    let window: Option<(bool, bool, f64)> = sqlx::query_as(
-        "SELECT d.drawn_at IS NULL AND clock_timestamp() < s.starts_at,
-                clock_timestamp() >= s.entries_open_at,
-                EXTRACT(EPOCH FROM s.entries_open_at - clock_timestamp())::float8 * 1000
-         FROM sale_draws d JOIN sales s ON s.id = d.sale_id
-         WHERE d.sale_id = $1",
+    let asked: Vec<i64> = users.iter().map(|u| u.get()).collect();
+    type Answer = (
+        String,
+        Option<f64>,
+        Option<i64>,
+        Option<i64>,
+        Option<DateTime<Utc>>,
+    );
+    let rows: Vec<Answer> = sqlx::query_as(
+        "SELECT answer, opens_in_ms, entrant, entry, made_at FROM draw_enter($1, $2, $3, $4)",
     )
     .bind(sale.get())
-    .fetch_optional(&mut *tx)
+    .bind(&asked)
+    .bind(super::DRAW_LOCK_CLASS)
+    .bind(super::draw_lock_key(sale))
+    .fetch_all(db)
     .await?;
     let all = |answer: Entered| Ok(vec![answer; users.len()]);
-    let Some((before_draw, opened, opens_in_ms)) = window else {
-        return all(Entered::NoDraw);
-    };
-    if !before_draw {
-        return all(Entered::Closed);
-    }
-    if !opened {
-        return all(Entered::NotOpen {
-            in_ms: opens_in_ms.ceil() as i64,
-        });
-    }
-    let mut asked: Vec<i64> = users.iter().map(|u| u.get()).collect();
-    asked.sort_unstable();
-    asked.dedup();
-    let mut found = entries_of(&mut tx, sale, &asked).await?;
-    let fresh: Vec<i64> = asked
-        .iter()
-        .copied()
-        .filter(|u| !found.contains_key(u))
-        .collect();
-    if !fresh.is_empty() {
-        // In user order, so two batches that share users wait for each other's
-        // rows in one order (never a deadlock).
-        let written: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
-            "INSERT INTO draw_entries (sale_id, user_id)
-             SELECT $1, u FROM unnest($2::int8[]) AS u ORDER BY u
-             ON CONFLICT (sale_id, user_id) DO NOTHING
-             RETURNING user_id, id, entered_at",
-        )
-        .bind(sale.get())
-        .bind(&fresh)
-        .fetch_all(&mut *tx)
-        .await?;
-        found.extend(written.into_iter().map(entry_of));
-        // Entered meanwhile by another batch (the same user on another worker).
-        let raced: Vec<i64> = fresh
-            .into_iter()
-            .filter(|u| !found.contains_key(u))
-            .collect();
-        if !raced.is_empty() {
-            found.extend(entries_of(&mut tx, sale, &raced).await?);
+    let mut found = HashMap::with_capacity(rows.len());
+    for (answer, opens_in_ms, entrant, entry, made_at) in rows {
+        match (answer.as_str(), entrant, entry, made_at) {
+            ("entry", Some(user), Some(entry_id), Some(entered_at)) => {
+                found.insert(
+                    user,
+                    Entry {
+                        entry_id,
+                        entered_at,
+                    },
+                );
+            }
+            ("no_draw", ..) => return all(Entered::NoDraw),
+            ("closed", ..) => return all(Entered::Closed),
+            ("not_open", ..) => {
+                return all(Entered::NotOpen {
+                    in_ms: opens_in_ms.unwrap_or(0.0).ceil() as i64,
+                });
+            }
+            _ => {
+                return Err(AppError::Internal(anyhow::anyhow!(
+                    "draw_enter answered {answer:?} for sale {sale}"
+                )));
+            }
         }
     }
-    tx.commit().await?;
     users
         .iter()
         .map(|user| match found.get(&user.get()) {
@@ -147,42 +134,6 @@ pub async fn enter_all(
             ))),
         })
         .collect()
-}
-
-/// The entries of `users` (sorted, distinct) into `sale`'s draw, by user.
-///
-/// Planned afresh for each batch (an unnamed statement, `persistent(false)`): a
-/// prepared statement's generic plan, made once the connection has run it five
-/// times, is made while the draw has only its first entries, and there it looks
-/// up the sale's entries by `sale_id` alone and filters the users out of all of
-/// them. The plan stays while the table grows: at 300,000 entries each batch read
-/// them all (141 ms, against 0.1 ms by the primary key on both columns). Planning
-/// costs about 0.1 ms a batch.
-async fn entries_of(
-    tx: &mut sqlx::PgConnection,
-    sale: SaleId,
-    users: &[i64],
-) -> Result<HashMap<i64, Entry>, AppError> {
-    let rows: Vec<(i64, i64, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT user_id, id, entered_at FROM draw_entries WHERE sale_id = $1 AND user_id = ANY($2)",
-    )
-    .persistent(false)
-    .bind(sale.get())
-    .bind(users)
-    .fetch_all(tx)
-    .await?;
-    Ok(rows.into_iter().map(entry_of).collect())
-}
-
-/// A row `(user, entry id, entered at)`, by user.
-fn entry_of((user, entry_id, entered_at): (i64, i64, DateTime<Utc>)) -> (i64, Entry) {
-    (
-        user,
-        Entry {
-            entry_id,
-            entered_at,
-        },
-    )
 }
 
 /// Where an entrant stands.

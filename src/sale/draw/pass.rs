@@ -216,8 +216,8 @@ pub async fn step<C: ConnectionLike>(
     }
     for (outcome, users) in [("bought", &sold_to), ("passed", &passed)] {
         if !users.is_empty() {
-            // Planned with its values (see `entries_of` in enter.rs: a generic plan
-            // made on a small draw reads all of the sale's entries).
+            // Planned with its values (see migration 0028: a generic plan made on
+            // a small draw reads all of the sale's entries).
             sqlx::query(
                 "UPDATE draw_entries SET outcome = $3 WHERE sale_id = $1 AND user_id = ANY($2)",
             )
