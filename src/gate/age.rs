@@ -107,6 +107,7 @@ mod tests {
             min_account_age_s: min_age_s,
             opens_ms,
             waiting_room: false,
+            entries_open_ms: None,
         }
     }
 

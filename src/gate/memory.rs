@@ -84,6 +84,7 @@ mod tests {
             min_account_age_s: 0,
             opens_ms,
             waiting_room: false,
+            entries_open_ms: None,
         }
     }
 

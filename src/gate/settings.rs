@@ -33,6 +33,10 @@ pub struct Gates {
     /// A sale with a waiting room: the proof comes with the join, and the
     /// admission (a ticket) stands for it afterwards.
     pub waiting_room: bool,
+    /// A draw sale's `entries_open_at` (unix ms; its `opens_ms` is the draw):
+    /// the entry route's window comes from here, without a read. `None`: not a
+    /// draw.
+    pub entries_open_ms: Option<i64>,
 }
 
 impl Gates {
@@ -41,12 +45,14 @@ impl Gates {
         min_account_age_s: i32,
         opens_at: DateTime<Utc>,
         waiting_room: bool,
+        entries_open_at: Option<DateTime<Utc>>,
     ) -> Gates {
         Gates {
             proof_of_work: u8::try_from(proof_of_work.clamp(0, MAX_PROOF_OF_WORK)).unwrap_or(0),
             min_account_age_s: min_account_age_s.max(0),
             opens_ms: opens_at.timestamp_millis(),
             waiting_room,
+            entries_open_ms: entries_open_at.map(|at| at.timestamp_millis()),
         }
     }
 

@@ -50,6 +50,7 @@ pub(crate) async fn sale_gates(state: &AppState, sale: SaleId) -> Result<Gates, 
         row.min_account_age_s,
         row.starts_at,
         row.waiting_room,
+        row.entries_open_at.filter(|_| row.is_draw()),
     );
     state.gates.sales.remember(sale, gates, now);
     Ok(gates)
@@ -65,7 +66,13 @@ pub(crate) async fn poll_gates(state: &AppState, poll: PollId) -> Result<Gates, 
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {poll}")))?;
     let p = &record.poll;
-    let gates = Gates::new(p.proof_of_work, p.min_account_age_s, p.opens_at, false);
+    let gates = Gates::new(
+        p.proof_of_work,
+        p.min_account_age_s,
+        p.opens_at,
+        false,
+        None,
+    );
     state.gates.polls.remember(poll, gates, now);
     Ok(gates)
 }

@@ -33,12 +33,16 @@ struct EntryAnswer {
 pub(super) async fn draw_row(state: &AppState, sale: SaleId) -> Result<SaleRow, AppError> {
     match cached::sale_row(state, sale).await? {
         Some(row) if row.is_draw() => Ok(row),
-        Some(_) => Err(AppError::new(
-            ErrorCode::NotADraw,
-            "this sale is not a draw: buy it (POST /api/sales/{id}/purchase)",
-        )),
+        Some(_) => Err(not_a_draw()),
         None => Err(AppError::not_found(format!("no sale with id {sale}"))),
     }
+}
+
+fn not_a_draw() -> AppError {
+    AppError::new(
+        ErrorCode::NotADraw,
+        "this sale is not a draw: buy it (POST /api/sales/{id}/purchase)",
+    )
 }
 
 fn seconds(ms: i64) -> String {
@@ -82,19 +86,24 @@ pub(super) async fn enter(
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
-    let row = draw_row(&state, sale).await?;
-    // Refusals from the cached record, without a query; the entry itself is
-    // checked again by Postgres's clock under the draw's lock.
-    let now = Utc::now();
-    if let Some(opens) = row.entries_open_at.filter(|at| *at > now) {
-        return Err(not_open((opens - now).num_milliseconds()));
+    // The sale's gates as this process read them (its cached record read at most
+    // once a second during the entries), with the draw's window: refusals without
+    // a query; the entry itself is checked again by Postgres's clock under the
+    // draw's lock.
+    let gates = fair::sale_gates(&state, sale).await?;
+    let Some(entries_open_ms) = gates.entries_open_ms else {
+        return Err(not_a_draw());
+    };
+    let now = Utc::now().timestamp_millis();
+    if entries_open_ms > now {
+        return Err(not_open(entries_open_ms - now));
     }
-    if row.starts_at <= now {
+    if gates.opens_ms <= now {
         return Err(closed());
     }
-    // Within the window: the sale's fair-opening gates (account age, proof of work), then the entry
-    // route's limits (by default one per network, see docs/rate-limits.md).
-    let gates = fair::sale_gates(&state, sale).await?;
+    // Within the window: the sale's fair-opening gates (account age, proof of
+    // work), then the entry route's limits (by default one per network, see
+    // docs/rate-limits.md).
     let proof = fair::pass(&state, &req, &user, Subject::Sale(sale), gates, true).await?;
     let granted = state
         .limiter
