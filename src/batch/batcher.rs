@@ -126,6 +126,11 @@ impl Connections {
         ))
     }
 
+    /// Every connection (to watch them, see [`crate::redis_conn::watch`]).
+    pub fn all(&self) -> Vec<Redis> {
+        self.0.iter().map(|(c, _)| c.clone()).collect()
+    }
+
     /// The connection with the fewest batches out now, and its count.
     fn least_busy(&self) -> &(Redis, AtomicUsize) {
         self.0
@@ -296,6 +301,11 @@ impl<D: Decider> Batcher<D> {
                             Failed::Broken
                         }
                     };
+                    if let Failed::Unavailable { code, .. } = &failed
+                        && *code == ErrorCode::RedisUnavailable
+                    {
+                        crate::redis_conn::watch::trouble();
+                    }
                     if let Failed::Unavailable { .. } = failed {
                         for (_, tx, _) in self.stale_waiters(key) {
                             let _ = tx.send(Err(failed.clone()));

@@ -15,8 +15,12 @@
 //!   once, and answers in order (a pipeline of one slot stays one round trip);
 //! - a blocking `XREADGROUP` over several streams is a `CROSSSLOT` error: the
 //!   settlement worker reads stream by stream on a cluster (see `settle`).
+//!
+//! `watch.rs`: after a Redis fault, each worker's idle connections are made whole
+//! before a request finds them broken.
 
 pub mod acks;
+pub mod watch;
 
 use std::time::Duration;
 

@@ -71,10 +71,14 @@ async fn readyz_postgres(state: web::Data<AppState>) -> HttpResponse {
 /// Every primary answers a `PING` within a second.
 async fn redis_answers(state: &AppState) -> bool {
     let mut redis = state.redis.clone();
-    matches!(
+    let answered = matches!(
         tokio::time::timeout(Duration::from_secs(1), redis.ping_all()).await,
         Ok(Ok(()))
-    )
+    );
+    if !answered {
+        crate::redis_conn::watch::trouble();
+    }
+    answered
 }
 
 /// A stopping server (SIGTERM, see `Application::run_until_signal`) is not ready

@@ -29,6 +29,15 @@ pub(super) async fn build_worker(
     } else {
         own.clone()
     };
+    // Connections left idle through a Redis fault, made whole once it heals (one
+    // node: a cluster connection reconnects each node on its own).
+    if !redis.is_cluster() {
+        let mut watched = vec![redis.clone()];
+        if state.config.replica_acks > 0 {
+            watched.extend(deciding.all());
+        }
+        actix_web::rt::spawn(crate::redis_conn::watch::watch(watched));
+    }
     Ok(crate::state::Worker {
         buys: Batcher::new(
             crate::sale::buy::BuyDecider {
