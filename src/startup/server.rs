@@ -119,26 +119,7 @@ pub(super) fn metrics_server(
 fn json_config(limit: usize, body_timeout: Duration) -> web::JsonConfig {
     web::JsonConfig::default()
         .limit(limit)
-        .error_handler(move |err, _req| {
-            use actix_web::error::JsonPayloadError as E;
-            let e = match &err {
-                E::OverflowKnownLength { .. } | E::Overflow { .. } => AppError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!("request body is larger than {limit} bytes"),
-                ),
-                E::Payload(p) => crate::conn::body_read_error(p, body_timeout),
-                E::ContentType => AppError::new(
-                    ErrorCode::UnsupportedMediaType,
-                    "send the body as application/json",
-                ),
-                E::Deserialize(d) if d.is_data() => {
-                    AppError::new(ErrorCode::InvalidBody, d.to_string())
-                }
-                E::Deserialize(d) => AppError::new(ErrorCode::InvalidJson, d.to_string()),
-                other => AppError::new(ErrorCode::InvalidJson, other.to_string()),
-            };
-            e.into()
-        })
+        .error_handler(move |err, _req| crate::conn::json_error(&err, limit, body_timeout).into())
 }
 
 fn path_config() -> web::PathConfig {

@@ -378,3 +378,99 @@ async fn nul_in_any_text_field_is_a_422_naming_the_field_and_writes_nothing() {
         .await;
     assert_eq!(users, 0);
 }
+
+/// The vote reads its body itself (not through `web::Json`): the same answers as
+/// the JSON extractor, the caller checked first, a gzip body taken, and nothing
+/// counted for a refused body.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_vote_bodies_are_refused_like_every_json_body_and_count_nothing() {
+    use std::io::Write;
+    let (app, _admin, (poll, options)) =
+        crate::helpers::spawn_with_open_poll("Colour?", &["red", "blue"]).await;
+    let voter = app.user().await;
+    let url = app.url(&format!("/api/polls/{poll}/votes"));
+    let good = json!({"option_id": options[0]}).to_string();
+    let send = |content_type: Option<&'static str>, body: Vec<u8>, token: Option<&str>| {
+        let mut req = app.client.post(&url).body(body);
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        req.send()
+    };
+    let token = Some(voter.token.as_str());
+    // Signed out: 401 whatever the body.
+    let resp = send(Some("text/plain"), b"{".to_vec(), None).await.unwrap();
+    assert_error(resp, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let resp = send(content_type, good.clone().into_bytes(), token)
+            .await
+            .unwrap();
+        assert_error(
+            resp,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        )
+        .await;
+    }
+    let json_type = Some("application/json");
+    let resp = send(json_type, b"{\"option_id\":".to_vec(), token)
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::BAD_REQUEST, "invalid_json").await;
+    let resp = send(json_type, br#"{"option_id":"red"}"#.to_vec(), token)
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
+    let resp = send(json_type, br#"{"option_id":1,"extra":2}"#.to_vec(), token)
+        .await
+        .unwrap();
+    assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body").await;
+    let huge = format!(
+        r#"{{"option_id":{},"pad":"{}"}}"#,
+        options[0],
+        "x".repeat(40_000)
+    );
+    let resp = send(json_type, huge.into_bytes(), token).await.unwrap();
+    assert_error(resp, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large").await;
+    // Nothing was counted.
+    let mine: Value = app
+        .client
+        .get(app.url(&format!("/api/polls/{poll}/my-ballot")))
+        .bearer_auth(&voter.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["voted"], json!(false), "{mine}");
+
+    // A `+json` type and a gzip-compressed body are JSON, as for every other body.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(good.as_bytes()).unwrap();
+    let resp = app
+        .client
+        .post(&url)
+        .bearer_auth(&voter.token)
+        .header("content-type", "application/vnd.stampede+json")
+        .header("content-encoding", "gzip")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status(),
+        StatusCode::ACCEPTED,
+        "{:?}",
+        resp.text().await
+    );
+    let again = send(json_type, good.into_bytes(), token).await.unwrap();
+    assert_error(again, StatusCode::CONFLICT, "already_voted").await;
+}

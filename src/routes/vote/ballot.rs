@@ -154,23 +154,38 @@ pub(super) struct BudgetRefusal {
         ("Retry-After" = u32, description = "Seconds until a retry may pass"),
         ("RateLimit" = String), ("RateLimit-Policy" = String))),
 ))]
-#[tracing::instrument(level = "debug", skip_all, fields(poll = %path.as_str()))]
 pub(super) async fn vote(
-    state: web::Data<AppState>,
-    worker: web::Data<Worker>,
-    user: AuthUser,
-    path: web::Path<String>,
-    body: web::Json<VoteBody>,
     req: HttpRequest,
+    payload: web::Payload,
 ) -> Result<HttpResponse, AppError> {
-    let poll = PollId::parse(&path)?;
+    // Borrowed and read by hand, not extracted (as the purchase): a `web::Data`
+    // extractor clones the shared state's `Arc` (one cache line every worker
+    // thread writes twice a request), and `web::Json` reserves 8 KiB per request.
+    // The answers are the extractors': the caller first, then the body.
+    let (Some(state), Some(worker)) = (
+        req.app_data::<web::Data<AppState>>(),
+        req.app_data::<web::Data<Worker>>(),
+    ) else {
+        return Err(AppError::Internal(anyhow::anyhow!(
+            "the vote route runs without its state"
+        )));
+    };
+    let user = AuthUser::of(&req)?;
+    let body: VoteBody = crate::conn::json_body(
+        &req,
+        payload,
+        state.config.max_body_bytes,
+        state.config.body_timeout,
+    )
+    .await?;
+    let poll = PollId::parse(req.match_info().get("id").unwrap_or_default())?;
     let key = req
         .headers()
         .get("idempotency-key")
         .map(|v| PurchaseKey::parse(v.as_bytes()))
         .transpose()?;
-    let ballot = body.into_inner().ballot()?;
-    crate::routes::fair::pass_vote(&state, &req, &user, poll).await?;
+    let ballot = body.ballot()?;
+    crate::routes::fair::pass_vote(state, &req, &user, poll).await?;
     // Per-user and per-IP limits against vote stuffing, checked inside the vote
     // script: a refused vote is recorded by no policy and changes no tally.
     let ip = state
@@ -195,7 +210,7 @@ pub(super) async fn vote(
         _ => &state.metrics.vote_refused,
     });
     let replayed = reply.replayed;
-    let answer = vote_answer(&state, poll, user.id, ballot, reply).await;
+    let answer = vote_answer(state, poll, user.id, ballot, reply).await;
     if !replayed {
         return answer;
     }
