@@ -86,6 +86,42 @@ type Waiting<D> = (
 /// usual (after a reset, the next batch on the new connection decides them).
 const STALE_BEHIND_A_FAILURE: Duration = Duration::from_millis(500);
 
+/// Logs a batch that Redis did not answer (its requests get a 503 each, logged
+/// by nobody else): the cause, how long the call took and the batch's size, at
+/// most once a second per process, with the number not logged since (an outage
+/// fails every batch).
+fn warn_unavailable(
+    key: &dyn std::fmt::Display,
+    requests: usize,
+    took: Duration,
+    e: &redis::RedisError,
+) {
+    use std::sync::atomic::AtomicU64;
+    static LAST_SECOND: AtomicU64 = AtomicU64::new(0);
+    static SINCE: AtomicU64 = AtomicU64::new(0);
+    let second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let last = LAST_SECOND.load(Ordering::Relaxed);
+    if last == second
+        || LAST_SECOND
+            .compare_exchange(last, second, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
+        SINCE.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let not_logged = SINCE.swap(0, Ordering::Relaxed);
+    tracing::warn!(
+        %key,
+        requests,
+        took_ms = took.as_millis() as u64,
+        error = %e,
+        not_logged,
+        "Redis did not answer a batched decision: its requests get 503 redis_unavailable"
+    );
+}
+
 struct Queue<D: Decider> {
     waiting: VecDeque<Waiting<D>>,
     /// Batches of this key out now (flush tasks running).
@@ -258,6 +294,7 @@ impl<D: Decider> Batcher<D> {
             (c.requests)(&c.metrics).add(n as u64);
             (c.sizes)(&c.metrics).record(n as f64);
             let (redis, out) = self.connections.least_busy();
+            let started = Instant::now();
             let decided = {
                 let _out = Out::count(out);
                 self.decider.decide(redis.clone(), key, requests).await
@@ -271,6 +308,7 @@ impl<D: Decider> Batcher<D> {
                 outcome => {
                     let failed = match &outcome {
                         Err(AppError::Redis(e)) if is_redis_unreachable(e) => {
+                            warn_unavailable(&key, n, started.elapsed(), e);
                             Failed::redis_unavailable()
                         }
                         Err(AppError::Client { code, message, .. })

@@ -180,7 +180,15 @@ pub fn assert_recovered(records: &[Record], healed: Instant, servers: &[usize]) 
         .iter()
         .filter(|r| !r.is_decided())
         .take(10)
-        .map(|r| format!("{} at heal+{:.2?}", r.label(), r.sent - healed))
+        .map(|r| {
+            format!(
+                "{} at heal+{:.2?} (answered in {:.2?}, attempt {})",
+                r.label(),
+                r.sent - healed,
+                r.answered - r.sent,
+                r.attempt
+            )
+        })
         .collect();
     assert!(
         !after.is_empty(),
