@@ -73,6 +73,19 @@ pub(super) fn app_state(req: &HttpRequest) -> Result<&web::Data<AppState>, AppEr
         .ok_or_else(|| AppError::Internal(anyhow::anyhow!("app state missing")))
 }
 
+/// The shared state and this worker's, borrowed from the request: for the storm's
+/// routes (the purchase, the vote), where a `web::Data` extractor would clone the
+/// shared state's `Arc`, one cache line every worker thread then writes twice a
+/// request.
+pub(crate) fn state_and_worker(
+    req: &HttpRequest,
+) -> Result<(&web::Data<AppState>, &web::Data<crate::state::Worker>), AppError> {
+    let worker = req
+        .app_data::<web::Data<crate::state::Worker>>()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("worker state missing")))?;
+    Ok((app_state(req)?, worker))
+}
+
 /// This worker's own Redis connection when there is one, else the shared one.
 pub(super) fn redis_of(req: &HttpRequest, state: &AppState) -> crate::redis_conn::Redis {
     match req.app_data::<web::Data<crate::state::Worker>>() {

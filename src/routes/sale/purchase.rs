@@ -68,17 +68,8 @@ pub(super) async fn purchase(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, AppError> {
-    // Borrowed, not extracted: a `web::Data` extractor clones the `Arc`, and the
-    // shared state's reference count is one cache line that every worker thread
-    // would then write twice a request.
-    let (Some(state), Some(worker)) = (
-        req.app_data::<web::Data<AppState>>(),
-        req.app_data::<web::Data<Worker>>(),
-    ) else {
-        return Err(AppError::Internal(anyhow::anyhow!(
-            "the purchase route runs without its state"
-        )));
-    };
+    // Borrowed, not extracted (see `state_and_worker`).
+    let (state, worker) = crate::routes::extract::state_and_worker(&req)?;
     let sale = SaleId::parse(req.match_info().get("id").unwrap_or_default())?;
     if state.sold_out.is_sold_out(sale) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);

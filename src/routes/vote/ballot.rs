@@ -12,7 +12,7 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::limit::Route;
 use crate::metrics::Metrics;
 use crate::recover::Target;
-use crate::state::{AppState, Worker};
+use crate::state::AppState;
 use crate::vote::MAX_OPTIONS;
 use crate::vote::cached::{cached_record, missing_from_redis};
 use crate::vote::cast::{Ballot, VoteOutcome, VoteReply, VoteRequest};
@@ -158,18 +158,10 @@ pub(super) async fn vote(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, AppError> {
-    // Borrowed and read by hand, not extracted (as the purchase): a `web::Data`
-    // extractor clones the shared state's `Arc` (one cache line every worker
-    // thread writes twice a request), and `web::Json` reserves 8 KiB per request.
-    // The answers are the extractors': the caller first, then the body.
-    let (Some(state), Some(worker)) = (
-        req.app_data::<web::Data<AppState>>(),
-        req.app_data::<web::Data<Worker>>(),
-    ) else {
-        return Err(AppError::Internal(anyhow::anyhow!(
-            "the vote route runs without its state"
-        )));
-    };
+    // Borrowed and read by hand, not extracted (as the purchase; see
+    // `state_and_worker`, and `web::Json` reserves 8 KiB per request). The answers
+    // are the extractors': the caller first, then the body.
+    let (state, worker) = crate::routes::extract::state_and_worker(&req)?;
     let user = AuthUser::of(&req)?;
     let body: VoteBody = crate::conn::json_body(
         &req,
