@@ -70,6 +70,12 @@ impl TokenKey {
         sign(&self.mac, &payload)
     }
 
+    /// The HMAC keyed with the token secret, for what else the secret signs (vote
+    /// receipts: [`crate::vote::receipt::receipt_keyed`]); each use clones it.
+    pub fn mac(&self) -> &HmacSha256 {
+        &self.mac
+    }
+
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<Claims, TokenError> {
         let payload = open(&self.mac, token, 512)?;
         let text = std::str::from_utf8(&payload).map_err(|_| TokenError::Malformed)?;

@@ -11,9 +11,10 @@ use chrono::{DateTime, Utc};
 use futures_util::{Stream, TryStreamExt};
 use sqlx::PgPool;
 
-use super::receipt::receipt;
+use super::receipt::receipt_keyed;
 use super::setting::BallotKind;
 use super::store::PollRecord;
+use crate::auth::token::HmacSha256;
 use crate::csv::{self, CsvOut, push_field, time};
 use crate::domain::{Id, PollId};
 use crate::error::AppError;
@@ -39,22 +40,23 @@ struct CsvVote {
 }
 
 /// What every row of one poll's CSV shares: the poll, its ballot kind, its
-/// options' labels and the secret its receipts are made with.
+/// options' labels and the HMAC its receipts are made with (keyed with the
+/// server's token secret).
 struct PollSheet {
     poll: PollId,
     ballot: BallotKind,
     labels: HashMap<i64, String>,
-    secret: Vec<u8>,
+    mac: HmacSha256,
 }
 
 /// Every settled vote of the poll, by (`voted_at`, voter, seq), as CSV lines after
-/// [`CSV_HEADER`]; receipts made with `secret` (the server's token secret, as
-/// [`receipt`] wants it). One query on one connection of `db`, read as the client
+/// [`CSV_HEADER`]; receipts made with `mac` (keyed with the server's token
+/// secret, as [`receipt_keyed`] wants it). One query on one connection of `db`, read as the client
 /// takes the chunks; a client that leaves ends it.
 pub fn votes_csv(
     db: PgPool,
     record: PollRecord,
-    secret: Vec<u8>,
+    mac: HmacSha256,
 ) -> Result<impl Stream<Item = Result<Bytes, AppError>> + 'static, AppError> {
     let poll = super::store::poll_id(record.poll.id)?;
     let sheet = PollSheet {
@@ -65,7 +67,7 @@ pub fn votes_csv(
             .into_iter()
             .map(|o| (o.id, o.label))
             .collect(),
-        secret,
+        mac,
     };
     let span = tracing::warn_span!("votes_csv", poll = %poll);
     Ok(csv::stream(span, CSV_HEADER, move |out| {
@@ -123,7 +125,7 @@ impl PollSheet {
         let _ = write!(
             buf,
             "{},{},",
-            receipt(&self.secret, self.poll, user, v.seq),
+            receipt_keyed(&self.mac, self.poll, user, v.seq),
             v.user_id
         );
         push_field(buf, &v.username);
@@ -146,6 +148,8 @@ impl PollSheet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::vote::receipt::receipt;
+    use hmac::Mac;
 
     fn sheet(ballot: BallotKind) -> PollSheet {
         PollSheet {
@@ -156,7 +160,7 @@ mod tests {
                 (2, "=cmd".to_string()),
                 (3, "Milk, hot".to_string()),
             ]),
-            secret: b"secret".to_vec(),
+            mac: HmacSha256::new_from_slice(b"secret").unwrap(),
         }
     }
 

@@ -17,7 +17,7 @@ use crate::vote::MAX_OPTIONS;
 use crate::vote::cached::{cached_record, missing_from_redis};
 use crate::vote::cast::{Ballot, VoteOutcome, VoteReply, VoteRequest};
 use crate::vote::mine::{Mine, mine};
-use crate::vote::receipt::receipt;
+use crate::vote::receipt::receipt_keyed;
 use crate::vote::setting::BallotKind;
 
 /// A ballot, in the shape of the poll's kind: `{"option_id"}` (single),
@@ -258,7 +258,7 @@ async fn vote_answer(
                 status: "accepted",
                 poll_id: poll,
                 option_id: ballot.first(),
-                receipt: receipt(state.config.token_secret.as_bytes(), poll, user, seq),
+                receipt: receipt_keyed(state.tokens.mac(), poll, user, seq),
                 replaced,
                 remaining: is_budget.then_some(remaining),
                 option_remaining: is_budget.then_some(option_remaining),
@@ -416,10 +416,10 @@ pub(super) async fn my_ballot(
         return Err(missing_from_redis(state.get_ref(), poll).await);
     };
     let last = held.as_ref().map_or(0, |h| h.seq);
-    let secret = state.config.token_secret.as_bytes();
+    let mac = state.tokens.mac();
     let receipts: Vec<Receipt> = (1..=last)
         .map(|seq| Receipt {
-            receipt: receipt(secret, poll, user.id, seq),
+            receipt: receipt_keyed(mac, poll, user.id, seq),
             seq,
             settled: settled.contains(&seq),
             replaced: kind != BallotKind::Budget && seq < last,

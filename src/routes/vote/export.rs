@@ -29,8 +29,8 @@ pub(super) async fn admin_votes_csv(
     let record = store::fetch_record(&state.db, id)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
-    let secret = state.config.token_secret.as_bytes().to_vec();
-    let body = export::votes_csv(state.db.clone(), record, secret)?;
+    let mac = state.tokens.mac().clone();
+    let body = export::votes_csv(state.db.clone(), record, mac)?;
     Ok(crate::csv::attachment(
         &format!("poll-{id}-votes.csv"),
         body,
