@@ -51,8 +51,8 @@ struct PollSheet {
 
 /// Every settled vote of the poll, by (`voted_at`, voter, seq), as CSV lines after
 /// [`CSV_HEADER`]; receipts made with `mac` (keyed with the server's token
-/// secret, as [`receipt_keyed`] wants it). One query on one connection of `db`, read as the client
-/// takes the chunks; a client that leaves ends it.
+/// secret, as [`receipt_keyed`] wants it). One query on one connection of `db`,
+/// read as the client takes the chunks; a client that leaves ends it.
 pub fn votes_csv(
     db: PgPool,
     record: PollRecord,
