@@ -5,7 +5,7 @@
 //! (sliding log per user, sliding counter per address, which every buyer counts
 //! in whatever the answer):
 //!   new buyers      every decision an accepted purchase: the whole write path
-//!                   (buyers set, stock, pending hash, one XADD per call), the
+//!                   (buyers hash, stock, pending hash, one XADD per call), the
 //!                   worst case; a real sale accepts at most its stock
 //!   repeat buyers   every one already bought: what most of a storm on a sale
 //!                   with buyers already in costs

@@ -1,7 +1,7 @@
 -- Put a newly created sale into Redis, stamped with this Redis run.
 -- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] units sold counter
 -- ARGV[1] starts_ms   ARGV[2] ends_ms   ARGV[3] closed (0|1)   ARGV[4] stock
--- ARGV[5] most units per customer (1: the buyers set is the only per-user state; more:
+-- ARGV[5] most units per customer (1: the buyers hash is the only per-user state; more:
 -- units are counted per buyer and in all, see lua/purchase_batch.lua)
 -- ARGV[6] waiting room: admissions a second (0: none; -1: a draw)   ARGV[7] when its line opens (ms)
 redis.call('HSET', KEYS[1], 'starts_ms', ARGV[1], 'ends_ms', ARGV[2], 'closed', ARGV[3],

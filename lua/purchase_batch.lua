@@ -3,13 +3,12 @@
 -- address, under the sale's hash tag), and each buyer's idempotency key remembered
 -- with the decision.
 -- KEYS[1] meta hash (starts_ms, ends_ms, closed, run, per_user)   KEYS[2] stock counter
--- KEYS[3] buyers set   KEYS[4] orders stream   KEYS[5] pending hash (see below)
+-- KEYS[3] buyers hash (user -> the order that made them a buyer, see below)
+-- KEYS[4] orders stream   KEYS[5] pending hash (see below)
 -- KEYS[6] units hash (user -> units held)   KEYS[7] units sold counter (KEYS[6] and
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
 -- KEYS[9] admissions open (a sale with a waiting room: user -> expiry ms)
--- KEYS[10] held orders hash (user -> the order that makes them a buyer, from its
--- 15th character: the first 14 are the sale's; a sale of one per customer)
 -- KEYS[9 + p]: rate-limit policy p's key (a per-user policy's buckets are named
 -- after it)   then per buyer, one key per per-address policy: its state there
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
@@ -25,7 +24,7 @@
 -- is back; for code 0 per policy remaining and ms until the quota is back (allowed,
 -- and its wait is not needed: see limits_append_taken); for code 11 then the stored
 -- answer (a string); for code 1 then the order that makes the buyer one ('' when
--- the held orders hash does not know it: a sale bought before it existed).
+-- the buyers hash does not know it: a buyer an earlier version's set held).
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)
@@ -36,9 +35,10 @@
 --   12 key used with another quantity (value = the quantity it was first used with)
 --   13 not admitted
 --
--- A sale of one per customer (per_user absent or 1) decides with the buyers set:
--- SMISMEMBER, SADD, DECRBY. A sale of more keeps units per buyer (HMGET, HSET) and
--- the units sold (INCRBY), and takes a buyer's whole quantity or nothing.
+-- A sale of one per customer (per_user absent or 1) decides with the buyers hash:
+-- HMGET, HSET, DECRBY. A sale of more keeps units per buyer (HMGET, HSET) and the
+-- units sold (INCRBY), and takes a buyer's whole quantity or nothing; its new
+-- buyers join the buyers hash too (HSET).
 -- A buyer refused by a limit is counted by no policy and touches no sale state.
 -- When the sale is not loaded or not trusted, nothing is counted or decided.
 --
@@ -57,8 +57,8 @@
 -- The same key twice in one batch: the second gets the first's answer. A batch
 -- without keys sends and runs no command for them.
 --
--- The cost is per batch, not per buyer: one SMISMEMBER asks about every buyer, the
--- buyers set and the stock are written once each, and the batch's accepted orders
+-- The cost is per batch, not per buyer: one HMGET asks about every buyer, the
+-- buyers hash and the stock are written once each, and the batch's accepted orders
 -- are one stream entry (one XADD; settlement reads, acknowledges and deletes them
 -- together) and one field of the pending hash; each limit key is read and written
 -- once (a per-user policy's states: one HMGET or two, one HSET, for the batch).
@@ -71,14 +71,17 @@
 -- removes them at zero. Fields of 36 characters are an earlier version's (order id
 -- -> user), counted by neither; src/sale/pending.rs reads both.
 --
--- The held orders hash (KEYS[10]) names, for each buyer of a sale of one per
--- customer, the order that made them a buyer: written with the buyers set (one
--- HSET per batch that accepts), read only for the buyers this batch refuses as
--- already bought (one HMGET), so that refusal names the order without Postgres.
--- It keeps an order id from its 15th character on (22 of 36: the first 14 carry
--- the sale id, which every order id of the sale shares, see src/sale/order_id.rs):
--- 32 bytes a value in Redis instead of 48.
--- A buyer who leaves the buyers set (lua/stock_change.lua) leaves it too.
+-- The buyers hash (KEYS[3]) holds every buyer of the sale, each with the order
+-- that made them a buyer: one HMGET tells who bought already and which order an
+-- `already_bought` names, without Postgres; one HSET per batch that accepts adds
+-- the new buyers. It keeps an order id from its 15th character on (22 of 36: the
+-- first 14 carry the sale id, which every order id of the sale shares, see
+-- src/sale/order_id.rs): 32 bytes a value in Redis instead of 48. A value of ''
+-- is a buyer whose order it does not know (from an earlier version's buyers set,
+-- folded in by src/sale/legacy.rs). Until then a set said who bought and this
+-- hash beside it named their orders: two tables to grow and look up per buyer
+-- where one does (BENCHMARKS.md). A buyer who leaves (lua/stock_change.lua)
+-- leaves the hash.
 local ALREADY_BOUGHT, SOLD_OUT, OVER_CAP, NOT_ENOUGH_LEFT, KEY_REUSED, NOT_ADMITTED = 1, 5, 9, 10, 12, 13
 -- The codes a key remembers, as text with their ':' (see the end of this script).
 local CODE_TEXT = {[REPLY_ACCEPTED] = '0:', [ALREADY_BOUGHT] = '1:', [SOLD_OUT] = '5:',
@@ -210,7 +213,7 @@ local function decide_units(per_user)
   local held = batch_variadic('HMGET', KEYS[6], users)
   local stock = tonumber(stock_left)
   local taken = 0
-  local now_held, changed, new_buyers = {}, {}, {}
+  local now_held, changed, new_buyers, held_of = {}, {}, {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
     local q = quantity[i]
@@ -227,6 +230,8 @@ local function decide_units(per_user)
       taken = taken + q
       if h == 0 then
         new_buyers[#new_buyers + 1] = user
+        held_of[#held_of + 1] = user
+        held_of[#held_of + 1] = string.sub(orders[i], 15)
       end
       if not now_held[user] then
         changed[#changed + 1] = user
@@ -244,7 +249,7 @@ local function decide_units(per_user)
     end
     batch_variadic('HSET', KEYS[6], units)
     if #new_buyers > 0 then
-      batch_variadic('SADD', KEYS[3], new_buyers)
+      batch_variadic('HSET', KEYS[3], held_of)
     end
     redis.call('DECRBY', KEYS[2], taken)
     redis.call('INCRBY', KEYS[7], taken)
@@ -259,21 +264,18 @@ local per_user = tonumber(meta[5]) or 1
 if #asking > 0 and per_user > 1 then
   decide_units(per_user)
 elseif #asking > 0 then
-  local bought = batch_variadic('SMISMEMBER', KEYS[3], users)
+  -- Each buyer's order that made them one (false: not a buyer).
+  local bought = batch_variadic('HMGET', KEYS[3], users)
   local stock = tonumber(stock_left)
   local taken = 0
   local accepted, new_buyers, held_of = {}, {}, {}
-  -- Refused as buyers before this batch: their items, and their users to ask
-  -- KEYS[10] about.
-  local refused, refused_users = {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
     if accepted[user] then
       code[i], value[i], texts[i] = ALREADY_BOUGHT, 0, accepted[user]
-    elseif bought[j] == 1 then
+    elseif bought[j] then
       code[i], value[i] = ALREADY_BOUGHT, 0
-      refused[#refused + 1] = i
-      refused_users[#refused_users + 1] = user
+      texts[i] = bought[j] ~= '' and string.sub(orders[i], 1, 14) .. bought[j] or ''
     elseif admitted and not admitted[j] then
       code[i], value[i] = NOT_ADMITTED, 0
     elseif quantity[i] > 1 then
@@ -291,15 +293,8 @@ elseif #asking > 0 then
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
-  if #refused > 0 then
-    local held = batch_variadic('HMGET', KEYS[10], refused_users)
-    for r, i in ipairs(refused) do
-      texts[i] = held[r] and string.sub(orders[i], 1, 14) .. held[r] or ''
-    end
-  end
   if taken > 0 then
-    batch_variadic('SADD', KEYS[3], new_buyers)
-    batch_variadic('HSET', KEYS[10], held_of)
+    batch_variadic('HSET', KEYS[3], held_of)
     redis.call('DECRBY', KEYS[2], taken)
     append_entry()
     if waiting_room then

@@ -5,7 +5,7 @@
 -- q_opens_ms)   KEYS[2] stock counter   KEYS[3] line (sorted set user -> place)
 -- KEYS[4] queue state hash (head, seq, joins, ...)   KEYS[5] joins stream (copied
 -- to Postgres by the admitter)   KEYS[6] admissions open (user -> expiry ms)
--- KEYS[7] admissions ever (user -> expiry ms)   KEYS[8] buyers set
+-- KEYS[7] admissions ever (user -> expiry ms)   KEYS[8] buyers hash
 -- ARGV[1] now in ms ('' = the Redis clock), then per shopper: user id, the place
 -- it takes if it joins before the opening (a random integer in [1, 2^52) drawn by
 -- the server), '1' to join or '0' only to read
@@ -132,7 +132,7 @@ for i = 1, n do
       refusal[i][1], refusal[i][2], 0, 0, 0, 0
   else
     local position = place and redis.call('ZCOUNT', KEYS[3], '-inf', place) or 0
-    if redis.call('SISMEMBER', KEYS[8], user) == 1 then
+    if redis.call('HEXISTS', KEYS[8], user) == 1 then
       standing(i, 4, position, 0, 0)
     elseif redis.call('HEXISTS', KEYS[7], user) == 1 then
       local expiry = tonumber(redis.call('ZSCORE', KEYS[6], user))

@@ -1,8 +1,8 @@
 -- Finish a sale's rebuild: every buyer (settled in Postgres, unsettled in the stream,
--- already in the set) has been added to the buyers set (and, on a sale of more than
+-- already in the hash) has been added to the buyers hash (and, on a sale of more than
 -- one per customer, units per buyer and units sold written); units left become units
 -- ever offered minus units sold, and the state is stamped with this Redis run.
--- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
+-- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers hash
 -- KEYS[4] applied changes hash   KEYS[5] rebuild token key   KEYS[6] units sold
 -- counter (on a sale of more than one per customer, written by the rebuild first)
 -- ARGV[1] token   ARGV[2] starts_ms   ARGV[3] ends_ms   ARGV[4] closed (0|1)

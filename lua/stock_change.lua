@@ -1,11 +1,10 @@
 -- Apply one recorded stock change (a row of `stock_changes` in Postgres) exactly once.
 -- The applied delta is remembered under the change id, so a retry after a crash
 -- between Redis and Postgres answers the same delta instead of applying it twice.
--- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers set
+-- KEYS[1] meta hash   KEYS[2] stock counter   KEYS[3] buyers hash (user -> order)
 -- KEYS[4] applied changes hash (change id -> delta, or 'refused')
 -- KEYS[5] units hash (user -> units held)   KEYS[6] units sold counter (both only on
--- a sale of more than one per customer)   KEYS[7] held orders hash (user -> order;
--- a buyer who leaves the buyers set leaves it too, see lua/purchase_batch.lua)
+-- a sale of more than one per customer)
 -- ARGV[1] change id   ARGV[2] kind   ARGV[3] amount (>= 0)
 -- ARGV[4] most units a sale may ever offer   ARGV[5] the buyer ('release' only)
 -- Kinds:
@@ -14,7 +13,7 @@
 --   'return'  an expired order's unit is offered again (its buyer stays a buyer and
 --             may not buy again): units left grow by amount, never refused
 --   'release' an expired order's unit goes back and its buyer may buy again: if the
---             buyer is still in the buyers set, they leave it and units left grow by
+--             buyer is still in the buyers hash, they leave it and units left grow by
 --             amount (delta 0: units ever offered do not move); if not (a rebuild
 --             from Postgres already left them out), nothing changes
 -- Returns {code, delta, units left, units sold}:
@@ -54,13 +53,12 @@ if kind == 'release' then
       redis.call('INCRBY', KEYS[6], -back)
       if held - back == 0 then
         redis.call('HDEL', KEYS[5], ARGV[5])
-        redis.call('SREM', KEYS[3], ARGV[5])
+        redis.call('HDEL', KEYS[3], ARGV[5])
       else
         redis.call('HSET', KEYS[5], ARGV[5], held - back)
       end
     end
-  elseif redis.call('SREM', KEYS[3], ARGV[5]) == 1 then
-    redis.call('HDEL', KEYS[7], ARGV[5])
+  elseif redis.call('HDEL', KEYS[3], ARGV[5]) == 1 then
     left = left + amount
     sold = sold - 1
     redis.call('SET', KEYS[2], left)

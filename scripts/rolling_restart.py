@@ -352,7 +352,7 @@ def verify(args, storm, restarts, sale, stock, users):
     ns = os.environ["STAMPEDE_REDIS_NAMESPACE"]
     base = f"{ns}:{{sale:{sale}}}"
     left = int(redis("GET", f"{base}:stock").strip('"'))
-    sold = int(redis("SCARD", f"{base}:buyers").split()[-1])
+    sold = int(redis("HLEN", f"{base}:held").split()[-1])
     check(left == stock - accepted and sold == accepted,
           f"Redis: {left} units left = {stock} - {accepted}, {sold} buyers")
     (total, pg_left), = psql(f"SELECT stock_total, stock_total - (SELECT count(*) FROM orders "

@@ -16,13 +16,15 @@ pub struct SaleKeys {
     pub meta: String,
     /// Integer: units left.
     pub stock: String,
-    /// Set of user ids that bought.
+    /// The buyers hash: user id -> the order that made them a buyer, from its
+    /// 15th character ('' when not known: a buyer folded in from an earlier
+    /// version's set). Who bought, and what an `already_bought` names, answered
+    /// by the purchase script itself (`lua/purchase_batch.lua`); rebuilt from the
+    /// orders. Named `held` since it began beside the set as the held orders.
     pub buyers: String,
-    /// Hash user id -> the order that made them a buyer, from its 15th character
-    /// (a sale of one per customer): what an `already_bought` names, answered by
-    /// the purchase script itself (`lua/purchase_batch.lua`); rebuilt from the
-    /// orders.
-    pub held: String,
+    /// An earlier version's set of user ids that bought, folded into
+    /// [`SaleKeys::buyers`] by [`crate::sale::legacy`] and then gone.
+    pub buyers_legacy: String,
     /// Stream of accepted orders, one entry per decision batch
     /// ([`crate::sale::entry`]), read by the settlement worker: `{sale:N}:accepted`.
     pub orders: String,
@@ -41,7 +43,7 @@ pub struct SaleKeys {
     /// Hash user id -> units held (sales of more than one per customer only).
     pub units: String,
     /// Integer: units sold (sales of more than one per customer only; a sale of
-    /// one per customer counts its buyers set).
+    /// one per customer counts its buyers hash).
     pub sold: String,
     /// Hash `<user>:<idempotency key>` -> `<quantity>:<code>:<value>:<order id>`: the
     /// answers given to purchases that carried a key (`lua/purchase_batch.lua`),
@@ -114,8 +116,8 @@ impl Keys {
         SaleKeys {
             meta: format!("{base}:meta"),
             stock: format!("{base}:stock"),
-            buyers: format!("{base}:buyers"),
-            held: format!("{base}:held"),
+            buyers: format!("{base}:held"),
+            buyers_legacy: format!("{base}:buyers"),
             orders: format!("{base}:accepted"),
             orders_legacy: format!("{base}:orders"),
             pending: format!("{base}:pending"),
@@ -227,7 +229,7 @@ mod tests {
             &k.meta,
             &k.stock,
             &k.buyers,
-            &k.held,
+            &k.buyers_legacy,
             &k.orders,
             &k.orders_legacy,
             &k.pending,

@@ -138,7 +138,7 @@ enum Command {
     /// Compare every sale's Redis state with Postgres; exit 1 when one disagrees.
     Reconcile {
         /// Make Redis agree with Postgres for every sale that disagrees: settled
-        /// buyers join the buyers set, units left become total minus buyers.
+        /// buyers join the buyers hash, units left become total minus buyers.
         #[arg(long)]
         repair: bool,
     },

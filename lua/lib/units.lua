@@ -5,5 +5,5 @@ local function sold_units(sold_key, buyers_key)
   if sold then
     return tonumber(sold)
   end
-  return redis.call('SCARD', buyers_key)
+  return redis.call('HLEN', buyers_key)
 end

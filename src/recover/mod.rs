@@ -142,6 +142,12 @@ impl Recovery {
         });
     }
 
+    /// Folds every sale's buyers hash of an earlier version into its buyers hash
+    /// ([`crate::sale::legacy::fold_all`]): (sales folded, buyers moved).
+    pub async fn fold_legacy_buyers(&self) -> Result<(u64, u64), AppError> {
+        crate::sale::legacy::fold_all(&self.db, &mut self.redis.clone(), &self.keys).await
+    }
+
     /// Rebuilds now, waiting up to `wait` for another instance's rebuild to finish.
     /// `Ok(None)` when the lock stayed taken, or when Postgres has no such target.
     pub async fn rebuild(

@@ -122,7 +122,6 @@ impl PurchaseBatch<'_> {
                 &k.sold,
                 &k.idem,
                 &k.queue_open,
-                &k.held,
             ],
             id: self.sale.get(),
             policies: self.policies,
@@ -194,8 +193,8 @@ pub enum PurchaseOutcome {
         stock_left: i64,
     },
     /// Refused: one per customer. `order`: the order that makes them a buyer, as
-    /// the script found it in the held orders hash (`None`: not there, a sale
-    /// bought before the hash existed; the route reads it off the batch).
+    /// the script found it in the buyers hash (`None`: not named there, a buyer
+    /// of an earlier version's set; the route reads it off the batch).
     AlreadyBought {
         order: Option<Uuid>,
     },

@@ -91,7 +91,7 @@ pub async fn delete<S: SaleAdmin + ?Sized>(
         .key(&k.units)
         .key(&k.sold)
         .key(&k.orders_legacy)
-        .key(&k.held)
+        .key(&k.buyers_legacy)
         .key(&k.queue)
         .key(&k.queue_state)
         .key(&k.queue_open)

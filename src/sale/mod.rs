@@ -19,6 +19,7 @@ pub mod entry;
 pub mod export;
 pub mod held;
 pub mod kept;
+pub mod legacy;
 pub mod lifecycle;
 pub mod list;
 pub mod numbers;

@@ -76,7 +76,7 @@ pub async fn live_numbers<C: ConnectionLike>(
     for &id in ids {
         let k =
             keys.sale(Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad id")))?);
-        pipe.get(&k.stock).scard(&k.buyers).get(&k.sold);
+        pipe.get(&k.stock).hlen(&k.buyers).get(&k.sold);
     }
     let flat: Vec<Option<i64>> = pipe.query_async(redis).await?;
     // Units sold: the counter of a sale of more than one per customer, else buyers.

@@ -224,7 +224,7 @@ pub struct MyOrders {
     pub settled: Vec<MyOrder>,
 }
 
-/// Sales whose buyers set is asked about the buyer (pending orders): the list's
+/// Sales whose buyers hash is asked about the buyer (pending orders): the list's
 /// cached first page, where open sales, the only ones taking orders, come first.
 /// (A pending order lives until settlement, a moment; one of a sale past this page
 /// shows once settled.)
@@ -250,7 +250,7 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
         .collect();
     let bought = pending::bought_of(&mut reads.redis().clone(), reads.keys(), &asked, user).await?;
     let settled = of_user(reads.db(), user).await?;
-    // A buyer stays in the sale's buyers set while an order holds the unit; an
+    // A buyer stays in the sale's buyers hash while an order holds the unit; an
     // expired order holds it no more when the sale lets its buyer buy again (the
     // buyer left the set, and is in it again only for a new, maybe pending, order).
     let holds = |sale: &SaleView| {

@@ -1,6 +1,6 @@
 //! Orders accepted in Redis and not yet settled in Postgres: the sale's pending hash
 //! (one field per decision batch, see [`PendingHash`]), its orders stream (what the purchase script wrote, with the
-//! time it accepted it), and what a buyer holds of a sale (its buyers set, or its
+//! time it accepted it), and what a buyer holds of a sale (its buyers hash, or its
 //! units per buyer for a sale of more than one per customer). The purchase script
 //! writes them (`lua/purchase_batch.lua`), settlement empties them; the API and the
 //! pages read them only here.
@@ -239,7 +239,7 @@ pub struct Holding {
     pub held: i64,
 }
 
-/// A sale of one per customer: a buyer in its buyers set has bought. A sale of more
+/// A sale of one per customer: a buyer in its buyers hash has bought. A sale of more
 /// counts the units each buyer holds: one may buy again up to the cap.
 pub async fn holding<C: ConnectionLike>(
     redis: &mut C,
@@ -261,7 +261,7 @@ pub async fn holding<C: ConnectionLike>(
             held,
         })
     } else {
-        let member: bool = redis::cmd("SISMEMBER")
+        let member: bool = redis::cmd("HEXISTS")
             .arg(&keys.buyers)
             .arg(user.get())
             .query_async(redis)
@@ -274,7 +274,7 @@ pub async fn holding<C: ConnectionLike>(
 }
 
 /// For each of `sales` (`(id, max_per_user)`), in one round trip: whether the user
-/// is in its buyers set, and the units they hold (of a sale of more than one per
+/// is in its buyers hash, and the units they hold (of a sale of more than one per
 /// customer; else 1), from 1 to 1,000.
 pub async fn bought_of<C: ConnectionLike>(
     redis: &mut C,
@@ -289,7 +289,7 @@ pub async fn bought_of<C: ConnectionLike>(
     let mut pipe = redis::pipe();
     for &(sale, max_per_user) in sales {
         let keys = keys.sale(sale);
-        pipe.sismember(&keys.buyers, user);
+        pipe.hexists(&keys.buyers, user);
         if max_per_user > 1 {
             pipe.hget(&keys.units, user);
         }

@@ -14,10 +14,10 @@ use crate::keys::Keys;
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Reconciliation {
     pub sale_id: i64,
-    /// Units sold by Redis's count: the buyers set, or on a sale of more than one
+    /// Units sold by Redis's count: the buyers hash, or on a sale of more than one
     /// per customer, its units-sold counter.
     pub redis_sold: i64,
-    /// Users in the Redis buyers set.
+    /// Users in the Redis buyers hash.
     pub redis_buyers: i64,
     /// Accepted orders not yet settled (the pending hash).
     pub pending: i64,
@@ -29,12 +29,12 @@ pub struct Reconciliation {
     pub orders: OrderCounts,
     /// Buyers in Redis with no order in Postgres and none pending: should be empty.
     pub missing_in_postgres: Vec<i64>,
-    /// Orders in Postgres whose buyer is not in the Redis buyers set: should be empty.
+    /// Orders in Postgres whose buyer is not in the Redis buyers hash: should be empty.
     pub missing_in_redis: Vec<i64>,
     pub stock_left: i64,
     /// Units offered (the stock set plus top-ups).
     pub stock_total: i64,
-    /// Returned units offered again, their buyers still in the buyers set.
+    /// Returned units offered again, their buyers still in the buyers hash.
     pub units_reoffered: i64,
     /// `stock_total + units_reoffered == stock_left + redis_sold` and both lists
     /// empty.
@@ -52,7 +52,7 @@ pub async fn reconcile<C: ConnectionLike>(
     let k = keys.sale(sale.id);
     type Read = (Vec<i64>, Vec<(String, String)>, Option<i64>, Option<i64>);
     let (buyers, pending, left, units_sold): Read = redis::pipe()
-        .smembers(&k.buyers)
+        .hkeys(&k.buyers)
         .hgetall(&k.pending)
         .get(&k.stock)
         .get(&k.sold)
@@ -67,7 +67,7 @@ pub async fn reconcile<C: ConnectionLike>(
     .fetch_all(db)
     .await?;
     // Buyers whose expired order's unit is on its way back (the return recorded, not
-    // applied yet): still in the buyers set for a moment, rightly.
+    // applied yet): still in the buyers hash for a moment, rightly.
     let returning: Vec<i64> = sqlx::query_scalar(
         "SELECT o.user_id FROM stock_changes c JOIN orders o ON o.id = c.order_id
          WHERE c.sale_id = $1 AND c.kind = 'return' AND c.status = 'pending'",

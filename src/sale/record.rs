@@ -22,7 +22,7 @@ pub struct SaleRow {
     /// offered again, `units_reoffered`: see [`SaleRow::units_ever_offered`].)
     pub stock_total: i64,
     /// Returned units offered again on a sale whose buyers may not buy again (their
-    /// buyer keeps their place in the buyers set): read from Postgres only, by the
+    /// buyer keeps their place in the buyers hash): read from Postgres only, by the
     /// rebuild and the reconciliation; 0 in a cached view, which never needs it.
     #[serde(skip)]
     pub units_reoffered: i64,
@@ -121,7 +121,7 @@ impl TryFrom<String> for SaleMode {
 
 impl SaleRow {
     /// What the stock arithmetic of both stores counts: units left plus the units
-    /// the buyers set holds (returned units offered again included).
+    /// the buyers hash holds (returned units offered again included).
     pub fn units_ever_offered(&self) -> i64 {
         self.stock_total + self.units_reoffered
     }

@@ -198,6 +198,7 @@ async fn remove_keys(redis: &mut Redis, keys: &Keys, sales: &[SaleId]) -> Result
             k.meta,
             k.stock,
             k.buyers,
+            k.buyers_legacy,
             k.orders,
             k.orders_legacy,
             k.pending,

@@ -155,7 +155,6 @@ pub async fn apply_pending_locked<C: ConnectionLike>(
             .key(&k.changes)
             .key(&k.units)
             .key(&k.sold)
-            .key(&k.held)
             .arg(id)
             .arg(&kind)
             .arg(amount)

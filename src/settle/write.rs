@@ -86,7 +86,7 @@ impl Settler {
         if !conflicting.is_empty() {
             // Redis accepted these, but Postgres already holds another order of the
             // same user for the same sale (or the sale or the user is gone): the two
-            // stores disagree (Redis lost its buyers set, or two deployments share
+            // stores disagree (Redis lost its buyers hash, or two deployments share
             // one database). Nothing to retry; say so loudly and leave the repair to
             // `stampede reconcile`.
             self.metrics.settle_conflicts.add(conflicting.len() as u64);

@@ -192,7 +192,7 @@ async fn warn_unless_durable(redis: &mut Redis) {
     if let Some(policy) = eviction.filter(|p| p != "noeviction") {
         tracing::warn!(
             maxmemory_policy = %policy,
-            "Redis may evict keys: a sale's buyers set could vanish; use noeviction"
+            "Redis may evict keys: a sale's buyers hash could vanish; use noeviction"
         );
     }
 }

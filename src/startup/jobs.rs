@@ -24,7 +24,10 @@ pub(super) async fn sweep_forever(
     shutdown: watch::Receiver<bool>,
     swept: watch::Sender<bool>,
 ) {
-    let sweep = tokio::sync::Mutex::new(crate::recover::sweep::Sweep::new(recovery));
+    // Before the first sweep (a rebuild folds a sale's set itself; a trusted sale
+    // is not rebuilt), and at each tick until it once succeeds.
+    let folded = std::sync::atomic::AtomicBool::new(fold_legacy(&recovery).await);
+    let sweep = tokio::sync::Mutex::new(crate::recover::sweep::Sweep::new(recovery.clone()));
     match sweep.lock().await.tick().await {
         Ok(0) => {}
         Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
@@ -34,6 +37,9 @@ pub(super) async fn sweep_forever(
     }
     let _ = swept.send(true);
     every_until_shutdown(every, shutdown, || async {
+        if !folded.load(std::sync::atomic::Ordering::Relaxed) && fold_legacy(&recovery).await {
+            folded.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         match sweep.lock().await.tick().await {
             Ok(0) => {}
             Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
@@ -41,6 +47,25 @@ pub(super) async fn sweep_forever(
         }
     })
     .await
+}
+
+/// [`Recovery::fold_legacy_buyers`], logged; whether it succeeded.
+async fn fold_legacy(recovery: &Recovery) -> bool {
+    match recovery.fold_legacy_buyers().await {
+        Ok((0, _)) => true,
+        Ok((sales, buyers)) => {
+            tracing::info!(
+                sales,
+                buyers,
+                "earlier buyers hashs folded into the buyers hashes"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = ?e, "folding earlier buyers hashs failed; retrying at the next sweep");
+            false
+        }
+    }
 }
 
 /// Drains the metrics recorder's pending samples every

@@ -177,7 +177,7 @@ pub async fn sale(
 /// How the caller's order of the sale ended, asked of Postgres only when it can
 /// matter: a buyer who may buy again and holds nothing now, or one who may not
 /// and is still counted a buyer (a one-per-customer sale's returned order keeps
-/// its buyer in the buyers set).
+/// its buyer in the buyers hash).
 async fn returned_of(
     state: &AppState,
     id: SaleId,

@@ -979,6 +979,43 @@ impl TestApp {
         cmd.query_async(&mut self.redis.clone()).await.unwrap()
     }
 
+    /// The sale's buyers as an earlier version kept them: a set of user ids
+    /// (`{sale:N}:buyers`) with no order named, the buyers hash gone; then folded
+    /// into the hash as a server does at startup (`stampede::sale::legacy::fold_all`,
+    /// over every sale of the database in this test's namespace: only this one
+    /// has a set). Returns how many buyers the fold moved.
+    pub async fn as_earlier_version(&self, sale: i64) -> u64 {
+        let k = self.sale_keys(sale);
+        let users: Vec<i64> = self.buyers(sale).await;
+        assert!(!users.is_empty(), "the sale has buyers");
+        let mut redis = self.redis.clone();
+        let _: () = redis::pipe()
+            .cmd("DEL")
+            .arg(&k.buyers)
+            .ignore()
+            .cmd("SADD")
+            .arg(&k.buyers_legacy)
+            .arg(&users)
+            .ignore()
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let (sales, moved) = stampede::sale::legacy::fold_all(&self.db, &mut redis, &self.keys)
+            .await
+            .unwrap();
+        assert_eq!(sales, 1, "one sale had an earlier set");
+        let legacy: bool = self
+            .redis_query(redis::cmd("EXISTS").arg(&k.buyers_legacy))
+            .await;
+        assert!(!legacy, "the earlier set is gone once folded");
+        assert_eq!(
+            self.buyers(sale).await.len(),
+            users.len(),
+            "every buyer still a buyer"
+        );
+        moved
+    }
+
     pub async fn stock_left(&self, sale: i64) -> i64 {
         let key = self.sale_keys(sale).stock;
         redis::cmd("GET")
@@ -991,7 +1028,7 @@ impl TestApp {
 
     pub async fn buyers(&self, sale: i64) -> Vec<i64> {
         let key = self.sale_keys(sale).buyers;
-        redis::cmd("SMEMBERS")
+        redis::cmd("HKEYS")
             .arg(key)
             .query_async(&mut self.redis.clone())
             .await

@@ -387,7 +387,7 @@ async fn keyed_orders_settle_by_plain_insert_and_a_forgotten_key_through_the_rew
     assert_eq!(keyed, expected);
 }
 
-/// On a sale whose held orders hash is gone, refusals that arrive together have
+/// On a sale whose buyers the buyers hash names no order for, refusals that arrive together have
 /// their buyers' orders read together (one
 /// Postgres query for a batch of buyers of a sale, not one per refusal), and each
 /// names that buyer's own order: settled for some, pending for others.
@@ -407,11 +407,9 @@ async fn refusals_read_together_each_name_the_buyers_own_order() {
         own.insert(u.id, accepted(app.purchase(sale, &u.token).await).await.0);
     }
 
-    // As on a sale bought before the purchase script kept each buyer's order
-    // (`held.rs`): the refusals read them off the batch.
-    let _: i64 = app
-        .redis_query(redis::cmd("DEL").arg(app.sale_keys(sale).held))
-        .await;
+    // As on a sale an earlier version kept its buyers of in a set, without their
+    // orders (`held.rs`): the refusals read them off the batch.
+    assert_eq!(app.as_earlier_version(sale).await, 300);
     // Every buyer twice, all at once.
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2 * users.len()));
     let mut tasks = Vec::new();
@@ -494,7 +492,7 @@ async fn a_batch_reads_each_buyers_settled_and_pending_orders() {
         .unwrap();
     let _: i64 = app
         .redis_query(
-            redis::cmd("SREM")
+            redis::cmd("HDEL")
                 .arg(app.sale_keys(sale).buyers)
                 .arg(rebought.id),
         )

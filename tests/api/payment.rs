@@ -136,7 +136,7 @@ async fn thirty_unpaid(rebuy: bool) {
     let buyers: HashSet<i64> = app.buyers(sale).await.into_iter().collect();
     if rebuy {
         assert_eq!(total, 100, "units ever offered do not move");
-        assert_eq!(buyers.len(), 70, "expired buyers left the buyers set");
+        assert_eq!(buyers.len(), 70, "expired buyers left the buyers hash");
     } else {
         assert_eq!(total, 130, "30 units offered again");
         assert_eq!(buyers.len(), 100, "expired buyers stay buyers");

@@ -293,7 +293,7 @@ async fn repair_restores_lost_buyers_and_stock_from_postgres() {
     // Redis loses a buyer and its stock count drifts.
     let k = app.sale_keys(sale);
     let mut redis = app.redis.clone();
-    let _: () = redis::cmd("SREM")
+    let _: () = redis::cmd("HDEL")
         .arg(&k.buyers)
         .arg(users[1].id)
         .query_async(&mut redis)

@@ -248,7 +248,7 @@ async fn bad_quantities_are_refused_and_change_nothing() {
         .await;
     assert_eq!(
         exists, 0,
-        "a sale of one per customer keeps only its buyers set"
+        "a sale of one per customer keeps only its buyers hash"
     );
 }
 

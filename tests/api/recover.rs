@@ -91,7 +91,7 @@ async fn state_from_another_redis_run_is_fenced_and_rebuilt_with_the_buyers_it_f
     // the Redis process before the restart.
     let k = app.sale_keys(sale);
     let _: () = redis::pipe()
-        .srem(&k.buyers, users[0].id)
+        .hdel(&k.buyers, users[0].id)
         .incr(&k.stock, 1)
         .hset(&k.meta, "run", "0123456789abcdef0123456789abcdef01234567")
         .query_async(&mut app.redis.clone())
@@ -144,7 +144,7 @@ async fn unsettled_orders_in_the_stream_count_when_a_sale_is_rebuilt() {
     for u in &users[..2] {
         app.buy(sale, &u.token).await;
     }
-    // Nothing settled; Redis forgets the buyers set but keeps the stream.
+    // Nothing settled; Redis forgets the buyers hash but keeps the stream.
     let k = app.sale_keys(sale);
     let _: () = redis::pipe()
         .del(&k.buyers)

@@ -198,7 +198,7 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
     // Redis forgets the buyer (lost state): the script accepts a second order.
     let _: () = app
         .redis_query(
-            redis::cmd("SREM")
+            redis::cmd("HDEL")
                 .arg(app.sale_keys(sale).buyers)
                 .arg(buyer.id),
         )
@@ -318,7 +318,7 @@ async fn orders_an_earlier_version_wrote_to_its_own_stream_are_settled() {
         let _: () = redis::pipe()
             .hset(&k.pending, order.to_string(), user.id)
             .ignore()
-            .sadd(&k.buyers, user.id)
+            .hset(&k.buyers, user.id, "")
             .ignore()
             .decr(&k.stock, 1)
             .ignore()
@@ -407,7 +407,7 @@ async fn batches_sharing_a_tag_share_a_pending_field_and_settle_order_by_order()
     let _: () = redis::pipe()
         .hset(&k.pending, &legacy, users[5].id)
         .ignore()
-        .sadd(&k.buyers, users[5].id)
+        .hset(&k.buyers, users[5].id, "")
         .ignore()
         .decr(&k.stock, 1)
         .ignore()

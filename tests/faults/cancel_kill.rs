@@ -43,7 +43,7 @@ async fn redis_int(stack: &Stack, key: String) -> i64 {
 }
 
 async fn buyers(stack: &Stack, sale: i64) -> i64 {
-    redis::cmd("SCARD")
+    redis::cmd("HLEN")
         .arg(stack.keys.sale(Id::new(sale).unwrap()).buyers)
         .query_async(&mut stack.redis().await)
         .await

@@ -123,7 +123,7 @@ pub struct Report {
 ///    user), and every order in Postgres was answered 202 or was an ambiguous
 ///    attempt (no answer, 503);
 /// 3. per sale: Postgres orders <= `stock_total`; Redis units left + buyers ==
-///    `stock_total`; the Redis buyers set equals the Postgres buyers (the users of
+///    `stock_total`; the Redis buyers hash equals the Postgres buyers (the users of
 ///    its orders; on a sale with `rebuy_after_expiry`, of its orders not expired:
 ///    those buyers left the set with their unit); the
 ///    reconcile endpoint says `consistent: true`. Per poll: the Redis tally equals
@@ -634,7 +634,7 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
     type Keys = (Option<i64>, Vec<i64>, Option<i64>, HashMap<i64, i64>);
     let (left, buyers, sold_counter, redis_units): Keys = redis::pipe()
         .get(&k.stock)
-        .smembers(&k.buyers)
+        .hkeys(&k.buyers)
         .get(&k.sold)
         .hgetall(&k.units)
         .query_async(&mut conn)
@@ -642,7 +642,7 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
         .expect("read sale keys");
     let redis_buyers: HashSet<i64> = buyers.into_iter().collect();
     let orders: i64 = pg_units.values().sum();
-    // A sale of one per customer counts its units sold with the buyers set; one of
+    // A sale of one per customer counts its units sold with the buyers hash; one of
     // more, with its units-sold counter and units per buyer.
     let sold = if cap > 1 {
         sold_counter.unwrap_or(0)
@@ -726,7 +726,7 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
     }
 }
 
-/// On a sale of one per customer: every buyer has, in the held orders hash, one of
+/// On a sale of one per customer: every buyer has, in the buyers hash, one of
 /// their own orders of the sale (what `already_bought` names without Postgres).
 async fn check_held(
     stack: &Stack,
@@ -745,7 +745,7 @@ async fn check_held(
             .map(|(user, id)| (user, id.to_string()))
             .collect();
     let held: HashMap<i64, String> = redis::cmd("HGETALL")
-        .arg(&k.held)
+        .arg(&k.buyers)
         .query_async(&mut stack.redis().await)
         .await
         .expect("read held orders");

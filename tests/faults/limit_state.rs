@@ -128,7 +128,7 @@ async fn limit_windows_stay_out_of_the_aof_and_a_redis_kill_loses_no_202() {
         "the AOF holds rate-limit state (one of the keys: {})",
         counted[0]
     );
-    // The decisions are there: the buyers set of the first sale, by name.
+    // The decisions are there: the buyers hash of the first sale, by name.
     let buyers_key = stack
         .keys
         .sale(stampede::domain::Id::new(sales[0]).unwrap())

@@ -240,7 +240,7 @@ async fn snapshot(stack: &Stack, sale: i64) -> Snapshot {
     let mut conn = stack.redis().await;
     let (left, buyers, in_redis): (i64, i64, i64) = redis::pipe()
         .get(&k.stock)
-        .scard(&k.buyers)
+        .hlen(&k.buyers)
         .hlen(&k.changes)
         .query_async(&mut conn)
         .await

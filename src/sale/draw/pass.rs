@@ -4,7 +4,7 @@
 //! once by `lua/draw_admit.lua` (the `queue:admitted` hash remembers it), used up
 //! by the purchase. Each step of [`step`] (every server, every half second, one
 //! at a time per sale under the draw row's lock) settles the wins whose claim
-//! ended: bought (the buyers set or units hash holds the winner) or passed, and
+//! ended: bought (the buyers hash or units hash holds the winner) or passed, and
 //! offers as many next entries in the seeded order as the units left want.
 
 use std::sync::LazyLock;
@@ -25,7 +25,7 @@ static DRAW_ADMIT: LazyLock<crate::lua::Script> = lua_script!("draw_admit.lua");
 /// purchase script decides by the Redis clock, this by Postgres's.
 const CLAIM_GRACE: chrono::TimeDelta = chrono::TimeDelta::milliseconds(250);
 
-/// Whether each of `users` bought from the sale (Redis: the buyers set, or the
+/// Whether each of `users` bought from the sale (Redis: the buyers hash, or the
 /// units hash of a sale of more than one per customer).
 pub async fn bought<C: ConnectionLike>(
     redis: &mut C,
@@ -44,12 +44,12 @@ pub async fn bought<C: ConnectionLike>(
             .await?;
         return Ok(units.into_iter().map(|u| u.unwrap_or(0) > 0).collect());
     }
-    let member: Vec<bool> = redis::cmd("SMISMEMBER")
+    let held: Vec<Option<String>> = redis::cmd("HMGET")
         .arg(&k.buyers)
         .arg(users)
         .query_async(redis)
         .await?;
-    Ok(member)
+    Ok(held.into_iter().map(|order| order.is_some()).collect())
 }
 
 /// The wins offered and not settled whose claim still runs: (user, claim end).

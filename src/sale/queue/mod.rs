@@ -42,7 +42,7 @@
 //! the head after the last place admitted. What the last step before a wipe had not
 //! copied yet is lost with Redis: a join (that shopper joins again, at the end), or
 //! an admission, usable for those few milliseconds only (a purchase it allowed is
-//! an order, and its buyer is in the buyers set the rebuild restores, so it is not
+//! an order, and its buyer is in the buyers hash the rebuild restores, so it is not
 //! sold twice); its holder, if they did not buy, is admitted again in turn.
 
 pub mod admit;

@@ -1,10 +1,10 @@
 //! Rebuilding a sale's Redis state from Postgres (the [`Restore`] of sales, driven
-//! by [`crate::recover`]): the buyers set, units left, units per buyer, the window
+//! by [`crate::recover`]): the buyers hash, units left, units per buyer, the window
 //! and the run stamp, from the settled orders, the unsettled entries still in the
 //! stream and the pending orders Redis still knows; then the stock changes still
 //! pending.
 //!
-//! The order of the reads matters: Redis first (stream, pending hash, buyers set),
+//! The order of the reads matters: Redis first (stream, pending hash, buyers hash),
 //! then Postgres. An entry the settlement worker moves meanwhile is still seen in
 //! one of the two, because it deletes a stream entry only after the commit.
 
@@ -27,7 +27,7 @@ use crate::sale::stock::{self, ChangeResult};
 use crate::settle::ensure_group;
 
 mod write;
-use write::{SaleSeen, SeenOrder, restore_held, restore_keys, restore_units};
+use write::{SaleSeen, SeenOrder, restore_buyers, restore_keys, restore_units};
 
 static RESTORE_SALE: LazyLock<crate::lua::Script> = lua_script!("restore_sale.lua");
 
@@ -143,17 +143,12 @@ async fn rebuild_sale(
         return Ok(None);
     };
     let token = fence(&mut redis, &k.meta, &k.rebuild).await?;
+    // An earlier version's buyers set joins the buyers hash first: its buyers are
+    // known to Redis like the hash's.
+    super::legacy::fold(&mut redis, &k).await?;
 
     let seen = read_sale(&mut redis, &mut tx, &k, &sale, key_ttl).await?;
     restore_keys(&mut redis, &k, &seen, key_ttl).await?;
-    let missing: Vec<i64> = seen.buyers.difference(&seen.known).copied().collect();
-    for chunk in missing.chunks(CHUNK) {
-        let _: i64 = redis::cmd("SADD")
-            .arg(&k.buyers)
-            .arg(chunk)
-            .query_async(&mut redis)
-            .await?;
-    }
     let folded = if sale.rebuy_after_expiry {
         release_expired(&mut tx, &mut redis, &k, id, &seen).await?
     } else {
@@ -161,9 +156,8 @@ async fn rebuild_sale(
     };
     if sale.max_per_user > 1 {
         restore_units(&mut redis, &k, &seen).await?;
-    } else {
-        restore_held(&mut redis, id, &k, &seen).await?;
     }
+    restore_buyers(&mut redis, id, &k, &seen).await?;
     if sale.waiting_room {
         super::queue::restore::restore(&mut tx, &mut redis, &k, id, &seen.buyers).await?;
     } else if sale.is_draw() {
@@ -214,7 +208,7 @@ async fn rebuild_sale(
 }
 
 /// On a sale whose expired buyers may buy again: buyers whose only orders expired
-/// leave the buyers set (a lost `SREM` of their return), and returns still pending
+/// leave the buyers hash (a lost `SREM` of their return), and returns still pending
 /// are recorded as applied, since units left are counted from this set next (the
 /// unit is back by construction; applying the return again would count it twice).
 /// Returns their change ids: `restore_sale.lua` remembers them as applied in Redis
@@ -237,12 +231,8 @@ async fn release_expired(
         .into_iter()
         .collect();
     for chunk in gone.chunks(CHUNK) {
-        let _: (i64, i64) = redis::pipe()
-            .cmd("SREM")
+        let _: i64 = redis::cmd("HDEL")
             .arg(&k.buyers)
-            .arg(chunk)
-            .cmd("HDEL")
-            .arg(&k.held)
             .arg(chunk)
             .query_async(&mut *redis)
             .await?;
@@ -267,9 +257,12 @@ async fn read_sale(
     let mut stream = stream_orders(redis, &k.orders).await?;
     stream.extend(stream_orders(redis, &k.orders_legacy).await?);
     let pending = super::pending::PendingHash::orders(scan_all(redis, "HSCAN", &k.pending).await?);
-    let known: HashSet<i64> = scan_all(redis, "SSCAN", &k.buyers)
+    // HSCAN answers field, value, field, ...: the fields are the buyers.
+    let known: HashSet<i64> = scan_all::<String>(redis, "HSCAN", &k.buyers)
         .await?
-        .into_iter()
+        .iter()
+        .step_by(2)
+        .filter_map(|user| user.parse().ok())
         .collect();
     let key_ttl_ms = i64::try_from(key_ttl.as_millis()).unwrap_or(i64::MAX);
     let rows: Vec<(uuid::Uuid, i64, i32, bool, Option<String>)> = sqlx::query_as(

@@ -1,6 +1,6 @@
-//! What a sale's rebuild writes into Redis besides the buyers set and the stock:
+//! What a sale's rebuild writes into Redis besides the buyers hash and the stock:
 //! the idempotency keys, units per buyer (a sale of more than one per customer)
-//! and the held orders (a sale of one per customer).
+//! and the buyers hash with their orders.
 
 use std::collections::{HashMap, HashSet};
 
@@ -28,7 +28,7 @@ pub(super) struct SaleSeen {
     /// Idempotency keys of orders accepted within `purchase_key_ttl`, settled or
     /// not: `<user>:<key>` and the answer stored under it.
     pub(super) keys: Vec<(String, String)>,
-    /// The buyers set as Redis has it.
+    /// The buyers hash as Redis has it.
     pub(super) known: HashSet<i64>,
     /// Users holding units: of the orders that hold theirs, of the unsettled ones,
     /// and of pending orders Postgres does not have.
@@ -106,7 +106,7 @@ pub(super) async fn restore_units(
     Ok(())
 }
 
-/// An order as the held orders hash keeps it: from its 15th character (the first
+/// An order as the buyers hash keeps it: from its 15th character (the first
 /// 14 are its sale's; `lua/purchase_batch.lua` puts them back). `None` for an id
 /// that does not carry the sale's (none is made so; the refusal then reads it).
 fn held_value(sale: crate::domain::SaleId, order: &uuid::Uuid) -> Option<String> {
@@ -114,12 +114,13 @@ fn held_value(sale: crate::domain::SaleId, order: &uuid::Uuid) -> Option<String>
     carries_sale.then(|| order.to_string()[14..].to_string())
 }
 
-/// On a sale of one per customer: each buyer's order that makes them one (one
-/// that holds its unit in Postgres, else the unsettled one, else the pending one),
-/// written into the held orders hash over what it had, so an `already_bought`
-/// after the rebuild names it without Postgres. A buyer without any order found
-/// (only Redis knew them) keeps what the hash had.
-pub(super) async fn restore_held(
+/// Every buyer the orders name, with the order that makes them one (one that
+/// holds its units in Postgres, else the unsettled one, else the pending one),
+/// written into the buyers hash over what it had, so an `already_bought` after
+/// the rebuild names it without Postgres ('' for an order id that does not carry
+/// the sale's: the refusal then reads it). A buyer without any order found (only
+/// Redis knew them) keeps what the hash had.
+pub(super) async fn restore_buyers(
     redis: &mut Redis,
     sale: crate::domain::SaleId,
     k: &crate::keys::SaleKeys,
@@ -136,12 +137,16 @@ pub(super) async fn restore_held(
     let flat: Vec<String> = held
         .iter()
         .filter(|(user, _)| seen.buyers.contains(user))
-        .filter_map(|(user, order)| Some([user.to_string(), held_value(sale, order)?]))
-        .flatten()
+        .flat_map(|(user, order)| {
+            [
+                user.to_string(),
+                held_value(sale, order).unwrap_or_default(),
+            ]
+        })
         .collect();
     for chunk in flat.chunks(2 * CHUNK) {
         let _: i64 = redis::cmd("HSET")
-            .arg(&k.held)
+            .arg(&k.buyers)
             .arg(chunk)
             .query_async(&mut *redis)
             .await?;
