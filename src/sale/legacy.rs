@@ -1,4 +1,5 @@
-//! An earlier version's buyers set, folded into the buyers hash.
+//! An earlier version's buyers set, folded into the buyers hash, and the marker
+//! that keeps servers of that version from deciding against it.
 //!
 //! Until 2026-12-04 a sale kept who bought in a set (`{sale:N}:buyers`) and, beside
 //! it, the order that made each buyer one in a hash (`{sale:N}:held`, sales of one
@@ -8,10 +9,13 @@
 //! each sale's set is moved into its hash ([`fold_all`]), a buyer whose order the
 //! hash does not know with the value '' (their `already_bought` then reads the
 //! order from Postgres, as before); a rebuild folds the set first too ([`fold`]).
-//! While servers of the earlier version still run (a rolling upgrade), they may
-//! write a set again: the next start or rebuild folds it. Until then a buyer only
-//! such a server added, on a sale of more than one per customer, is capped by
-//! their units as always, but the waiting room and draws do not see them as a buyer.
+//!
+//! Where the set was, every sale Redis holds then keeps [`MARKER`], a string
+//! (written by the fold, by `lua/new_sale.lua` and by the rebuild): a server of the
+//! earlier version that still runs would otherwise find an empty set and sell a
+//! second unit to a buyer only the hash knows. On the marker its commands fail
+//! (`WRONGTYPE`, a 500 from that server) for the sale: it refuses rather than
+//! decides wrong. Roll all servers over before a sale opens (docs/operations.md).
 
 use crate::domain::{Id, SaleId};
 use crate::error::AppError;
@@ -20,15 +24,18 @@ use crate::keys::{Keys, SaleKeys};
 static FOLD_BUYERS: std::sync::LazyLock<crate::lua::Script> =
     crate::lua::lua_script!("fold_buyers.lua");
 
+/// What `{sale:N}:buyers` holds once its set is folded (or on a sale made since).
+pub const MARKER: &str = "folded into {sale:N}:held";
+
 /// Buyers moved per call of `lua/fold_buyers.lua`: Redis is held for about a
 /// millisecond a call, however large the set.
 const FOLD_CHUNK: usize = 1_000;
 
-/// Sales whose set is looked for per round trip.
-const EXISTS_CHUNK: usize = 500;
+/// Sales whose key is looked at per round trip.
+const TYPE_CHUNK: usize = 500;
 
-/// Moves the sale's earlier buyers set into its buyers hash; returns how many
-/// buyers it moved (0: there was none).
+/// Moves the sale's earlier buyers set into its buyers hash and leaves the marker
+/// (on a sale Redis holds); returns how many buyers it moved (0: there was none).
 pub async fn fold<C: redis::aio::ConnectionLike>(
     redis: &mut C,
     k: &SaleKeys,
@@ -38,7 +45,9 @@ pub async fn fold<C: redis::aio::ConnectionLike>(
         let n: u64 = FOLD_BUYERS
             .key(&k.buyers_legacy)
             .key(&k.buyers)
+            .key(&k.meta)
             .arg(FOLD_CHUNK)
+            .arg(MARKER)
             .invoke_async(redis)
             .await?;
         if n == 0 {
@@ -48,8 +57,8 @@ pub async fn fold<C: redis::aio::ConnectionLike>(
     }
 }
 
-/// [`fold`] for every sale in Postgres that has an earlier buyers set in Redis
-/// (one `EXISTS` a sale, pipelined): (sales folded, buyers moved).
+/// [`fold`] for every sale in Postgres whose `{sale:N}:buyers` is not the marker
+/// yet (one `TYPE` a sale, pipelined): (sales with a set folded, buyers moved).
 pub async fn fold_all<C: redis::aio::ConnectionLike>(
     db: &sqlx::PgPool,
     redis: &mut C,
@@ -60,15 +69,21 @@ pub async fn fold_all<C: redis::aio::ConnectionLike>(
         .await?;
     let sales: Vec<SaleId> = ids.into_iter().filter_map(Id::new).collect();
     let (mut folded, mut moved) = (0, 0);
-    for chunk in sales.chunks(EXISTS_CHUNK) {
+    for chunk in sales.chunks(TYPE_CHUNK) {
         let mut pipe = redis::pipe();
         for &sale in chunk {
-            pipe.exists(keys.sale(sale).buyers_legacy);
+            pipe.cmd("TYPE").arg(keys.sale(sale).buyers_legacy);
         }
-        let present: Vec<bool> = pipe.query_async(redis).await?;
-        for (&sale, _) in chunk.iter().zip(present).filter(|(_, p)| *p) {
-            moved += fold(redis, &keys.sale(sale)).await?;
-            folded += 1;
+        let kinds: Vec<String> = pipe.query_async(redis).await?;
+        for (&sale, kind) in chunk.iter().zip(kinds) {
+            if kind == "string" {
+                continue;
+            }
+            let n = fold(redis, &keys.sale(sale)).await?;
+            if kind == "set" {
+                folded += 1;
+                moved += n;
+            }
         }
     }
     Ok((folded, moved))

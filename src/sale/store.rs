@@ -125,6 +125,7 @@ pub async fn put_new_sale<C: ConnectionLike>(
         .key(&k.meta)
         .key(&k.stock)
         .key(&k.sold)
+        .key(&k.buyers_legacy)
         .arg(row.starts_at.timestamp_millis())
         .arg(row.ends_at.timestamp_millis())
         .arg(u8::from(row.closed))
@@ -132,6 +133,7 @@ pub async fn put_new_sale<C: ConnectionLike>(
         .arg(row.max_per_user)
         .arg(super::queue::room::rate_in_meta(row))
         .arg(super::queue::room::opens_ms_in_meta(row))
+        .arg(super::legacy::MARKER)
         .invoke_async(redis)
         .await?;
     crate::settle::ensure_group(redis, &k.orders).await?;

@@ -191,3 +191,34 @@ async fn a_buyer_of_an_earlier_version_is_named_from_postgres() {
     assert_eq!(named[&buyer.id], json!([order.to_string()]));
     assert_eq!(fallback_reads(&app), (1, 0), "one read from Postgres");
 }
+
+/// Where an earlier version kept its buyers set, a sale made or rebuilt by this
+/// one holds the marker string: that version's `SISMEMBER` (its purchase's
+/// question) fails with `WRONGTYPE` instead of answering "not a buyer" for a
+/// buyer only the buyers hash knows (docs/operations.md, Upgrading).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_earlier_versions_question_fails_on_the_marker() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    let buyer = app.user().await;
+    app.buy_all(sale, std::slice::from_ref(&buyer)).await;
+    let k = app.sale_keys(sale);
+    let asked = || {
+        let mut redis = app.redis.clone();
+        let cmd = redis::cmd("SISMEMBER")
+            .arg(&k.buyers_legacy)
+            .arg(buyer.id)
+            .clone();
+        async move { cmd.query_async::<bool>(&mut redis).await }
+    };
+    let made = asked().await.expect_err("the marker of a sale made now");
+    assert_eq!(made.code(), Some("WRONGTYPE"), "{made:?}");
+    // Rebuilt from Postgres after a wipe: the marker again, and still a buyer.
+    app.wait_for_orders(sale, 1).await;
+    app.wipe().await;
+    app.repair(&admin, sale).await;
+    let rebuilt = asked().await.expect_err("the marker of a rebuilt sale");
+    assert_eq!(rebuilt.code(), Some("WRONGTYPE"), "{rebuilt:?}");
+    assert_eq!(app.buyers(sale).await, vec![buyer.id]);
+}

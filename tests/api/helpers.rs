@@ -992,6 +992,7 @@ impl TestApp {
         let _: () = redis::pipe()
             .cmd("DEL")
             .arg(&k.buyers)
+            .arg(&k.buyers_legacy)
             .ignore()
             .cmd("SADD")
             .arg(&k.buyers_legacy)
@@ -1004,10 +1005,14 @@ impl TestApp {
             .await
             .unwrap();
         assert_eq!(sales, 1, "one sale had an earlier set");
-        let legacy: bool = self
-            .redis_query(redis::cmd("EXISTS").arg(&k.buyers_legacy))
+        let legacy: Option<String> = self
+            .redis_query(redis::cmd("GET").arg(&k.buyers_legacy))
             .await;
-        assert!(!legacy, "the earlier set is gone once folded");
+        assert_eq!(
+            legacy.as_deref(),
+            Some(stampede::sale::legacy::MARKER),
+            "the earlier set is gone once folded, the marker in its place"
+        );
         assert_eq!(
             self.buyers(sale).await.len(),
             users.len(),

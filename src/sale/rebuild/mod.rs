@@ -170,6 +170,7 @@ async fn rebuild_sale(
         .key(&k.changes)
         .key(&k.rebuild)
         .key(&k.sold)
+        .key(&k.buyers_legacy)
         .arg(&token)
         .arg(sale.starts_at.timestamp_millis())
         .arg(sale.ends_at.timestamp_millis())
@@ -178,6 +179,7 @@ async fn rebuild_sale(
         .arg(sale.max_per_user)
         .arg(super::queue::room::rate_in_meta(&sale))
         .arg(super::queue::room::opens_ms_in_meta(&sale))
+        .arg(super::legacy::MARKER)
         .arg(&folded)
         .invoke_async(&mut redis)
         .await?;
