@@ -57,8 +57,9 @@ pub async fn fold<C: redis::aio::ConnectionLike>(
     }
 }
 
-/// [`fold`] for every sale in Postgres whose `{sale:N}:buyers` is not the marker
-/// yet (one `TYPE` a sale, pipelined): (sales with a set folded, buyers moved).
+/// [`fold`] for every sale in Postgres with a set to fold, or held by Redis
+/// without the marker yet (one `TYPE` and one `EXISTS` a sale, pipelined; a sale
+/// Redis does not hold costs no script): (sales with a set folded, buyers moved).
 pub async fn fold_all<C: redis::aio::ConnectionLike>(
     db: &sqlx::PgPool,
     redis: &mut C,
@@ -72,11 +73,12 @@ pub async fn fold_all<C: redis::aio::ConnectionLike>(
     for chunk in sales.chunks(TYPE_CHUNK) {
         let mut pipe = redis::pipe();
         for &sale in chunk {
-            pipe.cmd("TYPE").arg(keys.sale(sale).buyers_legacy);
+            let k = keys.sale(sale);
+            pipe.cmd("TYPE").arg(&k.buyers_legacy).exists(&k.meta);
         }
-        let kinds: Vec<String> = pipe.query_async(redis).await?;
-        for (&sale, kind) in chunk.iter().zip(kinds) {
-            if kind == "string" {
+        let kinds: Vec<(String, bool)> = pipe.query_async(redis).await?;
+        for (&sale, (kind, held)) in chunk.iter().zip(kinds) {
+            if !(kind == "set" || (kind == "none" && held)) {
                 continue;
             }
             let n = fold(redis, &keys.sale(sale)).await?;
