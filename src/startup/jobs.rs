@@ -57,12 +57,12 @@ async fn fold_legacy(recovery: &Recovery) -> bool {
             tracing::info!(
                 sales,
                 buyers,
-                "earlier buyers hashs folded into the buyers hashes"
+                "earlier buyers sets folded into the buyers hashes"
             );
             true
         }
         Err(e) => {
-            tracing::warn!(error = ?e, "folding earlier buyers hashs failed; retrying at the next sweep");
+            tracing::warn!(error = ?e, "folding earlier buyers sets failed; retrying at the next sweep");
             false
         }
     }

@@ -210,7 +210,7 @@ async fn rebuild_sale(
 }
 
 /// On a sale whose expired buyers may buy again: buyers whose only orders expired
-/// leave the buyers hash (a lost `SREM` of their return), and returns still pending
+/// leave the buyers hash (a lost `HDEL` of their return), and returns still pending
 /// are recorded as applied, since units left are counted from this set next (the
 /// unit is back by construction; applying the return again would count it twice).
 /// Returns their change ids: `restore_sale.lua` remembers them as applied in Redis
