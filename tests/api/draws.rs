@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use stampede::sale::draw::order;
+use stampede::sale::draw::{order, pass};
 
 use crate::helpers::{
     TestApp, User, assert_error, assert_status, patched, spawn_app, spawn_app_with,
@@ -530,12 +530,9 @@ async fn an_unclaimed_win_passes_to_the_next_in_the_seeded_order_until_sold() {
     assert_eq!(outcomes, ["bought", "passed", "bought"]);
 }
 
-/// The draw commits in Postgres and then gives its wins in Redis: a winner told
-/// "won" who buys in between is not refused. (The win is taken out of Redis
-/// here to stand for that moment; the servers' step, every half second, would
-/// give it back, so the purchase follows at once.)
-#[tokio::test]
-async fn a_winner_who_buys_before_the_win_reaches_redis_buys() {
+/// A drawn sale of one unit among three entrants: the app, the sale, the
+/// entrants, which of them won, and the winner's standing (`won`, with its ticket).
+async fn one_winner_of_three() -> (TestApp, i64, Vec<User>, usize, Value) {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let users = app.create_users(3, false).await;
@@ -546,12 +543,26 @@ async fn a_winner_who_buys_before_the_win_reaches_redis_buys() {
     let draw = draw_now(&app, &admin, sale).await;
     let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
     let first = order::order(&seed, &ids)[0];
-    let winner = &users[ids.iter().position(|&e| e == first).unwrap()];
-    let standing = me(&app, sale, winner).await;
+    let w = ids.iter().position(|&e| e == first).unwrap();
+    let standing = me(&app, sale, &users[w]).await;
     assert_eq!(standing["state"], "won", "{standing}");
+    (app, sale, users, w, standing)
+}
+
+/// The draw commits in Postgres and then gives its wins in Redis: a winner told
+/// "won" who buys in between is not refused. (The win is taken out of Redis
+/// here to stand for that moment; the servers' step, every half second, would
+/// give it back, so the purchase follows at once.)
+#[tokio::test]
+async fn a_winner_who_buys_before_the_win_reaches_redis_buys() {
+    let (app, sale, users, w, standing) = one_winner_of_three().await;
+    let winner = &users[w];
     let k = app.sale_keys(sale);
+    // In one MULTI: a step between the two would give the win back to one
+    // hash only, and the winner would be refused.
     let mut pipe = redis::pipe();
-    pipe.cmd("HDEL")
+    pipe.atomic()
+        .cmd("HDEL")
         .arg(&k.queue_admitted)
         .arg(winner.id)
         .ignore();
@@ -567,6 +578,37 @@ async fn a_winner_who_buys_before_the_win_reaches_redis_buys() {
     let resp = buy_with(&app, sale, winner, Some(&standing["ticket"])).await;
     assert_eq!(resp.status(), StatusCode::CONFLICT);
     assert_eq!(app.stock_left(sale).await, 0);
+}
+
+/// The purchase's second look at a refused winner (`admit_one`): a win a
+/// server's step gave between the refusal and that look is open, and the
+/// purchase runs again; one used up stays refused. (CI once saw the step win
+/// that race, and the winner was refused with `not_drawn`.)
+#[tokio::test]
+async fn a_win_given_by_a_step_during_the_refusal_lets_the_purchase_run_again() {
+    let (app, sale, users, w, standing) = one_winner_of_three().await;
+    let winner = &users[w];
+    let id = stampede::domain::SaleId::new(sale).unwrap();
+    let look = |user: i64| {
+        let (db, mut redis, keys) = (app.db.clone(), app.redis.clone(), app.keys.clone());
+        async move {
+            pass::admit_one(&db, &mut redis, &keys, id, user)
+                .await
+                .unwrap()
+        }
+    };
+    // The draw gave the win already: it is open, so the purchase may run again.
+    assert!(look(winner.id).await);
+    // Someone who did not win has nothing to run again for.
+    let loser = users.iter().find(|u| u.id != winner.id).unwrap();
+    assert!(!look(loser.id).await);
+    assert_status(
+        buy_with(&app, sale, winner, Some(&standing["ticket"])).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    // Used up: the refusal stands.
+    assert!(!look(winner.id).await);
 }
 
 /// `stampede verify-draw` against the running server: its exit status and output.

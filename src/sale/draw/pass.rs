@@ -97,9 +97,9 @@ pub async fn admit<C: ConnectionLike>(
 /// Gives one user's running win in Redis now, when a purchase with their ticket
 /// found no admission: the draw (or a step) is committed in Postgres and its wins
 /// are given right after, so a winner quick enough to buy in between would be
-/// refused. True when the win was given by this call (the purchase may run
-/// again); false when the user holds no running win or Redis had it already
-/// (used up: the refusal stands).
+/// refused. True when the win is open in Redis now, given by this call or by a
+/// server's step since the refusal (the purchase may run again); false when the
+/// user holds no running win or Redis had it already and it is used up.
 pub async fn admit_one<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
@@ -128,7 +128,18 @@ pub async fn admit_one<C: ConnectionLike>(
         .arg(until.timestamp_millis())
         .invoke_async(redis)
         .await?;
-    Ok(given == 1)
+    if given != 0 {
+        return Ok(given == 1);
+    }
+    // Given already: by a server's step between the refusal and this call (the
+    // admission is open, and the purchase may run again), or earlier and used
+    // up or expired since (the refusal stands).
+    let open: Option<f64> = redis::cmd("ZSCORE")
+        .arg(&k.queue_open)
+        .arg(user)
+        .query_async(redis)
+        .await?;
+    Ok(open.is_some())
 }
 
 /// Puts back the running wins of a drawn sale after Redis lost them (the sale's
