@@ -1,11 +1,19 @@
 -- Drops settled orders from a sale's pending hash (see lua/purchase_batch.lua),
--- after settlement wrote them to Postgres.
--- KEYS[1] pending hash
--- ARGV: one per settled stream entry, its record: a batch entry's `orders` text
--- (`<order>:<user>:<quantity>[:<key>]`, separated by spaces, the same string the
--- purchase script wrote to the batch's field), or the order id of an earlier
--- version's entry (one order, 36 characters).
+-- after settlement wrote them to Postgres, and with KEYS[2] acknowledges and
+-- deletes their stream entries in the same call.
+-- KEYS[1] pending hash   KEYS[2] (optional) the stream the entries came from
+-- With KEYS[2]: ARGV[1] the consumer group, ARGV[2] m, ARGV[3 .. 2 + m] the entry
+-- ids; then (from ARGV[1] without KEYS[2]) one per settled stream entry, its
+-- record: a batch entry's `orders` text (`<order>:<user>:<quantity>[:<key>]`,
+-- separated by spaces, the same string the purchase script wrote to the batch's
+-- field), or the order id of an earlier version's entry (one order, 36 characters).
 -- Returns the number of orders dropped.
+--
+-- Why one call: under `appendfsync always` every event-loop turn that wrote ends
+-- in an fsync, which holds Redis (about half a millisecond here) while purchases
+-- wait. A settlement cycle wrote in three turns (the read, this drop, then
+-- XACK and XDEL); the drop and the acknowledgement are now one, and atomic: the
+-- entries go exactly when their orders leave the hash.
 --
 -- A batch field (the orders' batch tag, characters 15 to 28 of their ids) loses the
 -- entry's orders and goes when it holds none; `#` and `#b` go down by the orders
@@ -19,6 +27,10 @@
 -- no field and counts nothing.
 local key = KEYS[1]
 local orders, fields = 0, 0
+local stream, first_record = KEYS[2], 1
+if stream then
+  first_record = 3 + tonumber(ARGV[2])
+end
 
 -- The orders matched one by one: their ids, by batch tag.
 local tags, asked, ids_asked = {}, {}, {}
@@ -34,7 +46,7 @@ local function ask(order)
   ids_asked[#ids_asked + 1] = order
 end
 
-for i = 1, #ARGV do
+for i = first_record, #ARGV do
   local record = ARGV[i]
   if #record == 36 then
     ask(record)
@@ -102,6 +114,13 @@ if #ids_asked > 0 and len > math.max(counted, 0) + (counted > 0 and 2 or 0) then
   for from = 1, #ids_asked, 1000 do
     legacy = legacy + redis.call('HDEL', key,
       unpack(ids_asked, from, math.min(from + 999, #ids_asked)))
+  end
+end
+if stream then
+  for from = 3, first_record - 1, 1000 do
+    local to = math.min(from + 999, first_record - 1)
+    redis.call('XACK', stream, ARGV[1], unpack(ARGV, from, to))
+    redis.call('XDEL', stream, unpack(ARGV, from, to))
   end
 end
 return orders + legacy

@@ -87,6 +87,29 @@ pub async fn drop_settled<C: ConnectionLike>(
         .await
 }
 
+/// [`drop_settled`], and in the same call (one event-loop turn of Redis, so one
+/// fsync under `appendfsync always`) `XACK` and `XDEL` of the settled `entries` of
+/// `stream` for consumer group `group`: the entries go exactly when their orders
+/// leave the hash.
+pub async fn drop_settled_and_acknowledge<C: ConnectionLike>(
+    redis: &mut C,
+    pending: &str,
+    records: &[String],
+    stream: &str,
+    group: &str,
+    entries: &[&str],
+) -> redis::RedisResult<i64> {
+    SETTLE_PENDING
+        .key(pending)
+        .key(stream)
+        .arg(group)
+        .arg(entries.len())
+        .arg(entries)
+        .arg(records)
+        .invoke_async(redis)
+        .await
+}
+
 /// An order accepted and not yet in Postgres: its sale (carried by the id) and its
 /// owner, from the sale's pending hash.
 pub async fn owner<C: ConnectionLike>(

@@ -14,7 +14,7 @@ use super::entry;
 use crate::domain::SaleId;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-use crate::settle::{Accepted, Insert, Settle, Stream, Written};
+use crate::settle::{Accepted, Entries, Insert, Settle, Stream, Written};
 
 /// The sales, as the settlement worker sees them.
 pub struct Orders;
@@ -99,10 +99,19 @@ impl Settle for Orders {
         redis: &'a mut Redis,
         pending: &'a str,
         records: &'a [String],
-    ) -> BoxFuture<'a, redis::RedisResult<()>> {
+        entries: Entries<'a>,
+    ) -> BoxFuture<'a, redis::RedisResult<bool>> {
         Box::pin(async move {
-            super::pending::drop_settled(redis, pending, records).await?;
-            Ok(())
+            super::pending::drop_settled_and_acknowledge(
+                redis,
+                pending,
+                records,
+                entries.stream,
+                entries.group,
+                entries.ids,
+            )
+            .await?;
+            Ok(true)
         })
     }
 }

@@ -228,16 +228,29 @@ pub trait Settle: Send + Sync {
     /// Drops settled decisions from a stream's pending hash, after their rows are
     /// committed: `records`, the [`Settle::pending_record`] of each settled entry;
     /// the feature owns that hash's layout. Decisions the hash no longer holds (a
-    /// redelivery) change nothing. Nothing to do by default.
+    /// redelivery) change nothing. True when it also acknowledged and deleted
+    /// `entries` in the same call (one write to Redis, so one fsync under
+    /// `appendfsync always`, where there were two); false (the default: nothing
+    /// done) leaves them to the caller's `XACK` and `XDEL`.
     fn drop_pending<'a>(
         &'a self,
         redis: &'a mut Redis,
         pending: &'a str,
         records: &'a [String],
-    ) -> BoxFuture<'a, redis::RedisResult<()>> {
-        let _ = (redis, pending, records);
-        Box::pin(async { Ok(()) })
+        entries: Entries<'a>,
+    ) -> BoxFuture<'a, redis::RedisResult<bool>> {
+        let _ = (redis, pending, records, entries);
+        Box::pin(async { Ok(false) })
     }
+}
+
+/// Settled entries of one stream, to acknowledge and delete: the stream, the
+/// consumer group and the entry ids.
+#[derive(Debug, Clone, Copy)]
+pub struct Entries<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+    pub ids: &'a [&'a str],
 }
 
 /// One event as read from a stream.

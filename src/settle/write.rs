@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use uuid::Uuid;
 
-use super::{Accepted, Event, Insert, SETTLE_GROUP, Settled, Settler};
+use super::{Accepted, Entries, Event, Insert, SETTLE_GROUP, Settled, Settler};
 use crate::metrics::Metrics;
 
 impl Settler {
@@ -118,23 +118,36 @@ impl Settler {
             done.feature = ev.feature;
             done.records.extend(ev.record.iter().cloned());
         }
-        // The pending hash first: a failure after it leaves the entries to be
-        // delivered again, which finds their rows written and their orders gone.
-        for done in by_stream.values() {
+        // A stream with a pending hash: its orders leave the hash and its entries
+        // are acknowledged and deleted in one call. The others (and a feature that
+        // leaves it to us): `XACK` and `XDEL`, pipelined. A failure before leaves
+        // the entries to be delivered again, which finds their rows written and
+        // their orders gone.
+        let mut pipe = redis::pipe();
+        let mut piped = false;
+        for (stream, done) in &by_stream {
             if let Some(pending) = done.pending
                 && !done.records.is_empty()
             {
-                self.features[done.feature]
-                    .drop_pending(&mut self.redis, pending, &done.records)
-                    .await?;
+                let entries = Entries {
+                    stream,
+                    group: SETTLE_GROUP,
+                    ids: &done.entries,
+                };
+                if self.features[done.feature]
+                    .drop_pending(&mut self.redis, pending, &done.records, entries)
+                    .await?
+                {
+                    continue;
+                }
             }
-        }
-        let mut pipe = redis::pipe();
-        for (stream, done) in &by_stream {
             pipe.xack(*stream, SETTLE_GROUP, &done.entries).ignore();
             pipe.xdel(*stream, &done.entries).ignore();
+            piped = true;
         }
-        let _: () = pipe.query_async(&mut self.redis).await?;
+        if piped {
+            let _: () = pipe.query_async(&mut self.redis).await?;
+        }
         Ok(())
     }
 }
