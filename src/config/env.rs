@@ -110,6 +110,7 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_DRAIN_MS", parsed!(millis drain)),
     ("STAMPEDE_SETTLE_BATCH_SIZE", parsed!(settle.batch_size)),
     ("STAMPEDE_SETTLE_EXCLUSIVE", parsed!(settle.exclusive)),
+    ("STAMPEDE_SETTLE_LINGER_MS", parsed!(millis settle.linger)),
     (
         "STAMPEDE_SETTLE_CLAIM_IDLE_MS",
         parsed!(millis settle.claim_idle),

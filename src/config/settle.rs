@@ -17,6 +17,15 @@ pub struct SettleConfig {
     /// `claim_idle_ms`).
     #[serde(rename = "block_ms", with = "units::millis")]
     pub block: Duration,
+    /// How long the worker waits before its next read after a batch that took
+    /// every new entry there was (none left behind a full read): during a storm,
+    /// fewer and fuller transactions, each one `XREADGROUP` and one
+    /// acknowledgement in Redis and one commit in Postgres, for this much more
+    /// time from a 202 to its row. A read that may have left entries (one that
+    /// filled its count or its batch) is followed at once, so settlement never
+    /// falls behind for it. 0: read again at once.
+    #[serde(rename = "linger_ms", with = "units::millis")]
+    pub linger: Duration,
     /// Entries pending longer than this are taken over from a dead consumer.
     #[serde(rename = "claim_idle_ms", with = "units::millis")]
     pub claim_idle: Duration,
@@ -35,6 +44,7 @@ impl Default for SettleConfig {
         Self {
             batch_size: 2000,
             block: Duration::from_millis(1000),
+            linger: Duration::from_millis(10),
             claim_idle: Duration::from_millis(30_000),
             consumer: None,
             exclusive: true,
@@ -48,6 +58,7 @@ impl std::fmt::Debug for SettleConfig {
         f.debug_struct("SettleConfig")
             .field("batch_size", &self.batch_size)
             .field("block_ms", &self.block.as_millis())
+            .field("linger_ms", &self.linger.as_millis())
             .field("claim_idle_ms", &self.claim_idle.as_millis())
             .field("consumer", &self.consumer)
             .field("exclusive", &self.exclusive)

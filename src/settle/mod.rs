@@ -62,6 +62,10 @@ pub struct Settler {
     /// How long the next blocking read waits: `block_ms` after a read that gave
     /// entries, doubled after each empty one up to [`Settler::idle_block`].
     block: Duration,
+    /// Whether the last read took every entry there was (no stream filled its
+    /// count, and the batch kept them all): the worker then waits `linger_ms`
+    /// before it reads again (see [`SettleConfig::linger`]).
+    took_all: bool,
     /// Notified to stop a blocking read at once and list the streams again (a
     /// sale or poll created in this process, or shutdown).
     wake: Arc<tokio::sync::Notify>,
@@ -326,6 +330,7 @@ impl Settler {
             busy_streams: 1,
             per_entry: 1,
             block: config.block,
+            took_all: false,
             wake: Arc::new(tokio::sync::Notify::new()),
             settled: None,
             db,

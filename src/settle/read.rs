@@ -99,22 +99,32 @@ impl Settler {
             }
         };
         let keys = reply.map(|r| r.keys).unwrap_or_default();
+        // No stream filled its count: the read took every entry there was.
+        let count = self.per_stream(streams);
+        let took_all = keys.iter().all(|k| k.ids.len() < count);
         self.note_busy(&keys);
         let mut events = self.events_of(streams, keys).await?;
+        let read = events.len();
         self.keep_one_batch(&mut events);
+        self.took_all = took_all && events.len() == read;
         Ok(events)
     }
 
-    /// The read's options: COUNT applies per stream, and counts entries: spread the
-    /// batch over the streams that are busy, in entries of the size the last read saw.
+    /// The read's options: COUNT applies per stream ([`Settler::per_stream`]).
     fn read_options(&self, streams: &[Stream]) -> StreamReadOptions {
-        let per_stream = (self.config.batch_size
-            / self.busy_streams.clamp(1, streams.len().max(1))
-            / self.per_entry.max(1))
-        .max(1);
         StreamReadOptions::default()
             .group(SETTLE_GROUP, &self.consumer)
-            .count(per_stream)
+            .count(self.per_stream(streams))
+    }
+
+    /// A read's COUNT, which applies per stream and counts entries: the batch
+    /// spread over the streams that are busy, in entries of the size the last read
+    /// saw.
+    fn per_stream(&self, streams: &[Stream]) -> usize {
+        (self.config.batch_size
+            / self.busy_streams.clamp(1, streams.len().max(1))
+            / self.per_entry.max(1))
+        .max(1)
     }
 
     /// The read's reply (`None`: dropped, see [`after_wake`]), and whether `wake`

@@ -183,6 +183,11 @@ impl Settler {
                 lease.succeeded();
                 if done.read > 0 {
                     tracing::debug!(read = done.read, inserted = done.inserted, "settled batch");
+                    if self.took_all && !self.config.linger.is_zero() {
+                        // A storm settles in fewer, fuller transactions; a read
+                        // that may have left entries is followed at once.
+                        wait(shutdown, self.config.linger).await;
+                    }
                 }
             }
             Err(e) => {
