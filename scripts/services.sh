@@ -218,7 +218,11 @@ _stampede_postgres() {
     # mid-authentication (a test's runtime blocked in its teardown) holds up every
     # DROP DATABASE until the server gives up on it; 60 s by default, 5 s here
     # (loopback authentication takes milliseconds).
-    local opts="-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB -c fsync=on -c authentication_timeout=5s"
+    # max_wal_size=4GB: a storm's settlement writes WAL fast (full pages after each
+    # checkpoint); at the default 1GB Postgres starts a checkpoint mid-storm, and its
+    # writes share the disk with Redis's fsync behind every 202 (docs/operations.md,
+    # "Redis and Postgres settings"). Checkpoints then come every 5 min (its timeout).
+    local opts="-p $port -k '$sock' -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB -c fsync=on -c authentication_timeout=5s -c max_wal_size=4GB"
     _as_pg "$bin/pg_ctl" -D "$pgdata" -l "$log" -o "$opts" start -w >/dev/null ||
       { tail -n 20 "$log" >&2; _die "Postgres did not start, see .data/pg.log"; }
   fi
@@ -241,6 +245,7 @@ _stampede_redis() {
     # A server started by an older version of this script may still fsync once a
     # second: a 202 is only durable with every write on disk before the answer.
     redis-cli -p "$port" config set appendfsync always >/dev/null
+    _redis_tune "$port"
     return 0
   fi
   _say "starting Redis on 127.0.0.1:$port (data in .data/redis)"
@@ -248,13 +253,36 @@ _stampede_redis() {
   # 202 survives a crash of Redis or of the machine (see docs/operations.md, "What a 202 means").
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
     --pidfile "$STAMPEDE_DATA/redis.pid" --logfile "$STAMPEDE_DATA/redis.log" \
-    --appendonly yes --appendfsync always --save "" --maxclients 10000
-  for _ in $(seq 50); do
-    [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
+    --appendonly yes --appendfsync always --save "" --maxclients 10000 "${_redis_tuning[@]}"
+  _redis_wait "$port" "$STAMPEDE_DATA/redis.log" || _die "Redis did not start, see .data/redis.log"
+}
+
+# Settings for latency under a storm (docs/operations.md, "Redis and Postgres
+# settings"): a rate-limit bucket (a hash of one field per buyer) that expires after
+# a storm is freed off the main thread, not while every purchase waits (a bucket of
+# 250,000 fields stalled Redis 94 ms, one of 1,000,000 fields 432 ms); and the AOF
+# is rewritten (a fork, and the whole data set written beside the fsyncs of every
+# 202) once it grew by 256 MB rather than by 64 MB.
+_redis_tuning=(--lazyfree-lazy-expire yes --lazyfree-lazy-eviction yes --lazyfree-lazy-server-del yes
+  --auto-aof-rewrite-min-size 256mb)
+_redis_tune() { # _redis_tune PORT: the same settings on a Redis started by an earlier version
+  local i
+  for ((i = 0; i < ${#_redis_tuning[@]}; i += 2)); do
+    redis-cli -p "$1" config set "${_redis_tuning[i]#--}" "${_redis_tuning[i + 1]}" >/dev/null
+  done
+}
+_redis_wait() { # _redis_wait PORT LOG: until it answers PONG; while it loads its AOF (a
+  # large one takes seconds: 536 MB took 9 s here) up to 5 min, else 10 s
+  local i reply
+  for ((i = 0; i < 1500; i++)); do
+    reply=$(redis-cli -p "$1" ping 2>&1 || true)
+    [[ $reply == PONG ]] && return 0
+    if [[ $reply != LOADING* ]] && ((i >= 50)); then break; fi
+    ((i % 50 != 49)) || [[ $reply != LOADING* ]] || _say "Redis on 127.0.0.1:$1 is loading its data"
     sleep 0.2
   done
-  tail -n 20 "$STAMPEDE_DATA/redis.log" >&2
-  _die "Redis did not start, see .data/redis.log"
+  tail -n 20 "$2" >&2
+  return 1
 }
 
 stop_services() {
@@ -283,19 +311,16 @@ _stampede_cluster() {
     if [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]]; then
       [[ "$(redis-cli -p "$port" config get dir 2>/dev/null | tail -1)" == "$dir" ]] ||
         _die "port $port is used by another Redis: set STAMPEDE_CLUSTER_PORT to a free range"
+      _redis_tune "$port"
       continue
     fi
     redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --daemonize yes \
       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
       --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" \
-      --appendonly yes --appendfsync always --save "" --maxclients 10000
+      --appendonly yes --appendfsync always --save "" --maxclients 10000 "${_redis_tuning[@]}"
   done
   for port in $base $((base + 1)) $((base + 2)); do
-    for _ in $(seq 50); do
-      [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && break
-      sleep 0.2
-    done
-    [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] ||
+    _redis_wait "$port" "$STAMPEDE_DATA/cluster/$port/redis.log" ||
       _die "cluster node $port did not start, see .data/cluster/$port/redis.log"
   done
   if [[ "$(redis-cli -p "$base" cluster info | tr -d '\r' | grep '^cluster_slots_assigned:')" != "cluster_slots_assigned:16384" ]]; then

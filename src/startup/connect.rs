@@ -136,7 +136,7 @@ pub(super) async fn connect_stores(config: &Config) -> anyhow::Result<Stores> {
     migrate(&background).await?;
     let db = connect_pool(config, Pool::Requests).await?;
     let mut redis = connect_redis(config).await?;
-    warn_unless_durable(&mut redis).await;
+    warn_on_risky_settings(&mut redis).await;
     let keys = Keys::new(&config.redis_namespace);
     crate::seed::bootstrap_admin(&background, config).await?;
     Ok(Stores {
@@ -148,8 +148,9 @@ pub(super) async fn connect_stores(config: &Config) -> anyhow::Result<Stores> {
 }
 
 /// A 202 is only as durable as Redis's persistence: say so at startup when the
-/// Redis we talk to can lose acknowledged decisions in a crash.
-async fn warn_unless_durable(redis: &mut Redis) {
+/// Redis we talk to can lose acknowledged decisions in a crash, may evict keys, or
+/// frees expired keys (a storm's rate-limit buckets) on its main thread.
+async fn warn_on_risky_settings(redis: &mut Redis) {
     // On a cluster every primary answers; the weakest setting is the one reported.
     let config = |name: &'static str| {
         let mut redis = redis.clone();
@@ -173,6 +174,7 @@ async fn warn_unless_durable(redis: &mut Redis) {
     let appendonly = config("appendonly").await;
     let fsync = config("appendfsync").await;
     let eviction = config("maxmemory-policy").await;
+    let lazy_expire = config("lazyfree-lazy-expire").await;
     match (appendonly.as_deref(), fsync.as_deref()) {
         (Some("yes"), Some("always")) => {
             tracing::info!("Redis persistence: AOF with appendfsync always (a 202 is on disk)")
@@ -193,6 +195,15 @@ async fn warn_unless_durable(redis: &mut Redis) {
         tracing::warn!(
             maxmemory_policy = %policy,
             "Redis may evict keys: a sale's buyers hash could vanish; use noeviction"
+        );
+    }
+    if lazy_expire.as_deref() == Some("no") {
+        tracing::warn!(
+            lazyfree_lazy_expire = "no",
+            "Redis frees expired keys on its main thread: a rate-limit bucket (a hash of \
+             one field per buyer) that expires after a storm stops every purchase and vote \
+             while it is freed (94 ms for 250,000 buyers); set lazyfree-lazy-expire yes \
+             (docs/operations.md, \"Redis and Postgres settings\")"
         );
     }
 }

@@ -516,6 +516,8 @@ impl Redis {
             .arg(&self.dir)
             .args(["--appendonly", "yes", "--appendfsync", fsync])
             .args(["--save", "", "--daemonize", "no", "--maxclients", "10000"])
+            // As docs/operations.md recommends (and scripts/services.sh starts).
+            .args(["--lazyfree-lazy-expire", "yes"])
             // A primary is failed over 1 s after the others stop hearing from it. The
             // bus port is a free one of its own (the default, port + 10000, may not be).
             .args(match self.bus_port {
