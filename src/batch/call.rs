@@ -89,21 +89,6 @@ pub struct Call<'a> {
     pub extra: u64,
 }
 
-/// A cluster node answered `MOVED`: the slot has another owner, and the script did
-/// not run, so sending it again is safe (unlike after a broken connection, see
-/// `redis_conn::Timeouts::resend`). redis-rs refreshes its slot map on the error;
-/// the call is sent again after a short wait, at most this many times, before it
-/// becomes a 503. A connection whose map went stale during a slot move (one the
-/// move's own redirects never reached) otherwise answered one 503 on its first
-/// use after the move, seconds later (the fault suite's slot move saw one at 6 to
-/// 8 s after healing).
-const MOVED_RETRIES: u32 = 3;
-const MOVED_WAIT: std::time::Duration = std::time::Duration::from_millis(20);
-
-fn is_moved(e: &redis::RedisError) -> bool {
-    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
-}
-
 impl Call<'_> {
     /// Runs the script for `items`; checks the reply's shape (see [`rows`]).
     pub async fn run<C: ConnectionLike>(
@@ -142,16 +127,9 @@ impl Call<'_> {
         for item in items {
             inv.arg(item.user.get()).arg(&item.arg);
         }
-        let mut moved = 0;
-        let flat: Vec<redis::Value> = loop {
-            match inv.invoke_async(redis).await {
-                Err(e) if moved < MOVED_RETRIES && is_moved(&e) => {
-                    moved += 1;
-                    tokio::time::sleep(MOVED_WAIT * moved).await;
-                }
-                reply => break reply?,
-            }
-        };
+        // On a cluster a `MOVED` answer is sent again below this call (see
+        // `redis_conn::MOVED_RETRIES`); no other error is.
+        let flat: Vec<redis::Value> = inv.invoke_async(redis).await?;
         rows(self.name, &flat, self.policies.len(), items.len())
     }
 

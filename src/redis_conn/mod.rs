@@ -79,14 +79,41 @@ pub struct Timeouts {
     /// that ran on a primary killed before it answered, sent again after the
     /// failover, would answer `already_bought` to the buyer who holds that very
     /// order. Without resending the caller gets the error (a 503 whose retry is
-    /// safe), and redis-rs still refreshes its slot map for the next command.
+    /// safe), and redis-rs still refreshes its slot map for the next command. One
+    /// answer is sent again even so: `MOVED` to a single command (see
+    /// [`MOVED_RETRIES`]).
     pub resend: bool,
+}
+
+/// A cluster node answered a single command `MOVED`: the slot has another owner and
+/// the command did not run, so sending it again is safe even on a connection that
+/// never resends (unlike after a broken connection, see [`Timeouts::resend`]).
+/// redis-rs refreshes its slot map on the error; the command is sent again after a
+/// short wait (20, 40, 60 ms), at most this many times, before the error reaches
+/// the caller (a 503). A connection whose map went stale during a slot move (one the
+/// move's own redirects never reached) otherwise answered one 503 on its first use
+/// after the move, seconds later (the fault suite's slot move saw one at 6 to 8 s
+/// after healing). Every script a request runs is one command (`EVALSHA`): the
+/// decisions of a purchase or a vote, a place in the waiting room, a draw's
+/// admission. A pipeline over several slots goes key by key, each a single command
+/// here; a pipeline on one slot and a transaction are not sent again: a node that
+/// lost the slot between two of their commands may have run the first.
+pub const MOVED_RETRIES: u32 = 3;
+const MOVED_WAIT: Duration = Duration::from_millis(20);
+
+fn is_moved(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved)
 }
 
 #[derive(Clone)]
 pub enum Redis {
     Node(ConnectionManager),
-    Cluster(ClusterConnection),
+    /// `resend`: [`Timeouts::resend`], which redis-rs applies; without it a single
+    /// command answered `MOVED` is still sent again here.
+    Cluster {
+        conn: ClusterConnection,
+        resend: bool,
+    },
 }
 
 impl Redis {
@@ -118,13 +145,16 @@ impl Redis {
                         .overall_response_timeout(None),
                 };
                 let client = builder.build()?;
-                Ok(Redis::Cluster(client.get_async_connection().await?))
+                Ok(Redis::Cluster {
+                    conn: client.get_async_connection().await?,
+                    resend: timeouts.resend,
+                })
             }
         }
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Redis::Cluster(_))
+        matches!(self, Redis::Cluster { .. })
     }
 
     /// Runs `cmd` on every primary (on one node: on it) and returns each node's
@@ -136,7 +166,7 @@ impl Redis {
                 let value = conn.req_packed_command(cmd).await?;
                 Ok(vec![("node".to_string(), value)])
             }
-            Redis::Cluster(conn) => {
+            Redis::Cluster { conn, .. } => {
                 let routing = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
                 match conn.route_command(cmd.clone(), routing).await? {
                     Value::Map(pairs) => pairs
@@ -164,7 +194,7 @@ impl Redis {
         let count = pipeline.len();
         match self {
             Redis::Node(conn) => conn.req_packed_commands(&pipeline, 0, count).await,
-            Redis::Cluster(conn) => {
+            Redis::Cluster { conn, .. } => {
                 let route = Route::with_key(key.as_bytes(), SlotAddr::Master);
                 conn.route_pipeline(
                     pipeline,
@@ -197,7 +227,7 @@ impl Redis {
                 .arg(1000);
             let answer = match self {
                 Redis::Node(conn) => conn.req_packed_command(&cmd).await?,
-                Redis::Cluster(conn) => {
+                Redis::Cluster { conn, .. } => {
                     let route = Route::with_key(slot_key.as_bytes(), SlotAddr::Master);
                     let routing =
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
@@ -233,7 +263,22 @@ impl ConnectionLike for Redis {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Redis::Node(conn) => conn.req_packed_command(cmd),
-            Redis::Cluster(conn) => conn.req_packed_command(cmd),
+            Redis::Cluster { conn, resend: true } => conn.req_packed_command(cmd),
+            Redis::Cluster {
+                conn,
+                resend: false,
+            } => Box::pin(async move {
+                let mut moved = 0;
+                loop {
+                    match conn.req_packed_command(cmd).await {
+                        Err(e) if moved < MOVED_RETRIES && is_moved(&e) => {
+                            moved += 1;
+                            tokio::time::sleep(MOVED_WAIT * moved).await;
+                        }
+                        answer => return answer,
+                    }
+                }
+            }),
         }
     }
 
@@ -246,25 +291,26 @@ impl ConnectionLike for Redis {
         match self {
             Redis::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
             // Keys of several slots cannot go to one node: one command per key, all
-            // in flight at once, answered in order. A transaction is never split.
-            Redis::Cluster(conn) if !pipeline.is_transaction() && spans_slots(pipeline) => {
-                let conn = conn.clone();
+            // in flight at once, answered in order (each a single command, so one
+            // answered `MOVED` is sent again as above). A transaction is never split.
+            Redis::Cluster { .. } if !pipeline.is_transaction() && spans_slots(pipeline) => {
+                let this = self.clone();
                 Box::pin(async move {
                     let each = pipeline.cmd_iter().map(|cmd| {
-                        let mut conn = conn.clone();
-                        async move { conn.req_packed_command(cmd).await }
+                        let mut this = this.clone();
+                        async move { this.req_packed_command(cmd).await }
                     });
                     futures_util::future::try_join_all(each).await
                 })
             }
-            Redis::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Redis::Cluster { conn, .. } => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Redis::Node(conn) => conn.get_db(),
-            Redis::Cluster(conn) => conn.get_db(),
+            Redis::Cluster { conn, .. } => conn.get_db(),
         }
     }
 }

@@ -33,6 +33,7 @@ mod app_kill;
 mod ballots;
 mod cancel_kill;
 mod cluster_failover;
+mod cluster_moved;
 mod draws;
 mod idempotent_retry;
 mod limit_state;
