@@ -10,24 +10,23 @@
 
 use std::time::Duration;
 
-use stampede::redis_conn::{Redis, Target, Timeouts};
+use stampede::config::Config;
+use stampede::redis_conn::Redis;
+use stampede::startup::connect_worker_redis;
 
 use crate::cluster_ops::{keyslot, migrate_slot, owner_of};
 use crate::harness::{Options, Stack};
 
-/// A connection made as a worker's is (`resend: false`).
+/// A connection made as an HTTP worker's is (`connect_worker_redis`: it never
+/// resends).
 async fn worker_connection(cluster: &crate::harness::Cluster) -> Redis {
-    let target = Target::Cluster(cluster.urls().split(',').map(String::from).collect());
-    Redis::connect(
-        &target,
-        Timeouts {
-            connect: Duration::from_secs(2),
-            response: Some(Duration::from_secs(2)),
-            resend: false,
-        },
-    )
-    .await
-    .expect("a cluster connection")
+    let config = Config {
+        redis_cluster: cluster.urls().split(',').map(String::from).collect(),
+        ..Config::default()
+    };
+    connect_worker_redis(&config)
+        .await
+        .expect("a cluster connection")
 }
 
 /// `SET key value` on `conn`, failing the test with `what`.
