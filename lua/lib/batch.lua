@@ -3,9 +3,9 @@
 -- script's own (the purchase: how long an idempotency key is remembered, in ms),
 -- then 5 per policy (algorithm code, a, b, c, subject: 'u' per user, 'k' a key per
 -- item), then two per item (the user id first). Their KEYS end with one key per
--- policy (a per-user policy's buckets are named after it, see limits_cache in
--- lua/lib/limits.lua; the others' is unused), then per item one key per 'k'
--- policy, in the policies' order.
+-- policy (its buckets are named after it, see limits_cache in lua/lib/limits.lua),
+-- then per item one key per 'k' policy, in the policies' order: it names the
+-- item's field in the policy's buckets (no script reads or writes such a key).
 
 -- Reply codes every batch script shares; each script's header lists all of its own
 -- codes with these (a Rust test reads the headers against the reply enums of
@@ -96,7 +96,8 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local seen, after, states = {}, {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
   -- Per counted item i, its subject per policy p at subjects[(i - 1) * P + p]: its
-  -- user id (a per-user policy), or its own key.
+  -- user id (a per-user policy), or its address (its key of a per-address policy
+  -- without the policy's prefix; see limits_cache).
   local cache, subjects
   -- A 202's numbers read the states before its take only for the algorithms other
   -- than the sliding log and counter (limits_append_taken).
@@ -113,6 +114,9 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     local first_item_key = #KEYS - n * keyed + 1
     cache = limits_cache(policies, first_item_key - P, now)
     subjects = {}
+    -- An address's text, by its key: cut once per key and batch (a batch's items
+    -- mostly come from few addresses).
+    local address_of = {}
     local counted, c = {}, 0
     for i = 1, n do
       if not (skip and skip[i]) then
@@ -124,7 +128,13 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
           if per_user[p] then
             subjects[base + p] = user
           else
-            subjects[base + p] = KEYS[k]
+            local key = KEYS[k]
+            local address = address_of[key]
+            if not address then
+              address = string.sub(key, cache.buckets[p].prefix + 1)
+              address_of[key] = address
+            end
+            subjects[base + p] = address
             k = k + 1
           end
         end

@@ -163,52 +163,55 @@ local function limit_span(alg, a, b, c)
 end
 
 -- The policies' state as a batch script sees it, per policy p: `tables[p]` maps a
--- subject (a key name, or a user id for a policy kept in buckets) to its parsed
--- state (false for none), read once by limits_preload; its changes are kept there
--- and written once by limits_write (`ttl[p]` set for the subjects a request
--- counted in).
+-- subject (a user id, or an address's text) to its parsed state (false for none),
+-- read once by limits_preload; its changes are kept there and written once by
+-- limits_write (`ttl[p]` set for the subjects a request counted in).
 --
--- A policy per user (policy[5] true) keeps its users' states in buckets: hashes
--- named after the policy's key (KEYS[first_policy_key + p - 1]) and the number of
--- the span (limit_span) `now` falls in, one field per user. A fresh buyer thus
--- costs Redis a field in a hash, written with the batch's other fields by one
--- HSET, instead of a key of its own with an expiry (a SET each, its own expiry to
--- track and delete later): about a third of what the limits cost per new buyer.
+-- Every policy keeps its subjects' states in buckets: hashes named after the
+-- policy's key (KEYS[first_policy_key + p - 1]) and the number of the span
+-- (limit_span) `now` falls in, one field per subject. A per-user policy's key is
+-- its buckets' base as it is (it ends in `b`, see src/batch/call.rs); a
+-- per-address policy's key is the prefix of its items' keys (`...:rl:buy-ip:`), to
+-- which `b` is added: an item's key names its field (the key without the prefix:
+-- the address as src/limit/client.rs wrote it), never a key read or written.
+-- A fresh buyer thus costs Redis a field in a hash per policy, written with the
+-- batch's other fields by one HSET, instead of a key of its own with an expiry (a
+-- SET each, its own expiry to track and delete later, and a call into Redis per
+-- key from the script): buyers from many addresses cost about what buyers from
+-- one do (docs/rate-limits.md, "State in buckets").
 -- A state written in span b no longer counts by the end of span b + 1 (its time to
--- live is at most a span), so a user's state is the field in the current bucket,
--- else the one in the previous bucket; a bucket two spans old is deleted with
--- UNLINK (freed off Redis's main thread) by the first batch that writes the
+-- live is at most a span), so a subject's state is the field in the current
+-- bucket, else the one in the previous bucket; a bucket two spans old is deleted
+-- with UNLINK (freed off Redis's main thread) by the first batch that writes the
 -- current one, and every bucket expires three spans after its start anyway. That
--- first batch also writes field `#` (no user id looks like it), which tells the
--- later ones that the bucket's expiry is set: they send neither PEXPIRE nor UNLINK.
--- A clock replayed backwards (tests) across a span would miss the later bucket.
+-- first batch also writes field `#` (no user id or address looks like it), which
+-- tells the later ones that the bucket's expiry is set: they send neither PEXPIRE
+-- nor UNLINK. A clock replayed backwards (tests) across a span would miss the
+-- later bucket.
 local function limits_cache(policies, first_policy_key, now)
   local c = {tables = {}, ttl = {}, policies = policies, buckets = {}}
   for p, policy in ipairs(policies) do
     c.tables[p], c.ttl[p] = {}, {}
-    if policy[5] then
-      local span = limit_span(policy[1], policy[2], policy[3], policy[4])
-      local b = math.floor(now / span)
-      local base = KEYS[first_policy_key + p - 1]
-      c.buckets[p] = {current = base .. b, previous = base .. (b - 1), stale = base .. (b - 2),
-        expire = string.format('%d', (b + 3) * span - now)}
+    local span = limit_span(policy[1], policy[2], policy[3], policy[4])
+    local b = math.floor(now / span)
+    local key = KEYS[first_policy_key + p - 1]
+    local base = key
+    if not policy[5] then
+      base = key .. 'b'
     end
+    c.buckets[p] = {current = base .. b, previous = base .. (b - 1), stale = base .. (b - 2),
+      expire = string.format('%d', (b + 3) * span - now), prefix = #key}
   end
   return c
 end
 
--- Reads `ids` (distinct subjects) of policy p into `t`; returns those not found.
--- `cmd` and `key`: MGET (ids are key names) or HMGET of a bucket.
-local function limits_read(t, read, cmd, key, ids)
+-- Reads `ids` (distinct subjects) of a policy from its bucket `key` (HMGET) into
+-- `t`; returns those not found.
+local function limits_read(t, read, key, ids)
   local missing = {}
   for from = 1, #ids, BATCH_CHUNK do
     local to = math.min(from + BATCH_CHUNK - 1, #ids)
-    local texts
-    if key then
-      texts = redis.call(cmd, key, unpack(ids, from, to))
-    else
-      texts = redis.call(cmd, unpack(ids, from, to))
-    end
+    local texts = redis.call('HMGET', key, unpack(ids, from, to))
     for j = 1, to - from + 1 do
       local text = texts[j]
       if text then
@@ -222,11 +225,9 @@ local function limits_read(t, read, cmd, key, ids)
 end
 
 -- Reads the states of the batch's items `items` (indexes, from 1) into `cache`:
--- per policy, its key-per-subject states with one MGET (a GET per key costs Redis a
--- command call each; a key of another type reads as nil there, so as no state),
--- its bucketed states with one HMGET of the current bucket and one of the previous
--- for the users not in it. Item i's subject under policy p is
--- subjects[(i - 1) * P + p] (see batch_admit).
+-- per policy, one HMGET of the current bucket and one of the previous for the
+-- subjects not in it. Item i's subject under policy p is subjects[(i - 1) * P + p]
+-- (see batch_admit).
 local function limits_preload(cache, policies, items, subjects)
   local P = #policies
   local wanted = {}
@@ -250,14 +251,12 @@ local function limits_preload(cache, policies, items, subjects)
       error('unknown rate-limit algorithm ' .. tostring(policies[p][1]))
     end
     local t, bucket = cache.tables[p], cache.buckets[p]
-    if #wanted[p] == 0 then
-      -- Nothing to read.
-    elseif bucket then
+    if #wanted[p] > 0 then
       -- Field `#` marks a bucket set up (its expiry set, the stale one gone): asked
-      -- with the users, in the same HMGET.
+      -- with the subjects, in the same HMGET.
       local w = wanted[p]
       w[#w + 1] = '#'
-      local missing = limits_read(t, read, 'HMGET', bucket.current, w)
+      local missing = limits_read(t, read, bucket.current, w)
       w[#w] = nil
       t['#'] = nil
       if missing[#missing] == '#' then
@@ -266,10 +265,8 @@ local function limits_preload(cache, policies, items, subjects)
         bucket.ready = true
       end
       if #missing > 0 then
-        limits_read(t, read, 'HMGET', bucket.previous, missing)
+        limits_read(t, read, bucket.previous, missing)
       end
-    else
-      limits_read(t, read, 'MGET', nil, wanted[p])
     end
   end
 end
@@ -347,42 +344,28 @@ local function limits_take(cache, subjects, base, policies, now, states)
   return true
 end
 
--- Writes every state the batch changed: a key per subject with its expiry (SET
--- PX), a bucket's fields with one HSET (and the bucket's expiry; the bucket two
--- spans old goes).
+-- Writes every state the batch changed: per policy, its bucket's fields with one
+-- HSET (and, by the bucket's first batch, its expiry; the bucket two spans old
+-- goes).
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
   for p, policy in ipairs(cache.policies) do
     local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
-    if bucket then
-      local fields = {}
-      for id in pairs(cache.ttl[p]) do
-        fields[#fields + 1] = id
-        fields[#fields + 1] = text(t[id])
+    local fields = {}
+    for id in pairs(cache.ttl[p]) do
+      fields[#fields + 1] = id
+      fields[#fields + 1] = text(t[id])
+    end
+    if #fields > 0 then
+      if not bucket.ready then
+        fields[#fields + 1] = '#'
+        fields[#fields + 1] = '1'
       end
-      if #fields > 0 then
-        if not bucket.ready then
-          fields[#fields + 1] = '#'
-          fields[#fields + 1] = '1'
-        end
-        -- BATCH_CHUNK is even: a chunk never splits a field from its value.
-        batch_variadic('HSET', bucket.current, fields)
-        if not bucket.ready then
-          redis.call('PEXPIRE', bucket.current, bucket.expire)
-          redis.call('UNLINK', bucket.stale)
-        end
-      end
-    else
-      -- A batch's keys of one policy share their time to live: formatted once
-      -- (Redis would format a Lua number with %.14g for each key).
-      local ttl_text = {}
-      for key, ttl in pairs(cache.ttl[p]) do
-        local px = ttl_text[ttl]
-        if not px then
-          px = string.format('%d', ttl)
-          ttl_text[ttl] = px
-        end
-        redis.call('SET', key, text(t[key]), 'PX', px)
+      -- BATCH_CHUNK is even: a chunk never splits a field from its value.
+      batch_variadic('HSET', bucket.current, fields)
+      if not bucket.ready then
+        redis.call('PEXPIRE', bucket.current, bucket.expire)
+        redis.call('UNLINK', bucket.stale)
       end
     end
   end

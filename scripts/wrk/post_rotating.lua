@@ -6,7 +6,10 @@
 -- request sends it. $BENCH_OFFSET (default 0) says where in the list to start.
 -- With $BENCH_KEYS=1 every request carries an Idempotency-Key of its own (the
 -- purchase's retry key: "b" and the request's place in the list). $BENCH_METHOD
--- (default POST) is the method of every request (GET: no body is sent).
+-- (default POST) is the method of every request (GET: no body is sent). With
+-- $BENCH_ADDRESSES=1 every request comes from an address of its own: an
+-- `X-Forwarded-For` of 10.x.y.z from its place in the list (the server must trust
+-- the loopback as its proxy).
 -- $BENCH_READY: see init below.
 local f = assert(io.open(os.getenv("BENCH_TOKENS")))
 local path, body = f:read("*l"):match("^(%S+) ?(.*)$")
@@ -29,6 +32,7 @@ end
 -- wrk's Lua does nothing per request but hand over the next string, so the
 -- generator's own CPU stays near what a plain `wrk URL` costs.
 local with_keys = os.getenv("BENCH_KEYS") == "1"
+local with_addresses = os.getenv("BENCH_ADDRESSES") == "1"
 local requests, n = {}, #tokens
 local offset = tonumber(os.getenv("BENCH_OFFSET") or "0") % n
 
@@ -36,6 +40,10 @@ local function format(k)
   headers["Authorization"] = "Bearer " .. tokens[k]
   if with_keys then
     headers["Idempotency-Key"] = "b" .. k
+  end
+  if with_addresses then
+    headers["X-Forwarded-For"] = string.format("10.%d.%d.%d", math.floor(k / 65536) % 256,
+      math.floor(k / 256) % 256, k % 256)
   end
   return wrk.format(method, paths[k], headers, body)
 end

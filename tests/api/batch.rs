@@ -18,8 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Barrier;
 
 use crate::helpers::{
-    TestApp, flush_scripts_on_node_of, limits, node_of, redis_pttl, socket_addr_of, spawn_app,
-    spawn_app_with, spawn_with_live_sale, test_redis_cluster, test_redis_url, user_limit_buckets,
+    TestApp, flush_scripts_on_node_of, limit_buckets, limits, node_of, redis_pttl, socket_addr_of,
+    spawn_app, spawn_app_with, spawn_with_live_sale, test_redis_cluster, test_redis_url,
     user_log_entries, window_policy,
 };
 
@@ -816,7 +816,7 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
         "{third:?}"
     );
     assert_eq!(
-        user_limit_buckets(&app, sale, "u-log").await,
+        limit_buckets(&app, sale, "u-log").await,
         vec![bucket(span0)],
         "a refused request writes nothing"
     );
@@ -827,26 +827,27 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     // Span 2: span 0's bucket goes with the first write.
     assert!(accepted(&buy_at(span0 * 1000 + 2950).await));
     assert_eq!(
-        user_limit_buckets(&app, sale, "u-log").await,
+        limit_buckets(&app, sale, "u-log").await,
         vec![bucket(span0 + 2), bucket(span0 + 1)]
     );
-    for key in user_limit_buckets(&app, sale, "u-log").await {
+    for key in limit_buckets(&app, sale, "u-log").await {
         let ttl = redis_pttl(&app.redis, &key).await;
         assert!(ttl > 0 && ttl <= 3_000, "{key}: PTTL {ttl}");
     }
 }
 
-/// A batch reads its limit keys in chunks of 1,000 (one `MGET` each): 700 buyers
-/// under two policies are 1,400 keys, and the state of a key past the first chunk
+/// A batch reads a policy's states in chunks of 1,000 fields (one `HMGET` of its
+/// bucket each): 1,100 buyers, each from an address of their own, are 1,101 fields
+/// of each policy's bucket (with its mark `#`), and a state past the first chunk
 /// is read like any other. The last buyer's log is full, so it alone is refused
 /// by the limit; everyone else is counted once and buys.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
+async fn a_batch_past_one_read_chunk_reads_every_limit_state() {
     use stampede::limit::{Algorithm, Subject};
     let app = spawn_app().await;
     let admin = app.admin().await;
-    let sale = Id::new(app.live_sale(&admin, 1_000).await).unwrap();
-    let users = app.create_users(700, false).await;
+    let sale = Id::new(app.live_sale(&admin, 2_000).await).unwrap();
+    let users = app.create_users(1_100, false).await;
     let policies = vec![
         policy(
             "buy-user",
@@ -894,7 +895,7 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
         if n == last {
             assert!(
                 matches!(reply.outcome, PurchaseOutcome::RateLimited { .. }),
-                "the last buyer's full log (key 1,399 of 1,400) was read: {reply:?}"
+                "the last buyer's full log (field 1,100 of 1,101) was read: {reply:?}"
             );
         } else {
             assert!(
@@ -903,14 +904,38 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_key() {
             );
         }
     }
-    assert_eq!(app.stock_left(sale.get()).await, 1_000 - 700);
-    for n in [0, 499, 500, 698, last] {
+    assert_eq!(app.stock_left(sale.get()).await, 2_000 - 1_100);
+    for n in [0, 499, 998, 999, 1_000, 1_098, last] {
         assert_eq!(
             user_log_entries(&app, sale.get(), "buy-user", users[n].id).await,
             1,
             "buyer {n}"
         );
     }
+    // Each address counted once, as a field of the per-address policy's bucket
+    // (`<window> <count> <previous count>`), and no key of its own.
+    let address_buckets = limit_buckets(&app, sale.get(), "buy-ip").await;
+    for n in [0, 499, 998, 999, 1_000, 1_098] {
+        let address = buyer(n).ip.unwrap().to_string();
+        let state: Option<String> = redis::cmd("HGET")
+            .arg(&address_buckets[0])
+            .arg(&address)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        let counts: Vec<&str> = state.as_deref().unwrap_or_default().split(' ').collect();
+        assert_eq!(
+            counts.get(1..),
+            Some(&["1", "0"][..]),
+            "{address}: {state:?}"
+        );
+    }
+    let own_key: i64 = redis::cmd("EXISTS")
+        .arg(app.keys.sale_rate_limit(sale, "buy-ip", "10.1.0.0"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(own_key, 0, "an address's state has no key of its own");
 }
 
 /// A decider that takes 500 ms a batch and records what each batch held.

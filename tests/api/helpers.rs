@@ -1335,10 +1335,11 @@ pub async fn sliding_log_entries(redis: &mut Redis, key: &str) -> usize {
     log_entries(state.unwrap_or_default())
 }
 
-/// The names of a per-user policy's buckets of one sale, newest first: the hashes
-/// the batched routes keep their users' limit states in (`limits_cache` in
-/// lua/lib/limits.lua), `...:rl:buy-user:b<span number>`.
-pub async fn user_limit_buckets(app: &TestApp, sale: i64, policy: &str) -> Vec<String> {
+/// The names of a policy's buckets of one sale, newest first: the hashes the
+/// batched routes keep their users' or addresses' limit states in (`limits_cache`
+/// in lua/lib/limits.lua), `...:rl:buy-user:b<span number>`,
+/// `...:rl:buy-ip:b<span number>`.
+pub async fn limit_buckets(app: &TestApp, sale: i64, policy: &str) -> Vec<String> {
     let prefix = app
         .keys
         .sale_rate_limit(Id::new(sale).unwrap(), policy, stampede::batch::BUCKETS);
@@ -1356,7 +1357,7 @@ pub async fn user_limit_buckets(app: &TestApp, sale: i64, policy: &str) -> Vec<S
 /// buy route: the user's field in the newest bucket that has one (a later bucket's
 /// field holds every entry still in the window); none is none.
 pub async fn user_log_entries(app: &TestApp, sale: i64, policy: &str, user: i64) -> usize {
-    for bucket in user_limit_buckets(app, sale, policy).await {
+    for bucket in limit_buckets(app, sale, policy).await {
         let state: Option<String> = redis::cmd("HGET")
             .arg(&bucket)
             .arg(user)

@@ -15,8 +15,8 @@ use stampede::limit::{self, Algorithm, Attempt, Decision, Verdict};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::{
-    RedisNamespace, TestApp, assert_error, bucket_policy, limits, redis_pttl, sliding_log_entries,
-    socket_addr_of, spawn_app_with, spawn_sibling, test_redis_url, user_limit_buckets,
+    RedisNamespace, TestApp, assert_error, bucket_policy, limit_buckets, limits, redis_pttl,
+    sliding_log_entries, socket_addr_of, spawn_app_with, spawn_sibling, test_redis_url,
     user_log_entries, window_policy,
 };
 
@@ -477,17 +477,24 @@ async fn two_servers_sharing_redis_allow_exactly_the_limit() {
     assert_eq!(passed, 100, "exactly the limit got through");
     assert_eq!(limited, 900);
     assert_eq!(app.buyers(sale).await, vec![user.id]);
-    // Every limiter key of the run (in the sale's slot) carries a TTL: the address's
-    // key and the per-user policy's bucket (two when the run crossed a span).
+    // Every limiter key of the run (in the sale's slot) carries a TTL: the per-user
+    // policy's bucket and the per-address policy's (two of a policy when the run
+    // crossed its span); no key per address.
     let keys: Vec<String> = app
         .redis_query(redis::cmd("KEYS").arg(format!(
             "{}:{{sale:{sale}}}:rl:*",
             app.config.redis_namespace
         )))
         .await;
-    let buckets = user_limit_buckets(&app, sale, "buy-user").await;
+    let buckets = limit_buckets(&app, sale, "buy-user").await;
     assert!((1..=2).contains(&buckets.len()), "{keys:?}");
-    assert_eq!(keys.len(), buckets.len() + 1, "{keys:?}");
+    let address_buckets = limit_buckets(&app, sale, "buy-ip").await;
+    assert!((1..=2).contains(&address_buckets.len()), "{keys:?}");
+    assert_eq!(
+        keys.len(),
+        buckets.len() + address_buckets.len(),
+        "{keys:?}"
+    );
     for key in keys {
         let ttl = redis_pttl(&app.redis, &key).await;
         assert!(ttl > 0, "{key}: {ttl}");

@@ -43,9 +43,9 @@ async fn limit_keys(stack: &Stack) -> Vec<String> {
         .expect("KEYS")
 }
 
-/// How many subjects the limit keys hold: a per-address key is one; a per-user
-/// policy's bucket (a hash, see `limits_cache` in lua/lib/limits.lua) one per field
-/// but its mark `#`.
+/// How many subjects the limit keys hold: a policy's bucket (a hash, see
+/// `limits_cache` in lua/lib/limits.lua) one per field but its mark `#`; any other
+/// key (a per-address key of an earlier version) one.
 async fn limit_subjects(stack: &Stack, keys: &[String]) -> usize {
     let mut redis = stack.redis().await;
     let mut n = 0;
