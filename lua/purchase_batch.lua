@@ -9,8 +9,8 @@
 -- KEYS[7] are used only by a sale of more than one per customer)
 -- KEYS[8] idempotency keys hash (`<user>:<key>` -> `<quantity>:<code>:<value>:<order>`)
 -- KEYS[9] admissions open (a sale with a waiting room: user -> expiry ms)
--- KEYS[9 + p]: rate-limit policy p's key (a per-user policy's buckets are named
--- after it)   then per buyer, one key per per-address policy: its state there
+-- KEYS[9 + p]: rate-limit policy p's key (its buckets are named after it)   then
+-- per buyer, one key per per-address policy: the buyer's field in its buckets
 -- ARGV[1] sale id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock; tests replay exact timings)   ARGV[4] ms the keys hash lives after
 -- its last write
@@ -60,8 +60,8 @@
 -- The cost is per batch, not per buyer: one HMGET asks about every buyer, the
 -- buyers hash and the stock are written once each, and the batch's accepted orders
 -- are one stream entry (one XADD; settlement reads, acknowledges and deletes them
--- together) and one field of the pending hash; each limit key is read and written
--- once (a per-user policy's states: one HMGET or two, one HSET, for the batch).
+-- together) and one field of the pending hash; each limit policy's states are
+-- read with one HMGET or two and written with one HSET, for the batch.
 --
 -- The pending hash holds the orders accepted and not yet settled, by batch: the
 -- field is the batch tag, its value the entry's `orders` text (the same string as

@@ -4,8 +4,8 @@
 -- KEYS[3] voters hash (user id -> ballot, see below)   KEYS[4] tally hash (option ->
 -- count)   KEYS[5] votes stream   KEYS[6] idempotency keys hash (`<user>:<key>` ->
 -- `<ballot>|<code>:<value>:<text>`)
--- KEYS[6 + p]: rate-limit policy p's key (a per-user policy's buckets are named
--- after it)   then per voter, one key per per-address policy: its state there
+-- KEYS[6 + p]: rate-limit policy p's key (its buckets are named after it)   then
+-- per voter, one key per per-address policy: the voter's field in its buckets
 -- ARGV[1] poll id   ARGV[2] P, the number of policies   ARGV[3] now in ms ('' = the
 -- Redis clock)   ARGV[4] ms the keys hash lives after its last write   ARGV[5 ..]:
 -- per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a key per voter;
@@ -50,7 +50,8 @@
 --
 -- The cost is per batch, not per voter: one HMGET asks about every voter, the
 -- voters hash is written once, each option's tally read and written once, each
--- limit key read and written once, and one XADD carries every accepted request
+-- limit policy's states read with one HMGET or two and written with one HSET, and
+-- one XADD carries every accepted request
 -- (settlement reads, acknowledges and deletes them together).
 local ALREADY_VOTED, UNKNOWN_OPTION, BUDGET_SPENT, OVER_BUDGET = 1, 5, 9, 10
 local KEY_REUSED, INVALID_BALLOT = 12, 13

@@ -5,10 +5,11 @@
 -- algorithm works on it parsed, {window number, count} (see below).
 --
 -- Like every algorithm in lua/lib/limit_*.lua, it never calls Redis itself and
--- works on parsed state: lua/lib/limits.lua reads a key once (GET, then
--- limit_*_read) and writes it once (limit_*_text, then SET with its expiry), so a
--- batch of requests costs one read, one parse, one format and at most one write
--- per key, whatever the number of requests that count in it.
+-- works on parsed state: lua/lib/limits.lua reads a subject's state once (a key's
+-- GET, or a field of a batch's HMGET, then limit_*_read) and writes it once
+-- (limit_*_text, then SET with its expiry, or the batch's HSET), so a batch of
+-- requests costs one read, one parse, one format and at most one write per
+-- subject, whatever the number of requests that count in it.
 -- limit_fixed_window_read(text) is the parsed state, or nil for none (or text of
 -- another layout); limit_fixed_window_text(state) its text.
 -- limit_fixed_window(state, now, limit, window) returns

@@ -3,12 +3,15 @@
 -- token bucket; a, b, c: limit and window ms, or capacity, refill rate per second
 -- and cost.
 --
--- Every policy's state for one subject is one string key. A script reads and
--- parses it once (GET, or a batch's keys all with one MGET: limits_preload;
--- limit_*_read) and, when it counted something, formats and
--- writes it once (limit_*_text, SET with PX, so no key is ever left without an
--- expiry), however many of its requests count in that key: the algorithms compute
--- on parsed state (a batch's requests from one address share one counter).
+-- A policy's state for one subject is text: in lua/limit.lua (the routes limited
+-- outside a decision) a string key of its own, read once (GET) and written once
+-- (SET with PX, so no key is ever left without an expiry); in the batch scripts
+-- (buy, vote) a field of the policy's bucket hash of the time span (limits_cache
+-- below: a batch's subjects read with one HMGET or two, written with one HSET).
+-- Either way it is parsed once (limit_*_read) and, when something counted,
+-- formatted and written once (limit_*_text), however many requests count in it:
+-- the algorithms compute on parsed state (a batch's requests from one address
+-- share one counter).
 
 -- Limit state is bookkeeping, not a decision: Redis keeps it in memory only, and
 -- neither appends it to the AOF nor sends it to replicas (`redis.set_repl`). Under
@@ -314,8 +317,8 @@ end
 local limits_new_state, limits_new_ttl = {}, {}
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
--- it. Its subject under policy p is subjects[base + p] (a key name, or a user id
--- for a policy kept in buckets; see limits_cache); `policies`: {alg, a, b, c, per
+-- it. Its subject under policy p is subjects[base + p] (a user id, or an
+-- address: a field of the policy's buckets, see limits_cache); `policies`: {alg, a, b, c, per
 -- user, take, taken} each (batch_policies); `cache` from limits_cache, the states
 -- read by limits_preload (every subject of the batch's counted requests). Fills
 -- `states[1..P]` with the states the request was decided on (false for none), from

@@ -64,8 +64,9 @@ pub struct Row {
 }
 
 /// A call of a batch decision script, in the layout `lua/lib/batch.lua` reads:
-/// KEYS = the script's state keys, one key per policy (a per-user policy's buckets
-/// are named after it), then each item's keys of the per-address policies; ARGV =
+/// KEYS = the script's state keys, one key per policy (its buckets are named after
+/// it), then each item's keys of the per-address policies (each names the item's
+/// field in its policy's buckets; the script reads no such key); ARGV =
 /// id, number of policies, now override, the script's own number, five per policy
 /// (the fifth: `u` per user, `k` a key per item), then two per item (user id, then
 /// [`ItemArg`]).
@@ -134,8 +135,9 @@ impl Call<'_> {
     }
 
     /// Adds each item's keys of the per-address policies, in the policies' order:
-    /// the policy's prefix, then the address. (A per-user policy keeps its users'
-    /// states as fields of its buckets, named by the user ids the items carry.)
+    /// the policy's prefix, then the address (the script keeps the address as the
+    /// field of the policy's buckets; a per-user policy's fields are the user ids
+    /// the items carry).
     fn address_keys(
         &self,
         inv: &mut crate::lua::Invocation<'_>,
@@ -178,11 +180,14 @@ impl Call<'_> {
     }
 }
 
-/// What the name of a per-user policy's buckets starts with, after the policy's
-/// prefix (`ns:{sale:42}:rl:buy-user:b`; the bucket's number follows, see
-/// `limits_cache` in `lua/lib/limits.lua`). A policy counts either users or
-/// addresses, so its buckets never meet a per-address key; an earlier version's
-/// per-user keys (`...:buy-user:u7`) are not read, and expire within a window.
+/// What the name of a policy's buckets starts with, after the policy's prefix
+/// (`ns:{sale:42}:rl:buy-user:b`, `ns:{sale:42}:rl:buy-ip:b`; the bucket's number
+/// follows, see `limits_cache` in `lua/lib/limits.lua`). A per-user policy's key in
+/// the call is this base; a per-address policy's is its prefix, to which the script
+/// adds `b` itself (a test holds the two together). No address is `b` and digits,
+/// so a bucket never meets an earlier version's per-address key
+/// (`...:buy-ip:203.0.113.9`); those and the per-user keys (`...:buy-user:u7`) are
+/// not read, and expire within their time to live.
 pub const BUCKETS: &str = "b";
 
 /// How many numbers per policy an answer carries (see `batch_answer` in
@@ -281,6 +286,15 @@ fn decision(script: &str, four: &[i64]) -> Result<Decision, AppError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_address_policy_s_buckets_are_named_as_a_per_user_policy_s() {
+        let limits = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/limits.lua"));
+        assert!(
+            limits.contains(&format!("base = key .. '{BUCKETS}'")),
+            "lua/lib/limits.lua adds BUCKETS to a per-address policy's prefix"
+        );
+    }
 
     #[test]
     fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {

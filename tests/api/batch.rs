@@ -19,8 +19,8 @@ use tokio::sync::Barrier;
 
 use crate::helpers::{
     TestApp, flush_scripts_on_node_of, limit_buckets, limits, node_of, redis_pttl, socket_addr_of,
-    spawn_app, spawn_app_with, spawn_with_live_sale, test_redis_cluster, test_redis_url,
-    user_log_entries, window_policy,
+    spawn_app, spawn_app_with, spawn_with_live_sale, subject_log_entries, test_redis_cluster,
+    test_redis_url, user_log_entries, window_policy,
 };
 
 /// A buy-route policy that refuses when Redis cannot answer.
@@ -755,13 +755,23 @@ async fn accepted_purchases_report_what_the_limiter_script_answers() {
     assert_eq!(accepted, 9);
 }
 
-/// A per-user policy keeps its users' states in buckets, one hash per span of its
-/// window (`limits_cache` in lua/lib/limits.lua): a user's state written in one
-/// span still counts in the next (read from the previous bucket), a bucket two
-/// spans old is deleted by the next write, and every bucket carries an expiry of
-/// at most three spans. Replayed clock, a sliding log of 2 per 1,000 ms.
+/// A policy keeps its subjects' states in buckets, one hash per span of its window
+/// (`limits_cache` in lua/lib/limits.lua): a state written in one span still
+/// counts in the next (read from the previous bucket), a bucket two spans old is
+/// deleted by the next write, and every bucket carries an expiry of at most three
+/// spans. Replayed clock, a sliding log of 2 per 1,000 ms; per user, then per
+/// address (the buyer's address the field, no key of its own).
 #[tokio::test(flavor = "multi_thread")]
 async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go() {
+    limit_states_carry_over_one_span_and_go(stampede::limit::Subject::User).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn per_address_limit_states_live_in_buckets_that_carry_over_one_span_and_go() {
+    limit_states_carry_over_one_span_and_go(stampede::limit::Subject::Ip).await;
+}
+
+async fn limit_states_carry_over_one_span_and_go(subject: stampede::limit::Subject) {
     use stampede::limit::{Algorithm, Subject};
     let app = spawn_app().await;
     let admin = app.admin().await;
@@ -769,9 +779,14 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
         .live_sale_with(&admin, 100, serde_json::json!({"max_per_user": 10}))
         .await;
     let user = app.user().await.id;
+    let address = std::net::IpAddr::from([203, 0, 113, 9]);
+    let field = match subject {
+        Subject::User => user.to_string(),
+        Subject::Ip | Subject::Subnet => address.to_string(),
+    };
     let policies = vec![policy(
-        "u-log",
-        Subject::User,
+        "log",
+        subject,
         Algorithm::SlidingLog {
             limit: 2,
             window_ms: 1000,
@@ -780,7 +795,7 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     let buyer = BuyRequest {
         user: Id::new(user).unwrap(),
         quantity: 1,
-        ip: None,
+        ip: Some(address),
         key: None,
     };
     let span0 = chrono::Utc::now().timestamp_millis() / 1000;
@@ -801,7 +816,7 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     };
     let bucket = |span: i64| {
         app.keys
-            .sale_rate_limit(Id::new(sale).unwrap(), "u-log", stampede::batch::BUCKETS)
+            .sale_rate_limit(Id::new(sale).unwrap(), "log", stampede::batch::BUCKETS)
             + &span.to_string()
     };
     let accepted = |o: &PurchaseOutcome| matches!(o, PurchaseOutcome::Accepted { .. });
@@ -810,44 +825,67 @@ async fn per_user_limit_states_live_in_buckets_that_carry_over_one_span_and_go()
     // the log from span 0's bucket still holds both.
     assert!(accepted(&buy_at(span0 * 1000 + 800).await));
     assert!(accepted(&buy_at(span0 * 1000 + 900).await));
+    assert_eq!(subject_log_entries(&app, sale, "log", &field).await, 2);
     let third = buy_at(span0 * 1000 + 1100).await;
     assert!(
         matches!(third, PurchaseOutcome::RateLimited { .. }),
         "{third:?}"
     );
     assert_eq!(
-        limit_buckets(&app, sale, "u-log").await,
+        limit_buckets(&app, sale, "log").await,
         vec![bucket(span0)],
         "a refused request writes nothing"
     );
     // In span 1, past the first entry's window: allowed, written to span 1's bucket
     // with the live entry carried over.
     assert!(accepted(&buy_at(span0 * 1000 + 1850).await));
-    assert_eq!(user_log_entries(&app, sale, "u-log", user).await, 2);
+    assert_eq!(subject_log_entries(&app, sale, "log", &field).await, 2);
     // Span 2: span 0's bucket goes with the first write.
     assert!(accepted(&buy_at(span0 * 1000 + 2950).await));
     assert_eq!(
-        limit_buckets(&app, sale, "u-log").await,
+        limit_buckets(&app, sale, "log").await,
         vec![bucket(span0 + 2), bucket(span0 + 1)]
     );
-    for key in limit_buckets(&app, sale, "u-log").await {
+    for key in limit_buckets(&app, sale, "log").await {
         let ttl = redis_pttl(&app.redis, &key).await;
         assert!(ttl > 0 && ttl <= 3_000, "{key}: PTTL {ttl}");
     }
+    // Nothing else of the policy: no key per address (or user) beside its buckets.
+    let prefix = app.keys.sale_rate_limit(Id::new(sale).unwrap(), "log", "");
+    let all: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 2, "{all:?}");
 }
 
 /// A batch reads a policy's states in chunks of 1,000 fields (one `HMGET` of its
 /// bucket each): 1,100 buyers, each from an address of their own, are 1,101 fields
-/// of each policy's bucket (with its mark `#`), and a state past the first chunk
-/// is read like any other. The last buyer's log is full, so it alone is refused
-/// by the limit; everyone else is counted once and buys.
+/// of each per-user and per-address policy's bucket (with its mark `#`), and a
+/// state past the first chunk is read like any other: the last buyer's log is full,
+/// so it alone is refused by the limit, and an address counted by an earlier call
+/// (buyer 1,050's, 1,051st of the read) counts on. A per-subnet policy beside the
+/// per-address one keeps its own buckets, a field per /24. Everyone else is
+/// counted once and buys. One clock for both calls (mid-span), so no window turns
+/// between them.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_batch_past_one_read_chunk_reads_every_limit_state() {
     use stampede::limit::{Algorithm, Subject};
     let app = spawn_app().await;
     let admin = app.admin().await;
     let sale = Id::new(app.live_sale(&admin, 2_000).await).unwrap();
-    let users = app.create_users(1_100, false).await;
+    let users = app.create_users(1_101, false).await;
+    let counter = |name: &str, subject| {
+        policy(
+            name,
+            subject,
+            Algorithm::SlidingCounter {
+                limit: 100_000,
+                window_ms: 60_000,
+            },
+        )
+    };
     let policies = vec![
         policy(
             "buy-user",
@@ -857,39 +895,40 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_state() {
                 window_ms: 60_000,
             },
         ),
-        policy(
-            "buy-ip",
-            Subject::Ip,
-            Algorithm::SlidingCounter {
-                limit: 100_000,
-                window_ms: 60_000,
-            },
-        ),
+        counter("buy-ip", Subject::Ip),
+        counter("buy-net", Subject::Subnet),
     ];
+    let address = |n: usize| std::net::IpAddr::from([10, 1, (n / 250) as u8, (n % 250) as u8]);
     let buyer = |n: usize| BuyRequest {
         user: Id::new(users[n].id).unwrap(),
         quantity: 1,
-        ip: Some(std::net::IpAddr::from([
-            10,
-            1,
-            (n / 250) as u8,
-            (n % 250) as u8,
-        ])),
+        ip: Some(address(n)),
         key: None,
     };
+    let now = chrono::Utc::now().timestamp_millis();
     let batch = PurchaseBatch {
         keys: &app.keys,
         sale,
         policies: &policies,
-        now_ms: None,
+        now_ms: Some(now - now % 120_000 + 60_000),
         key_ttl: Duration::from_secs(86_400),
     };
     let mut redis = app.redis.clone();
-    let last = users.len() - 1;
-    let first = batch.run(&mut redis, &[buyer(last)]).await.unwrap();
-    assert!(matches!(first[0].outcome, PurchaseOutcome::Accepted { .. }));
+    let last = 1_099;
+    // The last buyer, and user 1,100 (not in the big batch) from buyer 1,050's address.
+    let early = BuyRequest {
+        ip: Some(address(1_050)),
+        ..buyer(1_100)
+    };
+    let first = batch.run(&mut redis, &[buyer(last), early]).await.unwrap();
+    assert!(
+        first
+            .iter()
+            .all(|r| matches!(r.outcome, PurchaseOutcome::Accepted { .. })),
+        "{first:?}"
+    );
 
-    let all: Vec<BuyRequest> = (0..users.len()).map(buyer).collect();
+    let all: Vec<BuyRequest> = (0..=last).map(buyer).collect();
     let replies = batch.run(&mut redis, &all).await.unwrap();
     for (n, reply) in replies.iter().enumerate() {
         if n == last {
@@ -904,7 +943,7 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_state() {
             );
         }
     }
-    assert_eq!(app.stock_left(sale.get()).await, 2_000 - 1_100);
+    assert_eq!(app.stock_left(sale.get()).await, 2_000 - 1_101);
     for n in [0, 499, 998, 999, 1_000, 1_098, last] {
         assert_eq!(
             user_log_entries(&app, sale.get(), "buy-user", users[n].id).await,
@@ -912,30 +951,58 @@ async fn a_batch_past_one_read_chunk_reads_every_limit_state() {
             "buyer {n}"
         );
     }
-    // Each address counted once, as a field of the per-address policy's bucket
-    // (`<window> <count> <previous count>`), and no key of its own.
-    let address_buckets = limit_buckets(&app, sale.get(), "buy-ip").await;
-    for n in [0, 499, 998, 999, 1_000, 1_098] {
-        let address = buyer(n).ip.unwrap().to_string();
+    // Each address's count as a field of its policy's bucket (`<window> <count>
+    // <previous count>`): one bucket a policy, no key of its own per subject.
+    let counts = async |policy: &str, field: &str| -> String {
+        let buckets = limit_buckets(&app, sale.get(), policy).await;
+        assert_eq!(buckets.len(), 1, "{policy}: {buckets:?}");
         let state: Option<String> = redis::cmd("HGET")
-            .arg(&address_buckets[0])
-            .arg(&address)
-            .query_async(&mut redis)
+            .arg(&buckets[0])
+            .arg(field)
+            .query_async(&mut app.redis.clone())
             .await
             .unwrap();
-        let counts: Vec<&str> = state.as_deref().unwrap_or_default().split(' ').collect();
+        let state = state.unwrap_or_default();
+        state
+            .split_once(' ')
+            .map(|(_, c)| c.to_string())
+            .unwrap_or(state)
+    };
+    for n in [0, 499, 998, 999, 1_000, 1_098, last] {
         assert_eq!(
-            counts.get(1..),
-            Some(&["1", "0"][..]),
-            "{address}: {state:?}"
+            counts("buy-ip", &address(n).to_string()).await,
+            "1 0",
+            "buyer {n}"
         );
     }
-    let own_key: i64 = redis::cmd("EXISTS")
-        .arg(app.keys.sale_rate_limit(sale, "buy-ip", "10.1.0.0"))
+    assert_eq!(
+        counts("buy-ip", &address(1_050).to_string()).await,
+        "2 0",
+        "an address counted before, read past the first chunk"
+    );
+    assert_eq!(counts("buy-net", "10.1.0.0/24").await, "250 0");
+    // 10.1.4.0/24: buyers 1,000 to 1,099 (the last counted by the first call, not
+    // by the batch that refused it) and user 1,100.
+    assert_eq!(counts("buy-net", "10.1.4.0/24").await, "101 0");
+    let fields: usize = redis::cmd("HLEN")
+        .arg(&limit_buckets(&app, sale.get(), "buy-ip").await[0])
         .query_async(&mut redis)
         .await
         .unwrap();
-    assert_eq!(own_key, 0, "an address's state has no key of its own");
+    assert_eq!(fields, 1_101, "1,100 addresses and the mark `#`");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!(
+            "{}:{{sale:{sale}}}:rl:*",
+            app.config.redis_namespace
+        ))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys.len(),
+        3,
+        "a bucket a policy and nothing else: {keys:?}"
+    );
 }
 
 /// A decider that takes 500 ms a batch and records what each batch held.

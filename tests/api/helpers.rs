@@ -1357,10 +1357,16 @@ pub async fn limit_buckets(app: &TestApp, sale: i64, policy: &str) -> Vec<String
 /// buy route: the user's field in the newest bucket that has one (a later bucket's
 /// field holds every entry still in the window); none is none.
 pub async fn user_log_entries(app: &TestApp, sale: i64, policy: &str, user: i64) -> usize {
+    subject_log_entries(app, sale, policy, &user.to_string()).await
+}
+
+/// The same for any subject of a policy kept in buckets: a user id, or an address
+/// as a per-address policy counts it (`203.0.113.9`).
+pub async fn subject_log_entries(app: &TestApp, sale: i64, policy: &str, field: &str) -> usize {
     for bucket in limit_buckets(app, sale, policy).await {
         let state: Option<String> = redis::cmd("HGET")
             .arg(&bucket)
-            .arg(user)
+            .arg(field)
             .query_async(&mut app.redis.clone())
             .await
             .unwrap();

@@ -114,6 +114,23 @@ async fn limit_windows_stay_out_of_the_aof_and_a_redis_kill_loses_no_202() {
     );
 
     let counted = limit_keys(&stack).await;
+    // Both policies' states are fields of their buckets (`...:rl:buy-ip:b<span>`
+    // too: no key per address), in each sale's slot.
+    for policy in ["buy-user", "buy-ip"] {
+        for sale in &sales {
+            let bucket = format!("{{sale:{sale}}}:rl:{policy}:b");
+            assert!(
+                counted.iter().any(|k| k.contains(&bucket)),
+                "no bucket {bucket}* among {counted:?}"
+            );
+        }
+    }
+    assert!(
+        counted
+            .iter()
+            .all(|k| k.contains(":rl:buy-user:b") || k.contains(":rl:buy-ip:b")),
+        "a limit key that is not a bucket: {counted:?}"
+    );
     let subjects = limit_subjects(&stack, &counted).await;
     assert!(
         subjects > users.len(),
