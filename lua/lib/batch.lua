@@ -142,10 +142,11 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     end
     limits_preload(cache, policies, counted, subjects)
   end
+  local before = before_read and seen or nil
   for i = 1, n do
     local admitted = skip and skip[i] or P == 0
     if not admitted then
-      admitted = limits_take(cache, subjects, (i - 1) * P, policies, now, states)
+      admitted = limits_take(cache, subjects, (i - 1) * P, policies, now, states, after, before)
     end
     if skip and skip[i] then
       -- Answered by the caller.
@@ -158,13 +159,6 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
         code[i], value[i] = REPLY_LIMITED, wait
       end
     else
-      local base = (i - 1) * P
-      for p = 1, P do
-        if before_read then
-          seen[base + p] = states[p]
-        end
-        after[base + p] = limits_new_state[p]
-      end
       if closed then
         code[i], value[i] = REPLY_CLOSED, 0
       elseif now < opens then
@@ -187,12 +181,12 @@ end
 -- per item, a string that follows its code and value (a replayed answer's).
 local function batch_reply(P, n, code, value, answers, texts)
   local out, seen, m = {}, batch_limits_seen, 0
+  local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
   for i = 1, n do
     local a = answers[i]
     if code[i] == REPLY_ACCEPTED and P > 0 and not a then
       out[m + 1], out[m + 2] = code[i], value[i]
-      m = limits_append_taken(out, m + 2, seen.policies, seen.states, seen.after, (i - 1) * P,
-        seen.now)
+      m = limits_append_taken(out, m + 2, policies, before, after, (i - 1) * P, now)
     else
       m = batch_answer(out, m, P, code[i], value[i], a)
     end

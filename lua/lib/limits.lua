@@ -167,8 +167,9 @@ end
 
 -- The policies' state as a batch script sees it, per policy p: `tables[p]` maps a
 -- subject (a user id, or an address's text) to its parsed state (false for none),
--- read once by limits_preload; its changes are kept there and written once by
--- limits_write (`ttl[p]` set for the subjects a request counted in).
+-- read once by limits_preload (`subjects[p]` lists them, `read[p]` their states as
+-- read, in the same order); its changes are kept there and written once by
+-- limits_write: a subject's state is written when it is no longer the one read.
 --
 -- Every policy keeps its subjects' states in buckets: hashes named after the
 -- policy's key (KEYS[first_policy_key + p - 1]) and the number of the span
@@ -192,9 +193,9 @@ end
 -- nor UNLINK. A clock replayed backwards (tests) across a span would miss the
 -- later bucket.
 local function limits_cache(policies, first_policy_key, now)
-  local c = {tables = {}, ttl = {}, policies = policies, buckets = {}}
+  local c = {tables = {}, read = {}, subjects = {}, policies = policies, buckets = {}}
   for p, policy in ipairs(policies) do
-    c.tables[p], c.ttl[p] = {}, {}
+    c.tables[p] = {}
     local span = limit_span(policy[1], policy[2], policy[3], policy[4])
     local b = math.floor(now / span)
     local key = KEYS[first_policy_key + p - 1]
@@ -271,7 +272,15 @@ local function limits_preload(cache, policies, items, subjects)
         limits_read(t, read, bucket.previous, missing)
       end
     end
+    -- The states as read, by subject's place in wanted[p]: limits_write writes the
+    -- subjects whose state is no longer the one read.
+    local w, read_states = wanted[p], {}
+    for k = 1, #w do
+      read_states[k] = t[w[k]]
+    end
+    cache.read[p] = read_states
   end
+  cache.subjects = wanted
 end
 
 -- The answers of every policy for one request, decided on `states` (its keys'
@@ -313,23 +322,23 @@ local function limits_append_taken(out, n, policies, before, after, from, now)
   return n
 end
 
--- Scratch of limits_take: the new states and their times to live of one request.
-local limits_new_state, limits_new_ttl = {}, {}
-
 -- Takes every policy for one request, all or nothing: when one refuses, none counts
 -- it. Its subject under policy p is subjects[base + p] (a user id, or an
--- address: a field of the policy's buckets, see limits_cache); `policies`: {alg, a, b, c, per
--- user, take, taken} each (batch_policies); `cache` from limits_cache, the states
--- read by limits_preload (every subject of the batch's counted requests). Fills
--- `states[1..P]` with the states the request was decided on (false for none), from
--- which limits_answers gives its answers. Returns true when every policy took it.
-local function limits_take(cache, subjects, base, policies, now, states)
+-- address: a field of the policy's buckets, see limits_cache); `policies`: {alg, a,
+-- b, c, per user, take, taken} each (batch_policies); `cache` from limits_cache, the
+-- states read by limits_preload (every subject of the batch's counted requests).
+-- Fills `states[1..P]` with the states the request was decided on (false for none),
+-- from which limits_answers gives a refusal's answers. When every policy took it,
+-- returns true, with the states it left at after[base + 1 .. base + P] and, when
+-- `before` is given, the states it was decided on at the same places (what
+-- limits_append_taken reads); else false (`after` then holds what is never read).
+local function limits_take(cache, subjects, base, policies, now, states, after, before)
   local tables, P = cache.tables, #policies
   for p = 1, P do
     local policy = policies[p]
     local state = tables[p][subjects[base + p]]
     states[p] = state
-    local new_state, ttl = policy[6](state or nil, now, policy[2], policy[3], policy[4])
+    local new_state = policy[6](state or nil, now, policy[2], policy[3], policy[4])
     if not new_state then
       -- The states of the policies not asked, for the refusal's answers.
       for q = p + 1, P do
@@ -337,29 +346,38 @@ local function limits_take(cache, subjects, base, policies, now, states)
       end
       return false
     end
-    limits_new_state[p], limits_new_ttl[p] = new_state, ttl
+    after[base + p] = new_state
   end
-  local ttls = cache.ttl
   for p = 1, P do
-    local id = subjects[base + p]
-    tables[p][id], ttls[p][id] = limits_new_state[p], limits_new_ttl[p]
+    tables[p][subjects[base + p]] = after[base + p]
+    if before then
+      before[base + p] = states[p]
+    end
   end
   return true
 end
 
 -- Writes every state the batch changed: per policy, its bucket's fields with one
 -- HSET (and, by the bucket's first batch, its expiry; the bucket two spans old
--- goes).
+-- goes). A take never gives back the state it was given (every algorithm's take
+-- makes a new table, or a log with one more entry), so a state that is not the one
+-- read is one a request counted in; a subject looked up for nothing costs no
+-- write and no table of changes.
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
   for p, policy in ipairs(cache.policies) do
     local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
-    local fields = {}
-    for id in pairs(cache.ttl[p]) do
-      fields[#fields + 1] = id
-      fields[#fields + 1] = text(t[id])
+    local fields, f = {}, 0
+    local ids, read_states = cache.subjects[p], cache.read[p]
+    for k = 1, #ids do
+      local id = ids[k]
+      local state = t[id]
+      if state and state ~= read_states[k] then
+        fields[f + 1], fields[f + 2] = id, text(state)
+        f = f + 2
+      end
     end
-    if #fields > 0 then
+    if f > 0 then
       if not bucket.ready then
         fields[#fields + 1] = '#'
         fields[#fields + 1] = '1'
