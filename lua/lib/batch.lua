@@ -79,7 +79,8 @@ end
 -- answers: the policies, the time, and per admitted item the P states its take was
 -- decided on (kept only when a policy's 202 numbers read them: an algorithm other
 -- than the sliding log and counter) and the P states it left (item i's at
--- (i - 1) * P + 1 ..).
+-- (i - 1) * P + 1 ..; an item a later policy refused may have some of its places
+-- written, never read).
 local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at

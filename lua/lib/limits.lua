@@ -125,7 +125,10 @@ local LIMIT_TAKE = {
 
 -- A policy's take, found once per batch rather than per request: (state, now, a,
 -- b, c) -> the new state and its time to live when one more request fits, else
--- nil. The algorithm's own take, or its full decision for the others.
+-- nil. The algorithm's own take, or its full decision for the others. A take never
+-- changes the state it is given and never gives it back: limits_write tells a
+-- counted subject by its state no longer being the one read (held by
+-- tests/api/limit.rs, a_take_that_counts_makes_a_new_state_and_leaves_the_one_it_read).
 local function limit_taker(alg)
   return LIMIT_TAKE[alg] or function(state, now, a, b, c)
     local r, new_state, ttl = limit_decide(alg, state, now, a, b, c)
@@ -360,9 +363,10 @@ end
 -- Writes every state the batch changed: per policy, its bucket's fields with one
 -- HSET (and, by the bucket's first batch, its expiry; the bucket two spans old
 -- goes). A take never gives back the state it was given (every algorithm's take
--- makes a new table, or a log with one more entry), so a state that is not the one
--- read is one a request counted in; a subject looked up for nothing costs no
--- write and no table of changes.
+-- makes a new table, or a log that is longer or starts later: with a window of
+-- 1 ms or more a stale entry dropped is never the `now` appended), so a state
+-- that is not the one read is one a request counted in; a subject looked up for
+-- nothing costs no write and no table of changes.
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
   for p, policy in ipairs(cache.policies) do

@@ -746,3 +746,80 @@ async fn a_limit_key_of_an_older_layout_is_replaced_not_an_error() {
     }
     assert_eq!(sliding_log_entries(&mut redis, &zset).await, 1);
 }
+
+/// Every algorithm's take, as the batch scripts call it (`limit_taker` in
+/// lua/lib/limits.lua), returns a new state when it counts a request and leaves
+/// the state it was given as it was: `limits_write` writes a subject only when its
+/// state is no longer the one read, so a take that changed its input in place (or
+/// gave it back) would lose the count without an error. Fresh, live, stale and
+/// previous-window states, and a log with an entry ahead of the clock.
+#[tokio::test]
+async fn a_take_that_counts_makes_a_new_state_and_leaves_the_one_it_read() {
+    let lab = RedisNamespace::new().await;
+    let lib = |name: &str| {
+        std::fs::read_to_string(format!("{}/lua/lib/{name}.lua", env!("CARGO_MANIFEST_DIR")))
+            .expect("library file")
+    };
+    let mut source: String = [
+        "run",
+        "clock",
+        "limit_fixed_window",
+        "limit_sliding_log",
+        "limit_sliding_counter",
+        "limit_token_bucket",
+        "limits",
+    ]
+    .iter()
+    .map(|name| lib(name))
+    .collect();
+    source.push_str(
+        r#"
+local now = tonumber(ARGV[1])
+local w = math.floor(now / 1000)
+local function log(...)
+  local t = {}
+  for i, x in ipairs({...}) do t[i] = string.format('%013d', x) end
+  return table.concat(t)
+end
+local cases = {
+  {'sl', 5, 1000, 0, {false, log(now), log(now - 1500, now - 10), log(now - 1000, now),
+    log(now - 900, now - 800, now - 700, now - 1), log(now + 100)}},
+  {'sc', 5, 1000, 0, {false, w .. ' 1 0', (w - 1) .. ' 3 0', (w - 2) .. ' 4 4', w .. ' 0 2'}},
+  {'fw', 5, 1000, 0, {false, w .. ' 2', (w - 1) .. ' 5'}},
+  {'tb', 5, 5, 1, {false, '3.5 ' .. (now - 100), '0.2 ' .. (now - 1000)}},
+}
+local counted, wrong = 0, {}
+for _, c in ipairs(cases) do
+  local alg, take = c[1], limit_taker(c[1])
+  for k, text in ipairs(c[5]) do
+    local state, read_text = nil, nil
+    if text then
+      state = LIMIT_READ[alg](text)
+      if not state then wrong[#wrong + 1] = alg .. ' ' .. k .. ': unreadable' end
+      read_text = LIMIT_TEXT[alg](state)
+    end
+    local new_state = take(state, now, c[2], c[3], c[4])
+    if new_state then
+      counted = counted + 1
+      if new_state == state then wrong[#wrong + 1] = alg .. ' ' .. k .. ': the state read' end
+      if text and LIMIT_TEXT[alg](state) ~= read_text then
+        wrong[#wrong + 1] = alg .. ' ' .. k .. ': the state read was changed'
+      end
+    end
+  end
+end
+return counted .. '\n' .. table.concat(wrong, '\n')
+"#,
+    );
+    let out: String = redis::Script::new(&source)
+        .key(lab.key("unused"))
+        .arg(T0)
+        .invoke_async(&mut lab.redis.clone())
+        .await
+        .expect("take script");
+    // Every case above counts (each is under its limit); none may come back as read.
+    assert_eq!(
+        out, "17\n",
+        "takes that counted, then the cases that broke the rule"
+    );
+}
