@@ -196,7 +196,7 @@ end
 -- nor UNLINK. A clock replayed backwards (tests) across a span would miss the
 -- later bucket.
 local function limits_cache(policies, first_policy_key, now)
-  local c = {tables = {}, read = {}, subjects = {}, policies = policies, buckets = {}}
+  local c = {tables = {}, read = {}, policies = policies, buckets = {}}
   for p, policy in ipairs(policies) do
     c.tables[p] = {}
     local span = limit_span(policy[1], policy[2], policy[3], policy[4])
