@@ -130,6 +130,21 @@ pub fn decode_cursor<const N: usize>(tag: &str, cursor: &str) -> Result<[i64; N]
     Ok(fields)
 }
 
+/// Postgres's earliest `timestamptz` (4714-11-24 00:00 BC), in microseconds since
+/// 1970. Its latest (294276) is past chrono's (262142), which bounds the other end.
+const POSTGRES_MIN_MICROS: i64 = -210_866_803_200_000_000;
+
+/// A time field of a cursor (microseconds since 1970): one Postgres can compare
+/// with, else a 400 `invalid_query`. A cursor is not signed, so its times are
+/// whatever the client wrote: one before Postgres's range parsed as a time but
+/// failed the list's query ("timestamp out of range"), a 500.
+pub fn cursor_time(us: i64) -> Result<DateTime<Utc>, AppError> {
+    (us >= POSTGRES_MIN_MICROS)
+        .then(|| DateTime::from_timestamp_micros(us))
+        .flatten()
+        .ok_or_else(|| bad_cursor("a time out of range"))
+}
+
 /// A 400 `invalid_query` about the `cursor` parameter.
 pub fn bad_cursor(why: impl Into<Cow<'static, str>>) -> AppError {
     AppError::new(
@@ -186,6 +201,21 @@ impl ListScope {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cursor_times_are_the_ones_postgres_compares() {
+        assert!(cursor_time(POSTGRES_MIN_MICROS).is_ok());
+        assert!(cursor_time(0).is_ok());
+        for bad in [
+            POSTGRES_MIN_MICROS - 1,
+            -300_000_000_000_000_000,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let e = cursor_time(bad).unwrap_err();
+            assert_eq!(e.code(), "invalid_query", "{bad}");
+        }
+    }
 
     #[test]
     fn limit_is_1_to_200_and_50_by_default() {

@@ -125,10 +125,7 @@ impl SaleCursor {
     /// A cursor of a sale list; anything else is a 400 `invalid_query`.
     pub fn parse(raw: &str) -> Result<Self, AppError> {
         let [at, rank, starts_at, id] = crate::paging::decode_cursor::<4>(Self::TAG, raw)?;
-        let time = |us| {
-            DateTime::from_timestamp_micros(us)
-                .ok_or_else(|| crate::paging::bad_cursor("a time out of range"))
-        };
+        let time = crate::paging::cursor_time;
         let rank = i16::try_from(rank)
             .ok()
             .filter(|r| (0..=3).contains(r))

@@ -7,6 +7,8 @@
 
 use std::collections::HashSet;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reqwest::{StatusCode, header};
 use serde_json::Value;
 
@@ -251,18 +253,30 @@ async fn bad_limits_and_cursors_are_400_with_a_json_body() {
         .unwrap();
 
     let lists = [
-        ("/api/sales", &poll_cursor),
-        ("/api/admin/sales", &poll_cursor),
-        ("/api/polls", &sale_cursor),
-        ("/api/admin/polls", &sale_cursor),
+        ("/api/sales", &poll_cursor, "s1"),
+        ("/api/admin/sales", &poll_cursor, "s1"),
+        ("/api/polls", &sale_cursor, "p1"),
+        ("/api/admin/polls", &sale_cursor, "p1"),
     ];
-    for (list, foreign) in lists {
+    for (list, foreign, tag) in lists {
+        // Cursors of the list's own shape whose times Postgres cannot compare
+        // (before 4714 BC; past chrono's range): refused, not a failed query.
+        let out_of_range = [
+            format!("{tag}.-300000000000000000.0.0.1"),
+            format!("{tag}.0.0.-210866803200000001.1"),
+            format!("{tag}.{}.0.0.1", i64::MAX),
+        ]
+        .map(|text| URL_SAFE_NO_PAD.encode(text));
         let token = Some(admin.token.as_str());
         for limit in ["0", "201", "-1", "abc", "1.5", "", "99999999999"] {
             let resp = app.get(&format!("{list}?limit={limit}"), token).await;
             assert_error(resp, StatusCode::BAD_REQUEST, "invalid_limit").await;
         }
-        for cursor in ["zzz", "!!", "", foreign.as_str(), &"A".repeat(400)] {
+        let made = out_of_range.iter().map(String::as_str);
+        for cursor in ["zzz", "!!", "", foreign.as_str(), &"A".repeat(400)]
+            .into_iter()
+            .chain(made)
+        {
             let resp = app.get(&format!("{list}?cursor={cursor}"), token).await;
             assert_error(resp, StatusCode::BAD_REQUEST, "invalid_query").await;
         }
@@ -366,6 +380,14 @@ async fn polls_page_shows_24_polls_and_links_the_next_page() {
 
     app.html_status("/polls?cursor=nope", None, StatusCode::BAD_REQUEST)
         .await;
+    // A cursor of the list's shape with a time Postgres cannot compare.
+    let before_postgres = URL_SAFE_NO_PAD.encode("p1.-300000000000000000.0.0.1");
+    app.html_status(
+        &format!("/polls?cursor={before_postgres}"),
+        None,
+        StatusCode::BAD_REQUEST,
+    )
+    .await;
 }
 
 #[tokio::test]
