@@ -200,6 +200,20 @@ pub async fn claim<C: ConnectionLike>(
     Ok(set.is_some())
 }
 
+/// Makes a claimed challenge good again (a vote a limit refused, see
+/// `routes::fair::Spent`): one `DEL` of its used key.
+pub async fn release<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    subject: Subject,
+    solved: &Solved,
+) -> redis::RedisResult<()> {
+    redis::cmd("DEL")
+        .arg(used_key(keys, subject, solved))
+        .query_async(redis)
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

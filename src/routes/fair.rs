@@ -129,8 +129,17 @@ impl Unspent {
     /// Uses the proof up (one `SET NX`, across servers): 403 `proof_used` when it
     /// was used already.
     pub(crate) async fn spend(self, state: &AppState, req: &HttpRequest) -> Result<(), AppError> {
+        self.spend_returnable(state, req).await.map(drop)
+    }
+
+    /// [`Unspent::spend`], keeping what it takes to give the proof back.
+    async fn spend_returnable(
+        self,
+        state: &AppState,
+        req: &HttpRequest,
+    ) -> Result<Spent, AppError> {
         let Some((subject, solved)) = self.0 else {
-            return Ok(());
+            return Ok(Spent(None));
         };
         let mut redis = redis_of(req, state);
         if !proof::claim(&mut redis, &state.keys, subject, &solved, now_ms()).await? {
@@ -139,7 +148,28 @@ impl Unspent {
                 "this challenge was used already: get a new one",
             ));
         }
-        Ok(())
+        Ok(Spent(Some((subject, solved))))
+    }
+}
+
+/// A proof of work a vote used up before its batch decided (a vote's limits are
+/// decided inside the batch, after the proof): [`Spent::give_back`] when a limit
+/// refused the vote, or when no decision came (a 503, whose retry may send the
+/// same proof), so that a limit's refusal does not cost the voter their proof, as
+/// on the join, ticket and entry routes.
+pub(crate) struct Spent(Option<(Subject, proof::Solved)>);
+
+impl Spent {
+    /// Makes the proof good again (its used key deleted). Best effort: a failure
+    /// leaves it used, as it was before this existed, and is logged.
+    pub(crate) async fn give_back(self, state: &AppState, req: &HttpRequest) {
+        let Some((subject, solved)) = self.0 else {
+            return;
+        };
+        let mut redis = redis_of(req, state);
+        if let Err(e) = proof::release(&mut redis, &state.keys, subject, &solved).await {
+            tracing::warn!(error = %e, "a refused vote's proof of work stays used: Redis did not take it back");
+        }
     }
 }
 
@@ -150,13 +180,13 @@ pub(crate) async fn pass_vote(
     req: &HttpRequest,
     user: &AuthUser,
     poll: PollId,
-) -> Result<(), AppError> {
+) -> Result<Spent, AppError> {
     let gates = poll_gates(state, poll).await?;
     // (A vote's limits are decided in its batch, after this: the proof is spent
-    // here.)
+    // here, and given back if a limit refuses the vote, see `Spent`.)
     pass(state, req, user, Subject::Poll(poll), gates, true)
         .await?
-        .spend(state, req)
+        .spend_returnable(state, req)
         .await
 }
 

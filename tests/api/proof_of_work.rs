@@ -439,23 +439,32 @@ async fn proof_settings_are_checked_and_fixed_once_open() {
     .await;
 }
 
+/// An app whose `route` lets each user through once in 1.5 s (a sliding log, so
+/// the second request is refused however the clock falls: a fixed window of 1.5 s,
+/// aligned to the clock, could start afresh between the two, one CI run in many).
+async fn one_per_user_a_while(name: &str, route: &str) -> TestApp {
+    spawn_app_with(|c| {
+        c.limits = limits(&[window_policy(name, route, "user", "sliding_log", 1, 1_500)])
+    })
+    .await
+}
+
+/// Sleeps the `Retry-After` of a 429 (asserted to be one).
+async fn wait_out_the_429(refused: reqwest::Response) {
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(retry)).await;
+}
+
 /// The proof is used up only once the route's limits let the request through: a
-/// 429 leaves it good for the retry the 429 asks for. A sliding log, so the
-/// second request is refused however the clock falls (a fixed window of 1.5 s,
-/// aligned to the clock, could start afresh between the two: one CI run in many).
+/// 429 leaves it good for the retry the 429 asks for.
 #[tokio::test]
 async fn a_limit_refusal_does_not_use_up_the_proof() {
-    let app = spawn_app_with(|c| {
-        c.limits = limits(&[window_policy(
-            "ticket-user",
-            "ticket",
-            "user",
-            "sliding_log",
-            1,
-            1_500,
-        )])
-    })
-    .await;
+    let app = one_per_user_a_while("ticket-user", "ticket").await;
     let admin = app.admin().await;
     let sale = pow_sale(&app, &admin, 8).await;
     let user = app.user().await;
@@ -467,13 +476,7 @@ async fn a_limit_refusal_does_not_use_up_the_proof() {
     .await;
     let second = proof(&app, "sales", sale, &user).await;
     let refused = ticket(&app, sale, &user, Some(&second)).await;
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = refused.headers()["retry-after"]
-        .to_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(retry)).await;
+    wait_out_the_429(refused).await;
     assert_status(
         ticket(&app, sale, &user, Some(&second)).await,
         StatusCode::OK,
@@ -487,4 +490,48 @@ async fn a_limit_refusal_does_not_use_up_the_proof() {
         "proof_used",
     )
     .await;
+}
+
+/// A vote's limits are decided inside its batch, after the proof is used up: a
+/// vote a limit refused gives the proof back, so the voter sends the same proof
+/// again once the limit lets them; the vote that passes uses it up for good.
+#[tokio::test]
+async fn a_vote_a_limit_refused_gives_its_proof_back() {
+    let app = one_per_user_a_while("vote-user", "vote").await;
+    let admin = app.admin().await;
+    let (poll, options) = app
+        .open_poll_with(
+            &admin,
+            "Colour?",
+            &["Red", "Blue"],
+            json!({ "proof_of_work": 8, "allow_change": true }),
+        )
+        .await;
+    let user = app.user().await;
+    let votes = format!("/api/polls/{poll}/votes");
+    let red = json!({ "option_id": options[0] });
+    let blue = json!({ "option_id": options[1] });
+    let first = proof(&app, "polls", poll, &user).await;
+    assert_status(
+        post_with(&app, &votes, &user, Some(&first), &red).await,
+        StatusCode::ACCEPTED,
+    )
+    .await;
+    let second = proof(&app, "polls", poll, &user).await;
+    let refused = post_with(&app, &votes, &user, Some(&second), &blue).await;
+    wait_out_the_429(refused).await;
+    let changed = post_with(&app, &votes, &user, Some(&second), &blue).await;
+    assert_eq!(changed.status(), StatusCode::ACCEPTED);
+    let changed: Value = changed.json().await.unwrap();
+    assert_eq!(changed["replaced"], true, "{changed}");
+    // Used up by that vote: once the window lets another through, it is refused.
+    tokio::time::sleep(std::time::Duration::from_millis(1_600)).await;
+    assert_error(
+        post_with(&app, &votes, &user, Some(&second), &red).await,
+        StatusCode::FORBIDDEN,
+        "proof_used",
+    )
+    .await;
+    let results = app.poll_results(poll).await;
+    assert_eq!(results["voters"], 1, "{results}");
 }

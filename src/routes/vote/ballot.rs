@@ -177,7 +177,7 @@ pub(super) async fn vote(
         .map(|v| PurchaseKey::parse(v.as_bytes()))
         .transpose()?;
     let ballot = body.ballot()?;
-    crate::routes::fair::pass_vote(state, &req, &user, poll).await?;
+    let proof = crate::routes::fair::pass_vote(state, &req, &user, poll).await?;
     // Per-user and per-IP limits against vote stuffing, checked inside the vote
     // script: a refused vote is recorded by no policy and changes no tally.
     let ip = state
@@ -196,7 +196,18 @@ pub(super) async fn vote(
                 ip,
             },
         )
-        .await?;
+        .await;
+    let refused_by_a_limit = match &reply {
+        Ok(r) => matches!(
+            r.outcome,
+            VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable
+        ),
+        Err(e) => e.error_code().status() == StatusCode::SERVICE_UNAVAILABLE,
+    };
+    if refused_by_a_limit {
+        proof.give_back(state, &req).await;
+    }
+    let reply = reply?;
     Metrics::inc(match reply.outcome {
         VoteOutcome::Accepted { .. } if !reply.replayed => &state.metrics.vote_accepted,
         _ => &state.metrics.vote_refused,
@@ -416,6 +427,9 @@ pub(super) async fn my_ballot(
         return Err(missing_from_redis(state.get_ref(), poll).await);
     };
     let last = held.as_ref().map_or(0, |h| h.seq);
+    // A set: a voter who changed their ballot often has as many rows as receipts,
+    // and a list's `contains` for each would cost their square.
+    let settled: std::collections::HashSet<i32> = settled.into_iter().collect();
     let mac = state.tokens.mac();
     let receipts: Vec<Receipt> = (1..=last)
         .map(|seq| Receipt {
