@@ -4,15 +4,18 @@
 //! written as RFC 4180 wants them, safe to open in a spreadsheet.
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use actix_web::web::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::Stream;
 use sqlx::{PgPool, Postgres, Transaction};
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc};
 use tracing::Instrument;
 
-use crate::error::AppError;
+use crate::error::{AppError, ErrorCode};
 
 /// Bytes gathered before a chunk is handed to the client.
 const CHUNK_BYTES: usize = 32 * 1024;
@@ -20,11 +23,49 @@ const CHUNK_BYTES: usize = 32 * 1024;
 /// the server hold is about this times [`CHUNK_BYTES`].
 const CHUNKS_AHEAD: usize = 4;
 
+/// How long a chunk may wait for the client to take it. A client that takes
+/// nothing for this long (a reader stalled on purpose, or a paused download) ends
+/// its download, cut: the download holds a Postgres connection and a transaction
+/// while it runs, and without this a client that keeps its connection open and
+/// never reads would hold them for as long as it likes.
+pub const STALL: Duration = Duration::from_secs(30);
+
+/// Downloads anyone may start (a drawn sale's entries) running at once in a
+/// process: each holds a connection of the requests' pool while it runs, so a
+/// crowd of them (or one client opening many) leaves the other requests theirs.
+/// Past it: 503 `busy` with `Retry-After`. The admins' downloads are not counted.
+pub const PUBLIC_DOWNLOADS: usize = 4;
+static PUBLIC: Semaphore = Semaphore::const_new(PUBLIC_DOWNLOADS);
+
+/// A public download's turn (see [`PUBLIC_DOWNLOADS`]), held by its writer until
+/// the download ends.
+pub struct Turn {
+    _permit: SemaphorePermit<'static>,
+}
+
+/// A turn for a public download now, or 503 `busy` with `Retry-After`.
+pub fn public_turn() -> Result<Turn, AppError> {
+    PUBLIC
+        .try_acquire()
+        .map(|_permit| Turn { _permit })
+        .map_err(|_| {
+            AppError::new(
+                ErrorCode::Busy,
+                "too many downloads of this kind at once; try again in a few seconds",
+            )
+            .with_header(actix_web::http::header::RETRY_AFTER, "5")
+        })
+}
+
 /// Where a download's rows go: the chunk being filled, and the channel to the
 /// client.
 pub struct CsvOut {
     buf: String,
     out: mpsc::Sender<Result<Bytes, AppError>>,
+    /// See [`STALL`].
+    stall: Duration,
+    /// Set when the client took nothing for `stall`: the body ends with an error.
+    cut: Arc<AtomicBool>,
 }
 
 impl CsvOut {
@@ -42,13 +83,30 @@ impl CsvOut {
         }
         let chunk = Bytes::from(std::mem::take(&mut self.buf));
         self.buf.reserve(CHUNK_BYTES + 512);
-        self.out.send(Ok(chunk)).await.is_ok()
+        self.send(chunk).await
     }
 
     /// Hands the last chunk to the client.
-    pub async fn finish(self) {
+    pub async fn finish(mut self) {
         if !self.buf.is_empty() {
-            let _ = self.out.send(Ok(Bytes::from(self.buf))).await;
+            let chunk = Bytes::from(std::mem::take(&mut self.buf));
+            self.send(chunk).await;
+        }
+    }
+
+    /// `false` when the client left, or took nothing for [`STALL`] (then the
+    /// download is marked cut).
+    async fn send(&self, chunk: Bytes) -> bool {
+        match tokio::time::timeout(self.stall, self.out.send(Ok(chunk))).await {
+            Ok(sent) => sent.is_ok(),
+            Err(_) => {
+                tracing::warn!(
+                    stall_s = self.stall.as_secs(),
+                    "CSV download cut: the client took nothing for that long"
+                );
+                self.cut.store(true, Ordering::Relaxed);
+                false
+            }
         }
     }
 }
@@ -56,10 +114,27 @@ impl CsvOut {
 /// A CSV download: `header`, then what `write` pushes into its [`CsvOut`], which
 /// it runs on a task of its own (in `span`) as the client takes the chunks. An
 /// error of `write` is logged and ends the body with it (the client sees a cut
-/// download, never a complete-looking one).
+/// download, never a complete-looking one), and so does a client that took
+/// nothing for [`STALL`]. `turn`: a public download's (see [`public_turn`]),
+/// given back when the writer ends.
 pub fn stream<F, Fut>(
     span: tracing::Span,
     header: &'static str,
+    turn: Option<Turn>,
+    write: F,
+) -> impl Stream<Item = Result<Bytes, AppError>> + 'static
+where
+    F: FnOnce(CsvOut) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), AppError>> + Send + 'static,
+{
+    stream_stalling_after(span, header, turn, STALL, write)
+}
+
+fn stream_stalling_after<F, Fut>(
+    span: tracing::Span,
+    header: &'static str,
+    turn: Option<Turn>,
+    stall: Duration,
     write: F,
 ) -> impl Stream<Item = Result<Bytes, AppError>> + 'static
 where
@@ -69,12 +144,16 @@ where
     let (tx, rx) = mpsc::channel::<Result<Bytes, AppError>>(CHUNKS_AHEAD);
     let mut buf = String::with_capacity(CHUNK_BYTES + 512);
     buf.push_str(header);
+    let cut = Arc::new(AtomicBool::new(false));
     let out = CsvOut {
         buf,
         out: tx.clone(),
+        stall,
+        cut: cut.clone(),
     };
     actix_web::rt::spawn(
         async move {
+            let _turn = turn;
             if let Err(e) = write(out).await {
                 tracing::warn!(error = ?e, "CSV download cut short");
                 let _ = tx.send(Err(e)).await;
@@ -82,8 +161,24 @@ where
         }
         .instrument(span),
     );
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
+    // The chunks as they come; after the last, an error when the download was cut
+    // for a stalled client (the writer could not queue one: the channel was full).
+    futures_util::stream::unfold(Some(rx), move |rx| {
+        let cut = cut.clone();
+        async move {
+            let mut rx = rx?;
+            match rx.recv().await {
+                Some(item) => Some((item, Some(rx))),
+                None if cut.load(Ordering::Relaxed) => Some((
+                    Err(AppError::Internal(anyhow::anyhow!(
+                        "CSV download cut: the client took nothing for {} s",
+                        stall.as_secs()
+                    ))),
+                    None,
+                )),
+                None => None,
+            }
+        }
     })
 }
 
@@ -150,6 +245,68 @@ mod tests {
         let mut buf = String::new();
         push_field(&mut buf, text);
         buf
+    }
+
+    /// A client that takes nothing ends its download after the stall (the writer
+    /// stops, its turn is given back) and the body it may still read ends with an
+    /// error, not like a whole file.
+    #[actix_web::test]
+    async fn a_stalled_client_ends_its_download_cut() {
+        use futures_util::StreamExt;
+        let written = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let rows = written.clone();
+        let (stopped_tx, stopped) = tokio::sync::oneshot::channel();
+        let body = stream_stalling_after(
+            tracing::Span::none(),
+            "n\r\n",
+            Some(public_turn().unwrap()),
+            Duration::from_millis(100),
+            move |mut out| async move {
+                loop {
+                    out.buf().push_str(&"x".repeat(1000));
+                    out.buf().push_str("\r\n");
+                    rows.fetch_add(1, Ordering::Relaxed);
+                    if !out.row_done().await {
+                        break;
+                    }
+                }
+                let _ = stopped_tx.send(());
+                Ok(())
+            },
+        );
+        tokio::time::timeout(Duration::from_secs(5), stopped)
+            .await
+            .expect("the writer of a stalled download stopped")
+            .unwrap();
+        // It queued what the channel holds, then waited for the client, in vain.
+        let rows = written.load(Ordering::Relaxed);
+        assert!(
+            rows < (CHUNKS_AHEAD + 2) * CHUNK_BYTES / 1000,
+            "{rows} rows"
+        );
+        let items: Vec<_> = body.collect().await;
+        let (last, chunks) = items.split_last().unwrap();
+        assert!(last.is_err(), "the body ends with an error");
+        assert_eq!(chunks.len(), CHUNKS_AHEAD);
+        assert!(chunks.iter().all(|c| c.is_ok()));
+        // Its turn came back when the writer ended: every turn is free, and the
+        // one too many is busy. (Here, not in a test of its own: tests run at once
+        // and the turns are the process's.)
+        let turns: Vec<Turn> = (0..PUBLIC_DOWNLOADS)
+            .map(|_| public_turn().unwrap())
+            .collect();
+        let Err(busy) = public_turn() else {
+            panic!("one download more than PUBLIC_DOWNLOADS got a turn");
+        };
+        assert_eq!(busy.code(), "busy");
+        let resp = actix_web::ResponseError::error_response(&busy);
+        assert_eq!(
+            resp.status(),
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(resp.headers().get("retry-after").unwrap(), "5");
+        drop(turns);
+        assert!(public_turn().is_ok(), "a turn given back is free again");
     }
 
     #[test]

@@ -153,7 +153,7 @@ pub fn orders_csv(
     price_cents: i64,
 ) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
     let span = tracing::warn_span!("orders_csv", sale = %sale);
-    csv::stream(span, CSV_HEADER, move |out| {
+    csv::stream(span, CSV_HEADER, None, move |out| {
         write_csv(db, sale, price_cents, out)
     })
 }

@@ -70,7 +70,7 @@ pub fn votes_csv(
         mac,
     };
     let span = tracing::warn_span!("votes_csv", poll = %poll);
-    Ok(csv::stream(span, CSV_HEADER, move |out| {
+    Ok(csv::stream(span, CSV_HEADER, None, move |out| {
         write_csv(db, sheet, out)
     }))
 }

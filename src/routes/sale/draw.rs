@@ -252,6 +252,7 @@ async fn drawn(state: &AppState, sale: SaleId, admin: bool) -> Result<Published,
     (status = 200, description = "`text/csv`: `entry_id,entered_at`, one line per entry", content_type = "text/csv", body = String),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`draw_pending` (with `Retry-After`) or `not_a_draw`", body = ErrorBody<'static>),
+    (status = 503, description = "`busy` (with `Retry-After`): this server is sending as many of these downloads as it sends at once", body = ErrorBody<'static>),
 ))]
 pub(super) async fn entries_csv(
     req: HttpRequest,
@@ -261,8 +262,11 @@ pub(super) async fn entries_csv(
     let sale = SaleId::parse(&path)?;
     let admin = optional_user(&req)?.is_some_and(|u| u.admin);
     drawn(&state, sale, admin).await?;
+    // Anyone may download it: at most a few at once per process (each holds a
+    // connection of the requests' pool while it runs), see `csv::PUBLIC_DOWNLOADS`.
+    let turn = crate::csv::public_turn()?;
     Ok(crate::csv::attachment(
         &format!("sale-{sale}-entries.csv"),
-        publish::entries_csv(state.db.clone(), sale),
+        publish::entries_csv(state.db.clone(), sale, turn),
     ))
 }

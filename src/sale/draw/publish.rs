@@ -115,9 +115,12 @@ pub const CSV_HEADER: &str = "entry_id,entered_at\n";
 pub fn entries_csv(
     db: PgPool,
     sale: SaleId,
+    turn: csv::Turn,
 ) -> impl Stream<Item = Result<Bytes, AppError>> + 'static {
     let span = tracing::warn_span!("draw_entries_csv", sale = %sale);
-    csv::stream(span, CSV_HEADER, move |out| write_csv(db, sale, out))
+    csv::stream(span, CSV_HEADER, Some(turn), move |out| {
+        write_csv(db, sale, out)
+    })
 }
 
 async fn write_csv(db: PgPool, sale: SaleId, mut out: CsvOut) -> Result<(), AppError> {
