@@ -252,7 +252,8 @@ async fn drawn(state: &AppState, sale: SaleId, admin: bool) -> Result<Published,
     (status = 200, description = "`text/csv`: `entry_id,entered_at`, one line per entry", content_type = "text/csv", body = String),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
     (status = 409, description = "`draw_pending` (with `Retry-After`) or `not_a_draw`", body = ErrorBody<'static>),
-    (status = 503, description = "`busy` (with `Retry-After`): this server is sending as many of these downloads as it sends at once", body = ErrorBody<'static>),
+    (status = 503, description = "`busy`: this server is sending as many of these downloads as it sends at once", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
 pub(super) async fn entries_csv(
     req: HttpRequest,
