@@ -113,6 +113,8 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
     for bad in [
         json!({ "entries_open_at": at(4000) }),
         json!({ "entries_open_at": null }),
+        json!({ "entries_open_at": "-5000-01-01T00:00:00Z" }),
+        json!({ "entries_open_at": at(-367 * 86_400) }),
         json!({ "draw_at": null }),
         json!({ "starts_at": at(3000) }),
         json!({ "claim_window_s": 59 }),

@@ -1013,6 +1013,9 @@ async fn bad_input_to_the_waiting_room_is_refused_and_creates_nothing() {
         json!({ "admit_per_second": -1 }),
         json!({ "admit_per_second": 100_001 }),
         json!({ "queue_opens_at": starts + chrono::Duration::seconds(1) }),
+        json!({ "queue_opens_at": starts - chrono::Duration::days(367) }),
+        // A signed year chrono reads and Postgres cannot store.
+        json!({ "queue_opens_at": "-5000-01-01T00:00:00Z" }),
         json!({ "waiting_room": false }),
     ] {
         bad.push(patched(&base, &patch));

@@ -120,6 +120,14 @@ impl DrawSettings {
         if entries_open_at >= draw_at {
             return Err(invalid("draw_at must be after entries_open_at"));
         }
+        // Bounded as a sale's window is (a time out of Postgres's range, such as
+        // a signed year far back, was a failed insert: a 500).
+        if draw_at - entries_open_at > chrono::Duration::days(crate::sale::lifecycle::MAX_SALE_DAYS)
+        {
+            return Err(invalid(
+                "entries_open_at may be at most 366 days before draw_at",
+            ));
+        }
         let claim = claim_window_s.unwrap_or(DEFAULT_CLAIM_WINDOW_S);
         if !CLAIM_WINDOW_S.contains(&claim) {
             return Err(invalid("claim_window_s must be 60 to 86400"));

@@ -31,6 +31,15 @@ impl WaitingRoom {
         if queue_opens_at > starts_at {
             return refuse("queue_opens_at must be at or before starts_at");
         }
+        // Bounded as a sale's window is (a time out of Postgres's range, such as
+        // a signed year far back, was a failed insert: a 500).
+        let max_days = crate::sale::lifecycle::MAX_SALE_DAYS;
+        if starts_at - queue_opens_at > chrono::Duration::days(max_days) {
+            return Err(AppError::new(
+                ErrorCode::InvalidWaitingRoom,
+                format!("queue_opens_at may be at most {max_days} days before starts_at"),
+            ));
+        }
         let Some(rate) = admit_per_second else {
             return refuse("a waiting room needs admit_per_second (1 to 100000)");
         };
