@@ -293,6 +293,16 @@ pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>,
     .await
 }
 
+/// How many voters have a vote in Postgres (settled): each counted once, however
+/// many options they picked, votes they gave (a budget) or times they changed their
+/// ballot.
+pub async fn settled_voters(db: &PgPool, id: PollId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(DISTINCT user_id) FROM votes WHERE poll_id = $1")
+        .bind(id.get())
+        .fetch_one(db)
+        .await
+}
+
 /// What [`results_reads`] answer: the meta hash's `closed`, the options, the tally
 /// hash and the voters.
 pub(super) type RawResults = (Option<String>, Vec<i64>, HashMap<i64, i64>, i64);

@@ -77,6 +77,23 @@ async fn both_tallies(app: &TestApp, admin: &User, poll: i64) -> (Vec<i64>, Vec<
     (votes(&view["results"]["tallies"]), votes(&view["settled"]))
 }
 
+/// The admin poll view's `settled_voters`, and the admin page's "Voters,
+/// settled": the same number, each voter once.
+async fn settled_voters(app: &TestApp, admin: &User, poll: i64) -> i64 {
+    let view = app
+        .get_json(&format!("/api/admin/polls/{poll}"), Some(&admin.token))
+        .await;
+    let n = view["settled_voters"].as_i64().unwrap();
+    let page = app
+        .html_status(&format!("/admin/polls/{poll}"), Some(admin), StatusCode::OK)
+        .await;
+    assert!(
+        page.contains(&format!(r#"<dd data-field="settled-voters">{n}</dd>"#)),
+        "the page says another number than {n}"
+    );
+    n
+}
+
 /// Waits until Postgres holds `rows` vote rows of the poll.
 async fn settled_rows(app: &TestApp, poll: i64, rows: i64) {
     assert_eq!(app.wait_for_votes(poll, rows).await, rows);
@@ -240,6 +257,8 @@ async fn a_multi_ballot_is_all_or_nothing_and_counts_each_choice_once() {
     let (live, settled) = both_tallies(&app, &admin, poll).await;
     assert_eq!(live, vec![3, 1, 1]);
     assert_eq!(settled, live);
+    // Three voters, five picks.
+    assert_eq!(settled_voters(&app, &admin, poll).await, 3);
     let choices: Vec<Vec<i64>> =
         sqlx::query_scalar("SELECT choices FROM votes WHERE poll_id = $1 AND user_id = $2")
             .bind(poll)
@@ -302,6 +321,8 @@ async fn a_budget_is_spent_whole_over_several_requests_and_never_past_its_caps()
     let (live, settled) = both_tallies(&app, &admin, poll).await;
     assert_eq!(live, vec![4, 5, 1]);
     assert_eq!(settled, live);
+    // One voter, ten votes in three requests.
+    assert_eq!(settled_voters(&app, &admin, poll).await, 1);
     let mine = app
         .get_json(&format!("/api/polls/{poll}/my-ballot"), Some(&v.token))
         .await;

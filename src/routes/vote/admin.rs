@@ -221,6 +221,8 @@ pub(super) struct AdminPollView {
     view: PollView,
     /// Votes already written to Postgres, per option.
     settled: Vec<store::Tally>,
+    /// Voters with a vote in Postgres, each once (a multi or budget ballot's picks
+    /// and votes are the tallies').
     settled_voters: i64,
 }
 
@@ -237,7 +239,7 @@ pub(super) async fn admin_show(
     let id = PollId::parse(&path)?;
     let view = load_view(&state, id, Viewer::Admin).await?;
     let rows = store::settled_tallies(&state.db, id).await?;
-    let settled_voters = rows.iter().map(|(_, n)| n).sum();
+    let settled_voters = store::settled_voters(&state.db, id).await?;
     Ok(HttpResponse::Ok().json(AdminPollView {
         view,
         settled: rows

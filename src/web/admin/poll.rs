@@ -113,6 +113,10 @@ pub async fn poll_tallies(
         Ok(rows) => rows,
         Err(e) => return Err(PageError::from_app(e.into(), nav)),
     };
+    let settled_voters = match crate::vote::store::settled_voters(&state.db, id).await {
+        Ok(n) => n,
+        Err(e) => return Err(PageError::from_app(e.into(), nav)),
+    };
     let options: Vec<(i64, String)> = view
         .record
         .options
@@ -151,7 +155,6 @@ pub async fn poll_tallies(
             percent: r.percent,
         })
         .collect();
-    let settled_voters: i64 = settled.iter().map(|(_, n)| n).sum();
     let poll = &view.record.poll;
     let now = Utc::now();
     let closed = view.status == PollStatus::Closed;
