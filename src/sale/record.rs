@@ -145,7 +145,9 @@ impl SaleRow {
 pub struct SaleView {
     #[serde(flatten)]
     pub sale: SaleRow,
-    /// Units left to sell, live from Redis.
+    /// Units left to sell, live from Redis (0, with `sold` 0, while Redis does not
+    /// hold the sale: after a wipe, until its rebuild; `status` then goes by the
+    /// sale's window).
     pub stock_left: i64,
     /// Units sold: held by accepted orders (settled or not) that are not
     /// cancelled, refunded or expired: `stock_total - stock_left`.
@@ -166,14 +168,16 @@ impl SaleView {
     pub fn new(sale: SaleRow, stock_left: Option<i64>, now: DateTime<Utc>) -> Self {
         // Units left can exceed the record for a moment during a top-up.
         let sold = stock_left.map_or(0, |left| (sale.stock_total - left).max(0));
-        let stock_left = stock_left.unwrap_or(0);
+        // Unknown stock is not none left: the status then goes by the window alone
+        // (a live sale Redis is rebuilding said "sold out" until the rebuild).
         let status = crate::domain::SaleStatus::of(
             sale.closed,
             now,
             sale.starts_at,
             sale.ends_at,
-            stock_left,
+            stock_left.unwrap_or(1),
         );
+        let stock_left = stock_left.unwrap_or(0);
         SaleView {
             draw_at: sale.is_draw().then_some(sale.starts_at),
             stock_left,
@@ -307,8 +311,10 @@ mod tests {
         // A top-up applied in Redis a moment before Postgres has it.
         let view = SaleView::new(row.clone(), Some(105), now);
         assert_eq!((view.stock_left, view.sold), (105, 0));
-        // Redis does not hold the sale (a wipe, before its rebuild).
+        // Redis does not hold the sale (a wipe, before its rebuild): nothing is
+        // known sold or left, and the sale is live, not sold out.
         let view = SaleView::new(row, None, now);
         assert_eq!((view.stock_left, view.sold), (0, 0));
+        assert_eq!(view.status, "live");
     }
 }
