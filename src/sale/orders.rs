@@ -208,6 +208,22 @@ pub async fn returned_order(
     }))
 }
 
+/// Units of the buyer's orders of the sale that went back on sale (expired,
+/// cancelled, refunded). On a sale of more than one per customer that does not
+/// let a buyer buy again, the units hash keeps counting them against the cap:
+/// what the buyer holds now is that count less these.
+pub async fn returned_units(db: &PgPool, sale: SaleId, user: UserId) -> sqlx::Result<i64> {
+    sqlx::query_scalar(
+        "SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
+         WHERE user_id = $1 AND sale_id = $2
+           AND status IN ('expired', 'cancelled', 'refunded')",
+    )
+    .bind(user.get())
+    .bind(sale.get())
+    .fetch_one(db)
+    .await
+}
+
 /// Units a buyer holds of a sale whose order has not settled yet.
 pub struct PendingUnits {
     pub sale_id: i64,

@@ -114,6 +114,9 @@ pub struct SalePage {
     bought: bool,
     /// Units the caller holds of a sale of more than one per customer (0 otherwise).
     held: i64,
+    /// Units counted against that sale's `max_per_user` for the caller: `held`,
+    /// plus returned ones on a sale that does not let a buyer buy again.
+    counted: i64,
     /// How the caller's order ended when it holds a unit no more (`cancelled`,
     /// `cancelled_by_you`, `refunded`, `expired`; empty otherwise): the page says
     /// whether they may buy again (the sale's `rebuy_after_expiry`).
@@ -154,8 +157,20 @@ pub async fn sale(
             held: 0,
         },
     };
+    // A sale of several that does not let a buyer buy again keeps returned units
+    // counted against the cap: what the caller holds now is the count less them.
+    let counted = holding.held;
+    let held = match user {
+        Some(user) if counted > 0 && !card.rebuy_after_expiry => {
+            match orders::returned_units(&state.db, id, user.id).await {
+                Ok(returned) => (counted - returned).max(0),
+                Err(e) => return Err(PageError::from_app(e.into(), nav)),
+            }
+        }
+        _ => counted,
+    };
     let returned = match user {
-        Some(user) => match returned_of(&state, id, &card, &holding, user.id).await {
+        Some(user) => match returned_of(&state, id, &card, &holding, held, user.id).await {
             Ok(returned) => returned,
             Err(e) => return Err(PageError::from_app(e.into(), nav)),
         },
@@ -169,7 +184,8 @@ pub async fn sale(
         sale: card,
         server_now_ms: chrono::Utc::now().timestamp_millis(),
         bought: holding.bought,
-        held: holding.held,
+        held,
+        counted,
         returned: returned.map_or("", orders::Returned::as_str),
     })
 }
@@ -177,15 +193,18 @@ pub async fn sale(
 /// How the caller's order of the sale ended, asked of Postgres only when it can
 /// matter: a buyer who may buy again and holds nothing now, or one who may not
 /// and is still counted a buyer (a one-per-customer sale's returned order keeps
-/// its buyer in the buyers hash).
+/// its buyer in the buyers hash; a sale of several keeps the returned units
+/// counted: `held`, what the caller holds now, is then less than the count).
 async fn returned_of(
     state: &AppState,
     id: SaleId,
     card: &SaleCard,
     holding: &pending::Holding,
+    held: i64,
     user: UserId,
 ) -> sqlx::Result<Option<orders::Returned>> {
-    if card.rebuy_after_expiry == holding.bought {
+    let counted_not_held = held == 0 && holding.held > 0;
+    if card.rebuy_after_expiry == holding.bought && !counted_not_held {
         return Ok(None);
     }
     orders::returned_order(&state.db, id, user).await

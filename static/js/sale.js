@@ -71,6 +71,9 @@ export function salePage() {
     bought: d.bought === "true",
     // Units this buyer holds, of a sale of more than one per customer.
     held: Number(d.held) || 0,
+    // Units counted against max_per_user: held, plus returned ones on a sale that
+    // does not let a buyer buy again.
+    counted: Number(d.counted) || Number(d.held) || 0,
     // How this buyer's order ended when it holds nothing now (returnedWords).
     returned: d.returned || "",
     mayRebuy: d.rebuy === "true",
@@ -113,7 +116,7 @@ export function salePage() {
    */
   function heldText(status) {
     if (state.held <= 0) return "";
-    const more = maxPerUser - state.held;
+    const more = maxPerUser - state.counted;
     const have = `You have ${state.held} from this sale`;
     if (status !== "live" && status !== "upcoming") return `${have}.`;
     if (more <= 0) return `${have}, the most one customer may buy.`;
@@ -122,7 +125,9 @@ export function salePage() {
 
   function buttonLabel(status, waitMs) {
     if (state.busy) return "Placing order…";
-    if (state.bought && state.returned && !state.mayRebuy) return "One per customer";
+    if (state.bought && state.returned && !state.mayRebuy) {
+      return maxPerUser > 1 ? `Up to ${maxPerUser} per customer` : "One per customer";
+    }
     if (state.bought) return maxPerUser > 1 && state.held > 0 ? `You have ${state.held}` : "Purchased";
     if (waitMs > 0) return retryLabel(waitMs);
     switch (status) {
@@ -213,7 +218,7 @@ export function salePage() {
 
   /** No more than this buyer may still take can be chosen (known units only: the shop decides). */
   function limitQuantities() {
-    const most = Math.max(1, maxPerUser - state.held);
+    const most = Math.max(1, maxPerUser - state.counted);
     for (const option of el.quantity.options) option.disabled = Number(option.value) > most;
     if (Number(el.quantity.value) > most) el.quantity.value = String(most);
   }
@@ -358,7 +363,8 @@ export function salePage() {
         // A sale of more than one per customer may be bought from again, up to
         // its limit: the shop says when a purchase would pass it.
         state.held += quantity;
-        state.bought = maxPerUser > 1 ? state.held >= maxPerUser : true;
+        state.counted += quantity;
+        state.bought = maxPerUser > 1 ? state.counted >= maxPerUser : true;
         state.returned = "";
         state.left = Math.max(0, state.left - quantity);
         if (queue) queue.bought();

@@ -231,3 +231,44 @@ async fn the_create_and_edit_forms_say_the_same_rule() {
         assert!(page.contains(rule) && page.contains(help), "{path}");
     }
 }
+
+/// A sale of up to 3 per customer that does not let a buyer buy again: a
+/// cancelled order's units still count against the cap, and the page says the
+/// buyer holds none of them ("You have 2" was shown for units given back).
+#[tokio::test]
+async fn returned_units_of_a_sale_of_several_are_counted_and_not_held() {
+    let app = spawn_app_with(|_| {}).await;
+    let admin = app.admin().await;
+    let sale = app
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
+    let user = app.user().await;
+    let path = format!("/api/sales/{sale}/purchase");
+    let bodies = [1, 2].map(|quantity| json!({ "quantity": quantity }));
+    let buy = |quantity: usize| app.post_json(&path, Some(&user.token), &bodies[quantity - 1]);
+    assert_eq!(buy(2).await.status(), StatusCode::ACCEPTED);
+    let order = app.wait_for_orders(sale, 1).await[0].0;
+    cancel(&app, &user.token, false, order).await;
+
+    let page = app.html(&format!("/sales/{sale}"), Some(&user)).await;
+    assert!(page.contains(r#"data-held="0""#), "{page}");
+    assert!(page.contains(r#"data-counted="2""#), "{page}");
+    assert!(
+        page.contains(r#"data-field="held-note" hidden></p>"#),
+        "{page}"
+    );
+    assert_eq!(
+        returned_on_page(&app, sale, &user).await.as_deref(),
+        Some("cancelled_by_you")
+    );
+
+    // One more unit is all the cap leaves.
+    assert_eq!(buy(2).await.status(), StatusCode::CONFLICT);
+    assert_eq!(buy(1).await.status(), StatusCode::ACCEPTED);
+    let page = app.html(&format!("/sales/{sale}"), Some(&user)).await;
+    assert!(page.contains(r#"data-held="1""#), "{page}");
+    assert!(page.contains(r#"data-counted="3""#), "{page}");
+    assert!(page.contains(r#"data-bought="true""#), "{page}");
+    assert!(page.contains("You have 1 from this sale."), "{page}");
+    assert_eq!(returned_on_page(&app, sale, &user).await, None);
+}
