@@ -197,14 +197,19 @@ pub(super) async fn vote(
             },
         )
         .await;
-    let refused_by_a_limit = match &reply {
+    // A limit refused it, or nothing was decided (a 503 whose retry may send the
+    // same proof: Redis unreachable, the poll not loaded or being rebuilt).
+    let give_back = match &reply {
         Ok(r) => matches!(
             r.outcome,
-            VoteOutcome::RateLimited { .. } | VoteOutcome::RateLimitUnsatisfiable
+            VoteOutcome::RateLimited { .. }
+                | VoteOutcome::RateLimitUnsatisfiable
+                | VoteOutcome::NotLoaded
+                | VoteOutcome::Recovering
         ),
         Err(e) => e.error_code().status() == StatusCode::SERVICE_UNAVAILABLE,
     };
-    if refused_by_a_limit {
+    if give_back {
         proof.give_back(state, &req).await;
     }
     let reply = reply?;
