@@ -112,8 +112,14 @@ async fn connect_redis_with(config: &Config, resend: bool) -> anyhow::Result<Red
         .map_err(|e| anyhow::anyhow!("cannot connect to Redis at {}: {e}", target.describe()))
 }
 
+/// Applies the migrations this binary carries that the database lacks. One the
+/// database has and this binary does not (a newer release's expand step, see
+/// docs/operations.md, "Upgrades") is left alone: an older server that restarts, or
+/// a rollback, must start against the expanded schema, which its code ignores.
 pub async fn migrate(db: &PgPool) -> anyhow::Result<()> {
-    sqlx::migrate!("./migrations").run(db).await?;
+    let mut migrator = sqlx::migrate!("./migrations");
+    migrator.set_ignore_missing(true);
+    migrator.run(db).await?;
     Ok(())
 }
 

@@ -45,6 +45,7 @@ mod shutdown;
 mod start_box;
 mod subnet_limit;
 mod tickets;
+mod upgrade;
 mod vote;
 mod waiting_room;
 mod what_sold;
