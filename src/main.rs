@@ -156,8 +156,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
-    /// Create an admin, or promote an existing user. The password is read from
-    /// STAMPEDE_ADMIN_PASSWORD or, when that is unset, from the first line of stdin.
+    /// Create an admin, its password the first line of stdin; or promote an
+    /// existing user, whose password is left as it is (nothing is read).
     CreateAdmin {
         #[arg(long)]
         username: String,
@@ -267,25 +267,28 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
     );
     let mut bad = 0;
     for sale in stampede::sale::list::list_sales(&db, i64::MAX).await? {
+        let id = sale.id;
+        let failed = |what: &'static str| {
+            move |e| anyhow::Error::from(e).context(format!("sale {id}: {what}"))
+        };
         let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
             .await
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            .map_err(failed("reconciling"))?;
         if repair && !r.consistent {
-            let id = sale.id;
             recovery
                 .rebuild(
                     stampede::recover::Target::Sale(id),
                     std::time::Duration::from_secs(30),
                 )
                 .await
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?
+                .map_err(failed("rebuilding"))?
                 .ok_or_else(|| anyhow::anyhow!("sale {id}: another rebuild holds the lock"))?;
             let sale = stampede::sale::record::fetch_sale(&db, id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("sale {id} vanished"))?;
             r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
                 .await
-                .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+                .map_err(failed("reconciling after the rebuild"))?;
             print!("repaired: ");
         }
         print_reconciliation(&r);
@@ -329,25 +332,29 @@ async fn seed_demo(config: &Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `stampede create-admin`: the password from STAMPEDE_ADMIN_PASSWORD, else one
-/// line on stdin.
+/// `stampede create-admin`: promotes an existing user (its password left alone),
+/// else creates the admin with the password on the first line of stdin. Not from
+/// STAMPEDE_ADMIN_PASSWORD: every serving pod has the bootstrap admin's in its
+/// environment, and a second admin made in one would silently get it.
 async fn create_admin(config: &Config, username: &str) -> anyhow::Result<()> {
     let username = Username::parse(username).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let raw = match std::env::var("STAMPEDE_ADMIN_PASSWORD") {
-        Ok(p) => p,
-        Err(_) => {
-            eprintln!("password (one line on stdin):");
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line)?;
-            line.trim_end_matches(['\r', '\n']).to_string()
-        }
-    };
-    let password = Password::parse(raw).map_err(|e| anyhow::anyhow!("{e}"))?;
     let db = startup::connect_db(config).await?;
     startup::migrate(&db).await?;
+    if stampede::auth::promote_admin(&db, &username).await? {
+        println!("{} is an admin now (password unchanged)", username.as_str());
+        return Ok(());
+    }
+    eprintln!(
+        "password for the new admin {} (one line on stdin):",
+        username.as_str()
+    );
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    let raw = line.trim_end_matches(['\r', '\n']).to_string();
+    let password = Password::parse(raw).map_err(|e| anyhow::anyhow!("{e}"))?;
     let user = stampede::auth::upsert_user(&db, &username, password, true)
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| anyhow::Error::from(e).context("creating the admin"))?;
     println!("admin {} (id {}) ready", user.username, user.id);
     Ok(())
 }

@@ -23,7 +23,7 @@ pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()>
             .map_err(|e| anyhow::anyhow!("admin_password: {e}"))?;
         auth::upsert_user(db, &username, password, true)
             .await
-            .map_err(|e| anyhow::anyhow!("creating admin: {e}"))?;
+            .map_err(|e| anyhow::Error::from(e).context("creating the configured admin"))?;
         tracing::info!(admin = username.as_str(), "created the configured admin");
     }
     Ok(())
@@ -83,7 +83,7 @@ async fn demo_users(db: &PgPool, config: &Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("STAMPEDE_DEMO_PASSWORD: {e}"))?;
         auth::upsert_user(db, &username, password, false)
             .await
-            .map_err(|e| anyhow::anyhow!("demo user: {e}"))?;
+            .map_err(|e| anyhow::Error::from(e).context("demo user"))?;
     }
     if let Some(admin_password) = &config.admin_password {
         let username = Username::parse(config.admin_username.as_deref().unwrap_or("admin"))
@@ -92,7 +92,7 @@ async fn demo_users(db: &PgPool, config: &Config) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("STAMPEDE_ADMIN_PASSWORD: {e}"))?;
         auth::upsert_user(db, &username, password, true)
             .await
-            .map_err(|e| anyhow::anyhow!("admin user: {e}"))?;
+            .map_err(|e| anyhow::Error::from(e).context("admin user"))?;
     }
     Ok(())
 }
@@ -140,7 +140,7 @@ async fn demo_sale(
     };
     let sale = store::create_sale(db, redis, keys, new, None)
         .await
-        .map_err(|e| anyhow::anyhow!("demo sale: {e:?}"))?;
+        .map_err(|e| anyhow::Error::from(e).context("demo sale"))?;
     {
         let id = sale.id;
         // A server may be running: let it see the new sale now, not after the TTL.
@@ -178,7 +178,7 @@ async fn demo_poll(
         None,
     )
     .await
-    .map_err(|e| anyhow::anyhow!("demo poll: {e:?}"))?;
+    .map_err(|e| anyhow::Error::from(e).context("demo poll"))?;
     if let Some(id) = crate::domain::Id::new(record.poll.id) {
         crate::cache::invalidate_keys(redis, &[keys.poll_view(id)]).await?;
     }

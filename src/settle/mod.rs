@@ -297,6 +297,8 @@ impl Settler {
         features: Vec<Arc<dyn Settle>>,
     ) -> anyhow::Result<Self> {
         let connect = Duration::from_secs(2);
+        let unreachable =
+            |e| anyhow::anyhow!("cannot connect to Redis at {}: {e}", target.describe());
         let redis = Redis::connect(
             target,
             Timeouts {
@@ -305,7 +307,8 @@ impl Settler {
                 resend: true,
             },
         )
-        .await?;
+        .await
+        .map_err(unreachable)?;
         let lock_redis = Redis::connect(
             target,
             Timeouts {
@@ -314,7 +317,8 @@ impl Settler {
                 resend: true,
             },
         )
-        .await?;
+        .await
+        .map_err(unreachable)?;
         let consumer = config
             .consumer
             .clone()

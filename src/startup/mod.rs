@@ -78,11 +78,13 @@ impl Application {
             &mut redis,
         )
         .await
-        .map_err(|e| anyhow::anyhow!("cannot load ended sessions: {e}"))?;
+        .map_err(|e| anyhow::Error::from(e).context("cannot load ended sessions"))?;
         // In the roster before anything is accepted (see `crate::roster`).
         let roster = crate::roster::Roster::join(&stores.background)
             .await
-            .map_err(|e| anyhow::anyhow!("cannot join the server roster in Postgres: {e}"))?;
+            .map_err(|e| {
+                anyhow::Error::from(e).context("cannot join the server roster in Postgres")
+            })?;
         let roster_db = connect_pool(&config, Pool::Roster).await?;
         let background_db = stores.background.clone();
         let queue_db = stores.background.clone();
