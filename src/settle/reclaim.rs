@@ -94,6 +94,55 @@ impl Settler {
         result
     }
 
+    /// The entries other readers of the settlement group hold now, per reader:
+    /// its name, how many and how long it has been idle (ms). After a drain: a
+    /// worker running beside it settles its own; a stopped one's are taken over
+    /// once idle for `claim_idle_ms` (by a running worker, or the next drain).
+    pub async fn held_by_others(&mut self) -> anyhow::Result<Vec<(String, usize, usize)>> {
+        let streams = self.streams().await?;
+        let replies = self.consumers_of(&streams).await;
+        let mut held: Vec<(String, usize, usize)> = Vec::new();
+        for (stream, reply) in streams.iter().zip(replies) {
+            let Some(consumers) = self.consumers(stream, reply).await? else {
+                continue;
+            };
+            for c in consumers {
+                if c.pending == 0 || c.name == self.consumer {
+                    continue;
+                }
+                match held.iter_mut().find(|(name, _, _)| *name == c.name) {
+                    Some(h) => {
+                        h.1 += c.pending;
+                        h.2 = h.2.min(c.idle);
+                    }
+                    None => held.push((c.name, c.pending, c.idle)),
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// A stream's readers, from `reply` ([`Self::consumers_of`]'s) or asked now;
+    /// `None` when the stream or its group is gone (a new or wiped Redis, a
+    /// removed sale; `XINFO` answers "no such key" for a missing stream): nothing
+    /// to claim, no consumers to forget, and a read recreates what Postgres still
+    /// lists.
+    async fn consumers(
+        &mut self,
+        stream: &Stream,
+        reply: Option<redis::RedisResult<StreamInfoConsumersReply>>,
+    ) -> anyhow::Result<Option<Vec<redis::streams::StreamInfoConsumer>>> {
+        let reply = match reply {
+            Some(reply) => reply,
+            None => self.redis.xinfo_consumers(stream.key(), SETTLE_GROUP).await,
+        };
+        match reply {
+            Ok(r) => Ok(Some(r.consumers)),
+            Err(e) if gone(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Who reads each stream and how much each holds: `None` for a stream to ask
     /// alone.
     async fn consumers_of(
@@ -137,18 +186,8 @@ impl Settler {
                 tracing::warn!("reclaim lock lost; pass cut short");
                 break;
             }
-            let reply = match reply.take() {
-                Some(reply) => reply,
-                None => self.redis.xinfo_consumers(stream.key(), SETTLE_GROUP).await,
-            };
-            let consumers = match reply {
-                Ok(r) => r.consumers,
-                // The stream or its group is gone (a new or wiped Redis, a removed
-                // sale; `XINFO` answers "no such key" for a missing stream):
-                // nothing to claim, and no consumers to forget; a read recreates
-                // what Postgres still lists. The pass goes on.
-                Err(e) if gone(&e) => continue,
-                Err(e) => return Err(e.into()),
+            let Some(consumers) = self.consumers(stream, reply.take()).await? else {
+                continue;
             };
             if consumers.iter().any(|c| c.pending > 0) {
                 total += self.claim_idle_entries(stream.key()).await?;

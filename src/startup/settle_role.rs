@@ -140,5 +140,19 @@ async fn drain_all(mut settler: Settler) -> anyhow::Result<()> {
             n as f64 / secs.max(0.001)
         );
     }
-    Ok(())
+    // What other readers hold was not this drain's to settle: say so, and fail,
+    // so a script that drains before maintenance does not go on with orders left.
+    let held = settler.held_by_others().await?;
+    if held.is_empty() {
+        return Ok(());
+    }
+    let left: usize = held.iter().map(|(_, n, _)| n).sum();
+    for (name, n, idle_ms) in &held {
+        eprintln!("still held by the settlement reader {name}: {n} entries (idle {idle_ms} ms)");
+    }
+    anyhow::bail!(
+        "{left} entries left pending, held by other readers: a running worker settles its \
+         own; a stopped one's are taken over once idle for claim_idle_ms \
+         (STAMPEDE_SETTLE_CLAIM_IDLE_MS), by a running worker or by --drain again then"
+    )
 }

@@ -877,3 +877,29 @@ async fn a_leader_that_cannot_settle_hands_the_lease_over() {
 async fn redis_get(app: &TestApp, key: &str) -> Option<String> {
     app.redis_query(redis::cmd("GET").arg(key)).await
 }
+
+/// A drain settles what it may take, and says what other readers still hold: a
+/// reader that read and stopped less than `claim_idle_ms` ago keeps its entries
+/// (`stampede settle --drain` then fails, naming it, instead of "settled N").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drain_names_what_other_readers_still_hold() {
+    let (app, _admin, sale) = spawn_with_live_sale_and(20, |c| c.settle_in_serve = false).await;
+    let accepted = buy_all(&app, sale, 10).await;
+    assert_eq!(accepted.len(), 10);
+    app.read_as_dead_consumer(sale, "stopped-just-now", 4).await;
+    let mut w = settler(&app, "drainer", 50, Duration::from_secs(600)).await;
+    w.drain().await.unwrap();
+    assert_eq!(
+        app.orders_in_db(sale).await.len(),
+        6,
+        "all but the held four"
+    );
+    let held = w.held_by_others().await.unwrap();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!((held[0].0.as_str(), held[0].1), ("stopped-just-now", 4));
+    // Once taken over (idle long enough), nothing is left to name.
+    let mut w = settler(&app, "drainer", 50, Duration::ZERO).await;
+    w.drain().await.unwrap();
+    assert_eq!(app.orders_in_db(sale).await.len(), 10);
+    assert!(w.held_by_others().await.unwrap().is_empty());
+}
