@@ -112,6 +112,9 @@ impl fmt::Debug for Password {
 /// Upper bound on stock of one sale and on one top-up: large enough for any real
 /// flash sale, small enough that a typo like 1e12 is refused.
 pub const MAX_STOCK: i64 = 10_000_000;
+/// Longest sale window accepted, and the furthest a waiting room's line or a
+/// draw's entries may open before it; anything longer is almost surely a typo.
+pub const MAX_SALE_DAYS: i64 = 366;
 /// Upper bound on a price in cents (one million currency units).
 pub const MAX_PRICE_CENTS: i64 = 100_000_000;
 

@@ -35,8 +35,7 @@ crate::lua::reply_codes! {
     }
 }
 
-/// Longest sale window accepted; anything longer is almost surely a typo.
-pub const MAX_SALE_DAYS: i64 = 366;
+pub use crate::domain::MAX_SALE_DAYS;
 
 /// A sale's window as a new or edited sale may have it: the end after the start,
 /// in the future, at most [`MAX_SALE_DAYS`] later (422 `invalid_window`).

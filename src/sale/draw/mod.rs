@@ -122,10 +122,11 @@ impl DrawSettings {
         }
         // Bounded as a sale's window is (a time out of Postgres's range, such as
         // a signed year far back, was a failed insert: a 500).
-        if draw_at - entries_open_at > chrono::Duration::days(crate::sale::lifecycle::MAX_SALE_DAYS)
-        {
-            return Err(invalid(
-                "entries_open_at may be at most 366 days before draw_at",
+        let max_days = crate::domain::MAX_SALE_DAYS;
+        if draw_at - entries_open_at > chrono::Duration::days(max_days) {
+            return Err(AppError::new(
+                ErrorCode::InvalidDraw,
+                format!("entries_open_at may be at most {max_days} days before draw_at"),
             ));
         }
         let claim = claim_window_s.unwrap_or(DEFAULT_CLAIM_WINDOW_S);

@@ -33,7 +33,7 @@ impl WaitingRoom {
         }
         // Bounded as a sale's window is (a time out of Postgres's range, such as
         // a signed year far back, was a failed insert: a 500).
-        let max_days = crate::sale::lifecycle::MAX_SALE_DAYS;
+        let max_days = crate::domain::MAX_SALE_DAYS;
         if starts_at - queue_opens_at > chrono::Duration::days(max_days) {
             return Err(AppError::new(
                 ErrorCode::InvalidWaitingRoom,
