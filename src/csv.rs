@@ -37,6 +37,12 @@ pub const STALL: Duration = Duration::from_secs(30);
 pub const PUBLIC_DOWNLOADS: usize = 4;
 static PUBLIC: Semaphore = Semaphore::const_new(PUBLIC_DOWNLOADS);
 
+/// How long a public download may run in all: a client that takes a chunk just
+/// before each [`STALL`] would otherwise keep its turn (and a connection, and an
+/// open transaction) for hours. A million entries (about 40 MB) within it need
+/// about 70 KB a second.
+pub const PUBLIC_DEADLINE: Duration = Duration::from_secs(600);
+
 /// A public download's turn (see [`PUBLIC_DOWNLOADS`]), held by its writer until
 /// the download ends.
 pub struct Turn {
@@ -127,7 +133,8 @@ where
     F: FnOnce(CsvOut) -> Fut + Send + 'static,
     Fut: Future<Output = Result<(), AppError>> + Send + 'static,
 {
-    stream_stalling_after(span, header, turn, STALL, write)
+    let deadline = turn.is_some().then_some(PUBLIC_DEADLINE);
+    stream_stalling_after(span, header, turn, STALL, deadline, write)
 }
 
 fn stream_stalling_after<F, Fut>(
@@ -135,6 +142,7 @@ fn stream_stalling_after<F, Fut>(
     header: &'static str,
     turn: Option<Turn>,
     stall: Duration,
+    deadline: Option<Duration>,
     write: F,
 ) -> impl Stream<Item = Result<Bytes, AppError>> + 'static
 where
@@ -151,18 +159,36 @@ where
         stall,
         cut: cut.clone(),
     };
+    let timed_out = cut.clone();
     actix_web::rt::spawn(
         async move {
-            let _turn = turn;
-            if let Err(e) = write(out).await {
+            let written = match deadline {
+                Some(deadline) => match tokio::time::timeout(deadline, write(out)).await {
+                    Ok(written) => written,
+                    Err(_) => {
+                        // The writer (its transaction and connection) is dropped.
+                        tracing::warn!(
+                            deadline_s = deadline.as_secs(),
+                            "CSV download cut: not done within its deadline"
+                        );
+                        timed_out.store(true, Ordering::Relaxed);
+                        Ok(())
+                    }
+                },
+                None => write(out).await,
+            };
+            // The turn is given back before waiting on a client that may not read.
+            drop(turn);
+            if let Err(e) = written {
                 tracing::warn!(error = ?e, "CSV download cut short");
-                let _ = tx.send(Err(e)).await;
+                let _ = tokio::time::timeout(stall, tx.send(Err(e))).await;
             }
         }
         .instrument(span),
     );
     // The chunks as they come; after the last, an error when the download was cut
-    // for a stalled client (the writer could not queue one: the channel was full).
+    // (a stalled client: the writer could not queue one, the channel was full; or
+    // the deadline, which dropped the writer).
     futures_util::stream::unfold(Some(rx), move |rx| {
         let cut = cut.clone();
         async move {
@@ -171,7 +197,8 @@ where
                 Some(item) => Some((item, Some(rx))),
                 None if cut.load(Ordering::Relaxed) => Some((
                     Err(AppError::Internal(anyhow::anyhow!(
-                        "CSV download cut: the client took nothing for {} s",
+                        "CSV download cut: the client took nothing for {} s, or the \
+                         download outran its deadline",
                         stall.as_secs()
                     ))),
                     None,
@@ -261,6 +288,7 @@ mod tests {
             "n\r\n",
             Some(public_turn().unwrap()),
             Duration::from_millis(100),
+            None,
             move |mut out| async move {
                 loop {
                     out.buf().push_str(&"x".repeat(1000));
@@ -307,6 +335,37 @@ mod tests {
         assert_eq!(resp.headers().get("retry-after").unwrap(), "5");
         drop(turns);
         assert!(public_turn().is_ok(), "a turn given back is free again");
+    }
+
+    /// A client that takes every chunk, slowly, is cut at the deadline: the
+    /// writer is dropped mid-way (its transaction with it) and the body ends with
+    /// an error.
+    #[actix_web::test]
+    async fn a_download_past_its_deadline_ends_cut() {
+        use futures_util::StreamExt;
+        let body = stream_stalling_after(
+            tracing::Span::none(),
+            "n\r\n",
+            None,
+            Duration::from_secs(5),
+            Some(Duration::from_millis(300)),
+            |mut out| async move {
+                loop {
+                    out.buf().push_str(&"x".repeat(CHUNK_BYTES));
+                    if !out.row_done().await {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        );
+        let items: Vec<_> = tokio::time::timeout(Duration::from_secs(5), body.collect())
+            .await
+            .expect("the body ends at the deadline");
+        let (last, chunks) = items.split_last().unwrap();
+        assert!(last.is_err(), "the body ends with an error");
+        assert!(chunks.iter().all(|c| c.is_ok()));
+        assert!((1..=8).contains(&chunks.len()), "{} chunks", chunks.len());
     }
 
     #[test]

@@ -154,9 +154,9 @@ impl Unspent {
 
 /// A proof of work a vote used up before its batch decided (a vote's limits are
 /// decided inside the batch, after the proof): [`Spent::give_back`] when a limit
-/// refused the vote, or when no decision came (a 503, whose retry may send the
-/// same proof), so that a limit's refusal does not cost the voter their proof, as
-/// on the join, ticket and entry routes.
+/// refused the vote, or when Redis decided nothing (the poll not loaded or being
+/// rebuilt), so that a limit's refusal does not cost the voter their proof, as on
+/// the join, ticket and entry routes.
 pub(crate) struct Spent(Option<(Subject, proof::Solved)>);
 
 impl Spent {

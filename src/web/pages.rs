@@ -203,7 +203,12 @@ async fn returned_of(
     held: i64,
     user: UserId,
 ) -> sqlx::Result<Option<orders::Returned>> {
-    let counted_not_held = held == 0 && holding.held > 0;
+    // Holding a unit now (settled or not: the units hash counts an order before
+    // Postgres has it), the caller reads nothing of an order returned before.
+    if held > 0 {
+        return Ok(None);
+    }
+    let counted_not_held = holding.held > 0;
     if card.rebuy_after_expiry == holding.bought && !counted_not_held {
         return Ok(None);
     }

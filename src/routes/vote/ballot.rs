@@ -197,18 +197,20 @@ pub(super) async fn vote(
             },
         )
         .await;
-    // A limit refused it, or nothing was decided (a 503 whose retry may send the
-    // same proof: Redis unreachable, the poll not loaded or being rebuilt).
-    let give_back = match &reply {
-        Ok(r) => matches!(
+    // A limit refused it, or Redis said it decided nothing (the poll not loaded
+    // or being rebuilt: a 503 whose retry may send the same proof). Not after a
+    // batch that got no answer: the vote may have counted (a reply cut off), and
+    // Redis is likely out of reach for the give-back too.
+    let give_back = matches!(
+        &reply,
+        Ok(r) if matches!(
             r.outcome,
             VoteOutcome::RateLimited { .. }
                 | VoteOutcome::RateLimitUnsatisfiable
                 | VoteOutcome::NotLoaded
                 | VoteOutcome::Recovering
-        ),
-        Err(e) => e.error_code().status() == StatusCode::SERVICE_UNAVAILABLE,
-    };
+        )
+    );
     if give_back {
         proof.give_back(state, &req).await;
     }
