@@ -201,11 +201,6 @@ pub async fn step<C: ConnectionLike>(
         return Ok(Some(0));
     }
     let k = keys.sale(sale);
-    let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
-    let Some(left) = left else {
-        // Redis does not hold the sale: its rebuild first.
-        return Ok(None);
-    };
     let wins: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
         "SELECT user_id, claim_until FROM draw_entries
          WHERE sale_id = $1 AND won_at IS NOT NULL AND outcome IS NULL",
@@ -214,7 +209,18 @@ pub async fn step<C: ConnectionLike>(
     .fetch_all(&mut *tx)
     .await?;
     let users: Vec<i64> = wins.iter().map(|(u, _)| *u).collect();
+    // Who bought, then the stock, in that order: a winner who buys between the
+    // two reads is still counted a running win while the stock already lacks
+    // their unit, so this step offers too few (the next one offers the rest).
+    // The other way round (the stock first), such a winner was counted bought
+    // while the stock still held their unit, and the step offered a win for a
+    // unit that was gone: two winners raced for one.
     let bought = bought(redis, &k, draw.max_per_user, &users).await?;
+    let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
+    let Some(left) = left else {
+        // Redis does not hold the sale: its rebuild first.
+        return Ok(None);
+    };
     let (mut sold_to, mut passed, mut open) = (Vec::new(), Vec::new(), 0i64);
     for ((user, until), bought) in wins.iter().zip(bought) {
         if bought {
