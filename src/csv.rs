@@ -70,7 +70,8 @@ pub struct CsvOut {
     out: mpsc::Sender<Result<Bytes, AppError>>,
     /// See [`STALL`].
     stall: Duration,
-    /// Set when the client took nothing for `stall`: the body ends with an error.
+    /// Set when the client took nothing for `stall`, or a public download passed
+    /// [`PUBLIC_DEADLINE`]: the body ends with an error.
     cut: Arc<AtomicBool>,
 }
 
