@@ -102,6 +102,34 @@ async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_retry_after_the_sale_sold_out_gets_its_first_answer() {
+    // The buyer's 202 was lost, and the last unit was theirs: by their retry the
+    // server knows the sale sold out, and must still answer their purchase, not
+    // `sold_out` from memory.
+    let (app, _, sale) = spawn_with_live_sale(1).await;
+    let (buyer, late) = (app.user().await, app.user().await);
+    let (order, _) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
+    for _ in 0..2 {
+        // The first refusal marks the sale sold out in this process; the second is
+        // answered from that memory.
+        let resp = app
+            .client
+            .post(app.url(&format!("/api/sales/{sale}/purchase")))
+            .bearer_auth(&late.token)
+            .send()
+            .await
+            .unwrap();
+        assert_error(resp, StatusCode::GONE, "sold_out").await;
+    }
+    let (again, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
+    assert_eq!((again, replayed), (order, true));
+    // A new key is a new purchase: sold out.
+    let resp = buy_keyed(&app, sale, &late, "late-1", None).await;
+    assert_error(resp, StatusCode::GONE, "sold_out").await;
+    assert_eq!(app.stock_left(sale).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn fifty_at_once_with_one_key_buy_once() {
     let app = spawn_app().await;
     let admin = app.admin().await;

@@ -122,11 +122,15 @@ pub const PURCHASE_ROUTE: &str = "/api/sales/{id}/purchase";
 /// answer: the flag is the first thing [`purchase::purchase`] checks, before the token, so
 /// the answer is the same, and the storm's most frequent request costs no match
 /// against the route patterns. Anything else, including a path only the router
-/// would decode to this route, is left to the router (`None`).
+/// would decode to this route, is left to the router (`None`), and so is a
+/// purchase with an `Idempotency-Key` (the handler does not answer it from memory:
+/// it may be a retry whose first answer was a 202).
 pub fn sold_out_before_routing(
     req: &actix_web::dev::ServiceRequest,
 ) -> Option<(HttpResponse, &'static str)> {
-    if req.method() != actix_web::http::Method::POST {
+    if req.method() != actix_web::http::Method::POST
+        || req.headers().contains_key("idempotency-key")
+    {
         return None;
     }
     let id = req

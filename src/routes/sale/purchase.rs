@@ -43,7 +43,8 @@ struct Accepted {
 
 /// The hot path. The local sold-out flag first: that a sale is sold out is public
 /// (its page says so), so the stampede after the last unit is answered 410 from
-/// memory before the token is even checked. Then the token (no I/O) and the
+/// memory before the token is even checked (a purchase without an
+/// `Idempotency-Key`: a keyed one may be a retry, see [`keyed`]). Then the token (no I/O) and the
 /// sale's next batch: one script call decides it, the buy route's rate limits
 /// included (see [`crate::batch`] and `lua/purchase_batch.lua`). A limited request
 /// touches no sale state and is counted by no policy.
@@ -71,7 +72,7 @@ pub(super) async fn purchase(
     // Borrowed, not extracted (see `state_and_worker`).
     let (state, worker) = crate::routes::extract::state_and_worker(&req)?;
     let sale = SaleId::parse(req.match_info().get("id").unwrap_or_default())?;
-    if state.sold_out.is_sold_out(sale) {
+    if state.sold_out.is_sold_out(sale) && !keyed(&req) {
         Metrics::inc(&state.metrics.purchase_sold_out_local);
         return Ok(answers::sold_out_from_memory());
     }
@@ -135,6 +136,14 @@ pub(super) async fn purchase(
         Err(e) if replayed => Err(e.with_header(IDEMPOTENT_REPLAYED, "true")),
         answer => answer,
     }
+}
+
+/// Whether the purchase carries an `Idempotency-Key`: then it may be the retry of
+/// a purchase decided before the sale sold out, whose first answer (a 202) it
+/// must get again, so it is never answered `sold_out` from memory; the decision
+/// script answers it (its stored answer, or `sold_out` for a new key).
+fn keyed(req: &HttpRequest) -> bool {
+    req.headers().contains_key("idempotency-key")
 }
 
 /// Marks an answer given again under the same `Idempotency-Key`.
