@@ -106,8 +106,6 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
       show("info", "Entries are closed.", "The draw has been made or is being made now.");
     } else if (res.status === 403 && code === "account_too_new") {
       show("warning", "Your account is too new for this draw.", messageOf(res, ""));
-    } else if (res.status === 403 && (code === "proof_invalid" || code === "proof_used")) {
-      show("warning", "The browser check did not pass.", "Please try again.");
     } else {
       show(...sharedAnswer(res, sale, { act: "enter the draw", thing: "sale", signinUrl }));
     }

@@ -8,6 +8,7 @@ import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refu
 import { showReceipts, showRunoff } from "./receipt.js";
 import { clockOffset, formatDuration } from "./time.js";
 import { checkingWords, proofHeaders } from "./pow.js";
+import { keyRing, sendKeyed, unanswered } from "./keyed.js";
 
 const RESULTS_POLL_MS = 2000;
 
@@ -49,6 +50,8 @@ export function pollPage() {
     closes: field(root, "closes"),
     closedNote: field(root, "closed-note"),
   };
+  // The Idempotency-Keys of votes not known to be decided, by body.
+  const voteKeys = keyRing();
   const choice = Number(d.votedOption) || 0;
   const state = {
     status: d.status,
@@ -271,6 +274,16 @@ export function pollPage() {
   /** A refusal in plain words; returns false. */
   function refused(res) {
     const code = res.data.error;
+    if (unanswered(res)) {
+      // Retried for a minute with no answer: it may have counted.
+      show(
+        "error",
+        "We could not confirm your vote.",
+        "It may have counted: your ballot below shows what did. Sending the same again never counts it twice.",
+      );
+      if (state.signedIn) loadMyBallot();
+      return false;
+    }
     switch (res.status) {
       case 409:
         if (code === "already_voted") {
@@ -299,8 +312,10 @@ export function pollPage() {
           );
         } else if (code === "invalid_ballot") {
           show("error", "This ballot does not fit this poll.", messageOf(res, "Reload the page and try again."));
-        } else {
+        } else if (code === "unknown_option") {
           show("error", "That option is not part of this poll.", "Reload the page to see the current options.");
+        } else {
+          show("error", "The vote was refused.", messageOf(res, "Reload the page and try again."));
         }
         break;
       case 410:
@@ -312,6 +327,16 @@ export function pollPage() {
         show(...sharedAnswer(res, state, { act: "vote", thing: "poll", signinUrl: d.signinUrl }));
     }
     return false;
+  }
+
+  /** One try of one vote request: with a proof of work when the poll asks for one (solved in a worker). */
+  async function voteOnce(body, key) {
+    let proof = { headers: {} };
+    if (Number(d.proofOfWork) > 0) {
+      proof = await proofHeaders("polls", pollId, (share) => show("info", ...checkingWords(share)));
+      if (proof.failed) return proof.failed;
+    }
+    return api("POST", `/api/polls/${pollId}/votes`, body, { ...proof.headers, "Idempotency-Key": key });
   }
 
   async function vote(event) {
@@ -330,12 +355,12 @@ export function pollPage() {
     let last = null;
     let accepted = 0;
     for (const body of wanted.bodies) {
-      // A poll that asks for a proof of work: one per vote, solved in a worker.
-      let proof = { headers: {} };
-      if (Number(d.proofOfWork) > 0) {
-        proof = await proofHeaders("polls", pollId, (share) => show("info", ...checkingWords(share)));
-      }
-      const res = proof.failed || (await api("POST", `/api/polls/${pollId}/votes`, body, proof.headers));
+      // Each request with its Idempotency-Key, retried with it when its answer is
+      // lost (a budget voter's votes never spent twice).
+      const res = await sendKeyed(voteKeys, body, (key) => voteOnce(body, key), () => {
+        show("info", "Still trying…", "The poll did not answer yet; your vote is being sent again, never counted twice.");
+        presentAnswer(el.outcome);
+      });
       if (res.status !== 202) {
         refused(res);
         last = null;

@@ -14,22 +14,31 @@ export function retryLabel(waitMs) {
 
 /**
  * The answers that read the same on both pages, as `show`'s arguments
- * [kind, title, detail, link]: signed out (401), a stale session (403), gone (404),
- * too many attempts (429) and anything unexpected. `act` and `thing` name the
+ * [kind, title, detail, link]: signed out (401), a stale session (403), an account
+ * too new or a browser check refused (403, 428), gone (404), too many attempts
+ * (429) and anything unexpected. `act` and `thing` name the
  * page's action ("buy", "sale"); `signinUrl` is the page's sign-in link. Records
  * on `state` what the answer means: `signedIn` false after a 401; after a 429, the
  * wait's end on the client clock (`retryUntil`) and `rateLimited` until it is over.
  */
 export function sharedAnswer(res, state, { act, thing, signinUrl }) {
   const signIn = { href: signinUrl, text: "Sign in" };
+  const code = res.data.error;
+  // A proof of work the page solved but the shop refused (or one it did not
+  // send): pressing again solves a new one.
+  const proofFailed = ["warning", "The browser check did not pass.", "Please try again."];
   switch (res.status) {
     case 401:
       state.signedIn = false;
       return ["warning", `Please sign in to ${act}.`, "Your session has ended.", signIn];
     case 403:
+      if (code === "account_too_new") return ["warning", "Your account is too new for this yet.", messageOf(res, "")];
+      if (code === "proof_invalid" || code === "proof_used") return proofFailed;
       return ["warning", "Your session is out of date.", "Sign in again, then retry.", signIn];
     case 404:
       return ["error", `This ${thing} no longer exists.`];
+    case 428:
+      return proofFailed;
     case 429: {
       const seconds = retryAfterSeconds(res);
       state.retryUntil = Date.now() + seconds * 1000;

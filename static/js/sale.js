@@ -10,23 +10,11 @@ import { waitingRoom } from "./queue.js";
 import { drawEntry } from "./draw.js";
 import { returnedWords } from "./returned.js";
 import { checkingWords, proofHeaders } from "./pow.js";
+import { keyRing, sendKeyed, unanswered } from "./keyed.js";
 
 const SALE_POLL_MS = 2000;
 const MY_ORDERS = { href: "/me/orders", text: "See my orders" };
 const PAY_ON_MY_ORDERS = { href: "/me/orders", text: "Go to My orders" };
-// A purchase whose answer was lost (503, dropped connection) is retried with its
-// key, never sent as a new purchase: at most this long, waiting Retry-After (at
-// least 1 s, at most 5 s) between tries.
-const RETRY_FOR_MS = 60_000;
-
-/** A new Idempotency-Key: one per press of Buy. */
-function newPurchaseKey() {
-  if (window.crypto && typeof window.crypto.randomUUID === "function") return window.crypto.randomUUID();
-  const bytes = new Uint8Array(16);
-  window.crypto.getRandomValues(bytes);
-  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-}
-
 export function salePage() {
   const root = document.getElementById("sale");
   if (!root) return;
@@ -61,6 +49,8 @@ export function salePage() {
   };
   // Most units per buyer; 1: no quantity is shown or sent.
   const maxPerUser = Number(d.maxPerUser) || 1;
+  // The Idempotency-Keys of purchases not known to be decided, by quantity.
+  const purchaseKeys = keyRing();
   const state = {
     status: d.status,
     startsAt: Number(d.startsAt),
@@ -119,6 +109,7 @@ export function salePage() {
     const more = maxPerUser - state.counted;
     const have = `You have ${state.held} from this sale`;
     if (status !== "live" && status !== "upcoming") return `${have}.`;
+    if (more <= 0 && state.counted > state.held) return `${have}; with the units returned, that is the most one customer may buy.`;
     if (more <= 0) return `${have}, the most one customer may buy.`;
     return `${have}. You may buy ${more} more.`;
   }
@@ -335,18 +326,13 @@ export function salePage() {
 
   // One press of Buy: its answer, retrying a 503 or a dropped connection with the
   // same key ("still trying"), so a purchase the shop decided but whose answer was
-  // lost is answered, never made twice.
-  async function purchase(quantity) {
-    const key = newPurchaseKey();
-    const until = Date.now() + RETRY_FOR_MS;
-    for (;;) {
-      const res = await purchaseOnce(quantity, key);
-      if ((res.status !== 0 && res.status !== 503) || Date.now() >= until) return res;
-      const seconds = Math.min(5, Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1));
+  // lost is answered, never made twice; a press that got no answer in time leaves
+  // its key to the next press of the same quantity.
+  function purchase(quantity) {
+    return sendKeyed(purchaseKeys, quantity, (key) => purchaseOnce(quantity, key), () => {
       show("info", "Still trying…", "The shop did not answer yet; your order is being retried, never placed twice.");
       presentAnswer(el.outcome);
-      await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
-    }
+    });
   }
 
   async function buy() {
@@ -378,7 +364,7 @@ export function salePage() {
       case 409:
         if (code === "already_bought") {
           state.bought = true;
-          if (state.returned) show("warning", ...returnedWords(state.returned, false), MY_ORDERS);
+          if (state.returned) show("warning", ...returnedWords(state.returned, false, maxPerUser), MY_ORDERS);
           else show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
         } else if (code === "per_user_limit") {
           show("warning", sentence(messageOf(res, "That would pass this sale's limit per customer.")), `Up to ${maxPerUser} per customer.`, MY_ORDERS);
@@ -408,6 +394,14 @@ export function salePage() {
           show("warning", "It is not your turn to buy.", "Your turn has not come yet, or it has passed.");
         } else if (res.status === 422 && code === "invalid_quantity") {
           show("warning", sentence(messageOf(res, `Choose from 1 to ${maxPerUser}.`)));
+        } else if (unanswered(res)) {
+          // Retried for a minute with no answer: it may have gone through.
+          show(
+            "error",
+            "We could not confirm your order.",
+            "It may have gone through: check My orders. Buying the same quantity again sends the same order, never a second one.",
+            MY_ORDERS,
+          );
         } else {
           show(...sharedAnswer(res, state, { act: "buy", thing: "sale", signinUrl: d.signinUrl }));
         }
@@ -422,7 +416,7 @@ export function salePage() {
   el.buy.addEventListener("click", buy);
   // A sale of more than one per customer says what the buyer holds under Buy.
   if (state.returned) {
-    show("info", ...returnedWords(state.returned, state.mayRebuy), MY_ORDERS);
+    show("info", ...returnedWords(state.returned, state.mayRebuy, maxPerUser), MY_ORDERS);
   } else if (state.bought && maxPerUser <= 1 && !queue) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);
   }
