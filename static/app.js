@@ -29,7 +29,14 @@ function setUpSignOut() {
       event.preventDefault();
       const button = form.querySelector("button");
       if (button) button.disabled = true;
-      await api("POST", "/api/auth/signout");
+      const res = await api("POST", "/api/auth/signout");
+      // Still signed in (no answer, or the shop could not end the session):
+      // say so rather than leave as if signed out.
+      if (!res.ok && res.status !== 401) {
+        if (button) button.disabled = false;
+        window.alert(`You are still signed in: ${res.data.message || "the shop could not sign you out"}. Try again.`);
+        return;
+      }
       location.assign("/");
     });
   }

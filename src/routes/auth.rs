@@ -262,5 +262,7 @@ async fn me(state: web::Data<AppState>, user: AuthUser) -> Result<HttpResponse, 
     let view = auth::user_view(&state.db, user.id)
         .await?
         .ok_or_else(|| AppError::new(ErrorCode::Unauthorized, "this account no longer exists"))?;
-    Ok(HttpResponse::Ok().json(view))
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "private, no-store"))
+        .json(view))
 }

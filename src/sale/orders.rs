@@ -119,6 +119,9 @@ pub struct MyOrder {
     /// The sale's rule for a returned order (cancelled, refunded or expired): its
     /// buyer may buy from the sale again.
     pub rebuy_after_expiry: bool,
+    /// The sale's units per customer (the page words its rule by it).
+    #[serde(skip)]
+    pub max_per_user: i32,
     /// `pay_by <= now()` by Postgres's clock, as the payment decides it (the page
     /// shows it; the API answers `pay_by`).
     #[serde(skip)]
@@ -148,7 +151,7 @@ pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
-                o.status, o.pay_by, o.paid_at, o.quantity, s.rebuy_after_expiry,
+                o.status, o.pay_by, o.paid_at, o.quantity, s.rebuy_after_expiry, s.max_per_user,
                 COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",

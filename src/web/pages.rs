@@ -321,8 +321,26 @@ pub struct SettledOrder {
     pub order_id: String,
     /// The sale lets a buyer whose order was cancelled, refunded or expired buy again.
     pub rebuy: bool,
+    /// The sale's units per customer.
+    pub max_per_user: i32,
     pub ordered: view::Moment,
     pub state: OrderState,
+}
+
+impl SettledOrder {
+    /// The sale's rule for a returned order, as `static/js/orders.js` words it too.
+    pub fn returned_rule(&self) -> String {
+        if self.rebuy {
+            "You may buy from this sale again.".into()
+        } else if self.max_per_user > 1 {
+            format!(
+                "Returned units still count toward this sale's limit of {} per customer.",
+                self.max_per_user
+            )
+        } else {
+            "This sale allows one purchase per customer, cancelled or not.".into()
+        }
+    }
 }
 
 impl OrdersPage {
@@ -380,6 +398,7 @@ async fn load_orders(state: &AppState, user: UserId) -> Result<Vec<OrderLine>, A
         settled: Some(SettledOrder {
             order_id: o.id.to_string(),
             rebuy: o.rebuy_after_expiry,
+            max_per_user: o.max_per_user,
             ordered: o.accepted_at.into(),
             state: OrderState::of(o.status, o.overdue, o.pay_by, o.paid_at),
         }),

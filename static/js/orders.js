@@ -99,10 +99,13 @@ function setUpPayments(root) {
   const unitsOf = (row) => Number(row.dataset.quantity) || 1;
   const wentBack = (row) => (unitsOf(row) > 1 ? `its ${unitsOf(row)} units went back on sale` : "the unit went back on sale");
   // The sale's one rule for cancelled, refunded and expired orders.
-  const rebuyWords = (row) =>
-    row.dataset.rebuy === "true"
-      ? "You may buy from this sale again."
-      : "This sale allows one purchase per customer, cancelled or not: you will not be able to buy from it again.";
+  // (The server words it the same: `SettledOrder::returned_rule`.)
+  const rebuyWords = (row) => {
+    const max = Number(row.dataset.maxPerUser) || 1;
+    if (row.dataset.rebuy === "true") return "You may buy from this sale again.";
+    if (max > 1) return `Returned units still count toward this sale's limit of ${max} per customer.`;
+    return "This sale allows one purchase per customer, cancelled or not: you will not be able to buy from it again.";
+  };
 
   /** Replaces the row's status with one of the page's `<template id="pay-...">`. */
   function showState(row, state) {

@@ -253,7 +253,7 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
       }
     }
     // One purchase per customer, cancelled or not: the line has nothing more for them.
-    if (sale.returned && !sale.mayRebuy && q.state !== "bought") return [...returnedWords(sale.returned, false), MY_ORDERS];
+    if (sale.returned && !sale.mayRebuy && q.state !== "bought") return [...returnedWords(sale.returned, false, Number(root.dataset.maxPerUser) || 1), MY_ORDERS];
     if (q.state === "bought" || sale.bought) return ["You bought from this sale.", "Your order is on My orders.", MY_ORDERS];
     if (status === "ended" || status === "closed") return ["The line is closed: this sale is over.", "", null];
     if (!sale.signedIn) return ["This sale is sold out.", "", null];

@@ -261,6 +261,35 @@ async fn returned_units_of_a_sale_of_several_are_counted_and_not_held() {
         returned_on_page(&app, sale, &user).await.as_deref(),
         Some("cancelled_by_you")
     );
+    // My orders words the rule by the sale's cap, not as one per customer.
+    let orders = app.html("/me/orders", Some(&user)).await;
+    assert!(
+        orders
+            .contains("Returned units still count toward this sale&#39;s limit of 3 per customer."),
+        "{orders}"
+    );
+    assert!(!orders.contains("one purchase per customer"), "{orders}");
+    assert!(orders.contains(r#"data-max-per-user="3""#), "{orders}");
+    // The buyer's own answers are kept by no shared cache.
+    for path in [
+        "/api/me".to_string(),
+        "/api/me/orders".to_string(),
+        format!("/api/orders/{order}"),
+    ] {
+        let resp = app
+            .client
+            .get(app.url(&path))
+            .bearer_auth(&user.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        assert_eq!(
+            resp.headers()["cache-control"],
+            "private, no-store",
+            "{path}"
+        );
+    }
 
     // One more unit is all the cap leaves.
     assert_eq!(buy(2).await.status(), StatusCode::CONFLICT);

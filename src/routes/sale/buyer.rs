@@ -85,5 +85,7 @@ pub(super) async fn my_orders(
     state: web::Data<AppState>,
     user: AuthUser,
 ) -> Result<HttpResponse, AppError> {
-    Ok(HttpResponse::Ok().json(orders::of_user(&state.db, user.id).await?))
+    Ok(HttpResponse::Ok()
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "private, no-store"))
+        .json(orders::of_user(&state.db, user.id).await?))
 }

@@ -11,6 +11,9 @@ use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::metrics::Metrics;
 use crate::sale::cancel::{self, By};
 use crate::sale::{orders, payment, pending};
+
+/// An order is its owner's: never kept by a shared cache.
+const PRIVATE: (header::HeaderName, &str) = (header::CACHE_CONTROL, "private, no-store");
 use crate::state::AppState;
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -53,7 +56,7 @@ pub(super) async fn order_status(
         if o.user_id != user.id.get() && !user.admin {
             return Err(not_found());
         }
-        return Ok(HttpResponse::Ok().json(OrderStatus {
+        return Ok(HttpResponse::Ok().insert_header(PRIVATE).json(OrderStatus {
             order_id: o.id,
             sale_id: o.sale_id,
             user_id: o.user_id,
@@ -67,7 +70,7 @@ pub(super) async fn order_status(
     }
     match pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await? {
         Some((sale, owner)) if owner == user.id.get() || user.admin => {
-            Ok(HttpResponse::Ok().json(OrderStatus {
+            Ok(HttpResponse::Ok().insert_header(PRIVATE).json(OrderStatus {
                 order_id,
                 sale_id: sale.get(),
                 user_id: owner,
