@@ -9,7 +9,7 @@ use actix_web::{HttpResponse, ResponseError};
 use askama::Template;
 
 use super::view::Nav;
-use crate::error::{AppError, error_chain};
+use crate::error::{AppError, RETRY_AFTER_OUTAGE_SECS, error_chain};
 
 #[derive(Template)]
 #[template(path = "error.html")]
@@ -25,6 +25,8 @@ pub struct PageError {
     heading: &'static str,
     detail: String,
     nav: Nav,
+    /// A 503's `Retry-After` (seconds): the refusal's own, else the outage's.
+    retry_after: Option<String>,
 }
 
 impl PageError {
@@ -34,6 +36,7 @@ impl PageError {
             heading,
             detail,
             nav,
+            retry_after: None,
         }
     }
 
@@ -50,13 +53,21 @@ impl PageError {
     pub fn from_app(err: AppError, nav: Nav) -> Self {
         let status = err.status_code();
         match err {
-            AppError::Client { message, .. } => {
+            AppError::Client {
+                message, headers, ..
+            } => {
                 let heading = match status {
                     StatusCode::NOT_FOUND => "Page not found",
                     StatusCode::FORBIDDEN => "Not allowed",
+                    StatusCode::SERVICE_UNAVAILABLE => "Temporarily unavailable",
                     _ => "Something is not right",
                 };
-                Self::new(status, nav, heading, message.into_owned())
+                let mut page = Self::new(status, nav, heading, message.into_owned());
+                page.retry_after = headers
+                    .into_iter()
+                    .find(|(name, _)| name == header::RETRY_AFTER)
+                    .map(|(_, value)| value);
+                page
             }
             other => {
                 tracing::error!(error = %error_chain(&other), "page failed");
@@ -102,12 +113,22 @@ impl ResponseError for PageError {
             detail: &self.detail,
         };
         match page.render() {
-            Ok(body) => HttpResponse::build(self.status)
-                .insert_header((
+            Ok(body) => {
+                let mut builder = HttpResponse::build(self.status);
+                builder.insert_header((
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("text/html; charset=utf-8"),
-                ))
-                .body(body),
+                ));
+                // Every 503 page tells when to come back, as the API's do.
+                if self.status == StatusCode::SERVICE_UNAVAILABLE {
+                    let seconds = self.retry_after.clone();
+                    builder.insert_header((
+                        header::RETRY_AFTER,
+                        seconds.unwrap_or_else(|| RETRY_AFTER_OUTAGE_SECS.to_string()),
+                    ));
+                }
+                builder.body(body)
+            }
             Err(e) => {
                 tracing::error!(error = %e, "rendering the error page failed");
                 HttpResponse::build(self.status)

@@ -181,7 +181,8 @@ pub async fn poll(
 }
 
 /// The record from Postgres and the live results from Redis. A poll that Redis
-/// does not know is treated as unknown, as the API does.
+/// does not know (wiped) is rebuilt, and the page answers 503 `recovering`
+/// meanwhile, as the API does.
 async fn load_poll(
     state: &AppState,
     id: PollId,
@@ -189,6 +190,8 @@ async fn load_poll(
     let Some(record) = cached_record(state, id).await? else {
         return Ok(None);
     };
-    let results = store::results(&mut state.redis.clone(), &state.keys, id).await?;
-    Ok(results.map(|results| (record, results)))
+    match store::results(&mut state.redis.clone(), &state.keys, id).await? {
+        Some(results) => Ok(Some((record, results))),
+        None => Err(crate::vote::cached::missing_from_redis(state, id).await),
+    }
 }

@@ -271,6 +271,21 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     assert_eq!(app.wait_for_votes(poll, 6).await, 6, "votes never settled");
     app.wipe().await;
 
+    // The poll's page says it is coming back (503 with Retry-After, which starts
+    // its rebuild), never that there is no such poll.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = app.browse(&format!("/polls/{poll}"), None).await;
+        if resp.status() == StatusCode::OK {
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(resp.headers().contains_key("retry-after"));
+        assert!(Instant::now() < deadline, "the poll's page never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    app.wipe().await;
+
     // Results come back (503 recovering until the rebuild), with the settled votes.
     let deadline = Instant::now() + Duration::from_secs(20);
     let results: Value = loop {
