@@ -150,7 +150,20 @@ async fn shown_to<S: PollReads + ?Sized>(
         _ => false,
     };
     let mut shown = decide(poll, results, viewer, voted, now);
-    if let PollResults::Shown(results) = &mut shown
+    add_runoff(state, record, &mut shown, now).await?;
+    Ok(shown)
+}
+
+/// A closed ranked poll's shown results carry its runoff (see
+/// [`super::result::runoff`]); any other results are left as they are.
+pub async fn add_runoff<S: PollReads + ?Sized>(
+    state: &S,
+    record: &PollRecord,
+    shown: &mut PollResults,
+    now: chrono::DateTime<Utc>,
+) -> Result<(), AppError> {
+    let poll = &record.poll;
+    if let PollResults::Shown(results) = shown
         && poll.ballot == super::setting::BallotKind::Ranked
         && super::visibility::is_closed(poll, results.closed, now)
     {
@@ -159,7 +172,7 @@ async fn shown_to<S: PollReads + ?Sized>(
             super::result::runoff(state.redis(), state.keys(), record, id, results.voters).await?;
         results.runoff = Some((*counted).clone());
     }
-    Ok(shown)
+    Ok(())
 }
 
 /// The poll's tallies from Redis, whoever asks (callers decide what to show);

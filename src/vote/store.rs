@@ -203,7 +203,7 @@ pub async fn create_poll<C: ConnectionLike>(
     Ok(record)
 }
 
-pub(super) fn poll_id(raw: i64) -> Result<PollId, AppError> {
+pub(crate) fn poll_id(raw: i64) -> Result<PollId, AppError> {
     Id::new(raw).ok_or_else(|| AppError::Internal(anyhow::anyhow!("poll id {raw} not positive")))
 }
 

@@ -670,4 +670,13 @@ async fn a_closed_ranked_poll_shows_its_instant_runoff_rounds_and_winner() {
         json!([{"option_id": r[0], "votes": 2}, {"option_id": r[1], "votes": 3}])
     );
     assert!(runoff["tie_rule"].as_str().is_some_and(|t| !t.is_empty()));
+    // The list's results carry the same runoff.
+    let list = app.get_json("/api/polls", None).await;
+    let item = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == poll)
+        .unwrap_or_else(|| panic!("the poll is listed: {list}"));
+    assert_eq!(&item["results"]["runoff"], runoff, "{item}");
 }

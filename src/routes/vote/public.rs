@@ -53,12 +53,26 @@ pub(super) async fn list(
         crate::paging::ListScope::Public,
         viewer,
     )
-    .await?
-    .map(|(poll, results)| PollSummary {
-        status: store::status(&poll, now),
-        poll,
-        results,
-    });
+    .await?;
+    let mut items = Vec::with_capacity(page.items.len());
+    for (poll, mut results) in page.items {
+        // A closed ranked poll's results carry its runoff, as one poll's do.
+        if poll.ballot == crate::vote::setting::BallotKind::Ranked
+            && matches!(results, PollResults::Shown(_))
+            && let Some(record) = cached_record(state.get_ref(), store::poll_id(poll.id)?).await?
+        {
+            crate::vote::cached::add_runoff(state.get_ref(), &record, &mut results, now).await?;
+        }
+        items.push(PollSummary {
+            status: store::status(&poll, now),
+            poll,
+            results,
+        });
+    }
+    let page = crate::paging::Page {
+        items,
+        next: page.next,
+    };
     Ok(paged_json(&req, limit, page))
 }
 
