@@ -51,6 +51,45 @@ pub async fn update_meta(
     }
 }
 
+/// How long [`resync_meta`] keeps trying.
+const RESYNC_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// After an admin's change committed in Postgres (a close, an opening) whose write
+/// into the meta hash `meta` failed (a timeout, a dropped link): until Redis has
+/// it, the scripts would still decide by the old window (a closed poll taking
+/// votes, a closed sale selling). In the background, every second for at most
+/// five minutes, writes the fields as Postgres holds them then (`read`: a later
+/// change is never undone by an older one) until written, or until Redis lacks
+/// the state (its rebuild writes them from Postgres). `what` names it in the log.
+pub fn resync_meta<F, Fut>(redis: Redis, meta: String, what: String, read: F)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Vec<(&'static str, i64)>, AppError>> + Send,
+{
+    tokio::spawn(async move {
+        let until = std::time::Instant::now() + RESYNC_FOR;
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let attempt = async {
+                let fields = read().await?;
+                update_meta(&mut redis.clone(), &meta, &fields).await
+            };
+            match attempt.await {
+                Ok(_) => {
+                    tracing::info!(%what, "the window reached Redis after a failed write");
+                    return;
+                }
+                Err(e) if std::time::Instant::now() >= until => {
+                    tracing::error!(%what, error = %crate::error::error_chain(&e),
+                        "the window never reached Redis: a rebuild of its state writes it");
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+    });
+}
+
 /// Lifetime of the fence token: a rebuild that died leaves the state fenced at most
 /// this long before the token is gone and any rebuild may start over.
 const TOKEN_TTL_MS: u64 = 120_000;

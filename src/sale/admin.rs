@@ -168,7 +168,15 @@ async fn set_window<S: SaleAdmin + ?Sized>(
     let row = store::set_window(state.db(), id, change, admin)
         .await?
         .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
-    let in_redis = store::update_window(&mut state.redis().clone(), state.keys(), &row).await?;
+    let in_redis = match store::update_window(&mut state.redis().clone(), state.keys(), &row).await
+    {
+        Ok(in_redis) => in_redis,
+        Err(e) => {
+            // Committed: Redis must follow, or the sale sells by its old window.
+            store::resync_window(state.db(), state.redis(), state.keys(), id);
+            return Err(e);
+        }
+    };
     cached::invalidate(state, id).await?;
     if !in_redis {
         state.rebuild_sale(id, REBUILD_WAIT).await?;

@@ -208,10 +208,34 @@ pub async fn update_window<C: ConnectionLike>(
     sale: &SaleRow,
 ) -> Result<bool, AppError> {
     let k = keys.sale(sale.id);
-    let window = [
+    crate::restore::update_meta(redis, &k.meta, &window_fields(sale)).await
+}
+
+/// The window's fields of the meta hash.
+fn window_fields(sale: &SaleRow) -> Vec<(&'static str, i64)> {
+    vec![
         ("starts_ms", sale.starts_at.timestamp_millis()),
         ("ends_ms", sale.ends_at.timestamp_millis()),
         ("closed", i64::from(sale.closed)),
-    ];
-    crate::restore::update_meta(redis, &k.meta, &window).await
+    ]
+}
+
+/// [`update_window`] failed after the change committed: written from Postgres in
+/// the background (see [`crate::restore::resync_meta`]).
+pub fn resync_window(db: &PgPool, redis: &crate::redis_conn::Redis, keys: &Keys, id: SaleId) {
+    let db = db.clone();
+    crate::restore::resync_meta(
+        redis.clone(),
+        keys.sale(id).meta,
+        format!("sale {id}"),
+        move || {
+            let db = db.clone();
+            async move {
+                let row = super::record::fetch_sale(&db, id)
+                    .await?
+                    .ok_or_else(|| AppError::not_found(format!("no sale with id {id}")))?;
+                Ok(window_fields(&row))
+            }
+        },
+    );
 }

@@ -393,9 +393,9 @@ pub fn first_choice(held: &str) -> i64 {
 /// order a rebuild running meanwhile cannot undo the close: it reads the row after
 /// it committed, or its restore comes before this update. Returns the record and
 /// whether Redis held the poll (when not, it needs a rebuild).
-pub async fn close<C: ConnectionLike>(
+pub async fn close(
     db: &PgPool,
-    redis: &mut C,
+    redis: &crate::redis_conn::Redis,
     keys: &Keys,
     id: PollId,
     admin: UserId,
@@ -424,7 +424,27 @@ pub async fn close<C: ConnectionLike>(
     )
     .await?;
     tx.commit().await?;
-    let written = crate::restore::update_meta(redis, &keys.poll(id).meta, &[("closed", 1)]).await?;
+    let meta = keys.poll(id).meta;
+    let written = match crate::restore::update_meta(&mut redis.clone(), &meta, &[("closed", 1)])
+        .await
+    {
+        Ok(written) => written,
+        Err(e) => {
+            // Committed: Redis must follow, or the poll takes votes after its close.
+            let db = db.clone();
+            crate::restore::resync_meta(redis.clone(), meta, format!("poll {id}"), move || {
+                let db = db.clone();
+                async move {
+                    let closed: bool = sqlx::query_scalar("SELECT closed FROM polls WHERE id = $1")
+                        .bind(id.get())
+                        .fetch_one(&db)
+                        .await?;
+                    Ok(vec![("closed", i64::from(closed))])
+                }
+            });
+            return Err(e);
+        }
+    };
     Ok(fetch_record(db, id).await?.map(|r| (r, written)))
 }
 

@@ -28,6 +28,7 @@ mod invariants;
 mod proxy;
 mod storm;
 
+mod admin_close;
 mod aof_loss;
 mod app_kill;
 mod ballots;

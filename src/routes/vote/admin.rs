@@ -261,15 +261,9 @@ pub(super) async fn admin_close(
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
-    let (_, in_redis) = store::close(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        id,
-        admin.id,
-    )
-    .await?
-    .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
+    let (_, in_redis) = store::close(&state.db, &state.redis, &state.keys, id, admin.id)
+        .await?
+        .ok_or_else(|| AppError::not_found(format!("no poll with id {id}")))?;
     invalidate_record(&state, id).await?;
     if !in_redis {
         // Lost from Redis: the rebuild writes the closed window from Postgres.
