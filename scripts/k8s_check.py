@@ -95,7 +95,28 @@ def main():
         check(any(matches(sel, d["spec"]["template"]["metadata"]["labels"]) for d in deployments.values()),
               f"PodDisruptionBudget {pdb['metadata']['name']} selects a Deployment's pods")
     for hpa in by_kind(docs, "HorizontalPodAutoscaler"):
-        check(hpa["spec"]["scaleTargetRef"]["name"] in deployments, f"HorizontalPodAutoscaler targets {hpa['spec']['scaleTargetRef']['name']}")
+        target = hpa["spec"]["scaleTargetRef"]["name"]
+        check(target in deployments, f"HorizontalPodAutoscaler targets {target}")
+        # Both owning the count: every apply would reset the autoscaler's.
+        check("replicas" not in deployments.get(target, {}).get("spec", {}), f"{target}: no replicas of its own (the autoscaler owns them)")
+
+    # Every role's pods behind one NetworkPolicy, whose ports are the pods' own;
+    # the serving pods take HTTP from somewhere and metrics from somewhere.
+    policies = by_kind(docs, "NetworkPolicy")
+    for name, d in deployments.items():
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        mine = [p for p in policies if matches(p["spec"]["podSelector"]["matchLabels"], labels)]
+        check(len(mine) == 1, f"{name}: one NetworkPolicy selects its pods ({len(mine)})")
+        ports = {p["name"] for c in d["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}
+        allowed = set()
+        for p in mine:
+            check(p["spec"].get("policyTypes") == ["Ingress"], f"NetworkPolicy {p['metadata']['name']}: ingress only")
+            for rule in p["spec"].get("ingress", []):
+                check(bool(rule.get("from")), f"NetworkPolicy {p['metadata']['name']}: every rule names who may connect")
+                for port in rule.get("ports", []):
+                    check(port["port"] in ports, f"NetworkPolicy {p['metadata']['name']}: port {port['port']} is a port of its pods")
+                    allowed.add(port["port"])
+        check(allowed == ports, f"{name}: its NetworkPolicy lets in each of its ports ({sorted(allowed)} of {sorted(ports)})")
 
     monitors = by_kind(docs, "ServiceMonitor")
     check(len(monitors) == 1, "one ServiceMonitor")

@@ -175,6 +175,12 @@ def main():
             seen = at - bought_at
     stop.set()
     check(seen is not None and seen < 1.0, f"the stream delivered the purchase's change in {seen if seen is None else round(seen, 3)} s (< 1 s)")
+    # A CSV download goes through its own location (longer timeouts, streamed).
+    csv = call("GET", f"/api/admin/sales/{sale}/orders.csv", token=admin)
+    check(
+        csv.status == 200 and (csv.header("content-type") or "").startswith("text/csv") and csv.body.count("\n") >= 1,
+        f"the sale's orders as CSV through nginx: {csv.status} {csv.header('content-type')}",
+    )
     polls = call("GET", "/api/polls").json()
     poll = next((q for q in polls if "(demo)" in q.get("question", "")), None)
     check(poll is not None, "the demo poll is listed")
