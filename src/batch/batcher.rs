@@ -53,8 +53,9 @@ impl Failed {
     fn redis_unavailable() -> Self {
         Failed::Unavailable {
             code: ErrorCode::RedisUnavailable,
-            message: "Redis did not answer in time; try again with the same Idempotency-Key \
-                      (a retry under it never buys a second unit)"
+            message: "Redis did not answer in time, and may have decided: retry with the same \
+                      Idempotency-Key (under it a retry is never counted twice; without one, a \
+                      retry is a new request)"
                 .into(),
         }
     }

@@ -100,8 +100,9 @@ impl ThenWait<'_> {
         if acked < self.acks.replicas {
             return Err(AppError::new(
                 ErrorCode::NotReplicated,
-                "the decision was not confirmed by a Redis replica in time; try again \
-                 (a retry never buys a second unit)",
+                "the decision was not confirmed by a Redis replica in time, but stands on the \
+                 primary; retry with the same Idempotency-Key (under it a retry is never \
+                 counted twice)",
             ));
         }
         Ok(())
