@@ -79,21 +79,26 @@ impl Lock {
         let ttl_ms = ttl_ms.max(1);
         let token = crate::random::token_hex(16);
         let mut redis = redis.clone();
-        let set: Option<String> = redis::cmd("SET")
+        // With GET (Redis 7): the value the key held, none when this SET wrote
+        // it. Our own token there is ours too: the connection re-sends a command
+        // whose reply was lost, and the first send took the lock.
+        let held: Option<String> = redis::cmd("SET")
             .arg(&key)
             .arg(&token)
             .arg("NX")
+            .arg("GET")
             .arg("PX")
             .arg(ttl_ms)
             .query_async(&mut redis)
             .await?;
-        let stat = if set.is_some() {
+        let ours = held.as_deref().is_none_or(|held| held == token);
+        let stat = if ours {
             &STATS.acquired
         } else {
             &STATS.contended
         };
         stat.add(1);
-        Ok(set.map(|_| LockGuard {
+        Ok(ours.then(|| LockGuard {
             redis,
             key,
             token,
