@@ -86,7 +86,7 @@ counters! {
     kept_flushed: "Accepted orders this process kept until settled and wrote into Postgres itself, because a rebuild of their sale asked (Redis wiped, restarted or failed over before settlement read them); orders already there are not counted.",
     kept_dropped: "Accepted orders this process stopped keeping before settlement committed them (more than 500,000 kept, or unsettled for 15 minutes): a Redis that lost them after that would lose them.",
     kept_late: "Accepted orders this process kept but did not write when a rebuild asked, because the rebuild had stopped waiting for it (this process did not answer within 5 s): written then, a unit could be sold twice; lost if Redis lost them.",
-    settle_conflicts: "Accepted orders Postgres refused because another order holds their (sale, user), or their sale or user is gone (a user a rehearsal cleanup removed): Redis and Postgres disagree.",
+    settle_conflicts: "Accepted orders or votes Postgres refused because another order holds their (sale, user) (or their sale or user is gone: a user a rehearsal cleanup removed), or another ballot holds their (poll, user, seq): Redis and Postgres disagree.",
 }
 
 impl Metrics {

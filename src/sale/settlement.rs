@@ -214,7 +214,7 @@ pub(super) async fn insert_orders(
     }
     // Skipped rows are redeliveries (the id is there) or conflicts (it is not: another
     // order of the same buyer, or a sale or user that is gone).
-    let conflicting = sqlx::query_scalar(
+    let conflicting: Vec<Uuid> = sqlx::query_scalar(
         "SELECT u FROM UNNEST($1::uuid[]) AS u
          WHERE NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = u)",
     )
@@ -223,6 +223,6 @@ pub(super) async fn insert_orders(
     .await?;
     Ok(Written {
         inserted,
-        conflicting,
+        conflicting: conflicting.iter().map(|id| format!("order {id}")).collect(),
     })
 }

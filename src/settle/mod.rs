@@ -189,9 +189,10 @@ pub enum Insert {
 #[derive(Debug, Default)]
 pub struct Written {
     pub inserted: u64,
-    /// Ids neither inserted nor already there: Postgres holds another row for the
-    /// same (owner, user), so the two stores disagree.
-    pub conflicting: Vec<Uuid>,
+    /// Decisions neither inserted nor already there, named for the log (an
+    /// order's id; a vote's poll, user and seq): Postgres holds another row in
+    /// their place, so the two stores disagree.
+    pub conflicting: Vec<String>,
 }
 
 /// A feature whose accepted decisions the worker settles (`sale/settlement.rs`:

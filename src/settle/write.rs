@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use uuid::Uuid;
-
 use super::{Accepted, Entries, Event, Insert, SETTLE_GROUP, Settled, Settler};
 use crate::metrics::Metrics;
 
@@ -14,7 +12,7 @@ impl Settler {
     /// rows inserted and the ids in conflict. Plain inserts first; a batch that
     /// meets a row already there (a redelivery, or an order in conflict) is
     /// written again, skipping those rows.
-    async fn write(&self, events: &[Event]) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
+    async fn write(&self, events: &[Event]) -> Result<(u64, Vec<String>), sqlx::Error> {
         match self.write_as(events, Insert::Fresh).await {
             Err(e)
                 if e.as_database_error()
@@ -35,7 +33,7 @@ impl Settler {
         &self,
         events: &[Event],
         insert: Insert,
-    ) -> Result<(u64, Vec<Uuid>), sqlx::Error> {
+    ) -> Result<(u64, Vec<String>), sqlx::Error> {
         let mut tx = self.db.begin().await?;
         let (mut inserted, mut conflicting) = (0, Vec::new());
         for (feature, settle) in self.features.iter().enumerate() {
@@ -82,18 +80,19 @@ impl Settler {
     }
 
     /// Logs (and counts) accepted decisions that Postgres could not take.
-    fn report_conflicts(&self, conflicting: &[Uuid]) {
+    fn report_conflicts(&self, conflicting: &[String]) {
         if !conflicting.is_empty() {
             // Redis accepted these, but Postgres already holds another order of the
-            // same user for the same sale (or the sale or the user is gone): the two
-            // stores disagree (Redis lost its buyers hash, or two deployments share
-            // one database). Nothing to retry; say so loudly and leave the repair to
-            // `stampede reconcile`.
+            // same user for the same sale (or the sale or the user is gone), or
+            // another ballot under the same (poll, user, seq): the two stores
+            // disagree (Redis lost its buyers or voters hash, or two deployments
+            // share one database). Nothing to retry; say so loudly and leave the
+            // repair to `stampede reconcile`.
             self.metrics.settle_conflicts.add(conflicting.len() as u64);
             tracing::error!(
                 count = conflicting.len(),
-                orders = ?conflicting,
-                "accepted orders conflict with settled orders of the same user and sale; \
+                decisions = ?conflicting,
+                "accepted decisions conflict with settled ones of the same user; \
                  Redis and Postgres disagree: run `stampede reconcile`"
             );
         }

@@ -230,9 +230,35 @@ async fn insert_votes(
         .execute(&mut *tx)
         .await?
         .rows_affected();
+    let mut conflicting = Vec::new();
+    if matches!(insert, Insert::Tolerant) && (inserted as usize) < rows.len() {
+        // Skipped rows are redeliveries (the same ballot is there) or conflicts:
+        // another ballot under the same (poll, voter, seq), which Redis counted and
+        // Postgres will not hold (counted and logged by the worker).
+        let found: Vec<(i64, i64, i32)> = sqlx::query_as(
+            "SELECT x.p, x.u, x.s
+             FROM UNNEST($1::int8[], $2::int8[], $3::int4[], $4::int8[], $5::int4[], $6::text[])
+                 AS x(p, u, s, o, c, ch)
+             JOIN votes v ON v.poll_id = x.p AND v.user_id = x.u AND v.seq = x.s
+             WHERE v.option_id <> x.o OR v.count <> x.c
+                OR v.choices IS DISTINCT FROM x.ch::int8[]",
+        )
+        .bind(&polls)
+        .bind(&users)
+        .bind(&seqs)
+        .bind(&options)
+        .bind(&counts)
+        .bind(&choices)
+        .fetch_all(&mut *tx)
+        .await?;
+        conflicting = found
+            .iter()
+            .map(|(poll, user, seq)| format!("vote of poll {poll}, user {user}, seq {seq}"))
+            .collect();
+    }
     Ok(Written {
         inserted,
-        conflicting: Vec::new(),
+        conflicting,
     })
 }
 

@@ -221,6 +221,44 @@ async fn an_order_conflicting_with_a_settled_one_is_counted_not_retried_forever(
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_vote_conflicting_with_a_settled_one_is_counted_not_dropped_silently() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let (poll, options) = app.open_poll(&admin, "Tea?", &["yes", "no"]).await;
+    let voter = app.user().await;
+    app.cast_vote(poll, &voter.token, options[0]).await;
+    let metrics = std::sync::Arc::new(stampede::metrics::Metrics::default());
+    let mut w = settler(&app, "w1", 10, Duration::ZERO)
+        .await
+        .with_metrics(metrics.clone());
+    w.drain().await.unwrap();
+
+    // Redis forgets the voter (lost state): the script takes a second ballot, under
+    // the same seq, for the other option.
+    let voters = app
+        .keys
+        .poll(stampede::domain::Id::new(poll).unwrap())
+        .voters;
+    let _: () = app
+        .redis_query(redis::cmd("HDEL").arg(voters).arg(voter.id))
+        .await;
+    app.cast_vote(poll, &voter.token, options[1]).await;
+    w.drain().await.unwrap();
+
+    // Postgres keeps the first ballot; the other is counted as a conflict, not
+    // dropped without a word.
+    let rows: Vec<(i64, i32)> =
+        sqlx::query_as("SELECT option_id, seq FROM votes WHERE poll_id = $1 AND user_id = $2")
+            .bind(poll)
+            .bind(voter.id)
+            .fetch_all(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(rows, [(options[0], 1)]);
+    assert_eq!(metrics.settle_conflicts.get(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn one_transaction_holds_at_most_batch_size_rows_across_all_streams() {
     let app = spawn_app_with(|c| c.settle_in_serve = false).await;
     let admin = app.admin().await;
