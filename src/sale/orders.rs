@@ -269,25 +269,31 @@ pub async fn of_user_with_pending<S: CachedReads + ?Sized>(
         .collect();
     let bought = pending::bought_of(&mut reads.redis().clone(), reads.keys(), &asked, user).await?;
     let settled = of_user(reads.db(), user).await?;
-    // A buyer stays in the sale's buyers hash while an order holds the unit; an
-    // expired order holds it no more when the sale lets its buyer buy again (the
-    // buyer left the set, and is in it again only for a new, maybe pending, order).
-    let holds = |sale: &SaleView| {
-        settled.iter().any(|o| {
-            o.sale_id == sale.sale.id.get()
-                && (!o.status.returned() || !sale.sale.rebuy_after_expiry)
-        })
+    // What Redis counts for the buyer is every unit of their orders, settled or
+    // not, but a returned order's only when the sale does not let its buyer buy
+    // again (then the units stay counted against the cap); what settled orders
+    // account for of that count is not pending.
+    let settled_counted = |sale: &SaleView| -> i64 {
+        settled
+            .iter()
+            .filter(|o| {
+                o.sale_id == sale.sale.id.get()
+                    && (!o.status.returned() || !sale.sale.rebuy_after_expiry)
+            })
+            .map(|o| i64::from(o.quantity))
+            .sum()
     };
     let pending = sales
         .iter()
         .zip(bought)
-        .filter(|(sale, (bought, _))| *bought && !holds(sale))
-        // No settled order holds a unit of the sale: the units held are all pending.
-        .map(|(sale, (_, held))| PendingUnits {
-            sale_id: sale.sale.id.get(),
-            sale_name: sale.sale.name.clone(),
-            units: held,
-            price_cents: sale.sale.price_cents * i64::from(held),
+        .filter_map(|(sale, (bought, held))| {
+            let units = i64::from(held) - settled_counted(sale);
+            (bought && units > 0).then(|| PendingUnits {
+                sale_id: sale.sale.id.get(),
+                sale_name: sale.sale.name.clone(),
+                units: units as i32,
+                price_cents: sale.sale.price_cents * units,
+            })
         })
         .collect();
     Ok(MyOrders { pending, settled })

@@ -361,6 +361,50 @@ fn order_row(body: &str, order: uuid::Uuid) -> &str {
     between(body, &format!(r#"<tr data-order-id="{order}""#), "</tr>")
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn my_orders_shows_a_second_purchase_pending_beside_a_settled_one() {
+    let app = spawn_app_with(|c| c.settle_in_serve = false).await;
+    let admin = app.admin().await;
+    let sale = app
+        .live_sale_with(&admin, 10, json!({"max_per_user": 3}))
+        .await;
+    let buyer = app.user().await;
+    let path = format!("/api/sales/{sale}/purchase");
+    let two = json!({"quantity": 2});
+    assert_eq!(
+        app.post_json(&path, Some(&buyer.token), &two)
+            .await
+            .status(),
+        StatusCode::ACCEPTED
+    );
+    let mut settler = crate::settle::settler(&app, "w1", 10, std::time::Duration::ZERO).await;
+    settler.drain().await.unwrap();
+    // A second purchase, not settled yet: its unit shows as pending.
+    let one = json!({"quantity": 1});
+    assert_eq!(
+        app.post_json(&path, Some(&buyer.token), &one)
+            .await
+            .status(),
+        StatusCode::ACCEPTED
+    );
+    let body = app.html("/me/orders", Some(&buyer)).await;
+    assert_eq!(
+        body.matches(r#"badge-pending">Pending<"#).count(),
+        1,
+        "{body}"
+    );
+    assert_eq!(body.matches("<tr data-order-id=").count(), 1, "{body}");
+    // Once it settles, nothing is pending.
+    settler.drain().await.unwrap();
+    let body = app.html("/me/orders", Some(&buyer)).await;
+    assert_eq!(
+        body.matches(r#"badge-pending">Pending<"#).count(),
+        0,
+        "{body}"
+    );
+    assert_eq!(body.matches("<tr data-order-id=").count(), 2, "{body}");
+}
+
 #[tokio::test]
 async fn my_orders_shows_an_awaiting_order_with_its_deadline_and_a_pay_button() {
     let app = spawn_app().await;
