@@ -56,3 +56,15 @@ export function messageOf(res, fallback) {
 export function retryAfterSeconds(res) {
   return Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1);
 }
+
+/**
+ * How long to wait before asking again after `failures` failed asks in a row
+ * (the last answer `res`): its `Retry-After` when it names one, else `baseMs`
+ * doubled per failure up to 30 s; spread by a fifth either way, so the phones of
+ * a waiting room that all failed at once (a failover) do not ask again in step.
+ */
+export function retryDelayMs(res, failures, baseMs) {
+  const after = parseInt(res.headers.get("Retry-After") || "", 10);
+  const wait = after > 0 ? after * 1000 : Math.min(30_000, baseMs * 2 ** Math.max(0, failures - 1));
+  return Math.round(wait * (0.8 + Math.random() * 0.4));
+}

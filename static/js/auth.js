@@ -70,6 +70,9 @@ export function authPage() {
     }
   }
 
+  // The account this page made whose sign-in then failed (busy, a network
+  // error): pressing again signs in to it rather than making it again ("taken").
+  let made = null;
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     setText(error, "");
@@ -90,7 +93,8 @@ export function authPage() {
     }
     button.disabled = true;
     try {
-      if (kind === "signup") {
+      const again = made && made.username === credentials.username && made.password === credentials.password;
+      if (kind === "signup" && !again) {
         const created = await api("POST", "/api/auth/signup", credentials);
         if (!created.ok) {
           const refusal = signupRefusal(created);
@@ -102,10 +106,14 @@ export function authPage() {
           }
           return;
         }
+        made = credentials;
       }
       const signedIn = await api("POST", "/api/auth/signin", credentials);
       if (!signedIn.ok) {
-        setText(error, messageOf(signedIn, "Could not sign in."));
+        const wait = signedIn.headers.get("Retry-After");
+        const retry = made && kind === "signup" ? " Your account is made: press again to sign in." : "";
+        const after = wait ? ` Try again in ${wait} s.` : "";
+        setText(error, `${messageOf(signedIn, "Could not sign in.")}${after}${retry}`);
         return;
       }
       location.assign(next);

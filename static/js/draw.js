@@ -5,7 +5,7 @@
 // the waiting list (a passed win may reach it), and when a win's time to buy runs
 // out. A winner's standing carries the purchase ticket: Buy uses it.
 
-import { api, messageOf } from "./api.js";
+import { api, messageOf, retryDelayMs } from "./api.js";
 import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
@@ -38,6 +38,8 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
   };
   const opensAt = Number(d.entriesOpenAt) || 0;
   const e = {
+    // Failed asks in a row (each waits longer: retryDelayMs).
+    failures: 0,
     // null: not known yet; "none": no entry; else the standing's state.
     state: sale.bought ? "bought" : null,
     position: null,
@@ -79,10 +81,11 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
     e.asking = true;
     const res = await api("GET", `/api/sales/${saleId}/entry/me`);
     e.asking = false;
+    e.failures = res.ok ? 0 : e.failures + 1;
     if (res.ok) apply(res.data);
     else if (res.status === 404) e.state = "none";
     else if (res.status === 401) sale.signedIn = false;
-    else askIn(RESULT_EVERY_MS);
+    else askIn(retryDelayMs(res, e.failures, RESULT_EVERY_MS));
     changed();
   }
 

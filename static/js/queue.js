@@ -9,7 +9,7 @@
 // what moves the line, and the shopper's chance when fewer units are left than
 // people before them (issue 50). Let in, the shopper is called back (callback.js).
 
-import { api, messageOf } from "./api.js";
+import { api, messageOf, retryDelayMs } from "./api.js";
 import { returnedWords } from "./returned.js";
 import { askToNotify, callBack, notifyPermission, unlockSound } from "./callback.js";
 import { field, setText } from "./dom.js";
@@ -112,6 +112,8 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     joining: false,
     askedAtServed: -1,
     openingAsks: 0,
+    // Failed asks in a row (each waits longer: retryDelayMs).
+    failures: 0,
     askedAtExpiry: false,
     lastLeft: sale.left,
     retry: 0,
@@ -176,10 +178,15 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
       }
     } else if (res.status === 401) {
       sale.signedIn = false;
+    } else if (res.status === 404) {
+      // The sale is gone: nothing more to ask.
+      show(...sharedAnswer(res, sale, { act: "join the line", thing: "sale", signinUrl }));
     } else {
+      q.failures += 1;
       clearTimeout(q.retry);
-      q.retry = setTimeout(ask, RETRY_MS);
+      q.retry = setTimeout(ask, retryDelayMs(res, q.failures, RETRY_MS));
     }
+    if (res.ok) q.failures = 0;
     changed();
   }
 

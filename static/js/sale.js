@@ -276,8 +276,13 @@ export function salePage() {
       const res = await api("GET", `/api/orders/${encodeURIComponent(orderId)}`);
       if (res.ok && res.data.status === "confirmed") {
         const payBy = new Date(res.data.pay_by);
-        if (res.data.payment === "awaiting_payment" && !Number.isNaN(payBy.getTime())) {
+        const payment = res.data.payment;
+        if (payment === "awaiting_payment" && !Number.isNaN(payBy.getTime())) {
           show("success", `Order confirmed — pay by ${localTime(payBy, true)} on My orders.`, `Not paid by then, ${unitsGo(quantity)} back on sale.`, PAY_ON_MY_ORDERS);
+        } else if (payment === "cancelled" || payment === "refunded" || payment === "expired") {
+          // Returned before this page heard it was confirmed (another tab, an admin).
+          const ended = { cancelled: "was cancelled", refunded: "was cancelled and refunded", expired: "expired unpaid" }[payment];
+          show("warning", `Your order ${ended}.`, "", MY_ORDERS);
         } else {
           show("success", "Order confirmed. Thank you!", "", MY_ORDERS);
         }
@@ -371,7 +376,11 @@ export function salePage() {
         } else if (code === "not_enough_left") {
           show("warning", sentence(messageOf(res, "Not that many left.")), "Choose fewer and buy again.");
         } else if (code === "not_started") {
+          // The shop's clock is behind this one: its Retry-After says when the
+          // sale opens, so the page counts down to that and keeps this message.
           state.status = "upcoming";
+          const seconds = parseInt(res.headers.get("Retry-After") || "", 10);
+          if (seconds > 0) state.startsAt = Math.max(state.startsAt, now() + seconds * 1000);
           show("warning", "This sale has not started yet.", messageOf(res, ""), null, "upcoming");
         } else {
           show("error", messageOf(res, "The shop refused this order."));
