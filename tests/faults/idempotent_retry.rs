@@ -2,9 +2,13 @@
 //! 5, every buyer presses Buy five times, each press with a new `Idempotency-Key`,
 //! and retries every 503, timeout and reset of that press with the same key
 //! (on the other server, when one is down) while Redis is killed (`kill -9`) and
-//! brought back, and a server is killed mid-storm. Afterwards each buyer's units in
-//! Postgres are exactly the distinct keys that got a 202, every 202's order is in
-//! Postgres once, each key's 202s name one order, every press ends 202 (five
+//! brought back, a server is killed mid-storm, and Redis is stopped (SIGSTOP)
+//! past the servers' response timeout and resumed: the purchases it held run when
+//! it resumes, after their 503, so a retry gets its key's first 202 back
+//! (`Idempotent-Replayed: true`), which the test asserts happened. Afterwards each
+//! buyer's units in Postgres are exactly the distinct keys that got a 202, every
+//! 202's order is in Postgres once, each key's 202s name one order, every press
+//! ends 202 (five
 //! presses never pass the cap, the stock never runs out), and the sale ends with
 //! the shared invariants (`invariants.rs`): units arithmetic in both stores,
 //! `reconcile` consistent, no 5xx but 503 with `Retry-After`, every attempt answered
@@ -88,6 +92,7 @@ pub async fn press_within(
         let record = Record {
             user: user.id,
             op: Op::Purchase { sale },
+            keyed: true,
             server,
             attempt: out.tries as u32 - 1,
             sent,
@@ -112,7 +117,13 @@ pub async fn press_within(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills() {
-    let mut stack = Stack::start("idempotent-retry", Options::servers(2)).await;
+    // The servers give up on Redis after 1 s, below the presses' 1.5 s: a stopped
+    // Redis gets each press a 503 (sent again), not a client timeout.
+    let options = Options {
+        extra: vec![("STAMPEDE_REDIS_RESPONSE_TIMEOUT_MS", "1000")],
+        ..Options::servers(2)
+    };
+    let mut stack = Stack::start("idempotent-retry", options).await;
     let users = stack.create_users(USERS, false).await;
     let sale = stack
         .create_sale_with(10_000, json!({ "max_per_user": PRESSES }))
@@ -148,6 +159,14 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     tokio::time::sleep(Duration::from_millis(700)).await;
     stack.servers[1].kill9();
     println!("server #1 killed at {:.1?}", started.elapsed());
+    // Redis stopped past the response timeout: the purchases sent to it meanwhile
+    // are answered 503 and run when it resumes, so their retries are replays.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stack.redis.pause();
+    println!("Redis stopped at {:.1?}", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    stack.redis.resume();
+    println!("Redis resumed at {:.1?}", started.elapsed());
 
     let mut presses = Vec::new();
     for task in tasks {
@@ -155,19 +174,30 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     }
     println!("storm over at {:.1?}", started.elapsed());
     let retried = presses.iter().filter(|p| p.tries > 1).count();
-    let replays = presses
+    let retried_202 = presses
         .iter()
         .filter(|p| p.tries > 1 && p.status == 202)
+        .count();
+    // A retry answered its key's first 202 again (`Idempotent-Replayed: true`):
+    // the first attempt ran, its answer was lost.
+    let replayed = presses
+        .iter()
+        .filter(|p| p.records.iter().any(Record::is_replayed))
         .count();
     let mut statuses: HashMap<u16, usize> = HashMap::new();
     for p in &presses {
         *statuses.entry(p.status).or_default() += 1;
     }
     println!(
-        "presses: {} ({retried} retried, {replays} of them ended 202); last answers {statuses:?}",
+        "presses: {} ({retried} retried, {retried_202} of them ended 202, {replayed} answered a replay); last answers {statuses:?}",
         presses.len()
     );
     assert!(retried > 0, "the faults made some press retry");
+    assert!(
+        replayed > 0,
+        "no retry got its key's first 202 back (Idempotent-Replayed: true): no press ran \
+         while its answer was lost, the Redis stop did not land"
+    );
 
     // Every press ends accepted: five presses never pass the cap of five and the
     // stock (10,000) never runs out, so any refusal (a 409 `per_user_limit` would

@@ -16,18 +16,18 @@ use crate::storm::{self, Op, Outcome, Record, Work};
 /// Which accepted answers a scenario may lose, by design of the fault.
 #[derive(Clone, Copy, Debug)]
 pub enum AllowedLoss {
-    /// Every 202 reaches Postgres.
+    /// Every 202 reaches Postgres: what every scenario whose servers run through
+    /// the fault must keep, a Redis wipe included (the servers keep what they
+    /// accepted until it is settled, docs/operations.md, "What a 202 means").
     None,
-    /// The AOF was cut back to its size at this instant (`everysec` losing its last
-    /// second): only 202s answered after it may be lost.
-    AnsweredAfter(Instant),
-    /// Redis was wiped, the wipe done at this instant: only requests sent before it
-    /// (accepted, not yet settled) may be lost; everything sent after it counts.
-    SentBefore(Instant),
-    /// A primary whose replica had every write up to `from` (and was stopped just
-    /// after) died at `to`, and the replica took over: only 202s of the sales on
-    /// that shard (ids as bits of `sales`: bit N for sale N) answered after `from`
-    /// and sent before `to` may be lost.
+    /// Redis lost the writes it made from `from` until it died at `to`: only 202s
+    /// of the sales in `sales` (ids as bits: bit N for sale N) answered after
+    /// `from` and sent before `to` may be lost. The AOF cut back to its size at
+    /// `from` and Redis killed at `to` (`everysec` losing its last second; see
+    /// [`AllowedLoss::answered_within`]), or a primary whose replica had every
+    /// write up to `from` (and was stopped just after) dying at `to`, the replica
+    /// taking over, its shard's sales in `sales`. A 202 sent after `to` (answered
+    /// by the Redis that came back) is never forgiven.
     AnsweredWithin {
         from: Instant,
         to: Instant,
@@ -36,14 +36,22 @@ pub enum AllowedLoss {
 }
 
 impl AllowedLoss {
+    /// [`AllowedLoss::AnsweredWithin`] `from` and `to`, for every sale of `sales`
+    /// (ids below 64).
+    pub fn answered_within(from: Instant, to: Instant, sales: &[i64]) -> AllowedLoss {
+        let sales = sales.iter().fold(0u64, |bits, &s| {
+            assert!((0..64).contains(&s), "sale id {s} does not fit the bits");
+            bits | 1 << s
+        });
+        AllowedLoss::AnsweredWithin { from, to, sales }
+    }
+
     fn allows(&self, r: &Record) -> bool {
         match *self {
             AllowedLoss::None => false,
-            AllowedLoss::AnsweredAfter(t) => r.answered >= t,
-            AllowedLoss::SentBefore(t) => r.sent < t,
-            // Decided by a node that died at `to` (so sent before it) after its
-            // replica last had every write, at `from` (so answered after it). The answer
-            // of a decision made just before the kill may reach the client after.
+            // Decided by a Redis that died at `to` (so sent before it) after the
+            // last write it kept, at `from` (so answered after it). The answer of a
+            // decision made just before the kill may reach the client after.
             AllowedLoss::AnsweredWithin { from, to, sales } => {
                 r.answered >= from
                     && r.sent <= to
@@ -116,18 +124,24 @@ pub struct Report {
 /// while something is still missing, or 60 s passed), then asserts:
 ///
 /// 1. every 202 purchase's order id is in Postgres `orders`, for its sale and
-///    user (unless `loss` allows losing it); every 202 vote is in `votes`;
+///    user (unless `loss` allows losing it); every 202 vote is in `votes`, its
+///    receipt naming its row;
 /// 2. no user got two 202s for one sale or poll (not counting an allowed loss,
 ///    nor the 202 of an order that expired on a sale whose expired buyers may
 ///    buy again), Postgres has at most one live (not expired) order per (sale,
-///    user), and every order in Postgres was answered 202 or was an ambiguous
-///    attempt (no answer, 503);
+///    user) and one row of `votes` per (poll, user) where the poll allows no
+///    change, and every order and every voter's row in Postgres was answered
+///    202 or was an ambiguous attempt (no answer, 503); on a sale of one per
+///    customer, the buyer of such an order was told of it by their last decided
+///    answer after that attempt, if any (409 `already_bought` naming it, see
+///    [`check_untold_orders`]);
 /// 3. per sale: Postgres orders <= `stock_total`; Redis units left + buyers ==
 ///    `stock_total`; the Redis buyers hash equals the Postgres buyers (the users of
 ///    its orders; on a sale with `rebuy_after_expiry`, of its orders not expired:
 ///    those buyers left the set with their unit); the
 ///    reconcile endpoint says `consistent: true`. Per poll: the Redis tally equals
-///    the `votes` table's per-option counts, and the voters agree;
+///    the per-option counts of every row of `votes` and `store::settled_tallies`,
+///    and the Redis voters hash holds each voter's last row;
 /// 4. no 5xx but 503, every 503 has `Retry-After` and a JSON error code, and
 ///    every answer is one the endpoint documents (or a 408 for a request the
 ///    server never read, which the storm sends again);
@@ -219,14 +233,21 @@ async fn pg_orders(stack: &Stack, sales: &[i64]) -> Option<HashMap<Uuid, (i64, i
     Some(rows.into_iter().map(|(id, s, u)| (id, (s, u))).collect())
 }
 
-async fn pg_votes(stack: &Stack, poll: i64) -> Option<HashMap<i64, i64>> {
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT user_id, option_id FROM votes WHERE poll_id = $1")
-            .bind(poll)
-            .fetch_all(&stack.db)
-            .await
-            .ok()?;
-    Some(rows.into_iter().collect())
+/// Every row of `votes` of `poll`, per voter, in seq order: (seq, option). Not a
+/// map of one option per voter: a second row of one voter must stay visible.
+async fn pg_votes(stack: &Stack, poll: i64) -> Option<BTreeMap<i64, Vec<(i32, i64)>>> {
+    let rows: Vec<(i64, i32, i64)> = sqlx::query_as(
+        "SELECT user_id, seq, option_id FROM votes WHERE poll_id = $1 ORDER BY user_id, seq",
+    )
+    .bind(poll)
+    .fetch_all(&stack.db)
+    .await
+    .ok()?;
+    let mut by_user: BTreeMap<i64, Vec<(i32, i64)>> = BTreeMap::new();
+    for (user, seq, option) in rows {
+        by_user.entry(user).or_default().push((seq, option));
+    }
+    Some(by_user)
 }
 
 /// Stock changes recorded but not yet applied to both stores.
@@ -576,34 +597,111 @@ async fn check_orders(
             "Postgres has more live units per (sale, user) than the sale allows: {dupes:?}"
         ));
     }
-    // An order nobody was told about must come from a request whose answer we
-    // never saw (or a 503 after the script may have run).
-    let accepted: HashSet<Uuid> = records.iter().filter_map(Record::order_id).collect();
-    let ambiguous: HashSet<(i64, i64)> = records
+    check_untold_orders(records, &pg, &released, &caps, failures);
+}
+
+/// Every order in Postgres that no 202 named must come from a request whose
+/// answer we never saw, or a 503 after the script may have run (an ambiguous
+/// attempt of its sale and user). And on a sale of one per customer (the order
+/// not released by an expiry its buyer may buy again after), the buyer must have
+/// been told of it by the last decided answer sent after the last such attempt,
+/// if there is one: a 409 `already_bought` whose `order_ids` names it. A 202 of
+/// another order, a 410, 403 or 422 there is a buyer told they do not hold what
+/// they hold. Except a 410 `sold_out` to a purchase without an `Idempotency-Key`:
+/// a server that has seen the sale sold out answers those from memory, before it
+/// knows the buyer (docs/api.md, "Purchase answers"). Decided answers sent before
+/// the last ambiguous attempt do not count: that attempt may be the one that
+/// bought, after them (units return to a sale by a top-up or an expiry).
+fn check_untold_orders(
+    records: &[Record],
+    pg: &HashMap<Uuid, (i64, i64)>,
+    released: &HashSet<Uuid>,
+    caps: &HashMap<i64, i64>,
+    failures: &mut Vec<String>,
+) {
+    let accepted: HashSet<Uuid> = records
         .iter()
-        .filter(|r| r.status().is_none_or(|s| s == 503))
-        .filter_map(|r| Some((r.sale()?, r.user)))
+        .filter(|r| r.is_accepted())
+        .filter_map(Record::order_id)
         .collect();
-    let phantoms: Vec<String> = pg
-        .iter()
-        .filter(|(id, pair)| !accepted.contains(id) && !ambiguous.contains(pair))
-        .map(|(id, (s, u))| {
-            let answers: Vec<String> = records
-                .iter()
-                .filter(|r| r.sale() == Some(*s) && r.user == *u)
-                .map(|r| format!("{} {:?}", r.label(), r.order_id()))
-                .collect();
-            format!(
+    // Per (sale, user): its attempts, in the order sent.
+    let mut attempts: HashMap<(i64, i64), Vec<&Record>> = HashMap::new();
+    for r in records {
+        if let Some(sale) = r.sale() {
+            attempts.entry((sale, r.user)).or_default().push(r);
+        }
+    }
+    for tried in attempts.values_mut() {
+        tried.sort_by_key(|r| r.sent);
+    }
+    let answers = |tried: &[&Record]| -> String {
+        tried
+            .iter()
+            .map(|r| match (r.order_id(), r.order_ids()) {
+                (Some(id), _) => format!("{} {id}", r.label()),
+                (None, []) => r.label(),
+                (None, ids) => format!("{} naming {ids:?}", r.label()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut phantoms = Vec::new();
+    let mut untold = Vec::new();
+    let (mut unnamed, mut told, mut undecided, mut from_memory) = (0, 0, 0, 0);
+    for (id, &(s, u)) in pg.iter().filter(|(id, _)| !accepted.contains(id)) {
+        let tried: &[&Record] = attempts.get(&(s, u)).map_or(&[], Vec::as_slice);
+        let Some(last_ambiguous) = tried.iter().rposition(|r| r.is_ambiguous()) else {
+            phantoms.push(format!(
                 "order {id} sale {s} user {u} (its answers: {})",
-                answers.join(", ")
-            )
-        })
-        .take(10)
-        .collect();
+                answers(tried)
+            ));
+            continue;
+        };
+        unnamed += 1;
+        if released.contains(id) || caps.get(&s).copied().unwrap_or(1) > 1 {
+            continue;
+        }
+        // 408: the server never read that request.
+        let last = tried[last_ambiguous + 1..]
+            .iter()
+            .rev()
+            .find(|r| r.status() != Some(408));
+        match last {
+            None => undecided += 1,
+            Some(r)
+                if r.status() == Some(409)
+                    && r.code() == Some("already_bought")
+                    && r.order_ids().contains(id) =>
+            {
+                told += 1
+            }
+            Some(r) if !r.keyed && r.status() == Some(410) && r.code() == Some("sold_out") => {
+                from_memory += 1
+            }
+            Some(r) => untold.push(format!(
+                "order {id} sale {s} user {u}: last told {} (its answers: {})",
+                r.label(),
+                answers(tried)
+            )),
+        }
+    }
+    println!(
+        "orders in Postgres no 202 named: {unnamed}, each after an ambiguous attempt; of those on sales of one per customer, \
+         {told} named by the 409 already_bought answered last, {undecided} with no decided answer after, \
+         {from_memory} answered 410 sold_out last (unkeyed: from memory), {} told otherwise",
+        untold.len()
+    );
     if !phantoms.is_empty() {
         failures.push(format!(
             "orders in Postgres that no request was accepted for: {}",
-            phantoms.join("; ")
+            first_ten(&phantoms)
+        ));
+    }
+    if !untold.is_empty() {
+        failures.push(format!(
+            "{} order(s) in Postgres whose buyer's last answer does not name them (a 409 already_bought with the order in order_ids): {}",
+            untold.len(),
+            first_ten(&untold)
         ));
     }
 }
@@ -802,8 +900,17 @@ pub async fn reconcile(stack: &Stack, sale: i64) -> Option<Value> {
     }
 }
 
-/// Invariants 1 to 3 for one poll: accepted votes settled, one per user, and the
-/// Redis tally and voters equal the `votes` table.
+/// Invariants 1 to 3 for one poll of plain votes (`Op::Vote`), from every row of
+/// `votes` (not one per voter, which would hide a second row):
+///
+/// - on a poll that does not allow changes, exactly one row per voter;
+/// - every 202 in Postgres, as the option it asked for, its receipt naming that
+///   row (unless `loss` allows losing it); nobody with two 202s;
+/// - no row for a voter never answered 202, unless an attempt of theirs on this
+///   poll went unanswered or got a 503 (the script may have run), as for orders;
+/// - the tally counted from every row (from each voter's last row where changes
+///   are allowed) equals Redis's tally and `store::settled_tallies`, and the
+///   Redis voters hash holds each voter's last row (seq and option).
 async fn check_poll(
     stack: &Stack,
     records: &[Record],
@@ -812,11 +919,43 @@ async fn check_poll(
     failures: &mut Vec<String>,
     report: &mut Report,
 ) {
-    let Some(pg) = pg_votes(stack, poll).await else {
+    let Some(rows) = pg_votes(stack, poll).await else {
         failures.push(format!("poll {poll}: cannot read votes"));
         return;
     };
+    let (kind, allow_change): (String, bool) =
+        sqlx::query_as("SELECT ballot, allow_change FROM polls WHERE id = $1")
+            .bind(poll)
+            .fetch_one(&stack.db)
+            .await
+            .expect("read the poll's ballot settings");
+    assert_eq!(
+        kind, "single",
+        "poll {poll}: plain votes are checked on single polls"
+    );
+    let row_count: usize = rows.values().map(Vec::len).sum();
+    if !allow_change {
+        let many: Vec<String> = rows
+            .iter()
+            .filter(|(_, rs)| rs.len() != 1)
+            .map(|(u, rs)| format!("user {u}: (seq, option) {rs:?}"))
+            .collect();
+        if !many.is_empty() {
+            failures.push(format!(
+                "poll {poll}: {} voter(s) with more than one row of votes on a poll that does not allow changes: {}",
+                many.len(),
+                first_ten(&many)
+            ));
+        }
+    }
+    // Each voter's ballot that counts: the row with the highest seq.
+    let pg_now: BTreeMap<i64, (i32, i64)> = rows
+        .iter()
+        .map(|(&u, rs)| (u, *rs.last().expect("a voter has rows")))
+        .collect();
+
     let mut unexpected = Vec::new();
+    let mut wrong_receipts = Vec::new();
     let mut per_user: HashMap<i64, (usize, usize)> = HashMap::new();
     for r in records.iter().filter(|r| r.is_accepted()) {
         let Op::Vote { poll: p, option } = r.op else {
@@ -827,10 +966,22 @@ async fn check_poll(
         }
         let slot = per_user.entry(r.user).or_default();
         slot.0 += 1;
-        match pg.get(&r.user) {
-            Some(&o) if o == option => {}
-            Some(&o) => failures.push(format!(
-                "poll {poll}: user {} voted {option} (202), Postgres has {o}",
+        match rows.get(&r.user) {
+            Some(rs) if rs.iter().any(|&(_, o)| o == option) => {
+                let named = r.receipt().is_some_and(|id| {
+                    rs.iter()
+                        .any(|&(seq, o)| o == option && receipt_of(stack, poll, r.user, seq) == id)
+                });
+                if !named && !loss.allows(r) {
+                    wrong_receipts.push(format!(
+                        "user {} voted {option}: receipt {:?}, rows {rs:?}",
+                        r.user,
+                        r.receipt()
+                    ));
+                }
+            }
+            Some(rs) => failures.push(format!(
+                "poll {poll}: user {} voted {option} (202), Postgres has (seq, option) {rs:?}",
                 r.user
             )),
             None if loss.allows(r) => {
@@ -847,6 +998,13 @@ async fn check_poll(
             describe(&unexpected)
         ));
     }
+    if !wrong_receipts.is_empty() {
+        failures.push(format!(
+            "poll {poll}: {} 202(s) whose receipt names no row of the vote: {}",
+            wrong_receipts.len(),
+            first_ten(&wrong_receipts)
+        ));
+    }
     let twice: Vec<i64> = per_user
         .iter()
         .filter(|(_, (seen, lost))| seen - lost > 1)
@@ -858,13 +1016,53 @@ async fn check_poll(
             "poll {poll}: users with two accepted votes: {twice:?}"
         ));
     }
-    let mut pg_tally: BTreeMap<i64, i64> = BTreeMap::new();
-    for &o in pg.values() {
-        *pg_tally.entry(o).or_default() += 1;
+    // A row nobody was told about must come from a request whose answer we never
+    // saw (or a 503 after the script may have run), as for orders.
+    let mine = || {
+        records
+            .iter()
+            .filter(move |r| matches!(r.op, Op::Vote { poll: p, .. } if p == poll))
+    };
+    let told: HashSet<i64> = mine().filter(|r| r.is_accepted()).map(|r| r.user).collect();
+    let ambiguous: HashSet<i64> = mine()
+        .filter(|r| r.status().is_none_or(|s| s == 503))
+        .map(|r| r.user)
+        .collect();
+    let phantoms: Vec<String> = rows
+        .iter()
+        .filter(|(u, _)| !told.contains(u) && !ambiguous.contains(u))
+        .map(|(u, rs)| {
+            let answers: Vec<String> = mine().filter(|r| r.user == *u).map(Record::label).collect();
+            format!(
+                "user {u}: (seq, option) {rs:?} (its answers: {})",
+                answers.join(", ")
+            )
+        })
+        .collect();
+    if !phantoms.is_empty() {
+        failures.push(format!(
+            "poll {poll}: {} voter(s) with rows in Postgres that no vote was accepted for: {}",
+            phantoms.len(),
+            first_ten(&phantoms)
+        ));
     }
+
+    // The tally from every row (a second row of one voter counts: it must not
+    // be there), or from each voter's last where a later vote replaces one.
+    let mut counted: BTreeMap<i64, i64> = BTreeMap::new();
+    if allow_change {
+        for &(_, o) in pg_now.values() {
+            *counted.entry(o).or_default() += 1;
+        }
+    } else {
+        for &(_, o) in rows.values().flatten() {
+            *counted.entry(o).or_default() += 1;
+        }
+    }
+    let settled = settled_tallies(stack, poll).await;
     let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
     let mut conn = stack.redis().await;
-    let (tally, voters): (HashMap<i64, i64>, HashMap<i64, i64>) = redis::pipe()
+    let (tally, voters): (HashMap<i64, i64>, HashMap<i64, String>) = redis::pipe()
         .hgetall(&k.tally)
         .hgetall(&k.voters)
         .query_async(&mut conn)
@@ -872,22 +1070,32 @@ async fn check_poll(
         .expect("read poll keys");
     let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
     println!(
-        "poll {poll}: Postgres votes {} {pg_tally:?}, Redis voters {} tally {redis_tally:?}",
-        pg.len(),
+        "poll {poll}: Postgres {} voters, {row_count} rows, tally counted from the rows {counted:?}, settled_tallies {settled:?}; Redis voters {} tally {redis_tally:?}",
+        rows.len(),
         voters.len()
     );
-    if redis_tally != pg_tally {
+    if redis_tally != counted || settled != counted {
         failures.push(format!(
-            "poll {poll}: Redis tally {redis_tally:?} != Postgres votes per option {pg_tally:?}"
+            "poll {poll}: tallies differ: counted from the rows of votes {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}"
         ));
     }
-    if voters != pg {
-        let differ = voters.iter().filter(|(u, o)| pg.get(u) != Some(o)).count()
-            + pg.keys().filter(|u| !voters.contains_key(u)).count();
+    let mut redis_now: BTreeMap<i64, (i32, i64)> = BTreeMap::new();
+    for (&u, held) in &voters {
+        match parse_held(held, false) {
+            Some((seq, per)) if per.len() == 1 => {
+                redis_now.insert(u, (seq, *per.keys().next().unwrap()));
+            }
+            _ => failures.push(format!("poll {poll}: user {u}: Redis holds {held:?}")),
+        }
+    }
+    if redis_now != pg_now {
+        let differ = users_differing(&pg_now, &redis_now);
         failures.push(format!(
-            "poll {poll}: Redis voters ({}) and Postgres votes ({}) differ for {differ} user(s)",
-            voters.len(),
-            pg.len()
+            "poll {poll}: Redis voters ({}) and Postgres votes ({} voters) differ for {} user(s) (seq, option): {}",
+            redis_now.len(),
+            pg_now.len(),
+            differ.len(),
+            first_ten(&differ)
         ));
     }
 }
@@ -1212,7 +1420,7 @@ async fn check_ballot_poll(
                 let got = row(u, seq);
                 let named = u == r.user && asked(&r.op) == Some((got.option, got.count.into()));
                 if !named && loss.allows(r) {
-                    // A wipe lost this unsettled vote, and the voter's next vote got
+                    // Redis lost this unsettled vote, and the voter's next vote got
                     // its seq, so its receipt (docs/api.md, "Ballots"): lost.
                     report.lost.push((*r).clone());
                     continue;
@@ -1243,12 +1451,7 @@ async fn check_ballot_poll(
         failures.push(format!(
             "poll {poll}: {} 202(s) whose receipt does not name what was asked: {}",
             wrong.len(),
-            wrong
-                .iter()
-                .take(10)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
+            first_ten(&wrong)
         ));
     }
     let spent_twice: Vec<String> = per_key
@@ -1295,12 +1498,7 @@ async fn check_ballot_poll(
     if !extra.is_empty() {
         failures.push(format!(
             "poll {poll}: rows in Postgres that no request accounts for: {}",
-            extra
-                .iter()
-                .take(10)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join("; ")
+            first_ten(&extra)
         ));
     }
 
@@ -1360,26 +1558,12 @@ async fn check_ballot_poll(
         }
     }
     if redis_now != pg_now {
-        let differ: Vec<String> = pg_now
-            .keys()
-            .chain(redis_now.keys())
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .filter(|&&u| pg_now.get(&u) != redis_now.get(&u))
-            .take(10)
-            .map(|u| {
-                format!(
-                    "user {u}: Postgres {:?}, Redis {:?}",
-                    pg_now.get(u),
-                    redis_now.get(u)
-                )
-            })
-            .collect();
+        let differ = users_differing(&pg_now, &redis_now);
         failures.push(format!(
             "poll {poll}: Redis voters ({}) and Postgres ballots ({}) differ: {}",
             redis_now.len(),
             pg_now.len(),
-            differ.join("; ")
+            first_ten(&differ)
         ));
     }
     let mut counted: BTreeMap<i64, i64> = BTreeMap::new();
@@ -1389,13 +1573,7 @@ async fn check_ballot_poll(
         }
     }
     let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
-    let settled: BTreeMap<i64, i64> =
-        stampede::vote::store::settled_tallies(&stack.db, stampede::domain::Id::new(poll).unwrap())
-            .await
-            .expect("settled_tallies")
-            .into_iter()
-            .filter(|(_, n)| *n != 0)
-            .collect();
+    let settled = settled_tallies(stack, poll).await;
     println!(
         "poll {poll} ({kind}): {} voters, {} rows in Postgres, tally counted from the rows {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}",
         rows.len(),
@@ -1593,4 +1771,45 @@ pub async fn assert_keys_replay(stack: &Stack, records: &[Record], poll: i64) ->
         not_replayed.join("; ")
     );
     again
+}
+
+/// The users whose entries differ between Postgres's map and Redis's, each in
+/// words (both sides).
+fn users_differing<V: PartialEq + std::fmt::Debug>(
+    pg: &BTreeMap<i64, V>,
+    redis: &BTreeMap<i64, V>,
+) -> Vec<String> {
+    pg.keys()
+        .chain(redis.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|u| pg.get(u) != redis.get(u))
+        .map(|u| {
+            format!(
+                "user {u}: Postgres {:?}, Redis {:?}",
+                pg.get(u),
+                redis.get(u)
+            )
+        })
+        .collect()
+}
+
+/// At most the first ten of `items`, joined for a failure's message.
+fn first_ten(items: &[String]) -> String {
+    items
+        .iter()
+        .take(10)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `store::settled_tallies` of the poll, options with no vote left out.
+async fn settled_tallies(stack: &Stack, poll: i64) -> BTreeMap<i64, i64> {
+    stampede::vote::store::settled_tallies(&stack.db, stampede::domain::Id::new(poll).unwrap())
+        .await
+        .expect("settled_tallies")
+        .into_iter()
+        .filter(|(_, n)| *n != 0)
+        .collect()
 }

@@ -3,10 +3,11 @@
 //! `max_per_user` 2), each press under a new `Idempotency-Key`, and send every
 //! 503, timeout and reset again under the same key, while first both servers'
 //! Redis links stall and heal, then server #1 alone is cut off from Redis and
-//! healed. Afterwards every press ended 202, each key is one order in Postgres,
-//! each buyer holds exactly the two units meant, and the shared invariants hold
-//! over every attempt (no attempt unanswered: the client waits longer than the
-//! server's bound).
+//! healed. Afterwards every press ended 202, some retry got its key's first 202
+//! back (a purchase the stall held ran after its 503: `Idempotent-Replayed`),
+//! each key is one order in Postgres, each buyer holds exactly the two units
+//! meant, and the shared invariants hold over every attempt (no attempt
+//! unanswered: the client waits longer than the server's bound).
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -94,6 +95,13 @@ async fn idempotent_buyers_through_a_redis_stall_and_a_partition_buy_exactly_wha
         started.elapsed()
     );
     assert!(retried > 0, "no press met a fault");
+    // A purchase sent into the stalled link ran once it healed, after its 503: its
+    // retry must have got the key's first 202 back.
+    assert!(
+        replayed > 0,
+        "no retry got its key's first 202 back (Idempotent-Replayed: true): no purchase \
+         held by the stall ran after its 503, or its retry was decided anew"
+    );
     let not_accepted: Vec<String> = presses
         .iter()
         .filter(|p| p.status != 202)

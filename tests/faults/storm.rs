@@ -98,6 +98,9 @@ pub enum Outcome {
         code: Option<String>,
         /// `order_id` of a 202 purchase.
         order_id: Option<Uuid>,
+        /// `order_ids` of a 409 `already_bought`: the order that makes the buyer
+        /// one (empty when the body names none).
+        order_ids: Vec<Uuid>,
         /// `receipt` of a 202 vote.
         receipt: Option<Uuid>,
         /// `Idempotent-Replayed: true`: the first answer to this key, again.
@@ -149,6 +152,14 @@ impl Outcome {
                     order_id: body["order_id"]
                         .as_str()
                         .and_then(|s| Uuid::parse_str(s).ok()),
+                    order_ids: body["order_ids"]
+                        .as_array()
+                        .map(|ids| {
+                            ids.iter()
+                                .filter_map(|id| Uuid::parse_str(id.as_str()?).ok())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                     receipt: body["receipt"]
                         .as_str()
                         .and_then(|s| Uuid::parse_str(s).ok()),
@@ -165,6 +176,8 @@ impl Outcome {
 pub struct Record {
     pub user: i64,
     pub op: Op,
+    /// Sent with an `Idempotency-Key` (every retry of the work item with the same).
+    pub keyed: bool,
     pub server: usize,
     pub attempt: u32,
     pub sent: Instant,
@@ -196,6 +209,19 @@ impl Record {
             Outcome::Answer { order_id, .. } => *order_id,
             Outcome::NoAnswer(_) => None,
         }
+    }
+
+    /// The orders a 409 `already_bought` names (`order_ids`).
+    pub fn order_ids(&self) -> &[Uuid] {
+        match &self.outcome {
+            Outcome::Answer { order_ids, .. } => order_ids,
+            Outcome::NoAnswer(_) => &[],
+        }
+    }
+
+    /// Ambiguous: no answer, or a 503 (the script may have run).
+    pub fn is_ambiguous(&self) -> bool {
+        self.status().is_none_or(|s| s == 503)
     }
 
     pub fn receipt(&self) -> Option<Uuid> {
@@ -629,6 +655,7 @@ async fn send(http: &Client, base: &str, item: &Work, server: usize, attempt: u3
     Record {
         user: item.user,
         op: item.op.clone(),
+        keyed: item.op.idempotency_key().is_some(),
         server,
         attempt,
         sent,
