@@ -127,6 +127,24 @@ async fn a_keyed_retry_after_the_sale_sold_out_gets_its_first_answer() {
     let resp = buy_keyed(&app, sale, &late, "late-1", None).await;
     assert_error(resp, StatusCode::GONE, "sold_out").await;
     assert_eq!(app.stock_left(sale).await, 0);
+
+    // On a sale of several, the key's first quantity stands after the sell-out too.
+    let admin = app.admin().await;
+    let several = multi_sale(&app, &admin, 2, 2).await;
+    let (order, _) = accepted(buy_keyed(&app, several, &buyer, "two", Some(2)).await).await;
+    let resp = buy_keyed(&app, several, &late, "late-2", Some(1)).await;
+    assert_error(resp, StatusCode::GONE, "sold_out").await;
+    let resp = buy_keyed(&app, several, &buyer, "two", Some(1)).await;
+    assert_error(
+        resp,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_key_reused",
+    )
+    .await;
+    let (again, replayed) = accepted(buy_keyed(&app, several, &buyer, "two", Some(2)).await).await;
+    assert_eq!((again, replayed), (order, true));
+    app.wait_for_orders(several, 1).await;
+    assert_eq!(units_of(&app, several, &buyer).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
