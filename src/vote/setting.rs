@@ -240,6 +240,11 @@ impl BallotFields {
             None => {}
         }
         if let Some(v) = sent(&self.votes_per_user) {
+            // A cap of the whole budget is no cap: it follows a new budget unless
+            // this edit names one (a cap below the budget stays as it was).
+            if self.max_per_option.is_none() && s.max_per_option == s.votes_per_user {
+                s.max_per_option = None;
+            }
             s.votes_per_user = Some(whole("votes_per_user", &v)?);
         }
         match &self.max_per_option {

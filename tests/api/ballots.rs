@@ -174,6 +174,28 @@ async fn settings_are_checked_together_and_named_when_refused() {
         "{poll}"
     );
     let id = poll["id"].as_i64().unwrap();
+    // A cap of the whole budget follows the budget; a cap below it stays.
+    for (edit, budget, cap) in [
+        (json!({"votes_per_user": 5}), 5, 5),
+        (json!({"max_per_option": 3}), 5, 3),
+        (json!({"votes_per_user": 8}), 8, 3),
+    ] {
+        let resp = app
+            .client
+            .patch(app.url(&format!("/api/admin/polls/{id}")))
+            .bearer_auth(&admin.token)
+            .json(&edit)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{edit}");
+        let poll: Value = resp.json().await.unwrap();
+        assert_eq!(
+            (&poll["votes_per_user"], &poll["max_per_option"]),
+            (&json!(budget), &json!(cap)),
+            "{edit}: {poll}"
+        );
+    }
     let resp = app
         .client
         .patch(app.url(&format!("/api/admin/polls/{id}")))
