@@ -78,6 +78,8 @@ try {
     for (let n = 0; n < 3; n += 1) await more.click();
     await page.locator('[data-action="vote"]').click();
     await page.locator('[data-field="outcome"]', { hasText: "You have 7 left to give." }).waitFor({ timeout: 15_000 });
+    const said = await page.locator('[data-field="outcome"]').innerText();
+    check(said.includes("nothing counted twice"), `the page says the answer was given again (${JSON.stringify(said)})`);
     check(seen.lost && seen.lost.status === 202, `the lost answer was a 202 (${JSON.stringify(seen.lost)})`);
     check(
       seen.keys.length === 2 && seen.keys[0] !== "" && seen.keys[0] === seen.keys[1],
@@ -103,6 +105,8 @@ try {
     await page.locator('[name="quantity"]').selectOption("2");
     await page.locator('[data-action="buy"]').click();
     await page.locator('[data-field="outcome"]', { hasText: "Order for 2 placed" }).waitFor({ timeout: 15_000 });
+    const placed = await page.locator('[data-field="outcome"]').innerText();
+    check(placed.includes("not placed twice"), `the page says the order was given again (${JSON.stringify(placed)})`);
     check(seen.lost && seen.lost.status === 202, `the lost answer was a 202 (${JSON.stringify(seen.lost)})`);
     check(
       seen.keys.length === 2 && seen.keys[0] !== "" && seen.keys[0] === seen.keys[1],

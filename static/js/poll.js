@@ -354,6 +354,8 @@ export function pollPage() {
     // in order, stopping at the first refusal (each request is all or nothing).
     let last = null;
     let accepted = 0;
+    // A 202 given again under its key: counted once, when first sent.
+    let replayed = false;
     for (const body of wanted.bodies) {
       // Each request with its Idempotency-Key, retried with it when its answer is
       // lost (a budget voter's votes never spent twice).
@@ -368,6 +370,7 @@ export function pollPage() {
       }
       accepted += 1;
       last = res.data;
+      replayed = replayed || res.headers.get("Idempotent-Replayed") === "true";
       controls.accepted?.(res.data);
     }
     state.busy = false;
@@ -376,7 +379,7 @@ export function pollPage() {
       state.changing = false;
       state.choice = last.option_id;
       if (kind !== "budget") markMine(last.option_ids || last.ranking || [last.option_id]);
-      afterAccepted(thanks(last));
+      afterAccepted(replayed ? `${thanks(last)} (An answer was lost on the way; sent again, nothing counted twice.)` : thanks(last));
       // The receipt at once, then what Postgres holds.
       const sent = last.option_ids || last.ranking || [last.option_id];
       const now = kind === "budget" ? { votes: [], remaining: last.remaining } : { choices: sent };

@@ -54,6 +54,9 @@ export function salePage() {
   const state = {
     status: d.status,
     startsAt: Number(d.startsAt),
+    // After a 409 not_started: not open before this (this page's clock), however
+    // the views that follow set startsAt (the shop's clock is behind this one).
+    opensNotBefore: 0,
     endsAt: Number(d.endsAt),
     left: Number(d.stockLeft) || 0,
     total: Number(d.stockTotal) || 0,
@@ -95,7 +98,7 @@ export function salePage() {
   function currentStatus() {
     let status = state.status;
     const t = now();
-    if (status === "upcoming" && t >= state.startsAt) status = state.left > 0 ? "live" : "sold_out";
+    if (status === "upcoming" && t >= Math.max(state.startsAt, state.opensNotBefore)) status = state.left > 0 ? "live" : "sold_out";
     if (status !== "closed" && t >= state.endsAt) status = "ended";
     return status;
   }
@@ -169,7 +172,7 @@ export function salePage() {
     // A closed sale answers purchases "ended": one message serves both.
     const still = state.outcomeFor === status || (state.outcomeFor === "ended" && status === "closed");
     if (state.outcomeFor && !still) clearOutcome();
-    const untilStart = state.startsAt - now();
+    const untilStart = Math.max(state.startsAt, state.opensNotBefore) - now();
     // A draw's panel says when entries open and when it is drawn.
     el.countdown.hidden = status !== "upcoming" || isDraw;
     if (status === "upcoming") setText(el.countdownTime, formatDuration(untilStart));
@@ -301,7 +304,10 @@ export function salePage() {
   // out, signed out) is answered like the purchase it stood for.
   // `quantity` goes only to a sale of more than one per customer. `key`: the
   // press's Idempotency-Key, the same on every retry of it.
-  async function purchaseOnce(quantity, key) {
+  // `press` holds the press's ticket: a retry sends the same one (good for 30 s),
+  // so a purchase whose answer was lost is answered by its key, not refused by a
+  // ticket asked again after the sale sold out or the admission was used.
+  async function purchaseOnce(quantity, key, press = {}) {
     const path = `/api/sales/${saleId}/purchase`;
     const units = el.quantity ? { quantity } : {};
     const headers = { "Idempotency-Key": key };
@@ -310,9 +316,10 @@ export function salePage() {
     }
     for (let attempt = 0; ; attempt++) {
       // Admitted from the waiting room: the admission's ticket is at hand.
-      const held = attempt === 0 && queue ? queue.ticket() : null;
+      const held = attempt === 0 ? press.ticket || (queue ? queue.ticket() : null) : null;
       const ticket = held ? { status: 200, data: { ticket: held } } : await askTicket();
       if (ticket.status !== 200) return ticket;
+      press.ticket = ticket.data.ticket;
       const res = await api("POST", path, { ticket: ticket.data.ticket, ...units }, headers);
       if (res.status !== 422 || res.data.error !== "ticket_expired" || attempt > 0) return res;
     }
@@ -334,7 +341,8 @@ export function salePage() {
   // lost is answered, never made twice; a press that got no answer in time leaves
   // its key to the next press of the same quantity.
   function purchase(quantity) {
-    return sendKeyed(purchaseKeys, quantity, (key) => purchaseOnce(quantity, key), () => {
+    const press = {};
+    return sendKeyed(purchaseKeys, quantity, (key) => purchaseOnce(quantity, key, press), () => {
       show("info", "Still trying…", "The shop did not answer yet; your order is being retried, never placed twice.");
       presentAnswer(el.outcome);
     });
@@ -359,7 +367,10 @@ export function salePage() {
         state.returned = "";
         state.left = Math.max(0, state.left - quantity);
         if (queue) queue.bought();
-        if (d.payWithin) {
+        if (res.headers.get("Idempotent-Replayed") === "true") {
+          // The shop had taken this order already (its first answer was lost).
+          show("pending", `${placed}.`, "Its first answer was lost on the way; sent again, it was not placed twice.", MY_ORDERS);
+        } else if (d.payWithin) {
           show("pending", `${placed} — pay within ${d.payWithin} on My orders.`, "", PAY_ON_MY_ORDERS);
         } else {
           show("pending", `${placed}, pending confirmation.`, "We are confirming your order…");
@@ -380,7 +391,7 @@ export function salePage() {
           // sale opens, so the page counts down to that and keeps this message.
           state.status = "upcoming";
           const seconds = parseInt(res.headers.get("Retry-After") || "", 10);
-          if (seconds > 0) state.startsAt = Math.max(state.startsAt, now() + seconds * 1000);
+          if (seconds > 0) state.opensNotBefore = now() + seconds * 1000;
           show("warning", "This sale has not started yet.", messageOf(res, ""), null, "upcoming");
         } else {
           show("error", messageOf(res, "The shop refused this order."));
