@@ -131,18 +131,25 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     let started = Instant::now();
     let bases = Arc::new(stack.bases());
     let next = Arc::new(AtomicUsize::new(0));
+    // Presses that ended 202 so far.
+    let decided = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = users
         .into_iter()
         .enumerate()
         .map(|(i, user)| {
             let (http, bases, next) = (stack.http.clone(), bases.clone(), next.clone());
+            let decided = decided.clone();
             tokio::spawn(async move {
                 // Spread over the faults: each buyer presses every 150 to 600 ms.
                 tokio::time::sleep(Duration::from_millis((i % 50) as u64 * 20)).await;
                 let mut presses = Vec::new();
                 for p in 0..PRESSES {
                     let key = format!("u{}-p{p}-{}", user.id, uuid::Uuid::new_v4().simple());
-                    presses.push(press(&http, &bases, sale, &user, key, &next).await);
+                    let done = press(&http, &bases, sale, &user, key, &next).await;
+                    if done.status == 202 {
+                        decided.fetch_add(1, Ordering::SeqCst);
+                    }
+                    presses.push(done);
                     tokio::time::sleep(Duration::from_millis(150 + (i as u64 * 37 % 450))).await;
                 }
                 presses
@@ -156,7 +163,19 @@ async fn retries_under_one_key_buy_exactly_once_through_redis_and_server_kills()
     tokio::time::sleep(Duration::from_millis(800)).await;
     stack.start_redis().await;
     println!("Redis back at {:.1?}", started.elapsed());
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Purchases decided again (presses ending 202 after the restart), so the stop
+    // below holds decisions, not a rebuild's 503 `recovering`.
+    let before = decided.load(Ordering::SeqCst);
+    let rebuilt_by = Instant::now() + Duration::from_secs(15);
+    while decided.load(Ordering::SeqCst) < before + 10 {
+        assert!(
+            Instant::now() < rebuilt_by,
+            "no purchase decided within 15 s of Redis's restart"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!("purchases decided again at {:.1?}", started.elapsed());
+    tokio::time::sleep(Duration::from_millis(300)).await;
     stack.servers[1].kill9();
     println!("server #1 killed at {:.1?}", started.elapsed());
     // Redis stopped past the response timeout: the purchases sent to it meanwhile
