@@ -52,15 +52,18 @@ pub async fn update_meta(
 }
 
 /// How long [`resync_meta`] keeps trying.
-const RESYNC_FOR: std::time::Duration = std::time::Duration::from_secs(300);
+const RESYNC_FOR: std::time::Duration = std::time::Duration::from_secs(1800);
 
 /// After an admin's change committed in Postgres (a close, an opening) whose write
 /// into the meta hash `meta` failed (a timeout, a dropped link): until Redis has
 /// it, the scripts would still decide by the old window (a closed poll taking
 /// votes, a closed sale selling). In the background, every second for at most
-/// five minutes, writes the fields as Postgres holds them then (`read`: a later
-/// change is never undone by an older one) until written, or until Redis lacks
-/// the state (its rebuild writes them from Postgres). `what` names it in the log.
+/// half an hour (a Redis that restarts meanwhile is rebuilt from Postgres
+/// anyway), writes the fields as Postgres holds them then (`read`) until written,
+/// or until Redis lacks the state (its rebuild writes them from Postgres). An
+/// admin's next change landing between this read and this write would be undone
+/// until a rebuild (milliseconds; no version is compared). Lost if this process
+/// stops first. `what` names it in the log.
 pub fn resync_meta<F, Fut>(redis: Redis, meta: String, what: String, read: F)
 where
     F: Fn() -> Fut + Send + Sync + 'static,
