@@ -99,6 +99,17 @@ async fn settled_rows(app: &TestApp, poll: i64, rows: i64) {
     assert_eq!(app.wait_for_votes(poll, rows).await, rows);
 }
 
+/// `PATCH /api/admin/polls/{id}` with `edit`, as `admin`.
+async fn patch_poll(app: &TestApp, admin: &User, id: i64, edit: &Value) -> reqwest::Response {
+    app.client
+        .patch(app.url(&format!("/api/admin/polls/{id}")))
+        .bearer_auth(&admin.token)
+        .json(edit)
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn settings_are_checked_together_and_named_when_refused() {
     let app = spawn_app().await;
@@ -180,14 +191,7 @@ async fn settings_are_checked_together_and_named_when_refused() {
         (json!({"max_per_option": 3}), 5, 3),
         (json!({"votes_per_user": 8}), 8, 3),
     ] {
-        let resp = app
-            .client
-            .patch(app.url(&format!("/api/admin/polls/{id}")))
-            .bearer_auth(&admin.token)
-            .json(&edit)
-            .send()
-            .await
-            .unwrap();
+        let resp = patch_poll(&app, &admin, id, &edit).await;
         assert_eq!(resp.status(), StatusCode::OK, "{edit}");
         let poll: Value = resp.json().await.unwrap();
         assert_eq!(
@@ -196,14 +200,8 @@ async fn settings_are_checked_together_and_named_when_refused() {
             "{edit}: {poll}"
         );
     }
-    let resp = app
-        .client
-        .patch(app.url(&format!("/api/admin/polls/{id}")))
-        .bearer_auth(&admin.token)
-        .json(&json!({"ballot": "ranked", "max_choices": 2, "allow_change": true}))
-        .send()
-        .await
-        .unwrap();
+    let edit = json!({"ballot": "ranked", "max_choices": 2, "allow_change": true});
+    let resp = patch_poll(&app, &admin, id, &edit).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let poll: Value = resp.json().await.unwrap();
     assert_eq!(
@@ -221,14 +219,7 @@ async fn settings_are_checked_together_and_named_when_refused() {
         (json!({"allow_change": false}), json!(2)),
         (json!({"max_choices": null}), Value::Null),
     ] {
-        let resp = app
-            .client
-            .patch(app.url(&format!("/api/admin/polls/{id}")))
-            .bearer_auth(&admin.token)
-            .json(&edit)
-            .send()
-            .await
-            .unwrap();
+        let resp = patch_poll(&app, &admin, id, &edit).await;
         assert_eq!(resp.status(), StatusCode::OK);
         let poll: Value = resp.json().await.unwrap();
         assert_eq!(poll["max_choices"], max_choices, "after {edit}: {poll}");
