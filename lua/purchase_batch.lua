@@ -315,8 +315,17 @@ if keyed then
     return quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
       (c == REPLY_ACCEPTED and orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
   end
+  -- A repeat in this batch with another quantity, its first not remembered (a
+  -- limit's refusal): the key's use with another quantity.
+  local function reused(i, first)
+    if quantity[i] == quantity[first] then
+      return false
+    end
+    code[i], value[i] = KEY_REUSED, quantity[first]
+    return true
+  end
   keys_remember(n, idem, first_of, stored, KEYS[8], ARGV[4],
-    {code = code, value = value, texts = texts, answers = answers}, text_of, replay,
+    {code = code, value = value, texts = texts, answers = answers}, text_of, replay, reused,
     function() return replayed end)
 end
 

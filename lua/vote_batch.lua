@@ -383,8 +383,17 @@ if keyed then
     end
     return ballots[i] .. '|' .. c .. ':' .. string.format('%d', value[i]) .. ':' .. (texts[i] or '')
   end
+  -- A repeat in this batch with another ballot, its first not remembered (an
+  -- unknown option): the key's use with another ballot, never the first's answer.
+  local function reused(i, first)
+    if ballots[i] == ballots[first] then
+      return false
+    end
+    code[i], value[i] = KEY_REUSED, 0
+    return true
+  end
   keys_remember(n, idem, first_of, stored, KEYS[6], ARGV[4],
-    {code = code, value = value, texts = texts, answers = answers}, text_of, replay,
+    {code = code, value = value, texts = texts, answers = answers}, text_of, replay, reused,
     function() return replayed end)
 end
 

@@ -35,11 +35,13 @@ end
 
 -- After the decision: remembers the answers of the keys first seen in this batch
 -- (`text_of(i)`: the text to remember for item i, nil for an answer that is not
--- remembered), answers each key's repeats (`replay(i, text)` for a remembered one,
--- else the first's answer as it is), and writes the hash once (one HSET), its
--- expiry (`ttl_ms`) refreshed when it remembered something or `replayed()`.
+-- remembered), answers each key's repeats (`replay(i, text)` for a remembered one;
+-- else `reused(i, first)` answers a repeat whose body is not its first's, "key
+-- used with another body", and returns true; else the first's answer as it is),
+-- and writes the hash once (one HSET), its expiry (`ttl_ms`) refreshed when it
+-- remembered something or `replayed()`.
 local function keys_remember(n, idem, first_of, stored, hash, ttl_ms, d, text_of, replay,
-    replayed)
+    reused, replayed)
   local remembered = {}
   for i = 1, n do
     local f = idem[i]
@@ -58,9 +60,9 @@ local function keys_remember(n, idem, first_of, stored, hash, ttl_ms, d, text_of
       local first = first_of[f]
       if stored[f] then
         replay(i, stored[f])
-      else
+      elseif not reused(i, first) then
         -- The first was not decided (window, limits, an answer not remembered):
-        -- the same answer.
+        -- the same answer to the same body.
         d.code[i], d.value[i], d.texts[i], d.answers[i] = d.code[first], d.value[first],
           d.texts[first], d.answers[first]
       end

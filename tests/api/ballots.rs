@@ -693,3 +693,48 @@ async fn a_closed_ranked_poll_shows_its_instant_runoff_rounds_and_winner() {
         .unwrap_or_else(|| panic!("the poll is listed: {list}"));
     assert_eq!(&item["results"]["runoff"], runoff, "{item}");
 }
+
+/// One key twice in one batch, first with an option of no poll (a refusal not
+/// remembered), then with a known one: the second is the key's use with another
+/// ballot, never the first's `unknown_option`; the same ballot twice gets the
+/// same answer; nothing is counted.
+#[tokio::test]
+async fn one_key_twice_in_a_batch_with_two_ballots_is_the_keys_reuse() {
+    use stampede::domain::PurchaseKey;
+    use stampede::vote::cast::{Ballot, VoteBatch, VoteOutcome, VoteRequest};
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (poll, o) = ballot_poll(&app, &admin, json!({})).await;
+    let voter = &app.create_users(1, false).await[0];
+    let vote = |option: i64| VoteRequest {
+        user: Id::new(voter.id).unwrap(),
+        ballot: Ballot::Single(option),
+        key: Some(PurchaseKey::parse(b"press-1").unwrap()),
+        ip: None,
+    };
+    let batch = VoteBatch {
+        keys: &app.keys,
+        poll: Id::new(poll).unwrap(),
+        policies: &[],
+        now_ms: None,
+        key_ttl_ms: 86_400_000,
+    };
+    let unknown = 999_999_999;
+    let replies = batch
+        .run(
+            &mut app.redis.clone(),
+            &[vote(unknown), vote(o[0]), vote(unknown)],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<_> = replies.iter().map(|r| r.outcome.clone()).collect();
+    assert_eq!(
+        outcomes,
+        [
+            VoteOutcome::UnknownOption,
+            VoteOutcome::KeyReused,
+            VoteOutcome::UnknownOption
+        ]
+    );
+    assert!(redis_tally(&app, poll).await.values().all(|&n| n == 0));
+}
