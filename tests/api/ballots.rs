@@ -727,7 +727,7 @@ async fn one_key_twice_in_a_batch_with_two_ballots_is_the_keys_reuse() {
         )
         .await
         .unwrap();
-    let outcomes: Vec<_> = replies.iter().map(|r| r.outcome.clone()).collect();
+    let outcomes: Vec<_> = replies.iter().map(|r| r.outcome).collect();
     assert_eq!(
         outcomes,
         [
