@@ -222,6 +222,34 @@ try {
     );
     await inspect(proof, "draw-proof");
 
+    // A doctored publication fails the check: the winner moved to rank 2 (rank 1
+    // left out), and the CSV listing one entry twice in place of the other.
+    const doctored = async (route, change) => {
+      const answer = await route.fetch();
+      await route.fulfill({ response: answer, body: change(await answer.text()) });
+    };
+    await proof.route(`**/api/sales/${sale.id}/draw`, (route) =>
+      doctored(route, (text) => {
+        const d = JSON.parse(text);
+        d.winners = d.winners.map((w) => ({ ...w, rank: w.rank + 1 }));
+        return JSON.stringify(d);
+      }),
+    );
+    await proof.route(`**/api/sales/${sale.id}/draw/entries.csv`, (route) =>
+      doctored(route, (text) => {
+        const [head, first] = text.trim().split("\n");
+        return [head, first, first].join("\n") + "\n";
+      }),
+    );
+    await goto(proof, `/sales/${sale.id}/draw`);
+    await verdict.filter({ hasText: /^Does not match: / }).waitFor({ timeout: 10000 });
+    const failed = await proof.locator('[data-field="checks"] li.check-fail').allInnerTexts();
+    check(
+      failed.some((t) => /listed twice in the CSV/.test(t)) && failed.some((t) => /listed at rank 2 is entry/.test(t)),
+      `a doctored draw (a rank left out, an entry twice) is not verified: ${JSON.stringify(failed)} ${at}`,
+    );
+    await proof.unrouteAll();
+
     // The admin's view of the draw: entries, winners, buying, bought, passed, live.
     const adminPage = await newPage(viewport, admin);
     await goto(adminPage, `/admin/sales/${sale.id}`);

@@ -68,9 +68,17 @@ async function check(root, draw, csv) {
     text: hash === d.commitment ? `SHA-256 of the seed is the commitment published from the start (${hash.slice(0, 16)}…).` : `SHA-256 of the seed is ${hash}, not the commitment ${d.commitment}.`,
   });
   const ids = entryIds(csv);
+  // Each entry once: a list that repeats one entry where another was left out keeps the count.
+  const seen = new Set();
+  const twice = ids.find((id) => seen.has(id) || !seen.add(id));
   checks.push({
-    ok: ids.length === draw.entries,
-    text: ids.length === draw.entries ? `The CSV lists all ${groupDigits(ids.length)} entries.` : `The CSV lists ${groupDigits(ids.length)} entries; the draw says ${groupDigits(draw.entries)}.`,
+    ok: ids.length === draw.entries && twice === undefined,
+    text:
+      twice !== undefined
+        ? `Entry ${twice} is listed twice in the CSV.`
+        : ids.length === draw.entries
+          ? `The CSV lists all ${groupDigits(ids.length)} entries, each once.`
+          : `The CSV lists ${groupDigits(ids.length)} entries; the draw says ${groupDigits(draw.entries)}.`,
   });
   const order = await drawOrder(seed, ids);
   const per = Math.max(1, Number(d.maxPerUser) || 1);
@@ -79,14 +87,16 @@ async function check(root, draw, csv) {
     ok: first === draw.winners_at_draw,
     text: first === draw.winners_at_draw ? `${groupDigits(first)} ${first === 1 ? "winner" : "winners"} at the draw, as the stock gives.` : `The stock gives ${groupDigits(first)} first winners; the draw says ${groupDigits(draw.winners_at_draw)} (a stock changed after the draw also does this).`,
   });
-  const wrong = draw.winners.filter((w) => order[w.rank - 1] !== w.entry_id);
+  // Ranks 1, 2, 3, ... in turn (a rank left out is an entry never offered its win),
+  // each the entry the recipe puts there.
+  const wrong = draw.winners.filter((w, i) => w.rank !== i + 1 || order[i] !== w.entry_id);
   checks.push({
     ok: wrong.length === 0,
     text: wrong.length === 0
       ? draw.winners.length === 1
         ? "The winner is the entry the recipe puts first."
         : `Each of the ${groupDigits(draw.winners.length)} winners is the entry the recipe puts at its rank.`
-      : `Rank ${wrong[0].rank} is entry ${wrong[0].entry_id}; the recipe puts entry ${order[wrong[0].rank - 1] ?? "none"} there (${wrong.length} wrong).`,
+      : `The winner listed at rank ${wrong[0].rank} is entry ${wrong[0].entry_id}; the recipe puts entry ${order[draw.winners.indexOf(wrong[0])] ?? "none"} at rank ${draw.winners.indexOf(wrong[0]) + 1} (${wrong.length} wrong).`,
   });
   return checks;
 }

@@ -40,12 +40,19 @@ pub fn check(sale: &Value, draw: &Value, csv: &[u8]) -> anyhow::Result<Vec<Findi
         format!("SHA-256(seed) = {commitment}, the commitment the sale carried"),
     );
     let count = draw["entries"].as_i64().unwrap_or(-1);
+    // Each entry once: a list that repeats one entry where another was left out
+    // keeps the count.
+    let mut seen = std::collections::HashSet::with_capacity(entries.len());
+    let twice = entries.iter().find(|id| !seen.insert(**id));
     check(
-        usize::try_from(count) == Ok(entries.len()),
-        format!(
-            "{} entries in entries.csv; the draw says {count}",
-            entries.len()
-        ),
+        usize::try_from(count) == Ok(entries.len()) && twice.is_none(),
+        match twice {
+            None => format!(
+                "{} entries in entries.csv, each once; the draw says {count}",
+                entries.len()
+            ),
+            Some(id) => format!("entry {id} is listed twice in entries.csv"),
+        },
     );
     let ordered = order::order(&seed, &entries);
     let stock = sale["stock_total"].as_i64().unwrap_or(0);
@@ -120,5 +127,13 @@ mod tests {
         let found = check(&sale, &draw, csv).unwrap();
         assert_eq!(found.iter().filter(|f| !f.ok).count(), 1, "{found:?}");
         assert!(check(&sale, &draw, b"id\n1\n").is_err());
+        // One entry listed twice in place of another: the count holds, the check fails.
+        draw["winners"] = json!([winner(0), winner(1)]);
+        let twice = format!(
+            "entry_id,entered_at\n{0},t\n{0},t\n{1},t\n",
+            ordered[0], ordered[1]
+        );
+        let found = check(&sale, &draw, twice.as_bytes()).unwrap();
+        assert!(!found[1].ok, "{found:?}");
     }
 }
