@@ -199,6 +199,12 @@ impl Keys {
         self.cache(&format!("sale:{id}"), "record")
     }
 
+    /// The cached publication of one drawn sale's draw (`GET /api/sales/{id}/draw`),
+    /// kept a second: a storm of readers at the draw costs a query a second.
+    pub fn draw_view(&self, id: SaleId) -> String {
+        self.cache(&format!("sale:{id}"), "draw")
+    }
+
     /// The cached Postgres record (question, window, options, results setting) of
     /// one poll. (`record`, not `view`, since the record carries who may see the
     /// tallies: a record cached by an older binary, without it, is never read.)

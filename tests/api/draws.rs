@@ -680,6 +680,13 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     .execute(&app.db)
     .await
     .unwrap();
+    // The publication is cached a second; written behind the server's back, its
+    // copy goes too.
+    let cached = app
+        .keys
+        .draw_view(stampede::domain::SaleId::new(sale).unwrap());
+    let drop_cached = || async { app.redis_query::<i64>(redis::cmd("DEL").arg(&cached)).await };
+    drop_cached().await;
     let (ok, text) = verify(&app, sale).await;
     assert!(!ok, "{text}");
     assert!(text.contains("MISMATCH"), "{text}");
@@ -690,8 +697,54 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
         .execute(&app.db)
         .await
         .unwrap();
+    drop_cached().await;
     let (ok, text) = verify(&app, sale).await;
     assert!(!ok && text.contains("MISMATCH"), "{text}");
+}
+
+/// A storm of readers at the draw: the publication is read from Postgres once per
+/// cache lifetime (0.8 to 1.2 s), whatever the number of readers, and every reader
+/// gets the same seed and winners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_a_published_draw_cost_one_read_a_second() {
+    let app = std::sync::Arc::new(spawn_app().await);
+    let admin = app.admin().await;
+    let users = app.create_users(6, false).await;
+    let sale = draw_sale(&app, &admin, 2, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    enter_all(&app, sale, &users).await;
+    let draw = draw_now(&app, &admin, sale).await;
+    // Cold, as at the draw's first second (`draw_now` read it once).
+    let cached = app
+        .keys
+        .draw_view(stampede::domain::SaleId::new(sale).unwrap());
+    let _: i64 = app.redis_query(redis::cmd("DEL").arg(&cached)).await;
+    let before = app.state.cache.stats();
+    let started = Instant::now();
+    let mut readers = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let app = app.clone();
+        readers.spawn(async move {
+            let resp = app.get(&format!("/api/sales/{sale}/draw"), None).await;
+            assert_eq!(resp.status(), StatusCode::OK);
+            resp.json::<Value>().await.unwrap()
+        });
+    }
+    while let Some(read) = readers.join_next().await {
+        let read = read.unwrap();
+        assert_eq!(
+            (&read["seed"], &read["winners"]),
+            (&draw["seed"], &draw["winners"])
+        );
+    }
+    let elapsed = started.elapsed();
+    let loads = app.state.cache.stats().loads - before.loads;
+    let windows = 1 + elapsed.as_millis() as u64 / 800;
+    assert!(
+        (1..=windows).contains(&loads),
+        "{loads} reads of the publication in {elapsed:?}: at most {windows}"
+    );
 }
 
 /// How long a draw of 1,000,000 entries takes, end to end (read the entries,

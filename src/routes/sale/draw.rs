@@ -239,12 +239,26 @@ async fn drawn(state: &AppState, sale: SaleId, admin: bool) -> Result<Published,
     if early > 0 {
         return Err(pending(early));
     }
-    match publish::published(&state.db, sale).await? {
-        Publication::Drawn(published) => Ok(published),
-        Publication::Pending { in_ms } => Err(pending(in_ms)),
-        Publication::NoDraw => Err(AppError::not_found(format!("no draw for sale {sale}"))),
-    }
+    // Cached a second across instances (one query per miss, the waiting readers
+    // share it): the seed and the first wins never change once drawn, and a storm of
+    // readers at the draw would otherwise each read every win from Postgres.
+    let db = state.db.clone();
+    let key = state.keys.draw_view(sale);
+    state
+        .cache
+        .get_or_rebuild(&key, PUBLISHED_TTL, || async move {
+            match publish::published(&db, sale).await? {
+                Publication::Drawn(published) => Ok(published),
+                Publication::Pending { in_ms } => Err(pending(in_ms)),
+                Publication::NoDraw => Err(AppError::not_found(format!("no draw for sale {sale}"))),
+            }
+        })
+        .await
 }
+
+/// How long a drawn sale's publication is cached: a win bought or passed shows in
+/// it this late at most.
+const PUBLISHED_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Every entry of the drawn sale, by id: `entry_id,entered_at` (RFC 3339 UTC,
 /// milliseconds), streamed.
@@ -262,10 +276,11 @@ pub(super) async fn entries_csv(
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
     let admin = optional_user(&req)?.is_some_and(|u| u.admin);
-    drawn(&state, sale, admin).await?;
     // Anyone may download it: at most a few at once per process (each holds a
-    // connection of the requests' pool while it runs), see `csv::PUBLIC_DOWNLOADS`.
+    // connection of the requests' pool while it runs), see `csv::PUBLIC_DOWNLOADS`;
+    // the turn first, so a refused download asks nothing of Postgres.
     let turn = crate::csv::public_turn()?;
+    drawn(&state, sale, admin).await?;
     Ok(crate::csv::attachment(
         &format!("sale-{sale}-entries.csv"),
         publish::entries_csv(state.db.clone(), sale, turn),

@@ -258,6 +258,13 @@ pub async fn step<C: ConnectionLike>(
     let done = offered >= draw.entries && open == 0 && newly == 0;
     finish(&mut tx, sale, offered, done).await?;
     tx.commit().await?;
+    if !sold_to.is_empty() || !passed.is_empty() || newly > 0 {
+        // The publication changed: its cached copy goes (a failure leaves it a
+        // second at most, `Keys::draw_view`).
+        if let Err(e) = crate::cache::invalidate_keys(redis, &[keys.draw_view(sale)]).await {
+            tracing::warn!(%sale, error = %e, "the draw's cached publication was not dropped");
+        }
+    }
     Ok(Some(newly))
 }
 

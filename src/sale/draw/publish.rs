@@ -6,15 +6,15 @@
 use actix_web::web::Bytes;
 use chrono::{DateTime, Utc};
 use futures_util::{Stream, TryStreamExt};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
 use crate::csv::{self, CsvOut};
 use crate::domain::SaleId;
 use crate::error::AppError;
 
-/// A drawn sale's draw, as published.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+/// A drawn sale's draw, as published (and cached: `Keys::draw_view`).
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Published {
     #[schema(value_type = i64)]
     pub sale_id: SaleId,
@@ -33,7 +33,7 @@ pub struct Published {
 }
 
 /// One win, in the seeded order.
-#[derive(Debug, Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct Winner {
     /// 1 is the first in the seeded order.
     pub rank: i32,
