@@ -35,13 +35,18 @@ fn forwarded_client<'a>(
     if !is_trusted(peer, trusted) {
         return peer;
     }
-    let mut hops: Vec<&str> = Vec::new();
-    for value in values {
-        let Ok(text) = value.to_str() else {
-            return peer;
-        };
-        hops.extend(text.split(',').map(str::trim).filter(|h| !h.is_empty()));
-    }
+    // Bytes that are not text (a client may send any) make a hop that does not
+    // parse, where they stand: the hops our proxies appended right of them still
+    // count (taking the peer instead put such a client in the proxy's budget).
+    let texts: Vec<std::borrow::Cow<'_, str>> = values
+        .map(|v| String::from_utf8_lossy(v.as_bytes()))
+        .collect();
+    let hops: Vec<&str> = texts
+        .iter()
+        .flat_map(|t| t.split(','))
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
     let mut nearest = peer;
     for hop in hops.iter().rev() {
         match parse_hop(hop) {
@@ -140,6 +145,22 @@ mod tests {
         );
         // Garbage stops the walk at the nearest trusted hop.
         let h = xff(&["8.8.8.8, {evil}, 10.0.0.2"]);
+        assert_eq!(
+            forwarded_client(ip("10.0.0.1"), h.iter(), &trusted),
+            ip("10.0.0.2")
+        );
+        // Bytes that are not text left of our proxies' hops (a proxy that appends
+        // to what the client sent): the hop appended for the client still counts,
+        // not the proxy (which shares its budget with everyone behind it).
+        let h = [
+            HeaderValue::from_bytes(b"9.9.9.9\xff, 203.0.113.9").unwrap(),
+            HeaderValue::from_static("10.0.0.2"),
+        ];
+        assert_eq!(
+            forwarded_client(ip("10.0.0.1"), h.iter(), &trusted),
+            ip("203.0.113.9")
+        );
+        let h = [HeaderValue::from_bytes(b"203.0.113.9, \xff, 10.0.0.2").unwrap()];
         assert_eq!(
             forwarded_client(ip("10.0.0.1"), h.iter(), &trusted),
             ip("10.0.0.2")
