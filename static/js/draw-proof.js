@@ -82,10 +82,12 @@ async function check(root, draw, csv) {
   });
   const order = await drawOrder(seed, ids);
   const per = Math.max(1, Number(d.maxPerUser) || 1);
-  const first = Math.min(Math.ceil(Math.max(0, Number(d.stock)) / per), ids.length);
+  // The stock the draw divided (a later top-up, cancel or refund moves the sale's).
+  const stock = Number.isInteger(draw.stock_at_draw) ? draw.stock_at_draw : Number(d.stock);
+  const first = Math.min(Math.ceil(Math.max(0, stock) / per), ids.length);
   checks.push({
     ok: first === draw.winners_at_draw,
-    text: first === draw.winners_at_draw ? `${groupDigits(first)} ${first === 1 ? "winner" : "winners"} at the draw, as the stock gives.` : `The stock gives ${groupDigits(first)} first winners; the draw says ${groupDigits(draw.winners_at_draw)} (a stock changed after the draw also does this).`,
+    text: first === draw.winners_at_draw ? `${groupDigits(first)} ${first === 1 ? "winner" : "winners"} at the draw, as the stock gives.` : `The stock gives ${groupDigits(first)} first winners; the draw says ${groupDigits(draw.winners_at_draw)}.`,
   });
   // Ranks 1, 2, 3, ... in turn (a rank left out is an entry never offered its win),
   // each the entry the recipe puts there.

@@ -660,6 +660,15 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     let (ok, text) = verify(&app, sale).await;
     assert!(ok, "{text}");
     assert!(text.contains("the draw checks out"), "{text}");
+    assert_eq!(draw["stock_at_draw"], 4);
+    // A top-up after the draw moves the sale's stock, not the draw's.
+    assert_status(
+        app.change_stock(&admin, sale, &json!({ "add": 6 })).await,
+        StatusCode::OK,
+    )
+    .await;
+    let (ok, text) = verify(&app, sale).await;
+    assert!(ok, "after a top-up: {text}");
 
     // Another winner than the seed picks: found.
     sqlx::query(

@@ -27,6 +27,11 @@ pub struct Published {
     pub entries: i64,
     /// Entries that won at the draw itself (the first of `winners`).
     pub winners_at_draw: i64,
+    /// The units the draw divided among them (the sale's stock at the draw; a
+    /// later top-up, cancel or refund moves the sale's, not this). Absent for a
+    /// draw made before it was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stock_at_draw: Option<i64>,
     /// Every entry offered a win so far, in the seeded order: those of the draw,
     /// then those a passed win went to.
     pub winners: Vec<Winner>,
@@ -61,13 +66,14 @@ struct DrawRow {
     seed: Vec<u8>,
     drawn_at: Option<DateTime<Utc>>,
     entries: Option<i32>,
+    stock_at_draw: Option<i64>,
     in_ms: f64,
 }
 
 /// The publication of `sale`'s draw.
 pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppError> {
     let draw: Option<DrawRow> = sqlx::query_as(
-        "SELECT d.seed, d.drawn_at, d.entries,
+        "SELECT d.seed, d.drawn_at, d.entries, d.stock_at_draw,
                 GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
                     AS in_ms
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id WHERE d.sale_id = $1",
@@ -79,6 +85,7 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         seed,
         drawn_at,
         entries,
+        stock_at_draw,
         in_ms,
     }) = draw
     else {
@@ -104,6 +111,7 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         drawn_at,
         entries: i64::from(entries.unwrap_or(0)),
         winners_at_draw,
+        stock_at_draw,
         winners,
     }))
 }

@@ -118,13 +118,14 @@ async fn draw_locked(
     super::pass::offer(&mut tx, sale, 0, winners as i32, due.now, due.now + claim).await?;
     sqlx::query(
         "UPDATE sale_draws SET drawn_at = $2, entries = $3, offered = $4,
-                finished_at = CASE WHEN $4 = 0 THEN $2 END
+                finished_at = CASE WHEN $4 = 0 THEN $2 END, stock_at_draw = $5
          WHERE sale_id = $1",
     )
     .bind(sale.get())
     .bind(due.now)
     .bind(entries as i32)
     .bind(winners as i32)
+    .bind(due.stock)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -55,7 +55,11 @@ pub fn check(sale: &Value, draw: &Value, csv: &[u8]) -> anyhow::Result<Vec<Findi
         },
     );
     let ordered = order::order(&seed, &entries);
-    let stock = sale["stock_total"].as_i64().unwrap_or(0);
+    // The stock the draw divided (a later top-up, cancel or refund moves the
+    // sale's); the sale's own for a draw published without it.
+    let stock = draw["stock_at_draw"]
+        .as_i64()
+        .unwrap_or_else(|| sale["stock_total"].as_i64().unwrap_or(0));
     let per_user = sale["max_per_user"].as_i64().unwrap_or(1);
     let want = order::winners(stock, per_user, entries.len());
     let at_draw = draw["winners_at_draw"].as_i64().unwrap_or(-1);
