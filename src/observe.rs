@@ -47,12 +47,26 @@ pub async fn measure(
 
 /// Reads the settlement lag of every open sale and poll (and those closed in the
 /// last ten minutes), and each such sale's units left, into the gauges; called at
-/// each scrape. Best effort: a
-/// stream Redis cannot read is left out of this scrape.
+/// each scrape. Best effort: a stream Redis cannot read is left out of this scrape.
+/// Which sales and polls those are comes from Postgres, within [`IDS_TIMEOUT`];
+/// when Postgres does not answer, the last scrape's list is read again, so the
+/// backlog a Postgres outage builds stays in sight (its alert needs it).
 pub async fn read_settlement_lag(state: &AppState) {
     let observed = &state.metrics.observed;
     let mut redis = state.redis.clone();
-    let sales = crate::sale::numbers::watched(&state.db, &mut redis, &state.keys).await;
+    let ids = async {
+        let sales = crate::sale::numbers::watched_ids(&state.db).await?;
+        let polls = crate::vote::store::watched_poll_ids(&state.db).await?;
+        Ok::<_, sqlx::Error>((sales, polls))
+    };
+    let (sale_ids, poll_ids) = match tokio::time::timeout(IDS_TIMEOUT, ids).await {
+        Ok(Ok(ids)) => {
+            *last_watched() = ids.clone();
+            ids
+        }
+        _ => last_watched().clone(),
+    };
+    let sales = crate::sale::numbers::watched(&mut redis, &state.keys, &sale_ids).await;
     for sale in sales {
         if let Some(left) = sale.stock_left {
             observed.stock_left(sale.id, sale.rehearsal, left);
@@ -61,7 +75,11 @@ pub async fn read_settlement_lag(state: &AppState) {
             observed.settlement_lag("sale", sale.id, Some(sale.rehearsal), entries, pending);
         }
     }
-    if let Ok(rooms) = crate::sale::queue::admit::active_sales(&state.db).await {
+    let rooms = tokio::time::timeout(
+        IDS_TIMEOUT,
+        crate::sale::queue::admit::active_sales(&state.db),
+    );
+    if let Ok(Ok(rooms)) = rooms.await {
         for sale in rooms {
             if let Ok(n) = crate::sale::queue::numbers::numbers(&mut redis, &state.keys, sale).await
             {
@@ -69,10 +87,26 @@ pub async fn read_settlement_lag(state: &AppState) {
             }
         }
     }
-    let polls = crate::vote::store::watched_backlogs(&state.db, &mut redis, &state.keys).await;
+    let polls = crate::vote::store::watched_backlogs(&mut redis, &state.keys, &poll_ids).await;
     for (id, (entries, pending)) in polls {
         observed.settlement_lag("poll", id, None, entries, pending);
     }
+}
+
+/// How long a scrape waits for Postgres's list of the sales and polls to watch.
+const IDS_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a scrape reads the backlogs, in all: a scrape answers within about
+/// this plus [`REDIS_PROBE_TIMEOUT`], inside Prometheus's 5 s scrape timeout,
+/// whatever Redis and Postgres do (the gauges not read keep their last values).
+const LAG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The sales `(id, rehearsal)` and polls the last scrape watched.
+type WatchedIds = (Vec<(i64, bool)>, Vec<i64>);
+
+fn last_watched() -> std::sync::MutexGuard<'static, WatchedIds> {
+    static LAST: std::sync::Mutex<WatchedIds> = std::sync::Mutex::new((Vec::new(), Vec::new()));
+    LAST.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// How often [`probe_postgres`] asks.
@@ -149,7 +183,16 @@ pub async fn guarded_endpoint(
 const REDIS_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
-    read_settlement_lag(&state).await;
+    // Redis first, bounded: a Redis that hangs still lets the scrape answer, with
+    // `stampede_redis_up` 0 (reading the backlogs first, a command at a time
+    // with the response timeout each, outlasted the scrape's timeout, and the
+    // alert on it never fired).
+    let redis_up = tokio::time::timeout(REDIS_PROBE_TIMEOUT, state.redis.clone().ping_all())
+        .await
+        .is_ok_and(|answer| answer.is_ok());
+    if redis_up {
+        let _ = tokio::time::timeout(LAG_TIMEOUT, read_settlement_lag(&state)).await;
+    }
     let cache = state.cache.stats();
     for (name, help, value) in [
         (
@@ -207,14 +250,10 @@ pub async fn endpoint(state: web::Data<AppState>) -> HttpResponse {
     );
     state.metrics.observed.gauge(
         "stampede_postgres_up",
-        "1 when Postgres answered the last probe (every second) within a second, else 0.",
+        "1 when Postgres answered the last probe (every 2 s) within a second, else 0.",
         f64::from(u8::from(state.postgres.is_up())),
     );
-    // Asked at the scrape (PING on every primary, as `/readyz` does), bounded so
-    // that a Redis that hangs still lets the scrape answer.
-    let redis_up = tokio::time::timeout(REDIS_PROBE_TIMEOUT, state.redis.clone().ping_all())
-        .await
-        .is_ok_and(|answer| answer.is_ok());
+    // Asked at the scrape (PING on every primary, as `/readyz` does), above.
     state.metrics.observed.gauge(
         "stampede_redis_up",
         "1 when every Redis primary answered PING within a second at this scrape, else 0.",

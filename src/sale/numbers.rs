@@ -25,19 +25,26 @@ pub struct Watched {
     pub backlog: Option<(u64, u64)>,
 }
 
-/// The sales open now or ended in the last ten minutes, with their units left and
-/// their settlement backlog. Best effort: no sales when Postgres cannot answer, and
-/// `None` for what Redis cannot.
-pub async fn watched<C: ConnectionLike>(db: &PgPool, redis: &mut C, keys: &Keys) -> Vec<Watched> {
-    let ids: Vec<(i64, bool)> = sqlx::query_as(
+/// The sales open now or ended in the last ten minutes, `(id, rehearsal)`: those
+/// [`watched`] reads.
+pub async fn watched_ids(db: &PgPool) -> Result<Vec<(i64, bool)>, sqlx::Error> {
+    sqlx::query_as(
         "SELECT id, rehearsal FROM sales
          WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
     )
     .fetch_all(db)
     .await
-    .unwrap_or_default();
+}
+
+/// These sales' units left and settlement backlog. Best effort: `None` for what
+/// Redis cannot answer.
+pub async fn watched<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    ids: &[(i64, bool)],
+) -> Vec<Watched> {
     let mut watched = Vec::with_capacity(ids.len());
-    for (id, rehearsal) in ids {
+    for &(id, rehearsal) in ids {
         let Some(sale) = Id::new(id) else {
             continue;
         };

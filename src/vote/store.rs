@@ -238,24 +238,27 @@ pub async fn open_asking(db: &PgPool, question: &str) -> Result<bool, sqlx::Erro
     .await
 }
 
-/// The polls open now or closed in the last ten minutes, each with its votes
-/// stream's entries and those settlement read and has not acknowledged (see
-/// [`crate::redis_conn::stream_backlog`]), as a scrape of `/metrics` reads them.
-/// Best effort: no polls when Postgres cannot answer, none of a poll whose stream
-/// Redis cannot read.
-pub async fn watched_backlogs<C: ConnectionLike>(
-    db: &PgPool,
-    redis: &mut C,
-    keys: &Keys,
-) -> Vec<(i64, (u64, u64))> {
-    let ids: Vec<i64> = sqlx::query_scalar(
+/// The polls open now or closed in the last ten minutes: those
+/// [`watched_backlogs`] reads.
+pub async fn watched_poll_ids(db: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
+    sqlx::query_scalar(
         "SELECT id FROM polls WHERE opens_at <= now() AND closes_at > now() - interval '10 minutes'",
     )
     .fetch_all(db)
     .await
-    .unwrap_or_default();
+}
+
+/// These polls, each with its votes stream's entries and those settlement read
+/// and has not acknowledged (see [`crate::redis_conn::stream_backlog`]), as a
+/// scrape of `/metrics` reads them. Best effort: none of a poll whose stream Redis
+/// cannot read.
+pub async fn watched_backlogs<C: ConnectionLike>(
+    redis: &mut C,
+    keys: &Keys,
+    ids: &[i64],
+) -> Vec<(i64, (u64, u64))> {
     let mut backlogs = Vec::with_capacity(ids.len());
-    for id in ids {
+    for &id in ids {
         let Some(poll) = Id::new(id) else {
             continue;
         };

@@ -951,8 +951,10 @@ impl Server {
         let child = Command::new(env!("CARGO_BIN_EXE_stampede"))
             .arg("serve")
             .env("STAMPEDE_LISTEN", format!("127.0.0.1:{}", self.port))
-            // Several servers run at once: no fixed metrics port.
+            // Several servers run at once: no fixed metrics port; `/metrics` on
+            // the main listener, with the token (`Stack::scrape`).
             .env("STAMPEDE_METRICS_LISTEN", "off")
+            .env("STAMPEDE_METRICS_TOKEN", METRICS_TOKEN)
             .env("DATABASE_URL", &env.database_url)
             .env("REDIS_URL", &env.redis_url)
             .env_remove("STAMPEDE_REDIS_CLUSTER")
@@ -1067,6 +1069,9 @@ pub struct User {
     pub id: i64,
     pub token: String,
 }
+
+/// The servers' `STAMPEDE_METRICS_TOKEN` (`/metrics` on their main listener).
+const METRICS_TOKEN: &str = "fault-metrics-token";
 
 pub struct Options {
     pub servers: usize,
@@ -1667,6 +1672,23 @@ impl Stack {
     /// `GET /readyz` of one server (ready to decide: Redis answers): status and body.
     pub async fn readyz(&self, index: usize) -> Option<(StatusCode, Value)> {
         self.readiness(index, "/readyz").await
+    }
+
+    /// One scrape of a server's `/metrics`, as Prometheus makes it (answered
+    /// within its 5 s scrape timeout, else `None`).
+    pub async fn scrape(&self, index: usize) -> Option<String> {
+        let resp = self
+            .http
+            .get(format!("{}/metrics", self.servers[index].base()))
+            .bearer_auth(METRICS_TOKEN)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        resp.text().await.ok()
     }
 
     /// `GET /readyz/postgres` of one server (every route: Postgres answers too).

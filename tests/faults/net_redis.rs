@@ -50,7 +50,10 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
         Fault::Resets => links.redis.reset_every(Duration::from_millis(500)),
     }
     println!("{fault:?} from {:.1?} for {length:?}", storm.elapsed());
-    tokio::time::sleep(length).await;
+    // A scrape in the fault, as Prometheus makes one every 5 s.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let scraped = stack.scrape(0).await;
+    tokio::time::sleep(length.saturating_sub(Duration::from_secs(2))).await;
     let second_phase = Instant::now();
     if matches!(fault, Fault::Latency) {
         links
@@ -128,6 +131,14 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
             assert!(
                 during.iter().any(|r| r.status() == Some(503)),
                 "no purchase got a 503 while Redis was stalled: the fault did not land"
+            );
+            // The scrape answers within Prometheus's timeout and says Redis is
+            // down: its alert can fire.
+            let scraped = scraped.expect("/metrics did not answer within 5 s during the stall");
+            assert!(
+                scraped.lines().any(|l| l == "stampede_redis_up 0"),
+                "stampede_redis_up during the stall: {:?}",
+                scraped.lines().find(|l| l.starts_with("stampede_redis_up"))
             );
         }
         Fault::Resets => {

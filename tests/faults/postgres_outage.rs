@@ -22,12 +22,24 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
         Plan::at_rate(120.0).lasting(Duration::from_secs(22)),
     );
     storm.wait_accepted(150, Duration::from_secs(20)).await;
+    // Prometheus scrapes all along: once before the outage here.
+    let before = scraped_backlog(&stack).await;
+    assert!(
+        before.is_some(),
+        "a scrape before the outage has the backlog"
+    );
     let down_at = Instant::now();
     stack.pg.stop(mode);
     println!("Postgres stopped ({mode:?}) at {:.1?}", storm.elapsed());
     let mut readyz_down = None;
     let mut buy_path_unready = 0;
+    // The settlement backlog a scrape reports, first and last seen in the outage.
+    let mut backlog_seen: (Option<f64>, Option<f64>) = (None, None);
     while down_at.elapsed() < OUTAGE {
+        if let Some(n) = scraped_backlog(&stack).await {
+            backlog_seen.0.get_or_insert(n);
+            backlog_seen.1 = Some(n);
+        }
         if let Some((status, body)) = stack.readyz_postgres(0).await
             && status == StatusCode::SERVICE_UNAVAILABLE
             && body["postgres"] == "down"
@@ -92,6 +104,27 @@ async fn postgres_outage_mid_storm(name: &str, mode: PgStop) {
         "purchases need only Redis, yet {refused} were not decided during the outage"
     );
     assert!(backlog > 0, "no accepted order waited for Postgres");
+    // The backlog stays in sight while Postgres is down (the sales to read are the
+    // last scrape's), and grows as purchases go on: its alert can fire.
+    let (Some(first), Some(last)) = backlog_seen else {
+        panic!("no scrape of /metrics answered with the backlog during the outage");
+    };
+    assert!(
+        last > first,
+        "the scraped backlog did not grow during the outage: {first} then {last}"
+    );
+}
+
+/// The sum of `stampede_settle_stream_entries` of sales in one scrape of server
+/// 0's `/metrics` (`None`: no scrape within 5 s, or no such gauge).
+async fn scraped_backlog(stack: &Stack) -> Option<f64> {
+    let text = stack.scrape(0).await?;
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("stampede_settle_stream_entries{") && l.contains("kind=\"sale\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 async fn wait_ready(stack: &Stack, timeout: Duration) -> bool {
