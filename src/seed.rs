@@ -11,14 +11,27 @@ use crate::keys::Keys;
 use crate::sale::record;
 use crate::sale::store::{self, NewSale};
 
-/// Creates the admin named in the configuration, or makes sure it is an admin.
-/// An existing admin's password is left alone.
+/// Creates the admin named in the configuration when no account has that name.
+/// An existing admin's password is left alone; an existing shopper's account of
+/// that name is not made an admin (whoever signed up under the name would hold
+/// the admin's rights with their own password): logged, and left to
+/// `stampede create-admin`.
 pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()> {
     let (Some(name), Some(password)) = (&config.admin_username, &config.admin_password) else {
         return Ok(());
     };
     let username = Username::parse(name).map_err(|e| anyhow::anyhow!("admin_username: {e}"))?;
-    if !auth::promote_admin(db, &username).await? {
+    let admin: Option<bool> = sqlx::query_scalar("SELECT is_admin FROM users WHERE username = $1")
+        .bind(username.as_str())
+        .fetch_optional(db)
+        .await?;
+    if admin == Some(false) {
+        tracing::error!(
+            admin = username.as_str(),
+            "STAMPEDE_ADMIN_USERNAME names a shopper's account: not made an admin. Name \
+             another admin, or make this one with `stampede create-admin` if it is yours"
+        );
+    } else if admin.is_none() {
         let password = Password::parse(password.clone())
             .map_err(|e| anyhow::anyhow!("admin_password: {e}"))?;
         auth::upsert_user(db, &username, password, true)

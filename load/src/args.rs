@@ -98,7 +98,7 @@ pub struct LoadArgs {
     /// shape (single, multi, ranked: one, and a changed second one for a fifth of
     /// the voters; budget: the budget spent over several requests, some over it),
     /// with an `Idempotency-Key` each and some sent twice; then check every answer,
-    /// the tallies and every receipt (see "Rehearse a vote" in docs/operations.md).
+    /// the tallies and every receipt (see "A poll of each ballot kind" in docs/operations.md).
     /// Without it, vote is the plain repeat of one single-choice ballot.
     #[arg(long, value_enum, conflicts_with_all = ["poll", "sale"])]
     pub ballot: Option<Ballot>,

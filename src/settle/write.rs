@@ -93,7 +93,8 @@ impl Settler {
                 count = conflicting.len(),
                 decisions = ?conflicting,
                 "accepted decisions conflict with settled ones of the same user; \
-                 Redis and Postgres disagree: run `stampede reconcile`"
+                 Redis and Postgres disagree: run `stampede reconcile` (sales), compare \
+                 the poll's tallies with GET /api/admin/polls/{{id}} (votes)"
             );
         }
     }

@@ -119,3 +119,38 @@ async fn signout_of_a_browser_session_needs_the_csrf_header() {
         .any(|c| c.to_str().unwrap().starts_with("stampede_session=;"));
     assert!(cleared, "the session cookie is removed");
 }
+
+/// The admin named in the configuration is made only when no account has the
+/// name: a shopper who signed up under it stays a shopper when a server starts
+/// with it (their own password would otherwise hold the admin's rights); the
+/// name free, the admin is made with the configured password.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_configured_admin_never_promotes_a_shoppers_account() {
+    let app = spawn_app().await;
+    let creds = json!({"username": "shopkeeper", "password": "a shopper's own pass"});
+    let resp = app.post_json("/api/auth/signup", None, &creds).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let db = app.db.clone();
+    let is_admin = |name: &'static str| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, bool>("SELECT is_admin FROM users WHERE username = $1")
+                .bind(name)
+                .fetch_optional(&db)
+                .await
+                .unwrap()
+        }
+    };
+    let _sibling = crate::helpers::spawn_sibling(&app, |c| {
+        c.admin_username = Some("shopkeeper".into());
+        c.admin_password = Some("the operator's pass".into());
+    })
+    .await;
+    assert_eq!(is_admin("shopkeeper").await, Some(false));
+    let _other = crate::helpers::spawn_sibling(&app, |c| {
+        c.admin_username = Some("night_admin".into());
+        c.admin_password = Some("the operator's pass".into());
+    })
+    .await;
+    assert_eq!(is_admin("night_admin").await, Some(true));
+}
