@@ -25,6 +25,8 @@ use stampede::startup::Application;
 use stampede::state::AppState;
 use uuid::Uuid;
 
+pub use crate::bodies::{merged, poll_ids};
+use crate::bodies::{poll_body, sale_body};
 pub use crate::db::Db;
 
 pub struct TestApp {
@@ -586,18 +588,7 @@ impl TestApp {
     /// `overrides` (such as `payment_window_s`, `max_per_user`) over those
     /// defaults: the created sale.
     pub async fn open_sale_with(&self, admin: &User, stock: i64, overrides: Value) -> Value {
-        let now = chrono::Utc::now();
-        let mut sale = json!({
-            "name": "Test phone",
-            "price_cents": 500,
-            "stock": stock,
-            "starts_at": now - chrono::Duration::seconds(60),
-            "ends_at": now + chrono::Duration::seconds(3600),
-            "requires_ticket": false,
-        });
-        for (k, v) in overrides.as_object().expect("overrides are an object") {
-            sale[k] = v.clone();
-        }
+        let sale = sale_body("Test phone", 500, stock, 60, &overrides);
         let created = self.admin_create(admin, "/api/admin/sales", &sale).await;
         for (k, v) in overrides.as_object().expect("an object") {
             assert_eq!(&created[k], v, "{k}");
@@ -780,16 +771,7 @@ impl TestApp {
         window: (i64, i64),
         settings: Value,
     ) -> (i64, Vec<i64>) {
-        let now = chrono::Utc::now();
-        let mut poll = json!({
-            "question": question,
-            "options": options,
-            "opens_at": now + chrono::Duration::seconds(window.0),
-            "closes_at": now + chrono::Duration::seconds(window.1),
-        });
-        for (k, v) in settings.as_object().expect("settings are an object") {
-            poll[k] = v.clone();
-        }
+        let poll = poll_body(question, options, window, &settings);
         poll_ids(&self.admin_create(admin, "/api/admin/polls", &poll).await)
     }
 
@@ -1135,17 +1117,6 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
         "body: {body}"
     );
     body
-}
-
-/// A poll's id and its option ids in order, from its JSON.
-pub fn poll_ids(poll: &Value) -> (i64, Vec<i64>) {
-    let ids = poll["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_i64().unwrap())
-        .collect();
-    (poll["id"].as_i64().unwrap(), ids)
 }
 
 /// Asserts the answer's status, showing its body when it is another.

@@ -26,6 +26,7 @@ use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 use stampede::keys::Keys;
 
+use crate::bodies::{merged, poll_body, poll_ids, sale_body};
 pub use crate::db::Db;
 use crate::storm::{Plan, Storm, Work};
 
@@ -1559,19 +1560,11 @@ impl Stack {
 
     /// [`Stack::create_sale`] with `extra` fields over its defaults.
     pub async fn create_sale_with(&self, stock: i64, extra: Value) -> i64 {
-        let now = chrono::Utc::now();
-        let mut sale = json!({
-            "name": "Fault test phone",
-            "description": "fault injection",
-            "price_cents": 19_900,
-            "stock": stock,
-            "starts_at": now - chrono::Duration::seconds(5),
-            "ends_at": now + chrono::Duration::seconds(3600),
-            "requires_ticket": false,
-        });
-        for (k, v) in extra.as_object().expect("extra is an object") {
-            sale[k] = v.clone();
-        }
+        let described = json!({ "description": "fault injection" });
+        let sale = merged(
+            sale_body("Fault test phone", 19_900, stock, 5, &described),
+            &extra,
+        );
         self.admin_post("/api/admin/sales", &sale).await["id"]
             .as_i64()
             .unwrap()
@@ -1606,24 +1599,8 @@ impl Stack {
     /// [`Stack::create_poll`] with `extra` fields over its defaults (a ballot kind
     /// and its settings).
     pub async fn create_poll_with(&self, options: &[&str], extra: Value) -> (i64, Vec<i64>) {
-        let now = chrono::Utc::now();
-        let mut poll = json!({
-            "question": "Which colour?",
-            "options": options,
-            "opens_at": now - chrono::Duration::seconds(5),
-            "closes_at": now + chrono::Duration::seconds(3600),
-        });
-        for (k, v) in extra.as_object().expect("extra is an object") {
-            poll[k] = v.clone();
-        }
-        let body = self.admin_post("/api/admin/polls", &poll).await;
-        let ids = body["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["id"].as_i64().unwrap())
-            .collect();
-        (body["id"].as_i64().unwrap(), ids)
+        let poll = poll_body("Which colour?", options, (-5, 3600), &extra);
+        poll_ids(&self.admin_post("/api/admin/polls", &poll).await)
     }
 
     /// A fresh connection to the test's Redis (it may have been restarted): the
