@@ -448,18 +448,7 @@ impl TestApp {
     /// Inserts `n` users in one statement (no argon2: far too slow for thousands)
     /// and mints their tokens with the server's key. Sign-in itself is tested apart.
     pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
-        let prefix = uuid::Uuid::new_v4().simple().to_string();
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "INSERT INTO users (username, password_hash, is_admin)
-             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
-             RETURNING id",
-        )
-        .bind(&prefix[..12])
-        .bind(n as i32)
-        .bind(admin)
-        .fetch_all(&self.db)
-        .await
-        .expect("insert users");
+        let ids = self.insert_users(n, admin).await;
         ids.into_iter()
             .map(|id| User {
                 id,

@@ -1504,18 +1504,7 @@ impl Stack {
     /// Inserts `n` users in one statement (no argon2) and mints their tokens with
     /// the servers' secret.
     pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
-        let prefix = &uuid::Uuid::new_v4().simple().to_string()[..12];
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "INSERT INTO users (username, password_hash, is_admin)
-             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
-             RETURNING id",
-        )
-        .bind(prefix)
-        .bind(n as i32)
-        .bind(admin)
-        .fetch_all(&self.db)
-        .await
-        .expect("insert users");
+        let ids = self.insert_users(n, admin).await;
         ids.into_iter()
             .map(|id| User {
                 id,
