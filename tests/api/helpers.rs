@@ -356,6 +356,19 @@ pub async fn spawn_with_live_sale_and(
     (app, admin, sale)
 }
 
+/// A server whose test drives the expiry pass itself (`expire` off), its admin
+/// and a payment sale (see [`TestApp::payment_sale`]).
+pub async fn spawn_with_payment_sale(
+    stock: i64,
+    window_s: i64,
+    rebuy: bool,
+) -> (TestApp, User, i64) {
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
+    let admin = app.admin().await;
+    let sale = app.payment_sale(&admin, stock, window_s, rebuy).await;
+    (app, admin, sale)
+}
+
 /// A server, its admin and a poll open now (see [`TestApp::open_poll`]): the poll's
 /// id and its option ids in order.
 pub async fn spawn_with_open_poll(
@@ -673,6 +686,14 @@ impl TestApp {
             self.buy(sale, &u.token).await;
         }
         users
+    }
+
+    /// `n` new users who each bought `sale`, all at once ([`Self::buy_all`]), and
+    /// their orders.
+    pub async fn buyers_at_once(&self, sale: i64, n: usize) -> (Vec<User>, HashMap<i64, Uuid>) {
+        let users = self.create_users(n, false).await;
+        let orders = self.buy_all(sale, &users).await;
+        (users, orders)
     }
 
     /// Buys for every user at once (each must be accepted); returns the order ids by
