@@ -795,6 +795,13 @@ impl TestApp {
         .await
     }
 
+    /// `who`'s `PATCH` of a sale with `body`.
+    pub async fn patch_sale(&self, who: &User, sale: i64, body: &Value) -> Response {
+        let url = self.url(&format!("/api/admin/sales/{sale}"));
+        let req = self.client.patch(url).bearer_auth(&who.token).json(body);
+        req.send().await.unwrap()
+    }
+
     /// An admin closes a sale before its end.
     pub async fn close_sale(&self, admin: &User, sale: i64) -> Response {
         let path = format!("/api/admin/sales/{sale}/close");
