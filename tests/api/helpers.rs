@@ -1124,6 +1124,17 @@ impl TestApp {
     }
 }
 
+/// `page` holds each of `wanted`, and none of `unwanted`: a failure names the
+/// piece and `context`.
+pub fn assert_contains(page: &str, wanted: &[&str], unwanted: &[&str], context: &str) {
+    for w in wanted {
+        assert!(page.contains(w), "{context}: {w:?} missing");
+    }
+    for u in unwanted {
+        assert!(!page.contains(u), "{context}: {u:?} present");
+    }
+}
+
 /// Asserts a JSON error body with the given status and code.
 pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(resp.status(), status, "unexpected status");
