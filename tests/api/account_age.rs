@@ -174,13 +174,8 @@ async fn the_age_counts_at_the_opening_for_a_join_and_holds_for_votes_and_purcha
     assert_status(join(&app, sale, &fresh).await, StatusCode::OK).await;
     // Three hours asked: not at the opening; from three hours after its making.
     let patch = app
-        .client
-        .patch(app.url(&format!("/api/admin/sales/{sale}")))
-        .bearer_auth(&admin.token)
-        .json(&json!({ "min_account_age_s": 3 * 3600 }))
-        .send()
-        .await
-        .unwrap();
+        .patch_sale(&admin, sale, &json!({ "min_account_age_s": 3 * 3600 }))
+        .await;
     assert_status(patch, StatusCode::OK).await;
     let other = signed_up(&app, "fresh_three").await;
     let body = assert_error(
@@ -191,13 +186,8 @@ async fn the_age_counts_at_the_opening_for_a_join_and_holds_for_votes_and_purcha
     .await;
     assert_eq!(allowed_at(&body), created_s(&app, &other).await + 3 * 3600);
     assert_error(
-        app.client
-            .patch(app.url(&format!("/api/admin/sales/{sale}")))
-            .bearer_auth(&admin.token)
-            .json(&json!({ "min_account_age_s": -5 }))
-            .send()
-            .await
-            .unwrap(),
+        app.patch_sale(&admin, sale, &json!({ "min_account_age_s": -5 }))
+            .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "invalid_fairness",
     )

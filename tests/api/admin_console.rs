@@ -6,7 +6,9 @@
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, between, escaped_in, spawn_app};
+use crate::helpers::{
+    TestApp, User, assert_contains, assert_error, between, escaped_in, spawn_app,
+};
 
 /// The console's row of `sale` on `/admin` (the table's row has another marker).
 fn console_row(page: &str, sale: i64) -> &str {
@@ -105,14 +107,11 @@ async fn the_admin_page_opens_on_the_sale_day_console_with_the_forms_behind_butt
     assert!(row.contains(r#"data-action="open">Open now<"#), "{row}");
     assert!(row.contains(r#"data-field="revenue">$0.00<"#), "{row}");
     // A waiting room's line can be paused from the console; a plain sale has no such button.
-    assert!(
-        row.contains(r#"data-line-action="pause">Pause line"#),
-        "{row}"
-    );
-    assert!(
-        row.contains(r#"data-line-action="resume" hidden>"#),
-        "{row}"
-    );
+    let line_buttons = [
+        r#"data-line-action="pause">Pause line"#,
+        r#"data-line-action="resume" hidden>"#,
+    ];
+    assert_contains(row, &line_buttons, &[], row);
     assert!(console_row(&page, live).contains(r#"data-line-action="pause" hidden>"#));
     let resp = app
         .post_json(

@@ -342,32 +342,25 @@ async fn nul_in_any_text_field_is_a_422_naming_the_field_and_writes_nothing() {
         assert!(message.starts_with(field), "{path} {body}: {message}");
     }
     // Sign-up: the username refuses anything but [A-Za-z0-9_.-]; the password a NUL.
-    let resp = app
-        .post_json(
-            "/api/auth/signup",
-            None,
-            &json!({"username": "nul\u{0}user", "password": "long enough"}),
-        )
-        .await;
-    let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_username").await;
-    assert!(err["message"].as_str().unwrap().starts_with("username"));
-    let resp = app
-        .post_json(
-            "/api/auth/signup",
-            None,
-            &json!({"username": "nuluser", "password": "long\u{0}enough"}),
-        )
-        .await;
-    let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_text").await;
-    assert!(err["message"].as_str().unwrap().starts_with("password"));
+    let cases = [
+        (
+            "nul\u{0}user",
+            "long enough",
+            "invalid_username",
+            "username",
+        ),
+        ("nuluser", "long\u{0}enough", "invalid_text", "password"),
+    ];
+    for (username, password, code, field) in cases {
+        let body = json!({"username": username, "password": password});
+        let resp = app.post_json("/api/auth/signup", None, &body).await;
+        let err = assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, code).await;
+        let message = err["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "sign-up {body}: {message}");
+    }
     // Sign-in with a NUL is just wrong credentials.
-    let resp = app
-        .post_json(
-            "/api/auth/signin",
-            None,
-            &json!({"username": "nul\u{0}user", "password": "long\u{0}enough"}),
-        )
-        .await;
+    let body = json!({"username": "nul\u{0}user", "password": "long\u{0}enough"});
+    let resp = app.post_json("/api/auth/signin", None, &body).await;
     assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
 
     assert_eq!(app.count("SELECT count(*) FROM sales").await, 0);

@@ -11,21 +11,19 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use stampede::domain::Id;
 
-use crate::helpers::{TestApp, User, assert_error, poll_ids, spawn_app};
+use crate::helpers::{TestApp, User, assert_error, merged, poll_ids, spawn_app};
 
 /// A poll open now with three options and these ballot settings; its id and
 /// option ids.
 async fn ballot_poll(app: &TestApp, admin: &User, settings: Value) -> (i64, Vec<i64>) {
     let now = Utc::now().trunc_subsecs(0);
-    let mut body = json!({
+    let body = json!({
         "question": "Best act?",
         "options": ["Alto", "Bass", "Cello"],
         "opens_at": now - chrono::Duration::minutes(1),
         "closes_at": now + chrono::Duration::hours(1),
     });
-    for (k, v) in settings.as_object().unwrap() {
-        body[k] = v.clone();
-    }
+    let body = merged(body, &settings);
     poll_ids(&app.admin_create(admin, "/api/admin/polls", &body).await)
 }
 
@@ -145,10 +143,7 @@ async fn settings_are_checked_together_and_named_when_refused() {
         (json!({"votes_per_user": 5}), "votes_per_user"),
         (json!({"allow_change": "yes"}), "allow_change"),
     ] {
-        let mut body = base.clone();
-        for (k, v) in settings.as_object().unwrap() {
-            body[k] = v.clone();
-        }
+        let body = merged(base.clone(), &settings);
         let resp = app
             .post_json("/api/admin/polls", Some(&admin.token), &body)
             .await;

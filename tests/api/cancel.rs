@@ -16,7 +16,8 @@ use stampede::sale::order_id::new_order_id;
 use uuid::Uuid;
 
 use crate::helpers::{
-    Db, TestApp, assert_error, spawn_app_with, spawn_sibling, spawn_with_live_sale_and,
+    Db, TestApp, User, assert_error, spawn_app_with, spawn_sibling, spawn_with_live_sale_and,
+    spawn_with_payment_sale,
 };
 
 /// `POST /api/orders/{id}/cancel` (`admin` false) or the admin's route, with an
@@ -71,6 +72,12 @@ async fn ok_json(resp: reqwest::Response) -> (Value, bool) {
     (resp.json().await.unwrap(), replayed)
 }
 
+/// `who` cancels `order` (as an admin if `admin`) without a key: a 200, its body
+/// and whether it was a replay.
+async fn cancel_ok(app: &TestApp, who: &User, admin: bool, order: Uuid) -> (Value, bool) {
+    ok_json(cancel(app, Some(&who.token), admin, &order.to_string(), None).await).await
+}
+
 async fn status_of(app: &TestApp, order: Uuid) -> String {
     app.scalar("SELECT status FROM orders WHERE id = $1", order)
         .await
@@ -115,11 +122,8 @@ async fn cancels_and_refunds_return_units_once_and_refusals_change_nothing() {
 }
 
 async fn cancels_and_refunds(rebuy: bool) {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 5, 600, rebuy).await;
-    let users = app.create_users(5, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (app, admin, sale) = spawn_with_payment_sale(5, 600, rebuy).await;
+    let (users, orders) = app.buyers_at_once(sale, 5).await;
     assert_eq!(app.wait_for_orders(sale, 5).await.len(), 5);
     assert_eq!(app.stock_left(sale).await, 0);
     let (alice, bob, carol, dave, erin) = (&users[0], &users[1], &users[2], &users[3], &users[4]);
@@ -401,32 +405,11 @@ async fn cancels_and_refunds(rebuy: bool) {
 #[tokio::test]
 async fn accepted_orders_cancel_and_a_settling_one_says_retry() {
     let (app, admin, sale) = spawn_with_live_sale_and(3, |c| c.expire = Duration::ZERO).await;
-    let users = app.create_users(3, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (users, orders) = app.buyers_at_once(sale, 3).await;
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
-    let (body, _) = ok_json(
-        cancel(
-            &app,
-            Some(&users[0].token),
-            false,
-            &orders[&users[0].id].to_string(),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (body, _) = cancel_ok(&app, &users[0], false, orders[&users[0].id]).await;
     assert_eq!(body["status"], "cancelled");
-    let (body, _) = ok_json(
-        cancel(
-            &app,
-            Some(&admin.token),
-            true,
-            &orders[&users[1].id].to_string(),
-            None,
-        )
-        .await,
-    )
-    .await;
+    let (body, _) = cancel_ok(&app, &admin, true, orders[&users[1].id]).await;
     assert_eq!(body["status"], "cancelled");
     assert_eq!(app.stock_left(sale).await, 2);
     assert_eq!(app.stock_total(sale).await, 5);
@@ -488,8 +471,7 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
     let sibling = Arc::new(spawn_sibling(&app, |_| {}).await);
     let admin = app.admin().await;
     let sale = app.payment_sale(&admin, 200, 600, false).await;
-    let users = app.create_users(200, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (users, orders) = app.buyers_at_once(sale, 200).await;
     assert_eq!(app.wait_for_orders(sale, 200).await.len(), 200);
     // Every deadline lands 700 ms from now; the requests go out over the second
     // around it.
@@ -622,11 +604,8 @@ async fn cancel_pay_cancel_and_expiry_racing_over_two_instances() {
 /// on a paid one, and none on a cancelled one, which shows its badge.
 #[tokio::test]
 async fn pages_offer_cancel_where_it_is_allowed_and_show_the_new_state() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 5, 600, false).await;
-    let users = app.create_users(3, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (app, admin, sale) = spawn_with_payment_sale(5, 600, false).await;
+    let (users, orders) = app.buyers_at_once(sale, 3).await;
     assert_eq!(app.wait_for_orders(sale, 3).await.len(), 3);
     assert_eq!(
         app.pay(&users[1], orders[&users[1].id], "p").await.status(),
@@ -651,28 +630,8 @@ async fn pages_offer_cancel_where_it_is_allowed_and_show_the_new_state() {
     assert!(unpaid_row.contains(r#"data-action="cancel""#) && !unpaid_row.contains("refund"));
     assert!(row_of(&page, orders[&users[1].id]).contains("Cancel and refund"));
 
-    ok_json(
-        cancel(
-            &app,
-            Some(&users[0].token),
-            false,
-            &orders[&users[0].id].to_string(),
-            None,
-        )
-        .await,
-    )
-    .await;
-    ok_json(
-        cancel(
-            &app,
-            Some(&admin.token),
-            true,
-            &orders[&users[1].id].to_string(),
-            None,
-        )
-        .await,
-    )
-    .await;
+    cancel_ok(&app, &users[0], false, orders[&users[0].id]).await;
+    cancel_ok(&app, &admin, true, orders[&users[1].id]).await;
     let mine = app.html("/me/orders", Some(&users[0])).await;
     let row = row_of(&mine, orders[&users[0].id]);
     assert!(row.contains("Cancelled") && !row.contains(r#"data-action="cancel""#));

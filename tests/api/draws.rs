@@ -168,19 +168,7 @@ async fn draw_settings_are_checked_public_from_creation_and_fixed_once_entries_o
         "the seed is secret"
     );
 
-    let edit = |sale: i64, body: Value| {
-        let app = &app;
-        let token = admin.token.clone();
-        async move {
-            app.client
-                .patch(app.url(&format!("/api/admin/sales/{sale}")))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let edit = async |sale: i64, body: Value| app.patch_sale(&admin, sale, &body).await;
     let resp = edit(id, json!({ "draw_at": at(6000), "claim_window_s": 120 })).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let edited: Value = resp.json().await.unwrap();

@@ -25,6 +25,8 @@ use stampede::startup::Application;
 use stampede::state::AppState;
 use uuid::Uuid;
 
+pub use crate::bodies::{merged, poll_ids};
+use crate::bodies::{poll_body, sale_body};
 pub use crate::db::Db;
 
 pub struct TestApp {
@@ -354,6 +356,19 @@ pub async fn spawn_with_live_sale_and(
     (app, admin, sale)
 }
 
+/// A server whose test drives the expiry pass itself (`expire` off), its admin
+/// and a payment sale (see [`TestApp::payment_sale`]).
+pub async fn spawn_with_payment_sale(
+    stock: i64,
+    window_s: i64,
+    rebuy: bool,
+) -> (TestApp, User, i64) {
+    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
+    let admin = app.admin().await;
+    let sale = app.payment_sale(&admin, stock, window_s, rebuy).await;
+    (app, admin, sale)
+}
+
 /// A server, its admin and a poll open now (see [`TestApp::open_poll`]): the poll's
 /// id and its option ids in order.
 pub async fn spawn_with_open_poll(
@@ -446,18 +461,7 @@ impl TestApp {
     /// Inserts `n` users in one statement (no argon2: far too slow for thousands)
     /// and mints their tokens with the server's key. Sign-in itself is tested apart.
     pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
-        let prefix = uuid::Uuid::new_v4().simple().to_string();
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "INSERT INTO users (username, password_hash, is_admin)
-             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
-             RETURNING id",
-        )
-        .bind(&prefix[..12])
-        .bind(n as i32)
-        .bind(admin)
-        .fetch_all(&self.db)
-        .await
-        .expect("insert users");
+        let ids = self.insert_users(n, admin).await;
         ids.into_iter()
             .map(|id| User {
                 id,
@@ -586,18 +590,7 @@ impl TestApp {
     /// `overrides` (such as `payment_window_s`, `max_per_user`) over those
     /// defaults: the created sale.
     pub async fn open_sale_with(&self, admin: &User, stock: i64, overrides: Value) -> Value {
-        let now = chrono::Utc::now();
-        let mut sale = json!({
-            "name": "Test phone",
-            "price_cents": 500,
-            "stock": stock,
-            "starts_at": now - chrono::Duration::seconds(60),
-            "ends_at": now + chrono::Duration::seconds(3600),
-            "requires_ticket": false,
-        });
-        for (k, v) in overrides.as_object().expect("overrides are an object") {
-            sale[k] = v.clone();
-        }
+        let sale = sale_body("Test phone", 500, stock, 60, &overrides);
         let created = self.admin_create(admin, "/api/admin/sales", &sale).await;
         for (k, v) in overrides.as_object().expect("an object") {
             assert_eq!(&created[k], v, "{k}");
@@ -695,6 +688,14 @@ impl TestApp {
         users
     }
 
+    /// `n` new users who each bought `sale`, all at once ([`Self::buy_all`]), and
+    /// their orders.
+    pub async fn buyers_at_once(&self, sale: i64, n: usize) -> (Vec<User>, HashMap<i64, Uuid>) {
+        let users = self.create_users(n, false).await;
+        let orders = self.buy_all(sale, &users).await;
+        (users, orders)
+    }
+
     /// Buys for every user at once (each must be accepted); returns the order ids by
     /// user.
     pub async fn buy_all(&self, sale: i64, users: &[User]) -> HashMap<i64, Uuid> {
@@ -780,16 +781,7 @@ impl TestApp {
         window: (i64, i64),
         settings: Value,
     ) -> (i64, Vec<i64>) {
-        let now = chrono::Utc::now();
-        let mut poll = json!({
-            "question": question,
-            "options": options,
-            "opens_at": now + chrono::Duration::seconds(window.0),
-            "closes_at": now + chrono::Duration::seconds(window.1),
-        });
-        for (k, v) in settings.as_object().expect("settings are an object") {
-            poll[k] = v.clone();
-        }
+        let poll = poll_body(question, options, window, &settings);
         poll_ids(&self.admin_create(admin, "/api/admin/polls", &poll).await)
     }
 
@@ -801,6 +793,13 @@ impl TestApp {
             change,
         )
         .await
+    }
+
+    /// `who`'s `PATCH` of a sale with `body`.
+    pub async fn patch_sale(&self, who: &User, sale: i64, body: &Value) -> Response {
+        let url = self.url(&format!("/api/admin/sales/{sale}"));
+        let req = self.client.patch(url).bearer_auth(&who.token).json(body);
+        req.send().await.unwrap()
     }
 
     /// An admin closes a sale before its end.
@@ -1125,6 +1124,17 @@ impl TestApp {
     }
 }
 
+/// `page` holds each of `wanted`, and none of `unwanted`: a failure names the
+/// piece and `context`.
+pub fn assert_contains(page: &str, wanted: &[&str], unwanted: &[&str], context: &str) {
+    for w in wanted {
+        assert!(page.contains(w), "{context}: {w:?} missing");
+    }
+    for u in unwanted {
+        assert!(!page.contains(u), "{context}: {u:?} present");
+    }
+}
+
 /// Asserts a JSON error body with the given status and code.
 pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Value {
     assert_eq!(resp.status(), status, "unexpected status");
@@ -1135,17 +1145,6 @@ pub async fn assert_error(resp: Response, status: StatusCode, code: &str) -> Val
         "body: {body}"
     );
     body
-}
-
-/// A poll's id and its option ids in order, from its JSON.
-pub fn poll_ids(poll: &Value) -> (i64, Vec<i64>) {
-    let ids = poll["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_i64().unwrap())
-        .collect();
-    (poll["id"].as_i64().unwrap(), ids)
 }
 
 /// Asserts the answer's status, showing its body when it is another.

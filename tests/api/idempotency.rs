@@ -65,6 +65,27 @@ async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64) -> i64 {
         .await
 }
 
+/// A server and a sale open now of `stock` units, at most `max` per customer.
+async fn spawn_with_multi_sale(stock: i64, max: i64) -> (TestApp, i64) {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = multi_sale(&app, &admin, stock, max).await;
+    (app, sale)
+}
+
+/// `user`'s purchase under `key` sent again: a 202 replaying `order`.
+async fn assert_replays(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    key: &str,
+    quantity: Option<i64>,
+    order: uuid::Uuid,
+) {
+    let (again, replayed) = accepted(buy_keyed(app, sale, user, key, quantity).await).await;
+    assert_eq!((again, replayed), (order, true), "key {key}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
     let (app, _, sale) = spawn_with_live_sale(10).await;
@@ -72,8 +93,7 @@ async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
 
     let (order, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
     assert!(!replayed, "the first answer is no replay");
-    let (again, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
-    assert_eq!((again, replayed), (order, true));
+    assert_replays(&app, sale, &buyer, "press-1", None, order).await;
     assert_eq!(app.stock_left(sale).await, 9, "one unit taken");
 
     // A new key is a new purchase: one per customer, so already_bought, naming
@@ -93,8 +113,7 @@ async fn the_same_key_twice_is_one_order_and_a_refusal_is_replayed_too() {
         .await;
     assert_eq!(key.as_deref(), Some("press-1"));
     // And after settlement the key still answers the same 202.
-    let (after, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
-    assert_eq!((after, replayed), (order, true));
+    assert_replays(&app, sale, &buyer, "press-1", None, order).await;
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
     // Redis forgets the keys of a sale after the configured time, not never.
     let ttl = crate::helpers::redis_pttl(&app.redis, &app.sale_keys(sale).idem).await;
@@ -121,8 +140,7 @@ async fn a_keyed_retry_after_the_sale_sold_out_gets_its_first_answer() {
             .unwrap();
         assert_error(resp, StatusCode::GONE, "sold_out").await;
     }
-    let (again, replayed) = accepted(buy_keyed(&app, sale, &buyer, "press-1", None).await).await;
-    assert_eq!((again, replayed), (order, true));
+    assert_replays(&app, sale, &buyer, "press-1", None, order).await;
     // A new key is a new purchase: sold out.
     let resp = buy_keyed(&app, sale, &late, "late-1", None).await;
     assert_error(resp, StatusCode::GONE, "sold_out").await;
@@ -141,18 +159,15 @@ async fn a_keyed_retry_after_the_sale_sold_out_gets_its_first_answer() {
         "idempotency_key_reused",
     )
     .await;
-    let (again, replayed) = accepted(buy_keyed(&app, several, &buyer, "two", Some(2)).await).await;
-    assert_eq!((again, replayed), (order, true));
+    assert_replays(&app, several, &buyer, "two", Some(2), order).await;
     app.wait_for_orders(several, 1).await;
     assert_eq!(units_of(&app, several, &buyer).await, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fifty_at_once_with_one_key_buy_once() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
     // Five per customer: without the key, fifty purchases would take five units.
-    let sale = multi_sale(&app, &admin, 100, 5).await;
+    let (app, sale) = spawn_with_multi_sale(100, 5).await;
     let buyer = app.user().await;
     let answers = futures_util::future::join_all(
         (0..50).map(|_| buy_keyed(&app, sale, &buyer, "one-press", Some(1))),
@@ -176,9 +191,7 @@ async fn fifty_at_once_with_one_key_buy_once() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_quantity_under_the_same_key_is_refused_and_takes_nothing() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let (app, sale) = spawn_with_multi_sale(20, 5).await;
     let buyer = app.user().await;
     let (order, _) = accepted(buy_keyed(&app, sale, &buyer, "k1", Some(2)).await).await;
     let body = assert_error(
@@ -214,9 +227,7 @@ async fn another_quantity_under_the_same_key_is_refused_and_takes_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_key_buys_as_before_and_bad_keys_are_refused() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let (app, sale) = spawn_with_multi_sale(20, 5).await;
     let buyer = app.user().await;
     // Without a key, each purchase is a new one, up to the cap.
     for _ in 0..2 {
@@ -269,9 +280,7 @@ async fn keyed_through_recovery(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn keys_of_settled_orders_survive_a_wipe() {
-    let app = spawn_app().await;
-    let admin = app.admin().await;
-    let sale = multi_sale(&app, &admin, 20, 5).await;
+    let (app, sale) = spawn_with_multi_sale(20, 5).await;
     let (a, b) = (app.user().await, app.user().await);
     let (settled, _) = accepted(buy_keyed(&app, sale, &a, "first", Some(2)).await).await;
     app.wait_for_orders(sale, 1).await;

@@ -9,14 +9,7 @@ use stampede::domain::Id;
 use crate::helpers::{Db, TestApp, User, redis_get, spawn_app, spawn_with_live_sale};
 
 async fn patch(app: &TestApp, who: &User, sale: i64, body: Value) -> (StatusCode, Value) {
-    let resp = app
-        .client
-        .patch(app.url(&format!("/api/admin/sales/{sale}")))
-        .bearer_auth(&who.token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let resp = app.patch_sale(who, sale, &body).await;
     let status = resp.status();
     (status, resp.json().await.unwrap_or(Value::Null))
 }

@@ -127,21 +127,57 @@ fn checks(report: &Value) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// A `repeat` run's report: its `answers`, and its four checks, all holding but
+/// "every accepted order in Postgres, once", which is `in_postgres`.
+fn assert_repeat_report(report: &Value, answers: Value, in_postgres: bool) {
+    assert_eq!(report["answers"], answers, "{report:#}");
+    assert_eq!(
+        checks(report),
+        [
+            ("nobody accepted twice".to_string(), true),
+            ("stock left = stock - accepted".to_string(), true),
+            ("units per buyer = keys accepted".to_string(), true),
+            (
+                "every accepted order in Postgres, once".to_string(),
+                in_postgres
+            ),
+        ],
+        "{report:#}"
+    );
+}
+
+/// `stampede load <args>` against `app` with `--json`, which must succeed: its
+/// report.
+async fn load_ok(app: &TestApp, args: &str) -> Value {
+    let (status, report, stderr) = load(app, args).await;
+    assert!(status.success(), "{stderr}\n{report:#}");
+    report
+}
+
+/// [`load_ok`] on a new app: the app and the report.
+async fn load_on_new_app(args: &str) -> (TestApp, Value) {
+    let app = spawn_app().await;
+    let report = load_ok(&app, args).await;
+    (app, report)
+}
+
+/// Each (kind, count) of `expected` is the count of that kind in the report's
+/// answers.
+fn assert_answers(report: &Value, expected: &[(&str, u64)]) {
+    for &(kind, count) in expected {
+        assert_eq!(answers(report, kind), count, "{kind}: {report:#}");
+    }
+}
+
 fn answers(report: &Value, kind: &str) -> u64 {
     report["answers"][kind].as_u64().unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
-    let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
-        "storm --users 300 --stock 50 --opens-in 1 --concurrency 64",
-    )
-    .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
-    assert_eq!(answers(&report, "202"), 50, "{report:#}");
-    assert_eq!(answers(&report, "410 sold_out"), 250, "{report:#}");
+    let (app, report) =
+        load_on_new_app("storm --users 300 --stock 50 --opens-in 1 --concurrency 64").await;
+    assert_answers(&report, &[("202", 50), ("410 sold_out", 250)]);
     assert_eq!(report["ok"], true);
     let checks = report["checks"].as_array().unwrap();
     let names: Vec<&str> = checks
@@ -173,16 +209,17 @@ async fn a_storm_of_300_on_50_units_sells_exactly_50_and_every_check_holds() {
 /// ticket sale given by `--sale` is refused up front with the reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
-    let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
-        "storm --tickets --users 200 --stock 30 --opens-in 1 --concurrency 32",
-    )
-    .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
-    assert_eq!(answers(&report, "202"), 30, "{report:#}");
-    assert_eq!(answers(&report, "410 sold_out"), 170, "{report:#}");
-    assert_eq!(answers(&report, "428 ticket_required"), 0, "{report:#}");
+    let (app, report) =
+        load_on_new_app("storm --tickets --users 200 --stock 30 --opens-in 1 --concurrency 32")
+            .await;
+    assert_answers(
+        &report,
+        &[
+            ("202", 30),
+            ("410 sold_out", 170),
+            ("428 ticket_required", 0),
+        ],
+    );
     let sale = report["sale"].as_i64().unwrap();
     let requires: bool = app
         .scalar("SELECT requires_ticket FROM sales WHERE id = $1", sale)
@@ -199,26 +236,26 @@ async fn a_storm_with_tickets_sells_exactly_the_stock_to_ticket_holders() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vote_run_counts_each_voter_once_in_postgres() {
-    let app = spawn_app().await;
-    let (status, report, stderr) =
-        load(&app, "vote --users 100 --requests 300 --concurrency 16").await;
-    assert!(status.success(), "{stderr}\n{report:#}");
-    assert_eq!(answers(&report, "202"), 100, "{report:#}");
-    assert_eq!(answers(&report, "409 already_voted"), 200, "{report:#}");
+    let (app, report) = load_on_new_app("vote --users 100 --requests 300 --concurrency 16").await;
+    assert_answers(&report, &[("202", 100), ("409 already_voted", 200)]);
     let poll = report["poll"].as_i64().unwrap();
     assert_eq!(app.votes_in_db(poll).await, 100);
 }
 
-/// A `--ballot` run: the report's checks, all of which must hold (their names
+/// A `--ballot` run on a new app: the report's checks, all of which must hold (their names
 /// listed), and its ballot figures.
-async fn ballot_run(app: &TestApp, args: &str, names: &[&str]) -> Value {
-    let (status, report, stderr) = load(app, args).await;
-    assert!(status.success(), "{stderr}\n{report:#}");
+async fn ballot_run_checking(args: &str, names: &[&str]) -> (TestApp, Value) {
+    let (app, report) = load_on_new_app(args).await;
     let got = checks(&report);
     assert!(got.iter().all(|(_, ok)| *ok), "{report:#}");
     let got: Vec<&str> = got.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(got, names, "{report:#}");
-    report
+    (app, report)
+}
+
+/// [`ballot_run_checking`] the [`BALLOT_CHECKS`].
+async fn ballot_run(args: &str) -> (TestApp, Value) {
+    ballot_run_checking(args, &BALLOT_CHECKS).await
 }
 
 const BALLOT_CHECKS: [&str; 5] = [
@@ -235,6 +272,13 @@ fn figure(report: &Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no ballot.{name} in {report:#}"))
 }
 
+/// Each (name, value) of `expected` is that figure of the report's ballot.
+fn assert_figures(report: &Value, expected: &[(&str, u64)]) {
+    for &(name, value) in expected {
+        assert_eq!(figure(report, name), value, "{name}: {report:#}");
+    }
+}
+
 /// The settled tallies of the report, summed.
 fn settled_sum(report: &Value) -> i64 {
     let tallies = report["ballot"]["settled_tallies"].as_object().unwrap();
@@ -245,16 +289,10 @@ fn settled_sum(report: &Value) -> i64 {
 /// changed one, accepted as a replacement; each counts once in the tallies.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_single_ballot_run_with_changes_counts_each_voter_once() {
-    let app = spawn_app().await;
-    let report = ballot_run(
-        &app,
-        "vote --ballot single --allow-change --users 80 --concurrency 16",
-        &BALLOT_CHECKS,
-    )
-    .await;
+    let (app, report) =
+        ballot_run("vote --ballot single --allow-change --users 80 --concurrency 16").await;
     let replaced = figure(&report, "replaced");
-    assert_eq!(figure(&report, "voters"), 80, "{report:#}");
-    assert_eq!(figure(&report, "accepted"), 80 + replaced, "{report:#}");
+    assert_figures(&report, &[("voters", 80), ("accepted", 80 + replaced)]);
     assert!(
         replaced > 0,
         "a fifth of 80 voters change their ballot: {report:#}"
@@ -273,15 +311,9 @@ async fn a_single_ballot_run_with_changes_counts_each_voter_once() {
 /// nothing; each voter's options count once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_multi_ballot_run_refuses_a_second_ballot_and_counts_each_choice_once() {
-    let app = spawn_app().await;
-    let report = ballot_run(
-        &app,
-        "vote --ballot multi --max-choices 2 --users 80 --concurrency 16",
-        &BALLOT_CHECKS,
-    )
-    .await;
-    assert_eq!(figure(&report, "accepted"), 80, "{report:#}");
-    assert_eq!(figure(&report, "replaced"), 0, "{report:#}");
+    let (app, report) =
+        ballot_run("vote --ballot multi --max-choices 2 --users 80 --concurrency 16").await;
+    assert_figures(&report, &[("accepted", 80), ("replaced", 0)]);
     let refused = report["ballot"]["refused"]["already_voted"]
         .as_u64()
         .unwrap();
@@ -304,11 +336,9 @@ async fn a_multi_ballot_run_refuses_a_second_ballot_and_counts_each_choice_once(
 /// or for its option) is `over_budget`; no budget or cap is passed in Postgres.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_budget_run_spends_every_budget_exactly_and_never_more() {
-    let app = spawn_app().await;
     let mut names = BALLOT_CHECKS.to_vec();
     names.insert(2, "no budget exceeded, no option past its cap");
-    let report = ballot_run(
-        &app,
+    let (app, report) = ballot_run_checking(
         "vote --ballot budget --votes-per-user 10 --max-per-option 4 --users 50 --concurrency 16",
         &names,
     )
@@ -335,11 +365,8 @@ async fn a_budget_run_spends_every_budget_exactly_and_never_more() {
 /// the ballot that counts, once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ranked_run_counts_each_voters_first_preference_once() {
-    let app = spawn_app().await;
-    let report = ballot_run(
-        &app,
+    let (app, report) = ballot_run(
         "vote --ballot ranked --allow-change --max-choices 3 --users 80 --concurrency 16",
-        &BALLOT_CHECKS,
     )
     .await;
     let replaced = figure(&report, "replaced");
@@ -372,28 +399,9 @@ async fn another_host_is_refused_unless_asked_for() {
 /// and nothing else; every check holds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
-    let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
-        "repeat --users 20 --stock 100 --requests 100 --concurrency 8",
-    )
-    .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
-    assert_eq!(
-        report["answers"],
-        json!({"202": 20, "409 already_bought": 80}),
-        "{report:#}"
-    );
-    assert_eq!(
-        checks(&report),
-        [
-            ("nobody accepted twice".to_string(), true),
-            ("stock left = stock - accepted".to_string(), true),
-            ("units per buyer = keys accepted".to_string(), true),
-            ("every accepted order in Postgres, once".to_string(), true),
-        ],
-        "{report:#}"
-    );
+    let (app, report) =
+        load_on_new_app("repeat --users 20 --stock 100 --requests 100 --concurrency 8").await;
+    assert_repeat_report(&report, json!({"202": 20, "409 already_bought": 80}), true);
     let sale = report["sale"].as_i64().unwrap();
     assert_eq!(app.orders_in_db(sale).await.len(), 20);
     assert_eq!(app.stock_left(sale).await, 80);
@@ -403,10 +411,7 @@ async fn a_repeat_run_accepts_each_user_once_then_answers_already_bought() {
 /// else; every check holds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_soldout_run_answers_only_sold_out() {
-    let app = spawn_app().await;
-    let (status, report, stderr) =
-        load(&app, "soldout --users 20 --requests 60 --concurrency 8").await;
-    assert!(status.success(), "{stderr}\n{report:#}");
+    let (app, report) = load_on_new_app("soldout --users 20 --requests 60 --concurrency 8").await;
     assert_eq!(report["answers"], json!({"410 sold_out": 60}), "{report:#}");
     let checks = checks(&report);
     assert_eq!(checks.len(), 4, "{report:#}");
@@ -437,21 +442,7 @@ async fn a_broken_invariant_is_named_and_the_run_fails() {
         "{stderr}"
     );
     assert_eq!(report["ok"], false);
-    assert_eq!(
-        report["answers"],
-        json!({"202": 5, "409 already_bought": 5}),
-        "{report:#}"
-    );
-    assert_eq!(
-        checks(&report),
-        [
-            ("nobody accepted twice".to_string(), true),
-            ("stock left = stock - accepted".to_string(), true),
-            ("units per buyer = keys accepted".to_string(), true),
-            ("every accepted order in Postgres, once".to_string(), false),
-        ],
-        "{report:#}"
-    );
+    assert_repeat_report(&report, json!({"202": 5, "409 already_bought": 5}), false);
 
     // The text report names it too (2 units left: 2 more buyers).
     let (status, stdout, stderr) = load_text(&app, &args).await;
@@ -487,8 +478,7 @@ async fn opens_at_releases_the_storm_at_that_moment_and_refuses_the_past() {
     )
     .await;
     assert!(status.success(), "{stderr}\n{report:#}");
-    assert_eq!(answers(&report, "202"), 10, "{report:#}");
-    assert_eq!(answers(&report, "410 sold_out"), 50, "{report:#}");
+    assert_answers(&report, &[("202", 10), ("410 sold_out", 50)]);
     let reported: DateTime<Utc> = report["opens_at"].as_str().unwrap().parse().unwrap();
     assert_eq!(reported, opens);
     let first: DateTime<Utc> = report["first_answer_at"].as_str().unwrap().parse().unwrap();
@@ -582,12 +572,11 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
     let (app, _, real) = spawn_with_live_sale(5).await;
     let buyer = app.user().await;
     app.buy(real, &buyer.token).await;
-    let (status, report, stderr) = load(
+    let report = load_ok(
         &app,
         "storm --users 40 --stock 10 --opens-in 1 --concurrency 16",
     )
     .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
     let sale = report["sale"].as_i64().expect("the report names its sale");
     let rehearsal: bool = app
         .scalar("SELECT rehearsal FROM sales WHERE id = $1", sale)
@@ -639,18 +628,20 @@ async fn a_storm_makes_a_rehearsal_that_cleanup_removes_with_its_users() {
 /// the line from Postgres and Redis.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitted() {
-    let app = spawn_app().await;
-    let (status, report, stderr) = load(
-        &app,
+    let (app, report) = load_on_new_app(
         "storm --waiting-room --admit-per-second 200 --users 300 --stock 50 --opens-in 2 \
          --concurrency 32",
     )
     .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
     assert_eq!(report["ok"], true, "{report:#}");
-    assert_eq!(answers(&report, "join 200 waiting"), 300, "{report:#}");
-    assert_eq!(answers(&report, "purchase 202"), 50, "{report:#}");
-    assert_eq!(answers(&report, "queue/me 200 sold_out"), 250, "{report:#}");
+    assert_answers(
+        &report,
+        &[
+            ("join 200 waiting", 300),
+            ("purchase 202", 50),
+            ("queue/me 200 sold_out", 250),
+        ],
+    );
     let names: Vec<String> = checks(&report).into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         names,
@@ -690,26 +681,12 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
         .await;
     assert!(waiting_room, "the run's sale has a waiting room");
     assert_eq!(app.orders_in_db(sale).await.len(), 50);
-    let (places, admissions): (i64, i64) = app
-        .row(
-            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
-                (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-            sale,
-        )
-        .await;
-    assert_eq!((places, admissions), (300, 50));
+    assert_line_rows(&app, sale, (300, 50), "after the run").await;
 
     // --cleanup removes the line too: its rows and its Redis keys.
     let (status, _, stderr) = load_text(&app, "--cleanup --json").await;
     assert!(status.success(), "{stderr}");
-    let (places, admissions): (i64, i64) = app
-        .row(
-            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
-                (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
-            sale,
-        )
-        .await;
-    assert_eq!((places, admissions), (0, 0));
+    assert_line_rows(&app, sale, (0, 0), "after --cleanup").await;
     let k = app.sale_keys(sale);
     let left: i64 = app
         .redis_query(
@@ -722,6 +699,18 @@ async fn a_waiting_room_storm_admits_in_line_order_and_sells_only_to_the_admitte
         )
         .await;
     assert_eq!(left, 0, "the line's Redis keys are gone");
+}
+
+/// The sale's (places, admissions) rows in Postgres are `expected`, `when`.
+async fn assert_line_rows(app: &TestApp, sale: i64, expected: (i64, i64), when: &str) {
+    let (places, admissions): (i64, i64) = app
+        .row(
+            "SELECT (SELECT count(*) FROM queue_places WHERE sale_id = $1),
+                (SELECT count(*) FROM queue_admissions WHERE sale_id = $1)",
+            sale,
+        )
+        .await;
+    assert_eq!((places, admissions), expected, "{when}");
 }
 
 /// `--waiting-room` is for a storm on a sale the run makes; with `--prepare-only
@@ -784,12 +773,11 @@ async fn a_warm_up_asks_again_whoever_got_an_ambiguous_answer() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_draw_rehearsal_draws_once_sells_only_to_winners_and_passes_unclaimed_wins() {
     let app = spawn_app_with(|c| c.draw_claim_max = std::time::Duration::from_millis(1500)).await;
-    let (status, report, stderr) = load(
+    let report = load_ok(
         &app,
         "storm --draw --users 120 --stock 30 --opens-in 3 --concurrency 16 --claim-share 80",
     )
     .await;
-    assert!(status.success(), "{stderr}\n{report:#}");
     assert_eq!(report["ok"], true, "{report:#}");
     let names: Vec<String> = checks(&report).into_iter().map(|(n, _)| n).collect();
     assert_eq!(
@@ -819,8 +807,7 @@ async fn a_draw_rehearsal_draws_once_sells_only_to_winners_and_passes_unclaimed_
         "{d:#}"
     );
     assert_eq!(d["passes"], 6, "{d:#}");
-    assert_eq!(answers(&report, "entry 200 entered"), 132, "{report:#}");
-    assert_eq!(answers(&report, "purchase 202"), 30, "{report:#}");
+    assert_answers(&report, &[("entry 200 entered", 132), ("purchase 202", 30)]);
     assert_eq!(
         answers(&report, "purchase without a win 403 not_drawn"),
         20,

@@ -9,6 +9,8 @@ mod auth;
 mod bad_input;
 mod ballots;
 mod batch;
+#[path = "../common/bodies.rs"]
+mod bodies;
 mod cache;
 mod cancel;
 mod client_limits;

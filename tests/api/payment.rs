@@ -14,7 +14,7 @@ use stampede::domain::Id;
 use stampede::sale::{payment, stock};
 use uuid::Uuid;
 
-use crate::helpers::{Db, TestApp, User, assert_error, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, spawn_app_with, spawn_with_payment_sale};
 
 async fn wait_settled(app: &TestApp, sale: i64, expected: usize) {
     assert_eq!(app.wait_for_orders(sale, expected).await.len(), expected);
@@ -52,12 +52,9 @@ async fn thirty_unpaid_orders_give_back_exactly_thirty_units_once() {
 
 async fn thirty_unpaid(rebuy: bool) {
     // The test drives the expiry pass itself (`expire_once`, what the job runs).
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 100, 4, rebuy).await;
+    let (app, admin, sale) = spawn_with_payment_sale(100, 4, rebuy).await;
     let sale_id = Id::new(sale).unwrap();
-    let users = app.create_users(100, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (users, orders) = app.buyers_at_once(sale, 100).await;
     assert_error(
         app.purchase(sale, &app.user().await.token).await,
         StatusCode::GONE,
@@ -197,8 +194,7 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
     let app = Arc::new(spawn_app_with(|c| c.expire = Duration::ZERO).await);
     let admin = app.admin().await;
     let sale = app.payment_sale(&admin, 200, 60, false).await;
-    let users = app.create_users(200, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (users, orders) = app.buyers_at_once(sale, 200).await;
     wait_settled(&app, sale, 200).await;
     // Every deadline lands 600 ms from now; the payments go out spread over the
     // 600 ms around it, while the expiry job runs in a tight loop.
@@ -295,12 +291,9 @@ async fn payment_and_expiry_racing_for_200_orders_never_both() {
 /// for everything else, changing nothing.
 #[tokio::test]
 async fn a_payment_is_idempotent_under_its_key_and_refusals_are_clear() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 10, 600, false).await;
+    let (app, admin, sale) = spawn_with_payment_sale(10, 600, false).await;
     let plain = app.live_sale(&admin, 10).await;
-    let users = app.create_users(2, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (users, orders) = app.buyers_at_once(sale, 2).await;
     let (alice, bob) = (&users[0], &users[1]);
     wait_settled(&app, sale, 2).await;
     let order = orders[&alice.id];
@@ -453,9 +446,7 @@ async fn the_expiry_job_returns_an_unpaid_unit_and_it_sells_at_once() {
 /// nothing: not take the unit of the buyer's new order, not count it twice.
 #[tokio::test]
 async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 2, 2, true).await;
+    let (app, admin, sale) = spawn_with_payment_sale(2, 2, true).await;
     let users = app.create_users(2, false).await;
     app.buy_all(sale, &users).await;
     wait_settled(&app, sale, 2).await;
@@ -504,11 +495,8 @@ async fn a_rebuild_that_dies_before_its_commit_never_returns_a_unit_twice() {
 /// its buyer a buyer again (and lose a unit).
 #[tokio::test]
 async fn a_rebuild_ignores_leftover_stream_entries_of_expired_orders() {
-    let app = spawn_app_with(|c| c.expire = Duration::ZERO).await;
-    let admin = app.admin().await;
-    let sale = app.payment_sale(&admin, 2, 2, true).await;
-    let users = app.create_users(1, false).await;
-    let orders = app.buy_all(sale, &users).await;
+    let (app, admin, sale) = spawn_with_payment_sale(2, 2, true).await;
+    let (users, orders) = app.buyers_at_once(sale, 1).await;
     wait_settled(&app, sale, 1).await;
     wait_past_deadlines(&app, sale).await;
     assert_eq!(stampede::startup::expire_once(&app.state).await.unwrap(), 1);

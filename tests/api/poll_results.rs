@@ -7,7 +7,7 @@ use chrono::{DateTime, Duration, SubsecRound, Utc};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, User, assert_error, spawn_app};
+use crate::helpers::{TestApp, User, assert_error, poll_ids, spawn_app};
 use crate::live::Stream;
 
 /// A poll with `results` made through the admin API, open since a minute ago for
@@ -35,13 +35,7 @@ async fn poll_with(
         )
         .await;
     assert_eq!(body["results_visibility"], results, "{body}");
-    let options = body["options"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| o["id"].as_i64().unwrap())
-        .collect();
-    (body["id"].as_i64().unwrap(), options)
+    poll_ids(&body)
 }
 
 /// An admin's `PATCH` of the poll's `results`.

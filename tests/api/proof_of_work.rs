@@ -204,13 +204,8 @@ async fn the_join_and_the_vote_ask_for_a_proof_and_an_admission_stands_for_it() 
     // A waiting room: the proof comes with the join.
     let sale = waiting_room_sale(&app, &admin, 5, 60_000, 10).await;
     let patch = app
-        .client
-        .patch(app.url(&format!("/api/admin/sales/{sale}")))
-        .bearer_auth(&admin.token)
-        .json(&json!({ "proof_of_work": 8 }))
-        .send()
-        .await
-        .unwrap();
+        .patch_sale(&admin, sale, &json!({ "proof_of_work": 8 }))
+        .await;
     let edited: Value = patch.json().await.unwrap();
     assert_eq!(edited["proof_of_work"], 8, "{edited}");
     let join_path = format!("/api/sales/{sale}/queue");
@@ -374,19 +369,7 @@ async fn proof_settings_are_checked_and_fixed_once_open() {
     let sale = resp.json::<Value>().await.unwrap()["id"].as_i64().unwrap();
     let user = app.user().await;
     assert_eq!(challenge(&app, "sales", sale, &user).await.1, 0);
-    let patch = |body: Value| {
-        let app = &app;
-        let token = admin.token.clone();
-        async move {
-            app.client
-                .patch(app.url(&format!("/api/admin/sales/{sale}")))
-                .bearer_auth(token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let patch = async |body: Value| app.patch_sale(&admin, sale, &body).await;
     assert_error(
         patch(json!({ "proof_of_work": 99 })).await,
         StatusCode::UNPROCESSABLE_ENTITY,

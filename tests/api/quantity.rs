@@ -8,14 +8,11 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::helpers::{Db, TestApp, User, assert_error, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, merged, spawn_app, spawn_app_with};
 
 /// A sale open now, for an hour, of `stock` units at 500, at most `max` per customer.
 async fn multi_sale(app: &TestApp, admin: &User, stock: i64, max: i64, extra: Value) -> i64 {
-    let mut overrides = json!({ "max_per_user": max });
-    for (k, v) in extra.as_object().unwrap() {
-        overrides[k] = v.clone();
-    }
+    let overrides = merged(json!({ "max_per_user": max }), &extra);
     app.live_sale_with(admin, stock, overrides).await
 }
 
@@ -26,6 +23,30 @@ async fn buy_n(app: &TestApp, sale: i64, user: &User, quantity: i64) -> reqwest:
         &json!({ "quantity": quantity }),
     )
     .await
+}
+
+/// `user` buys `quantity` units of the sale: accepted.
+async fn assert_buys(app: &TestApp, sale: i64, user: &User, quantity: i64) {
+    let status = buy_n(app, sale, user, quantity).await.status();
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "user {} buys {quantity}",
+        user.id
+    );
+}
+
+/// `user` asks for `quantity` units of the sale: refused with `status` and
+/// `code`; the error's body.
+async fn assert_buy_refused(
+    app: &TestApp,
+    sale: i64,
+    user: &User,
+    quantity: i64,
+    status: StatusCode,
+    code: &str,
+) -> Value {
+    assert_error(buy_n(app, sale, user, quantity).await, status, code).await
 }
 
 /// Redis: units held per buyer, units sold, units left.
@@ -124,50 +145,25 @@ async fn a_purchase_that_cannot_be_served_whole_takes_nothing() {
     let [a, b, c] =
         <[User; 3]>::try_from(app.create_users(3, false).await).unwrap_or_else(|_| unreachable!());
 
-    assert_eq!(
-        buy_n(&app, sale, &a, 1).await.status(),
-        StatusCode::ACCEPTED
-    );
+    assert_buys(&app, sale, &a, 1).await;
     // One held, two more asked: past the cap of two.
-    let refused = assert_error(
-        buy_n(&app, sale, &a, 2).await,
-        StatusCode::CONFLICT,
-        "per_user_limit",
-    )
-    .await;
+    let refused =
+        assert_buy_refused(&app, sale, &a, 2, StatusCode::CONFLICT, "per_user_limit").await;
     assert!(refused["message"].as_str().unwrap().contains("you hold 1"));
-    assert_eq!(
-        buy_n(&app, sale, &a, 1).await.status(),
-        StatusCode::ACCEPTED
-    );
-    assert_error(
-        buy_n(&app, sale, &a, 1).await,
-        StatusCode::CONFLICT,
-        "per_user_limit",
-    )
-    .await;
-    assert_eq!(
-        buy_n(&app, sale, &b, 2).await.status(),
-        StatusCode::ACCEPTED
-    );
+    assert_buys(&app, sale, &a, 1).await;
+    assert_buy_refused(&app, sale, &a, 1, StatusCode::CONFLICT, "per_user_limit").await;
+    assert_buys(&app, sale, &b, 2).await;
     // One left, two asked: nothing taken.
-    let short = assert_error(
-        buy_n(&app, sale, &c, 2).await,
-        StatusCode::CONFLICT,
-        "not_enough_left",
-    )
-    .await;
+    let short =
+        assert_buy_refused(&app, sale, &c, 2, StatusCode::CONFLICT, "not_enough_left").await;
     assert!(short["message"].as_str().unwrap().contains("only 1 left"));
     let (held, sold, left) = redis_units(&app, sale).await;
     assert_eq!(held, HashMap::from([(a.id, 2), (b.id, 2)]));
     assert_eq!((sold, left), (4, 1));
     assert!(!app.buyers(sale).await.contains(&c.id));
     // The one left, then sold out.
-    assert_eq!(
-        buy_n(&app, sale, &c, 1).await.status(),
-        StatusCode::ACCEPTED
-    );
-    assert_error(buy_n(&app, sale, &c, 1).await, StatusCode::GONE, "sold_out").await;
+    assert_buys(&app, sale, &c, 1).await;
+    assert_buy_refused(&app, sale, &c, 1, StatusCode::GONE, "sold_out").await;
     assert_eq!(
         wait_units_settled(&app, sale, 5).await,
         HashMap::from([(a.id, 2), (b.id, 2), (c.id, 1)])
@@ -232,12 +228,12 @@ async fn bad_quantities_are_refused_and_change_nothing() {
         assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "invalid_quantity").await;
     }
     // One per customer: an explicit quantity of 1 buys as before, once.
-    assert_eq!(
-        buy_n(&app, single, &user, 1).await.status(),
-        StatusCode::ACCEPTED
-    );
-    assert_error(
-        buy_n(&app, single, &user, 1).await,
+    assert_buys(&app, single, &user, 1).await;
+    assert_buy_refused(
+        &app,
+        single,
+        &user,
+        1,
         StatusCode::CONFLICT,
         "already_bought",
     )
@@ -268,14 +264,8 @@ async fn an_expired_order_gives_back_all_its_units() {
     .await;
     let [a, b] =
         <[User; 2]>::try_from(app.create_users(2, false).await).unwrap_or_else(|_| unreachable!());
-    assert_eq!(
-        buy_n(&app, sale, &a, 2).await.status(),
-        StatusCode::ACCEPTED
-    );
-    assert_eq!(
-        buy_n(&app, sale, &b, 2).await.status(),
-        StatusCode::ACCEPTED
-    );
+    assert_buys(&app, sale, &a, 2).await;
+    assert_buys(&app, sale, &b, 2).await;
     wait_units_settled(&app, sale, 4).await;
     let paid = app
         .client
@@ -310,16 +300,8 @@ async fn an_expired_order_gives_back_all_its_units() {
     assert_eq!(held, HashMap::from([(b.id, 2)]));
     assert_eq!((sold, left), (2, 2));
     assert!(!app.buyers(sale).await.contains(&a.id));
-    assert_eq!(
-        buy_n(&app, sale, &a, 2).await.status(),
-        StatusCode::ACCEPTED
-    );
-    assert_error(
-        buy_n(&app, sale, &a, 1).await,
-        StatusCode::CONFLICT,
-        "per_user_limit",
-    )
-    .await;
+    assert_buys(&app, sale, &a, 2).await;
+    assert_buy_refused(&app, sale, &a, 1, StatusCode::CONFLICT, "per_user_limit").await;
     let report = app.reconcile_report(&admin, sale).await;
     assert_eq!(report["consistent"], true, "{report}");
     assert_eq!(report["orders"]["returned"], 2, "{report}");

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use stampede::sale::rehearsal::REMOVAL_OPEN_AFTER_TOKENS;
 
-use crate::helpers::{Db, TestApp, User, assert_error, listed, spawn_app, spawn_app_with};
+use crate::helpers::{Db, TestApp, User, assert_error, listed, merged, spawn_app, spawn_app_with};
 use crate::settle::settler;
 
 /// Every Redis key of the sale's hash tag in the app's namespace.
@@ -26,10 +26,10 @@ async fn keys_of_sale(app: &TestApp, sale: i64) -> Vec<String> {
 }
 
 async fn rehearsal_sale(app: &TestApp, admin: &User, stock: i64, extra: Value) -> i64 {
-    let mut overrides = json!({"name": "Rehearsal gadget", "rehearsal": true});
-    for (k, v) in extra.as_object().unwrap() {
-        overrides[k] = v.clone();
-    }
+    let overrides = merged(
+        json!({"name": "Rehearsal gadget", "rehearsal": true}),
+        &extra,
+    );
     app.live_sale_with(admin, stock, overrides).await
 }
 

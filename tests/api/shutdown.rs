@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::helpers::spawn_with_live_sale_and;
+use crate::helpers::{TestApp, spawn_with_live_sale_and};
 
 /// The drain period the test gives the server.
 const DRAIN: Duration = Duration::from_millis(2000);
@@ -21,19 +21,9 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
     let buyer = app.user().await;
     let late_buyer = app.user().await;
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stampede"))
-        .arg("serve")
+    let port = free_port();
+    let mut child = start_role(&app, "serve")
         .env("STAMPEDE_LISTEN", format!("127.0.0.1:{port}"))
-        .env("DATABASE_URL", &app.config.database_url)
-        .env("REDIS_URL", &app.config.redis_url)
-        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
-        // The API suite's second run is on a cluster: the child must find it too.
-        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
         .env("STAMPEDE_TOKEN_SECRET", &app.config.token_secret)
         .env("STAMPEDE_LIMITS", "off")
         // A developer's own server may hold the default metrics port.
@@ -41,9 +31,6 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         // No other worker could take over its entries within the test.
         .env("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "600000")
         .env("STAMPEDE_DRAIN_MS", DRAIN.as_millis().to_string())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start stampede serve");
     let base = format!("http://127.0.0.1:{port}");
@@ -75,12 +62,7 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
     assert_eq!(stream.status(), StatusCode::OK);
     assert!(stream.chunk().await.unwrap().is_some());
 
-    let killed = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    sigterm(&child);
     let termed = Instant::now();
     // Draining: not ready at once, and still answering.
     let ready = loop {
@@ -147,17 +129,7 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
         "the event stream ended {:?} after SIGTERM, before the drain was over",
         termed.elapsed()
     );
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "serve did not stop within the drain and 8 s of SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(status.success(), "serve exited with {status}");
+    assert_exits_ok(&mut child, deadline, "serve", "the drain and 8 s").await;
     assert_eq!(
         app.orders_in_db(sale).await.len(),
         2,
@@ -179,22 +151,9 @@ async fn sigterm_drains_then_stops_serve_after_settling_what_it_accepted() {
 async fn the_settling_role_serves_its_metrics_and_stops_on_sigterm() {
     let (app, _, sale) = spawn_with_live_sale_and(5, |c| c.settle_in_serve = false).await;
     let buyer = app.user().await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stampede"))
-        .arg("settle")
-        .env("DATABASE_URL", &app.config.database_url)
-        .env("REDIS_URL", &app.config.redis_url)
-        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
-        // The API suite's second run is on a cluster: the child must find it too.
-        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
+    let port = free_port();
+    let mut child = start_role(&app, "settle")
         .env("STAMPEDE_METRICS_LISTEN", format!("127.0.0.1:{port}"))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
         .spawn()
         .expect("start stampede settle");
     let base = format!("http://127.0.0.1:{port}");
@@ -234,22 +193,60 @@ async fn the_settling_role_serves_its_metrics_and_stops_on_sigterm() {
         "{text}"
     );
     assert_eq!(app.orders_in_db(sale).await.len(), 1);
+    sigterm(&child);
+    let stop = Instant::now() + Duration::from_secs(10);
+    assert_exits_ok(&mut child, stop, "settle", "10 s").await;
+}
+
+/// Sends SIGTERM to `child`.
+fn sigterm(child: &std::process::Child) {
     let killed = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
         .status()
         .unwrap();
     assert!(killed.success());
-    let stop = Instant::now() + Duration::from_secs(10);
+}
+
+/// `child` (the `role` process) exits, successfully, before `deadline` (`within`
+/// of its SIGTERM).
+async fn assert_exits_ok(
+    child: &mut std::process::Child,
+    deadline: Instant,
+    role: &str,
+    within: &str,
+) {
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         assert!(
-            Instant::now() < stop,
-            "settle did not stop within 10 s of SIGTERM"
+            Instant::now() < deadline,
+            "{role} did not stop within {within} of SIGTERM"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(status.success(), "settle exited with {status}");
+    assert!(status.success(), "{role} exited with {status}");
+}
+
+/// A free port on the loopback interface.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// `stampede <role>` (not started yet) on `app`'s database and Redis, with
+/// `RUST_LOG=warn` and its output discarded.
+fn start_role(app: &TestApp, role: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stampede"));
+    cmd.arg(role)
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        // The API suite's second run is on a cluster: the child must find it too.
+        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
 }

@@ -26,6 +26,7 @@ use stampede::auth::token::{Claims, TokenKey};
 use stampede::domain::Id;
 use stampede::keys::Keys;
 
+use crate::bodies::{merged, poll_body, poll_ids, sale_body};
 pub use crate::db::Db;
 use crate::storm::{Plan, Storm, Work};
 
@@ -1508,18 +1509,7 @@ impl Stack {
     /// Inserts `n` users in one statement (no argon2) and mints their tokens with
     /// the servers' secret.
     pub async fn create_users(&self, n: usize, admin: bool) -> Vec<User> {
-        let prefix = &uuid::Uuid::new_v4().simple().to_string()[..12];
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "INSERT INTO users (username, password_hash, is_admin)
-             SELECT $1 || '-' || g, 'not-a-real-hash', $3 FROM generate_series(1, $2) g
-             RETURNING id",
-        )
-        .bind(prefix)
-        .bind(n as i32)
-        .bind(admin)
-        .fetch_all(&self.db)
-        .await
-        .expect("insert users");
+        let ids = self.insert_users(n, admin).await;
         ids.into_iter()
             .map(|id| User {
                 id,
@@ -1564,19 +1554,11 @@ impl Stack {
 
     /// [`Stack::create_sale`] with `extra` fields over its defaults.
     pub async fn create_sale_with(&self, stock: i64, extra: Value) -> i64 {
-        let now = chrono::Utc::now();
-        let mut sale = json!({
-            "name": "Fault test phone",
-            "description": "fault injection",
-            "price_cents": 19_900,
-            "stock": stock,
-            "starts_at": now - chrono::Duration::seconds(5),
-            "ends_at": now + chrono::Duration::seconds(3600),
-            "requires_ticket": false,
-        });
-        for (k, v) in extra.as_object().expect("extra is an object") {
-            sale[k] = v.clone();
-        }
+        let described = json!({ "description": "fault injection" });
+        let sale = merged(
+            sale_body("Fault test phone", 19_900, stock, 5, &described),
+            &extra,
+        );
         self.admin_post("/api/admin/sales", &sale).await["id"]
             .as_i64()
             .unwrap()
@@ -1611,24 +1593,8 @@ impl Stack {
     /// [`Stack::create_poll`] with `extra` fields over its defaults (a ballot kind
     /// and its settings).
     pub async fn create_poll_with(&self, options: &[&str], extra: Value) -> (i64, Vec<i64>) {
-        let now = chrono::Utc::now();
-        let mut poll = json!({
-            "question": "Which colour?",
-            "options": options,
-            "opens_at": now - chrono::Duration::seconds(5),
-            "closes_at": now + chrono::Duration::seconds(3600),
-        });
-        for (k, v) in extra.as_object().expect("extra is an object") {
-            poll[k] = v.clone();
-        }
-        let body = self.admin_post("/api/admin/polls", &poll).await;
-        let ids = body["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["id"].as_i64().unwrap())
-            .collect();
-        (body["id"].as_i64().unwrap(), ids)
+        let poll = poll_body("Which colour?", options, (-5, 3600), &extra);
+        poll_ids(&self.admin_post("/api/admin/polls", &poll).await)
     }
 
     /// A fresh connection to the test's Redis (it may have been restarted): the

@@ -158,20 +158,9 @@ pub async fn assert_invariants(
     polls: &[i64],
     allowed: impl Into<Allowed>,
 ) -> Report {
-    let Allowed {
-        loss,
-        unanswered,
-        killed,
-    } = allowed.into();
     let settled_in = wait_settled(stack, records, sales, polls).await;
-    let mut failures: Vec<String> = Vec::new();
-    let mut report = Report {
-        settled_in,
-        ..Report::default()
-    };
+    let (loss, mut failures, mut report) = check_every_answer(records, settled_in, allowed.into());
 
-    check_answers(records, &mut failures);
-    report.unanswered = check_unanswered(records, unanswered, killed, &mut failures);
     check_orders(stack, records, sales, loss, &mut failures, &mut report).await;
     for &sale in sales {
         check_sale_stores(stack, sale, &mut failures).await;
@@ -180,12 +169,39 @@ pub async fn assert_invariants(
         check_poll(stack, records, poll, loss, &mut failures, &mut report).await;
     }
 
-    println!(
-        "invariants: {} records, {} sales, {} polls, settled in {:.1?}, {} allowed losses",
-        records.len(),
-        sales.len(),
-        polls.len(),
+    let (r, s, p) = (records.len(), sales.len(), polls.len());
+    panic_on_failures(
+        &report,
+        &failures,
+        &format!("invariants: {r} records, {s} sales, {p} polls"),
+    );
+    report
+}
+
+/// Invariants 4 and 5 (every answer documented, every request answered), once
+/// settling took `settled_in`: the loss `allowed`, the failures so far, the report.
+fn check_every_answer(
+    records: &[Record],
+    settled_in: Duration,
+    allowed: Allowed,
+) -> (AllowedLoss, Vec<String>, Report) {
+    let mut failures = Vec::new();
+    check_answers(records, &mut failures);
+    let unanswered = check_unanswered(records, allowed.unanswered, allowed.killed, &mut failures);
+    let report = Report {
         settled_in,
+        unanswered,
+        ..Report::default()
+    };
+    (allowed.loss, failures, report)
+}
+
+/// Prints `what` was checked, how long settling took and the allowed losses, then
+/// panics with every broken invariant, if any.
+fn panic_on_failures(report: &Report, failures: &[String], what: &str) {
+    println!(
+        "{what}, settled in {:.1?}, {} allowed losses",
+        report.settled_in,
         report.lost.len()
     );
     if !report.lost.is_empty() {
@@ -198,7 +214,34 @@ pub async fn assert_invariants(
             failures.join("\n- ")
         );
     }
-    report
+}
+
+/// Adds `message(found)` to `failures` when `found` holds anything: one broken
+/// invariant, with what broke it.
+fn fail_on<T>(failures: &mut Vec<String>, found: &[T], message: impl FnOnce(&[T]) -> String) {
+    if !found.is_empty() {
+        failures.push(message(found));
+    }
+}
+
+/// On `poll`: the accepted `what.0` (202s) that never reached Postgres
+/// (`unexpected`), and the 202s whose receipt `what.1` (`wrong`), a failure each.
+fn fail_lost_or_misnamed(
+    failures: &mut Vec<String>,
+    poll: i64,
+    what: (&str, &str),
+    unexpected: &[Record],
+    wrong: &[String],
+) {
+    let (accepted, receipt) = what;
+    fail_on(failures, unexpected, |u| {
+        let (n, u) = (u.len(), describe(u));
+        format!("poll {poll}: {n} accepted {accepted} never reached Postgres: {u}")
+    });
+    fail_on(failures, wrong, |w| {
+        let (n, w) = (w.len(), first_ten(w));
+        format!("poll {poll}: {n} 202(s) whose receipt {receipt}: {w}")
+    });
 }
 
 fn describe(records: &[Record]) -> String {
@@ -301,8 +344,6 @@ async fn backlog_by_key(stack: &Stack, sales: &[i64]) -> String {
 }
 
 async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &[i64]) -> Duration {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(60);
     let orders: HashSet<Uuid> = records
         .iter()
         .filter(|r| r.is_accepted())
@@ -316,8 +357,7 @@ async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &
             _ => None,
         })
         .collect();
-    let mut quiet_since: Option<Instant> = None;
-    loop {
+    let waited = wait_quiet(async || {
         let mut all_in = false;
         if let Some(pg) = pg_orders(stack, sales).await {
             all_in = orders.iter().all(|id| pg.contains_key(id));
@@ -340,24 +380,47 @@ async fn wait_settled(stack: &Stack, records: &[Record], sales: &[i64], polls: &
             (Some(b), Some(c)) => Some(b + c),
             _ => None,
         };
+        (all_in, backlog)
+    })
+    .await;
+    match waited {
+        Ok(waited) => waited,
+        Err((waited, backlog)) => {
+            println!(
+                "settlement not finished after 60 s (Redis backlog {backlog:?}: {})",
+                backlog_by_key(stack, sales).await
+            );
+            waited
+        }
+    }
+}
+
+/// Looks at the stores every 200 ms with `look` (whether every 202 is in
+/// Postgres, and the Redis backlog) until all are in and the backlog is 0, or the
+/// backlog has been 0 for 3 s with something still missing (what is missing now
+/// will not come): Ok with the time it took. After 60 s: Err with the time and the
+/// last backlog.
+async fn wait_quiet(
+    mut look: impl AsyncFnMut() -> (bool, Option<i64>),
+) -> Result<Duration, (Duration, Option<i64>)> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let (all_in, backlog) = look().await;
         if all_in && backlog == Some(0) {
-            return start.elapsed();
+            return Ok(start.elapsed());
         }
         if backlog == Some(0) {
-            // Nothing left to settle: what is missing now will not come.
             let since = *quiet_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= Duration::from_secs(3) {
-                return start.elapsed();
+                return Ok(start.elapsed());
             }
         } else {
             quiet_since = None;
         }
         if Instant::now() > deadline {
-            println!(
-                "settlement not finished after 60 s (Redis backlog {backlog:?}: {})",
-                backlog_by_key(stack, sales).await
-            );
-            return start.elapsed();
+            return Err((start.elapsed(), backlog));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -433,35 +496,31 @@ fn check_answers(records: &[Record], failures: &mut Vec<String>) {
             // The server never read that request (see `Record::retry_after`).
             (408, _) => None,
             _ => {
-                let documented = match r.op {
-                    // 403 and 422 only on a sale with a waiting room: an admission
-                    // used up or run out (waiting_room.rs); `per_user_limit` only on
-                    // a sale of more than one per customer.
-                    Op::Purchase { .. } => matches!(
-                        (*status, code.as_deref()),
-                        (202, _)
-                            | (409, Some("already_bought"))
-                            | (409, Some("per_user_limit"))
-                            | (410, Some("sold_out"))
-                            | (403, Some("not_admitted"))
-                            | (422, Some("ticket_expired"))
-                    ),
-                    Op::Vote { .. } => {
-                        matches!(
-                            (*status, code.as_deref()),
-                            (202, _) | (409, Some("already_voted"))
-                        )
-                    }
-                    // 200 applied; 202 recorded, applied once Redis holds the sale.
-                    Op::Stock { .. } => matches!(*status, 200 | 202),
-                    Op::Ballot { .. } => matches!(
-                        (*status, code.as_deref()),
-                        (202, _)
-                            | (409, Some("already_voted"))
-                            | (409, Some("budget_spent"))
-                            | (422, Some("over_budget"))
-                    ),
+                // 403 and 422 only on a sale with a waiting room: an admission used
+                // up or run out (waiting_room.rs); `per_user_limit` only on a sale
+                // of more than one per customer. Stock: 200 applied; 202 recorded,
+                // applied once Redis holds the sale.
+                let refusals: &[(u16, &str)] = match r.op {
+                    Op::Purchase { .. } => &[
+                        (409, "already_bought"),
+                        (409, "per_user_limit"),
+                        (410, "sold_out"),
+                        (403, "not_admitted"),
+                        (422, "ticket_expired"),
+                    ],
+                    Op::Vote { .. } => &[(409, "already_voted")],
+                    Op::Stock { .. } => &[],
+                    Op::Ballot { .. } => &[
+                        (409, "already_voted"),
+                        (409, "budget_spent"),
+                        (422, "over_budget"),
+                    ],
                 };
+                let documented = *status == 202
+                    || (*status == 200 && matches!(r.op, Op::Stock { .. }))
+                    || refusals
+                        .iter()
+                        .any(|&(st, c)| st == *status && code.as_deref() == Some(c));
                 (!documented).then_some("an answer this endpoint should not give here")
             }
         };
@@ -554,13 +613,13 @@ async fn check_orders(
             None => unexpected_losses.push(r.clone()),
         }
     }
-    if !unexpected_losses.is_empty() {
-        failures.push(format!(
-            "{} accepted order(s) (202) never reached Postgres: {}",
-            unexpected_losses.len(),
-            describe(&unexpected_losses)
-        ));
-    }
+    fail_on(failures, &unexpected_losses, |l| {
+        let n = l.len();
+        format!(
+            "{n} accepted order(s) (202) never reached Postgres: {}",
+            describe(l)
+        )
+    });
     let twice: Vec<String> = per_pair
         .iter()
         .filter(|((s, _), (seen, lost))| {
@@ -576,12 +635,10 @@ async fn check_orders(
         })
         .take(10)
         .collect();
-    if !twice.is_empty() {
-        failures.push(format!(
-            "users got more accepted purchases of one sale than it allows: {}",
-            twice.join("; ")
-        ));
-    }
+    fail_on(failures, &twice, |t| {
+        let t = t.join("; ");
+        format!("users got more accepted purchases of one sale than it allows: {t}")
+    });
     let dupes: Vec<(i64, i64, i64)> = sqlx::query_as(
         "SELECT o.sale_id, o.user_id, sum(o.quantity)::int8 FROM orders o
          JOIN sales s ON s.id = o.sale_id
@@ -592,11 +649,9 @@ async fn check_orders(
     .fetch_all(&stack.db)
     .await
     .expect("count the live units per (sale, user)");
-    if !dupes.is_empty() {
-        failures.push(format!(
-            "Postgres has more live units per (sale, user) than the sale allows: {dupes:?}"
-        ));
-    }
+    fail_on(failures, &dupes, |d| {
+        format!("Postgres has more live units per (sale, user) than the sale allows: {d:?}")
+    });
     check_untold_orders(records, &pg, &released, &caps, failures);
 }
 
@@ -691,19 +746,17 @@ fn check_untold_orders(
          {from_memory} answered 410 sold_out last (unkeyed: from memory), {} told otherwise",
         untold.len()
     );
-    if !phantoms.is_empty() {
-        failures.push(format!(
-            "orders in Postgres that no request was accepted for: {}",
-            first_ten(&phantoms)
-        ));
-    }
-    if !untold.is_empty() {
-        failures.push(format!(
+    fail_on(failures, &phantoms, |p| {
+        let p = first_ten(p);
+        format!("orders in Postgres that no request was accepted for: {p}")
+    });
+    fail_on(failures, &untold, |u| {
+        format!(
             "{} order(s) in Postgres whose buyer's last answer does not name them (a 409 already_bought with the order in order_ids): {}",
-            untold.len(),
-            first_ten(&untold)
-        ));
-    }
+            u.len(),
+            first_ten(u)
+        )
+    });
 }
 
 /// Invariant 3 for one sale, and the reconcile endpoint.
@@ -794,12 +847,9 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
             )
             .take(10)
             .collect();
-        if !differ.is_empty() {
-            failures.push(format!(
-                "sale {sale}: units per buyer differ: {}",
-                differ.join("; ")
-            ));
-        }
+        fail_on(failures, &differ, |d| {
+            format!("sale {sale}: units per buyer differ: {}", d.join("; "))
+        });
     }
     if redis_buyers != pg_buyers {
         let mut only_redis: Vec<_> = redis_buyers.difference(&pg_buyers).copied().collect();
@@ -862,12 +912,9 @@ async fn check_held(
         })
         .take(10)
         .collect();
-    if !wrong.is_empty() {
-        failures.push(format!(
-            "sale {sale}: held orders wrong: {}",
-            wrong.join("; ")
-        ));
-    }
+    fail_on(failures, &wrong, |w| {
+        format!("sale {sale}: held orders wrong: {}", w.join("; "))
+    });
 }
 
 /// `GET /api/admin/sales/{id}/reconcile`, retried for a while on anything but 200.
@@ -940,13 +987,13 @@ async fn check_poll(
             .filter(|(_, rs)| rs.len() != 1)
             .map(|(u, rs)| format!("user {u}: (seq, option) {rs:?}"))
             .collect();
-        if !many.is_empty() {
-            failures.push(format!(
+        fail_on(failures, &many, |m| {
+            format!(
                 "poll {poll}: {} voter(s) with more than one row of votes on a poll that does not allow changes: {}",
-                many.len(),
-                first_ten(&many)
-            ));
-        }
+                m.len(),
+                first_ten(m)
+            )
+        });
     }
     // Each voter's ballot that counts: the row with the highest seq.
     let pg_now: BTreeMap<i64, (i32, i64)> = rows
@@ -991,31 +1038,17 @@ async fn check_poll(
             None => unexpected.push(r.clone()),
         }
     }
-    if !unexpected.is_empty() {
-        failures.push(format!(
-            "poll {poll}: {} accepted vote(s) never reached Postgres: {}",
-            unexpected.len(),
-            describe(&unexpected)
-        ));
-    }
-    if !wrong_receipts.is_empty() {
-        failures.push(format!(
-            "poll {poll}: {} 202(s) whose receipt names no row of the vote: {}",
-            wrong_receipts.len(),
-            first_ten(&wrong_receipts)
-        ));
-    }
+    let what = ("vote(s)", "names no row of the vote");
+    fail_lost_or_misnamed(failures, poll, what, &unexpected, &wrong_receipts);
     let twice: Vec<i64> = per_user
         .iter()
         .filter(|(_, (seen, lost))| seen - lost > 1)
         .map(|(u, _)| *u)
         .take(10)
         .collect();
-    if !twice.is_empty() {
-        failures.push(format!(
-            "poll {poll}: users with two accepted votes: {twice:?}"
-        ));
-    }
+    fail_on(failures, &twice, |t| {
+        format!("poll {poll}: users with two accepted votes: {t:?}")
+    });
     // A row nobody was told about must come from a request whose answer we never
     // saw (or a 503 after the script may have run), as for orders.
     let mine = || {
@@ -1039,13 +1072,12 @@ async fn check_poll(
             )
         })
         .collect();
-    if !phantoms.is_empty() {
-        failures.push(format!(
-            "poll {poll}: {} voter(s) with rows in Postgres that no vote was accepted for: {}",
-            phantoms.len(),
-            first_ten(&phantoms)
-        ));
-    }
+    fail_on(failures, &phantoms, |p| {
+        let (n, p) = (p.len(), first_ten(p));
+        format!(
+            "poll {poll}: {n} voter(s) with rows in Postgres that no vote was accepted for: {p}"
+        )
+    });
 
     // The tally from every row (a second row of one voter counts: it must not
     // be there), or from each voter's last where a later vote replaces one.
@@ -1060,15 +1092,7 @@ async fn check_poll(
         }
     }
     let settled = settled_tallies(stack, poll).await;
-    let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
-    let mut conn = stack.redis().await;
-    let (tally, voters): (HashMap<i64, i64>, HashMap<i64, String>) = redis::pipe()
-        .hgetall(&k.tally)
-        .hgetall(&k.voters)
-        .query_async(&mut conn)
-        .await
-        .expect("read poll keys");
-    let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
+    let (voters, redis_tally) = redis_poll(stack, poll).await;
     println!(
         "poll {poll}: Postgres {} voters, {row_count} rows, tally counted from the rows {counted:?}, settled_tallies {settled:?}; Redis voters {} tally {redis_tally:?}",
         rows.len(),
@@ -1128,18 +1152,15 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
             .fetch_all(&stack.db)
             .await
             .expect("read buyers");
-    let mut work: Vec<Work> = buyers
-        .iter()
-        .map(|&(sale, user)| Work {
-            user,
-            token: token_for(stack, user).into(),
-            op: Op::Purchase { sale },
-            server: 0,
-        })
-        .collect();
-    let bases = stack.live_bases();
-    storm::spread(&mut work, bases.len());
-    let again = storm::run_all(&stack.http, bases, work).await;
+    let what = format!("{} earlier buyers tried again", buyers.len());
+    let again = send_as_users(
+        stack,
+        &what,
+        buyers
+            .iter()
+            .map(|&(sale, user)| (user, Op::Purchase { sale })),
+    )
+    .await;
     let finals = final_answers(&again);
     let bought_again: Vec<String> = finals
         .iter()
@@ -1147,11 +1168,6 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
         .take(10)
         .map(|r| format!("user {} {:?}: {}", r.user, r.op, r.label()))
         .collect();
-    println!(
-        "{} earlier buyers tried again: {}",
-        buyers.len(),
-        storm::summary(&again)
-    );
     assert!(
         bought_again.is_empty(),
         "earlier buyers were not refused with 409 already_bought: {}",
@@ -1159,6 +1175,29 @@ pub async fn assert_buyers_cannot_buy_again(stack: &Stack, sales: &[i64]) -> Vec
     );
     records.extend(again);
     records
+}
+
+/// Sends each (user, op) of `ops` once as that user (a fresh token), spread over
+/// the live servers; prints `what` was sent and the answers' summary; returns the
+/// records.
+async fn send_as_users(
+    stack: &Stack,
+    what: &str,
+    ops: impl Iterator<Item = (i64, Op)>,
+) -> Vec<Record> {
+    let mut work: Vec<Work> = ops
+        .map(|(user, op)| Work {
+            user,
+            token: token_for(stack, user).into(),
+            op,
+            server: 0,
+        })
+        .collect();
+    let bases = stack.live_bases();
+    storm::spread(&mut work, bases.len());
+    let again = storm::run_all(&stack.http, bases, work).await;
+    println!("{what}: {}", storm::summary(&again));
+    again
 }
 
 /// A fresh token of `user` (not an admin), minted with the servers' secret.
@@ -1262,10 +1301,7 @@ fn asked(op: &Op) -> Option<(i64, i64)> {
 /// polls' streams are empty (or empty for 3 s with something still missing, or
 /// 60 s passed).
 async fn wait_ballots_settled(stack: &Stack, records: &[Record], polls: &[i64]) -> Duration {
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs(60);
-    let mut quiet_since: Option<Instant> = None;
-    loop {
+    let waited = wait_quiet(async || {
         let mut all_in = true;
         for &poll in polls {
             let Some(rows) = pg_ballots(stack, poll).await else {
@@ -1278,24 +1314,13 @@ async fn wait_ballots_settled(stack: &Stack, records: &[Record], polls: &[i64]) 
                 .filter(|r| r.is_accepted() && r.ballot().is_some_and(|(p, _)| p == poll))
                 .all(|r| r.receipt().is_some_and(|id| held.contains_key(&id)));
         }
-        let backlog = redis_backlog(stack, &[], polls).await;
-        if all_in && backlog == Some(0) {
-            return start.elapsed();
-        }
-        if backlog == Some(0) {
-            let since = *quiet_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= Duration::from_secs(3) {
-                return start.elapsed();
-            }
-        } else {
-            quiet_since = None;
-        }
-        if Instant::now() > deadline {
-            println!("ballots not settled after 60 s (Redis backlog {backlog:?})");
-            return start.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        (all_in, redis_backlog(stack, &[], polls).await)
+    })
+    .await;
+    waited.unwrap_or_else(|(waited, backlog)| {
+        println!("ballots not settled after 60 s (Redis backlog {backlog:?})");
+        waited
+    })
 }
 
 /// [`assert_invariants`] for polls of ballot kinds (`Op::Ballot` records): waits
@@ -1308,38 +1333,17 @@ pub async fn assert_ballot_invariants(
     polls: &[i64],
     allowed: impl Into<Allowed>,
 ) -> Report {
-    let Allowed {
-        loss,
-        unanswered,
-        killed,
-    } = allowed.into();
     let settled_in = wait_ballots_settled(stack, records, polls).await;
-    let mut failures: Vec<String> = Vec::new();
-    let mut report = Report {
-        settled_in,
-        ..Report::default()
-    };
-    check_answers(records, &mut failures);
-    report.unanswered = check_unanswered(records, unanswered, killed, &mut failures);
+    let (loss, mut failures, mut report) = check_every_answer(records, settled_in, allowed.into());
     for &poll in polls {
         check_ballot_poll(stack, records, poll, loss, &mut failures, &mut report).await;
     }
-    println!(
-        "ballot invariants: {} records, {} polls, settled in {settled_in:.1?}, {} allowed losses",
-        records.len(),
-        polls.len(),
-        report.lost.len()
+    let (r, p) = (records.len(), polls.len());
+    panic_on_failures(
+        &report,
+        &failures,
+        &format!("ballot invariants: {r} records, {p} polls"),
     );
-    if !report.lost.is_empty() {
-        println!("lost (allowed by the scenario): {}", describe(&report.lost));
-    }
-    if !failures.is_empty() {
-        panic!(
-            "{} invariant(s) broken:\n- {}",
-            failures.len(),
-            failures.join("\n- ")
-        );
-    }
     report
 }
 
@@ -1396,9 +1400,9 @@ async fn check_ballot_poll(
         })
         .take(10)
         .collect();
-    if !gaps.is_empty() {
-        failures.push(format!("poll {poll}: seqs not 1..n: {}", gaps.join("; ")));
-    }
+    fail_on(failures, &gaps, |g| {
+        format!("poll {poll}: seqs not 1..n: {}", g.join("; "))
+    });
 
     // 2. Every 202 in Postgres once, as asked.
     let held = receipts_of(stack, poll, &rows);
@@ -1440,20 +1444,8 @@ async fn check_ballot_poll(
             None => unexpected.push((*r).clone()),
         }
     }
-    if !unexpected.is_empty() {
-        failures.push(format!(
-            "poll {poll}: {} accepted ballot(s) (202) never reached Postgres: {}",
-            unexpected.len(),
-            describe(&unexpected)
-        ));
-    }
-    if !wrong.is_empty() {
-        failures.push(format!(
-            "poll {poll}: {} 202(s) whose receipt does not name what was asked: {}",
-            wrong.len(),
-            first_ten(&wrong)
-        ));
-    }
+    let what = ("ballot(s) (202)", "does not name what was asked");
+    fail_lost_or_misnamed(failures, poll, what, &unexpected, &wrong);
     let spent_twice: Vec<String> = per_key
         .iter()
         .filter(|(_, ids)| ids.len() > 1)
@@ -1464,12 +1456,12 @@ async fn check_ballot_poll(
         })
         .take(10)
         .collect();
-    if !spent_twice.is_empty() {
-        failures.push(format!(
+    fail_on(failures, &spent_twice, |s| {
+        format!(
             "poll {poll}: one Idempotency-Key accepted more than once (202s with different receipts, each in Postgres): {}",
-            spent_twice.join("; ")
-        ));
-    }
+            s.join("; ")
+        )
+    });
     let told: HashSet<Uuid> = mine.iter().filter_map(|r| r.receipt()).collect();
     let mut keys: HashMap<i64, HashSet<&str>> = HashMap::new();
     let mut ambiguous: HashMap<i64, HashSet<&str>> = HashMap::new();
@@ -1495,22 +1487,13 @@ async fn check_ballot_poll(
             ));
         }
     }
-    if !extra.is_empty() {
-        failures.push(format!(
-            "poll {poll}: rows in Postgres that no request accounts for: {}",
-            first_ten(&extra)
-        ));
-    }
+    fail_on(failures, &extra, |e| {
+        let e = first_ten(e);
+        format!("poll {poll}: rows in Postgres that no request accounts for: {e}")
+    });
 
     // 3. What counts now, in both stores.
-    let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
-    let mut conn = stack.redis().await;
-    let (voters, tally): (HashMap<i64, String>, HashMap<i64, i64>) = redis::pipe()
-        .hgetall(&k.voters)
-        .hgetall(&k.tally)
-        .query_async(&mut conn)
-        .await
-        .expect("read poll keys");
+    let (voters, redis_tally) = redis_poll(stack, poll).await;
     // Per voter: (seq, votes per option) as Postgres counts them now.
     let pg_now: BTreeMap<i64, (i32, BTreeMap<i64, i64>)> = rows
         .iter()
@@ -1547,14 +1530,14 @@ async fn check_ballot_poll(
                 .map(|(u, (_, per))| format!("user {u}: {per:?}"))
                 .take(10)
                 .collect();
-            if !over.is_empty() {
-                failures.push(format!(
+            fail_on(failures, &over, |o| {
+                format!(
                     "poll {poll}: {store} holds voters over their budget ({} in all, {} per option): {}",
                     b.votes_per_user,
                     b.max_per_option,
-                    over.join("; ")
-                ));
-            }
+                    o.join("; ")
+                )
+            });
         }
     }
     if redis_now != pg_now {
@@ -1572,7 +1555,6 @@ async fn check_ballot_poll(
             *counted.entry(o).or_default() += n;
         }
     }
-    let redis_tally: BTreeMap<i64, i64> = tally.into_iter().filter(|(_, n)| *n != 0).collect();
     let settled = settled_tallies(stack, poll).await;
     println!(
         "poll {poll} ({kind}): {} voters, {} rows in Postgres, tally counted from the rows {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}",
@@ -1672,29 +1654,23 @@ pub async fn assert_spent_budgets_stay_spent(stack: &Stack, poll: i64) -> Vec<Re
     .fetch_all(&stack.db)
     .await
     .expect("read the voters who spent their budget");
-    let mut work: Vec<Work> = spent
-        .iter()
-        .map(|&(user, option)| Work {
+    let one_more = |&(user, option): &(i64, i64)| {
+        let body = serde_json::json!({ "option_id": option, "count": 1 });
+        let key = format!("again-{user}").into();
+        (
             user,
-            token: token_for(stack, user).into(),
-            op: Op::Ballot {
+            Op::Ballot {
                 poll,
-                body: serde_json::json!({ "option_id": option, "count": 1 })
-                    .to_string()
-                    .into(),
-                key: format!("again-{user}").into(),
+                body: body.to_string().into(),
+                key,
             },
-            server: 0,
-        })
-        .collect();
-    let bases = stack.live_bases();
-    storm::spread(&mut work, bases.len());
-    let again = storm::run_all(&stack.http, bases, work).await;
-    println!(
-        "{} voters who spent their budget asked for one more: {}",
-        spent.len(),
-        storm::summary(&again)
+        )
+    };
+    let what = format!(
+        "{} voters who spent their budget asked for one more",
+        spent.len()
     );
+    let again = send_as_users(stack, &what, spent.iter().map(one_more)).await;
     let spent_again: Vec<String> = final_answers(&again)
         .iter()
         .filter(|r| r.code() != Some("budget_spent"))
@@ -1728,23 +1704,8 @@ pub async fn assert_keys_replay(stack: &Stack, records: &[Record], poll: i64) ->
             first.entry((r.user, r.op.clone())).or_insert(id);
         }
     }
-    let mut work: Vec<Work> = first
-        .keys()
-        .map(|(user, op)| Work {
-            user: *user,
-            token: token_for(stack, *user).into(),
-            op: op.clone(),
-            server: 0,
-        })
-        .collect();
-    let bases = stack.live_bases();
-    storm::spread(&mut work, bases.len());
-    let again = storm::run_all(&stack.http, bases, work).await;
-    println!(
-        "poll {poll}: {} accepted keys sent again: {}",
-        first.len(),
-        storm::summary(&again)
-    );
+    let what = format!("poll {poll}: {} accepted keys sent again", first.len());
+    let again = send_as_users(stack, &what, first.keys().cloned()).await;
     let not_replayed: Vec<String> = final_answers(&again)
         .iter()
         .filter(|r| {
@@ -1802,6 +1763,18 @@ fn first_ten(items: &[String]) -> String {
         .cloned()
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The Redis voters hash and tally of `poll` (options with no vote left out).
+async fn redis_poll(stack: &Stack, poll: i64) -> (HashMap<i64, String>, BTreeMap<i64, i64>) {
+    let k = stack.keys.poll(stampede::domain::Id::new(poll).unwrap());
+    let (voters, tally): (HashMap<i64, String>, HashMap<i64, i64>) = redis::pipe()
+        .hgetall(&k.voters)
+        .hgetall(&k.tally)
+        .query_async(&mut stack.redis().await)
+        .await
+        .expect("read poll keys");
+    (voters, tally.into_iter().filter(|(_, n)| *n != 0).collect())
 }
 
 /// `store::settled_tallies` of the poll, options with no vote left out.

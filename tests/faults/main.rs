@@ -20,6 +20,8 @@ macro_rules! scenario_tests {
     };
 }
 
+#[path = "../common/bodies.rs"]
+mod bodies;
 mod cluster_ops;
 #[path = "../common/db.rs"]
 mod db;
