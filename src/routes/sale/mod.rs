@@ -1,12 +1,13 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
-//! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
-//! (`queue.rs`), a draw's entry, standing and publication (`draw.rs`), an order's status and payment (`orders.rs`), the admin's set-up
-//! (`admin.rs`: create, list), a sale's controls (`controls.rs`: stock, open,
-//! close), the sale-day console (`console.rs`), what sold (`sold.rs`),
+//! purchase (`purchase.rs`; its body, read by hand, in `purchase_body.rs`), its
+//! ticket (`ticket.rs`), the waiting room (`queue.rs`), a draw's entry, standing
+//! and publication (`draw.rs`), an order's status and payment (`orders.rs`), the
+//! admin's set-up (`admin.rs`: create, list), a sale's controls (`controls.rs`:
+//! stock, open, close), the sale-day console (`console.rs`), what sold (`sold.rs`),
 //! upkeep (`repair.rs`), edit, archive, delete and history (`lifecycle.rs`), a
-//! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket and
-//! the waiting room share are in `answers.rs`. This file holds the route table, the OpenAPI
-//! group and the sold-out answer given before routing.
+//! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket
+//! and the waiting room share are in `answers.rs`. This file holds the route table,
+//! the OpenAPI group and the sold-out answer given before routing.
 
 use actix_web::{HttpResponse, web};
 
@@ -25,6 +26,7 @@ mod lifecycle;
 mod line;
 mod orders;
 mod purchase;
+mod purchase_body;
 mod queue;
 mod repair;
 mod sold;
