@@ -41,7 +41,7 @@ pub fn document_value() -> openapi::OpenApi {
     doc.merge(crate::routes::auth::Api::openapi());
     doc.merge(crate::routes::sale::Api::openapi());
     doc.merge(crate::routes::vote::Api::openapi());
-    doc.merge(crate::routes::fair::Api::openapi());
+    doc.merge(crate::routes::challenge::Api::openapi());
     CommonAnswers.modify(&mut doc);
     doc
 }

@@ -53,6 +53,7 @@ pub(crate) use http_method;
 pub(crate) use routes;
 
 pub mod auth;
+pub mod challenge;
 mod extract;
 pub mod fair;
 pub mod health;

@@ -151,7 +151,10 @@ const API_GROUPS: &[(Configure, RouteList)] = &[
     (crate::routes::sale::configure, crate::routes::sale::ROUTES),
     (crate::routes::vote::configure, crate::routes::vote::ROUTES),
     (crate::routes::auth::configure, crate::routes::auth::ROUTES),
-    (crate::routes::fair::configure, crate::routes::fair::ROUTES),
+    (
+        crate::routes::challenge::configure,
+        crate::routes::challenge::ROUTES,
+    ),
     (crate::openapi::configure, crate::openapi::ROUTES),
 ];
 

@@ -66,8 +66,9 @@ pub enum VoteOutcome {
     RateLimitUnsatisfiable,
 }
 
-/// What a voter sends, by the poll's kind (checked by the route: positive ids,
-/// distinct, a count of at least 1; the script checks the rest).
+/// What a voter sends, by the poll's kind (checked as it is parsed,
+/// `ballot::VoteBody::ballot`: positive ids, distinct, a count of at least 1; the
+/// script checks the rest).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ballot {
     Single(i64),

@@ -14,6 +14,7 @@ macro_rules! poll_columns {
     };
 }
 
+pub mod ballot;
 pub mod cached;
 pub mod cast;
 pub mod export;

@@ -1,11 +1,13 @@
 //! HTTP routes of sales, one file per concern: public reads (`buyer.rs`), the
-//! purchase (`purchase.rs`), its ticket (`ticket.rs`), the waiting room
-//! (`queue.rs`), a draw's entry, standing and publication (`draw.rs`), an order's status and payment (`orders.rs`), the admin's set-up
-//! (`admin.rs`), the sale-day console (`console.rs`), what sold (`sold.rs`),
+//! purchase (`purchase.rs`; its body, read by hand, in `purchase_body.rs`), its
+//! ticket (`ticket.rs`), the waiting room (`queue.rs`), a draw's entry, standing
+//! and publication (`draw.rs`), an order's status and payment (`orders.rs`), the
+//! admin's set-up (`admin.rs`: create, list), a sale's controls (`controls.rs`:
+//! stock, open, close), the sale-day console (`console.rs`), what sold (`sold.rs`),
 //! upkeep (`repair.rs`), edit, archive, delete and history (`lifecycle.rs`), a
-//! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket and
-//! the waiting room share are in `answers.rs`. This file holds the route table, the OpenAPI
-//! group and the sold-out answer given before routing.
+//! waiting room's line controls (`line.rs`); the refusals the purchase, the ticket
+//! and the waiting room share are in `answers.rs`. This file holds the route table,
+//! the OpenAPI group and the sold-out answer given before routing.
 
 use actix_web::{HttpResponse, web};
 
@@ -17,12 +19,14 @@ mod admin;
 mod answers;
 mod buyer;
 mod console;
+mod controls;
 mod draw;
 mod draw_admin;
 mod lifecycle;
 mod line;
 mod orders;
 mod purchase;
+mod purchase_body;
 mod queue;
 mod repair;
 mod sold;
@@ -52,9 +56,9 @@ mod ticket;
     buyer::my_orders,
     admin::admin_create,
     admin::admin_list,
-    admin::admin_stock,
-    admin::admin_open,
-    admin::admin_close,
+    controls::admin_stock,
+    controls::admin_open,
+    controls::admin_close,
     line::admin_line,
     sold::admin_orders,
     sold::admin_orders_csv,
@@ -94,9 +98,9 @@ super::routes! {
     get "/me/orders" => buyer::my_orders,
     post "/admin/sales" => admin::admin_create,
     get "/admin/sales" => admin::admin_list,
-    post "/admin/sales/{id}/stock" => admin::admin_stock,
-    post "/admin/sales/{id}/open" => admin::admin_open,
-    post "/admin/sales/{id}/close" => admin::admin_close,
+    post "/admin/sales/{id}/stock" => controls::admin_stock,
+    post "/admin/sales/{id}/open" => controls::admin_open,
+    post "/admin/sales/{id}/close" => controls::admin_close,
     post "/admin/sales/{id}/line" => line::admin_line,
     get "/admin/sales/{id}/orders" => sold::admin_orders,
     get "/admin/sales/{id}/draw" => draw_admin::admin_draw,

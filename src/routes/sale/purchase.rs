@@ -1,12 +1,13 @@
-//! The purchase (the hot path). Its ticket is `ticket.rs`.
+//! The purchase (the hot path). Its body is read by `purchase_body.rs`, its ticket
+//! is `ticket.rs`.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
-use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use uuid::Uuid;
 
 use super::answers;
+use super::purchase_body::PurchaseBody;
 use crate::auth::AuthUser;
 use crate::domain::{self, SaleId};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -245,69 +246,5 @@ async fn purchase_answer(
                 "a rate-limited purchase came back with no refusing policy"
             )))
         }
-    }
-}
-
-/// The purchase's optional body. No body (or `{}`) means no ticket, one unit.
-#[derive(Deserialize, Default, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-struct PurchaseBody {
-    /// The ticket from `POST /api/sales/{id}/ticket`, for a sale that requires one.
-    #[serde(default)]
-    ticket: Option<String>,
-    /// Units to buy, all or nothing: 1 (the default) to the sale's `max_per_user`.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 100)]
-    quantity: Option<i64>,
-}
-
-/// Longest purchase body read (a ticket is about 100 bytes).
-const MAX_PURCHASE_BODY: usize = 4096;
-
-impl PurchaseBody {
-    /// Reads the body only when there is one: most purchases carry none, and they
-    /// pay for no buffer (the `web::Bytes` extractor reserves 8 KiB for every
-    /// request). A body that cannot be read is answered like the JSON extractor's
-    /// errors (408 `body_timeout`, 413, 400).
-    async fn read(
-        req: &HttpRequest,
-        mut payload: web::Payload,
-        body_timeout: std::time::Duration,
-    ) -> Result<Self, AppError> {
-        let headers = req.headers();
-        let has_body = headers
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|n| n.as_bytes() != b"0")
-            || headers.contains_key(header::TRANSFER_ENCODING);
-        if !has_body {
-            return Ok(PurchaseBody::default());
-        }
-        let mut body = web::BytesMut::new();
-        while let Some(chunk) = payload.next().await {
-            let chunk = chunk.map_err(|e| crate::conn::body_read_error(&e, body_timeout))?;
-            if body.len() + chunk.len() > MAX_PURCHASE_BODY {
-                return Err(AppError::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!("a purchase body is at most {MAX_PURCHASE_BODY} bytes"),
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Self::parse(&body)
-    }
-
-    fn parse(body: &[u8]) -> Result<Self, AppError> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(PurchaseBody::default());
-        }
-        serde_json::from_slice(body).map_err(|e| {
-            let message =
-                format!("the purchase body must be empty or {{\"ticket\": \"...\", \"quantity\": n}} (both optional): {e}");
-            if e.is_data() {
-                AppError::new(ErrorCode::InvalidBody, message)
-            } else {
-                AppError::new(ErrorCode::InvalidJson, message)
-            }
-        })
     }
 }

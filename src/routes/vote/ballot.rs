@@ -1,9 +1,10 @@
 //! The vote (`POST /api/polls/{id}/votes`, every ballot kind, with an optional
-//! `Idempotency-Key`) and the voter's own ballot (`GET /api/polls/{id}/my-ballot`).
+//! `Idempotency-Key`): the body checked into a ballot (`vote::ballot`), the poll's
+//! gates passed, the batch's decision answered. The voter's own ballot is `mine.rs`.
 
 use actix_web::http::{StatusCode, header};
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use uuid::Uuid;
 
 use crate::auth::AuthUser;
@@ -13,84 +14,10 @@ use crate::limit::Route;
 use crate::metrics::Metrics;
 use crate::recover::Target;
 use crate::state::AppState;
-use crate::vote::MAX_OPTIONS;
-use crate::vote::cached::{cached_record, missing_from_redis};
+use crate::vote::ballot::{VoteBody, invalid_for, unknown_option};
+use crate::vote::cached::missing_from_redis;
 use crate::vote::cast::{Ballot, VoteOutcome, VoteReply, VoteRequest};
-use crate::vote::mine::{Mine, mine};
 use crate::vote::receipt::receipt_keyed;
-use crate::vote::setting::BallotKind;
-
-/// A ballot, in the shape of the poll's kind: `{"option_id"}` (single),
-/// `{"option_ids": [..]}` (multi), `{"option_id", "count"}` (budget),
-/// `{"ranking": [..]}` (ranked, most preferred first).
-#[derive(Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct VoteBody {
-    /// single and budget: the option.
-    option_id: Option<i64>,
-    /// budget: how many of the voter's votes to spend on it, at least 1.
-    count: Option<i64>,
-    /// multi: 1 to `max_choices` distinct options.
-    option_ids: Option<Vec<i64>>,
-    /// ranked: 1 to `max_choices` distinct options, most preferred first.
-    ranking: Option<Vec<i64>>,
-}
-
-/// Most votes one budget request may ask for (more than any budget: refused by
-/// the budget, with the numbers left, not by the shape).
-const MAX_COUNT: i64 = 1_000_000;
-
-fn invalid(message: impl Into<std::borrow::Cow<'static, str>>) -> AppError {
-    AppError::new(ErrorCode::InvalidBallot, message)
-}
-
-fn unknown_option() -> AppError {
-    AppError::new(
-        ErrorCode::UnknownOption,
-        "that option does not belong to this poll",
-    )
-}
-
-/// A list of options: 1 to 20 positive, distinct ids.
-fn ids(field: &str, ids: Vec<i64>) -> Result<Vec<i64>, AppError> {
-    if ids.is_empty() || ids.len() > MAX_OPTIONS {
-        return Err(invalid(format!("{field} lists 1 to {MAX_OPTIONS} options")));
-    }
-    if ids.iter().any(|&id| id <= 0) {
-        return Err(unknown_option());
-    }
-    let mut seen = std::collections::HashSet::new();
-    if !ids.iter().all(|id| seen.insert(*id)) {
-        return Err(invalid(format!("{field} names an option twice")));
-    }
-    Ok(ids)
-}
-
-impl VoteBody {
-    /// The ballot this body sends (its kind is checked against the poll's in
-    /// Redis), or 422 `invalid_ballot` / `unknown_option`.
-    fn ballot(self) -> Result<Ballot, AppError> {
-        match (self.option_id, self.count, self.option_ids, self.ranking) {
-            (Some(option), None, None, None) if option > 0 => Ok(Ballot::Single(option)),
-            (Some(option), Some(count), None, None) if option > 0 => {
-                if count < 1 {
-                    return Err(invalid("count must be at least 1"));
-                }
-                Ok(Ballot::Budget {
-                    option,
-                    count: count.min(MAX_COUNT) as u32,
-                })
-            }
-            (Some(_), _, None, None) => Err(unknown_option()),
-            (None, None, Some(list), None) => Ok(Ballot::Multi(ids("option_ids", list)?)),
-            (None, None, None, Some(list)) => Ok(Ballot::Ranked(ids("ranking", list)?)),
-            _ => Err(invalid(
-                "send one of {\"option_id\"} (single), {\"option_ids\": [..]} (multi), \
-                 {\"option_id\", \"count\"} (budget) or {\"ranking\": [..]} (ranked)",
-            )),
-        }
-    }
-}
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct VoteAccepted {
@@ -340,139 +267,4 @@ async fn vote_answer(
             )))
         }
     }
-}
-
-/// 422 `invalid_ballot`, saying what this poll takes.
-async fn invalid_for(state: &AppState, poll: PollId) -> AppError {
-    let Ok(Some(record)) = cached_record(state, poll).await else {
-        return invalid("this ballot does not fit this poll's kind");
-    };
-    let s = record.poll.ballot_settings();
-    let most = s.choices_allowed(record.options.len());
-    invalid(match s.kind {
-        BallotKind::Single => "this poll takes one option: {\"option_id\": n}".to_string(),
-        BallotKind::Multi => {
-            format!("this poll takes 1 to {most} distinct options: {{\"option_ids\": [..]}}")
-        }
-        BallotKind::Ranked => format!(
-            "this poll takes a ranking of 1 to {most} distinct options, most preferred first: {{\"ranking\": [..]}}"
-        ),
-        BallotKind::Budget => {
-            "this poll takes votes from a budget: {\"option_id\": n, \"count\": c}".to_string()
-        }
-    })
-}
-
-/// One accepted request of the voter.
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct Receipt {
-    receipt: Uuid,
-    /// 1 for the voter's first accepted request of the poll, then 2, ...
-    seq: i32,
-    /// In Postgres (settlement has written it).
-    settled: bool,
-    /// A later ballot replaced this one (single, multi, ranked with `allow_change`).
-    replaced: bool,
-}
-
-/// One option of a budget voter's votes.
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct Spent {
-    option_id: i64,
-    count: i64,
-}
-
-/// The caller's ballot as it counts now.
-#[derive(Serialize, utoipa::ToSchema)]
-pub(super) struct MyBallot {
-    #[schema(value_type = i64)]
-    poll_id: PollId,
-    /// The poll's kind: `single`, `multi`, `budget` or `ranked`.
-    ballot: BallotKind,
-    /// Whether the caller has a ballot (any vote) in this poll.
-    voted: bool,
-    /// single, multi, ranked: the options of the ballot that counts, in the order
-    /// sent (ranked: most preferred first); empty before voting.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    choices: Option<Vec<i64>>,
-    /// budget: votes per option, in the order first given.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    votes: Option<Vec<Spent>>,
-    /// budget: votes left to spend.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    remaining: Option<i64>,
-    /// Every accepted request, first first.
-    receipts: Vec<Receipt>,
-    /// Every request that counts is in Postgres.
-    settled: bool,
-}
-
-/// The caller's own ballot: what counts now (choices, or votes per option and
-/// what is left of the budget), each accepted request's receipt, and whether
-/// Postgres has it. Never anyone else's, never the tallies.
-#[utoipa::path(get, path = "/api/polls/{id}/my-ballot", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), security(("bearer" = [])), responses(
-    (status = 200, description = "The caller's ballot", body = MyBallot),
-    (status = 401, description = "`unauthorized`: not signed in", body = ErrorBody<'static>),
-    (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
-    (status = 503, description = "The poll is being restored; try again", body = ErrorBody<'static>, headers(
-        ("Retry-After" = u32, description = "Seconds before trying again"))),
-))]
-pub(super) async fn my_ballot(
-    state: web::Data<AppState>,
-    user: AuthUser,
-    path: web::Path<String>,
-) -> Result<HttpResponse, AppError> {
-    let poll = PollId::parse(&path)?;
-    let Some(record) = cached_record(state.get_ref(), poll).await? else {
-        return Err(AppError::not_found(format!("no poll with id {poll}")));
-    };
-    let kind = record.poll.ballot;
-    let mut redis = state.redis.clone();
-    let Some(Mine { held, settled }) =
-        mine(&mut redis, &state.db, &state.keys, (poll, kind), user.id).await?
-    else {
-        return Err(missing_from_redis(state.get_ref(), poll).await);
-    };
-    let last = held.as_ref().map_or(0, |h| h.seq);
-    // A set: a voter who changed their ballot often has as many rows as receipts,
-    // and a list's `contains` for each would cost their square.
-    let settled: std::collections::HashSet<i32> = settled.into_iter().collect();
-    let mac = state.tokens.mac();
-    let receipts: Vec<Receipt> = (1..=last)
-        .map(|seq| Receipt {
-            receipt: receipt_keyed(mac, poll, user.id, seq),
-            seq,
-            settled: settled.contains(&seq),
-            replaced: kind != BallotKind::Budget && seq < last,
-        })
-        .collect();
-    let all_settled = receipts.iter().filter(|r| !r.replaced).all(|r| r.settled);
-    let budget = kind == BallotKind::Budget;
-    let spent: i64 = held
-        .as_ref()
-        .map_or(0, |h| h.spent.iter().map(|(_, c)| c).sum());
-    let body = MyBallot {
-        poll_id: poll,
-        ballot: kind,
-        voted: held.is_some(),
-        choices: (!budget).then(|| held.as_ref().map(|h| h.choices.clone()).unwrap_or_default()),
-        votes: budget.then(|| {
-            held.as_ref()
-                .map(|h| {
-                    h.spent
-                        .iter()
-                        .map(|&(option_id, count)| Spent { option_id, count })
-                        .collect()
-                })
-                .unwrap_or_default()
-        }),
-        remaining: budget
-            .then(|| i64::from(record.poll.votes_per_user.unwrap_or(0)) - spent)
-            .map(|r| r.max(0)),
-        receipts,
-        settled: all_settled,
-    };
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(body))
 }

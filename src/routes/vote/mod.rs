@@ -1,13 +1,14 @@
 //! HTTP routes of polls: reads, the vote, live results, admin set-up.
-//! One file per concern: public reads (`public.rs`), the vote and the voter's
-//! ballot (`ballot.rs`), the admin's (`admin.rs`: create, list, show, close,
-//! reveal), every vote as CSV (`export.rs`), edit, archive, delete and history
-//! (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
+//! One file per concern: public reads (`public.rs`), the vote (`ballot.rs`), the
+//! voter's own ballot (`mine.rs`), the admin's (`admin.rs`: create, list, show,
+//! close, reveal), every vote as CSV (`export.rs`), edit, archive, delete and
+//! history (`lifecycle.rs`). This file holds the route table and the OpenAPI group.
 
 mod admin;
 mod ballot;
 mod export;
 mod lifecycle;
+mod mine;
 mod public;
 
 // Routes under `/api` (see `startup`).
@@ -18,7 +19,7 @@ mod public;
     public::results,
     public::events,
     ballot::vote,
-    ballot::my_ballot,
+    mine::my_ballot,
     admin::admin_create,
     admin::admin_list,
     admin::admin_show,
@@ -47,7 +48,7 @@ super::routes! {
     get "/polls/{id}" => public::show,
     get "/polls/{id}/results" => public::results,
     get "/polls/{id}/events" => public::events,
-    get "/polls/{id}/my-ballot" => ballot::my_ballot,
+    get "/polls/{id}/my-ballot" => mine::my_ballot,
     post "/admin/polls" => admin::admin_create,
     get "/admin/polls" => admin::admin_list,
     get "/admin/polls/{id}" => admin::admin_show,
