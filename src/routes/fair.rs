@@ -181,9 +181,15 @@ pub(crate) async fn pass_vote(
 /// `allowed_at` (an open sale's end may move later).
 async fn closes_ms(state: &AppState, subject: Subject) -> Result<i64, AppError> {
     let closes = match subject {
-        Subject::Sale(id) => crate::sale::cached::sale_row(state, id)
-            .await?
-            .map(|row| if row.closed { None } else { Some(row.ends_at) }),
+        // A draw's entries close at the draw (its `starts_at`): a moment after it
+        // would name a time its entry route refuses.
+        Subject::Sale(id) => crate::sale::cached::sale_row(state, id).await?.map(|row| {
+            match (row.closed, row.is_draw()) {
+                (true, _) => None,
+                (false, true) => Some(row.starts_at.min(row.ends_at)),
+                (false, false) => Some(row.ends_at),
+            }
+        }),
         Subject::Poll(id) => crate::vote::cached::cached_record(state, id)
             .await?
             .map(|r| {

@@ -231,3 +231,85 @@ async fn the_age_counts_at_the_opening_for_a_join_and_holds_for_votes_and_purcha
         "the refused purchase took nothing"
     );
 }
+
+/// A waiting room's rule raised after a shopper joined: the admission's ticket
+/// (`queue/me`, given without asking the rule) does not buy for an account too
+/// new under the rule now, and the refusal takes nothing; an old account buys.
+#[tokio::test]
+async fn a_rule_raised_after_the_join_holds_for_the_admitted_purchase() {
+    use crate::waiting_room::{join, me, waiting_room_sale};
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 5, 1500, 100).await;
+    let fresh = signed_up(&app, "fresh_joiner").await;
+    let old = app.user().await;
+    backdate(&app, &old, 7200).await;
+    for u in [&fresh, &old] {
+        assert_status(join(&app, sale, u).await, StatusCode::OK).await;
+    }
+    let patch = app
+        .patch_sale(&admin, sale, &json!({ "min_account_age_s": 3600 }))
+        .await;
+    assert_status(patch, StatusCode::OK).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let ticket_of = async |u: &User| loop {
+        let m = me(&app, sale, u).await;
+        if let Some(t) = m["ticket"].as_str() {
+            return t.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "not admitted: {m}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let buy = async |u: &User, ticket: &str| {
+        app.post_json(
+            &format!("/api/sales/{sale}/purchase"),
+            Some(&u.token),
+            &json!({ "ticket": ticket }),
+        )
+        .await
+    };
+    let ticket = ticket_of(&fresh).await;
+    assert_error(
+        buy(&fresh, &ticket).await,
+        StatusCode::FORBIDDEN,
+        "account_too_new",
+    )
+    .await;
+    assert_eq!(app.stock_left(sale).await, 5, "the refusal took nothing");
+    let ticket = ticket_of(&old).await;
+    assert_status(buy(&old, &ticket).await, StatusCode::ACCEPTED).await;
+}
+
+/// A draw's entry refused for the account's age names no moment after the draw
+/// (the entries close then, whatever the sale's end).
+#[tokio::test]
+async fn a_draw_entry_refused_for_age_names_no_moment_past_the_draw() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let now = Utc::now();
+    let sale = app
+        .admin_create(
+            &admin,
+            "/api/admin/sales",
+            &json!({
+                "name": "Drawn", "price_cents": 500, "stock": 2, "mode": "draw",
+                "entries_open_at": now - Duration::seconds(60),
+                "draw_at": now + Duration::hours(1),
+                "ends_at": now + Duration::days(3),
+                "claim_window_s": 600,
+                "min_account_age_s": 86_400,
+            }),
+        )
+        .await["id"]
+        .as_i64()
+        .unwrap();
+    let fresh = signed_up(&app, "fresh_entrant").await;
+    let body = assert_error(
+        app.post(&format!("/api/sales/{sale}/entry"), Some(&fresh.token))
+            .await,
+        StatusCode::FORBIDDEN,
+        "account_too_new",
+    )
+    .await;
+    assert!(body.get("allowed_at").is_none(), "{body}");
+}

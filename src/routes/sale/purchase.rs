@@ -89,16 +89,16 @@ pub(super) async fn purchase(
         ticket,
     )
     .await?;
-    if ticket.is_none() {
-        // A sale that asks for no ticket: the account's age is checked here (a
-        // ticket's was checked when it was given). A map lookup when it has none.
-        let gates = crate::routes::fair::sale_gates(state, sale).await?;
-        let subject = crate::gate::Subject::Sale(sale);
-        crate::routes::fair::pass(state, &req, &user, subject, gates, false)
-            .await?
-            .spend(state, &req)
-            .await?;
-    }
+    // The account's age, with a ticket too: a waiting room's admission gives its
+    // ticket without asking, and the sale's rule may have been raised since the
+    // join. (The proof of work is the join's, the ticket's or the entry's.) A map
+    // lookup when the sale has no gates.
+    let gates = crate::routes::fair::sale_gates(state, sale).await?;
+    let subject = crate::gate::Subject::Sale(sale);
+    crate::routes::fair::pass(state, &req, &user, subject, gates, false)
+        .await?
+        .spend(state, &req)
+        .await?;
     let quantity = buy::check_quantity(state.get_ref(), sale, body.quantity).await?;
     let key = match req.headers().get("idempotency-key") {
         Some(v) => Some(domain::PurchaseKey::parse(v.as_bytes())?),
