@@ -253,6 +253,7 @@ fn duration_bounds_are_checked_in_milliseconds() {
         (
             Config {
                 replica_ack_timeout: Duration::ZERO,
+                replica_acks: 1,
                 ..ok.clone()
             },
             "replica_ack_timeout_ms",
@@ -264,12 +265,21 @@ fn duration_bounds_are_checked_in_milliseconds() {
     }
     let err = Config {
         replica_ack_timeout: Duration::from_millis(2000),
+        replica_acks: 1,
         ..ok.clone()
     }
     .validate()
     .unwrap_err()
     .to_string();
     assert!(err.contains("must be 1 to 1999"), "{err}");
+    // Without replica acknowledgements the WAIT's timeout is never used: a short
+    // response timeout starts.
+    Config {
+        redis_response_timeout: Duration::from_millis(150),
+        ..ok.clone()
+    }
+    .validate()
+    .expect("a 150 ms response timeout without replica acks");
 }
 
 #[test]

@@ -75,8 +75,11 @@ impl Config {
                 redact_url(bad)
             )));
         }
-        if self.replica_ack_timeout.is_zero()
-            || self.replica_ack_timeout >= self.redis_response_timeout
+        // Only when replicas are waited for: the default timeout (200 ms) would
+        // otherwise refuse a response timeout of 200 ms or less that never waits.
+        if self.replica_acks > 0
+            && (self.replica_ack_timeout.is_zero()
+                || self.replica_ack_timeout >= self.redis_response_timeout)
         {
             return Err(ConfigError::Invalid(format!(
                 "replica_ack_timeout_ms (STAMPEDE_REPLICA_ACK_TIMEOUT_MS) must be 1 to \
