@@ -21,10 +21,7 @@ pub async fn bootstrap_admin(db: &PgPool, config: &Config) -> anyhow::Result<()>
         return Ok(());
     };
     let username = Username::parse(name).map_err(|e| anyhow::anyhow!("admin_username: {e}"))?;
-    let admin: Option<bool> = sqlx::query_scalar("SELECT is_admin FROM users WHERE username = $1")
-        .bind(username.as_str())
-        .fetch_optional(db)
-        .await?;
+    let admin = auth::is_admin_named(db, &username).await?;
     if admin == Some(false) {
         tracing::error!(
             admin = username.as_str(),

@@ -275,6 +275,14 @@ pub async fn usernames(db: &PgPool, users: &[i64]) -> sqlx::Result<Vec<(i64, Str
 }
 
 /// Makes the named account an admin; false when there is no such account.
+/// Whether the account of this name is an admin; `None` when no account has it.
+pub async fn is_admin_named(db: &PgPool, username: &Username) -> sqlx::Result<Option<bool>> {
+    sqlx::query_scalar("SELECT is_admin FROM users WHERE username = $1")
+        .bind(username.as_str())
+        .fetch_optional(db)
+        .await
+}
+
 pub async fn promote_admin(db: &PgPool, username: &Username) -> sqlx::Result<bool> {
     let promoted = sqlx::query("UPDATE users SET is_admin = TRUE WHERE username = $1")
         .bind(username.as_str())

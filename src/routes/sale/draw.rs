@@ -239,26 +239,12 @@ async fn drawn(state: &AppState, sale: SaleId, admin: bool) -> Result<Published,
     if early > 0 {
         return Err(pending(early));
     }
-    // Cached a second across instances (one query per miss, the waiting readers
-    // share it): the seed and the first wins never change once drawn, and a storm of
-    // readers at the draw would otherwise each read every win from Postgres.
-    let db = state.db.clone();
-    let key = state.keys.draw_view(sale);
-    state
-        .cache
-        .get_or_rebuild(&key, PUBLISHED_TTL, || async move {
-            match publish::published(&db, sale).await? {
-                Publication::Drawn(published) => Ok(published),
-                Publication::Pending { in_ms } => Err(pending(in_ms)),
-                Publication::NoDraw => Err(AppError::not_found(format!("no draw for sale {sale}"))),
-            }
-        })
-        .await
+    publish::cached(state, sale, |not_drawn| match not_drawn {
+        Publication::Pending { in_ms } => pending(in_ms),
+        _ => AppError::not_found(format!("no draw for sale {sale}")),
+    })
+    .await
 }
-
-/// How long a drawn sale's publication is cached: a win bought or passed shows in
-/// it this late at most.
-const PUBLISHED_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Every entry of the drawn sale, by id: `entry_id,entered_at` (RFC 3339 UTC,
 /// milliseconds), streamed.

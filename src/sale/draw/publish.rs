@@ -9,6 +9,7 @@ use futures_util::{Stream, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::cache::CachedReads;
 use crate::csv::{self, CsvOut};
 use crate::domain::SaleId;
 use crate::error::AppError;
@@ -114,6 +115,36 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         stock_at_draw,
         winners,
     }))
+}
+
+/// How long a drawn sale's publication is cached: a win bought or passed shows in
+/// it this late at most (a pass step drops the copy when it changes one).
+const PUBLISHED_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The publication of a drawn sale, cached a second across servers
+/// (`Keys::draw_view`: one Postgres read per miss, the waiting readers of a
+/// process share it): the seed and the first wins never change once drawn, and a
+/// storm of readers at the draw would otherwise each read every win. `refusal`
+/// answers a sale not drawn yet or without a draw (not cached).
+pub async fn cached<S: CachedReads + ?Sized>(
+    state: &S,
+    sale: SaleId,
+    refusal: impl FnOnce(Publication) -> AppError,
+) -> Result<Published, AppError> {
+    let db = state.db();
+    state
+        .cache()
+        .get_or_rebuild(
+            &state.keys().draw_view(sale),
+            PUBLISHED_TTL,
+            || async move {
+                match published(db, sale).await? {
+                    Publication::Drawn(published) => Ok(published),
+                    not_drawn => Err(refusal(not_drawn)),
+                }
+            },
+        )
+        .await
 }
 
 /// The first line of `entries.csv`.
