@@ -264,6 +264,17 @@ try {
     check(/^Drawn at .+ from 2 entries: 1 win so far\.$/.test(await adminPage.locator('[data-field="draw-summary"]').innerText()), `the admin's page says when it was drawn ${at}`);
     await inspect(adminPage, "admin-sale-draw");
     await adminPage.context().close();
+
+    // A top-up after the draw: the recipe still names the stock the draw divided.
+    const topped = await call("POST", `/api/admin/sales/${sale.id}/stock`, admin.token, { add: 5 });
+    check(topped.status === 200, `the admin tops the sale up after the draw (${topped.status}) ${at}`);
+    await goto(proof, `/sales/${sale.id}/draw`);
+    await verdict.filter({ hasText: /^Verified: / }).waitFor({ timeout: 10000 });
+    const recipeStock = await proof.locator('[data-field="recipe-stock"]').innerText();
+    check(
+      recipeStock === String(draw.stock_at_draw),
+      `after a top-up the recipe names the ${draw.stock_at_draw} unit(s) the draw divided, not the sale's stock (${recipeStock}) ${at}`,
+    );
     for (const p of pages) await p.page.context().close();
   }
 

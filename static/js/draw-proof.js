@@ -119,6 +119,8 @@ function showDraw(root, draw, now) {
   setText(drawnAt, localTime(new Date(draw.drawn_at), true));
   setText(field(root, "entries"), groupDigits(draw.entries));
   setText(field(root, "winners-at-draw"), groupDigits(draw.winners_at_draw));
+  // The recipe names the stock the draw divided, not the sale's stock today.
+  if (Number.isInteger(draw.stock_at_draw)) setText(field(root, "recipe-stock"), groupDigits(draw.stock_at_draw));
   const rows = draw.winners.slice(0, SHOWN_WINNERS).map((w) => {
     const tr = document.createElement("tr");
     for (const text of [String(w.rank), String(w.entry_id), outcomeText(w, now)]) {
