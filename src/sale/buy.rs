@@ -358,20 +358,36 @@ impl Decider for BuyDecider {
         let _deciding = self.kept.as_ref().map(|k| k.deciding(sale.get()));
         let keep = |replies: &[BuyReply]| {
             if let Some(kept) = &self.kept {
-                let accepted = batch.iter().zip(replies).filter_map(|(req, r)| match r {
-                    BuyReply {
-                        outcome: PurchaseOutcome::Accepted { order_id, .. },
-                        replayed: false,
-                        ..
-                    } => Some((
-                        *order_id,
-                        req.user.get(),
-                        req.quantity,
-                        req.key.as_ref().map(|k| k.as_str()),
-                    )),
-                    _ => None,
-                });
-                kept.keep(super::kept::accepted(sale, accepted));
+                let (replays, fresh): (Vec<_>, Vec<_>) = batch
+                    .iter()
+                    .zip(replies)
+                    .filter_map(|(req, r)| match r {
+                        BuyReply {
+                            outcome: PurchaseOutcome::Accepted { order_id, .. },
+                            replayed,
+                            ..
+                        } => Some((
+                            *replayed,
+                            (
+                                *order_id,
+                                req.user.get(),
+                                req.quantity,
+                                req.key.as_ref().map(|k| k.as_str()),
+                            ),
+                        )),
+                        _ => None,
+                    })
+                    .partition(|(replayed, _)| *replayed);
+                kept.keep(super::kept::accepted(
+                    sale,
+                    fresh.into_iter().map(|(_, o)| o),
+                ));
+                // A replayed acceptance is kept too: its first call may have failed
+                // after Redis ran it (a response timeout, a reply cut), so nothing kept
+                // it. Each on its own: the first's batch was another.
+                for (_, order) in replays {
+                    kept.keep(super::kept::accepted(sale, std::iter::once(order)));
+                }
             }
         };
         let Some(acks) = &self.replica_acks else {

@@ -337,7 +337,15 @@ impl Decider for VoteDecider {
         let _deciding = self.kept.as_ref().map(|k| k.deciding(poll.get()));
         let keep = |replies: &[VoteReply]| {
             if let Some(kept) = &self.kept {
-                kept.keep(kept_rows(poll, &batch, replies));
+                let (replays, fresh): (Vec<_>, Vec<_>) = kept_rows(poll, &batch, replies)
+                    .into_iter()
+                    .partition(|(replayed, _)| *replayed);
+                kept.keep(fresh.into_iter().map(|(_, row)| row).collect());
+                // A replayed acceptance is kept too (as purchases are): its first
+                // call may have failed after Redis ran it. Each on its own.
+                for (_, row) in replays {
+                    kept.keep(vec![row]);
+                }
             }
         };
         let Some(acks) = &self.replica_acks else {
@@ -360,8 +368,9 @@ impl Decider for VoteDecider {
 }
 
 /// The votes a batch of `poll` accepted, to keep, as `lua/vote_batch.lua` records
-/// them in the stream (not a replayed acceptance: its first answer kept it).
-fn kept_rows(poll: PollId, batch: &[VoteRequest], replies: &[VoteReply]) -> Vec<Accepted> {
+/// them in the stream, each with whether it was a replay (a replay's ballot is its
+/// key's first: the script answers another ballot `idempotency_key_reused`).
+fn kept_rows(poll: PollId, batch: &[VoteRequest], replies: &[VoteReply]) -> Vec<(bool, Accepted)> {
     let at = chrono::Utc::now();
     batch
         .iter()
@@ -369,27 +378,32 @@ fn kept_rows(poll: PollId, batch: &[VoteRequest], replies: &[VoteReply]) -> Vec<
         .filter_map(|(req, reply)| match reply {
             VoteReply {
                 outcome: VoteOutcome::Accepted { seq, .. },
-                replayed: false,
+                replayed,
                 ..
-            } => Some(Accepted {
-                id: None,
-                owner: poll.get(),
-                user: req.user.get(),
-                value: req.ballot.first(),
-                at,
-                key: req.key.as_ref().map(|k| k.as_str().to_owned()),
-                vote: Some(VoteDetail {
-                    seq: *seq,
-                    choices: match &req.ballot {
-                        Ballot::Multi(ids) | Ballot::Ranked(ids) => Some(ids.clone()),
-                        Ballot::Single(_) | Ballot::Budget { .. } => None,
-                    },
-                    count: match req.ballot {
-                        Ballot::Budget { count, .. } => i32::try_from(count).unwrap_or(i32::MAX),
-                        _ => 1,
-                    },
-                }),
-            }),
+            } => Some((
+                *replayed,
+                Accepted {
+                    id: None,
+                    owner: poll.get(),
+                    user: req.user.get(),
+                    value: req.ballot.first(),
+                    at,
+                    key: req.key.as_ref().map(|k| k.as_str().to_owned()),
+                    vote: Some(VoteDetail {
+                        seq: *seq,
+                        choices: match &req.ballot {
+                            Ballot::Multi(ids) | Ballot::Ranked(ids) => Some(ids.clone()),
+                            Ballot::Single(_) | Ballot::Budget { .. } => None,
+                        },
+                        count: match req.ballot {
+                            Ballot::Budget { count, .. } => {
+                                i32::try_from(count).unwrap_or(i32::MAX)
+                            }
+                            _ => 1,
+                        },
+                    }),
+                },
+            )),
             _ => None,
         })
         .collect()

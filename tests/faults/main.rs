@@ -52,6 +52,7 @@ mod payment_expiry;
 mod postgres_outage;
 mod redis_restart;
 mod redis_wipe;
+mod replay_wipe;
 mod stock_changes;
 mod waiting_room;
 
