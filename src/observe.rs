@@ -46,7 +46,7 @@ pub async fn measure(
 }
 
 /// Reads the settlement lag of every open sale and poll (and those closed in the
-/// last ten minutes), and each such sale's units left, into the gauges; called at
+/// last ten minutes), and each live sale's units left, into the gauges; called at
 /// each scrape. Best effort: a stream Redis cannot read is left out of this scrape.
 /// Which sales and polls those are comes from Postgres, within [`IDS_TIMEOUT`];
 /// when Postgres does not answer, the last scrape's list is read again, so the
@@ -100,8 +100,8 @@ const IDS_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 /// whatever Redis and Postgres do (the gauges not read keep their last values).
 const LAG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The sales `(id, rehearsal)` and polls the last scrape watched.
-type WatchedIds = (Vec<(i64, bool)>, Vec<i64>);
+/// The sales `(id, rehearsal, live)` and polls the last scrape watched.
+type WatchedIds = (Vec<(i64, bool, bool)>, Vec<i64>);
 
 fn last_watched() -> std::sync::MutexGuard<'static, WatchedIds> {
     static LAST: std::sync::Mutex<WatchedIds> = std::sync::Mutex::new((Vec::new(), Vec::new()));

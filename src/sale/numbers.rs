@@ -17,7 +17,7 @@ pub struct Watched {
     pub id: i64,
     /// A rehearsal (`stampede load`): its gauges say so.
     pub rehearsal: bool,
-    /// Units left, when Redis holds them.
+    /// Units left, when the sale is live and Redis holds them.
     pub stock_left: Option<i64>,
     /// Its orders accepted and not yet in Postgres (its pending hash: a stream
     /// entry carries a whole decision batch), and the stream entries settlement
@@ -25,11 +25,14 @@ pub struct Watched {
     pub backlog: Option<(u64, u64)>,
 }
 
-/// The sales open now or ended in the last ten minutes, `(id, rehearsal)`: those
-/// [`watched`] reads.
-pub async fn watched_ids(db: &PgPool) -> Result<Vec<(i64, bool)>, sqlx::Error> {
+/// The sales open now or ended in the last ten minutes, `(id, rehearsal, live)`:
+/// those [`watched`] reads. `live`: open and not closed early, the only sales
+/// whose units left are shown (a sale closed early, its end perhaps days away,
+/// would otherwise show units left that nobody can buy, for StampedeStockStuck to
+/// read as buyers turned away).
+pub async fn watched_ids(db: &PgPool) -> Result<Vec<(i64, bool, bool)>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, rehearsal FROM sales
+        "SELECT id, rehearsal, NOT closed AND ends_at > now() FROM sales
          WHERE starts_at <= now() AND ends_at > now() - interval '10 minutes'",
     )
     .fetch_all(db)
@@ -41,16 +44,19 @@ pub async fn watched_ids(db: &PgPool) -> Result<Vec<(i64, bool)>, sqlx::Error> {
 pub async fn watched<C: ConnectionLike>(
     redis: &mut C,
     keys: &Keys,
-    ids: &[(i64, bool)],
+    ids: &[(i64, bool, bool)],
 ) -> Vec<Watched> {
     let mut watched = Vec::with_capacity(ids.len());
-    for &(id, rehearsal) in ids {
+    for &(id, rehearsal, live) in ids {
         let Some(sale) = Id::new(id) else {
             continue;
         };
         let k = keys.sale(sale);
-        let left: redis::RedisResult<Option<i64>> =
-            redis::cmd("GET").arg(&k.stock).query_async(redis).await;
+        let left: redis::RedisResult<Option<i64>> = if live {
+            redis::cmd("GET").arg(&k.stock).query_async(redis).await
+        } else {
+            Ok(None)
+        };
         let orders: Result<u64, AppError> = super::pending::count(redis, keys, sale)
             .await
             .map(|n| u64::try_from(n).unwrap_or(0));

@@ -116,8 +116,9 @@ impl<R: KeptRows> Kept<R> {
         }
     }
 
-    /// Keeps the rows a batch of one sale or poll accepted (each row's `owner`;
-    /// not a replayed acceptance: its first answer kept it).
+    /// Keeps the rows a batch of one sale or poll accepted (each row's `owner`). A
+    /// replayed acceptance comes alone (its first call may have failed after Redis
+    /// ran it, keeping nothing; the release's probe of a batch is its first row).
     pub fn keep(&self, orders: Vec<Accepted>) {
         let Some(owner) = orders.first().map(|r| r.owner) else {
             return;

@@ -317,3 +317,36 @@ async fn a_purchase_a_limit_refusal_and_a_settled_batch_each_move_their_series()
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sale_closed_early_shows_no_units_left() {
+    // Its end days away, a sale closed early keeps its settlement gauges for the
+    // backlog, not units left nobody can buy (StampedeStockStuck reads them).
+    let (app, admin, closed) = spawn_with_live_sale(5).await;
+    let open = app.live_sale(&admin, 7).await;
+    let user = app.user().await;
+    app.buy(closed, &user.token).await;
+    assert_eq!(
+        app.close_sale(&admin, closed).await.status(),
+        StatusCode::OK
+    );
+    let text = app.metrics_text().await;
+    let left = |sale: i64| {
+        try_metric::<f64>(
+            &text,
+            &format!(r#"stampede_sale_stock_left{{id="{sale}",rehearsal="false"}}"#),
+        )
+    };
+    assert_eq!(left(open), Some(7.0), "the open sale's units left:\n{text}");
+    assert_eq!(left(closed), None, "the closed sale's units left:\n{text}");
+    assert!(
+        try_metric::<f64>(
+            &text,
+            &format!(
+                r#"stampede_settle_stream_entries{{kind="sale",id="{closed}",rehearsal="false"}}"#
+            ),
+        )
+        .is_some(),
+        "the closed sale's backlog is still watched:\n{text}"
+    );
+}
