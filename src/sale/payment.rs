@@ -316,17 +316,25 @@ pub struct OrderCounts {
     pub awaiting_payment: i64,
     pub paid: i64,
     pub expired: i64,
-    /// Units of expired orders already back in the sale's stock in Redis.
+    /// Cancelled unpaid (by their buyer or an admin).
+    pub cancelled: i64,
+    /// Cancelled after payment, the payment refunded.
+    pub refunded: i64,
+    /// Units of expired, cancelled and refunded orders already back in the sale's
+    /// stock in Redis.
     pub returned: i64,
 }
 
 pub async fn counts(db: &PgPool, sale: SaleId) -> Result<OrderCounts, AppError> {
-    let (accepted, awaiting_payment, paid, expired, returned): (i64, i64, i64, i64, i64) =
+    type Row = (i64, i64, i64, i64, i64, i64, i64);
+    let (accepted, awaiting_payment, paid, expired, cancelled, refunded, returned): Row =
         sqlx::query_as(
             "SELECT count(*) FILTER (WHERE status = 'accepted'),
                     count(*) FILTER (WHERE status = 'awaiting_payment'),
                     count(*) FILTER (WHERE status = 'paid'),
                     count(*) FILTER (WHERE status = 'expired'),
+                    count(*) FILTER (WHERE status = 'cancelled'),
+                    count(*) FILTER (WHERE status = 'refunded'),
                     (SELECT COALESCE(sum(amount), 0)::int8 FROM stock_changes
                      WHERE sale_id = $1 AND kind = 'return' AND status = 'applied')
              FROM orders WHERE sale_id = $1",
@@ -339,6 +347,8 @@ pub async fn counts(db: &PgPool, sale: SaleId) -> Result<OrderCounts, AppError> 
         awaiting_payment,
         paid,
         expired,
+        cancelled,
+        refunded,
         returned,
     })
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 use stampede::domain::Id;
 use stampede::sale::order_id::new_order_id;
 use uuid::Uuid;
@@ -370,6 +370,19 @@ async fn cancels_and_refunds(rebuy: bool) {
     }
     app.assert_stock_arithmetic(&admin, sale, "after the cancels")
         .await;
+    // The reconcile report counts each status, and the four units back.
+    let report = app.reconcile_report(&admin, sale).await;
+    let counts = &report["orders"];
+    assert_eq!(
+        (
+            &counts["cancelled"],
+            &counts["refunded"],
+            &counts["expired"]
+        ),
+        (&json!(2), &json!(1), &json!(1)),
+        "{report}"
+    );
+    assert_eq!(counts["returned"], 4, "{report}");
     let shown = app
         .get_json(&format!("/api/orders/{a}"), Some(&alice.token))
         .await;
