@@ -81,9 +81,13 @@ pub trait Keeper: Send + Sync {
     fn any(&self) -> bool;
 }
 
-/// A server whose beat is older than this is not waited for (long enough for a
-/// Postgres restart to pass without a server dropping out).
-pub const LIVE_WINDOW_S: f64 = 10.0;
+/// A server whose beat is older than this is not waited for. Long enough for a
+/// Postgres outage to pass without the servers dropping out: during one no server
+/// can beat, and the first rebuild after it starts before their next beat, so a
+/// window shorter than the outage waited for nobody and every server's kept rows
+/// came too late. A server that died costs one barrier [`BARRIER_MAX`] within
+/// this window (it is then marked as having missed, and not waited for again).
+pub const LIVE_WINDOW_S: f64 = 60.0;
 /// How long a rebuild waits for the live servers to answer its request (more than
 /// a flush waits for the sale's decisions in flight, `sale/kept.rs`).
 pub const BARRIER_MAX: Duration = Duration::from_secs(5);

@@ -48,6 +48,7 @@ mod net_partition;
 mod net_postgres;
 mod net_redis;
 mod net_votes;
+mod outage_wipe;
 mod payment_expiry;
 mod postgres_outage;
 mod redis_restart;
