@@ -130,6 +130,29 @@ try {
     await goto(page, "/me/orders");
     await page.getByRole("link", { name }).waitFor({ timeout: 5000 });
     check(true, `My orders lists the order from the waiting room ${at}`);
+    // Cancelled: the line's panel says how it ended and that the turn bought once,
+    // not "You bought from this sale" (queue/me still says bought).
+    const [order] = (await call("GET", "/api/me/orders", shopper.token)).data;
+    const cancelled = await call("POST", `/api/orders/${order.id}/cancel`, shopper.token);
+    check(cancelled.status === 200, `the shopper cancels the order (${cancelled.status}) ${at}`);
+    await goto(page, `/sales/${sale}`);
+    await status.filter({ hasText: "You cancelled your order." }).waitFor({ timeout: 10000 });
+    const detail = await page.locator('[data-field="queue-detail"]').innerText();
+    check(
+      detail.startsWith("A turn in the line buys once: a returned order does not give another.") &&
+        (await page.getByText("A turn in the line buys once").count()) === 1,
+      `after a cancel the line's panel (alone) says the turn bought once: "${detail}" ${at}`,
+    );
+    // The unit is offered again (units offered do not move), and the page says so.
+    await page.waitForFunction(
+      () =>
+        document.querySelector('[data-field="stock-left"]')?.textContent === "1" &&
+        document.querySelector('[data-field="stock-total"]')?.textContent === "1",
+      null,
+      { timeout: 10000 },
+    );
+    check(true, `after the cancel the page shows 1 of 1 left ${at}`);
+    await inspect(page, "sale-queue-cancelled");
     await page.context().close();
   }
 

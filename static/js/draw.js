@@ -9,6 +9,7 @@ import { api, messageOf, retryDelayMs } from "./api.js";
 import { field, setText } from "./dom.js";
 import { groupDigits } from "./numbers.js";
 import { sharedAnswer } from "./refusals.js";
+import { returnedWords } from "./returned.js";
 import { clockTime, formatDuration, localTime } from "./time.js";
 import { checkingWords, postWithProof } from "./pow.js";
 
@@ -124,6 +125,8 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
       if (!drawn()) return ["Enter the draw for a chance to buy.", `Sign in and enter before ${results}, your local time; the winners are drawn then.`, null];
       return ["The draw has been made.", "Only its winners may buy.", null];
     }
+    // An order returned: the win bought once.
+    if (sale.returned) return [...returnedWords(sale.returned, sale.mayRebuy, Number(root.dataset.maxPerUser) || 1, "draw"), MY_ORDERS];
     if (e.state === "bought" || sale.bought) return ["You won the draw and bought this.", "Your order is on My orders.", MY_ORDERS];
     switch (e.state) {
       case null:

@@ -259,8 +259,9 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
         return ["Join the line to buy.", "This sale sells through a waiting room: sign in, join the line, and buy when your turn comes.", null];
       }
     }
-    // One purchase per customer, cancelled or not: the line has nothing more for them.
-    if (sale.returned && !sale.mayRebuy && q.state !== "bought") return [...returnedWords(sale.returned, false, Number(root.dataset.maxPerUser) || 1), MY_ORDERS];
+    // An order returned: the turn bought once, the line has nothing more for them
+    // (queue/me still says "bought" when the sale keeps its buyers).
+    if (sale.returned) return [...returnedWords(sale.returned, sale.mayRebuy, Number(root.dataset.maxPerUser) || 1, "line"), MY_ORDERS];
     if (q.state === "bought" || sale.bought) return ["You bought from this sale.", "Your order is on My orders.", MY_ORDERS];
     if (status === "ended" || status === "closed") return ["The line is closed: this sale is over.", "", null];
     if (!sale.signedIn) return ["This sale is sold out.", "", null];

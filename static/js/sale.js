@@ -93,6 +93,8 @@ export function salePage() {
   };
   const isDraw = d.draw === "true";
   const queue = d.waitingRoom === "true" ? waitingRoom(gate) : isDraw ? drawEntry(gate) : null;
+  // What a purchase uses up on a gated sale (returned.js).
+  const gateKind = d.waitingRoom === "true" ? "line" : isDraw ? "draw" : null;
 
   /** The server's last word, moved on by the clock between polls. */
   function currentStatus() {
@@ -112,6 +114,8 @@ export function salePage() {
     const more = maxPerUser - state.counted;
     const have = `You have ${state.held} from this sale`;
     if (status !== "live" && status !== "upcoming") return `${have}.`;
+    // The admission or win bought once: no more, whatever the cap.
+    if (gateKind) return `${have}; ${gateKind === "draw" ? "a win" : "a turn in the line"} buys once.`;
     if (more <= 0 && state.counted > state.held) return `${have}; with the units returned, that is the most one customer may buy.`;
     if (more <= 0) return `${have}, the most one customer may buy.`;
     return `${have}. You may buy ${more} more.`;
@@ -380,7 +384,7 @@ export function salePage() {
       case 409:
         if (code === "already_bought") {
           state.bought = true;
-          if (state.returned) show("warning", ...returnedWords(state.returned, false, maxPerUser), MY_ORDERS);
+          if (state.returned) show("warning", ...returnedWords(state.returned, false, maxPerUser, gateKind), MY_ORDERS);
           else show("warning", "You already bought this.", "It is one per customer.", MY_ORDERS);
         } else if (code === "per_user_limit") {
           show("warning", sentence(messageOf(res, "That would pass this sale's limit per customer.")), `Up to ${maxPerUser} per customer.`, MY_ORDERS);
@@ -435,7 +439,8 @@ export function salePage() {
 
   el.buy.addEventListener("click", buy);
   // A sale of more than one per customer says what the buyer holds under Buy.
-  if (state.returned) {
+  // A waiting room's or a draw's panel says it (queue.js, draw.js).
+  if (state.returned && !queue) {
     show("info", ...returnedWords(state.returned, state.mayRebuy, maxPerUser), MY_ORDERS);
   } else if (state.bought && maxPerUser <= 1 && !queue) {
     show("info", "You already bought from this sale.", "", MY_ORDERS);

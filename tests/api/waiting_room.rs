@@ -1534,3 +1534,43 @@ async fn a_shopper_behind_more_people_than_units_reads_their_chance() {
         }
     }
 }
+
+/// A cancelled order of a waiting room's sale: its unit is offered again (units
+/// offered do not move: issue 50), on the API and the sale page.
+#[tokio::test]
+async fn a_cancelled_order_of_a_waiting_room_gives_its_unit_back() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 1, 1000, 1000).await;
+    let user = app.create_users(1, false).await.remove(0);
+    assert_eq!(join(&app, sale, &user).await.status(), StatusCode::OK);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let ticket = loop {
+        let m = me(&app, sale, &user).await;
+        if let Some(t) = m["ticket"].as_str() {
+            break t.to_string();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not admitted: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bought = buy_with_ticket(&app, sale, &user, &ticket).await;
+    assert_eq!(bought.status(), StatusCode::ACCEPTED);
+    let (order, _) = app.wait_for_orders(sale, 1).await[0];
+    let cancelled = app
+        .post(&format!("/api/orders/{order}/cancel"), Some(&user.token))
+        .await;
+    assert_eq!(cancelled.status(), StatusCode::OK);
+    let shown = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        (&shown["stock_left"], &shown["stock_total"]),
+        (&json!(1), &json!(1)),
+        "{shown}"
+    );
+    let page = app.get(&format!("/sales/{sale}"), Some(&user.token)).await;
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(r#"<strong data-field="stock-left">1</strong> of <span data-field="stock-total">1</span> left"#),
+        "the sale page's numbers: {}",
+        html.lines().filter(|l| l.contains("stock-left")).collect::<Vec<_>>().join("\n")
+    );
+}
