@@ -41,6 +41,14 @@ export function keyRing() {
     keyFor(body) {
       return open.get(JSON.stringify(body ?? null)) || newKey();
     },
+    /**
+     * Forgets every key: once another ballot of a poll that allows changes is
+     * accepted, an older undecided one sent again under its key would replay its
+     * old 202 ("counted") while the newer ballot counts.
+     */
+    clear() {
+      open.clear();
+    },
     /** Records `res`, the answer to `body` sent with `key`. */
     answered(body, key, res) {
       const what = JSON.stringify(body ?? null);

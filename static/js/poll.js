@@ -375,6 +375,8 @@ export function pollPage() {
     }
     state.busy = false;
     if (last) {
+      // The ballot that counts now: an older one's key would replay its old 202.
+      if (allowChange && kind !== "budget") voteKeys.clear();
       state.voted = true;
       state.changing = false;
       state.choice = last.option_id;
