@@ -32,6 +32,11 @@
 -- The meta hash's `ballot` field: `<kind>:<max choices>:<votes per user>:<max per
 -- option>:<allow change>`, kind s(ingle), m(ulti), b(udget), r(anked); absent: a
 -- single ballot without changes (a poll made before ballot kinds).
+-- Its `changes` field counts the batches that wrote a ballot (one HINCRBY a batch
+-- that accepts): with the `rebuilt` field (the token of the rebuild that made the
+-- state, see lua/restore_poll.lua) it names the voters hash's contents, the same
+-- on every server, and a ranked poll's runoff is counted again when it moves
+-- (src/vote/result.rs).
 --
 -- The voters hash holds each voter's ballot as it counts now: `<option>` (a first
 -- single ballot, as before ballot kinds) or `<seq>|<ballot>`, seq the number of the
@@ -49,7 +54,7 @@
 -- version's; src/vote/settlement.rs reads both.)
 --
 -- The cost is per batch, not per voter: one HMGET asks about every voter, the
--- voters hash is written once, each option's tally read and written once, each
+-- voters hash is written once (and the meta hash's `changes` counted once), each option's tally read and written once, each
 -- limit policy's states read with one HMGET or two and written with one HSET, and
 -- one XADD carries every accepted request
 -- (settlement reads, acknowledges and deletes them together).
@@ -364,6 +369,7 @@ if #asking > 0 then
       end
     end
     batch_variadic('HSET', KEYS[3], fields)
+    redis.call('HINCRBY', KEYS[1], 'changes', 1)
     redis.call('XADD', KEYS[5], '*', 'poll_id', ARGV[1], 'at_ms', now, 'votes',
       table.concat(records, ' '))
     for option, d in pairs(delta) do

@@ -169,7 +169,7 @@ pub async fn add_runoff<S: PollReads + ?Sized>(
     {
         let id = store::poll_id(poll.id)?;
         let counted =
-            super::result::runoff(state.redis(), state.keys(), record, id, results.voters).await?;
+            super::result::runoff(state.redis(), state.keys(), record, id, &results.stamp).await?;
         results.runoff = Some((*counted).clone());
     }
     Ok(())

@@ -246,5 +246,6 @@ fn empty_results(id: PollId) -> Results {
         voters: 0,
         tallies: Vec::new(),
         runoff: None,
+        stamp: Default::default(),
     }
 }

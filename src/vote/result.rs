@@ -1,8 +1,9 @@
 //! The instant-runoff result of a closed `ranked` poll (issue 51), as the results
 //! carry it once they show: counted by [`super::runoff`] from the ballots of the
 //! voters hash (each voter's ballot as it counts), once per process and poll while
-//! the number of voters stays the same (a closed poll takes no ballot; a rebuild
-//! that finds other ballots gives another count, and a new result).
+//! the poll's [`Stamp`] stays the same. The stamp is read from Redis with the
+//! tallies and moves whenever a ballot is written (a new voter, a changed ranking,
+//! a rebuild), so every server counts the ballots Redis holds.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -14,23 +15,35 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 
-/// Results counted, by poll: the voters they were counted from, and the result.
-/// At most [`KEPT`] polls; past that the oldest counts are forgotten and made
-/// again when asked.
-type Counted = HashMap<PollId, (i64, Arc<Runoff>)>;
+/// What names the contents of a poll's voters hash, the same on every server: the
+/// meta hash's `rebuilt` (the token of the rebuild that made the poll's state,
+/// none for a poll never rebuilt) and `changes` (the batches that wrote a ballot
+/// since; see `lua/vote_batch.lua`), and the number of voters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    pub rebuilt: Option<String>,
+    pub changes: i64,
+    pub voters: i64,
+}
+
+/// Results counted, by poll: the stamp of the ballots they were counted from, and
+/// the result. At most [`KEPT`] polls; past that the oldest counts are forgotten
+/// and made again when asked.
+type Counted = HashMap<PollId, (Stamp, Arc<Runoff>)>;
 static COUNTED: LazyLock<Mutex<Counted>> = LazyLock::new(Default::default);
 const KEPT: usize = 256;
 
-/// The runoff of `record`'s ballots, `voters` of them as Redis counts them now.
+/// The runoff of `record`'s ballots, as Redis holds them under `stamp` (read with
+/// the results).
 pub async fn runoff(
     redis: &Redis,
     keys: &Keys,
     record: &PollRecord,
     id: PollId,
-    voters: i64,
+    stamp: &Stamp,
 ) -> Result<Arc<Runoff>, AppError> {
     if let Some((counted, result)) = COUNTED.lock().expect("not poisoned").get(&id)
-        && *counted == voters
+        && counted == stamp
     {
         return Ok(result.clone());
     }
@@ -44,6 +57,6 @@ pub async fn runoff(
     if counted.len() >= KEPT {
         counted.clear();
     }
-    counted.insert(id, (voters, result.clone()));
+    counted.insert(id, (stamp.clone(), result.clone()));
     Ok(result)
 }

@@ -105,6 +105,10 @@ pub struct Results {
     /// winner).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runoff: Option<super::runoff::Runoff>,
+    /// What names the ballots these results were read with (not shown): the
+    /// runoff is counted again when it moves.
+    #[serde(skip)]
+    pub stamp: super::result::Stamp,
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -306,14 +310,19 @@ pub async fn settled_voters(db: &PgPool, id: PollId) -> Result<i64, sqlx::Error>
         .await
 }
 
-/// What [`results_reads`] answer: the meta hash's `closed`, the options, the tally
+/// The meta hash's `closed`, `rebuilt` and `changes` (see [`super::result::Stamp`]).
+pub(super) type RawMeta = (Option<String>, Option<String>, Option<i64>);
+
+/// What [`results_reads`] answer: the meta hash's fields, the options, the tally
 /// hash and the voters.
-pub(super) type RawResults = (Option<String>, Vec<i64>, HashMap<i64, i64>, i64);
+pub(super) type RawResults = (RawMeta, Vec<i64>, HashMap<i64, i64>, i64);
 
 /// The four reads of a poll's results, added to `pipe`.
 pub(super) fn results_reads(pipe: &mut redis::Pipeline, keys: &Keys, poll: PollId) {
     let k = keys.poll(poll);
-    pipe.hget(&k.meta, "closed")
+    pipe.cmd("HMGET")
+        .arg(&k.meta)
+        .arg(&["closed", "rebuilt", "changes"])
         .smembers(&k.options)
         .hgetall(&k.tally)
         .hlen(&k.voters);
@@ -322,7 +331,7 @@ pub(super) fn results_reads(pipe: &mut redis::Pipeline, keys: &Keys, poll: PollI
 /// The results from [`results_reads`]' answers; `None` when Redis does not know
 /// the poll (every loaded poll has the meta field `closed`).
 pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
-    let (closed, mut options, tally, voters) = raw;
+    let ((closed, rebuilt, changes), mut options, tally, voters) = raw;
     let closed = closed?;
     options.sort_unstable();
     Some(Results {
@@ -331,6 +340,11 @@ pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
         hidden: false,
         voters,
         runoff: None,
+        stamp: super::result::Stamp {
+            rebuilt,
+            changes: changes.unwrap_or(0),
+            voters,
+        },
         tallies: options
             .into_iter()
             .map(|option_id| Tally {

@@ -170,6 +170,7 @@ mod tests {
             hidden: false,
             voters: tallies.iter().sum(),
             runoff: None,
+            stamp: Default::default(),
             tallies: tallies
                 .iter()
                 .enumerate()

@@ -40,6 +40,7 @@ mod purchase;
 mod quantity;
 mod recover;
 mod rehearsal;
+mod runoff;
 mod sale_numbers;
 mod sessions;
 mod settle;

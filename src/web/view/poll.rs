@@ -163,6 +163,7 @@ mod tests {
             hidden: false,
             voters: 4,
             runoff: None,
+            stamp: Default::default(),
             tallies: vec![
                 Tally {
                     option_id: 10,
