@@ -17,6 +17,7 @@ mod client_limits;
 #[path = "../common/db.rs"]
 mod db;
 mod draw_admin;
+mod draw_end;
 mod draws;
 mod health;
 mod held;

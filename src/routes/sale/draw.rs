@@ -132,7 +132,8 @@ struct EntryStanding {
     entry_id: i64,
     entered_at: DateTime<Utc>,
     /// `entered` (not drawn yet), `won` (buy with `ticket` before `claim_until`),
-    /// `bought`, `claim_passed` (won, and the claim window ended unused),
+    /// `bought`, `claim_passed` (won, and the claim window ended unused, or the
+    /// sale closed or ended first),
     /// `waitlisted` (a passed win may still come: `position` 1 is next) or
     /// `not_drawn` (no win can come any more).
     state: &'static str,

@@ -145,7 +145,8 @@ pub enum Standing {
     Won { claim_until: DateTime<Utc> },
     /// Won and bought.
     Bought,
-    /// Won, and the claim window ended unused: the win passed on.
+    /// Won, and not used: the claim window ended (the win passed on), or the
+    /// sale closed or ended first.
     ClaimPassed,
     /// Not (yet) won, and a win may still pass to this entry: `position` 1 is next.
     Waitlisted { position: i64 },
@@ -176,6 +177,9 @@ struct Row {
     drawn: bool,
     offered: i32,
     finished: bool,
+    /// The sale closed early or its end passed (by Postgres's clock, as the draw's
+    /// step reads it): no win is used any more, none passes on.
+    over: bool,
     seed: Vec<u8>,
     now: DateTime<Utc>,
 }
@@ -192,8 +196,10 @@ pub async fn standing<C: ConnectionLike>(
     let row: Option<Row> = sqlx::query_as(
         "SELECT e.id AS entry_id, e.entered_at, e.rank, e.claim_until, e.outcome,
                 d.drawn_at IS NOT NULL AS drawn, d.offered, d.finished_at IS NOT NULL AS finished,
+                s.closed OR s.ends_at <= clock_timestamp() AS over,
                 d.seed, clock_timestamp() AS now
          FROM draw_entries e JOIN sale_draws d ON d.sale_id = e.sale_id
+           JOIN sales s ON s.id = e.sale_id
          WHERE e.sale_id = $1 AND e.user_id = $2",
     )
     .bind(sale.id.get())
@@ -215,14 +221,14 @@ pub async fn standing<C: ConnectionLike>(
             || super::pass::bought(redis, &k, sale.max_per_user, &[user.get()]).await?[0]
         {
             Standing::Bought
-        } else if row.outcome.is_none() && claim_until > row.now {
+        } else if row.outcome.is_none() && claim_until > row.now && !row.over {
             Standing::Won { claim_until }
         } else {
             Standing::ClaimPassed
         }
     } else {
         let left: Option<i64> = redis::cmd("GET").arg(&k.stock).query_async(redis).await?;
-        let open = !row.finished && !sale.closed && sale.ends_at > row.now;
+        let open = !row.finished && !row.over;
         let rank = match row.rank {
             _ if !open || left.unwrap_or(0) <= 0 => 0,
             Some(rank) => i64::from(rank),

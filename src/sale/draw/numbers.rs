@@ -23,7 +23,7 @@ pub struct DrawNumbers {
     pub running: i64,
     /// Wins used to buy.
     pub bought: i64,
-    /// Wins not used in time, passed on.
+    /// Wins not used: in time (passed on), or before the sale closed or ended.
     pub passed: i64,
 }
 

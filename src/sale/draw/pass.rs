@@ -5,7 +5,9 @@
 //! by the purchase. Each step of [`step`] (every server, every half second, one
 //! at a time per sale under the draw row's lock) settles the wins whose claim
 //! ended: bought (the buyers hash or units hash holds the winner) or passed, and
-//! offers as many next entries in the seeded order as the units left want.
+//! offers as many next entries in the seeded order as the units left want. Once
+//! the sale is over (closed early, or its end passed) the step settles every win
+//! still running the same way, offers none, and finishes the draw ([`end`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -20,6 +22,7 @@ use crate::keys::{Keys, SaleKeys};
 use crate::lua::lua_script;
 
 static DRAW_ADMIT: LazyLock<crate::lua::Script> = lua_script!("draw_admit.lua");
+static DRAW_OVER: LazyLock<crate::lua::Script> = lua_script!("draw_over.lua");
 
 /// How long after a claim's end a step waits before it calls the win passed: the
 /// purchase script decides by the Redis clock, this by Postgres's.
@@ -171,9 +174,10 @@ struct Draw {
 }
 
 /// One step of a drawn sale (see the module): wins settled, next entries offered,
-/// the draw finished once the sale is over or every entry was offered and none
-/// is running. `None` when there is nothing to step (not drawn, finished, or
-/// another server steps it now); else the wins newly offered.
+/// the draw finished once every entry was offered and none is running, or once
+/// the sale is over (its running wins settled first: [`end`]). `None` when there
+/// is nothing to step (not drawn, finished, another server steps it now, or Redis
+/// does not hold the sale or still sells it); else the wins newly offered.
 pub async fn step<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
@@ -196,9 +200,7 @@ pub async fn step<C: ConnectionLike>(
         return Ok(None);
     };
     if draw.over {
-        finish(&mut tx, sale, draw.offered, true).await?;
-        tx.commit().await?;
-        return Ok(Some(0));
+        return end(tx, redis, keys, sale, &draw).await;
     }
     let k = keys.sale(sale);
     let wins: Vec<(i64, DateTime<Utc>)> = sqlx::query_as(
@@ -231,7 +233,81 @@ pub async fn step<C: ConnectionLike>(
             open += 1;
         }
     }
-    for (outcome, users) in [("bought", &sold_to), ("passed", &passed)] {
+    settle(&mut tx, sale, &sold_to, &passed).await?;
+    let wanted = super::order::winners(left, i64::from(draw.max_per_user), usize::MAX) as i64;
+    let want = (wanted - open).max(0);
+    let mut newly = 0u64;
+    if want > 0 && draw.offered < draw.entries {
+        let claim = claim_of(draw.claim_window_s, claim_max);
+        let n = want.min(i64::from(i32::MAX)) as i32;
+        newly = offer(&mut tx, sale, draw.offered, n, draw.now, draw.now + claim).await?;
+    }
+    let offered = draw.offered + newly as i32;
+    let done = offered >= draw.entries && open == 0 && newly == 0;
+    finish(&mut tx, sale, offered, done).await?;
+    tx.commit().await?;
+    if !sold_to.is_empty() || !passed.is_empty() || newly > 0 {
+        drop_view(redis, keys, sale).await;
+    }
+    Ok(Some(newly))
+}
+
+/// The step of a sale that is over (closed early, or its end passed) while its
+/// draw is not finished: every win still running is settled as at the end of its
+/// claim, bought or passed (none is offered any more), and the draw finished. A
+/// close is written to Redis after its commit, and the purchase reads its end by
+/// the Redis clock: the wins are settled only once Redis takes no purchase of the
+/// sale either (`lua/draw_over.lua`), so who bought is final. `None` until then.
+async fn end<C: ConnectionLike>(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    redis: &mut C,
+    keys: &Keys,
+    sale: SaleId,
+    draw: &Draw,
+) -> Result<Option<u64>, AppError> {
+    let users: Vec<i64> = sqlx::query_scalar(
+        "SELECT user_id FROM draw_entries
+         WHERE sale_id = $1 AND won_at IS NOT NULL AND outcome IS NULL",
+    )
+    .bind(sale.get())
+    .fetch_all(&mut *tx)
+    .await?;
+    if !users.is_empty() {
+        let k = keys.sale(sale);
+        let over: i64 = DRAW_OVER.key(&k.meta).invoke_async(redis).await?;
+        if over != 1 {
+            // Still selling in Redis (the next step looks again), or Redis does
+            // not hold the sale (its rebuild first).
+            return Ok(None);
+        }
+        let bought = bought(redis, &k, draw.max_per_user, &users).await?;
+        let (mut sold_to, mut passed) = (Vec::new(), Vec::new());
+        for (user, bought) in users.iter().zip(bought) {
+            if bought {
+                sold_to.push(*user);
+            } else {
+                passed.push(*user);
+            }
+        }
+        settle(&mut tx, sale, &sold_to, &passed).await?;
+        tracing::info!(%sale, bought = sold_to.len(), passed = passed.len(), "sale over: wins settled");
+    }
+    finish(&mut tx, sale, draw.offered, true).await?;
+    tx.commit().await?;
+    if !users.is_empty() {
+        drop_view(redis, keys, sale).await;
+    }
+    Ok(Some(0))
+}
+
+/// Records the outcome of wins: `sold_to` bought, `passed` passed.
+async fn settle(
+    tx: &mut sqlx::PgConnection,
+    sale: SaleId,
+    sold_to: &[i64],
+    passed: &[i64],
+) -> Result<(), AppError> {
+    for (outcome, users) in [("bought", sold_to), ("passed", passed)] {
         if !users.is_empty() {
             // Planned with its values (see migration 0028: a generic plan made on
             // a small draw reads all of the sale's entries).
@@ -246,26 +322,15 @@ pub async fn step<C: ConnectionLike>(
             .await?;
         }
     }
-    let wanted = super::order::winners(left, i64::from(draw.max_per_user), usize::MAX) as i64;
-    let want = (wanted - open).max(0);
-    let mut newly = 0u64;
-    if want > 0 && draw.offered < draw.entries {
-        let claim = claim_of(draw.claim_window_s, claim_max);
-        let n = want.min(i64::from(i32::MAX)) as i32;
-        newly = offer(&mut tx, sale, draw.offered, n, draw.now, draw.now + claim).await?;
+    Ok(())
+}
+
+/// The publication changed: its cached copy goes (a failure leaves it a second
+/// at most, `Keys::draw_view`).
+async fn drop_view<C: ConnectionLike>(redis: &mut C, keys: &Keys, sale: SaleId) {
+    if let Err(e) = crate::cache::invalidate_keys(redis, &[keys.draw_view(sale)]).await {
+        tracing::warn!(%sale, error = %e, "the draw's cached publication was not dropped");
     }
-    let offered = draw.offered + newly as i32;
-    let done = offered >= draw.entries && open == 0 && newly == 0;
-    finish(&mut tx, sale, offered, done).await?;
-    tx.commit().await?;
-    if !sold_to.is_empty() || !passed.is_empty() || newly > 0 {
-        // The publication changed: its cached copy goes (a failure leaves it a
-        // second at most, `Keys::draw_view`).
-        if let Err(e) = crate::cache::invalidate_keys(redis, &[keys.draw_view(sale)]).await {
-            tracing::warn!(%sale, error = %e, "the draw's cached publication was not dropped");
-        }
-    }
-    Ok(Some(newly))
 }
 
 /// Offers a win to the `n` entries after the first `offered` of the seeded
