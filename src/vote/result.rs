@@ -9,22 +9,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use super::runoff::{Runoff, instant_runoff, parse_stored};
-use super::store::PollRecord;
+use super::store::{PollRecord, Stamp};
 use crate::domain::PollId;
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
-
-/// What names the contents of a poll's voters hash, the same on every server: the
-/// meta hash's `rebuilt` (the token of the rebuild that made the poll's state,
-/// none for a poll never rebuilt) and `changes` (the batches that wrote a ballot
-/// since; see `lua/vote_batch.lua`), and the number of voters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Stamp {
-    pub rebuilt: Option<String>,
-    pub changes: i64,
-    pub voters: i64,
-}
 
 /// Results counted, by poll: the stamp of the ballots they were counted from, and
 /// the result. At most [`KEPT`] polls; past that the oldest counts are forgotten

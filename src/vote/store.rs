@@ -88,6 +88,17 @@ pub struct PollRecord {
     pub options: Vec<OptionRow>,
 }
 
+/// What names the contents of a poll's voters hash, the same on every server: the
+/// meta hash's `rebuilt` (the token of the rebuild that made the poll's state,
+/// none for a poll never rebuilt) and `changes` (the batches that wrote a ballot
+/// since; see `lua/vote_batch.lua`), and the number of voters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    pub rebuilt: Option<String>,
+    pub changes: i64,
+    pub voters: i64,
+}
+
 /// Live results, from Redis only.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Results {
@@ -108,7 +119,7 @@ pub struct Results {
     /// What names the ballots these results were read with (not shown): the
     /// runoff is counted again when it moves.
     #[serde(skip)]
-    pub stamp: super::result::Stamp,
+    pub stamp: Stamp,
 }
 
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
@@ -310,7 +321,7 @@ pub async fn settled_voters(db: &PgPool, id: PollId) -> Result<i64, sqlx::Error>
         .await
 }
 
-/// The meta hash's `closed`, `rebuilt` and `changes` (see [`super::result::Stamp`]).
+/// The meta hash's `closed`, `rebuilt` and `changes` (see [`Stamp`]).
 pub(super) type RawMeta = (Option<String>, Option<String>, Option<i64>);
 
 /// What [`results_reads`] answer: the meta hash's fields, the options, the tally
@@ -340,7 +351,7 @@ pub(super) fn parse_results(poll: PollId, raw: RawResults) -> Option<Results> {
         hidden: false,
         voters,
         runoff: None,
-        stamp: super::result::Stamp {
+        stamp: Stamp {
             rebuilt,
             changes: changes.unwrap_or(0),
             voters,

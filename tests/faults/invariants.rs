@@ -642,7 +642,7 @@ async fn check_orders(
     let dupes: Vec<(i64, i64, i64)> = sqlx::query_as(
         "SELECT o.sale_id, o.user_id, sum(o.quantity)::int8 FROM orders o
          JOIN sales s ON s.id = o.sale_id
-         WHERE o.sale_id = ANY($1) AND o.status <> 'expired'
+         WHERE o.sale_id = ANY($1) AND o.status NOT IN ('expired', 'cancelled', 'refunded')
          GROUP BY o.sale_id, o.user_id HAVING sum(o.quantity) > max(s.max_per_user)",
     )
     .bind(sales)
@@ -770,7 +770,8 @@ async fn check_sale_stores(stack: &Stack, sale: i64, failures: &mut Vec<String>)
     // Units per buyer holding them, as the reconcile endpoint counts them.
     let pg_units: HashMap<i64, i64> = sqlx::query_as::<_, (i64, i64)>(
         "SELECT o.user_id, sum(o.quantity)::int8 FROM orders o JOIN sales s ON s.id = o.sale_id
-         WHERE o.sale_id = $1 AND (o.status <> 'expired' OR NOT s.rebuy_after_expiry)
+         WHERE o.sale_id = $1
+           AND (o.status NOT IN ('expired', 'cancelled', 'refunded') OR NOT s.rebuy_after_expiry)
          GROUP BY o.user_id",
     )
     .bind(sale)
