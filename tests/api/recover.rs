@@ -383,3 +383,46 @@ async fn the_sweeps_check_tells_trusted_untrusted_and_missing_state_apart() {
     );
     assert_eq!(recovery.check_many(&[]).await.unwrap(), []);
 }
+
+/// A stock change left pending (its instance died between Postgres and Redis) and
+/// applied by the sweep: the cached record goes with it, so the sale's numbers
+/// show the units it added at once, not after the record's time to live.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pending_change_the_sweep_applies_shows_at_once() {
+    let app = crate::helpers::spawn_app_with(|c| c.sweep = Duration::from_millis(200)).await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 10).await;
+    app.new_buyers(sale, 2).await;
+    let before = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        (&before["stock_total"], &before["stock_left"]),
+        (&json!(10), &json!(8))
+    );
+    sqlx::query(
+        "INSERT INTO stock_changes (sale_id, kind, amount, admin_id, created_at)
+         VALUES ($1, 'add', 5, $2, now() - interval '10 seconds')",
+    )
+    .bind(sale)
+    .bind(admin.id)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while app
+        .count("SELECT count(*) FROM stock_changes WHERE status = 'pending'")
+        .await
+        > 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the sweep never applied the change"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = app.get_json(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(
+        (&after["stock_total"], &after["stock_left"]),
+        (&json!(15), &json!(13)),
+        "{after}"
+    );
+}

@@ -86,11 +86,20 @@ impl Restore for Sales {
         Box::pin(async move {
             let mut rebuild = Vec::new();
             for sale in stock::sales_with_pending_changes(stores.db, STALE_CHANGE_MS).await? {
+                let mut redis = stores.redis.clone();
                 let results =
-                    stock::apply_pending(stores.db, &mut stores.redis.clone(), stores.keys, sale)
-                        .await?;
+                    stock::apply_pending(stores.db, &mut redis, stores.keys, sale).await?;
                 if results.iter().any(|(_, r)| *r == ChangeResult::Deferred) {
                     rebuild.push(sale);
+                }
+                if results
+                    .iter()
+                    .any(|(_, r)| matches!(r, ChangeResult::Applied { .. }))
+                {
+                    // Units offered moved: the cached record (and list page) goes,
+                    // as after an admin's change (each process's own copy lives a
+                    // second at most).
+                    drop_cached(&mut redis, stores.keys, sale).await;
                 }
             }
             Ok(rebuild)
@@ -195,12 +204,18 @@ async fn rebuild_sale(
     for chunk in seen.settled_pending.chunks(CHUNK) {
         super::pending::drop_settled(&mut redis, &k.pending, chunk).await?;
     }
-    stock::apply_pending_locked(&mut tx, &mut redis, stores.keys, id).await?;
+    let applied = stock::apply_pending_locked(&mut tx, &mut redis, stores.keys, id).await?;
     let stock_left: Option<i64> = redis::cmd("GET")
         .arg(&k.stock)
         .query_async(&mut redis)
         .await?;
     tx.commit().await?;
+    if applied
+        .iter()
+        .any(|(_, r)| matches!(r, ChangeResult::Applied { .. }))
+    {
+        drop_cached(&mut redis, stores.keys, id).await;
+    }
     Ok(Some(Rebuilt {
         settled: seen.orders.iter().filter(|o| o.holds).count(),
         unsettled: seen.unsettled.len(),
@@ -346,4 +361,13 @@ async fn stream_orders(
     })
     .await?;
     Ok(out)
+}
+
+/// Drops the sale's cached record and the list's first page after a stock change
+/// this module applied (a failure leaves them their time to live).
+async fn drop_cached<C: redis::aio::ConnectionLike>(redis: &mut C, keys: &Keys, sale: SaleId) {
+    let views = [keys.sale_view(sale), keys.sales_list()];
+    if let Err(e) = crate::cache::invalidate_keys(redis, &views).await {
+        tracing::warn!(%sale, error = %e, "the sale's cached record was not dropped after a stock change");
+    }
 }
