@@ -223,7 +223,8 @@ async fn purchase_answer(
         PurchaseOutcome::OverPerUserCap { held } => Err(AppError::new(
             ErrorCode::PerUserLimit,
             format!(
-                "that would take you past this sale's limit per customer; you hold {held} already"
+                "that would take you past this sale's limit per customer; {held} of your units \
+                 count toward it already"
             ),
         )),
         PurchaseOutcome::NotEnoughLeft { left } => Err(AppError::new(
