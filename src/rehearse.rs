@@ -165,6 +165,18 @@ impl Store {
         )
     }
 
+    /// Units the settled orders of `sale` hold: every order's quantity but those of
+    /// orders expired, cancelled or refunded (their units went back to units left).
+    pub async fn units_held(&self, sale: i64) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COALESCE(sum(quantity), 0)::int8 FROM orders
+             WHERE sale_id = $1 AND status NOT IN ('expired', 'cancelled', 'refunded')",
+        )
+        .bind(sale)
+        .fetch_one(&self.db)
+        .await?)
+    }
+
     /// Units each of `users` holds in settled orders of `sale` (user id -> units;
     /// a user without an order is absent).
     pub async fn units_by_user(

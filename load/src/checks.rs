@@ -148,7 +148,8 @@ pub async fn verify(
             ),
         );
         if let Some(store) = store {
-            let settled = wait_settled(args, store, sale, total - left_after, &accepted).await?;
+            let (settled, held) =
+                wait_settled(args, store, sale, total - left_after, &accepted).await?;
             let missing = accepted.iter().filter(|id| !settled.contains(id)).count();
             if per_user.values().any(|u| !u.keys.is_empty()) {
                 let (ok, detail) = exactly_once(store, sale, user_ids, per_user).await?;
@@ -156,9 +157,9 @@ pub async fn verify(
             }
             check(
                 "every accepted order in Postgres, once",
-                missing == 0 && settled.len() as i64 == total - left_after,
+                missing == 0 && held == total - left_after,
                 format!(
-                    "Postgres holds {} orders for the sale, {} units sold; {missing} of the {} accepted order ids missing",
+                    "Postgres holds {} orders for the sale, their units held {held}, {} units sold; {missing} of the {} accepted order ids missing",
                     settled.len(),
                     total - left_after,
                     accepted.len()
@@ -224,24 +225,28 @@ async fn exactly_once(
     ))
 }
 
-/// Waits (with a progress line) until Postgres holds `sold` orders for the sale and
-/// every accepted id, or `--settle-timeout` passes; returns the ids it holds.
+/// Waits (with a progress line) until the sale's orders in Postgres hold `sold`
+/// units and every accepted id is there, or `--settle-timeout` passes; returns the
+/// ids it holds and their units held.
 async fn wait_settled(
     args: &LoadArgs,
     store: &Store,
     sale: i64,
     sold: i64,
     accepted: &[Uuid],
-) -> anyhow::Result<HashSet<Uuid>> {
-    let bar = settling_bar(args, sold, "orders");
+) -> anyhow::Result<(HashSet<Uuid>, i64)> {
+    let bar = settling_bar(args, sold, "units");
     let deadline = Instant::now() + Duration::from_secs(args.settle_timeout);
     loop {
         let ids: HashSet<Uuid> = store.order_ids(sale).await?.into_iter().collect();
-        bar.set_position(ids.len() as u64);
-        let all = ids.len() as i64 >= sold && accepted.iter().all(|id| ids.contains(id));
+        // Units held, not order rows: an order may hold several units, and an
+        // earlier order returned (cancelled, refunded, expired) holds none.
+        let held = store.units_held(sale).await?;
+        bar.set_position(held.max(0) as u64);
+        let all = held >= sold && accepted.iter().all(|id| ids.contains(id));
         if all || Instant::now() >= deadline {
             bar.finish_and_clear();
-            return Ok(ids);
+            return Ok((ids, held));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -462,6 +462,27 @@ async fn a_broken_invariant_is_named_and_the_run_fails() {
     assert_eq!(stdout.matches("BROKEN").count(), 1, "{stdout}");
 }
 
+/// `--sale` on a sale with an order cancelled before the run: the returned unit
+/// is offered again, so units sold are the units live orders hold, not the order
+/// rows; every check holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_on_a_sale_with_a_cancelled_order_passes_its_checks() {
+    let (app, _, sale) = spawn_with_live_sale(10).await;
+    let early = app.user().await;
+    app.buy(sale, &early.token).await;
+    let (order, _) = app.wait_for_orders(sale, 1).await[0];
+    let cancelled = app
+        .post(&format!("/api/orders/{order}/cancel"), Some(&early.token))
+        .await;
+    assert_eq!(cancelled.status(), reqwest::StatusCode::OK);
+    assert_eq!(app.stock_left(sale).await, 10);
+    let args =
+        format!("repeat --sale {sale} --users 5 --requests 10 --concurrency 4 --settle-timeout 20");
+    let (status, report, stderr) = load(&app, &args).await;
+    assert!(status.success(), "{report:#}\n{stderr}");
+    assert_repeat_report(&report, json!({"202": 5, "409 already_bought": 5}), true);
+}
+
 /// `--opens-at`: the sale opens at that moment and no request is answered before
 /// it; a moment in the past, more than a day ahead, or with --opens-in is refused.
 #[tokio::test(flavor = "multi_thread")]
