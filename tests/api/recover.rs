@@ -426,3 +426,55 @@ async fn a_pending_change_the_sweep_applies_shows_at_once() {
         "{after}"
     );
 }
+
+/// An order accepted and not yet settled when Redis is wiped: its status, payment
+/// and cancel answer 503 `recovering` until the sale's rebuild has written it into
+/// Postgres (the server kept it), never a final 404 for an order its buyer holds a
+/// 202 for; then it is found, and cancels.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unsettled_order_wiped_from_redis_is_recovering_never_not_found() {
+    let (app, _, sale) =
+        crate::helpers::spawn_with_live_sale_and(10, |c| c.settle_in_serve = false).await;
+    let user = app.user().await;
+    let resp = app.purchase(sale, &user.token).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let body: Value = resp.json().await.unwrap();
+    let order = body["order_id"].as_str().unwrap().to_string();
+    app.wipe().await;
+
+    let first = app
+        .get(&format!("/api/orders/{order}"), Some(&user.token))
+        .await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(first.headers().contains_key("retry-after"));
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["error"], "recovering", "{first}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shown = loop {
+        let resp = app
+            .get(&format!("/api/orders/{order}"), Some(&user.token))
+            .await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        if status != StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(status, StatusCode::OK, "{body}");
+            break body;
+        }
+        assert_eq!(body["error"], "recovering", "{body}");
+        assert!(Instant::now() < deadline, "the order never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(shown["status"], "confirmed", "{shown}");
+    let cancelled = app
+        .post(&format!("/api/orders/{order}/cancel"), Some(&user.token))
+        .await;
+    assert_eq!(cancelled.status(), StatusCode::OK);
+    // An order id of no order on a sound sale stays a 404.
+    let unknown = stampede::sale::order_id::new_order_id(Id::new(sale).unwrap());
+    assert_eq!(
+        app.get(&format!("/api/orders/{unknown}"), Some(&user.token))
+            .await
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+}

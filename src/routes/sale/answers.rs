@@ -1,5 +1,5 @@
-//! The refusals that the purchase, its ticket and the waiting room share, and the
-//! sold-out answer given from memory.
+//! The refusals that the purchase, its ticket and the waiting room share, the
+//! sold-out answer given from memory, and the answer to an order found nowhere.
 
 use actix_web::HttpResponse;
 use actix_web::http::header;
@@ -145,6 +145,37 @@ pub(super) async fn window_refusal(state: &AppState, sale: SaleId, window: Windo
         Window::Open { .. } => {
             AppError::Internal(anyhow::anyhow!("an open sale's window taken for a refusal"))
         }
+    }
+}
+
+/// An order neither in Postgres nor in its sale's pending hash: 404, unless that
+/// sale's Redis state is not loaded or not trusted (wiped, or restarted without its
+/// last writes). Then the order may be one a server keeps until the sale's rebuild
+/// writes it into Postgres, and a final 404 would tell its buyer, who holds its
+/// 202, that it does not exist: 503 `recovering` (the rebuild starts).
+pub(super) async fn missing_order(state: &AppState, order: &uuid::Uuid) -> AppError {
+    let not_found = || AppError::not_found("no such order");
+    let Some(sale) = crate::sale::order_id::sale_of_order(order) else {
+        return not_found();
+    };
+    let target = Target::Sale(sale);
+    let untrusted = async {
+        if crate::sale::record::fetch_sale(&state.db, sale)
+            .await?
+            .is_none()
+        {
+            return Ok::<_, AppError>(false);
+        }
+        let checks = state.recovery.check_many(&[target]).await?;
+        Ok(!matches!(
+            checks.first(),
+            Some(crate::recover::StateCheck::Trusted)
+        ))
+    };
+    match untrusted.await {
+        Ok(true) => state.recovery.recovering(target),
+        Ok(false) => not_found(),
+        Err(e) => e,
     }
 }
 

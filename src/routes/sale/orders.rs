@@ -16,6 +16,8 @@ use crate::sale::{orders, payment, pending};
 const PRIVATE: (header::HeaderName, &str) = (header::CACHE_CONTROL, "private, no-store");
 use crate::state::AppState;
 
+use super::answers;
+
 #[derive(Serialize, utoipa::ToSchema)]
 struct OrderStatus {
     order_id: Uuid,
@@ -44,6 +46,8 @@ struct OrderStatus {
     security(("bearer" = [])), responses(
     (status = 200, description = "The order: `pending` or `confirmed`", body = OrderStatus),
     (status = 404, description = "`not_found`: no such order, or not the caller's", body = ErrorBody<'static>),
+    (status = 503, description = "`recovering`: in neither store while its sale's Redis state is rebuilt", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds until a retry may find it"))),
 ))]
 pub(super) async fn order_status(
     state: web::Data<AppState>,
@@ -82,7 +86,8 @@ pub(super) async fn order_status(
                 paid_at: None,
             }))
         }
-        _ => Err(not_found()),
+        Some(_) => Err(not_found()),
+        None => Err(answers::missing_order(state.get_ref(), &order_id).await),
     }
 }
 
@@ -146,7 +151,10 @@ pub(super) async fn pay(
                 )
                 .with_header(header::RETRY_AFTER, "1"));
             }
-            Err(AppError::not_found("no such order"))
+            if owner.is_some() {
+                return Err(AppError::not_found("no such order"));
+            }
+            Err(answers::missing_order(state.get_ref(), &order_id).await)
         }
     }
 }
@@ -252,7 +260,10 @@ async fn cancel_as(
                 )
                 .with_header(header::RETRY_AFTER, "1"));
             }
-            Err(AppError::not_found("no such order"))
+            if owner.is_some() {
+                return Err(AppError::not_found("no such order"));
+            }
+            Err(answers::missing_order(state.get_ref(), &order_id).await)
         }
     }
 }
