@@ -358,7 +358,7 @@ impl Decider for BuyDecider {
         let _deciding = self.kept.as_ref().map(|k| k.deciding(sale.get()));
         let keep = |replies: &[BuyReply]| {
             if let Some(kept) = &self.kept {
-                let (replays, fresh): (Vec<_>, Vec<_>) = batch
+                let decided: Vec<_> = batch
                     .iter()
                     .zip(replies)
                     .filter_map(|(req, r)| match r {
@@ -377,17 +377,9 @@ impl Decider for BuyDecider {
                         )),
                         _ => None,
                     })
-                    .partition(|(replayed, _)| *replayed);
-                kept.keep(super::kept::accepted(
-                    sale,
-                    fresh.into_iter().map(|(_, o)| o),
-                ));
-                // A replayed acceptance is kept too: its first call may have failed
-                // after Redis ran it (a response timeout, a reply cut), so nothing kept
-                // it. Each on its own: the first's batch was another.
-                for (_, order) in replays {
-                    kept.keep(super::kept::accepted(sale, std::iter::once(order)));
-                }
+                    .collect();
+                let rows = super::kept::accepted(sale, decided.iter().map(|(_, o)| *o));
+                kept.keep_decided(decided.iter().map(|(replayed, _)| *replayed).zip(rows));
             }
         };
         let Some(acks) = &self.replica_acks else {

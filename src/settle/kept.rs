@@ -116,9 +116,8 @@ impl<R: KeptRows> Kept<R> {
         }
     }
 
-    /// Keeps the rows a batch of one sale or poll accepted (each row's `owner`). A
-    /// replayed acceptance comes alone (its first call may have failed after Redis
-    /// ran it, keeping nothing; the release's probe of a batch is its first row).
+    /// Keeps the rows a batch of one sale or poll accepted (each row's `owner`);
+    /// see [`Kept::keep_decided`] for replays.
     pub fn keep(&self, orders: Vec<Accepted>) {
         let Some(owner) = orders.first().map(|r| r.owner) else {
             return;
@@ -135,6 +134,19 @@ impl<R: KeptRows> Kept<R> {
         }
         drop(inner);
         self.metrics.kept_dropped.add(dropped as u64);
+    }
+
+    /// Keeps a decision batch's accepted rows, each marked whether it was a replay:
+    /// the fresh ones as the batch, each replay on its own. A replay is kept too: its
+    /// first call may have failed after Redis ran it (a response timeout, a reply
+    /// cut), keeping nothing; and alone, since its first batch was another (the
+    /// release's probe of a batch is its first row).
+    pub fn keep_decided(&self, rows: impl IntoIterator<Item = (bool, Accepted)>) {
+        let (replays, fresh): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(r, _)| *r);
+        self.keep(fresh.into_iter().map(|(_, row)| row).collect());
+        for (_, row) in replays {
+            self.keep(vec![row]);
+        }
     }
 
     /// Rows kept now.

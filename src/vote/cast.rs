@@ -337,15 +337,7 @@ impl Decider for VoteDecider {
         let _deciding = self.kept.as_ref().map(|k| k.deciding(poll.get()));
         let keep = |replies: &[VoteReply]| {
             if let Some(kept) = &self.kept {
-                let (replays, fresh): (Vec<_>, Vec<_>) = kept_rows(poll, &batch, replies)
-                    .into_iter()
-                    .partition(|(replayed, _)| *replayed);
-                kept.keep(fresh.into_iter().map(|(_, row)| row).collect());
-                // A replayed acceptance is kept too (as purchases are): its first
-                // call may have failed after Redis ran it. Each on its own.
-                for (_, row) in replays {
-                    kept.keep(vec![row]);
-                }
+                kept.keep_decided(kept_rows(poll, &batch, replies));
             }
         };
         let Some(acks) = &self.replica_acks else {
