@@ -143,21 +143,24 @@ impl Roster {
         loop {
             tokio::select! {
                 _ = shutdown.changed() => break,
-                () = woken.notified() => self.answer(&db, &keepers).await,
+                () = woken.notified() => {
+                    within("answering flush requests", self.answer(&db, &keepers)).await;
+                }
                 _ = beat.tick() => {
-                    if let Some(requests) = self.beat(&db, beats.is_multiple_of(CLEAN_EVERY)).await {
-                        self.answer_these(&db, &keepers, requests).await;
-                    }
+                    let clean = beats.is_multiple_of(CLEAN_EVERY);
+                    within("the roster beat", async {
+                        if let Some(requests) = self.beat(&db, clean).await {
+                            self.answer_these(&db, &keepers, requests).await;
+                        }
+                    })
+                    .await;
                     beats = beats.wrapping_add(1);
                     keeping = keepers.iter().any(|k| k.any());
                 }
                 _ = release.tick(), if keeping => {
                     keeping = false;
                     for keeper in keepers.iter().filter(|k| k.any()) {
-                        keeping |= keeper.release(&db).await.unwrap_or_else(|e| {
-                            tracing::debug!(error = %e, "reading which kept rows are settled failed");
-                            true
-                        });
+                        keeping |= released(keeper.as_ref(), &db).await;
                     }
                 }
             }
@@ -165,10 +168,19 @@ impl Roster {
         listening.abort();
         // Requests not answered yet first (a closed one's rows are not written),
         // then the rest: settlement would have to read it from Redis otherwise.
-        self.answer(&db, &keepers).await;
-        for keeper in &keepers {
+        within(
+            "writing what this server keeps at shutdown",
+            self.leave(&db, &keepers),
+        )
+        .await;
+    }
+
+    /// At shutdown: writes everything kept, then leaves the roster.
+    async fn leave(&mut self, db: &PgPool, keepers: &[Arc<dyn Keeper>]) {
+        self.answer(db, keepers).await;
+        for keeper in keepers {
             let kind = keeper.kind().as_str();
-            match keeper.flush(&db, None, None).await {
+            match keeper.flush(db, None, None).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(
                     kind,
@@ -182,7 +194,7 @@ impl Roster {
         }
         let _ = sqlx::query("DELETE FROM server_roster WHERE id = $1")
             .bind(self.id)
-            .execute(&db)
+            .execute(db)
             .await;
     }
 
@@ -279,6 +291,39 @@ impl Roster {
             .await;
         }
         Some(requests)
+    }
+}
+
+/// Whether `keeper` still keeps rows after releasing those settlement committed
+/// (true when that could not be read).
+async fn released(keeper: &dyn Keeper, db: &PgPool) -> bool {
+    let read = within("reading which kept rows are settled", keeper.release(db)).await;
+    read.is_none_or(|r| {
+        r.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "reading which kept rows are settled failed");
+            true
+        })
+    })
+}
+
+/// How long one turn of the roster's loop (a beat and the flushes it asks for, an
+/// answer, a release) may wait for Postgres: past it the turn is given up, its
+/// connections closed (see `startup::connect`), and the next beat tries again. A
+/// link that died without a reset would otherwise stop the beats for ever, and
+/// with them this server's answers to every rebuild.
+const TURN_LIMIT: Duration = Duration::from_secs(15);
+
+/// `work` within [`TURN_LIMIT`]; `None` (and a warning) when it took longer.
+async fn within<T>(what: &str, work: impl Future<Output = T>) -> Option<T> {
+    match tokio::time::timeout(TURN_LIMIT, work).await {
+        Ok(done) => Some(done),
+        Err(_) => {
+            tracing::warn!(
+                limit_ms = TURN_LIMIT.as_millis() as u64,
+                "{what}: Postgres did not answer in time; given up, tried again at the next beat"
+            );
+            None
+        }
     }
 }
 

@@ -112,6 +112,10 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_SETTLE_EXCLUSIVE", parsed!(settle.exclusive)),
     ("STAMPEDE_SETTLE_LINGER_MS", parsed!(millis settle.linger)),
     (
+        "STAMPEDE_SETTLE_WRITE_TIMEOUT_MS",
+        parsed!(millis settle.write_timeout),
+    ),
+    (
         "STAMPEDE_SETTLE_CLAIM_IDLE_MS",
         parsed!(millis settle.claim_idle),
     ),

@@ -37,6 +37,14 @@ pub struct SettleConfig {
     /// Redis more per order (see `src/settle/lease.rs`). `false`: every worker
     /// reads, for a database that gains from parallel inserts.
     pub exclusive: bool,
+    /// How long one batch's transaction may wait for Postgres before the worker
+    /// gives up on its connection (closed, never returned to the pool) and writes
+    /// the batch again on another: a connection whose peer vanished without a reset
+    /// (a failover, a dropped route) never answers, and would hold settlement for
+    /// ever. A batch written twice is settled once (the rows already there are
+    /// skipped). Longer than any lock wait worth waiting out in one go.
+    #[serde(rename = "write_timeout_ms", with = "units::millis")]
+    pub write_timeout: Duration,
 }
 
 impl Default for SettleConfig {
@@ -48,6 +56,7 @@ impl Default for SettleConfig {
             claim_idle: Duration::from_millis(30_000),
             consumer: None,
             exclusive: true,
+            write_timeout: Duration::from_millis(30_000),
         }
     }
 }
@@ -62,6 +71,7 @@ impl std::fmt::Debug for SettleConfig {
             .field("claim_idle_ms", &self.claim_idle.as_millis())
             .field("consumer", &self.consumer)
             .field("exclusive", &self.exclusive)
+            .field("write_timeout_ms", &self.write_timeout.as_millis())
             .finish()
     }
 }

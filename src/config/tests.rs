@@ -204,6 +204,7 @@ fn durations_keep_their_units_in_files_and_variables() {
         ("STAMPEDE_KEEP_ALIVE_SECS", " 9 "),
         ("STAMPEDE_TOKEN_TTL_SECS", "3600"),
         ("STAMPEDE_SETTLE_CLAIM_IDLE_MS", "1500"),
+        ("STAMPEDE_SETTLE_WRITE_TIMEOUT_MS", "4000"),
     ]);
     let mut c = Config::default();
     c.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
@@ -211,6 +212,7 @@ fn durations_keep_their_units_in_files_and_variables() {
     assert_eq!(c.keep_alive, Duration::from_secs(9));
     assert_eq!(c.token_ttl, Duration::from_secs(3600));
     assert_eq!(c.settle.claim_idle, Duration::from_millis(1500));
+    assert_eq!(c.settle.write_timeout, Duration::from_secs(4));
     let err = c
         .apply_env(|k| (k == "STAMPEDE_EXPIRE_MS").then(|| "1s".to_string()))
         .unwrap_err();
@@ -222,6 +224,7 @@ fn durations_keep_their_units_in_files_and_variables() {
         "keep_alive_secs: 9",
         "token_ttl_secs: 3600",
         "claim_idle_ms: 1500",
+        "write_timeout_ms: 4000",
         "block_ms: 1000",
     ] {
         assert!(shown.contains(key), "{key} in {shown}");

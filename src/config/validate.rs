@@ -90,6 +90,13 @@ impl Config {
         if self.settle.batch_size == 0 {
             return Err(ConfigError::Invalid("settle.batch_size must be > 0".into()));
         }
+        if self.settle.write_timeout < std::time::Duration::from_millis(100) {
+            return Err(ConfigError::Invalid(
+                "settle.write_timeout_ms (STAMPEDE_SETTLE_WRITE_TIMEOUT_MS) must be at least \
+                 100: a batch's transaction needs that long on a healthy Postgres"
+                    .into(),
+            ));
+        }
         self.limits.policies().map_err(ConfigError::Invalid)?;
         Ok(())
     }

@@ -16,6 +16,7 @@ pub use code::ErrorCode;
 use outage::is_db_unreachable;
 pub use outage::{
     RETRY_AFTER_OUTAGE_SECS, is_redis_not_ready, is_redis_unreachable, is_unique_violation,
+    postgres_timed_out, within,
 };
 
 #[derive(Debug, thiserror::Error)]

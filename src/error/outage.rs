@@ -73,3 +73,33 @@ pub(super) fn is_db_unreachable(e: &sqlx::Error) -> bool {
 pub fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
+
+/// A wait for Postgres that ran out: an I/O error (an outage, 503), saying what
+/// was given up and after how long.
+pub fn postgres_timed_out(what: &str, limit: std::time::Duration) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "{what}: Postgres did not answer within {} ms; given up, its connection closed",
+            limit.as_millis()
+        ),
+    ))
+}
+
+/// `work` within `limit`, else [`postgres_timed_out`]. For work that waits on
+/// Postgres outside a request (settlement, rebuilds, expiry, draws, waiting
+/// rooms): a link that died without a reset (a failover, a dropped route) never
+/// answers, and the work would wait for ever, holding its lock, its loop and its
+/// connection. Given up, the work is dropped with its connections, which the pool
+/// closes instead of keeping (its ping on release is bounded: see
+/// `startup::connect`), and the next turn tries again on new ones.
+pub async fn within<T, E: From<sqlx::Error>>(
+    what: &str,
+    limit: std::time::Duration,
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    match tokio::time::timeout(limit, work).await {
+        Ok(done) => done,
+        Err(_) => Err(postgres_timed_out(what, limit).into()),
+    }
+}

@@ -70,6 +70,7 @@ counters! {
     settled_rows: "Orders and votes written to Postgres by this process's settlement worker.",
     settle_errors: "Settlement steps that failed and will be retried.",
     settle_rewrites: "Settlement batches written a second time with ON CONFLICT DO NOTHING, because their plain INSERT met a row already there (a redelivery after a failure, an order in conflict, or a second order under an idempotency key Redis had forgotten, which settles without the key).",
+    settle_timeouts: "Settlement transactions given up after settle.write_timeout_ms (Postgres did not answer: a link that died without a reset, or a lock held that long): their connection closed, their batch written again on another.",
     order_cancels_buyer: "Orders cancelled by their buyer (units returned).",
     order_cancels_admin: "Orders cancelled or refunded by an admin (units returned).",
     order_cancels_refused: "Cancels refused as not_cancellable (already cancelled, expired, or paid for a buyer).",

@@ -46,6 +46,10 @@ pub mod sweep;
 
 /// Lease of a rebuild's lock; a watchdog extends it while the rebuild runs.
 const LOCK_TTL_MS: u64 = 10_000;
+
+/// How long one rebuild may take before it is given up (see [`Recovery::rebuild`]):
+/// far more than a sale of a million orders needs, far less than for ever.
+const REBUILD_LIMIT: Duration = Duration::from_secs(120);
 /// Checks sent to Redis in one pipelined round trip (see [`Recovery::check_many`]);
 /// a full pass over 30,000 sales sends 118 of them, each followed by the rebuilds
 /// its answers asked for, most urgent first.
@@ -161,10 +165,18 @@ impl Recovery {
         };
         let lost = guard.start_watchdog();
         let stores = self.stores();
-        let result = match target {
-            Target::Sale(id) => self.features.sales.rebuild(stores, id).await,
-            Target::Poll(id) => self.features.polls.rebuild(stores, id).await,
+        let rebuilt = async {
+            match target {
+                Target::Sale(id) => self.features.sales.rebuild(stores, id).await,
+                Target::Poll(id) => self.features.polls.rebuild(stores, id).await,
+            }
         };
+        // A link to Postgres that died without a reset never answers: given up
+        // here, its connections are closed (see `startup::connect`) and the next
+        // rebuild starts afresh, instead of this one holding the lock, and the sale
+        // in `recovering`, for ever. Dropped, it writes nothing more; the next
+        // rebuild writes the whole state again.
+        let result = crate::error::within("a rebuild", REBUILD_LIMIT, rebuilt).await;
         if matches!(result, Ok(Some(_))) {
             Metrics::inc(&self.metrics.rebuilds);
         }

@@ -13,7 +13,7 @@ impl Settler {
     /// meets a row already there (a redelivery, or an order in conflict) is
     /// written again, skipping those rows.
     async fn write(&self, events: &[Event]) -> Result<(u64, Vec<String>), sqlx::Error> {
-        match self.write_as(events, Insert::Fresh).await {
+        match self.write_within(events, Insert::Fresh).await {
             Err(e)
                 if e.as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
@@ -23,9 +23,34 @@ impl Settler {
                     error = %e,
                     "a settlement batch met rows already in Postgres; writing it again, skipping them"
                 );
-                self.write_as(events, Insert::Tolerant).await
+                self.write_within(events, Insert::Tolerant).await
             }
             written => written,
+        }
+    }
+
+    /// [`Settler::write_as`] within `settle.write_timeout_ms`. Past it, the
+    /// transaction is dropped with its connection, which the pool closes rather
+    /// than keeps (its ping on release is bounded: see `startup::connect`), and
+    /// the batch is left pending, to be written again on another connection: a
+    /// link to Postgres that died without a reset would otherwise hold settlement
+    /// for ever, every 202 after it unsettled. Whether a commit cut off here
+    /// landed does not matter: the next write skips the rows already there.
+    async fn write_within(
+        &self,
+        events: &[Event],
+        insert: Insert,
+    ) -> Result<(u64, Vec<String>), sqlx::Error> {
+        let limit = self.config.write_timeout;
+        match tokio::time::timeout(limit, self.write_as(events, insert)).await {
+            Ok(written) => written,
+            Err(_) => {
+                Metrics::inc(&self.metrics.settle_timeouts);
+                Err(crate::error::postgres_timed_out(
+                    "a settlement batch's transaction (settle.write_timeout_ms)",
+                    limit,
+                ))
+            }
         }
     }
 

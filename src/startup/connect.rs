@@ -66,13 +66,14 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
     PgPoolOptions::new()
         .max_connections(size)
         .acquire_timeout(acquire)
-        // sqlx pings a connection as it goes back to the pool, and, by default,
-        // again as it is taken. The requests' pool keeps that; the background work,
-        // which runs every few seconds on an idle server and retries what fails,
-        // does without the second: a connection a Postgres restart closed fails
-        // one query, and is dropped (a rebuild a request started is one: that
-        // request is answered 503 `recovering`, and the next starts it again).
-        .test_before_acquire(matches!(pool, Pool::Requests))
+        // sqlx pings a connection as it goes back to the pool (bounded here, see
+        // `answers_within`) and again as it is taken (bounded by `acquire`): a
+        // connection whose link died while it sat in the pool, without a reset (a
+        // failover, a dropped route), is found and closed there, where the work
+        // that took it would wait for its first answer for ever (or, bounded, for
+        // its whole limit: 30 s of settlement per dead connection).
+        .test_before_acquire(true)
+        .after_release(|conn, _| Box::pin(answers_within(conn, RELEASE_PING_TIMEOUT)))
         .connect_with(options)
         .await
         .map_err(|e| {
@@ -81,6 +82,29 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
                 crate::config::redact_url(&config.database_url)
             )
         })
+}
+
+/// How long a connection going back to its pool may take to answer a ping.
+const RELEASE_PING_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether a connection going back to its pool still answers, within `limit`: else
+/// it is closed, not kept. sqlx pings it on release too, but without a bound: a
+/// connection whose work was given up (a settlement transaction past its timeout,
+/// a request whose client left) on a link that died without a reset would hang
+/// that ping for ever, and with it a place in the pool: a few such and the pool is
+/// gone. The ping also waits out what the given-up work left to read.
+async fn answers_within(
+    conn: &mut sqlx::PgConnection,
+    limit: Duration,
+) -> Result<bool, sqlx::Error> {
+    use sqlx::Connection;
+    match tokio::time::timeout(limit, conn.ping()).await {
+        Ok(answered) => answered.map(|()| true),
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "a Postgres connection going back to its pool did not answer a ping",
+        ))),
+    }
 }
 
 /// Connections of the settlement worker's pool: one transaction at a time, and

@@ -40,7 +40,8 @@ pub(super) async fn sweep_forever(
         if !folded.load(std::sync::atomic::Ordering::Relaxed) && fold_legacy(&recovery).await {
             folded.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        match sweep.lock().await.tick().await {
+        let mut sweep = sweep.lock().await;
+        match crate::error::within("a sweep", WORK_LIMIT, sweep.tick()).await {
             Ok(0) => {}
             Ok(rebuilt) => tracing::warn!(rebuilt, "sales and polls rebuilt from Postgres"),
             Err(e) => tracing::debug!(error = ?e, "sweep of Redis state failed; retrying"),
@@ -104,6 +105,11 @@ async fn every_until_shutdown<F, Fut>(
         step().await;
     }
 }
+
+/// How long an expiry pass, or a sweep's tick, may wait (for Postgres, mostly)
+/// before it is given up and tried again (see [`crate::error::within`]): a tick
+/// rebuilds at most a few sales, each within its own limit.
+const WORK_LIMIT: Duration = Duration::from_secs(300);
 
 /// Name of the lock (see [`crate::lock`]) held during an expiry pass.
 pub const EXPIRE_LOCK: &str = "orders:expire";
@@ -178,13 +184,9 @@ async fn expire_locked(state: &AppState) -> Result<usize, AppError> {
         return Ok(0);
     };
     let _lost = guard.start_watchdog();
-    let pass = crate::sale::payment::expire_pass(
-        &state.db,
-        &mut state.redis.clone(),
-        &state.keys,
-        EXPIRE_BATCH,
-    )
-    .await;
+    let mut redis = state.redis.clone();
+    let pass = crate::sale::payment::expire_pass(&state.db, &mut redis, &state.keys, EXPIRE_BATCH);
+    let pass = crate::error::within("an expiry pass", WORK_LIMIT, pass).await;
     let _ = guard.release().await;
     let pass = pass?;
     for (sale, results) in &pass.applied {

@@ -34,26 +34,7 @@ async fn order_lists(stack: &Stack, token: &str, until: Instant) -> Vec<(Option<
     let mut out = Vec::new();
     while Instant::now() < until {
         let at = Instant::now();
-        let resp = stack
-            .http
-            .get(format!("{}/api/me/orders", stack.live_base()))
-            .bearer_auth(token)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await;
-        let status = match resp {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                if status == 503 {
-                    assert!(
-                        r.headers().contains_key(reqwest::header::RETRY_AFTER),
-                        "a 503 order list without Retry-After"
-                    );
-                }
-                Some(status)
-            }
-            Err(_) => None,
-        };
+        let status = order_list(stack, token).await;
         out.push((status, at.elapsed()));
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
@@ -159,7 +140,97 @@ async fn postgres_link_fault_mid_storm(name: &str, fault: Fault, length: Duratio
     assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
 }
 
+/// How long a settlement transaction may wait here (`settle.write_timeout_ms`,
+/// 30 s by default): short, so the test does not wait out the default.
+const WRITE_TIMEOUT_MS: &str = "2000";
+
+/// Every link to Postgres goes silent for good mid-storm, without a reset (a
+/// failover behind the same address, a VM gone): each connection open then
+/// swallows what it is sent and never closes; new connections work at once. The
+/// server must find its dead connections and settle on new ones: every 202 in
+/// Postgres, once, and the pool whole again (order lists 200). Before,
+/// settlement waited on its first dead connection for ever.
+async fn postgres_severed_mid_storm(name: &str) {
+    let options =
+        Options::proxied(1).with(&[("STAMPEDE_SETTLE_WRITE_TIMEOUT_MS", WRITE_TIMEOUT_MS)]);
+    let stack = Stack::start(name, options).await;
+    let links = &stack.links[0];
+    let (users, sales) = stack.shoppers_and_sales().await;
+    let plan = plan_around(120.0, Duration::from_secs(2), Duration::from_secs(6));
+    let storm = stack.storm(purchases(&users, &sales, 1, 0.03), plan);
+    storm.wait_accepted(150, Duration::from_secs(20)).await;
+    let token = &users[0].token;
+    assert_eq!(
+        order_list(&stack, token).await,
+        Some(200),
+        "an order list before the fault"
+    );
+    links.pg.sever();
+    let severed = Instant::now();
+    println!("Postgres links severed at {:.1?}", storm.elapsed());
+    // The requests' pool finds its dead connections as it takes them (a ping
+    // within the acquire timeout): an order list answers 200 again.
+    let mut lists = Vec::new();
+    let listed = loop {
+        let status = order_list(&stack, token).await;
+        lists.push(status);
+        if status == Some(200) || severed.elapsed() > Duration::from_secs(30) {
+            break severed.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let records = storm.finish().await;
+    let stats = links.pg.stats();
+    let settlement = format!(
+        "order lists after the sever {lists:?}, 200 again {listed:.2?} after it; proxy: {} connections, {} directions severed, {} still open",
+        stats.accepted.load(Ordering::Relaxed),
+        stats.severed.load(Ordering::Relaxed),
+        stats.severed_open.load(Ordering::Relaxed),
+    );
+    let during = sent_between(&records, severed, severed + Duration::from_secs(2));
+    print_figures(name, &records, &during, listed, &settlement);
+    assert_answers_bounded(&records, "purchases");
+    assert!(
+        stats.severed.load(Ordering::Relaxed) >= 2,
+        "no connection was open to sever"
+    );
+    assert!(
+        lists.iter().all(|s| matches!(s, Some(200 | 503))),
+        "order lists after the sever (a 503 while a dead connection is found, never a hang): {lists:?}"
+    );
+    assert_eq!(
+        lists.last(),
+        Some(&Some(200)),
+        "order lists never answered 200 again: {lists:?}"
+    );
+    assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
+}
+
+/// `GET /api/me/orders`: its status, `None` when it did not answer in 10 s. A 503
+/// must carry `Retry-After`.
+async fn order_list(stack: &Stack, token: &str) -> Option<u16> {
+    let resp = stack
+        .http
+        .get(format!("{}/api/me/orders", stack.live_base()))
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .ok()?;
+    let status = resp.status().as_u16();
+    if status == 503 {
+        assert!(
+            resp.headers().contains_key(reqwest::header::RETRY_AFTER),
+            "a 503 order list without Retry-After"
+        );
+    }
+    Some(status)
+}
+
 scenario_tests! {
+    /// Every Postgres link silent for good mid-storm (a failover without resets).
+    postgres_links_severed_mid_storm_settle_on_new_connections =>
+        postgres_severed_mid_storm("net-pg-sever");
     /// Scenario 5 (5 s in CI, 30 s in `scripts/faults`).
     postgres_stalled_mid_storm_purchases_go_on_and_the_backlog_settles =>
         postgres_link_fault_mid_storm("net-pg-stall", Fault::Stall, fault_length(5, 30));

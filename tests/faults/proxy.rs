@@ -12,6 +12,10 @@
 //!   in half (mid-reply); or so every `period` until healed;
 //! - blackhole: new connections are accepted but never forwarded (until healed),
 //!   existing ones stalled;
+//! - sever: the connections open now go silent for good, both ways (what a peer
+//!   that vanished without a reset does: a failover, a VM gone, a dropped route
+//!   that never comes back): their bytes are swallowed, they never close (until
+//!   the other side closes them); connections made after it flow;
 //! - heal: all of it undone.
 //!
 //! One proxy per (server, dependency), so one app server can be cut off alone.
@@ -60,6 +64,10 @@ pub struct Stats {
     pub cut: AtomicUsize,
     /// Bytes forwarded, both ways.
     pub bytes: AtomicU64,
+    /// Directions of connections severed (two a connection, see [`Proxy::sever`]),
+    /// and of them those still open.
+    pub severed: AtomicUsize,
+    pub severed_open: AtomicUsize,
 }
 
 struct Shared {
@@ -67,6 +75,8 @@ struct Shared {
     faults: watch::Sender<Faults>,
     /// Bumped by every reset: a connection born under an older value closes.
     resets: watch::Sender<u64>,
+    /// Bumped by every sever: a connection born under an older value goes silent.
+    severs: watch::Sender<u64>,
     stats: Stats,
 }
 
@@ -89,6 +99,7 @@ impl Proxy {
             target: SocketAddr::from(([127, 0, 0, 1], target_port)),
             faults: watch::channel(Faults::default()).0,
             resets: watch::channel(0).0,
+            severs: watch::channel(0).0,
             stats: Stats::default(),
         });
         let accept = tokio::spawn(accept_loop(listener, shared.clone()));
@@ -134,6 +145,19 @@ impl Proxy {
     /// New connections accepted but not forwarded, existing ones stalled.
     pub fn blackhole(&self) {
         self.shared.faults.send_modify(|f| f.blackhole = true);
+    }
+
+    /// Every connection open now goes silent for good: what it is sent, either
+    /// way, is swallowed; it is never closed by the proxy. Connections made after
+    /// this flow (no heal needed).
+    pub fn sever(&self) {
+        self.shared.severs.send_modify(|n| *n += 1);
+    }
+
+    /// Directions of severed connections still open (their sender has not closed
+    /// them; two a connection).
+    pub fn severed_open(&self) -> usize {
+        self.shared.stats.severed_open.load(Ordering::Relaxed)
     }
 
     /// Closes every open connection now (RST; a chunk being written is cut).
@@ -204,6 +228,13 @@ async fn reset_after(resets: &mut watch::Receiver<u64>, born: u64) {
     // The proxy was dropped (sender gone) or a reset came: close either way.
 }
 
+/// Resolves when a sever newer than `at` is asked for.
+async fn severed_after(severs: &mut watch::Receiver<u64>, at: u64) {
+    if severs.wait_for(|n| *n != at).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// Resolves when the faults let bytes (or a held connection) through.
 async fn flowing(faults: &mut watch::Receiver<Faults>) {
     if faults.wait_for(|f| !f.holds_bytes()).await.is_err() {
@@ -219,6 +250,7 @@ fn abort(stream: &TcpStream) {
 async fn serve(client: TcpStream, shared: &Arc<Shared>) {
     let mut resets = shared.resets.subscribe();
     let born = *resets.borrow_and_update();
+    let severed_at = *shared.severs.borrow();
     let _ = client.set_nodelay(true);
     // Blackholed: accepted, never forwarded, until healed (or reset).
     let mut faults = shared.faults.subscribe();
@@ -234,8 +266,9 @@ async fn serve(client: TcpStream, shared: &Arc<Shared>) {
     let _ = upstream.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (upstream_read, upstream_write) = upstream.into_split();
-    let up = pump(client_read, upstream_write, shared.clone(), born);
-    let down = pump(upstream_read, client_write, shared.clone(), born);
+    let severed = (born, severed_at);
+    let up = pump(client_read, upstream_write, shared.clone(), severed);
+    let down = pump(upstream_read, client_write, shared.clone(), severed);
     // Each direction ends on its reader's EOF (then shuts its writer: a FIN) or
     // on a reset; the halves drop here, with linger 0 (an RST if not closed).
     let (a, b) = tokio::join!(up, down);
@@ -257,7 +290,7 @@ async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
     shared: Arc<Shared>,
-    born: u64,
+    (born, severed_at): (u64, u64),
 ) -> End {
     let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let reader = tokio::spawn(async move {
@@ -273,7 +306,7 @@ async fn pump(
             }
         }
     });
-    let end = forward(&mut rx, &mut to, &shared, born).await;
+    let end = forward(&mut rx, &mut to, &shared, (born, severed_at)).await;
     reader.abort();
     if end == End::Eof {
         let _ = to.shutdown().await;
@@ -285,10 +318,11 @@ async fn forward(
     rx: &mut mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
     to: &mut OwnedWriteHalf,
     shared: &Shared,
-    born: u64,
+    (born, severed_at): (u64, u64),
 ) -> End {
     let mut resets = shared.resets.subscribe();
     let mut faults = shared.faults.subscribe();
+    let mut severs = shared.severs.subscribe();
     let mut last_due = Instant::now();
     loop {
         let (read_at, chunk) = tokio::select! {
@@ -299,6 +333,9 @@ async fn forward(
             _ = reset_after(&mut resets, born) => {
                 abort(to.as_ref());
                 return End::Reset;
+            }
+            () = severed_after(&mut severs, severed_at) => {
+                return swallow(rx, to, shared, born).await;
             }
         };
         let f = *faults.borrow_and_update();
@@ -315,6 +352,9 @@ async fn forward(
         };
         tokio::select! {
             _ = held => {}
+            () = severed_after(&mut severs, severed_at) => {
+                return swallow(rx, to, shared, born).await;
+            }
             _ = reset_after(&mut resets, born) => {
                 // Mid-reply: half the chunk goes out, then the RST.
                 let _ = to.write_all(&chunk[..chunk.len() / 2]).await;
@@ -331,6 +371,33 @@ async fn forward(
             .bytes
             .fetch_add(chunk.len() as u64, Ordering::Relaxed);
     }
+}
+
+/// A severed direction: everything read from then on is dropped, and the
+/// connection stays open until its sender closes it (EOF: shut down onward) or a
+/// reset (the proxy dropped).
+async fn swallow(
+    rx: &mut mpsc::UnboundedReceiver<(Instant, Vec<u8>)>,
+    to: &mut OwnedWriteHalf,
+    shared: &Shared,
+    born: u64,
+) -> End {
+    shared.stats.severed.fetch_add(1, Ordering::Relaxed);
+    shared.stats.severed_open.fetch_add(1, Ordering::Relaxed);
+    let mut resets = shared.resets.subscribe();
+    let end = loop {
+        tokio::select! {
+            c = rx.recv() => if c.is_none() {
+                break End::Eof;
+            },
+            _ = reset_after(&mut resets, born) => {
+                abort(to.as_ref());
+                break End::Reset;
+            }
+        }
+    };
+    shared.stats.severed_open.fetch_sub(1, Ordering::Relaxed);
+    end
 }
 
 #[cfg(test)]
@@ -372,7 +439,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread")]
-    async fn proxy_adds_latency_stalls_heals_resets_and_blackholes() {
+    async fn proxy_adds_latency_stalls_heals_resets_blackholes_and_severs() {
         let proxy = Proxy::start(echo().await).await;
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         let second = Duration::from_secs(1);
@@ -452,8 +519,35 @@ mod tests {
         round_trip(&mut s, b"calm", second).await.unwrap();
         let resets = proxy.stats().reset.load(Ordering::Relaxed);
         assert!(resets >= 5, "{resets} resets");
+
+        // Severed: the old connection goes silent for good and stays open, even
+        // after a heal; a new one flows at once; closing the old one is seen.
         drop(new);
+        proxy.sever();
+        let quiet = Duration::from_millis(300);
+        assert_eq!(
+            round_trip(&mut s, b"lost", quiet).await,
+            Err("timeout".to_string())
+        );
+        proxy.heal();
+        assert_eq!(
+            round_trip(&mut s, b"lost", quiet).await,
+            Err("timeout".to_string()),
+            "a severed connection carried bytes after a heal"
+        );
+        let mut fresh = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        round_trip(&mut fresh, b"next", second).await.unwrap();
+        assert_eq!(proxy.severed_open(), 2, "both directions of `s` held open");
         drop(s);
+        let deadline = Instant::now() + second;
+        while proxy.severed_open() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "a severed connection closed by its client stayed open"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(fresh);
         // Every connection closed: nothing left open (no leak per reset).
         let deadline = Instant::now() + second;
         while proxy.stats().open.load(Ordering::Relaxed) > 0 {

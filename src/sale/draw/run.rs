@@ -25,6 +25,9 @@ use crate::redis_conn::Redis;
 pub const STEP_EVERY: Duration = Duration::from_millis(500);
 /// The draw lock's lease; its watchdog extends it while a large draw runs.
 const LOCK_TTL_MS: u64 = 10_000;
+/// How long one sale's draw step may wait (for Postgres, mostly) before it is
+/// given up and tried at the next (see [`crate::error::within`]).
+const TEND_LIMIT: Duration = Duration::from_secs(60);
 
 /// What a draw made: entries ordered and wins given at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +193,8 @@ pub async fn draw_forever(
             }
         };
         for sale in sales {
-            if let Err(e) = tend(&db, &redis, &keys, sale, claim_max).await {
+            let tended = tend(&db, &redis, &keys, sale, claim_max);
+            if let Err(e) = crate::error::within("a draw step", TEND_LIMIT, tended).await {
                 tracing::warn!(sale = %sale, error = ?e, "draw step failed; retrying");
             }
         }

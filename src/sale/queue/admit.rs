@@ -270,6 +270,9 @@ async fn rooms_soon(
 
 /// How often each server steps every active waiting room.
 pub const STEP_EVERY: Duration = Duration::from_millis(100);
+/// How long one sale's step may wait (for Postgres, mostly) before it is given up
+/// and tried at the next (see [`crate::error::within`]).
+const STEP_LIMIT: Duration = Duration::from_secs(30);
 /// How often the active waiting rooms are read again from Postgres while some are
 /// active.
 const LIST_EVERY: Duration = Duration::from_secs(2);
@@ -327,7 +330,8 @@ pub async fn admit_forever<C: ConnectionLike + Clone + Send>(
         }
         for &sale in &sales {
             let mut redis = redis.clone();
-            if let Err(e) = step_once(&db, &mut redis, &keys, sale, life, &metrics).await {
+            let step = step_once(&db, &mut redis, &keys, sale, life, &metrics);
+            if let Err(e) = crate::error::within("a waiting room step", STEP_LIMIT, step).await {
                 tracing::debug!(sale = %sale, error = ?e, "waiting room step failed; retrying");
             }
         }
