@@ -20,11 +20,14 @@
 //! before a request finds them broken.
 
 pub mod acks;
+pub mod node;
 pub mod watch;
+
+use node::Node;
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
@@ -107,7 +110,8 @@ fn is_moved(e: &redis::RedisError) -> bool {
 
 #[derive(Clone)]
 pub enum Redis {
-    Node(ConnectionManager),
+    /// Replaced as a whole when it stops answering (see [`node`]).
+    Node(Node),
     /// `resend`: [`Timeouts::resend`], which redis-rs applies; without it a single
     /// command answered `MOVED` is still sent again here.
     Cluster {
@@ -125,9 +129,7 @@ impl Redis {
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(timeouts.response)
                     .set_number_of_retries(2);
-                Ok(Redis::Node(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                Ok(Redis::Node(Node::connect(client, config).await?))
             }
             Target::Cluster(nodes) => {
                 let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
@@ -155,6 +157,15 @@ impl Redis {
 
     pub fn is_cluster(&self) -> bool {
         matches!(self, Redis::Cluster { .. })
+    }
+
+    /// A caller's own wait for this connection ran out (a blocking read that
+    /// outlived its block): on one node, probe it and replace it if it is dead
+    /// (see [`node`]). A cluster's connection manages its nodes' sockets itself.
+    pub fn suspect(&self) {
+        if let Redis::Node(node) = self {
+            node.suspect();
+        }
     }
 
     /// Runs `cmd` on every primary (on one node: on it) and returns each node's

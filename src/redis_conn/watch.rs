@@ -8,7 +8,8 @@
 //! thus answer 503 to its first request after the fault had healed, seconds later.
 //! So a batch that fails `redis_unavailable`, or `/readyz` finding Redis
 //! unanswering, calls [`trouble`]; each worker's [`watch`] then `PING`s its own connections
-//! every [`PING_EVERY`], which reconnects a broken one in the background, until
+//! every [`PING_EVERY`], which reconnects a broken one in the background (and
+//! has a dead one replaced: see `node.rs`), until
 //! they have answered [`HEALTHY_PINGS`] times in a row. An idle server has no
 //! trouble and sends nothing: no timer runs while nothing failed.
 

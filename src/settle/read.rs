@@ -20,6 +20,10 @@ pub(super) const LEGACY_EVERY: Duration = Duration::from_secs(30);
 static DROP_EMPTY_STREAM: std::sync::LazyLock<crate::lua::Script> =
     crate::lua::lua_script!("drop_empty_stream.lua");
 
+/// How much longer than its block a settlement read may take before it is given
+/// up (see [`Settler::read`]).
+const READ_MARGIN: Duration = Duration::from_secs(5);
+
 impl Settler {
     /// The keys of the streams Postgres lists now (see [`Settler::streams`]).
     async fn listed_keys(&mut self) -> anyhow::Result<HashSet<String>> {
@@ -72,7 +76,21 @@ impl Settler {
         block: Option<Duration>,
     ) -> anyhow::Result<Vec<Event>> {
         let opts = self.read_options(streams);
-        let (reply, woken) = self.read_reply(streams, from, opts, block).await;
+        // Its connection has no response timeout (it blocks), so a link that died
+        // without a reset would hold this read, and settlement, for ever: past its
+        // block and [`READ_MARGIN`], the read is given up (what it was handed is
+        // this consumer's pending entries, read first next step) and its
+        // connection probed, replaced if dead (`redis_conn::node`).
+        let limit = block.unwrap_or_default() + READ_MARGIN;
+        let read = self.read_reply(streams, from, opts, block);
+        let Ok((reply, woken)) = tokio::time::timeout(limit, read).await else {
+            self.maybe_pending = true;
+            self.redis.suspect();
+            anyhow::bail!(
+                "a settlement read of Redis did not answer within {} ms",
+                limit.as_millis()
+            );
+        };
         if woken {
             self.relist = true;
             self.block = self.config.block;

@@ -25,6 +25,9 @@ enum Fault {
     Stall,
     /// Every connection reset every 0.5 s.
     Resets,
+    /// Every connection open goes silent for good (no reset; new ones flow): the
+    /// server must give its dead connections up and open new ones by itself.
+    Sever,
 }
 
 async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) {
@@ -48,6 +51,7 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
         Fault::Latency => links.redis.latency(fixed, Duration::ZERO),
         Fault::Stall => links.redis.stall(),
         Fault::Resets => links.redis.reset_every(Duration::from_millis(500)),
+        Fault::Sever => links.redis.sever(),
     }
     println!("{fault:?} from {:.1?} for {length:?}", storm.elapsed());
     // A scrape in the fault, as Prometheus makes one every 5 s.
@@ -145,6 +149,14 @@ async fn redis_link_fault_mid_storm(name: &str, fault: Fault, length: Duration) 
             let reset = stats.reset.load(Ordering::Relaxed);
             assert!(reset >= 2, "only {reset} connections reset");
         }
+        Fault::Sever => {
+            let severed = stats.severed.load(Ordering::Relaxed);
+            assert!(severed >= 2, "no connection was open to sever");
+            assert!(
+                during.iter().any(|r| r.status() == Some(503)),
+                "no purchase got a 503 on severed connections: the fault did not land"
+            );
+        }
     }
     assert_invariants(&stack, &records, &sales, &[], AllowedLoss::None).await;
 }
@@ -159,4 +171,9 @@ scenario_tests! {
     /// Scenario 3 (4 s in CI, 20 s in `scripts/faults`).
     redis_connections_reset_every_half_second_lose_nothing =>
         redis_link_fault_mid_storm("net-redis-resets", Fault::Resets, fault_length(4, 20));
+    /// Every Redis connection silent for good, none reset (a failover behind one
+    /// address, a dropped route): decided again on new connections within the
+    /// fault's length (4 s in CI) and [`RECOVERY`].
+    redis_links_severed_mid_storm_are_replaced_and_lose_nothing =>
+        redis_link_fault_mid_storm("net-redis-sever", Fault::Sever, fault_length(4, 15));
 }
