@@ -16,6 +16,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 DIR = ROOT / "deploy" / "kubernetes"
+# The example Secret, kept out of DIR so that applying DIR never overwrites a real
+# Secret with its placeholders; checked with the rest.
+EXAMPLES = ROOT / "deploy" / "kubernetes-examples"
 # The server's own stop: the drain period (STAMPEDE_DRAIN_MS, 5 s), then at most
 # STOP_BOUND (15 s, src/startup/mod.rs: the requests in flight, the settlement
 # worker's batch, the background jobs), past which it exits anyway.
@@ -31,7 +34,7 @@ def check(ok, what):
 
 def load():
     docs = []
-    for path in sorted(DIR.glob("*.yaml")):
+    for path in sorted(DIR.glob("*.yaml")) + sorted(EXAMPLES.glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 docs.append((path.name, doc))

@@ -296,6 +296,32 @@ fn short_secret_is_rejected() {
 }
 
 #[test]
+fn the_example_secrets_placeholders_are_refused() {
+    let c = Config {
+        token_secret: "CHANGE-ME-at-least-32-random-characters".into(),
+        ..Config::default()
+    };
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("token_secret") && err.contains("placeholder"),
+        "{err}"
+    );
+    let c = Config {
+        token_secret: "x".repeat(32),
+        admin_password: Some("CHANGE-ME".into()),
+        ..Config::default()
+    };
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("admin_password"), "{err}");
+    let c = Config {
+        token_secret: "x".repeat(32),
+        admin_password: Some("a-password-of-my-own".into()),
+        ..Config::default()
+    };
+    c.validate().expect("a secret and a password of one's own");
+}
+
+#[test]
 fn the_drain_period_is_read_in_ms_and_bounded_by_a_minute() {
     let mut c = Config {
         token_secret: "x".repeat(32),

@@ -15,6 +15,25 @@ impl Config {
                     .into(),
             ));
         }
+        // The example Secret's placeholders (deploy/kubernetes-examples/): a token
+        // secret anyone can read signs anyone's tokens, admin's included.
+        for (name, value) in [
+            (
+                "token_secret (STAMPEDE_TOKEN_SECRET)",
+                Some(&self.token_secret),
+            ),
+            (
+                "admin_password (STAMPEDE_ADMIN_PASSWORD)",
+                self.admin_password.as_ref(),
+            ),
+        ] {
+            if value.is_some_and(|v| v.to_ascii_lowercase().contains("change-me")) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} is still the example's placeholder (CHANGE-ME): set a secret \
+                     of your own (`openssl rand -hex 32`)"
+                )));
+            }
+        }
         if self.drain > ms(60_000) {
             return Err(ConfigError::Invalid(
                 "drain_ms (STAMPEDE_DRAIN_MS) must be 0 to 60000".into(),

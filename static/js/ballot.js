@@ -122,6 +122,10 @@ function budget(form, d) {
       if (Number.isFinite(Number(data.remaining))) state.remaining = Number(data.remaining);
       api.render();
     },
+    /** The votes given per option as this page knows them (`{option_id, count}`). */
+    votes() {
+      return rows.map((r) => ({ option_id: Number(r.dataset.optionId), count: given(r) }));
+    },
     /** The voter's votes per option, from my-ballot. */
     showVotes(votes, remaining) {
       const by = new Map((votes || []).map((v) => [String(v.option_id), Number(v.count) || 0]));

@@ -11,6 +11,9 @@ import { checkingWords, proofHeaders } from "./pow.js";
 import { keyRing, sendKeyed, unanswered } from "./keyed.js";
 
 const RESULTS_POLL_MS = 2000;
+// How long one press of a budget ballot over many options waits out the poll's
+// per-voter rate limit, in all, before it stops with what went in.
+const LIMIT_WAIT_MAX_S = 60;
 
 /** What the page says instead of hidden tallies (as the server's `hidden_words`). */
 function hiddenWords(until, closed) {
@@ -356,13 +359,34 @@ export function pollPage() {
     let accepted = 0;
     // A 202 given again under its key: counted once, when first sent.
     let replayed = false;
+    const receipts = [];
+    const total = wanted.bodies.length;
     for (const body of wanted.bodies) {
       // Each request with its Idempotency-Key, retried with it when its answer is
       // lost (a budget voter's votes never spent twice).
-      const res = await sendKeyed(voteKeys, body, (key) => voteOnce(body, key), () => {
-        show("info", "Still trying…", "The poll did not answer yet; your vote is being sent again, never counted twice.");
+      const send = () =>
+        sendKeyed(voteKeys, body, (key) => voteOnce(body, key), () => {
+          show("info", "Still trying…", "The poll did not answer yet; your vote is being sent again, never counted twice.");
+          presentAnswer(el.outcome);
+        });
+      let res = await send();
+      // One press of a budget ballot over many options is many requests, and the
+      // poll's per-voter limit (5 in 10 s by default) may refuse the later ones
+      // for a few seconds: a 429 decided nothing, so the rest waits it out and goes
+      // on, under the same keys, rather than dropping half of what was chosen.
+      let waited = 0;
+      while (res.status === 429 && total > 1 && waited < LIMIT_WAIT_MAX_S) {
+        const seconds = Math.min(10, Math.max(1, parseInt(res.headers.get("Retry-After") || "1", 10) || 1));
+        show(
+          "info",
+          `Giving your votes: ${accepted} of ${total} sent…`,
+          `This poll takes a few requests a moment from each voter; the next goes in ${seconds} s. Keep this page open.`,
+        );
         presentAnswer(el.outcome);
-      });
+        await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+        waited += seconds;
+        res = await send();
+      }
       if (res.status !== 202) {
         refused(res);
         last = null;
@@ -370,6 +394,7 @@ export function pollPage() {
       }
       accepted += 1;
       last = res.data;
+      receipts.push({ receipt: res.data.receipt, settled: false });
       replayed = replayed || res.headers.get("Idempotent-Replayed") === "true";
       controls.accepted?.(res.data);
     }
@@ -384,12 +409,17 @@ export function pollPage() {
       afterAccepted(replayed ? `${thanks(last)} (An answer was lost on the way; sent again, nothing counted twice.)` : thanks(last));
       // The receipt at once, then what Postgres holds.
       const sent = last.option_ids || last.ranking || [last.option_id];
-      const now = kind === "budget" ? { votes: [], remaining: last.remaining } : { choices: sent };
-      showReceipts(el.receipt, kind, { ...now, receipts: [{ receipt: last.receipt, settled: false }] }, labels);
+      const now = kind === "budget" ? { votes: controls.votes(), remaining: last.remaining } : { choices: sent };
+      showReceipts(el.receipt, kind, { ...now, receipts: kind === "budget" ? receipts : receipts.slice(-1) }, labels);
       ballotTimer = setTimeout(() => loadMyBallot(), 800);
     } else if (accepted > 0) {
-      // Some of a budget voter's requests went in before one was refused.
+      // Some of a budget voter's requests went in before one was refused: they
+      // count, so the tallies a vote opens show now (the refusal's words stay).
       state.voted = true;
+      if (d.results === "after_vote") {
+        refreshResults();
+        follow();
+      }
       loadMyBallot();
     }
     render();
