@@ -187,6 +187,14 @@ pub fn json_error(
     }
 }
 
+/// Whether the request says its body is JSON (`application/json`, or a
+/// `+json` type), as `web::Json` asks.
+pub fn is_json(req: &actix_web::HttpRequest) -> bool {
+    matches!(req.mime_type(), Ok(Some(mime))
+        if mime.subtype() == actix_web::mime::JSON
+            || mime.suffix() == Some(actix_web::mime::JSON))
+}
+
 /// A JSON body read as `web::Json` reads it with this server's `JsonConfig` (the
 /// content type, the limit before and while reading, a compressed body
 /// decompressed, the same answers: [`json_error`]), for a storm's route (the
@@ -200,10 +208,7 @@ pub async fn json_body<T: serde::de::DeserializeOwned>(
 ) -> Result<T, AppError> {
     use actix_web::error::JsonPayloadError as E;
     let fail = |e: E| json_error(&e, limit, body_timeout);
-    let is_json = matches!(req.mime_type(), Ok(Some(mime))
-        if mime.subtype() == actix_web::mime::JSON
-            || mime.suffix() == Some(actix_web::mime::JSON));
-    if !is_json {
+    if !is_json(req) {
         return Err(fail(E::ContentType));
     }
     let length = req

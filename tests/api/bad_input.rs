@@ -467,3 +467,46 @@ async fn malformed_vote_bodies_are_refused_like_every_json_body_and_count_nothin
     let again = send(json_type, good.into_bytes(), token).await.unwrap();
     assert_error(again, StatusCode::CONFLICT, "already_voted").await;
 }
+
+/// The purchase reads its optional body itself: a body with something in it must
+/// say it is JSON (415 otherwise, nothing bought), as every other body route's; an
+/// empty one needs no type.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_purchase_body_that_is_not_json_is_refused_415_and_buys_nothing() {
+    let (app, _admin, sale) = crate::helpers::spawn_with_live_sale(5).await;
+    let buyer = app.user().await;
+    let url = app.url(&format!("/api/sales/{sale}/purchase"));
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let mut req = app.client.post(&url).bearer_auth(&buyer.token).body("{}");
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        let resp = req.send().await.unwrap();
+        assert_error(
+            resp,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        )
+        .await;
+    }
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE sale_id = $1")
+        .bind(sale)
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(orders, 0, "a refused body bought nothing");
+    // No body, whatever its type: one unit.
+    let resp = app
+        .client
+        .post(&url)
+        .bearer_auth(&buyer.token)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+}

@@ -200,6 +200,7 @@ async fn a_bad_ticket_is_refused_and_consumes_nothing() {
         .client
         .post(app.url(&format!("/api/sales/{sale}/purchase")))
         .bearer_auth(&user.token)
+        .header("content-type", "application/json")
         .body("{not json")
         .send()
         .await

@@ -53,6 +53,13 @@ impl PurchaseBody {
             }
             body.extend_from_slice(&chunk);
         }
+        // A body with something in it is JSON, said so, as on every other route.
+        if !body.iter().all(u8::is_ascii_whitespace) && !crate::conn::is_json(req) {
+            return Err(AppError::new(
+                ErrorCode::UnsupportedMediaType,
+                "send the purchase body as application/json (or send none)",
+            ));
+        }
         Self::parse(&body)
     }
 
