@@ -52,7 +52,8 @@ fn window(
 ///   household or an office behind one network does, against a rack of
 ///   neighbouring addresses: sign-up 60 per 10 minutes, joining a waiting room
 ///   300 a minute (each account joins once), entering a draw 300 a minute, voting
-///   300 per 10 s (five times an address's 60).
+///   300 per 10 s (five times an address's 60), signing in 120 a minute (a guesser
+///   with a /56 of IPv6 would otherwise try 256 networks' 10 a minute each).
 pub fn default_policies() -> Vec<PolicyConfig> {
     use AlgorithmName::{SlidingCounter, SlidingLog};
     vec![
@@ -103,6 +104,14 @@ pub fn default_policies() -> Vec<PolicyConfig> {
             Subject::Ip,
             SlidingLog,
             10,
+            60_000,
+        ),
+        window(
+            "signin-subnet",
+            Route::Signin,
+            Subject::Subnet,
+            SlidingCounter,
+            120,
             60_000,
         ),
         window(

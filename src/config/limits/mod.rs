@@ -197,14 +197,20 @@ mod tests {
             policies
                 .iter()
                 .filter(|p| p.route == Route::Signin)
-                .all(|p| p.fail_open && p.subject == Subject::Ip)
+                .all(|p| p.fail_open && matches!(p.subject, Subject::Ip | Subject::Subnet))
         );
     }
 
     #[test]
-    fn the_defaults_limit_each_network_on_sign_up_join_entry_and_vote() {
+    fn the_defaults_limit_each_network_on_sign_in_sign_up_join_entry_and_vote() {
         let policies = LimitsConfig::default().policies().unwrap();
-        for route in [Route::Signup, Route::Join, Route::Entry, Route::Vote] {
+        for route in [
+            Route::Signin,
+            Route::Signup,
+            Route::Join,
+            Route::Entry,
+            Route::Vote,
+        ] {
             assert!(
                 policies
                     .iter()
