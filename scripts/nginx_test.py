@@ -238,6 +238,10 @@ def main():
           f"/static/app.js from disk: {js.status} {js.header('content-type')} {js.header('cache-control')}")
     big = call("POST", "/api/auth/signin", b"{" + b" " * 20000 + b"}", headers={"content-type": "application/json"})
     check(big.status == 413 and big.json().get("error") == "payload_too_large", f"a 20 KB body: {big.status} {big.body[:80]}")
+    huge = call("GET", "/api/sales", headers={"x-padding": "a" * 20000})
+    check(huge.status == 431 and huge.json().get("error") == "headers_too_large", f"a 20 KB header: {huge.status} {huge.body[:80]}")
+    long_line = call("GET", "/api/sales?" + "a" * 20000)
+    check(long_line.status == 414 and long_line.json().get("error") == "uri_too_long", f"a 20 KB request line: {long_line.status} {long_line.body[:80]}")
 
     plan = "GGPPGGPP"  # round robin: each kind meets both servers
 
