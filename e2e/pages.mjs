@@ -472,6 +472,22 @@ try {
     await page.context().close();
   }
 
+  // A poll closed early whose results stay hidden from the reader (on_reveal):
+  // the page learns of the close all the same (the hidden answer's `closed`), and
+  // stops offering the vote.
+  {
+    const closing = await createPoll(admin, `E2E pages ${runId}: closed while hidden?`, ["Tea", "Coffee"], "on_reveal");
+    const page = await newPage(PHONE, await signUpApi(`e2ep-${runId}-hc`));
+    await goto(page, `/polls/${closing.id}`);
+    const vote = page.getByRole("button", { name: "Vote" });
+    check(!(await vote.isDisabled()), "a hidden poll's page offers the vote while open");
+    await call("POST", `/api/admin/polls/${closing.id}/close`, admin.token);
+    await page.getByText("Closed early").waitFor({ timeout: 6000 });
+    check(!(await vote.isVisible()) || (await vote.isDisabled()), "a page with hidden results learns of an early close without a reload");
+    await inspect(page, "poll-hidden-closed-early");
+    await page.context().close();
+  }
+
   // Hidden results (issue 51): plain words instead of numbers, until the vote, the
   // close or the reveal; a voter's page shows the tallies once the vote is in.
   for (const [size, viewport] of SIZES) {

@@ -61,7 +61,7 @@ pub struct PollView {
     #[serde(flatten)]
     pub record: store::PollRecord,
     pub status: crate::domain::PollStatus,
-    /// The tallies, or `{"hidden": true, "until", "voters"}` when this caller may
+    /// The tallies, or `{"closed", "hidden": true, "until", "voters"}` when this caller may
     /// not see them yet.
     pub results: PollResults,
 }

@@ -37,10 +37,13 @@ impl Until {
     }
 }
 
-/// Results a caller may not see yet: `{"hidden": true, "until": ..., "voters": n}`
-/// and nothing else.
+/// Results a caller may not see yet: `{"closed": b, "hidden": true, "until": ...,
+/// "voters": n}` and nothing else.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct HiddenResults {
+    /// Closed early by an admin, as shown results say it (public, as the poll's
+    /// status is): a page whose tallies are hidden learns of the close too.
+    closed: bool,
     /// Always `true`.
     hidden: bool,
     until: Until,
@@ -62,6 +65,7 @@ impl PollResults {
         match until {
             None => PollResults::Shown(results),
             Some(until) => PollResults::Hidden(HiddenResults {
+                closed: results.closed,
                 hidden: true,
                 until,
                 voters: results.voters,
@@ -209,7 +213,10 @@ mod tests {
         let b = PollResults::of(results(&[0, 6, 0]), Some(Until::Close));
         let a = serde_json::to_string(&a).unwrap();
         assert_eq!(a, serde_json::to_string(&b).unwrap());
-        assert_eq!(a, r#"{"hidden":true,"until":"close","voters":6}"#);
+        assert_eq!(
+            a,
+            r#"{"closed":false,"hidden":true,"until":"close","voters":6}"#
+        );
     }
 
     #[test]

@@ -181,6 +181,17 @@ export function pollPage() {
    */
   function applyResults(results) {
     if (!results) return;
+    // Closed early by an admin (shown or hidden results both say so): stop
+    // offering the vote without a reload.
+    if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
+      state.status = "closed";
+      state.closedEarly = now() < state.closesAt;
+      // "The results update live" is no longer true.
+      if (el.outcome.classList.contains("outcome-success") && results.hidden !== true) {
+        show("success", "Thanks, your vote counted.", "The poll is closed: these are the final results.");
+      }
+      render();
+    }
     if (results.hidden === true) {
       // Hidden again after tallies showed: a shared stream behind this visitor's
       // own view (their vote is in); keep what they saw.
@@ -194,16 +205,6 @@ export function pollPage() {
     if (results.runoff) showRunoff(el.runoff, results.runoff, labels);
     if (state.hiddenUntil) {
       state.hiddenUntil = "";
-      render();
-    }
-    // Closed early by an admin: stop offering the vote without a reload.
-    if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
-      state.status = "closed";
-      state.closedEarly = now() < state.closesAt;
-      // "The results update live" is no longer true.
-      if (el.outcome.classList.contains("outcome-success")) {
-        show("success", "Thanks, your vote counted.", "The poll is closed: these are the final results.");
-      }
       render();
     }
     const votes = new Map(results.tallies.map((t) => [String(t.option_id), Math.max(0, Number(t.votes) || 0)]));

@@ -1,6 +1,6 @@
 //! Results visibility (issue 51): a poll's `results` setting (`live`, `after_vote`,
 //! `after_close`, `on_reveal`) decides who sees the tallies when; hidden results
-//! answer `{"hidden": true, "until", "voters"}` on every route, the event stream and
+//! answer `{"closed", "hidden": true, "until", "voters"}` on every route, the event stream and
 //! the pages, the same bytes whatever the tallies; admins always see them.
 
 use chrono::{DateTime, Duration, SubsecRound, Utc};
@@ -49,8 +49,8 @@ async fn patch_results(app: &TestApp, admin: &User, poll: i64, results: &str) ->
         .unwrap()
 }
 
-fn hidden(until: &str, voters: i64) -> Value {
-    json!({ "hidden": true, "until": until, "voters": voters })
+fn hidden(until: &str, voters: i64, closed: bool) -> Value {
+    json!({ "closed": closed, "hidden": true, "until": until, "voters": voters })
 }
 
 /// Votes of `picks` (option indexes), one new user each; returns the voters.
@@ -80,9 +80,14 @@ async fn results_everywhere(app: &TestApp, poll: i64, token: Option<&str>) -> [V
     [results, view["results"].clone(), entry["results"].clone()]
 }
 
-async fn assert_hidden(app: &TestApp, poll: i64, token: Option<&str>, until: &str, voters: i64) {
+async fn assert_hidden(
+    app: &TestApp,
+    poll: i64,
+    token: Option<&str>,
+    (until, voters, closed): (&str, i64, bool),
+) {
     for got in results_everywhere(app, poll, token).await {
-        assert_eq!(got, hidden(until, voters), "poll {poll}");
+        assert_eq!(got, hidden(until, voters, closed), "poll {poll}");
     }
 }
 
@@ -123,8 +128,8 @@ async fn after_close_hides_tallies_from_all_but_admins_until_the_close() {
     let (poll, options) = poll_with(&app, &admin, "after_close", None).await;
     let voters = votes(&app, poll, &options, &[0, 0, 2]).await;
 
-    assert_hidden(&app, poll, None, "close", 3).await;
-    assert_hidden(&app, poll, Some(&voters[0].token), "close", 3).await;
+    assert_hidden(&app, poll, None, ("close", 3, false)).await;
+    assert_hidden(&app, poll, Some(&voters[0].token), ("close", 3, false)).await;
     assert_tallies(&app, poll, Some(&admin.token), &[2, 0, 1]).await;
     let shown = app
         .get_json(&format!("/api/admin/polls/{poll}"), Some(&admin.token))
@@ -134,7 +139,7 @@ async fn after_close_hides_tallies_from_all_but_admins_until_the_close() {
         .await
         .next()
         .await;
-    assert_eq!(first, hidden("close", 3));
+    assert_eq!(first, hidden("close", 3, false));
 
     assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
     assert_tallies(&app, poll, None, &[2, 0, 1]).await;
@@ -149,7 +154,7 @@ async fn after_close_shows_the_tallies_once_the_closing_time_passes() {
     let window = (now - Duration::minutes(1), now + Duration::seconds(2));
     let (poll, options) = poll_with(&app, &admin, "after_close", Some(window)).await;
     votes(&app, poll, &options, &[1]).await;
-    assert_hidden(&app, poll, None, "close", 1).await;
+    assert_hidden(&app, poll, None, ("close", 1, false)).await;
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_tallies(&app, poll, None, &[0, 1, 0]).await;
 }
@@ -163,13 +168,13 @@ async fn after_vote_shows_a_voter_the_tallies_once_their_ballot_is_in() {
     let me = app.user().await;
     let bystander = app.user().await;
 
-    assert_hidden(&app, poll, Some(&me.token), "vote", 2).await;
+    assert_hidden(&app, poll, Some(&me.token), ("vote", 2, false)).await;
     let path = format!("/api/polls/{poll}/events");
     let first = Stream::open_as(&app, &path, Some(&me.token))
         .await
         .next()
         .await;
-    assert_eq!(first, hidden("vote", 2), "before the vote");
+    assert_eq!(first, hidden("vote", 2, false), "before the vote");
 
     app.cast_vote(poll, &me.token, options[0]).await;
     assert_tallies(&app, poll, Some(&me.token), &[1, 2, 0]).await;
@@ -183,17 +188,17 @@ async fn after_vote_shows_a_voter_the_tallies_once_their_ballot_is_in() {
     // Everyone else, the shared stream included, sees them hidden: also after the
     // close (only voters see an `after_vote` poll's results; admins always).
     for token in [None, Some(bystander.token.as_str())] {
-        assert_hidden(&app, poll, token, "vote", 3).await;
+        assert_hidden(&app, poll, token, ("vote", 3, false)).await;
         // (The shared reader may still hold its reading from before the vote.)
         let first = Stream::open_as(&app, &path, token).await.next().await;
         assert!(
-            first == hidden("vote", 3) || first == hidden("vote", 2),
+            first == hidden("vote", 3, false) || first == hidden("vote", 2, false),
             "{first}"
         );
     }
     assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
-    assert_hidden(&app, poll, None, "vote", 3).await;
-    assert_hidden(&app, poll, Some(&bystander.token), "vote", 3).await;
+    assert_hidden(&app, poll, None, ("vote", 3, true)).await;
+    assert_hidden(&app, poll, Some(&bystander.token), ("vote", 3, true)).await;
     assert_tallies(&app, poll, Some(&me.token), &[1, 2, 0]).await;
     assert_tallies(&app, poll, Some(&admin.token), &[1, 2, 0]).await;
 }
@@ -225,12 +230,12 @@ async fn on_reveal_stays_hidden_after_the_close_until_an_admin_reveals() {
     assert_error(none, StatusCode::NOT_FOUND, "not_found").await;
 
     assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
-    assert_hidden(&app, poll, None, "reveal", 4).await;
-    assert_hidden(&app, poll, Some(&voters[1].token), "reveal", 4).await;
+    assert_hidden(&app, poll, None, ("reveal", 4, true)).await;
+    assert_hidden(&app, poll, Some(&voters[1].token), ("reveal", 4, true)).await;
     assert_tallies(&app, poll, Some(&admin.token), &[1, 0, 3]).await;
     let path = format!("/api/polls/{poll}/events");
     let mut watching = Stream::open(&app, &path).await;
-    assert_eq!(watching.next().await, hidden("reveal", 4));
+    assert_eq!(watching.next().await, hidden("reveal", 4, true));
 
     let first = app.post(&reveal, Some(&admin.token)).await;
     assert_eq!(first.status(), StatusCode::OK);
@@ -308,7 +313,7 @@ async fn a_bad_results_setting_is_422_naming_it_and_it_changes_until_the_opening
     .await;
     let resp = patch_results(&app, &admin, poll, "on_reveal").await;
     assert_eq!(resp.status(), StatusCode::OK);
-    assert_hidden(&app, poll, None, "reveal", 0).await;
+    assert_hidden(&app, poll, None, ("reveal", 0, false)).await;
     let history = app
         .get_json(&format!("{path}/history"), Some(&admin.token))
         .await;
@@ -347,7 +352,7 @@ async fn hidden_answers_are_the_same_bytes_whatever_the_tallies() {
     }
     assert_eq!(
         bodies[0][0],
-        serde_json::to_vec(&hidden("close", 4)).unwrap()
+        serde_json::to_vec(&hidden("close", 4, false)).unwrap()
     );
     for (a, b) in bodies[0].iter().zip(&bodies[1]) {
         assert_eq!(a, b, "{}", String::from_utf8_lossy(a));
@@ -434,7 +439,7 @@ async fn the_openapi_document_describes_hidden_results_and_the_reveal() {
     );
     let schemas = &doc["components"]["schemas"];
     let hidden = &schemas["HiddenResults"]["properties"];
-    for field in ["hidden", "until", "voters"] {
+    for field in ["closed", "hidden", "until", "voters"] {
         assert!(
             hidden.get(field).is_some(),
             "HiddenResults.{field}: {hidden}"

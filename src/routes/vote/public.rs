@@ -22,7 +22,7 @@ pub(super) struct PollSummary {
     poll: store::PollRow,
     status: crate::domain::PollStatus,
     /// The live results as the caller may see them (hidden:
-    /// `{"hidden": true, "until", "voters"}`).
+    /// `{"closed", "hidden": true, "until", "voters"}`).
     results: PollResults,
 }
 
@@ -145,7 +145,7 @@ pub(super) async fn events(
 /// Live results for pages that poll, as the caller may see them: the cached record
 /// and Redis, no Postgres query per viewer.
 #[utoipa::path(get, path = "/api/polls/{id}/results", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
-    (status = 200, description = "Live tallies from Redis, or `{\"hidden\": true, \"until\": \"vote\" | \"close\" | \"reveal\", \"voters\": n}` while this caller may not see them", body = PollResults),
+    (status = 200, description = "Live tallies from Redis, or `{\"closed\": b, \"hidden\": true, \"until\": \"vote\" | \"close\" | \"reveal\", \"voters\": n}` while this caller may not see them", body = PollResults),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
 ))]
 pub(super) async fn results(
