@@ -163,6 +163,13 @@ pub async fn verify_password(hash: String, password: String) -> Result<bool, App
     password::verify(hash, password).await
 }
 
+/// Whether a stored password hash is one a password can match: an account made
+/// without a password (a load test's rehearsal shoppers, `stampede load`) holds
+/// text that is not, and signs in with nothing.
+pub fn has_password(stored: &str) -> bool {
+    password::parses(stored)
+}
+
 /// A fixed, valid hash to verify against when the user does not exist, so a wrong
 /// username costs as much time as a wrong password (no user enumeration by timing).
 pub const DUMMY_HASH: &str = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$Ww3b3lR3H1mN1bV1c0o8q2mS3M4xYk9q1r0pQ6m5m7E";

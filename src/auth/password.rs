@@ -118,6 +118,13 @@ pub async fn hash(password: String) -> Result<String, AppError> {
     .await
 }
 
+/// Whether `stored` is a PHC string [`verify`] can check.
+pub fn parses(stored: &str) -> bool {
+    PasswordHash::new(stored)
+        .and_then(|parsed| Params::try_from(&parsed))
+        .is_ok()
+}
+
 /// Whether `password` matches the stored PHC string `stored` (any Argon2 variant,
 /// version and cost it names; compared in constant time). A stored string that
 /// does not parse is an error, not a mismatch.

@@ -59,6 +59,23 @@ async fn signup_signin_and_bearer_token_work() {
     assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
 }
 
+/// An account made without a password (a load test's shopper, as `stampede load`
+/// makes them) signs in with nothing: 401 like a wrong password, never a 500
+/// that names it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_account_without_a_password_answers_like_a_wrong_one() {
+    let app = spawn_app().await;
+    sqlx::query("INSERT INTO users (username, password_hash) VALUES ($1, $2)")
+        .bind("load0123456789-0")
+        .bind("no password: made by stampede load")
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let guess = json!({"username": "load0123456789-0", "password": "a guess, any guess"});
+    let resp = app.post_json("/api/auth/signin", None, &guess).await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "bad_credentials").await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cookie_sessions_need_the_csrf_header_for_changes() {
     let (app, _, sale) = spawn_with_live_sale(5).await;

@@ -96,6 +96,17 @@ async fn signout_ends_this_session_on_every_instance_and_no_other() {
     );
     let rows = app.count("SELECT count(*) FROM signed_out_sessions").await;
     assert_eq!(rows, 1);
+    // The second sign-out announced nothing: one entry in the stream every
+    // server follows, not one per replay.
+    let announced: u64 = redis::cmd("XLEN")
+        .arg(app.keys.sessions_ended())
+        .query_async(&mut app.redis.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        announced, 1,
+        "a sign-out of an ended session is announced once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
