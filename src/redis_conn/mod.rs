@@ -129,7 +129,8 @@ impl Redis {
                     .set_connection_timeout(Some(timeouts.connect))
                     .set_response_timeout(timeouts.response)
                     .set_number_of_retries(2);
-                Ok(Redis::Node(Node::connect(client, config).await?))
+                let blocks = timeouts.response.is_none();
+                Ok(Redis::Node(Node::connect(client, config, blocks).await?))
             }
             Target::Cluster(nodes) => {
                 let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))

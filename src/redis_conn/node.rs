@@ -25,6 +25,12 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 /// How long the probe's `PING` waits before the connection counts as dead.
 pub const PROBE_WAIT: Duration = Duration::from_secs(2);
 
+/// On a connection without a response timeout (one that blocks: settlement's
+/// `XREADGROUP ... BLOCK`), how long any other command may take: its acks, its
+/// scripts and `CLIENT ID` would otherwise wait for ever on a dead link. A
+/// blocking read is bounded by its caller (its block and a margin).
+pub const UNBLOCKED_LIMIT: Duration = Duration::from_secs(10);
+
 /// A node connection shared by its clones, replaced as a whole (see the module
 /// docs).
 #[derive(Clone)]
@@ -36,12 +42,16 @@ struct Inner {
     config: ConnectionManagerConfig,
     /// A probe is running: another timeout meanwhile starts none.
     probing: AtomicBool,
+    /// [`UNBLOCKED_LIMIT`] on a connection without a response timeout.
+    bound: Option<Duration>,
 }
 
 impl Node {
+    /// `blocks`: the connection has no response timeout (see [`UNBLOCKED_LIMIT`]).
     pub async fn connect(
         client: redis::Client,
         config: ConnectionManagerConfig,
+        blocks: bool,
     ) -> RedisResult<Node> {
         let conn = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
         Ok(Node(Arc::new(Inner {
@@ -49,7 +59,26 @@ impl Node {
             client,
             config,
             probing: AtomicBool::new(false),
+            bound: blocks.then_some(UNBLOCKED_LIMIT),
         })))
+    }
+
+    /// `answer` within this connection's bound, if it has one and `bounded`.
+    async fn within<T>(
+        &self,
+        bounded: bool,
+        answer: impl std::future::Future<Output = RedisResult<T>>,
+    ) -> RedisResult<T> {
+        match self.0.bound.filter(|_| bounded) {
+            None => answer.await,
+            Some(limit) => match tokio::time::timeout(limit, answer).await {
+                Ok(answer) => answer,
+                Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("Redis did not answer within {} ms", limit.as_millis()),
+                ))),
+            },
+        }
     }
 
     /// The connection to send on now (a cheap clone of a shared handle).
@@ -103,6 +132,12 @@ impl Node {
     }
 }
 
+/// Whether `cmd` may block by design (`XREAD`/`XREADGROUP ... BLOCK`).
+fn blocks(cmd: &Cmd) -> bool {
+    cmd.args_iter()
+        .any(|a| matches!(a, redis::Arg::Simple(b) if b.eq_ignore_ascii_case(b"BLOCK")))
+}
+
 /// Whether `conn` answers a `PING` within [`PROBE_WAIT`].
 async fn answers(conn: &mut ConnectionManager) -> bool {
     let ping = redis::cmd("PING");
@@ -115,7 +150,10 @@ async fn answers(conn: &mut ConnectionManager) -> bool {
 impl ConnectionLike for Node {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let answer = self.conn().req_packed_command(cmd).await;
+            let mut conn = self.conn();
+            let answer = self
+                .within(!blocks(cmd), conn.req_packed_command(cmd))
+                .await;
             self.checked(answer)
         })
     }
@@ -127,10 +165,9 @@ impl ConnectionLike for Node {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let answer = self
-                .conn()
-                .req_packed_commands(pipeline, offset, count)
-                .await;
+            let mut conn = self.conn();
+            let pipelined = conn.req_packed_commands(pipeline, offset, count);
+            let answer = self.within(true, pipelined).await;
             self.checked(answer)
         })
     }
