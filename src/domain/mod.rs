@@ -199,6 +199,21 @@ pub fn parse_text(
     Ok(text.to_string())
 }
 
+/// [`parse_text`] of a one-line field (a sale's name, a poll's question, an
+/// option's label): no line break or other control character either. The admin
+/// forms list options one per line, so a label with a line break in it would come
+/// back as two.
+pub fn parse_line(field: &'static str, raw: &str, max: usize) -> Result<String, AppError> {
+    let text = parse_text(field, raw, max, false)?;
+    if text.chars().any(char::is_control) {
+        return Err(AppError::new(
+            ErrorCode::InvalidText,
+            format!("{field} must be one line, without control characters"),
+        ));
+    }
+    Ok(text)
+}
+
 /// Longest picture address accepted.
 pub const MAX_IMAGE_URL: usize = 2048;
 
@@ -361,6 +376,13 @@ mod tests {
 
     #[test]
     fn nul_is_refused_in_text_and_passwords() {
+        for raw in ["Tea\nCoffee", "Tea\rCoffee", "a\tb", "a\u{7f}b"] {
+            assert!(parse_line("option", raw, 100).is_err(), "{raw:?}");
+        }
+        assert_eq!(
+            parse_line("option", "  Café au lait ", 100).unwrap(),
+            "Café au lait"
+        );
         let err = parse_text("name", "a\0b", 100, false).unwrap_err();
         assert_eq!(err.code(), "invalid_text");
         assert!(err.to_string().contains("name"), "{err}");

@@ -123,7 +123,7 @@ fn yes() -> bool {
 
 impl CreateSale {
     fn validate(self) -> Result<NewSale, AppError> {
-        let name = domain::parse_text("name", &self.name, 200, false)?;
+        let name = domain::parse_line("name", &self.name, 200)?;
         let description = domain::parse_text("description", &self.description, 5000, true)?;
         let price_cents = domain::parse_price(self.price_cents)?;
         let stock = domain::parse_stock("stock", self.stock)?;

@@ -84,7 +84,7 @@ impl EditSale {
             min_account_age_s: fairness.min_account_age_s,
             name: self
                 .name
-                .map(|n| domain::parse_text("name", &n, 200, false))
+                .map(|n| domain::parse_line("name", &n, 200))
                 .transpose()?,
             description: self
                 .description

@@ -85,7 +85,7 @@ pub(super) fn parse_options(raw: &[String]) -> Result<Vec<String>, AppError> {
     }
     let options = raw
         .iter()
-        .map(|o| domain::parse_text("option", o, 200, false))
+        .map(|o| domain::parse_line("option", o, 200))
         .collect::<Result<Vec<_>, _>>()?;
     let mut seen = std::collections::HashSet::new();
     if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
@@ -99,7 +99,7 @@ pub(super) fn parse_options(raw: &[String]) -> Result<Vec<String>, AppError> {
 
 impl CreatePoll {
     fn validate(self) -> Result<NewPoll, AppError> {
-        let question = domain::parse_text("question", &self.question, 300, false)?;
+        let question = domain::parse_line("question", &self.question, 300)?;
         let options = parse_options(&self.options)?;
         crate::vote::lifecycle::check_window(self.opens_at, self.closes_at)?;
         let results = parse_results(self.results.as_ref())?.unwrap_or_default();

@@ -79,7 +79,7 @@ pub(super) async fn admin_edit(
     let edit = PollEdit {
         question: body
             .question
-            .map(|q| domain::parse_text("question", &q, 300, false))
+            .map(|q| domain::parse_line("question", &q, 300))
             .transpose()?,
         options: body.options.as_deref().map(parse_options).transpose()?,
         opens_at: body.opens_at,
