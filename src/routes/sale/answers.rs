@@ -153,7 +153,13 @@ pub(super) async fn window_refusal(state: &AppState, sale: SaleId, window: Windo
 /// last writes). Then the order may be one a server keeps until the sale's rebuild
 /// writes it into Postgres, and a final 404 would tell its buyer, who holds its
 /// 202, that it does not exist: 503 `recovering` (the rebuild starts).
-pub(super) async fn missing_order(state: &AppState, order: &uuid::Uuid) -> AppError {
+///
+/// `seer`: whose orders the caller may see (`None`: anyone's, an admin).
+pub(super) async fn missing_order(
+    state: &AppState,
+    order: &uuid::Uuid,
+    seer: Option<i64>,
+) -> AppError {
     let not_found = || AppError::not_found("no such order");
     let Some(sale) = crate::sale::order_id::sale_of_order(order) else {
         return not_found();
@@ -174,7 +180,17 @@ pub(super) async fn missing_order(state: &AppState, order: &uuid::Uuid) -> AppEr
     };
     match untrusted.await {
         Ok(true) => state.recovery.recovering(target),
-        Ok(false) => not_found(),
+        // Trusted now, but the caller read Postgres before: a rebuild that ended in
+        // between wrote the order there (its kept copy) before it trusted the
+        // state. Read once more, after the check: still missing is missing; found,
+        // a retry shows it.
+        Ok(false) => match crate::sale::orders::find(&state.db, *order).await {
+            Ok(Some(row)) if seer.is_none_or(|u| u == row.user_id) => {
+                state.recovery.recovering(target)
+            }
+            Ok(_) => not_found(),
+            Err(e) => e.into(),
+        },
         Err(e) => e,
     }
 }

@@ -87,7 +87,12 @@ pub(super) async fn order_status(
             }))
         }
         Some(_) => Err(not_found()),
-        None => Err(answers::missing_order(state.get_ref(), &order_id).await),
+        None => Err(answers::missing_order(
+            state.get_ref(),
+            &order_id,
+            (!user.admin).then(|| user.id.get()),
+        )
+        .await),
     }
 }
 
@@ -154,7 +159,7 @@ pub(super) async fn pay(
             if owner.is_some() {
                 return Err(AppError::not_found("no such order"));
             }
-            Err(answers::missing_order(state.get_ref(), &order_id).await)
+            Err(answers::missing_order(state.get_ref(), &order_id, Some(user.id.get())).await)
         }
     }
 }
@@ -263,7 +268,15 @@ async fn cancel_as(
             if owner.is_some() {
                 return Err(AppError::not_found("no such order"));
             }
-            Err(answers::missing_order(state.get_ref(), &order_id).await)
+            Err(answers::missing_order(
+                state.get_ref(),
+                &order_id,
+                match by {
+                    By::Buyer(user) => Some(user.get()),
+                    By::Admin(_) => None,
+                },
+            )
+            .await)
         }
     }
 }
