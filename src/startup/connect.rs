@@ -67,12 +67,16 @@ pub(super) async fn connect_pool(config: &Config, pool: Pool) -> anyhow::Result<
         .max_connections(size)
         .acquire_timeout(acquire)
         // sqlx pings a connection as it goes back to the pool (bounded here, see
-        // `answers_within`) and again as it is taken (bounded by `acquire`): a
-        // connection whose link died while it sat in the pool, without a reset (a
-        // failover, a dropped route), is found and closed there, where the work
-        // that took it would wait for its first answer for ever (or, bounded, for
-        // its whole limit: 30 s of settlement per dead connection).
-        .test_before_acquire(true)
+        // `answers_within`) and, for requests and settlement, again as it is taken
+        // (bounded by `acquire`): a connection whose link died while it sat in the
+        // pool, without a reset (a failover, a dropped route), is found and closed
+        // there, where the work that took it would wait for its first answer for
+        // ever (or, bounded, for its whole limit: 30 s of settlement per dead
+        // connection). The background work and the roster, which run every few
+        // seconds on an idle server, do without that ping (it was a third of an
+        // idle server's wake-ups): each is bounded (`error::within`), a dead
+        // connection costs one turn its limit, and its release ping closes it.
+        .test_before_acquire(matches!(pool, Pool::Requests | Pool::Settlement))
         .after_release(|conn, _| Box::pin(answers_within(conn, RELEASE_PING_TIMEOUT)))
         .connect_with(options)
         .await

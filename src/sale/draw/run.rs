@@ -21,8 +21,15 @@ use crate::keys::Keys;
 use crate::lock::Lock;
 use crate::redis_conn::Redis;
 
-/// How often each server looks for draws due and steps the drawn ones.
+/// How often each server steps the drawn sales still passing on, and looks again
+/// while a draw is due.
 pub const STEP_EVERY: Duration = Duration::from_millis(500);
+/// How often a server with no draw to tend looks for one (sooner when the next
+/// falls due sooner): a draw due at a sale's opening is drawn when the look at
+/// that moment finds it, and a draw sale made meanwhile on any server is found
+/// within this (its entries close at the opening, which the admin API puts in
+/// the future). An idle server's looks were its busiest Postgres work.
+pub const IDLE_EVERY: Duration = Duration::from_secs(2);
 /// The draw lock's lease; its watchdog extends it while a large draw runs.
 const LOCK_TTL_MS: u64 = 10_000;
 /// How long one sale's draw step may wait (for Postgres, mostly) before it is
@@ -135,16 +142,32 @@ async fn draw_locked(
     Ok(Some(Drawn { entries, winners }))
 }
 
-/// The draw sales to look at: due and not drawn, or drawn and still passing on.
-pub async fn active(db: &PgPool) -> Result<Vec<SaleId>, AppError> {
-    let ids: Vec<i64> = sqlx::query_scalar(
-        "SELECT d.sale_id FROM sale_draws d JOIN sales s ON s.id = d.sale_id
-         WHERE d.finished_at IS NULL AND s.starts_at <= clock_timestamp()
+/// The draw sales to look at: due and not drawn, or drawn and still passing on;
+/// and, when none is, how soon the next draw falls due (within [`IDLE_EVERY`]).
+pub async fn active(db: &PgPool) -> Result<(Vec<SaleId>, Option<Duration>), AppError> {
+    let rows: Vec<(i64, f64)> = sqlx::query_as(
+        "SELECT d.sale_id,
+                greatest(extract(epoch FROM s.starts_at - clock_timestamp()), 0)::float8
+         FROM sale_draws d JOIN sales s ON s.id = d.sale_id
+         WHERE d.finished_at IS NULL
+           AND s.starts_at <= clock_timestamp() + make_interval(secs => $1)
          ORDER BY d.sale_id",
     )
+    .bind(IDLE_EVERY.as_secs_f64())
     .fetch_all(db)
     .await?;
-    Ok(ids.into_iter().filter_map(SaleId::new).collect())
+    let due: Vec<SaleId> = rows
+        .iter()
+        .filter(|(_, in_s)| *in_s <= 0.0)
+        .filter_map(|(id, _)| SaleId::new(*id))
+        .collect();
+    let next = rows
+        .iter()
+        .map(|(_, in_s)| *in_s)
+        .filter(|in_s| *in_s > 0.0)
+        .min_by(f64::total_cmp)
+        .map(Duration::from_secs_f64);
+    Ok((due, next))
 }
 
 /// One look at one sale: its draw if due, its step if drawn, its wins given in
@@ -169,7 +192,7 @@ pub async fn tend(
     Ok(())
 }
 
-/// Every [`STEP_EVERY`] until shutdown: the draws due, drawn, and the drawn ones
+/// Every [`STEP_EVERY`] (or [`IDLE_EVERY`] with nothing to tend) until shutdown: the draws due, drawn, and the drawn ones
 /// stepped (see [`super::pass`]). Every server runs it; the locks make each
 /// draw and each step one server's.
 pub async fn draw_forever(
@@ -179,15 +202,25 @@ pub async fn draw_forever(
     claim_max: Duration,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
+    let mut pause = STEP_EVERY;
     while !*shutdown.borrow() {
         tokio::select! {
-            _ = tokio::time::sleep(STEP_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => break,
         }
         let started = Instant::now();
         let sales = match active(&db).await {
-            Ok(sales) => sales,
+            Ok((sales, next)) => {
+                pause = match next {
+                    _ if !sales.is_empty() => STEP_EVERY,
+                    // At the moment it falls due (the clock's rounding: 10 ms more).
+                    Some(next) => (next + Duration::from_millis(10)).min(IDLE_EVERY),
+                    None => IDLE_EVERY,
+                };
+                sales
+            }
             Err(e) => {
+                pause = STEP_EVERY;
                 tracing::debug!(error = ?e, "listing draws failed; retrying");
                 continue;
             }
