@@ -9,7 +9,7 @@
 /// the modules, so each of them may use it.
 macro_rules! poll_columns {
     () => {
-        "id, question, opens_at, closes_at, closed, archived_at, results, revealed_at, ballot, \
+        "id, question, opens_at, closes_at, closed, closed_at, archived_at, results, revealed_at, ballot, \
          max_choices, votes_per_user, max_per_option, allow_change, proof_of_work, min_account_age_s"
     };
 }

@@ -24,6 +24,11 @@ pub struct PollRow {
     pub opens_at: DateTime<Utc>,
     pub closes_at: DateTime<Utc>,
     pub closed: bool,
+    /// When an admin closed the poll (none: not closed, or closed before this was
+    /// kept). Before `closes_at`: closed early. (Default: records cached before it
+    /// existed.)
+    #[serde(default)]
+    pub closed_at: Option<DateTime<Utc>>,
     /// When an admin archived the poll: off the public lists, still reachable by
     /// link. (Default: records cached before archiving existed.)
     #[serde(default)]
@@ -436,7 +441,7 @@ pub async fn close(
     let Some(was) = was else {
         return Ok(None);
     };
-    sqlx::query("UPDATE polls SET closed = TRUE, updated_at = now() WHERE id = $1")
+    sqlx::query("UPDATE polls SET closed = TRUE, closed_at = coalesce(closed_at, now()), updated_at = now() WHERE id = $1")
         .bind(id.get())
         .execute(&mut *tx)
         .await?;

@@ -154,6 +154,7 @@ mod tests {
             opens_at: now - chrono::Duration::hours(1),
             closes_at: now + chrono::Duration::hours(1),
             closed: false,
+            closed_at: None,
             archived_at: None,
             results,
             revealed_at: revealed.then_some(now),

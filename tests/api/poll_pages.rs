@@ -137,6 +137,63 @@ async fn upcoming_and_closed_polls_carry_their_window() {
     assert!(list.contains("Closed early"));
 }
 
+/// The card of the poll `question` on the list page.
+fn card<'a>(list: &'a str, question: &str) -> &'a str {
+    let at = list.find(question).expect("the poll is listed");
+    let end = list[at..].find("</li>").map_or(list.len(), |e| at + e);
+    &list[at..end]
+}
+
+#[tokio::test]
+async fn a_poll_closed_early_says_so_after_its_closing_time_and_one_closed_late_does_not() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let (early, _) = app.open_poll(&admin, "Closed early?", &["A", "B"]).await;
+    let (late, _) = app.open_poll(&admin, "Ran out?", &["A", "B"]).await;
+    assert_eq!(app.close_poll(&admin, early).await.status(), StatusCode::OK);
+    let closed_at: Value = app.get_json(&format!("/api/polls/{early}"), None).await;
+    assert!(closed_at["closed_at"].is_string(), "{closed_at}");
+    // Three hours on: `early` was closed an hour before its closing time, which
+    // has passed; `late` ran out an hour ago and an admin closed it afterwards.
+    sqlx::query(
+        "UPDATE polls SET opens_at = now() - interval '4 hours',
+                          closes_at = now() - interval '1 hour',
+                          closed_at = closed_at - interval '2 hours'
+         WHERE id = $1",
+    )
+    .bind(early)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE polls SET opens_at = now() - interval '4 hours',
+                          closes_at = now() - interval '1 hour' WHERE id = $1",
+    )
+    .bind(late)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    for id in [early, late] {
+        let id = stampede::domain::PollId::new(id).unwrap();
+        stampede::vote::cached::invalidate_record(&app.state, id)
+            .await
+            .unwrap();
+    }
+    assert_eq!(app.close_poll(&admin, late).await.status(), StatusCode::OK);
+
+    let list = app.html("/polls", None).await;
+    let early_card = card(&list, "Closed early?");
+    assert!(early_card.contains("Closed early"), "{early_card}");
+    let late_card = card(&list, "Ran out?");
+    assert!(!late_card.contains("Closed early"), "{late_card}");
+    assert!(late_card.contains("Closed <time"), "{late_card}");
+
+    let page = app.html(&format!("/polls/{early}"), None).await;
+    assert!(page.contains(r#"<span data-field="closed-note">Closed early</span>"#));
+    let page = app.html(&format!("/polls/{late}"), None).await;
+    assert!(page.contains(r#"<span data-field="closed-note" hidden>Closed early</span>"#));
+}
+
 #[tokio::test]
 async fn poll_text_is_escaped_on_every_page() {
     let app = spawn_app().await;

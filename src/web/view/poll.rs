@@ -39,13 +39,23 @@ impl PollCard {
             id: poll.id,
             status,
             status_label: status.label(),
-            closed_early: poll.closed && now < poll.closes_at,
+            closed_early: closed_early(&poll, now),
             proof_of_work: poll.proof_of_work,
             voters,
             opens_at: poll.opens_at.into(),
             closes_at: poll.closes_at.into(),
             question: poll.question,
         }
+    }
+}
+
+/// Whether an admin closed the poll before its closing time: by when it was
+/// closed; a poll closed before that was kept, by the clock (which tells only
+/// until the closing time passes).
+pub fn closed_early(poll: &PollRow, now: DateTime<Utc>) -> bool {
+    match poll.closed_at {
+        Some(at) => poll.closed && at < poll.closes_at,
+        None => poll.closed && now < poll.closes_at,
     }
 }
 
