@@ -1,9 +1,12 @@
 // "How this draw was made" (issue 52): once the draw is out, shows the published
 // seed and winners, then checks them in the browser with WebCrypto, by the recipe
 // of docs/api.md ("Draw sales"): SHA-256 of the seed is the commitment the sale
-// carried from the start; the entries of the CSV ordered by
-// HMAC-SHA-256(seed, decimal entry id), bytes compared unsigned, ties by the
-// smaller id, give the published winners in their ranks.
+// carried from the start; the entries digest (recipe 2) is the SHA-256 of the CSV's
+// entry ids, smallest first, one a line; the entries of the CSV ordered by
+// HMAC-SHA-256(order key, decimal entry id), where the order key is
+// HMAC-SHA-256(seed, hex entries digest) (recipe 1: the seed itself), bytes
+// compared unsigned, ties by the smaller id, give the published winners in their
+// ranks.
 
 import { api } from "./api.js";
 import { field, setText, showOutcome } from "./dom.js";
@@ -45,9 +48,26 @@ function entryIds(csv) {
   return ids;
 }
 
-/** The entry ids in the draw's order under `seed`. */
-export async function drawOrder(seed, ids) {
-  const key = await crypto.subtle.importKey("raw", seed, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+async function hmac(keyBytes, message) {
+  const key = await crypto.subtle.importKey("raw", keyBytes, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  return new Uint8Array(await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(message)));
+}
+
+/** Hex SHA-256 of the entry ids, smallest first, each followed by a newline. */
+export async function entriesDigest(ids) {
+  const sorted = [...ids].sort((a, b) => a - b);
+  const text = sorted.map((id) => `${id}\n`).join("");
+  return hex(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+}
+
+/** The key the entries are keyed with: recipe 2, HMAC-SHA-256(seed, hex digest); 1, the seed. */
+export async function orderKey(recipe, seed, digestHex) {
+  return recipe === 2 ? hmac(seed, digestHex) : seed;
+}
+
+/** The entry ids in the draw's order under `orderKey` (see `orderKey`). */
+export async function drawOrder(orderKeyBytes, ids) {
+  const key = await crypto.subtle.importKey("raw", orderKeyBytes, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   const encoder = new TextEncoder();
   const keyed = await Promise.all(
     ids.map(async (id) => ({ id, key: new Uint8Array(await crypto.subtle.sign("HMAC", key, encoder.encode(String(id)))) })),
@@ -80,7 +100,20 @@ async function check(root, draw, csv) {
           ? `The CSV lists all ${groupDigits(ids.length)} entries, each once.`
           : `The CSV lists ${groupDigits(ids.length)} entries; the draw says ${groupDigits(draw.entries)}.`,
   });
-  const order = await drawOrder(seed, ids);
+  // A draw published before recipes were: recipe 1.
+  const recipe = draw.recipe === undefined ? 1 : draw.recipe;
+  if (recipe !== 1 && recipe !== 2) {
+    checks.push({ ok: false, text: `The draw names recipe ${recipe}, which this page does not know.` });
+    return checks;
+  }
+  const digest = await entriesDigest(ids);
+  if (recipe === 2) {
+    checks.push({
+      ok: digest === draw.entries_digest,
+      text: digest === draw.entries_digest ? `SHA-256 of the entry ids is the draw's entries digest (${digest.slice(0, 16)}…).` : `SHA-256 of the entry ids is ${digest.slice(0, 16)}…, not the draw's entries digest ${String(draw.entries_digest).slice(0, 16)}…: the CSV is not the entries the draw ordered.`,
+    });
+  }
+  const order = await drawOrder(await orderKey(recipe, seed, digest), ids);
   const per = Math.max(1, Number(d.maxPerUser) || 1);
   // The stock the draw divided (a later top-up, cancel or refund moves the sale's).
   const stock = Number.isInteger(draw.stock_at_draw) ? draw.stock_at_draw : Number(d.stock);
@@ -119,6 +152,12 @@ function showDraw(root, draw, now) {
   setText(drawnAt, localTime(new Date(draw.drawn_at), true));
   setText(field(root, "entries"), groupDigits(draw.entries));
   setText(field(root, "winners-at-draw"), groupDigits(draw.winners_at_draw));
+  // A draw of recipe 1 (made before the entries digest was part of it): the seed keys the entries.
+  if (draw.recipe === undefined || draw.recipe === 1) {
+    field(root, "recipe-digest").hidden = true;
+    field(root, "recipe-entry-key").hidden = true;
+    field(root, "recipe-seed-key").hidden = false;
+  }
   // The recipe names the stock the draw divided, not the sale's stock today.
   if (Number.isInteger(draw.stock_at_draw)) setText(field(root, "recipe-stock"), groupDigits(draw.stock_at_draw));
   const rows = draw.winners.slice(0, SHOWN_WINNERS).map((w) => {

@@ -657,6 +657,33 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     .await;
     let (ok, text) = verify(&app, sale).await;
     assert!(ok, "after a top-up: {text}");
+    // Recipe 2: the order key is fixed by the entries digest, published.
+    assert_eq!(draw["recipe"], 2);
+    assert_eq!(
+        draw["entries_digest"],
+        order::hex(&order::entries_digest(&ids)),
+        "SHA-256 of the entry ids"
+    );
+    assert!(text.contains("entries digest"), "{text}");
+    let cached = app
+        .keys
+        .draw_view(stampede::domain::SaleId::new(sale).unwrap());
+    let drop_cached = || async { app.redis_query::<i64>(redis::cmd("DEL").arg(&cached)).await };
+    // A digest other than the entries give: found.
+    let set_digest = |digest: Vec<u8>| {
+        sqlx::query("UPDATE sale_draws SET entries_digest = $2 WHERE sale_id = $1")
+            .bind(sale)
+            .bind(digest)
+            .execute(&app.db)
+    };
+    set_digest(vec![1u8; 32]).await.unwrap();
+    drop_cached().await;
+    let (ok, text) = verify(&app, sale).await;
+    assert!(!ok && text.contains("MISMATCH"), "{text}");
+    set_digest(order::entries_digest(&ids).to_vec())
+        .await
+        .unwrap();
+    drop_cached().await;
 
     // Another winner than the seed picks: found.
     sqlx::query(
@@ -679,10 +706,6 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     .unwrap();
     // The publication is cached a second; written behind the server's back, its
     // copy goes too.
-    let cached = app
-        .keys
-        .draw_view(stampede::domain::SaleId::new(sale).unwrap());
-    let drop_cached = || async { app.redis_query::<i64>(redis::cmd("DEL").arg(&cached)).await };
     drop_cached().await;
     let (ok, text) = verify(&app, sale).await;
     assert!(!ok, "{text}");
@@ -697,6 +720,47 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     drop_cached().await;
     let (ok, text) = verify(&app, sale).await;
     assert!(!ok && text.contains("MISMATCH"), "{text}");
+}
+
+/// A draw sale made before recipe 2 (its row says recipe 1) is drawn by the seed
+/// alone, as its commitment promised: the winners and the waiting list's places
+/// follow that order, and the publication names recipe 1 and verifies.
+#[tokio::test]
+async fn a_draw_made_under_recipe_1_draws_and_verifies_by_the_seed_alone() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(8, false).await;
+    let sale = draw_sale(&app, &admin, 2, json!({})).await["id"]
+        .as_i64()
+        .unwrap();
+    sqlx::query("UPDATE sale_draws SET recipe = 1 WHERE sale_id = $1")
+        .bind(sale)
+        .execute(&app.db)
+        .await
+        .unwrap();
+    let ids = enter_all(&app, sale, &users).await;
+    let draw = draw_now(&app, &admin, sale).await;
+    assert_eq!(draw["recipe"], 1, "{draw}");
+    assert!(draw.get("entries_digest").is_none(), "{draw}");
+    let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
+    let ordered = order::order_with(order::Recipe::Seed, &seed, &ids);
+    assert_ne!(ordered, order::order(&seed, &ids), "the recipes differ");
+    let winners: Vec<i64> = draw["winners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["entry_id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(winners, ordered[..2]);
+    let user_of = |entry: i64| &users[ids.iter().position(|&e| e == entry).unwrap()];
+    for (i, &entry) in ordered[2..].iter().enumerate() {
+        let standing = me(&app, sale, user_of(entry)).await;
+        assert_eq!(standing["state"], "waitlisted", "{standing}");
+        assert_eq!(standing["position"], i as i64 + 1);
+    }
+    let (ok, text) = verify(&app, sale).await;
+    assert!(ok, "{text}");
+    assert!(!text.contains("entries digest"), "{text}");
 }
 
 /// A storm of readers at the draw: the publication is read from Postgres once per

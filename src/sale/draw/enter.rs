@@ -181,6 +181,8 @@ struct Row {
     /// step reads it): no win is used any more, none passes on.
     over: bool,
     seed: Vec<u8>,
+    recipe: i16,
+    entries_digest: Option<Vec<u8>>,
     now: DateTime<Utc>,
 }
 
@@ -197,7 +199,7 @@ pub async fn standing<C: ConnectionLike>(
         "SELECT e.id AS entry_id, e.entered_at, e.rank, e.claim_until, e.outcome,
                 d.drawn_at IS NOT NULL AS drawn, d.offered, d.finished_at IS NOT NULL AS finished,
                 s.closed OR s.ends_at <= clock_timestamp() AS over,
-                d.seed, clock_timestamp() AS now
+                d.seed, d.recipe, d.entries_digest, clock_timestamp() AS now
          FROM draw_entries e JOIN sale_draws d ON d.sale_id = e.sale_id
            JOIN sales s ON s.id = e.sale_id
          WHERE e.sale_id = $1 AND e.user_id = $2",
@@ -232,7 +234,7 @@ pub async fn standing<C: ConnectionLike>(
         let rank = match row.rank {
             _ if !open || left.unwrap_or(0) <= 0 => 0,
             Some(rank) => i64::from(rank),
-            None => place(db, sale.id, &row.seed, row.entry_id).await?,
+            None => place(db, sale.id, &order_key(&row)?, row.entry_id).await?,
         };
         if rank > i64::from(row.offered) {
             Standing::Waitlisted {
@@ -245,10 +247,30 @@ pub async fn standing<C: ConnectionLike>(
     Ok(Some((entry, standing)))
 }
 
+/// The key a drawn sale's entries are keyed with (the seed, or the seed and the
+/// entries digest the draw kept: see [`super::order`]).
+fn order_key(row: &Row) -> Result<Vec<u8>, AppError> {
+    use super::order::{Recipe, order_key};
+    let digest: Option<[u8; 32]> = row
+        .entries_digest
+        .as_deref()
+        .and_then(|d| d.try_into().ok());
+    match (Recipe::of(i64::from(row.recipe)), digest) {
+        (Some(Recipe::Seed), _) => Ok(row.seed.clone()),
+        (Some(recipe), Some(digest)) => Ok(order_key(recipe, &row.seed, &digest)),
+        _ => Err(AppError::Internal(anyhow::anyhow!(
+            "entry {}: a drawn sale without its recipe {} or entries digest",
+            row.entry_id,
+            row.recipe
+        ))),
+    }
+}
+
 /// An entry's place in the seeded order (1 first), found in `draw_order` by its
-/// key (migrations/0023_draw_order.sql); 0 when the order does not hold it.
-async fn place(db: &PgPool, sale: SaleId, seed: &[u8], entry: i64) -> Result<i64, AppError> {
-    let key = super::order::key8(&super::order::entry_key(seed, entry));
+/// key under `key` (migrations/0023_draw_order.sql); 0 when the order does not
+/// hold it.
+async fn place(db: &PgPool, sale: SaleId, key: &[u8], entry: i64) -> Result<i64, AppError> {
+    let key = super::order::key8(&super::order::entry_key(key, entry));
     let rank: Option<i32> = sqlx::query_scalar(
         "SELECT rank FROM draw_order WHERE sale_id = $1 AND key8 = $2 AND entry_id = $3",
     )

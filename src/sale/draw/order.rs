@@ -3,9 +3,17 @@
 //!
 //! - the seed: 32 random bytes, published as 64 lower-case hex digits after the draw;
 //! - the commitment: SHA-256 of those 32 bytes, as 64 lower-case hex digits;
-//! - each entry's key: HMAC-SHA-256 with the 32 seed bytes as the key and the entry
-//!   id written in decimal ASCII digits (no sign, no leading zeros, no newline) as
-//!   the message;
+//! - the entries digest: SHA-256 of every entry id in the draw, smallest first,
+//!   each written in decimal ASCII digits (no sign, no leading zeros) followed by
+//!   one `\n` (`0x0a`);
+//! - the order key ([`Recipe::Entries`], every draw made since migration 0031):
+//!   HMAC-SHA-256 with the 32 seed bytes as the key and the digest's 64 lower-case
+//!   hex digits as the message. Whoever reads the seed before the draw still cannot
+//!   tell any entry's key: it depends on every entry, up to the last. (A draw of
+//!   [`Recipe::Seed`], made before, used the seed itself.)
+//! - each entry's key: HMAC-SHA-256 with the 32 bytes of the order key as the key
+//!   and the entry id written in decimal ASCII digits (no sign, no leading zeros,
+//!   no newline) as the message;
 //! - the order: entries by their 32-byte key compared as unsigned bytes, first
 //!   byte first (a tie, never seen in practice, by the smaller entry id);
 //! - the first `winners(stock, max_per_user, entries)` entries of that order win;
@@ -54,29 +62,88 @@ pub fn commitment(seed: &[u8]) -> String {
     hex(&Sha256::digest(seed))
 }
 
-/// An entry's key in the draw: HMAC-SHA-256(seed, decimal entry id).
-pub fn entry_key(seed: &[u8], entry_id: i64) -> [u8; 32] {
-    let mut mac = Hmac::<Sha256>::new_from_slice(seed).expect("HMAC accepts any key length");
+/// How a draw keys its entries (`sale_draws.recipe`, published as `recipe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recipe {
+    /// 1: with the seed itself (draws made before migration 0031).
+    Seed,
+    /// 2: with HMAC-SHA-256(seed, hex entries digest): fixed only by the last entry.
+    Entries,
+}
+
+impl Recipe {
+    /// The recipe of its number; `None` for one this version does not know.
+    pub fn of(n: i64) -> Option<Recipe> {
+        match n {
+            1 => Some(Recipe::Seed),
+            2 => Some(Recipe::Entries),
+            _ => None,
+        }
+    }
+
+    pub fn number(self) -> i16 {
+        match self {
+            Recipe::Seed => 1,
+            Recipe::Entries => 2,
+        }
+    }
+}
+
+/// The entries digest: SHA-256 of the entry ids, smallest first, each in decimal
+/// followed by `\n`. The order `entries` come in does not matter.
+pub fn entries_digest(entries: &[i64]) -> [u8; 32] {
+    let mut ids = entries.to_vec();
+    ids.sort_unstable();
+    let mut hash = Sha256::new();
+    let mut digits = itoa::Buffer::new();
+    for id in ids {
+        hash.update(digits.format(id).as_bytes());
+        hash.update(b"\n");
+    }
+    hash.finalize().into()
+}
+
+/// The key the entries are keyed with: the seed (recipe 1), or
+/// HMAC-SHA-256(seed, hex `digest`) (recipe 2).
+pub fn order_key(recipe: Recipe, seed: &[u8], digest: &[u8; 32]) -> Vec<u8> {
+    match recipe {
+        Recipe::Seed => seed.to_vec(),
+        Recipe::Entries => {
+            let mut mac =
+                Hmac::<Sha256>::new_from_slice(seed).expect("HMAC accepts any key length");
+            mac.update(hex(digest).as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+    }
+}
+
+/// An entry's key in the draw: HMAC-SHA-256(order key, decimal entry id).
+pub fn entry_key(key: &[u8], entry_id: i64) -> [u8; 32] {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts any key length");
     let mut digits = itoa::Buffer::new();
     mac.update(digits.format(entry_id).as_bytes());
     mac.finalize().into_bytes().into()
 }
 
-/// The entry ids in the draw's order.
+/// The entry ids in the order of a draw made now ([`Recipe::Entries`]).
 pub fn order(seed: &[u8], entries: &[i64]) -> Vec<i64> {
-    order_keyed(seed, entries)
+    order_with(Recipe::Entries, seed, entries)
+}
+
+/// The entry ids in the order of a draw of `recipe`.
+pub fn order_with(recipe: Recipe, seed: &[u8], entries: &[i64]) -> Vec<i64> {
+    let key = order_key(recipe, seed, &entries_digest(entries));
+    order_keyed(&key, entries)
         .into_iter()
         .map(|(_, id)| id)
         .collect()
 }
 
-/// The entries in the draw's order, each with its key's first 8 bytes as
-/// [`key8`] gives them (what `draw_order` stores).
-pub fn order_keyed(seed: &[u8], entries: &[i64]) -> Vec<(i64, i64)> {
-    let mut keyed: Vec<([u8; 32], i64)> = entries
-        .iter()
-        .map(|&id| (entry_key(seed, id), id))
-        .collect();
+/// The entries in the order their keys under `key` (an [`order_key`]) give, each
+/// with its key's first 8 bytes as [`key8`] gives them (what `draw_order` stores).
+pub fn order_keyed(key: &[u8], entries: &[i64]) -> Vec<(i64, i64)> {
+    let mut keyed: Vec<([u8; 32], i64)> =
+        entries.iter().map(|&id| (entry_key(key, id), id)).collect();
     keyed.sort_unstable();
     keyed.into_iter().map(|(k, id)| (key8(&k), id)).collect()
 }
@@ -123,6 +190,44 @@ mod tests {
     }
 
     #[test]
+    fn the_digest_is_the_sha256_of_the_sorted_ids_one_a_line() {
+        // printf '1\n2\n10\n' | sha256sum
+        assert_eq!(
+            hex(&entries_digest(&[10, 1, 2])),
+            hex(&Sha256::digest(b"1\n2\n10\n"))
+        );
+        let seed = [4u8; 32];
+        let digest = entries_digest(&[1, 2, 10]);
+        let mut mac = Hmac::<Sha256>::new_from_slice(&seed).unwrap();
+        mac.update(hex(&digest).as_bytes());
+        let want: [u8; 32] = mac.finalize().into_bytes().into();
+        assert_eq!(order_key(Recipe::Entries, &seed, &digest), want.to_vec());
+        assert_eq!(order_key(Recipe::Seed, &seed, &digest), seed.to_vec());
+        assert_eq!(Recipe::of(2), Some(Recipe::Entries));
+        assert_eq!(Recipe::of(1).map(Recipe::number), Some(1));
+        assert_eq!(Recipe::of(3), None);
+    }
+
+    #[test]
+    fn knowing_the_seed_before_the_close_tells_no_entry_its_place() {
+        // Under recipe 1 the keys of the entries so far stay as they are when one
+        // more enters; under recipe 2 the last entry moves every key.
+        let seed = [6u8; 32];
+        let before: Vec<i64> = (1..=100).collect();
+        let after: Vec<i64> = (1..=101).collect();
+        let key = |recipe, ids: &[i64]| order_key(recipe, &seed, &entries_digest(ids));
+        let old = |ids: &[i64]| entry_key(&key(Recipe::Seed, ids), 7);
+        assert_eq!(old(&before), old(&after));
+        let new = |ids: &[i64]| entry_key(&key(Recipe::Entries, ids), 7);
+        assert_ne!(new(&before), new(&after));
+        let without_last: Vec<i64> = order(&seed, &after)
+            .into_iter()
+            .filter(|&id| id != 101)
+            .collect();
+        assert_ne!(order(&seed, &before), without_last);
+    }
+
+    #[test]
     fn the_order_follows_the_keys_and_depends_on_the_seed() {
         let ids: Vec<i64> = (1..=200).collect();
         let a = order(&[1u8; 32], &ids);
@@ -131,7 +236,12 @@ mod tests {
         let mut sorted = a.clone();
         sorted.sort_unstable();
         assert_eq!(sorted, ids, "every entry once");
+        let key = order_key(Recipe::Entries, &[1u8; 32], &entries_digest(&ids));
         for w in a.windows(2) {
+            assert!(entry_key(&key, w[0]) < entry_key(&key, w[1]));
+        }
+        let seeded = order_with(Recipe::Seed, &[1u8; 32], &ids);
+        for w in seeded.windows(2) {
             assert!(entry_key(&[1u8; 32], w[0]) < entry_key(&[1u8; 32], w[1]));
         }
         // The order of the entries given does not matter.

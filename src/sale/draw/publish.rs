@@ -23,6 +23,14 @@ pub struct Published {
     pub seed: String,
     /// Hex SHA-256 of the seed: the sale's `draw_commitment` since its creation.
     pub commitment: String,
+    /// How the entries were keyed (`docs/api.md`, "Draw sales"): 2, with the seed
+    /// and `entries_digest`; 1, with the seed alone (draws made before
+    /// migration 0031).
+    pub recipe: i16,
+    /// Recipe 2: hex SHA-256 of every entry id, smallest first, each followed by
+    /// `\n`: what `entries.csv` must give. Absent for recipe 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries_digest: Option<String>,
     pub drawn_at: DateTime<Utc>,
     /// Entries in the draw (every row of `entries.csv`).
     pub entries: i64,
@@ -65,6 +73,8 @@ pub enum Publication {
 #[derive(sqlx::FromRow)]
 struct DrawRow {
     seed: Vec<u8>,
+    recipe: i16,
+    entries_digest: Option<Vec<u8>>,
     drawn_at: Option<DateTime<Utc>>,
     entries: Option<i32>,
     stock_at_draw: Option<i64>,
@@ -74,7 +84,7 @@ struct DrawRow {
 /// The publication of `sale`'s draw.
 pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppError> {
     let draw: Option<DrawRow> = sqlx::query_as(
-        "SELECT d.seed, d.drawn_at, d.entries, d.stock_at_draw,
+        "SELECT d.seed, d.recipe, d.entries_digest, d.drawn_at, d.entries, d.stock_at_draw,
                 GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
                     AS in_ms
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id WHERE d.sale_id = $1",
@@ -84,6 +94,8 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
     .await?;
     let Some(DrawRow {
         seed,
+        recipe,
+        entries_digest,
         drawn_at,
         entries,
         stock_at_draw,
@@ -109,6 +121,8 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         sale_id: sale,
         seed: super::order::hex(&seed),
         commitment: super::order::commitment(&seed),
+        recipe,
+        entries_digest: entries_digest.map(|d| super::order::hex(&d)),
         drawn_at,
         entries: i64::from(entries.unwrap_or(0)),
         winners_at_draw,

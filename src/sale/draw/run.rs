@@ -46,6 +46,7 @@ pub struct Drawn {
 #[derive(sqlx::FromRow)]
 struct Due {
     seed: Vec<u8>,
+    recipe: i16,
     stock: i64,
     max_per_user: i32,
     claim_window_s: i32,
@@ -82,7 +83,7 @@ async fn draw_locked(
         .execute(&mut *tx)
         .await?;
     let due: Option<Due> = sqlx::query_as(
-        "SELECT d.seed, s.stock_total - s.units_reoffered AS stock, s.max_per_user,
+        "SELECT d.seed, d.recipe, s.stock_total - s.units_reoffered AS stock, s.max_per_user,
                 s.claim_window_s, clock_timestamp() AS now
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id
          WHERE d.sale_id = $1 AND d.drawn_at IS NULL AND s.starts_at <= clock_timestamp()
@@ -105,10 +106,20 @@ async fn draw_locked(
         .bind(sale.get())
         .fetch_all(&mut *tx)
         .await?;
+    let recipe = order::Recipe::of(i64::from(due.recipe)).ok_or_else(|| {
+        AppError::Internal(anyhow::anyhow!(
+            "sale {sale}: draw recipe {} unknown",
+            due.recipe
+        ))
+    })?;
     let seed = due.seed;
-    let ordered = tokio::task::spawn_blocking(move || order::order_keyed(&seed, &ids))
-        .await
-        .map_err(|e| AppError::Internal(e.into()))?;
+    let (ordered, digest) = tokio::task::spawn_blocking(move || {
+        let digest = order::entries_digest(&ids);
+        let key = order::order_key(recipe, &seed, &digest);
+        (order::order_keyed(&key, &ids), digest)
+    })
+    .await
+    .map_err(|e| AppError::Internal(e.into()))?;
     let entries = ordered.len();
     let winners = order::winners(due.stock, i64::from(due.max_per_user), entries);
     // The whole order in its own sequence (see migrations/0023_draw_order.sql),
@@ -128,7 +139,8 @@ async fn draw_locked(
     super::pass::offer(&mut tx, sale, 0, winners as i32, due.now, due.now + claim).await?;
     sqlx::query(
         "UPDATE sale_draws SET drawn_at = $2, entries = $3, offered = $4,
-                finished_at = CASE WHEN $4 = 0 THEN $2 END, stock_at_draw = $5
+                finished_at = CASE WHEN $4 = 0 THEN $2 END, stock_at_draw = $5,
+                entries_digest = $6
          WHERE sale_id = $1",
     )
     .bind(sale.get())
@@ -136,6 +148,8 @@ async fn draw_locked(
     .bind(entries as i32)
     .bind(winners as i32)
     .bind(due.stock)
+    // Published to check the order by; recipe 1 did without one.
+    .bind((recipe == order::Recipe::Entries).then_some(digest.as_slice()))
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

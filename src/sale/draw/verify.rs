@@ -1,7 +1,8 @@
 //! A draw checked from what the server publishes and nothing else: the seed
 //! against the commitment the sale carried, the entries against their count, the
-//! first winners against the stock, and every published winner against the order
-//! recomputed from the seed ([`super::order`]). No I/O: `stampede verify-draw`
+//! first winners against the stock, the entries digest against the entries
+//! (recipe 2), and every published winner against the order recomputed from the
+//! seed and the entries ([`super::order`]). No I/O: `stampede verify-draw`
 //! fetches the three documents and prints these findings, and `stampede load`'s
 //! draw rehearsal counts them among its invariants.
 
@@ -54,7 +55,27 @@ pub fn check(sale: &Value, draw: &Value, csv: &[u8]) -> anyhow::Result<Vec<Findi
             Some(id) => format!("entry {id} is listed twice in entries.csv"),
         },
     );
-    let ordered = order::order(&seed, &entries);
+    // A draw published before recipes were: recipe 1.
+    let number = draw.get("recipe").map_or(Some(1), Value::as_i64);
+    let Some(recipe) = number.and_then(order::Recipe::of) else {
+        bail!(
+            "the draw's recipe {} is not one this version knows (1 or 2)",
+            draw["recipe"]
+        );
+    };
+    let digest = order::entries_digest(&entries);
+    if recipe == order::Recipe::Entries {
+        let ours = order::hex(&digest);
+        check(
+            ours == text(draw, "entries_digest"),
+            format!("SHA-256 of the entry ids = {ours}, the draw's entries digest"),
+        );
+    }
+    let key = order::order_key(recipe, &seed, &digest);
+    let ordered: Vec<i64> = order::order_keyed(&key, &entries)
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
     // The stock the draw divided (a later top-up, cancel or refund moves the
     // sale's); the sale's own for a draw published without it.
     let stock = draw["stock_at_draw"]
@@ -119,13 +140,15 @@ mod tests {
         let sale = json!({"draw_commitment": commitment, "stock_total": 2, "max_per_user": 1});
         let ordered = order::order(&seed, &[11, 12, 13]);
         let winner = |i: usize| json!({"rank": i + 1, "entry_id": ordered[i]});
+        let digest = order::hex(&order::entries_digest(&[11, 12, 13]));
         let mut draw = json!({
             "seed": order::hex(&seed), "commitment": commitment, "entries": 3,
+            "recipe": 2, "entries_digest": digest,
             "winners_at_draw": 2, "winners": [winner(0), winner(1)],
         });
         let csv = b"entry_id,entered_at\n12,t\n11,t\n13,t\n";
         let found = check(&sale, &draw, csv).unwrap();
-        assert_eq!(found.len(), 4);
+        assert_eq!(found.len(), 5);
         assert!(found.iter().all(|f| f.ok), "{found:?}");
         draw["winners"] = json!([winner(1), winner(0)]);
         let found = check(&sale, &draw, csv).unwrap();
@@ -139,5 +162,30 @@ mod tests {
         );
         let found = check(&sale, &draw, twice.as_bytes()).unwrap();
         assert!(!found[1].ok, "{found:?}");
+        // An entry left out of the CSV: the digest says so.
+        let short = format!("entry_id,entered_at\n{},t\n{},t\n", ordered[0], ordered[1]);
+        let found = check(&sale, &draw, short.as_bytes()).unwrap();
+        assert!(!found[2].ok, "{found:?}");
+        draw["recipe"] = json!(3);
+        assert!(check(&sale, &draw, csv).is_err());
+    }
+
+    #[test]
+    fn a_draw_of_recipe_1_checks_out_by_the_seed_alone() {
+        let seed = [8u8; 32];
+        let commitment = order::commitment(&seed);
+        let sale = json!({"draw_commitment": commitment, "stock_total": 1, "max_per_user": 1});
+        let first = order::order_with(order::Recipe::Seed, &seed, &[11, 12, 13])[0];
+        let mut draw = json!({
+            "seed": order::hex(&seed), "commitment": commitment, "entries": 3,
+            "recipe": 1, "winners_at_draw": 1, "winners": [{"rank": 1, "entry_id": first}],
+        });
+        let csv = b"entry_id,entered_at\n11,t\n12,t\n13,t\n";
+        let found = check(&sale, &draw, csv).unwrap();
+        assert_eq!(found.len(), 4);
+        assert!(found.iter().all(|f| f.ok), "{found:?}");
+        // Published before recipes were: the same.
+        draw.as_object_mut().unwrap().remove("recipe");
+        assert!(check(&sale, &draw, csv).unwrap().iter().all(|f| f.ok));
     }
 }
