@@ -19,18 +19,19 @@ use serde_json::json;
 
 use crate::harness::{Options, Stack, User};
 use crate::invariants::{
-    Allowed, AllowedLoss, CUT_AT_A_KILL, assert_ballot_invariants, assert_keys_replay,
+    Allowed, AllowedLoss, CUT_AT_A_KILL, Report, assert_ballot_invariants, assert_keys_replay,
     assert_spent_budgets_stay_spent,
 };
 use crate::redis_wipe::{flushall_measuring_the_tail, stop_settling_votes_until};
-use crate::storm::{self, Op, Plan, Record, Work};
+use crate::storm::{self, Op, Plan, Record, Storm, Work};
 
 const OPTIONS: [&str; 4] = ["red", "green", "blue", "yellow"];
 const VOTERS: usize = 300;
 const VOTES_PER_USER: i64 = 5;
 const MAX_PER_OPTION: i64 = 3;
 
-fn ballot(user: &User, poll: i64, body: serde_json::Value, key: String) -> Work {
+/// `user`'s ballot `body` on `poll` under the `Idempotency-Key` `key`.
+pub(crate) fn ballot(user: &User, poll: i64, body: serde_json::Value, key: String) -> Work {
     Work {
         user: user.id,
         token: user.token.as_str().into(),
@@ -85,6 +86,14 @@ fn ballots(voters: &[User], budget: (i64, &[i64]), change: (i64, &[i64])) -> Vec
             ));
         }
     }
+    in_storm_order(first, later)
+}
+
+/// The `first` requests shuffled, a tenth of them sent again (same key, same
+/// body), and those and the `later` ones each at a random place after the first
+/// half of the first ones.
+pub(crate) fn in_storm_order(mut first: Vec<Work>, mut later: Vec<Work>) -> Vec<Work> {
+    let mut rng = rand::rng();
     first.shuffle(&mut rng);
     let repeats: Vec<Work> = first.iter().take(first.len() / 10).cloned().collect();
     later.extend(repeats);
@@ -97,7 +106,7 @@ fn ballots(voters: &[User], budget: (i64, &[i64]), change: (i64, &[i64])) -> Vec
 }
 
 #[derive(Clone, Copy, Debug)]
-enum Fault {
+pub(crate) enum Fault {
     /// `redis-cli shutdown`, restarted 2 s later.
     RedisShutdown,
     /// SIGKILL to Redis, restarted 2 s later.
@@ -108,62 +117,41 @@ enum Fault {
     Wipe,
 }
 
-/// The fault landed: Redis down gave 503s while it was down; the killed server
-/// refused connections or cut requests.
-fn assert_the_fault_landed(fault: Fault, records: &[Record], (from, to): (Instant, Instant)) {
-    let during: Vec<Record> = records
-        .iter()
-        .filter(|r| r.sent >= from && r.sent < to)
-        .cloned()
-        .collect();
-    println!(
-        "sent during the fault ({fault:?}): {}",
-        storm::summary(&during)
-    );
-    match fault {
-        Fault::RedisShutdown | Fault::RedisKill9 => assert!(
-            during.iter().any(|r| r.status() == Some(503)),
-            "no ballot sent while Redis was down got a 503: the fault did not land"
-        ),
-        Fault::ServerKill | Fault::Wipe => {}
+impl Fault {
+    /// Servers of the stack: two where one is killed, so the storm goes on.
+    pub(crate) fn servers(self) -> usize {
+        match self {
+            Fault::ServerKill => 2,
+            _ => 1,
+        }
+    }
+
+    /// Accepted ballots to wait for before the fault, of `work` to send. The wipe
+    /// comes once most ballots are in, changes among them (they are sent in the
+    /// storm's second half): a rebuild that kept a voter's first ballot instead of
+    /// the last would then leave Redis's tally unlike Postgres's.
+    pub(crate) fn accepted_before(self, work: usize) -> usize {
+        match self {
+            Fault::Wipe => work * 55 / 100,
+            _ => 300,
+        }
     }
 }
 
-async fn ballots_through(name: &str, fault: Fault) {
-    let servers = if matches!(fault, Fault::ServerKill) {
-        2
-    } else {
-        1
-    };
-    let mut stack = Stack::start(name, Options::servers(servers)).await;
-    let voters = stack.create_users(VOTERS, false).await;
-    let settings = json!({
-        "ballot": "budget", "votes_per_user": VOTES_PER_USER, "max_per_option": MAX_PER_OPTION,
-    });
-    let (budget, budget_options) = stack.create_poll_with(&OPTIONS, settings).await;
-    let allow = json!({ "allow_change": true });
-    let (change, change_options) = stack.create_poll_with(&OPTIONS, allow).await;
-    let polls = [budget, change];
-    let mut work = ballots(
-        &voters,
-        (budget, &budget_options),
-        (change, &change_options),
-    );
-    storm::spread(&mut work, servers);
-    println!("{} ballots to send", work.len());
-    // The wipe comes once most ballots are in, changes among them (they are sent
-    // in the storm's second half): a rebuild that kept a voter's first ballot
-    // instead of the last would then leave Redis's tally unlike Postgres's.
-    let before_the_fault = match fault {
-        Fault::Wipe => work.len() * 55 / 100,
-        _ => 300,
-    };
-    let plan = Plan::at_rate(150.0).lasting(Duration::from_secs(40));
-    let storm = stack.storm(work, plan);
-    storm
-        .wait_accepted(before_the_fault, Duration::from_secs(30))
-        .await;
+/// What [`inject`] did: what the fault allows to go wrong ([`Allowed`]), when it
+/// began and when the stack was back, and (a wipe) the unsettled tail it took.
+pub(crate) struct Injected {
+    pub(crate) allowed: Allowed,
+    pub(crate) window: (Instant, Instant),
+    pub(crate) tail: Option<usize>,
+}
 
+/// Breaks `stack` as `fault` says, mid-storm, and brings it back: Redis down 2 s
+/// (shut down or killed, `appendfsync always`: nothing lost), server #0 killed
+/// and restarted (requests in flight on it may go unanswered), or, with
+/// settlement stopped until `polls` hold at least 100 unsettled ballots, Redis
+/// wiped (the servers kept that tail and the rebuild finds it: nothing lost).
+pub(crate) async fn inject(fault: Fault, stack: &mut Stack, polls: &[i64]) -> Injected {
     let from = Instant::now();
     let mut tail = None;
     let allowed: Allowed = match fault {
@@ -184,12 +172,26 @@ async fn ballots_through(name: &str, fault: Fault) {
         Fault::Wipe => {
             // Settlement stopped first: the wipe takes a long unsettled tail, which
             // the server kept and the rebuild finds in Postgres. Nothing is lost.
-            stop_settling_votes_until(&stack, &polls, 100).await;
-            tail = Some(flushall_measuring_the_tail(&stack, &[], &polls).await);
+            stop_settling_votes_until(stack, polls, 100).await;
+            tail = Some(flushall_measuring_the_tail(stack, &[], polls).await);
             AllowedLoss::None.into()
         }
     };
-    let to = Instant::now();
+    Injected {
+        allowed,
+        window: (from, Instant::now()),
+        tail,
+    }
+}
+
+/// The storm after `injected`: ballots are decided again, the storm ends, and
+/// the fault landed ([`assert_the_fault_landed`]). Returns every record.
+pub(crate) async fn after_the_fault(
+    fault: Fault,
+    storm: Storm,
+    injected: &Injected,
+) -> Vec<Record> {
+    let (from, to) = injected.window;
     println!(
         "{fault:?} at {:.1?}, over after {:.1?}",
         from - storm.started,
@@ -199,10 +201,15 @@ async fn ballots_through(name: &str, fault: Fault) {
         storm.wait_decided(100, Duration::from_secs(30)).await,
         "ballots are decided again after {fault:?}"
     );
-    let mut records = storm.finish().await;
-    assert_the_fault_landed(fault, &records, (from, to));
-    let report = assert_ballot_invariants(&stack, &records, &polls, allowed).await;
-    if let Some(tail) = tail {
+    let records = storm.finish().await;
+    assert_the_fault_landed(fault, &records, injected.window);
+    records
+}
+
+/// A wipe took a long unsettled tail (at least 100 ballots), and lost none of it
+/// (`report` of the invariants after it).
+pub(crate) fn assert_the_wipe_took_a_tail(injected: &Injected, report: &Report) {
+    if let Some(tail) = injected.tail {
         assert!(
             tail >= 100,
             "the wipe took {tail} unsettled ballots, not at least 100"
@@ -212,6 +219,63 @@ async fn ballots_through(name: &str, fault: Fault) {
             report.lost.len()
         );
     }
+}
+
+/// The fault landed: Redis down gave 503s while it was down; the killed server
+/// refused connections or cut requests.
+pub(crate) fn assert_the_fault_landed(
+    fault: Fault,
+    records: &[Record],
+    (from, to): (Instant, Instant),
+) {
+    let during: Vec<Record> = records
+        .iter()
+        .filter(|r| r.sent >= from && r.sent < to)
+        .cloned()
+        .collect();
+    println!(
+        "sent during the fault ({fault:?}): {}",
+        storm::summary(&during)
+    );
+    match fault {
+        Fault::RedisShutdown | Fault::RedisKill9 => assert!(
+            during.iter().any(|r| r.status() == Some(503)),
+            "no ballot sent while Redis was down got a 503: the fault did not land"
+        ),
+        Fault::ServerKill | Fault::Wipe => {}
+    }
+}
+
+async fn ballots_through(name: &str, fault: Fault) {
+    let servers = fault.servers();
+    let mut stack = Stack::start(name, Options::servers(servers)).await;
+    let voters = stack.create_users(VOTERS, false).await;
+    let settings = json!({
+        "ballot": "budget", "votes_per_user": VOTES_PER_USER, "max_per_option": MAX_PER_OPTION,
+    });
+    let (budget, budget_options) = stack.create_poll_with(&OPTIONS, settings).await;
+    let allow = json!({ "allow_change": true });
+    let (change, change_options) = stack.create_poll_with(&OPTIONS, allow).await;
+    let polls = [budget, change];
+    let mut work = ballots(
+        &voters,
+        (budget, &budget_options),
+        (change, &change_options),
+    );
+    storm::spread(&mut work, servers);
+    println!("{} ballots to send", work.len());
+    let before_the_fault = fault.accepted_before(work.len());
+    let plan = Plan::at_rate(150.0).lasting(Duration::from_secs(40));
+    let storm = stack.storm(work, plan);
+    storm
+        .wait_accepted(before_the_fault, Duration::from_secs(30))
+        .await;
+
+    let injected = inject(fault, &mut stack, &polls).await;
+    let allowed = injected.allowed;
+    let mut records = after_the_fault(fault, storm, &injected).await;
+    let report = assert_ballot_invariants(&stack, &records, &polls, allowed).await;
+    assert_the_wipe_took_a_tail(&injected, &report);
     for poll in polls {
         records.extend(assert_keys_replay(&stack, &records, poll).await);
     }

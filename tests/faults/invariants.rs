@@ -1106,9 +1106,9 @@ async fn check_poll(
     }
     let mut redis_now: BTreeMap<i64, (i32, i64)> = BTreeMap::new();
     for (&u, held) in &voters {
-        match parse_held(held, false) {
-            Some((seq, per)) if per.len() == 1 => {
-                redis_now.insert(u, (seq, *per.keys().next().unwrap()));
+        match parse_held(held, Kind::Single) {
+            Some((seq, Held::Choices(option))) if option.len() == 1 => {
+                redis_now.insert(u, (seq, option[0]));
             }
             _ => failures.push(format!("poll {poll}: user {u}: Redis holds {held:?}")),
         }
@@ -1233,8 +1233,79 @@ pub fn final_answers(records: &[Record]) -> Vec<&Record> {
 #[derive(Clone, Debug)]
 struct VoteRow {
     seq: i32,
+    /// The option (single, budget), or the first choice (multi, ranked).
     option: i64,
+    /// Every option of a multi or ranked ballot, in the order sent; empty (NULL)
+    /// for single and budget.
+    choices: Vec<i64>,
     count: i32,
+}
+
+impl VoteRow {
+    /// The ballot the row holds, as [`asked`] reads a body: its options (the
+    /// choices, or the one option) and its count.
+    fn ballot(&self) -> Asked {
+        let choices = match self.choices.is_empty() {
+            true => vec![self.option],
+            false => self.choices.clone(),
+        };
+        Asked {
+            choices,
+            count: self.count.into(),
+        }
+    }
+
+    /// What is wrong with the row's shape for a poll of `kind`, if anything: a
+    /// multi or ranked row lists its choices (distinct, at most `max_choices`),
+    /// the first being `option_id`; a single or budget row has none.
+    fn misshapen(&self, kind: Kind, max_choices: usize) -> Option<String> {
+        let lists = matches!(kind, Kind::Multi | Kind::Ranked);
+        let distinct = self.choices.iter().collect::<HashSet<_>>().len() == self.choices.len();
+        let fits = match lists {
+            true => {
+                self.choices.first() == Some(&self.option)
+                    && distinct
+                    && self.choices.len() <= max_choices
+            }
+            false => self.choices.is_empty(),
+        };
+        (!fits || (kind != Kind::Budget && self.count != 1)).then(|| {
+            format!(
+                "seq {} option_id {} choices {:?} count {}",
+                self.seq, self.option, self.choices, self.count
+            )
+        })
+    }
+}
+
+/// A poll's ballot kind (`polls.ballot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Single,
+    Multi,
+    Budget,
+    Ranked,
+}
+
+impl Kind {
+    fn parse(kind: &str) -> Option<Kind> {
+        Some(match kind {
+            "single" => Kind::Single,
+            "multi" => Kind::Multi,
+            "budget" => Kind::Budget,
+            "ranked" => Kind::Ranked,
+            _ => return None,
+        })
+    }
+
+    /// A ballot's options as they count: a multi ballot's are a set (sorted
+    /// here), a ranking's and a single option in their order.
+    fn counted(self, mut choices: Vec<i64>) -> Vec<i64> {
+        if self == Kind::Multi {
+            choices.sort_unstable();
+        }
+        choices
+    }
 }
 
 /// A poll's ballot kind and budget, as Postgres holds them.
@@ -1246,8 +1317,9 @@ struct Budget {
 
 /// The rows of `votes` of `poll`, per voter, in seq order.
 async fn pg_ballots(stack: &Stack, poll: i64) -> Option<BTreeMap<i64, Vec<VoteRow>>> {
-    let rows: Vec<(i64, i32, i64, i32)> = sqlx::query_as(
-        "SELECT user_id, seq, option_id, count FROM votes WHERE poll_id = $1
+    type Row = (i64, i32, i64, Option<Vec<i64>>, i32);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT user_id, seq, option_id, choices, count FROM votes WHERE poll_id = $1
          ORDER BY user_id, seq",
     )
     .bind(poll)
@@ -1255,11 +1327,13 @@ async fn pg_ballots(stack: &Stack, poll: i64) -> Option<BTreeMap<i64, Vec<VoteRo
     .await
     .ok()?;
     let mut by_user: BTreeMap<i64, Vec<VoteRow>> = BTreeMap::new();
-    for (user, seq, option, count) in rows {
-        by_user
-            .entry(user)
-            .or_default()
-            .push(VoteRow { seq, option, count });
+    for (user, seq, option, choices, count) in rows {
+        by_user.entry(user).or_default().push(VoteRow {
+            seq,
+            option,
+            choices: choices.unwrap_or_default(),
+            count,
+        });
     }
     Some(by_user)
 }
@@ -1288,14 +1362,40 @@ fn receipts_of(
         .collect()
 }
 
-/// The (option, count) a ballot's body asked for: `{"option_id", "count"}`
-/// (count 1 when absent).
-fn asked(op: &Op) -> Option<(i64, i64)> {
+/// What a ballot asks for: its options in the order sent (the one option of a
+/// single or budget vote) and its count (1 but in a budget vote).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Asked {
+    choices: Vec<i64>,
+    count: i64,
+}
+
+/// The ballot a body asked for: `{"option_id", "count"}` (count 1 when absent),
+/// `{"option_ids": [..]}` or `{"ranking": [..]}`.
+fn asked(op: &Op) -> Option<Asked> {
     let Op::Ballot { body, .. } = op else {
         return None;
     };
     let v: Value = serde_json::from_str(body).ok()?;
-    Some((v["option_id"].as_i64()?, v["count"].as_i64().unwrap_or(1)))
+    let choices = match v.get("option_ids").or(v.get("ranking")) {
+        Some(ids) => ids
+            .as_array()?
+            .iter()
+            .map(Value::as_i64)
+            .collect::<Option<_>>()?,
+        None => vec![v["option_id"].as_i64()?],
+    };
+    let count = v["count"].as_i64().unwrap_or(1);
+    Some(Asked { choices, count })
+}
+
+/// Whether `row` holds the ballot `asked` on a poll of `kind`: the same count
+/// and options (a multi ballot's as a set, a ranking in its order).
+fn holds(kind: Kind, row: &VoteRow, asked: Option<&Asked>) -> bool {
+    let (got, asked) = (row.ballot(), asked.cloned());
+    asked.is_some_and(|a| {
+        a.count == got.count && kind.counted(a.choices) == kind.counted(got.choices)
+    })
 }
 
 /// [`wait_settled`] for ballots: until every 202's receipt is in Postgres and the
@@ -1326,8 +1426,8 @@ async fn wait_ballots_settled(stack: &Stack, records: &[Record], polls: &[i64]) 
 
 /// [`assert_invariants`] for polls of ballot kinds (`Op::Ballot` records): waits
 /// for settlement, then checks answers (documented, no 5xx but 503), unanswered
-/// requests, and per poll [`check_ballot_poll`]. Budget and single polls (with or
-/// without `allow_change`) are checked; `option_id` bodies only.
+/// requests, and per poll [`check_ballot_poll`]: polls of every ballot kind
+/// (single, multi, budget, ranked), with or without `allow_change`.
 pub async fn assert_ballot_invariants(
     stack: &Stack,
     records: &[Record],
@@ -1348,19 +1448,102 @@ pub async fn assert_ballot_invariants(
     report
 }
 
+/// A poll's ballot settings, as Postgres holds them.
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    kind: Kind,
+    budget: Option<Budget>,
+    /// Most options of a multi or ranked ballot (every option when not set).
+    max_choices: usize,
+    allow_change: bool,
+}
+
+async fn poll_settings(stack: &Stack, poll: i64) -> Settings {
+    type Row = (String, Option<i32>, Option<i32>, Option<i32>, bool, i64);
+    let (kind, max_choices, vpu, mpo, allow_change, options): Row = sqlx::query_as(
+        "SELECT ballot, max_choices, votes_per_user, max_per_option, allow_change,
+                (SELECT count(*) FROM poll_options o WHERE o.poll_id = p.id)
+         FROM polls p WHERE id = $1",
+    )
+    .bind(poll)
+    .fetch_one(&stack.db)
+    .await
+    .expect("read the poll's ballot settings");
+    let kind = Kind::parse(&kind)
+        .unwrap_or_else(|| panic!("poll {poll}: the check does not know ballot {kind}"));
+    let budget = (kind == Kind::Budget).then(|| Budget {
+        votes_per_user: vpu.expect("a budget poll has votes_per_user").into(),
+        max_per_option: mpo.or(vpu).unwrap().into(),
+    });
+    let max_choices = match (kind, max_choices) {
+        (Kind::Multi | Kind::Ranked, Some(m)) => m as usize,
+        (Kind::Multi | Kind::Ranked, None) => options as usize,
+        _ => 1,
+    };
+    Settings {
+        kind,
+        budget,
+        max_choices,
+        allow_change,
+    }
+}
+
+/// A voter's ballot as it counts now: votes per option (budget), or the options
+/// of their last ballot (as [`Kind::counted`] compares them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Held {
+    Votes(BTreeMap<i64, i64>),
+    Choices(Vec<i64>),
+}
+
+impl Held {
+    /// What it adds to the tally of a poll of `kind`: every budget vote, each
+    /// option of a single or multi ballot once, a ranking's first preference.
+    fn tally(&self, kind: Kind) -> Vec<(i64, i64)> {
+        match self {
+            Held::Votes(per) => per.iter().map(|(&o, &n)| (o, n)).collect(),
+            Held::Choices(c) if kind == Kind::Ranked => c.iter().take(1).map(|&o| (o, 1)).collect(),
+            Held::Choices(c) => c.iter().map(|&o| (o, 1)).collect(),
+        }
+    }
+
+    /// A ballot the poll's settings allow: 1 to `max_choices` distinct options
+    /// (one for a single ballot); a budget within its totals.
+    fn fits(&self, s: &Settings) -> bool {
+        match (self, s.budget) {
+            (Held::Votes(per), Some(b)) => {
+                per.values().sum::<i64>() <= b.votes_per_user
+                    && per.values().all(|&n| n <= b.max_per_option)
+            }
+            (Held::Choices(c), None) => {
+                (1..=s.max_choices).contains(&c.len())
+                    && c.iter().collect::<HashSet<_>>().len() == c.len()
+            }
+            _ => false,
+        }
+    }
+}
+
 /// One poll of a ballot kind, after settlement:
 ///
-/// 1. every voter's rows have seqs 1..n (unique by the key, contiguous here);
+/// 1. every voter's rows have seqs 1..n (unique by the key, contiguous here),
+///    each of the poll's kind's shape ([`VoteRow::misshapen`]);
 /// 2. every 202's receipt names a row of its voter holding what it asked for
-///    (unless `loss` allows losing it); one key's 202s name one row at most; a
-///    voter has no more rows than keys sent, and no more rows nobody was told
-///    of than keys with an ambiguous attempt (no answer, 503);
+///    (unless `loss` allows losing it; the options of a ranking in their order,
+///    of a multi ballot as a set); one key's 202s name one row at most; a voter
+///    has no more rows than keys sent, and no more rows nobody was told of than
+///    keys with an ambiguous attempt (no answer, 503); one ballot each where no
+///    change is allowed ([`check_one_ballot_each`]);
 /// 3. the Redis voters hash equals what Postgres says counts now (budget: votes
-///    per option, at most `votes_per_user` in all and `max_per_option` each, in
-///    both stores; single: the highest seq's option, so each voter once), and
-///    the Redis tally equals both the tally counted here from the rows and
-///    `store::settled_tallies`;
-/// 4. `GET my-ballot` of a sample of voters lists their rows' receipts, settled.
+///    per option, at most `votes_per_user` in all and `max_per_option` each;
+///    single, multi, ranked: the highest seq's options, 1 to `max_choices`
+///    distinct, so each voter's one ballot), and the Redis tally equals the tally
+///    counted here from those (single and multi: each option chosen; ranked: the
+///    first preference; budget: the votes), `store::settled_tallies` and what
+///    `GET results` publishes ([`check_published`]);
+/// 4. `GET my-ballot` of a sample of voters lists their rows' receipts, settled,
+///    all but the last replaced (none in a budget poll), and the last one's
+///    choices; the admin's CSV lists every row ([`check_export`]).
 async fn check_ballot_poll(
     stack: &Stack,
     records: &[Record],
@@ -1369,27 +1552,15 @@ async fn check_ballot_poll(
     failures: &mut Vec<String>,
     report: &mut Report,
 ) {
-    let (kind, vpu, mpo): (String, Option<i32>, Option<i32>) =
-        sqlx::query_as("SELECT ballot, votes_per_user, max_per_option FROM polls WHERE id = $1")
-            .bind(poll)
-            .fetch_one(&stack.db)
-            .await
-            .expect("read the poll's ballot settings");
-    let budget = (kind == "budget").then(|| Budget {
-        votes_per_user: vpu.expect("a budget poll has votes_per_user").into(),
-        max_per_option: mpo.or(vpu).unwrap().into(),
-    });
-    assert!(
-        budget.is_some() || kind == "single",
-        "poll {poll}: the check knows budget and single ballots, not {kind}"
-    );
+    let s = poll_settings(stack, poll).await;
+    let kind = s.kind;
     let rows = pg_ballots(stack, poll).await.expect("read votes");
     let mine: Vec<&Record> = records
         .iter()
         .filter(|r| r.ballot().is_some_and(|(p, _)| p == poll))
         .collect();
 
-    // 1. Seqs 1..n per voter.
+    // 1. Seqs 1..n per voter, rows of the poll's shape.
     let gaps: Vec<String> = rows
         .iter()
         .filter(|(_, rs)| rs.iter().enumerate().any(|(i, r)| r.seq != i as i32 + 1))
@@ -1403,6 +1574,22 @@ async fn check_ballot_poll(
         .collect();
     fail_on(failures, &gaps, |g| {
         format!("poll {poll}: seqs not 1..n: {}", g.join("; "))
+    });
+    let misshapen: Vec<String> = rows
+        .iter()
+        .flat_map(|(u, rs)| {
+            rs.iter().filter_map(move |r| {
+                Some(format!("user {u}: {}", r.misshapen(kind, s.max_choices)?))
+            })
+        })
+        .take(10)
+        .collect();
+    fail_on(failures, &misshapen, |m| {
+        let most = s.max_choices;
+        format!(
+            "poll {poll} ({kind:?}, at most {most} choices): rows not of its ballot's shape: {}",
+            m.join("; ")
+        )
     });
 
     // 2. Every 202 in Postgres once, as asked.
@@ -1423,7 +1610,7 @@ async fn check_ballot_poll(
         match held.get(&receipt) {
             Some(&(u, seq)) => {
                 let got = row(u, seq);
-                let named = u == r.user && asked(&r.op) == Some((got.option, got.count.into()));
+                let named = u == r.user && holds(kind, got, asked(&r.op).as_ref());
                 if !named && loss.allows(r) {
                     // Redis lost this unsettled vote, and the voter's next vote got
                     // its seq, so its receipt (docs/api.md, "Ballots"): lost.
@@ -1432,11 +1619,10 @@ async fn check_ballot_poll(
                 }
                 if !named {
                     wrong.push(format!(
-                        "user {} key {key} asked {:?}, its receipt names user {u} seq {seq}: option {} count {}",
+                        "user {} key {key} asked {:?}, its receipt names user {u} seq {seq}: {:?}",
                         r.user,
                         asked(&r.op),
-                        got.option,
-                        got.count
+                        got.ballot()
                     ));
                 }
                 per_key.entry((r.user, key)).or_default().insert(receipt);
@@ -1492,54 +1678,51 @@ async fn check_ballot_poll(
         let e = first_ten(e);
         format!("poll {poll}: rows in Postgres that no request accounts for: {e}")
     });
+    let accepted_keys = per_key.keys().copied();
+    check_one_ballot_each(poll, &s, &mine, &rows, accepted_keys, loss, failures);
 
     // 3. What counts now, in both stores.
     let (voters, redis_tally) = redis_poll(stack, poll).await;
-    // Per voter: (seq, votes per option) as Postgres counts them now.
-    let pg_now: BTreeMap<i64, (i32, BTreeMap<i64, i64>)> = rows
+    // Per voter: (seq, ballot) as Postgres counts them now.
+    let pg_now: BTreeMap<i64, (i32, Held)> = rows
         .iter()
         .map(|(&u, rs)| {
             let last = rs.last().expect("a voter has rows");
-            let mut per_option = BTreeMap::new();
-            if budget.is_some() {
-                for r in rs {
-                    *per_option.entry(r.option).or_default() += i64::from(r.count);
+            let now = match s.budget {
+                Some(_) => {
+                    let mut per_option = BTreeMap::new();
+                    for r in rs {
+                        *per_option.entry(r.option).or_default() += i64::from(r.count);
+                    }
+                    Held::Votes(per_option)
                 }
-            } else {
-                per_option.insert(last.option, 1);
-            }
-            (u, (last.seq, per_option))
+                None => Held::Choices(kind.counted(last.ballot().choices)),
+            };
+            (u, (last.seq, now))
         })
         .collect();
-    let mut redis_now: BTreeMap<i64, (i32, BTreeMap<i64, i64>)> = BTreeMap::new();
+    let mut redis_now: BTreeMap<i64, (i32, Held)> = BTreeMap::new();
     for (&u, held) in &voters {
-        match parse_held(held, budget.is_some()) {
+        match parse_held(held, kind) {
             Some(now) => {
                 redis_now.insert(u, now);
             }
             None => failures.push(format!("poll {poll}: user {u}: Redis holds {held:?}")),
         }
     }
-    if let Some(b) = budget {
-        for (store, now) in [("Postgres", &pg_now), ("Redis", &redis_now)] {
-            let over: Vec<String> = now
-                .iter()
-                .filter(|(_, (_, per))| {
-                    per.values().sum::<i64>() > b.votes_per_user
-                        || per.values().any(|&n| n > b.max_per_option)
-                })
-                .map(|(u, (_, per))| format!("user {u}: {per:?}"))
-                .take(10)
-                .collect();
-            fail_on(failures, &over, |o| {
-                format!(
-                    "poll {poll}: {store} holds voters over their budget ({} in all, {} per option): {}",
-                    b.votes_per_user,
-                    b.max_per_option,
-                    o.join("; ")
-                )
-            });
-        }
+    for (store, now) in [("Postgres", &pg_now), ("Redis", &redis_now)] {
+        let unfit: Vec<String> = now
+            .iter()
+            .filter(|(_, (_, held))| !held.fits(&s))
+            .map(|(u, (_, held))| format!("user {u}: {held:?}"))
+            .take(10)
+            .collect();
+        fail_on(failures, &unfit, |o| {
+            format!(
+                "poll {poll}: {store} holds ballots its settings refuse ({s:?}): {}",
+                o.join("; ")
+            )
+        });
     }
     if redis_now != pg_now {
         let differ = users_differing(&pg_now, &redis_now);
@@ -1551,14 +1734,14 @@ async fn check_ballot_poll(
         ));
     }
     let mut counted: BTreeMap<i64, i64> = BTreeMap::new();
-    for (_, per) in pg_now.values() {
-        for (&o, &n) in per {
+    for (_, held) in pg_now.values() {
+        for (o, n) in held.tally(kind) {
             *counted.entry(o).or_default() += n;
         }
     }
     let settled = settled_tallies(stack, poll).await;
     println!(
-        "poll {poll} ({kind}): {} voters, {} rows in Postgres, tally counted from the rows {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}",
+        "poll {poll} ({kind:?}): {} voters, {} rows in Postgres, tally counted from the rows {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}",
         rows.len(),
         rows.values().map(Vec::len).sum::<usize>()
     );
@@ -1567,69 +1750,292 @@ async fn check_ballot_poll(
             "poll {poll}: tallies differ: counted from Postgres's ballots {counted:?}, Redis {redis_tally:?}, settled_tallies {settled:?}"
         ));
     }
+    check_published(stack, poll, &counted, rows.len(), failures).await;
 
-    // 4. What a voter reads of their own ballot.
+    // 4. What a voter reads of their own ballot, and the admin of every vote.
+    check_my_ballots(stack, poll, &s, &rows, &pg_now, failures).await;
+    check_export(stack, poll, kind, &rows, failures).await;
+}
+
+/// `GET my-ballot` of the first 30 voters of `rows`: their rows' receipts, in
+/// order, settled, all but the last `replaced` (none in a budget poll: every
+/// vote counts), and (but in a budget poll) the `choices` of the ballot that
+/// counts in Postgres (`pg_now`).
+async fn check_my_ballots(
+    stack: &Stack,
+    poll: i64,
+    s: &Settings,
+    rows: &BTreeMap<i64, Vec<VoteRow>>,
+    pg_now: &BTreeMap<i64, (i32, Held)>,
+    failures: &mut Vec<String>,
+) {
+    let mut misread = Vec::new();
     for (&u, rs) in rows.iter().take(30) {
         let Some(mine) = my_ballot(stack, poll, u).await else {
-            failures.push(format!(
-                "poll {poll}: user {u}: my-ballot did not answer 200"
-            ));
+            misread.push(format!("user {u}: my-ballot did not answer 200"));
             continue;
         };
-        let listed: Vec<Option<Uuid>> = mine["receipts"]
+        let listed: Vec<(Option<Uuid>, Option<bool>)> = mine["receipts"]
             .as_array()
             .map(|a| {
                 a.iter()
-                    .map(|r| r["receipt"].as_str().and_then(|s| Uuid::parse_str(s).ok()))
+                    .map(|r| {
+                        let receipt = r["receipt"].as_str().and_then(|s| Uuid::parse_str(s).ok());
+                        (receipt, r["replaced"].as_bool())
+                    })
                     .collect()
             })
             .unwrap_or_default();
-        let expected: Vec<Option<Uuid>> = rs
+        let expected: Vec<(Option<Uuid>, Option<bool>)> = rs
             .iter()
-            .map(|r| Some(receipt_of(stack, poll, u, r.seq)))
+            .enumerate()
+            .map(|(i, r)| {
+                let replaced = s.kind != Kind::Budget && i + 1 < rs.len();
+                (Some(receipt_of(stack, poll, u, r.seq)), Some(replaced))
+            })
             .collect();
-        if listed != expected || mine["settled"] != Value::Bool(true) {
-            failures.push(format!(
-                "poll {poll}: user {u}: my-ballot lists receipts {listed:?} (settled {}), Postgres's rows give {expected:?}",
-                mine["settled"]
+        let choices = mine["choices"]
+            .as_array()
+            .and_then(|c| c.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
+            .map(|c| Held::Choices(s.kind.counted(c)));
+        let chosen = s.budget.is_some() || choices.as_ref() == Some(&pg_now[&u].1);
+        if listed != expected || mine["settled"] != Value::Bool(true) || !chosen {
+            misread.push(format!(
+                "user {u}: my-ballot lists (receipt, replaced) {listed:?}, choices {} (settled {}), Postgres's rows give {expected:?}, {:?}",
+                mine["choices"], mine["settled"], pg_now[&u].1
             ));
         }
+    }
+    fail_on(failures, &misread, |m| {
+        let (n, m) = (m.len(), first_ten(m));
+        format!("poll {poll}: {n} voter(s) read another ballot than Postgres holds: {m}")
+    });
+}
+
+/// Where the poll allows no change (single, multi, ranked without
+/// `allow_change`): a voter has one row at most, and one key at most was
+/// answered 202 and is in Postgres (`accepted`: (voter, key)), so a second,
+/// different ballot was refused and never counted; a voter refused 409
+/// `already_voted` holds a ballot in Postgres (unless `loss` allows losing
+/// one). Where it allows a change, nobody is refused `already_voted`. Budget
+/// polls: neither.
+fn check_one_ballot_each<'a>(
+    poll: i64,
+    s: &Settings,
+    mine: &[&Record],
+    rows: &BTreeMap<i64, Vec<VoteRow>>,
+    accepted: impl Iterator<Item = (i64, &'a str)>,
+    loss: AllowedLoss,
+    failures: &mut Vec<String>,
+) {
+    if s.kind == Kind::Budget {
+        return;
+    }
+    let refused: Vec<Record> = mine
+        .iter()
+        .filter(|r| r.code() == Some("already_voted"))
+        .map(|&r| r.clone())
+        .collect();
+    if s.allow_change {
+        fail_on(failures, &refused, |r| {
+            let (n, r) = (r.len(), describe(r));
+            format!(
+                "poll {poll} allows a change, yet {n} ballot(s) were refused already_voted: {r}"
+            )
+        });
+        return;
+    }
+    let twice: Vec<String> = rows
+        .iter()
+        .filter(|(_, rs)| rs.len() > 1)
+        .map(|(u, rs)| {
+            format!(
+                "user {u}: {:?}",
+                rs.iter().map(VoteRow::ballot).collect::<Vec<_>>()
+            )
+        })
+        .take(10)
+        .collect();
+    fail_on(failures, &twice, |t| {
+        format!(
+            "poll {poll} allows no change, yet voters have several ballots in Postgres: {}",
+            t.join("; ")
+        )
+    });
+    let mut keys: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    for (u, key) in accepted {
+        keys.entry(u).or_default().push(key);
+    }
+    let both: Vec<String> = keys
+        .iter()
+        .filter(|(_, k)| k.len() > 1)
+        .map(|(u, k)| format!("user {u}: keys {k:?}"))
+        .take(10)
+        .collect();
+    fail_on(failures, &both, |b| {
+        format!(
+            "poll {poll} allows no change, yet a voter's different ballots were each accepted: {}",
+            b.join("; ")
+        )
+    });
+    if matches!(loss, AllowedLoss::None) {
+        let ungrounded: Vec<Record> = refused
+            .into_iter()
+            .filter(|r| !rows.contains_key(&r.user))
+            .collect();
+        fail_on(failures, &ungrounded, |r| {
+            let (n, r) = (r.len(), describe(r));
+            format!(
+                "poll {poll}: {n} ballot(s) refused already_voted from voters with no ballot in Postgres: {r}"
+            )
+        });
+    }
+}
+
+/// What `GET /api/polls/{poll}/results` publishes (every poll of these scenarios
+/// shows its results live): the tallies `counted` (options without a vote, at
+/// 0 there, left out), `voters` voters, shown, and no `runoff` while the poll is
+/// open (a ranked poll's tallies are its first preferences).
+async fn check_published(
+    stack: &Stack,
+    poll: i64,
+    counted: &BTreeMap<i64, i64>,
+    voters: usize,
+    failures: &mut Vec<String>,
+) {
+    let Some(results) = get_ok(stack, &format!("/api/polls/{poll}/results"), None).await else {
+        failures.push(format!("poll {poll}: GET results did not answer 200"));
+        return;
+    };
+    let tallies: Option<BTreeMap<i64, i64>> = results["tallies"].as_array().and_then(|ts| {
+        ts.iter()
+            .map(|t| Some((t["option_id"].as_i64()?, t["votes"].as_i64()?)))
+            .filter(|t| t.is_none_or(|(_, n)| n != 0))
+            .collect()
+    });
+    let open = results["closed"] == Value::Bool(false);
+    if results["hidden"] != Value::Bool(false)
+        || tallies.as_ref() != Some(counted)
+        || results["voters"].as_u64() != Some(voters as u64)
+        || (open && results.get("runoff").is_some())
+    {
+        failures.push(format!(
+            "poll {poll}: GET results publishes {results}, Postgres's ballots count {counted:?} from {voters} voters"
+        ));
+    }
+}
+
+/// The admin's CSV of every vote of the poll (`votes.csv`): each row of Postgres
+/// once, by its receipt, with its voter, kind, `option_id`, choices in the order
+/// sent (a single or budget vote's one option), count, and `replaced` on every
+/// row but each voter's last (on none in a budget poll): one ballot that counts
+/// per voter.
+async fn check_export(
+    stack: &Stack,
+    poll: i64,
+    kind: Kind,
+    rows: &BTreeMap<i64, Vec<VoteRow>>,
+    failures: &mut Vec<String>,
+) {
+    let resp = stack
+        .http
+        .get(format!(
+            "{}/api/admin/polls/{poll}/votes.csv",
+            stack.live_base()
+        ))
+        .bearer_auth(&stack.admin.token)
+        .send()
+        .await;
+    let csv = match resp {
+        Ok(r) if r.status() == reqwest::StatusCode::OK => r.text().await.unwrap_or_default(),
+        other => {
+            failures.push(format!("poll {poll}: votes.csv: {other:?}"));
+            return;
+        }
+    };
+    // receipt -> voter, kind, option_id, choices, count, replaced: the labels and
+    // times left out (no field here needs quoting: labels and names are plain).
+    type Line = [String; 6];
+    let mut listed: HashMap<String, Line> = HashMap::new();
+    let mut lines = 0;
+    for line in csv.split("\r\n").skip(1).filter(|l| !l.is_empty()) {
+        lines += 1;
+        let f: Vec<&str> = line.split(',').collect();
+        if f.len() != 12 {
+            let n = f.len();
+            failures.push(format!("poll {poll}: votes.csv line of {n} fields: {line}"));
+            return;
+        }
+        listed.insert(
+            f[0].to_string(),
+            [1, 3, 4, 6, 8, 11].map(|i| f[i].to_string()),
+        );
+    }
+    let ballot = format!("{kind:?}").to_lowercase();
+    let mut expected: HashMap<String, Line> = HashMap::new();
+    for (&u, rs) in rows {
+        for (i, r) in rs.iter().enumerate() {
+            let choices: Vec<String> = r.ballot().choices.iter().map(i64::to_string).collect();
+            let replaced = kind != Kind::Budget && i + 1 < rs.len();
+            let line = [
+                u.to_string(),
+                ballot.clone(),
+                r.option.to_string(),
+                choices.join(";"),
+                r.count.to_string(),
+                replaced.to_string(),
+            ];
+            expected.insert(receipt_of(stack, poll, u, r.seq).to_string(), line);
+        }
+    }
+    if lines != expected.len() || listed != expected {
+        let differ: Vec<String> = expected
+            .iter()
+            .filter(|(id, line)| listed.get(*id) != Some(line))
+            .map(|(id, line)| format!("{id}: Postgres {line:?}, CSV {:?}", listed.get(id)))
+            .collect();
+        failures.push(format!(
+            "poll {poll}: votes.csv lists {lines} rows, Postgres has {}: {}",
+            expected.len(),
+            first_ten(&differ)
+        ));
     }
 }
 
 /// A voters-hash value: `<option>` (a first single ballot) or `<seq>|<ballot>`,
-/// the ballot `<option>` (single) or `<option>:<count>,...` (budget). Returns
-/// (seq, votes per option).
-fn parse_held(held: &str, budget: bool) -> Option<(i32, BTreeMap<i64, i64>)> {
+/// the ballot `<option>,...` (single, multi, ranked: the options in the order
+/// sent) or `<option>:<count>,...` (budget). Returns (seq, ballot) for a poll of
+/// `kind`.
+fn parse_held(held: &str, kind: Kind) -> Option<(i32, Held)> {
     let (seq, ballot) = match held.split_once('|') {
         Some((s, b)) => (s.parse().ok()?, b),
         None => (1, held),
     };
-    let mut per_option = BTreeMap::new();
-    if budget {
-        for piece in ballot.split(',') {
-            let (o, n) = piece.split_once(':')?;
-            *per_option.entry(o.parse().ok()?).or_default() += n.parse::<i64>().ok()?;
-        }
-    } else {
-        per_option.insert(ballot.parse().ok()?, 1);
+    if kind != Kind::Budget {
+        let choices = ballot
+            .split(',')
+            .map(|o| o.parse().ok())
+            .collect::<Option<Vec<i64>>>()?;
+        return Some((seq, Held::Choices(kind.counted(choices))));
     }
-    Some((seq, per_option))
+    let mut per_option = BTreeMap::new();
+    for piece in ballot.split(',') {
+        let (o, n) = piece.split_once(':')?;
+        *per_option.entry(o.parse().ok()?).or_default() += n.parse::<i64>().ok()?;
+    }
+    Some((seq, Held::Votes(per_option)))
 }
 
-/// `GET /api/polls/{poll}/my-ballot` as `user`, retried for a while on anything
-/// but 200.
-async fn my_ballot(stack: &Stack, poll: i64, user: i64) -> Option<Value> {
-    let token = token_for(stack, user);
+/// `GET path` (as the bearer of `token`, if any), retried for a while on
+/// anything but 200; its JSON.
+async fn get_ok(stack: &Stack, path: &str, token: Option<&str>) -> Option<Value> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let resp = stack
-            .http
-            .get(format!("{}/api/polls/{poll}/my-ballot", stack.live_base()))
-            .bearer_auth(&token)
-            .send()
-            .await;
-        if let Ok(resp) = resp
+        let mut req = stack.http.get(format!("{}{path}", stack.live_base()));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Ok(resp) = req.send().await
             && resp.status() == reqwest::StatusCode::OK
         {
             return resp.json().await.ok();
@@ -1639,6 +2045,13 @@ async fn my_ballot(stack: &Stack, poll: i64, user: i64) -> Option<Value> {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// `GET /api/polls/{poll}/my-ballot` as `user`, retried for a while on anything
+/// but 200.
+async fn my_ballot(stack: &Stack, poll: i64, user: i64) -> Option<Value> {
+    let token = token_for(stack, user);
+    get_ok(stack, &format!("/api/polls/{poll}/my-ballot"), Some(&token)).await
 }
 
 /// "A spent budget stays spent", tested directly: every voter of budget poll
@@ -1688,6 +2101,123 @@ pub async fn assert_spent_budgets_stay_spent(stack: &Stack, poll: i64) -> Vec<Re
         spent_again.join("; ")
     );
     again
+}
+
+/// "Without `allow_change` a second ballot is refused", tested directly: every
+/// voter of `poll` (a single, multi or ranked poll without changes) whose ballot
+/// Postgres holds sends another one, of an option they did not choose, under a
+/// new key. Each must end at 409 `already_voted`. Returns the records (for a
+/// final [`assert_ballot_invariants`], which finds nothing written).
+pub async fn assert_second_ballots_refused(stack: &Stack, poll: i64) -> Vec<Record> {
+    let s = poll_settings(stack, poll).await;
+    assert!(
+        s.kind != Kind::Budget && !s.allow_change,
+        "poll {poll} takes a second ballot ({s:?}): the probe proves nothing"
+    );
+    let options: Vec<i64> = sqlx::query_scalar("SELECT id FROM poll_options WHERE poll_id = $1")
+        .bind(poll)
+        .fetch_all(&stack.db)
+        .await
+        .expect("read the poll's options");
+    let rows = pg_ballots(stack, poll).await.expect("read votes");
+    let another = |(&user, rs): (&i64, &Vec<VoteRow>)| {
+        let chosen = rs[0].ballot().choices;
+        let other = *options.iter().find(|o| !chosen.contains(o)).unwrap();
+        let body = match s.kind {
+            Kind::Multi => serde_json::json!({ "option_ids": [other] }),
+            Kind::Ranked => serde_json::json!({ "ranking": [other] }),
+            _ => serde_json::json!({ "option_id": other }),
+        };
+        let key = format!("another-{user}").into();
+        let body = body.to_string().into();
+        (user, Op::Ballot { poll, body, key })
+    };
+    let what = format!("{} voters of poll {poll} sent another ballot", rows.len());
+    let again = send_as_users(stack, &what, rows.iter().map(another)).await;
+    let counted: Vec<String> = final_answers(&again)
+        .iter()
+        .filter(|r| r.code() != Some("already_voted"))
+        .take(10)
+        .map(|r| format!("user {}: {}", r.user, r.label()))
+        .collect();
+    assert!(
+        !rows.is_empty(),
+        "poll {poll}: no voter holds a ballot; the probe proves nothing"
+    );
+    assert!(
+        counted.is_empty(),
+        "poll {poll} allows no change, yet voters' second ballots were not refused with 409 already_voted: {}",
+        counted.join("; ")
+    );
+    again
+}
+
+/// Closes ranked `poll` (an admin's close) and checks the `runoff` its results
+/// then publish: the instant runoff (`vote::runoff::instant_runoff`, over the
+/// options in their order) of the ballots that count in Postgres, each voter's
+/// last ranking, its first round the first preferences counted here.
+pub async fn assert_closed_runoff_counts_postgres_ballots(stack: &Stack, poll: i64) {
+    let closed = stack
+        .http
+        .post(format!(
+            "{}/api/admin/polls/{poll}/close",
+            stack.live_base()
+        ))
+        .bearer_auth(&stack.admin.token)
+        .send()
+        .await
+        .expect("close the poll");
+    assert_eq!(
+        closed.status(),
+        reqwest::StatusCode::OK,
+        "close poll {poll}"
+    );
+    let options: Vec<i64> =
+        sqlx::query_scalar("SELECT id FROM poll_options WHERE poll_id = $1 ORDER BY position")
+            .bind(poll)
+            .fetch_all(&stack.db)
+            .await
+            .expect("read the poll's options");
+    let rows = pg_ballots(stack, poll).await.expect("read votes");
+    let rankings: Vec<Vec<i64>> = rows
+        .values()
+        .map(|rs| rs.last().unwrap().ballot().choices)
+        .collect();
+    let runoff =
+        stampede::vote::runoff::instant_runoff(&options, rankings.iter().map(Vec::as_slice));
+    let expected = serde_json::to_value(&runoff).unwrap();
+    let results = get_ok(stack, &format!("/api/polls/{poll}/results"), None).await;
+    let published = results.as_ref().map(|r| &r["runoff"]);
+    println!(
+        "poll {poll} closed: {} ballots, winner {}, {} rounds",
+        expected["ballots"],
+        expected["winner"],
+        expected["rounds"].as_array().map_or(0, Vec::len)
+    );
+    assert_eq!(
+        published,
+        Some(&expected),
+        "poll {poll}: the closed poll's results publish another runoff than Postgres's ballots give ({} voters)",
+        rankings.len()
+    );
+    // Its first round, counted here: each ballot for its first preference.
+    let mut first: BTreeMap<i64, i64> = BTreeMap::new();
+    for ranking in &rankings {
+        *first.entry(ranking[0]).or_default() += 1;
+    }
+    let round_one: Option<BTreeMap<i64, i64>> = published
+        .and_then(|r| r["rounds"][0]["tallies"].as_array())
+        .map(|ts| {
+            ts.iter()
+                .filter_map(|t| Some((t["option_id"].as_i64()?, t["votes"].as_i64()?)))
+                .filter(|&(_, n)| n != 0)
+                .collect()
+        });
+    assert_eq!(
+        round_one,
+        Some(first),
+        "poll {poll}: the runoff's first round is not the first preferences of Postgres's ballots"
+    );
 }
 
 /// "A vote retried with the same `Idempotency-Key` is the same vote", tested

@@ -34,6 +34,7 @@ mod admin_close;
 mod aof_loss;
 mod app_kill;
 mod ballots;
+mod ballots_ranked;
 mod cancel_kill;
 mod cluster_failover;
 mod cluster_moved;
