@@ -17,11 +17,11 @@ use rand::Rng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use serde_json::json;
 
-use crate::harness::{Options, Stack, User};
-use crate::invariants::{
-    Allowed, AllowedLoss, CUT_AT_A_KILL, Report, assert_ballot_invariants, assert_keys_replay,
-    assert_spent_budgets_stay_spent,
+use crate::ballot_invariants::{
+    assert_ballot_invariants, assert_keys_replay, assert_spent_budgets_stay_spent,
 };
+use crate::harness::{Options, Stack, User};
+use crate::invariants::{Allowed, AllowedLoss, CUT_AT_A_KILL, Report};
 use crate::redis_wipe::{flushall_measuring_the_tail, stop_settling_votes_until};
 use crate::storm::{self, Op, Plan, Record, Storm, Work};
 

@@ -26,14 +26,14 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde_json::json;
 
+use crate::ballot_invariants::{
+    assert_ballot_invariants, assert_closed_runoff_counts_postgres_ballots, assert_keys_replay,
+    assert_second_ballots_refused,
+};
 use crate::ballots::{
     Fault, after_the_fault, assert_the_wipe_took_a_tail, ballot, in_storm_order, inject,
 };
 use crate::harness::{Options, Stack, User};
-use crate::invariants::{
-    assert_ballot_invariants, assert_closed_runoff_counts_postgres_ballots, assert_keys_replay,
-    assert_second_ballots_refused,
-};
 use crate::storm::{self, Plan, Record, Work};
 
 const OPTIONS: [&str; 5] = ["alto", "bass", "cello", "drum", "flute"];

@@ -4,7 +4,8 @@
 //! in the middle of it (kills a server, stops Postgres, restarts, cuts back or
 //! wipes Redis, races admin stock changes), and ends with the same invariants
 //! (`invariants.rs`): every accepted order in Postgres once, nobody buys twice,
-//! no oversell, units arithmetic exact in both stores, never a 500.
+//! no oversell, units arithmetic exact in both stores, never a 500. Scenarios over
+//! polls of ballot kinds end with those of `ballot_invariants.rs`.
 
 /// Declares `#[tokio::test]`s that each run one scenario with its own arguments:
 /// `/// doc` lines, then `test_name => scenario(args);`.
@@ -20,6 +21,7 @@ macro_rules! scenario_tests {
     };
 }
 
+mod ballot_invariants;
 #[path = "../common/bodies.rs"]
 mod bodies;
 mod cluster_ops;
