@@ -90,6 +90,10 @@ pub struct Wake {
     /// The settlement worker committed a batch: the expiry job looks at the next
     /// payment deadline again.
     pub expire: Arc<tokio::sync::Notify>,
+    /// The same as `settle`: the draw loop looks for draws due again (a draw sale
+    /// created, edited or opened now here is drawn at its time, not at the loop's
+    /// next look, up to 2 s later).
+    pub draws: Arc<tokio::sync::Notify>,
 }
 
 impl Wake {
@@ -98,6 +102,7 @@ impl Wake {
     pub fn catalog_changed(&self) {
         self.settle.notify_one();
         self.rooms.notify_one();
+        self.draws.notify_one();
     }
 }
 

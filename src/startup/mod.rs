@@ -128,6 +128,7 @@ impl Application {
                 state.redis.clone(),
                 state.keys.clone(),
                 config.draw_claim_max,
+                state.wake.draws.clone(),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(roster.serve(

@@ -155,6 +155,7 @@ function showDraw(root, draw, now) {
   // A draw of recipe 1 (made before the entries digest was part of it): the seed keys the entries.
   if (draw.recipe === undefined || draw.recipe === 1) {
     field(root, "recipe-digest").hidden = true;
+    field(root, "recipe-digest-note").hidden = true;
     field(root, "recipe-entry-key").hidden = true;
     field(root, "recipe-seed-key").hidden = false;
   }

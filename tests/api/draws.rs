@@ -722,29 +722,67 @@ async fn the_published_draw_and_entries_verify_and_a_tampered_one_does_not() {
     assert!(!ok && text.contains("MISMATCH"), "{text}");
 }
 
-/// A draw sale made before recipe 2 (its row says recipe 1) is drawn by the seed
-/// alone, as its commitment promised: the winners and the waiting list's places
-/// follow that order, and the publication names recipe 1 and verifies.
+/// A draw made before recipe 2 (or, during a rolling upgrade, by a server of the
+/// version before) was made by the seed alone, and its row says recipe 1: its
+/// publication names recipe 1 and verifies by it, and the waiting list's places
+/// follow that order. (This version draws by recipe 2 whatever the row says: the
+/// draw is made here, then rewritten as the version before wrote it.)
 #[tokio::test]
-async fn a_draw_made_under_recipe_1_draws_and_verifies_by_the_seed_alone() {
+async fn a_draw_made_under_recipe_1_verifies_and_places_by_the_seed_alone() {
     let app = spawn_app().await;
     let admin = app.admin().await;
     let users = app.create_users(8, false).await;
     let sale = draw_sale(&app, &admin, 2, json!({})).await["id"]
         .as_i64()
         .unwrap();
-    sqlx::query("UPDATE sale_draws SET recipe = 1 WHERE sale_id = $1")
-        .bind(sale)
-        .execute(&app.db)
-        .await
-        .unwrap();
     let ids = enter_all(&app, sale, &users).await;
     let draw = draw_now(&app, &admin, sale).await;
-    assert_eq!(draw["recipe"], 1, "{draw}");
-    assert!(draw.get("entries_digest").is_none(), "{draw}");
+    assert_eq!(draw["recipe"], 2, "{draw}");
     let seed = order::unhex(draw["seed"].as_str().unwrap()).unwrap();
     let ordered = order::order_with(order::Recipe::Seed, &seed, &ids);
     assert_ne!(ordered, order::order(&seed, &ids), "the recipes differ");
+    // What the version before wrote: the order by the seed's keys, its first two
+    // offered the wins, recipe 1 and no digest.
+    let (keys, by_rank): (Vec<i64>, Vec<i64>) = order::order_keyed(&seed, &ids).into_iter().unzip();
+    let mut tx = app.db.begin().await.unwrap();
+    for sql in [
+        "UPDATE sale_draws SET recipe = 1, entries_digest = NULL WHERE sale_id = $1",
+        "DELETE FROM draw_order WHERE sale_id = $1",
+        "UPDATE draw_entries SET rank = NULL, won_at = NULL, claim_until = NULL WHERE sale_id = $1",
+    ] {
+        sqlx::query(sql).bind(sale).execute(&mut *tx).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO draw_order (sale_id, rank, key8, entry_id)
+         SELECT $1, r.rank::int4, r.key8, r.id
+         FROM unnest($2::int8[], $3::int8[]) WITH ORDINALITY AS r(key8, id, rank)",
+    )
+    .bind(sale)
+    .bind(&keys)
+    .bind(&by_rank)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE draw_entries e SET rank = o.rank, won_at = d.drawn_at,
+                claim_until = d.drawn_at + interval '10 minutes'
+         FROM draw_order o, sale_draws d
+         WHERE e.sale_id = $1 AND o.sale_id = $1 AND d.sale_id = $1
+           AND o.entry_id = e.id AND o.rank <= 2",
+    )
+    .bind(sale)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let cached = app
+        .keys
+        .draw_view(stampede::domain::SaleId::new(sale).unwrap());
+    let _: i64 = app.redis_query(redis::cmd("DEL").arg(&cached)).await;
+
+    let draw = app.get_json(&format!("/api/sales/{sale}/draw"), None).await;
+    assert_eq!(draw["recipe"], 1, "{draw}");
+    assert!(draw.get("entries_digest").is_none(), "{draw}");
     let winners: Vec<i64> = draw["winners"]
         .as_array()
         .unwrap()

@@ -26,10 +26,14 @@ use crate::redis_conn::Redis;
 pub const STEP_EVERY: Duration = Duration::from_millis(500);
 /// How often a server with no draw to tend looks for one (sooner when the next
 /// falls due sooner): a draw due at a sale's opening is drawn when the look at
-/// that moment finds it, and a draw sale made meanwhile on any server is found
-/// within this (its entries close at the opening, which the admin API puts in
-/// the future). An idle server's looks were its busiest Postgres work.
+/// that moment finds it; a draw sale created, edited or opened now in this
+/// process wakes the loop at once (`state.wake.draws`), one made on another
+/// server is found within this. (Entries close by Postgres's clock whatever the
+/// loop does.) An idle server's looks every 500 ms were its busiest Postgres work.
 pub const IDLE_EVERY: Duration = Duration::from_secs(2);
+/// How long the look for draws may wait for Postgres (on a connection whose link
+/// died without a reset, for ever) before it is given up and tried again.
+const LOOK_LIMIT: Duration = Duration::from_secs(10);
 /// The draw lock's lease; its watchdog extends it while a large draw runs.
 const LOCK_TTL_MS: u64 = 10_000;
 /// How long one sale's draw step may wait (for Postgres, mostly) before it is
@@ -46,7 +50,6 @@ pub struct Drawn {
 #[derive(sqlx::FromRow)]
 struct Due {
     seed: Vec<u8>,
-    recipe: i16,
     stock: i64,
     max_per_user: i32,
     claim_window_s: i32,
@@ -83,7 +86,7 @@ async fn draw_locked(
         .execute(&mut *tx)
         .await?;
     let due: Option<Due> = sqlx::query_as(
-        "SELECT d.seed, d.recipe, s.stock_total - s.units_reoffered AS stock, s.max_per_user,
+        "SELECT d.seed, s.stock_total - s.units_reoffered AS stock, s.max_per_user,
                 s.claim_window_s, clock_timestamp() AS now
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id
          WHERE d.sale_id = $1 AND d.drawn_at IS NULL AND s.starts_at <= clock_timestamp()
@@ -106,12 +109,9 @@ async fn draw_locked(
         .bind(sale.get())
         .fetch_all(&mut *tx)
         .await?;
-    let recipe = order::Recipe::of(i64::from(due.recipe)).ok_or_else(|| {
-        AppError::Internal(anyhow::anyhow!(
-            "sale {sale}: draw recipe {} unknown",
-            due.recipe
-        ))
-    })?;
+    // This version draws by recipe 2 whenever the sale was made; the row records
+    // it with the digest (a server of the version before leaves recipe 1).
+    let recipe = order::Recipe::Entries;
     let seed = due.seed;
     let (ordered, digest) = tokio::task::spawn_blocking(move || {
         let digest = order::entries_digest(&ids);
@@ -140,7 +140,7 @@ async fn draw_locked(
     sqlx::query(
         "UPDATE sale_draws SET drawn_at = $2, entries = $3, offered = $4,
                 finished_at = CASE WHEN $4 = 0 THEN $2 END, stock_at_draw = $5,
-                entries_digest = $6
+                recipe = $7, entries_digest = $6
          WHERE sale_id = $1",
     )
     .bind(sale.get())
@@ -148,8 +148,8 @@ async fn draw_locked(
     .bind(entries as i32)
     .bind(winners as i32)
     .bind(due.stock)
-    // Published to check the order by; recipe 1 did without one.
-    .bind((recipe == order::Recipe::Entries).then_some(digest.as_slice()))
+    .bind(digest.as_slice())
+    .bind(recipe.number())
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
@@ -214,16 +214,19 @@ pub async fn draw_forever(
     redis: Redis,
     keys: Keys,
     claim_max: Duration,
+    woken: std::sync::Arc<tokio::sync::Notify>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut pause = STEP_EVERY;
     while !*shutdown.borrow() {
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
+            () = woken.notified() => {}
             _ = shutdown.changed() => break,
         }
         let started = Instant::now();
-        let sales = match active(&db).await {
+        let sales = match crate::error::within("the look for draws", LOOK_LIMIT, active(&db)).await
+        {
             Ok((sales, next)) => {
                 pause = match next {
                     _ if !sales.is_empty() => STEP_EVERY,

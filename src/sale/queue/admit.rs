@@ -310,7 +310,8 @@ pub async fn admit_forever<C: ConnectionLike + Clone + Send>(
             _ = shutdown.changed() => break,
         }
         if Instant::now() >= list_at {
-            match rooms_soon(&db, LIST_IDLE_EVERY).await {
+            let listed = rooms_soon(&db, LIST_IDLE_EVERY);
+            match crate::error::within("listing waiting rooms", STEP_LIMIT, listed).await {
                 Ok((active, opening)) => {
                     sales = active;
                     let every = if sales.is_empty() {
