@@ -472,6 +472,20 @@ try {
     await page.context().close();
   }
 
+  // A tab whose clock is past the closing time (asleep through it) when the admin
+  // closes the poll early: its clock would say the poll ran out; the poll's
+  // `closed_at` says it was closed early, and so does the page.
+  {
+    const late = await createPoll(admin, `E2E pages ${runId}: a tab asleep through the close?`, ["Tea", "Coffee"]);
+    const page = await newPage(PHONE, alice);
+    await goto(page, `/polls/${late.id}`);
+    await page.clock.setFixedTime(new Date(Date.now() + 2 * 3600 * 1000));
+    await call("POST", `/api/admin/polls/${late.id}/close`, admin.token);
+    await page.getByText("Closed early").waitFor({ timeout: 8000 });
+    check(await page.getByText("Closed early").isVisible(), "a tab past the closing time learns from closed_at that the poll was closed early");
+    await page.context().close();
+  }
+
   // A poll closed early whose results stay hidden from the reader (on_reveal):
   // the page learns of the close all the same (the hidden answer's `closed`), and
   // stops offering the vote.

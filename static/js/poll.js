@@ -175,6 +175,17 @@ export function pollPage() {
     return voters;
   }
 
+  /** Whether the admin closed the poll before its closing time, from its `closed_at`. */
+  async function learnClosedAt() {
+    const res = await api("GET", `/api/polls/${pollId}`);
+    if (!res.ok || typeof res.data?.closed_at !== "string") return;
+    const early = Date.parse(res.data.closed_at) < state.closesAt;
+    if (early && !state.closedEarly) {
+      state.closedEarly = true;
+      render();
+    }
+  }
+
   /**
    * Bars, counts and percentages from `GET /api/polls/{id}/results`, or the words
    * for results this visitor may not see yet (`{hidden: true, until, voters}`).
@@ -186,6 +197,12 @@ export function pollPage() {
     if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
       state.status = "closed";
       state.closedEarly = now() < state.closesAt;
+      // The clock tells only until the closing time passes (a tab asleep through
+      // it): the poll's `closed_at` says when the admin closed it. Asked once.
+      if (!state.closedEarly && !state.closedAtAsked) {
+        state.closedAtAsked = true;
+        learnClosedAt();
+      }
       // "The results update live" is no longer true.
       if (el.outcome.classList.contains("outcome-success") && results.hidden !== true) {
         show("success", "Thanks, your vote counted.", "The poll is closed: these are the final results.");
