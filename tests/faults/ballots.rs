@@ -246,6 +246,33 @@ pub(crate) fn assert_the_fault_landed(
     }
 }
 
+/// The ballots sent at 150 a second over the stack's servers, `fault` injected
+/// once enough are accepted, then `assert_ballot_invariants` over `polls` (and,
+/// for a wipe, that it took a tail of unsettled ballots): the answers recorded,
+/// and what the fault was allowed to cost.
+pub(crate) async fn storm_through(
+    fault: Fault,
+    stack: &mut Stack,
+    mut work: Vec<Work>,
+    polls: &[i64],
+) -> (Vec<Record>, Allowed) {
+    storm::spread(&mut work, fault.servers());
+    println!("{} ballots to send", work.len());
+    let before_the_fault = fault.accepted_before(work.len());
+    let plan = Plan::at_rate(150.0).lasting(Duration::from_secs(40));
+    let storm = stack.storm(work, plan);
+    storm
+        .wait_accepted(before_the_fault, Duration::from_secs(30))
+        .await;
+
+    let injected = inject(fault, stack, polls).await;
+    let allowed = injected.allowed;
+    let records = after_the_fault(fault, storm, &injected).await;
+    let report = assert_ballot_invariants(stack, &records, polls, allowed).await;
+    assert_the_wipe_took_a_tail(&injected, &report);
+    (records, allowed)
+}
+
 async fn ballots_through(name: &str, fault: Fault) {
     let servers = fault.servers();
     let mut stack = Stack::start(name, Options::servers(servers)).await;
@@ -257,25 +284,12 @@ async fn ballots_through(name: &str, fault: Fault) {
     let allow = json!({ "allow_change": true });
     let (change, change_options) = stack.create_poll_with(&OPTIONS, allow).await;
     let polls = [budget, change];
-    let mut work = ballots(
+    let work = ballots(
         &voters,
         (budget, &budget_options),
         (change, &change_options),
     );
-    storm::spread(&mut work, servers);
-    println!("{} ballots to send", work.len());
-    let before_the_fault = fault.accepted_before(work.len());
-    let plan = Plan::at_rate(150.0).lasting(Duration::from_secs(40));
-    let storm = stack.storm(work, plan);
-    storm
-        .wait_accepted(before_the_fault, Duration::from_secs(30))
-        .await;
-
-    let injected = inject(fault, &mut stack, &polls).await;
-    let allowed = injected.allowed;
-    let mut records = after_the_fault(fault, storm, &injected).await;
-    let report = assert_ballot_invariants(&stack, &records, &polls, allowed).await;
-    assert_the_wipe_took_a_tail(&injected, &report);
+    let (mut records, allowed) = storm_through(fault, &mut stack, work, &polls).await;
     for poll in polls {
         records.extend(assert_keys_replay(&stack, &records, poll).await);
     }

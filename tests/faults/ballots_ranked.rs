@@ -20,8 +20,6 @@
 //! ballot is refused 409, and the closed ranked poll's runoff is the one
 //! Postgres's ballots give.
 
-use std::time::Duration;
-
 use rand::Rng;
 use rand::seq::SliceRandom;
 use serde_json::json;
@@ -30,11 +28,9 @@ use crate::ballot_invariants::{
     assert_ballot_invariants, assert_closed_runoff_counts_postgres_ballots, assert_keys_replay,
     assert_second_ballots_refused,
 };
-use crate::ballots::{
-    Fault, after_the_fault, assert_the_wipe_took_a_tail, ballot, in_storm_order, inject,
-};
+use crate::ballots::{Fault, ballot, in_storm_order, storm_through};
 use crate::harness::{Options, Stack, User};
-use crate::storm::{self, Plan, Record, Work};
+use crate::storm::{Record, Work};
 
 const OPTIONS: [&str; 5] = ["alto", "bass", "cello", "drum", "flute"];
 const VOTERS: usize = 300;
@@ -139,21 +135,8 @@ async fn ranked_and_multi_through(name: &str, fault: Fault) {
     let settings = json!({ "ballot": "multi", "max_choices": MAX_CHOICES });
     let (multi, multi_options) = stack.create_poll_with(&OPTIONS, settings).await;
     let polls = [ranked, multi];
-    let mut work = ballots(&voters, (ranked, &ranked_options), (multi, &multi_options));
-    storm::spread(&mut work, servers);
-    println!("{} ballots to send", work.len());
-    let before_the_fault = fault.accepted_before(work.len());
-    let plan = Plan::at_rate(150.0).lasting(Duration::from_secs(40));
-    let storm = stack.storm(work, plan);
-    storm
-        .wait_accepted(before_the_fault, Duration::from_secs(30))
-        .await;
-
-    let injected = inject(fault, &mut stack, &polls).await;
-    let allowed = injected.allowed;
-    let mut records = after_the_fault(fault, storm, &injected).await;
-    let report = assert_ballot_invariants(&stack, &records, &polls, allowed).await;
-    assert_the_wipe_took_a_tail(&injected, &report);
+    let work = ballots(&voters, (ranked, &ranked_options), (multi, &multi_options));
+    let (mut records, allowed) = storm_through(fault, &mut stack, work, &polls).await;
     assert_the_storm_changed_and_refused(&records, ranked, multi);
 
     // Probes: nothing they send may write a row.
