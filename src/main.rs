@@ -162,6 +162,12 @@ enum Command {
         #[arg(long)]
         username: String,
     },
+    /// Take the admin flag from an account and end every session it has, on every
+    /// server at once: its tokens stop working, and it signs in again as a shopper.
+    RevokeAdmin {
+        #[arg(long)]
+        username: String,
+    },
     /// Check a published draw: seed against commitment, winners against the order.
     VerifyDraw(verify_draw::Args),
 }
@@ -202,6 +208,7 @@ async fn run(config: Option<&Path>, command: Command) -> anyhow::Result<ExitCode
         Command::VerifyDraw(args) => return verify_draw::run(args),
         Command::SeedDemo => seed_demo(&config).await,
         Command::CreateAdmin { username } => create_admin(&config, &username).await,
+        Command::RevokeAdmin { username } => revoke_admin(&config, &username).await,
     }
     .map(|()| ExitCode::SUCCESS)
 }
@@ -356,5 +363,40 @@ async fn create_admin(config: &Config, username: &str) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::Error::from(e).context("creating the admin"))?;
     println!("admin {} (id {}) ready", user.username, user.id);
+    Ok(())
+}
+
+/// `stampede revoke-admin`: the account's admin flag taken and its sessions ended in
+/// Postgres (one statement), then announced to the serving processes on Redis. When
+/// the announcement fails the command says so and exits 1: the servers would go on
+/// taking the account's tokens until they next load the record (a restart), and
+/// running it again (a new generation, announced) is harmless.
+async fn revoke_admin(config: &Config, username: &str) -> anyhow::Result<()> {
+    let username = Username::parse(username).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let db = startup::connect_db(config).await?;
+    startup::migrate(&db).await?;
+    let Some((id, generation)) = stampede::auth::revoke_admin(&db, &username).await? else {
+        anyhow::bail!("no account is named {}", username.as_str());
+    };
+    let user = stampede::domain::UserId::new(id)
+        .ok_or_else(|| anyhow::anyhow!("account id {id} out of range"))?;
+    let announced = async {
+        let mut redis = startup::connect_redis(config).await?;
+        let keys = Keys::new(&config.redis_namespace);
+        stampede::auth::session::announce_end_all(&mut redis, &keys, user, generation).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = announced {
+        anyhow::bail!(
+            "{} is no admin in Postgres now, but the servers were not told to end its sessions \
+             ({e:#}): run this again once Redis answers",
+            username.as_str()
+        );
+    }
+    println!(
+        "{} is no longer an admin; every session of it has ended",
+        username.as_str()
+    );
     Ok(())
 }

@@ -281,7 +281,6 @@ pub async fn usernames(db: &PgPool, users: &[i64]) -> sqlx::Result<Vec<(i64, Str
         .await
 }
 
-/// Makes the named account an admin; false when there is no such account.
 /// Whether the account of this name is an admin; `None` when no account has it.
 pub async fn is_admin_named(db: &PgPool, username: &Username) -> sqlx::Result<Option<bool>> {
     sqlx::query_scalar("SELECT is_admin FROM users WHERE username = $1")
@@ -290,6 +289,22 @@ pub async fn is_admin_named(db: &PgPool, username: &Username) -> sqlx::Result<Op
         .await
 }
 
+/// Takes the admin flag from the named account and ends every session it has (a
+/// token carries the flag it was signed with: the account's tokens must stop working,
+/// and a new sign-in gets a token without it). The account's id and its new session
+/// generation, to announce ([`session::announce_end_all`]); `None` when no account
+/// has the name.
+pub async fn revoke_admin(db: &PgPool, username: &Username) -> sqlx::Result<Option<(i64, i64)>> {
+    sqlx::query_as(
+        "UPDATE users SET is_admin = FALSE, session_gen = session_gen + 1 WHERE username = $1
+         RETURNING id, session_gen",
+    )
+    .bind(username.as_str())
+    .fetch_optional(db)
+    .await
+}
+
+/// Makes the named account an admin; false when there is no such account.
 pub async fn promote_admin(db: &PgPool, username: &Username) -> sqlx::Result<bool> {
     let promoted = sqlx::query("UPDATE users SET is_admin = TRUE WHERE username = $1")
         .bind(username.as_str())

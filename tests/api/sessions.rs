@@ -1,7 +1,9 @@
 //! Sessions end: sign-out ends this session on every instance, sign-out-all and a
 //! password change end every session of the account, and the check survives Redis
-//! losing the stream of ended sessions (reloaded from Postgres).
+//! losing the stream of ended sessions (reloaded from Postgres); `stampede
+//! revoke-admin` takes an admin's flag and ends its tokens on every instance.
 
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -235,4 +237,80 @@ async fn ended_sessions_stay_ended_when_redis_loses_the_stream() {
         assert_ended(instance, &later).await;
         assert_eq!(me(instance, &kept).await, StatusCode::OK);
     }
+}
+
+/// `stampede <args>` on `app`'s database and Redis (off the test's runtime thread,
+/// which the server's Redis connection runs on).
+async fn stampede(app: &TestApp, args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stampede"));
+    cmd.args(args)
+        .env_remove("STAMPEDE_CONFIG")
+        .env("DATABASE_URL", &app.config.database_url)
+        .env("REDIS_URL", &app.config.redis_url)
+        .env("STAMPEDE_REDIS_NAMESPACE", &app.config.redis_namespace)
+        .env("STAMPEDE_REDIS_CLUSTER", app.config.redis_cluster.join(","))
+        .env("RUST_LOG", "warn");
+    tokio::task::spawn_blocking(move || cmd.output().expect("run stampede"))
+        .await
+        .unwrap()
+}
+
+/// Waits (at most 2.5 s: the announcement is read at once, or within the sync
+/// interval of 1 s) until `token` is refused on `app` as a session that ended.
+async fn wait_ended(app: &TestApp, token: &str, what: &str) {
+    let started = Instant::now();
+    while me(app, token).await == StatusCode::OK {
+        assert!(
+            started.elapsed() < Duration::from_millis(2500),
+            "{what} still accepts the revoked admin's token"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_ended(app, token).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn revoke_admin_ends_the_admins_tokens_everywhere_and_a_new_sign_in_is_a_shoppers() {
+    let app = spawn_app_with(|c| c.session_sync = Duration::from_secs(1)).await;
+    let sibling = spawn_sibling(&app, |_| {}).await;
+    signup(&app, "revokee").await;
+    signup(&app, "bystander").await;
+    let out = stampede(&app, &["create-admin", "--username", "revokee"]).await;
+    assert!(out.status.success(), "create-admin: {out:?}");
+    let admin = signin(&app, "revokee", PASSWORD).await;
+    let other = signin(&app, "bystander", PASSWORD).await;
+    for server in [&app, &sibling] {
+        let resp = server.get("/api/admin/console", Some(&admin)).await;
+        assert_eq!(resp.status(), StatusCode::OK, "the admin before the revoke");
+    }
+
+    let out = stampede(&app, &["revoke-admin", "--username", "revokee"]).await;
+    assert!(out.status.success(), "revoke-admin: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("revokee is no longer an admin"),
+        "{out:?}"
+    );
+    // Neither server made the change: both learn it from the announcement.
+    wait_ended(&app, &admin, "the first server").await;
+    wait_ended(&sibling, &admin, "the second server").await;
+    let flag = app
+        .count("SELECT count(*) FROM users WHERE username = 'revokee' AND is_admin")
+        .await;
+    assert_eq!(flag, 0, "the account is still an admin in Postgres");
+    // Signed in again: a shopper.
+    let again = signin(&app, "revokee", PASSWORD).await;
+    assert_eq!(me(&app, &again).await, StatusCode::OK);
+    let resp = app.get("/api/admin/console", Some(&again)).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "forbidden").await;
+    // Nobody else's session ended.
+    assert_eq!(me(&app, &other).await, StatusCode::OK);
+    assert_eq!(me(&sibling, &other).await, StatusCode::OK);
+
+    // A name nobody has: exit 1, and it says so.
+    let out = stampede(&app, &["revoke-admin", "--username", "nobodyhere"]).await;
+    assert!(!out.status.success(), "revoke-admin of no account: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no account is named nobodyhere"),
+        "{out:?}"
+    );
 }

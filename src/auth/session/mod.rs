@@ -216,17 +216,7 @@ impl Sessions {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .apply(&event);
-        let mut cmd = redis::cmd("XADD");
-        cmd.arg(self.keys.sessions_ended())
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(STREAM_MAX)
-            .arg("*");
-        for (field, value) in event.fields() {
-            cmd.arg(field).arg(value);
-        }
-        let _: String = cmd.query_async(redis).await?;
-        Ok(())
+        publish(redis, &self.keys, &event).await
     }
 
     /// Adds Postgres's record to what this process knows. Never replaces: nothing
@@ -264,6 +254,37 @@ impl Sessions {
         );
         Ok(())
     }
+}
+
+/// Tells every serving process that every session of `user` before `generation`
+/// ended, from outside them (`stampede revoke-admin`, which raised the generation in
+/// Postgres first): each applies it as it reads the stream.
+pub async fn announce_end_all(
+    redis: &mut Redis,
+    keys: &Keys,
+    user: UserId,
+    generation: i64,
+) -> Result<(), AppError> {
+    let event = Event::Generation {
+        user: user.get(),
+        generation,
+    };
+    publish(redis, keys, &event).await
+}
+
+/// Appends one announcement to the stream.
+async fn publish(redis: &mut Redis, keys: &Keys, event: &Event) -> Result<(), AppError> {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(keys.sessions_ended())
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(STREAM_MAX)
+        .arg("*");
+    for (field, value) in event.fields() {
+        cmd.arg(field).arg(value);
+    }
+    let _: String = cmd.query_async(redis).await?;
+    Ok(())
 }
 
 type Entry = (String, HashMap<String, String>);
