@@ -9,6 +9,8 @@
 //! one fresh buyer's token a line), one of those buyers buys every 500 ms, so the
 //! sale changes while it is watched.
 //! REDIS_URL names the server's Redis (its CPU and commands are read from INFO).
+//! Every viewer comes from loopback: start the server with
+//! `STAMPEDE_MAX_STREAMS_PER_CLIENT=0` (else it takes 64 streams from one address).
 //! Loopback only: it refuses any other host. Prints viewers, events or answers
 //! received, and the server's and Redis's CPU and Redis commands per second over
 //! the window (after every viewer is connected).

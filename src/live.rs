@@ -20,13 +20,14 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use actix_web::HttpResponse;
 use actix_web::http::header;
 use actix_web::web::Bytes;
-use futures_util::stream;
+use futures_util::{StreamExt, stream};
 use tokio::sync::watch;
 
 use crate::domain::{PollId, SaleId};
@@ -35,6 +36,10 @@ use crate::metrics::Metrics;
 
 /// How long a new stream waits for its first view before answering 503.
 const FIRST_VIEW_WAIT: Duration = Duration::from_secs(5);
+
+/// `Retry-After` of a stream refused as one too many for its client: the page
+/// asks for the view every 2 s meanwhile (`static/app.js`).
+const STREAM_RETRY_AFTER_S: u32 = 30;
 
 /// One event of a stream, as the OpenAPI document describes it: `data` is the
 /// view's JSON, the same as the route's plain `GET` answers. (Only described: the
@@ -72,6 +77,10 @@ pub enum Reading {
 /// The readers of this process, one per watched topic.
 pub struct Feeds {
     topics: Mutex<HashMap<Topic, watch::Sender<Option<Reading>>>>,
+    /// Streams open per client ([`client_of`]), each at most `max_per_client`.
+    clients: Mutex<HashMap<IpAddr, u32>>,
+    /// 0: no cap.
+    max_per_client: u32,
     interval: Duration,
     metrics: Arc<Metrics>,
     /// True once the server shuts down: every stream ends (the pages reconnect to
@@ -80,9 +89,11 @@ pub struct Feeds {
 }
 
 impl Feeds {
-    pub fn new(interval: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(interval: Duration, max_per_client: u32, metrics: Arc<Metrics>) -> Self {
         Feeds {
             topics: Mutex::new(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
+            max_per_client,
             interval,
             metrics,
             closing: watch::Sender::new(false),
@@ -105,12 +116,15 @@ impl Feeds {
         self.topics.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The event stream of `topic`, a route's whole answer (`what` names it in
-    /// errors): subscribes and answers with the stream (`respond`). `load` reads
+    /// The event stream of `topic` for the client at `client`, a route's whole
+    /// answer (`what` names it in errors): takes one of the client's stream slots
+    /// (429 `too_many_streams` when it holds them all), subscribes and answers with
+    /// the stream (`respond`), which gives the slot back when it ends. `load` reads
     /// the view once, `Ok(None)` when there is no such thing; only the topic's
     /// reader runs it.
     pub async fn stream<F, Fut>(
         self: &Arc<Self>,
+        client: IpAddr,
         topic: Topic,
         what: &str,
         load: F,
@@ -119,8 +133,41 @@ impl Feeds {
         F: Fn() -> Fut + 'static,
         Fut: Future<Output = Result<Option<Bytes>, AppError>> + 'static,
     {
+        let slot = self.take_slot(client)?;
         let rx = self.subscribe(topic, load);
-        respond(self, rx, what).await
+        respond(self, rx, what, slot).await
+    }
+
+    /// One of the client's stream slots, given back when the slot drops. A stream
+    /// is a connection held open for as long as the page stays: without a cap one
+    /// client could hold enough of them to use up the process's file descriptors.
+    fn take_slot(self: &Arc<Self>, client: IpAddr) -> Result<Slot, AppError> {
+        let client = client_of(client);
+        let mut clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        let open = clients.entry(client).or_insert(0);
+        if self.max_per_client > 0 && *open >= self.max_per_client {
+            Metrics::inc(&self.metrics.live_refused);
+            return Err(AppError::new(
+                ErrorCode::TooManyStreams,
+                format!(
+                    "this address has {} live streams open, the most it may hold; close a page \
+                     or follow this one by asking for it",
+                    self.max_per_client
+                ),
+            )
+            .with_header(header::RETRY_AFTER, STREAM_RETRY_AFTER_S.to_string()));
+        }
+        *open += 1;
+        Ok(Slot {
+            feeds: self.clone(),
+            client,
+        })
+    }
+
+    /// Streams open now from `client` (tests).
+    pub fn open_streams(&self, client: IpAddr) -> u32 {
+        let clients = self.clients.lock().unwrap_or_else(PoisonError::into_inner);
+        clients.get(&client_of(client)).copied().unwrap_or(0)
     }
 
     /// A receiver of `topic`'s readings; starts its reader (on this worker's
@@ -143,6 +190,41 @@ impl Feeds {
         drop(topics);
         actix_web::rt::spawn(read_while_watched(self.clone(), topic, tx, load));
         rx
+    }
+}
+
+/// The client a stream counts against: an IPv4 address, or an IPv6 address's /64
+/// (a client gets a whole /64 and may pick any address in it).
+fn client_of(ip: IpAddr) -> IpAddr {
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+        v4 => v4,
+    }
+}
+
+/// A stream's hold on one of its client's slots, given back on drop (the stream
+/// ended, or the answer was an error).
+pub struct Slot {
+    feeds: Arc<Feeds>,
+    client: IpAddr,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut clients = self
+            .feeds
+            .clients
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(open) = clients.get_mut(&self.client) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                clients.remove(&self.client);
+            }
+        }
     }
 }
 
@@ -196,6 +278,7 @@ async fn respond(
     feeds: &Feeds,
     mut rx: watch::Receiver<Option<Reading>>,
     what: &str,
+    slot: Slot,
 ) -> Result<HttpResponse, AppError> {
     let keep_alive = feeds.keep_alive();
     let closing = feeds.closing.subscribe();
@@ -261,6 +344,10 @@ async fn respond(
             }
         },
     );
+    // The slot goes with the stream: given back when the connection ends.
+    let events = events.inspect(move |_| {
+        let _ = &slot;
+    });
     Ok(HttpResponse::Ok()
         .content_type("text/event-stream")
         .insert_header((header::CACHE_CONTROL, "no-cache"))

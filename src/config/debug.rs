@@ -36,6 +36,7 @@ impl std::fmt::Debug for Config {
             .field("body_timeout_ms", &self.body_timeout.as_millis())
             .field("keep_alive_secs", &self.keep_alive.as_secs())
             .field("max_connections", &self.max_connections)
+            .field("max_streams_per_client", &self.max_streams_per_client)
             .field("max_header_bytes", &self.max_header_bytes)
             .field("sold_out_cache_ms", &self.sold_out_cache.as_millis())
             .field("purchase_key_ttl_secs", &self.purchase_key_ttl.as_secs())

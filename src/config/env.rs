@@ -100,6 +100,10 @@ pub(super) const ENV: &[(&str, Setter)] = &[
     ("STAMPEDE_BODY_TIMEOUT_MS", parsed!(millis body_timeout)),
     ("STAMPEDE_KEEP_ALIVE_SECS", parsed!(secs keep_alive)),
     ("STAMPEDE_MAX_CONNECTIONS", parsed!(max_connections)),
+    (
+        "STAMPEDE_MAX_STREAMS_PER_CLIENT",
+        parsed!(max_streams_per_client),
+    ),
     ("STAMPEDE_MAX_HEADER_BYTES", parsed!(max_header_bytes)),
     ("STAMPEDE_SOLD_OUT_CACHE_MS", parsed!(millis sold_out_cache)),
     (

@@ -76,6 +76,10 @@ pub struct Config {
     /// Most connections one HTTP worker holds at once; past it the worker stops
     /// accepting until some close.
     pub max_connections: usize,
+    /// Most live event streams one client address (IPv6: one /64) holds open in
+    /// this process; past it 429 `too_many_streams` (the page asks every 2 s
+    /// instead). 0: no cap.
+    pub max_streams_per_client: u32,
     /// Largest request line plus headers; larger: 431 `headers_too_large`, closed.
     /// actix-http itself closes any head over 128 KiB.
     pub max_header_bytes: usize,
@@ -183,6 +187,7 @@ impl Default for Config {
             body_timeout: Duration::from_millis(10_000),
             keep_alive: Duration::from_secs(5),
             max_connections: 25_000,
+            max_streams_per_client: 64,
             max_header_bytes: 16 * 1024,
             sold_out_cache: Duration::from_millis(1000),
             purchase_key_ttl: Duration::from_secs(24 * 3600),

@@ -186,6 +186,8 @@ error_codes! {
     ProofRequired = (PRECONDITION_REQUIRED, "proof_required"),
     /// A rate limit refused (`Retry-After`, `RateLimit`).
     RateLimited = (TOO_MANY_REQUESTS, "rate_limited"),
+    /// An event stream past the most one client address may hold open (`Retry-After`).
+    TooManyStreams = (TOO_MANY_REQUESTS, "too_many_streams"),
     /// A request head over the size limit.
     HeadersTooLarge = (REQUEST_HEADER_FIELDS_TOO_LARGE, "headers_too_large"),
     /// A bug: the cause is logged, never sent.

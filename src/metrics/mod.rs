@@ -62,6 +62,7 @@ counters! {
     buy_batches: "Purchase script calls (each decides a batch of purchases of one sale).",
     buy_batched: "Purchases decided in batches; divided by buy_batches, the mean batch size.",
     live_reads: "Reads of a sale's or poll's live view for its event streams (one per watched sale or poll per interval, however many pages watch it).",
+    live_refused: "Event streams refused as one too many for their client address (max_streams_per_client).",
     vote_batches: "Vote script calls (each decides a batch of votes of one poll).",
     vote_batched: "Votes decided in batches.",
     vote_accepted: "Votes accepted by the vote script.",

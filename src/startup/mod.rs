@@ -306,7 +306,11 @@ fn app_state(
         ),
         cache: crate::cache::Cache::new(redis.clone()),
         recovery,
-        live: Arc::new(crate::live::Feeds::new(config.live_interval, metrics)),
+        live: Arc::new(crate::live::Feeds::new(
+            config.live_interval,
+            config.max_streams_per_client,
+            metrics,
+        )),
         postgres: Default::default(),
         draining: Default::default(),
         wake: Default::default(),

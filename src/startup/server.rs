@@ -83,12 +83,56 @@ pub(super) fn http_server(
     .client_request_timeout(config.client_request_timeout)
     .client_disconnect_timeout(Duration::from_secs(1))
     .keep_alive(config.keep_alive)
-    .max_connections(config.max_connections)
+    .max_connections(fit_connections(config))
     .listen(listener)?;
     if config.workers > 0 {
         server = server.workers(config.workers);
     }
     Ok(server.run())
+}
+
+/// Descriptors kept for everything but the clients' connections (Redis and
+/// Postgres pools, blocking readers, files, the runtime's own), at most a quarter
+/// of the limit.
+const RESERVED_FDS: u64 = 1024;
+
+/// `max_connections` per worker, lowered where the workers together could hold
+/// more client connections than the process may open files (after raising its
+/// soft limit to the hard one): a process out of descriptors can open no Redis or
+/// Postgres connection and answers nobody, where a worker at its cap only stops
+/// accepting for a while (new clients wait in the listen backlog).
+fn fit_connections(config: &Config) -> usize {
+    let workers = if config.workers > 0 {
+        config.workers
+    } else {
+        std::thread::available_parallelism().map_or(1, usize::from)
+    } as u64;
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::debug!(error = %e, "open-files limit not read");
+            return config.max_connections;
+        }
+    };
+    let per_worker = fitted(config.max_connections, limit, workers);
+    if per_worker < config.max_connections {
+        tracing::info!(
+            max_connections = config.max_connections,
+            fitted = per_worker,
+            open_files_limit = limit,
+            workers,
+            "max_connections lowered to fit the open-files limit (raise `ulimit -n` to keep it)"
+        );
+    }
+    per_worker
+}
+
+/// The connections per worker that `workers` workers may hold within an open-files
+/// `limit`, at most `wanted` and at least 1.
+fn fitted(wanted: usize, limit: u64, workers: u64) -> usize {
+    let reserved = RESERVED_FDS.min(limit / 4);
+    let per_worker = limit.saturating_sub(reserved) / workers.max(1);
+    usize::try_from(per_worker).map_or(wanted, |n| n.clamp(1, wanted.max(1)))
 }
 
 /// The listener that serves only `/metrics` (loopback by default), and its port.
@@ -179,4 +223,20 @@ pub fn api_routes() -> Vec<(&'static str, String)> {
         .map(|(method, path)| (*method, path.to_string()))
         .chain(api)
         .collect()
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::fitted;
+
+    #[test]
+    fn connections_fit_the_open_files_limit() {
+        // The reported case: 2 workers of 25,000 under a limit of 20,000.
+        assert_eq!(fitted(25_000, 20_000, 2), 9_488);
+        // A limit with room: the setting as it is.
+        assert_eq!(fitted(25_000, 1_048_576, 2), 25_000);
+        // A small limit keeps three quarters for clients.
+        assert_eq!(fitted(25_000, 1_024, 2), 384);
+        assert_eq!(fitted(25_000, 0, 2), 1);
+    }
 }

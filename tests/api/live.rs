@@ -171,3 +171,86 @@ async fn streams_of_unknown_or_malformed_ids_are_clear_errors() {
     let resp = app.get("/api/sales/abc/events", None).await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
 }
+
+/// A stream from `client` (as the trusted proxy on loopback names it): its status,
+/// and the answer, kept open while it is held.
+async fn stream_from(app: &TestApp, path: &str, client: &str) -> reqwest::Response {
+    app.client
+        .get(app.url(path))
+        .header("X-Forwarded-For", client)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_client_holds_at_most_its_streams_and_gets_a_slot_back_when_one_closes() {
+    let (app, admin, sale) = spawn_with_live_sale_and(5, |c| {
+        c.live_interval = Duration::from_millis(100);
+        c.max_streams_per_client = 2;
+        c.trusted_proxies = vec!["127.0.0.1".parse().unwrap()];
+    })
+    .await;
+    let (poll, _) = app.open_poll(&admin, "Which?", &["A", "B"]).await;
+    let sale_path = format!("/api/sales/{sale}/events");
+    let poll_path = format!("/api/polls/{poll}/events");
+    let client = "198.51.100.7";
+    // A missing sale's 404 gives its slot back.
+    for _ in 0..3 {
+        let resp = stream_from(&app, "/api/sales/999999/events", client).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    }
+    let first = stream_from(&app, &sale_path, client).await;
+    let second = stream_from(&app, &poll_path, client).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(second.status(), StatusCode::OK);
+    let client_ip: std::net::IpAddr = client.parse().unwrap();
+    assert_eq!(app.state.live.open_streams(client_ip), 2);
+
+    let third = stream_from(&app, &sale_path, client).await;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        third.headers().contains_key("retry-after"),
+        "no Retry-After"
+    );
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["error"], "too_many_streams");
+    assert_eq!(
+        metric::<i64>(&app.metrics_text().await, "stampede_live_refused_total"),
+        1
+    );
+    // Another address is not held back; nor is the page's plain view.
+    let other = stream_from(&app, &sale_path, "198.51.100.8").await;
+    assert_eq!(other.status(), StatusCode::OK);
+    let view = app.get(&format!("/api/sales/{sale}"), None).await;
+    assert_eq!(view.status(), StatusCode::OK);
+
+    // IPv6 counts by /64: another address of the same /64 is the same client.
+    let v6a = stream_from(&app, &sale_path, "2001:db8:0:7::1").await;
+    let v6b = stream_from(&app, &sale_path, "2001:db8:0:7::2").await;
+    let v6c = stream_from(&app, &sale_path, "2001:db8:0:7:ffff::3").await;
+    assert_eq!(
+        (v6a.status(), v6b.status(), v6c.status()),
+        (
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        )
+    );
+    let next_net = stream_from(&app, &sale_path, "2001:db8:0:8::1").await;
+    assert_eq!(next_net.status(), StatusCode::OK);
+
+    // A page that leaves gives its slot back: the client may open another.
+    drop(first);
+    let started = std::time::Instant::now();
+    while app.state.live.open_streams(client_ip) > 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the closed stream still holds its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = stream_from(&app, &sale_path, client).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    drop((second, again, other, v6a, v6b, next_net));
+}

@@ -56,10 +56,13 @@ pub(super) async fn show(
 #[utoipa::path(get, path = "/api/sales/{id}/events", tag = "sales", params(("id" = i64, Path, description = "The sale id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "`text/event-stream`: each `data:` line a sale, as `GET /api/sales/{id}` answers", content_type = "text/event-stream", body = crate::live::LiveEvent),
     (status = 404, description = "`not_found`: no such sale", body = ErrorBody<'static>),
+    (status = 429, description = "`too_many_streams`: this client address holds as many streams as it may", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
     (status = 503, description = "The sale cannot be read now", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
 pub(super) async fn events(
+    req: HttpRequest,
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, AppError> {
@@ -74,7 +77,11 @@ pub(super) async fn events(
             }
         }
     };
-    state.live.stream(Topic::Sale(id), "sale", load).await
+    let client = state.limiter.client_ip(&req);
+    state
+        .live
+        .stream(client, Topic::Sale(id), "sale", load)
+        .await
 }
 
 /// The caller's confirmed orders (at most 500, newest first).

@@ -105,6 +105,8 @@ pub(super) async fn show(
 #[utoipa::path(get, path = "/api/polls/{id}/events", tag = "polls", params(("id" = i64, Path, description = "The poll id, a positive integer", minimum = 1)), responses(
     (status = 200, description = "`text/event-stream`: each `data:` line the results, as `GET /api/polls/{id}/results` answers", content_type = "text/event-stream", body = crate::live::LiveEvent),
     (status = 404, description = "`not_found`: no such poll", body = ErrorBody<'static>),
+    (status = 429, description = "`too_many_streams`: this client address holds as many streams as it may", body = ErrorBody<'static>, headers(
+        ("Retry-After" = u32, description = "Seconds before trying again"))),
     (status = 503, description = "The poll cannot be read now", body = ErrorBody<'static>, headers(
         ("Retry-After" = u32, description = "Seconds before trying again"))),
 ))]
@@ -139,7 +141,8 @@ pub(super) async fn events(
             }
         }
     };
-    state.live.stream(topic, "poll", load).await
+    let client = state.limiter.client_ip(&req);
+    state.live.stream(client, topic, "poll", load).await
 }
 
 /// Live results for pages that poll, as the caller may see them: the cached record
