@@ -230,5 +230,30 @@ pub async fn json_body<T: serde::de::DeserializeOwned>(
         }
         buf.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&buf).map_err(|e| fail(E::Deserialize(e)))
+    serde_json::from_slice::<Object<T>>(&buf)
+        .map(|o| o.0)
+        .map_err(|e| fail(E::Deserialize(e)))
+}
+
+/// A body that must be a JSON object: serde's derived structs also take a JSON
+/// array of their fields in order (`[1, null]` for `{"option_id": 1}`), which no
+/// route documents; through this they are 422 `invalid_body` ("expected a JSON
+/// object"), and the struct's own checks (unknown fields, types) run as before.
+pub struct Object<T>(pub T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for Object<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct ObjectOf<T>(std::marker::PhantomData<T>);
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for ObjectOf<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(ObjectOf(std::marker::PhantomData))
+            .map(Object)
+    }
 }

@@ -61,7 +61,7 @@ struct SigninResponse {
 ))]
 async fn signup(
     state: web::Data<AppState>,
-    body: web::Json<Credentials>,
+    body: crate::routes::extract::JsonObject<Credentials>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     let granted = state.limiter.check(Route::Signup, None, &req).await?;
@@ -86,7 +86,7 @@ async fn signup(
 #[tracing::instrument(skip_all)]
 async fn signin(
     state: web::Data<AppState>,
-    body: web::Json<Credentials>,
+    body: crate::routes::extract::JsonObject<Credentials>,
     req: HttpRequest,
 ) -> Result<HttpResponse, AppError> {
     // Every attempt counts, right or wrong: that is what stops password guessing.
@@ -235,7 +235,7 @@ async fn change_password(
     req: HttpRequest,
     state: web::Data<AppState>,
     user: AuthUser,
-    body: web::Json<PasswordChange>,
+    body: crate::routes::extract::JsonObject<PasswordChange>,
 ) -> Result<HttpResponse, AppError> {
     // Counted like sign-in: this route also tells whether a password is right.
     let granted = state.limiter.check(Route::Signin, None, &req).await?;

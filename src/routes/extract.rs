@@ -100,3 +100,31 @@ pub(super) fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppE
     let state = app_state(req)?;
     auth::authenticate(req, &state.tokens, &state.sessions)
 }
+
+/// `web::Json` for a body that must be a JSON object (see [`crate::conn::Object`]):
+/// the same limits and answers (the server's `JsonConfig`), and an array of the
+/// fields in order is 422 `invalid_body`.
+pub struct JsonObject<T>(pub T);
+
+impl<T> JsonObject<T> {
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for JsonObject<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: serde::de::DeserializeOwned + 'static> FromRequest for JsonObject<T> {
+    type Error = actix_web::Error;
+    type Future = futures_util::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = web::Json::<crate::conn::Object<T>>::from_request(req, payload);
+        Box::pin(async move { Ok(JsonObject(body.await?.into_inner().0)) })
+    }
+}

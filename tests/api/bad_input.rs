@@ -510,3 +510,71 @@ async fn a_purchase_body_that_is_not_json_is_refused_415_and_buys_nothing() {
         .unwrap();
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
 }
+
+/// serde's derived structs also read a JSON array of their fields in order: no
+/// route documents that, so every body must be an object (422 `invalid_body`),
+/// and an array writes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_is_an_array_of_the_fields_is_422_and_writes_nothing() {
+    let (app, admin, (poll, options)) =
+        crate::helpers::spawn_with_open_poll("Colour?", &["red", "blue"]).await;
+    let sale = app.live_sale(&admin, 5).await;
+    let voter = app.user().await;
+    let now = chrono::Utc::now();
+    let opens = (now + chrono::Duration::hours(1)).to_rfc3339();
+    let closes = (now + chrono::Duration::hours(2)).to_rfc3339();
+    let polls_before = app.count("SELECT count(*) FROM polls").await;
+    let sales_before = app.count("SELECT count(*) FROM sales").await;
+    let cases: Vec<(String, Option<&str>, Value)> = vec![
+        (
+            format!("/api/polls/{poll}/votes"),
+            Some(voter.token.as_str()),
+            json!([options[0], null, null, null]),
+        ),
+        (
+            "/api/admin/polls".into(),
+            Some(admin.token.as_str()),
+            json!(["Q?", ["A", "B"], opens, closes]),
+        ),
+        (
+            "/api/admin/sales".into(),
+            Some(admin.token.as_str()),
+            json!(["Phone", 100, 5, opens, closes]),
+        ),
+        (
+            "/api/auth/signup".into(),
+            None,
+            json!(["arrayuser", "correct horse battery"]),
+        ),
+        (
+            format!("/api/sales/{sale}/purchase"),
+            Some(voter.token.as_str()),
+            json!([null, 1]),
+        ),
+    ];
+    for (path, token, body) in cases {
+        let resp = app.post_json(&path, token, &body).await;
+        let status = resp.status();
+        let got: Value = resp.json().await.unwrap();
+        assert_eq!(
+            (status, got["error"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_body")),
+            "{path} with {body}: {got}"
+        );
+        assert!(
+            got["message"].as_str().unwrap().contains("a JSON object"),
+            "{path}: {got}"
+        );
+    }
+    assert_eq!(app.count("SELECT count(*) FROM polls").await, polls_before);
+    assert_eq!(app.count("SELECT count(*) FROM sales").await, sales_before);
+    assert_eq!(
+        app.count("SELECT count(*) FROM users WHERE username = 'arrayuser'")
+            .await,
+        0
+    );
+    assert_eq!(app.stock_left(sale).await, 5);
+    let voters = app.get(&format!("/api/polls/{poll}"), None).await;
+    let view: Value = voters.json().await.unwrap();
+    assert_eq!(view["results"]["voters"], 0, "{view}");
+}

@@ -388,3 +388,33 @@ async fn the_csv_streams_many_orders_and_needs_an_admin() {
     )
     .await;
 }
+
+/// The orders page states the sale's rule for a returned order as the buyer's
+/// pages do: on a sale of more than one per customer whose buyers may not simply buy
+/// again, they may buy again up to the limit (returned units count toward it),
+/// where a sale of one per customer allows no second purchase.
+#[tokio::test]
+async fn the_orders_page_states_the_rule_for_returned_orders_by_the_sales_limit() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let overrides = json!({ "payment_window_s": 300, "rebuy_after_expiry": false });
+    let one = app.live_sale_with(&admin, 5, overrides.clone()).await;
+    let mut three = overrides;
+    three["max_per_user"] = json!(3);
+    let three = app.live_sale_with(&admin, 5, three).await;
+    let page = app
+        .html(&format!("/admin/sales/{one}/orders"), Some(&admin))
+        .await;
+    assert!(
+        page.contains("One purchase per customer, cancelled or not"),
+        "{page}"
+    );
+    let page = app
+        .html(&format!("/admin/sales/{three}/orders"), Some(&admin))
+        .await;
+    assert!(
+        page.contains("Up to 3 units per customer, returned units included"),
+        "{page}"
+    );
+    assert!(!page.contains("may not buy again"), "{page}");
+}

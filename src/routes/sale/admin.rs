@@ -192,7 +192,7 @@ impl CreateSale {
 pub(super) async fn admin_create(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
-    body: web::Json<CreateSale>,
+    body: crate::routes::extract::JsonObject<CreateSale>,
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
     let view = sale::admin::create(state.get_ref(), new, admin.id).await?;

@@ -34,7 +34,7 @@ pub(super) async fn admin_stock(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
-    body: web::Json<StockBody>,
+    body: crate::routes::extract::JsonObject<StockBody>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     let change = match (body.set, body.add) {

@@ -156,7 +156,7 @@ pub(super) async fn admin_edit(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
-    body: web::Json<EditSale>,
+    body: crate::routes::extract::JsonObject<EditSale>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     let edit = body.into_inner().validate()?;

@@ -32,7 +32,7 @@ pub(super) async fn admin_line(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
-    body: web::Json<LineControl>,
+    body: crate::routes::extract::JsonObject<LineControl>,
 ) -> Result<HttpResponse, AppError> {
     let id = SaleId::parse(&path)?;
     let action = body.into_inner().action;

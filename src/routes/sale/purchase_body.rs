@@ -67,7 +67,7 @@ impl PurchaseBody {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(PurchaseBody::default());
         }
-        serde_json::from_slice(body).map_err(|e| {
+        serde_json::from_slice::<crate::conn::Object<Self>>(body).map(|o| o.0).map_err(|e| {
             let message =
                 format!("the purchase body must be empty or {{\"ticket\": \"...\", \"quantity\": n}} (both optional): {e}");
             if e.is_data() {

@@ -136,7 +136,7 @@ impl CreatePoll {
 pub(super) async fn admin_create(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
-    body: web::Json<CreatePoll>,
+    body: crate::routes::extract::JsonObject<CreatePoll>,
 ) -> Result<HttpResponse, AppError> {
     let new = body.into_inner().validate()?;
     let record = store::create_poll(

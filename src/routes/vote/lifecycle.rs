@@ -72,7 +72,7 @@ pub(super) async fn admin_edit(
     state: web::Data<AppState>,
     AdminUser(admin): AdminUser,
     path: web::Path<String>,
-    body: web::Json<EditPoll>,
+    body: crate::routes::extract::JsonObject<EditPoll>,
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
     let body = body.into_inner();
