@@ -108,9 +108,58 @@ pub fn verified_claims(req: &HttpRequest, tokens: &TokenKey) -> Result<Claims, A
             _ => AppError::new(ErrorCode::InvalidToken, "the session token is not valid"),
         })?;
     if from_cookie && !is_safe_method(req.method()) {
-        check_csrf(req)?;
+        check_session_csrf(req, tokens, &claims)?;
     }
     Ok(claims)
+}
+
+/// A cookie session's unsafe request must carry its session's CSRF token
+/// ([`TokenKey::csrf_of`]) in `X-CSRF-Token`: another site can neither read it
+/// nor, without the secret, make it.
+fn check_session_csrf(
+    req: &HttpRequest,
+    tokens: &TokenKey,
+    claims: &Claims,
+) -> Result<(), AppError> {
+    let header = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    match header {
+        Some(h) if constant_time_eq(&tokens.csrf_of(claims), h) => Ok(()),
+        _ => Err(AppError::new(
+            ErrorCode::CsrfFailed,
+            "missing or wrong X-CSRF-Token header for a cookie-authenticated request",
+        )),
+    }
+}
+
+/// The `stampede_csrf` cookie: the session's CSRF token for the page's scripts to
+/// read (not `HttpOnly`), sent only to this site (`SameSite=Strict`).
+pub fn csrf_cookie(value: String, secure: bool, max_age_s: i64) -> Cookie<'static> {
+    Cookie::build(CSRF_COOKIE, value)
+        .path("/")
+        .http_only(false)
+        .same_site(actix_web::cookie::SameSite::Strict)
+        .secure(secure)
+        .max_age(actix_web::cookie::time::Duration::seconds(max_age_s))
+        .finish()
+}
+
+/// For a page answered to a cookie session whose `stampede_csrf` cookie is not
+/// its session's CSRF token (a session signed in before the token was bound to
+/// it, or a cookie someone else set): the cookie that puts it right, so the page's
+/// scripts send the right one.
+pub fn csrf_cookie_fix(
+    req: &HttpRequest,
+    tokens: &TokenKey,
+    secure: bool,
+) -> Option<Cookie<'static>> {
+    let session = req.cookie(SESSION_COOKIE)?;
+    let now = chrono::Utc::now().timestamp();
+    let claims = tokens.verify(session.value(), now).ok()?;
+    let want = tokens.csrf_of(&claims);
+    if req.cookie(CSRF_COOKIE).is_some_and(|c| c.value() == want) {
+        return None;
+    }
+    Some(csrf_cookie(want, secure, claims.expires_at - now))
 }
 
 fn is_safe_method(m: &Method) -> bool {
@@ -118,6 +167,8 @@ fn is_safe_method(m: &Method) -> bool {
 }
 
 /// A cross-site form or script cannot read our CSRF cookie, so it cannot echo it.
+/// (The sign-out of a cookie whose token does not verify, which ends nothing; a
+/// session's requests check [`TokenKey::csrf_of`] instead.)
 pub fn check_csrf(req: &HttpRequest) -> Result<(), AppError> {
     let cookie = req.cookie(CSRF_COOKIE);
     let header = req.headers().get(CSRF_HEADER).and_then(|v| v.to_str().ok());

@@ -76,6 +76,21 @@ impl TokenKey {
         &self.mac
     }
 
+    /// The CSRF token of the session `claims` names: an HMAC of the account and the
+    /// session under the token secret, 32 hex digits. A page's script sends it back
+    /// in `X-CSRF-Token` (it reads it from the `stampede_csrf` cookie); being bound
+    /// to the session, a value someone else set in that cookie (from a sibling
+    /// subdomain, or over plain HTTP) does not pass.
+    pub fn csrf_of(&self, claims: &Claims) -> String {
+        use hmac::Mac;
+        let mut mac = self.mac.clone();
+        mac.update(format!("csrf:{}:{:016x}", claims.user_id, claims.session).as_bytes());
+        mac.finalize().into_bytes()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<Claims, TokenError> {
         let payload = open(&self.mac, token, 512)?;
         let text = std::str::from_utf8(&payload).map_err(|_| TokenError::Malformed)?;

@@ -8,9 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::token::Claims;
 use crate::auth::{
-    self, CSRF_COOKIE, Credentials, DUMMY_HASH, SESSION_COOKIE, UserView, check_csrf,
-    cleared_cookies, create_user, hash_password, random_token_hex, verified_claims,
-    verify_password,
+    self, Credentials, DUMMY_HASH, SESSION_COOKIE, UserView, check_csrf, cleared_cookies,
+    create_user, hash_password, verified_claims, verify_password,
 };
 use crate::domain::{Id, Password, Username};
 use crate::error::{AppError, ErrorBody, ErrorCode};
@@ -120,15 +119,16 @@ async fn signin(
     };
     let user_id = Id::new(id).ok_or_else(|| AppError::Internal(anyhow::anyhow!("bad user id")))?;
     let expires_at = chrono::Utc::now().timestamp() + state.config.token_ttl.as_secs() as i64;
-    let token = state.tokens.issue(Claims {
+    let claims = Claims {
         user_id,
         admin: is_admin,
         expires_at,
         generation,
         session: rand::random(),
         account_created: Some(created_at),
-    });
-    let csrf = random_token_hex(16);
+    };
+    let csrf = state.tokens.csrf_of(&claims);
+    let token = state.tokens.issue(claims);
     let max_age = CookieDuration::seconds(state.config.token_ttl.as_secs() as i64);
     let session = Cookie::build(SESSION_COOKIE, token.clone())
         .path("/")
@@ -137,13 +137,11 @@ async fn signin(
         .secure(state.config.cookie_secure)
         .max_age(max_age)
         .finish();
-    let csrf_cookie = Cookie::build(CSRF_COOKIE, csrf.clone())
-        .path("/")
-        .http_only(false)
-        .same_site(SameSite::Strict)
-        .secure(state.config.cookie_secure)
-        .max_age(max_age)
-        .finish();
+    let csrf_cookie = auth::csrf_cookie(
+        csrf.clone(),
+        state.config.cookie_secure,
+        state.config.token_ttl.as_secs() as i64,
+    );
     tracing::info!(user_id = id, "user signed in");
     let resp = HttpResponse::Ok()
         .cookie(session)
@@ -171,7 +169,16 @@ async fn signin(
     (status = 403, description = "`csrf_failed`: a cookie session without the X-CSRF-Token header", body = ErrorBody<'static>),
 ))]
 async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    if req.headers().get(header::AUTHORIZATION).is_none() && req.cookie(SESSION_COOKIE).is_some() {
+    // A cookie session's sign-out checks its CSRF token in verified_claims below;
+    // a cookie whose token does not verify ends nothing, and is held to the
+    // cookie's echo only.
+    if req.headers().get(header::AUTHORIZATION).is_none()
+        && let Some(cookie) = req.cookie(SESSION_COOKIE)
+        && state
+            .tokens
+            .verify(cookie.value(), chrono::Utc::now().timestamp())
+            .is_err()
+    {
         check_csrf(&req)?;
     }
     // A CSRF failure was answered above; any other failure is a token that does
@@ -179,7 +186,11 @@ async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRes
     // A session already ended (signed out, or every session of the account) has
     // nothing more to end: the same 204, and no write, so a replayed sign-out
     // costs Postgres and every server's followers nothing.
-    if let Ok(claims) = verified_claims(&req, &state.tokens)
+    let claims = match verified_claims(&req, &state.tokens) {
+        Err(e) if e.error_code() == ErrorCode::CsrfFailed => return Err(e),
+        verified => verified.ok(),
+    };
+    if let Some(claims) = claims
         && state.sessions.standing(&claims) == crate::auth::session::Standing::Valid
     {
         let mut redis = redis_of(&req, &state);

@@ -66,8 +66,28 @@ where
     cfg.service(
         web::resource(path)
             .wrap(security_headers())
+            .wrap(actix_web::middleware::from_fn(fix_csrf_cookie))
             .route(web::get().to(handler)),
     );
+}
+
+/// A page answered to a cookie session whose CSRF cookie is not its session's
+/// token (signed in before it was bound to the session) sets it right, so the
+/// page's scripts send the one the API checks.
+async fn fix_csrf_cookie(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    let fix = req
+        .app_data::<web::Data<crate::state::AppState>>()
+        .and_then(|state| {
+            crate::auth::csrf_cookie_fix(req.request(), &state.tokens, state.config.cookie_secure)
+        });
+    let mut res = next.call(req).await?;
+    if let Some(cookie) = fix {
+        res.response_mut().add_cookie(&cookie)?;
+    }
+    Ok(res)
 }
 
 /// The headers of every HTML answer.

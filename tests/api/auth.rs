@@ -17,6 +17,15 @@ async fn post_with_cookie(
     req.send().await.unwrap()
 }
 
+/// The CSRF token of the session `token` names, as the server derives it.
+fn csrf_of(app: &TestApp, token: &str) -> String {
+    let claims = app
+        .tokens
+        .verify(token, chrono::Utc::now().timestamp())
+        .unwrap();
+    app.tokens.csrf_of(&claims)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn signup_signin_and_bearer_token_work() {
     let app = spawn_app().await;
@@ -90,7 +99,16 @@ async fn cookie_sessions_need_the_csrf_header_for_changes() {
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
     assert_eq!(app.stock_left(sale).await, 5);
 
+    // The cookie's value echoed: someone who could set that cookie (a sibling
+    // subdomain, plain HTTP) would pass a check of cookie against header. The
+    // token is the session's own.
     let resp = post_with_cookie(&app, &path, &cookie, Some("abc123")).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    let other = app.user().await;
+    let resp = post_with_cookie(&app, &path, &cookie, Some(&csrf_of(&app, &other.token))).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    assert_eq!(app.stock_left(sale).await, 5);
+    let resp = post_with_cookie(&app, &path, &cookie, Some(&csrf_of(&app, &user.token))).await;
     assert_eq!(resp.status(), StatusCode::ACCEPTED);
     // Reads by cookie need no header.
     let resp = app
@@ -128,6 +146,12 @@ async fn signout_of_a_browser_session_needs_the_csrf_header() {
     let resp = post_with_cookie(&app, &url, &cookie, None).await;
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
     let resp = post_with_cookie(&app, &url, &cookie, Some("tok123")).await;
+    assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
+    assert_eq!(
+        app.get("/api/me", Some(&user.token)).await.status(),
+        StatusCode::OK
+    );
+    let resp = post_with_cookie(&app, &url, &cookie, Some(&csrf_of(&app, &user.token))).await;
     assert_eq!(resp.status(), StatusCode::NO_CONTENT);
     let cleared = resp
         .headers()
@@ -170,4 +194,62 @@ async fn the_configured_admin_never_promotes_a_shoppers_account() {
     })
     .await;
     assert_eq!(is_admin("night_admin").await, Some(true));
+}
+
+/// Sign-in sets the session's own CSRF token in the cookie (and the answer); a page
+/// answered to a cookie session whose CSRF cookie is anything else (signed in
+/// before the token was bound to the session) sets it right, and one that has it
+/// right sets nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_csrf_cookie_is_the_sessions_token_and_pages_set_it_right() {
+    let app = spawn_app().await;
+    let creds = json!({"username": "csrfuser", "password": "correct horse battery"});
+    let resp = app.post_json("/api/auth/signup", None, &creds).await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let resp = app.post_json("/api/auth/signin", None, &creds).await;
+    let cookies: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|c| c.to_str().unwrap().to_string())
+        .collect();
+    let body: Value = resp.json().await.unwrap();
+    let token = body["token"].as_str().unwrap();
+    let want = csrf_of(&app, token);
+    assert_eq!(body["csrf_token"], want.as_str());
+    assert!(
+        cookies
+            .iter()
+            .any(|c| c.starts_with(&format!("stampede_csrf={want};"))),
+        "{cookies:?}"
+    );
+    let page = |csrf: &'static str| {
+        app.client
+            .get(app.url("/"))
+            .header(
+                "cookie",
+                format!("stampede_session={token}; stampede_csrf={csrf}"),
+            )
+            .send()
+    };
+    let resp = page("legacy0123456789").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let set: Vec<&str> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|c| c.to_str().unwrap())
+        .collect();
+    assert!(
+        set.iter()
+            .any(|c| c.starts_with(&format!("stampede_csrf={want};"))
+                && c.contains("SameSite=Strict")),
+        "{set:?}"
+    );
+    let right: &'static str = Box::leak(want.into_boxed_str());
+    let resp = page(right).await.unwrap();
+    assert!(
+        resp.headers().get_all("set-cookie").iter().next().is_none(),
+        "a right cookie is set again"
+    );
 }
