@@ -144,6 +144,8 @@ async fn signin(
     );
     tracing::info!(user_id = id, "user signed in");
     let resp = HttpResponse::Ok()
+        // The answer carries the token: never kept by a cache.
+        .insert_header((header::CACHE_CONTROL, "no-store"))
         .cookie(session)
         .cookie(csrf_cookie)
         .json(SigninResponse {

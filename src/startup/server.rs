@@ -202,12 +202,26 @@ const API_GROUPS: &[(Configure, RouteList)] = &[
     (crate::openapi::configure, crate::openapi::ROUTES),
 ];
 
-fn api_scope() -> actix_web::Scope {
+/// The JSON API's scope. Every answer says `nosniff`: a browser never reads an
+/// answer (a CSV, a JSON body holding user text) as another type than it says.
+fn api_scope() -> actix_web::Scope<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
     API_GROUPS
         .iter()
         .fold(web::scope("/api"), |scope, (configure, _)| {
             scope.configure(*configure)
         })
+        .wrap(
+            actix_web::middleware::DefaultHeaders::new()
+                .add((actix_web::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff")),
+        )
 }
 
 /// Every route of the API and the health checks as `(method, full path)`: what the

@@ -207,6 +207,9 @@ async fn the_csrf_cookie_is_the_sessions_token_and_pages_set_it_right() {
     let resp = app.post_json("/api/auth/signup", None, &creds).await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     let resp = app.post_json("/api/auth/signin", None, &creds).await;
+    // The answer holds the token: no cache keeps it, and no browser sniffs it.
+    assert_eq!(resp.headers()["cache-control"], "no-store");
+    assert_eq!(resp.headers()["x-content-type-options"], "nosniff");
     let cookies: Vec<String> = resp
         .headers()
         .get_all("set-cookie")
