@@ -133,20 +133,25 @@ pub async fn cleanup(
         .rows_affected();
     // Users: only rehearsal ones nothing that stays refers to (`signed_out_sessions`
     // goes with them: ON DELETE CASCADE).
-    let removed_admin: Vec<bool> = sqlx::query_scalar(
+    let removed_users: Vec<(i64, bool)> = sqlx::query_as(
         "DELETE FROM users u WHERE u.rehearsal
            AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.user_id = u.id OR o.cancelled_by = u.id)
            AND NOT EXISTS (SELECT 1 FROM votes v WHERE v.user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.user_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM stock_changes c WHERE c.admin_id = u.id)
            AND NOT EXISTS (SELECT 1 FROM admin_changes a WHERE a.admin_id = u.id)
-         RETURNING u.is_admin",
+         RETURNING u.id, u.is_admin",
     )
     .fetch_all(&mut *tx)
     .await?;
-    let admins = removed_admin.iter().filter(|&&admin| admin).count() as i64;
-    let users = removed_admin.len() as i64 - admins;
-    if !removed_admin.is_empty() {
+    let removed_admins: Vec<i64> = removed_users
+        .iter()
+        .filter_map(|&(id, admin)| admin.then_some(id))
+        .collect();
+    let admins = removed_admins.len() as i64;
+    let users = removed_users.len() as i64 - admins;
+    end_removed_admins(&mut tx, redis, keys, &removed_admins, token_ttl).await?;
+    if !removed_users.is_empty() {
         // Settlement looks up each order's user while this removal is open: see
         // migrations/0015_user_removals.sql and [`REMOVAL_OPEN_AFTER_TOKENS`].
         // (At most a century: a `token_ttl` past that is a setting's mistake, and
@@ -159,7 +164,7 @@ pub async fn cleanup(
              VALUES (now() + make_interval(secs => $1), $2)",
         )
         .bind(open.as_secs_f64())
-        .bind(removed_admin.len() as i64)
+        .bind(removed_users.len() as i64)
         .execute(&mut *tx)
         .await?;
     }
@@ -182,6 +187,44 @@ pub async fn cleanup(
     };
     tracing::info!(?cleaned, "rehearsals removed");
     Ok(cleaned)
+}
+
+/// Ends every session of the removed admin accounts: a token carries the admin
+/// flag it was signed with (a `stampede load` run signs its admin one of six
+/// hours), and would otherwise keep the admin API open after its account is gone.
+/// Recorded in `ended_accounts` until such a token has expired (the expired rows go),
+/// for the processes that load the record later, and announced to the running ones
+/// before the removal commits: when Redis cannot take the announcement the removal
+/// is rolled back, and a second cleanup does it all again.
+async fn end_removed_admins(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    redis: &mut Redis,
+    keys: &Keys,
+    admins: &[i64],
+    token_ttl: Duration,
+) -> Result<(), AppError> {
+    sqlx::query("DELETE FROM ended_accounts WHERE until < now()")
+        .execute(&mut **tx)
+        .await?;
+    if admins.is_empty() {
+        return Ok(());
+    }
+    let lives = token_ttl.min(REMOVAL_OPEN_AT_MOST);
+    sqlx::query(
+        "INSERT INTO ended_accounts (user_id, until)
+         SELECT id, now() + make_interval(secs => $2) FROM unnest($1::bigint[]) AS id
+         ON CONFLICT (user_id) DO UPDATE SET until = EXCLUDED.until",
+    )
+    .bind(admins)
+    .bind(lives.as_secs_f64())
+    .execute(&mut **tx)
+    .await?;
+    for &id in admins {
+        if let Some(user) = Id::new(id) {
+            crate::auth::session::announce_end_all(redis, keys, user, i64::MAX).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Every key of each sale's hash tag in this namespace: its state (meta, stock,

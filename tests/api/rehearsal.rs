@@ -9,7 +9,9 @@ use serde_json::{Value, json};
 
 use stampede::sale::rehearsal::REMOVAL_OPEN_AFTER_TOKENS;
 
-use crate::helpers::{Db, TestApp, User, assert_error, listed, merged, spawn_app, spawn_app_with};
+use crate::helpers::{
+    Db, TestApp, User, assert_error, listed, merged, spawn_app, spawn_app_with, spawn_sibling,
+};
 use crate::settle::settler;
 
 /// Every Redis key of the sale's hash tag in the app's namespace.
@@ -471,4 +473,61 @@ async fn a_huge_token_ttl_opens_a_removal_for_a_century() {
     .await
     .unwrap();
     assert!((years - 100.0).abs() < 0.01, "{years} years");
+}
+
+/// A rehearsal's admin (a `stampede load` run signs its own a token of six hours)
+/// removed by the cleanup: its token stops working on every server at once, on a
+/// server started after the removal too (it loads `ended_accounts`), where the
+/// token carried the admin flag and kept the admin API open until it expired.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_rehearsal_admins_token_stops_working_everywhere() {
+    let app = spawn_app_with(|c| c.session_sync = Duration::from_secs(1)).await;
+    let sibling = spawn_sibling(&app, |_| {}).await;
+    let admin = app.admin().await;
+    let load_admin = app.admin().await;
+    let load_shopper = app.user().await;
+    mark_rehearsal_users(&app, &[&load_admin, &load_shopper]).await;
+    for server in [&app, &sibling] {
+        let resp = server
+            .get("/api/admin/console", Some(&load_admin.token))
+            .await;
+        assert_eq!(resp.status(), StatusCode::OK, "before the cleanup");
+    }
+    let cleaned = clean_up(&app, &admin).await;
+    assert_eq!(
+        (cleaned["admins"].as_i64(), cleaned["users"].as_i64()),
+        (Some(1), Some(1)),
+        "{cleaned}"
+    );
+    for (server, what) in [
+        (&app, "the server that cleaned up"),
+        (&sibling, "another server"),
+    ] {
+        let started = std::time::Instant::now();
+        loop {
+            let resp = server
+                .get("/api/admin/console", Some(&load_admin.token))
+                .await;
+            if resp.status() == StatusCode::UNAUTHORIZED {
+                assert_error(resp, StatusCode::UNAUTHORIZED, "session_ended").await;
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_millis(2500),
+                "{what} still takes the removed admin's token: {}",
+                resp.status()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let later = spawn_sibling(&app, |_| {}).await;
+    let resp = later
+        .get("/api/admin/console", Some(&load_admin.token))
+        .await;
+    assert_error(resp, StatusCode::UNAUTHORIZED, "session_ended").await;
+    // The admin who cleaned up goes on.
+    let resp = later.get("/api/admin/console", Some(&admin.token)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let rows = app.count("SELECT count(*) FROM ended_accounts").await;
+    assert_eq!(rows, 1, "one removed admin recorded");
 }

@@ -228,6 +228,12 @@ impl Sessions {
             sqlx::query_as("SELECT id, session_gen FROM users WHERE session_gen > 0")
                 .fetch_all(db)
                 .await?;
+        // Accounts removed while their tokens may live (migrations/0032): every
+        // session ended, whatever its generation.
+        let removed: Vec<i64> =
+            sqlx::query_scalar("SELECT user_id FROM ended_accounts WHERE until > now()")
+                .fetch_all(db)
+                .await?;
         let signed_out: Vec<(i64, String, i64)> = sqlx::query_as(
             "SELECT user_id, session, extract(epoch FROM expires_at)::bigint
              FROM signed_out_sessions WHERE expires_at > now()",
@@ -237,6 +243,12 @@ impl Sessions {
         let mut ended = self.ended.write().unwrap_or_else(|e| e.into_inner());
         for &(user, generation) in &generations {
             ended.apply(&Event::Generation { user, generation });
+        }
+        for &user in &removed {
+            ended.apply(&Event::Generation {
+                user,
+                generation: i64::MAX,
+            });
         }
         for (user, session, expires_at) in signed_out {
             if let Ok(session) = u64::from_str_radix(&session, 16) {
