@@ -136,8 +136,10 @@ pub async fn page(
     }))
 }
 
-/// One page of polls (see [`page`]), each with its live voter count: one query and
-/// one pipelined Redis round trip, however long the page.
+/// One page of polls (see [`page`]), each with its live voter count and whether
+/// `viewer` voted in it (asked only where that decides what they see, see
+/// [`asks_for_vote`]; else `false`): one query and one pipelined Redis round trip,
+/// however long the page. A poll missing from Redis counts 0.
 pub async fn page_with_voters<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
@@ -145,35 +147,29 @@ pub async fn page_with_voters<C: ConnectionLike>(
     after: Option<&PollCursor>,
     limit: Limit,
     scope: ListScope,
-) -> Result<Page<(PollRow, i64)>, AppError> {
+    viewer: Viewer,
+) -> Result<Page<(PollRow, i64, bool)>, AppError> {
     let page = page(db, after, limit, scope).await?;
-    let ids = page
-        .items
-        .iter()
-        .map(|poll| poll_id(poll.id))
-        .collect::<Result<Vec<_>, _>>()?;
-    let voters = voter_counts(redis, keys, &ids).await?;
+    let mut pipe = redis::pipe();
+    for poll in &page.items {
+        let id = poll_id(poll.id)?;
+        pipe.hlen(keys.poll(id).voters);
+        if let (Viewer::User(user), true) = (viewer, asks_for_vote(poll, viewer)) {
+            pipe.hexists(keys.poll(id).voters, user.get());
+        }
+    }
+    let mut answers = run_reads(redis, pipe, page.items.is_empty()).await?;
+    let mut next = || next_answer(&mut answers);
+    let mut items = Vec::with_capacity(page.items.len());
+    for poll in page.items {
+        let voters = parse::<i64>(next()?)?;
+        let voted = asks_for_vote(&poll, viewer) && parse::<bool>(next()?)?;
+        items.push((poll, voters, voted));
+    }
     Ok(Page {
-        items: page.items.into_iter().zip(voters).collect(),
+        items,
         next: page.next,
     })
-}
-
-/// Voters of many polls (`HLEN` of each voters hash) in one pipelined round trip,
-/// in the order of `ids`. A poll missing from Redis counts 0.
-async fn voter_counts<C: ConnectionLike>(
-    redis: &mut C,
-    keys: &Keys,
-    ids: &[PollId],
-) -> Result<Vec<i64>, redis::RedisError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut pipe = redis::pipe();
-    for id in ids {
-        pipe.hlen(keys.poll(*id).voters);
-    }
-    pipe.query_async(redis).await
 }
 
 /// One page of polls (see [`page`]), each with its results as `viewer` may see
@@ -201,17 +197,8 @@ pub async fn page_with_results<C: ConnectionLike>(
         }
         ids.push(id);
     }
-    let mut answers = if ids.is_empty() {
-        Vec::new()
-    } else {
-        pipe.query_async::<Vec<redis::Value>>(redis).await?
-    }
-    .into_iter();
-    let mut next = || -> Result<redis::Value, AppError> {
-        answers
-            .next()
-            .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a poll list read came back short")))
-    };
+    let mut answers = run_reads(redis, pipe, ids.is_empty()).await?;
+    let mut next = || next_answer(&mut answers);
     let mut items = Vec::with_capacity(ids.len());
     for (poll, id) in page.items.into_iter().zip(ids) {
         let raw: RawResults = (
@@ -224,7 +211,8 @@ pub async fn page_with_results<C: ConnectionLike>(
             true => parse::<bool>(next()?)?,
             false => false,
         };
-        let results = parse_results(id, raw).unwrap_or_else(|| empty_results(id));
+        let closed = super::store::status(&poll, now) == crate::domain::PollStatus::Closed;
+        let results = parse_results(id, raw).unwrap_or_else(|| empty_results(id, closed));
         let shown = decide(&poll, results, viewer, voted, now);
         items.push((poll, shown));
     }
@@ -234,14 +222,38 @@ pub async fn page_with_results<C: ConnectionLike>(
     })
 }
 
+/// A page's pipelined reads, in order (none sent for an empty page).
+async fn run_reads<C: ConnectionLike>(
+    redis: &mut C,
+    pipe: redis::Pipeline,
+    empty: bool,
+) -> Result<std::vec::IntoIter<redis::Value>, AppError> {
+    if empty {
+        return Ok(Vec::new().into_iter());
+    }
+    Ok(pipe
+        .query_async::<Vec<redis::Value>>(redis)
+        .await?
+        .into_iter())
+}
+
+/// The next answer of a page's reads; an error when they came back short.
+fn next_answer(answers: &mut std::vec::IntoIter<redis::Value>) -> Result<redis::Value, AppError> {
+    answers
+        .next()
+        .ok_or_else(|| AppError::Internal(anyhow::anyhow!("a poll list read came back short")))
+}
+
 fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, AppError> {
     redis::from_redis_value(value).map_err(|e| AppError::Internal(e.into()))
 }
 
-fn empty_results(id: PollId) -> Results {
+/// A poll Redis does not hold (lost, being rebuilt): no votes until it is back,
+/// and closed as the poll's record says (the entry's own `closed` beside it).
+fn empty_results(id: PollId, closed: bool) -> Results {
     Results {
         poll_id: id.get(),
-        closed: false,
+        closed,
         hidden: false,
         voters: 0,
         tallies: Vec::new(),

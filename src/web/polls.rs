@@ -40,13 +40,14 @@ pub async fn index(
     req: HttpRequest,
     state: web::Data<AppState>,
 ) -> Result<impl actix_web::Responder, PageError> {
-    let (nav, _) = load_nav(&req, &state).await?;
+    let (nav, user) = load_nav(&req, &state).await?;
     let cursor = cursor_param(&req);
     match page_of_cards(
         &state,
         cursor.as_deref(),
         POLLS_PAGE_POLLS,
         ListScope::Public,
+        Viewer::from(user),
     )
     .await
     {
@@ -61,12 +62,15 @@ pub async fn index(
 }
 
 /// `limit` polls after `cursor` (a poll list's, else 400) with their live voter
-/// counts: one query and one pipelined Redis round trip.
+/// counts, each card's note as `viewer` sees it (a voter of a poll that shows its
+/// results after the vote is not told to vote): one query and one pipelined Redis
+/// round trip.
 pub(super) async fn page_of_cards(
     state: &AppState,
     cursor: Option<&str>,
     limit: Limit,
     scope: ListScope,
+    viewer: Viewer,
 ) -> Result<Page<PollCard>, AppError> {
     let after = cursor.map(PollCursor::parse).transpose()?;
     let now = Utc::now();
@@ -77,9 +81,10 @@ pub(super) async fn page_of_cards(
         after.as_ref(),
         limit,
         scope,
+        viewer,
     )
     .await?;
-    Ok(page.map(|(poll, voters)| PollCard::new(poll, voters, now)))
+    Ok(page.map(|(poll, voters, voted)| PollCard::new(poll, voters, voted, now)))
 }
 
 #[derive(Template, WebTemplate)]
@@ -150,7 +155,7 @@ pub async fn poll(
         .iter()
         .find(|o| o.id == voted_option && kind == crate::vote::setting::BallotKind::Single)
         .map(|o| o.label.clone());
-    let ballot = BallotView::new(record.poll.ballot_settings(), record.options.len());
+    let mut ballot = BallotView::new(record.poll.ballot_settings(), record.options.len());
     let options = record
         .options
         .into_iter()
@@ -160,8 +165,11 @@ pub async fn poll(
     let viewer = Viewer::from(user);
     let results = decide(&record.poll, results, viewer, mine.voted, now);
     let (options, total) = view::option_results(options, &results);
-    let poll = PollCard::new(record.poll, results.voters(), now);
+    let poll = PollCard::new(record.poll, results.voters(), mine.voted, now);
     let closed = poll.status == crate::domain::PollStatus::Closed;
+    if closed {
+        ballot.closed(results.until().is_none());
+    }
     Ok(PollPage {
         signed_in: nav.user.is_some(),
         nav,

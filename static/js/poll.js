@@ -219,7 +219,12 @@ export function pollPage() {
       return;
     }
     if (!Array.isArray(results.tallies)) return;
-    if (results.runoff) showRunoff(el.runoff, results.runoff, labels);
+    if (results.runoff) {
+      showRunoff(el.runoff, results.runoff, labels);
+      // The count by rounds came (src/web/view/ballot.rs, RANKED_COUNTED_NOTE).
+      const note = root.querySelector('[data-field="counts-note"]');
+      if (note) note.textContent = "Counts first preferences; the count by rounds is below.";
+    }
     if (state.hiddenUntil) {
       state.hiddenUntil = "";
       render();

@@ -466,3 +466,68 @@ async fn hidden_results_of_each_kind_leak_no_tally() {
         }
     }
 }
+
+/// A poll whose results show after the vote: its card on `/polls` tells a voter
+/// who has not voted to vote, and shows one who has what the poll page does (it
+/// said "Results after you vote" to them too).
+#[tokio::test]
+async fn the_list_card_of_an_after_vote_poll_knows_the_viewer_voted() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let question = "Card after voting?";
+    let (poll, options) = app
+        .open_poll_with(
+            &admin,
+            question,
+            &["A", "B"],
+            json!({"results": "after_vote"}),
+        )
+        .await;
+    let voter = app.user().await;
+    let other = app.user().await;
+    app.cast_vote(poll, &voter.token, options[0]).await;
+    let list = app.html("/polls", Some(&voter)).await;
+    assert!(
+        !card(&list, question).contains("Results after you vote"),
+        "{}",
+        card(&list, question)
+    );
+    let list = app.html("/polls", Some(&other)).await;
+    assert!(card(&list, question).contains("Results after you vote"));
+    let list = app.html("/polls", None).await;
+    assert!(card(&list, question).contains("Results after you vote"));
+}
+
+/// A closed ranked poll's note no longer says its count by rounds comes at the
+/// close: it is below the tallies, or, hidden, comes with the results.
+#[tokio::test]
+async fn a_closed_ranked_polls_note_says_where_its_count_by_rounds_is() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let ranked = json!({"ballot": "ranked"});
+    let (open, _) = app
+        .open_poll_with(&admin, "Ranked open?", &["A", "B", "C"], ranked.clone())
+        .await;
+    let (shown, _) = app
+        .open_poll_with(&admin, "Ranked shown?", &["A", "B", "C"], ranked)
+        .await;
+    let (hidden, _) = app
+        .open_poll_with(
+            &admin,
+            "Ranked hidden?",
+            &["A", "B", "C"],
+            json!({"ballot": "ranked", "results": "on_reveal"}),
+        )
+        .await;
+    for poll in [shown, hidden] {
+        assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
+    }
+    let page = app.html(&format!("/polls/{open}"), None).await;
+    assert!(page.contains("the full count by rounds comes at the close"));
+    let page = app.html(&format!("/polls/{shown}"), None).await;
+    assert!(!page.contains("comes at the close"), "closed, shown");
+    assert!(page.contains("the count by rounds is below"));
+    let page = app.html(&format!("/polls/{hidden}"), None).await;
+    assert!(!page.contains("comes at the close"), "closed, hidden");
+    assert!(page.contains("the count by rounds comes with the results"));
+}

@@ -204,9 +204,10 @@ pub(super) async fn admin_list(
         after.as_ref(),
         limit,
         scope,
+        crate::vote::visibility::Viewer::Admin,
     )
     .await?
-    .map(|(poll, voters)| AdminPollSummary {
+    .map(|(poll, voters, _)| AdminPollSummary {
         status: store::status(&poll, now),
         poll,
         voters,

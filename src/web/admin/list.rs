@@ -152,7 +152,13 @@ pub async fn page(
     match tokio::try_join!(
         crate::sale::console::console(state.get_ref()),
         page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sales_scope),
-        polls::page_of_cards(&state, polls_at, ADMIN_PAGE_ROWS, polls_scope)
+        polls::page_of_cards(
+            &state,
+            polls_at,
+            ADMIN_PAGE_ROWS,
+            polls_scope,
+            crate::vote::visibility::Viewer::Admin,
+        )
     ) {
         Ok((console, sales, polls)) => Ok(Either::Left(AdminPage {
             nav,

@@ -174,7 +174,7 @@ pub async fn poll_tallies(
         revealable: poll.results == ResultsVisibility::OnReveal
             && closed
             && poll.revealed_at.is_none(),
-        poll: PollCard::new(view.record.poll, view.results.voters(), now),
+        poll: PollCard::new(view.record.poll, view.results.voters(), false, now),
         options: rows,
     }))
 }

@@ -61,6 +61,27 @@ impl BallotView {
     }
 }
 
+/// A closed ranked poll's note, its count by rounds shown below the tallies (as
+/// `static/js/poll.js` writes it when the count comes).
+pub const RANKED_COUNTED_NOTE: &str = "Counts first preferences; the count by rounds is below.";
+/// A closed ranked poll's note while its results are hidden.
+pub const RANKED_CLOSED_HIDDEN_NOTE: &str =
+    "Counts first preferences; the count by rounds comes with the results.";
+
+impl BallotView {
+    /// The note under the tallies once the poll closed: a ranked poll's count by
+    /// rounds is no longer to come at the close. `shown`: the results show.
+    pub fn closed(&mut self, shown: bool) {
+        if self.kind == BallotKind::Ranked {
+            self.counts_note = if shown {
+                RANKED_COUNTED_NOTE
+            } else {
+                RANKED_CLOSED_HIDDEN_NOTE
+            };
+        }
+    }
+}
+
 fn counts_note(kind: BallotKind) -> &'static str {
     match kind {
         BallotKind::Single => "",

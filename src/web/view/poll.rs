@@ -30,12 +30,14 @@ pub struct PollCard {
 }
 
 impl PollCard {
-    pub fn new(poll: PollRow, voters: i64, now: DateTime<Utc>) -> Self {
+    /// `voted`: the viewer's ballot is in (a poll whose results show after the
+    /// vote then shows them to them; `false` where nobody asked).
+    pub fn new(poll: PollRow, voters: i64, voted: bool, now: DateTime<Utc>) -> Self {
         let status = crate::vote::store::status(&poll, now);
         let closed = status == PollStatus::Closed;
         PollCard {
             results: poll.results,
-            results_note: hidden_until(&poll, closed, false).map(|u| hidden_words(u, closed)),
+            results_note: hidden_until(&poll, closed, voted).map(|u| hidden_words(u, closed)),
             id: poll.id,
             status,
             status_label: status.label(),
