@@ -108,6 +108,9 @@ pub fn encode_cursor(tag: &str, fields: &[i64]) -> String {
 /// The fields of a cursor made by [`encode_cursor`] with the same `tag` and `N`
 /// fields; anything else is a 400 `invalid_query`.
 pub fn decode_cursor<const N: usize>(tag: &str, cursor: &str) -> Result<[i64; N], AppError> {
+    if cursor.is_empty() {
+        return Err(bad_cursor("empty"));
+    }
     let text = (cursor.len() <= MAX_CURSOR_LEN)
         .then(|| URL_SAFE_NO_PAD.decode(cursor).ok())
         .flatten()
@@ -251,6 +254,8 @@ mod tests {
         );
         assert!(refused("s1", "not base64!"));
         assert!(refused("s1", ""));
+        let empty = decode_cursor::<4>("s1", "").unwrap_err().public_message();
+        assert_eq!(empty, "cursor: empty; start again without one");
         assert!(refused("s1", &"A".repeat(500)));
         assert!(refused("s1", &URL_SAFE_NO_PAD.encode("s1.1.2.x.4")));
         assert!(refused("s1", &URL_SAFE_NO_PAD.encode([0xff, 0xfe])));

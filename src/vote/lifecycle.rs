@@ -103,6 +103,20 @@ pub async fn edit<S: CachedReads + ?Sized>(
     let mut tx = state.db().begin().await?;
     let before = locked(&mut tx, id).await?;
     let old = &before.poll;
+    // Opened (or closed before it opened): no edit, even one that changes
+    // nothing or would be refused for its values (docs/api.md).
+    if old.closed {
+        return Err(AppError::new(
+            ErrorCode::PollStarted,
+            "this poll is closed: it can no longer change (archive it instead)",
+        ));
+    }
+    if old.opens_at <= Utc::now() {
+        return Err(AppError::new(
+            ErrorCode::PollStarted,
+            "this poll has opened: it can no longer change (close or archive it instead)",
+        ));
+    }
     let labels: Vec<String> = before.options.iter().map(|o| o.label.clone()).collect();
     let question = edit.question.unwrap_or_else(|| old.question.clone());
     let opens_at = edit.opens_at.unwrap_or(old.opens_at);
@@ -125,12 +139,6 @@ pub async fn edit<S: CachedReads + ?Sized>(
         && ballot == old.ballot_settings()
     {
         return Ok(true);
-    }
-    if old.opens_at <= Utc::now() || old.closed {
-        return Err(AppError::new(
-            ErrorCode::PollStarted,
-            "this poll has opened: it can no longer change (close or archive it instead)",
-        ));
     }
     check_window(opens_at, closes_at)?;
     sqlx::query(

@@ -488,19 +488,28 @@ async fn polls_are_edited_before_opening_archived_and_deleted_alike() {
             "{body}"
         );
     }
-    // Once open: nothing changes.
-    let (status, err) = send(
-        &app,
-        patch.clone(),
-        &format!("/api/admin/polls/{open}"),
-        &admin,
-        Some(json!({"question": "Fit?"})),
-    )
-    .await;
-    assert_eq!(
-        (status, err["error"].as_str()),
-        (StatusCode::CONFLICT, Some("poll_started"))
-    );
+    // Once open: nothing changes, and every edit says so, one that changes
+    // nothing or carries a value out of range among them (they were 200 and 422).
+    for body in [
+        json!({"question": "Fit?"}),
+        json!({}),
+        json!({"question": "Size?"}),
+        json!({"max_choices": 99}),
+    ] {
+        let (status, err) = send(
+            &app,
+            patch.clone(),
+            &format!("/api/admin/polls/{open}"),
+            &admin,
+            Some(body.clone()),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"].as_str()),
+            (StatusCode::CONFLICT, Some("poll_started")),
+            "{body}"
+        );
+    }
     let (status, _) = send(
         &app,
         patch.clone(),

@@ -237,7 +237,7 @@ pub fn not_drawn(sale: SaleId) -> AppError {
     AppError::new(
         ErrorCode::NotDrawn,
         format!(
-            "this sale is a draw: only its winners buy, with the ticket GET              /api/sales/{sale}/entry/me gives them until their claim window ends"
+            "this sale is a draw: only its winners buy, with the ticket GET /api/sales/{sale}/entry/me gives them until their claim window ends"
         ),
     )
 }
