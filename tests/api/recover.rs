@@ -256,7 +256,27 @@ async fn stock_total_cannot_pass_the_maximum_by_adding() {
         .await;
     assert_eq!(resp.status(), StatusCode::OK);
     let resp = app.change_stock(&admin, sale, &json!({"add": 1})).await;
-    crate::helpers::assert_error(resp, StatusCode::UNPROCESSABLE_ENTITY, "stock_too_large").await;
+    assert_eq!(resp.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "stock_too_large");
+    // One buyer holds a unit: the sale may have 9,999,999 left, none more.
+    app.buy(sale, &app.user().await.token).await;
+    let resp = app
+        .change_stock(&admin, sale, &json!({"set": 10_000_000}))
+        .await;
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "stock_too_large", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("may have at most 9999999 left (0 more than the 9999999 it has)"),
+        "{body}"
+    );
+    let resp = app
+        .change_stock(&admin, sale, &json!({"set": 9_999_999}))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(app.stock_total(sale).await, 10_000_000);
     assert_eq!(both_stores(&app, sale).await, (10_000_000, 10_000_000));
 }

@@ -54,13 +54,19 @@ pub(super) async fn admin_stock(
             tracing::info!(sale = %id, admin = %admin.id, change = change_id, delta, left, sold, "stock changed");
             Ok(HttpResponse::Ok().json(load_view(&state, id).await?))
         }
-        ChangeResult::Refused { left, sold } => Err(AppError::new(
-            ErrorCode::StockTooLarge,
-            format!(
-                "a sale may offer at most {} units in all; it has {sold} sold and {left} left",
-                domain::MAX_STOCK
-            ),
-        )),
+        ChangeResult::Refused { left, sold } => {
+            // `sold`: the units its buyers hold, with the returned ones whose buyers
+            // may not buy again (offered a second time, so counted twice).
+            let most_left = (domain::MAX_STOCK - sold).max(0);
+            Err(AppError::new(
+                ErrorCode::StockTooLarge,
+                format!(
+                    "a sale may offer at most {} units in all, its buyers' {sold} included (returned units whose buyers may not buy again count too): this one may have at most {most_left} left ({} more than the {left} it has)",
+                    domain::MAX_STOCK,
+                    (most_left - left).max(0)
+                ),
+            ))
+        }
         ChangeResult::Deferred => Ok(HttpResponse::Accepted().json(StockPending {
             status: "pending",
             change_id,
