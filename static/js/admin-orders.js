@@ -1,13 +1,14 @@
 // A sale's orders (admin): each live order has a Cancel button (a paid one:
 // Cancel and refund). The cancel carries an Idempotency-Key kept for the tab's
 // session, so a retry (a double click, a lost answer) is the same cancel. After
-// each cancel the page asks the API for the sale's totals and units left again, so
-// units sold, returned and the revenue follow without a reload. Order ids show
+// each cancel the page asks the API for the sale's totals, units left and status
+// again, so units sold, returned, the revenue and a sold-out badge follow without a
+// reload. Order ids show
 // their short form, with a button that copies the whole id.
 
 import { api, messageOf, retryAfterSeconds } from "./api.js";
 import { setUpCopyButtons } from "./copy.js";
-import { field, setText, showOutcome } from "./dom.js";
+import { field, setBadge, setText, showOutcome } from "./dom.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { presentAnswer } from "./refusals.js";
 
@@ -84,6 +85,8 @@ async function refreshTotals(summary, saleId) {
   if (sale.status === 200) {
     setText(field(summary, "stock-left"), groupDigits(Number(sale.data.stock_left)));
     setText(field(summary, "stock-total"), groupDigits(Number(sale.data.stock_total)));
+    // A cancel of a sold-out sale's order puts it back on sale.
+    if (typeof sale.data.status === "string") setBadge(field(summary, "status"), sale.data.status);
   }
 }
 
