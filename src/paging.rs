@@ -169,6 +169,9 @@ pub enum ListScope {
     Upcoming,
     Ended,
     Archived,
+    /// The sale-day console's live sales: archived ones too (an archived sale
+    /// still sells by link while it runs). Not a filter of the lists.
+    Console,
 }
 
 impl ListScope {
@@ -180,6 +183,7 @@ impl ListScope {
             ListScope::Upcoming => "upcoming",
             ListScope::Ended => "ended",
             ListScope::Archived => "archived",
+            ListScope::Console => "console",
         }
     }
 }

@@ -97,7 +97,7 @@ impl LineState {
 /// The console as of now.
 pub async fn console<S: CachedReads + ?Sized>(state: &S) -> Result<Console, AppError> {
     let (live, upcoming) = tokio::try_join!(
-        admin_page(state, None, CONSOLE_SALES, ListScope::Live),
+        admin_page(state, None, CONSOLE_SALES, ListScope::Console),
         admin_page(state, None, CONSOLE_SALES, ListScope::Upcoming),
     )?;
     let ids: Vec<i64> = live

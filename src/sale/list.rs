@@ -55,6 +55,7 @@ pub async fn list_page(
            AND CASE $6::text
                  WHEN 'archived' THEN archived_at IS NOT NULL
                  WHEN 'live' THEN archived_at IS NULL AND list_rank = 0
+                 WHEN 'console' THEN list_rank = 0
                  WHEN 'upcoming' THEN archived_at IS NULL AND list_rank = 1
                  WHEN 'ended' THEN archived_at IS NULL AND list_rank >= 2
                  WHEN 'public' THEN archived_at IS NULL AND NOT rehearsal

@@ -64,6 +64,8 @@ export function adminConsole(removed) {
   function fillRow(row, view) {
     setText(field(row, "name"), view.name);
     field(row, "rehearsal").hidden = !view.rehearsal;
+    const archived = field(row, "archived");
+    if (archived) archived.hidden = !view.archived_at;
     setText(field(row, "units-label"), `Units to add to ${view.name}`);
     setText(field(row, "orders-name"), ` of ${view.name}`);
     setBadge(field(row, "badge"), view.status);

@@ -244,3 +244,35 @@ async fn a_sales_admin_page_has_open_close_top_up_and_its_rehearsal_badge() {
     );
     assert!(status.contains(">Rehearsal</span>"), "{status}");
 }
+
+/// An archived sale that is still live keeps selling by link: it stays on the
+/// sale-day console (API and page), marked Archived (it dropped off both, its
+/// units and revenue with it); the lists' filters are as they were.
+#[tokio::test]
+async fn an_archived_live_sale_stays_on_the_console_marked() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let resp = app
+        .post(
+            &format!("/api/admin/sales/{sale}/archive"),
+            Some(&admin.token),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    app.buy(sale, &app.user().await.token).await;
+    let console = app.get_json("/api/admin/console", Some(&admin.token)).await;
+    let row = console_sale(&console, "live", sale);
+    assert!(row["archived_at"].is_string(), "{row}");
+    let all = app.get_json("/api/admin/sales", Some(&admin.token)).await;
+    assert!(
+        !all.as_array().unwrap().iter().any(|s| s["id"] == sale),
+        "the default list is of sales not archived: {all}"
+    );
+    let page = app.html("/admin", Some(&admin)).await;
+    let row = console_row(&page, sale);
+    assert!(
+        row.contains(r#"data-field="archived" title="Archived: off the public lists, still selling by link">Archived<"#),
+        "{row}"
+    );
+}

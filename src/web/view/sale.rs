@@ -37,6 +37,9 @@ pub struct SaleCard {
     pub max_per_user: i32,
     /// A rehearsal (`stampede load`): only admins see it, marked "Rehearsal".
     pub rehearsal: bool,
+    /// Archived: off the public lists, still selling by link while it runs (the
+    /// sale-day console marks it "Archived").
+    pub archived: bool,
     /// Shoppers buy through a waiting room (see `crate::sale::queue`): the sale
     /// page shows the line instead of a plain Buy.
     pub waiting_room: bool,
@@ -221,6 +224,7 @@ impl From<SaleView> for SaleCard {
             rebuy_after_expiry: sale.rebuy_after_expiry,
             max_per_user: sale.max_per_user,
             rehearsal: sale.rehearsal,
+            archived: sale.archived_at.is_some(),
             waiting_room: sale.waiting_room,
             queue_opens_at: sale
                 .queue_opens_at
