@@ -203,15 +203,62 @@ pub fn parse_text(
 /// option's label): no line break or other control character either. The admin
 /// forms list options one per line, so a label with a line break in it would come
 /// back as two.
+///
+/// Nor a character that reorders the text after it (the bidirectional overrides
+/// and isolates, U+202A to U+202E and U+2066 to U+2069: a label that shows other
+/// than it reads), and at least one character that shows: a text of only
+/// invisible ones (a zero-width space) looks empty.
 pub fn parse_line(field: &'static str, raw: &str, max: usize) -> Result<String, AppError> {
     let text = parse_text(field, raw, max, false)?;
-    if text.chars().any(char::is_control) {
+    if text
+        .chars()
+        .any(|c| c.is_control() || is_direction_override(c))
+    {
         return Err(AppError::new(
             ErrorCode::InvalidText,
-            format!("{field} must be one line, without control characters"),
+            format!(
+                "{field} must be one line, without control characters or text-direction overrides"
+            ),
+        ));
+    }
+    if visible_key(&text).is_empty() {
+        return Err(AppError::new(
+            ErrorCode::InvalidText,
+            format!("{field} must have a character that shows"),
         ));
     }
     Ok(text)
+}
+
+fn is_direction_override(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Characters that take no room and show nothing (zero-width spaces and joiners,
+/// word joiners, the soft hyphen, the byte-order mark, ...).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{FEFF}'
+    )
+}
+
+/// A text as a reader tells it from another: without the characters that show
+/// nothing, its runs of white space one space, trimmed, lower case. Two option
+/// labels with the same key look the same ("B" and "B" with a zero-width space).
+pub fn visible_key(text: &str) -> String {
+    text.chars()
+        .filter(|&c| !is_invisible(c))
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 /// Longest picture address accepted.
@@ -264,6 +311,35 @@ mod tests {
             Ok(_) => panic!("accepted"),
             Err(e) => e.error_code(),
         }
+    }
+
+    #[test]
+    fn a_line_has_no_direction_override_and_something_that_shows() {
+        for ok in [
+            "Phone",
+            "B",
+            "هاتف",
+            "Family \u{1F468}\u{200D}\u{1F469}",
+            "a\u{200E}b",
+        ] {
+            assert!(parse_line("name", ok, 50).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "abc\u{202E}fed",
+            "x\u{2066}y",
+            "\u{200B}",
+            "\u{200B}\u{2060}\u{FEFF}",
+        ] {
+            assert_eq!(
+                refused(parse_line("name", bad, 50)),
+                ErrorCode::InvalidText,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(visible_key(" B\u{200B} "), "b");
+        assert_eq!(visible_key("b\u{2060}"), visible_key("B"));
+        assert_eq!(visible_key("New   York"), visible_key("new york"));
+        assert_ne!(visible_key("B1"), visible_key("B"));
     }
 
     #[test]

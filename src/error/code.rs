@@ -162,7 +162,7 @@ error_codes! {
     InvalidImageUrl = (UNPROCESSABLE_ENTITY, "invalid_image_url"),
     /// A `proof_of_work` (0 to 24) or `min_account_age_s` (0 to 31,622,400) out of range; the message names it.
     InvalidFairness = (UNPROCESSABLE_ENTITY, "invalid_fairness"),
-    /// A poll's options: too few, too many, or repeated.
+    /// A poll's options: too few, too many, or two that look the same.
     InvalidOptions = (UNPROCESSABLE_ENTITY, "invalid_options"),
     /// A vote for an option of another poll.
     UnknownOption = (UNPROCESSABLE_ENTITY, "unknown_option"),

@@ -233,6 +233,20 @@ async fn poll_creation_is_validated() {
         (json!({"options": ["only one"]}), "invalid_options"),
         (json!({"options": many}), "invalid_options"),
         (json!({"options": ["same", "Same"]}), "invalid_options"),
+        // Labels that look the same: a zero-width space, a word joiner, spaces.
+        (
+            json!({"options": ["B", "B\u{200b}", "C"]}),
+            "invalid_options",
+        ),
+        (json!({"options": ["B", "\u{2060}b"]}), "invalid_options"),
+        (
+            json!({"options": ["New York", "New  York"]}),
+            "invalid_options",
+        ),
+        // One that shows nothing, one that reverses what follows it.
+        (json!({"options": ["ok", "\u{200b}"]}), "invalid_text"),
+        (json!({"options": ["ok", "abc\u{202e}fed"]}), "invalid_text"),
+        (json!({"question": "Q\u{2066}?"}), "invalid_text"),
         (json!({"options": ["ok", ""]}), "invalid_text"),
         (json!({"question": ""}), "invalid_text"),
         (

@@ -75,7 +75,9 @@ pub(super) fn parse_results(
     raw.map(ResultsVisibility::from_setting).transpose()
 }
 
-/// A poll's options: 2 to 20, each 1 to 200 characters, distinct (ignoring case).
+/// A poll's options: 2 to 20, each 1 to 200 characters, distinct as a reader
+/// sees them (ignoring case, runs of white space and characters that show
+/// nothing: [`domain::visible_key`]).
 pub(super) fn parse_options(raw: &[String]) -> Result<Vec<String>, AppError> {
     if !(MIN_OPTIONS..=MAX_OPTIONS).contains(&raw.len()) {
         return Err(AppError::new(
@@ -88,7 +90,7 @@ pub(super) fn parse_options(raw: &[String]) -> Result<Vec<String>, AppError> {
         .map(|o| domain::parse_line("option", o, 200))
         .collect::<Result<Vec<_>, _>>()?;
     let mut seen = std::collections::HashSet::new();
-    if !options.iter().all(|o| seen.insert(o.to_lowercase())) {
+    if !options.iter().all(|o| seen.insert(domain::visible_key(o))) {
         return Err(AppError::new(
             ErrorCode::InvalidOptions,
             "options must be distinct",
