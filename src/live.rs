@@ -16,7 +16,7 @@
 //! an idle stream, and it is how a page that left is noticed: the server learns
 //! that a viewer is gone only when a write to it fails, and its reader stops once
 //! no stream holds the topic. Pages fall back to polling where the stream fails
-//! (`static/app.js`).
+//! (`static/js/live.js`).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,7 +38,7 @@ use crate::metrics::Metrics;
 const FIRST_VIEW_WAIT: Duration = Duration::from_secs(5);
 
 /// `Retry-After` of a stream refused as one too many for its client: the page
-/// asks for the view every 2 s meanwhile (`static/app.js`).
+/// asks for the view every 2 s meanwhile (`static/js/live.js`).
 const STREAM_RETRY_AFTER_S: u32 = 30;
 
 /// One event of a stream, as the OpenAPI document describes it: `data` is the

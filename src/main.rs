@@ -376,7 +376,13 @@ async fn revoke_admin(config: &Config, username: &str) -> anyhow::Result<()> {
     let db = startup::connect_db(config).await?;
     startup::migrate(&db).await?;
     let Some((id, generation)) = stampede::auth::revoke_admin(&db, &username).await? else {
-        anyhow::bail!("no account is named {}", username.as_str());
+        match stampede::auth::is_admin_named(&db, &username).await? {
+            None => anyhow::bail!("no account is named {}", username.as_str()),
+            Some(_) => anyhow::bail!(
+                "{} is not an admin: nothing changed (its sessions go on)",
+                username.as_str()
+            ),
+        }
     };
     let user = stampede::domain::UserId::new(id)
         .ok_or_else(|| anyhow::anyhow!("account id {id} out of range"))?;

@@ -29,7 +29,8 @@ pub async fn run(args: LoadArgs, config: &Config) -> anyhow::Result<bool> {
     let (admin, user_ids, tokens) = match &db {
         Some(store) => {
             let prepared = progress_note(&args, "making users", async {
-                prepare::make_users(store, &config.token_secret, args.users.max(1), 6 * 3600).await
+                let ttl = stampede::sale::rehearsal::LOAD_TOKEN_TTL.as_secs() as i64;
+                prepare::make_users(store, &config.token_secret, args.users.max(1), ttl).await
             })
             .await?;
             (prepared.admin, prepared.ids, prepared.tokens)

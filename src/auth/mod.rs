@@ -343,11 +343,12 @@ pub async fn is_admin_named(db: &PgPool, username: &Username) -> sqlx::Result<Op
 /// Takes the admin flag from the named account and ends every session it has (a
 /// token carries the flag it was signed with: the account's tokens must stop working,
 /// and a new sign-in gets a token without it). The account's id and its new session
-/// generation, to announce ([`session::announce_end_all`]); `None` when no account
-/// has the name.
+/// generation, to announce ([`session::announce_end_all`]); `None` when no admin
+/// has the name (nothing changes).
 pub async fn revoke_admin(db: &PgPool, username: &Username) -> sqlx::Result<Option<(i64, i64)>> {
     sqlx::query_as(
-        "UPDATE users SET is_admin = FALSE, session_gen = session_gen + 1 WHERE username = $1
+        "UPDATE users SET is_admin = FALSE, session_gen = session_gen + 1
+         WHERE username = $1 AND is_admin
          RETURNING id, session_gen",
     )
     .bind(username.as_str())

@@ -189,7 +189,9 @@ async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpRes
     // nothing more to end: the same 204, and no write, so a replayed sign-out
     // costs Postgres and every server's followers nothing.
     let claims = match verified_claims(&req, &state.tokens) {
-        Err(e) if e.error_code() == ErrorCode::CsrfFailed => return Err(e),
+        Err(e) if e.error_code() == ErrorCode::CsrfFailed => {
+            return Err(super::extract::with_csrf_fix(e, &req, &state));
+        }
         verified => verified.ok(),
     };
     if let Some(claims) = claims

@@ -99,6 +99,22 @@ pub(super) fn redis_of(req: &HttpRequest, state: &AppState) -> crate::redis_conn
 pub(super) fn authenticate(req: &HttpRequest) -> Result<(AuthUser, Claims), AppError> {
     let state = app_state(req)?;
     auth::authenticate(req, &state.tokens, &state.sessions)
+        .map_err(|e| with_csrf_fix(e, req, state))
+}
+
+/// A `csrf_failed` answer to a cookie session whose CSRF cookie is not its
+/// session's token (a page opened before the token was bound to the session, or a
+/// sign-in on a server of the version before, during a rolling upgrade) sets it
+/// right: the page's script (`static/js/api.js`) sends the request again once,
+/// with the token from the cookie now.
+pub(super) fn with_csrf_fix(e: AppError, req: &HttpRequest, state: &AppState) -> AppError {
+    if e.error_code() != ErrorCode::CsrfFailed {
+        return e;
+    }
+    match auth::csrf_cookie_fix(req, &state.tokens, state.config.cookie_secure) {
+        Some(cookie) => e.with_header(actix_web::http::header::SET_COOKIE, cookie.to_string()),
+        None => e,
+    }
 }
 
 /// `web::Json` for a body that must be a JSON object (see [`crate::conn::Object`]):

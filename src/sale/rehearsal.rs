@@ -31,6 +31,11 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::redis_conn::Redis;
 
+/// How long the tokens `stampede load` signs for its users and its admin live,
+/// whatever the deployment's `token_ttl`: the cleanup ends a removed admin's
+/// sessions for at least that long.
+pub const LOAD_TOKEN_TTL: Duration = Duration::from_secs(6 * 3600);
+
 /// How long after the last token of a removed user expires its removal stays open
 /// (settlement looks up each order's user meanwhile): room for an order accepted
 /// with such a token and not yet settled, a settlement lag no storm or outage of a
@@ -209,7 +214,8 @@ async fn end_removed_admins(
     if admins.is_empty() {
         return Ok(());
     }
-    let lives = token_ttl.min(REMOVAL_OPEN_AT_MOST);
+    // Its own sign-ins live token_ttl, the load tool's tokens LOAD_TOKEN_TTL.
+    let lives = token_ttl.max(LOAD_TOKEN_TTL).min(REMOVAL_OPEN_AT_MOST);
     sqlx::query(
         "INSERT INTO ended_accounts (user_id, until)
          SELECT id, now() + make_interval(secs => $2) FROM unnest($1::bigint[]) AS id

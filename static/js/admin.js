@@ -92,6 +92,8 @@ export function adminPage() {
     setText(field(row, "name"), view.name);
     const rehearsal = field(row, "rehearsal");
     if (rehearsal) rehearsal.hidden = !view.rehearsal;
+    const archived = field(row, "archived");
+    if (archived) archived.hidden = !view.archived_at;
     const label = field(row, "units-label") || row.querySelector("label");
     setText(label, `Units for ${view.name}`);
     setBadge(field(row, "badge"), view.status);

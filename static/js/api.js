@@ -16,8 +16,19 @@ function csrfToken() {
  * more request headers ({"Idempotency-Key": ...}).
  */
 export async function api(method, path, body, extra = {}) {
+  const sent = method !== "GET" ? csrfToken() : "";
+  const res = await call(method, path, body, extra, sent);
+  // A session whose CSRF cookie the server set right with this refusal (a page
+  // opened before the token was bound to the session): once more, with it.
+  if (res.status === 403 && res.data.error === "csrf_failed" && sent !== csrfToken()) {
+    return call(method, path, body, extra, csrfToken());
+  }
+  return res;
+}
+
+async function call(method, path, body, extra, csrf) {
   const headers = { ...extra, Accept: "application/json" };
-  if (method !== "GET") headers["X-CSRF-Token"] = csrfToken();
+  if (method !== "GET") headers["X-CSRF-Token"] = csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   let resp;
   try {

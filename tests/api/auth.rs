@@ -103,6 +103,20 @@ async fn cookie_sessions_need_the_csrf_header_for_changes() {
     // subdomain, plain HTTP) would pass a check of cookie against header. The
     // token is the session's own.
     let resp = post_with_cookie(&app, &path, &cookie, Some("abc123")).await;
+    // The refusal sets the session's own token in the cookie (a page opened before
+    // the token was bound to the session sends the request again with it).
+    let set: Vec<String> = resp
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|c| c.to_str().unwrap().to_string())
+        .collect();
+    let want = csrf_of(&app, &user.token);
+    assert!(
+        set.iter()
+            .any(|c| c.starts_with(&format!("stampede_csrf={want};"))),
+        "{set:?}"
+    );
     assert_error(resp, StatusCode::FORBIDDEN, "csrf_failed").await;
     let other = app.user().await;
     let resp = post_with_cookie(&app, &path, &cookie, Some(&csrf_of(&app, &other.token))).await;

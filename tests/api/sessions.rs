@@ -306,6 +306,14 @@ async fn revoke_admin_ends_the_admins_tokens_everywhere_and_a_new_sign_in_is_a_s
     assert_eq!(me(&app, &other).await, StatusCode::OK);
     assert_eq!(me(&sibling, &other).await, StatusCode::OK);
 
+    // Not an admin (any more): exit 1, nothing changes, its session goes on.
+    let out = stampede(&app, &["revoke-admin", "--username", "revokee"]).await;
+    assert!(!out.status.success(), "revoke-admin of a shopper: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("revokee is not an admin"),
+        "{out:?}"
+    );
+    assert_eq!(me(&app, &again).await, StatusCode::OK);
     // A name nobody has: exit 1, and it says so.
     let out = stampede(&app, &["revoke-admin", "--username", "nobodyhere"]).await;
     assert!(!out.status.success(), "revoke-admin of no account: {out:?}");
