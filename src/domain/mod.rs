@@ -212,7 +212,7 @@ pub fn parse_line(field: &'static str, raw: &str, max: usize) -> Result<String, 
     let text = parse_text(field, raw, max, false)?;
     if text
         .chars()
-        .any(|c| c.is_control() || is_direction_override(c))
+        .any(|c| c.is_control() || is_direction_override(c) || matches!(c, '\u{2028}' | '\u{2029}'))
     {
         return Err(AppError::new(
             ErrorCode::InvalidText,
@@ -234,25 +234,40 @@ fn is_direction_override(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
-/// Characters that take no room and show nothing (zero-width spaces and joiners,
-/// word joiners, the soft hyphen, the byte-order mark, ...).
+/// Characters that take no room or show as blank (Unicode's default-ignorable
+/// ones: zero-width spaces and joiners, word joiners, the soft hyphen, the
+/// byte-order mark, variation selectors, tags, the Hangul fillers, ...).
 fn is_invisible(c: char) -> bool {
     matches!(
         c,
         '\u{00AD}'
             | '\u{034F}'
-            | '\u{180E}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{17B4}'
+            | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
             | '\u{200B}'..='\u{200F}'
-            | '\u{2060}'..='\u{2064}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
     )
 }
 
-/// A text as a reader tells it from another: without the characters that show
-/// nothing, its runs of white space one space, trimmed, lower case. Two option
-/// labels with the same key look the same ("B" and "B" with a zero-width space).
+/// A text as a reader tells it from another: in one Unicode form (NFKC: an é
+/// typed as one character or as e and an accent, a full-width A and an A, are
+/// one), without the characters that show nothing, its runs of white space one
+/// space, trimmed, lower case. Two option labels with the same key look the same
+/// ("B" and "B" with a zero-width space).
 pub fn visible_key(text: &str) -> String {
-    text.chars()
+    use unicode_normalization::UnicodeNormalization;
+    text.nfkc()
         .filter(|&c| !is_invisible(c))
         .collect::<String>()
         .split_whitespace()
@@ -340,6 +355,19 @@ mod tests {
         assert_eq!(visible_key("b\u{2060}"), visible_key("B"));
         assert_eq!(visible_key("New   York"), visible_key("new york"));
         assert_ne!(visible_key("B1"), visible_key("B"));
+        assert_eq!(visible_key("Caf\u{00E9}"), visible_key("Cafe\u{0301}"));
+        assert_eq!(visible_key("B\u{FE0F}"), visible_key("B"));
+        for blank in ["\u{3164}", "\u{FE0F}"] {
+            assert_eq!(
+                refused(parse_line("name", blank, 50)),
+                ErrorCode::InvalidText,
+                "{blank:?}"
+            );
+        }
+        assert_eq!(
+            refused(parse_line("name", "a\u{2028}b", 50)),
+            ErrorCode::InvalidText
+        );
     }
 
     #[test]
