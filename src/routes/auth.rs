@@ -171,28 +171,25 @@ async fn signin(
     (status = 403, description = "`csrf_failed`: a cookie session without the X-CSRF-Token header", body = ErrorBody<'static>),
 ))]
 async fn signout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, AppError> {
-    // A cookie session's sign-out checks its CSRF token in verified_claims below;
-    // a cookie whose token does not verify ends nothing, and is held to the
-    // cookie's echo only.
-    if req.headers().get(header::AUTHORIZATION).is_none()
-        && let Some(cookie) = req.cookie(SESSION_COOKIE)
-        && state
-            .tokens
-            .verify(cookie.value(), chrono::Utc::now().timestamp())
-            .is_err()
-    {
-        check_csrf(&req)?;
-    }
-    // A CSRF failure was answered above; any other failure is a token that does
-    // not work anyway, so there is nothing to end.
-    // A session already ended (signed out, or every session of the account) has
-    // nothing more to end: the same 204, and no write, so a replayed sign-out
-    // costs Postgres and every server's followers nothing.
+    // A cookie session's sign-out must carry its session's CSRF token (checked by
+    // verified_claims); a cookie whose token does not verify ends nothing, and is
+    // held to the cookie's echo only. Any other failure is a token that does not
+    // work anyway: nothing to end. A session already ended (signed out, or every
+    // session of the account) has nothing more to end: the same 204, and no write,
+    // so a replayed sign-out costs Postgres and every server's followers nothing.
     let claims = match verified_claims(&req, &state.tokens) {
+        Ok(claims) => Some(claims),
         Err(e) if e.error_code() == ErrorCode::CsrfFailed => {
             return Err(super::extract::with_csrf_fix(e, &req, &state));
         }
-        verified => verified.ok(),
+        Err(_) => {
+            if req.headers().get(header::AUTHORIZATION).is_none()
+                && req.cookie(SESSION_COOKIE).is_some()
+            {
+                check_csrf(&req)?;
+            }
+            None
+        }
     };
     if let Some(claims) = claims
         && state.sessions.standing(&claims) == crate::auth::session::Standing::Valid
