@@ -258,9 +258,9 @@ try {
     const number = (name) => adminPage.locator(`[data-draw="${name}"]`);
     await adminPage.waitForFunction(() => document.querySelector('[data-draw="bought"]')?.textContent === "1", null, { timeout: 10000 });
     const shown = {};
-    for (const name of ["entries", "winners_at_draw", "running", "bought", "passed"]) shown[name] = await number(name).innerText();
+    for (const name of ["entries", "winners_at_draw", "running", "bought", "returned", "passed"]) shown[name] = await number(name).innerText();
     check(
-      JSON.stringify(shown) === JSON.stringify({ entries: "2", winners_at_draw: "1", running: "0", bought: "1", passed: "0" }),
+      JSON.stringify(shown) === JSON.stringify({ entries: "2", winners_at_draw: "1", running: "0", bought: "1", returned: "0", passed: "0" }),
       `the admin's page shows the draw's numbers (${JSON.stringify(shown)}) ${at}`,
     );
     check(/^Drawn at .+ from 2 entries: 1 win so far\.$/.test(await adminPage.locator('[data-field="draw-summary"]').innerText()), `the admin's page says when it was drawn ${at}`);

@@ -136,8 +136,14 @@ pub async fn fallback(req: HttpRequest) -> HttpResponse {
         }
         resp
     } else {
-        actix_web::ResponseError::error_response(&crate::error::AppError::not_found(
-            "no such route",
-        ))
+        let mut resp = actix_web::ResponseError::error_response(
+            &crate::error::AppError::not_found("no such route"),
+        );
+        // As every answer of the API's scope: a JSON error is never sniffed.
+        resp.headers_mut().insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            header::HeaderValue::from_static("nosniff"),
+        );
+        resp
     }
 }

@@ -211,6 +211,16 @@ async fn bad_ids_and_unknown_sales() {
         "not_found",
     )
     .await;
+    // A path no route has answers as the API's routes do: never sniffed.
+    for path in ["/api/nothing-here", "/nothing-here"] {
+        let resp = app.get(path, None).await;
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(
+            resp.headers()["x-content-type-options"],
+            "nosniff",
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

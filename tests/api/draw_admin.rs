@@ -96,7 +96,7 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
     assert_eq!(
         before,
         json!({"entries": 4, "drawn_at": null, "winners_at_draw": 0, "wins": 0,
-               "running": 0, "bought": 0, "passed": 0})
+               "running": 0, "bought": 0, "returned": 0, "passed": 0})
     );
 
     // The draw: two win, both buying.
@@ -135,14 +135,40 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
             &json!({ "ticket": t }),
         )
         .await;
-    assert_status(resp, StatusCode::ACCEPTED).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let order = resp.json::<Value>().await.unwrap()["order_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let want = json!({"entries": 4, "drawn_at": drawn["drawn_at"], "winners_at_draw": 2,
-                      "wins": 3, "running": 1, "bought": 1, "passed": 1});
+                      "wins": 3, "running": 1, "bought": 1, "returned": 0, "passed": 1});
+    until_numbers(&app, &admin, sale, &want).await;
+
+    // The buyer cancels: the win stays bought (it bought once), counted returned,
+    // and its unit goes to the last entry.
+    let cancel = format!("/api/orders/{order}/cancel");
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let n = numbers(&app, &admin, sale).await;
-        if n == want {
+        let resp = app.post(&cancel, Some(&buyer.token)).await;
+        if resp.status() != StatusCode::SERVICE_UNAVAILABLE {
+            assert_status(resp, StatusCode::OK).await;
             break;
+        }
+        assert!(Instant::now() < deadline, "still 503 after 15 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let want = json!({"entries": 4, "drawn_at": drawn["drawn_at"], "winners_at_draw": 2,
+                      "wins": 4, "running": 2, "bought": 1, "returned": 1, "passed": 1});
+    until_numbers(&app, &admin, sale, &want).await;
+}
+
+/// Waits up to 15 s for the draw's numbers to be `want`.
+async fn until_numbers(app: &TestApp, admin: &User, sale: i64, want: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n = numbers(app, admin, sale).await;
+        if &n == want {
+            return;
         }
         assert!(Instant::now() < deadline, "never {want}: last {n}");
         tokio::time::sleep(Duration::from_millis(200)).await;

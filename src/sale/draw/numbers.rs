@@ -21,8 +21,12 @@ pub struct DrawNumbers {
     /// Wins not settled yet: their time to buy runs (or ran out within the last
     /// second and is about to be passed on).
     pub running: i64,
-    /// Wins used to buy.
+    /// Wins used to buy (a win buys once, whatever happened to its order since).
     pub bought: i64,
+    /// Of `bought`, those whose order has since been cancelled, refunded or
+    /// expired: its units went back on sale (and to the next entrants), so
+    /// `bought - returned` is the wins that still hold their units.
+    pub returned: i64,
     /// Wins not used: in time (passed on), or before the sale closed or ended.
     pub passed: i64,
 }
@@ -35,6 +39,14 @@ pub async fn numbers(db: &PgPool, sale: SaleId) -> sqlx::Result<Option<DrawNumbe
                 count(e.won_at) AS wins,
                 count(e.won_at) FILTER (WHERE e.outcome IS NULL) AS running,
                 count(e.id) FILTER (WHERE e.outcome = 'bought') AS bought,
+                count(e.id) FILTER (WHERE e.outcome = 'bought'
+                    AND EXISTS (SELECT 1 FROM orders o WHERE o.sale_id = e.sale_id
+                                  AND o.user_id = e.user_id
+                                  AND o.status IN ('expired', 'cancelled', 'refunded'))
+                    AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.sale_id = e.sale_id
+                                  AND o.user_id = e.user_id
+                                  AND o.status NOT IN ('expired', 'cancelled', 'refunded')))
+                    AS returned,
                 count(e.id) FILTER (WHERE e.outcome = 'passed') AS passed
          FROM sale_draws d LEFT JOIN draw_entries e ON e.sale_id = d.sale_id
          WHERE d.sale_id = $1 GROUP BY d.drawn_at",
