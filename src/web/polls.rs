@@ -10,15 +10,15 @@ use chrono::Utc;
 
 use super::error::PageError;
 use super::pages::{cursor_param, load_nav};
-use super::view::{self, BallotView, MyBallot, Nav, OptionResult, PollCard};
+use super::view::{self, BallotView, MyBallot, Nav, OptionResult, PollCard, RunoffView};
 use crate::domain::PollId;
 use crate::error::AppError;
 use crate::paging::{Limit, ListScope, Page};
 use crate::state::AppState;
-use crate::vote::cached::cached_record;
+use crate::vote::cached::{add_runoff, cached_record};
 use crate::vote::list::{self, PollCursor};
 use crate::vote::store::{self, PollRecord, Results};
-use crate::vote::visibility::{Until, Viewer, decide};
+use crate::vote::visibility::{PollResults, Until, Viewer, decide};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "polls.html")]
@@ -113,6 +113,8 @@ pub struct PollPage {
     hidden_text: Option<&'static str>,
     /// The `until` of hidden results (`vote`, `close`, `reveal`), empty when shown.
     hidden_until: &'static str,
+    /// A closed ranked poll's count by rounds, when its results show.
+    runoff: Option<RunoffView>,
 }
 
 pub async fn poll(
@@ -156,14 +158,26 @@ pub async fn poll(
         .find(|o| o.id == voted_option && kind == crate::vote::setting::BallotKind::Single)
         .map(|o| o.label.clone());
     let mut ballot = BallotView::new(record.poll.ballot_settings(), record.options.len());
-    let options = record
+    let now = Utc::now();
+    let viewer = Viewer::from(user);
+    let mut results = decide(&record.poll, results, viewer, mine.voted, now);
+    // A closed ranked poll's count by rounds, shown without script as the API's
+    // results carry it.
+    if let Err(e) = add_runoff(state.get_ref(), &record, &mut results, now).await {
+        return Err(PageError::from_app(e, nav));
+    }
+    let options: Vec<(i64, String)> = record
         .options
         .into_iter()
         .map(|o| (o.id, o.label))
         .collect();
-    let now = Utc::now();
-    let viewer = Viewer::from(user);
-    let results = decide(&record.poll, results, viewer, mine.voted, now);
+    let runoff = match &results {
+        PollResults::Shown(shown) => shown
+            .runoff
+            .as_ref()
+            .map(|counted| RunoffView::new(counted, &options)),
+        PollResults::Hidden(_) => None,
+    };
     let (options, total) = view::option_results(options, &results);
     let poll = PollCard::new(record.poll, results.voters(), mine.voted, now);
     let closed = poll.status == crate::domain::PollStatus::Closed;
@@ -185,6 +199,7 @@ pub async fn poll(
         voted_option,
         voted_label,
         signin_url: format!("/signin?next=%2Fpolls%2F{id}"),
+        runoff,
     })
 }
 

@@ -508,10 +508,10 @@ async fn a_closed_ranked_polls_note_says_where_its_count_by_rounds_is() {
     let (open, _) = app
         .open_poll_with(&admin, "Ranked open?", &["A", "B", "C"], ranked.clone())
         .await;
-    let (shown, _) = app
+    let (shown, o) = app
         .open_poll_with(&admin, "Ranked shown?", &["A", "B", "C"], ranked)
         .await;
-    let (hidden, _) = app
+    let (hidden, h) = app
         .open_poll_with(
             &admin,
             "Ranked hidden?",
@@ -519,15 +519,37 @@ async fn a_closed_ranked_polls_note_says_where_its_count_by_rounds_is() {
             json!({"ballot": "ranked", "results": "on_reveal"}),
         )
         .await;
-    for poll in [shown, hidden] {
+    // One first preference each: C goes (listed last), its ballot to B.
+    let voters = app.create_users(3, false).await;
+    for (poll, o) in [(shown, &o), (hidden, &h)] {
+        for (voter, ranking) in voters
+            .iter()
+            .zip([vec![o[1], o[0]], vec![o[0]], vec![o[2], o[1]]])
+        {
+            app.cast_ballot(poll, &voter.token, json!({ "ranking": ranking }))
+                .await;
+        }
         assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
     }
     let page = app.html(&format!("/polls/{open}"), None).await;
     assert!(page.contains("the full count by rounds comes at the close"));
+    assert!(page.contains(r#"data-field="runoff" aria-labelledby="runoff-heading" hidden"#));
     let page = app.html(&format!("/polls/{shown}"), None).await;
     assert!(!page.contains("comes at the close"), "closed, shown");
     assert!(page.contains("the count by rounds is below"));
+    // ... and it is there without script.
+    assert!(page.contains(r#"data-field="runoff" aria-labelledby="runoff-heading">"#));
+    assert!(page.contains("Winner: B, after 2 rounds of counting 3 ballots."));
+    assert!(page.contains("<caption>Round 1</caption>"));
+    assert!(page.contains("<caption>Round 2</caption>"));
+    assert!(page.contains("<td>C (eliminated)</td><td class=\"num\">1</td>"));
+    assert!(page.contains("<td>B</td><td class=\"num\">2</td>"));
+    assert!(page.contains("Eliminated: C."));
     let page = app.html(&format!("/polls/{hidden}"), None).await;
     assert!(!page.contains("comes at the close"), "closed, hidden");
     assert!(page.contains("the count by rounds comes with the results"));
+    assert!(
+        !page.contains("Winner:") && !page.contains("Round 1"),
+        "hidden"
+    );
 }

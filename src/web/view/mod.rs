@@ -6,6 +6,7 @@ mod ballot;
 mod draw;
 mod nav;
 mod poll;
+mod runoff;
 mod sale;
 mod text;
 
@@ -16,5 +17,6 @@ pub use poll::{
     OptionResult, PollCard, ResultsChoice, hidden_words, option_results, results_choices,
     results_words,
 };
+pub use runoff::RunoffView;
 pub use sale::{OrderState, SaleCard, sort_for_shop};
 pub use text::{Moment, clock_text, format_price, group_digits, short_order_id, voters_text};
