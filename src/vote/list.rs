@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use redis::aio::ConnectionLike;
 use sqlx::PgPool;
 
-use super::store::{PollRow, RawResults, Results, parse_results, poll_id, results_reads, status};
+use super::store::{PollRow, RawResults, parse_results, poll_id, results_reads, status};
 use super::visibility::{PollResults, Viewer, asks_for_vote, decide};
 use crate::domain::PollId;
 use crate::error::AppError;
@@ -139,7 +139,10 @@ pub async fn page(
 /// One page of polls (see [`page`]), each with its live voter count and whether
 /// `viewer` voted in it (asked only where that decides what they see, see
 /// [`asks_for_vote`]; else `false`): one query and one pipelined Redis round trip,
-/// however long the page. A poll missing from Redis counts 0.
+/// however long the page. A poll missing from Redis (lost, being rebuilt) is no
+/// poll of 0 voters: the page is `lost(id)` (the caller's 503 `recovering`, which
+/// starts the rebuild), see [`lost_polls`].
+#[allow(clippy::too_many_arguments)]
 pub async fn page_with_voters<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
@@ -148,34 +151,58 @@ pub async fn page_with_voters<C: ConnectionLike>(
     limit: Limit,
     scope: ListScope,
     viewer: Viewer,
+    lost: impl Fn(PollId) -> AppError,
 ) -> Result<Page<(PollRow, i64, bool)>, AppError> {
     let page = page(db, after, limit, scope).await?;
     let mut pipe = redis::pipe();
+    let mut ids = Vec::with_capacity(page.items.len());
     for poll in &page.items {
         let id = poll_id(poll.id)?;
+        // Every loaded poll has the meta field `closed`.
+        pipe.hexists(keys.poll(id).meta, "closed");
         pipe.hlen(keys.poll(id).voters);
         if let (Viewer::User(user), true) = (viewer, asks_for_vote(poll, viewer)) {
             pipe.hexists(keys.poll(id).voters, user.get());
         }
+        ids.push(id);
     }
     let mut answers = run_reads(redis, pipe, page.items.is_empty()).await?;
     let mut next = || next_answer(&mut answers);
     let mut items = Vec::with_capacity(page.items.len());
-    for poll in page.items {
+    let mut missing = Vec::new();
+    for (poll, id) in page.items.into_iter().zip(ids) {
+        if !parse::<bool>(next()?)? {
+            missing.push(id);
+        }
         let voters = parse::<i64>(next()?)?;
         let voted = asks_for_vote(&poll, viewer) && parse::<bool>(next()?)?;
         items.push((poll, voters, voted));
     }
+    lost_polls(&missing, lost)?;
     Ok(Page {
         items,
         next: page.next,
     })
 }
 
+/// A page that lists a poll Redis does not hold would show it without its votes
+/// (0 voters, a closed poll's final result empty): every such poll's rebuild is
+/// started (`lost`) and the page is refused with the first one's error (503
+/// `recovering` with `Retry-After`), as the poll's own routes answer meanwhile.
+fn lost_polls(missing: &[PollId], lost: impl Fn(PollId) -> AppError) -> Result<(), AppError> {
+    let mut refusal = None;
+    for &id in missing {
+        let e = lost(id);
+        refusal.get_or_insert(e);
+    }
+    refusal.map_or(Ok(()), Err)
+}
+
 /// One page of polls (see [`page`]), each with its results as `viewer` may see
 /// them at `now`: one query and one pipelined Redis round trip (four reads a poll,
 /// and whether the caller voted where that decides). A poll Redis does not hold
-/// (lost, being rebuilt) shows no votes until it is back.
+/// (lost, being rebuilt): see [`lost_polls`].
+#[allow(clippy::too_many_arguments)]
 pub async fn page_with_results<C: ConnectionLike>(
     db: &PgPool,
     redis: &mut C,
@@ -184,6 +211,7 @@ pub async fn page_with_results<C: ConnectionLike>(
     limit: Limit,
     scope: ListScope,
     viewer: Viewer,
+    lost: impl Fn(PollId) -> AppError,
 ) -> Result<Page<(PollRow, PollResults)>, AppError> {
     let page = page(db, after, limit, scope).await?;
     let now = Utc::now();
@@ -200,6 +228,7 @@ pub async fn page_with_results<C: ConnectionLike>(
     let mut answers = run_reads(redis, pipe, ids.is_empty()).await?;
     let mut next = || next_answer(&mut answers);
     let mut items = Vec::with_capacity(ids.len());
+    let mut missing = Vec::new();
     for (poll, id) in page.items.into_iter().zip(ids) {
         let raw: RawResults = (
             parse(next()?)?,
@@ -211,11 +240,14 @@ pub async fn page_with_results<C: ConnectionLike>(
             true => parse::<bool>(next()?)?,
             false => false,
         };
-        let closed = super::store::status(&poll, now) == crate::domain::PollStatus::Closed;
-        let results = parse_results(id, raw).unwrap_or_else(|| empty_results(id, closed));
+        let Some(results) = parse_results(id, raw) else {
+            missing.push(id);
+            continue;
+        };
         let shown = decide(&poll, results, viewer, voted, now);
         items.push((poll, shown));
     }
+    lost_polls(&missing, lost)?;
     Ok(Page {
         items,
         next: page.next,
@@ -246,18 +278,4 @@ fn next_answer(answers: &mut std::vec::IntoIter<redis::Value>) -> Result<redis::
 
 fn parse<T: redis::FromRedisValue>(value: redis::Value) -> Result<T, AppError> {
     redis::from_redis_value(value).map_err(|e| AppError::Internal(e.into()))
-}
-
-/// A poll Redis does not hold (lost, being rebuilt): no votes until it is back,
-/// and closed as the poll's record says (the entry's own `closed` beside it).
-fn empty_results(id: PollId, closed: bool) -> Results {
-    Results {
-        poll_id: id.get(),
-        closed,
-        hidden: false,
-        voters: 0,
-        tallies: Vec::new(),
-        runoff: None,
-        stamp: Default::default(),
-    }
 }

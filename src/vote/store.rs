@@ -108,8 +108,9 @@ pub struct Stamp {
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Results {
     pub poll_id: i64,
-    /// Closed early by an admin (a poll past its `closes_at` is closed too; pages
-    /// compare that time with their clock).
+    /// Closed: as Redis holds it, an admin's early close; as a caller gets it
+    /// ([`super::visibility::decide`]), also a poll past its `closes_at` by the
+    /// server's clock.
     pub closed: bool,
     /// Always `false` here: hidden results are a `HiddenResults`.
     pub hidden: bool,

@@ -41,8 +41,9 @@ impl Until {
 /// "voters": n}` and nothing else.
 #[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct HiddenResults {
-    /// Closed early by an admin, as shown results say it (public, as the poll's
-    /// status is): a page whose tallies are hidden learns of the close too.
+    /// Closed (early by an admin, or its `closes_at` passed), as shown results
+    /// say it (public, as the poll's status is): a page whose tallies are hidden
+    /// learns of the close too.
     closed: bool,
     /// Always `true`.
     hidden: bool,
@@ -133,6 +134,9 @@ pub fn decide(
     now: DateTime<Utc>,
 ) -> PollResults {
     let closed = is_closed(poll, results.closed, now);
+    // Closed on schedule says so too: a feed that follows only the results (or
+    // their stream) learns the vote ended.
+    let results = Results { closed, ..results };
     let until = match viewer {
         Viewer::Admin => None,
         Viewer::Anyone => hidden_until(poll, closed, false),

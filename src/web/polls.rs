@@ -82,6 +82,7 @@ pub(super) async fn page_of_cards(
         limit,
         scope,
         viewer,
+        |id| crate::vote::cached::PollReads::recovering(state, id),
     )
     .await?;
     Ok(page.map(|(poll, voters, voted)| PollCard::new(poll, voters, voted, now)))

@@ -192,9 +192,10 @@ export function pollPage() {
    */
   function applyResults(results) {
     if (!results) return;
-    // Closed early by an admin (shown or hidden results both say so): stop
-    // offering the vote without a reload.
-    if (results.closed === true && (state.status !== "closed" || !state.closedEarly)) {
+    // Closed, early by an admin or on time (shown or hidden results both say
+    // so): stop offering the vote without a reload. Once a page.
+    if (results.closed === true && !state.closedSeen && (state.status !== "closed" || !state.closedEarly)) {
+      state.closedSeen = true;
       state.status = "closed";
       state.closedEarly = now() < state.closesAt;
       // The clock tells only until the closing time passes (a tab asleep through

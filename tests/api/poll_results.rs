@@ -153,10 +153,23 @@ async fn after_close_shows_the_tallies_once_the_closing_time_passes() {
     let now = Utc::now();
     let window = (now - Duration::minutes(1), now + Duration::seconds(2));
     let (poll, options) = poll_with(&app, &admin, "after_close", Some(window)).await;
+    // An on_reveal poll of the same window: hidden after it, closed all the same.
+    let (kept, kept_options) = poll_with(&app, &admin, "on_reveal", Some(window)).await;
     votes(&app, poll, &options, &[1]).await;
+    votes(&app, kept, &kept_options, &[0]).await;
     assert_hidden(&app, poll, None, ("close", 1, false)).await;
     tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
     assert_tallies(&app, poll, None, &[0, 1, 0]).await;
+    // Closed on time is closed in the results too, on every route, for anyone.
+    for got in results_everywhere(&app, poll, None).await {
+        assert_eq!(got["closed"], true, "{got}");
+    }
+    assert_hidden(&app, kept, None, ("reveal", 1, true)).await;
+    // The list differs by who asks, as one poll's answer: kept by no cache.
+    let list = app.get("/api/polls", None).await;
+    assert_eq!(list.headers()["cache-control"], "no-store");
+    let mut watching = Stream::open(&app, &format!("/api/polls/{kept}/events")).await;
+    assert_eq!(watching.next().await, hidden("reveal", 1, true));
 }
 
 #[tokio::test]

@@ -329,6 +329,41 @@ async fn a_wiped_poll_votes_again_with_tallies_equal_to_postgres() {
     assert_eq!(tally.get(&options[0]), Some(&2));
     assert_eq!(tally.get(&options[1]), Some(&2));
     assert_eq!(tally.get(&options[2]), Some(&5));
+
+    // The poll lists never show a lost poll as one of no votes: 503 with
+    // Retry-After (starting its rebuild) until it is back with its 9 voters.
+    assert_eq!(app.wait_for_votes(poll, 9).await, 9, "votes never settled");
+    app.wipe().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut refused = false;
+    loop {
+        let resp = app.get("/api/polls", None).await;
+        if resp.status() == StatusCode::OK {
+            let list: Value = resp.json().await.unwrap();
+            let entry = list.as_array().unwrap().iter().find(|p| p["id"] == poll);
+            assert_eq!(entry.unwrap()["results"]["voters"], 9, "{list}");
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(resp.headers().contains_key("retry-after"));
+        refused = true;
+        assert!(Instant::now() < deadline, "the poll list never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(refused, "the list never saw the poll missing");
+    app.wipe().await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = app.browse("/polls", None).await;
+        if resp.status() == StatusCode::OK {
+            let page = resp.text().await.unwrap();
+            assert!(page.contains("<strong>9</strong> voters"), "{page}");
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(Instant::now() < deadline, "the polls page never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

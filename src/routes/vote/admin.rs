@@ -207,6 +207,7 @@ pub(super) async fn admin_list(
         limit,
         scope,
         crate::vote::visibility::Viewer::Admin,
+        |id| crate::vote::cached::PollReads::recovering(state.get_ref(), id),
     )
     .await?
     .map(|(poll, voters, _)| AdminPollSummary {

@@ -52,6 +52,7 @@ pub(super) async fn list(
         limit,
         crate::paging::ListScope::Public,
         viewer,
+        |id| crate::vote::cached::PollReads::recovering(state.get_ref(), id),
     )
     .await?;
     let mut items = Vec::with_capacity(page.items.len());
@@ -73,7 +74,14 @@ pub(super) async fn list(
         items,
         next: page.next,
     };
-    Ok(paged_json(&req, limit, page))
+    let mut answer = paged_json(&req, limit, page);
+    // What it holds depends on who asks (an admin's token, a voter of an
+    // after_vote poll see tallies): no cache may keep it, as one poll's answer.
+    answer.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    Ok(answer)
 }
 
 /// One poll: question, options, window and live results as the caller may see
