@@ -117,8 +117,13 @@ pub struct MyOrder {
     pub paid_at: Option<DateTime<Utc>>,
     pub quantity: i32,
     /// The sale's rule for a returned order (cancelled, refunded or expired): its
-    /// buyer may buy from the sale again.
+    /// buyer may buy from the sale again. Never on a draw or waiting-room sale,
+    /// whatever its setting: a win or a turn in the line buys once.
     pub rebuy_after_expiry: bool,
+    /// What a purchase of a gated sale used up: `draw` (a win) or `line` (a turn
+    /// in the waiting room); none on a first-come sale (the page words its rule).
+    #[serde(skip)]
+    pub gate: Option<String>,
     /// The sale's units per customer (the page words its rule by it).
     #[serde(skip)]
     pub max_per_user: i32,
@@ -151,7 +156,11 @@ pub async fn find(db: &PgPool, id: Uuid) -> sqlx::Result<Option<OrderRow>> {
 pub async fn of_user(db: &PgPool, user: UserId) -> sqlx::Result<Vec<MyOrder>> {
     sqlx::query_as(
         "SELECT o.id, o.sale_id, s.name AS sale_name, s.price_cents, o.accepted_at, o.settled_at,
-                o.status, o.pay_by, o.paid_at, o.quantity, s.rebuy_after_expiry, s.max_per_user,
+                o.status, o.pay_by, o.paid_at, o.quantity,
+                s.rebuy_after_expiry AND s.mode <> 'draw' AND NOT s.waiting_room
+                    AS rebuy_after_expiry,
+                CASE WHEN s.mode = 'draw' THEN 'draw' WHEN s.waiting_room THEN 'line' END AS gate,
+                s.max_per_user,
                 COALESCE(o.pay_by <= now(), false) AS overdue
          FROM orders o JOIN sales s ON s.id = o.sale_id
          WHERE o.user_id = $1 ORDER BY o.accepted_at DESC LIMIT 500",

@@ -323,6 +323,8 @@ pub struct SettledOrder {
     pub rebuy: bool,
     /// The sale's units per customer.
     pub max_per_user: i32,
+    /// `draw` or `line`: what the purchase used up (see `MyOrder::gate`).
+    pub gate: Option<String>,
     pub ordered: view::Moment,
     pub state: OrderState,
 }
@@ -330,7 +332,14 @@ pub struct SettledOrder {
 impl SettledOrder {
     /// The sale's rule for a returned order, as `static/js/orders.js` words it too.
     pub fn returned_rule(&self) -> String {
-        if self.rebuy {
+        if let Some(gate) = &self.gate {
+            let what = if gate == "draw" {
+                "A win"
+            } else {
+                "A turn in the line"
+            };
+            format!("{what} buys once: a returned order does not give another.")
+        } else if self.rebuy {
             "You may buy from this sale again.".into()
         } else if self.max_per_user > 1 {
             format!(
@@ -399,6 +408,7 @@ async fn load_orders(state: &AppState, user: UserId) -> Result<Vec<OrderLine>, A
             order_id: o.id.to_string(),
             rebuy: o.rebuy_after_expiry,
             max_per_user: o.max_per_user,
+            gate: o.gate,
             ordered: o.accepted_at.into(),
             state: OrderState::of(o.status, o.overdue, o.pay_by, o.paid_at),
         }),

@@ -102,6 +102,7 @@ function setUpPayments(root) {
   // (The server words it the same: `SettledOrder::returned_rule`.)
   const rebuyWords = (row) => {
     const max = Number(row.dataset.maxPerUser) || 1;
+    if (row.dataset.gate) return `${row.dataset.gate === "draw" ? "A win" : "A turn in the line"} buys once: a returned order does not give another.`;
     if (row.dataset.rebuy === "true") return "You may buy from this sale again.";
     if (max > 1) return `Returned units still count toward this sale's limit of ${max} per customer.`;
     return "This sale allows one purchase per customer, cancelled or not: you will not be able to buy from it again.";

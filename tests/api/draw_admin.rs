@@ -31,7 +31,7 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
     let body = json!({
         "name": "Drawn for the admin", "price_cents": 5_000, "stock": 2, "mode": "draw",
         "entries_open_at": at(-60), "draw_at": at(3600), "ends_at": at(7200),
-        "claim_window_s": 600,
+        "claim_window_s": 600, "rebuy_after_expiry": true,
     });
     let sale = app.admin_create(&admin, "/api/admin/sales", &body).await["id"]
         .as_i64()
@@ -160,6 +160,15 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
     let want = json!({"entries": 4, "drawn_at": drawn["drawn_at"], "winners_at_draw": 2,
                       "wins": 4, "running": 2, "bought": 1, "returned": 1, "passed": 1});
     until_numbers(&app, &admin, sale, &want).await;
+
+    // The buyer's orders say the win bought once, whatever the sale's rebuy
+    // setting (a win is not given again), as the sale page does.
+    let mine = app.get_json("/api/me/orders", Some(&buyer.token)).await;
+    assert_eq!(mine[0]["rebuy_after_expiry"], false, "{mine}");
+    let page = app.html("/me/orders", Some(buyer)).await;
+    assert!(page.contains("A win buys once: a returned order does not give another."));
+    assert!(!page.contains("You may buy from this sale again"));
+    assert!(page.contains(r#"data-gate="draw""#));
 }
 
 /// Waits up to 15 s for the draw's numbers to be `want`.
