@@ -129,7 +129,9 @@ pub struct Entry {
     /// The fields before the change; null for a create (and a stock change).
     #[schema(value_type = Option<Object>)]
     pub before: Option<serde_json::Value>,
-    /// The fields after the change; null for a delete.
+    /// The fields after the change; null for a delete. A stock change's also
+    /// carry how Redis decided it: `outcome` (`pending`, `applied` or `refused`:
+    /// a refused one changed nothing) and `delta` (the units it moved).
     #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
 }
@@ -145,8 +147,13 @@ pub async fn history(
         Subject::Poll(p) => (None, Some(p.get())),
     };
     Ok(sqlx::query_as(
-        "SELECT c.id, c.admin_id, u.username AS admin, c.at, c.action, c.order_id, c.before, c.after
+        "SELECT c.id, c.admin_id, u.username AS admin, c.at, c.action, c.order_id, c.before,
+                CASE WHEN sc.id IS NULL THEN c.after
+                     ELSE c.after || jsonb_build_object('outcome', sc.status, 'delta', sc.delta)
+                END AS after
          FROM admin_changes c LEFT JOIN users u ON u.id = c.admin_id
+           LEFT JOIN stock_changes sc ON c.action = 'stock'
+             AND sc.id = (c.after->>'change_id')::int8
          WHERE ($1::int8 IS NOT NULL AND c.sale_id = $1) OR ($2::int8 IS NOT NULL AND c.poll_id = $2)
          ORDER BY c.id DESC LIMIT $3",
     )

@@ -279,6 +279,39 @@ async fn stock_total_cannot_pass_the_maximum_by_adding() {
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(app.stock_total(sale).await, 10_000_000);
     assert_eq!(both_stores(&app, sale).await, (10_000_000, 10_000_000));
+
+    // The history tells the refused changes from the applied ones.
+    let history = app
+        .get_json(
+            &format!("/api/admin/sales/{sale}/history"),
+            Some(&admin.token),
+        )
+        .await;
+    let stock: Vec<(Value, Value, Value)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "stock")
+        .map(|e| {
+            let a = &e["after"];
+            let amount = a.get("add").or(a.get("set")).cloned().unwrap();
+            (amount, a["outcome"].clone(), a["delta"].clone())
+        })
+        .collect();
+    assert_eq!(
+        stock,
+        [
+            (json!(9_999_999), json!("applied"), json!(0)),
+            (json!(10_000_000), json!("refused"), json!(0)),
+            (json!(1), json!("refused"), json!(0)),
+            (json!(1_000_000), json!("applied"), json!(1_000_000)),
+        ],
+        "{history}"
+    );
+    let page = app
+        .html(&format!("/admin/sales/{sale}"), Some(&admin))
+        .await;
+    assert_eq!(page.matches("Stock change refused").count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -23,7 +23,11 @@ impl From<&audit::Entry> for HistoryRow {
                 .admin
                 .clone()
                 .unwrap_or_else(|| "a removed account".into()),
-            action: action_words(&e.action),
+            action: match e.after.as_ref().and_then(|a| a.get("outcome")) {
+                // A stock change Redis refused (too large, say) changed nothing.
+                Some(outcome) if outcome == "refused" => "Stock change refused",
+                _ => action_words(&e.action),
+            },
             details: details(e),
         }
     }
