@@ -273,6 +273,8 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
         startup::features(config),
     );
     let mut bad = 0;
+    // A reader that left (`| head`) stops the lines, not the work (a repair goes on).
+    let mut reading = true;
     for sale in stampede::sale::list::list_sales(&db, i64::MAX).await? {
         let id = sale.id;
         let failed = |what: &'static str| {
@@ -281,6 +283,7 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
         let mut r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
             .await
             .map_err(failed("reconciling"))?;
+        let mut repaired = false;
         if repair && !r.consistent {
             recovery
                 .rebuild(
@@ -296,9 +299,14 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
             r = stampede::sale::reconcile::reconcile(&db, &mut redis, &keys, &sale)
                 .await
                 .map_err(failed("reconciling after the rebuild"))?;
-            print!("repaired: ");
+            repaired = true;
         }
-        print_reconciliation(&r);
+        if reading && let Err(e) = print_reconciliation(&r, repaired) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                return Err(e.into());
+            }
+            reading = false;
+        }
         bad += usize::from(!r.consistent);
     }
     if bad > 0 {
@@ -307,9 +315,15 @@ async fn reconcile(config: &Config, repair: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn print_reconciliation(r: &stampede::sale::reconcile::Reconciliation) {
-    println!(
-        "sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
+fn print_reconciliation(
+    r: &stampede::sale::reconcile::Reconciliation,
+    repaired: bool,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}sale {:>6}  {}  sold(redis) {:>7}  pending {:>6}  orders(pg) {:>7}  left {:>7}  total {:>7}{}",
+        if repaired { "repaired: " } else { "" },
         r.sale_id,
         if r.consistent { "ok      " } else { "MISMATCH" },
         r.redis_sold,
@@ -325,7 +339,7 @@ fn print_reconciliation(r: &stampede::sale::reconcile::Reconciliation) {
                 r.missing_in_postgres, r.missing_in_redis
             )
         }
-    );
+    )
 }
 
 async fn seed_demo(config: &Config) -> anyhow::Result<()> {

@@ -152,7 +152,7 @@ impl Default for Observed {
             LIMIT_DECISIONS.into(),
             Some(Unit::Count),
             SharedString::const_str(
-                "What each rate-limit policy answered for the requests it counted: allowed, denied (429) or never (422).",
+                "What each rate-limit policy answered, for the answers that report it: allowed (an answer with RateLimit headers: a buy's or vote's 202, any answer of the routes limited outside the decision), denied (429) or never (422). A buy or vote the script refused otherwise (already bought, sold out) counts toward the limit but not here.",
             ),
         );
         recorder.describe_gauge(
