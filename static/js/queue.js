@@ -315,6 +315,9 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
         ];
       }
       case "admitted":
+        // One admission per unit left: a unit is held for each shopper let in only
+        // where each may buy one; above that, those let in may take several each.
+        if ((Number(d.maxPerUser) || 1) > 1) return ["You're in!", "Buy before your turn ends: units are not held for each shopper let in, as each may buy more than one.", null];
         return ["You're in!", "A unit is held for you: buy it before your turn ends.", null];
       case "passed":
         return ["Your turn passed.", "You were let in but did not buy in time; the line moved on.", null];
