@@ -7,6 +7,7 @@ import { focusFirstError, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { retireButtons } from "./retire.js";
 import { toLocalInput } from "./time.js";
+import { shares } from "./numbers.js";
 
 /**
  * Live and settled tallies follow the poll without a reload: the page asks the
@@ -29,12 +30,13 @@ export function adminPollPage() {
     const voters = Math.max(0, Number(results.voters) || 0);
     // As the server's `option_results`: shares of the larger of voters and votes.
     const total = Math.max(voters, counted);
-    for (const row of rows) {
+    const percents = shares([...rows].map((row) => live.get(row.dataset.optionId) || 0), total);
+    for (const [k, row] of [...rows].entries()) {
       const id = row.dataset.optionId;
       const n = live.get(id) || 0;
       const done = settled.get(id) || 0;
       setText(field(row, "live"), n);
-      setText(field(row, "percent"), `${total > 0 ? Math.round((n * 100) / total) : 0}%`);
+      setText(field(row, "percent"), `${percents[k]}%`);
       setText(field(row, "settled"), done);
       setText(field(row, "unsettled"), Math.max(0, n - done));
     }

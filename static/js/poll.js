@@ -9,6 +9,7 @@ import { showReceipts, showRunoff } from "./receipt.js";
 import { clockOffset, formatDuration } from "./time.js";
 import { checkingWords, proofHeaders } from "./pow.js";
 import { keyRing, sendKeyed, unanswered } from "./keyed.js";
+import { shares } from "./numbers.js";
 
 const RESULTS_POLL_MS = 2000;
 // How long one press of a budget ballot over many options waits out the poll's
@@ -234,10 +235,12 @@ export function pollPage() {
     const counted = [...votes.values()].reduce((a, b) => a + b, 0);
     const voters = showVoters(results.voters);
     const total = Math.max(voters, counted);
-    for (const row of el.results.children) {
+    const rows = [...el.results.children];
+    const percents = shares(rows.map((row) => votes.get(row.dataset.optionId) || 0), total);
+    for (const [k, row] of rows.entries()) {
       const n = votes.get(row.dataset.optionId) || 0;
       setText(field(row, "votes"), n);
-      setText(field(row, "percent"), `${total > 0 ? Math.round((n * 100) / total) : 0}%`);
+      setText(field(row, "percent"), `${percents[k]}%`);
       const bar = field(row, "bar");
       bar.max = Math.max(total, 1);
       bar.value = n;

@@ -90,6 +90,25 @@ async fn poll_page_shows_options_and_live_results() {
         r#"<strong data-field="votes">0</strong> · <span data-field="percent">0%</span>"#
     ));
     assert!(body.contains(r#"<progress max="3" value="1""#));
+
+    // One more vote for Red: 1 / 2 / 1 of 4 is 25 + 50 + 25; then one for Blue,
+    // 1 / 2 / 2 of 5: 20 + 40 + 40. And with a sixth voter, 2 / 2 / 2: the
+    // shares add up to 100 (34, 33, 33), never 99.
+    app.cast_vote(poll, &app.user().await.token, options[0])
+        .await;
+    app.cast_vote(poll, &app.user().await.token, options[2])
+        .await;
+    app.cast_vote(poll, &app.user().await.token, options[0])
+        .await;
+    let body = app.html(&format!("/polls/{poll}"), None).await;
+    let shown: Vec<&str> = body
+        .match_indices(r#"<span data-field="percent">"#)
+        .map(|(at, tag)| {
+            let rest = &body[at + tag.len()..];
+            &rest[..rest.find('<').unwrap()]
+        })
+        .collect();
+    assert_eq!(shown, ["34%", "33%", "33%"]);
 }
 
 #[tokio::test]

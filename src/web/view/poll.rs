@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::text::{Moment, percent};
+use super::text::{Moment, shares};
 use crate::domain::PollStatus;
 use crate::vote::store::PollRow;
 use crate::vote::visibility::{PollResults, ResultsVisibility, Until, hidden_until};
@@ -135,16 +135,16 @@ pub fn option_results(
         PollResults::Shown(r) => r.voters.max(counted),
         PollResults::Hidden(_) => 0,
     };
+    let votes: Vec<i64> = options.iter().map(|(id, _)| votes_of(*id)).collect();
+    let percents = shares(&votes, total);
     let rows = options
         .into_iter()
-        .map(|(id, label)| {
-            let votes = votes_of(id);
-            OptionResult {
-                id,
-                label,
-                votes,
-                percent: percent(votes, total),
-            }
+        .zip(votes.into_iter().zip(percents))
+        .map(|((id, label), (votes, percent))| OptionResult {
+            id,
+            label,
+            votes,
+            percent,
         })
         .collect();
     (rows, total)

@@ -72,6 +72,27 @@ pub fn percent(votes: i64, total: i64) -> i64 {
     }
 }
 
+/// Whole percentages of `total` for each of `votes`, as `static/js/numbers.js`'s
+/// `shares` gives them: when the votes add up to `total`, the percentages add up to
+/// 100 (largest remainders: each share rounded down, then the points left go to the
+/// largest fractions, the earlier option first on a tie), so three equal options
+/// show 34, 33, 33 rather than 33 each; otherwise each is rounded by [`percent`].
+pub fn shares(votes: &[i64], total: i64) -> Vec<i64> {
+    let counted: i64 = votes.iter().map(|v| (*v).max(0)).sum();
+    if total <= 0 || counted != total {
+        return votes.iter().map(|&v| percent(v, total)).collect();
+    }
+    let mut out: Vec<i64> = votes.iter().map(|&v| v.max(0) * 100 / total).collect();
+    let left = 100 - out.iter().sum::<i64>();
+    let mut order: Vec<usize> = (0..votes.len()).collect();
+    // Largest remainder first; a stable sort keeps the listed order on ties.
+    order.sort_by_key(|&i| std::cmp::Reverse(votes[i].max(0) * 100 % total));
+    for &i in order.iter().take(usize::try_from(left).unwrap_or(0)) {
+        out[i] += 1;
+    }
+    out
+}
+
 /// "1 voter", "2 voters".
 pub fn voters_text(voters: i64) -> String {
     if voters == 1 {
@@ -150,6 +171,12 @@ mod tests {
         assert_eq!(percent(2, 3), 67);
         assert_eq!(percent(1, 8), 13); // 12.5 rounds up, as Math.round does
         assert_eq!(percent(5, 5), 100);
+        assert_eq!(shares(&[1, 1, 1], 3), [34, 33, 33]);
+        assert_eq!(shares(&[2, 2, 1, 2], 7), [29, 29, 14, 28]);
+        assert_eq!(shares(&[1, 7], 8), [13, 87]);
+        assert_eq!(shares(&[0, 0], 0), [0, 0]);
+        // Votes that are not all of the total: each rounded on its own.
+        assert_eq!(shares(&[1, 1], 3), [33, 33]);
     }
 
     #[test]
