@@ -479,7 +479,41 @@ pub async fn close(
             return Err(e);
         }
     };
+    if written && !was {
+        stamp_close(db, redis, &meta, id).await;
+    }
     Ok(fetch_record(db, id).await?.map(|r| (r, written)))
+}
+
+static CLOCK_AT: LazyLock<crate::lua::Script> = crate::lua::lua_script!("clock_at.lua");
+
+/// `closed_at` as the moment Redis took the close, by the Redis clock that stamps
+/// the votes (`lua/clock_at.lua`, on the poll's node), where it is later than the
+/// transaction's `now()`: votes accepted between the commit and Redis's write of
+/// the close were stamped after a `closed_at` taken at the transaction's start.
+/// A failure keeps the transaction's time (logged).
+async fn stamp_close(db: &PgPool, redis: &crate::redis_conn::Redis, meta: &str, id: PollId) {
+    let at = match CLOCK_AT
+        .key(meta)
+        .invoke_async::<i64>(&mut redis.clone())
+        .await
+    {
+        Ok(ms) => DateTime::<Utc>::from_timestamp_millis(ms),
+        Err(e) => {
+            tracing::warn!(poll = %id, error = %e, "the close keeps its transaction's time");
+            None
+        }
+    };
+    let Some(at) = at else { return };
+    if let Err(e) =
+        sqlx::query("UPDATE polls SET closed_at = greatest(closed_at, $2) WHERE id = $1 AND closed")
+            .bind(id.get())
+            .bind(at)
+            .execute(db)
+            .await
+    {
+        tracing::warn!(poll = %id, error = %e, "the close keeps its transaction's time");
+    }
 }
 
 #[cfg(test)]

@@ -329,3 +329,47 @@ async fn one_address_voting_faster_than_the_ip_limit_is_cut_off() {
     assert_eq!(tallies[&options[0]], 60);
     assert_eq!(app.poll_results(poll).await["voters"], 60);
 }
+
+/// An admin's close races a stream of votes: every vote the poll took is stamped
+/// no later than the poll's `closed_at` (the close is stamped by the Redis clock
+/// that stamps the votes, once Redis took it), and every vote after it is 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_vote_taken_is_stamped_after_the_close() {
+    let app = Arc::new(spawn_app().await);
+    let admin = app.admin().await;
+    let (poll, options) = app.open_poll(&admin, "Closing soon?", &["yes", "no"]).await;
+    let users = app.create_users(400, false).await;
+    let mut tasks = Vec::new();
+    for (i, u) in users.into_iter().enumerate() {
+        let app = app.clone();
+        let option = options[i % 2];
+        tasks.push(tokio::spawn(async move {
+            // Spread over about 400 ms, so the close lands among them.
+            tokio::time::sleep(std::time::Duration::from_millis(i as u64)).await;
+            app.vote(poll, &u.token, option).await.status()
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(app.close_poll(&admin, poll).await.status(), StatusCode::OK);
+    let mut taken = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            StatusCode::ACCEPTED => taken += 1,
+            StatusCode::GONE => {}
+            other => panic!("a vote answered {other}"),
+        }
+    }
+    assert!(taken > 0, "the close came before every vote");
+    assert_eq!(app.wait_for_votes(poll, taken).await, taken);
+    let late: Vec<(i64,)> = app
+        .rows(
+            "SELECT count(*) FROM votes v JOIN polls p ON p.id = v.poll_id
+             WHERE v.poll_id = $1 AND v.voted_at > p.closed_at",
+            poll,
+        )
+        .await;
+    assert_eq!(
+        late[0].0, 0,
+        "votes stamped after the close ({taken} taken)"
+    );
+}
