@@ -290,6 +290,14 @@ async fn an_expired_order_gives_back_all_its_units() {
     assert_eq!(paid.status(), StatusCode::OK);
     let body: Value = paid.json().await.unwrap();
     assert_eq!(body["amount_cents"], 1000, "2 units at 500");
+    // The order says how many units it holds.
+    let order = app
+        .get_json(
+            &format!("/api/orders/{}", body["order_id"].as_str().unwrap()),
+            Some(&b.token),
+        )
+        .await;
+    assert_eq!(order["quantity"], 2, "{order}");
     // Until a's deadline has passed, by Postgres's clock.
     while sqlx::query_scalar::<_, bool>("SELECT pay_by > now() FROM orders WHERE user_id = $1")
         .bind(a.id)

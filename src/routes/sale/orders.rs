@@ -38,6 +38,9 @@ struct OrderStatus {
     pay_by: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     paid_at: Option<DateTime<Utc>>,
+    /// Once confirmed: the units the order holds (or held, once returned).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quantity: Option<i32>,
 }
 
 /// An order's status, for its owner or an admin.
@@ -70,6 +73,7 @@ pub(super) async fn order_status(
             payment: (o.status != orders::OrderStatus::Accepted).then_some(o.status),
             pay_by: o.pay_by,
             paid_at: o.paid_at,
+            quantity: Some(o.quantity),
         }));
     }
     match pending::owner(&mut state.redis.clone(), &state.keys, &order_id).await? {
@@ -84,6 +88,7 @@ pub(super) async fn order_status(
                 payment: None,
                 pay_by: None,
                 paid_at: None,
+                quantity: None,
             }))
         }
         Some(_) => Err(not_found()),
