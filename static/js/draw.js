@@ -150,7 +150,7 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
         if (now() >= e.claimUntil) return ["Your time to buy is up…", "", null];
         return [`You won! Buy before ${when(e.claimUntil)}.`, "A unit is held for you until then; after that it goes to the next on the list.", null];
       case "claim_passed":
-        return ["Your time to buy passed.", "You won but did not buy in time; your unit went to the next on the list.", null];
+        return ["Your time to buy passed.", "You won but did not buy in time; your win passed to the next on the list, if any was left.", null];
       case "waitlisted":
         return [
           e.position ? `You're number ${groupDigits(e.position)} on the waiting list.` : "You're on the waiting list.",

@@ -950,6 +950,7 @@ async fn a_signed_out_visitor_sees_the_draws_outcome_once_drawn() {
         "{before}"
     );
     assert!(before.contains(signin), "{before}");
+    assert!(before.contains("then enter the draw."), "{before}");
     assert!(
         !before.contains(&link),
         "no outcome before the draw: {before}"
@@ -962,6 +963,8 @@ async fn a_signed_out_visitor_sees_the_draws_outcome_once_drawn() {
     assert!(after.contains("Only its winners may buy."), "{after}");
     assert!(after.contains(&link), "{after}");
     assert!(!after.contains(signin), "{after}");
+    // Entries are closed: nobody is told to sign up and enter.
+    assert!(!after.contains("then enter the draw"), "{after}");
     assert!(
         after.contains(r#"data-field="signin-buy" hidden>Sign in to enter the draw</a>"#),
         "{after}"
