@@ -8,10 +8,17 @@ import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { groupDigits } from "./numbers.js";
 import { localTime } from "./time.js";
 
-/** "12 entries, 3 won at the draw, 1 buying now, 1 bought, 1 passed on". */
-function summary(n) {
+/**
+ * "Drawn at ... from 12 entries: 3 wins so far." Once the draw is over (every
+ * entry had its turn), units left are units no entrant can buy: it says so.
+ */
+function summary(n, unitsLeft) {
   if (!n.drawn_at) return `Not drawn yet: ${groupDigits(n.entries)} ${n.entries === 1 ? "entry" : "entries"} so far.`;
-  return `Drawn at ${localTime(new Date(n.drawn_at), true)} from ${groupDigits(n.entries)} ${n.entries === 1 ? "entry" : "entries"}: ${groupDigits(n.wins)} ${n.wins === 1 ? "win" : "wins"} so far.`;
+  const drawn = `Drawn at ${localTime(new Date(n.drawn_at), true)} from ${groupDigits(n.entries)} ${n.entries === 1 ? "entry" : "entries"}`;
+  if (!n.finished_at) return `${drawn}: ${groupDigits(n.wins)} ${n.wins === 1 ? "win" : "wins"} so far.`;
+  const over = `${drawn}: ${groupDigits(n.wins)} ${n.wins === 1 ? "win" : "wins"}. The draw is over: no more wins are given.`;
+  if (!(unitsLeft > 0)) return over;
+  return `${over} No entrant can buy the ${groupDigits(unitsLeft)} ${unitsLeft === 1 ? "unit" : "units"} left; close the sale to end it.`;
 }
 
 export function adminDrawPanel(root, saleId) {
@@ -21,7 +28,8 @@ export function adminDrawPanel(root, saleId) {
     const res = await api("GET", `/api/admin/sales/${saleId}/draw`);
     if (!res.ok) return;
     const n = res.data;
-    setText(field(panel, "draw-summary"), summary(n));
+    const left = Number((field(root, "stock-left")?.textContent || "").replace(/,/g, ""));
+    setText(field(panel, "draw-summary"), summary(n, left));
     for (const dd of panel.querySelectorAll("[data-draw]")) {
       const value = n[dd.dataset.draw];
       if (!Number.isFinite(value)) continue;

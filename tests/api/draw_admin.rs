@@ -96,7 +96,8 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
     assert_eq!(
         before,
         json!({"entries": 4, "drawn_at": null, "winners_at_draw": 0, "wins": 0,
-               "running": 0, "bought": 0, "returned": 0, "passed": 0})
+               "running": 0, "bought": 0, "returned": 0, "passed": 0,
+               "finished_at": null})
     );
 
     // The draw: two win, both buying.
@@ -141,7 +142,8 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
         .unwrap()
         .to_owned();
     let want = json!({"entries": 4, "drawn_at": drawn["drawn_at"], "winners_at_draw": 2,
-                      "wins": 3, "running": 1, "bought": 1, "returned": 0, "passed": 1});
+                      "wins": 3, "running": 1, "bought": 1, "returned": 0, "passed": 1,
+                      "finished_at": null});
     until_numbers(&app, &admin, sale, &want).await;
 
     // The buyer cancels: the win stays bought (it bought once), counted returned,
@@ -158,7 +160,8 @@ async fn the_admin_follows_entries_wins_buys_and_passes() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let want = json!({"entries": 4, "drawn_at": drawn["drawn_at"], "winners_at_draw": 2,
-                      "wins": 4, "running": 2, "bought": 1, "returned": 1, "passed": 1});
+                      "wins": 4, "running": 2, "bought": 1, "returned": 1, "passed": 1,
+                      "finished_at": null});
     until_numbers(&app, &admin, sale, &want).await;
 
     // The buyer's orders say the win bought once, whatever the sale's rebuy

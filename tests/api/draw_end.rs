@@ -104,6 +104,11 @@ async fn settled(app: &TestApp, admin: &User, sale: i64, winners: &[&User], stal
             .await
             .unwrap();
     assert_eq!(finished, Some(true), "the draw is finished");
+    let n = app.get_json(&path, Some(&admin.token)).await;
+    assert!(
+        n["finished_at"].is_string(),
+        "the admin's numbers say so: {n}"
+    );
     // The publication (cached a second) shows each outcome within a second.
     let deadline = Instant::now() + Duration::from_millis(1500);
     loop {

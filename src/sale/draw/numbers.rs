@@ -29,6 +29,11 @@ pub struct DrawNumbers {
     pub returned: i64,
     /// Wins not used: in time (passed on), or before the sale closed or ended.
     pub passed: i64,
+    /// When the draw finished: every entry had its turn (or the sale closed or
+    /// ended), so no win is given any more; null while wins may still be given.
+    /// Units left after it (a draw with fewer entries than units, an order
+    /// returned late, a top-up) are units no entrant can buy.
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 /// The numbers of `sale`'s draw; none when it has no draw.
@@ -47,9 +52,10 @@ pub async fn numbers(db: &PgPool, sale: SaleId) -> sqlx::Result<Option<DrawNumbe
                                   AND o.user_id = e.user_id
                                   AND o.status NOT IN ('expired', 'cancelled', 'refunded')))
                     AS returned,
-                count(e.id) FILTER (WHERE e.outcome = 'passed') AS passed
+                count(e.id) FILTER (WHERE e.outcome = 'passed') AS passed,
+                d.finished_at
          FROM sale_draws d LEFT JOIN draw_entries e ON e.sale_id = d.sale_id
-         WHERE d.sale_id = $1 GROUP BY d.drawn_at",
+         WHERE d.sale_id = $1 GROUP BY d.drawn_at, d.finished_at",
     )
     .bind(sale.get())
     .fetch_optional(db)
