@@ -15,7 +15,8 @@
 -- Returns {now ms, starts_ms, admissions a second, waiting, units left, admissions
 -- open, paused, joins closed, pass share (parts per million; -1: none ended yet),
 -- how many ended admissions that share is over, soonest and latest end of an open
--- admission (ms; 0: none open)}, then per shopper {code, value, state, position,
+-- admission (ms; 0: none open), units one shopper may buy (per_user; 1 when
+-- absent)}, then per shopper {code, value, state, position,
 -- ahead, expiry ms}; code:
 --   0 done (value 1: this call took a new place, else 0; then the standing)
 --   2 the line does not open yet (value = ms until it does)   3 ended or closed
@@ -32,9 +33,9 @@
 -- waiting: people not yet reached by admission, after this batch's joins.
 local n = (#ARGV - 1) / 3
 local meta = redis.call('HMGET', KEYS[1], 'starts_ms', 'ends_ms', 'closed', 'run', 'wr', 'q_opens_ms',
-  'q_paused', 'q_closed')
+  'q_paused', 'q_closed', 'per_user')
 local now = clock_ms(ARGV[1])
-local out = {now, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0}
+local out = {now, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, tonumber(meta[9]) or 1}
 local function all(code)
   for _ = 1, n do
     out[#out + 1] = code

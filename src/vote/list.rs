@@ -186,16 +186,16 @@ pub async fn page_with_voters<C: ConnectionLike>(
 }
 
 /// A page that lists a poll Redis does not hold would show it without its votes
-/// (0 voters, a closed poll's final result empty): every such poll's rebuild is
-/// started (`lost`) and the page is refused with the first one's error (503
-/// `recovering` with `Retry-After`), as the poll's own routes answer meanwhile.
+/// (0 voters, a closed poll's final result empty): the page is refused with
+/// `lost(id)` of the first such poll (503 `recovering` with `Retry-After`, which
+/// starts its rebuild), as the poll's own routes answer meanwhile. One rebuild a
+/// request: after a wipe the sweep restores everything in its order (open sales
+/// first), and a list read does not start a rebuild of each poll it holds at once.
 fn lost_polls(missing: &[PollId], lost: impl Fn(PollId) -> AppError) -> Result<(), AppError> {
-    let mut refusal = None;
-    for &id in missing {
-        let e = lost(id);
-        refusal.get_or_insert(e);
+    match missing.first() {
+        Some(&id) => Err(lost(id)),
+        None => Ok(()),
     }
-    refusal.map_or(Ok(()), Err)
 }
 
 /// One page of polls (see [`page`]), each with its results as `viewer` may see

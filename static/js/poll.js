@@ -12,6 +12,10 @@ import { keyRing, sendKeyed, unanswered } from "./keyed.js";
 import { shares } from "./numbers.js";
 
 const RESULTS_POLL_MS = 2000;
+// How far from the closing time a close reads as early (before it) or as one the
+// page's clock cannot place (after it, see applyResults).
+const CLOSE_MARGIN_MS = 5000;
+
 // How long one press of a budget ballot over many options waits out the poll's
 // per-voter rate limit, in all, before it stops with what went in.
 const LIMIT_WAIT_MAX_S = 60;
@@ -57,6 +61,8 @@ export function pollPage() {
   // The Idempotency-Keys of votes not known to be decided, by body.
   const voteKeys = keyRing();
   const choice = Number(d.votedOption) || 0;
+  // The server rendered the poll closed: it said then whether early.
+  const renderedClosed = d.status === "closed";
   const state = {
     status: d.status,
     opensAt: Number(d.opensAt),
@@ -176,10 +182,18 @@ export function pollPage() {
     return voters;
   }
 
-  /** Whether the admin closed the poll before its closing time, from its `closed_at`. */
-  async function learnClosedAt() {
+  /**
+   * Whether the admin closed the poll before its closing time, from its
+   * `closed_at`. A record read a moment before the close took effect everywhere
+   * (a cache refilled just then) has none yet: asked again a second later, a few
+   * times at most.
+   */
+  async function learnClosedAt(tries = 4) {
     const res = await api("GET", `/api/polls/${pollId}`);
-    if (!res.ok || typeof res.data?.closed_at !== "string") return;
+    if (!res.ok || typeof res.data?.closed_at !== "string") {
+      if (tries > 1) setTimeout(() => learnClosedAt(tries - 1), 1000);
+      return;
+    }
     const early = Date.parse(res.data.closed_at) < state.closesAt;
     if (early && !state.closedEarly) {
       state.closedEarly = true;
@@ -198,10 +212,14 @@ export function pollPage() {
     if (results.closed === true && !state.closedSeen && (state.status !== "closed" || !state.closedEarly)) {
       state.closedSeen = true;
       state.status = "closed";
-      state.closedEarly = now() < state.closesAt;
-      // The clock tells only until the closing time passes (a tab asleep through
-      // it): the poll's `closed_at` says when the admin closed it. Asked once.
-      if (!state.closedEarly && !state.closedAtAsked) {
+      // Early or on time, by the clock, with a margin for this page's clock
+      // running behind the server's: around the closing time, on time (every page
+      // open at a televote's close learns it at once: none asks anything more).
+      // Long after it (a tab asleep through the close) the clock cannot tell: the
+      // poll's `closed_at` says, asked once. A page rendered closed knew already.
+      const t = now();
+      if (t < state.closesAt - CLOSE_MARGIN_MS) state.closedEarly = true;
+      else if (!renderedClosed && t > state.closesAt + CLOSE_MARGIN_MS && !state.closedAtAsked) {
         state.closedAtAsked = true;
         learnClosedAt();
       }

@@ -65,16 +65,19 @@ export function rangeText(est, elapsedS) {
  * everyone before them; else the warning, hopeful when the last estimate said
  * the recent passes make it `possible`.
  */
-export function chanceText(est, { unitsLeft, open, ahead }) {
+export function chanceText(est, { unitsLeft, open, ahead, perUser = 1 }) {
   if (!est || !Number.isFinite(unitsLeft)) return "";
   const before = ahead + (Number.isFinite(open) ? open : est.open);
-  if (before < unitsLeft) return "";
+  // Each before this shopper may buy up to `most` (the server's estimate says so too).
+  const most = Math.max(1, Number(perUser) || 1);
+  if (before * most < unitsLeft) return "";
   // Those let in hold a turn too: said apart, so the count agrees with "N ahead of you".
   const held = before - ahead;
   const who = held > 0 ? ` (${groupDigits(held)} let in${ahead > 0 ? `, ${groupDigits(ahead)} waiting` : ""})` : "";
-  const head = `${units(unitsLeft)} left for ${groupDigits(before)} ${before === 1 ? "shopper" : "shoppers"} before you${who}`;
+  const each = most > 1 ? `, who may buy up to ${most} each` : "";
+  const head = `${units(unitsLeft)} left for ${groupDigits(before)} ${before === 1 ? "shopper" : "shoppers"} before you${who}${each}`;
   return est.chance === "possible"
-    ? `${head}: you get one only if some of them let their turn pass.`
+    ? `${head}: you get one only if some of them let their turn pass${most > 1 ? " or buy fewer" : ""}.`
     : `${head}: you may not get one.`;
 }
 
@@ -349,7 +352,7 @@ export function waitingRoom({ root, saleId, sale, now, show, clear, changed, sig
     showDetail(detail, link);
     const waiting = q.state === "waiting" && q.position !== null && !sale.bought && status !== "ended" && status !== "closed";
     const ahead = Math.max(0, q.position - (q.served ?? 0) - 1);
-    const chance = waiting && !q.paused ? chanceText(q.est, { unitsLeft: sale.left, open: q.open, ahead }) : "";
+    const chance = waiting && !q.paused ? chanceText(q.est, { unitsLeft: sale.left, open: q.open, ahead, perUser: d.maxPerUser }) : "";
     el.chance.hidden = !chance;
     setText(el.chance, chance);
     renderNotify(q.state === "waiting" && !sale.bought);

@@ -22,9 +22,11 @@
 //!   error below it, so a share read over few admissions gives a late bound), or
 //!   none when at that share the line may never reach this place.
 //!
-//! And the chance: `Likely` when the units left outnumber everyone before this
-//! shopper (those let in and holding, and those waiting ahead), `Possible` when they
-//! do not, but would if the recent share of those before passed, else `Unlikely`.
+//! And the chance: `Likely` when the units left outnumber all that everyone before
+//! this shopper (those let in and holding, and those waiting ahead) may buy (one
+//! each, or the sale's `max_per_user`), `Possible` when they do not, but would if
+//! the recent share of those before passed and the others bought one each, else
+//! `Unlikely`.
 
 use serde::Serialize;
 
@@ -48,13 +50,16 @@ pub struct LineNow {
     /// The recent share of passes (0 to 1) and how many ended admissions it is
     /// over; `None` before any admission ended.
     pub pass_share: Option<(f64, f64)>,
+    /// Units one shopper may buy: everyone before this shopper may take that many.
+    pub per_user: i64,
 }
 
 /// A shopper's chance of a unit (see the module's doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Chance {
-    /// More units left than people before this shopper, even if all of them buy.
+    /// More units left than people before this shopper may buy, even if all of
+    /// them buy all they may.
     Likely,
     /// Fewer units left than people before, but enough if the recent share of
     /// them lets their turn pass.
@@ -93,7 +98,7 @@ impl LineNow {
             0.0
         };
         let before = self.open + self.ahead;
-        let chance = if before < self.units_left {
+        let chance = if before.saturating_mul(self.per_user.max(1)) < self.units_left {
             Chance::Likely
         } else if (1.0 - share) * (before as f64) < self.units_left as f64 {
             Chance::Possible
@@ -222,6 +227,7 @@ mod tests {
             open_ends_in_ms: (open > 0).then_some((5_000, 30_000)),
             needed_end_in_ms: None,
             pass_share: None,
+            per_user: 1,
         }
     }
 
@@ -236,6 +242,19 @@ mod tests {
         );
         assert_eq!(e.expected_s, Some(5));
         assert_eq!(e.max_s, Some(6));
+    }
+
+    #[test]
+    fn those_before_who_may_buy_several_each_make_a_unit_less_likely() {
+        // Three before, five left: a unit each leaves two, but two each could
+        // take six.
+        let mut l = line(2, 5, 1);
+        assert_eq!(l.estimate().chance, Chance::Likely);
+        l.per_user = 2;
+        assert_eq!(l.estimate().chance, Chance::Possible);
+        l.per_user = 1;
+        l.units_left = 3;
+        assert_eq!(l.estimate().chance, Chance::Unlikely, "no pass share yet");
     }
 
     #[test]

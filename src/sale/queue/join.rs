@@ -15,7 +15,7 @@ use crate::lua::{lua_script, unexpected_reply};
 static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_script!("queue_place.lua");
 
 /// Numbers of the reply's head, before the shoppers' rows.
-const HEAD: usize = 12;
+const HEAD: usize = 13;
 
 crate::lua::reply_codes! {
     /// What `lua/queue_place.lua` answers for each shopper, as its header lists them.
@@ -98,6 +98,9 @@ pub struct LineMoves {
     pub pass_share: Option<(f64, f64)>,
     /// When the soonest and the latest open admission end.
     pub open_ends_ms: Option<(i64, i64)>,
+    /// Units one shopper may buy (the sale's `max_per_user`): each let in before
+    /// this shopper may take that many.
+    pub per_user: i64,
     /// Waiting only: when the open admission ends whose pass is the soonest this
     /// shopper's turn can come (the turn needs passes), see `lua/queue_place.lua`.
     pub needed_end_ms: Option<i64>,
@@ -119,6 +122,7 @@ impl Standing {
             open_ends_in_ms: m.open_ends_ms.map(|(a, b)| (until(a), until(b))),
             needed_end_in_ms: m.needed_end_ms.map(until),
             pass_share: m.pass_share,
+            per_user: m.per_user,
         })
     }
 }
@@ -199,6 +203,7 @@ pub async fn places<C: ConnectionLike>(
         share_over,
         first_end,
         last_end,
+        per_user,
     ] = reply.first_chunk::<HEAD>().copied().ok_or_else(bad)?;
     let moves = LineMoves {
         units_left,
@@ -209,6 +214,7 @@ pub async fn places<C: ConnectionLike>(
             .then(|| (share_ppm as f64 / 1e6, share_over as f64)),
         open_ends_ms: (open > 0).then_some((first_end, last_end)),
         needed_end_ms: None,
+        per_user: per_user.max(1),
     };
     let rows = &reply[HEAD..];
     if rows.len() != asks.len() * 6 {

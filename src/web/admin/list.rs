@@ -22,6 +22,9 @@ pub struct AdminPage {
     console: ConsoleView,
     sales: Vec<SaleCard>,
     polls: Vec<PollCard>,
+    /// The polls could not be listed because one is being restored into Redis (a
+    /// 503): the page shows the rest and says so, never fails for it.
+    polls_restoring: bool,
     /// Bounds of the option list of the poll form.
     min_options: usize,
     max_options: usize,
@@ -149,18 +152,37 @@ pub async fn page(
         ListScope::All => url,
         _ => format!("{url}&filter={}", scope.as_str()),
     };
-    match tokio::try_join!(
-        crate::sale::console::console(state.get_ref()),
-        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sales_scope),
-        polls::page_of_cards(
+    let polls = async {
+        // A poll being restored (Redis lost it) refuses its list for a moment: the
+        // sale-day console above it must not go with it.
+        match polls::page_of_cards(
             &state,
             polls_at,
             ADMIN_PAGE_ROWS,
             polls_scope,
             crate::vote::visibility::Viewer::Admin,
         )
+        .await
+        {
+            Err(e)
+                if actix_web::ResponseError::status_code(&e)
+                    == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
+            {
+                let none = crate::paging::Page {
+                    items: Vec::new(),
+                    next: None,
+                };
+                Ok((none, true))
+            }
+            other => other.map(|page| (page, false)),
+        }
+    };
+    match tokio::try_join!(
+        crate::sale::console::console(state.get_ref()),
+        page_of_cards(&state, sales_at, ADMIN_PAGE_ROWS, sales_scope),
+        polls,
     ) {
-        Ok((console, sales, polls)) => Ok(Either::Left(AdminPage {
+        Ok((console, sales, (polls, polls_restoring))) => Ok(Either::Left(AdminPage {
             nav,
             console: console.into(),
             sales_next_url: sales
@@ -186,6 +208,7 @@ pub async fn page(
             polls_filters: filter_links(polls_scope, sales_scope, false, "polls-heading"),
             sales: sales.items,
             polls: polls.items,
+            polls_restoring,
             min_options: MIN_OPTIONS,
             max_options: MAX_OPTIONS,
             results_choices: results_choices(),
