@@ -109,6 +109,9 @@ export function adminPolls() {
   /** As with sales: rows stay where they are, new ones go on top. */
   function showViews(views) {
     showRows(rows, views, { rowOf, newRow, fillRow, empty: "polls-empty" });
+    // The list came back: a poll being restored when the page was made is back.
+    const restoring = field(document, "polls-restoring");
+    if (restoring) restoring.hidden = true;
   }
 
   async function refresh() {

@@ -14,7 +14,7 @@ import { shares } from "./numbers.js";
 const RESULTS_POLL_MS = 2000;
 // How far from the closing time a close reads as early (before it) or as one the
 // page's clock cannot place (after it, see applyResults).
-const CLOSE_MARGIN_MS = 5000;
+const CLOSE_MARGIN_MS = 2000;
 
 // How long one press of a budget ballot over many options waits out the poll's
 // per-voter rate limit, in all, before it stops with what went in.
@@ -184,16 +184,17 @@ export function pollPage() {
 
   /**
    * Whether the admin closed the poll before its closing time, from its
-   * `closed_at`. A record read a moment before the close took effect everywhere
-   * (a cache refilled just then) has none yet: asked again a second later, a few
-   * times at most.
+   * `closed_at` (none for a poll that closed on time). A record read a moment
+   * before the close took effect everywhere (a cache refilled just then) says it
+   * is open still: asked again a second later, a few times at most.
    */
   async function learnClosedAt(tries = 4) {
     const res = await api("GET", `/api/polls/${pollId}`);
-    if (!res.ok || typeof res.data?.closed_at !== "string") {
+    if (!res.ok || (res.data?.status !== "closed" && typeof res.data?.closed_at !== "string")) {
       if (tries > 1) setTimeout(() => learnClosedAt(tries - 1), 1000);
       return;
     }
+    if (typeof res.data.closed_at !== "string") return;
     const early = Date.parse(res.data.closed_at) < state.closesAt;
     if (early && !state.closedEarly) {
       state.closedEarly = true;
@@ -216,7 +217,8 @@ export function pollPage() {
       // running behind the server's: around the closing time, on time (every page
       // open at a televote's close learns it at once: none asks anything more).
       // Long after it (a tab asleep through the close) the clock cannot tell: the
-      // poll's `closed_at` says, asked once. A page rendered closed knew already.
+      // poll's `closed_at` says (see learnClosedAt). A page rendered closed knew
+      // already.
       const t = now();
       if (t < state.closesAt - CLOSE_MARGIN_MS) state.closedEarly = true;
       else if (!renderedClosed && t > state.closesAt + CLOSE_MARGIN_MS && !state.closedAtAsked) {

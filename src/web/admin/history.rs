@@ -82,7 +82,9 @@ pub(super) fn details(entry: &audit::Entry) -> Vec<String> {
     let mut lines: Vec<String> = fields
         .iter()
         // A stock change's bookkeeping: the row's headline says refused or not.
-        .filter(|(name, _)| !matches!(name.as_str(), "change_id" | "outcome"))
+        .filter(|(name, value)| {
+            name.as_str() != "change_id" && !(name.as_str() == "outcome" && *value != "pending")
+        })
         .filter(|(name, value)| !(name.as_str() == "delta" && value.is_null()))
         .map(|(name, new)| match before.and_then(|b| b.get(name)) {
             Some(old) => format!("{name}: {} → {}", short(old), short(new)),

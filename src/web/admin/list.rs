@@ -22,8 +22,8 @@ pub struct AdminPage {
     console: ConsoleView,
     sales: Vec<SaleCard>,
     polls: Vec<PollCard>,
-    /// The polls could not be listed because one is being restored into Redis (a
-    /// 503): the page shows the rest and says so, never fails for it.
+    /// The polls could not be listed because one is being restored into Redis (503
+    /// `recovering`): the page shows the rest and says so, never fails for it.
     polls_restoring: bool,
     /// Bounds of the option list of the poll form.
     min_options: usize,
@@ -164,10 +164,7 @@ pub async fn page(
         )
         .await
         {
-            Err(e)
-                if actix_web::ResponseError::status_code(&e)
-                    == actix_web::http::StatusCode::SERVICE_UNAVAILABLE =>
-            {
+            Err(e) if e.error_code() == crate::error::ErrorCode::Recovering => {
                 let none = crate::paging::Page {
                     items: Vec::new(),
                     next: None,
