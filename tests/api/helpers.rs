@@ -506,8 +506,22 @@ impl TestApp {
         Self::send(self.client.post(self.url(path)), token).await
     }
 
+    /// A GET, sent once more when the connection it reused was closed by the
+    /// server's keep-alive timeout as it went out (hyper's `IncompleteMessage`: a
+    /// race of the client's pool, no answer of the server; a GET changes nothing).
     pub async fn get(&self, path: &str, token: Option<&str>) -> Response {
-        Self::send(self.client.get(self.url(path)), token).await
+        let req = || {
+            let req = self.client.get(self.url(path));
+            match token {
+                Some(t) => req.bearer_auth(t),
+                None => req,
+            }
+        };
+        match req().send().await {
+            Ok(resp) => resp,
+            Err(e) if e.is_request() && !e.is_timeout() => req().send().await.expect("request"),
+            Err(e) => panic!("request: {e:?}"),
+        }
     }
 
     /// A GET's JSON body, whatever its status.
