@@ -14,7 +14,8 @@
 //!
 //!   REDIS_URL=redis://127.0.0.1:6399/ cargo run --release --example batch_decisions -- [seconds] [only]
 //!
-//! `only` measures just the figures whose label contains it (say `"64 repeat"`).
+//! `only` measures just the figures whose label contains it (say `"64 repeat"`),
+//! or, after a `=`, the one figure so labelled (`"=batch 64 new buyers"`).
 //! The buyers come from 250 addresses, or from `BATCH_ADDRESSES` (1 to 250: 1 is
 //! what `scripts/bench`'s HTTP figures send, all from 127.0.0.1).
 //!
@@ -146,7 +147,10 @@ async fn main() -> anyhow::Result<()> {
                     ""
                 }
             );
-            if !label.contains(&only) {
+            if !match only.strip_prefix('=') {
+                Some(exact) => label == exact,
+                None => label.contains(&only),
+            } {
                 continue;
             }
             let sale = Id::new(next_sale.fetch_add(1, Ordering::Relaxed) as i64).expect("positive");
