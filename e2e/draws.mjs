@@ -11,6 +11,8 @@
 //   reads that they are number 1 on the waiting list, then (desktop) that they
 //   were not drawn once the unit is bought;
 // - the sale's admin page shows its entries, winners and wins bought, live;
+// - a draw nobody entered is over at once: signed out, its page says the unit
+//   left is not for sale, its badge "Draw over" (kept through the live updates);
 // - "How this draw was made" recomputes the draw with WebCrypto: "Verified: ...";
 // - the sale's Edit form: no waiting room on offer; the draw's fields checked and saved (only what changed
 //   is sent) before entries open, disabled with the reason once they have;
@@ -107,6 +109,31 @@ try {
       check(await page.getByText("The check runs here once the draw is made.").isVisible(), `before the draw nothing is checked yet ${at}`);
       await inspect(page, "draw-proof-pending");
       await page.context().close();
+    }
+  }
+
+  // ---- a draw nobody entered: over at once, its unit not for sale ----
+  {
+    const sale = await drawSale(admin, `E2E draw ${runId}: nobody entered`, -60);
+    const opened = await call("POST", `/api/admin/sales/${sale.id}/open`, admin.token);
+    check(opened.status === 200, `the admin draws a sale nobody entered (${opened.status})`);
+    await until("the draw's finish in the sale's view", async () => typeof (await call("GET", `/api/sales/${sale.id}`)).data?.draw_finished_at === "string");
+    for (const [size, viewport] of SIZES) {
+      const at = `at ${viewport.width}x${viewport.height}`;
+      const visitor = await newPage(viewport, null);
+      await goto(visitor, `/sales/${sale.id}`);
+      const badge = visitor.locator('[data-field="badge"]');
+      await visitor.locator('[data-field="draw-status"]').filter({ hasText: "The draw is over." }).waitFor({ timeout: 5000 });
+      check(
+        (await visitor.locator('[data-field="draw-detail"]').innerText()) === "Every entry had its turn: the units left are not for sale.",
+        `signed out, a finished draw's page says its unit left is not for sale ${at}`,
+      );
+      // The page's live updates (a view a second) keep it so.
+      await visitor.waitForTimeout(2500);
+      check((await badge.innerText()) === "Draw over", `the badge says "Draw over", not Live, after the live updates (${await badge.innerText()}) ${at}`);
+      check(!(await visitor.getByRole("button", { name: "Buy now" }).isVisible()), `no Buy on a finished draw ${at}`);
+      await inspect(visitor, "sale-draw-over");
+      await visitor.context().close();
     }
   }
 

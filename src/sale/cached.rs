@@ -136,7 +136,8 @@ pub async fn admin_page<S: CachedReads + ?Sized>(
     let at = after.map_or_else(paging::list_moment, |c| c.at);
     let rows = list::list_page(state.db(), at, after, limit.with_one_more(), scope).await?;
     let page = Page::from_rows(rows, limit, |last| SaleCursor::after(last, at).encode());
-    let items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    let mut items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    finished_draws(state, &mut items).await;
     Ok(Page {
         items,
         next: page.next,
@@ -160,7 +161,8 @@ pub async fn load_page<S: CachedReads + ?Sized>(
     limit: Limit,
 ) -> Result<Page<record::SaleView>, AppError> {
     let page = page_rows(state, after, limit).await?;
-    let items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    let mut items = numbers::views(&mut state.redis().clone(), state.keys(), page.items).await?;
+    finished_draws(state, &mut items).await;
     Ok(Page {
         items,
         next: page.next,
@@ -200,5 +202,31 @@ pub async fn find_view<S: CachedReads + ?Sized>(
         return Ok(None);
     };
     let mut views = numbers::views(&mut state.redis().clone(), state.keys(), vec![row]).await?;
+    finished_draws(state, &mut views).await;
     Ok(views.pop())
+}
+
+/// Marks the views of draw sales whose draw finished (`draw_finished_at`), from
+/// each draw's cached publication (a second old at most, one cache read a drawn
+/// draw sale; none for the others). Best effort: a draw being made, or a read that
+/// fails, leaves the view as it is.
+async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record::SaleView]) {
+    let now = chrono::Utc::now();
+    for view in views.iter_mut() {
+        if !view.sale.is_draw() || view.sale.starts_at > now {
+            continue;
+        }
+        let id = view.sale.id;
+        match crate::sale::draw::publish::cached(state, id, |_| {
+            AppError::not_found(format!("no draw for sale {id}"))
+        })
+        .await
+        {
+            Ok(published) => view.draw_finished_at = published.finished_at,
+            Err(e) if e.error_code() == crate::error::ErrorCode::NotFound => {}
+            Err(e) => {
+                tracing::debug!(sale = %id, error = %e, "a draw's publication was not read for its view")
+            }
+        }
+    }
 }

@@ -160,6 +160,12 @@ pub struct SaleView {
     /// A draw sale: when it is drawn (its `starts_at`). Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draw_at: Option<DateTime<Utc>>,
+    /// A draw sale whose draw is over (every entry had its turn: no win runs or
+    /// passes on any more): when it finished. Units still left then are not for
+    /// sale to anyone, though `status` may say `live` until the sale's end. Absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draw_finished_at: Option<DateTime<Utc>>,
 }
 
 impl SaleView {
@@ -180,6 +186,7 @@ impl SaleView {
         let stock_left = stock_left.unwrap_or(0);
         SaleView {
             draw_at: sale.is_draw().then_some(sale.starts_at),
+            draw_finished_at: None,
             stock_left,
             sold,
             status,

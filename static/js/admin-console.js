@@ -3,7 +3,7 @@
 // `GET /api/admin/console`; Open now, Close and Top up through sale-controls.js.
 
 import { api, messageOf } from "./api.js";
-import { field, flash, setBadge, setText } from "./dom.js";
+import { field, flash, setBadge, setText, shownStatus } from "./dom.js";
 import { say } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
@@ -68,7 +68,7 @@ export function adminConsole(removed) {
     if (archived) archived.hidden = !view.archived_at;
     setText(field(row, "units-label"), `Units to add to ${view.name}`);
     setText(field(row, "orders-name"), ` of ${view.name}`);
-    setBadge(field(row, "badge"), view.status);
+    setBadge(field(row, "badge"), shownStatus(view.status, view.draw_finished_at));
     setText(field(row, "sold"), groupDigits(Number(view.sold)));
     setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
     // An action's answer is the plain sale: its revenue and line wait for the console.

@@ -8,7 +8,7 @@
 
 import { api, messageOf, retryAfterSeconds } from "./api.js";
 import { setUpCopyButtons } from "./copy.js";
-import { field, setBadge, setText, showOutcome } from "./dom.js";
+import { field, setBadge, setText, showOutcome, shownStatus } from "./dom.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { presentAnswer } from "./refusals.js";
 
@@ -86,7 +86,7 @@ async function refreshTotals(summary, saleId) {
     setText(field(summary, "stock-left"), groupDigits(Number(sale.data.stock_left)));
     setText(field(summary, "stock-total"), groupDigits(Number(sale.data.stock_total)));
     // A cancel of a sold-out sale's order puts it back on sale.
-    if (typeof sale.data.status === "string") setBadge(field(summary, "status"), sale.data.status);
+    if (typeof sale.data.status === "string") setBadge(field(summary, "status"), shownStatus(sale.data.status, sale.data.draw_finished_at));
   }
 }
 

@@ -6,7 +6,7 @@
 
 import { adminDrawPanel } from "./admin-draw.js";
 import { api, messageOf } from "./api.js";
-import { field, flash, setBadge, setText } from "./dom.js";
+import { field, flash, setBadge, setText, shownStatus } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { groupDigits } from "./numbers.js";
@@ -253,7 +253,7 @@ function saleControls(root, id, nameOf) {
   const box = field(root, "sale-controls");
   const message = field(box, "controls-message");
   const show = (view) => {
-    setBadge(field(root, "badge"), view.status);
+    setBadge(field(root, "badge"), shownStatus(view.status, view.draw_finished_at));
     setText(field(root, "stock-left"), groupDigits(Number(view.stock_left)));
     setText(field(root, "sold"), groupDigits(Number(view.sold)));
     showSaleActions(box, view);

@@ -2,7 +2,7 @@
 
 import { api, messageOf } from "./api.js";
 import { adminConsole } from "./admin-console.js";
-import { field, flash, setBadge, setText, setTimes, showRows } from "./dom.js";
+import { field, flash, setBadge, setText, setTimes, showRows, shownStatus } from "./dom.js";
 import { focusFirstError, revalidateOnInput, say, showFieldErrors } from "./forms.js";
 import { ADMIN_POLL_MS, pollWhileVisible } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
@@ -96,7 +96,7 @@ export function adminPage() {
     if (archived) archived.hidden = !view.archived_at;
     const label = field(row, "units-label") || row.querySelector("label");
     setText(label, `Units for ${view.name}`);
-    setBadge(field(row, "badge"), view.status);
+    setBadge(field(row, "badge"), shownStatus(view.status, view.draw_finished_at));
     setText(field(row, "price"), formatPrice(Number(view.price_cents)));
     setText(field(row, "stock-left"), groupDigits(Number(view.stock_left)));
     setText(field(row, "sold"), groupDigits(Number(view.sold)));

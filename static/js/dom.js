@@ -54,7 +54,17 @@ const STATUS_LABELS = {
   ended: "Ended",
   closed: "Closed",
   open: "Open",
+  draw_over: "Draw over",
 };
+
+/**
+ * The status a page shows of a sale: its own, or "draw_over" for a live draw
+ * sale whose draw finished (`draw_finished_at`: every entry had its turn, so the
+ * units left are not for sale to anyone).
+ */
+export function shownStatus(status, drawFinished) {
+  return status === "live" && drawFinished ? "draw_over" : status;
+}
 
 /** A status badge: its colour class and its words. */
 export function setBadge(el, status) {

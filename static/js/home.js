@@ -1,7 +1,7 @@
 // The home page: the sale cards.
 
 import { api } from "./api.js";
-import { field, setBadge, setText } from "./dom.js";
+import { field, setBadge, setText, shownStatus } from "./dom.js";
 import { pollWhileVisible } from "./live.js";
 import { groupDigits } from "./numbers.js";
 import { clockOffset, formatDuration, localTime } from "./time.js";
@@ -27,6 +27,7 @@ export function indexPage() {
       endsAt: Number(d.endsAt),
       left: Number(d.stockLeft) || 0,
       total: Number(d.stockTotal) || 0,
+      drawOver: d.drawOver === "true",
       shown: "",
     });
   }
@@ -36,7 +37,7 @@ export function indexPage() {
     const t = now();
     if (status === "upcoming" && t >= c.startsAt) status = c.left > 0 ? "live" : "sold_out";
     if (status !== "closed" && t >= c.endsAt) status = "ended";
-    return status;
+    return shownStatus(status, c.drawOver);
   }
 
   function whenLine(c, status) {
@@ -45,6 +46,7 @@ export function indexPage() {
     if (status === "upcoming")
       return untilStart < 86400000 ? ["Opens in ", formatDuration(untilStart)] : ["Opens ", localTime(new Date(c.startsAt))];
     if (status === "closed") return ["Closed by the shop", ""];
+    if (status === "draw_over") return ["Draw over: the units left are not for sale", ""];
     if (status === "ended") return ["Ended ", localTime(new Date(c.endsAt))];
     return ["Ends ", localTime(new Date(c.endsAt))];
   }
@@ -85,6 +87,7 @@ export function indexPage() {
       const c = cards.get(String(view.id));
       if (!c) continue;
       if (typeof view.status === "string") c.status = view.status;
+      c.drawOver = typeof view.draw_finished_at === "string";
       if (Number.isFinite(view.stock_left)) c.left = Math.max(0, view.stock_left);
       if (Number.isFinite(view.stock_total)) c.total = Math.max(view.stock_total, c.left);
       const starts = Date.parse(view.starts_at);

@@ -1,7 +1,7 @@
 // The sale page: status, stock and countdown follow the sale live, and Buy.
 
 import { api, messageOf } from "./api.js";
-import { field, setBadge, setText, showOutcome } from "./dom.js";
+import { field, setBadge, setText, showOutcome, shownStatus } from "./dom.js";
 import { liveOrPoll } from "./live.js";
 import { formatPrice, groupDigits } from "./numbers.js";
 import { followRateLimit, presentAnswer, retryLabel, sharedAnswer } from "./refusals.js";
@@ -70,6 +70,9 @@ export function salePage() {
     // How this buyer's order ended when it holds nothing now (returnedWords).
     returned: d.returned || "",
     mayRebuy: d.rebuy === "true",
+    // A draw whose every entry had its turn (the view's draw_finished_at): its
+    // units left are not for sale, however the sale's status reads.
+    drawOver: d.drawOver === "true",
     busy: false,
     retryUntil: 0, // client clock, after a 429
     following: false,
@@ -102,7 +105,7 @@ export function salePage() {
     const t = now();
     if (status === "upcoming" && t >= Math.max(state.startsAt, state.opensNotBefore)) status = state.left > 0 ? "live" : "sold_out";
     if (status !== "closed" && t >= state.endsAt) status = "ended";
-    return status;
+    return shownStatus(status, state.drawOver);
   }
 
   /**
@@ -137,6 +140,8 @@ export function salePage() {
         return "Sale ended";
       case "closed":
         return "Sale closed";
+      case "draw_over":
+        return "Draw over";
       default:
         return "Buy now";
     }
@@ -249,6 +254,7 @@ export function salePage() {
     if (!view || typeof view !== "object") return;
     applyWords(view);
     if (typeof view.status === "string") state.status = view.status;
+    if (isDraw) state.drawOver = typeof view.draw_finished_at === "string";
     if (Number.isFinite(view.stock_left)) state.left = Math.max(0, view.stock_left);
     if (Number.isFinite(view.stock_total)) state.total = Math.max(view.stock_total, state.left);
     const starts = Date.parse(view.starts_at);

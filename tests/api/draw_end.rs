@@ -70,16 +70,21 @@ async fn me(app: &TestApp, sale: i64, user: &User) -> Value {
 async fn first_buys(app: &TestApp, sale: i64, winners: &[&User]) -> Value {
     let standing = me(app, sale, winners[1]).await;
     assert_eq!(standing["state"], "won", "{standing}");
-    let ticket = me(app, sale, winners[0]).await["ticket"].clone();
+    buys_with_the_win(app, sale, winners[0]).await;
+    standing["ticket"].clone()
+}
+
+/// `winner` buys with the ticket of their running win: 202.
+async fn buys_with_the_win(app: &TestApp, sale: i64, winner: &User) {
+    let ticket = me(app, sale, winner).await["ticket"].clone();
     let resp = app
         .post_json(
             &format!("/api/sales/{sale}/purchase"),
-            Some(&winners[0].token),
+            Some(&winner.token),
             &json!({ "ticket": ticket }),
         )
         .await;
     assert_status(resp, StatusCode::ACCEPTED).await;
-    standing["ticket"].clone()
 }
 
 /// Within 5 s: the admin's numbers show the three wins settled (one bought, two
@@ -185,4 +190,67 @@ async fn a_draw_whose_end_passes_settles_its_running_wins() {
     app.wait_until_settled(sale).await;
     tokio::time::sleep(ends_at.saturating_duration_since(Instant::now())).await;
     settled(&app, &admin, sale, &winners, &stale).await;
+}
+
+/// A draw with fewer entries than units: once its one winner bought, every entry
+/// had its turn and the units left are not for sale to anyone while the sale
+/// still runs. Its views say when the draw finished (`draw_finished_at`, status
+/// still `live`), and its page and card say the draw is over instead of offering
+/// units nobody may buy.
+#[tokio::test]
+async fn a_finished_draw_with_units_left_says_so_while_the_sale_runs() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let users = app.create_users(1, false).await;
+    let (sale, ids) = entered(&app, &admin, 3, (3600, 7200), &users).await;
+    draw_now(&app, &admin, sale, &ids).await;
+    let path = format!("/api/sales/{sale}");
+    let view = app.get_json(&path, None).await;
+    assert!(
+        view.get("draw_finished_at").is_none(),
+        "a win still runs: {view}"
+    );
+    buys_with_the_win(&app, sale, &users[0]).await;
+    app.wait_until_settled(sale).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let view = loop {
+        let view = app.get_json(&path, None).await;
+        if view["draw_finished_at"].is_string() {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "never finished: {view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(view["status"], "live", "{view}");
+    assert_eq!(view["stock_left"], 2, "{view}");
+    let list = app.get_json("/api/sales", None).await;
+    let listed = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == sale)
+        .cloned()
+        .unwrap_or_default();
+    assert!(listed["draw_finished_at"].is_string(), "{listed}");
+
+    let page = app
+        .get(&format!("/sales/{sale}"), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    for text in [
+        r#"data-draw-over="true""#,
+        r#"<span class="badge badge-draw_over" data-field="badge">Draw over</span>"#,
+        "The draw is over.",
+        "Every entry had its turn: the units left are not for sale.",
+    ] {
+        assert!(page.contains(text), "the sale page lacks {text:?}");
+    }
+    assert!(!page.contains("Only its winners may buy."));
+    let home = app.get("/", None).await.text().await.unwrap();
+    assert!(
+        home.contains(r#"class="sale-card status-draw_over""#),
+        "the home page's card"
+    );
 }

@@ -246,7 +246,8 @@ pub async fn step<C: ConnectionLike>(
     let done = offered >= draw.entries && open == 0 && newly == 0;
     finish(&mut tx, sale, offered, done).await?;
     tx.commit().await?;
-    if !sold_to.is_empty() || !passed.is_empty() || newly > 0 {
+    // The publication changed: a win settled or offered, or the draw finished.
+    if done || !sold_to.is_empty() || !passed.is_empty() || newly > 0 {
         drop_view(redis, keys, sale).await;
     }
     Ok(Some(newly))
@@ -294,9 +295,8 @@ async fn end<C: ConnectionLike>(
     }
     finish(&mut tx, sale, draw.offered, true).await?;
     tx.commit().await?;
-    if !users.is_empty() {
-        drop_view(redis, keys, sale).await;
-    }
+    // Its wins settled, and it finished: the publication says so.
+    drop_view(redis, keys, sale).await;
     Ok(Some(0))
 }
 

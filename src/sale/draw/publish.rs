@@ -41,6 +41,10 @@ pub struct Published {
     /// draw made before it was kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock_at_draw: Option<i64>,
+    /// When every entry had had its turn (no win runs or may pass on any more):
+    /// units still left then are not for sale to anyone. Absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
     /// Every entry offered a win so far, in the seeded order: those of the draw,
     /// then those a passed win went to.
     pub winners: Vec<Winner>,
@@ -78,6 +82,7 @@ struct DrawRow {
     drawn_at: Option<DateTime<Utc>>,
     entries: Option<i32>,
     stock_at_draw: Option<i64>,
+    finished_at: Option<DateTime<Utc>>,
     in_ms: f64,
 }
 
@@ -85,7 +90,7 @@ struct DrawRow {
 pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppError> {
     let draw: Option<DrawRow> = sqlx::query_as(
         "SELECT d.seed, d.recipe, d.entries_digest, d.drawn_at, d.entries, d.stock_at_draw,
-                GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
+                d.finished_at, GREATEST(EXTRACT(EPOCH FROM s.starts_at - clock_timestamp()), 0)::float8 * 1000
                     AS in_ms
          FROM sale_draws d JOIN sales s ON s.id = d.sale_id WHERE d.sale_id = $1",
     )
@@ -99,6 +104,7 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         drawn_at,
         entries,
         stock_at_draw,
+        finished_at,
         in_ms,
     }) = draw
     else {
@@ -127,6 +133,7 @@ pub async fn published(db: &PgPool, sale: SaleId) -> Result<Publication, AppErro
         entries: i64::from(entries.unwrap_or(0)),
         winners_at_draw,
         stock_at_draw,
+        finished_at,
         winners,
     }))
 }

@@ -17,7 +17,13 @@ pub struct SaleCard {
     pub price: String,
     /// Also the card's CSS class (`sold_out`, ...).
     pub status: SaleStatus,
+    /// The badge's words: the status's, or "Draw over" (see `draw_over`).
     pub status_label: &'static str,
+    /// The badge's CSS class: `badge-` and this (the status, or `draw_over`).
+    pub badge: &'static str,
+    /// A live draw sale whose draw finished (`SaleView::draw_finished_at`): every
+    /// entry had its turn, so its units left are not for sale to anyone.
+    pub draw_over: bool,
     pub stock_left: i64,
     pub stock_total: i64,
     pub sold: i64,
@@ -203,13 +209,24 @@ impl From<SaleView> for SaleCard {
     fn from(view: SaleView) -> Self {
         let sale = view.sale;
         let draw = DrawFacts::of(&sale);
+        let draw_over = view.status == SaleStatus::Live && view.draw_finished_at.is_some();
         SaleCard {
             draw,
+            draw_over,
+            badge: if draw_over {
+                "draw_over"
+            } else {
+                view.status.as_str()
+            },
             past_end: Utc::now() >= sale.ends_at,
             id: sale.id.get(),
             price: format_price(sale.price_cents),
             status: view.status,
-            status_label: view.status.label(),
+            status_label: if draw_over {
+                "Draw over"
+            } else {
+                view.status.label()
+            },
             stock_left: view.stock_left.max(0),
             // Units left can exceed the record for a moment during a top-up.
             stock_total: sale.stock_total.max(view.stock_left),
@@ -294,7 +311,8 @@ impl OrderState {
 }
 
 /// The home page's order: what can be bought now, then what opens soonest, then
-/// sold-out, ended and closed sales (the store's order within those groups).
+/// sold-out, ended (with them draws that are over) and closed sales (the store's
+/// order within those groups).
 pub fn sort_for_shop(sales: &mut [SaleCard]) {
     sales.sort_by_key(|sale| {
         let soonest = if sale.status == SaleStatus::Upcoming {
@@ -302,7 +320,13 @@ pub fn sort_for_shop(sales: &mut [SaleCard]) {
         } else {
             0
         };
-        (sale.status.shop_rank(), soonest)
+        // A draw that is over sells nothing more: with the sales that ended.
+        let rank = if sale.draw_over {
+            SaleStatus::Ended.shop_rank()
+        } else {
+            sale.status.shop_rank()
+        };
+        (rank, soonest)
     });
 }
 
