@@ -205,6 +205,13 @@ impl Keys {
         self.cache(&format!("sale:{id}"), "draw")
     }
 
+    /// The cached moment one drawn sale's draw finished (null until it does), kept
+    /// a second: what the sale's views read (`draw_finished_at`), a few bytes where
+    /// the publication holds every win.
+    pub fn draw_finished(&self, id: SaleId) -> String {
+        self.cache(&format!("sale:{id}"), "drawdone")
+    }
+
     /// The cached Postgres record (question, window, options, results setting) of
     /// one poll. (`record`, not `view`, since the record carries who may see the
     /// tallies: a record cached by an older binary, without it, is never read.)

@@ -207,9 +207,9 @@ pub async fn find_view<S: CachedReads + ?Sized>(
 }
 
 /// Marks the views of draw sales whose draw finished (`draw_finished_at`), from
-/// each draw's cached publication (a second old at most, one cache read a drawn
-/// draw sale; none for the others). Best effort: a draw being made, or a read that
-/// fails, leaves the view as it is.
+/// the cached moment (a second old at most, one small cache read a drawn draw
+/// sale; none for the others). Best effort: a read that fails leaves the view as
+/// it is.
 async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record::SaleView]) {
     let now = chrono::Utc::now();
     for view in views.iter_mut() {
@@ -217,15 +217,10 @@ async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record:
             continue;
         }
         let id = view.sale.id;
-        match crate::sale::draw::publish::cached(state, id, |_| {
-            AppError::not_found(format!("no draw for sale {id}"))
-        })
-        .await
-        {
-            Ok(published) => view.draw_finished_at = published.finished_at,
-            Err(e) if e.error_code() == crate::error::ErrorCode::NotFound => {}
+        match crate::sale::draw::publish::finished_at(state, id).await {
+            Ok(at) => view.draw_finished_at = at,
             Err(e) => {
-                tracing::debug!(sale = %id, error = %e, "a draw's publication was not read for its view")
+                tracing::debug!(sale = %id, error = %e, "a draw's finish was not read for its view")
             }
         }
     }

@@ -168,6 +168,32 @@ pub async fn cached<S: CachedReads + ?Sized>(
         .await
 }
 
+/// When `sale`'s draw finished (every entry had its turn), `None` until then or
+/// without a draw; cached a second across servers (`Keys::draw_finished`: a pass
+/// step that finishes the draw drops it), so the sale's views, its event stream
+/// and the lists read a few bytes, not the publication with every win.
+pub async fn finished_at<S: CachedReads + ?Sized>(
+    state: &S,
+    sale: SaleId,
+) -> Result<Option<DateTime<Utc>>, AppError> {
+    let db = state.db();
+    state
+        .cache()
+        .get_or_rebuild(
+            &state.keys().draw_finished(sale),
+            PUBLISHED_TTL,
+            || async move {
+                let at: Option<Option<DateTime<Utc>>> =
+                    sqlx::query_scalar("SELECT finished_at FROM sale_draws WHERE sale_id = $1")
+                        .bind(sale.get())
+                        .fetch_optional(db)
+                        .await?;
+                Ok(at.flatten())
+            },
+        )
+        .await
+}
+
 /// The first line of `entries.csv`.
 pub const CSV_HEADER: &str = "entry_id,entered_at\n";
 
