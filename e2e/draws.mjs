@@ -125,7 +125,7 @@ try {
       const badge = visitor.locator('[data-field="badge"]');
       await visitor.locator('[data-field="draw-status"]').filter({ hasText: "The draw is over." }).waitFor({ timeout: 5000 });
       check(
-        (await visitor.locator('[data-field="draw-detail"]').innerText()) === "Every entry had its turn: the units left are not for sale.",
+        (await visitor.locator('[data-field="draw-detail"]').innerText()) === "No more wins will be given: the units left are not for sale.",
         `signed out, a finished draw's page says its unit left is not for sale ${at}`,
       );
       // The page's live updates (a view a second) keep it so.

@@ -206,14 +206,18 @@ pub async fn find_view<S: CachedReads + ?Sized>(
     Ok(views.pop())
 }
 
-/// Marks the views of draw sales whose draw finished (`draw_finished_at`), from
-/// the cached moment (a second old at most, one small cache read a drawn draw
-/// sale; none for the others). Best effort: a read that fails leaves the view as
-/// it is.
+/// Marks the views of live draw sales whose draw finished (`draw_finished_at`:
+/// their units left are for no one), from the cached moment (a second old at
+/// most, one small cache read a live draw sale; none for the others, whose status
+/// says already that nothing sells). Best effort: a read that fails leaves the
+/// view as it is.
 async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record::SaleView]) {
     let now = chrono::Utc::now();
     for view in views.iter_mut() {
-        if !view.sale.is_draw() || view.sale.starts_at > now {
+        if !view.sale.is_draw()
+            || view.sale.starts_at > now
+            || view.status != crate::domain::SaleStatus::Live
+        {
             continue;
         }
         let id = view.sale.id;

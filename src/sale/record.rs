@@ -160,10 +160,10 @@ pub struct SaleView {
     /// A draw sale: when it is drawn (its `starts_at`). Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draw_at: Option<DateTime<Utc>>,
-    /// A draw sale whose draw is over (every entry had its turn: no win runs or
-    /// passes on any more): when it finished. Units still left then are not for
-    /// sale to anyone, though `status` may say `live` until the sale's end. Absent
-    /// otherwise.
+    /// A live draw sale whose draw is over (every entry had its turn, or the sale
+    /// closed or ended before and was reopened: no win runs or passes on any
+    /// more): when it finished. Units still left then are not for sale to anyone,
+    /// though `status` says `live` until the sale's end. Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draw_finished_at: Option<DateTime<Utc>>,
 }

@@ -118,15 +118,15 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
     if (el.enter.hidden) (res.ok ? el.standing : field(root, "outcome")).focus({ preventScroll: true });
   }
 
-  /** A finished draw's units left (the view's draw_finished_at). */
-  const OVER = "Every entry had its turn: the units left are not for sale.";
+  /** A live sale whose draw finished (the view's draw_finished_at): its units left. */
+  const OVER = "No more wins will be given: the units left are not for sale.";
 
   /** What the panel says: [status, detail, detail link]. */
   function words(status) {
     const results = when(sale.startsAt);
     if (!sale.signedIn) {
       if (!drawn()) return ["Enter the draw for a chance to buy.", `Sign in and enter before ${results}, your local time; the winners are drawn then.`, null];
-      if (sale.drawOver) return ["The draw is over.", OVER, null];
+      if (status === "draw_over") return ["The draw is over.", OVER, null];
       return ["The draw has been made.", "Only its winners may buy.", null];
     }
     // An order returned: the win bought once.
@@ -162,7 +162,7 @@ export function drawEntry({ root, saleId, sale, now, show, clear, changed, signi
           null,
         ];
       case "not_drawn":
-        return ["You were not drawn this time.", sale.drawOver ? OVER : "Every unit has gone to the draw's winners.", null];
+        return ["You were not drawn this time.", status === "draw_over" ? OVER : "Every unit has gone to the draw's winners.", null];
       default:
         return ["", "", null];
     }

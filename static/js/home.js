@@ -87,7 +87,7 @@ export function indexPage() {
       const c = cards.get(String(view.id));
       if (!c) continue;
       if (typeof view.status === "string") c.status = view.status;
-      c.drawOver = typeof view.draw_finished_at === "string";
+      if (typeof view.draw_finished_at === "string") c.drawOver = true;
       if (Number.isFinite(view.stock_left)) c.left = Math.max(0, view.stock_left);
       if (Number.isFinite(view.stock_total)) c.total = Math.max(view.stock_total, c.left);
       const starts = Date.parse(view.starts_at);

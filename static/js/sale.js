@@ -254,7 +254,8 @@ export function salePage() {
     if (!view || typeof view !== "object") return;
     applyWords(view);
     if (typeof view.status === "string") state.status = view.status;
-    if (isDraw) state.drawOver = typeof view.draw_finished_at === "string";
+    // A draw never un-finishes: a view without it (a read that failed) changes nothing.
+    if (isDraw && typeof view.draw_finished_at === "string") state.drawOver = true;
     if (Number.isFinite(view.stock_left)) state.left = Math.max(0, view.stock_left);
     if (Number.isFinite(view.stock_total)) state.total = Math.max(view.stock_total, state.left);
     const starts = Date.parse(view.starts_at);

@@ -243,7 +243,7 @@ async fn a_finished_draw_with_units_left_says_so_while_the_sale_runs() {
         r#"data-draw-over="true""#,
         r#"<span class="badge badge-draw_over" data-field="badge">Draw over</span>"#,
         "The draw is over.",
-        "Every entry had its turn: the units left are not for sale.",
+        "No more wins will be given: the units left are not for sale.",
     ] {
         assert!(page.contains(text), "the sale page lacks {text:?}");
     }

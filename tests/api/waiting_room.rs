@@ -1543,23 +1543,7 @@ async fn a_cancelled_order_of_a_waiting_room_gives_its_unit_back() {
     let admin = app.admin().await;
     let sale = waiting_room_sale(&app, &admin, 1, 1000, 1000).await;
     let user = app.create_users(1, false).await.remove(0);
-    assert_eq!(join(&app, sale, &user).await.status(), StatusCode::OK);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let ticket = loop {
-        let m = me(&app, sale, &user).await;
-        if let Some(t) = m["ticket"].as_str() {
-            break t.to_string();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "not admitted: {m}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let bought = buy_with_ticket(&app, sale, &user, &ticket).await;
-    assert_eq!(bought.status(), StatusCode::ACCEPTED);
-    let (order, _) = app.wait_for_orders(sale, 1).await[0];
-    let cancelled = app
-        .post(&format!("/api/orders/{order}/cancel"), Some(&user.token))
-        .await;
-    assert_eq!(cancelled.status(), StatusCode::OK);
+    buys_in_turn_then_cancels(&app, sale, &user).await;
     let shown = app.get_json(&format!("/api/sales/{sale}"), None).await;
     assert_eq!(
         (&shown["stock_left"], &shown["stock_total"]),
@@ -1573,4 +1557,50 @@ async fn a_cancelled_order_of_a_waiting_room_gives_its_unit_back() {
         "the sale page's numbers: {}",
         html.lines().filter(|l| l.contains("stock-left")).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// A shopper who bought with their turn and cancelled, on a sale whose buyers may
+/// buy again (which takes them out of the buyers hash): their turn was used, so
+/// `/queue/me` (and a join sent again) says `bought`, never `passed` ("let in but
+/// did not buy in time").
+#[tokio::test]
+async fn a_turn_that_bought_reads_bought_after_its_order_is_cancelled() {
+    let app = spawn_app().await;
+    let admin = app.admin().await;
+    let sale = waiting_room_sale(&app, &admin, 2, 1500, 1000).await;
+    let patched = app
+        .patch_sale(&admin, sale, &json!({ "rebuy_after_expiry": true }))
+        .await;
+    assert_eq!(patched.status(), StatusCode::OK);
+    let user = app.create_users(1, false).await.remove(0);
+    buys_in_turn_then_cancels(&app, sale, &user).await;
+    let m = me(&app, sale, &user).await;
+    assert_eq!(m["state"], "bought", "the turn was used: {m}");
+    let again = join(&app, sale, &user).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["state"], "bought", "{again}");
+}
+
+/// `user` joins the line, buys with their admission once let in (reading
+/// `bought` then), and cancels the order.
+async fn buys_in_turn_then_cancels(app: &TestApp, sale: i64, user: &User) {
+    assert_eq!(join(app, sale, user).await.status(), StatusCode::OK);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let ticket = loop {
+        let m = me(app, sale, user).await;
+        if let Some(t) = m["ticket"].as_str() {
+            break t.to_string();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not admitted: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let bought = buy_with_ticket(app, sale, user, &ticket).await;
+    assert_eq!(bought.status(), StatusCode::ACCEPTED);
+    let (order, _) = app.wait_for_orders(sale, 1).await[0];
+    assert_eq!(me(app, sale, user).await["state"], "bought");
+    let cancelled = app
+        .post(&format!("/api/orders/{order}/cancel"), Some(&user.token))
+        .await;
+    assert_eq!(cancelled.status(), StatusCode::OK);
 }

@@ -17,7 +17,7 @@ use crate::limit::Route;
 use crate::metrics::Metrics;
 use crate::routes::fair;
 use crate::sale::queue::estimate::Chance;
-use crate::sale::queue::join::{Ask, Place, QueueState, Standing};
+use crate::sale::queue::join::{Ask, Place, QueueState, Standing, tell_used_turn};
 use crate::sale::ticket::grant;
 use crate::state::{AppState, Worker};
 
@@ -164,6 +164,7 @@ pub(super) async fn join(
         .await?;
     proof.spend(&state, &req).await?;
     let s = place(&state, &worker, sale, user.id, true).await?;
+    let s = tell_used_turn(&state.db, sale, user.id, s).await?;
     Ok(granted.attach(answer(view(&state, sale, user.id, s))))
 }
 
@@ -186,5 +187,6 @@ pub(super) async fn me(
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
     let s = place(&state, &worker, sale, user.id, false).await?;
+    let s = tell_used_turn(&state.db, sale, user.id, s).await?;
     Ok(answer(view(&state, sale, user.id, s)))
 }

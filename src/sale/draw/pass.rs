@@ -328,7 +328,7 @@ async fn settle(
 /// The publication changed: its cached copy goes, and the cached moment the draw
 /// finished (a failure leaves them a second at most, `Keys::draw_view`,
 /// `Keys::draw_finished`).
-async fn drop_view<C: ConnectionLike>(redis: &mut C, keys: &Keys, sale: SaleId) {
+pub(super) async fn drop_view<C: ConnectionLike>(redis: &mut C, keys: &Keys, sale: SaleId) {
     let cached = [keys.draw_view(sale), keys.draw_finished(sale)];
     if let Err(e) = crate::cache::invalidate_keys(redis, &cached).await {
         tracing::warn!(%sale, error = %e, "the draw's cached publication was not dropped");

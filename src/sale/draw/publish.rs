@@ -41,8 +41,9 @@ pub struct Published {
     /// draw made before it was kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stock_at_draw: Option<i64>,
-    /// When every entry had had its turn (no win runs or may pass on any more):
-    /// units still left then are not for sale to anyone. Absent until then.
+    /// When every entry had had its turn, or the sale closed or ended first (no
+    /// win runs or may pass on any more): units still left then are not for sale
+    /// to anyone. Absent until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
     /// Every entry offered a win so far, in the seeded order: those of the draw,
@@ -168,9 +169,9 @@ pub async fn cached<S: CachedReads + ?Sized>(
         .await
 }
 
-/// When `sale`'s draw finished (every entry had its turn), `None` until then or
-/// without a draw; cached a second across servers (`Keys::draw_finished`: a pass
-/// step that finishes the draw drops it), so the sale's views, its event stream
+/// When `sale`'s draw finished (every entry had its turn, or the sale closed or
+/// ended first), `None` until then or without a draw; cached a second across servers (`Keys::draw_finished`: the draw,
+/// and a pass step that finishes it, drop it), so the sale's views, its event stream
 /// and the lists read a few bytes, not the publication with every win.
 pub async fn finished_at<S: CachedReads + ?Sized>(
     state: &S,

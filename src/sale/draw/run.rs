@@ -72,6 +72,11 @@ pub async fn draw_once(
     let _lost = guard.start_watchdog();
     let drawn = draw_locked(db, sale, claim_max).await;
     let _ = guard.release().await;
+    if let Ok(Some(_)) = &drawn {
+        // Drawn (and finished at once when nobody won): what was cached of the
+        // draw before it goes.
+        super::pass::drop_view(&mut redis.clone(), keys, sale).await;
+    }
     drawn
 }
 

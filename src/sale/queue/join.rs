@@ -307,3 +307,31 @@ impl crate::batch::Decider for QueueDecider {
         places(&mut redis, &self.keys, sale, &batch, None).await
     }
 }
+
+/// `s`, a used turn told apart from one that passed. The script reads a turn as
+/// bought only while the buyers hash holds the shopper, and an order returned
+/// (cancelled, refunded, expired) on a sale whose buyers may buy again takes them
+/// out of it: their turn read `passed`, "let in, did not buy in time". A passed
+/// standing whose shopper has an order of the sale in Postgres (where an order is
+/// before it can be returned) used its turn: `bought`. One indexed read, for a
+/// passed standing only.
+pub async fn tell_used_turn(
+    db: &sqlx::PgPool,
+    sale: SaleId,
+    user: UserId,
+    mut s: Standing,
+) -> Result<Standing, AppError> {
+    if s.state == QueueState::Passed {
+        let used: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM orders WHERE sale_id = $1 AND user_id = $2)",
+        )
+        .bind(sale.get())
+        .bind(user.get())
+        .fetch_one(db)
+        .await?;
+        if used {
+            s.state = QueueState::Bought;
+        }
+    }
+    Ok(s)
+}

@@ -15,7 +15,7 @@ pub struct SaleCard {
     pub name: String,
     pub description: String,
     pub price: String,
-    /// Also the card's CSS class (`sold_out`, ...).
+    /// The sale's status (`sold_out`, ...; the card's CSS class is `badge`'s).
     pub status: SaleStatus,
     /// The badge's words: the status's, or "Draw over" (see `draw_over`).
     pub status_label: &'static str,
