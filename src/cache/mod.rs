@@ -226,6 +226,28 @@ impl Cache {
         }
     }
 
+    /// The cached values of `keys` as they are, in one pipelined round trip (a key
+    /// of each slot's node on a cluster): `None` where one is missing or does not
+    /// parse. Nothing is loaded: a caller gets a miss's value with
+    /// [`Cache::get_or_rebuild`].
+    pub async fn peek_many<T: DeserializeOwned>(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Option<T>>, AppError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.get(key);
+        }
+        let raws: Vec<Option<String>> = pipe.query_async(&mut self.redis.clone()).await?;
+        Ok(raws
+            .into_iter()
+            .map(|raw| raw.and_then(|r| serde_json::from_str(&r).ok()))
+            .collect())
+    }
+
     /// After a change in Postgres: deletes the cached views and their rebuild locks (so a
     /// rebuild that read Postgres before the change cannot store what it read), and lets
     /// this process's later callers start fresh rebuilds. Call it after the commit.

@@ -208,24 +208,49 @@ pub async fn find_view<S: CachedReads + ?Sized>(
 
 /// Marks the views of live draw sales whose draw finished (`draw_finished_at`:
 /// their units left are for no one), from the cached moment (a second old at
-/// most, one small cache read a live draw sale; none for the others, whose status
-/// says already that nothing sells). Best effort: a read that fails leaves the
-/// view as it is.
+/// most): one pipelined read for all of them, and a load only for a moment not
+/// cached; nothing for the other sales, whose status says already whether they
+/// sell. Best effort: a read that fails leaves the views as they are.
 async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record::SaleView]) {
     let now = chrono::Utc::now();
-    for view in views.iter_mut() {
-        if !view.sale.is_draw()
-            || view.sale.starts_at > now
-            || view.status != crate::domain::SaleStatus::Live
-        {
-            continue;
+    let live: Vec<usize> = (0..views.len())
+        .filter(|&i| {
+            let v = &views[i];
+            v.sale.is_draw()
+                && v.sale.starts_at <= now
+                && v.status == crate::domain::SaleStatus::Live
+        })
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    let keys: Vec<String> = live
+        .iter()
+        .map(|&i| state.keys().draw_finished(views[i].sale.id))
+        .collect();
+    let cached = match state
+        .cache()
+        .peek_many::<Option<DateTime<Utc>>>(&keys)
+        .await
+    {
+        Ok(cached) => cached,
+        Err(e) => {
+            tracing::debug!(error = %e, "draws' finish not read for their views");
+            return;
         }
-        let id = view.sale.id;
-        match crate::sale::draw::publish::finished_at(state, id).await {
-            Ok(at) => view.draw_finished_at = at,
-            Err(e) => {
-                tracing::debug!(sale = %id, error = %e, "a draw's finish was not read for its view")
-            }
-        }
+    };
+    for (&i, cached) in live.iter().zip(cached) {
+        let id = views[i].sale.id;
+        let at = match cached {
+            Some(at) => at,
+            None => match crate::sale::draw::publish::finished_at(state, id).await {
+                Ok(at) => at,
+                Err(e) => {
+                    tracing::debug!(sale = %id, error = %e, "a draw's finish was not read for its view");
+                    continue;
+                }
+            },
+        };
+        views[i].draw_finished_at = at;
     }
 }
