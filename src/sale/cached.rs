@@ -212,7 +212,7 @@ pub async fn find_view<S: CachedReads + ?Sized>(
 /// cached; nothing for the other sales, whose status says already whether they
 /// sell. Best effort: a read that fails leaves the views as they are.
 async fn finished_draws<S: CachedReads + ?Sized>(state: &S, views: &mut [record::SaleView]) {
-    let now = chrono::Utc::now();
+    let now = Utc::now();
     let live: Vec<usize> = (0..views.len())
         .filter(|&i| {
             let v = &views[i];

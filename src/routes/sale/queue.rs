@@ -104,7 +104,8 @@ fn view(state: &AppState, sale: SaleId, user: UserId, s: Standing) -> QueueView 
 }
 
 /// `lua/queue_place.lua` (joining with `join`), through this worker's batch of the
-/// sale: where the caller stands, or the refusal.
+/// sale: where the caller stands (a used turn told apart from a passed one,
+/// [`tell_used_turn`]), or the refusal.
 async fn place(
     state: &AppState,
     worker: &Worker,
@@ -117,7 +118,7 @@ async fn place(
             if new {
                 Metrics::inc(&state.metrics.queue_joins);
             }
-            Ok(standing)
+            tell_used_turn(&state.db, sale, user, standing).await
         }
         refused => Err(answers::line_refusal(state, sale, refused).await),
     }
@@ -164,7 +165,6 @@ pub(super) async fn join(
         .await?;
     proof.spend(&state, &req).await?;
     let s = place(&state, &worker, sale, user.id, true).await?;
-    let s = tell_used_turn(&state.db, sale, user.id, s).await?;
     Ok(granted.attach(answer(view(&state, sale, user.id, s))))
 }
 
@@ -187,6 +187,5 @@ pub(super) async fn me(
 ) -> Result<HttpResponse, AppError> {
     let sale = SaleId::parse(&path)?;
     let s = place(&state, &worker, sale, user.id, false).await?;
-    let s = tell_used_turn(&state.db, sale, user.id, s).await?;
     Ok(answer(view(&state, sale, user.id, s)))
 }

@@ -170,9 +170,10 @@ pub async fn cached<S: CachedReads + ?Sized>(
 }
 
 /// When `sale`'s draw finished (every entry had its turn, or the sale closed or
-/// ended first), `None` until then or without a draw; cached a second across servers (`Keys::draw_finished`: the draw,
-/// and a pass step that finishes it, drop it), so the sale's views, its event stream
-/// and the lists read a few bytes, not the publication with every win.
+/// ended first), `None` until then or without a draw; cached a second across
+/// servers (`Keys::draw_finished`: the draw, and a pass step that finishes it,
+/// drop it), so the sale's views, its event stream and the lists read a few
+/// bytes, not the publication with every win.
 pub async fn finished_at<S: CachedReads + ?Sized>(
     state: &S,
     sale: SaleId,

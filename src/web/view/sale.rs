@@ -15,12 +15,9 @@ pub struct SaleCard {
     pub name: String,
     pub description: String,
     pub price: String,
-    /// The sale's status (`sold_out`, ...; the card's CSS class is `badge`'s).
+    /// The sale's status (`sold_out`, ...; the card's CSS class is
+    /// [`SaleCard::badge`]'s).
     pub status: SaleStatus,
-    /// The badge's words: the status's, or "Draw over" (see `draw_over`).
-    pub status_label: &'static str,
-    /// The badge's CSS class: `badge-` and this (the status, or `draw_over`).
-    pub badge: &'static str,
     /// A live draw sale whose draw finished (`SaleView::draw_finished_at`): every
     /// entry had its turn, so its units left are not for sale to anyone.
     pub draw_over: bool,
@@ -64,6 +61,24 @@ pub struct SaleCard {
 }
 
 impl SaleCard {
+    /// The badge's CSS class, `badge-` and this: the status, or `draw_over`.
+    pub fn badge(&self) -> &'static str {
+        if self.draw_over {
+            "draw_over"
+        } else {
+            self.status.as_str()
+        }
+    }
+
+    /// The badge's words: the status's, or "Draw over".
+    pub fn status_label(&self) -> &'static str {
+        if self.draw_over {
+            "Draw over"
+        } else {
+            self.status.label()
+        }
+    }
+
     pub fn stock_left_text(&self) -> String {
         group_digits(self.stock_left)
     }
@@ -213,20 +228,10 @@ impl From<SaleView> for SaleCard {
         SaleCard {
             draw,
             draw_over,
-            badge: if draw_over {
-                "draw_over"
-            } else {
-                view.status.as_str()
-            },
             past_end: Utc::now() >= sale.ends_at,
             id: sale.id.get(),
             price: format_price(sale.price_cents),
             status: view.status,
-            status_label: if draw_over {
-                "Draw over"
-            } else {
-                view.status.label()
-            },
             stock_left: view.stock_left.max(0),
             // Units left can exceed the record for a moment during a top-up.
             stock_total: sale.stock_total.max(view.stock_left),
