@@ -131,6 +131,10 @@ macro_rules! lua_script {
                     "/lua/lib/limit_token_bucket.lua"
                 )),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/limits.lua")),
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/lua/lib/limits_batch.lua"
+                )),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/batch.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/keys.lua")),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/units.lua")),

@@ -81,7 +81,7 @@ end
 -- than the sliding log and counter) and the P states it left (item i's at
 -- (i - 1) * P + 1 ..; an item a later policy refused may have some of its places
 -- written, never read).
-local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
+local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
 -- once, written once), then the window (closed: REPLY_CLOSED; not open until
@@ -94,8 +94,8 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}}
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local code, value, answers = {}, {}, {}
   local asking, users, left = {}, {}, 0
-  local seen, after, states = {}, {}, {}
-  batch_limits_seen = {policies = policies, now = now, states = seen, after = after}
+  local seen, after, states, fast = {}, {}, {}, {}
+  batch_limits_seen = {policies = policies, now = now, states = seen, after = after, fast = fast}
   -- Per counted item i, its subject per policy p at subjects[(i - 1) * P + p]: its
   -- user id (a per-user policy), or its address (its key of a per-address policy
   -- without the policy's prefix; see limits_cache).
@@ -142,10 +142,18 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
       end
     end
     limits_preload(cache, policies, counted, subjects)
+    -- The requests taken a policy at a time (lua/lib/limits_batch.lua): every one
+    -- before counted[upto]; limits_take decides the others.
+    local upto
+    upto, batch_limits_seen.rem, batch_limits_seen.rst = limits_batch_take(cache, subjects,
+      policies, counted, now, after)
+    for k = 1, upto - 1 do
+      fast[counted[k]] = true
+    end
   end
   local before = before_read and seen or nil
   for i = 1, n do
-    local admitted = skip and skip[i] or P == 0
+    local admitted = skip and skip[i] or P == 0 or fast[i]
     if not admitted then
       admitted = limits_take(cache, subjects, (i - 1) * P, policies, now, states, after, before)
     end
@@ -183,9 +191,18 @@ end
 local function batch_reply(P, n, code, value, answers, texts)
   local out, seen, m = {}, batch_limits_seen, 0
   local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
+  local fast, rem, rst = seen.fast, seen.rem, seen.rst
   for i = 1, n do
     local a = answers[i]
-    if code[i] == REPLY_ACCEPTED and P > 0 and not a then
+    if code[i] == REPLY_ACCEPTED and P > 0 and fast[i] then
+      -- Taken by limits_batch_take, its numbers with it.
+      out[m + 1], out[m + 2] = code[i], value[i]
+      m = m + 2
+      for at = (i - 1) * P + 1, i * P do
+        out[m + 1], out[m + 2] = rem[at], rst[at]
+        m = m + 2
+      end
+    elseif code[i] == REPLY_ACCEPTED and P > 0 and not a then
       out[m + 1], out[m + 2] = code[i], value[i]
       m = limits_append_taken(out, m + 2, policies, before, after, (i - 1) * P, now)
     else

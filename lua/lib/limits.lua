@@ -215,7 +215,7 @@ end
 -- Reads `ids` (distinct subjects) of a policy from its bucket `key` (HMGET) into
 -- `t`; returns those not found.
 local function limits_read(t, read, key, ids)
-  local missing = {}
+  local missing, m = {}, 0
   for from = 1, #ids, BATCH_CHUNK do
     local to = math.min(from + BATCH_CHUNK - 1, #ids)
     local texts = redis.call('HMGET', key, unpack(ids, from, to))
@@ -224,7 +224,8 @@ local function limits_read(t, read, key, ids)
       if text then
         t[ids[from + j - 1]] = read(text) or false
       else
-        missing[#missing + 1] = ids[from + j - 1]
+        m = m + 1
+        missing[m] = ids[from + j - 1]
       end
     end
   end
@@ -239,18 +240,16 @@ local function limits_preload(cache, policies, items, subjects)
   local P = #policies
   local wanted = {}
   for p = 1, P do
-    wanted[p] = {}
-  end
-  for _, i in ipairs(items) do
-    local base = (i - 1) * P
-    for p = 1, P do
-      local t, id = cache.tables[p], subjects[base + p]
+    local t, w, c = cache.tables[p], {}, 0
+    for k = 1, #items do
+      local id = subjects[(items[k] - 1) * P + p]
       if t[id] == nil then
         t[id] = false
-        local w = wanted[p]
-        w[#w + 1] = id
+        c = c + 1
+        w[c] = id
       end
     end
+    wanted[p] = w
   end
   for p = 1, P do
     local read = LIMIT_READ[policies[p][1]]

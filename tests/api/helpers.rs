@@ -65,6 +65,27 @@ pub fn test_redis_cluster() -> Vec<String> {
 }
 
 /// The URL of the tests' single Redis node (`STAMPEDE_TEST_REDIS_URL`).
+/// The shared Lua library (`lua/lib/*.lua`) through the rate-limit runner, in the
+/// order `lua_script!` assembles it, for a test script that calls its functions.
+pub fn lua_limits_library() -> String {
+    [
+        "run",
+        "clock",
+        "limit_fixed_window",
+        "limit_sliding_log",
+        "limit_sliding_counter",
+        "limit_token_bucket",
+        "limits",
+        "limits_batch",
+    ]
+    .iter()
+    .map(|name| {
+        std::fs::read_to_string(format!("{}/lua/lib/{name}.lua", env!("CARGO_MANIFEST_DIR")))
+            .expect("library file")
+    })
+    .collect()
+}
+
 pub fn test_redis_url() -> String {
     env_url("STAMPEDE_TEST_REDIS_URL", "REDIS_URL")
 }

@@ -15,9 +15,9 @@ use stampede::limit::{self, Algorithm, Attempt, Decision, Verdict};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::helpers::{
-    RedisNamespace, TestApp, assert_error, bucket_policy, limit_buckets, limits, redis_pttl,
-    sliding_log_entries, socket_addr_of, spawn_app_with, spawn_sibling, test_redis_url,
-    user_log_entries, window_policy,
+    RedisNamespace, TestApp, assert_error, bucket_policy, limit_buckets, limits,
+    lua_limits_library, redis_pttl, sliding_log_entries, socket_addr_of, spawn_app_with,
+    spawn_sibling, test_redis_url, user_log_entries, window_policy,
 };
 
 /// A multiple of every window used below, so windows start at `T0` exactly.
@@ -756,22 +756,7 @@ async fn a_limit_key_of_an_older_layout_is_replaced_not_an_error() {
 #[tokio::test]
 async fn a_take_that_counts_makes_a_new_state_and_leaves_the_one_it_read() {
     let lab = RedisNamespace::new().await;
-    let lib = |name: &str| {
-        std::fs::read_to_string(format!("{}/lua/lib/{name}.lua", env!("CARGO_MANIFEST_DIR")))
-            .expect("library file")
-    };
-    let mut source: String = [
-        "run",
-        "clock",
-        "limit_fixed_window",
-        "limit_sliding_log",
-        "limit_sliding_counter",
-        "limit_token_bucket",
-        "limits",
-    ]
-    .iter()
-    .map(|name| lib(name))
-    .collect();
+    let mut source = lua_limits_library();
     source.push_str(
         r#"
 local now = tonumber(ARGV[1])

@@ -26,6 +26,7 @@ mod idempotency;
 mod kept;
 mod lifecycle;
 mod limit;
+mod limit_batch;
 mod live;
 mod load;
 mod lock;
