@@ -80,7 +80,10 @@ end
 -- decided on (kept only when a policy's 202 numbers read them: an algorithm other
 -- than the sliding log and counter) and the P states it left (item i's at
 -- (i - 1) * P + 1 ..; an item a later policy refused may have some of its places
--- written, never read).
+-- written, never read). An item taken by limits_batch_take is in `fast`, its
+-- numbers in `rem` and `rst` at the same places; its places in `after` hold what
+-- limits_batch_rewind reads (a sliding counter's count, not its state), never read
+-- for its reply.
 local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at

@@ -14,7 +14,7 @@
 -- what it held after the last request kept), and limits_take decides them one by
 -- one from there. A batch with another algorithm goes to limits_take from its first
 -- request.
--- Held by tests/api/limit.rs (the batch's answers and states against limits_take's,
+-- Held by tests/api/limit_batch.rs (the batch's answers and states against limits_take's,
 -- request by request, over batches with and without refusals).
 
 -- Policy p's take over counted[1 .. upto - 1] (the items' indexes; item i's subject
@@ -92,11 +92,7 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
   -- that is not the one read).
   for j = 1, c do
     local id = changed[j]
-    local state = t[id]
-    local cur = cur_of[id]
-    if not (state and state[1] == w and state[2] == cur) then
-      t[id] = {w, cur, prev_of[id]}
-    end
+    t[id] = {w, cur_of[id], prev_of[id]}
   end
   return upto
 end
