@@ -51,8 +51,7 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
   end
   -- Sliding counter: each subject's counts once, then a running count (see
   -- limit_sliding_counter_take and limit_sliding_counter_taken).
-  local w = (now - now % window) / window
-  local elapsed = now - w * window
+  local w, elapsed = limit_sliding_counter_counts(nil, now, window)
   local reset = 2 * window - elapsed
   local prev_of, cur_of = {}, {}
   local changed, c = {}, 0
@@ -64,13 +63,8 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
     if cur then
       prev = prev_of[id]
     else
-      local state = t[id]
-      cur, prev = 0, 0
-      if state and state[1] == w then
-        cur, prev = state[2], state[3]
-      elseif state and state[1] == w - 1 then
-        prev = state[2]
-      end
+      local _
+      _, _, cur, prev = limit_sliding_counter_counts(t[id], now, window)
       prev_of[id] = prev
       c = c + 1
       changed[c] = id
@@ -113,20 +107,13 @@ local function limits_batch_rewind(cache, p, P, subjects, counted, upto, now, af
     return
   end
   local window = policy[3]
-  local w = (now - now % window) / window
   local last = {}
   for k = 1, upto - 1 do
     local at = (counted[k] - 1) * P + p
     last[subjects[at]] = after[at]
   end
   for id, cur in pairs(last) do
-    local state = t[id]
-    local prev = 0
-    if state and state[1] == w then
-      prev = state[3]
-    elseif state and state[1] == w - 1 then
-      prev = state[2]
-    end
+    local w, _, _, prev = limit_sliding_counter_counts(t[id], now, window)
     t[id] = {w, cur, prev}
   end
 end
