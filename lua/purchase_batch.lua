@@ -103,7 +103,7 @@ end
 -- Each buyer's order id, quantity and key (nil without one); the quantity also
 -- as the text it came in, when it came (absent: 1), for the stream entry and the
 -- answer remembered with a key.
-local orders, quantity, idem, quantity_text = {}, {}, {}, {}
+local orders, quantity, idem, quantity_text = presized(n), presized(n), {}, {}
 local keyed = false
 for i = 1, n do
   local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
@@ -181,7 +181,8 @@ end
 -- `entry` holds the pieces of that text, joined once by table.concat (an order's
 -- own text would be a string made, hashed and collected per buyer); `recorded`
 -- counts the orders.
-local entry, pieces, recorded = {}, 0, 0
+-- (`entry` sized for buyers without keys; `pieces` is its length.)
+local entry, pieces, recorded = presized(6 * n), 0, 0
 local function record(i, user, q)
   if recorded > 0 then
     pieces = pieces + 1
@@ -197,7 +198,7 @@ local function record(i, user, q)
   end
 end
 local function append_entry()
-  local text = table.concat(entry)
+  local text = table.concat(entry, '', 1, pieces)
   redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
   local tag = string.sub(orders[asking[1]], 15, 28)
   if redis.call('HSETNX', KEYS[5], tag, text) == 1 then

@@ -97,7 +97,8 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   local code, value, answers = {}, {}, {}
   local asking, users, left = {}, {}, 0
-  local seen, after, states, fast = {}, {}, {}, {}
+  -- after: per place, written before it is read (see batch_limits_seen).
+  local seen, after, states, fast = {}, presized(n * P), {}, {}
   batch_limits_seen = {policies = policies, now = now, states = seen, after = after, fast = fast}
   -- Per counted item i, its subject per policy p at subjects[(i - 1) * P + p]: its
   -- user id (a per-user policy), or its address (its key of a per-address policy
@@ -117,7 +118,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     end
     local first_item_key = #KEYS - n * keyed + 1
     cache = limits_cache(policies, first_item_key - P, now)
-    subjects = {}
+    subjects = presized(n * P)
     -- An address's text, by its key: cut once per key and batch (a batch's items
     -- mostly come from few addresses).
     local address_of = {}
@@ -192,7 +193,9 @@ end
 -- answers its take would have given), straight into the reply. `texts` (optional):
 -- per item, a string that follows its code and value (a replayed answer's).
 local function batch_reply(P, n, code, value, answers, texts)
-  local out, seen, m = {}, batch_limits_seen, 0
+  -- Sized for every item accepted (code, value and two per policy); what is left
+  -- over is cut below (the reply ends at its first nil).
+  local out, seen, m = presized(n * (2 + 2 * P)), batch_limits_seen, 0
   local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
   local fast, rem, rst = seen.fast, seen.rem, seen.rst
   for i = 1, n do
@@ -215,6 +218,9 @@ local function batch_reply(P, n, code, value, answers, texts)
       m = m + 1
       out[m] = texts[i]
     end
+  end
+  for j = m + 1, #out do
+    out[j] = nil
   end
   return out
 end

@@ -125,13 +125,15 @@ end
 -- The cache's tables hold the states after the last request taken here.
 local function limits_batch_take(cache, subjects, policies, counted, now, after)
   local P, upto = #policies, #counted + 1
-  local rem, rst = {}, {}
   for p = 1, P do
     local alg = policies[p][1]
     if alg ~= 'sl' and alg ~= 'sc' then
-      return 1, rem, rst
+      return 1, {}, {}
     end
   end
+  -- Places up to the last counted item's (see presized in lua/lib/run.lua).
+  local last = (counted[#counted] or 0) * P
+  local rem, rst = presized(last), presized(last)
   for p = 1, P do
     -- A later policy stops at the first refusal so far at the latest.
     upto = limits_batch_policy(cache.tables[p], policies[p], p, P, subjects, counted, upto, now,
