@@ -183,14 +183,23 @@ if #asking > 0 then
   local options_count = nil
   -- The batch's stream records, one per accepted request. A keyed vote's carries
   -- its key, so Postgres keeps it and a rebuild restores its answer.
-  local records = {}
+  local records, recorded = {}, 0
+  -- A number as text: `..` would make it with sprintf('%.14g') (Lua 5.1), about as
+  -- dear as the rest of a record; a first ballot's count and sequence are 1.
+  local function number_text(x)
+    if x == 1 then
+      return '1'
+    end
+    return string.format('%d', x)
+  end
   local function record(i, user, option, seq, count, choices)
     local key = ''
     if idem[i] then
       key = string.sub(idem[i], #user + 2)
     end
-    records[#records + 1] = user .. '/' .. option .. '/' .. seq .. '/' .. count .. '/' ..
-      choices .. '/' .. key
+    recorded = recorded + 1
+    records[recorded] = user .. '/' .. option .. '/' .. number_text(seq) .. '/' ..
+      number_text(count) .. '/' .. choices .. '/' .. key
   end
 
   -- The voter's ballot count and ballot so far (0 and nil for none), or nil when
@@ -232,7 +241,7 @@ if #asking > 0 then
     record(i, user, option, seq, 1, '')
     code[i], value[i] = REPLY_ACCEPTED, count_of(option)
     if seq > 1 then
-      texts[i] = seq .. ':' .. (old and 1 or 0) .. ':0:0'
+      texts[i] = number_text(seq) .. (old and ':1:0:0' or ':0:0:0')
     end
   end
 
@@ -296,7 +305,7 @@ if #asking > 0 then
     hold(user, seq, ballot)
     record(i, user, ids[1], seq, 1, ballot)
     code[i], value[i] = REPLY_ACCEPTED, count_of(ids[1])
-    texts[i] = seq .. ':' .. replaced .. ':0:0'
+    texts[i] = number_text(seq) .. (replaced == 1 and ':1:0:0' or ':0:0:0')
   end
 
   -- A budget vote: spent whole, or not at all.
@@ -336,7 +345,7 @@ if #asking > 0 then
     spent[option] = (spent[option] or 0) + count
     local pieces = {}
     for k, o in ipairs(parts) do
-      pieces[k] = o .. ':' .. spent[o]
+      pieces[k] = o .. ':' .. number_text(spent[o])
     end
     seq = seq + 1
     hold(user, seq, table.concat(pieces, ','))
@@ -344,8 +353,8 @@ if #asking > 0 then
     record(i, user, option, seq, count, '')
     remaining = remaining - count
     code[i], value[i] = REPLY_ACCEPTED, count_of(option)
-    texts[i] = seq .. ':0:' .. remaining .. ':' ..
-      math.min(per_option - spent[option], remaining)
+    texts[i] = number_text(seq) .. ':0:' .. number_text(remaining) .. ':' ..
+      number_text(math.min(per_option - spent[option], remaining))
   end
 
   for j, i in ipairs(asking) do
@@ -365,7 +374,7 @@ if #asking > 0 then
       if h[1] == 1 and kind == 's' then
         fields[#fields + 1] = h[2]
       else
-        fields[#fields + 1] = h[1] .. '|' .. h[2]
+        fields[#fields + 1] = number_text(h[1]) .. '|' .. h[2]
       end
     end
     batch_variadic('HSET', KEYS[3], fields)
