@@ -1,10 +1,11 @@
 //! Lua scripts, assembled at build time: every script in `lua/` is compiled into the
 //! binary with the shared library `lua/lib/*.lua` in front, one source file per
 //! piece: the Redis run check that fences state a restart or a wipe may have cut
-//! short (`run.lua`), the clock (`clock.lua`), the four rate-limit algorithms
-//! (`limit_*.lua`), the policy runner of the decision scripts (`limits.lua`, and
-//! `limits_batch.lua`, which takes a batch's limits a policy at a time while nobody
-//! is refused) and the reply layout of the batch scripts (`batch.lua`).
+//! short, and the arrays a batch makes at their size (`run.lua`), the clock
+//! (`clock.lua`), the four rate-limit algorithms (`limit_*.lua`), the policy runner
+//! of the decision scripts (`limits.lua`, and `limits_batch.lua`, which takes a
+//! batch's limits a policy at a time while nobody is refused) and the reply layout
+//! of the batch scripts (`batch.lua`).
 //! The limiter scripts and the purchase and vote scripts call the same functions,
 //! never copies. Each module owns the Rust side of its scripts: their KEYS and ARGV
 //! order and the parsing of their replies.
