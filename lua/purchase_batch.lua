@@ -21,10 +21,13 @@
 -- one call shares its batch tag (characters 15 to 28, see src/sale/orders.rs).
 -- Returns, per buyer, code and value, and for codes 7 and 8 then per policy:
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
--- is back; for code 0 per policy remaining and ms until the quota is back (allowed,
--- and its wait is not needed: see limits_append_taken); for code 11 then the stored
--- answer (a string); for code 1 then the order that makes the buyer one ('' when
--- the buyers hash does not know it: a buyer an earlier version's set held).
+-- is back; for code 0 per policy remaining, and ms until the quota is back only
+-- for a token bucket (allowed, and its wait is not needed: see
+-- limits_append_taken); for code 11 then the stored answer (a string); for code 1
+-- then the order that makes the buyer one ('' when the buyers hash does not know
+-- it: a buyer an earlier version's set held). After the buyers, per policy the ms
+-- until the quota is back of every buyer it took (0 for a token bucket; see
+-- batch_reply in lua/lib/batch.lua).
 --   0 accepted (value = units left)   1 already bought   2 not started (value = ms
 --   to start)   3 ended or closed   4 not loaded (this Redis has no such sale)
 --   5 sold out   6 recovering (the state is not trusted by this Redis run)

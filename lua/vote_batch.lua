@@ -16,8 +16,10 @@
 -- ` <idempotency key>` when the request had one
 -- Returns, per voter, code and value, and for codes 7 and 8 then per policy:
 -- allowed, remaining, ms until allowed, ms until the quota is back; for code
--- 0 per policy remaining and ms until the quota is back; then, for codes 0 (except a
--- first single ballot), 9, 10 and 11, a text.
+-- 0 per policy remaining, and ms until the quota is back only for a token bucket;
+-- then, for codes 0 (except a first single ballot), 9, 10 and 11, a text. After the
+-- voters, per policy the ms until the quota is back of every voter it took (0 for
+-- a token bucket; see batch_reply in lua/lib/batch.lua).
 --   0 accepted (value = the first choice's new count; text `<seq>:<replaced 0|1>:
 --   <remaining>:<option remaining>`, the budget numbers 0 but in a budget poll)
 --   1 already voted   2 not open yet (value = ms to opening)   3 closed   4 not

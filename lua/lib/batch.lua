@@ -29,16 +29,18 @@ local function batch_shape()
   return P, first, (#ARGV - first + 1) / 2
 end
 
--- The route's policies from ARGV: {algorithm code, a, b, c, per user, take, taken}
--- each, with the algorithm's take and its 202 numbers found once per batch
--- (limit_taker, limit_taken_of), not per request.
+-- The route's policies from ARGV: {algorithm code, a, b, c, per user, take, taken,
+-- reset per item} each, with the algorithm's take and its 202 numbers found once
+-- per batch (limit_taker, limit_taken_of), not per request; `reset per item`: the
+-- token bucket, whose reset after a take depends on the subject's state (every
+-- other algorithm's is the batch's: see batch_resets).
 local function batch_policies(P)
   local policies = {}
   for p = 1, P do
     local at = 5 + (p - 1) * 5
     policies[p] = {ARGV[at], tonumber(ARGV[at + 1]), tonumber(ARGV[at + 2]),
       tonumber(ARGV[at + 3]), ARGV[at + 4] == 'u', limit_taker(ARGV[at]),
-      limit_taken_of(ARGV[at])}
+      limit_taken_of(ARGV[at]), ARGV[at] == 'tb'}
   end
   return policies
 end
@@ -46,20 +48,27 @@ end
 -- Appends one item's answer to `out`: code and value, then, only for the answers
 -- that report them, per policy: for rate limited and never satisfiable, allowed,
 -- remaining, ms until allowed, ms until reset (policies not asked: allowed, zeros);
--- for accepted, remaining and ms until reset (zeros here: an accepted item's come
--- from limits_append_taken). Other answers (already bought, sold out, ...) are two
--- numbers: a storm's refusals cost Redis and the server no limit details nobody
--- sends. `out` holds n numbers before; returns how many it holds after (the reply
--- grows by index, not by `#out`, which Lua computes by a search each time).
-local function batch_answer(out, n, P, code, value, answers)
+-- for accepted, remaining, and ms until reset only for a policy whose reset is
+-- per item (zeros here: an accepted item's come from limits_append_taken; the
+-- others' reset is the batch's, at the reply's end: see batch_reply). Other
+-- answers (already bought, sold out, ...) are two numbers: a storm's refusals cost
+-- Redis and the server no limit details nobody sends. `out` holds n numbers
+-- before; returns how many it holds after (the reply grows by index, not by
+-- `#out`, which Lua computes by a search each time).
+local function batch_answer(out, n, P, code, value, answers, policies)
   out[n + 1], out[n + 2] = code, value
+  n = n + 2
   if code == REPLY_ACCEPTED then
     for p = 1, P do
-      out[n + 1 + 2 * p], out[n + 2 + 2 * p] = 0, 0
+      n = n + 1
+      out[n] = 0
+      if policies[p][8] then
+        n = n + 1
+        out[n] = 0
+      end
     end
-    return n + 2 + 2 * P
+    return n
   end
-  n = n + 2
   if code ~= REPLY_LIMITED and code ~= REPLY_LIMIT_NEVER then
     return n
   end
@@ -81,7 +90,7 @@ end
 -- than the sliding log and counter) and the P states it left (item i's at
 -- (i - 1) * P + 1 ..; an item a later policy refused may have some of its places
 -- written, never read). An item taken by limits_batch_take is in `fast`, its
--- numbers in `rem` and `rst` at the same places; its places in `after` hold what
+-- remaining numbers in `rem` at the same places; its places in `after` hold what
 -- limits_batch_rewind reads (a sliding counter's count, not its state), never read
 -- for its reply.
 local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast = {}}
@@ -149,8 +158,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
     -- The requests taken a policy at a time (lua/lib/limits_batch.lua): every one
     -- before counted[upto]; limits_take decides the others.
     local upto
-    upto, batch_limits_seen.rem, batch_limits_seen.rst = limits_batch_take(cache, subjects,
-      policies, counted, now, after)
+    upto, batch_limits_seen.rem = limits_batch_take(cache, subjects, policies, counted, now, after)
     for k = 1, upto - 1 do
       fast[counted[k]] = true
     end
@@ -188,36 +196,47 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   return code, value, answers, asking, users
 end
 
--- The script's reply: batch_answer per item. An accepted item's policy answers
--- are computed here, from the states its take was decided on and left (the
--- answers its take would have given), straight into the reply. `texts` (optional):
--- per item, a string that follows its code and value (a replayed answer's).
+-- The script's reply: batch_answer per item, then per policy the ms until reset
+-- of every request it took in this batch (limits_batch_resets; 0 for a policy
+-- whose reset is per item, which each accepted item carries). An accepted item's
+-- policy answers are computed here, from the states its take was decided on and
+-- left (the answers its take would have given), straight into the reply. `texts`
+-- (optional): per item, a string that follows its code and value (a replayed
+-- answer's).
 local function batch_reply(P, n, code, value, answers, texts)
-  -- Sized for every item accepted (code, value and two per policy); what is left
-  -- over is cut below (the reply ends at its first nil).
-  local out, seen, m = presized(n * (2 + 2 * P)), batch_limits_seen, 0
+  -- Sized for every item accepted (code, value and one per policy) and the
+  -- resets; what is left over is cut below (the reply ends at its first nil).
+  local out, seen, m = presized(n * (2 + P) + P), batch_limits_seen, 0
   local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
-  local fast, rem, rst = seen.fast, seen.rem, seen.rst
+  local fast, rem = seen.fast, seen.rem
   for i = 1, n do
     local a = answers[i]
     if code[i] == REPLY_ACCEPTED and P > 0 and fast[i] then
-      -- Taken by limits_batch_take, its numbers with it.
+      -- Taken by limits_batch_take (sliding logs and counters only: no reset per
+      -- item), its numbers with it.
       out[m + 1], out[m + 2] = code[i], value[i]
       m = m + 2
       for at = (i - 1) * P + 1, i * P do
-        out[m + 1], out[m + 2] = rem[at], rst[at]
-        m = m + 2
+        m = m + 1
+        out[m] = rem[at]
       end
     elseif code[i] == REPLY_ACCEPTED and P > 0 and not a then
       out[m + 1], out[m + 2] = code[i], value[i]
       m = limits_append_taken(out, m + 2, policies, before, after, (i - 1) * P, now)
     else
-      m = batch_answer(out, m, P, code[i], value[i], a)
+      m = batch_answer(out, m, P, code[i], value[i], a, policies)
     end
     if texts and texts[i] then
       m = m + 1
       out[m] = texts[i]
     end
+  end
+  if P > 0 then
+    local resets = limits_batch_resets(policies, now)
+    for p = 1, P do
+      out[m + p] = resets[p]
+    end
+    m = m + P
   end
   for j = m + 1, #out do
     out[j] = nil
@@ -226,11 +245,14 @@ local function batch_reply(P, n, code, value, answers, texts)
 end
 
 -- Every one of n items answered `code`, nothing decided or counted: the state is
--- missing or not trusted by this Redis run.
+-- missing or not trusted by this Redis run. (The resets at the end: zeros.)
 local function batch_all(P, n, code)
   local out, m = {}, 0
   for _ = 1, n do
     m = batch_answer(out, m, P, code, 0, nil)
+  end
+  for p = 1, P do
+    out[m + p] = 0
   end
   return out
 end

@@ -305,23 +305,53 @@ local function limits_answers(policies, states, now)
 end
 
 -- Appends to `out`, from its index n + 1, the answers of every policy for a
--- request every policy took, two numbers each (remaining, reset), as
--- limits_answers gives them on the states before it: an allowed request's answer is
--- read for its RateLimit header only, never for a Retry-After, so neither its
--- verdict (allowed) nor its wait is sent (the wait was most of the work: a sliding
--- counter's first fit, a full log's entry). The sliding log and counter read
--- remaining and reset off the states after it instead of deciding again, and
--- without a table per answer; the other algorithms decide again. `before` and
--- `after` hold the request's states at from + 1 .. from + P. Returns the index of
--- the last number.
+-- request every policy took, as limits_answers gives them on the states before
+-- it: its remaining, and its ms until reset only for a policy whose reset is per
+-- item (policy[8], the token bucket); every other policy's reset after a take is
+-- the batch's (limits_batch_resets), sent once at the reply's end. An allowed
+-- request's answer is read for its RateLimit header only, never for a
+-- Retry-After, so neither its verdict (allowed) nor its wait is sent (the wait was
+-- most of the work: a sliding counter's first fit, a full log's entry). The
+-- sliding log and counter read remaining off the states after it instead of
+-- deciding again, and without a table per answer; the other algorithms decide
+-- again. `before` and `after` hold the request's states at from + 1 .. from + P.
+-- Returns the index of the last number.
 local function limits_append_taken(out, n, policies, before, after, from, now)
   for p = 1, #policies do
     local policy = policies[p]
-    out[n + 1], out[n + 2] = policy[7](before[from + p], after[from + p], now, policy[2],
+    local remaining, reset = policy[7](before[from + p], after[from + p], now, policy[2],
       policy[3], policy[4])
-    n = n + 2
+    n = n + 1
+    out[n] = remaining
+    if policy[8] then
+      n = n + 1
+      out[n] = reset
+    end
   end
   return n
+end
+
+-- Per policy, the ms until reset of every request it takes at `now`, whoever the
+-- subject (0 for a policy whose reset is per item, the token bucket's): the
+-- sliding log's window; the sliding counter's, two windows less the time into the
+-- current one (a take leaves a count in the current window); the fixed window's,
+-- what is left of the current one. limits_append_taken's reset for those, found
+-- once per batch (held together by tests/api/limit_batch.rs).
+local function limits_batch_resets(policies, now)
+  local resets = {}
+  for p = 1, #policies do
+    local alg, window = policies[p][1], policies[p][3]
+    if alg == 'sl' then
+      resets[p] = window
+    elseif alg == 'sc' then
+      resets[p] = 2 * window - now % window
+    elseif alg == 'fw' then
+      resets[p] = window - now % window
+    else
+      resets[p] = 0
+    end
+  end
+  return resets
 end
 
 -- Takes every policy for one request, all or nothing: when one refuses, none counts

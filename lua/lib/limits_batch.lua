@@ -9,7 +9,7 @@
 -- 202 numbers written inline (no call, no table per request), up to the first
 -- request some policy refuses. The requests before it are taken exactly as
 -- limits_take would have taken them, with the same states left and the same
--- numbers answered (remaining and reset per policy, see limits_append_taken); the
+-- numbers answered (remaining per policy, see limits_append_taken); the
 -- states of the requests after it are given back (each policy's table is set to
 -- what it held after the last request kept), and limits_take decides them one by
 -- one from there. A batch with another algorithm goes to limits_take from its first
@@ -18,14 +18,15 @@
 -- request by request, over batches with and without refusals).
 
 -- Policy p's take over counted[1 .. upto - 1] (the items' indexes; item i's subject
--- at subjects[(i - 1) * P + p]): fills rem and rst (at (i - 1) * P + p) with each
--- request's remaining and reset, and t (subject -> state) with the states after
+-- at subjects[(i - 1) * P + p]): fills rem (at (i - 1) * P + p) with each
+-- request's remaining (its reset is the batch's: limits_batch_resets), and t
+-- (subject -> state) with the states after
 -- them; `after` (at the same places) with what limits_batch_rewind needs: the log
 -- after the request (sliding log) or the count of the current window (sliding
 -- counter). Returns the position in counted of the first request it refuses (t
 -- then holds some of the requests before it: limits_batch_rewind sets it back),
 -- or upto.
-local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now, rem, rst, after)
+local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now, rem, after)
   local alg, limit, window = policy[1], policy[2], policy[3]
   if alg == 'sl' then
     -- A subject without a log: its first entry, the same text for every one.
@@ -45,14 +46,13 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
         return k
       end
       t[id] = log
-      after[at], rem[at], rst[at] = log, limit - #log / LOG_WIDTH, window
+      after[at], rem[at] = log, limit - #log / LOG_WIDTH
     end
     return upto
   end
   -- Sliding counter: each subject's counts once, then a running count (see
   -- limit_sliding_counter_take and limit_sliding_counter_taken).
   local w, elapsed = limit_sliding_counter_counts(nil, now, window)
-  local reset = 2 * window - elapsed
   local prev_of, cur_of = {}, {}
   local changed, c = {}, 0
   for k = 1, upto - 1 do
@@ -80,7 +80,7 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
     if remaining < 0 then
       remaining = 0
     end
-    after[at], rem[at], rst[at] = cur, remaining, reset
+    after[at], rem[at] = cur, remaining
   end
   -- A new state for a subject its requests counted in (limits_write writes a state
   -- that is not the one read).
@@ -121,23 +121,23 @@ end
 -- Takes the batch's counted requests (`counted`: item indexes, in order) under
 -- every policy while nobody is refused. Returns the position in counted of the
 -- first request left to limits_take (#counted + 1 when none), and per item
--- position (i - 1) * P + p the remaining and reset of each request taken here.
+-- position (i - 1) * P + p the remaining of each request taken here.
 -- The cache's tables hold the states after the last request taken here.
 local function limits_batch_take(cache, subjects, policies, counted, now, after)
   local P, upto = #policies, #counted + 1
   for p = 1, P do
     local alg = policies[p][1]
     if alg ~= 'sl' and alg ~= 'sc' then
-      return 1, {}, {}
+      return 1, {}
     end
   end
   -- Places up to the last counted item's (see presized in lua/lib/run.lua).
   local last = (counted[#counted] or 0) * P
-  local rem, rst = presized(last), presized(last)
+  local rem = presized(last)
   for p = 1, P do
     -- A later policy stops at the first refusal so far at the latest.
     upto = limits_batch_policy(cache.tables[p], policies[p], p, P, subjects, counted, upto, now,
-      rem, rst, after)
+      rem, after)
   end
   if upto <= #counted then
     -- Someone refused: every policy's states as they were before that request.
@@ -145,5 +145,5 @@ local function limits_batch_take(cache, subjects, policies, counted, now, after)
       limits_batch_rewind(cache, p, P, subjects, counted, upto, now, after)
     end
   end
-  return upto, rem, rst
+  return upto, rem
 end

@@ -131,7 +131,12 @@ impl Call<'_> {
         // On a cluster a `MOVED` answer is sent again below this call (see
         // `redis_conn::MOVED_RETRIES`); no other error is.
         let flat: Vec<redis::Value> = inv.invoke_async(redis).await?;
-        rows(self.name, &flat, self.policies.len(), items.len())
+        let reset_per_item: Vec<bool> = self
+            .policies
+            .iter()
+            .map(|p| p.algorithm.reset_per_item())
+            .collect();
+        rows(self.name, &flat, &reset_per_item, items.len())
     }
 
     /// Adds each item's keys of the per-address policies, in the policies' order:
@@ -190,31 +195,26 @@ impl Call<'_> {
 /// not read, and expire within their time to live.
 pub const BUCKETS: &str = "b";
 
-/// How many numbers per policy an answer carries (see `batch_answer` in
-/// `lua/lib/batch.lua`): rate limited and never satisfiable 4 (verdict, remaining,
-/// ms until allowed, ms until reset); accepted 2 (remaining, ms until reset: an
-/// allowed request's wait is read by nobody, so the script neither computes nor
-/// sends it); the others none, a code and a value only.
-fn numbers_per_policy(code: i64) -> usize {
-    match code {
-        7 | 8 => 4,
-        0 => 2,
-        _ => 0,
-    }
-}
-
 /// The answer that always carries a string after its code and value: a replay
 /// (`REPLY_REPLAYED` in `lua/lib/batch.lua`), with the answer stored under its key.
 /// (Other answers may carry one too: a vote's receipt numbers.)
 pub const REPLAYED: i64 = 11;
 
-/// Splits a batch script's flat reply into one row per item: code, value, the
-/// [`numbers_per_policy`] of each policy, one string after a [`REPLAYED`].
-/// Anything but exactly `items` rows, or a string anywhere else, is an error.
+/// Splits a batch script's flat reply into one row per item, and the policies'
+/// resets at its end (`batch_reply` in `lua/lib/batch.lua`). Per item: code and
+/// value; then, rate limited and never satisfiable (7, 8), four numbers per policy
+/// (verdict, remaining, ms until allowed, ms until reset); accepted (0), per policy
+/// its remaining, and its ms until reset only for a policy whose reset is per item
+/// (`reset_per_item`, one per policy: the token bucket); every other answer
+/// (already bought, sold out, ...) none; then one string after a [`REPLAYED`], and
+/// optionally after any other answer. After the rows, one number per policy: the ms
+/// until reset of every request the policy took in this call (an accepted item's
+/// reset, unless its policy's is per item). Anything but exactly `items` rows and
+/// those numbers, or a string anywhere else, is an error.
 fn rows(
     script: &str,
     flat: &[redis::Value],
-    policies: usize,
+    reset_per_item: &[bool],
     items: usize,
 ) -> Result<Vec<Row>, AppError> {
     let wrong = || unexpected_reply(script, format!("{} values for {items} items", flat.len()));
@@ -222,28 +222,47 @@ fn rows(
         redis::Value::Int(n) => Ok(*n),
         _ => Err(wrong()),
     };
+    let policies = reset_per_item.len();
+    let (body, resets) = flat
+        .split_at_checked(flat.len().checked_sub(policies).ok_or_else(wrong)?)
+        .ok_or_else(wrong)?;
+    let resets = resets.iter().map(int).collect::<Result<Vec<_>, _>>()?;
+    let accepted_numbers = policies + reset_per_item.iter().filter(|&&p| p).count();
     let mut out = Vec::with_capacity(items);
     let mut numbers = Vec::with_capacity(4 * policies);
-    let mut rest = flat;
+    let mut rest = body;
     while let [code, value, tail @ ..] = rest {
         let (code, value) = (int(code)?, int(value)?);
-        let (limits, tail) = match numbers_per_policy(code) {
-            0 => (Vec::new(), tail),
-            each => {
-                let (mine, tail) = tail.split_at_checked(each * policies).ok_or_else(wrong)?;
-                numbers.clear();
-                for v in mine {
-                    numbers.push(int(v)?);
+        let each = match code {
+            7 | 8 => 4 * policies,
+            0 => accepted_numbers,
+            _ => 0,
+        };
+        let (mine, tail) = tail.split_at_checked(each).ok_or_else(wrong)?;
+        numbers.clear();
+        for v in mine {
+            numbers.push(int(v)?);
+        }
+        let limits = match code {
+            7 | 8 => numbers
+                .chunks(4)
+                .map(|n| decision(script, n))
+                .collect::<Result<_, _>>()?,
+            0 => {
+                let mut n = numbers.iter().copied();
+                let mut limits = Vec::with_capacity(policies);
+                for (p, &per_item) in reset_per_item.iter().enumerate() {
+                    let remaining = n.next().ok_or_else(wrong)?;
+                    let reset = if per_item {
+                        n.next().ok_or_else(wrong)?
+                    } else {
+                        resets[p]
+                    };
+                    limits.push(decision(script, &[1, remaining, 0, reset])?);
                 }
-                let limits = numbers
-                    .chunks(each)
-                    .map(|n| match *n {
-                        [remaining, reset] => decision(script, &[1, remaining, 0, reset]),
-                        _ => decision(script, n),
-                    })
-                    .collect::<Result<_, _>>()?;
-                (limits, tail)
+                limits
             }
+            _ => Vec::new(),
         };
         let (text, tail) = match tail {
             [redis::Value::BulkString(s), tail @ ..] => {
@@ -298,14 +317,15 @@ mod tests {
 
     #[test]
     fn rows_carry_policy_numbers_only_where_the_answer_reports_them() {
-        // Two policies: accepted (remaining and reset of both), already bought (none),
-        // limited (all four of both).
+        // Two policies, resets per batch: accepted (remaining of both), already
+        // bought (none), limited (all four of both), then the two resets.
         let ints =
             |n: &[i64]| -> Vec<redis::Value> { n.iter().map(|&n| redis::Value::Int(n)).collect() };
+        let batch = [false, false];
         let flat = ints(&[
-            0, 9, 4, 10, 99, 10, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10,
+            0, 9, 4, 99, 1, 0, 7, 500, 0, 0, 500, 900, 1, 98, 0, 10, 10, 20,
         ]);
-        let parsed = rows("t.lua", &flat, 2, 3).unwrap();
+        let parsed = rows("t.lua", &flat, &batch, 3).unwrap();
         assert_eq!(
             parsed
                 .iter()
@@ -315,38 +335,82 @@ mod tests {
         );
         assert_eq!(parsed[2].limits[0].verdict, Verdict::Denied);
         assert_eq!(parsed[2].limits[0].retry_after_ms, 500);
-        let accepted = &parsed[0].limits;
-        assert_eq!(
-            accepted
-                .iter()
+        assert_eq!(parsed[2].limits[0].reset_ms, 900);
+        let numbers = |d: &[Decision]| -> Vec<_> {
+            d.iter()
                 .map(|d| (d.verdict, d.remaining, d.retry_after_ms, d.reset_ms))
-                .collect::<Vec<_>>(),
-            [(Verdict::Allowed, 4, 0, 10), (Verdict::Allowed, 99, 0, 10)]
+                .collect()
+        };
+        assert_eq!(
+            numbers(&parsed[0].limits),
+            [(Verdict::Allowed, 4, 0, 10), (Verdict::Allowed, 99, 0, 20)]
+        );
+        // A policy whose reset is per item (a token bucket, the second): an
+        // accepted item carries it after its remaining; the batch's is 0.
+        let parsed = rows(
+            "t.lua",
+            &ints(&[0, 9, 4, 99, 1234, 10, 0]),
+            &[false, true],
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            numbers(&parsed[0].limits),
+            [
+                (Verdict::Allowed, 4, 0, 10),
+                (Verdict::Allowed, 99, 0, 1234)
+            ]
         );
         // Too few or too many numbers, or rows, are an error (500, the script's
         // reply named), never a guess.
         let unexpected = |r: Result<Vec<Row>, AppError>| matches!(r, Err(AppError::Internal(e)) if e.to_string().contains("t.lua: unexpected reply"));
-        assert!(unexpected(rows("t.lua", &flat[..flat.len() - 1], 2, 3)));
-        assert!(unexpected(rows("t.lua", &flat, 2, 2)));
-        assert!(unexpected(rows("t.lua", &ints(&[1, 0, 5]), 2, 1)));
+        assert!(unexpected(rows(
+            "t.lua",
+            &flat[..flat.len() - 1],
+            &batch,
+            3
+        )));
+        assert!(unexpected(rows("t.lua", &flat, &batch, 2)));
+        assert!(unexpected(rows(
+            "t.lua",
+            &ints(&[1, 0, 5, 0, 0]),
+            &batch,
+            1
+        )));
+        assert!(unexpected(rows("t.lua", &ints(&[0, 9, 4, 99]), &batch, 1)));
+        assert!(unexpected(rows("t.lua", &ints(&[5]), &batch, 0)));
         // An unknown verdict is an error too.
-        assert!(unexpected(rows("t.lua", &ints(&[7, 1, 3, 0, 0, 0]), 1, 1)));
+        assert!(unexpected(rows(
+            "t.lua",
+            &ints(&[7, 1, 3, 0, 0, 0, 0]),
+            &[false],
+            1
+        )));
         // A replay carries its stored answer; any row may carry one string after
         // its numbers (a vote's receipt numbers), never two.
         let mut replay = ints(&[REPLAYED, 0]);
         replay.push(redis::Value::BulkString(b"1:0:5:x".to_vec()));
-        replay.extend(ints(&[1, 0]));
-        let parsed = rows("t.lua", &replay, 2, 2).unwrap();
+        replay.extend(ints(&[1, 0, 0, 0]));
+        let parsed = rows("t.lua", &replay, &batch, 2).unwrap();
         assert_eq!(parsed[0].text.as_deref(), Some("1:0:5:x"));
         assert_eq!(parsed[1].text, None);
-        assert!(unexpected(rows("t.lua", &ints(&[REPLAYED, 0]), 2, 1)));
+        assert!(unexpected(rows(
+            "t.lua",
+            &ints(&[REPLAYED, 0, 0, 0]),
+            &batch,
+            1
+        )));
         let mut texted = ints(&[1, 0]);
         texted.push(redis::Value::BulkString(b"x".to_vec()));
         assert_eq!(
-            rows("t.lua", &texted, 2, 1).unwrap()[0].text.as_deref(),
+            rows("t.lua", &texted, &[], 1).unwrap()[0].text.as_deref(),
             Some("x")
         );
         texted.push(redis::Value::BulkString(b"y".to_vec()));
-        assert!(unexpected(rows("t.lua", &texted, 2, 1)));
+        assert!(unexpected(rows("t.lua", &texted, &[], 1)));
+        // The resets are numbers.
+        let mut stringly = ints(&[1, 0]);
+        stringly.push(redis::Value::BulkString(b"10".to_vec()));
+        assert!(unexpected(rows("t.lua", &stringly, &[false], 1)));
     }
 }

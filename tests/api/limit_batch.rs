@@ -2,8 +2,9 @@
 //! (`limits_batch_take`, lua/lib/limits_batch.lua) and request by request from the
 //! first refusal (`limits_take`, lua/lib/limits.lua). Both must decide every
 //! request exactly as `limits_take` alone does: the same requests counted, the same
-//! remaining and reset answered for each, the same states left, and the same
-//! subjects written. Checked here in Redis's own Lua over seeded random batches:
+//! remaining answered for each, the same states left, and the same subjects
+//! written; and every taken request's reset, as its algorithm gives it, must be the
+//! one the reply carries once per batch (`limits_batch_resets`). Checked here in Redis's own Lua over seeded random batches:
 //! sliding logs and counters alone and together, subjects repeated within a
 //! batch, states fresh, live, stale and of the previous window, limits that
 //! refuse early, late and never; and a batch with a fixed window, which takes
@@ -93,38 +94,52 @@ for b = 1, batches do
     for p = 1, P do c.tables[p] = copy_states(read[p]) end
     return c
   end
+  -- A taken request's numbers: its remaining per policy as the reply carries them
+  -- (limits_append_taken), then whether each policy's reset, as the algorithm
+  -- gives it, is the batch's (limits_batch_resets), which the reply carries instead.
+  local resets = limits_batch_resets(policies, now)
+  local function taken_numbers(before, after, base)
+    local out = {}
+    limits_append_taken(out, 0, policies, before, after, base, now)
+    for p = 1, P do
+      local policy = policies[p]
+      local _, reset = policy[7](before[base + p], after[base + p], now, policy[2],
+        policy[3], policy[4])
+      out[#out + 1] = reset == resets[p] and 'batch reset' or
+        ('reset ' .. reset .. ', the batch ' .. resets[p])
+    end
+    return table.concat(out, ',')
+  end
   -- The exact path alone.
   local exact, e_after, e_before, states = cache_of(), {}, {}, {}
   local e_out = {}
   for _, i in ipairs(counted) do
     local ok = limits_take(exact, subjects, (i - 1) * P, policies, now, states, e_after, e_before)
     if ok then
-      local out = {}
-      limits_append_taken(out, 0, policies, e_before, e_after, (i - 1) * P, now)
-      e_out[i] = table.concat(out, ',')
+      e_out[i] = taken_numbers(e_before, e_after, (i - 1) * P)
     else
       e_out[i] = 'refused'
     end
   end
   -- A policy at a time, then the exact path from the first refusal.
   local fast, f_after, f_before = cache_of(), {}, {}
-  local upto, rem, rst = limits_batch_take(fast, subjects, policies, counted, now, f_after)
+  local upto, rem = limits_batch_take(fast, subjects, policies, counted, now, f_after)
   local f_out = {}
   for k, i in ipairs(counted) do
     if k < upto then
       local out = {}
       for p = 1, P do
         out[#out + 1] = rem[(i - 1) * P + p]
-        out[#out + 1] = rst[(i - 1) * P + p]
+      end
+      for _ = 1, P do
+        out[#out + 1] = 'batch reset'
       end
       f_out[i] = table.concat(out, ',')
       fast_taken = fast_taken + 1
     else
       local ok = limits_take(fast, subjects, (i - 1) * P, policies, now, states, f_after, f_before)
       if ok then
-        local out = {}
-        limits_append_taken(out, 0, policies, f_before, f_after, (i - 1) * P, now)
-        f_out[i] = table.concat(out, ',')
+        f_out[i] = taken_numbers(f_before, f_after, (i - 1) * P)
         exact_taken = exact_taken + 1
       else
         f_out[i] = 'refused'
@@ -135,6 +150,8 @@ for b = 1, batches do
   for _, i in ipairs(counted) do
     if e_out[i] ~= f_out[i] then
       wrong[#wrong + 1] = 'batch ' .. b .. ' item ' .. i .. ': ' .. f_out[i] .. ' not ' .. e_out[i]
+    elseif string.find(e_out[i], 'the batch', 1, true) then
+      wrong[#wrong + 1] = 'batch ' .. b .. ' item ' .. i .. ': ' .. e_out[i]
     end
   end
   for p = 1, P do

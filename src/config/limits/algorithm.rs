@@ -59,7 +59,15 @@ impl Algorithm {
         }
     }
 
-    /// What one request counts against the quota.
+    /// Whether a request's reset after a take depends on its subject's state (the
+    /// token bucket's: the time its bucket takes to fill again). Every other
+    /// algorithm's is the same for every request a batch script takes at one time,
+    /// so the script sends it once per batch (`limits_batch_resets` in
+    /// `lua/lib/limits.lua`), not per request.
+    pub fn reset_per_item(&self) -> bool {
+        matches!(self, Algorithm::TokenBucket { .. })
+    }
+
     /// How the decision scripts name this algorithm and its parameters
     /// (`lua/lib/limits.lua`): code, then a, b, c.
     pub fn lua_args(&self) -> (&'static str, String, String, String) {
