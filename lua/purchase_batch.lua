@@ -142,9 +142,11 @@ local function replay(i, s)
     replayed = replayed or string.find(s, '^%d+:0:') ~= nil
   end
 end
-for i = 1, n do
-  if idem[i] and stored[idem[i]] then
-    replay(i, stored[idem[i]])
+if keyed then
+  for i = 1, n do
+    if idem[i] and stored[idem[i]] then
+      replay(i, stored[idem[i]])
+    end
   end
 end
 
@@ -154,13 +156,8 @@ local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local starts = tonumber(meta[1])
 
 -- The limits and the window, item by item; who is left goes on to the decision.
-local admit_code, admit_value, answers, asking, users = batch_admit(P, policies,
-  first_buyer_arg, n, now, closed, starts, skip)
-for i = 1, n do
-  if admit_code[i] then
-    code[i], value[i] = admit_code[i], admit_value[i]
-  end
-end
+local answers, asking, users = batch_admit(P, policies,
+  first_buyer_arg, n, now, closed, starts, skip, code, value)
 
 -- A sale with a waiting room (`wr` > 0) or a draw (`wr` = -1) sells only to
 -- shoppers admitted and not expired (KEYS[9], see lua/queue_admit.lua and
@@ -272,9 +269,10 @@ elseif #asking > 0 then
   local bought = batch_variadic('HMGET', KEYS[3], users)
   local stock = tonumber(stock_left)
   local taken = 0
-  local accepted, new_buyers, held_of = {}, {}, {}
-  for j, i in ipairs(asking) do
-    local user = users[j]
+  local accepted, new_buyers, held_of, b = {}, {}, {}, 0
+  -- (A numeric loop: Lua 5.1's ipairs calls into C for each item.)
+  for j = 1, #asking do
+    local i, user = asking[j], users[j]
     if accepted[user] then
       code[i], value[i], texts[i] = ALREADY_BOUGHT, 0, accepted[user]
     elseif bought[j] then
@@ -290,9 +288,9 @@ elseif #asking > 0 then
     else
       taken = taken + 1
       accepted[user] = orders[i]
-      new_buyers[#new_buyers + 1] = user
-      held_of[#held_of + 1] = user
-      held_of[#held_of + 1] = string.sub(orders[i], 15)
+      b = b + 1
+      new_buyers[b] = user
+      held_of[2 * b - 1], held_of[2 * b] = user, string.sub(orders[i], 15)
       record(i, user, '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end

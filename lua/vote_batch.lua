@@ -114,9 +114,11 @@ local function replay(i, s)
     replayed = true
   end
 end
-for i = 1, n do
-  if idem[i] and stored[idem[i]] then
-    replay(i, stored[idem[i]])
+if keyed then
+  for i = 1, n do
+    if idem[i] and stored[idem[i]] then
+      replay(i, stored[idem[i]])
+    end
   end
 end
 
@@ -126,13 +128,8 @@ local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local opens = tonumber(meta[1])
 
 -- The limits and the window, item by item; who is left goes on to the decision.
-local admit_code, admit_value, answers, asking, users = batch_admit(P, policies,
-  first_voter_arg, n, now, closed, opens, skip)
-for i = 1, n do
-  if admit_code[i] then
-    code[i], value[i] = admit_code[i], admit_value[i]
-  end
-end
+local answers, asking, users = batch_admit(P, policies,
+  first_voter_arg, n, now, closed, opens, skip, code, value)
 
 if #asking > 0 then
   local held = batch_variadic('HMGET', KEYS[3], users)
@@ -169,9 +166,11 @@ if #asking > 0 then
     end
     return 1, v
   end
+  local ordered = 0
   local function hold(user, seq, ballot)
     if not now_held[user] then
-      order[#order + 1] = user
+      ordered = ordered + 1
+      order[ordered] = user
     end
     now_held[user] = {seq, ballot}
   end
@@ -359,7 +358,8 @@ if #asking > 0 then
       number_text(math.min(per_option - spent[option], remaining))
   end
 
-  for j, i in ipairs(asking) do
+  for j = 1, #asking do
+    local i = asking[j]
     if kind == 'b' then
       decide_budget(i, j, users[j])
     elseif kind == 's' then
@@ -368,15 +368,16 @@ if #asking > 0 then
       decide_choices(i, j, users[j])
     end
   end
-  if #order > 0 then
-    local fields = {}
-    for _, user in ipairs(order) do
+  if ordered > 0 then
+    local fields = presized(2 * ordered)
+    for k = 1, ordered do
+      local user = order[k]
       local h = now_held[user]
-      fields[#fields + 1] = user
+      fields[2 * k - 1] = user
       if h[1] == 1 and kind == 's' then
-        fields[#fields + 1] = h[2]
+        fields[2 * k] = h[2]
       else
-        fields[#fields + 1] = number_text(h[1]) .. '|' .. h[2]
+        fields[2 * k] = number_text(h[1]) .. '|' .. h[2]
       end
     end
     batch_variadic('HSET', KEYS[3], fields)

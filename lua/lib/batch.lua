@@ -97,14 +97,16 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
 -- once, written once), then the window (closed: REPLY_CLOSED; not open until
--- `opens`: REPLY_NOT_OPEN with the ms to go). Returns per item code, value and policy answers (of the items the
--- limits refused; an admitted item's are computed by batch_reply, only when its
--- reply carries them), and the items left for the decision: their indexes and
--- their user ids (each item's first argument, from `first_arg`). The limit keys
+-- `opens`: REPLY_NOT_OPEN with the ms to go). Writes the code and value of each
+-- item it answers into the caller's `code` and `value`; returns per item the
+-- policy answers (of the items the limits refused; an admitted item's are computed
+-- by batch_reply, only when its reply carries them), and the items left for the
+-- decision: their indexes and their user ids (each item's first argument, from
+-- `first_arg`). The limit keys
 -- end KEYS (see the top of this file). Items whose index `skip` holds (answered
 -- already: a replay) are neither counted nor asking.
-local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
-  local code, value, answers = {}, {}, {}
+local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, code, value)
+  local answers = {}
   local asking, users, left = {}, {}, 0
   -- after: per place, written before it is read (see batch_limits_seen).
   local seen, after, states, fast = {}, presized(n * P), {}, {}
@@ -193,7 +195,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip)
   if cache then
     limits_write(cache)
   end
-  return code, value, answers, asking, users
+  return answers, asking, users
 end
 
 -- The script's reply: batch_answer per item, then per policy the ms until reset
