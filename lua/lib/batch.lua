@@ -33,7 +33,7 @@ end
 -- reset per item} each, with the algorithm's take and its 202 numbers found once
 -- per batch (limit_taker, limit_taken_of), not per request; `reset per item`: the
 -- token bucket, whose reset after a take depends on the subject's state (every
--- other algorithm's is the batch's: see batch_resets).
+-- other algorithm's is the batch's: see limits_batch_resets).
 local function batch_policies(P)
   local policies = {}
   for p = 1, P do
@@ -102,9 +102,8 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast
 -- policy answers (of the items the limits refused; an admitted item's are computed
 -- by batch_reply, only when its reply carries them), and the items left for the
 -- decision: their indexes and their user ids (each item's first argument, from
--- `first_arg`). The limit keys
--- end KEYS (see the top of this file). Items whose index `skip` holds (answered
--- already: a replay) are neither counted nor asking.
+-- `first_arg`). The limit keys end KEYS (see the top of this file). Items whose
+-- index `skip` holds (answered already: a replay) are neither counted nor asking.
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, code, value)
   local answers = {}
   local asking, users, left = {}, {}, 0
