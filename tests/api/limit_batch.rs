@@ -4,11 +4,11 @@
 //! request exactly as `limits_take` alone does: the same requests counted, the same
 //! remaining answered for each, the same states left, and the same subjects
 //! written; and every taken request's reset, as its algorithm gives it, must be the
-//! one the reply carries once per batch (`limits_batch_resets`). Checked here in Redis's own Lua over seeded random batches:
-//! sliding logs and counters alone and together, subjects repeated within a
-//! batch, states fresh, live, stale and of the previous window, limits that
-//! refuse early, late and never; and a batch with a fixed window, which takes
-//! nothing the fast way.
+//! one the reply carries once per batch (`limits_batch_resets`). Checked here in
+//! Redis's own Lua over seeded random batches: sliding logs and counters alone and
+//! together, subjects repeated within a batch, states fresh, live, stale and of the
+//! previous window, limits that refuse early, late and never; and a batch with a
+//! fixed window, which takes nothing the fast way.
 
 use crate::helpers::{RedisNamespace, lua_limits_library};
 
