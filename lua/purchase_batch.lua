@@ -106,17 +106,26 @@ end
 -- Each buyer's order id, quantity and key (nil without one); the quantity also
 -- as the text it came in, when it came (absent: 1), for the stream entry and the
 -- answer remembered with a key.
-local orders, quantity, idem, quantity_text = presized(n), presized(n), {}, {}
+-- (`key_of`: each keyed buyer's key alone, for its order's text in the entry.)
+local orders, quantity, idem, quantity_text, key_of = presized(n), presized(n), {}, {}, {}
 local keyed = false
 for i = 1, n do
   local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
   if #arg == 36 then
     orders[i], quantity[i] = arg, 1
   else
-    local q, key = string.match(arg, '^:(%d+):?(.*)$', 37)
-    orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 36), tonumber(q), q
+    local q, key, units
+    local c1, c2 = string.byte(arg, 38, 39)
+    if c1 == 49 and c2 == 58 then
+      -- `:1:<key>`, the usual keyed buyer: no pattern to match, no number to read.
+      q, key, units = '1', string.sub(arg, 40), 1
+    else
+      q, key = string.match(arg, '^:(%d+):?(.*)$', 37)
+      units = tonumber(q)
+    end
+    orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 36), units, q
     if key and key ~= '' then
-      idem[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key
+      idem[i], key_of[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key, key
       keyed = true
     end
   end
@@ -193,7 +202,7 @@ local function record(i, user, q)
     orders[i], ':', user, ':', q
   pieces = pieces + 5
   if idem[i] then
-    entry[pieces + 1], entry[pieces + 2] = ':', string.sub(idem[i], #user + 2)
+    entry[pieces + 1], entry[pieces + 2] = ':', key_of[i]
     pieces = pieces + 2
   end
 end

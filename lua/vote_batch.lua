@@ -80,8 +80,9 @@ if meta[5] then
     c == '1'
 end
 
--- Each voter's ballot and key (nil without one).
-local ballots, idem = {}, {}
+-- Each voter's ballot and key (nil without one): `idem[i]` the keys hash's field,
+-- `key_of[i]` the key alone, for the stream record.
+local ballots, idem, key_of = {}, {}, {}
 local keyed = false
 for i = 1, n do
   local at = first_voter_arg + (i - 1) * 2
@@ -89,7 +90,8 @@ for i = 1, n do
   local space = string.find(arg, ' ', 1, true)
   if space then
     ballots[i] = string.sub(arg, 1, space - 1)
-    idem[i] = ARGV[at] .. ':' .. string.sub(arg, space + 1)
+    key_of[i] = string.sub(arg, space + 1)
+    idem[i] = ARGV[at] .. ':' .. key_of[i]
     keyed = true
   else
     ballots[i] = arg
@@ -194,10 +196,7 @@ if #asking > 0 then
     return string.format('%d', x)
   end
   local function record(i, user, option, seq, count, choices)
-    local key = ''
-    if idem[i] then
-      key = string.sub(idem[i], #user + 2)
-    end
+    local key = key_of[i] or ''
     recorded = recorded + 1
     records[recorded] = user .. '/' .. option .. '/' .. number_text(seq) .. '/' ..
       number_text(count) .. '/' .. choices .. '/' .. key

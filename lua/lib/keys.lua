@@ -10,7 +10,8 @@
 -- the remembered answer).
 local function keys_load(n, idem, hash)
   local skip, first_of, stored = {}, {}, {}
-  local fields, asked = {}, {}
+  -- (Grown by a count: `#t` is a search in Lua 5.1.)
+  local fields, asked, m = {}, {}, 0
   for i = 1, n do
     local f = idem[i]
     if f then
@@ -18,16 +19,17 @@ local function keys_load(n, idem, hash)
         skip[i] = true
       else
         first_of[f] = i
-        fields[#fields + 1] = f
-        asked[#asked + 1] = i
+        m = m + 1
+        fields[m], asked[m] = f, i
       end
     end
   end
   local known = batch_variadic('HMGET', hash, fields)
-  for j, i in ipairs(asked) do
-    if known[j] then
-      stored[fields[j]] = known[j]
-      skip[i] = true
+  for j = 1, m do
+    local s = known[j]
+    if s then
+      stored[fields[j]] = s
+      skip[asked[j]] = true
     end
   end
   return skip, first_of, stored
@@ -42,15 +44,15 @@ end
 -- remembered something or `replayed()`.
 local function keys_remember(n, idem, first_of, stored, hash, ttl_ms, d, text_of, replay,
     reused, replayed)
-  local remembered = {}
+  local remembered, r = {}, 0
   for i = 1, n do
     local f = idem[i]
     if f and first_of[f] == i and not stored[f] then
       local s = text_of(i)
       if s then
         stored[f] = s
-        remembered[#remembered + 1] = f
-        remembered[#remembered + 1] = s
+        remembered[r + 1], remembered[r + 2] = f, s
+        r = r + 2
       end
     end
   end
@@ -68,10 +70,10 @@ local function keys_remember(n, idem, first_of, stored, hash, ttl_ms, d, text_of
       end
     end
   end
-  if #remembered > 0 then
+  if r > 0 then
     batch_variadic('HSET', hash, remembered)
   end
-  if #remembered > 0 or replayed() then
+  if r > 0 or replayed() then
     redis.call('PEXPIRE', hash, ttl_ms)
   end
 end
