@@ -293,28 +293,58 @@ pub async fn watched_backlogs<C: ConnectionLike>(
     backlogs
 }
 
+/// The select of [`settled_tallies`], with `$extra` (more columns) after its two.
+macro_rules! settled_tallies_sql {
+    ($extra:literal) => {
+        concat!(
+            "SELECT o.id, COALESCE(sum(x.n), 0)::int8",
+            $extra,
+            " FROM poll_options o
+             LEFT JOIN (
+                 SELECT unnest(CASE WHEN p.ballot = 'multi' THEN v.choices
+                                    ELSE ARRAY[v.option_id] END) AS option_id,
+                        CASE WHEN p.ballot = 'budget' THEN v.count ELSE 1 END AS n
+                 FROM votes v JOIN polls p ON p.id = v.poll_id
+                 WHERE v.poll_id = $1
+                   AND (p.ballot = 'budget' OR NOT EXISTS (
+                       SELECT 1 FROM votes w
+                       WHERE w.poll_id = v.poll_id AND w.user_id = v.user_id AND w.seq > v.seq))
+             ) x ON x.option_id = o.id
+             WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id"
+        )
+    };
+}
+
 /// Votes in Postgres per option of the poll, `(option id, votes)` in option order
 /// (options nobody voted for with 0), counted as Redis counts them: each voter's
 /// last ballot (single and multi: each choice; ranked: the first preference), or
 /// every budget vote.
 pub async fn settled_tallies(db: &PgPool, id: PollId) -> Result<Vec<(i64, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT o.id, COALESCE(sum(x.n), 0)::int8 FROM poll_options o
-         LEFT JOIN (
-             SELECT unnest(CASE WHEN p.ballot = 'multi' THEN v.choices
-                                ELSE ARRAY[v.option_id] END) AS option_id,
-                    CASE WHEN p.ballot = 'budget' THEN v.count ELSE 1 END AS n
-             FROM votes v JOIN polls p ON p.id = v.poll_id
-             WHERE v.poll_id = $1
-               AND (p.ballot = 'budget' OR NOT EXISTS (
-                   SELECT 1 FROM votes w
-                   WHERE w.poll_id = v.poll_id AND w.user_id = v.user_id AND w.seq > v.seq))
-         ) x ON x.option_id = o.id
-         WHERE o.poll_id = $1 GROUP BY o.id ORDER BY o.id",
-    )
+    sqlx::query_as(settled_tallies_sql!(""))
+        .bind(id.get())
+        .fetch_all(db)
+        .await
+}
+
+/// [`settled_tallies`] and [`settled_voters`] in one statement, so from one
+/// snapshot. Read one after the other, a settlement batch committed between the
+/// two showed every voter settled with only some of their votes (the admin's poll
+/// page: 3 voters settled, 1 of an option's 2 votes).
+pub async fn settled_tallies_and_voters(
+    db: &PgPool,
+    id: PollId,
+) -> Result<(Vec<(i64, i64)>, i64), sqlx::Error> {
+    let rows: Vec<(i64, i64, i64)> = sqlx::query_as(settled_tallies_sql!(
+        ", (SELECT count(DISTINCT user_id) FROM votes WHERE poll_id = $1)::int8"
+    ))
     .bind(id.get())
     .fetch_all(db)
-    .await
+    .await?;
+    let Some(&(_, _, voters)) = rows.first() else {
+        // A poll without options (none is made so): no tallies to disagree with.
+        return Ok((Vec::new(), settled_voters(db, id).await?));
+    };
+    Ok((rows.into_iter().map(|(o, n, _)| (o, n)).collect(), voters))
 }
 
 /// How many voters have a vote in Postgres (settled): each counted once, however

@@ -242,8 +242,7 @@ pub(super) async fn admin_show(
 ) -> Result<HttpResponse, AppError> {
     let id = PollId::parse(&path)?;
     let view = load_view(&state, id, Viewer::Admin).await?;
-    let rows = store::settled_tallies(&state.db, id).await?;
-    let settled_voters = store::settled_voters(&state.db, id).await?;
+    let (rows, settled_voters) = store::settled_tallies_and_voters(&state.db, id).await?;
     Ok(HttpResponse::Ok().json(AdminPollView {
         view,
         settled: rows

@@ -109,14 +109,11 @@ pub async fn poll_tallies(
         Ok(view) => view,
         Err(e) => return Err(PageError::from_app(e, nav)),
     };
-    let settled = match crate::vote::store::settled_tallies(&state.db, id).await {
-        Ok(rows) => rows,
-        Err(e) => return Err(PageError::from_app(e.into(), nav)),
-    };
-    let settled_voters = match crate::vote::store::settled_voters(&state.db, id).await {
-        Ok(n) => n,
-        Err(e) => return Err(PageError::from_app(e.into(), nav)),
-    };
+    let (settled, settled_voters) =
+        match crate::vote::store::settled_tallies_and_voters(&state.db, id).await {
+            Ok(counts) => counts,
+            Err(e) => return Err(PageError::from_app(e.into(), nav)),
+        };
     let options: Vec<(i64, String)> = view
         .record
         .options
