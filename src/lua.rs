@@ -10,6 +10,8 @@
 //! never copies. Each module owns the Rust side of its scripts: their KEYS and ARGV
 //! order and the parsing of their replies.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs};
 
@@ -20,9 +22,84 @@ use redis::{ErrorKind, FromRedisValue, RedisResult, ServerErrorKind, ToRedisArgs
 /// can vanish again. (`redis::Script` loads it with `SCRIPT LOAD` and retries the
 /// `EVALSHA` once; a flush between the two fails the call.) On a cluster both
 /// route by their first key, so the body lands on the shard that runs it.
+///
+/// A script made by [`lua_function!`] (the batch decisions, run for every purchase
+/// and vote) runs as a Redis function instead (`FCALL`), whose library is built
+/// once per Redis process rather than at every call: see [`Function`].
 pub struct Script {
     code: &'static str,
     hash: String,
+    function: Option<Function>,
+}
+
+/// A script as a Redis function (Redis 7's `FUNCTION LOAD` and `FCALL`).
+///
+/// An `EVAL` script runs its whole body at each call, so the shared library
+/// `lua/lib/*.lua` in front of it makes its closures and tables again every time
+/// (about 70,000 instructions of Redis a call), and the run check reads `INFO`
+/// every time (about 26,000). A function library runs its body once, when it is
+/// loaded: the library's functions are made then, and a call runs only the
+/// script's own body (here wrapped in a local function `main`, which reads
+/// `KEYS` and `ARGV` from two locals the registered function sets first); the run
+/// id read once stays in the library for the life of the process
+/// (`lua/lib/run.lua`). A purchase call of 40 buyers costs Redis 5% fewer
+/// instructions (callgrind, BENCHMARKS.md). KEYS, ARGV and the reply are the
+/// script's, as with `EVALSHA`.
+///
+/// The library's and the function's names carry a hash of the library's text
+/// (`stampede_purchase_batch_<16 hex>`), so two versions of Stampede during a
+/// rolling upgrade each call their own function, never the other's; an old
+/// version's library stays in Redis (a few hundred KB of its Lua memory) until an
+/// operator deletes it (`FUNCTION DELETE`). Redis keeps functions in its RDB and
+/// AOF and sends them to replicas. Where a node has not got it (a wiped or new
+/// node, a `FUNCTION FLUSH`), `FCALL` answers "Function not found": the library is
+/// loaded (`FUNCTION LOAD`; on a cluster redis-rs sends it to every primary) and
+/// the call sent again. Where that fails (a primary of the cluster down, an ACL
+/// that refuses `FUNCTION LOAD`), the call runs as `EVALSHA`/`EVAL` on the key's
+/// node; a refusal that is not an outage (no permission, no such command) makes
+/// this process send `EVALSHA` from then on.
+struct Function {
+    /// `FCALL`'s first argument.
+    name: String,
+    /// What `FUNCTION LOAD` loads.
+    library: String,
+    /// `FUNCTION LOAD` was refused for good (not an outage): `EVALSHA` from now on.
+    refused: AtomicBool,
+}
+
+impl Function {
+    /// Redis will not load or call functions for this process: `EVALSHA` from now on.
+    fn refuse(&self, e: &redis::RedisError) {
+        if !self.refused.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, function = %self.name,
+                "Redis refuses functions: this script runs as EVALSHA from now on");
+        }
+    }
+
+    fn new(library: &str, body: &str, stem: &str) -> Function {
+        // `@` stands for the names, so the hash covers the wrapper too.
+        let text = |name: &str| {
+            format!(
+                "#!lua name=stampede_{name}\n\
+                 local KEYS, ARGV\n\
+                 {library}\n\
+                 local function main()\n\
+                 {body}\n\
+                 end\n\
+                 redis.register_function('{name}', function(keys, args)\n\
+                 \x20 KEYS, ARGV = keys, args\n\
+                 \x20 return main()\n\
+                 end)\n"
+            )
+        };
+        let hash = redis::Script::new(&text("@")).get_hash().to_string();
+        let name = format!("{stem}_{}", &hash[..16]);
+        Function {
+            library: text(&name),
+            name,
+            refused: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Script {
@@ -30,12 +107,35 @@ impl Script {
         Script {
             code,
             hash: redis::Script::new(code).get_hash().to_string(),
+            function: None,
+        }
+    }
+
+    /// A script that runs as a Redis function: `library` and `body` are the two
+    /// parts of `code` (see [`Function`]); `stem` names the function.
+    pub fn new_function(
+        code: &'static str,
+        library: &'static str,
+        body: &'static str,
+        stem: &str,
+    ) -> Script {
+        Script {
+            function: Some(Function::new(library, body, stem)),
+            ..Script::new(code)
         }
     }
 
     /// The script's SHA1, as `EVALSHA` names it.
     pub fn hash(&self) -> &str {
         &self.hash
+    }
+
+    /// For a script run as a function: the name `FCALL` calls, and the library
+    /// `FUNCTION LOAD` loads.
+    pub fn function(&self) -> Option<(&str, &str)> {
+        self.function
+            .as_ref()
+            .map(|f| (f.name.as_str(), f.library.as_str()))
     }
 
     pub fn prepare_invoke(&self) -> Invocation<'_> {
@@ -66,6 +166,19 @@ pub struct Invocation<'a> {
     args: Vec<Vec<u8>>,
 }
 
+/// `FCALL` of a function Redis has not got.
+fn is_function_missing(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// A command this Redis will not run for us whatever its state: an ACL without it
+/// (`NOPERM`), or a Redis without it.
+fn is_command_refused(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.detail().is_some_and(|d| d.starts_with("unknown command"))
+}
+
 impl Invocation<'_> {
     pub fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
         key.write_redis_args(&mut self.keys);
@@ -86,8 +199,51 @@ impl Invocation<'_> {
         cmd
     }
 
-    /// `EVALSHA`, and `EVAL` with the body where Redis answers `NOSCRIPT`.
+    /// `FCALL` for a script run as a function (see [`Function`]); else, or where
+    /// the function cannot be loaded, `EVALSHA`, and `EVAL` with the body where
+    /// Redis answers `NOSCRIPT`.
     pub async fn invoke_async<T: FromRedisValue>(
+        &self,
+        con: &mut impl ConnectionLike,
+    ) -> RedisResult<T> {
+        if let Some(function) = &self.script.function
+            && !function.refused.load(Ordering::Relaxed)
+        {
+            match self.command("FCALL", &function.name).query_async(con).await {
+                Err(e) if is_function_missing(&e) => {
+                    let loaded: RedisResult<redis::Value> = redis::cmd("FUNCTION")
+                        .arg("LOAD")
+                        .arg(&function.library)
+                        .query_async(con)
+                        .await;
+                    match loaded {
+                        Ok(_) => {}
+                        // Loaded meanwhile by another call.
+                        Err(e) if e.detail().is_some_and(|d| d.contains("already exists")) => {}
+                        // A node of the cluster down, say: this call by its body.
+                        Err(e) if crate::error::is_redis_unreachable(&e) => {
+                            return self.invoke_eval(con).await;
+                        }
+                        Err(e) => {
+                            function.refuse(&e);
+                            return self.invoke_eval(con).await;
+                        }
+                    }
+                    match self.command("FCALL", &function.name).query_async(con).await {
+                        // Flushed again in between: this once by its body.
+                        Err(e) if is_function_missing(&e) => {}
+                        answer => return answer,
+                    }
+                }
+                Err(e) if is_command_refused(&e) => function.refuse(&e),
+                answer => return answer,
+            }
+        }
+        self.invoke_eval(con).await
+    }
+
+    /// `EVALSHA`, and `EVAL` with the body where Redis answers `NOSCRIPT`.
+    async fn invoke_eval<T: FromRedisValue>(
         &self,
         con: &mut impl ConnectionLike,
     ) -> RedisResult<T> {
@@ -106,6 +262,42 @@ impl Invocation<'_> {
     }
 }
 
+/// The shared library `lua/lib/*.lua`, as one text, in the order the scripts
+/// read it.
+macro_rules! lua_library {
+    () => {
+        concat!(
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/run.lua")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/clock.lua")),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/lib/limit_fixed_window.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/lib/limit_sliding_log.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/lib/limit_sliding_counter.lua"
+            )),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/lib/limit_token_bucket.lua"
+            )),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/limits.lua")),
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/lua/lib/limits_batch.lua"
+            )),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/batch.lua")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/keys.lua")),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/units.lua")),
+        )
+    };
+}
+pub(crate) use lua_library;
+
 /// `lua_script!("purchase_batch.lua")`: a lazily built [`Script`] of the library
 /// `lua/lib/*.lua` followed by `lua/purchase_batch.lua`, run with EVALSHA (and
 /// EVAL where Redis does not have it). The library only defines local functions,
@@ -114,38 +306,33 @@ macro_rules! lua_script {
     ($file:literal) => {
         std::sync::LazyLock::new(|| {
             $crate::lua::Script::new(concat!(
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/run.lua")),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/clock.lua")),
-                include_str!(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/lua/lib/limit_fixed_window.lua"
-                )),
-                include_str!(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/lua/lib/limit_sliding_log.lua"
-                )),
-                include_str!(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/lua/lib/limit_sliding_counter.lua"
-                )),
-                include_str!(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/lua/lib/limit_token_bucket.lua"
-                )),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/limits.lua")),
-                include_str!(concat!(
-                    env!("CARGO_MANIFEST_DIR"),
-                    "/lua/lib/limits_batch.lua"
-                )),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/batch.lua")),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/keys.lua")),
-                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lib/units.lua")),
+                $crate::lua::lua_library!(),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
             ))
         })
     };
 }
 pub(crate) use lua_script;
+
+/// `lua_function!("purchase_batch.lua", "purchase_batch")`: [`lua_script!`]'s
+/// script, run as a Redis function named after the second argument (see
+/// [`Function`]).
+macro_rules! lua_function {
+    ($file:literal, $stem:literal) => {
+        std::sync::LazyLock::new(|| {
+            $crate::lua::Script::new_function(
+                concat!(
+                    $crate::lua::lua_library!(),
+                    include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
+                ),
+                $crate::lua::lua_library!(),
+                include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
+                $stem,
+            )
+        })
+    };
+}
+pub(crate) use lua_function;
 
 /// The answer of a script that Rust does not know: a bug or a script from another
 /// version, never to be read as any particular outcome.

@@ -5,18 +5,26 @@
 -- verified that state. A new process (a restart that may have lost the AOF's last
 -- second, a failover to a replica that missed the tail, a restore from a backup) has
 -- a new run id, and the state is not trusted until it is rebuilt from Postgres.
--- INFO costs about 4 us on Redis; a batch of decisions pays it once.
+-- INFO costs about 4 us on Redis; it is read once per Lua state that runs this
+-- library: once per call of a script (`EVAL`, whose whole body runs each time), and
+-- once per process for a function library (the batch scripts, see src/lua.rs),
+-- whose locals live as long as the library in this process (a restart or a
+-- failover starts another process, whose library starts without it).
+local run_id_read = nil
 local function redis_run()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  if not run_id_read then
+    -- (A plain find, not a pattern: a pattern is tried at every character before.)
+    local info = redis.call('INFO', 'server')
+    local at = string.find(info, 'run_id:', 1, true)
+    run_id_read = string.sub(info, at + 7, at + 46)
+  end
+  return run_id_read
 end
 
 -- True when `stamp` (a meta hash's `run` field, or false when absent) names the
 -- Redis process running this script.
 local function same_run(stamp)
-  if not stamp then
-    return false
-  end
-  return string.find(redis.call('INFO', 'server'), 'run_id:' .. stamp, 1, true) ~= nil
+  return stamp ~= nil and stamp ~= false and stamp == redis_run()
 end
 
 -- Redis answers at most this many arguments to one command from a script at once

@@ -6,8 +6,8 @@
 //! batches of one key go at once (each takes what is waiting when it starts);
 //! requests that arrive while they are all out wait for the first to come back (at
 //! most one Redis round trip) and then go together, at most `max` per call. A hot
-//! sale thus costs one EVALSHA and one `INFO` run check per batch instead of per
-//! buyer; this is what lets one sale go past the one-call-per-request ceiling of a
+//! sale thus costs one FCALL (its run check's `INFO` read once per Redis process)
+//! per batch instead of per buyer; this is what lets one sale go past the one-call-per-request ceiling of a
 //! Redis core. Several batches in flight matter under `appendfsync always`: Redis
 //! answers a write only after an `fsync`, one per event-loop turn for everything it
 //! read in that turn, so the batches that reach it during one `fsync` share the

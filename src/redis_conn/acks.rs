@@ -115,7 +115,8 @@ impl ConnectionLike for ThenWait<'_> {
         cmd: &'a redis::Cmd,
     ) -> redis::RedisFuture<'a, redis::Value> {
         let script = matches!(cmd.args_iter().next(), Some(redis::Arg::Simple(name))
-            if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL"));
+            if name.eq_ignore_ascii_case(b"EVALSHA") || name.eq_ignore_ascii_case(b"EVAL")
+                || name.eq_ignore_ascii_case(b"FCALL"));
         if !script {
             return self.redis.req_packed_command(cmd);
         }

@@ -6,9 +6,10 @@
 //! tag of its sale, poll, lock or limit (see [`crate::keys`]), so a script's keys
 //! are on one shard.
 //!
-//! On a cluster, redis-rs routes a command or an `EVALSHA` by its first key, follows
-//! `MOVED`/`ASK` after a failover or resharding, and `lua::Script` sends a script
-//! as `EVAL` where a node answers `NOSCRIPT`. Two things differ, and are handled here
+//! On a cluster, redis-rs routes a command, an `EVALSHA` or an `FCALL` by its first
+//! key, follows `MOVED`/`ASK` after a failover or resharding, and `lua::Script`
+//! sends a script as `EVAL` where a node answers `NOSCRIPT` (and loads a function
+//! where one answers "Function not found"). Two things differ, and are handled here
 //! or by the caller:
 //! - a pipeline whose commands name keys of different slots (one `GET` per sale of a
 //!   list) cannot go to one node: [`Redis`] sends its commands one by one, all at
@@ -96,7 +97,7 @@ pub struct Timeouts {
 /// the caller (a 503). A connection whose map went stale during a slot move (one the
 /// move's own redirects never reached) otherwise answered one 503 on its first use
 /// after the move, seconds later (the fault suite's slot move saw one at 6 to 8 s
-/// after healing). Every script a request runs is one command (`EVALSHA`): the
+/// after healing). Every script a request runs is one command (`EVALSHA` or `FCALL`): the
 /// decisions of a purchase or a vote, a place in the waiting room, a draw's
 /// admission. A pipeline over several slots goes key by key, each a single command
 /// here; a pipeline on one slot and a transaction are not sent again: a node that

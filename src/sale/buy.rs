@@ -18,10 +18,17 @@ use crate::domain::{self, PurchaseKey, SaleId, UserId};
 use crate::error::{AppError, ErrorCode};
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::{lua_function, unexpected_reply};
 use crate::redis_conn::acks::ReplicaAcks;
 
-static PURCHASE_BATCH: LazyLock<crate::lua::Script> = lua_script!("purchase_batch.lua");
+static PURCHASE_BATCH: LazyLock<crate::lua::Script> =
+    lua_function!("purchase_batch.lua", "purchase_batch");
+
+/// The purchase decision script (`lua/purchase_batch.lua`, run as a Redis
+/// function): for the tools that measure it alone (`examples/lua_function.rs`).
+pub fn decision_script() -> &'static crate::lua::Script {
+    &PURCHASE_BATCH
+}
 
 /// One buyer's request.
 #[derive(Clone, Debug)]

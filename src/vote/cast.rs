@@ -14,11 +14,17 @@ use crate::domain::{PollId, PurchaseKey, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
 use crate::limit::{Decision, Policy};
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::{lua_function, unexpected_reply};
 use crate::redis_conn::acks::ReplicaAcks;
 use crate::settle::{Accepted, VoteDetail};
 
-static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_script!("vote_batch.lua");
+static VOTE_BATCH: LazyLock<crate::lua::Script> = lua_function!("vote_batch.lua", "vote_batch");
+
+/// The vote decision script (`lua/vote_batch.lua`, run as a Redis function): for
+/// the tools that measure it alone (`examples/lua_function.rs`).
+pub fn decision_script() -> &'static crate::lua::Script {
+    &VOTE_BATCH
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VoteOutcome {

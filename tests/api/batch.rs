@@ -103,10 +103,10 @@ async fn five_sales_stormed_at_once_each_sell_exactly_their_stock() {
     );
 }
 
-/// The decision scripts vanish from the sale's node (on a cluster: from that one
-/// primary) again and again while a storm runs: every purchase is still decided
-/// (the script is reloaded after `NOSCRIPT`), none answers 5xx, and the stock is
-/// exact.
+/// The decision scripts and functions vanish from the sale's node (on a cluster:
+/// from that one primary) again and again while a storm runs: every purchase is
+/// still decided (the function is loaded again after "Function not found", a
+/// script after `NOSCRIPT`), none answers 5xx, and the stock is exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
     let app = Arc::new(spawn_app_with(|c| c.sold_out_cache = Duration::ZERO).await);
@@ -553,6 +553,77 @@ async fn a_replayed_acceptance_is_confirmed_only_once_a_replica_has_it() {
     assert_eq!(app.stock_left(sale).await, 9, "one unit taken");
 }
 
+/// Where Redis refuses functions (an ACL without `FCALL` and `FUNCTION`, as a
+/// managed Redis may set), the batch decisions run as `EVALSHA` (src/lua.rs):
+/// every purchase decided, none 5xx, the stock exact, and the node saw `FCALL`
+/// refused and the script run.
+#[tokio::test(flavor = "multi_thread")]
+async fn where_redis_refuses_functions_the_decisions_run_as_scripts() {
+    let node = OwnRedis::start(&[
+        "--user",
+        "default",
+        "on",
+        "nopass",
+        "~*",
+        "&*",
+        "+@all",
+        "-fcall",
+        "-function",
+    ]);
+    let mut probe = node.connect().await;
+    let url = node.url();
+    let app = Arc::new(
+        spawn_app_with(move |c| {
+            c.redis_url = url;
+            c.redis_cluster.clear();
+            c.sold_out_cache = Duration::ZERO;
+        })
+        .await,
+    );
+    let admin = app.admin().await;
+    let sale = app.live_sale(&admin, 5).await;
+    let users = app.create_users(8, false).await;
+    let answers = together(
+        &app,
+        users.iter().map(|u| (sale, u.token.clone())).collect(),
+    )
+    .await;
+    let statuses: Vec<StatusCode> = answers.iter().map(|(_, st)| *st).collect();
+    assert_eq!(
+        statuses
+            .iter()
+            .filter(|st| **st == StatusCode::ACCEPTED)
+            .count(),
+        5,
+        "{statuses:?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|st| [StatusCode::ACCEPTED, StatusCode::GONE].contains(st)),
+        "only accepted and sold out: {statuses:?}"
+    );
+    assert_eq!(app.stock_left(sale).await, 0);
+    assert_eq!(app.buyers(sale).await.len(), 5);
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let stat = |command: &str, field: &str| -> i64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|l| {
+                l.split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
+            })
+            .map_or(0, |v| v.trim().parse().unwrap())
+    };
+    assert!(stat("fcall", "rejected_calls") >= 1, "{stats}");
+    assert!(stat("evalsha", "calls") >= 1, "{stats}");
+}
+
 /// A `WAIT` that Redis refuses, as a node demoted to a replica does (a failover
 /// between the decision and its `WAIT`), confirms nothing: 503 `not_replicated`,
 /// never a 500. The node here is a redis-server started as a replica of nobody.
@@ -577,8 +648,8 @@ async fn a_wait_refused_by_a_demoted_node_is_not_replicated() {
 }
 
 /// With replica acknowledgements a batch's script and its `WAIT` go in one
-/// pipeline. Where Redis has lost the script (`NOSCRIPT`: a restart, a failover, a
-/// flush), the pipeline goes again with the script's body: the purchase is decided
+/// pipeline. Where Redis has lost the function (a restart that lost its data, a
+/// flush), the library is loaded and the pipeline goes again: the purchase is decided
 /// once, and only the `WAIT` that followed the script that ran confirms it (here it
 /// cannot: more replicas than any test Redis has). A batch that accepted nothing
 /// is answered without one.

@@ -272,8 +272,9 @@ pub fn node_of(key: &str) -> String {
     format!("{host}:{port}")
 }
 
-/// `SCRIPT FLUSH` on the node that holds `key` only (on a single node: that node):
-/// the scripts are gone there and nowhere else.
+/// `SCRIPT FLUSH` and `FUNCTION FLUSH` on the node that holds `key` only (on a
+/// single node: that node): the scripts and the functions (the batch decisions,
+/// see `src/lua.rs`) are gone there and nowhere else.
 pub fn flush_scripts_on_node_of(key: &str) {
     let node = node_of(key);
     let url = if node.contains("://") {
@@ -288,6 +289,10 @@ pub fn flush_scripts_on_node_of(key: &str) {
         .arg("FLUSH")
         .query(&mut conn)
         .expect("SCRIPT FLUSH");
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query(&mut conn)
+        .expect("FUNCTION FLUSH");
 }
 
 fn env_url(primary: &str, fallback: &str) -> String {

@@ -1,0 +1,26 @@
+//! Prints a batch decision script as the server runs it, a Redis function: the
+//! name `FCALL` calls on the first line, then the library `FUNCTION LOAD` loads
+//! (see `src/lua.rs`). For `scripts/bench-script-alone`, which measures the script
+//! alone in Redis with the same text the server loads.
+//!
+//!   cargo run -q --example lua_function -- purchase     # or: vote
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let script = match std::env::args().nth(1).as_deref() {
+        Some("purchase") => stampede::sale::buy::decision_script(),
+        Some("vote") => stampede::vote::cast::decision_script(),
+        _ => {
+            eprintln!("usage: lua_function purchase|vote");
+            return ExitCode::from(2);
+        }
+    };
+    let Some((name, library)) = script.function() else {
+        eprintln!("this script does not run as a function");
+        return ExitCode::FAILURE;
+    };
+    println!("{name}");
+    print!("{library}");
+    ExitCode::SUCCESS
+}
