@@ -1,9 +1,11 @@
-//! Prints a batch decision script as the server runs it, a Redis function: the
+//! Prints a script as the server runs it, a Redis function: the
 //! name `FCALL` calls on the first line, then the library `FUNCTION LOAD` loads
 //! (see `src/lua.rs`). For `scripts/bench-script-alone`, which measures the script
 //! alone in Redis with the same text the server loads.
 //!
-//!   cargo run -q --example lua_function -- purchase     # or: vote
+//!   cargo run -q --example lua_function -- purchase
+//!   # or: vote, limit (the sign-in and sign-up routes' limiter), ticket_window,
+//!   # queue_place (the waiting room's join and standing)
 
 use std::process::ExitCode;
 
@@ -11,8 +13,11 @@ fn main() -> ExitCode {
     let script = match std::env::args().nth(1).as_deref() {
         Some("purchase") => stampede::sale::buy::decision_script(),
         Some("vote") => stampede::vote::cast::decision_script(),
+        Some("limit") => stampede::limit::script(),
+        Some("ticket_window") => stampede::sale::ticket::window::script(),
+        Some("queue_place") => stampede::sale::queue::join::script(),
         _ => {
-            eprintln!("usage: lua_function purchase|vote");
+            eprintln!("usage: lua_function purchase|vote|limit|ticket_window|queue_place");
             return ExitCode::from(2);
         }
     };

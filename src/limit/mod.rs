@@ -33,11 +33,17 @@ use std::sync::LazyLock;
 
 use redis::aio::ConnectionLike;
 
-use crate::lua::lua_script;
+use crate::lua::lua_function;
 
 pub use crate::config::limits::{Algorithm, LimitsConfig, Policy, PolicyConfig, Route, Subject};
 
-static LIMIT: LazyLock<crate::lua::Script> = lua_script!("limit.lua");
+static LIMIT: LazyLock<crate::lua::Script> = lua_function!("limit.lua", "limit");
+
+/// The script that decides one request under one policy (for
+/// `examples/lua_function.rs`).
+pub fn script() -> &'static crate::lua::Script {
+    &LIMIT
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {

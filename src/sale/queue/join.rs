@@ -10,9 +10,14 @@ use super::estimate::LineNow;
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::{lua_function, unexpected_reply};
 
-static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_script!("queue_place.lua");
+static QUEUE_PLACE: LazyLock<crate::lua::Script> = lua_function!("queue_place.lua", "queue_place");
+
+/// The script that places shoppers in the line (for `examples/lua_function.rs`).
+pub fn script() -> &'static crate::lua::Script {
+    &QUEUE_PLACE
+}
 
 /// Numbers of the reply's head, before the shoppers' rows.
 const HEAD: usize = 13;

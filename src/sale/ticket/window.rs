@@ -7,9 +7,15 @@ use redis::aio::ConnectionLike;
 use crate::domain::SaleId;
 use crate::error::AppError;
 use crate::keys::Keys;
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::{lua_function, unexpected_reply};
 
-static TICKET_WINDOW: LazyLock<crate::lua::Script> = lua_script!("ticket_window.lua");
+static TICKET_WINDOW: LazyLock<crate::lua::Script> =
+    lua_function!("ticket_window.lua", "ticket_window");
+
+/// The script that reads a sale's window (for `examples/lua_function.rs`).
+pub fn script() -> &'static crate::lua::Script {
+    &TICKET_WINDOW
+}
 
 crate::lua::reply_codes! {
     /// What `lua/ticket_window.lua` answers, as its header lists them.
