@@ -63,12 +63,22 @@ local stock = tonumber(redis.call('GET', KEYS[2]))
 local head = redis.call('HGET', KEYS[4], 'head')
 local after_head = head and ('(' .. head) or '-inf'
 
--- Joins first, in order (a user twice in the batch holds one place).
-local places, new = {}, {}
-local refusal = {}
+-- The batch's shoppers, and the places they hold before it (one ZMSCORE).
+local users = {}
 for i = 1, n do
-  local user = ARGV[2 + (i - 1) * 3]
-  local place = redis.call('ZSCORE', KEYS[3], user)
+  users[i] = ARGV[2 + (i - 1) * 3]
+end
+local held = batch_variadic('ZMSCORE', KEYS[3], users)
+
+-- Joins first, in order (a user twice in the batch holds one place: the place the
+-- first took is `placed` for the second).
+local places, new, placed = {}, {}, {}
+local refusal = {}
+-- (`added`: score and member of each new place, for the ZADD after the loop.)
+local added, joined = {}, 0
+for i = 1, n do
+  local user = users[i]
+  local place = placed[user] or held[i] or nil
   if not place and ARGV[4 + (i - 1) * 3] == '1' then
     if ended then
       refusal[i] = {3, 0}
@@ -84,13 +94,19 @@ for i = 1, n do
       else
         place = string.format('%.0f', 4503599627370496 + redis.call('HINCRBY', KEYS[4], 'seq', 1))
       end
-      redis.call('ZADD', KEYS[3], place, user)
-      redis.call('HINCRBY', KEYS[4], 'joins', 1)
       redis.call('XADD', KEYS[5], '*', 'u', user, 'p', place, 't', now)
       new[i] = 1
+      placed[user] = place
+      joined = joined + 1
+      added[2 * joined - 1], added[2 * joined] = place, user
     end
   end
   places[i] = place
+end
+-- The batch's new places, in one ZADD, and their count (before anyone's standing).
+if joined > 0 then
+  batch_variadic('ZADD', KEYS[3], added)
+  redis.call('HINCRBY', KEYS[4], 'joins', joined)
 end
 
 -- Then where each stands, and what moves the line (the estimate's inputs).
@@ -124,8 +140,12 @@ local function standing(i, state, position, ahead, expiry)
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
     0, new[i] or 0, state, position, ahead, expiry
 end
+-- Who bought, and who was ever admitted, for every shopper at once (one HMGET
+-- each; a shopper in neither reads false).
+local bought = batch_variadic('HMGET', KEYS[8], users)
+local ever = batch_variadic('HMGET', KEYS[7], users)
 for i = 1, n do
-  local user = ARGV[2 + (i - 1) * 3]
+  local user = users[i]
   local place = places[i]
   if refusal[i] then
     local o = #out
@@ -133,9 +153,9 @@ for i = 1, n do
       refusal[i][1], refusal[i][2], 0, 0, 0, 0
   else
     local position = place and redis.call('ZCOUNT', KEYS[3], '-inf', place) or 0
-    if redis.call('HEXISTS', KEYS[8], user) == 1 then
+    if bought[i] then
       standing(i, 4, position, 0, 0)
-    elseif redis.call('HEXISTS', KEYS[7], user) == 1 then
+    elseif ever[i] then
       local expiry = tonumber(redis.call('ZSCORE', KEYS[6], user))
       if expiry and expiry > now then
         standing(i, 2, position, 0, expiry)
