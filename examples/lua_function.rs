@@ -5,7 +5,7 @@
 //!
 //!   cargo run -q --example lua_function -- purchase
 //!   # or: vote, limit (the sign-in and sign-up routes' limiter), ticket_window,
-//!   # queue_place (the waiting room's join and standing)
+//!   # queue_place (the waiting room's join and standing), queue_admit (its step)
 
 use std::process::ExitCode;
 
@@ -16,8 +16,11 @@ fn main() -> ExitCode {
         Some("limit") => stampede::limit::script(),
         Some("ticket_window") => stampede::sale::ticket::window::script(),
         Some("queue_place") => stampede::sale::queue::join::script(),
+        Some("queue_admit") => stampede::sale::queue::admit::script(),
         _ => {
-            eprintln!("usage: lua_function purchase|vote|limit|ticket_window|queue_place");
+            eprintln!(
+                "usage: lua_function purchase|vote|limit|ticket_window|queue_place|queue_admit"
+            );
             return ExitCode::from(2);
         }
     };

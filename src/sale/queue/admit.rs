@@ -12,10 +12,15 @@ use super::join::Unavailable;
 use crate::domain::{SaleId, UserId};
 use crate::error::AppError;
 use crate::keys::Keys;
-use crate::lua::{lua_script, unexpected_reply};
+use crate::lua::{lua_function, unexpected_reply};
 use crate::metrics::Metrics;
 
-static QUEUE_ADMIT: LazyLock<crate::lua::Script> = lua_script!("queue_admit.lua");
+static QUEUE_ADMIT: LazyLock<crate::lua::Script> = lua_function!("queue_admit.lua", "queue_admit");
+
+/// The script of one waiting-room step (for `examples/lua_function.rs`).
+pub fn script() -> &'static crate::lua::Script {
+    &QUEUE_ADMIT
+}
 
 crate::lua::reply_codes! {
     /// What `lua/queue_admit.lua` answers, as its header lists them.
