@@ -76,9 +76,21 @@ impl Function {
         }
     }
 
-    fn new(library: &str, body: &str, stem: &str) -> Function {
+    /// `flags`: the function's flags for Redis (`no-writes` for a script that only
+    /// reads, which Redis then runs when its memory is full, as it ran the script
+    /// as `EVALSHA`), or "".
+    fn new(library: &str, body: &str, stem: &str, flags: &str) -> Function {
         // `@` stands for the names, so the hash covers the wrapper too.
         let text = |name: &str| {
+            let register = if flags.is_empty() {
+                format!("redis.register_function('{name}', function(keys, args)\n")
+            } else {
+                format!(
+                    "redis.register_function{{function_name = '{name}', \
+                     flags = {{'{flags}'}}, callback = function(keys, args)\n"
+                )
+            };
+            let close = if flags.is_empty() { "end)" } else { "end}" };
             format!(
                 "#!lua name=stampede_{name}\n\
                  local KEYS, ARGV\n\
@@ -86,10 +98,10 @@ impl Function {
                  local function main()\n\
                  {body}\n\
                  end\n\
-                 redis.register_function('{name}', function(keys, args)\n\
+                 {register}\
                  \x20 KEYS, ARGV = keys, args\n\
                  \x20 return main()\n\
-                 end)\n"
+                 {close}\n"
             )
         };
         let hash = redis::Script::new(&text("@")).get_hash().to_string();
@@ -118,9 +130,10 @@ impl Script {
         library: &'static str,
         body: &'static str,
         stem: &str,
+        flags: &str,
     ) -> Script {
         Script {
-            function: Some(Function::new(library, body, stem)),
+            function: Some(Function::new(library, body, stem, flags)),
             ..Script::new(code)
         }
     }
@@ -316,9 +329,12 @@ pub(crate) use lua_script;
 
 /// `lua_function!("purchase_batch.lua", "purchase_batch")`: [`lua_script!`]'s
 /// script, run as a Redis function named after the second argument (see
-/// [`Function`]).
+/// [`Function`]); a third, `"no-writes"`, flags a script that only reads.
 macro_rules! lua_function {
     ($file:literal, $stem:literal) => {
+        $crate::lua::lua_function!($file, $stem, "")
+    };
+    ($file:literal, $stem:literal, $flags:literal) => {
         std::sync::LazyLock::new(|| {
             $crate::lua::Script::new_function(
                 concat!(
@@ -328,6 +344,7 @@ macro_rules! lua_function {
                 $crate::lua::lua_library!(),
                 include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
                 $stem,
+                $flags,
             )
         })
     };

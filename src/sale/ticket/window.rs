@@ -9,8 +9,9 @@ use crate::error::AppError;
 use crate::keys::Keys;
 use crate::lua::{lua_function, unexpected_reply};
 
+/// `no-writes`: it only reads, so a Redis whose memory is full still answers it.
 static TICKET_WINDOW: LazyLock<crate::lua::Script> =
-    lua_function!("ticket_window.lua", "ticket_window");
+    lua_function!("ticket_window.lua", "ticket_window", "no-writes");
 
 /// The script that reads a sale's window (for `examples/lua_function.rs`).
 pub fn script() -> &'static crate::lua::Script {
