@@ -399,14 +399,16 @@ end
 local function limits_write(cache)
   redis.set_repl(redis.REPL_NONE) -- see limit_set
   for p, policy in ipairs(cache.policies) do
-    local text, t, bucket = LIMIT_TEXT[policy[1]], cache.tables[p], cache.buckets[p]
+    -- (A sliding log's state is its text: no call per subject to format it.)
+    local text = policy[1] ~= 'sl' and LIMIT_TEXT[policy[1]]
+    local t, bucket = cache.tables[p], cache.buckets[p]
     local fields, f = {}, 0
     local ids, read_states = cache.subjects[p], cache.read[p]
     for k = 1, #ids do
       local id = ids[k]
       local state = t[id]
       if state and state ~= read_states[k] then
-        fields[f + 1], fields[f + 2] = id, text(state)
+        fields[f + 1], fields[f + 2] = id, text and text(state) or state
         f = f + 2
       end
     end

@@ -30,57 +30,64 @@ local function limits_batch_policy(t, policy, p, P, subjects, counted, upto, now
   local alg, limit, window = policy[1], policy[2], policy[3]
   if alg == 'sl' then
     -- A subject without a log: its first entry, the same text for every one.
+    -- (Its remaining: limit - 1, with no length to take and divide.)
     local first = limit >= 1 and limit_sliding_log_entry(now) or nil
     local take = limit_sliding_log_take
     for k = 1, upto - 1 do
       local at = (counted[k] - 1) * P + p
       local id = subjects[at]
       local state = t[id]
-      local log
       if not state then
-        log = first
+        if not first then
+          return k
+        end
+        t[id] = first
+        after[at], rem[at] = first, limit - 1
       else
-        log = take(state, now, limit, window)
+        local log = take(state, now, limit, window)
+        if not log then
+          return k
+        end
+        t[id] = log
+        after[at], rem[at] = log, limit - #log / LOG_WIDTH
       end
-      if not log then
-        return k
-      end
-      t[id] = log
-      after[at], rem[at] = log, limit - #log / LOG_WIDTH
     end
     return upto
   end
   -- Sliding counter: each subject's counts once, then a running count (see
-  -- limit_sliding_counter_take and limit_sliding_counter_taken).
+  -- limit_sliding_counter_take and limit_sliding_counter_taken). `room`, per
+  -- subject: limit * window - prev * (window - elapsed), found once; a request
+  -- fits while room - cur * window (cur counting it) is not below 0, which is
+  -- the take's test, and remaining is floor of that over the window, as
+  -- limit_sliding_counter_left finds it (never below 0 for a request that fits).
+  -- Whole numbers of ms and requests: exact in Lua's doubles.
   local w, elapsed = limit_sliding_counter_counts(nil, now, window)
-  local prev_of, cur_of = {}, {}
+  local prev_of, cur_of, room_of = {}, {}, {}
   local changed, c = {}, 0
   for k = 1, upto - 1 do
     local at = (counted[k] - 1) * P + p
     local id = subjects[at]
     local cur = cur_of[id]
-    local prev
+    local room
     if cur then
-      prev = prev_of[id]
+      room = room_of[id]
     else
-      local _
+      local _, prev
       _, _, cur, prev = limit_sliding_counter_counts(t[id], now, window)
       prev_of[id] = prev
+      room = limit * window - prev * (window - elapsed)
+      room_of[id] = room
       c = c + 1
       changed[c] = id
     end
     cur = cur + 1
-    if prev * (window - elapsed) + cur * window > limit * window then
+    local x = room - cur * window
+    if x < 0 then
       -- Refused: limits_batch_take sets the states back (t is not written yet).
       return k
     end
     cur_of[id] = cur
-    local x = limit * window - prev * (window - elapsed) - cur * window
-    local remaining = (x - x % window) / window
-    if remaining < 0 then
-      remaining = 0
-    end
-    after[at], rem[at] = cur, remaining
+    after[at], rem[at] = cur, (x - x % window) / window
   end
   -- A new state for a subject its requests counted in (limits_write writes a state
   -- that is not the one read).
