@@ -278,6 +278,7 @@ elseif #asking > 0 then
   local bought = batch_variadic('HMGET', KEYS[3], users)
   local stock = tonumber(stock_left)
   local taken = 0
+  -- (new_buyers: for a waiting room's admissions only.)
   local accepted, new_buyers, held_of, b = {}, {}, {}, 0
   -- (A numeric loop: Lua 5.1's ipairs calls into C for each item.)
   for j = 1, #asking do
@@ -298,7 +299,9 @@ elseif #asking > 0 then
       taken = taken + 1
       accepted[user] = orders[i]
       b = b + 1
-      new_buyers[b] = user
+      if waiting_room then
+        new_buyers[b] = user
+      end
       held_of[2 * b - 1], held_of[2 * b] = user, string.sub(orders[i], 15)
       record(i, user, '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken

@@ -92,7 +92,8 @@ end
 -- written, never read). An item taken by limits_batch_take is in `fast`, its
 -- remaining numbers in `rem` at the same places; its places in `after` hold what
 -- limits_batch_rewind reads (a sliding counter's count, not its state), never read
--- for its reply.
+-- for its reply. `all`: every item was taken so (none skipped, none refused), and
+-- `fast` is left empty.
 local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast = {}}
 
 -- The first phase of a batch decision: each item's rate limits (counted all at
@@ -117,6 +118,8 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
   -- A 202's numbers read the states before its take only for the algorithms other
   -- than the sliding log and counter (limits_append_taken).
   local before_read = false
+  -- Every item counted and taken by limits_batch_take (the common batch).
+  local all_taken = false
   if P > 0 then
     local keyed, per_user = 0, {}
     for p = 1, P do
@@ -132,13 +135,14 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
     -- An address's text, by its key: cut once per key and batch (a batch's items
     -- mostly come from few addresses).
     local address_of = {}
-    local counted, c = {}, 0
+    -- (counted_users: the counted items' user ids, in order.)
+    local counted, counted_users, c = {}, {}, 0
     for i = 1, n do
       if not (skip and skip[i]) then
         c = c + 1
-        counted[c] = i
         local k, base, user = first_item_key + (i - 1) * keyed, (i - 1) * P,
           ARGV[first_arg + (i - 1) * 2]
+        counted[c], counted_users[c] = i, user
         for p = 1, P do
           if per_user[p] then
             subjects[base + p] = user
@@ -160,13 +164,24 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
     -- before counted[upto]; limits_take decides the others.
     local upto
     upto, batch_limits_seen.rem = limits_batch_take(cache, subjects, policies, counted, now, after)
-    for k = 1, upto - 1 do
-      fast[counted[k]] = true
+    if upto > n then
+      -- Every item taken (so none skipped): when the window is open, every one
+      -- asks, in order, and no loop below is needed.
+      all_taken = true
+      batch_limits_seen.all = true
+      if not closed and now >= opens then
+        limits_write(cache)
+        return answers, counted, counted_users
+      end
+    else
+      for k = 1, upto - 1 do
+        fast[counted[k]] = true
+      end
     end
   end
   local before = before_read and seen or nil
   for i = 1, n do
-    local admitted = skip and skip[i] or P == 0 or fast[i]
+    local admitted = skip and skip[i] or P == 0 or all_taken or fast[i]
     if not admitted then
       admitted = limits_take(cache, subjects, (i - 1) * P, policies, now, states, after, before)
     end
@@ -209,10 +224,10 @@ local function batch_reply(P, n, code, value, answers, texts)
   -- resets; what is left over is cut below (the reply ends at its first nil).
   local out, seen, m = presized(n * (2 + P) + P), batch_limits_seen, 0
   local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
-  local fast, rem = seen.fast, seen.rem
+  local fast, rem, all = seen.fast, seen.rem, seen.all
   for i = 1, n do
     local a = answers[i]
-    if code[i] == REPLY_ACCEPTED and P > 0 and fast[i] then
+    if code[i] == REPLY_ACCEPTED and P > 0 and (all or fast[i]) then
       -- Taken by limits_batch_take (sliding logs and counters only: no reset per
       -- item), its numbers with it.
       out[m + 1], out[m + 2] = code[i], value[i]
