@@ -16,9 +16,12 @@
 -- its last write
 -- ARGV[5 ..]: per policy: algorithm code, a, b, c, subject ('u' per user, 'k' a
 -- key per buyer; see lua/lib/batch.lua and lua/lib/limits.lua)
--- then per buyer: user id, order id (`<uuid>`; `<uuid>:<quantity>` for more than
--- one unit; `<uuid>:<quantity>:<idempotency key>` with a key). Every order id of
--- one call shares its batch tag (characters 15 to 28, see src/sale/orders.rs).
+-- then per buyer: user id, order id from its 15th character (`<id>`, 22
+-- characters; `<id>:<quantity>` for more than one unit; `<id>:<quantity>:<idempotency
+-- key>` with a key). An order id's first 14 characters are its sale's (the sale id
+-- in its first six bytes, see src/sale/order_id.rs): the script makes them once
+-- from ARGV[1]. Every order id of one call shares its batch tag (characters 15 to
+-- 28 of the whole id, the first 14 of what a buyer's argument carries).
 -- Returns, per buyer, code and value, and for codes 7 and 8 then per policy:
 -- allowed (1, 0, -1 never), remaining, ms until allowed again, ms until the quota
 -- is back; for code 0 per policy remaining, and ms until the quota is back only
@@ -103,27 +106,35 @@ if not stock_left then
   return batch_all(P, n, REPLY_RECOVERING)
 end
 
--- Each buyer's order id, quantity and key (nil without one); the quantity also
--- as the text it came in, when it came (absent: 1), for the stream entry and the
--- answer remembered with a key.
+-- The first 14 characters of every order id of the sale (`%08x-%04x-` of the sale
+-- id's six bytes, as src/sale/order_id.rs lays them out): an order id is
+-- `order_prefix .. orders[i]`. The buyers hash keeps `orders[i]` as it came (see
+-- below), so a buyer costs no string of its own here.
+local sale_number = tonumber(ARGV[1])
+local order_prefix = string.format('%08x-%04x-', (sale_number - sale_number % 65536) / 65536,
+  sale_number % 65536)
+
+-- Each buyer's order id from its 15th character, quantity and key (nil without
+-- one); the quantity also as the text it came in, when it came (absent: 1), for
+-- the stream entry and the answer remembered with a key.
 -- (`key_of`: each keyed buyer's key alone, for its order's text in the entry.)
 local orders, quantity, idem, quantity_text, key_of = presized(n), presized(n), {}, {}, {}
 local keyed = false
 for i = 1, n do
   local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
-  if #arg == 36 then
+  if #arg == 22 then
     orders[i], quantity[i] = arg, 1
   else
     local q, key, units
-    local c1, c2 = string.byte(arg, 38, 39)
+    local c1, c2 = string.byte(arg, 24, 25)
     if c1 == 49 and c2 == 58 then
       -- `:1:<key>`, the usual keyed buyer: no pattern to match, no number to read.
-      q, key, units = '1', string.sub(arg, 40), 1
+      q, key, units = '1', string.sub(arg, 26), 1
     else
-      q, key = string.match(arg, '^:(%d+):?(.*)$', 37)
+      q, key = string.match(arg, '^:(%d+):?(.*)$', 23)
       units = tonumber(q)
     end
-    orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 36), units, q
+    orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 22), units, q
     if key and key ~= '' then
       idem[i], key_of[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key, key
       keyed = true
@@ -165,7 +176,7 @@ local closed = meta[3] == '1' or now >= tonumber(meta[2])
 local starts = tonumber(meta[1])
 
 -- The limits and the window, item by item; who is left goes on to the decision.
-local answers, asking, users = batch_admit(P, policies,
+local answers, asking, users, distinct = batch_admit(P, policies,
   first_buyer_arg, n, now, closed, starts, skip, code, value)
 
 -- A sale with a waiting room (`wr` > 0) or a draw (`wr` = -1) sells only to
@@ -190,17 +201,16 @@ end
 -- `entry` holds the pieces of that text, joined once by table.concat (an order's
 -- own text would be a string made, hashed and collected per buyer); `recorded`
 -- counts the orders.
--- (`entry` sized for buyers without keys; `pieces` is its length.)
+-- (`entry` sized for buyers without keys; `pieces` is its length. An order's
+-- first piece is the order prefix, after a space from the second order on.)
 local entry, pieces, recorded = presized(6 * n), 0, 0
+local prefix_after = ' ' .. order_prefix
 local function record(i, user, q)
-  if recorded > 0 then
-    pieces = pieces + 1
-    entry[pieces] = ' '
-  end
+  entry[pieces + 1] = recorded > 0 and prefix_after or order_prefix
   recorded = recorded + 1
-  entry[pieces + 1], entry[pieces + 2], entry[pieces + 3], entry[pieces + 4], entry[pieces + 5] =
+  entry[pieces + 2], entry[pieces + 3], entry[pieces + 4], entry[pieces + 5], entry[pieces + 6] =
     orders[i], ':', user, ':', q
-  pieces = pieces + 5
+  pieces = pieces + 6
   if idem[i] then
     entry[pieces + 1], entry[pieces + 2] = ':', key_of[i]
     pieces = pieces + 2
@@ -209,7 +219,7 @@ end
 local function append_entry()
   local text = table.concat(entry, '', 1, pieces)
   redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
-  local tag = string.sub(orders[asking[1]], 15, 28)
+  local tag = string.sub(orders[asking[1]], 1, 14)
   if redis.call('HSETNX', KEYS[5], tag, text) == 1 then
     redis.call('HINCRBY', KEYS[5], '#b', 1)
   else
@@ -241,7 +251,7 @@ local function decide_units(per_user)
       if h == 0 then
         new_buyers[#new_buyers + 1] = user
         held_of[#held_of + 1] = user
-        held_of[#held_of + 1] = string.sub(orders[i], 15)
+        held_of[#held_of + 1] = orders[i]
       end
       if not now_held[user] then
         changed[#changed + 1] = user
@@ -278,16 +288,18 @@ elseif #asking > 0 then
   local bought = batch_variadic('HMGET', KEYS[3], users)
   local stock = tonumber(stock_left)
   local taken = 0
-  -- (new_buyers: for a waiting room's admissions only.)
-  local accepted, new_buyers, held_of, b = {}, {}, {}, 0
+  -- (new_buyers: for a waiting room's admissions only. `accepted`, user -> the
+  -- order this batch accepted, is needed only when a user may be in it twice.)
+  local accepted = not distinct and {} or nil
+  local new_buyers, held_of, b = {}, {}, 0
   -- (A numeric loop: Lua 5.1's ipairs calls into C for each item.)
   for j = 1, #asking do
     local i, user = asking[j], users[j]
-    if accepted[user] then
-      code[i], value[i], texts[i] = ALREADY_BOUGHT, 0, accepted[user]
+    if accepted and accepted[user] then
+      code[i], value[i], texts[i] = ALREADY_BOUGHT, 0, order_prefix .. accepted[user]
     elseif bought[j] then
       code[i], value[i] = ALREADY_BOUGHT, 0
-      texts[i] = bought[j] ~= '' and string.sub(orders[i], 1, 14) .. bought[j] or ''
+      texts[i] = bought[j] ~= '' and order_prefix .. bought[j] or ''
     elseif admitted and not admitted[j] then
       code[i], value[i] = NOT_ADMITTED, 0
     elseif quantity[i] > 1 then
@@ -297,12 +309,14 @@ elseif #asking > 0 then
       code[i], value[i] = SOLD_OUT, 0
     else
       taken = taken + 1
-      accepted[user] = orders[i]
+      if accepted then
+        accepted[user] = orders[i]
+      end
       b = b + 1
       if waiting_room then
         new_buyers[b] = user
       end
-      held_of[2 * b - 1], held_of[2 * b] = user, string.sub(orders[i], 15)
+      held_of[2 * b - 1], held_of[2 * b] = user, orders[i]
       record(i, user, '1')
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
@@ -327,7 +341,7 @@ if keyed then
     -- Texts, not numbers, joined: Lua 5.1 turns a number into text with
     -- sprintf('%.14g') at each `..`, three a buyer here.
     return quantity_text[i] .. ':' .. CODE_TEXT[c] .. string.format('%d', value[i]) .. ':' ..
-      (c == REPLY_ACCEPTED and orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
+      (c == REPLY_ACCEPTED and order_prefix .. orders[i] or c == ALREADY_BOUGHT and texts[i] or '')
   end
   -- A repeat in this batch with another quantity, its first not remembered (a
   -- limit's refusal): the key's use with another quantity.

@@ -103,8 +103,10 @@ local batch_limits_seen = {policies = {}, now = 0, states = {}, after = {}, fast
 -- policy answers (of the items the limits refused; an admitted item's are computed
 -- by batch_reply, only when its reply carries them), and the items left for the
 -- decision: their indexes and their user ids (each item's first argument, from
--- `first_arg`). The limit keys end KEYS (see the top of this file). Items whose
--- index `skip` holds (answered already: a replay) are neither counted nor asking.
+-- `first_arg`), and whether those users are known to be distinct (true only when a
+-- per-user policy counted every item and looked each user up once; false: perhaps
+-- not). The limit keys end KEYS (see the top of this file). Items whose index
+-- `skip` holds (answered already: a replay) are neither counted nor asking.
 local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, code, value)
   local answers = {}
   local asking, users, left = {}, {}, 0
@@ -171,7 +173,12 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
       batch_limits_seen.all = true
       if not closed and now >= opens then
         limits_write(cache)
-        return answers, counted, counted_users
+        -- A per-user policy's subjects looked up (limits_preload): each user once.
+        local distinct = false
+        for p = 1, P do
+          distinct = distinct or (per_user[p] and #cache.subjects[p] == c)
+        end
+        return answers, counted, counted_users, distinct
       end
     else
       for k = 1, upto - 1 do
@@ -209,7 +216,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
   if cache then
     limits_write(cache)
   end
-  return answers, asking, users
+  return answers, asking, users, false
 end
 
 -- The script's reply: batch_answer per item, then per policy the ms until reset

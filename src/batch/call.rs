@@ -22,10 +22,12 @@ pub struct Item {
 }
 
 /// An item's second argument: the order id a purchase gets if accepted, with the
-/// units it asks for and its idempotency key (sent as `<uuid>`, `<uuid>:<quantity>`
-/// when more than one, `<uuid>:<quantity>:<key>` with a key), or the option a vote
-/// is for (a single ballot without a key), or a vote's ballot as
-/// `lua/vote_batch.lua` reads it.
+/// units it asks for and its idempotency key (sent as `<id>`, `<id>:<quantity>`
+/// when more than one, `<id>:<quantity>:<key>` with a key, where `<id>` is the
+/// hyphenated order id from its 15th character: its first 14 are its sale's, which
+/// `lua/purchase_batch.lua` makes once a call), or the option a vote is for (a
+/// single ballot without a key), or a vote's ballot as `lua/vote_batch.lua` reads
+/// it.
 #[derive(Clone, Debug)]
 pub enum ItemArg {
     Order(Uuid, u32, Option<crate::domain::PurchaseKey>),
@@ -33,12 +35,16 @@ pub enum ItemArg {
     Text(String),
 }
 
+/// The characters of a hyphenated order id that carry its sale (bytes 0 to 5, see
+/// `crate::sale::order_id`): a purchase item's argument leaves them out.
+pub const ORDER_PREFIX_LEN: usize = 14;
+
 impl redis::ToRedisArgs for ItemArg {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         match self {
             ItemArg::Order(id, quantity, key) => {
                 let mut buf = Uuid::encode_buffer();
-                let id = id.hyphenated().encode_lower(&mut buf);
+                let id = &id.hyphenated().encode_lower(&mut buf)[ORDER_PREFIX_LEN..];
                 if let Some(key) = key {
                     out.write_arg_fmt(format_args!("{id}:{quantity}:{}", key.as_str()));
                 } else if *quantity > 1 {

@@ -98,12 +98,17 @@ impl PurchaseBatch<'_> {
         buyers: &[BuyRequest],
         order_ids: Vec<Uuid>,
     ) -> Result<Vec<BuyReply>, AppError> {
+        // The script makes each id's first 14 characters from the sale id (see
+        // `ItemArg::Order`): every id must carry this sale.
         let tag = |id: &Uuid| -> [u8; 6] { id.as_bytes()[6..12].try_into().unwrap_or_default() };
         if order_ids.len() != buyers.len()
-            || order_ids.iter().any(|id| tag(id) != tag(&order_ids[0]))
+            || order_ids.iter().any(|id| {
+                tag(id) != tag(&order_ids[0])
+                    || super::order_id::sale_of_order(id) != Some(self.sale)
+            })
         {
             return Err(AppError::Internal(anyhow::anyhow!(
-                "a purchase batch needs one order id per buyer, all of one batch tag"
+                "a purchase batch needs one order id per buyer, all of its sale and one batch tag"
             )));
         }
         let k = self.keys.sale(self.sale);

@@ -152,20 +152,37 @@ async fn scripts_flushed_from_the_sales_node_during_a_storm_are_reloaded() {
     assert_eq!(app.buyers(sale).await.len(), 100);
 }
 
+/// Without limits, and with a per-user one (whose lookups tell the script whether
+/// a batch's users are distinct: lua/lib/batch.lua), and with one per address.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_user_twice_in_one_batch_buys_once() {
+    use stampede::limit::{Algorithm, Subject};
+    let window = |limit| Algorithm::SlidingLog {
+        limit,
+        window_ms: 60_000,
+    };
+    one_user_twice_in_one_batch_buys_once_under(&[]).await;
+    one_user_twice_in_one_batch_buys_once_under(&[policy("u", Subject::User, window(10))]).await;
+    one_user_twice_in_one_batch_buys_once_under(&[
+        policy("ip", Subject::Ip, window(100)),
+        policy("u", Subject::User, window(10)),
+    ])
+    .await;
+}
+
+async fn one_user_twice_in_one_batch_buys_once_under(policies: &[stampede::limit::Policy]) {
     let (app, _, sale) = spawn_with_live_sale(10).await;
     let (a, b) = (app.user().await, app.user().await);
     let buyer = |id: i64| BuyRequest {
         user: Id::new(id).unwrap(),
         quantity: 1,
-        ip: None,
+        ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
         key: None,
     };
     let replies = PurchaseBatch {
         keys: &app.keys,
         sale: Id::new(sale).unwrap(),
-        policies: &[],
+        policies,
         now_ms: None,
         key_ttl: std::time::Duration::from_secs(86_400),
     }
