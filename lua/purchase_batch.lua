@@ -120,8 +120,11 @@ local order_prefix = string.format('%08x-%04x-', (sale_number - sale_number % 65
 -- (`key_of`: each keyed buyer's key alone, for its order's text in the entry.)
 local orders, quantity, idem, quantity_text, key_of = presized(n), presized(n), {}, {}, {}
 local keyed = false
+-- (The buyer's argument, kept from buyer to buyer.)
+local arg_at = first_buyer_arg + 1
 for i = 1, n do
-  local arg = ARGV[first_buyer_arg + (i - 1) * 2 + 1]
+  local arg = ARGV[arg_at]
+  arg_at = arg_at + 2
   if #arg == 22 then
     orders[i], quantity[i] = arg, 1
   else
@@ -136,7 +139,8 @@ for i = 1, n do
     end
     orders[i], quantity[i], quantity_text[i] = string.sub(arg, 1, 22), units, q
     if key and key ~= '' then
-      idem[i], key_of[i] = ARGV[first_buyer_arg + (i - 1) * 2] .. ':' .. key, key
+      -- (The buyer's user id: the argument before this one.)
+      idem[i], key_of[i] = ARGV[arg_at - 3] .. ':' .. key, key
       keyed = true
     end
   end
@@ -199,24 +203,24 @@ end
 -- accepted) and `orders`, one `<order>:<user>:<quantity>[:<key>]` per order,
 -- separated by spaces (a key has no space, and comes last).
 -- `entry` holds the pieces of that text, joined once by table.concat (an order's
--- own text would be a string made, hashed and collected per buyer); `recorded`
--- counts the orders.
--- (`entry` sized for buyers without keys; `pieces` is its length. An order's
--- first piece is the order prefix, after a space from the second order on.)
-local entry, pieces, recorded = presized(6 * n), 0, 0
+-- own text would be a string made, hashed and collected per buyer); `pieces` is
+-- its length. An order's first piece is ' ' and the order prefix; append_entry
+-- puts the prefix alone in the first order's place. (`entry` sized for buyers
+-- without keys.)
+local entry, pieces = presized(6 * n), 0
 local prefix_after = ' ' .. order_prefix
 local function record(i, user, q)
-  entry[pieces + 1] = recorded > 0 and prefix_after or order_prefix
-  recorded = recorded + 1
-  entry[pieces + 2], entry[pieces + 3], entry[pieces + 4], entry[pieces + 5], entry[pieces + 6] =
-    orders[i], ':', user, ':', q
+  entry[pieces + 1], entry[pieces + 2], entry[pieces + 3], entry[pieces + 4], entry[pieces + 5],
+    entry[pieces + 6] = prefix_after, orders[i], ':', user, ':', q
   pieces = pieces + 6
   if idem[i] then
     entry[pieces + 1], entry[pieces + 2] = ':', key_of[i]
     pieces = pieces + 2
   end
 end
-local function append_entry()
+-- (`count`: the entry's orders.)
+local function append_entry(count)
+  entry[1] = order_prefix
   local text = table.concat(entry, '', 1, pieces)
   redis.call('XADD', KEYS[4], '*', 'sale_id', ARGV[1], 'at_ms', now, 'orders', text)
   local tag = string.sub(orders[asking[1]], 1, 14)
@@ -225,14 +229,14 @@ local function append_entry()
   else
     redis.call('HSET', KEYS[5], tag, redis.call('HGET', KEYS[5], tag) .. ' ' .. text)
   end
-  redis.call('HINCRBY', KEYS[5], '#', recorded)
+  redis.call('HINCRBY', KEYS[5], '#', count)
 end
 
 -- A sale of more than one per customer: units per buyer, all or nothing.
 local function decide_units(per_user)
   local held = batch_variadic('HMGET', KEYS[6], users)
   local stock = tonumber(stock_left)
-  local taken = 0
+  local taken, accepted_orders = 0, 0
   local now_held, changed, new_buyers, held_of = {}, {}, {}, {}
   for j, i in ipairs(asking) do
     local user = users[j]
@@ -258,6 +262,7 @@ local function decide_units(per_user)
       end
       now_held[user] = h + q
       record(i, user, quantity_text[i] or '1')
+      accepted_orders = accepted_orders + 1
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
@@ -273,7 +278,7 @@ local function decide_units(per_user)
     end
     redis.call('DECRBY', KEYS[2], taken)
     redis.call('INCRBY', KEYS[7], taken)
-    append_entry()
+    append_entry(accepted_orders)
     if waiting_room then
       batch_variadic('ZREM', KEYS[9], new_buyers)
     end
@@ -317,14 +322,21 @@ elseif #asking > 0 then
         new_buyers[b] = user
       end
       held_of[2 * b - 1], held_of[2 * b] = user, orders[i]
-      record(i, user, '1')
+      if keyed and idem[i] then
+        record(i, user, '1')
+      else
+        -- (record's work, without a call: an order of one unit, without a key.)
+        entry[pieces + 1], entry[pieces + 2], entry[pieces + 3], entry[pieces + 4],
+          entry[pieces + 5], entry[pieces + 6] = prefix_after, orders[i], ':', user, ':', '1'
+        pieces = pieces + 6
+      end
       code[i], value[i] = REPLY_ACCEPTED, stock - taken
     end
   end
   if taken > 0 then
     batch_variadic('HSET', KEYS[3], held_of)
     redis.call('DECRBY', KEYS[2], taken)
-    append_entry()
+    append_entry(b)
     if waiting_room then
       batch_variadic('ZREM', KEYS[9], new_buyers)
     end

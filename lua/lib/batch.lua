@@ -139,11 +139,13 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
     local address_of = {}
     -- (counted_users: the counted items' user ids, in order.)
     local counted, counted_users, c = {}, {}, 0
+    -- (Item i's first key, its subjects' first place less one and its user id's
+    -- argument, kept from item to item.)
+    local k, base, user_at = first_item_key, 0, first_arg
     for i = 1, n do
       if not (skip and skip[i]) then
         c = c + 1
-        local k, base, user = first_item_key + (i - 1) * keyed, (i - 1) * P,
-          ARGV[first_arg + (i - 1) * 2]
+        local user = ARGV[user_at]
         counted[c], counted_users[c] = i, user
         for p = 1, P do
           if per_user[p] then
@@ -159,7 +161,10 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
             k = k + 1
           end
         end
+      else
+        k = k + keyed
       end
+      base, user_at = base + P, user_at + 2
     end
     limits_preload(cache, policies, counted, subjects)
     -- The requests taken a policy at a time (lua/lib/limits_batch.lua): every one
@@ -232,22 +237,31 @@ local function batch_reply(P, n, code, value, answers, texts)
   local out, seen, m = presized(n * (2 + P) + P), batch_limits_seen, 0
   local policies, before, after, now = seen.policies, seen.states, seen.after, seen.now
   local fast, rem, all = seen.fast, seen.rem, seen.all
+  -- (Every item the limits took was taken by limits_batch_take.)
+  local taken_all = P > 0 and all
   for i = 1, n do
-    local a = answers[i]
-    if code[i] == REPLY_ACCEPTED and P > 0 and (all or fast[i]) then
+    local a, c = answers[i], code[i]
+    if c == REPLY_ACCEPTED and (taken_all or P > 0 and fast[i]) then
       -- Taken by limits_batch_take (sliding logs and counters only: no reset per
-      -- item), its numbers with it.
-      out[m + 1], out[m + 2] = code[i], value[i]
-      m = m + 2
-      for at = (i - 1) * P + 1, i * P do
-        m = m + 1
-        out[m] = rem[at]
+      -- item), its numbers with it. (Two policies, the shipped shapes, without a
+      -- loop.)
+      local at = (i - 1) * P
+      if P == 2 then
+        out[m + 1], out[m + 2], out[m + 3], out[m + 4] = c, value[i], rem[at + 1], rem[at + 2]
+        m = m + 4
+      else
+        out[m + 1], out[m + 2] = c, value[i]
+        m = m + 2
+        for p = 1, P do
+          out[m + p] = rem[at + p]
+        end
+        m = m + P
       end
-    elseif code[i] == REPLY_ACCEPTED and P > 0 and not a then
-      out[m + 1], out[m + 2] = code[i], value[i]
+    elseif c == REPLY_ACCEPTED and P > 0 and not a then
+      out[m + 1], out[m + 2] = c, value[i]
       m = limits_append_taken(out, m + 2, policies, before, after, (i - 1) * P, now)
     else
-      m = batch_answer(out, m, P, code[i], value[i], a, policies)
+      m = batch_answer(out, m, P, c, value[i], a, policies)
     end
     if texts and texts[i] then
       m = m + 1
