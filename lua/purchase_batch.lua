@@ -148,7 +148,8 @@ end
 
 -- Keys remembered, and keys twice in this batch: answered now, or after the
 -- decision (a repeat of a key first seen in this batch).
-local code, value, texts = {}, {}, {}
+-- (`code` and `value` presized: every buyer gets both before the reply.)
+local code, value, texts = presized(n), presized(n), {}
 local skip, first_of, stored = nil, {}, {}
 if keyed then
   skip, first_of, stored = keys_load(n, idem, KEYS[8])
@@ -296,7 +297,9 @@ elseif #asking > 0 then
   -- (new_buyers: for a waiting room's admissions only. `accepted`, user -> the
   -- order this batch accepted, is needed only when a user may be in it twice.)
   local accepted = not distinct and {} or nil
-  local new_buyers, held_of, b = {}, {}, 0
+  -- (`held_of`, user and order of each buyer accepted, presized at the first:
+  -- filled from empty, Lua 5.1 would grow it through every doubling.)
+  local new_buyers, held_of, b = {}, nil, 0
   -- (A numeric loop: Lua 5.1's ipairs calls into C for each item.)
   for j = 1, #asking do
     local i, user = asking[j], users[j]
@@ -318,6 +321,9 @@ elseif #asking > 0 then
         accepted[user] = orders[i]
       end
       b = b + 1
+      if b == 1 then
+        held_of = presized(2 * (#asking - j + 1))
+      end
       if waiting_room then
         new_buyers[b] = user
       end
@@ -334,6 +340,9 @@ elseif #asking > 0 then
     end
   end
   if taken > 0 then
+    for x = 2 * b + 1, #held_of do
+      held_of[x] = nil
+    end
     batch_variadic('HSET', KEYS[3], held_of)
     redis.call('DECRBY', KEYS[2], taken)
     append_entry(b)

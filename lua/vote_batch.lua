@@ -100,7 +100,8 @@ end
 
 -- Keys remembered, and keys twice in this batch: answered now, or after the
 -- decision (a repeat of a key first seen in this batch).
-local code, value, texts = {}, {}, {}
+-- (`code` and `value` presized: every voter gets both before the reply.)
+local code, value, texts = presized(n), presized(n), {}
 local skip, first_of, stored = nil, {}, {}
 if keyed then
   skip, first_of, stored = keys_load(n, idem, KEYS[6])

@@ -227,9 +227,12 @@ local function limits_cache(policies, first_policy_key, now)
 end
 
 -- Reads `ids` (distinct subjects) of a policy from its bucket `key` (HMGET) into
--- `t`; returns those not found.
-local function limits_read(t, read, key, ids)
-  local missing, m = {}, 0
+-- `t`; returns those not found, when `list_missing`.
+local function limits_read(t, read, key, ids, list_missing)
+  -- (`missing` made at the first subject not found, presized for it and every one
+  -- after, and cut below to what it holds: filled from empty, Lua 5.1 would grow
+  -- it through every doubling.)
+  local missing, m = nil, 0
   for from = 1, #ids, BATCH_CHUNK do
     local to = math.min(from + BATCH_CHUNK - 1, #ids)
     local texts = redis.call('HMGET', key, unpack(ids, from, to))
@@ -237,11 +240,20 @@ local function limits_read(t, read, key, ids)
       local text = texts[j]
       if text then
         t[ids[from + j - 1]] = read(text) or false
-      else
+      elseif list_missing then
+        if not missing then
+          missing = presized(#ids - (from + j - 1) + 1)
+        end
         m = m + 1
         missing[m] = ids[from + j - 1]
       end
     end
+  end
+  if not missing then
+    return {}
+  end
+  for x = m + 1, #missing do
+    missing[x] = nil
   end
   return missing
 end
@@ -276,7 +288,7 @@ local function limits_preload(cache, policies, items, subjects)
       -- with the subjects, in the same HMGET.
       local w = wanted[p]
       w[#w + 1] = '#'
-      local missing = limits_read(t, read, bucket.current, w)
+      local missing = limits_read(t, read, bucket.current, w, true)
       w[#w] = nil
       t['#'] = nil
       if missing[#missing] == '#' then
@@ -285,12 +297,13 @@ local function limits_preload(cache, policies, items, subjects)
         bucket.ready = true
       end
       if #missing > 0 then
-        limits_read(t, read, bucket.previous, missing)
+        limits_read(t, read, bucket.previous, missing, false)
       end
     end
     -- The states as read, by subject's place in wanted[p]: limits_write writes the
     -- subjects whose state is no longer the one read.
-    local w, read_states = wanted[p], {}
+    local w = wanted[p]
+    local read_states = presized(#w)
     for k = 1, #w do
       read_states[k] = t[w[k]]
     end
@@ -416,20 +429,28 @@ local function limits_write(cache)
     -- (A sliding log's state is its text: no call per subject to format it.)
     local text = policy[1] ~= 'sl' and LIMIT_TEXT[policy[1]]
     local t, bucket = cache.tables[p], cache.buckets[p]
-    local fields, f = {}, 0
     local ids, read_states = cache.subjects[p], cache.read[p]
+    -- (`fields` made at the first subject to write, presized for it and every
+    -- one after, and cut below to what was written: filled from empty, Lua 5.1
+    -- would grow it through every doubling.)
+    local fields, f = nil, 0
     for k = 1, #ids do
       local id = ids[k]
       local state = t[id]
       if state and state ~= read_states[k] then
+        if not fields then
+          fields = presized(2 * (#ids - k + 1))
+        end
         fields[f + 1], fields[f + 2] = id, text and text(state) or state
         f = f + 2
       end
     end
     if f > 0 then
+      for x = f + 1, #fields do
+        fields[x] = nil
+      end
       if not bucket.ready then
-        fields[#fields + 1] = '#'
-        fields[#fields + 1] = '1'
+        fields[f + 1], fields[f + 2] = '#', '1'
       end
       -- BATCH_CHUNK is even: a chunk never splits a field from its value.
       batch_variadic('HSET', bucket.current, fields)
