@@ -297,8 +297,8 @@ elseif #asking > 0 then
   -- (new_buyers: for a waiting room's admissions only. `accepted`, user -> the
   -- order this batch accepted, is needed only when a user may be in it twice.)
   local accepted = not distinct and {} or nil
-  -- (`held_of`, user and order of each buyer accepted, presized at the first:
-  -- filled from empty, Lua 5.1 would grow it through every doubling.)
+  -- (`held_of`, user and order of each buyer accepted, presized at the first
+  -- and cut to them below.)
   local new_buyers, held_of, b = {}, nil, 0
   -- (A numeric loop: Lua 5.1's ipairs calls into C for each item.)
   for j = 1, #asking do
@@ -340,10 +340,7 @@ elseif #asking > 0 then
     end
   end
   if taken > 0 then
-    for x = 2 * b + 1, #held_of do
-      held_of[x] = nil
-    end
-    batch_variadic('HSET', KEYS[3], held_of)
+    batch_variadic('HSET', KEYS[3], presized_cut(held_of, 2 * b))
     redis.call('DECRBY', KEYS[2], taken)
     append_entry(b)
     if waiting_room then

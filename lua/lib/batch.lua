@@ -138,8 +138,7 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
     -- mostly come from few addresses).
     local address_of = {}
     -- (counted_users: the counted items' user ids, in order.)
-    -- (Both presized, and cut to their length below: filled from empty, Lua 5.1
-    -- would grow them through every doubling.)
+    -- (Both presized, and cut to their length below.)
     local counted, counted_users, c = presized(n), presized(n), 0
     -- (Item i's first key, its subjects' first place less one and its user id's
     -- argument, kept from item to item.)
@@ -168,9 +167,8 @@ local function batch_admit(P, policies, first_arg, n, now, closed, opens, skip, 
       end
       base, user_at = base + P, user_at + 2
     end
-    for j = c + 1, n do
-      counted[j], counted_users[j] = nil, nil
-    end
+    presized_cut(counted, c)
+    presized_cut(counted_users, c)
     limits_preload(cache, policies, counted, subjects)
     -- The requests taken a policy at a time (lua/lib/limits_batch.lua): every one
     -- before counted[upto]; limits_take decides the others.

@@ -230,8 +230,7 @@ end
 -- `t`; returns those not found, when `list_missing`.
 local function limits_read(t, read, key, ids, list_missing)
   -- (`missing` made at the first subject not found, presized for it and every one
-  -- after, and cut below to what it holds: filled from empty, Lua 5.1 would grow
-  -- it through every doubling.)
+  -- after, and cut below to what it holds.)
   local missing, m = nil, 0
   for from = 1, #ids, BATCH_CHUNK do
     local to = math.min(from + BATCH_CHUNK - 1, #ids)
@@ -252,10 +251,7 @@ local function limits_read(t, read, key, ids, list_missing)
   if not missing then
     return {}
   end
-  for x = m + 1, #missing do
-    missing[x] = nil
-  end
-  return missing
+  return presized_cut(missing, m)
 end
 
 -- Reads the states of the batch's items `items` (indexes, from 1) into `cache`:
@@ -431,8 +427,7 @@ local function limits_write(cache)
     local t, bucket = cache.tables[p], cache.buckets[p]
     local ids, read_states = cache.subjects[p], cache.read[p]
     -- (`fields` made at the first subject to write, presized for it and every
-    -- one after, and cut below to what was written: filled from empty, Lua 5.1
-    -- would grow it through every doubling.)
+    -- one after, and cut below to what was written.)
     local fields, f = nil, 0
     for k = 1, #ids do
       local id = ids[k]
@@ -446,9 +441,7 @@ local function limits_write(cache)
       end
     end
     if f > 0 then
-      for x = f + 1, #fields do
-        fields[x] = nil
-      end
+      presized_cut(fields, f)
       if not bucket.ready then
         fields[f + 1], fields[f + 2] = '#', '1'
       end

@@ -90,3 +90,13 @@ local function presized(m)
   end
   return {string.byte(PRESIZE_TEXT, 1, m)}
 end
+
+-- An array made by presized for at most as many items as it holds, once filled
+-- with its first m: the places after them emptied, so that `#`, ipairs and unpack
+-- see those m items (a batch presizes for every item and keeps those it needs).
+local function presized_cut(t, m)
+  for x = m + 1, #t do
+    t[x] = nil
+  end
+  return t
+end
